@@ -1,0 +1,581 @@
+//! Config of fanout: the YAML a team writes, as typed structs.
+//!
+//! This crate only *reads* config: `${ENV}` substitution, strict YAML deserialization (unknown
+//! fields are errors) and the structural checks that need no knowledge of flows (duplicate routes,
+//! bad URLs). Every error carries `line:column`. Expressions stay strings here; the flow compiler
+//! (`fanout-flow`) compiles them and reports their errors at the locations kept in [`Located`].
+//! The JSON Schema printed by `fanout schema` is generated from these types (schemars).
+
+mod duration;
+mod env;
+mod located;
+
+pub use duration::Dur;
+pub use env::substitute;
+pub use located::{Located, Pos};
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::fmt;
+
+/// An expression source (jq), with its position in the file.
+pub type ExprSrc = Located<String>;
+
+/// A config error with its position. Display: `FILE:LINE:COL: message` and an indented hint.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigError {
+    /// File name as given by the user ("<embedded>" for built-in configs).
+    pub file: String,
+    /// Position (1-based line and column); `None` when the error concerns the whole file.
+    pub pos: Option<Pos>,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+impl ConfigError {
+    /// An error at `pos` (file is filled in by the loader).
+    pub fn at(pos: Pos, message: impl Into<String>) -> Self {
+        ConfigError {
+            file: String::new(),
+            pos: Some(pos),
+            message: message.into(),
+            hint: None,
+        }
+    }
+    /// Attach a hint.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+    /// Set the file name.
+    pub fn in_file(mut self, file: &str) -> Self {
+        self.file = file.to_string();
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pos {
+            Some(p) => write!(f, "{}:{}:{}: {}", self.file, p.line, p.col, self.message)?,
+            None => write!(f, "{}: {}", self.file, self.message)?,
+        }
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A list of config errors (validation reports all it can find).
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        ConfigErrors(vec![e])
+    }
+}
+
+/// The gateway config (`fanout.yaml`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on, e.g. `0.0.0.0:8080`. Default `127.0.0.1:8080`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Limits of the inbound server.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Defaults applied where a route, step or backend does not say otherwise.
+    #[serde(default)]
+    pub defaults: Defaults,
+    /// Named backends the flows call.
+    #[serde(default)]
+    pub backends: IndexMap<String, Backend>,
+    /// Routes: each matches a method and path and runs a flow.
+    pub routes: Vec<Route>,
+    /// The config text after `${VAR}` substitution (to point inside expressions in errors).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub source: String,
+    /// File name the config came from.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub file: String,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+/// Limits of the inbound HTTP server. Every limit has a default.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Largest accepted request body in bytes; larger bodies get 413. Default 1 MiB.
+    pub max_body_bytes: usize,
+    /// Largest accepted request head (request line + headers) in bytes; default 16 KiB.
+    pub max_header_bytes: usize,
+    /// Maximum concurrent HTTP/2 streams per connection; default 256.
+    pub max_concurrent_streams: u32,
+    /// Time allowed to receive a request head; default 10s.
+    pub header_read_timeout: Dur,
+    /// Header carrying the remaining deadline in milliseconds, read from clients and sent to
+    /// backends. Default `x-request-timeout`.
+    pub deadline_header: String,
+    /// Time in-flight requests get to finish on shutdown; default 10s.
+    pub shutdown_grace: Dur,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_body_bytes: 1 << 20,
+            max_header_bytes: 16 << 10,
+            max_concurrent_streams: 256,
+            header_read_timeout: Dur::secs(10),
+            deadline_header: "x-request-timeout".into(),
+            shutdown_grace: Dur::secs(10),
+        }
+    }
+}
+
+/// Defaults for routes, steps and backends.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    /// Route deadline when a route sets none; default 1s.
+    pub deadline: Dur,
+    /// Per-call timeout when neither step nor backend sets one; default 1s.
+    pub timeout: Dur,
+    /// TCP connect timeout of backends; default 500ms.
+    pub connect_timeout: Dur,
+    /// `for_each` concurrency bound when a step sets none; default 16.
+    pub concurrency: usize,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            deadline: Dur::secs(1),
+            timeout: Dur::secs(1),
+            connect_timeout: Dur::millis(500),
+            concurrency: 16,
+        }
+    }
+}
+
+/// HTTP protocol used towards a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// HTTP/1.1 with pooled keep-alive connections (default).
+    #[default]
+    Http1,
+    /// HTTP/2 (h2c prior knowledge for `http://`, ALPN `h2` for `https://`), multiplexed.
+    Http2,
+}
+
+/// A backend: one or more base URLs of the same service.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    /// Base URL, e.g. `http://127.0.0.1:9001` or `https://svc.internal`. Use `urls` for several.
+    pub url: Option<Located<String>>,
+    /// Several base URLs of the same service, used round robin.
+    #[serde(default)]
+    pub urls: Vec<Located<String>>,
+    /// Per-call timeout (a step's `timeout` overrides it); defaults to `defaults.timeout`.
+    pub timeout: Option<Dur>,
+    /// TCP connect timeout; defaults to `defaults.connect_timeout`.
+    pub connect_timeout: Option<Dur>,
+    /// `http1` (default) or `http2`.
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// Largest accepted answer body in bytes; larger answers fail the call (502). Default 16 MiB.
+    #[serde(default = "default_max_response")]
+    pub max_response_bytes: usize,
+    /// Idle pooled connections are closed after this long; default 90s.
+    #[serde(default = "default_idle")]
+    pub pool_idle_timeout: Dur,
+    /// Maximum idle connections kept per address; default 256.
+    #[serde(default = "default_pool_max_idle")]
+    pub pool_max_idle: usize,
+    /// When a required step fails because this backend answered with an error status, answer the
+    /// client with that same status (instead of 502). Default false.
+    #[serde(default)]
+    pub status_passthrough: bool,
+    /// Static headers sent with every call (e.g. `authorization: "Bearer ${TOKEN}"`).
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// TLS settings for `https://` URLs.
+    #[serde(default)]
+    pub tls: Tls,
+}
+
+fn default_max_response() -> usize {
+    16 << 20
+}
+fn default_idle() -> Dur {
+    Dur::secs(90)
+}
+fn default_pool_max_idle() -> usize {
+    256
+}
+
+/// TLS settings of a backend.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// PEM file of CA certificates to trust instead of the bundled web PKI roots.
+    pub ca_file: Option<Located<String>>,
+}
+
+/// A route: a method + path and the flow that answers it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Path pattern; `{name}` captures a segment (`$request.params.name`), `{*rest}` the rest.
+    pub path: Located<String>,
+    /// HTTP method; default GET.
+    #[serde(default = "default_method")]
+    pub method: Located<String>,
+    /// Total time budget of a request; the client may shorten it (header or `grpc-timeout`).
+    /// Defaults to `defaults.deadline`.
+    pub deadline: Option<Dur>,
+    /// The steps, by name. Order does not matter: dependencies come from the expressions.
+    #[serde(default)]
+    pub flow: IndexMap<Located<String>, Step>,
+    /// How to build the response.
+    pub respond: Respond,
+}
+
+fn default_method() -> Located<String> {
+    Located::unknown("GET".to_string())
+}
+
+/// One step of a flow: a backend call (`http`) or a computed value (`value`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Run the step only when this expression is true; otherwise its value is `default` (or null).
+    pub when: Option<ExprSrc>,
+    /// Run the step once per element of this list (the element is `$item`, its index `$index`);
+    /// the step's value is the list of results in input order.
+    pub for_each: Option<ExprSrc>,
+    /// Maximum calls in flight for a `for_each` step; defaults to `defaults.concurrency`.
+    pub concurrency: Option<usize>,
+    /// Timeout of each call of this step (capped by the remaining deadline).
+    pub timeout: Option<Dur>,
+    /// An optional step that fails takes its `default` value and is listed in `_partial`;
+    /// a required step (the default) that fails fails the request.
+    #[serde(default)]
+    pub optional: bool,
+    /// Value used when the step is skipped (`when` false) or, if optional, fails. JSON/YAML value.
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub default: Option<serde_json::Value>,
+    /// Maps the backend's answer (`.`) to the step's value, e.g. `.items`.
+    pub result: Option<ExprSrc>,
+    /// Call an HTTP backend.
+    pub http: Option<HttpCall>,
+    /// Compute a value from other steps without any call.
+    pub value: Option<ExprSrc>,
+}
+
+/// An HTTP call of a step. Every part except `backend` and `method` is an expression.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCall {
+    /// Name of a backend under `backends:`.
+    pub backend: Located<String>,
+    /// HTTP method; default GET.
+    #[serde(default = "default_method")]
+    pub method: Located<String>,
+    /// Path (and optionally query) expression, e.g. `"/items/\($item)"`.
+    pub path: ExprSrc,
+    /// Query parameters: name → expression (null values are left out; arrays repeat the name).
+    #[serde(default)]
+    pub query: IndexMap<String, ExprSrc>,
+    /// Headers: name → expression (null values are left out).
+    #[serde(default)]
+    pub headers: IndexMap<String, ExprSrc>,
+    /// JSON body expression (sent as `application/json`).
+    pub body: Option<ExprSrc>,
+}
+
+/// The response of a route.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Respond {
+    /// Body expression (JSON), e.g. `{total: $search.total, items: $details}`.
+    pub body: ExprSrc,
+    /// Status code; default 200.
+    #[serde(default = "default_status")]
+    pub status: u16,
+    /// Response headers: name → expression.
+    #[serde(default)]
+    pub headers: IndexMap<String, ExprSrc>,
+}
+
+fn default_status() -> u16 {
+    200
+}
+
+/// Looks up `${NAME}` values; the process environment by default.
+pub type VarLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment as a [`VarLookup`].
+pub fn env_lookup(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Substitute `${VARS}` and deserialize YAML into `T`, strictly. `file` names the source in errors.
+pub fn from_yaml<T: for<'de> Deserialize<'de>>(
+    file: &str,
+    text: &str,
+    vars: VarLookup<'_>,
+) -> Result<T, ConfigError> {
+    let text = substitute(text, vars).map_err(|e| e.in_file(file))?;
+    let opts = serde_saphyr::options! {
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+    };
+    serde_saphyr::from_str_with_options(&text, opts).map_err(|e| yaml_error(file, &e))
+}
+
+fn yaml_error(file: &str, e: &serde_saphyr::Error) -> ConfigError {
+    let pos = e.location().and_then(Pos::from_location);
+    let full = e.to_string();
+    // The library renders a snippet after the first line; we print our own position.
+    let first = full.lines().next().unwrap_or("invalid YAML").trim();
+    let message = strip_location_suffix(first);
+    let hint = if message.contains("unknown field") {
+        Some("remove the field or fix its spelling; `fanout schema` lists every field".into())
+    } else if message.contains("missing field") {
+        Some("add the field; see docs/config.md".into())
+    } else if message.contains("duplicate mapping key") {
+        Some("each key may appear once in a mapping; remove one of them".into())
+    } else if message.contains("invalid type") || message.contains("expected a") {
+        Some("check the value's type against docs/config.md".into())
+    } else {
+        None
+    };
+    ConfigError {
+        file: file.to_string(),
+        pos,
+        message,
+        hint,
+    }
+}
+
+fn strip_location_suffix(s: &str) -> String {
+    // serde-saphyr renders "error: line X column Y: message"; we print our own position.
+    let mut m = s.strip_prefix("error: ").unwrap_or(s);
+    if let Some(rest) = m.strip_prefix("line ")
+        && let Some(i) = rest.find(": ")
+    {
+        m = &rest[i + 2..];
+    }
+    let m = m
+        .trim_end_matches(", set DuplicateKeyPolicy in Options if acceptable")
+        .replace("expected sequence start", "expected a list here")
+        .replace(
+            "expected mapping start",
+            "expected a mapping (key: value) here",
+        );
+    match m.rfind(" at line ") {
+        Some(i) => m[..i].to_string(),
+        None => m,
+    }
+}
+
+impl Config {
+    /// Load a gateway config from YAML text (with `${VAR}` substitution) and run the structural
+    /// checks. Flow-level checks (expressions, references, cycles) happen in the flow compiler.
+    pub fn from_yaml(file: &str, text: &str, vars: VarLookup<'_>) -> Result<Config, ConfigErrors> {
+        let mut cfg: Config = from_yaml(file, text, vars)?;
+        cfg.source = substitute(text, vars).map_err(|e| e.in_file(file))?;
+        cfg.file = file.to_string();
+        let mut errs = Vec::new();
+        cfg.check(&mut errs);
+        if errs.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigErrors(
+                errs.into_iter().map(|e| e.in_file(file)).collect(),
+            ))
+        }
+    }
+
+    /// Read and load a config file.
+    pub fn from_file(path: &str, vars: VarLookup<'_>) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_string(),
+            pos: None,
+            message: format!("cannot read config: {e}"),
+            hint: Some("check the path passed with --config".into()),
+        })?;
+        Config::from_yaml(path, &text, vars)
+    }
+
+    fn check(&self, errs: &mut Vec<ConfigError>) {
+        let mut seen: Vec<(&str, &str, Pos)> = Vec::new();
+        for r in &self.routes {
+            let method = r.method.value.to_ascii_uppercase();
+            if !r.path.value.starts_with('/') {
+                errs.push(
+                    ConfigError::at(
+                        r.path.pos,
+                        format!("route path `{}` must start with `/`", r.path.value),
+                    )
+                    .hint("write e.g. `/vacancies/{id}`"),
+                );
+            }
+            if let Some((_, _, first)) = seen
+                .iter()
+                .find(|(m, p, _)| m.eq_ignore_ascii_case(&method) && *p == r.path.value)
+            {
+                errs.push(
+                    ConfigError::at(
+                        r.path.pos,
+                        format!(
+                            "duplicate route {method} {} (first defined at line {})",
+                            r.path.value, first.line
+                        ),
+                    )
+                    .hint("each method + path may appear once; merge the two routes"),
+                );
+            } else {
+                seen.push((r.method.value.as_str(), r.path.value.as_str(), r.path.pos));
+            }
+            for (name, step) in &r.flow {
+                step_check(name, step, errs);
+            }
+        }
+        for (name, b) in &self.backends {
+            let urls: Vec<&Located<String>> = b.url.iter().chain(b.urls.iter()).collect();
+            if urls.is_empty() {
+                errs.push(
+                    ConfigError {
+                        file: String::new(),
+                        pos: None,
+                        message: format!("backend `{name}` has no `url` or `urls`"),
+                        hint: None,
+                    }
+                    .hint("add `url: http://host:port`"),
+                );
+            }
+            for u in urls {
+                let v = &u.value;
+                let ok = (v.starts_with("http://") || v.starts_with("https://"))
+                    && v.split("://").nth(1).is_some_and(|rest| {
+                        let host = rest.split('/').next().unwrap_or("");
+                        !host.is_empty()
+                    });
+                if !ok {
+                    errs.push(
+                        ConfigError::at(u.pos, format!("backend `{name}`: invalid URL `{v}`"))
+                            .hint("use http://host:port or https://host[:port], optionally with a base path"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
+    let kinds = step.http.is_some() as u8 + step.value.is_some() as u8;
+    if kinds != 1 {
+        errs.push(
+            ConfigError::at(
+                name.pos,
+                format!(
+                    "step `{}` must have exactly one of `http` or `value` (has {kinds})",
+                    name.value
+                ),
+            )
+            .hint("a step either calls a backend (`http:`) or computes a value (`value:`)"),
+        );
+    }
+    let valid = name
+        .value
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        errs.push(
+            ConfigError::at(name.pos, format!("invalid step name `{}`", name.value))
+                .hint("step names are identifiers (letters, digits, `_`) because expressions read them as `$name`"),
+        );
+    }
+    if ["request", "item", "index", "ENV", "__loc__"].contains(&name.value.as_str()) {
+        errs.push(
+            ConfigError::at(name.pos, format!("step name `{}` is reserved", name.value))
+                .hint("choose another name; `$request`, `$item` and `$index` are built in"),
+        );
+    }
+    if step.concurrency == Some(0) {
+        errs.push(ConfigError::at(
+            name.pos,
+            "`concurrency` must be at least 1",
+        ));
+    }
+}
+
+impl Config {
+    /// Position of byte `offset` inside the YAML scalar that starts at `start` (handles quoted,
+    /// plain and block scalars), for errors that point inside an expression.
+    pub fn pos_in_scalar(&self, start: Pos, offset: usize) -> Pos {
+        let Some(line) = self
+            .source
+            .lines()
+            .nth(start.line.saturating_sub(1) as usize)
+        else {
+            return start;
+        };
+        let first = line.chars().nth(start.col.saturating_sub(1) as usize);
+        match first {
+            Some('\'' | '"') => start.shift(offset + 1),
+            Some('|' | '>') => {
+                // Block scalar: content starts on the next line at its indentation.
+                let mut remaining = offset;
+                for (i, l) in self.source.lines().skip(start.line as usize).enumerate() {
+                    let indent = l.len() - l.trim_start().len();
+                    if remaining <= l.trim_start().len() {
+                        return Pos {
+                            line: start.line + 1 + i as u32,
+                            col: (indent + remaining + 1) as u32,
+                        };
+                    }
+                    remaining -= l.trim_start().len() + 1;
+                }
+                start
+            }
+            _ => start.shift(offset),
+        }
+    }
+}
+
+/// The JSON Schema of [`Config`] (what `fanout schema` prints).
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default()
+}

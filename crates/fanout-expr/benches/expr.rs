@@ -1,0 +1,78 @@
+//! Expression cost: native plain-path evaluation vs the jaq interpreter on the same input.
+//! Run: `cargo bench -p fanout-expr --bench expr`
+use criterion::{Criterion, criterion_group, criterion_main};
+use fanout_expr::{Expr, Val, json};
+use std::hint::black_box;
+
+fn doc() -> Val {
+    let items: Vec<String> = (0..100)
+        .map(|i| {
+            format!(
+                r#"{{"id":{i},"name":"item {i}","price":{}.5,"tags":["a","b"]}}"#,
+                i * 3
+            )
+        })
+        .collect();
+    let src = format!(
+        r#"{{"total":100,"items":[{}],"meta":{{"page":{{"n":1}}}}}}"#,
+        items.join(",")
+    );
+    json::parse(src.as_bytes()).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let scope = ["request", "search"];
+    let vals = [json::parse(br#"{"query":{"q":"x"}}"#).unwrap(), doc()];
+    let lookup = |i: usize| vals[i].clone();
+    let cases = [
+        ("path_3_segments", "$search.meta.page.n"),
+        ("path_index", "$search.items[42].name"),
+    ];
+    let mut g = c.benchmark_group("expr");
+    for (name, src) in cases {
+        let native = Expr::compile(src, &scope).unwrap();
+        assert!(native.is_native());
+        let jaq = Expr::compile(&format!("({src})"), &scope).unwrap();
+        g.bench_function(format!("{name}/native"), |b| {
+            b.iter(|| black_box(native.eval(&Val::Null, lookup).unwrap()))
+        });
+        g.bench_function(format!("{name}/jaq"), |b| {
+            b.iter(|| black_box(jaq.eval(&Val::Null, lookup).unwrap()))
+        });
+    }
+    let ids = Expr::compile("[$search.items[].id]", &scope).unwrap();
+    g.bench_function("collect_100_ids/jaq", |b| {
+        b.iter(|| black_box(ids.eval(&Val::Null, lookup).unwrap()))
+    });
+    let shape = Expr::compile(
+        r#"{total: $search.total, q: $request.query.q, items: [$search.items[] | select(.price > 100) | {id, name}]}"#,
+        &scope,
+    )
+    .unwrap();
+    g.bench_function("reshape_object/jaq", |b| {
+        b.iter(|| black_box(shape.eval(&Val::Null, lookup).unwrap()))
+    });
+    let url = Expr::compile(
+        r#""/vacancies/\($search.items[0].id)?q=\($request.query.q | @uri)""#,
+        &scope,
+    )
+    .unwrap();
+    g.bench_function("build_url/jaq", |b| {
+        b.iter(|| black_box(url.eval(&Val::Null, lookup).unwrap()))
+    });
+    let bytes = json::to_string(&vals[1]).into_bytes();
+    g.bench_function("parse_8kb_json", |b| {
+        b.iter(|| black_box(json::parse(&bytes).unwrap()))
+    });
+    g.bench_function("write_8kb_json", |b| {
+        b.iter(|| {
+            let mut out = Vec::with_capacity(9000);
+            json::write(&vals[1], &mut out);
+            black_box(out)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,139 @@
+//! The `$request` value: `{method, path, params, query, headers, body}`, built once per inbound
+//! request. Knows nothing of HTTP libraries: callers pass plain strings and bytes.
+
+use crate::{Val, json::str_val};
+use jaq_json::Map;
+
+/// Parts of an inbound request.
+pub struct RequestParts<'a, P, H> {
+    /// Method, e.g. `GET`.
+    pub method: &'a str,
+    /// Path without the query.
+    pub path: &'a str,
+    /// Raw query string (without `?`).
+    pub query: Option<&'a str>,
+    /// Path parameters captured by the route pattern.
+    pub params: P,
+    /// Headers (names lower-case). Repeated names are joined with `, `.
+    pub headers: H,
+    /// Parsed body (`null` when empty).
+    pub body: Val,
+}
+
+fn key(s: &str) -> Val {
+    str_val(s)
+}
+
+/// Build `$request`. Query parameters that repeat become arrays.
+pub fn request_val<'a, P, H>(parts: RequestParts<'a, P, H>) -> Val
+where
+    P: IntoIterator<Item = (&'a str, &'a str)>,
+    H: IntoIterator<Item = (&'a str, &'a [u8])>,
+{
+    let mut m = Map::default();
+    m.insert(key("method"), str_val(parts.method));
+    m.insert(key("path"), str_val(parts.path));
+    let params: Map = parts
+        .params
+        .into_iter()
+        .map(|(k, v)| (key(k), str_val(v)))
+        .collect();
+    m.insert(key("params"), Val::obj(params));
+    m.insert(
+        key("query"),
+        Val::obj(parse_query(parts.query.unwrap_or(""))),
+    );
+    let mut headers = Map::default();
+    for (k, v) in parts.headers {
+        let v = String::from_utf8_lossy(v);
+        let kv = key(k);
+        match headers.get_mut(&kv) {
+            Some(Val::TStr(prev)) => {
+                let mut s = String::from_utf8_lossy(prev).into_owned();
+                s.push_str(", ");
+                s.push_str(&v);
+                *prev = Box::new(s.into_bytes().into());
+            }
+            _ => {
+                headers.insert(kv, str_val(&v));
+            }
+        }
+    }
+    m.insert(key("headers"), Val::obj(headers));
+    m.insert(key("body"), parts.body);
+    Val::obj(m)
+}
+
+/// Parse a query string into an object; repeated names become arrays.
+pub fn parse_query(q: &str) -> Map {
+    let mut out = Map::default();
+    for (k, v) in form_urlencoded_pairs(q) {
+        let kv = key(&k);
+        let vv = str_val(&v);
+        match out.get_mut(&kv) {
+            Some(Val::Arr(a)) => jaq_json::Rc::make_mut(a).push(vv),
+            Some(prev) => {
+                let first = std::mem::take(prev);
+                *prev = [first, vv].into_iter().collect();
+            }
+            None => {
+                out.insert(kv, vv);
+            }
+        }
+    }
+    out
+}
+
+fn form_urlencoded_pairs(q: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    q.split('&').filter(|s| !s.is_empty()).map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(k), decode(v))
+    })
+}
+
+/// Percent-decode (`+` is a space), lossy on invalid UTF-8.
+pub fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let h = |c: u8| (c as char).to_digit(16);
+                match (h(b[i + 1]), h(b[i + 2])) {
+                    (Some(x), Some(y)) => {
+                        out.push((x * 16 + y) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::to_string;
+
+    #[test]
+    fn builds_request() {
+        let v = request_val(RequestParts {
+            method: "GET",
+            path: "/a/1",
+            query: Some("q=a+b%21&x=1&x=2&bad=%zz&tail=%4"),
+            params: [("id", "1")],
+            headers: [("h", &b"1"[..]), ("h", &b"2"[..])],
+            body: Val::Null,
+        });
+        assert_eq!(
+            to_string(&v),
+            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null}"#
+        );
+    }
+}
