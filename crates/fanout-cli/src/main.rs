@@ -1,1 +1,145 @@
-fn main() {}
+//! `fanout` binary: argument parsing only; see the library for the commands.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use fanout::{demo, load_gateway_file, shutdown_signal, start_gateway};
+use fanout_config::env_lookup;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "fanout", version, about = "A high-load API orchestrator: declarative fan-out of one request to many backends")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+    /// Log format: `text` or `json`.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the gateway.
+    Serve {
+        /// Gateway config (YAML).
+        #[arg(long, short)]
+        config: String,
+        /// Listen address; overrides `listen:` of the config.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Check a config: exits 1 and prints FILE:LINE:COL: message for each error.
+    Validate {
+        /// Gateway config (YAML).
+        file: String,
+    },
+    /// Print the JSON Schema of the gateway config.
+    Schema,
+    /// Run simulated backends from a stubs config.
+    Stub {
+        /// Stubs config (YAML).
+        #[arg(long, short)]
+        config: String,
+    },
+    /// Quick start: example stubs + gateway in one process, with a ready curl line.
+    Demo {
+        /// Gateway listen address.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+    },
+}
+
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if let Some(w) = workers {
+        b.worker_threads(w.max(1));
+    }
+    b.enable_all().build().context("starting the runtime")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Schema => {
+            println!("{}", serde_json::to_string_pretty(&fanout_config::schema()).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Cmd::Validate { file } => match load_gateway_file(&file, &env_lookup) {
+            Ok(_) => {
+                println!("{file}: ok");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
+        cmd => {
+            init_logs(&cli.log_format);
+            match run(cmd) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+fn run(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Serve { config, listen, workers } => {
+            let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let addr = listen.unwrap_or_else(|| gw.listen.clone());
+            runtime(workers)?.block_on(async move {
+                let running = start_gateway(gw, &addr).await.with_context(|| format!("binding {addr}"))?;
+                tracing::info!(addr = %running.addr, "fanout serving");
+                shutdown_signal().await;
+                tracing::info!("shutting down: draining in-flight requests");
+                running.shutdown().await?;
+                Ok(())
+            })
+        }
+        Cmd::Stub { config } => {
+            let stubs = fanout_stub::load_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
+            runtime(None)?.block_on(async move {
+                let server = stubs.start().await.context("starting stubs")?;
+                for (name, addr) in server.services() {
+                    tracing::info!(service = %name, %addr, "stub listening");
+                }
+                shutdown_signal().await;
+                server.shutdown().await;
+                Ok(())
+            })
+        }
+        Cmd::Demo { listen } => runtime(None)?.block_on(async move {
+            let d = demo::start(&listen).await?;
+            for (name, addr) in d.stubs.services() {
+                println!("stub {name:<10} http://{addr}");
+            }
+            println!("gateway    http://{}", d.gateway.addr);
+            println!();
+            println!("try:  curl -s 'http://{}/vacancies?text=rust'", d.gateway.addr);
+            println!("      curl -s 'http://{}/vacancies?text=nothing'", d.gateway.addr);
+            println!("Ctrl-C to stop.");
+            shutdown_signal().await;
+            d.gateway.shutdown().await?;
+            Ok(())
+        }),
+        Cmd::Schema | Cmd::Validate { .. } => Ok(()),
+    }
+}

@@ -1,1 +1,19 @@
-//! placeholder
+//! fanout's flow engine: compiles a config into an execution plan (no I/O) and runs that plan per
+//! request.
+//!
+//! - [`plan`]: the compiler — expressions compiled once, dependencies inferred from `$names`,
+//!   cycles and unknown references reported with line:column.
+//! - [`exec`]: the executor — starts each step when its inputs are ready, runs independent steps
+//!   concurrently on the request's task, enforces the deadline and the per-step failure policy.
+//! - [`backend`]: the backend-call layer every step's I/O goes through.
+//! - [`error`]: [`FlowError`], which maps to the client's status code.
+
+pub mod backend;
+pub mod error;
+pub mod exec;
+pub mod plan;
+
+pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+pub use error::{ErrorKind, FlowError};
+pub use exec::{Outcome, PARTIAL_HEADER};
+pub use plan::{Plan, RoutePlan, compile};

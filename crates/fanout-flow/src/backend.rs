@@ -1,0 +1,97 @@
+//! The backend-call layer: the one interface every step kind's I/O goes through.
+//!
+//! A [`Backend`] takes a fully built [`CallRequest`] and returns a [`CallResponse`]. The HTTP client
+//! in `fanout-proxy` implements it today; batching, caching, bulkheads, breakers, retries and
+//! hedging are planned as wrappers (`Arc<dyn Backend>` around `Arc<dyn Backend>`), and gRPC,
+//! Postgres and model backends as further implementations — the executor does not change.
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{HeaderMap, Method, StatusCode};
+use std::fmt;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A call, ready to send.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// HTTP method (for non-HTTP backends: the operation).
+    pub method: Method,
+    /// Path and query, starting with `/`, relative to the backend's base URL.
+    pub path_and_query: String,
+    /// Headers set by the step (the backend adds its static headers).
+    pub headers: HeaderMap,
+    /// Request body (empty for none).
+    pub body: Bytes,
+    /// Time this call may take: min(step timeout, remaining request budget).
+    pub timeout: Duration,
+    /// The request's deadline (the backend may forward the remaining budget).
+    pub deadline: Instant,
+}
+
+/// A backend's answer.
+#[derive(Debug, Clone)]
+pub struct CallResponse {
+    /// Status code.
+    pub status: StatusCode,
+    /// Body bytes (already size-limited by the backend).
+    pub body: Bytes,
+}
+
+/// Why a call failed, at the transport level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallErrorKind {
+    /// The call's timeout elapsed.
+    Timeout,
+    /// No connection could be made (refused, unreachable, connect timeout, TLS handshake).
+    Connect,
+    /// The connection broke while the call was in flight (reset, closed early, protocol error).
+    Reset,
+    /// The answer body was larger than the backend's `max_response_bytes`.
+    BodyTooLarge,
+    /// The call was refused locally before being sent (e.g. a full bulkhead or an open breaker).
+    Rejected,
+}
+
+/// A failed call, with a human-readable cause.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct CallError {
+    /// What kind of failure.
+    pub kind: CallErrorKind,
+    /// Details (e.g. the OS error).
+    pub message: String,
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl CallError {
+    /// A new error.
+    pub fn new(kind: CallErrorKind, message: impl Into<String>) -> Self {
+        CallError {
+            kind,
+            message: message.into(),
+        }
+    }
+    /// Whether retrying the same call cannot have had side effects at the backend
+    /// (the request never reached it).
+    pub fn retry_safe(&self) -> bool {
+        matches!(self.kind, CallErrorKind::Connect | CallErrorKind::Rejected)
+    }
+}
+
+/// Something that answers calls: an HTTP backend, later gRPC/Postgres/model backends, and the
+/// policy layers that wrap them. Implementations must be cheap to call concurrently.
+pub trait Backend: Send + Sync + 'static {
+    /// The backend's name from the config (used in errors and metrics).
+    fn name(&self) -> &str;
+    /// Whether a failed status passes through to the client (instead of 502).
+    fn status_passthrough(&self) -> bool {
+        false
+    }
+    /// Perform one call. Dropping the future cancels the call (the connection or stream is closed).
+    fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>>;
+}

@@ -1,0 +1,479 @@
+//! The per-request executor: runs a [`RoutePlan`] for one request.
+//!
+//! Steps start as soon as the steps they read are done; independent steps run concurrently on
+//! the same task (no spawning, no threads). The whole request races its deadline: when it passes,
+//! every call still in flight is dropped — which closes its connection or stream — and the request
+//! fails with 504. A required step's failure ends the request the same way.
+
+use crate::backend::{CallRequest, CallResponse};
+use crate::error::{ErrorKind, FlowError};
+use crate::plan::{
+    Action, FIRST_STEP_SLOT, HttpPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, StepPlan,
+};
+use bytes::Bytes;
+use fanout_expr::{Expr, Val, json, truthy};
+use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
+use futures_util::{Future, stream};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// Header naming the optional steps that fell back to their default.
+pub const PARTIAL_HEADER: &str = "x-fanout-partial";
+
+/// A finished response.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Status code.
+    pub status: u16,
+    /// Headers from `respond.headers` (plus `x-fanout-partial` when steps fell back).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// JSON body.
+    pub body: Bytes,
+    /// Optional steps that failed and used their default.
+    pub partial: Vec<Arc<str>>,
+}
+
+type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>)> + Send + 'a>>;
+
+struct Env {
+    slots: Vec<Val>,
+}
+
+impl Env {
+    fn get(&self, i: usize) -> Val {
+        self.slots.get(i).cloned().unwrap_or(Val::Null)
+    }
+}
+
+fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, String> {
+    e.eval(input, |i| env.get(i)).map_err(|x| x.0)
+}
+
+fn eval_item(e: &Expr, env: &Env, input: &Val, item: &Val, index: usize) -> Result<Val, String> {
+    e.eval(input, |i| match i {
+        SLOT_ITEM => item.clone(),
+        SLOT_INDEX => Val::from(index),
+        _ => env.get(i),
+    })
+    .map_err(|x| x.0)
+}
+
+fn expr_err(step: &Arc<str>, what: &str, msg: String) -> FlowError {
+    FlowError::new(
+        ErrorKind::Expression,
+        format!("step `{step}`: {what} failed: {msg}"),
+    )
+    .in_step(step)
+}
+
+impl RoutePlan {
+    /// Run the flow for one request. `request` is the `$request` value; `deadline` the request's
+    /// effective deadline (route maximum, possibly shortened by the client).
+    pub async fn run(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {
+        let n = self.steps.len();
+        let mut env = Env {
+            slots: vec![Val::Null; FIRST_STEP_SLOT + n],
+        };
+        env.slots[SLOT_REQUEST] = request;
+        let mut waiting: Vec<usize> = self.steps.iter().map(|s| s.deps.len()).collect();
+        let mut partial: Vec<Arc<str>> = Vec::new();
+        let mut inflight: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
+        let mut ready: Vec<usize> = self.roots.clone();
+        let mut done = 0usize;
+        let mut running = vec![false; n];
+        let sleep = tokio::time::sleep_until(deadline);
+        tokio::pin!(sleep);
+
+        loop {
+            // Start every ready step; synchronous steps complete at once and may free others.
+            while let Some(i) = ready.pop() {
+                let step = &self.steps[i];
+                match self.start(step, i, &env, deadline) {
+                    Started::Done(result) => {
+                        let v = self.settle(step, result, &mut partial)?;
+                        env.slots[FIRST_STEP_SLOT + i] = v;
+                        done += 1;
+                        release(step, &mut waiting, &mut ready);
+                    }
+                    Started::Pending(fut) => {
+                        running[i] = true;
+                        inflight.push(fut);
+                    }
+                }
+            }
+            if done == n {
+                break;
+            }
+            let (i, result) = tokio::select! {
+                biased;
+                next = inflight.next() => match next {
+                    Some(x) => x,
+                    None => break, // unreachable: a dependency graph without cycles always drains
+                },
+                _ = &mut sleep => {
+                    return Err(self.deadline_error(&running));
+                }
+            };
+            running[i] = false;
+            let step = &self.steps[i];
+            let v = self.settle(step, result, &mut partial)?;
+            env.slots[FIRST_STEP_SLOT + i] = v;
+            done += 1;
+            release(step, &mut waiting, &mut ready);
+        }
+        drop(inflight);
+        self.respond(&env, partial)
+    }
+
+    fn deadline_error(&self, running: &[bool]) -> FlowError {
+        let pending: Vec<&str> = (0..running.len())
+            .filter(|&i| running[i])
+            .map(|i| &*self.steps[i].name)
+            .collect();
+        let mut e = FlowError::new(
+            ErrorKind::DeadlineExceeded,
+            format!(
+                "route deadline exceeded while waiting for {}",
+                if pending.is_empty() {
+                    "the flow".to_string()
+                } else {
+                    format!("step(s) {}", pending.join(", "))
+                }
+            ),
+        );
+        if let [one] = pending.as_slice() {
+            let step = self.steps.iter().find(|s| &*s.name == *one);
+            if let Some(s) = step {
+                e.step = Some(s.name.clone());
+                if let Action::Http(h) = &s.action {
+                    e.backend = Some(h.backend_name.clone());
+                }
+            }
+        }
+        e
+    }
+
+    /// Apply the failure policy to a finished step.
+    fn settle(
+        &self,
+        step: &StepPlan,
+        result: Result<Val, FlowError>,
+        partial: &mut Vec<Arc<str>>,
+    ) -> Result<Val, FlowError> {
+        match result {
+            Ok(v) => Ok(v),
+            Err(_) if step.optional => {
+                partial.push(step.name.clone());
+                Ok(step.default.clone())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn start<'a>(&'a self, step: &'a StepPlan, i: usize, env: &Env, deadline: Instant) -> Started<'a> {
+        if let Some(when) = &step.when {
+            match eval(when, env, &Val::Null) {
+                Ok(v) if !truthy(&v) => return Started::Done(Ok(step.default.clone())),
+                Ok(_) => {}
+                Err(m) => return Started::Done(Err(expr_err(&step.name, "`when`", m))),
+            }
+        }
+        let items = match &step.for_each {
+            None => None,
+            Some(e) => match eval(e, env, &Val::Null) {
+                Ok(Val::Arr(a)) => Some(a),
+                Ok(Val::Null) => Some(Arc::new(Vec::new())),
+                Ok(other) => {
+                    return Started::Done(Err(expr_err(
+                        &step.name,
+                        "`for_each`",
+                        format!("expected a list, got {}", json::to_string(&other)),
+                    )));
+                }
+                Err(m) => return Started::Done(Err(expr_err(&step.name, "`for_each`", m))),
+            },
+        };
+        match (&step.action, items) {
+            (Action::Value(e), None) => Started::Done(eval(e, env, &Val::Null).map_err(|m| expr_err(&step.name, "`value`", m))),
+            (Action::Value(e), Some(items)) => Started::Done(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(k, item)| {
+                        eval_item(e, env, &Val::Null, item, k)
+                            .and_then(|v| match &step.result {
+                                Some(r) => eval_item(r, env, &v, item, k),
+                                None => Ok(v),
+                            })
+                            .map_err(|m| expr_err(&step.name, "`value`", m))
+                    })
+                    .collect::<Result<Val, FlowError>>(),
+            ),
+            (Action::Http(h), None) => {
+                let req = match build_call(h, env, None, deadline) {
+                    Ok(r) => r,
+                    Err(m) => return Started::Done(Err(expr_err(&step.name, "building the call", m))),
+                };
+                let result_env = step.result.as_ref().map(|_| snapshot(env, step));
+                Started::Pending(Box::pin(async move {
+                    let out = call(step, h, req, deadline, &self.deadline_header)
+                        .await
+                        .and_then(|body| map_result(step, result_env.as_ref(), body, None));
+                    (i, out)
+                }))
+            }
+            (Action::Http(h), Some(items)) => {
+                let mut reqs = Vec::with_capacity(items.len());
+                for (k, item) in items.iter().enumerate() {
+                    match build_call(h, env, Some((item, k)), deadline) {
+                        Ok(r) => reqs.push((r, item.clone(), k)),
+                        Err(m) => return Started::Done(Err(expr_err(&step.name, "building the call", m))),
+                    }
+                }
+                let result_env = step.result.as_ref().map(|_| snapshot(env, step));
+                Started::Pending(Box::pin(async move {
+                    let result_env = result_env.as_ref();
+                    let out = stream::iter(reqs)
+                        .map(|(req, item, k)| async move {
+                            let body = call(step, h, req, deadline, &self.deadline_header).await?;
+                            map_result(step, result_env, body, Some((&item, k)))
+                        })
+                        .buffered(step.concurrency)
+                        .try_collect::<Vec<Val>>()
+                        .await
+                        .map(|v| v.into_iter().collect::<Val>());
+                    (i, out)
+                }))
+            }
+        }
+    }
+
+    fn respond(&self, env: &Env, partial: Vec<Arc<str>>) -> Result<Outcome, FlowError> {
+        let mut body = eval(&self.respond.body, env, &Val::Null).map_err(|m| {
+            FlowError::new(ErrorKind::Expression, format!("respond.body failed: {m}"))
+        })?;
+        let mut headers = Vec::with_capacity(self.respond.headers.len() + 1);
+        for (name, e) in &self.respond.headers {
+            let v = eval(e, env, &Val::Null).map_err(|m| {
+                FlowError::new(ErrorKind::Expression, format!("respond header `{name}` failed: {m}"))
+            })?;
+            if matches!(v, Val::Null) {
+                continue;
+            }
+            let text = json::to_display(&v);
+            let hv = HeaderValue::from_str(&text).map_err(|_| {
+                FlowError::new(
+                    ErrorKind::Expression,
+                    format!("respond header `{name}`: `{text}` is not a valid header value"),
+                )
+            })?;
+            headers.push((name.clone(), hv));
+        }
+        if !partial.is_empty() {
+            let list = partial.iter().map(|s| &**s).collect::<Vec<_>>().join(",");
+            if let Ok(hv) = HeaderValue::from_str(&list) {
+                headers.push((HeaderName::from_static(PARTIAL_HEADER), hv));
+            }
+            if let Val::Obj(o) = &mut body {
+                let names: Val = partial.iter().map(|s| json::str_val(s)).collect();
+                Arc::make_mut(o).insert(json::str_val("_partial"), names);
+            }
+        }
+        let mut out = Vec::with_capacity(256);
+        json::write(&body, &mut out);
+        Ok(Outcome {
+            status: self.respond.status,
+            headers,
+            body: Bytes::from(out),
+            partial,
+        })
+    }
+}
+
+enum Started<'a> {
+    Done(Result<Val, FlowError>),
+    Pending(StepFuture<'a>),
+}
+
+fn release(step: &StepPlan, waiting: &mut [usize], ready: &mut Vec<usize>) {
+    for &d in &step.dependents {
+        waiting[d] -= 1;
+        if waiting[d] == 0 {
+            ready.push(d);
+        }
+    }
+}
+
+/// The values a step's `result` expression may read, captured when the step starts.
+fn snapshot(env: &Env, step: &StepPlan) -> Env {
+    let mut slots = vec![Val::Null; env.slots.len()];
+    slots[SLOT_REQUEST] = env.get(SLOT_REQUEST);
+    for &d in &step.deps {
+        slots[FIRST_STEP_SLOT + d] = env.get(FIRST_STEP_SLOT + d);
+    }
+    Env { slots }
+}
+
+fn map_result(step: &StepPlan, env: Option<&Env>, body: Val, item: Option<(&Val, usize)>) -> Result<Val, FlowError> {
+    match (&step.result, env) {
+        (Some(r), Some(env)) => {
+            let out = match item {
+                Some((item, k)) => eval_item(r, env, &body, item, k),
+                None => eval(r, env, &body),
+            };
+            out.map_err(|m| {
+                let mut e = FlowError::new(
+                    ErrorKind::BadBackendAnswer,
+                    format!("step `{}`: `result` failed on the backend's answer: {m}", step.name),
+                )
+                .in_step(&step.name);
+                if let Action::Http(h) = &step.action {
+                    e.backend = Some(h.backend_name.clone());
+                }
+                e
+            })
+        }
+        _ => Ok(body),
+    }
+}
+
+fn build_call(
+    h: &HttpPlan,
+    env: &Env,
+    item: Option<(&Val, usize)>,
+    deadline: Instant,
+) -> Result<CallRequest, String> {
+    let ev = |e: &Expr| match item {
+        Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
+        None => eval(e, env, &Val::Null),
+    };
+    let mut path = json::to_display(&ev(&h.path)?);
+    if !path.starts_with('/') {
+        path.insert(0, '/');
+    }
+    if !h.query.is_empty() {
+        let mut ser = form_urlencoded::Serializer::new(String::new());
+        for (k, e) in &h.query {
+            match ev(e)? {
+                Val::Null => {}
+                Val::Arr(a) => {
+                    for x in a.iter() {
+                        ser.append_pair(k, &json::to_display(x));
+                    }
+                }
+                v => {
+                    ser.append_pair(k, &json::to_display(&v));
+                }
+            }
+        }
+        let q = ser.finish();
+        if !q.is_empty() {
+            path.push(if path.contains('?') { '&' } else { '?' });
+            path.push_str(&q);
+        }
+    }
+    let mut headers = HeaderMap::with_capacity(h.headers.len() + 2);
+    for (name, e) in &h.headers {
+        let v = ev(e)?;
+        if matches!(v, Val::Null) {
+            continue;
+        }
+        let text = json::to_display(&v);
+        let hv = HeaderValue::from_str(&text)
+            .map_err(|_| format!("header `{name}`: `{text}` is not a valid header value"))?;
+        headers.insert(name.clone(), hv);
+    }
+    let body = match &h.body {
+        None => Bytes::new(),
+        Some(e) => {
+            let mut out = Vec::with_capacity(128);
+            json::write(&ev(e)?, &mut out);
+            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Bytes::from(out)
+        }
+    };
+    Ok(CallRequest {
+        method: h.method.clone(),
+        path_and_query: path,
+        headers,
+        body,
+        timeout: std::time::Duration::ZERO, // set when the call starts
+        deadline,
+    })
+}
+
+/// Perform one call with min(step timeout, remaining budget), forward the budget, check the
+/// status and parse the answer (once).
+async fn call(
+    step: &StepPlan,
+    h: &HttpPlan,
+    mut req: CallRequest,
+    deadline: Instant,
+    deadline_header: &HeaderName,
+) -> Result<Val, FlowError> {
+    let now = Instant::now();
+    let remaining = deadline.saturating_duration_since(now);
+    let timeout = step.timeout.min(remaining);
+    req.timeout = timeout;
+    let ms = timeout.as_millis().max(1) as u64;
+    req.headers.insert(deadline_header.clone(), HeaderValue::from(ms));
+    let fut = h.backend.call(req);
+    let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(FlowError::from_call(e, &step.name, &h.backend_name)),
+        Err(_) => {
+            let kind = if timeout < step.timeout {
+                ErrorKind::DeadlineExceeded
+            } else {
+                ErrorKind::BackendTimeout
+            };
+            let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
+            let message = if kind == ErrorKind::DeadlineExceeded {
+                format!(
+                    "step `{}`: the request deadline passed after waiting {waited} for backend `{}`",
+                    step.name, h.backend_name
+                )
+            } else {
+                format!(
+                    "step `{}`: backend `{}` did not answer within its timeout ({waited})",
+                    step.name, h.backend_name
+                )
+            };
+            return Err(FlowError {
+                kind,
+                message,
+                step: Some(step.name.clone()),
+                backend: Some(h.backend_name.clone()),
+            });
+        }
+    };
+    if !resp.status.is_success() {
+        let snippet = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();
+        return Err(FlowError {
+            kind: ErrorKind::BackendStatus {
+                status: resp.status.as_u16(),
+                passthrough: h.backend.status_passthrough(),
+            },
+            message: format!(
+                "step `{}`: backend `{}` answered {}{}",
+                step.name,
+                h.backend_name,
+                resp.status.as_u16(),
+                if snippet.is_empty() { String::new() } else { format!(": {snippet}") }
+            ),
+            step: Some(step.name.clone()),
+            backend: Some(h.backend_name.clone()),
+        });
+    }
+    if resp.body.is_empty() {
+        return Ok(Val::Null);
+    }
+    json::parse(&resp.body).map_err(|e| FlowError {
+        kind: ErrorKind::BadBackendAnswer,
+        message: format!("step `{}`: backend `{}` answered invalid JSON: {e}", step.name, h.backend_name),
+        step: Some(step.name.clone()),
+        backend: Some(h.backend_name.clone()),
+    })
+}

@@ -1,0 +1,459 @@
+//! The flow compiler: config → execution plan. Does no I/O.
+//!
+//! Every expression is compiled here, once; step dependencies are inferred from the `$names` the
+//! expressions read; unknown references and cycles are reported with their line:column. The
+//! per-request executor (`exec`) only reads the resulting [`Plan`].
+
+use crate::backend::Backend;
+use fanout_config::{Config, ConfigError, ConfigErrors, ExprSrc, Located, Pos, Step};
+use fanout_expr::{Expr, Val, json};
+use http::{HeaderName, Method};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Scope slot of `$request`.
+pub const SLOT_REQUEST: usize = 0;
+/// Scope slot of `$item` (inside `for_each` steps).
+pub const SLOT_ITEM: usize = 1;
+/// Scope slot of `$index` (inside `for_each` steps).
+pub const SLOT_INDEX: usize = 2;
+/// First slot of step values: step `i` is in slot `FIRST_STEP_SLOT + i`.
+pub const FIRST_STEP_SLOT: usize = 3;
+
+/// A compiled config: routes ready to run.
+pub struct Plan {
+    /// Routes in config order.
+    pub routes: Vec<Arc<RoutePlan>>,
+    /// The header carrying the remaining deadline (inbound and to backends).
+    pub deadline_header: HeaderName,
+}
+
+/// One route's plan.
+pub struct RoutePlan {
+    /// Method matched.
+    pub method: Method,
+    /// Path pattern matched.
+    pub path: String,
+    /// Maximum deadline (a client can shorten it, not extend it).
+    pub deadline: Duration,
+    /// Steps, in config order; `deps`/`dependents` index into this.
+    pub steps: Vec<StepPlan>,
+    /// Steps with no dependencies (started first).
+    pub roots: Vec<usize>,
+    /// The response.
+    pub respond: RespondPlan,
+    /// Header carrying the remaining budget to backends.
+    pub deadline_header: HeaderName,
+}
+
+/// One compiled step.
+pub struct StepPlan {
+    /// Step name.
+    pub name: Arc<str>,
+    /// Indices of the steps it reads.
+    pub deps: Vec<usize>,
+    /// Indices of the steps that read it.
+    pub dependents: Vec<usize>,
+    /// `when` condition.
+    pub when: Option<Expr>,
+    /// `for_each` list.
+    pub for_each: Option<Expr>,
+    /// `for_each` concurrency bound.
+    pub concurrency: usize,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// Optional steps fall back to `default` on failure.
+    pub optional: bool,
+    /// Value when skipped or failed (optional).
+    pub default: Val,
+    /// Maps each answer to the step value.
+    pub result: Option<Expr>,
+    /// What the step does.
+    pub action: Action,
+}
+
+/// What a step does. New step kinds (gRPC, SQL, model) add variants that build a call for the
+/// backend-call layer; the executor's scheduling does not change.
+pub enum Action {
+    /// Call an HTTP backend.
+    Http(HttpPlan),
+    /// Compute a value; no I/O.
+    Value(Expr),
+}
+
+/// A compiled HTTP call.
+pub struct HttpPlan {
+    /// Backend (possibly wrapped in policy layers).
+    pub backend: Arc<dyn Backend>,
+    /// Backend name.
+    pub backend_name: Arc<str>,
+    /// Method.
+    pub method: Method,
+    /// Path expression.
+    pub path: Expr,
+    /// Query parameters.
+    pub query: Vec<(String, Expr)>,
+    /// Headers.
+    pub headers: Vec<(HeaderName, Expr)>,
+    /// JSON body.
+    pub body: Option<Expr>,
+}
+
+/// The response of a route.
+pub struct RespondPlan {
+    /// Body expression.
+    pub body: Expr,
+    /// Status code.
+    pub status: u16,
+    /// Header expressions.
+    pub headers: Vec<(HeaderName, Expr)>,
+}
+
+struct Ctx<'a> {
+    cfg: &'a Config,
+    errs: Vec<ConfigError>,
+}
+
+impl Ctx<'_> {
+    fn expr(&mut self, src: &ExprSrc, scope: &[&str]) -> Option<Expr> {
+        match Expr::compile(&src.value, scope) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                let pos = self.cfg.pos_in_scalar(src.pos, e.offset);
+                let mut err = ConfigError::at(pos, format!("in expression `{}`: {}", short(&src.value), e.message));
+                if let Some(h) = e.hint {
+                    err = err.hint(h);
+                }
+                self.errs.push(err);
+                None
+            }
+        }
+    }
+    fn method(&mut self, m: &Located<String>) -> Option<Method> {
+        match Method::from_bytes(m.value.to_ascii_uppercase().as_bytes()) {
+            Ok(m) => Some(m),
+            Err(_) => {
+                self.errs.push(
+                    ConfigError::at(m.pos, format!("invalid HTTP method `{}`", m.value))
+                        .hint("use GET, POST, PUT, PATCH, DELETE, HEAD or OPTIONS"),
+                );
+                None
+            }
+        }
+    }
+    fn header_name(&mut self, name: &str, pos: Pos) -> Option<HeaderName> {
+        match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(h) => Some(h),
+            Err(_) => {
+                self.errs.push(
+                    ConfigError::at(pos, format!("invalid header name `{name}`"))
+                        .hint("header names are ASCII tokens such as `x-user-id`"),
+                );
+                None
+            }
+        }
+    }
+}
+
+fn short(s: &str) -> String {
+    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 60 {
+        format!("{}…", one_line.chars().take(57).collect::<String>())
+    } else {
+        one_line
+    }
+}
+
+/// Compile a config against the given backends (name → implementation). Reports every error it
+/// finds, each with its position.
+pub fn compile(
+    cfg: &Config,
+    backends: &HashMap<String, Arc<dyn Backend>>,
+) -> Result<Plan, ConfigErrors> {
+    let mut cx = Ctx {
+        cfg,
+        errs: Vec::new(),
+    };
+    let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
+        Ok(h) => h,
+        Err(_) => {
+            cx.errs.push(ConfigError {
+                file: String::new(),
+                pos: None,
+                message: format!(
+                    "server.deadline_header `{}` is not a valid header name",
+                    cfg.server.deadline_header
+                ),
+                hint: None,
+            });
+            HeaderName::from_static("x-request-timeout")
+        }
+    };
+    let mut routes = Vec::new();
+    for r in &cfg.routes {
+        if let Some(route) = compile_route(&mut cx, r, backends, &deadline_header) {
+            routes.push(Arc::new(route));
+        }
+    }
+    if cx.errs.is_empty() {
+        Ok(Plan {
+            routes,
+            deadline_header,
+        })
+    } else {
+        Err(ConfigErrors(
+            cx.errs
+                .into_iter()
+                .map(|e| e.in_file(&cfg.file))
+                .collect(),
+        ))
+    }
+}
+
+fn compile_route(
+    cx: &mut Ctx<'_>,
+    r: &fanout_config::Route,
+    backends: &HashMap<String, Arc<dyn Backend>>,
+    deadline_header: &HeaderName,
+) -> Option<RoutePlan> {
+    let errs_before = cx.errs.len();
+    let method = cx.method(&r.method);
+    let names: Vec<&str> = r.flow.keys().map(|k| k.value.as_str()).collect();
+    let mut scope: Vec<&str> = vec!["request", "item", "index"];
+    scope.extend(names.iter().copied());
+    let defaults = &cx.cfg.defaults;
+
+    let mut steps = Vec::with_capacity(r.flow.len());
+    for (i, (name, step)) in r.flow.iter().enumerate() {
+        if let Some(s) = compile_step(cx, i, name, step, &scope, backends) {
+            steps.push(s);
+        }
+    }
+    let body = cx.expr(&r.respond.body, &scope);
+    let mut headers = Vec::new();
+    for (k, v) in &r.respond.headers {
+        let h = cx.header_name(k, v.pos);
+        let e = cx.expr(v, &scope);
+        if let (Some(h), Some(e)) = (h, e) {
+            headers.push((h, e));
+        }
+    }
+    if let Some(b) = &body {
+        check_no_item(cx, b, &r.respond.body, "respond.body");
+    }
+    if !(100..=599).contains(&r.respond.status) {
+        cx.errs.push(ConfigError::at(
+            r.respond.body.pos,
+            format!("respond.status {} is not a valid HTTP status", r.respond.status),
+        ));
+    }
+    if cx.errs.len() > errs_before {
+        return None;
+    }
+    // Dependencies and cycles.
+    let n = steps.len();
+    for i in 0..n {
+        for &d in &steps[i].deps.clone() {
+            steps[d].dependents.push(i);
+        }
+    }
+    if let Some(cycle) = find_cycle(&steps) {
+        let first = cycle[0];
+        let (name, _) = r.flow.get_index(first)?;
+        let path: Vec<String> = cycle
+            .iter()
+            .chain(std::iter::once(&first))
+            .map(|&i| format!("${}", steps[i].name))
+            .collect();
+        cx.errs.push(
+            ConfigError::at(name.pos, format!("dependency cycle: {}", path.join(" → ")))
+                .hint("a step cannot read (directly or indirectly) its own result; remove one reference"),
+        );
+        return None;
+    }
+    let roots = (0..n).filter(|&i| steps[i].deps.is_empty()).collect();
+    Some(RoutePlan {
+        method: method?,
+        path: r.path.value.clone(),
+        deadline: r.deadline.unwrap_or(defaults.deadline).0,
+        steps,
+        roots,
+        respond: RespondPlan {
+            body: body?,
+            status: r.respond.status,
+            headers,
+        },
+        deadline_header: deadline_header.clone(),
+    })
+}
+
+fn check_no_item(cx: &mut Ctx<'_>, e: &Expr, src: &ExprSrc, what: &str) {
+    if e.vars().iter().any(|&v| v == SLOT_ITEM || v == SLOT_INDEX) {
+        cx.errs.push(
+            ConfigError::at(src.pos, format!("`$item`/`$index` used in {what} outside a `for_each` step"))
+                .hint("`$item` and `$index` exist only inside a step with `for_each:`"),
+        );
+    }
+}
+
+fn compile_step(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    name: &Located<String>,
+    step: &Step,
+    scope: &[&str],
+    backends: &HashMap<String, Arc<dyn Backend>>,
+) -> Option<StepPlan> {
+    let errs_before = cx.errs.len();
+    let defaults = &cx.cfg.defaults;
+    let mut all: Vec<(Expr, ExprSrc, bool)> = Vec::new(); // (expr, src, item allowed)
+    let in_each = step.for_each.is_some();
+    let mut compile = |cx: &mut Ctx<'_>, src: &Option<ExprSrc>, item_ok: bool| -> Option<Expr> {
+        let src = src.as_ref()?;
+        let e = cx.expr(src, scope)?;
+        all.push((e.clone(), src.clone(), item_ok));
+        Some(e)
+    };
+    let when = compile(cx, &step.when, false);
+    let for_each = compile(cx, &step.for_each, false);
+    let result = compile(cx, &step.result, in_each);
+    let mut backend_timeout = None;
+    let action = if let Some(h) = &step.http {
+        let method = cx.method(&h.method);
+        let path = compile(cx, &Some(h.path.clone()), in_each);
+        let mut query = Vec::new();
+        for (k, v) in &h.query {
+            if let Some(e) = compile(cx, &Some(v.clone()), in_each) {
+                query.push((k.clone(), e));
+            }
+        }
+        let mut headers = Vec::new();
+        for (k, v) in &h.headers {
+            let hn = cx.header_name(k, v.pos);
+            if let (Some(hn), Some(e)) = (hn, compile(cx, &Some(v.clone()), in_each)) {
+                headers.push((hn, e));
+            }
+        }
+        let body = compile(cx, &h.body, in_each);
+        let backend = match backends.get(&h.backend.value) {
+            Some(b) => Some(b.clone()),
+            None => {
+                let mut known: Vec<&String> = cx.cfg.backends.keys().collect();
+                known.sort();
+                cx.errs.push(
+                    ConfigError::at(h.backend.pos, format!("unknown backend `{}`", h.backend.value)).hint(
+                        if known.is_empty() {
+                            "declare it under `backends:`".to_string()
+                        } else {
+                            format!(
+                                "declared backends: {}",
+                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                            )
+                        },
+                    ),
+                );
+                None
+            }
+        };
+        backend_timeout = cx.cfg.backends.get(&h.backend.value).and_then(|b| b.timeout);
+        match (method, path, backend) {
+            (Some(method), Some(path), Some(backend)) => Some(Action::Http(HttpPlan {
+                backend,
+                backend_name: h.backend.value.as_str().into(),
+                method,
+                path,
+                query,
+                headers,
+                body,
+            })),
+            _ => None,
+        }
+    } else {
+        compile(cx, &step.value, in_each).map(Action::Value)
+    };
+    // `$item`/`$index` only where allowed; deps from every expression.
+    let mut deps = Vec::new();
+    for (e, src, item_ok) in &all {
+        if !item_ok {
+            check_no_item(cx, e, src, &format!("step `{}`", name.value));
+        }
+        for &v in e.vars() {
+            if v >= FIRST_STEP_SLOT {
+                let d = v - FIRST_STEP_SLOT;
+                if d == index {
+                    cx.errs.push(
+                        ConfigError::at(src.pos, format!("step `{}` reads its own result `${}`", name.value, name.value))
+                            .hint("a step can read `$request` and other steps, not itself"),
+                    );
+                }
+                deps.push(d);
+            }
+        }
+    }
+    deps.sort_unstable();
+    deps.dedup();
+    if cx.errs.len() > errs_before {
+        return None;
+    }
+    let timeout = step
+        .timeout
+        .or(backend_timeout)
+        .unwrap_or(defaults.timeout)
+        .0;
+    Some(StepPlan {
+        name: name.value.as_str().into(),
+        deps,
+        dependents: Vec::new(),
+        when,
+        for_each,
+        concurrency: step.concurrency.unwrap_or(defaults.concurrency).max(1),
+        timeout,
+        optional: step.optional,
+        default: step.default.as_ref().map(json::from_serde).unwrap_or(Val::Null),
+        result,
+        action: action?,
+    })
+}
+
+/// A cycle as a list of step indices, if there is one.
+fn find_cycle(steps: &[StepPlan]) -> Option<Vec<usize>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum C {
+        White,
+        Grey,
+        Black,
+    }
+    fn visit(i: usize, steps: &[StepPlan], color: &mut [C], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
+        color[i] = C::Grey;
+        stack.push(i);
+        for &d in &steps[i].deps {
+            match color[d] {
+                C::Grey => {
+                    let start = stack.iter().position(|&x| x == d).unwrap_or(0);
+                    // In reading order: a reads b reads … reads a.
+                    return Some(stack[start..].to_vec());
+                }
+                C::White => {
+                    if let Some(c) = visit(d, steps, color, stack) {
+                        return Some(c);
+                    }
+                }
+                C::Black => {}
+            }
+        }
+        stack.pop();
+        color[i] = C::Black;
+        None
+    }
+    let mut color = vec![C::White; steps.len()];
+    let mut stack = Vec::new();
+    for i in 0..steps.len() {
+        if color[i] == C::White
+            && let Some(c) = visit(i, steps, &mut color, &mut stack)
+        {
+            return Some(c);
+        }
+    }
+    None
+}
