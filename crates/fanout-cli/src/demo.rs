@@ -31,7 +31,8 @@ pub async fn start(listen: &str) -> anyhow::Result<Demo> {
         .map(|(name, addr)| (addr_var(&name), addr.to_string()))
         .collect();
     let lookup = |name: &str| vars.get(name).cloned();
-    let gw = load_gateway("<embedded fanout.yaml>", GATEWAY_YAML, &lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let gw = load_gateway("<embedded fanout.yaml>", GATEWAY_YAML, &lookup)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let gateway = start_gateway(gw, listen)
         .await
         .with_context(|| format!("binding the gateway to {listen}"))?;

@@ -58,9 +58,13 @@ pub async fn start_gateway(gateway: Gateway, addr: &str) -> std::io::Result<Runn
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(fanout_proxy::serve(Arc::new(gateway), listener, async move {
-        let _ = rx.await;
-    }));
+    let task = tokio::spawn(fanout_proxy::serve(
+        Arc::new(gateway),
+        listener,
+        async move {
+            let _ = rx.await;
+        },
+    ));
     Ok(RunningGateway {
         addr: bound,
         stop: Some(tx),
@@ -74,7 +78,11 @@ pub fn addr_var(service: &str) -> String {
         "{}_ADDR",
         service
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+            .map(|c| if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            })
             .collect::<String>()
     )
 }

@@ -7,7 +7,11 @@ use fanout_config::env_lookup;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "fanout", version, about = "A high-load API orchestrator: declarative fan-out of one request to many backends")]
+#[command(
+    name = "fanout",
+    version,
+    about = "A high-load API orchestrator: declarative fan-out of one request to many backends"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -35,8 +39,12 @@ enum Cmd {
         /// Gateway config (YAML).
         file: String,
     },
-    /// Print the JSON Schema of the gateway config.
-    Schema,
+    /// Print the JSON Schema of the gateway config (or, with --stubs, of the stubs config).
+    Schema {
+        /// Print the schema of `fanout stub` configs instead.
+        #[arg(long)]
+        stubs: bool,
+    },
     /// Run simulated backends from a stubs config.
     Stub {
         /// Stubs config (YAML).
@@ -54,7 +62,9 @@ enum Cmd {
 fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         b.json().init();
     } else {
@@ -74,7 +84,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Schema => {
-            println!("{}", serde_json::to_string_pretty(&fanout_config::schema()).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&fanout_config::schema()).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Cmd::Validate { file } => match load_gateway_file(&file, &env_lookup) {
@@ -102,11 +115,17 @@ fn main() -> ExitCode {
 
 fn run(cmd: Cmd) -> anyhow::Result<()> {
     match cmd {
-        Cmd::Serve { config, listen, workers } => {
+        Cmd::Serve {
+            config,
+            listen,
+            workers,
+        } => {
             let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
             let addr = listen.unwrap_or_else(|| gw.listen.clone());
             runtime(workers)?.block_on(async move {
-                let running = start_gateway(gw, &addr).await.with_context(|| format!("binding {addr}"))?;
+                let running = start_gateway(gw, &addr)
+                    .await
+                    .with_context(|| format!("binding {addr}"))?;
                 tracing::info!(addr = %running.addr, "fanout serving");
                 shutdown_signal().await;
                 tracing::info!("shutting down: draining in-flight requests");
@@ -115,7 +134,8 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             })
         }
         Cmd::Stub { config } => {
-            let stubs = fanout_stub::load_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let stubs =
+                fanout_stub::load_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
             runtime(None)?.block_on(async move {
                 let server = stubs.start().await.context("starting stubs")?;
                 for (name, addr) in server.services() {
@@ -133,13 +153,19 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             }
             println!("gateway    http://{}", d.gateway.addr);
             println!();
-            println!("try:  curl -s 'http://{}/vacancies?text=rust'", d.gateway.addr);
-            println!("      curl -s 'http://{}/vacancies?text=nothing'", d.gateway.addr);
+            println!(
+                "try:  curl -s 'http://{}/vacancies?text=rust'",
+                d.gateway.addr
+            );
+            println!(
+                "      curl -s 'http://{}/vacancies?text=nothing'",
+                d.gateway.addr
+            );
             println!("Ctrl-C to stop.");
             shutdown_signal().await;
             d.gateway.shutdown().await?;
             Ok(())
         }),
-        Cmd::Schema | Cmd::Validate { .. } => Ok(()),
+        Cmd::Schema { .. } | Cmd::Validate { .. } => Ok(()),
     }
 }

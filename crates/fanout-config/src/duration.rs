@@ -73,7 +73,7 @@ impl<'de> Deserialize<'de> for Dur {
                     .map_err(|_| E::custom("a duration cannot be negative"))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
-                if v.is_finite() && v >= 0.0 && v < 1e12 {
+                if (0.0..1e12).contains(&v) {
                     Ok(Dur(Duration::from_secs_f64(v / 1000.0)))
                 } else {
                     Err(E::custom(

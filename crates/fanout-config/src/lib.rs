@@ -12,7 +12,7 @@ mod located;
 
 pub use duration::Dur;
 pub use env::substitute;
-pub use located::{Located, Pos};
+pub use located::{Located, Pos, pos_in_scalar};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -370,7 +370,10 @@ fn yaml_error(file: &str, e: &serde_saphyr::Error) -> ConfigError {
         Some("add the field; see docs/config.md".into())
     } else if message.contains("duplicate mapping key") {
         Some("each key may appear once in a mapping; remove one of them".into())
-    } else if message.contains("invalid type") || message.contains("expected a") {
+    } else if message.contains("invalid type")
+        || message.contains("expected a")
+        || message.starts_with("invalid")
+    {
         Some("check the value's type against docs/config.md".into())
     } else {
         None
@@ -542,36 +545,9 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
 }
 
 impl Config {
-    /// Position of byte `offset` inside the YAML scalar that starts at `start` (handles quoted,
-    /// plain and block scalars), for errors that point inside an expression.
-    pub fn pos_in_scalar(&self, start: Pos, offset: usize) -> Pos {
-        let Some(line) = self
-            .source
-            .lines()
-            .nth(start.line.saturating_sub(1) as usize)
-        else {
-            return start;
-        };
-        let first = line.chars().nth(start.col.saturating_sub(1) as usize);
-        match first {
-            Some('\'' | '"') => start.shift(offset + 1),
-            Some('|' | '>') => {
-                // Block scalar: content starts on the next line at its indentation.
-                let mut remaining = offset;
-                for (i, l) in self.source.lines().skip(start.line as usize).enumerate() {
-                    let indent = l.len() - l.trim_start().len();
-                    if remaining <= l.trim_start().len() {
-                        return Pos {
-                            line: start.line + 1 + i as u32,
-                            col: (indent + remaining + 1) as u32,
-                        };
-                    }
-                    remaining -= l.trim_start().len() + 1;
-                }
-                start
-            }
-            _ => start.shift(offset),
-        }
+    /// Position of byte `offset` of expression `src`, whose YAML scalar starts at `start`.
+    pub fn pos_in_scalar(&self, start: Pos, src: &str, offset: usize) -> Pos {
+        pos_in_scalar(&self.source, start, src, offset)
     }
 }
 

@@ -91,3 +91,55 @@ impl<T: JsonSchema> JsonSchema for Located<T> {
         T::json_schema(generator)
     }
 }
+
+/// The position of byte `offset` of `value`, a YAML scalar that starts at `start` in `source`,
+/// to point inside an expression in errors. The parser places `start` on the opening quote of a
+/// quoted scalar and on the first content character of a block scalar (`|`); value lines of a
+/// block scalar map one to one to file lines, at the same column. Lines folded from a multi-line
+/// quoted or plain scalar cannot be mapped exactly: the scalar's start is used.
+pub fn pos_in_scalar(source: &str, start: Pos, value: &str, offset: usize) -> Pos {
+    let before = value.get(..offset).unwrap_or(value);
+    let line_idx = before.matches('\n').count() as u32;
+    let col_in_line = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1);
+    let first = source
+        .lines()
+        .nth(start.line.saturating_sub(1) as usize)
+        .and_then(|l| l.chars().nth(start.col.saturating_sub(1) as usize));
+    match (first, line_idx) {
+        (Some('\'' | '"'), 0) => start.shift(col_in_line + 1),
+        (Some('\'' | '"'), _) => start,
+        (Some('|' | '>'), _) => {
+            // A position on the indicator itself: content starts on the next line.
+            let line = start.line + 1 + line_idx;
+            let indent = source
+                .lines()
+                .nth(start.line as usize)
+                .map_or(0, |l| l.len() - l.trim_start().len());
+            Pos {
+                line,
+                col: (indent + col_in_line + 1) as u32,
+            }
+        }
+        (_, 0) => start.shift(col_in_line),
+        (_, _) if !starts_its_line(source, start) => start,
+        (_, k) => Pos {
+            line: start.line + k,
+            col: start.col + col_in_line as u32,
+        },
+    }
+}
+
+/// Whether only indentation precedes `start` on its line (as for the content of a block scalar,
+/// whose `|` sits on the line above; a plain scalar follows its key on the same line).
+fn starts_its_line(source: &str, start: Pos) -> bool {
+    source
+        .lines()
+        .nth(start.line.saturating_sub(1) as usize)
+        .is_some_and(|l| {
+            l.chars()
+                .take(start.col.saturating_sub(1) as usize)
+                .all(char::is_whitespace)
+        })
+}

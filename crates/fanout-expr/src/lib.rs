@@ -80,10 +80,10 @@ impl Expr {
             let (expect, at) = errs
                 .into_iter()
                 .next()
-                .map(|(e, at)| (format!("{e:?}"), load::span(src, at).start))
-                .unwrap_or_else(|| ("token".into(), 0));
+                .map(|(e, at)| (lex_expect(&e, at), span_in(src, at)))
+                .unwrap_or_else(|| ("a valid token".into(), 0));
             CompileError {
-                message: format!("invalid jq syntax: unexpected character (expected {expect})"),
+                message: format!("invalid jq syntax: expected {expect}"),
                 offset: at,
                 hint: None,
             }
@@ -304,7 +304,10 @@ fn lex_expect(e: &load::lex::Expect<&str>, _at: &str) -> String {
     match e {
         E::Digit => "a digit".into(),
         E::Ident => "an identifier".into(),
-        E::Delim(d) => format!("closing delimiter for `{d}`"),
+        E::Delim(d) => format!(
+            "a closing delimiter for `{}`",
+            d.chars().next().unwrap_or('(')
+        ),
         E::Escape => "a valid escape sequence".into(),
         E::Unicode => "a valid unicode escape".into(),
         E::Token => "a valid token".into(),

@@ -172,7 +172,13 @@ impl RoutePlan {
         }
     }
 
-    fn start<'a>(&'a self, step: &'a StepPlan, i: usize, env: &Env, deadline: Instant) -> Started<'a> {
+    fn start<'a>(
+        &'a self,
+        step: &'a StepPlan,
+        i: usize,
+        env: &Env,
+        deadline: Instant,
+    ) -> Started<'a> {
         if let Some(when) = &step.when {
             match eval(when, env, &Val::Null) {
                 Ok(v) if !truthy(&v) => return Started::Done(Ok(step.default.clone())),
@@ -196,7 +202,9 @@ impl RoutePlan {
             },
         };
         match (&step.action, items) {
-            (Action::Value(e), None) => Started::Done(eval(e, env, &Val::Null).map_err(|m| expr_err(&step.name, "`value`", m))),
+            (Action::Value(e), None) => Started::Done(
+                eval(e, env, &Val::Null).map_err(|m| expr_err(&step.name, "`value`", m)),
+            ),
             (Action::Value(e), Some(items)) => Started::Done(
                 items
                     .iter()
@@ -214,7 +222,9 @@ impl RoutePlan {
             (Action::Http(h), None) => {
                 let req = match build_call(h, env, None, deadline) {
                     Ok(r) => r,
-                    Err(m) => return Started::Done(Err(expr_err(&step.name, "building the call", m))),
+                    Err(m) => {
+                        return Started::Done(Err(expr_err(&step.name, "building the call", m)));
+                    }
                 };
                 let result_env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
@@ -229,7 +239,13 @@ impl RoutePlan {
                 for (k, item) in items.iter().enumerate() {
                     match build_call(h, env, Some((item, k)), deadline) {
                         Ok(r) => reqs.push((r, item.clone(), k)),
-                        Err(m) => return Started::Done(Err(expr_err(&step.name, "building the call", m))),
+                        Err(m) => {
+                            return Started::Done(Err(expr_err(
+                                &step.name,
+                                "building the call",
+                                m,
+                            )));
+                        }
                     }
                 }
                 let result_env = step.result.as_ref().map(|_| snapshot(env, step));
@@ -257,7 +273,10 @@ impl RoutePlan {
         let mut headers = Vec::with_capacity(self.respond.headers.len() + 1);
         for (name, e) in &self.respond.headers {
             let v = eval(e, env, &Val::Null).map_err(|m| {
-                FlowError::new(ErrorKind::Expression, format!("respond header `{name}` failed: {m}"))
+                FlowError::new(
+                    ErrorKind::Expression,
+                    format!("respond header `{name}` failed: {m}"),
+                )
             })?;
             if matches!(v, Val::Null) {
                 continue;
@@ -316,7 +335,12 @@ fn snapshot(env: &Env, step: &StepPlan) -> Env {
     Env { slots }
 }
 
-fn map_result(step: &StepPlan, env: Option<&Env>, body: Val, item: Option<(&Val, usize)>) -> Result<Val, FlowError> {
+fn map_result(
+    step: &StepPlan,
+    env: Option<&Env>,
+    body: Val,
+    item: Option<(&Val, usize)>,
+) -> Result<Val, FlowError> {
     match (&step.result, env) {
         (Some(r), Some(env)) => {
             let out = match item {
@@ -326,7 +350,10 @@ fn map_result(step: &StepPlan, env: Option<&Env>, body: Val, item: Option<(&Val,
             out.map_err(|m| {
                 let mut e = FlowError::new(
                     ErrorKind::BadBackendAnswer,
-                    format!("step `{}`: `result` failed on the backend's answer: {m}", step.name),
+                    format!(
+                        "step `{}`: `result` failed on the backend's answer: {m}",
+                        step.name
+                    ),
                 )
                 .in_step(&step.name);
                 if let Action::Http(h) = &step.action {
@@ -390,7 +417,10 @@ fn build_call(
         Some(e) => {
             let mut out = Vec::with_capacity(128);
             json::write(&ev(e)?, &mut out);
-            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
             Bytes::from(out)
         }
     };
@@ -418,7 +448,8 @@ async fn call(
     let timeout = step.timeout.min(remaining);
     req.timeout = timeout;
     let ms = timeout.as_millis().max(1) as u64;
-    req.headers.insert(deadline_header.clone(), HeaderValue::from(ms));
+    req.headers
+        .insert(deadline_header.clone(), HeaderValue::from(ms));
     let fut = h.backend.call(req);
     let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(r)) => r,
@@ -461,7 +492,11 @@ async fn call(
                 step.name,
                 h.backend_name,
                 resp.status.as_u16(),
-                if snippet.is_empty() { String::new() } else { format!(": {snippet}") }
+                if snippet.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {snippet}")
+                }
             ),
             step: Some(step.name.clone()),
             backend: Some(h.backend_name.clone()),
@@ -472,7 +507,10 @@ async fn call(
     }
     json::parse(&resp.body).map_err(|e| FlowError {
         kind: ErrorKind::BadBackendAnswer,
-        message: format!("step `{}`: backend `{}` answered invalid JSON: {e}", step.name, h.backend_name),
+        message: format!(
+            "step `{}`: backend `{}` answered invalid JSON: {e}",
+            step.name, h.backend_name
+        ),
         step: Some(step.name.clone()),
         backend: Some(h.backend_name.clone()),
     })

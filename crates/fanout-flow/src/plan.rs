@@ -120,15 +120,22 @@ impl Ctx<'_> {
         match Expr::compile(&src.value, scope) {
             Ok(e) => Some(e),
             Err(e) => {
-                let pos = self.cfg.pos_in_scalar(src.pos, e.offset);
-                let mut err = ConfigError::at(pos, format!("in expression `{}`: {}", short(&src.value), e.message));
-                if let Some(h) = e.hint {
-                    err = err.hint(h);
-                }
+                let pos = self.cfg.pos_in_scalar(src.pos, &src.value, e.offset);
+                let mut err = ConfigError::at(
+                    pos,
+                    format!("in expression `{}`: {}", short(&src.value), e.message),
+                );
+                err = err.hint(e.hint.unwrap_or_else(|| {
+                    "expressions are jq (docs/config.md#expressions): check brackets, quotes and `|`".into()
+                }));
                 self.errs.push(err);
                 None
             }
         }
+    }
+    /// Position of the first character of an expression.
+    fn at(&self, src: &ExprSrc) -> Pos {
+        self.cfg.pos_in_scalar(src.pos, &src.value, 0)
     }
     fn method(&mut self, m: &Located<String>) -> Option<Method> {
         match Method::from_bytes(m.value.to_ascii_uppercase().as_bytes()) {
@@ -203,10 +210,7 @@ pub fn compile(
         })
     } else {
         Err(ConfigErrors(
-            cx.errs
-                .into_iter()
-                .map(|e| e.in_file(&cfg.file))
-                .collect(),
+            cx.errs.into_iter().map(|e| e.in_file(&cfg.file)).collect(),
         ))
     }
 }
@@ -245,7 +249,10 @@ fn compile_route(
     if !(100..=599).contains(&r.respond.status) {
         cx.errs.push(ConfigError::at(
             r.respond.body.pos,
-            format!("respond.status {} is not a valid HTTP status", r.respond.status),
+            format!(
+                "respond.status {} is not a valid HTTP status",
+                r.respond.status
+            ),
         ));
     }
     if cx.errs.len() > errs_before {
@@ -267,8 +274,9 @@ fn compile_route(
             .map(|&i| format!("${}", steps[i].name))
             .collect();
         cx.errs.push(
-            ConfigError::at(name.pos, format!("dependency cycle: {}", path.join(" → ")))
-                .hint("a step cannot read (directly or indirectly) its own result; remove one reference"),
+            ConfigError::at(name.pos, format!("dependency cycle: {}", path.join(" → "))).hint(
+                "a step cannot read (directly or indirectly) its own result; remove one reference",
+            ),
         );
         return None;
     }
@@ -291,8 +299,11 @@ fn compile_route(
 fn check_no_item(cx: &mut Ctx<'_>, e: &Expr, src: &ExprSrc, what: &str) {
     if e.vars().iter().any(|&v| v == SLOT_ITEM || v == SLOT_INDEX) {
         cx.errs.push(
-            ConfigError::at(src.pos, format!("`$item`/`$index` used in {what} outside a `for_each` step"))
-                .hint("`$item` and `$index` exist only inside a step with `for_each:`"),
+            ConfigError::at(
+                cx.at(src),
+                format!("`$item`/`$index` used in {what} outside a `for_each` step"),
+            )
+            .hint("`$item` and `$index` exist only inside a step with `for_each:`"),
         );
     }
 }
@@ -342,21 +353,31 @@ fn compile_step(
                 let mut known: Vec<&String> = cx.cfg.backends.keys().collect();
                 known.sort();
                 cx.errs.push(
-                    ConfigError::at(h.backend.pos, format!("unknown backend `{}`", h.backend.value)).hint(
-                        if known.is_empty() {
-                            "declare it under `backends:`".to_string()
-                        } else {
-                            format!(
-                                "declared backends: {}",
-                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                            )
-                        },
-                    ),
+                    ConfigError::at(
+                        h.backend.pos,
+                        format!("unknown backend `{}`", h.backend.value),
+                    )
+                    .hint(if known.is_empty() {
+                        "declare it under `backends:`".to_string()
+                    } else {
+                        format!(
+                            "declared backends: {}",
+                            known
+                                .iter()
+                                .map(|s| s.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }),
                 );
                 None
             }
         };
-        backend_timeout = cx.cfg.backends.get(&h.backend.value).and_then(|b| b.timeout);
+        backend_timeout = cx
+            .cfg
+            .backends
+            .get(&h.backend.value)
+            .and_then(|b| b.timeout);
         match (method, path, backend) {
             (Some(method), Some(path), Some(backend)) => Some(Action::Http(HttpPlan {
                 backend,
@@ -383,8 +404,14 @@ fn compile_step(
                 let d = v - FIRST_STEP_SLOT;
                 if d == index {
                     cx.errs.push(
-                        ConfigError::at(src.pos, format!("step `{}` reads its own result `${}`", name.value, name.value))
-                            .hint("a step can read `$request` and other steps, not itself"),
+                        ConfigError::at(
+                            cx.at(src),
+                            format!(
+                                "step `{}` reads its own result `${}`",
+                                name.value, name.value
+                            ),
+                        )
+                        .hint("a step can read `$request` and other steps, not itself"),
                     );
                 }
                 deps.push(d);
@@ -410,7 +437,11 @@ fn compile_step(
         concurrency: step.concurrency.unwrap_or(defaults.concurrency).max(1),
         timeout,
         optional: step.optional,
-        default: step.default.as_ref().map(json::from_serde).unwrap_or(Val::Null),
+        default: step
+            .default
+            .as_ref()
+            .map(json::from_serde)
+            .unwrap_or(Val::Null),
         result,
         action: action?,
     })
@@ -424,7 +455,12 @@ fn find_cycle(steps: &[StepPlan]) -> Option<Vec<usize>> {
         Grey,
         Black,
     }
-    fn visit(i: usize, steps: &[StepPlan], color: &mut [C], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
+    fn visit(
+        i: usize,
+        steps: &[StepPlan],
+        color: &mut [C],
+        stack: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
         color[i] = C::Grey;
         stack.push(i);
         for &d in &steps[i].deps {

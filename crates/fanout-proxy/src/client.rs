@@ -37,7 +37,11 @@ pub struct HttpBackend {
 impl HttpBackend {
     /// Build the client for a backend from its config. Reads the CA file if one is configured;
     /// does no network I/O.
-    pub fn new(name: &str, cfg: &BackendConfig, defaults: &Defaults) -> Result<HttpBackend, ConfigError> {
+    pub fn new(
+        name: &str,
+        cfg: &BackendConfig,
+        defaults: &Defaults,
+    ) -> Result<HttpBackend, ConfigError> {
         let mut bases = Vec::new();
         for u in cfg.url.iter().chain(cfg.urls.iter()) {
             let (scheme, rest) = u.value.split_once("://").unwrap_or(("http", &u.value));
@@ -53,10 +57,16 @@ impl HttpBackend {
         let mut headers = HeaderMap::new();
         for (k, v) in &cfg.headers {
             let hn = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
-                ConfigError::at(Default::default(), format!("backend `{name}`: invalid header name `{k}`"))
+                ConfigError::at(
+                    Default::default(),
+                    format!("backend `{name}`: invalid header name `{k}`"),
+                )
             })?;
             let hv = HeaderValue::from_str(v).map_err(|_| {
-                ConfigError::at(Default::default(), format!("backend `{name}`: invalid value for header `{k}`"))
+                ConfigError::at(
+                    Default::default(),
+                    format!("backend `{name}`: invalid value for header `{k}`"),
+                )
             })?;
             headers.insert(hn, hv);
         }
@@ -66,14 +76,29 @@ impl HttpBackend {
             Some(path) => {
                 use rustls_pki_types::{CertificateDer, pem::PemObject};
                 let certs = CertificateDer::pem_file_iter(&path.value).map_err(|e| {
-                    ConfigError::at(path.pos, format!("backend `{name}`: cannot read CA file `{}`: {e}", path.value))
+                    ConfigError::at(
+                        path.pos,
+                        format!(
+                            "backend `{name}`: cannot read CA file `{}`: {e}",
+                            path.value
+                        ),
+                    )
                 })?;
                 for c in certs {
                     let c = c.map_err(|e| {
-                        ConfigError::at(path.pos, format!("backend `{name}`: bad certificate in `{}`: {e}", path.value))
+                        ConfigError::at(
+                            path.pos,
+                            format!("backend `{name}`: bad certificate in `{}`: {e}", path.value),
+                        )
                     })?;
                     roots.add(c).map_err(|e| {
-                        ConfigError::at(path.pos, format!("backend `{name}`: unusable certificate in `{}`: {e}", path.value))
+                        ConfigError::at(
+                            path.pos,
+                            format!(
+                                "backend `{name}`: unusable certificate in `{}`: {e}",
+                                path.value
+                            ),
+                        )
                     })?;
                 }
             }
@@ -82,14 +107,21 @@ impl HttpBackend {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| ConfigError::at(Default::default(), format!("backend `{name}`: TLS setup failed: {e}")))?
+            .map_err(|e| {
+                ConfigError::at(
+                    Default::default(),
+                    format!("backend `{name}`: TLS setup failed: {e}"),
+                )
+            })?
             .with_root_certificates(roots)
             .with_no_client_auth();
 
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(cfg.connect_timeout.unwrap_or(defaults.connect_timeout).0));
+        http.set_connect_timeout(Some(
+            cfg.connect_timeout.unwrap_or(defaults.connect_timeout).0,
+        ));
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http();
@@ -162,8 +194,12 @@ impl Backend for HttpBackend {
         let client = self.client.clone();
         let limit = self.max_response_bytes;
         Box::pin(async move {
-            let request = request
-                .map_err(|e| CallError::new(CallErrorKind::Connect, format!("invalid request to `{uri}`: {e}")))?;
+            let request = request.map_err(|e| {
+                CallError::new(
+                    CallErrorKind::Connect,
+                    format!("invalid request to `{uri}`: {e}"),
+                )
+            })?;
             let resp = client
                 .request(request)
                 .await
@@ -173,13 +209,18 @@ impl Backend for HttpBackend {
                 .collect()
                 .await
                 .map_err(|e| {
-                    if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                    if e.downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some()
+                    {
                         CallError::new(
                             CallErrorKind::BodyTooLarge,
                             format!("answer larger than max_response_bytes ({limit})"),
                         )
                     } else {
-                        CallError::new(CallErrorKind::Reset, format!("reading the answer failed: {}", describe(&*e)))
+                        CallError::new(
+                            CallErrorKind::Reset,
+                            format!("reading the answer failed: {}", describe(&*e)),
+                        )
                     }
                 })?
                 .to_bytes();

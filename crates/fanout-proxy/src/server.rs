@@ -62,7 +62,8 @@ impl ApiError {
             resp.headers_mut().insert(ALLOW, allow);
         }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }
@@ -109,11 +110,19 @@ impl Gateway {
         }
     }
 
-    async fn handle_inner(&self, req: Request<Incoming>, start: Instant) -> Result<Outcome, ApiError> {
+    async fn handle_inner(
+        &self,
+        req: Request<Incoming>,
+        start: Instant,
+    ) -> Result<Outcome, ApiError> {
         let (parts, body) = req.into_parts();
         let path = parts.uri.path();
         let matched = self.router.at(path).map_err(|_| {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route for {path}"))
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no route for {path}"),
+            )
         })?;
         let entry = matched.value;
         let Some(route) = entry.iter().find(|r| r.method == parts.method).cloned() else {
@@ -121,7 +130,11 @@ impl Gateway {
             let mut e = ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
-                format!("{} is not allowed on {path}; allowed: {}", parts.method, allow.join(", ")),
+                format!(
+                    "{} is not allowed on {path}; allowed: {}",
+                    parts.method,
+                    allow.join(", ")
+                ),
             );
             e.allow = HeaderValue::from_str(&allow.join(", ")).ok();
             return Err(e);
@@ -138,19 +151,26 @@ impl Gateway {
                     ApiError::new(
                         StatusCode::BAD_REQUEST,
                         "bad_header",
-                        format!("header {}: expected a number of milliseconds", self.deadline_header),
+                        format!(
+                            "header {}: expected a number of milliseconds",
+                            self.deadline_header
+                        ),
                     )
                 })?;
             budget = budget.min(Duration::from_millis(ms));
         }
         if let Some(v) = parts.headers.get("grpc-timeout") {
-            let d = v.to_str().ok().and_then(parse_grpc_timeout).ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_header",
-                    "header grpc-timeout: expected e.g. `500m` (digits and one of H M S m u n)",
-                )
-            })?;
+            let d = v
+                .to_str()
+                .ok()
+                .and_then(parse_grpc_timeout)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_header",
+                        "header grpc-timeout: expected e.g. `500m` (digits and one of H M S m u n)",
+                    )
+                })?;
             budget = budget.min(d);
         }
         let deadline = start + budget;
@@ -163,26 +183,30 @@ impl Gateway {
         {
             return Err(too_large(limit));
         }
-        let bytes = match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "body_timeout",
-                    "the request body did not arrive before the deadline",
-                ));
-            }
-            Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-                return Err(too_large(limit));
-            }
-            Ok(Err(e)) => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_body",
-                    format!("reading the request body failed: {e}"),
-                ));
-            }
-            Ok(Ok(c)) => c.to_bytes(),
-        };
+        let bytes =
+            match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
+                Err(_) => {
+                    return Err(ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "body_timeout",
+                        "the request body did not arrive before the deadline",
+                    ));
+                }
+                Ok(Err(e))
+                    if e.downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some() =>
+                {
+                    return Err(too_large(limit));
+                }
+                Ok(Err(e)) => {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_body",
+                        format!("reading the request body failed: {e}"),
+                    ));
+                }
+                Ok(Ok(c)) => c.to_bytes(),
+            };
         let body_val = if bytes.iter().all(u8::is_ascii_whitespace) {
             Val::Null
         } else {
@@ -199,7 +223,10 @@ impl Gateway {
             path,
             query: parts.uri.query(),
             params: matched.params.iter(),
-            headers: parts.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body: body_val,
         });
         route.run(request, deadline).await.map_err(ApiError::from)
@@ -267,7 +294,9 @@ pub async fn serve(
             let gw = gw.clone();
             async move { Ok::<_, Infallible>(gw.handle(req).await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -276,7 +305,10 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown grace period elapsed with requests still in flight");
     }
     Ok(())

@@ -1,0 +1,162 @@
+//! Every kind of config error is reported as `FILE:LINE:COL: message` with the right position.
+//! Table-driven: (what, config, expected position, expected words in the message).
+
+use fanout::load_gateway;
+
+const CASES: &[(&str, &str, &str, &str)] = &[
+    (
+        "YAML syntax",
+        "routes:\n  - path: /a\n    respond: { body: '1'\n",
+        "3:14",
+        "unclosed bracket",
+    ),
+    (
+        "unknown field",
+        "routes:\n  - path: /a\n    respnd: { body: '1' }\n",
+        "3:5",
+        "unknown field `respnd`",
+    ),
+    (
+        "wrong type (duration)",
+        "routes:\n  - path: /a\n    deadline: soon\n    respond: { body: '1' }\n",
+        "3:15",
+        "invalid duration `soon`",
+    ),
+    (
+        "wrong type (boolean)",
+        "routes:\n  - path: /a\n    flow:\n      s: { value: '1', optional: maybe }\n    respond: { body: '1' }\n",
+        "4:34",
+        "invalid boolean",
+    ),
+    (
+        "missing field",
+        "routes:\n  - path: /a\n    flow: {}\n",
+        "3:5",
+        "missing field `respond`",
+    ),
+    (
+        "invalid expression",
+        "routes:\n  - path: /a\n    respond:\n      body: '{a: (1 + }'\n",
+        "4:23",
+        "invalid jq syntax",
+    ),
+    (
+        "unknown step reference",
+        "routes:\n  - path: /a\n    flow:\n      s: { value: '1' }\n    respond:\n      body: '{x: $s, y: $nope}'\n",
+        "6:25",
+        "undefined variable `$nope`",
+    ),
+    (
+        "unknown backend",
+        "backends:\n  b: { url: 'http://127.0.0.1:1' }\nroutes:\n  - path: /a\n    flow:\n      s: { http: { backend: c, path: '\"/\"' } }\n    respond: { body: '$s' }\n",
+        "6:29",
+        "unknown backend `c`",
+    ),
+    (
+        "dependency cycle",
+        "routes:\n  - path: /a\n    flow:\n      a: { value: '$b + 1' }\n      b: { value: '$c + 1' }\n      c: { value: '$a + 1' }\n    respond: { body: '$a' }\n",
+        "4:7",
+        "dependency cycle: $a → $b → $c → $a",
+    ),
+    (
+        "duplicate route",
+        "routes:\n  - path: /a\n    respond: { body: '1' }\n  - path: /a\n    method: get\n    respond: { body: '2' }\n",
+        "4:11",
+        "duplicate route GET /a",
+    ),
+    (
+        "step with two kinds",
+        "backends:\n  b: { url: 'http://127.0.0.1:1' }\nroutes:\n  - path: /a\n    flow:\n      s:\n        value: '1'\n        http: { backend: b, path: '\"/\"' }\n    respond: { body: '$s' }\n",
+        "6:7",
+        "exactly one of `http` or `value`",
+    ),
+    (
+        "missing environment variable",
+        "backends:\n  b: { url: 'http://${NOPE_HOST}' }\nroutes: []\n",
+        "2:21",
+        "environment variable `NOPE_HOST` is not set",
+    ),
+    (
+        "invalid backend URL",
+        "backends:\n  b: { url: 'ftp://x' }\nroutes: []\n",
+        "2:13",
+        "invalid URL `ftp://x`",
+    ),
+    (
+        "$item outside for_each",
+        "routes:\n  - path: /a\n    flow:\n      s: { value: '$item' }\n    respond: { body: '$s' }\n",
+        "4:20",
+        "outside a `for_each` step",
+    ),
+    (
+        "invalid method",
+        "routes:\n  - path: /a\n    method: 'GE T'\n    respond: { body: '1' }\n",
+        "3:13",
+        "invalid HTTP method",
+    ),
+    (
+        "duplicate key",
+        "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\nroutes: []\n",
+        "2:1",
+        "duplicate mapping key",
+    ),
+    (
+        "step reads itself",
+        "routes:\n  - path: /a\n    flow:\n      s: { value: '$s' }\n    respond: { body: '$s' }\n",
+        "4:20",
+        "reads its own result",
+    ),
+    (
+        "invalid header name",
+        "routes:\n  - path: /a\n    respond:\n      body: '1'\n      headers: { 'bad header': '1' }\n",
+        "5:32",
+        "invalid header name `bad header`",
+    ),
+    (
+        "unknown function",
+        "routes:\n  - path: /a\n    respond:\n      body: |\n        {a: 1}\n        | frobnicate(.a)\n",
+        "6:11",
+        "undefined filter `frobnicate`",
+    ),
+];
+
+#[test]
+fn config_errors_have_positions_and_messages() {
+    assert!(CASES.len() >= 12);
+    let no_env = |_: &str| None;
+    let mut failures = Vec::new();
+    for (what, yaml, pos, words) in CASES {
+        let err = match load_gateway("f.yaml", yaml, &no_env) {
+            Ok(_) => {
+                failures.push(format!("{what}: accepted"));
+                continue;
+            }
+            Err(e) => e.to_string(),
+        };
+        let first = err.lines().next().unwrap_or("");
+        let expected_prefix = format!("f.yaml:{pos}: ");
+        if !first.starts_with(&expected_prefix) || !first.contains(words) {
+            failures.push(format!(
+                "{what}: expected `{expected_prefix}…{words}…`, got:\n{err}"
+            ));
+        }
+        if !err.contains("hint:") && *what != "YAML syntax" {
+            failures.push(format!("{what}: no hint in:\n{err}"));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+#[test]
+fn validate_reports_all_semantic_errors_at_once() {
+    let yaml =
+        "routes:\n  - path: /a\n    flow:\n      s: { value: '$x' }\n    respond: { body: '$y' }\n";
+    let err = load_gateway("f.yaml", yaml, &|_: &str| None)
+        .err()
+        .expect("errors")
+        .to_string();
+    assert!(
+        err.contains("f.yaml:4:20:") && err.contains("f.yaml:5:23:"),
+        "{err}"
+    );
+}

@@ -1,0 +1,116 @@
+//! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
+//! its `cases.yaml`, including how many calls each backend received.
+
+mod common;
+
+use common::*;
+use http::Method;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cases {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    request: CaseRequest,
+    status: u16,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    response: serde_json::Value,
+    #[serde(default)]
+    backend_calls: BTreeMap<String, u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseRequest {
+    #[serde(default = "default_method")]
+    method: String,
+    path: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    body: Option<serde_json::Value>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+fn example_dirs() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .expect("examples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("fanout.yaml").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn examples_answer_as_documented() {
+    let dirs = example_dirs();
+    assert!(dirs.len() >= 2, "expected the examples, found {dirs:?}");
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        for f in ["fanout.yaml", "stubs.yaml", "cases.yaml", "README.md"] {
+            assert!(dir.join(f).exists(), "{name}: missing {f}");
+        }
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        let stubs = stubs(&read("stubs.yaml")).await;
+        let gw = gateway(&read("fanout.yaml"), &stubs).await;
+        let cases: Cases = serde_saphyr::from_str(&read("cases.yaml")).expect("cases.yaml");
+        let c = client(false);
+        for case in cases.cases {
+            stubs.reset_stats();
+            let url = format!("http://{}{}", gw.addr, case.request.path);
+            let headers: Vec<(&str, &str)> = case
+                .request
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let body = case.request.body.map(|b| b.to_string()).unwrap_or_default();
+            let method = Method::from_bytes(case.request.method.as_bytes()).unwrap();
+            let resp = send(&c, method, &url, &headers, body).await;
+            let ctx = format!("{name} / {}", case.name);
+            assert_eq!(
+                resp.status.as_u16(),
+                case.status,
+                "{ctx}: {}",
+                String::from_utf8_lossy(&resp.body)
+            );
+            assert_eq!(resp.json(), case.response, "{ctx}");
+            for (k, v) in &case.headers {
+                assert_eq!(
+                    resp.headers.get(k.as_str()).and_then(|h| h.to_str().ok()),
+                    Some(v.as_str()),
+                    "{ctx}: header {k}"
+                );
+            }
+            for (service, n) in &case.backend_calls {
+                assert_eq!(calls(&stubs, service), *n, "{ctx}: calls to {service}");
+            }
+        }
+        gw.shutdown().await.unwrap();
+        stubs.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_serves_the_embedded_example() {
+    let d = fanout::demo::start("127.0.0.1:0")
+        .await
+        .expect("demo starts");
+    let r = get(&format!("http://{}/vacancies?text=rust", d.gateway.addr)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["total"], 3);
+    assert_eq!(r.json()["items"].as_array().map(|a| a.len()), Some(3));
+}

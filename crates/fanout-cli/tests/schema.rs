@@ -1,0 +1,81 @@
+//! The JSON Schemas are valid, match the committed snapshots in docs/, and every example config
+//! validates against them (and loads).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn check_snapshot(file: &str, schema: &serde_json::Value) {
+    let path = root().join(file);
+    let text = serde_json::to_string_pretty(schema).unwrap() + "\n";
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "{file} is out of date with the config types; run `UPDATE_SNAPSHOTS=1 cargo test -p fanout --test schema` and commit it"
+    );
+}
+
+#[test]
+fn schemas_are_valid_and_match_snapshots() {
+    let gw = fanout_config::schema();
+    let stubs = fanout_stub::schema();
+    jsonschema::meta::validate(&gw).expect("gateway schema is a valid JSON Schema");
+    jsonschema::meta::validate(&stubs).expect("stub schema is a valid JSON Schema");
+    check_snapshot("docs/config.schema.json", &gw);
+    check_snapshot("docs/stubs.schema.json", &stubs);
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_example_config_validates() {
+    let gw = jsonschema::validator_for(&fanout_config::schema()).unwrap();
+    let st = jsonschema::validator_for(&fanout_stub::schema()).unwrap();
+    let mut files = Vec::new();
+    yaml_files(&root().join("examples"), &mut files);
+    yaml_files(&root().join("docs"), &mut files);
+    let no_env = |_: &str| None;
+    let mut checked = 0;
+    for f in files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&f).unwrap();
+        let display = f.strip_prefix(root()).unwrap_or(&f).display().to_string();
+        let substituted =
+            fanout_config::substitute(&text, &no_env).unwrap_or_else(|e| panic!("{display}: {e}"));
+        let value: serde_json::Value =
+            serde_saphyr::from_str(&substituted).unwrap_or_else(|e| panic!("{display}: {e}"));
+        if name.starts_with("stubs") {
+            let errs: Vec<String> = st
+                .iter_errors(&value)
+                .map(|e| format!("{e} at {}", e.instance_path()))
+                .collect();
+            assert!(errs.is_empty(), "{display}: {errs:?}");
+            fanout_stub::load(&display, &text, &no_env).unwrap_or_else(|e| panic!("{e}"));
+            checked += 1;
+        } else if name.starts_with("fanout") {
+            let errs: Vec<String> = gw
+                .iter_errors(&value)
+                .map(|e| format!("{e} at {}", e.instance_path()))
+                .collect();
+            assert!(errs.is_empty(), "{display}: {errs:?}");
+            fanout::load_gateway(&display, &text, &no_env).unwrap_or_else(|e| panic!("{e}"));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "checked {checked} configs");
+}

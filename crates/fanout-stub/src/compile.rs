@@ -1,0 +1,413 @@
+//! From [`StubConfig`] to [`CompiledStubs`]: routes in a matchit router, body expressions
+//! compiled, statuses, headers and latencies checked. Every error carries `FILE:LINE:COL`.
+
+use crate::config::{RouteConfig, ServiceConfig, StubConfig};
+use crate::latency::Latency;
+use bytes::Bytes;
+use fanout_config::pos_in_scalar;
+use fanout_config::{ConfigError, ConfigErrors, Pos};
+use fanout_expr::Expr;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use std::sync::{Arc, RwLock};
+
+/// Path prefix reserved for the admin endpoints of every service.
+pub const ADMIN_PREFIX: &str = "/__stub/";
+
+/// What a route does with a request. Swapped whole at run time through a [`BehaviourCell`].
+#[derive(Debug, Clone)]
+pub struct Behaviour {
+    /// Response status.
+    pub status: StatusCode,
+    /// Delay before answering.
+    pub latency: Latency,
+    /// Static response headers (`content-type: application/json` is added when absent).
+    pub headers: HeaderMap,
+    /// Body expression over `$request`; `None` answers `null`.
+    pub body: Option<Expr>,
+    /// Body sent byte for byte instead of `body` (e.g. malformed JSON for fault tests).
+    pub raw_body: Option<Bytes>,
+}
+
+/// A route's current [`Behaviour`], replaceable while the stub runs (e.g. by an admin API).
+/// Readers take a cheap `Arc` snapshot per request.
+#[derive(Debug)]
+pub struct BehaviourCell(RwLock<Arc<Behaviour>>);
+
+impl BehaviourCell {
+    /// A cell holding `b`.
+    pub fn new(b: Arc<Behaviour>) -> Self {
+        BehaviourCell(RwLock::new(b))
+    }
+    /// The current behaviour.
+    pub fn load(&self) -> Arc<Behaviour> {
+        match self.0.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+    /// Replace the behaviour; requests already running keep the one they started with.
+    pub fn store(&self, b: Arc<Behaviour>) {
+        match self.0.write() {
+            Ok(mut g) => *g = b,
+            Err(poisoned) => *poisoned.into_inner() = b,
+        }
+    }
+}
+
+/// Which methods a route accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MethodMatch {
+    Any,
+    Exact(Method),
+}
+
+/// A route of a compiled service (its initial behaviour; counters live in the server).
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledRoute {
+    /// `"METHOD PATH-PATTERN"`.
+    pub(crate) key: String,
+    pub(crate) method: MethodMatch,
+    pub(crate) behaviour: Arc<Behaviour>,
+}
+
+/// All routes sharing one path pattern.
+#[derive(Debug)]
+pub(crate) struct PathEntry {
+    pub(crate) pattern: String,
+    /// Indices into the service's routes, in config order.
+    pub(crate) routes: Vec<usize>,
+}
+
+/// The immutable routing table of a service.
+#[derive(Debug)]
+pub(crate) struct RouteTable {
+    /// Path pattern → index into `paths`.
+    pub(crate) router: matchit::Router<usize>,
+    pub(crate) paths: Vec<PathEntry>,
+}
+
+impl RouteTable {
+    /// Find the route for `method` among the routes of path entry `entry`: an exact method first,
+    /// then `*`.
+    pub(crate) fn pick(
+        &self,
+        entry: usize,
+        method: &Method,
+        routes: &[CompiledRoute],
+    ) -> Option<usize> {
+        let e = self.paths.get(entry)?;
+        let exact = e.routes.iter().copied().find(|&i| {
+            routes
+                .get(i)
+                .is_some_and(|r| r.method == MethodMatch::Exact(method.clone()))
+        });
+        exact.or_else(|| {
+            e.routes
+                .iter()
+                .copied()
+                .find(|&i| routes.get(i).is_some_and(|r| r.method == MethodMatch::Any))
+        })
+    }
+
+    /// The methods accepted on path entry `entry`, for an `allow` header.
+    pub(crate) fn allowed(&self, entry: usize, routes: &[CompiledRoute]) -> String {
+        let Some(e) = self.paths.get(entry) else {
+            return String::new();
+        };
+        e.routes
+            .iter()
+            .filter_map(|&i| routes.get(i))
+            .filter_map(|r| match &r.method {
+                MethodMatch::Exact(m) => Some(m.as_str()),
+                MethodMatch::Any => None,
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A compiled service: where it listens and how it routes.
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledService {
+    pub(crate) name: String,
+    pub(crate) listen: String,
+    pub(crate) table: Arc<RouteTable>,
+    pub(crate) routes: Arc<Vec<CompiledRoute>>,
+}
+
+/// A loaded and checked stub config, ready to [`start`](CompiledStubs::start) (any number of
+/// times; each server gets fresh counters).
+#[derive(Debug, Clone)]
+pub struct CompiledStubs {
+    pub(crate) services: Vec<CompiledService>,
+}
+
+impl CompiledStubs {
+    /// Service names with their configured listen addresses, in config order.
+    pub fn services(&self) -> Vec<(String, String)> {
+        self.services
+            .iter()
+            .map(|s| (s.name.clone(), s.listen.clone()))
+            .collect()
+    }
+
+    /// Route keys (`"METHOD PATH-PATTERN"`) of `service`, in config order.
+    pub fn routes(&self, service: &str) -> Option<Vec<String>> {
+        self.services
+            .iter()
+            .find(|s| s.name == service)
+            .map(|s| s.routes.iter().map(|r| r.key.clone()).collect())
+    }
+}
+
+/// Check and compile a parsed config. `source` is the config text after `${VAR}` substitution
+/// (to point inside expressions); errors are not yet stamped with the file name.
+pub(crate) fn compile(cfg: &StubConfig, source: &str) -> Result<CompiledStubs, Vec<ConfigError>> {
+    let mut errs = Vec::new();
+    let mut services = Vec::new();
+    if cfg.services.is_empty() {
+        errs.push(ConfigError {
+            file: String::new(),
+            pos: None,
+            message: "no services defined".into(),
+            hint: Some("add at least one service under `services:`".into()),
+        });
+    }
+    for (name, svc) in &cfg.services {
+        if let Some(s) = compile_service(name, svc, source, &mut errs) {
+            services.push(s);
+        }
+    }
+    if errs.is_empty() {
+        Ok(CompiledStubs { services })
+    } else {
+        Err(errs)
+    }
+}
+
+fn check_listen(listen: &str) -> bool {
+    if listen.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    match listen.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
+        None => false,
+    }
+}
+
+fn compile_service(
+    name: &str,
+    svc: &ServiceConfig,
+    source: &str,
+    errs: &mut Vec<ConfigError>,
+) -> Option<CompiledService> {
+    let before = errs.len();
+    if !check_listen(&svc.listen.value) {
+        errs.push(
+            ConfigError::at(
+                svc.listen.pos,
+                format!(
+                    "service `{name}`: invalid listen address `{}`",
+                    svc.listen.value
+                ),
+            )
+            .hint("write HOST:PORT, e.g. `127.0.0.1:9101` (port 0 picks a free port)"),
+        );
+    }
+    let mut routes: Vec<CompiledRoute> = Vec::new();
+    let mut paths: Vec<PathEntry> = Vec::new();
+    let mut router = matchit::Router::new();
+    for r in &svc.routes {
+        let Some(route) = compile_route(name, r, source, errs) else {
+            continue;
+        };
+        let pattern = &r.path.value;
+        let idx = routes.len();
+        match paths.iter().position(|p| &p.pattern == pattern) {
+            Some(pi) => {
+                let dup = paths[pi]
+                    .routes
+                    .iter()
+                    .any(|&i| routes.get(i).is_some_and(|x| x.method == route.method));
+                if dup {
+                    errs.push(
+                        ConfigError::at(
+                            r.path.pos,
+                            format!("service `{name}`: duplicate route {}", route.key),
+                        )
+                        .hint("each method + path may appear once per service"),
+                    );
+                    continue;
+                }
+                paths[pi].routes.push(idx);
+            }
+            None => {
+                if let Err(e) = router.insert(pattern.clone(), paths.len()) {
+                    errs.push(
+                        ConfigError::at(
+                            r.path.pos,
+                            format!("service `{name}`: invalid route path `{pattern}`: {e}"),
+                        )
+                        .hint(
+                            "use `/items/{id}` to capture a segment and `/files/{*rest}` for the \
+                             rest; two patterns may not overlap ambiguously",
+                        ),
+                    );
+                    continue;
+                }
+                paths.push(PathEntry {
+                    pattern: pattern.clone(),
+                    routes: vec![idx],
+                });
+            }
+        }
+        routes.push(route);
+    }
+    (errs.len() == before).then(|| CompiledService {
+        name: name.to_string(),
+        listen: svc.listen.value.clone(),
+        table: Arc::new(RouteTable { router, paths }),
+        routes: Arc::new(routes),
+    })
+}
+
+fn compile_route(
+    service: &str,
+    r: &RouteConfig,
+    source: &str,
+    errs: &mut Vec<ConfigError>,
+) -> Option<CompiledRoute> {
+    let before = errs.len();
+    let path = &r.path.value;
+    if !path.starts_with('/') {
+        errs.push(
+            ConfigError::at(
+                r.path.pos,
+                format!("service `{service}`: route path `{path}` must start with `/`"),
+            )
+            .hint("write e.g. `/items/{id}`"),
+        );
+    }
+    if path.starts_with(ADMIN_PREFIX) {
+        errs.push(
+            ConfigError::at(
+                r.path.pos,
+                format!("service `{service}`: paths under `{ADMIN_PREFIX}` are reserved"),
+            )
+            .hint("the stub serves its admin endpoints there; choose another path"),
+        );
+    }
+    let method_pos = if r.method.pos == Pos::default() {
+        r.path.pos
+    } else {
+        r.method.pos
+    };
+    let method_src = r.method.value.trim().to_ascii_uppercase();
+    let method = if method_src == "*" {
+        Some(MethodMatch::Any)
+    } else {
+        match Method::from_bytes(method_src.as_bytes()) {
+            Ok(m) if !method_src.is_empty() => Some(MethodMatch::Exact(m)),
+            _ => {
+                errs.push(
+                    ConfigError::at(
+                        method_pos,
+                        format!("invalid HTTP method `{}`", r.method.value),
+                    )
+                    .hint("write e.g. GET, POST, or `*` for any method"),
+                );
+                None
+            }
+        }
+    };
+    let status_pos = if r.status.pos == Pos::default() {
+        r.path.pos
+    } else {
+        r.status.pos
+    };
+    let status = match StatusCode::from_u16(r.status.value) {
+        Ok(s) => Some(s),
+        Err(_) => {
+            errs.push(
+                ConfigError::at(status_pos, format!("invalid status {}", r.status.value))
+                    .hint("a status is a number from 100 to 999"),
+            );
+            None
+        }
+    };
+    let latency = match &r.latency {
+        None => Some(Latency::None),
+        Some(l) => match Latency::from_config(&l.value) {
+            Ok(l) => Some(l),
+            Err(msg) => {
+                errs.push(ConfigError::at(l.pos, msg).hint("`min` must not exceed `max`"));
+                None
+            }
+        },
+    };
+    let mut headers = HeaderMap::new();
+    for (k, v) in &r.headers {
+        let name = HeaderName::from_bytes(k.as_bytes());
+        let value = HeaderValue::from_str(&v.value);
+        match (name, value) {
+            (Ok(n), Ok(v)) => {
+                headers.append(n, v);
+            }
+            (Err(_), _) => errs.push(
+                ConfigError::at(v.pos, format!("invalid header name `{k}`"))
+                    .hint("header names are tokens such as `x-request-id`"),
+            ),
+            (_, Err(_)) => errs.push(
+                ConfigError::at(v.pos, format!("invalid value for header `{k}`"))
+                    .hint("header values are visible ASCII without line breaks"),
+            ),
+        }
+    }
+    let body = match &r.body {
+        None => None,
+        Some(src) => match Expr::compile(&src.value, &["request"]) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                let pos = pos_in_scalar(source, src.pos, &src.value, e.offset);
+                let mut err = ConfigError::at(pos, format!("body expression: {}", e.message));
+                err.hint = Some(e.hint.unwrap_or_else(|| {
+                    "a body is a jq expression over `$request` (method, path, params, query, \
+                     headers, body)"
+                        .into()
+                }));
+                errs.push(err);
+                None
+            }
+        },
+    };
+    if let (Some(_), Some(raw)) = (&r.body, &r.raw_body) {
+        errs.push(
+            ConfigError::at(raw.pos, "a route has either `body` or `raw_body`, not both")
+                .hint("`body` is a jq expression; `raw_body` is sent as written"),
+        );
+    }
+    if errs.len() != before {
+        return None;
+    }
+    let (method, status, latency) = (method?, status?, latency?);
+    let key = match &method {
+        MethodMatch::Any => format!("* {path}"),
+        MethodMatch::Exact(m) => format!("{m} {path}"),
+    };
+    Some(CompiledRoute {
+        key,
+        method,
+        behaviour: Arc::new(Behaviour {
+            status,
+            latency,
+            headers,
+            body,
+            raw_body: r.raw_body.as_ref().map(|b| Bytes::from(b.value.clone())),
+        }),
+    })
+}
+
+/// Stamp errors with the file name.
+pub(crate) fn in_file(errs: Vec<ConfigError>, file: &str) -> ConfigErrors {
+    ConfigErrors(errs.into_iter().map(|e| e.in_file(file)).collect())
+}

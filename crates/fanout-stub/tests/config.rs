@@ -1,0 +1,193 @@
+//! Loading stub configs: formats accepted, and errors with `FILE:LINE:COL`.
+
+use fanout_stub::{Latency, load};
+use std::time::Duration;
+
+fn no_vars(_: &str) -> Option<String> {
+    None
+}
+
+fn err(yaml: &str) -> String {
+    match load("stubs.yaml", yaml, &no_vars) {
+        Ok(_) => panic!("config should not load:\n{yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn ok(yaml: &str) -> fanout_stub::CompiledStubs {
+    match load("stubs.yaml", yaml, &no_vars) {
+        Ok(c) => c,
+        Err(e) => panic!("config should load:\n{e}"),
+    }
+}
+
+#[test]
+fn unknown_field_is_an_error_with_position() {
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        bogus: 1\n",
+    );
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+    assert!(e.contains("unknown field `bogus`"), "{e}");
+}
+
+#[test]
+fn bad_expression_points_inside_the_expression() {
+    // Single-quoted: the column is the quote's plus one plus the offset.
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        body: '{a: nosuchfn}'\n",
+    );
+    // `body: '` ends at column 15; `nosuchfn` starts at column 20.
+    assert!(e.starts_with("stubs.yaml:6:20: body expression: "), "{e}");
+    assert!(e.contains("nosuchfn"), "{e}");
+
+    // Plain scalar.
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        body: $nope\n",
+    );
+    assert!(e.starts_with("stubs.yaml:6:15: "), "{e}");
+    assert!(
+        e.contains("$request"),
+        "the hint lists the known names: {e}"
+    );
+
+    // Block scalar: the position is on the expression's own line.
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        body: |\n          {a: 1,\n           b: (}\n",
+    );
+    // Line 8 is `           b: (}`: the unexpected `}` is at column 16.
+    assert!(e.starts_with("stubs.yaml:8:16: "), "{e}");
+
+    // Block scalar with a blank line and deeper indentation inside.
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        body: |\n          {a: 1,\n\n             b: $nope}\n",
+    );
+    assert!(e.starts_with("stubs.yaml:9:17: "), "{e}");
+}
+
+#[test]
+fn structural_errors_are_all_reported() {
+    let yaml = r#"services:
+  a:
+    listen: nowhere
+    routes:
+      - path: x
+      - path: /__stub/mine
+      - path: /d
+      - path: /d
+      - path: /m
+        method: "GE T"
+      - path: /s
+        status: 1000
+      - path: /h
+        headers: { "bad name": "1" }
+      - path: /l
+        latency: {uniform: {min: 10ms, max: 1ms}}
+      - path: /c/{a}
+      - path: /c/{b}
+"#;
+    let e = err(yaml);
+    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("stubs.yaml:")).collect();
+    let expect = [
+        ("stubs.yaml:3:13:", "invalid listen address `nowhere`"),
+        ("stubs.yaml:5:", "must start with `/`"),
+        ("stubs.yaml:6:", "reserved"),
+        ("stubs.yaml:8:", "duplicate route GET /d"),
+        ("stubs.yaml:10:", "invalid HTTP method"),
+        ("stubs.yaml:12:", "invalid status 1000"),
+        ("stubs.yaml:14:", "invalid header name `bad name`"),
+        ("stubs.yaml:16:", "min 10ms greater than max 1ms"),
+        ("stubs.yaml:18:", "invalid route path `/c/{b}`"),
+    ];
+    assert_eq!(lines.len(), expect.len(), "{e}");
+    for (line, (prefix, text)) in lines.iter().zip(expect) {
+        assert!(line.starts_with(prefix), "{line} (expected {prefix})");
+        assert!(line.contains(text), "{line} (expected {text})");
+    }
+}
+
+#[test]
+fn latency_forms() {
+    let c = ok(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - {path: /a, latency: 5ms}
+      - {path: /b, latency: 7}
+      - {path: /c, latency: 1.5s}
+      - {path: /d, latency: {fixed: 2ms}}
+      - {path: /e, latency: {uniform: {min: 1ms, max: 10ms}}}
+      - {path: /f}
+"#);
+    assert_eq!(
+        c.routes("a").expect("service a"),
+        ["GET /a", "GET /b", "GET /c", "GET /d", "GET /e", "GET /f"]
+    );
+    let ms = Duration::from_millis;
+    let want = [
+        Latency::Fixed(ms(5)),
+        Latency::Fixed(ms(7)),
+        Latency::Fixed(ms(1500)),
+        Latency::Fixed(ms(2)),
+        Latency::Uniform {
+            min: ms(1),
+            max: ms(10),
+        },
+        Latency::None,
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let s = c.start().await.expect("start");
+        for (key, want) in c.routes("a").expect("service a").iter().zip(want) {
+            assert_eq!(s.behaviour("a", key).expect("route").latency, want, "{key}");
+        }
+    });
+
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        latency: {normal: {mean: 1ms}}\n",
+    );
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+    assert!(e.contains("normal"), "{e}");
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        latency: {uniform: {min: 1ms}}\n",
+    );
+    assert!(e.contains("missing field `max`"), "{e}");
+    let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        latency: 5 parsecs\n",
+    );
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+}
+
+#[test]
+fn variables_are_substituted() {
+    let yaml = "services:\n  a:\n    listen: \"${A_ADDR:-127.0.0.1:0}\"\n    routes:\n      - path: /x\n        body: '\"${GREETING}\"'\n";
+    let vars = |n: &str| (n == "GREETING").then(|| "hi".to_string());
+    let c = load("stubs.yaml", yaml, &vars).expect("loads");
+    assert_eq!(c.services(), [("a".to_string(), "127.0.0.1:0".to_string())]);
+    let e = match load("stubs.yaml", yaml, &no_vars) {
+        Ok(_) => panic!("GREETING is unset"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+}
+
+#[test]
+fn missing_file_and_empty_config() {
+    let e = fanout_stub::load_file("/nonexistent/stubs.yaml", &no_vars)
+        .expect_err("error")
+        .to_string();
+    assert!(e.contains("cannot read stub config"), "{e}");
+    let e = err("services: {}\n");
+    assert!(e.contains("no services"), "{e}");
+}
+
+#[test]
+fn schema_describes_the_config() {
+    let s = fanout_stub::schema();
+    let text = s.to_string();
+    for needle in ["services", "listen", "routes", "latency", "uniform", "body"] {
+        assert!(text.contains(needle), "schema lacks {needle}: {text}");
+    }
+}
