@@ -83,10 +83,15 @@ fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Schema => {
+        Cmd::Schema { stubs } => {
+            let schema = if stubs {
+                fanout_stub::schema()
+            } else {
+                fanout_config::schema()
+            };
             println!(
                 "{}",
-                serde_json::to_string_pretty(&fanout_config::schema()).unwrap_or_default()
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
             );
             ExitCode::SUCCESS
         }
