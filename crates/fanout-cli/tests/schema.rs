@@ -79,3 +79,50 @@ fn every_example_config_validates() {
     }
     assert!(checked >= 4, "checked {checked} configs");
 }
+
+#[test]
+fn cli_schema_and_validate_behave() {
+    let bin = env!("CARGO_BIN_EXE_fanout");
+    let out = std::process::Command::new(bin)
+        .arg("schema")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("fanout schema prints JSON");
+    assert_eq!(printed, fanout_config::schema());
+
+    let ok = root().join("examples/product-page/fanout.yaml");
+    let out = std::process::Command::new(bin)
+        .arg("validate")
+        .arg(&ok)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let dir = std::env::temp_dir().join(format!("fanout-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "routes:\n  - path: /a\n    respond: { body: '$nope' }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin)
+        .arg("validate")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}:3:23: ", bad.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint:"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
