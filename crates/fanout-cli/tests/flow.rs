@@ -265,3 +265,45 @@ async fn for_each_keeps_input_order_within_its_bound() {
     assert_eq!(st.routes["* /echo"].requests, 3);
     assert!(st.routes["* /echo"].max_in_flight <= 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_addresses_are_used_round_robin_and_grpc_timeout_shortens_the_budget() {
+    let s = stubs(
+        r#"
+services:
+  one:
+    listen: "${ONE_ADDR}"
+    routes:
+      - { path: /who, body: '{who: "one", budget: ($request.headers["x-request-timeout"] | tonumber)}' }
+  two:
+    listen: "${TWO_ADDR}"
+    routes:
+      - { path: /who, body: '{who: "two", budget: ($request.headers["x-request-timeout"] | tonumber)}' }
+"#,
+    )
+    .await;
+    let gw = gateway(
+        r#"
+backends:
+  pair: { urls: ["http://${ONE_ADDR}", "http://${TWO_ADDR}"] }
+routes:
+  - path: /who
+    deadline: 5s
+    flow: { w: { http: { backend: pair, path: '"/who"' } } }
+    respond: { body: '$w' }
+"#,
+        &s,
+    )
+    .await;
+    let c = client(false);
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..6 {
+        let r = send(&c, Method::GET, &format!("http://{}/who", gw.addr), &[("grpc-timeout", "300m")], "").await;
+        assert_eq!(r.status, 200);
+        let budget = r.json()["budget"].as_u64().unwrap();
+        assert!(budget > 0 && budget <= 300, "grpc-timeout 300m caps the 5 s route deadline: {budget}");
+        *seen.entry(r.json()["who"].as_str().unwrap().to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(seen.get("one"), Some(&3), "{seen:?}");
+    assert_eq!(seen.get("two"), Some(&3), "{seen:?}");
+}
