@@ -298,11 +298,23 @@ routes:
     let c = client(false);
     let mut seen = std::collections::BTreeMap::new();
     for _ in 0..6 {
-        let r = send(&c, Method::GET, &format!("http://{}/who", gw.addr), &[("grpc-timeout", "300m")], "").await;
+        let r = send(
+            &c,
+            Method::GET,
+            &format!("http://{}/who", gw.addr),
+            &[("grpc-timeout", "300m")],
+            "",
+        )
+        .await;
         assert_eq!(r.status, 200);
         let budget = r.json()["budget"].as_u64().unwrap();
-        assert!(budget > 0 && budget <= 300, "grpc-timeout 300m caps the 5 s route deadline: {budget}");
-        *seen.entry(r.json()["who"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        assert!(
+            budget > 0 && budget <= 300,
+            "grpc-timeout 300m caps the 5 s route deadline: {budget}"
+        );
+        *seen
+            .entry(r.json()["who"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
     }
     assert_eq!(seen.get("one"), Some(&3), "{seen:?}");
     assert_eq!(seen.get("two"), Some(&3), "{seen:?}");

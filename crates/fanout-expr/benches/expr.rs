@@ -32,7 +32,7 @@ fn bench(c: &mut Criterion) {
     for (name, src) in cases {
         let native = Expr::compile(src, &scope).unwrap();
         assert!(native.is_native());
-        let jaq = Expr::compile(&format!("({src})"), &scope).unwrap();
+        let jaq = Expr::compile_interpreted(src, &scope).unwrap();
         g.bench_function(format!("{name}/native"), |b| {
             b.iter(|| black_box(native.eval(&Val::Null, lookup).unwrap()))
         });

@@ -6,14 +6,16 @@
 //! an expression reads — the flow compiler infers step dependencies from that.
 //!
 //! Two evaluation strategies, chosen at compile time:
-//! - **native paths**: `$name`, `$name.a.b[0]`, `.a.b` (plain keys and integer indices) are walked
-//!   directly over the value, with jq's semantics (missing key → `null`, indexing a number → error);
+//! - **native** ([`native`]): paths (`$name.a.b[0]`, `.a`), literals, string interpolation, object
+//!   and array construction and `//` over those are evaluated directly over the value, with jq's
+//!   semantics (missing key → `null`, indexing a number → error);
 //! - **jaq**: everything else runs on the jaq interpreter with the standard library.
 //!
 //! Values are [`Val`] (jaq's JSON value, `Arc`-shared, cheap to clone). [`json`] converts between
 //! JSON bytes and `Val` (one parse per backend answer, a hand-written writer for responses).
 
 pub mod json;
+mod native;
 pub mod request;
 
 use jaq_core::load::{self, lex::StrPart, lex::Tok, lex::Token};
@@ -42,17 +44,10 @@ pub struct CompileError {
 #[error("{0}")]
 pub struct EvalError(pub String);
 
-/// One segment of a native path.
-#[derive(Debug, Clone, PartialEq)]
-enum Seg {
-    Key(Val),
-    Index(isize),
-}
-
 #[derive(Clone)]
 enum Kind {
-    /// `$var` (Some) or `.` (None) followed by plain segments.
-    Path { var: Option<usize>, segs: Vec<Seg> },
+    /// Evaluated without the interpreter.
+    Native(native::Native),
     /// Anything else; `vars` are the scope indices passed as jaq globals, in compile order.
     Jaq { filter: Arc<JaqFilter> },
 }
@@ -97,14 +92,24 @@ impl Expr {
         vars.sort_unstable();
         vars.dedup();
 
-        if let Some(kind) = native_path(src.trim(), scope) {
+        if let Some(n) = load::parse(src, |p| p.term()).and_then(|t| native::from_term(&t, scope)) {
             return Ok(Expr {
                 src: src.into(),
-                kind,
+                kind: Kind::Native(n),
                 vars,
             });
         }
+        Self::compile_jaq(src, scope, vars)
+    }
 
+    /// Compile for the interpreter even when the native evaluator could handle the expression
+    /// (for benchmarks and equivalence tests).
+    pub fn compile_interpreted(src: &str, scope: &[&str]) -> Result<Expr, CompileError> {
+        let e = Self::compile(src, scope)?;
+        Self::compile_jaq(src, scope, e.vars)
+    }
+
+    fn compile_jaq(src: &str, scope: &[&str], vars: Vec<usize>) -> Result<Expr, CompileError> {
         let globals: Vec<String> = vars.iter().map(|&i| format!("${}", scope[i])).collect();
         let defs = jaq_core::defs()
             .chain(jaq_std::defs())
@@ -178,16 +183,18 @@ impl Expr {
 
     /// Whether this expression is evaluated natively (no interpreter).
     pub fn is_native(&self) -> bool {
-        matches!(self.kind, Kind::Path { .. })
+        matches!(self.kind, Kind::Native(_))
+    }
+
+    /// Whether this expression is a plain path such as `$found.ids` (the cheapest native case).
+    pub fn is_path(&self) -> bool {
+        matches!(&self.kind, Kind::Native(n) if n.is_path())
     }
 
     /// Evaluate to the first output. `lookup(i)` returns the value of scope variable `i`.
     pub fn eval(&self, input: &Val, lookup: impl Fn(usize) -> Val) -> Result<Val, EvalError> {
         match &self.kind {
-            Kind::Path { var, segs } => match var {
-                Some(i) => walk(&lookup(*i), segs),
-                None => walk(input, segs),
-            },
+            Kind::Native(n) => n.eval(input, &lookup),
             Kind::Jaq { filter } => {
                 let vars = Vars::new(self.vars.iter().map(|&i| lookup(i)));
                 let ctx = Ctx::<JustLut<Val>>::new(&filter.lut, vars);
@@ -211,7 +218,7 @@ impl Expr {
         lookup: impl Fn(usize) -> Val,
     ) -> Result<Vec<Val>, EvalError> {
         match &self.kind {
-            Kind::Path { .. } => self.eval(input, lookup).map(|v| vec![v]),
+            Kind::Native(_) => self.eval(input, lookup).map(|v| vec![v]),
             Kind::Jaq { filter } => {
                 let vars = Vars::new(self.vars.iter().map(|&i| lookup(i)));
                 let ctx = Ctx::<JustLut<Val>>::new(&filter.lut, vars);
@@ -333,114 +340,6 @@ fn collect_vars<'s>(tokens: &[Token<&'s str>], out: &mut Vec<&'s str>) {
     }
 }
 
-fn is_ident_start(c: char) -> bool {
-    c.is_ascii_alphabetic() || c == '_'
-}
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
-}
-
-/// Recognise `$var(.key|[int])*` and `(.key|[int])+` / `.` exactly; anything else is not native.
-fn native_path(src: &str, scope: &[&str]) -> Option<Kind> {
-    let mut rest = src;
-    let var = if let Some(r) = rest.strip_prefix('$') {
-        let end = r.find(|c: char| !is_ident(c)).unwrap_or(r.len());
-        let name = &r[..end];
-        if name.is_empty() || !name.starts_with(is_ident_start) {
-            return None;
-        }
-        rest = &r[end..];
-        Some(scope.iter().position(|s| *s == name)?)
-    } else {
-        if rest == "." {
-            return Some(Kind::Path {
-                var: None,
-                segs: vec![],
-            });
-        }
-        None
-    };
-    let mut segs = Vec::new();
-    while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix('.') {
-            if r.starts_with('[') {
-                rest = r; // `.[0]` is the same as `[0]`
-                continue;
-            }
-            let end = r.find(|c: char| !is_ident(c)).unwrap_or(r.len());
-            let key = &r[..end];
-            if key.is_empty() || !key.starts_with(is_ident_start) {
-                return None;
-            }
-            segs.push(Seg::Key(Val::utf8_str(key.to_string().into_bytes())));
-            rest = &r[end..];
-        } else if let Some(r) = rest.strip_prefix('[') {
-            let end = r.find(']')?;
-            let idx: isize = r[..end].parse().ok()?;
-            if r[..end].starts_with('+') {
-                return None;
-            }
-            segs.push(Seg::Index(idx));
-            rest = &r[end + 1..];
-        } else {
-            return None;
-        }
-    }
-    if var.is_none() && segs.is_empty() {
-        return None;
-    }
-    Some(Kind::Path { var, segs })
-}
-
-fn type_name(v: &Val) -> &'static str {
-    match v {
-        Val::Null => "null",
-        Val::Bool(_) => "boolean",
-        Val::Num(_) => "number",
-        Val::TStr(_) | Val::BStr(_) => "string",
-        Val::Arr(_) => "array",
-        Val::Obj(_) => "object",
-    }
-}
-
-fn walk(v: &Val, segs: &[Seg]) -> Result<Val, EvalError> {
-    let mut cur = v;
-    for seg in segs {
-        match (cur, seg) {
-            (Val::Null, _) => return Ok(Val::Null),
-            (Val::Obj(m), Seg::Key(k)) => match m.get(k) {
-                Some(x) => cur = x,
-                None => return Ok(Val::Null),
-            },
-            (Val::Arr(a), Seg::Index(i)) => {
-                let idx = if *i < 0 {
-                    a.len().checked_sub(i.unsigned_abs())
-                } else {
-                    Some(*i as usize)
-                };
-                match idx.and_then(|i| a.get(i)) {
-                    Some(x) => cur = x,
-                    None => return Ok(Val::Null),
-                }
-            }
-            (other, Seg::Key(k)) => {
-                return Err(EvalError(format!(
-                    "cannot index {} with \"{}\"",
-                    type_name(other),
-                    json::to_display(k)
-                )));
-            }
-            (other, Seg::Index(i)) => {
-                return Err(EvalError(format!(
-                    "cannot index {} with number {i}",
-                    type_name(other)
-                )));
-            }
-        }
-    }
-    Ok(cur.clone())
-}
-
 /// Whether a value counts as true in jq (`null` and `false` are false, everything else true).
 pub fn truthy(v: &Val) -> bool {
     !matches!(v, Val::Null | Val::Bool(false))
@@ -461,37 +360,76 @@ mod tests {
     }
 
     #[test]
-    fn native_and_jaq_agree_on_paths() {
-        let scope = ["request", "search"];
+    fn native_and_jaq_agree() {
+        let scope = ["request", "search", "item"];
         let vals = [
-            v(r#"{"q":"x"}"#),
-            v(r#"{"items":[{"id":1},{"id":2}],"n":3}"#),
+            v(r#"{"q":"x y","n":null}"#),
+            v(r#"{"items":[{"id":1,"name":"a"},{"id":2}],"n":3,"f":2.5,"t":true,"s":"str"}"#),
+            v(r#"{"id":7,"name":"seven"}"#),
         ];
-        for src in [
+        let input = v(r#"{"id":9,"name":"nine","deep":{"x":[1,2]}}"#);
+        let cases = [
             "$search.items[1].id",
             "$search.items[-1].id",
             "$search.items[5]",
             "$search.missing.deeper",
             "$search.n",
             "$request",
-            "$search.items[0]",
-        ] {
+            ".",
+            ".deep.x[1]",
+            ".[\"name\"]",
+            "$search[\"items\"][0]",
+            "42",
+            "-1.5",
+            "\"plain\"",
+            "\"esc\\n\\t\\u00e9\"",
+            "\"/items/\\($item.id)\"",
+            "\"n=\\($search.n) f=\\($search.f) t=\\($search.t) o=\\($search.items[0]) s=\\($search.s) null=\\($request.n)\"",
+            "{total: $search.n, first: $search.items[0].name, lit: 1}",
+            "{id, name}",
+            "{$item}",
+            "{\"quoted key\": .id, b: {c: [$search.n, .name, []]}}",
+            "[$search.n, $item.id, \"x\"]",
+            "[]",
+            "{}",
+            "$request.n // []",
+            "$search.n // []",
+            "$search.n.x // \"fallback\"",
+            "$request.n // $request.missing // 0",
+        ];
+        for src in cases {
             let native = Expr::compile(src, &scope).unwrap();
             assert!(native.is_native(), "{src} should be native");
-            // Wrapping in parentheses forces the interpreter.
-            let jaq = Expr::compile(&format!("({src})"), &scope).unwrap();
+            let jaq = Expr::compile_interpreted(src, &scope).unwrap();
             assert!(!jaq.is_native());
-            let a = native.eval(&Val::Null, |i| vals[i].clone());
-            let b = jaq.eval(&Val::Null, |i| vals[i].clone());
+            let a = native.eval(&input, |i| vals[i].clone());
+            let b = jaq.eval(&input, |i| vals[i].clone());
             assert_eq!(
-                a.map(|x| json::to_string(&x)).ok(),
-                b.map(|x| json::to_string(&x)).ok(),
+                a.map(|x| json::to_string(&x)).map_err(|_| ()),
+                b.map(|x| json::to_string(&x)).map_err(|_| ()),
                 "{src}"
             );
         }
-        // Indexing a number fails in both.
-        assert!(run("$search.n.x", &scope, &vals, &Val::Null).is_err());
-        assert!(run("($search.n.x)", &scope, &vals, &Val::Null).is_err());
+        for src in ["$search.n.x", ".id.x", "$search.items.x"] {
+            let native = Expr::compile(src, &scope).unwrap();
+            assert!(native.is_native());
+            assert!(native.eval(&input, |i| vals[i].clone()).is_err(), "{src}");
+            let jaq = Expr::compile_interpreted(src, &scope).unwrap();
+            assert!(jaq.eval(&input, |i| vals[i].clone()).is_err(), "{src}");
+        }
+        for src in [
+            "$search.items | length",
+            "[$search.items[].id]",
+            "\"\\($item.id | tostring)\"",
+            ".[0:1]",
+            "$search.n?",
+            "@uri \"\\(.)\"",
+        ] {
+            assert!(
+                !Expr::compile(src, &scope).unwrap().is_native(),
+                "{src} is for the interpreter"
+            );
+        }
     }
 
     #[test]
