@@ -14,6 +14,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The production allocator (see crates/fanout-cli/src/main.rs); both sides of the comparison use it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Answers instantly with a canned body chosen by path prefix.
 struct Canned {
     name: String,
