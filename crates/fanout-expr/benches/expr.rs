@@ -4,6 +4,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use fanout_expr::{Expr, Val, json};
 use std::hint::black_box;
 
+// The production allocator (see crates/fanout-cli/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn doc() -> Val {
     let items: Vec<String> = (0..100)
         .map(|i| {
@@ -52,14 +56,27 @@ fn bench(c: &mut Criterion) {
     g.bench_function("reshape_object/jaq", |b| {
         b.iter(|| black_box(shape.eval(&Val::Null, lookup).unwrap()))
     });
-    let url = Expr::compile(
-        r#""/vacancies/\($search.items[0].id)?q=\($request.query.q | @uri)""#,
-        &scope,
-    )
-    .unwrap();
-    g.bench_function("build_url/jaq", |b| {
-        b.iter(|| black_box(url.eval(&Val::Null, lookup).unwrap()))
-    });
+    let cases = [
+        (
+            "build_url",
+            r#""/vacancies/\($search.items[0].id)?q=\($request.query.q)""#,
+        ),
+        (
+            "build_object",
+            r#"{total: $search.total, page: $search.meta.page.n, first: $search.items[0], q: ($request.query.q // "")}"#,
+        ),
+    ];
+    for (name, src) in cases {
+        let native = Expr::compile(src, &scope).unwrap();
+        assert!(native.is_native());
+        let jaq = Expr::compile_interpreted(src, &scope).unwrap();
+        g.bench_function(format!("{name}/native"), |b| {
+            b.iter(|| black_box(native.eval(&Val::Null, lookup).unwrap()))
+        });
+        g.bench_function(format!("{name}/jaq"), |b| {
+            b.iter(|| black_box(jaq.eval(&Val::Null, lookup).unwrap()))
+        });
+    }
     let bytes = json::to_string(&vals[1]).into_bytes();
     g.bench_function("parse_8kb_json", |b| {
         b.iter(|| black_box(json::parse(&bytes).unwrap()))

@@ -2,95 +2,11 @@
 //! (jaq's `Display` is ~5× slower than writing bytes ourselves).
 
 use crate::Val;
-use bytes::Bytes;
-use jaq_json::{Map, Num};
-use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use std::fmt;
+use jaq_json::Num;
 
 /// Parse JSON bytes into a value.
 pub fn parse(bytes: &[u8]) -> Result<Val, serde_json::Error> {
     serde_json::from_slice(bytes)
-}
-
-/// Parse a body into a value; strings (and keys) without escapes share `body`'s buffer instead
-/// of being copied. Used for backend answers: one parse, few allocations.
-pub fn parse_bytes(body: &Bytes) -> Result<Val, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let v = Seed { src: body }.deserialize(&mut de)?;
-    de.end()?;
-    Ok(v)
-}
-
-#[derive(Clone, Copy)]
-struct Seed<'a> {
-    src: &'a Bytes,
-}
-
-impl Seed<'_> {
-    fn share(&self, s: &str) -> Val {
-        let (base, p) = (self.src.as_ptr() as usize, s.as_ptr() as usize);
-        if p >= base && p + s.len() <= base + self.src.len() {
-            Val::TStr(Box::new(self.src.slice(p - base..p - base + s.len())))
-        } else {
-            str_val(s)
-        }
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Seed<'_> {
-    type Value = Val;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Val, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Seed<'_> {
-    type Value = Val;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Val, E> {
-        Ok(Val::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Val, E> {
-        Ok(Val::Num(Num::from_integral(v)))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Val, E> {
-        Ok(Val::Num(Num::from_integral(v)))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Val, E> {
-        Ok(Val::Num(Num::Float(v)))
-    }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Val, E> {
-        Ok(self.share(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Val, E> {
-        Ok(str_val(v))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Val, E> {
-        Ok(Val::utf8_str(v.into_bytes()))
-    }
-    fn visit_unit<E>(self) -> Result<Val, E> {
-        Ok(Val::Null)
-    }
-    fn visit_none<E>(self) -> Result<Val, E> {
-        Ok(Val::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
-        let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(x) = seq.next_element_seed(self)? {
-            v.push(x);
-        }
-        Ok(Val::Arr(v.into()))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val, A::Error> {
-        let mut m = Map::default();
-        while let Some(k) = map.next_key_seed(self)? {
-            let v = map.next_value_seed(self)?;
-            m.insert(k, v);
-        }
-        Ok(Val::obj(m))
-    }
 }
 
 /// Convert a `serde_json::Value` (e.g. a default from the config) into a value.
@@ -193,7 +109,10 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn write_str(b: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
-    let text = String::from_utf8_lossy(b);
+    let text = match std::str::from_utf8(b) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(b),
+    };
     let bytes = text.as_bytes();
     let mut start = 0;
     for (i, &c) in bytes.iter().enumerate() {
@@ -242,21 +161,6 @@ mod tests {
             to_string(&from_serde(&a)),
             to_string(&parse(out.as_bytes()).unwrap())
         );
-    }
-
-    #[test]
-    fn shared_parse_matches_plain_parse() {
-        let src = r#"{"a":[1,-2,2.5,null,true],"s":"plain","e":"esc\"aped\u00e9","k\u0041":{}}"#;
-        let b = Bytes::from(src.to_string());
-        assert_eq!(
-            to_string(&parse_bytes(&b).unwrap()),
-            to_string(&parse(src.as_bytes()).unwrap())
-        );
-        assert!(
-            parse_bytes(&Bytes::from_static(b"{} x")).is_err(),
-            "trailing garbage"
-        );
-        assert!(parse_bytes(&Bytes::from_static(b"{\"a\":")).is_err());
     }
 
     #[test]

@@ -505,7 +505,7 @@ async fn call(
     if resp.body.is_empty() {
         return Ok(Val::Null);
     }
-    json::parse_bytes(&resp.body).map_err(|e| FlowError {
+    json::parse(&resp.body).map_err(|e| FlowError {
         kind: ErrorKind::BadBackendAnswer,
         message: format!(
             "step `{}`: backend `{}` answered invalid JSON: {e}",
