@@ -319,3 +319,26 @@ routes:
     assert_eq!(seen.get("one"), Some(&3), "{seen:?}");
     assert_eq!(seen.get("two"), Some(&3), "{seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let addr = gw.addr;
+    let in_flight = tokio::spawn(async move { get(&format!("http://{addr}/parallel")).await });
+    eventually("request reached the stub", || {
+        s.stats("a").unwrap().routes["GET /slow"].in_flight == 2
+    })
+    .await;
+    gw.shutdown().await.expect("clean shutdown");
+    let r = in_flight.await.unwrap();
+    assert_eq!(
+        r.status, 200,
+        "the in-flight request completed during the drain"
+    );
+    assert_eq!(r.json(), serde_json::json!({"joined": "L-R"}));
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}
