@@ -56,6 +56,58 @@ enum Cmd {
         #[arg(long, short)]
         config: String,
     },
+    /// Open-model load generator: latency from the intended send time, schedules in Tank syntax.
+    Load {
+        /// Target URL, e.g. http://127.0.0.1:8080/vacancies?text=rust
+        url: String,
+        /// Schedule: `const(RPS,DUR)`, `line(FROM,TO,DUR)`, `step(FROM,TO,STEP,DUR)`, in sequence.
+        #[arg(long, short, default_value = "const(100,10s)")]
+        schedule: String,
+        /// HTTP method.
+        #[arg(long, short = 'X', default_value = "GET")]
+        method: String,
+        /// Header `name: value` (repeatable).
+        #[arg(long = "header", short = 'H')]
+        headers: Vec<String>,
+        /// Request body.
+        #[arg(long, short = 'd')]
+        body: Option<String>,
+        /// Use HTTP/2 (h2c prior knowledge).
+        #[arg(long)]
+        http2: bool,
+        /// Maximum connections (HTTP/1.1: one request in flight per connection).
+        #[arg(long, default_value_t = 512)]
+        connections: usize,
+        /// Per-request timeout, e.g. `10s`.
+        #[arg(long, default_value = "10s")]
+        timeout: String,
+        /// Pass/fail threshold, e.g. `p99<50ms`, `errors<1%`, `rate>=950` (repeatable; exit 2 on failure).
+        #[arg(long)]
+        threshold: Vec<String>,
+        /// Write the full report as JSON (schema: crates/fanout-load/README.md).
+        #[arg(long)]
+        json: Option<String>,
+    },
+    /// Run a lab scenario against one or more targets and write report.html / report.json.
+    Lab {
+        /// Scenario: hh-vacancies, product-page, slow-backend, overload.
+        scenario: String,
+        /// Targets, comma-separated: fanout, hyper-baseline.
+        #[arg(long, value_delimiter = ',', default_value = "fanout")]
+        targets: Vec<String>,
+        /// Reduced run (< 60 s).
+        #[arg(long)]
+        quick: bool,
+        /// Rounds of interleaved trials (default 3 with --quick, else 5).
+        #[arg(long)]
+        trials: Option<usize>,
+        /// Output directory.
+        #[arg(long, default_value = "lab-out")]
+        out: String,
+        /// The hand-written baseline executable (default: `hyper-aggregator` next to this binary).
+        #[arg(long)]
+        baseline_bin: Option<String>,
+    },
     /// Quick start: example stubs + gateway in one process, with a ready curl line.
     Demo {
         /// Gateway listen address.
@@ -176,6 +228,86 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             d.gateway.shutdown().await?;
             Ok(())
         }),
+        Cmd::Load {
+            url,
+            schedule,
+            method,
+            headers,
+            body,
+            http2,
+            connections,
+            timeout,
+            threshold,
+            json,
+        } => {
+            let code = runtime(None)?.block_on(fanout::load::run_cli(fanout::load::LoadArgs {
+                url,
+                schedule,
+                method,
+                headers,
+                body,
+                http2,
+                connections,
+                timeout,
+                thresholds: threshold,
+                json,
+            }))?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Cmd::Lab {
+            scenario,
+            targets,
+            quick,
+            trials,
+            out,
+            baseline_bin,
+        } => {
+            let exe = std::env::current_exe().context("locating the fanout executable")?;
+            let baseline = match baseline_bin {
+                Some(b) => b.into(),
+                None => exe.with_file_name("hyper-aggregator"),
+            };
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let opts = fanout_lab::LabOptions {
+                scenario,
+                targets,
+                quick,
+                out: out.clone().into(),
+                trials,
+                fanout_bin: exe,
+                baseline_bin: baseline,
+                command,
+            };
+            let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;
+            for (name, t) in &rep.targets {
+                println!(
+                    "{name:<16} max_rate {:>8} req/s   CPU {:>7.1} µs/req   p50 {:>6.2} ms   p99 {:>6.2} ms   errors {:.2}%   calls/req {:.1}   threads {}   RSS {:.1} MB{}",
+                    t.max_rate
+                        .map(|r| format!("{r:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    t.cpu_us_per_request,
+                    t.p50_ms,
+                    t.p99_ms,
+                    t.error_rate * 100.0,
+                    t.backend_calls_per_request,
+                    t.threads_max,
+                    t.rss_max_mb,
+                    if t.generator_valid {
+                        ""
+                    } else {
+                        "   (generator lagged)"
+                    }
+                );
+            }
+            for w in &rep.warnings {
+                println!("WARNING: {w}");
+            }
+            println!("report: {out}/report.html  {out}/report.json");
+            Ok(())
+        }
         Cmd::Schema { .. } | Cmd::Validate { .. } => Ok(()),
     }
 }

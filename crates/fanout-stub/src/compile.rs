@@ -1,7 +1,9 @@
 //! From [`StubConfig`] to [`CompiledStubs`]: routes in a matchit router, body expressions
-//! compiled, statuses, headers and latencies checked. Every error carries `FILE:LINE:COL`.
+//! compiled, statuses, headers, latencies and faults checked. Every error carries
+//! `FILE:LINE:COL`.
 
 use crate::config::{RouteConfig, ServiceConfig, StubConfig};
+use crate::fault::Fault;
 use crate::latency::Latency;
 use bytes::Bytes;
 use fanout_config::pos_in_scalar;
@@ -26,6 +28,8 @@ pub struct Behaviour {
     pub body: Option<Expr>,
     /// Body sent byte for byte instead of `body` (e.g. malformed JSON for fault tests).
     pub raw_body: Option<Bytes>,
+    /// Faults, tried in order; at most one fires per request.
+    pub faults: Vec<Fault>,
 }
 
 /// A route's current [`Behaviour`], replaceable while the stub runs (e.g. by an admin API).
@@ -51,6 +55,17 @@ impl BehaviourCell {
             Ok(mut g) => *g = b,
             Err(poisoned) => *poisoned.into_inner() = b,
         }
+    }
+    /// Replace the behaviour by `f(current)`, atomically with respect to other updates (the
+    /// write lock is held while `f` runs: keep it cheap). Returns the new behaviour.
+    pub fn update(&self, f: impl FnOnce(&Behaviour) -> Behaviour) -> Arc<Behaviour> {
+        let mut g = match self.0.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let next = Arc::new(f(&g));
+        *g = next.clone();
+        next
     }
 }
 
@@ -340,11 +355,31 @@ fn compile_route(
         Some(l) => match Latency::from_config(&l.value) {
             Ok(l) => Some(l),
             Err(msg) => {
-                errs.push(ConfigError::at(l.pos, msg).hint("`min` must not exceed `max`"));
+                let hint = latency_hint(&msg);
+                errs.push(ConfigError::at(l.pos, msg).hint(hint));
                 None
             }
         },
     };
+    let mut faults = Vec::with_capacity(r.faults.len());
+    for f in &r.faults {
+        match Fault::compile(&f.value) {
+            Ok(c) => faults.push(c),
+            Err(problem) => {
+                let body = match &f.value.action {
+                    crate::config::FaultAction::Status { body: Some(b), .. } => Some(b),
+                    _ => None,
+                };
+                let pos = match (problem.body_offset, body) {
+                    (Some(offset), Some(b)) if b.pos != Pos::default() => {
+                        pos_in_scalar(source, b.pos, &b.value, offset)
+                    }
+                    _ => f.pos,
+                };
+                errs.push(ConfigError::at(pos, problem.message).hint(problem.hint));
+            }
+        }
+    }
     let mut headers = HeaderMap::new();
     for (k, v) in &r.headers {
         let name = HeaderName::from_bytes(k.as_bytes());
@@ -403,8 +438,24 @@ fn compile_route(
             headers,
             body,
             raw_body: r.raw_body.as_ref().map(|b| Bytes::from(b.value.clone())),
+            faults,
         }),
     })
+}
+
+/// What to do about a latency error, by its message.
+fn latency_hint(msg: &str) -> &'static str {
+    if msg.contains("mixture") && msg.contains("sum") {
+        "the `p` of a mixture's arms must add up to 1, e.g. 0.99 and 0.01"
+    } else if msg.contains("probability") {
+        "a mixture arm's `p` is a probability between 0 and 1"
+    } else if msg.contains("stall") {
+        "write e.g. `{stall: {every: 1s, duration: 200ms, base: 5ms}}`"
+    } else if msg.contains("uniform") {
+        "`min` must not exceed `max`"
+    } else {
+        "see docs/stubs.md for the latency models"
+    }
 }
 
 /// Stamp errors with the file name.

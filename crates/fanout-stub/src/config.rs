@@ -1,11 +1,18 @@
 //! The stub config (`stubs.yaml`) as typed structs: strict YAML, positions kept for errors.
+//!
+//! The latency and fault forms here are also what the admin API accepts as JSON
+//! (`PUT /__stub/routes`) and prints back (`GET /__stub/routes`), so they serialize to the same
+//! shapes they are read from.
 
 use fanout_config::{Dur, Located};
 use indexmap::IndexMap;
 use schemars::JsonSchema;
-use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::fmt;
+use std::time::Duration;
 
 /// The whole stub config: named services, each listening on its own address.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -26,7 +33,7 @@ pub struct ServiceConfig {
     pub routes: Vec<RouteConfig>,
 }
 
-/// A route of a simulated backend: what it answers and how slowly.
+/// A route of a simulated backend: what it answers, how slowly, and how it fails.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
@@ -39,7 +46,9 @@ pub struct RouteConfig {
     #[serde(default = "default_status")]
     pub status: Located<u16>,
     /// Delay before answering: a duration (`5ms`, `1.5s`, a number of milliseconds) is fixed;
-    /// or `{fixed: 5ms}`; or `{uniform: {min: 1ms, max: 10ms}}`.
+    /// or one of the models `{fixed: 5ms}`, `{uniform: {min, max}}`, `{normal: {mean, sd}}`,
+    /// `{lognormal: {median, sigma}}`, `{mixture: [{p, latency}, ...]}`,
+    /// `{stall: {every, duration, base}}`.
     pub latency: Option<Located<LatencyConfig>>,
     /// Static response headers.
     #[serde(default)]
@@ -50,6 +59,9 @@ pub struct RouteConfig {
     /// Response body sent byte for byte instead of `body` — e.g. malformed JSON, to test how a
     /// client handles it.
     pub raw_body: Option<Located<String>>,
+    /// Faults, tried in order; each fires with its probability `p`, at most one per request.
+    #[serde(default)]
+    pub faults: Vec<Located<FaultConfig>>,
 }
 
 fn default_method() -> Located<String> {
@@ -66,28 +78,94 @@ fn default_status() -> Located<u16> {
 pub enum LatencyConfig {
     /// A fixed delay written as a bare duration.
     Fixed(Dur),
-    /// A latency model (`{fixed: ..}` or `{uniform: {min, max}}`).
+    /// A latency model: a mapping with exactly one key naming it.
     Model(LatencyModel),
 }
 
 /// A latency model: a mapping with exactly one key naming the model.
-#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "lowercase")]
 pub enum LatencyModel {
     /// Always the same delay.
-    Fixed(Dur),
+    Fixed(#[serde(serialize_with = "ser_dur")] Dur),
     /// Uniformly distributed between `min` and `max` (inclusive).
     Uniform(UniformLatency),
+    /// Normally distributed, truncated at 0 (negative draws are drawn again).
+    Normal(NormalLatency),
+    /// Log-normally distributed (WireMock's parameters): `median · e^(sigma · Z)`, `Z` standard
+    /// normal. A long right tail that grows with `sigma`.
+    Lognormal(LognormalLatency),
+    /// One of several models, chosen per request with the given probabilities (which must sum
+    /// to 1), e.g. cache hits and misses.
+    Mixture(Vec<MixtureArm>),
+    /// Periodic stalls (GC-pause-like freezes): windows of length `duration` starting every
+    /// `every` after the service started, during which nothing is answered; a response due
+    /// inside a window is held until the window ends. Outside the windows, `base` applies.
+    Stall(StallLatency),
 }
 
 /// Bounds of a uniform latency.
-#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UniformLatency {
     /// Shortest delay.
+    #[serde(serialize_with = "ser_dur")]
     pub min: Dur,
     /// Longest delay.
+    #[serde(serialize_with = "ser_dur")]
     pub max: Dur,
+}
+
+/// Parameters of a normal latency.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NormalLatency {
+    /// Mean (before truncation at 0).
+    #[serde(serialize_with = "ser_dur")]
+    pub mean: Dur,
+    /// Standard deviation.
+    #[serde(serialize_with = "ser_dur")]
+    pub sd: Dur,
+}
+
+/// Parameters of a log-normal latency, as WireMock writes them.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LognormalLatency {
+    /// The median delay (half of the requests are faster).
+    #[serde(serialize_with = "ser_dur")]
+    pub median: Dur,
+    /// Shape: the standard deviation of the delay's natural logarithm (`0.1` is narrow, `1` a
+    /// heavy tail).
+    #[schemars(range(min = 0))]
+    pub sigma: f64,
+}
+
+/// One arm of a mixture.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MixtureArm {
+    /// Probability of this arm, 0..1; the arms' probabilities sum to 1.
+    #[schemars(range(min = 0, max = 1))]
+    pub p: f64,
+    /// The latency of this arm (any form, including another mixture).
+    pub latency: LatencyConfig,
+}
+
+/// Parameters of periodic stalls.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StallLatency {
+    /// Period: a stall window starts every `every`, the first one `every` after the service
+    /// started.
+    #[serde(serialize_with = "ser_dur")]
+    pub every: Dur,
+    /// Length of each stall window; shorter than `every`.
+    #[serde(serialize_with = "ser_dur")]
+    pub duration: Dur,
+    /// Latency outside the stalls; default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<Box<LatencyConfig>>,
 }
 
 impl<'de> Deserialize<'de> for LatencyConfig {
@@ -97,8 +175,9 @@ impl<'de> Deserialize<'de> for LatencyConfig {
             type Value = LatencyConfig;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
-                    "a duration (`5ms`, `1.5s`, milliseconds), `{fixed: 5ms}` or \
-                     `{uniform: {min: 1ms, max: 10ms}}`",
+                    "a duration (`5ms`, `1.5s`, milliseconds) or a latency model: `{fixed: 5ms}`, \
+                     `{uniform: {min, max}}`, `{normal: {mean, sd}}`, `{lognormal: {median, \
+                     sigma}}`, `{mixture: [{p, latency}, ...]}`, `{stall: {every, duration, base}}`",
                 )
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<LatencyConfig, E> {
@@ -111,9 +190,9 @@ impl<'de> Deserialize<'de> for LatencyConfig {
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<LatencyConfig, E> {
                 if v.is_finite() && (0.0..1e12).contains(&v) {
-                    Ok(LatencyConfig::Fixed(Dur(
-                        std::time::Duration::from_secs_f64(v / 1000.0),
-                    )))
+                    Ok(LatencyConfig::Fixed(Dur(Duration::from_secs_f64(
+                        v / 1000.0,
+                    ))))
                 } else {
                     Err(E::custom(
                         "a latency must be a non-negative number of milliseconds",
@@ -129,5 +208,360 @@ impl<'de> Deserialize<'de> for LatencyConfig {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+impl Serialize for LatencyConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LatencyConfig::Fixed(d) => ser_dur(d, s),
+            LatencyConfig::Model(m) => m.serialize(s),
+        }
+    }
+}
+
+/// Write a duration so that [`Dur::parse`] reads it back exactly: `5ms`, `250us`, `10ns`.
+pub(crate) fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns.is_multiple_of(1_000_000) {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns.is_multiple_of(1_000) {
+        format!("{}us", ns / 1_000)
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+fn ser_dur<S: Serializer>(d: &Dur, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(d.0))
+}
+
+/// A fault of a route: with probability `p`, answer a request in a broken way instead of the
+/// normal response.
+///
+/// Written as a mapping with one key naming the kind plus `p`:
+/// `{status: 503, p: 0.1, body: '{error: "down"}'}`, `{reset: {}, p: 0.01}`, `{hang: {}, p}`,
+/// `{slow_body: {chunks: 10, duration: 1s}, p}`, `{malformed: {}, p}`,
+/// `{close_after_headers: {}, p}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultConfig {
+    /// Probability that the fault fires for a request that reaches it, 0..1; default 1.
+    pub p: f64,
+    /// What happens when it fires.
+    pub action: FaultAction,
+}
+
+/// What a fault does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultAction {
+    /// Answer this status, with `body` (a jq expression over `$request`) or a JSON error
+    /// object as the body.
+    Status {
+        /// The status code.
+        status: u16,
+        /// Body expression; default `{"error": "injected fault", "status": STATUS}`.
+        body: Option<Located<String>>,
+    },
+    /// Reset the connection (TCP RST): the client sees "connection reset by peer".
+    Reset,
+    /// Never answer; the request ends when the client gives up (counted as aborted).
+    Hang,
+    /// Send the headers at once, then the body in `chunks` pieces spread over `duration`.
+    SlowBody(SlowBodyConfig),
+    /// Status 200 with a truncated, invalid JSON body.
+    Malformed,
+    /// Send the status and headers (with a `content-length`), then close the connection
+    /// without the body.
+    CloseAfterHeaders,
+}
+
+/// Parameters of a slow (dribbled) body.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlowBodyConfig {
+    /// Number of pieces the body is sent in (1 to 65536).
+    #[schemars(range(min = 1, max = 65536))]
+    pub chunks: u32,
+    /// Time over which the pieces are spread; the last one is sent `duration` after the
+    /// headers.
+    #[serde(serialize_with = "ser_dur")]
+    pub duration: Dur,
+}
+
+/// The fault kinds, as written in the config and reported in the stats.
+pub(crate) const FAULT_KINDS: [&str; 6] = [
+    "status",
+    "reset",
+    "hang",
+    "slow_body",
+    "malformed",
+    "close_after_headers",
+];
+
+impl FaultAction {
+    /// The kind's name as written in the config (`status`, `reset`, ...).
+    pub fn kind(&self) -> &'static str {
+        FAULT_KINDS[self.kind_index()]
+    }
+
+    /// Index of the kind in [`FAULT_KINDS`].
+    pub(crate) fn kind_index(&self) -> usize {
+        match self {
+            FaultAction::Status { .. } => 0,
+            FaultAction::Reset => 1,
+            FaultAction::Hang => 2,
+            FaultAction::SlowBody(_) => 3,
+            FaultAction::Malformed => 4,
+            FaultAction::CloseAfterHeaders => 5,
+        }
+    }
+}
+
+/// The `{}` argument of the fault kinds that take no parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+impl<'de> Deserialize<'de> for FaultConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FaultConfig;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a fault: a mapping with one of the keys status, reset, hang, slow_body, \
+                     malformed, close_after_headers, and `p`",
+                )
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FaultConfig, A::Error> {
+                let mut p: Option<f64> = None;
+                let mut body: Option<Located<String>> = None;
+                let mut action: Option<FaultAction> = None;
+                let set = |action: &mut Option<FaultAction>, a: FaultAction| {
+                    if let Some(prev) = action {
+                        return Err(de::Error::custom(format!(
+                            "a fault has one kind, found both `{}` and `{}`",
+                            prev.kind(),
+                            a.kind()
+                        )));
+                    }
+                    *action = Some(a);
+                    Ok(())
+                };
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "p" => {
+                            if p.is_some() {
+                                return Err(de::Error::duplicate_field("p"));
+                            }
+                            p = Some(map.next_value()?);
+                        }
+                        "body" => {
+                            if body.is_some() {
+                                return Err(de::Error::duplicate_field("body"));
+                            }
+                            body = Some(map.next_value()?);
+                        }
+                        "status" => {
+                            let status: u16 = map.next_value()?;
+                            set(&mut action, FaultAction::Status { status, body: None })?;
+                        }
+                        "reset" => {
+                            map.next_value::<NoArgs>()?;
+                            set(&mut action, FaultAction::Reset)?;
+                        }
+                        "hang" => {
+                            map.next_value::<NoArgs>()?;
+                            set(&mut action, FaultAction::Hang)?;
+                        }
+                        "slow_body" => {
+                            let s: SlowBodyConfig = map.next_value()?;
+                            set(&mut action, FaultAction::SlowBody(s))?;
+                        }
+                        "malformed" => {
+                            map.next_value::<NoArgs>()?;
+                            set(&mut action, FaultAction::Malformed)?;
+                        }
+                        "close_after_headers" => {
+                            map.next_value::<NoArgs>()?;
+                            set(&mut action, FaultAction::CloseAfterHeaders)?;
+                        }
+                        other => {
+                            return Err(de::Error::custom(format!(
+                                "unknown fault kind `{other}`; expected one of status, reset, \
+                                 hang, slow_body, malformed, close_after_headers (and `p`, \
+                                 `body`)"
+                            )));
+                        }
+                    }
+                }
+                let mut action = action.ok_or_else(|| {
+                    de::Error::custom(
+                        "a fault needs a kind: one of status, reset, hang, slow_body, \
+                         malformed, close_after_headers",
+                    )
+                })?;
+                match (&mut action, body) {
+                    (FaultAction::Status { body: slot, .. }, b) => *slot = b,
+                    (_, Some(_)) => {
+                        return Err(de::Error::custom("only a `status` fault has a `body`"));
+                    }
+                    (_, None) => {}
+                }
+                Ok(FaultConfig {
+                    p: p.unwrap_or(1.0),
+                    action,
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for FaultConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        match &self.action {
+            FaultAction::Status { status, body } => {
+                m.serialize_entry("status", status)?;
+                if let Some(b) = body {
+                    m.serialize_entry("body", &b.value)?;
+                }
+            }
+            FaultAction::SlowBody(sb) => m.serialize_entry("slow_body", sb)?,
+            other => m.serialize_entry(other.kind(), &NoArgs {})?,
+        }
+        m.serialize_entry("p", &self.p)?;
+        m.end()
+    }
+}
+
+/// The JSON Schema of a fault (one variant per kind), for [`FaultConfig`]'s hand-written serde.
+#[derive(JsonSchema)]
+#[serde(untagged, deny_unknown_fields)]
+#[allow(dead_code)]
+enum FaultSchema {
+    /// Answer this status (100..999) with `body` or a JSON error object.
+    Status {
+        /// The status code.
+        #[schemars(range(min = 100, max = 999))]
+        status: u16,
+        /// Body: a jq expression over `$request`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(with = "String")]
+        body: Option<String>,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
+    /// Reset the connection (TCP RST).
+    Reset {
+        /// Always `{}`.
+        reset: NoArgs,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
+    /// Never answer.
+    Hang {
+        /// Always `{}`.
+        hang: NoArgs,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
+    /// Headers at once, then the body in pieces spread over a duration.
+    SlowBody {
+        /// Chunks and total duration.
+        slow_body: SlowBodyConfig,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
+    /// Status 200 with a truncated, invalid JSON body.
+    Malformed {
+        /// Always `{}`.
+        malformed: NoArgs,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
+    /// Status and headers with a `content-length`, then the connection closes.
+    CloseAfterHeaders {
+        /// Always `{}`.
+        close_after_headers: NoArgs,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
+}
+
+/// The default probability of a fault.
+fn one() -> f64 {
+    1.0
+}
+
+impl JsonSchema for FaultConfig {
+    fn schema_name() -> Cow<'static, str> {
+        "Fault".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut schema = FaultSchema::json_schema(generator);
+        schema.insert(
+            "description".into(),
+            "A fault: one key naming the kind (status, reset, hang, slow_body, malformed, \
+             close_after_headers) plus `p`, the probability that it fires (default 1). Faults \
+             are tried in order; at most one fires per request."
+                .into(),
+        );
+        schema
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_format_so_they_parse_back() {
+        for d in [
+            Duration::ZERO,
+            Duration::from_millis(5),
+            Duration::from_micros(1500),
+            Duration::from_nanos(10),
+            Duration::from_secs(3600),
+        ] {
+            let text = format_duration(d);
+            assert_eq!(Dur::parse(&text).map(|d| d.0), Ok(d), "{text}");
+        }
+    }
+
+    #[test]
+    fn faults_and_latencies_round_trip_through_json() {
+        let src = r#"[{"status": 503, "p": 0.5, "body": "{a: 1}"}, {"reset": {}, "p": 0.1},
+            {"slow_body": {"chunks": 3, "duration": "1s"}}, {"close_after_headers": {}}]"#;
+        let faults: Vec<FaultConfig> = serde_json::from_str(src).expect("faults parse");
+        assert_eq!(faults[2].p, 1.0);
+        let back: Vec<FaultConfig> =
+            serde_json::from_value(serde_json::to_value(&faults).expect("serialize"))
+                .expect("parse back");
+        assert_eq!(back, faults);
+        assert!(serde_json::from_str::<FaultConfig>(r#"{"explode": {}}"#).is_err());
+        assert!(serde_json::from_str::<FaultConfig>(r#"{"reset": {}, "body": "1"}"#).is_err());
+        assert!(serde_json::from_str::<FaultConfig>(r#"{"p": 1}"#).is_err());
+
+        let src = r#"{"mixture": [{"p": 0.9, "latency": "1ms"},
+            {"p": 0.1, "latency": {"stall": {"every": "1s", "duration": "100ms",
+             "base": {"lognormal": {"median": "20ms", "sigma": 0.5}}}}}]}"#;
+        let l: LatencyConfig = serde_json::from_str(src).expect("latency parses");
+        let back: LatencyConfig =
+            serde_json::from_value(serde_json::to_value(&l).expect("serialize")).expect("back");
+        assert_eq!(back, l);
     }
 }

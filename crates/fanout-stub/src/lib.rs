@@ -15,10 +15,20 @@
 //!       - path: /search
 //!         method: GET                  # default GET; "*" = any method
 //!         status: 200                  # default 200
-//!         latency: 5ms                 # or {fixed: 5ms} or {uniform: {min: 1ms, max: 10ms}}
+//!         latency: 5ms                 # or a model, see below
 //!         headers: { x-a: "1" }
 //!         body: '{items: [range(3) | {id: ., q: $request.query.text}]}'
+//!         faults:                      # tried in order, at most one fires per request
+//!           - {status: 503, p: 0.01}
+//!           - {reset: {}, p: 0.001}
 //! ```
+//!
+//! Latency models ([`LatencyModel`]): `{fixed: 5ms}`, `{uniform: {min, max}}`,
+//! `{normal: {mean, sd}}` (truncated at 0), `{lognormal: {median, sigma}}` (WireMock's
+//! parameters), `{mixture: [{p, latency}, ...]}` and `{stall: {every, duration, base}}`
+//! (periodic freezes aligned to the server's start). Faults ([`FaultConfig`]): `status`,
+//! `reset` (TCP RST), `hang`, `slow_body`, `malformed`, `close_after_headers`. The user guide is
+//! `docs/stubs.md`.
 //!
 //! Every route counts requests started, completed, in flight (and the maximum), and *aborted* —
 //! handlers dropped before they finished because the client went away (connection closed, or an
@@ -26,24 +36,40 @@
 //! in process ([`StubServer::stats`]) or over HTTP (`GET /__stub/stats`, `POST /__stub/reset` on
 //! every service port).
 //!
-//! A route's [`Behaviour`] sits in a [`BehaviourCell`] and can be replaced while running
-//! ([`StubServer::set_behaviour`]); the load lab builds its admin API and fault models on that.
+//! Per route, the stats also count the faults fired by kind and report the *overshoot* of the
+//! stub's sleeps (actual minus requested delay, p50/p99/max in µs): the proof that the stub was
+//! not the bottleneck.
+//!
+//! A route's [`Behaviour`] sits in a [`BehaviourCell`] and can be replaced while running:
+//! whole ([`StubServer::set_behaviour`]) or field by field with a [`RouteUpdate`]
+//! ([`StubServer::update_route`], or `PUT /__stub/routes` over HTTP; `GET /__stub/routes`
+//! lists the current latency and faults of every route).
 
 #![warn(missing_docs)]
 
+mod admin;
+mod body;
 mod compile;
 mod config;
+mod conn;
+mod fault;
 mod latency;
 mod server;
 mod stats;
 
+pub use admin::{RouteUpdate, RouteUpdateError, RouteView};
 pub use compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledStubs};
 pub use config::{
-    LatencyConfig, LatencyModel, RouteConfig, ServiceConfig, StubConfig, UniformLatency,
+    FaultAction, FaultConfig, LatencyConfig, LatencyModel, LognormalLatency, MixtureArm, NoArgs,
+    NormalLatency, RouteConfig, ServiceConfig, SlowBodyConfig, StallLatency, StubConfig,
+    UniformLatency,
 };
-pub use latency::Latency;
+pub use fault::{Fault, FaultKind, MAX_SLOW_BODY_CHUNKS};
+pub use latency::{
+    Latency, MAX_DELAY, PROBABILITY_TOLERANCE, WeightedLatency, stall_hold, with_rng,
+};
 pub use server::{MAX_BODY_BYTES, StubError, StubServer};
-pub use stats::{RouteStats, ServiceStats};
+pub use stats::{FaultCounts, RouteStats, ServiceStats};
 
 use fanout_config::{ConfigError, ConfigErrors, VarLookup};
 

@@ -1,14 +1,25 @@
 //! The running stub: one listener per service, HTTP/1.1 and h2c on the same port, per-request
-//! latency and templated JSON bodies, counters, and the `/__stub/` admin endpoints.
+//! latency, faults and templated JSON bodies, counters, and the `/__stub/` admin endpoints.
+//!
+//! The request path takes no lock shared between requests other than the read side of the
+//! route's behaviour cell: random draws come from a per-thread RNG, counters are atomics and
+//! the overshoot histogram is sharded by thread. Delays use tokio's timer (1 ms granularity:
+//! a sleep ends on the next millisecond tick at or after its deadline); the overshoot histogram
+//! reports how late sleeps ended.
 
+use crate::admin::{PutRoute, RouteUpdate, RouteUpdateError, RouteView};
+use crate::body::StubBody;
 use crate::compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledService, CompiledStubs};
+use crate::conn::{ConnCtx, ResetOnDrop};
+use crate::fault::{self, FaultKind};
+use crate::latency::{MAX_DELAY, with_rng};
 use crate::stats::{ConnCounters, RouteCounters, ServiceStats};
 use bytes::Bytes;
-use fanout_expr::Val;
 use fanout_expr::request::{RequestParts, request_val};
+use fanout_expr::{Expr, Val};
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -18,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
 
 /// Largest accepted request body; larger bodies get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -52,10 +64,12 @@ struct ServiceState {
     routes: Vec<RouteState>,
     conns: ConnCounters,
     http: auto::Builder<TokioExecutor>,
+    /// When the server started: stall windows are aligned to it.
+    origin: Instant,
 }
 
 impl ServiceState {
-    fn new(compiled: CompiledService) -> Self {
+    fn new(compiled: CompiledService, origin: Instant) -> Self {
         let routes = compiled
             .routes
             .iter()
@@ -71,6 +85,7 @@ impl ServiceState {
             routes,
             conns: ConnCounters::default(),
             http,
+            origin,
         }
     }
 
@@ -98,6 +113,31 @@ impl ServiceState {
     fn route_index(&self, key: &str) -> Option<usize> {
         self.compiled.routes.iter().position(|r| r.key == key)
     }
+
+    fn route_views(&self) -> Vec<RouteView> {
+        self.compiled
+            .routes
+            .iter()
+            .zip(&self.routes)
+            .map(|(c, r)| RouteView::of(&c.key, &r.behaviour.load()))
+            .collect()
+    }
+
+    /// Apply `update` to route `key`; the new view, or why not.
+    fn update_route(&self, key: &str, update: &RouteUpdate) -> Result<RouteView, RouteUpdateError> {
+        let route = self
+            .route_index(key)
+            .and_then(|i| self.routes.get(i))
+            .ok_or_else(|| RouteUpdateError::NoRoute {
+                service: self.compiled.name.clone(),
+                route: key.to_string(),
+            })?;
+        // Compile outside the lock; apply under it (concurrent updates do not lose fields).
+        let compiled = update.compile().map_err(RouteUpdateError::Invalid)?;
+        let next = route.behaviour.update(|b| compiled.apply(b));
+        tracing::info!(service = %self.compiled.name, route = %key, "route behaviour updated");
+        Ok(RouteView::of(key, &next))
+    }
 }
 
 struct RunningService {
@@ -118,6 +158,7 @@ impl CompiledStubs {
         let mut running = StubServer {
             services: Vec::new(),
         };
+        let origin = Instant::now();
         for svc in &self.services {
             let listener = TcpListener::bind(svc.listen.as_str())
                 .await
@@ -131,7 +172,7 @@ impl CompiledStubs {
                 addr: svc.listen.clone(),
                 source,
             })?;
-            let state = Arc::new(ServiceState::new(svc.clone()));
+            let state = Arc::new(ServiceState::new(svc.clone(), origin));
             let task = tokio::spawn(accept_loop(listener, state.clone()));
             tracing::info!(service = %svc.name, %addr, "stub service listening");
             running.services.push(RunningService {
@@ -199,6 +240,26 @@ impl StubServer {
         true
     }
 
+    /// Change a route while running (what `PUT /__stub/routes` does): only the fields given in
+    /// `update` change. Requests already running keep the behaviour they started with.
+    pub fn update_route(
+        &self,
+        service: &str,
+        route: &str,
+        update: RouteUpdate,
+    ) -> Result<(), RouteUpdateError> {
+        let s = self
+            .find(service)
+            .ok_or_else(|| RouteUpdateError::NoService(service.to_string()))?;
+        s.state.update_route(route, &update).map(|_| ())
+    }
+
+    /// The routes of `service` with their current status, latency and faults (what
+    /// `GET /__stub/routes` lists), in config order.
+    pub fn routes(&self, service: &str) -> Option<Vec<RouteView>> {
+        self.find(service).map(|s| s.state.route_views())
+    }
+
     /// Stop accepting, close every connection, and wait until the accept loops have ended.
     pub async fn shutdown(mut self) {
         let services = std::mem::take(&mut self.services);
@@ -246,38 +307,89 @@ async fn serve_connection(stream: TcpStream, state: Arc<ServiceState>) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(error = %e, "set_nodelay failed");
     }
+    let ctx = Arc::new(ConnCtx::default());
+    let io = TokioIo::new(ResetOnDrop::new(stream, ctx.clone()));
     let svc_state = state.clone();
+    let svc_ctx = ctx.clone();
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let state = svc_state.clone();
-        async move { Ok::<_, Infallible>(handle(&state, req).await) }
+        let ctx = svc_ctx.clone();
+        async move { Ok::<_, Infallible>(handle(&state, &ctx, req).await) }
     });
-    if let Err(e) = state
-        .http
-        .serve_connection(TokioIo::new(stream), service)
-        .await
-    {
-        tracing::debug!(service = %state.compiled.name, error = %e, "connection ended with an error");
+    let conn = state.http.serve_connection(io, service);
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                tracing::debug!(service = %state.compiled.name, error = %e, "connection ended with an error");
+            }
+        }
+        // A `reset` fault: dropping the connection drops the socket with SO_LINGER 0.
+        () = ctx.kill.notified() => {
+            tracing::debug!(service = %state.compiled.name, "connection reset (injected fault)");
+        }
     }
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<StubBody> {
+    let mut resp = Response::new(StubBody::full(body));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
-fn error_response(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+fn error_response(status: StatusCode, message: &str) -> Response<StubBody> {
     let body = serde_json::json!({ "error": message }).to_string();
-    json_response(status, body.into_bytes())
+    json_response(status, body)
 }
 
-async fn handle(state: &ServiceState, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// What a body expression sees of the request.
+struct RequestView<'a> {
+    parts: &'a http::request::Parts,
+    path: &'a str,
+    params: &'a [(&'a str, &'a str)],
+    body: &'a [u8],
+}
+
+impl RequestView<'_> {
+    /// Evaluate a body expression over `$request` and write it as JSON.
+    fn eval(&self, expr: &Expr) -> Result<Bytes, String> {
+        let body_val = if self.body.is_empty() {
+            Val::Null
+        } else {
+            fanout_expr::json::parse(self.body)
+                .unwrap_or_else(|_| fanout_expr::json::str_val(&String::from_utf8_lossy(self.body)))
+        };
+        let request = request_val(RequestParts {
+            method: self.parts.method.as_str(),
+            path: self.path,
+            query: self.parts.uri.query(),
+            params: self.params.iter().copied(),
+            headers: self
+                .parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            body: body_val,
+        });
+        let mut out = Vec::with_capacity(128);
+        let v = expr
+            .eval(&Val::Null, |_| request.clone())
+            .map_err(|e| format!("body expression failed: {e}"))?;
+        fanout_expr::json::write(&v, &mut out);
+        Ok(Bytes::from(out))
+    }
+}
+
+async fn handle(
+    state: &ServiceState,
+    conn: &ConnCtx,
+    req: Request<Incoming>,
+) -> Response<StubBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     if let Some(admin) = path.strip_prefix(ADMIN_PREFIX) {
-        return admin_request(state, &parts.method, admin);
+        return admin_request(state, &parts, admin, body).await;
     }
     let table = &state.compiled.table;
     let routes = &state.compiled.routes;
@@ -306,6 +418,77 @@ async fn handle(state: &ServiceState, req: Request<Incoming>) -> Response<Full<B
     let guard = route.counters.start();
     let behaviour = route.behaviour.load();
 
+    let bytes = match read_body(&parts, body).await {
+        Ok(b) => b,
+        Err(resp) => {
+            guard.complete();
+            return resp;
+        }
+    };
+
+    let now = Instant::now();
+    let since_start = now.saturating_duration_since(state.origin);
+    let (fault, delay) = with_rng(|rng| {
+        let fault = fault::pick(&behaviour.faults, rng);
+        let delay = behaviour.latency.delay_at(since_start, rng);
+        (fault.map(|f| &f.kind), delay)
+    });
+    if let Some(f) = fault {
+        route.counters.fault_fired(f.index());
+    }
+    if let Some(FaultKind::Hang) = fault {
+        // Never answer: the handler ends when the client goes away (counted as aborted).
+        return std::future::pending().await;
+    }
+
+    let delay = delay.min(MAX_DELAY);
+    if !delay.is_zero() {
+        let deadline = now + delay;
+        tokio::time::sleep_until(deadline).await;
+        route
+            .counters
+            .record_overshoot(Instant::now().saturating_duration_since(deadline));
+    }
+
+    let view = RequestView {
+        parts: &parts,
+        path,
+        params: &params,
+        body: &bytes,
+    };
+    let resp = match fault {
+        None => respond(&behaviour, &view, StubBody::full),
+        Some(FaultKind::Hang) => return std::future::pending().await,
+        Some(FaultKind::Reset) => {
+            guard.complete();
+            conn.reset();
+            // The connection task drops this handler together with the connection.
+            return std::future::pending().await;
+        }
+        Some(FaultKind::Status { status, body }) => status_fault(*status, body.as_ref(), &view),
+        Some(FaultKind::SlowBody { chunks, duration }) => respond(&behaviour, &view, |b| {
+            StubBody::dribble(b, *chunks, *duration)
+        }),
+        Some(FaultKind::Malformed) => {
+            let mut resp = respond(&behaviour, &view, |b| StubBody::full(malformed(&b)));
+            if resp.status() != StatusCode::INTERNAL_SERVER_ERROR {
+                *resp.status_mut() = StatusCode::OK;
+            }
+            resp
+        }
+        Some(FaultKind::CloseAfterHeaders) => respond(&behaviour, &view, |b| {
+            StubBody::close_after_headers(b.len())
+        }),
+    };
+    guard.complete();
+    resp
+}
+
+/// Read the request body, up to [`MAX_BODY_BYTES`]; the error is the response to send.
+async fn read_body(
+    parts: &http::request::Parts,
+    body: Incoming,
+) -> Result<Bytes, Response<StubBody>> {
     let too_large = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
@@ -313,85 +496,44 @@ async fn handle(state: &ServiceState, req: Request<Incoming>) -> Response<Full<B
         .and_then(|v| v.parse::<u64>().ok())
         .is_some_and(|n| n > MAX_BODY_BYTES as u64);
     if too_large {
-        guard.complete();
-        return too_large_response();
+        return Err(too_large_response());
     }
-    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(c) => c.to_bytes(),
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
         Err(e) => {
-            guard.complete();
             if e.is::<http_body_util::LengthLimitError>() {
-                return too_large_response();
+                return Err(too_large_response());
             }
-            return error_response(
+            Err(error_response(
                 StatusCode::BAD_REQUEST,
                 &format!("cannot read request body: {e}"),
-            );
+            ))
         }
-    };
-
-    let delay = behaviour.latency.sample();
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
     }
-
-    let resp = respond(&behaviour, &parts, path, &params, &bytes);
-    guard.complete();
-    resp
 }
 
-fn too_large_response() -> Response<Full<Bytes>> {
+fn too_large_response() -> Response<StubBody> {
     error_response(
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("request body larger than {MAX_BODY_BYTES} bytes"),
     )
 }
 
+/// The route's normal response, its body bytes wrapped by `wrap` (plain, dribbled, ...).
 fn respond(
     b: &Behaviour,
-    parts: &http::request::Parts,
-    path: &str,
-    params: &[(&str, &str)],
-    body: &[u8],
-) -> Response<Full<Bytes>> {
-    let mut out = Vec::with_capacity(128);
-    match &b.body {
-        None if b.raw_body.is_some() => {}
-        None => out.extend_from_slice(b"null"),
-        Some(expr) => {
-            let body_val = if body.is_empty() {
-                Val::Null
-            } else {
-                fanout_expr::json::parse(body)
-                    .unwrap_or_else(|_| fanout_expr::json::str_val(&String::from_utf8_lossy(body)))
-            };
-            let request = request_val(RequestParts {
-                method: parts.method.as_str(),
-                path,
-                query: parts.uri.query(),
-                params: params.iter().copied(),
-                headers: parts
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_bytes())),
-                body: body_val,
-            });
-            match expr.eval(&Val::Null, |_| request.clone()) {
-                Ok(v) => fanout_expr::json::write(&v, &mut out),
-                Err(e) => {
-                    return error_response(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!("body expression failed: {e}"),
-                    );
-                }
-            }
-        }
-    }
-    let out = match &b.raw_body {
-        Some(raw) => raw.clone(),
-        None => Bytes::from(out),
+    req: &RequestView<'_>,
+    wrap: impl FnOnce(Bytes) -> StubBody,
+) -> Response<StubBody> {
+    let bytes = match (&b.raw_body, &b.body) {
+        (Some(raw), _) => raw.clone(),
+        (None, None) => Bytes::from_static(b"null"),
+        (None, Some(expr)) => match req.eval(expr) {
+            Ok(bytes) => bytes,
+            Err(e) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        },
     };
-    let mut resp = Response::new(Full::new(out));
+    let mut resp = Response::new(wrap(bytes));
     *resp.status_mut() = b.status;
     let headers = resp.headers_mut();
     for (k, v) in &b.headers {
@@ -403,30 +545,96 @@ fn respond(
     resp
 }
 
-fn admin_request(state: &ServiceState, method: &Method, what: &str) -> Response<Full<Bytes>> {
-    match (what, method) {
-        ("stats", &Method::GET) => match serde_json::to_vec(&state.stats()) {
-            Ok(body) => json_response(StatusCode::OK, body),
-            Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+/// The response of a `status` fault: its body expression, or a JSON error object.
+fn status_fault(
+    status: StatusCode,
+    body: Option<&Expr>,
+    req: &RequestView<'_>,
+) -> Response<StubBody> {
+    let bytes = match body {
+        Some(expr) => match req.eval(expr) {
+            Ok(b) => b,
+            Err(e) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
+        None => Bytes::from(
+            serde_json::json!({"error": "injected fault", "status": status.as_u16()}).to_string(),
+        ),
+    };
+    json_response(status, bytes)
+}
+
+/// A truncated, never-valid JSON body: the first half of `body` and an unclosed `{` (no valid
+/// JSON text ends with an unclosed object, whatever precedes it).
+fn malformed(body: &[u8]) -> Bytes {
+    let half = body.get(..body.len() / 2).unwrap_or_default();
+    let mut out = Vec::with_capacity(half.len() + 1);
+    out.extend_from_slice(half);
+    out.push(b'{');
+    Bytes::from(out)
+}
+
+fn method_not_allowed(method: &Method, what: &str, allow: &'static str) -> Response<StubBody> {
+    let mut resp = error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("method {method} not allowed for {ADMIN_PREFIX}{what}"),
+    );
+    resp.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Response<StubBody> {
+    match serde_json::to_vec(v) {
+        Ok(body) => json_response(StatusCode::OK, body),
+        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+async fn admin_request(
+    state: &ServiceState,
+    parts: &http::request::Parts,
+    what: &str,
+    body: Incoming,
+) -> Response<StubBody> {
+    let method = &parts.method;
+    match (what, method) {
+        ("stats", &Method::GET) => to_json(&state.stats()),
         ("reset", &Method::POST) => {
             state.reset();
-            json_response(StatusCode::OK, br#"{"reset":true}"#.to_vec())
+            json_response(StatusCode::OK, Bytes::from_static(br#"{"reset":true}"#))
         }
-        ("stats" | "reset", _) => {
-            let allow = if what == "stats" { "GET" } else { "POST" };
-            let mut resp = error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                &format!("method {method} not allowed for {ADMIN_PREFIX}{what}"),
-            );
-            resp.headers_mut()
-                .insert(ALLOW, HeaderValue::from_static(allow));
-            resp
+        ("routes", &Method::GET) => to_json(&serde_json::json!({ "routes": state.route_views() })),
+        ("routes", &Method::PUT) => {
+            let bytes = match read_body(parts, body).await {
+                Ok(b) => b,
+                Err(resp) => return resp,
+            };
+            let put: PutRoute = match serde_json::from_slice(&bytes) {
+                Ok(p) => p,
+                Err(e) => {
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        &format!("invalid route update: {e}"),
+                    );
+                }
+            };
+            let (route, update) = put.into_update();
+            match state.update_route(&route, &update) {
+                Ok(view) => to_json(&view),
+                Err(e @ RouteUpdateError::NoRoute { .. }) => {
+                    error_response(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(e) => error_response(StatusCode::BAD_REQUEST, &e.to_string()),
+            }
         }
+        ("stats", _) => method_not_allowed(method, what, "GET"),
+        ("reset", _) => method_not_allowed(method, what, "POST"),
+        ("routes", _) => method_not_allowed(method, what, "GET, PUT"),
         _ => error_response(
             StatusCode::NOT_FOUND,
             &format!(
-                "no admin endpoint {ADMIN_PREFIX}{what}; use GET {ADMIN_PREFIX}stats or POST {ADMIN_PREFIX}reset"
+                "no admin endpoint {ADMIN_PREFIX}{what}; use GET {ADMIN_PREFIX}stats, POST \
+                 {ADMIN_PREFIX}reset, GET or PUT {ADMIN_PREFIX}routes"
             ),
         ),
     }
@@ -435,6 +643,7 @@ fn admin_request(state: &ServiceState, method: &Method, what: &str) -> Response<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::Full;
     use tokio::io::AsyncWriteExt;
 
     async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

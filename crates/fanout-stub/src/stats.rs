@@ -1,9 +1,118 @@
-//! Counters of a running stub: per route (requests, completions, concurrency, aborts) and per
-//! service (connections). Tests prove concurrency and cancellation through them.
+//! Counters of a running stub: per route (requests, completions, concurrency, aborts, faults
+//! fired, and the overshoot of its sleeps) and per service (connections). Tests prove
+//! concurrency and cancellation through them; the load lab proves through the overshoot that
+//! the stub was not the bottleneck.
+//!
+//! Everything on the request path is an atomic add, except the overshoot: an HdrHistogram per
+//! route *and per shard*, the shard picked by the recording thread, so threads rarely meet on a
+//! lock (held only for the `record` call). Reads merge the shards.
 
+use crate::config::FAULT_KINDS;
+use hdrhistogram::Histogram;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// Significant digits of the overshoot histograms (1 % resolution).
+const OVERSHOOT_SIGFIG: u8 = 2;
+
+/// Most shards per route histogram.
+const MAX_SHARDS: usize = 16;
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard, assigned round-robin on first use.
+    static SHARD: usize = NEXT_SHARD.fetch_add(1, Relaxed);
+}
+
+/// Overshoot (actual minus requested sleep, in µs) of one route, sharded by thread.
+#[derive(Debug)]
+pub(crate) struct Overshoot {
+    /// Created on the first record, so routes that never sleep cost no histogram.
+    shards: Box<[Mutex<Option<Histogram<u64>>>]>,
+}
+
+impl Default for Overshoot {
+    fn default() -> Self {
+        let n = std::thread::available_parallelism()
+            .map_or(4, |n| n.get())
+            .clamp(1, MAX_SHARDS);
+        Overshoot {
+            shards: (0..n).map(|_| Mutex::new(None)).collect(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Overshoot percentiles of one route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OvershootSummary {
+    pub(crate) count: u64,
+    pub(crate) p50_us: u64,
+    pub(crate) p99_us: u64,
+    pub(crate) max_us: u64,
+}
+
+impl Overshoot {
+    pub(crate) fn record(&self, overshoot: Duration) {
+        let us = u64::try_from(overshoot.as_micros()).unwrap_or(u64::MAX);
+        let i = SHARD.with(|s| *s) % self.shards.len().max(1);
+        let Some(shard) = self.shards.get(i) else {
+            return;
+        };
+        let mut h = lock(shard);
+        if h.is_none() {
+            // Auto-resizing: grows to the largest value seen. Creation cannot fail for a
+            // valid sigfig; if it did, the sample is dropped.
+            *h = Histogram::new(OVERSHOOT_SIGFIG).ok();
+        }
+        if let Some(h) = h.as_mut()
+            && h.record(us).is_err()
+        {
+            // Beyond what the histogram can grow to: count it at its highest value.
+            h.saturating_record(us);
+        }
+    }
+
+    pub(crate) fn summary(&self) -> OvershootSummary {
+        let mut total: Option<Histogram<u64>> = None;
+        for shard in &*self.shards {
+            let h = lock(shard);
+            let Some(h) = h.as_ref() else { continue };
+            match &mut total {
+                None => total = Some(h.clone()),
+                Some(t) => {
+                    if let Err(e) = t.add(h) {
+                        tracing::debug!(error = %e, "cannot merge overshoot histograms");
+                    }
+                }
+            }
+        }
+        match total {
+            Some(h) if !h.is_empty() => OvershootSummary {
+                count: h.len(),
+                p50_us: h.value_at_quantile(0.5),
+                p99_us: h.value_at_quantile(0.99),
+                max_us: h.max(),
+            },
+            _ => OvershootSummary::default(),
+        }
+    }
+
+    fn reset(&self) {
+        for shard in &*self.shards {
+            if let Some(h) = lock(shard).as_mut() {
+                h.reset();
+            }
+        }
+    }
+}
 
 /// Live counters of one route.
 #[derive(Debug, Default)]
@@ -13,6 +122,9 @@ pub(crate) struct RouteCounters {
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     aborted: AtomicU64,
+    /// Faults fired, by kind (index into [`FAULT_KINDS`]).
+    faults: [AtomicU64; FAULT_KINDS.len()],
+    overshoot: Overshoot,
 }
 
 impl RouteCounters {
@@ -27,13 +139,31 @@ impl RouteCounters {
         }
     }
 
+    /// Count a fault of kind `kind` (index into [`FAULT_KINDS`]) as fired.
+    pub(crate) fn fault_fired(&self, kind: usize) {
+        if let Some(c) = self.faults.get(kind) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Record how much later than requested a sleep ended.
+    pub(crate) fn record_overshoot(&self, overshoot: Duration) {
+        self.overshoot.record(overshoot);
+    }
+
     pub(crate) fn snapshot(&self) -> RouteStats {
+        let o = self.overshoot.summary();
         RouteStats {
             requests: self.requests.load(Relaxed),
             completed: self.completed.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             max_in_flight: self.max_in_flight.load(Relaxed),
             aborted: self.aborted.load(Relaxed),
+            overshoot_count: o.count,
+            overshoot_p50_us: o.p50_us,
+            overshoot_p99_us: o.p99_us,
+            overshoot_max_us: o.max_us,
+            faults: FaultCounts::from_array(self.faults.each_ref().map(|c| c.load(Relaxed))),
         }
     }
 
@@ -42,6 +172,10 @@ impl RouteCounters {
         self.requests.store(0, Relaxed);
         self.completed.store(0, Relaxed);
         self.aborted.store(0, Relaxed);
+        for c in &self.faults {
+            c.store(0, Relaxed);
+        }
+        self.overshoot.reset();
         self.max_in_flight
             .store(self.in_flight.load(Relaxed), Relaxed);
     }
@@ -119,6 +253,86 @@ pub struct RouteStats {
     pub max_in_flight: u64,
     /// Requests whose handler was dropped before it finished (the client went away).
     pub aborted: u64,
+    /// Sleeps measured for the overshoot percentiles (requests with a non-zero delay that
+    /// reached the end of their sleep).
+    #[serde(default)]
+    pub overshoot_count: u64,
+    /// Median overshoot in µs: how much later than requested a sleep ended (the timer's
+    /// granularity — 1 ms for tokio — plus scheduling delay).
+    #[serde(default)]
+    pub overshoot_p50_us: u64,
+    /// 99th percentile of the overshoot, µs.
+    #[serde(default)]
+    pub overshoot_p99_us: u64,
+    /// Largest overshoot, µs.
+    #[serde(default)]
+    pub overshoot_max_us: u64,
+    /// Faults fired, by kind.
+    #[serde(default)]
+    pub faults: FaultCounts,
+}
+
+/// Faults fired on a route, by kind (serialized as `{"status": n, "reset": n, ...}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultCounts {
+    /// `status` faults.
+    pub status: u64,
+    /// `reset` faults.
+    pub reset: u64,
+    /// `hang` faults.
+    pub hang: u64,
+    /// `slow_body` faults.
+    pub slow_body: u64,
+    /// `malformed` faults.
+    pub malformed: u64,
+    /// `close_after_headers` faults.
+    pub close_after_headers: u64,
+}
+
+impl FaultCounts {
+    /// From counts in [`FAULT_KINDS`] order.
+    fn from_array(c: [u64; FAULT_KINDS.len()]) -> FaultCounts {
+        let [
+            status,
+            reset,
+            hang,
+            slow_body,
+            malformed,
+            close_after_headers,
+        ] = c;
+        FaultCounts {
+            status,
+            reset,
+            hang,
+            slow_body,
+            malformed,
+            close_after_headers,
+        }
+    }
+
+    /// The count of fault kind `kind` as named in the config (`"reset"`, ...).
+    pub fn get(&self, kind: &str) -> Option<u64> {
+        Some(match kind {
+            "status" => self.status,
+            "reset" => self.reset,
+            "hang" => self.hang,
+            "slow_body" => self.slow_body,
+            "malformed" => self.malformed,
+            "close_after_headers" => self.close_after_headers,
+            _ => return None,
+        })
+    }
+
+    /// All faults fired.
+    pub fn total(&self) -> u64 {
+        self.status
+            + self.reset
+            + self.hang
+            + self.slow_body
+            + self.malformed
+            + self.close_after_headers
+    }
 }
 
 /// A snapshot of one service's counters (what `GET /__stub/stats` returns).
@@ -152,7 +366,8 @@ mod tests {
                 completed: 1,
                 in_flight: 0,
                 max_in_flight: 2,
-                aborted: 1
+                aborted: 1,
+                ..RouteStats::default()
             }
         );
         let g = c.start();
@@ -161,5 +376,30 @@ mod tests {
         g.complete();
         assert_eq!(c.snapshot().completed, 1);
         assert_eq!(c.snapshot().in_flight, 0);
+    }
+
+    #[test]
+    fn faults_and_overshoot_are_counted_and_reset() {
+        let c = RouteCounters::default();
+        c.fault_fired(1);
+        c.fault_fired(1);
+        c.fault_fired(4);
+        c.fault_fired(99);
+        for us in 1..=100 {
+            c.record_overshoot(Duration::from_micros(us * 10));
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| c.record_overshoot(Duration::from_millis(50)));
+        });
+        let s = c.snapshot();
+        assert_eq!(s.faults.total(), 3);
+        assert_eq!((s.faults.reset, s.faults.get("malformed")), (2, Some(1)));
+        assert_eq!(s.faults.get("nope"), None);
+        assert_eq!(s.overshoot_count, 101);
+        assert!((490..=520).contains(&s.overshoot_p50_us), "{s:?}");
+        assert!((980..=1020).contains(&s.overshoot_p99_us), "{s:?}");
+        assert!((49_500..=50_500).contains(&s.overshoot_max_us), "{s:?}");
+        c.reset();
+        assert_eq!(c.snapshot(), RouteStats::default());
     }
 }

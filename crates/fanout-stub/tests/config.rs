@@ -1,6 +1,6 @@
 //! Loading stub configs: formats accepted, and errors with `FILE:LINE:COL`.
 
-use fanout_stub::{Latency, load};
+use fanout_stub::{Latency, WeightedLatency, load};
 use std::time::Duration;
 
 fn no_vars(_: &str) -> Option<String> {
@@ -146,10 +146,15 @@ fn latency_forms() {
     });
 
     let e = err(
+        "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        latency: {pareto: {scale: 1ms}}\n",
+    );
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+    assert!(e.contains("pareto"), "{e}");
+    let e = err(
         "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        latency: {normal: {mean: 1ms}}\n",
     );
     assert!(e.starts_with("stubs.yaml:6:"), "{e}");
-    assert!(e.contains("normal"), "{e}");
+    assert!(e.contains("missing field `sd`"), "{e}");
     let e = err(
         "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /x\n        latency: {uniform: {min: 1ms}}\n",
     );
@@ -187,7 +192,242 @@ fn missing_file_and_empty_config() {
 fn schema_describes_the_config() {
     let s = fanout_stub::schema();
     let text = s.to_string();
-    for needle in ["services", "listen", "routes", "latency", "uniform", "body"] {
+    for needle in [
+        "services",
+        "listen",
+        "routes",
+        "latency",
+        "uniform",
+        "body",
+        "lognormal",
+        "mixture",
+        "stall",
+        "faults",
+        "slow_body",
+        "close_after_headers",
+    ] {
         assert!(text.contains(needle), "schema lacks {needle}: {text}");
     }
+}
+
+#[test]
+fn new_latency_models_load() {
+    let c = ok(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /n
+        latency: {normal: {mean: 20ms, sd: 5ms}}
+      - path: /l
+        latency: {lognormal: {median: 90ms, sigma: 0.1}}
+      - path: /m
+        latency:
+          mixture:
+            - {p: 0.99, latency: 2ms}
+            - {p: 0.01, latency: {uniform: {min: 100ms, max: 200ms}}}
+      - path: /s
+        latency: {stall: {every: 1s, duration: 200ms, base: {fixed: 1ms}}}
+      - path: /s2
+        latency: {stall: {every: 5s, duration: 1s}}
+"#);
+    let ms = Duration::from_millis;
+    let want = [
+        Latency::Normal {
+            mean: ms(20),
+            sd: ms(5),
+        },
+        Latency::LogNormal {
+            median: ms(90),
+            sigma: 0.1,
+        },
+        Latency::Mixture(vec![
+            WeightedLatency {
+                p: 0.99,
+                latency: Latency::Fixed(ms(2)),
+            },
+            WeightedLatency {
+                p: 0.01,
+                latency: Latency::Uniform {
+                    min: ms(100),
+                    max: ms(200),
+                },
+            },
+        ]),
+        Latency::Stall {
+            every: ms(1000),
+            duration: ms(200),
+            base: Box::new(Latency::Fixed(ms(1))),
+        },
+        Latency::Stall {
+            every: ms(5000),
+            duration: ms(1000),
+            base: Box::new(Latency::None),
+        },
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let s = c.start().await.expect("start");
+        for (key, want) in c.routes("a").expect("service a").iter().zip(want) {
+            assert_eq!(s.behaviour("a", key).expect("route").latency, want, "{key}");
+        }
+    });
+}
+
+#[test]
+fn mixture_probabilities_must_sum_to_one() {
+    let yaml = r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /m
+        latency:
+          mixture:
+            - {p: 0.9, latency: 2ms}
+            - {p: 0.05, latency: 20ms}
+"#;
+    let e = err(yaml);
+    // The position of the model (`mixture:`).
+    assert!(e.starts_with("stubs.yaml:7:11: "), "{e}");
+    assert!(e.contains("sum to 0.95,"), "{e}");
+    assert!(e.contains("hint:"), "{e}");
+
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /m
+        latency: {mixture: [{p: 1.5, latency: 2ms}, {p: -0.5, latency: 1ms}]}
+"#);
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+    assert!(e.contains("not within 0..1"), "{e}");
+
+    // Within the tolerance of 1e-6.
+    ok(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /m
+        latency: {mixture: [{p: 0.3333333, latency: 2ms}, {p: 0.6666667, latency: 1ms}]}
+"#);
+}
+
+#[test]
+fn stall_and_lognormal_are_checked() {
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /s
+        latency: {stall: {every: 100ms, duration: 200ms}}
+"#);
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+    assert!(e.contains("shorter than `every`"), "{e}");
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /s
+        latency: {lognormal: {median: 10ms, sigma: -1}}
+"#);
+    assert!(e.starts_with("stubs.yaml:6:"), "{e}");
+    assert!(e.contains("sigma"), "{e}");
+}
+
+#[test]
+fn faults_load_and_bad_faults_have_positions() {
+    let c = ok(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /f
+        faults:
+          - {status: 503, p: 0.1, body: '{error: "down", path: $request.path}'}
+          - {reset: {}, p: 0.01}
+          - {hang: {}, p: 0.01}
+          - {slow_body: {chunks: 10, duration: 1s}, p: 0.01}
+          - {malformed: {}, p: 0.01}
+          - {close_after_headers: {}}
+"#);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let s = c.start().await.expect("start");
+        let b = s.behaviour("a", "GET /f").expect("route");
+        let kinds: Vec<_> = b.faults.iter().map(|f| (f.kind.name(), f.p)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("status", 0.1),
+                ("reset", 0.01),
+                ("hang", 0.01),
+                ("slow_body", 0.01),
+                ("malformed", 0.01),
+                ("close_after_headers", 1.0)
+            ]
+        );
+    });
+
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /f
+        faults:
+          - {status: 503, p: 0.1}
+          - {explode: {}, p: 0.1}
+"#);
+    assert!(e.starts_with("stubs.yaml:8:"), "{e}");
+    assert!(e.contains("unknown fault kind `explode`"), "{e}");
+
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /f
+        faults:
+          - {reset: {}, p: 0.1}
+          - {hang: {}, p: 2}
+"#);
+    assert!(e.starts_with("stubs.yaml:8:"), "{e}");
+    assert!(e.contains("probability 2 is not within 0..1"), "{e}");
+
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /f
+        faults:
+          - {status: 503, reset: {}}
+"#);
+    assert!(e.starts_with("stubs.yaml:7:"), "{e}");
+    assert!(e.contains("one kind"), "{e}");
+
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /f
+        faults:
+          - {slow_body: {chunks: 0, duration: 1s}}
+"#);
+    assert!(e.starts_with("stubs.yaml:7:"), "{e}");
+    assert!(e.contains("chunks"), "{e}");
+
+    // A bad body expression points inside the expression.
+    let e = err(r#"services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /f
+        faults:
+          - status: 503
+            body: '{a: $nope}'
+"#);
+    // The quote is at column 19; `$nope` starts at column 24.
+    assert!(e.starts_with("stubs.yaml:8:24: "), "{e}");
 }

@@ -1,0 +1,115 @@
+//! Child processes of a lab run (stubs, systems under test): start, wait until ready, stop.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// Errors starting a child.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The executable could not be started.
+    #[error("cannot start `{name}` ({bin}): {source}")]
+    Spawn {
+        /// Role in the lab.
+        name: String,
+        /// Executable.
+        bin: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// It started but never answered.
+    #[error("`{name}` did not become ready on {addr} within {secs} s (exited: {exited})")]
+    NotReady {
+        /// Role in the lab.
+        name: String,
+        /// Address probed.
+        addr: SocketAddr,
+        /// Wait time.
+        secs: u64,
+        /// Whether the process had exited.
+        exited: bool,
+    },
+}
+
+/// A running child; killed when dropped.
+pub struct Proc {
+    /// Role in the lab (`fanout`, `stubs`, …).
+    pub name: String,
+    child: Child,
+}
+
+impl Proc {
+    /// Start `bin args…` with `env`, stdout/stderr to `log` (a file in the output directory).
+    pub fn spawn(
+        name: &str,
+        bin: &Path,
+        args: &[String],
+        env: &HashMap<String, String>,
+        log: &Path,
+    ) -> Result<Proc, ProcessError> {
+        let err = |source| ProcessError::Spawn {
+            name: name.to_string(),
+            bin: bin.display().to_string(),
+            source,
+        };
+        let out = std::fs::File::create(log).map_err(err)?;
+        let errf = out.try_clone().map_err(err)?;
+        let child = Command::new(bin)
+            .args(args)
+            .envs(env)
+            .env("RUST_LOG", "warn")
+            .stdout(out)
+            .stderr(errf)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(err)?;
+        Ok(Proc {
+            name: name.to_string(),
+            child,
+        })
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Wait until `addr` answers an HTTP request (any status).
+    pub async fn wait_ready(
+        &mut self,
+        addr: SocketAddr,
+        path: &str,
+        within: Duration,
+    ) -> Result<(), ProcessError> {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            if crate::http::get(addr, path).await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(ProcessError::NotReady {
+            name: self.name.clone(),
+            addr,
+            secs: within.as_secs(),
+            exited: matches!(self.child.try_wait(), Ok(Some(_))),
+        })
+    }
+
+    /// Stop the process (SIGKILL) and reap it.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A free 127.0.0.1 port (bound then released; good enough on a lab machine).
+pub fn free_addr() -> std::io::Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    l.local_addr()
+}

@@ -1,0 +1,142 @@
+//! Sampling a process from `/proc`: CPU time (user+sys), RSS, threads, context switches, open fds.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// One reading of a process.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ProcSample {
+    /// Seconds since the sampler started.
+    pub t: f64,
+    /// Total CPU time consumed so far, in µs: the scheduler's run time summed over the threads
+    /// (`/proc/PID/task/*/schedstat`, ns resolution), or utime+stime ticks where unavailable.
+    pub cpu_us: u64,
+    /// Resident set size in bytes.
+    pub rss_bytes: u64,
+    /// Number of threads.
+    pub threads: u64,
+    /// Voluntary + involuntary context switches so far (all threads).
+    pub ctx_switches: u64,
+    /// Open file descriptors.
+    pub fds: u64,
+}
+
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions; it returns -1 on error.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as u64 } else { 100 }
+}
+
+/// Sum of the first field of `/proc/PID/task/*/schedstat` (time spent running, ns).
+fn schedstat_ns(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    let mut any = false;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat"))
+            && let Some(ns) = s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+        {
+            total += ns;
+            any = true;
+        }
+    }
+    any.then_some(total)
+}
+
+/// Read a process's current figures; `None` when it is gone.
+pub fn sample(pid: u32) -> Option<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(0) ppid(1) … utime(11) stime(12) … num_threads(17) … rss(21).
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    let threads: u64 = f.get(17)?.parse().ok()?;
+    // Prefer the scheduler's nanosecond run time summed over threads; ticks are 10 ms coarse.
+    let cpu_us = schedstat_ns(pid)
+        .map(|ns| ns / 1000)
+        .unwrap_or((utime + stime) * 1_000_000 / clock_ticks());
+
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let rss_bytes = field("VmRSS:") * 1024;
+    let ctx_switches = field("voluntary_ctxt_switches:") + field("nonvoluntary_ctxt_switches:");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0);
+    Some(ProcSample {
+        t: 0.0,
+        cpu_us,
+        rss_bytes,
+        threads,
+        ctx_switches,
+        fds,
+    })
+}
+
+/// Samples a process periodically in a background task until dropped or stopped.
+pub struct Sampler {
+    samples: std::sync::Arc<std::sync::Mutex<Vec<ProcSample>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    /// Start sampling `pid` every `every`.
+    pub fn start(pid: u32, every: Duration) -> Sampler {
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = samples.clone();
+        let task = tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                let Some(mut s) = sample(pid) else { return };
+                s.t = start.elapsed().as_secs_f64();
+                if let Ok(mut v) = out.lock() {
+                    v.push(s);
+                }
+            }
+        });
+        Sampler { samples, task }
+    }
+
+    /// Stop and return the samples.
+    pub fn finish(self) -> Vec<ProcSample> {
+        self.task.abort();
+        self.samples.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_this_process() {
+        let s = sample(std::process::id()).expect("own /proc entry");
+        assert!(s.threads >= 1);
+        assert!(s.rss_bytes > 0);
+        assert!(s.fds > 0);
+        assert!(sample(u32::MAX - 1).is_none());
+    }
+}
