@@ -7,6 +7,7 @@ pub mod load;
 
 use fanout_config::{Config, ConfigErrors, VarLookup};
 use fanout_proxy::Gateway;
+pub use fanout_stub::addr_var;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -71,21 +72,6 @@ pub async fn start_gateway(gateway: Gateway, addr: &str) -> std::io::Result<Runn
         stop: Some(tx),
         task,
     })
-}
-
-/// The variable a stub service's address is published under: `search` → `SEARCH_ADDR`.
-pub fn addr_var(service: &str) -> String {
-    format!(
-        "{}_ADDR",
-        service
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            })
-            .collect::<String>()
-    )
 }
 
 /// Resolves when the process gets Ctrl-C or SIGTERM.

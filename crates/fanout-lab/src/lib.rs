@@ -12,6 +12,7 @@ pub mod scenario;
 pub mod svg;
 
 use fanout_load::{LoadReport, LoadSpec, Protocol, Schedule};
+use fanout_stub::addr_var;
 use process::{Proc, free_addr};
 use scenario::{Mode, Scenario};
 use serde::Serialize;
@@ -343,21 +344,6 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
     );
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
-}
-
-/// `search` → `SEARCH_ADDR`.
-pub fn addr_var(service: &str) -> String {
-    format!(
-        "{}_ADDR",
-        service
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            })
-            .collect::<String>()
-    )
 }
 
 fn order(targets: usize, round: usize) -> Vec<usize> {

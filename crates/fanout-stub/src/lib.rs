@@ -96,3 +96,19 @@ pub fn load_file(path: &str, vars: VarLookup<'_>) -> Result<CompiledStubs, Confi
 pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(StubConfig)).unwrap_or_default()
 }
+
+/// The variable a stub service's address is published under, by convention of the examples, the
+/// demo and the lab: service `search` listens on `${SEARCH_ADDR}` and gateways reach it there.
+pub fn addr_var(service: &str) -> String {
+    let upper: String = service
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{upper}_ADDR")
+}
