@@ -115,6 +115,8 @@ pub struct Trial {
     pub backend_calls_per_request: f64,
     /// Stub sleep overshoot p99 (µs), max over routes, if the stub reports it.
     pub stub_overshoot_p99_us: Option<f64>,
+    /// Context switches of the target (all threads) during the trial per completed request.
+    pub ctx_switches_per_request: f64,
     /// Threads of the target at the end of the trial.
     pub threads: u64,
     /// RSS of the target at the end of the trial, MB.
@@ -415,6 +417,8 @@ impl Lab {
             generator_cpu_us_per_request: gen_after.cpu_us.saturating_sub(gen_before.cpu_us) as f64
                 / completed,
             backend_calls_per_request: backend_total as f64 / completed,
+            ctx_switches_per_request: after.ctx_switches.saturating_sub(before.ctx_switches) as f64
+                / completed,
             stub_overshoot_p99_us: overshoot,
             threads: after.threads,
             rss_mb: after.rss_bytes as f64 / 1e6,

@@ -48,6 +48,28 @@ fn schedstat_ns(pid: u32) -> Option<u64> {
     any.then_some(total)
 }
 
+/// Voluntary + involuntary context switches summed over `/proc/PID/task/*/status`.
+fn task_ctx_switches(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Some(total)
+}
+
 /// Read a process's current figures; `None` when it is gone.
 pub fn sample(pid: u32) -> Option<ProcSample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -73,7 +95,10 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
             .unwrap_or(0)
     };
     let rss_bytes = field("VmRSS:") * 1024;
-    let ctx_switches = field("voluntary_ctxt_switches:") + field("nonvoluntary_ctxt_switches:");
+    // /proc/PID/status counts the main thread's switches only; sum over every thread.
+    let ctx_switches = task_ctx_switches(pid).unwrap_or_else(|| {
+        field("voluntary_ctxt_switches:") + field("nonvoluntary_ctxt_switches:")
+    });
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count() as u64)
         .unwrap_or(0);

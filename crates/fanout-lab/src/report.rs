@@ -630,7 +630,7 @@ pub fn html(rep: &LabReport, json: &str) -> String {
     for c in charts(rep) {
         h.push_str(&c);
     }
-    h.push_str("<h2>All trials</h2><table><tr><th>#</th><th>target</th><th>phase</th><th>round</th><th>offered</th><th>achieved</th><th>p50 ms</th><th>p99 ms</th><th>CPU-µs/req</th><th>gen CPU-µs/req</th><th>calls/req</th><th>lag p99 ms</th><th>valid</th></tr>");
+    h.push_str("<h2>All trials</h2><table><tr><th>#</th><th>target</th><th>phase</th><th>round</th><th>offered</th><th>achieved</th><th>p50 ms</th><th>p99 ms</th><th>CPU-µs/req</th><th>gen CPU-µs/req</th><th>calls/req</th><th>ctx sw/req</th><th>lag p99 ms</th><th>valid</th></tr>");
     for (i, t) in rep.trials.iter().enumerate() {
         let _ = write!(
             h,
