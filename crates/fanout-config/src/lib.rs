@@ -227,6 +227,48 @@ pub struct Backend {
     /// TLS settings for `https://` URLs.
     #[serde(default)]
     pub tls: Tls,
+    /// How to fetch many keys in one call. Steps that look up single keys (`http: {key: …}`) are
+    /// then merged automatically into batch calls.
+    pub batch: Option<BatchConfig>,
+    /// Share identical GET/HEAD calls that are in flight at the same time (within a request or
+    /// across requests): one call, one answer for all. Default true.
+    #[serde(default = "default_true")]
+    pub dedup: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The batch form of a backend: how N keys are fetched in one call and how the answer is split.
+/// Expressions read `$keys` (the list of keys, as strings).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// HTTP method of the batch call; default GET.
+    #[serde(default = "default_method")]
+    pub method: Located<String>,
+    /// Path expression, e.g. `"/items"` or `"/items?ids=\($keys | join(","))"`.
+    pub path: ExprSrc,
+    /// Query parameters: name → expression, e.g. `ids: '$keys | join(",")'`.
+    #[serde(default)]
+    pub query: IndexMap<String, ExprSrc>,
+    /// JSON body expression, e.g. `{ids: $keys}`.
+    pub body: Option<ExprSrc>,
+    /// Splits the answer (`.`) into an object key → value, e.g. `.items | map({key: .id|tostring,
+    /// value: .}) | from_entries`, or `.` when the answer already is such an object. Keys absent
+    /// from it are "not found" for their step.
+    pub split: ExprSrc,
+    /// Most keys per call; more keys are split into several calls sent concurrently. Default 100.
+    #[serde(default = "default_batch_max")]
+    pub max: usize,
+    /// Merge keys from concurrent requests arriving within this window into shared batch calls
+    /// (e.g. `1ms`). Default: off (each request's keys are merged only with its own).
+    pub window: Option<Dur>,
+}
+
+fn default_batch_max() -> usize {
+    100
 }
 
 fn default_max_response() -> usize {
@@ -307,8 +349,12 @@ pub struct HttpCall {
     /// HTTP method; default GET.
     #[serde(default = "default_method")]
     pub method: Located<String>,
-    /// Path (and optionally query) expression, e.g. `"/items/\($item)"`.
-    pub path: ExprSrc,
+    /// Path (and optionally query) expression, e.g. `"/items/\($item)"`. Required unless `key`.
+    pub path: Option<ExprSrc>,
+    /// Look up one key through the backend's `batch` form instead of building a call: lookups
+    /// of all steps that start together (and, with `batch.window`, of concurrent requests) are
+    /// merged into batch calls. With `for_each`, one key per element.
+    pub key: Option<ExprSrc>,
     /// Query parameters: name → expression (null values are left out; arrays repeat the name).
     #[serde(default)]
     pub query: IndexMap<String, ExprSrc>,

@@ -31,6 +31,8 @@ pub enum ErrorKind {
     Rejected,
     /// An expression failed at run time on request data or step values (500 `expression_failed`).
     Expression,
+    /// A key looked up through a batch form is absent from the answer (404 `key_not_found`).
+    KeyNotFound,
 }
 
 impl ErrorKind {
@@ -48,6 +50,7 @@ impl ErrorKind {
             ErrorKind::BackendStatus { .. } => 502,
             ErrorKind::Rejected => 503,
             ErrorKind::Expression => 500,
+            ErrorKind::KeyNotFound => 404,
         }
     }
     /// Stable machine-readable code for the error body.
@@ -61,6 +64,7 @@ impl ErrorKind {
             ErrorKind::BadBackendAnswer => "bad_backend_answer",
             ErrorKind::Rejected => "backend_rejected",
             ErrorKind::Expression => "expression_failed",
+            ErrorKind::KeyNotFound => "key_not_found",
         }
     }
 }
@@ -109,6 +113,11 @@ impl FlowError {
             step: Some(step.clone()),
             backend: Some(backend.clone()),
         }
+    }
+    /// Drop the step (for errors shared by several steps).
+    pub fn without_step(mut self) -> Self {
+        self.step = None;
+        self
     }
     /// Attach the step.
     pub fn in_step(mut self, step: &Arc<str>) -> Self {

@@ -6,12 +6,14 @@
 //! fails with 504. A required step's failure ends the request the same way.
 
 use crate::backend::{CallRequest, CallResponse};
+use crate::batch::{BatchPlan, Found};
 use crate::error::{ErrorKind, FlowError};
 use crate::plan::{
     Action, FIRST_STEP_SLOT, HttpPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, StepPlan,
 };
 use bytes::Bytes;
 use fanout_expr::{Expr, Val, json, truthy};
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use futures_util::{Future, stream};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -83,6 +85,7 @@ impl RoutePlan {
         let mut ready: Vec<usize> = self.roots.clone();
         let mut done = 0usize;
         let mut running = vec![false; n];
+        let mut keyed: Vec<KeyedLookup> = Vec::new();
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
 
@@ -101,7 +104,15 @@ impl RoutePlan {
                         running[i] = true;
                         inflight.push(fut);
                     }
+                    Started::Keyed { batch, keys } => {
+                        running[i] = true;
+                        keyed.push((i, batch, keys));
+                    }
                 }
+            }
+            // Merge the keyed lookups of every step started in this round, per backend.
+            if !keyed.is_empty() {
+                self.flush_keyed(std::mem::take(&mut keyed), &env, deadline, &mut inflight);
             }
             if done == n {
                 break;
@@ -202,6 +213,28 @@ impl RoutePlan {
             },
         };
         match (&step.action, items) {
+            (Action::Keyed { batch, key }, items) => {
+                let keys: Result<Vec<(String, Val)>, String> = match items {
+                    None => {
+                        eval(key, env, &Val::Null).map(|k| vec![(json::to_display(&k), Val::Null)])
+                    }
+                    Some(items) => items
+                        .iter()
+                        .enumerate()
+                        .map(|(k, item)| {
+                            eval_item(key, env, &Val::Null, item, k)
+                                .map(|v| (json::to_display(&v), item.clone()))
+                        })
+                        .collect(),
+                };
+                match keys {
+                    Ok(keys) => Started::Keyed {
+                        batch: batch.clone(),
+                        keys,
+                    },
+                    Err(m) => Started::Done(Err(expr_err(&step.name, "`key`", m))),
+                }
+            }
             (Action::Value(e), None) => Started::Done(
                 eval(e, env, &Val::Null).map_err(|m| expr_err(&step.name, "`value`", m)),
             ),
@@ -314,6 +347,101 @@ impl RoutePlan {
 enum Started<'a> {
     Done(Result<Val, FlowError>),
     Pending(StepFuture<'a>),
+    /// Keyed lookups (key, `for_each` element), to be merged with the round's others.
+    Keyed {
+        batch: Arc<BatchPlan>,
+        keys: Vec<(String, Val)>,
+    },
+}
+
+type SharedFetch = Shared<BoxFuture<'static, Result<Found, FlowError>>>;
+
+/// A step's keyed lookups waiting for the end of the scheduling round: (step, batch form,
+/// (key, `for_each` element) pairs).
+type KeyedLookup = (usize, Arc<BatchPlan>, Vec<(String, Val)>);
+
+impl RoutePlan {
+    /// One fetch per batch backend for the union of the round's keys; each step then picks its
+    /// own values (in its own order) from the shared answer.
+    fn flush_keyed<'a>(
+        &'a self,
+        keyed: Vec<KeyedLookup>,
+        env: &Env,
+        deadline: Instant,
+        inflight: &mut FuturesUnordered<StepFuture<'a>>,
+    ) {
+        let mut fetches: Vec<(Arc<BatchPlan>, SharedFetch)> = Vec::new();
+        let mut groups: Vec<(Arc<BatchPlan>, Vec<String>)> = Vec::new();
+        for (_, batch, keys) in &keyed {
+            match groups.iter_mut().find(|(b, _)| Arc::ptr_eq(b, batch)) {
+                Some((_, all)) => all.extend(keys.iter().map(|(k, _)| k.clone())),
+                None => groups.push((batch.clone(), keys.iter().map(|(k, _)| k.clone()).collect())),
+            }
+        }
+        for (batch, mut keys) in groups {
+            keys.sort_unstable();
+            keys.dedup();
+            let b = batch.clone();
+            let fut = async move { b.fetch(keys, deadline).await }
+                .boxed()
+                .shared();
+            fetches.push((batch, fut));
+        }
+        for (i, batch, keys) in keyed {
+            let step = &self.steps[i];
+            let Some(fetch) = fetches
+                .iter()
+                .find(|(b, _)| Arc::ptr_eq(b, &batch))
+                .map(|(_, f)| f.clone())
+            else {
+                continue;
+            };
+            let result_env = step.result.as_ref().map(|_| snapshot(env, step));
+            let each = step.for_each.is_some();
+            inflight.push(Box::pin(async move {
+                let out = match fetch.await {
+                    Err(e) => Err(FlowError {
+                        step: Some(step.name.clone()),
+                        ..e
+                    }),
+                    Ok(found) => pick(step, &batch, &found, keys, each, result_env.as_ref()),
+                };
+                (i, out)
+            }));
+        }
+    }
+}
+
+/// A keyed step's value from the fetched values: one value, or a list in input order.
+fn pick(
+    step: &StepPlan,
+    batch: &BatchPlan,
+    found: &Found,
+    keys: Vec<(String, Val)>,
+    each: bool,
+    env: Option<&Env>,
+) -> Result<Val, FlowError> {
+    let mut out = Vec::with_capacity(keys.len());
+    for (k, (key, item)) in keys.into_iter().enumerate() {
+        let Some(v) = found.get(&key) else {
+            return Err(FlowError {
+                kind: ErrorKind::KeyNotFound,
+                message: format!(
+                    "step `{}`: key `{key}` not found at backend `{}`",
+                    step.name, batch.name
+                ),
+                step: Some(step.name.clone()),
+                backend: Some(batch.name.clone()),
+            });
+        };
+        let item = each.then_some((&item, k));
+        out.push(map_result(step, env, v.clone(), item)?);
+    }
+    if each {
+        Ok(out.into_iter().collect())
+    } else {
+        Ok(out.pop().unwrap_or(Val::Null))
+    }
 }
 
 fn release(step: &StepPlan, waiting: &mut [usize], ready: &mut Vec<usize>) {

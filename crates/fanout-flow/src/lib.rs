@@ -9,6 +9,8 @@
 //! - [`error`]: [`FlowError`], which maps to the client's status code.
 
 pub mod backend;
+pub mod batch;
+pub mod dedup;
 pub mod error;
 pub mod exec;
 pub mod plan;

@@ -5,6 +5,7 @@
 //! per-request executor (`exec`) only reads the resulting [`Plan`].
 
 use crate::backend::Backend;
+use crate::batch::BatchPlan;
 use fanout_config::{Config, ConfigError, ConfigErrors, ExprSrc, Located, Pos, Step};
 use fanout_expr::{Expr, Val, json};
 use http::{HeaderName, Method};
@@ -27,6 +28,8 @@ pub struct Plan {
     pub routes: Vec<Arc<RoutePlan>>,
     /// The header carrying the remaining deadline (inbound and to backends).
     pub deadline_header: HeaderName,
+    /// Batch forms by backend name, shared by every route (cross-request merging needs one).
+    pub batches: HashMap<String, Arc<BatchPlan>>,
 }
 
 /// One route's plan.
@@ -78,6 +81,13 @@ pub struct StepPlan {
 pub enum Action {
     /// Call an HTTP backend.
     Http(HttpPlan),
+    /// Look up a key (per element with `for_each`) through a backend's batch form.
+    Keyed {
+        /// The batch form.
+        batch: Arc<BatchPlan>,
+        /// The key expression.
+        key: Expr,
+    },
     /// Compute a value; no I/O.
     Value(Expr),
 }
@@ -197,9 +207,51 @@ pub fn compile(
             HeaderName::from_static("x-request-timeout")
         }
     };
+    let mut batches = HashMap::new();
+    for (name, b) in &cfg.backends {
+        let (Some(bc), Some(backend)) = (&b.batch, backends.get(name)) else {
+            continue;
+        };
+        let scope = ["keys"];
+        let method = cx.method(&bc.method);
+        let path = cx.expr(&bc.path, &scope);
+        let split = cx.expr(&bc.split, &scope);
+        let body = bc.body.as_ref().and_then(|e| cx.expr(e, &scope));
+        let mut query = Vec::new();
+        for (k, v) in &bc.query {
+            if let Some(e) = cx.expr(v, &scope) {
+                query.push((k.clone(), e));
+            }
+        }
+        if bc.max == 0 {
+            cx.errs.push(ConfigError::at(
+                bc.split.pos,
+                format!("backend `{name}`: batch.max must be at least 1"),
+            ));
+        }
+        if let (Some(method), Some(path), Some(split)) = (method, path, split) {
+            let timeout = b.timeout.unwrap_or(cfg.defaults.timeout).0;
+            batches.insert(
+                name.clone(),
+                Arc::new(BatchPlan::new(
+                    backend.clone(),
+                    name.as_str().into(),
+                    method,
+                    path,
+                    query,
+                    body,
+                    split,
+                    bc.max,
+                    bc.window.map(|w| w.0),
+                    timeout,
+                    deadline_header.clone(),
+                )),
+            );
+        }
+    }
     let mut routes = Vec::new();
     for r in &cfg.routes {
-        if let Some(route) = compile_route(&mut cx, r, backends, &deadline_header) {
+        if let Some(route) = compile_route(&mut cx, r, backends, &batches, &deadline_header) {
             routes.push(Arc::new(route));
         }
     }
@@ -207,6 +259,7 @@ pub fn compile(
         Ok(Plan {
             routes,
             deadline_header,
+            batches,
         })
     } else {
         Err(ConfigErrors(
@@ -219,6 +272,7 @@ fn compile_route(
     cx: &mut Ctx<'_>,
     r: &fanout_config::Route,
     backends: &HashMap<String, Arc<dyn Backend>>,
+    batches: &HashMap<String, Arc<BatchPlan>>,
     deadline_header: &HeaderName,
 ) -> Option<RoutePlan> {
     let errs_before = cx.errs.len();
@@ -230,7 +284,7 @@ fn compile_route(
 
     let mut steps = Vec::with_capacity(r.flow.len());
     for (i, (name, step)) in r.flow.iter().enumerate() {
-        if let Some(s) = compile_step(cx, i, name, step, &scope, backends) {
+        if let Some(s) = compile_step(cx, i, name, step, &scope, backends, batches) {
             steps.push(s);
         }
     }
@@ -315,6 +369,7 @@ fn compile_step(
     step: &Step,
     scope: &[&str],
     backends: &HashMap<String, Arc<dyn Backend>>,
+    batches: &HashMap<String, Arc<BatchPlan>>,
 ) -> Option<StepPlan> {
     let errs_before = cx.errs.len();
     let defaults = &cx.cfg.defaults;
@@ -330,9 +385,64 @@ fn compile_step(
     let for_each = compile(cx, &step.for_each, false);
     let result = compile(cx, &step.result, in_each);
     let mut backend_timeout = None;
-    let action = if let Some(h) = &step.http {
+    let action = if let Some(h) = step.http.as_ref().filter(|h| h.key.is_some()) {
+        // A keyed lookup through the backend's batch form.
+        let key = compile(cx, &h.key, in_each);
+        let extra = h.path.is_some()
+            || !h.query.is_empty()
+            || !h.headers.is_empty()
+            || h.body.is_some()
+            || h.method.pos.line > 0;
+        if extra {
+            cx.errs.push(
+                ConfigError::at(h.backend.pos, format!("step `{}`: `key` cannot be combined with method, path, query, headers or body", name.value))
+                    .hint("with `key`, the call is built by the backend's `batch:` form"),
+            );
+        }
+        backend_timeout = cx
+            .cfg
+            .backends
+            .get(&h.backend.value)
+            .and_then(|b| b.timeout);
+        let batch = match (
+            batches.get(&h.backend.value),
+            cx.cfg.backends.get(&h.backend.value),
+        ) {
+            (Some(b), _) => Some(b.clone()),
+            (None, Some(_)) => {
+                cx.errs.push(
+                    ConfigError::at(h.backend.pos, format!("backend `{}` has no `batch` form, so steps cannot look up a `key` on it", h.backend.value))
+                        .hint("add `batch: {path: …, split: …}` to the backend, or use `path:` instead of `key:`"),
+                );
+                None
+            }
+            (None, None) => {
+                cx.errs.push(ConfigError::at(
+                    h.backend.pos,
+                    format!("unknown backend `{}`", h.backend.value),
+                ));
+                None
+            }
+        };
+        match (batch, key) {
+            (Some(batch), Some(key)) => Some(Action::Keyed { batch, key }),
+            _ => None,
+        }
+    } else if let Some(h) = &step.http {
         let method = cx.method(&h.method);
-        let path = compile(cx, &Some(h.path.clone()), in_each);
+        if h.path.is_none() {
+            cx.errs.push(
+                ConfigError::at(
+                    h.backend.pos,
+                    format!(
+                        "step `{}`: `http` needs `path` (or `key` for a batch lookup)",
+                        name.value
+                    ),
+                )
+                .hint("e.g. `path: '\"/items/\\($item)\"'`"),
+            );
+        }
+        let path = compile(cx, &h.path, in_each);
         let mut query = Vec::new();
         for (k, v) in &h.query {
             if let Some(e) = compile(cx, &Some(v.clone()), in_each) {

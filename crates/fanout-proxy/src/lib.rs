@@ -31,7 +31,12 @@ impl Gateway {
         for (name, b) in &cfg.backends {
             match HttpBackend::new(name, b, &cfg.defaults) {
                 Ok(hb) => {
-                    backends.insert(name.clone(), Arc::new(hb));
+                    // Layers, innermost first: the HTTP client, then in-flight de-duplication.
+                    let mut layered: Arc<dyn Backend> = Arc::new(hb);
+                    if b.dedup {
+                        layered = Arc::new(fanout_flow::dedup::Dedup::new(layered));
+                    }
+                    backends.insert(name.clone(), layered);
                 }
                 Err(e) => errs.push(e.in_file(&cfg.file)),
             }

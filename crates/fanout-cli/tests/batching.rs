@@ -1,0 +1,163 @@
+//! Batch forms (E3) and in-flight dedup, proven by the stubs' call counters.
+
+mod common;
+
+use common::*;
+use futures_util::future::join_all;
+use http::Method;
+use serde_json::json;
+
+const STUBS: &str = r#"
+services:
+  attrs:
+    listen: "${ATTRS_ADDR}"
+    routes:
+      - path: /attrs
+        latency: 20ms
+        body: '{items: ($request.query.ids | split(",") | map(select(. != "nope")) | map({id: ., v: ("val-" + .)}))}'
+      - path: /one/{id}
+        latency: 100ms
+        body: '{id: $request.params.id}'
+"#;
+
+const GATEWAY: &str = r#"
+backends:
+  attrs:
+    url: "http://${ATTRS_ADDR}"
+    batch:
+      path: '"/attrs"'
+      query: { ids: '$keys | join(",")' }
+      split: '.items | map({key: .id, value: .v}) | from_entries'
+      max: 3
+  windowed:
+    url: "http://${ATTRS_ADDR}"
+    batch:
+      path: '"/attrs"'
+      query: { ids: '$keys | join(",")' }
+      split: '.items | map({key: .id, value: .v}) | from_entries'
+      max: 100
+      window: 5ms
+routes:
+  - path: /page
+    method: POST
+    flow:
+      main:
+        for_each: '$request.body.products'
+        http: { backend: attrs, key: '$item' }
+      rec_ids:
+        value: '$request.body.recommended'
+      recs:
+        for_each: '$rec_ids'
+        http: { backend: attrs, key: '$item' }
+        result: '{id: $item, v: .}'
+    respond: { body: '{main: $main, recs: $recs}' }
+  - path: /single/{id}
+    flow:
+      a: { http: { backend: attrs, key: '$request.params.id' } }
+      b: { optional: true, default: "none", http: { backend: attrs, key: '"nope"' } }
+    respond: { body: '{a: $a, b: $b}' }
+  - path: /windowed/{id}
+    flow:
+      a: { http: { backend: windowed, key: '$request.params.id' } }
+    respond: { body: '$a' }
+  - path: /same
+    flow:
+      x: { http: { backend: attrs, path: '"/one/1"' } }
+      y: { http: { backend: attrs, path: '"/one/1"' } }
+    respond: { body: '[$x, $y]' }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_lookups_of_a_request_are_merged_deduplicated_and_split() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let body =
+        json!({"products": ["p1", "p2", "p3", "p4"], "recommended": ["r1", "p1"]}).to_string();
+    let r = send(
+        &client(false),
+        Method::POST,
+        &format!("http://{}/page", gw.addr),
+        &[],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        r.json(),
+        json!({
+            "main": ["val-p1", "val-p2", "val-p3", "val-p4"],
+            "recs": [{"id": "r1", "v": "val-r1"}, {"id": "p1", "v": "val-p1"}]
+        })
+    );
+    // 6 lookups from two steps, 5 distinct keys, at most 3 per call: exactly 2 calls, in parallel.
+    let st = s.stats("attrs").unwrap();
+    assert_eq!(st.routes["GET /attrs"].requests, 2, "{st:?}");
+    assert_eq!(st.routes["GET /attrs"].max_in_flight, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_keys_follow_the_step_failure_policy() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let r = get(&format!("http://{}/single/k1", gw.addr)).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        r.json(),
+        json!({"a": "val-k1", "b": "none", "_partial": ["b"]})
+    );
+    assert_eq!(
+        s.stats("attrs").unwrap().routes["GET /attrs"].requests,
+        1,
+        "a and b share one call"
+    );
+    let r = get(&format!("http://{}/single/nope", gw.addr)).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.code(), "key_not_found");
+    assert_eq!(r.json()["error"]["step"], "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_merges_keys_of_concurrent_requests() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let c = client(false);
+    let n = 100;
+    let reqs = (0..n).map(|i| {
+        let c = c.clone();
+        let url = format!("http://{}/windowed/k{i}", gw.addr);
+        async move { send(&c, Method::GET, &url, &[], "").await }
+    });
+    let answers = join_all(reqs).await;
+    for (i, r) in answers.iter().enumerate() {
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(r.json(), json!(format!("val-k{i}")));
+    }
+    let calls = s.stats("attrs").unwrap().routes["GET /attrs"].requests;
+    eprintln!("{n} concurrent requests → {calls} batch calls");
+    assert!(
+        calls < n as u64 / 2,
+        "cross-request merging: {calls} batch calls for {n} requests"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_calls_in_flight_are_sent_once() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let c = client(false);
+    let reqs = (0..10).map(|_| {
+        let c = c.clone();
+        let url = format!("http://{}/same", gw.addr);
+        async move { send(&c, Method::GET, &url, &[], "").await }
+    });
+    for r in join_all(reqs).await {
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json(), json!([{"id": "1"}, {"id": "1"}]));
+    }
+    // 20 identical calls (2 per request × 10 concurrent requests) while one is in flight.
+    let calls = s.stats("attrs").unwrap().routes["GET /one/{id}"].requests;
+    assert!(
+        calls < 10,
+        "in-flight dedup: {calls} calls for 20 identical lookups"
+    );
+}

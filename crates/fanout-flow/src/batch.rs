@@ -1,0 +1,324 @@
+//! Batch forms of backends (E3): N keys fetched in one call, the answer split back per key.
+//!
+//! The executor merges the keyed lookups of all steps that start together into one
+//! [`BatchPlan::fetch`] (keys de-duplicated, split into calls of at most `max` keys sent
+//! concurrently). With a `window`, keys from concurrent requests are merged too: a collector task
+//! per backend gathers keys for `window`, makes the calls once, and hands each waiting request the
+//! values of its own keys.
+
+use crate::backend::{Backend, CallRequest};
+use crate::error::{ErrorKind, FlowError};
+use bytes::Bytes;
+use fanout_expr::{Expr, Val, json};
+use futures_util::future::try_join_all;
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Values by key, as split from batch answers. Keys absent here were not found.
+pub type Found = Arc<HashMap<String, Val>>;
+
+/// A compiled batch form.
+pub struct BatchPlan {
+    /// The backend (with its policy layers).
+    pub backend: Arc<dyn Backend>,
+    /// Backend name.
+    pub name: Arc<str>,
+    /// Method of batch calls.
+    pub method: Method,
+    /// Path expression over `$keys`.
+    pub path: Expr,
+    /// Query expressions over `$keys`.
+    pub query: Vec<(String, Expr)>,
+    /// Body expression over `$keys`.
+    pub body: Option<Expr>,
+    /// Splits an answer into key → value.
+    pub split: Expr,
+    /// Most keys per call.
+    pub max: usize,
+    /// Cross-request merging window.
+    pub window: Option<Duration>,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// Header carrying the remaining budget.
+    pub deadline_header: HeaderName,
+    collector: OnceLock<mpsc::UnboundedSender<Waiter>>,
+}
+
+struct Waiter {
+    keys: Vec<String>,
+    deadline: Instant,
+    reply: oneshot::Sender<Result<Found, FlowError>>,
+}
+
+impl BatchPlan {
+    /// A batch form; `path`, `query`, `body` and `split` are compiled with scope `["keys"]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        name: Arc<str>,
+        method: Method,
+        path: Expr,
+        query: Vec<(String, Expr)>,
+        body: Option<Expr>,
+        split: Expr,
+        max: usize,
+        window: Option<Duration>,
+        timeout: Duration,
+        deadline_header: HeaderName,
+    ) -> BatchPlan {
+        BatchPlan {
+            backend,
+            name,
+            method,
+            path,
+            query,
+            body,
+            split,
+            max: max.max(1),
+            window,
+            timeout,
+            deadline_header,
+            collector: OnceLock::new(),
+        }
+    }
+
+    /// Fetch `keys` (unique) for a request with `deadline`: directly, or through the
+    /// cross-request collector when a window is configured.
+    pub async fn fetch(
+        self: &Arc<Self>,
+        keys: Vec<String>,
+        deadline: Instant,
+    ) -> Result<Found, FlowError> {
+        let Some(window) = self.window else {
+            return self.fetch_now(keys, deadline).await;
+        };
+        let tx = self.collector.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(collect(Arc::downgrade(self), rx, window));
+            tx
+        });
+        let (reply, rx) = oneshot::channel();
+        if tx
+            .send(Waiter {
+                keys: keys.clone(),
+                deadline,
+                reply,
+            })
+            .is_err()
+        {
+            return self.fetch_now(keys, deadline).await;
+        }
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(self.error(
+                ErrorKind::BackendReset,
+                "the batch collector stopped".into(),
+            )),
+        }
+    }
+
+    fn error(&self, kind: ErrorKind, message: String) -> FlowError {
+        FlowError {
+            kind,
+            message: format!("backend `{}` (batch): {message}", self.name),
+            step: None,
+            backend: Some(self.name.clone()),
+        }
+    }
+
+    /// Make the calls now: chunks of at most `max` keys, concurrently.
+    pub async fn fetch_now(
+        &self,
+        keys: Vec<String>,
+        deadline: Instant,
+    ) -> Result<Found, FlowError> {
+        let calls = keys
+            .chunks(self.max)
+            .map(|chunk| self.call_chunk(chunk, deadline));
+        let parts = try_join_all(calls).await?;
+        let mut all = HashMap::with_capacity(keys.len());
+        for p in parts {
+            all.extend(p);
+        }
+        Ok(Arc::new(all))
+    }
+
+    async fn call_chunk(
+        &self,
+        keys: &[String],
+        deadline: Instant,
+    ) -> Result<HashMap<String, Val>, FlowError> {
+        let keys_val: Val = keys.iter().map(|k| json::str_val(k)).collect();
+        let ev = |e: &Expr, input: &Val| {
+            e.eval(input, |_| keys_val.clone())
+                .map_err(|m| self.error(ErrorKind::Expression, m.0))
+        };
+        let mut path = json::to_display(&ev(&self.path, &Val::Null)?);
+        if !path.starts_with('/') {
+            path.insert(0, '/');
+        }
+        if !self.query.is_empty() {
+            let mut ser = form_urlencoded::Serializer::new(String::new());
+            for (k, e) in &self.query {
+                match ev(e, &Val::Null)? {
+                    Val::Null => {}
+                    v => {
+                        ser.append_pair(k, &json::to_display(&v));
+                    }
+                }
+            }
+            let q = ser.finish();
+            if !q.is_empty() {
+                path.push(if path.contains('?') { '&' } else { '?' });
+                path.push_str(&q);
+            }
+        }
+        let mut headers = HeaderMap::new();
+        let body = match &self.body {
+            None => Bytes::new(),
+            Some(e) => {
+                let mut out = Vec::with_capacity(64);
+                json::write(&ev(e, &Val::Null)?, &mut out);
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                Bytes::from(out)
+            }
+        };
+        let timeout = self
+            .timeout
+            .min(deadline.saturating_duration_since(Instant::now()));
+        headers.insert(
+            self.deadline_header.clone(),
+            HeaderValue::from(timeout.as_millis().max(1) as u64),
+        );
+        let req = CallRequest {
+            method: self.method.clone(),
+            path_and_query: path,
+            headers,
+            body,
+            timeout,
+            deadline,
+        };
+        let resp = match tokio::time::timeout(timeout, self.backend.call(req)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return Err(FlowError::from_call(e, &Arc::from("batch"), &self.name).without_step());
+            }
+            Err(_) => {
+                return Err(self.error(
+                    ErrorKind::BackendTimeout,
+                    format!("no answer within {:.1} ms", timeout.as_secs_f64() * 1000.0),
+                ));
+            }
+        };
+        if !resp.status.is_success() {
+            return Err(FlowError {
+                kind: ErrorKind::BackendStatus {
+                    status: resp.status.as_u16(),
+                    passthrough: self.backend.status_passthrough(),
+                },
+                message: format!(
+                    "backend `{}` (batch) answered {}",
+                    self.name,
+                    resp.status.as_u16()
+                ),
+                step: None,
+                backend: Some(self.name.clone()),
+            });
+        }
+        let answer = if resp.body.is_empty() {
+            Val::Null
+        } else {
+            json::parse(&resp.body).map_err(|e| {
+                self.error(
+                    ErrorKind::BadBackendAnswer,
+                    format!("answered invalid JSON: {e}"),
+                )
+            })?
+        };
+        match ev(&self.split, &answer) {
+            Ok(Val::Obj(m)) => Ok(m
+                .iter()
+                .map(|(k, v)| (json::to_display(k), v.clone()))
+                .collect()),
+            Ok(Val::Null) => Ok(HashMap::new()),
+            Ok(other) => Err(self.error(
+                ErrorKind::BadBackendAnswer,
+                format!(
+                    "`split` must give an object key → value, got {}",
+                    short_type(&other)
+                ),
+            )),
+            Err(e) => Err(FlowError {
+                kind: ErrorKind::BadBackendAnswer,
+                ..e
+            }),
+        }
+    }
+}
+
+fn short_type(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "a boolean",
+        Val::Num(_) => "a number",
+        Val::TStr(_) | Val::BStr(_) => "a string",
+        Val::Arr(_) => "an array",
+        Val::Obj(_) => "an object",
+    }
+}
+
+/// The cross-request collector of one backend: gathers waiters for `window` (or until `max` keys),
+/// fetches their union once, answers each with the values of its keys.
+async fn collect(
+    plan: std::sync::Weak<BatchPlan>,
+    mut rx: mpsc::UnboundedReceiver<Waiter>,
+    window: Duration,
+) {
+    while let Some(first) = rx.recv().await {
+        let Some(p) = plan.upgrade() else { return };
+        let close = Instant::now() + window;
+        let mut waiters = vec![first];
+        let mut n_keys = waiters[0].keys.len();
+        while n_keys < p.max {
+            match tokio::time::timeout_at(close, rx.recv()).await {
+                Ok(Some(w)) => {
+                    n_keys += w.keys.len();
+                    waiters.push(w);
+                }
+                Ok(None) => break,
+                Err(_) => break,
+            }
+        }
+        // The calls run on their own task so the next window starts collecting at once.
+        tokio::spawn(async move {
+            waiters.retain(|w| !w.reply.is_closed());
+            if waiters.is_empty() {
+                return;
+            }
+            let mut keys: Vec<String> = waiters
+                .iter()
+                .flat_map(|w| w.keys.iter().cloned())
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            // The shared call lives as long as the latest caller's deadline; earlier callers
+            // give up on their own.
+            let deadline = waiters
+                .iter()
+                .map(|w| w.deadline)
+                .max()
+                .unwrap_or_else(Instant::now);
+            let result = p.fetch_now(keys, deadline).await;
+            for w in waiters {
+                let _ = w.reply.send(result.clone());
+            }
+        });
+    }
+}
