@@ -161,3 +161,96 @@ async fn identical_calls_in_flight_are_sent_once() {
         "in-flight dedup: {calls} calls for 20 identical lookups"
     );
 }
+
+const PAGE_STUBS: &str = r#"
+services:
+  recommendations:
+    listen: "${RECOMMENDATIONS_ADDR}"
+    routes:
+      - path: /recs
+        latency: 30ms
+        body: '{products: ([range(15; 20)] + [range(100; 105)] | map("p\(.)"))}'
+  price:
+    listen: "${PRICE_ADDR}"
+    routes:
+      - { path: /price, latency: 5ms, body: '$request.query.ids | split(",") | map({key: ., value: {price: length}}) | from_entries' }
+  stock:
+    listen: "${STOCK_ADDR}"
+    routes:
+      - { path: /stock, latency: 5ms, body: '$request.query.ids | split(",") | map({key: ., value: {stock: 1}}) | from_entries' }
+  media:
+    listen: "${MEDIA_ADDR}"
+    routes:
+      - { path: /media, latency: 5ms, body: '$request.query.ids | split(",") | map({key: ., value: {img: .}}) | from_entries' }
+"#;
+
+fn page_gateway(variant: u8) -> String {
+    let backends = r#"
+backends:
+  recommendations: { url: "http://${RECOMMENDATIONS_ADDR}" }
+  price: { url: "http://${PRICE_ADDR}", batch: { path: '"/price"', query: { ids: '$keys | join(",")' }, split: '.', max: 25 } }
+  stock: { url: "http://${STOCK_ADDR}", batch: { path: '"/stock"', query: { ids: '$keys | join(",")' }, split: '.', max: 25 } }
+  media: { url: "http://${MEDIA_ADDR}", batch: { path: '"/media"', query: { ids: '$keys | join(",")' }, split: '.', max: 25 } }
+routes:
+  - path: /page
+    method: POST
+    flow:
+      recs: { http: { backend: recommendations, path: '"/recs"' }, result: .products }
+"#;
+    let steps = if variant == 2 {
+        r#"      all: { value: '$request.body.products + $recs' }
+      price: { for_each: '$all', http: { backend: price, key: '$item' } }
+      stock: { for_each: '$all', http: { backend: stock, key: '$item' } }
+      media: { for_each: '$all', http: { backend: media, key: '$item' } }
+    respond: { body: '{n: ($price | length), m: ($media | length)}' }
+"#
+    } else {
+        r#"      price: { for_each: '$request.body.products', http: { backend: price, key: '$item' } }
+      stock: { for_each: '$request.body.products', http: { backend: stock, key: '$item' } }
+      media: { for_each: '$request.body.products', http: { backend: media, key: '$item' } }
+      rprice: { for_each: '$recs', http: { backend: price, key: '$item' } }
+      rstock: { for_each: '$recs', http: { backend: stock, key: '$item' } }
+      rmedia: { for_each: '$recs', http: { backend: media, key: '$item' } }
+    respond: { body: '{n: (($price + $rprice) | length), m: (($media + $rmedia) | length)}' }
+"#
+    };
+    format!("{backends}{steps}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn product_page_variants_cost_one_or_two_calls_per_service() {
+    // 20 main products p0..p19; 10 recommended, 5 of which (p15..p19) are also main products.
+    let products: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let body = json!({ "products": products }).to_string();
+    for variant in [2u8, 1] {
+        let s = stubs(PAGE_STUBS).await;
+        let gw = gateway(&page_gateway(variant), &s).await;
+        let r = send(
+            &client(false),
+            Method::POST,
+            &format!("http://{}/page", gw.addr),
+            &[],
+            body.clone(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "variant {variant}: {:?}", r.body);
+        assert_eq!(r.json(), json!({"n": 30, "m": 30}), "variant {variant}");
+        assert_eq!(calls(&s, "recommendations"), 1);
+        for svc in ["price", "stock", "media"] {
+            let n = calls(&s, svc);
+            if variant == 2 {
+                // 25 distinct keys (30 lookups, 5 duplicates) ≤ max 25: exactly one call.
+                assert_eq!(
+                    n, 1,
+                    "variant 2, {svc}: duplicates are fetched once, one call per service"
+                );
+            } else {
+                // Main products in round 1 (20 keys), recommended in round 2 (10 keys).
+                assert_eq!(
+                    n, 2,
+                    "variant 1, {svc}: one call per round, never one per key"
+                );
+            }
+        }
+    }
+}
