@@ -108,6 +108,10 @@ pub struct Config {
     /// Named backends the flows call.
     #[serde(default)]
     pub backends: IndexMap<String, Backend>,
+    /// Reference data: small datasets loaded at start, refreshed in the background, read by
+    /// flows as `$ref.NAME` without any call.
+    #[serde(default)]
+    pub reference: IndexMap<String, Reference>,
     /// Routes: each matches a method and path and runs a flow.
     pub routes: Vec<Route>,
     /// The config text after `${VAR}` substitution (to point inside expressions in errors).
@@ -287,6 +291,28 @@ fn default_pool_max_idle() -> usize {
 pub struct Tls {
     /// PEM file of CA certificates to trust instead of the bundled web PKI roots.
     pub ca_file: Option<Located<String>>,
+}
+
+/// A reference dataset.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// How to fetch it (expressions may not read steps; there is no request).
+    pub http: HttpCall,
+    /// Maps the answer (`.`) to the dataset, e.g. `.masks | map({key: .name, value: .fields}) |
+    /// from_entries`.
+    pub result: Option<ExprSrc>,
+    /// Refresh period; default 5m.
+    #[serde(default = "default_refresh")]
+    pub refresh: Dur,
+    /// When true, the gateway starts even if the first load fails (the dataset is `null` until a
+    /// refresh succeeds). Default false: startup fails clearly.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+fn default_refresh() -> Dur {
+    Dur::secs(300)
 }
 
 /// A route: a method + path and the flow that answers it.
@@ -576,10 +602,10 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
                 .hint("step names are identifiers (letters, digits, `_`) because expressions read them as `$name`"),
         );
     }
-    if ["request", "item", "index", "ENV", "__loc__"].contains(&name.value.as_str()) {
+    if ["request", "item", "index", "ref", "ENV", "__loc__"].contains(&name.value.as_str()) {
         errs.push(
             ConfigError::at(name.pos, format!("step name `{}` is reserved", name.value))
-                .hint("choose another name; `$request`, `$item` and `$index` are built in"),
+                .hint("choose another name; `$request`, `$item`, `$index` and `$ref` are built in"),
         );
     }
     if step.concurrency == Some(0) {

@@ -9,7 +9,8 @@ use crate::backend::{CallRequest, CallResponse};
 use crate::batch::{BatchPlan, Found};
 use crate::error::{ErrorKind, FlowError};
 use crate::plan::{
-    Action, FIRST_STEP_SLOT, HttpPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, StepPlan,
+    Action, FIRST_STEP_SLOT, HttpPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REF, SLOT_REQUEST,
+    StepPlan,
 };
 use bytes::Bytes;
 use fanout_expr::{Expr, Val, json, truthy};
@@ -39,11 +40,16 @@ pub struct Outcome {
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>)> + Send + 'a>>;
 
-struct Env {
+pub(crate) struct Env {
     slots: Vec<Val>,
 }
 
 impl Env {
+    /// An environment where every name is `null` (reference data: no request, no steps).
+    pub(crate) fn empty() -> Env {
+        Env { slots: Vec::new() }
+    }
+
     fn get(&self, i: usize) -> Val {
         self.slots.get(i).cloned().unwrap_or(Val::Null)
     }
@@ -79,6 +85,7 @@ impl RoutePlan {
             slots: vec![Val::Null; FIRST_STEP_SLOT + n],
         };
         env.slots[SLOT_REQUEST] = request;
+        env.slots[SLOT_REF] = self.reference.snapshot();
         let mut waiting: Vec<usize> = self.steps.iter().map(|s| s.deps.len()).collect();
         let mut partial: Vec<Arc<str>> = Vec::new();
         let mut inflight: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
@@ -457,6 +464,7 @@ fn release(step: &StepPlan, waiting: &mut [usize], ready: &mut Vec<usize>) {
 fn snapshot(env: &Env, step: &StepPlan) -> Env {
     let mut slots = vec![Val::Null; env.slots.len()];
     slots[SLOT_REQUEST] = env.get(SLOT_REQUEST);
+    slots[SLOT_REF] = env.get(SLOT_REF);
     for &d in &step.deps {
         slots[FIRST_STEP_SLOT + d] = env.get(FIRST_STEP_SLOT + d);
     }
@@ -494,7 +502,7 @@ fn map_result(
     }
 }
 
-fn build_call(
+pub(crate) fn build_call(
     h: &HttpPlan,
     env: &Env,
     item: Option<(&Val, usize)>,
@@ -562,18 +570,30 @@ fn build_call(
     })
 }
 
-/// Perform one call with min(step timeout, remaining budget), forward the budget, check the
-/// status and parse the answer (once).
+/// Perform a step's call.
 async fn call(
     step: &StepPlan,
     h: &HttpPlan,
+    req: CallRequest,
+    deadline: Instant,
+    deadline_header: &HeaderName,
+) -> Result<Val, FlowError> {
+    fetch_json(&step.name, h, req, step.timeout, deadline, deadline_header).await
+}
+
+/// Perform one call with min(`step_timeout`, remaining budget), forward the budget, check the
+/// status and parse the answer (once). `step` names the caller in errors.
+pub(crate) async fn fetch_json(
+    step_name: &Arc<str>,
+    h: &HttpPlan,
     mut req: CallRequest,
+    step_timeout: std::time::Duration,
     deadline: Instant,
     deadline_header: &HeaderName,
 ) -> Result<Val, FlowError> {
     let now = Instant::now();
     let remaining = deadline.saturating_duration_since(now);
-    let timeout = step.timeout.min(remaining);
+    let timeout = step_timeout.min(remaining);
     req.timeout = timeout;
     let ms = timeout.as_millis().max(1) as u64;
     req.headers
@@ -581,9 +601,9 @@ async fn call(
     let fut = h.backend.call(req);
     let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Err(FlowError::from_call(e, &step.name, &h.backend_name)),
+        Ok(Err(e)) => return Err(FlowError::from_call(e, step_name, &h.backend_name)),
         Err(_) => {
-            let kind = if timeout < step.timeout {
+            let kind = if timeout < step_timeout {
                 ErrorKind::DeadlineExceeded
             } else {
                 ErrorKind::BackendTimeout
@@ -592,18 +612,18 @@ async fn call(
             let message = if kind == ErrorKind::DeadlineExceeded {
                 format!(
                     "step `{}`: the request deadline passed after waiting {waited} for backend `{}`",
-                    step.name, h.backend_name
+                    step_name, h.backend_name
                 )
             } else {
                 format!(
                     "step `{}`: backend `{}` did not answer within its timeout ({waited})",
-                    step.name, h.backend_name
+                    step_name, h.backend_name
                 )
             };
             return Err(FlowError {
                 kind,
                 message,
-                step: Some(step.name.clone()),
+                step: Some(step_name.clone()),
                 backend: Some(h.backend_name.clone()),
             });
         }
@@ -617,7 +637,7 @@ async fn call(
             },
             message: format!(
                 "step `{}`: backend `{}` answered {}{}",
-                step.name,
+                step_name,
                 h.backend_name,
                 resp.status.as_u16(),
                 if snippet.is_empty() {
@@ -626,7 +646,7 @@ async fn call(
                     format!(": {snippet}")
                 }
             ),
-            step: Some(step.name.clone()),
+            step: Some(step_name.clone()),
             backend: Some(h.backend_name.clone()),
         });
     }
@@ -637,9 +657,9 @@ async fn call(
         kind: ErrorKind::BadBackendAnswer,
         message: format!(
             "step `{}`: backend `{}` answered invalid JSON: {e}",
-            step.name, h.backend_name
+            step_name, h.backend_name
         ),
-        step: Some(step.name.clone()),
+        step: Some(step_name.clone()),
         backend: Some(h.backend_name.clone()),
     })
 }

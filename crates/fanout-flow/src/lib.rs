@@ -14,6 +14,7 @@ pub mod dedup;
 pub mod error;
 pub mod exec;
 pub mod plan;
+pub mod reference;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{ErrorKind, FlowError};

@@ -6,6 +6,7 @@
 
 use crate::backend::Backend;
 use crate::batch::BatchPlan;
+use crate::reference::{Dataset, ReferenceSet};
 use fanout_config::{Config, ConfigError, ConfigErrors, ExprSrc, Located, Pos, Step};
 use fanout_expr::{Expr, Val, json};
 use http::{HeaderName, Method};
@@ -19,8 +20,10 @@ pub const SLOT_REQUEST: usize = 0;
 pub const SLOT_ITEM: usize = 1;
 /// Scope slot of `$index` (inside `for_each` steps).
 pub const SLOT_INDEX: usize = 2;
+/// Scope slot of `$ref` (reference data snapshot).
+pub const SLOT_REF: usize = 3;
 /// First slot of step values: step `i` is in slot `FIRST_STEP_SLOT + i`.
-pub const FIRST_STEP_SLOT: usize = 3;
+pub const FIRST_STEP_SLOT: usize = 4;
 
 /// A compiled config: routes ready to run.
 pub struct Plan {
@@ -30,6 +33,8 @@ pub struct Plan {
     pub deadline_header: HeaderName,
     /// Batch forms by backend name, shared by every route (cross-request merging needs one).
     pub batches: HashMap<String, Arc<BatchPlan>>,
+    /// Reference datasets (loaded and refreshed by the server, read as `$ref`).
+    pub reference: Arc<ReferenceSet>,
 }
 
 /// One route's plan.
@@ -48,6 +53,8 @@ pub struct RoutePlan {
     pub respond: RespondPlan,
     /// Header carrying the remaining budget to backends.
     pub deadline_header: HeaderName,
+    /// Reference data, read once per request as `$ref`.
+    pub reference: Arc<ReferenceSet>,
 }
 
 /// One compiled step.
@@ -249,9 +256,71 @@ pub fn compile(
             );
         }
     }
+    let mut datasets = Vec::new();
+    for (name, r) in &cfg.reference {
+        let h = &r.http;
+        let backend = backends.get(&h.backend.value).cloned();
+        if backend.is_none() {
+            cx.errs.push(ConfigError::at(
+                h.backend.pos,
+                format!("reference `{name}`: unknown backend `{}`", h.backend.value),
+            ));
+        }
+        let Some(path_src) = &h.path else {
+            cx.errs.push(ConfigError::at(
+                h.backend.pos,
+                format!("reference `{name}`: `http` needs `path`"),
+            ));
+            continue;
+        };
+        // No request and no steps exist for reference data: an empty scope.
+        let method = cx.method(&h.method);
+        let path = cx.expr(path_src, &[]);
+        let mut query = Vec::new();
+        for (k, v) in &h.query {
+            if let Some(e) = cx.expr(v, &[]) {
+                query.push((k.clone(), e));
+            }
+        }
+        let mut headers = Vec::new();
+        for (k, v) in &h.headers {
+            if let (Some(hn), Some(e)) = (cx.header_name(k, v.pos), cx.expr(v, &[])) {
+                headers.push((hn, e));
+            }
+        }
+        let body = h.body.as_ref().and_then(|b| cx.expr(b, &[]));
+        let result = r.result.as_ref().and_then(|e| cx.expr(e, &[]));
+        if let (Some(backend), Some(method), Some(path)) = (backend, method, path) {
+            let timeout = cfg
+                .backends
+                .get(&h.backend.value)
+                .and_then(|b| b.timeout)
+                .unwrap_or(cfg.defaults.timeout)
+                .0;
+            datasets.push(Dataset {
+                name: name.as_str().into(),
+                call: HttpPlan {
+                    backend,
+                    backend_name: h.backend.value.as_str().into(),
+                    method,
+                    path,
+                    query,
+                    headers,
+                    body,
+                },
+                result,
+                refresh: r.refresh.0,
+                optional: r.optional,
+                timeout,
+            });
+        }
+    }
+    let reference = Arc::new(ReferenceSet::new(datasets, deadline_header.clone()));
     let mut routes = Vec::new();
     for r in &cfg.routes {
-        if let Some(route) = compile_route(&mut cx, r, backends, &batches, &deadline_header) {
+        if let Some(route) =
+            compile_route(&mut cx, r, backends, &batches, &reference, &deadline_header)
+        {
             routes.push(Arc::new(route));
         }
     }
@@ -260,6 +329,7 @@ pub fn compile(
             routes,
             deadline_header,
             batches,
+            reference,
         })
     } else {
         Err(ConfigErrors(
@@ -273,12 +343,13 @@ fn compile_route(
     r: &fanout_config::Route,
     backends: &HashMap<String, Arc<dyn Backend>>,
     batches: &HashMap<String, Arc<BatchPlan>>,
+    reference: &Arc<ReferenceSet>,
     deadline_header: &HeaderName,
 ) -> Option<RoutePlan> {
     let errs_before = cx.errs.len();
     let method = cx.method(&r.method);
     let names: Vec<&str> = r.flow.keys().map(|k| k.value.as_str()).collect();
-    let mut scope: Vec<&str> = vec!["request", "item", "index"];
+    let mut scope: Vec<&str> = vec!["request", "item", "index", "ref"];
     scope.extend(names.iter().copied());
     let defaults = &cx.cfg.defaults;
 
@@ -347,6 +418,7 @@ fn compile_route(
             headers,
         },
         deadline_header: deadline_header.clone(),
+        reference: reference.clone(),
     })
 }
 

@@ -6,6 +6,7 @@ pub mod client;
 pub mod server;
 
 use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
+use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
 use http::HeaderName;
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ pub struct Gateway {
     router: matchit::Router<Vec<Arc<RoutePlan>>>,
     limits: ServerConfig,
     deadline_header: HeaderName,
+    reference: Arc<ReferenceSet>,
     /// The address from the config.
     pub listen: String,
 }
@@ -75,7 +77,46 @@ impl Gateway {
             router,
             limits: cfg.server.clone(),
             deadline_header: plan.deadline_header.clone(),
+            reference: plan.reference.clone(),
             listen: cfg.listen.clone(),
         })
+    }
+
+    /// Load the reference data (a required dataset that fails to load is an error naming it), then
+    /// keep refreshing it in the background. Call once, inside the runtime, before serving.
+    pub async fn start_reference(&self) -> Result<(), String> {
+        if self.reference.is_empty() {
+            return Ok(());
+        }
+        self.reference.load_all().await?;
+        self.reference.spawn_refresh();
+        Ok(())
+    }
+
+    /// `GET /__fanout/status`: reference data with the age of each dataset.
+    pub fn status_json(&self) -> serde_json::Value {
+        let now = std::time::SystemTime::now();
+        let reference: serde_json::Map<String, serde_json::Value> = self
+            .reference
+            .status()
+            .into_iter()
+            .map(|(name, s)| {
+                let age = s
+                    .loaded_at
+                    .and_then(|t| now.duration_since(t).ok())
+                    .map(|d| d.as_secs_f64());
+                (
+                    name.to_string(),
+                    serde_json::json!({
+                        "loaded": s.loaded_at.is_some(),
+                        "age_s": age,
+                        "loads": s.loads,
+                        "failures": s.failures,
+                        "last_error": s.last_error,
+                    }),
+                )
+            })
+            .collect();
+        serde_json::json!({ "reference": reference })
     }
 }

@@ -104,6 +104,12 @@ impl Gateway {
     /// Handle one request (never fails: every error becomes a JSON response).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let start = Instant::now();
+        if req.uri().path() == "/__fanout/status" {
+            let mut resp = Response::new(Full::new(Bytes::from(self.status_json().to_string())));
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return resp;
+        }
         match self.handle_inner(req, start).await {
             Ok(out) => outcome_response(out),
             Err(e) => e.into_response(),
