@@ -238,6 +238,36 @@ pub struct Backend {
     /// across requests): one call, one answer for all. Default true.
     #[serde(default = "default_true")]
     pub dedup: bool,
+    /// Cache successful GET/HEAD answers (keyed by method, path and query, body) and, with a
+    /// `batch` form, values per key — a batch then asks only for the keys that missed.
+    pub cache: Option<CacheConfig>,
+}
+
+/// A backend's cache (E1).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// How long an answer is fresh.
+    pub ttl: Dur,
+    /// Most entries kept (least recently/frequently used go first). Default 10 000.
+    #[serde(default = "default_max_entries")]
+    pub max_entries: u64,
+    /// After `ttl`, keep answering from the stale entry for this long while one background call
+    /// refreshes it. Default 0 (off).
+    #[serde(default = "zero_dur")]
+    pub stale_while_revalidate: Dur,
+    /// After `ttl`, answer from the stale entry for this long when the backend fails (error, 5xx,
+    /// timeout). Default 0 (off).
+    #[serde(default = "zero_dur")]
+    pub stale_if_error: Dur,
+}
+
+fn default_max_entries() -> u64 {
+    10_000
+}
+
+fn zero_dur() -> Dur {
+    Dur::millis(0)
 }
 
 fn default_true() -> bool {

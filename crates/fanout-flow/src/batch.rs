@@ -7,6 +7,7 @@
 //! values of its own keys.
 
 use crate::backend::{Backend, CallRequest};
+use crate::cache::{CachePolicy, CacheStats, KeyCache};
 use crate::error::{ErrorKind, FlowError};
 use bytes::Bytes;
 use fanout_expr::{Expr, Val, json};
@@ -46,6 +47,7 @@ pub struct BatchPlan {
     /// Header carrying the remaining budget.
     pub deadline_header: HeaderName,
     collector: OnceLock<mpsc::UnboundedSender<Waiter>>,
+    key_cache: Option<KeyCache>,
 }
 
 struct Waiter {
@@ -83,12 +85,56 @@ impl BatchPlan {
             timeout,
             deadline_header,
             collector: OnceLock::new(),
+            key_cache: None,
+        }
+    }
+
+    /// Cache values per key: a batch then asks only for the keys that missed.
+    pub fn with_cache(mut self, policy: CachePolicy) -> BatchPlan {
+        self.key_cache = Some(KeyCache::new(policy));
+        self
+    }
+
+    /// The per-key cache's counters, if there is one.
+    pub fn cache_stats(&self) -> Option<Arc<CacheStats>> {
+        self.key_cache.as_ref().map(KeyCache::stats)
+    }
+
+    /// Fetch `keys` (unique): fresh cached values first, the rest from the backend (then cached);
+    /// if that fails, stale values are used where allowed (`stale_if_error`).
+    pub async fn fetch(
+        self: &Arc<Self>,
+        keys: Vec<String>,
+        deadline: Instant,
+    ) -> Result<Found, FlowError> {
+        let Some(kc) = &self.key_cache else {
+            return self.fetch_uncached(keys, deadline).await;
+        };
+        let (mut values, missing, stale) = kc.lookup(&keys).await;
+        if missing.is_empty() {
+            return Ok(Arc::new(values));
+        }
+        match self.fetch_uncached(missing.clone(), deadline).await {
+            Ok(found) => {
+                let fetched: HashMap<String, Val> =
+                    found.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                kc.store(&fetched).await;
+                values.extend(fetched);
+                Ok(Arc::new(values))
+            }
+            Err(e) if missing.iter().all(|k| stale.contains_key(k)) => {
+                kc.served_stale(missing.len());
+                tracing::debug!(backend = %self.name, error = %e, "batch failed; serving stale values");
+                values.extend(stale);
+                Ok(Arc::new(values))
+            }
+            Err(e) => Err(e),
         }
     }
 
     /// Fetch `keys` (unique) for a request with `deadline`: directly, or through the
     /// cross-request collector when a window is configured.
-    pub async fn fetch(
+    async fn fetch_uncached(
         self: &Arc<Self>,
         keys: Vec<String>,
         deadline: Instant,

@@ -10,6 +10,7 @@
 
 pub mod backend;
 pub mod batch;
+pub mod cache;
 pub mod dedup;
 pub mod error;
 pub mod exec;

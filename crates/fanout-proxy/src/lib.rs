@@ -6,6 +6,7 @@ pub mod client;
 pub mod server;
 
 use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
+use fanout_flow::cache::{CachePolicy, CacheStats};
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
 use http::HeaderName;
@@ -15,12 +16,22 @@ use std::sync::Arc;
 pub use client::HttpBackend;
 pub use server::serve;
 
+fn policy(c: &fanout_config::CacheConfig) -> CachePolicy {
+    CachePolicy {
+        ttl: c.ttl.0,
+        max_entries: c.max_entries,
+        stale_while_revalidate: c.stale_while_revalidate.0,
+        stale_if_error: c.stale_if_error.0,
+    }
+}
+
 /// A ready-to-serve gateway: routes compiled into plans, backends with their pools.
 pub struct Gateway {
     router: matchit::Router<Vec<Arc<RoutePlan>>>,
     limits: ServerConfig,
     deadline_header: HeaderName,
     reference: Arc<ReferenceSet>,
+    caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
     /// The address from the config.
     pub listen: String,
 }
@@ -29,6 +40,7 @@ impl Gateway {
     /// Build everything from a loaded config: backends (no network I/O), the plan, the router.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
         let mut backends: HashMap<String, Arc<dyn Backend>> = HashMap::new();
+        let mut cache_stats = Vec::new();
         let mut errs = Vec::new();
         for (name, b) in &cfg.backends {
             match HttpBackend::new(name, b, &cfg.defaults) {
@@ -37,6 +49,11 @@ impl Gateway {
                     let mut layered: Arc<dyn Backend> = Arc::new(hb);
                     if b.dedup {
                         layered = Arc::new(fanout_flow::dedup::Dedup::new(layered));
+                    }
+                    if let Some(c) = &b.cache {
+                        let cached = fanout_flow::cache::Cached::new(layered, policy(c));
+                        cache_stats.push((name.clone(), cached.stats()));
+                        layered = Arc::new(cached);
                     }
                     backends.insert(name.clone(), layered);
                 }
@@ -78,6 +95,13 @@ impl Gateway {
             limits: cfg.server.clone(),
             deadline_header: plan.deadline_header.clone(),
             reference: plan.reference.clone(),
+            caches: cache_stats
+                .into_iter()
+                .map(|(n, s)| {
+                    let keys = plan.batches.get(&n).and_then(|b| b.cache_stats());
+                    (n, s, keys)
+                })
+                .collect(),
             listen: cfg.listen.clone(),
         })
     }
@@ -117,6 +141,19 @@ impl Gateway {
                 )
             })
             .collect();
-        serde_json::json!({ "reference": reference })
+        let caches: serde_json::Map<String, serde_json::Value> = self
+            .caches
+            .iter()
+            .map(|(n, answers, keys)| {
+                (
+                    n.clone(),
+                    serde_json::json!({
+                        "answers": answers.counters(),
+                        "keys": keys.as_ref().map(|k| k.counters()),
+                    }),
+                )
+            })
+            .collect();
+        serde_json::json!({ "reference": reference, "caches": caches })
     }
 }
