@@ -58,7 +58,7 @@ pub enum LabError {
     #[error("unknown scenario `{0}`; available: {list}", list = scenario::NAMES.join(", "))]
     UnknownScenario(String),
     /// Unknown target.
-    #[error("unknown target `{0}`; available: {list}", list = TARGETS.join(", "))]
+    #[error("unknown target `{0}`; available: {list} and the scenario's variants (product-page-merging: naive, variant1, variant2)", list = TARGETS.join(", "))]
     UnknownTarget(String),
     /// The baseline executable is missing.
     #[error(
@@ -198,7 +198,7 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
     let scenario = scenario::builtin(&opts.scenario)
         .ok_or_else(|| LabError::UnknownScenario(opts.scenario.clone()))?;
     for t in &opts.targets {
-        if !TARGETS.contains(&t.as_str()) {
+        if !TARGETS.contains(&t.as_str()) && !scenario.variants.iter().any(|(n, _)| n == t) {
             return Err(LabError::UnknownTarget(t.clone()));
         }
     }
@@ -282,7 +282,22 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
         .unwrap_or_else(|| "/".into());
     for name in &opts.targets {
         let addr = free_addr().map_err(io(&opts.out))?;
+        let variant = lab_variant(&scenario, name);
+        if let Some(yaml) = &variant {
+            let f = opts.out.join(format!("{name}.yaml"));
+            std::fs::write(&f, yaml).map_err(io(&f))?;
+        }
         let (bin, args) = match name.as_str() {
+            _ if variant.is_some() => (
+                opts.fanout_bin.clone(),
+                vec![
+                    "serve".into(),
+                    "--config".into(),
+                    opts.out.join(format!("{name}.yaml")).display().to_string(),
+                    "--listen".into(),
+                    addr.to_string(),
+                ],
+            ),
             "fanout" => (
                 opts.fanout_bin.clone(),
                 vec![
@@ -346,6 +361,13 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
     );
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
+}
+
+fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
+    s.variants
+        .iter()
+        .find(|(n, _)| *n == target)
+        .map(|(_, y)| y.clone())
 }
 
 fn order(targets: usize, round: usize) -> Vec<usize> {
