@@ -60,6 +60,10 @@ routes:
     flow:
       a: { http: { backend: windowed, key: '$request.params.id' } }
     respond: { body: '$a' }
+  - path: /unwindowed/{id}
+    flow:
+      a: { http: { backend: attrs, key: '$request.params.id' } }
+    respond: { body: '$a' }
   - path: /same
     flow:
       x: { http: { backend: attrs, path: '"/one/1"' } }
@@ -121,23 +125,33 @@ async fn a_window_merges_keys_of_concurrent_requests() {
     let s = stubs(STUBS).await;
     let gw = gateway(GATEWAY, &s).await;
     let c = client(false);
-    let n = 100;
-    let reqs = (0..n).map(|i| {
-        let c = c.clone();
-        let url = format!("http://{}/windowed/k{i}", gw.addr);
-        async move { send(&c, Method::GET, &url, &[], "").await }
-    });
-    let answers = join_all(reqs).await;
-    for (i, r) in answers.iter().enumerate() {
-        assert_eq!(r.status, 200, "{:?}", r.body);
-        assert_eq!(r.json(), json!(format!("val-k{i}")));
+    let n = 200;
+    for (route, windowed) in [("windowed", true), ("unwindowed", false)] {
+        s.reset_stats();
+        let reqs = (0..n).map(|i| {
+            let c = c.clone();
+            let url = format!("http://{}/{route}/k{i}", gw.addr);
+            async move { send(&c, Method::GET, &url, &[], "").await }
+        });
+        let answers = join_all(reqs).await;
+        for (i, r) in answers.iter().enumerate() {
+            assert_eq!(r.status, 200, "{:?}", r.body);
+            assert_eq!(r.json(), json!(format!("val-k{i}")));
+        }
+        let calls = s.stats("attrs").unwrap().routes["GET /attrs"].requests;
+        eprintln!("{route}: {n} concurrent requests → {calls} batch calls");
+        if windowed {
+            assert!(
+                calls < n as u64 / 4,
+                "cross-request merging: {calls} batch calls for {n} requests"
+            );
+        } else {
+            assert_eq!(
+                calls, n as u64,
+                "without a window: exactly one batch per request"
+            );
+        }
     }
-    let calls = s.stats("attrs").unwrap().routes["GET /attrs"].requests;
-    eprintln!("{n} concurrent requests → {calls} batch calls");
-    assert!(
-        calls < n as u64 / 2,
-        "cross-request merging: {calls} batch calls for {n} requests"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
