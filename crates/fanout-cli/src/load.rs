@@ -90,10 +90,11 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     for f in &failed {
         println!("THRESHOLD FAILED: {f}");
     }
-    Ok(if !report.valid {
-        EXIT_INVALID
-    } else if !failed.is_empty() {
+    // The user's own pass/fail criteria come first; an invalid run without them still fails.
+    Ok(if !failed.is_empty() {
         EXIT_THRESHOLD
+    } else if !report.valid {
+        EXIT_INVALID
     } else {
         0
     })

@@ -6,13 +6,13 @@
 //! per backend gathers keys for `window`, makes the calls once, and hands each waiting request the
 //! values of its own keys.
 
-use crate::backend::{Backend, CallRequest};
 use crate::cache::{CachePolicy, CacheStats, KeyCache};
 use crate::error::{ErrorKind, FlowError};
-use bytes::Bytes;
+use crate::exec::{Env, build_call, fetch_json};
+use crate::plan::HttpPlan;
 use fanout_expr::{Expr, Val, json};
 use futures_util::future::try_join_all;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -24,18 +24,10 @@ pub type Found = Arc<HashMap<String, Val>>;
 
 /// A compiled batch form.
 pub struct BatchPlan {
-    /// The backend (with its policy layers).
-    pub backend: Arc<dyn Backend>,
     /// Backend name.
     pub name: Arc<str>,
-    /// Method of batch calls.
-    pub method: Method,
-    /// Path expression over `$keys`.
-    pub path: Expr,
-    /// Query expressions over `$keys`.
-    pub query: Vec<(String, Expr)>,
-    /// Body expression over `$keys`.
-    pub body: Option<Expr>,
+    /// The batch call; its expressions read `$keys` (scope slot 0).
+    pub call: HttpPlan,
     /// Splits an answer into key → value.
     pub split: Expr,
     /// Most keys per call.
@@ -57,15 +49,9 @@ struct Waiter {
 }
 
 impl BatchPlan {
-    /// A batch form; `path`, `query`, `body` and `split` are compiled with scope `["keys"]`.
-    #[allow(clippy::too_many_arguments)]
+    /// A batch form; the call's expressions and `split` are compiled with scope `["keys"]`.
     pub fn new(
-        backend: Arc<dyn Backend>,
-        name: Arc<str>,
-        method: Method,
-        path: Expr,
-        query: Vec<(String, Expr)>,
-        body: Option<Expr>,
+        call: HttpPlan,
         split: Expr,
         max: usize,
         window: Option<Duration>,
@@ -73,12 +59,8 @@ impl BatchPlan {
         deadline_header: HeaderName,
     ) -> BatchPlan {
         BatchPlan {
-            backend,
-            name,
-            method,
-            path,
-            query,
-            body,
+            name: call.backend_name.clone(),
+            call,
             split,
             max: max.max(1),
             window,
@@ -199,96 +181,25 @@ impl BatchPlan {
         deadline: Instant,
     ) -> Result<HashMap<String, Val>, FlowError> {
         let keys_val: Val = keys.iter().map(|k| json::str_val(k)).collect();
-        let ev = |e: &Expr, input: &Val| {
-            e.eval(input, |_| keys_val.clone())
-                .map_err(|m| self.error(ErrorKind::Expression, m.0))
-        };
-        let mut path = json::to_display(&ev(&self.path, &Val::Null)?);
-        if !path.starts_with('/') {
-            path.insert(0, '/');
-        }
-        if !self.query.is_empty() {
-            let mut ser = form_urlencoded::Serializer::new(String::new());
-            for (k, e) in &self.query {
-                match ev(e, &Val::Null)? {
-                    Val::Null => {}
-                    v => {
-                        ser.append_pair(k, &json::to_display(&v));
-                    }
-                }
-            }
-            let q = ser.finish();
-            if !q.is_empty() {
-                path.push(if path.contains('?') { '&' } else { '?' });
-                path.push_str(&q);
-            }
-        }
-        let mut headers = HeaderMap::new();
-        let body = match &self.body {
-            None => Bytes::new(),
-            Some(e) => {
-                let mut out = Vec::with_capacity(64);
-                json::write(&ev(e, &Val::Null)?, &mut out);
-                headers.insert(
-                    http::header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                Bytes::from(out)
-            }
-        };
-        let timeout = self
-            .timeout
-            .min(deadline.saturating_duration_since(Instant::now()));
-        headers.insert(
-            self.deadline_header.clone(),
-            HeaderValue::from(timeout.as_millis().max(1) as u64),
-        );
-        let req = CallRequest {
-            method: self.method.clone(),
-            path_and_query: path,
-            headers,
-            body,
-            timeout,
+        let env = Env::with_slots(vec![keys_val.clone()]);
+        let req = build_call(&self.call, &env, None, deadline).map_err(|m| {
+            self.error(
+                ErrorKind::Expression,
+                format!("building the batch call failed: {m}"),
+            )
+        })?;
+        let who: Arc<str> = Arc::from(format!("{} (batch)", self.name));
+        let answer = fetch_json(
+            &who,
+            &self.call,
+            req,
+            self.timeout,
             deadline,
-        };
-        let resp = match tokio::time::timeout(timeout, self.backend.call(req)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return Err(FlowError::from_call(e, &Arc::from("batch"), &self.name).without_step());
-            }
-            Err(_) => {
-                return Err(self.error(
-                    ErrorKind::BackendTimeout,
-                    format!("no answer within {:.1} ms", timeout.as_secs_f64() * 1000.0),
-                ));
-            }
-        };
-        if !resp.status.is_success() {
-            return Err(FlowError {
-                kind: ErrorKind::BackendStatus {
-                    status: resp.status.as_u16(),
-                    passthrough: self.backend.status_passthrough(),
-                },
-                message: format!(
-                    "backend `{}` (batch) answered {}",
-                    self.name,
-                    resp.status.as_u16()
-                ),
-                step: None,
-                backend: Some(self.name.clone()),
-            });
-        }
-        let answer = if resp.body.is_empty() {
-            Val::Null
-        } else {
-            json::parse(&resp.body).map_err(|e| {
-                self.error(
-                    ErrorKind::BadBackendAnswer,
-                    format!("answered invalid JSON: {e}"),
-                )
-            })?
-        };
-        match ev(&self.split, &answer) {
+            &self.deadline_header,
+        )
+        .await
+        .map_err(FlowError::without_step)?;
+        match self.split.eval(&answer, |_| keys_val.clone()) {
             Ok(Val::Obj(m)) => Ok(m
                 .iter()
                 .map(|(k, v)| (json::to_display(k), v.clone()))
@@ -301,10 +212,10 @@ impl BatchPlan {
                     short_type(&other)
                 ),
             )),
-            Err(e) => Err(FlowError {
-                kind: ErrorKind::BadBackendAnswer,
-                ..e
-            }),
+            Err(e) => Err(self.error(
+                ErrorKind::BadBackendAnswer,
+                format!("`split` failed: {}", e.0),
+            )),
         }
     }
 }

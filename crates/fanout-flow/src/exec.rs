@@ -50,6 +50,11 @@ impl Env {
         Env { slots: Vec::new() }
     }
 
+    /// An environment with the given slots (batch calls: slot 0 is `$keys`).
+    pub(crate) fn with_slots(slots: Vec<Val>) -> Env {
+        Env { slots }
+    }
+
     fn get(&self, i: usize) -> Val {
         self.slots.get(i).cloned().unwrap_or(Val::Null)
     }

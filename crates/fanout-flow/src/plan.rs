@@ -247,13 +247,17 @@ pub fn compile(
             batches.insert(
                 name.clone(),
                 Arc::new({
-                    let plan = BatchPlan::new(
-                        backend.clone(),
-                        name.as_str().into(),
+                    let call = HttpPlan {
+                        backend: backend.clone(),
+                        backend_name: name.as_str().into(),
                         method,
                         path,
                         query,
+                        headers: Vec::new(),
                         body,
+                    };
+                    let plan = BatchPlan::new(
+                        call,
                         split,
                         bc.max,
                         bc.window.map(|w| w.0),
