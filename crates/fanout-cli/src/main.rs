@@ -129,12 +129,18 @@ fn init_logs(format: &str) {
     }
 }
 
+/// The runtime: a fixed number of workers (default one per core) and a small bounded pool for
+/// blocking work (DNS lookups of host names, file reads), so the thread count cannot grow with load.
 fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     if let Some(w) = workers {
         b.worker_threads(w.max(1));
     }
-    b.enable_all().build().context("starting the runtime")
+    b.max_blocking_threads(4)
+        .thread_name("fanout-worker")
+        .enable_all()
+        .build()
+        .context("starting the runtime")
 }
 
 fn main() -> ExitCode {

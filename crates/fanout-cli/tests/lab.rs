@@ -132,9 +132,16 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
         );
         assert!(t["threads_max"].as_u64().is_some_and(|n| n > 0));
         // masks ×2, recommendations, price/stock/media for products, price/media for recommendations.
+        // The lab sends identical requests: when they overlap, fanout's in-flight dedup merges their
+        // identical calls (fewer than 8); the hand-written baseline has no dedup (exactly 8).
         let calls = t["backend_calls_per_request"].as_f64().unwrap_or(0.0);
+        let expected = if target == "fanout" {
+            1.0..=8.5
+        } else {
+            7.5..=8.5
+        };
         assert!(
-            (7.5..=8.5).contains(&calls),
+            expected.contains(&calls),
             "{target} backend calls per request: {calls}"
         );
         let levels = t["levels"].as_array().expect("levels");

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod server;
+pub mod watchdog;
 
 use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
 use fanout_flow::cache::{CachePolicy, CacheStats};
@@ -32,6 +33,7 @@ pub struct Gateway {
     deadline_header: HeaderName,
     reference: Arc<ReferenceSet>,
     caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
+    watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
     /// The address from the config.
     pub listen: String,
 }
@@ -102,8 +104,17 @@ impl Gateway {
                     (n, s, keys)
                 })
                 .collect(),
+            watchdog: std::sync::OnceLock::new(),
             listen: cfg.listen.clone(),
         })
+    }
+
+    /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,
+    /// then the reference data (see [`Gateway::start_reference`]).
+    pub async fn start(&self) -> Result<(), String> {
+        self.watchdog
+            .get_or_init(|| watchdog::Watchdog::spawn(std::time::Duration::from_millis(100)));
+        self.start_reference().await
     }
 
     /// Load the reference data (a required dataset that fails to load is an error naming it), then
@@ -154,6 +165,12 @@ impl Gateway {
                 )
             })
             .collect();
-        serde_json::json!({ "reference": reference, "caches": caches })
+        let runtime = match self.watchdog.get() {
+            Some(w) => {
+                serde_json::json!({ "stalls": w.stalls(), "max_stall_ms": w.max_stall_ms() })
+            }
+            None => serde_json::Value::Null,
+        };
+        serde_json::json!({ "reference": reference, "caches": caches, "runtime": runtime })
     }
 }
