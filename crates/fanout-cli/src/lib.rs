@@ -58,10 +58,7 @@ impl Drop for RunningGateway {
 /// Bind `addr` and serve `gateway` in a background task.
 /// Reference data is loaded first: a required dataset that cannot be loaded fails the start.
 pub async fn start_gateway(gateway: Gateway, addr: &str) -> std::io::Result<RunningGateway> {
-    gateway
-        .start_reference()
-        .await
-        .map_err(std::io::Error::other)?;
+    gateway.start().await.map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let (tx, rx) = oneshot::channel::<()>();

@@ -20,6 +20,7 @@ services:
 const GATEWAY: &str = r#"
 server:
   max_concurrent_streams: 8000
+  admission: { max_concurrency: 10000 }
 backends:
   slow:
     urls: ["http://${ONE_ADDR}", "http://${TWO_ADDR}"]

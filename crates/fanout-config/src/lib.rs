@@ -145,6 +145,32 @@ pub struct ServerConfig {
     pub deadline_header: String,
     /// Time in-flight requests get to finish on shutdown; default 10s.
     pub shutdown_grace: Dur,
+    /// Admission control: how many requests run at once, how many may wait, and for how long.
+    pub admission: Admission,
+}
+
+/// Admission control (R2): excess load is rejected at once with 503 + `Retry-After` instead of
+/// queueing until it times out.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admission {
+    /// Requests running at once (per listener). Default 1024.
+    pub max_concurrency: usize,
+    /// Requests that may wait for a slot; more are rejected immediately. Default 256.
+    pub queue: usize,
+    /// Longest wait in the queue: a request that waited longer is rejected (its client would
+    /// rather retry elsewhere than wait). Default 50ms.
+    pub queue_timeout: Dur,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            max_concurrency: 1024,
+            queue: 256,
+            queue_timeout: Dur::millis(50),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -156,6 +182,7 @@ impl Default for ServerConfig {
             header_read_timeout: Dur::secs(10),
             deadline_header: "x-request-timeout".into(),
             shutdown_grace: Dur::secs(10),
+            admission: Admission::default(),
         }
     }
 }

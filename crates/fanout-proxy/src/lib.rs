@@ -2,6 +2,7 @@
 //! ([`server`]), the pooled backend client ([`client`]), and [`Gateway`], which ties a compiled
 //! plan to a router.
 
+pub mod admission;
 pub mod client;
 pub mod server;
 pub mod watchdog;
@@ -34,6 +35,7 @@ pub struct Gateway {
     reference: Arc<ReferenceSet>,
     caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
     watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
+    admission: admission::Admission,
     /// The address from the config.
     pub listen: String,
 }
@@ -105,6 +107,7 @@ impl Gateway {
                 })
                 .collect(),
             watchdog: std::sync::OnceLock::new(),
+            admission: admission::Admission::new(&cfg.server.admission),
             listen: cfg.listen.clone(),
         })
     }
@@ -171,6 +174,11 @@ impl Gateway {
             }
             None => serde_json::Value::Null,
         };
-        serde_json::json!({ "reference": reference, "caches": caches, "runtime": runtime })
+        serde_json::json!({
+            "reference": reference,
+            "caches": caches,
+            "runtime": runtime,
+            "admission": self.admission.status(),
+        })
     }
 }

@@ -181,6 +181,22 @@ impl Gateway {
         }
         let deadline = start + budget;
 
+        // Admission: a slot now, a short bounded wait, or an immediate 503 — before any flow work.
+        let _slot = self.admission.admit(deadline).await.map_err(|r| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                match r {
+                    crate::admission::Rejection::QueueFull => {
+                        "the gateway is at its concurrency limit and its queue is full; retry later"
+                    }
+                    crate::admission::Rejection::Waited => {
+                        "the gateway is at its concurrency limit and the request waited too long; retry later"
+                    }
+                },
+            )
+        })?;
+
         // Body: size-limited, read within the deadline, parsed once.
         let limit = self.limits.max_body_bytes;
         if let Some(len) = parts.headers.get(CONTENT_LENGTH)
