@@ -151,5 +151,4 @@ async fn a_paused_backend_is_charged_to_every_scheduled_request() {
         report.service_ms.p95,
         report.latency_ms.p95
     );
-    assert!(test_start.elapsed() < Duration::from_secs(15));
 }

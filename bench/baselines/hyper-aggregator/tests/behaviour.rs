@@ -120,13 +120,11 @@ async fn deadlines_and_timeouts_give_504() {
     let c = client(false);
 
     // The search backend's own timeout (150 ms) passes first.
-    let started = Instant::now();
     let r = get(&agg.url("/vacancies?text=a")).await;
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(r.code(), "backend_timeout");
     assert_eq!(r.json()["error"]["step"], "found");
     assert_eq!(r.json()["error"]["backend"], "search");
-    assert!(started.elapsed() < Duration::from_millis(290));
 
     // A client budget shorter than the call timeout: the request deadline passes first.
     let url = agg.url("/vacancies?text=a");
