@@ -268,6 +268,40 @@ pub struct Backend {
     /// Cache successful GET/HEAD answers (keyed by method, path and query, body) and, with a
     /// `batch` form, values per key — a batch then asks only for the keys that missed.
     pub cache: Option<CacheConfig>,
+    /// Bulkhead: most calls in flight to this backend; more fail at once (`backend_rejected`),
+    /// which the step's failure policy handles (optional steps take their default). Default: none.
+    pub max_concurrency: Option<usize>,
+    /// Circuit breaker: after enough failures, calls fail at once for a while (optional steps use
+    /// their default immediately), then a probe decides whether to close again.
+    pub breaker: Option<BreakerConfig>,
+}
+
+/// A backend's circuit breaker (R3).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Open after this many failures in a row. Default 5.
+    pub consecutive_failures: u32,
+    /// Or open when at least this share of the calls in `window` failed… Default 0.5.
+    pub failure_rate: f64,
+    /// …over at least `min_calls` calls. Default 20.
+    pub min_calls: u32,
+    /// The window of the failure rate. Default 10s.
+    pub window: Dur,
+    /// How long to stay open before letting a probe through. Default 5s.
+    pub open_for: Dur,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            consecutive_failures: 5,
+            failure_rate: 0.5,
+            min_calls: 20,
+            window: Dur::secs(10),
+            open_for: Dur::secs(5),
+        }
+    }
 }
 
 /// A backend's cache (E1).

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod dedup;
 pub mod error;
 pub mod exec;
+pub mod isolation;
 pub mod plan;
 pub mod reference;
 

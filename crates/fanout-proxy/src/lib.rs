@@ -51,6 +51,23 @@ impl Gateway {
                 Ok(hb) => {
                     // Layers, innermost first: the HTTP client, then in-flight de-duplication.
                     let mut layered: Arc<dyn Backend> = Arc::new(hb);
+                    // Isolation sits next to the wire: a full bulkhead or an open breaker fails
+                    // fast; dedup and cache above it still answer from shared calls and entries.
+                    if let Some(max) = b.max_concurrency {
+                        layered = Arc::new(fanout_flow::isolation::Bulkhead::new(layered, max));
+                    }
+                    if let Some(bc) = &b.breaker {
+                        layered = Arc::new(fanout_flow::isolation::Breaker::new(
+                            layered,
+                            fanout_flow::isolation::BreakerPolicy {
+                                consecutive_failures: bc.consecutive_failures.max(1),
+                                failure_rate: bc.failure_rate,
+                                min_calls: bc.min_calls.max(1),
+                                window: bc.window.0,
+                                open_for: bc.open_for.0,
+                            },
+                        ));
+                    }
                     if b.dedup {
                         layered = Arc::new(fanout_flow::dedup::Dedup::new(layered));
                     }
