@@ -33,6 +33,17 @@ pub struct CachePolicy {
     pub stale_if_error: Duration,
 }
 
+impl From<&fanout_config::CacheConfig> for CachePolicy {
+    fn from(c: &fanout_config::CacheConfig) -> CachePolicy {
+        CachePolicy {
+            ttl: c.ttl.0,
+            max_entries: c.max_entries,
+            stale_while_revalidate: c.stale_while_revalidate.0,
+            stale_if_error: c.stale_if_error.0,
+        }
+    }
+}
+
 impl CachePolicy {
     fn retention(&self) -> Duration {
         self.ttl + self.stale_while_revalidate.max(self.stale_if_error)

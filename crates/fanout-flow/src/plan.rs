@@ -238,12 +238,7 @@ pub fn compile(
         }
         if let (Some(method), Some(path), Some(split)) = (method, path, split) {
             let timeout = b.timeout.unwrap_or(cfg.defaults.timeout).0;
-            let policy = b.cache.as_ref().map(|c| crate::cache::CachePolicy {
-                ttl: c.ttl.0,
-                max_entries: c.max_entries,
-                stale_while_revalidate: c.stale_while_revalidate.0,
-                stale_if_error: c.stale_if_error.0,
-            });
+            let policy = b.cache.as_ref().map(crate::cache::CachePolicy::from);
             batches.insert(
                 name.clone(),
                 Arc::new({

@@ -308,6 +308,22 @@ fn representative<'a>(rep: &'a LabReport, target: &str) -> Option<&'a Trial> {
         .or_else(|| mine.clone().next_back())
 }
 
+/// One line per target of a `/proc` figure over the run.
+fn timeline_chart(
+    rep: &LabReport,
+    id: &str,
+    title: &str,
+    y_label: &str,
+    f: fn(&ProcSample) -> f64,
+) -> String {
+    let s: Vec<Series> = rep
+        .timelines
+        .iter()
+        .map(|(n, tl)| Series::new(n.clone(), tl.iter().map(|x| (x.t, f(x))).collect()))
+        .collect();
+    line_chart(id, title, "seconds since targets started", y_label, &s)
+}
+
 fn charts(rep: &LabReport) -> Vec<String> {
     let names: Vec<&String> = rep.targets.keys().collect();
     let mut out = Vec::new();
@@ -452,40 +468,16 @@ fn charts(rep: &LabReport) -> Vec<String> {
     ));
 
     // 5. Threads and RSS over time.
-    let s: Vec<Series> = rep
-        .timelines
-        .iter()
-        .map(|(n, tl)| {
-            Series::new(
-                n.clone(),
-                tl.iter().map(|x| (x.t, x.threads as f64)).collect(),
-            )
-        })
-        .collect();
-    out.push(line_chart(
+    out.push(timeline_chart(
+        rep,
         "threads",
         "Threads over time",
-        "seconds since targets started",
         "threads",
-        &s,
+        |x| x.threads as f64,
     ));
-    let s: Vec<Series> = rep
-        .timelines
-        .iter()
-        .map(|(n, tl)| {
-            Series::new(
-                n.clone(),
-                tl.iter().map(|x| (x.t, x.rss_bytes as f64 / 1e6)).collect(),
-            )
-        })
-        .collect();
-    out.push(line_chart(
-        "rss",
-        "RSS over time",
-        "seconds since targets started",
-        "MB",
-        &s,
-    ));
+    out.push(timeline_chart(rep, "rss", "RSS over time", "MB", |x| {
+        x.rss_bytes as f64 / 1e6
+    }));
 
     // 6. Generator lag.
     let s: Vec<Series> = names

@@ -18,15 +18,6 @@ use std::sync::Arc;
 pub use client::HttpBackend;
 pub use server::serve;
 
-fn policy(c: &fanout_config::CacheConfig) -> CachePolicy {
-    CachePolicy {
-        ttl: c.ttl.0,
-        max_entries: c.max_entries,
-        stale_while_revalidate: c.stale_while_revalidate.0,
-        stale_if_error: c.stale_if_error.0,
-    }
-}
-
 /// A ready-to-serve gateway: routes compiled into plans, backends with their pools.
 pub struct Gateway {
     router: matchit::Router<Vec<Arc<RoutePlan>>>,
@@ -72,7 +63,7 @@ impl Gateway {
                         layered = Arc::new(fanout_flow::dedup::Dedup::new(layered));
                     }
                     if let Some(c) = &b.cache {
-                        let cached = fanout_flow::cache::Cached::new(layered, policy(c));
+                        let cached = fanout_flow::cache::Cached::new(layered, CachePolicy::from(c));
                         cache_stats.push((name.clone(), cached.stats()));
                         layered = Arc::new(cached);
                     }
