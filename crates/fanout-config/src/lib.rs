@@ -161,6 +161,16 @@ pub struct Admission {
     /// Longest wait in the queue: a request that waited longer is rejected (its client would
     /// rather retry elsewhere than wait). Default 50ms.
     pub queue_timeout: Dur,
+    /// CoDel-style queue discipline: once the queue has not been empty for `interval`, a waiting
+    /// request only gets `target` before it is rejected, and the queue is served newest first
+    /// (adaptive LIFO) until it drains. Default target 5ms, interval 100ms.
+    pub codel: Codel,
+    /// Adaptive limit: instead of a fixed `max_concurrency`, a gradient limit that follows the
+    /// measured latency (`max_concurrency` is then its ceiling). Default: off (static limit).
+    pub adaptive: Option<AdaptiveLimit>,
+    /// Share of the limit each priority class may fill (critical routes may always use all of
+    /// it), so critical routes keep their share under overload. Default normal 0.9, sheddable 0.5.
+    pub shares: PriorityShares,
 }
 
 impl Default for Admission {
@@ -169,8 +179,109 @@ impl Default for Admission {
             max_concurrency: 1024,
             queue: 256,
             queue_timeout: Dur::millis(50),
+            codel: Codel::default(),
+            adaptive: None,
+            shares: PriorityShares::default(),
         }
     }
+}
+
+/// CoDel queue settings (Facebook "Fail at Scale": M = 5ms, N = 100ms).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Codel {
+    /// Longest wait of a request while a standing queue exists. Default 5ms.
+    pub target: Dur,
+    /// A queue that has not been empty for this long is a standing queue. Default 100ms.
+    pub interval: Dur,
+}
+
+impl Default for Codel {
+    fn default() -> Self {
+        Codel {
+            target: Dur::millis(5),
+            interval: Dur::millis(100),
+        }
+    }
+}
+
+/// A gradient concurrency limit (Netflix Gradient2 / Envoy adaptive concurrency): every `window`,
+/// `gradient = clamp(tolerance × long_rtt / short_rtt, 0.5, 1.0)`,
+/// `new = limit × gradient + queue_size`, smoothed `limit = limit × (1 − smoothing) + new × smoothing`,
+/// clamped to `[min, max_concurrency]`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveLimit {
+    /// Limit at start. Default 20.
+    pub initial: usize,
+    /// The limit never goes below this. Default 8.
+    pub min: usize,
+    /// How often the limit is recomputed from the samples of the last window. Default 100ms.
+    pub window: Dur,
+    /// Latency growth tolerated before the limit shrinks (short/long RTT ratio). Default 1.5.
+    pub tolerance: f64,
+    /// Weight of a new limit (0–1]. Default 0.2.
+    pub smoothing: f64,
+    /// Samples in the long-term RTT average (EMA). Default 600.
+    pub long_window: u32,
+    /// Headroom added each window so the limit can grow: `queue_size`; 0 means `sqrt(limit)`. Default 4.
+    pub queue_size: usize,
+}
+
+impl Default for AdaptiveLimit {
+    fn default() -> Self {
+        AdaptiveLimit {
+            initial: 20,
+            min: 8,
+            window: Dur::millis(100),
+            tolerance: 1.5,
+            smoothing: 0.2,
+            long_window: 600,
+            queue_size: 4,
+        }
+    }
+}
+
+/// Share of the concurrency limit a priority class may fill.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityShares {
+    /// Default 0.9: the last 10 % of the limit is kept for critical routes.
+    pub normal: f64,
+    /// Default 0.5.
+    pub sheddable: f64,
+}
+
+impl Default for PriorityShares {
+    fn default() -> Self {
+        PriorityShares {
+            normal: 0.9,
+            sheddable: 0.5,
+        }
+    }
+}
+
+/// A route's priority class under overload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Shed last: may use the whole limit.
+    Critical,
+    /// The default.
+    #[default]
+    Normal,
+    /// Shed first.
+    Sheddable,
+}
+
+/// A route's admission settings.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteAdmission {
+    /// Priority class; default `normal`.
+    pub priority: Priority,
+    /// Most requests of this route running at once (on top of the listener's limit). Default: none.
+    pub max_concurrency: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -274,6 +385,162 @@ pub struct Backend {
     /// Circuit breaker: after enough failures, calls fail at once for a while (optional steps use
     /// their default immediately), then a probe decides whether to close again.
     pub breaker: Option<BreakerConfig>,
+    /// How calls are spread over `urls`: P2C with peak-EWMA latency (default) or round robin.
+    #[serde(default)]
+    pub balance: BalanceConfig,
+    /// Outlier ejection of addresses (on by default when there are several `urls`).
+    #[serde(default)]
+    pub outlier: OutlierConfig,
+    /// Retries of idempotent calls (GET/HEAD or steps marked `idempotent`). Default: none.
+    pub retry: Option<RetryConfig>,
+    /// Hedged calls: a second copy of a slow idempotent call; the first answer wins, the other
+    /// is cancelled. Default: none.
+    pub hedge: Option<HedgeConfig>,
+}
+
+/// Balancing strategy over a backend's addresses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BalanceStrategy {
+    /// Power of two choices: of two random addresses, the one with the lower
+    /// `peak-EWMA latency × (in flight + 1)`.
+    #[default]
+    P2cPeakEwma,
+    /// Each address in turn.
+    RoundRobin,
+}
+
+/// Balancing over a backend's addresses (R3).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalanceConfig {
+    /// `p2c_peak_ewma` (default) or `round_robin`.
+    pub strategy: BalanceStrategy,
+    /// Time constant of the latency average. Default 10s.
+    pub decay: Dur,
+    /// Latency assumed for an address without samples. Default 30ms.
+    pub default_rtt: Dur,
+}
+
+impl Default for BalanceConfig {
+    fn default() -> Self {
+        BalanceConfig {
+            strategy: BalanceStrategy::P2cPeakEwma,
+            decay: Dur::secs(10),
+            default_rtt: Dur::millis(30),
+        }
+    }
+}
+
+/// Outlier ejection (R3): an address that failed `consecutive_failures` times in a row (connect
+/// error, reset, timeout or 5xx) is taken out of rotation for `base_ejection × times ejected`,
+/// capped at `max_ejection`; afterwards one probe call decides whether it is back.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutlierConfig {
+    /// Default true (has an effect only with several addresses).
+    pub enabled: bool,
+    /// Default 5.
+    pub consecutive_failures: u32,
+    /// Default 30s.
+    pub base_ejection: Dur,
+    /// Default 300s.
+    pub max_ejection: Dur,
+    /// Most addresses ejected at once, as a percentage (at least one address may always be
+    /// ejected while another remains). Default 50.
+    pub max_ejected_percent: u32,
+}
+
+impl Default for OutlierConfig {
+    fn default() -> Self {
+        OutlierConfig {
+            enabled: true,
+            consecutive_failures: 5,
+            base_ejection: Dur::secs(30),
+            max_ejection: Dur::secs(300),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// Retries (R4): only idempotent calls, on connect errors, resets, timeouts of a single attempt
+/// and the listed statuses; jittered exponential backoff; never past the deadline; at most
+/// `budget.ratio` of recent calls (plus `budget.min_per_second`) may be retries.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Total attempts including the first. Default 2.
+    pub attempts: u32,
+    /// Statuses that are retried. Default [502, 503, 504].
+    pub on_status: Vec<u16>,
+    /// First backoff (×0.8–1.2 jitter, doubling per attempt). Default 10ms.
+    pub backoff: Dur,
+    /// Longest backoff. Default 200ms.
+    pub max_backoff: Dur,
+    /// The retry budget.
+    pub budget: RetryBudget,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            attempts: 2,
+            on_status: vec![502, 503, 504],
+            backoff: Dur::millis(10),
+            max_backoff: Dur::millis(200),
+            budget: RetryBudget::default(),
+        }
+    }
+}
+
+/// A retry budget (Finagle/Linkerd): over the last `ttl`, retries may be at most `ratio` of the
+/// calls, plus `min_per_second`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryBudget {
+    /// Default 0.2.
+    pub ratio: f64,
+    /// Default 10.
+    pub min_per_second: f64,
+    /// Default 10s.
+    pub ttl: Dur,
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        RetryBudget {
+            ratio: 0.2,
+            min_per_second: 10.0,
+            ttl: Dur::secs(10),
+        }
+    }
+}
+
+/// Hedging (R4): when an idempotent call has not answered after `delay` (or, without `delay`,
+/// after the backend's recent `percentile` latency), a second copy is sent; the first answer
+/// wins and the other call is cancelled. Hedges are bounded by `max_extra` of recent calls.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct HedgeConfig {
+    /// Fixed hedge delay. Default: none (use `percentile`).
+    pub delay: Option<Dur>,
+    /// Latency percentile of this backend's recent calls used as the delay. Default 95.
+    pub percentile: f64,
+    /// Shortest delay. Default 1ms.
+    pub min_delay: Dur,
+    /// Hedges as a share of calls (the hedge budget). Default 0.1.
+    pub max_extra: f64,
+}
+
+impl Default for HedgeConfig {
+    fn default() -> Self {
+        HedgeConfig {
+            delay: None,
+            percentile: 95.0,
+            min_delay: Dur::millis(1),
+            max_extra: 0.1,
+        }
+    }
 }
 
 /// A backend's circuit breaker (R3).
@@ -418,6 +685,9 @@ pub struct Route {
     /// Total time budget of a request; the client may shorten it (header or `grpc-timeout`).
     /// Defaults to `defaults.deadline`.
     pub deadline: Option<Dur>,
+    /// Priority class and optional per-route concurrency limit.
+    #[serde(default)]
+    pub admission: RouteAdmission,
     /// The steps, by name. Order does not matter: dependencies come from the expressions.
     #[serde(default)]
     pub flow: IndexMap<Located<String>, Step>,
@@ -480,6 +750,8 @@ pub struct HttpCall {
     pub headers: IndexMap<String, ExprSrc>,
     /// JSON body expression (sent as `application/json`).
     pub body: Option<ExprSrc>,
+    /// Whether the call may be retried or hedged. Default: true for GET/HEAD, false otherwise.
+    pub idempotent: Option<bool>,
 }
 
 /// The response of a route.
@@ -633,6 +905,7 @@ impl Config {
                 step_check(name, step, errs);
             }
         }
+        self.admission_check(errs);
         for (name, b) in &self.backends {
             let urls: Vec<&Located<String>> = b.url.iter().chain(b.urls.iter()).collect();
             if urls.is_empty() {
@@ -645,6 +918,65 @@ impl Config {
                     }
                     .hint("add `url: http://host:port`"),
                 );
+            }
+            let mut bad = |what: String, hint: &str| {
+                errs.push(
+                    ConfigError {
+                        file: String::new(),
+                        pos: None,
+                        message: format!("backend `{name}`: {what}"),
+                        hint: None,
+                    }
+                    .hint(hint),
+                )
+            };
+            if let Some(r) = &b.retry {
+                if !(1..=5).contains(&r.attempts) {
+                    bad(
+                        format!("retry.attempts must be 1–5 (is {})", r.attempts),
+                        "attempts counts the first call too; 2 means one retry",
+                    );
+                }
+                if !(r.budget.ratio >= 0.0 && r.budget.ratio <= 1.0)
+                    || r.budget.min_per_second < 0.0
+                {
+                    bad(
+                        "retry.budget.ratio must be in [0, 1] and min_per_second ≥ 0".into(),
+                        "e.g. `budget: {ratio: 0.2, min_per_second: 10}`",
+                    );
+                }
+                if r.budget.ttl.0.is_zero() {
+                    bad(
+                        "retry.budget.ttl must be positive".into(),
+                        "e.g. `ttl: 10s`",
+                    );
+                }
+            }
+            if let Some(h) = &b.hedge {
+                if !(h.percentile > 0.0 && h.percentile < 100.0) {
+                    bad(
+                        format!(
+                            "hedge.percentile must be between 0 and 100 (is {})",
+                            h.percentile
+                        ),
+                        "e.g. `percentile: 95`",
+                    );
+                }
+                if !(h.max_extra > 0.0 && h.max_extra <= 1.0) {
+                    bad(
+                        format!("hedge.max_extra must be in (0, 1] (is {})", h.max_extra),
+                        "e.g. `max_extra: 0.1` allows 10 % extra calls",
+                    );
+                }
+            }
+            if b.outlier.consecutive_failures == 0 || b.outlier.max_ejected_percent > 100 {
+                bad(
+                    "outlier.consecutive_failures must be ≥ 1 and max_ejected_percent ≤ 100".into(),
+                    "or turn it off with `outlier: {enabled: false}`",
+                );
+            }
+            if b.balance.decay.0.is_zero() {
+                bad("balance.decay must be positive".into(), "e.g. `decay: 10s`");
             }
             for u in urls {
                 let v = &u.value;
@@ -708,6 +1040,72 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
 }
 
 impl Config {
+    fn admission_check(&self, errs: &mut Vec<ConfigError>) {
+        let a = &self.server.admission;
+        let mut bad = |what: String, hint: &str| {
+            errs.push(
+                ConfigError {
+                    file: String::new(),
+                    pos: None,
+                    message: format!("server.admission: {what}"),
+                    hint: None,
+                }
+                .hint(hint),
+            )
+        };
+        if a.max_concurrency == 0 {
+            bad(
+                "max_concurrency must be at least 1".into(),
+                "e.g. `max_concurrency: 1024`",
+            );
+        }
+        for (n, v) in [
+            ("normal", a.shares.normal),
+            ("sheddable", a.shares.sheddable),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                bad(
+                    format!("shares.{n} must be in (0, 1] (is {v})"),
+                    "a share is the part of the limit a class may fill, e.g. 0.5",
+                );
+            }
+        }
+        if let Some(ad) = &a.adaptive {
+            if ad.min == 0 || ad.min > ad.initial || ad.initial > a.max_concurrency {
+                bad(
+                    format!(
+                        "adaptive limit needs 1 ≤ min ≤ initial ≤ max_concurrency (min {}, initial {}, max_concurrency {})",
+                        ad.min, ad.initial, a.max_concurrency
+                    ),
+                    "e.g. `adaptive: {min: 8, initial: 20}` with `max_concurrency: 1024`",
+                );
+            }
+            if !(ad.tolerance >= 1.0) || !(ad.smoothing > 0.0 && ad.smoothing <= 1.0) {
+                bad(
+                    "adaptive.tolerance must be ≥ 1 and smoothing in (0, 1]".into(),
+                    "defaults: tolerance 1.5, smoothing 0.2",
+                );
+            }
+            if ad.window.0.is_zero() || ad.long_window == 0 {
+                bad(
+                    "adaptive.window and long_window must be positive".into(),
+                    "defaults: window 100ms, long_window 600",
+                );
+            }
+        }
+        for r in &self.routes {
+            if r.admission.max_concurrency == Some(0) {
+                errs.push(ConfigError::at(
+                    r.path.pos,
+                    format!(
+                        "route {}: admission.max_concurrency must be at least 1",
+                        r.path.value
+                    ),
+                ));
+            }
+        }
+    }
+
     /// Position of byte `offset` of expression `src`, whose YAML scalar starts at `start`.
     pub fn pos_in_scalar(&self, start: Pos, src: &str, offset: usize) -> Pos {
         pos_in_scalar(&self.source, start, src, offset)

@@ -27,6 +27,9 @@ pub struct CallRequest {
     pub timeout: Duration,
     /// The request's deadline (the backend may forward the remaining budget).
     pub deadline: Instant,
+    /// Whether sending the call twice is harmless (GET/HEAD, batch lookups, or steps marked
+    /// `idempotent: true`): only such calls are retried or hedged.
+    pub idempotent: bool,
 }
 
 /// A backend's answer.

@@ -340,6 +340,7 @@ mod tests {
             body: Bytes::new(),
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
+            idempotent: true,
         }
     }
 

@@ -109,6 +109,7 @@ mod tests {
             body: Bytes::new(),
             timeout: Duration::from_secs(1),
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+            idempotent: true,
         }
     }
 

@@ -572,6 +572,7 @@ pub(crate) fn build_call(
         body,
         timeout: std::time::Duration::ZERO, // set when the call starts
         deadline,
+        idempotent: h.idempotent,
     })
 }
 

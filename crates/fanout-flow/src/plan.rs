@@ -115,6 +115,8 @@ pub struct HttpPlan {
     pub headers: Vec<(HeaderName, Expr)>,
     /// JSON body.
     pub body: Option<Expr>,
+    /// Whether the call may be retried or hedged (GET/HEAD, batch lookups, or marked).
+    pub idempotent: bool,
 }
 
 /// The response of a route.
@@ -250,6 +252,7 @@ pub fn compile(
                         query,
                         headers: Vec::new(),
                         body,
+                        idempotent: true,
                     };
                     let plan = BatchPlan::new(
                         call,
@@ -318,6 +321,7 @@ pub fn compile(
                     query,
                     headers,
                     body,
+                    idempotent: true,
                 },
                 result,
                 refresh: r.refresh.0,
@@ -575,6 +579,9 @@ fn compile_step(
             (Some(method), Some(path), Some(backend)) => Some(Action::Http(HttpPlan {
                 backend,
                 backend_name: h.backend.value.as_str().into(),
+                idempotent: h
+                    .idempotent
+                    .unwrap_or(method == Method::GET || method == Method::HEAD),
                 method,
                 path,
                 query,
