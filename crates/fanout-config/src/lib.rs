@@ -1080,7 +1080,8 @@ impl Config {
                     "e.g. `adaptive: {min: 8, initial: 20}` with `max_concurrency: 1024`",
                 );
             }
-            if !(ad.tolerance >= 1.0) || !(ad.smoothing > 0.0 && ad.smoothing <= 1.0) {
+            let tolerance_ok = ad.tolerance >= 1.0;
+            if !(tolerance_ok && ad.smoothing > 0.0 && ad.smoothing <= 1.0) {
                 bad(
                     "adaptive.tolerance must be ≥ 1 and smoothing in (0, 1]".into(),
                     "defaults: tolerance 1.5, smoothing 0.2",
