@@ -147,6 +147,35 @@ pub struct ServerConfig {
     pub shutdown_grace: Dur,
     /// Admission control: how many requests run at once, how many may wait, and for how long.
     pub admission: Admission,
+    /// The bounded pool for CPU-heavy work (large answers, `compute: true` steps), so workers
+    /// never stall on it.
+    pub compute: ComputeConfig,
+    /// A worker that runs one piece of work longer than this without yielding is a stall: counted
+    /// on `/__fanout/status` and logged with its route and step. Default 100ms.
+    pub stall_threshold: Dur,
+}
+
+/// The compute pool (R1): a fixed number of threads started with the server and a bounded queue;
+/// a full queue fails the step (503 `overloaded`) instead of growing memory.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ComputeConfig {
+    /// Threads; default: half the cores, at least 1.
+    pub threads: Option<usize>,
+    /// Jobs waiting for a thread; more are refused. Default 1024.
+    pub queue: usize,
+    /// Backend answers at least this large are parsed on the pool. Default 256 KiB.
+    pub offload_bytes: usize,
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        ComputeConfig {
+            threads: None,
+            queue: 1024,
+            offload_bytes: 256 << 10,
+        }
+    }
 }
 
 /// Admission control (R2): excess load is rejected at once with 503 + `Retry-After` instead of
@@ -294,6 +323,8 @@ impl Default for ServerConfig {
             deadline_header: "x-request-timeout".into(),
             shutdown_grace: Dur::secs(10),
             admission: Admission::default(),
+            compute: ComputeConfig::default(),
+            stall_threshold: Dur::millis(100),
         }
     }
 }
@@ -725,6 +756,10 @@ pub struct Step {
     pub http: Option<HttpCall>,
     /// Compute a value from other steps without any call.
     pub value: Option<ExprSrc>,
+    /// Evaluate this step's `value`/`result` on the compute pool (for large transforms), so the
+    /// worker thread keeps serving other requests. Default false.
+    #[serde(default)]
+    pub compute: bool,
 }
 
 /// An HTTP call of a step. Every part except `backend` and `method` is an expression.

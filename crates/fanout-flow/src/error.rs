@@ -33,6 +33,8 @@ pub enum ErrorKind {
     Expression,
     /// A key looked up through a batch form is absent from the answer (404 `key_not_found`).
     KeyNotFound,
+    /// The compute pool refused the work: its queue is full (503 `overloaded`).
+    Overloaded,
 }
 
 impl ErrorKind {
@@ -48,7 +50,7 @@ impl ErrorKind {
                 passthrough: true,
             } if (400..=599).contains(&status) => status,
             ErrorKind::BackendStatus { .. } => 502,
-            ErrorKind::Rejected => 503,
+            ErrorKind::Rejected | ErrorKind::Overloaded => 503,
             ErrorKind::Expression => 500,
             ErrorKind::KeyNotFound => 404,
         }
@@ -65,6 +67,7 @@ impl ErrorKind {
             ErrorKind::Rejected => "backend_rejected",
             ErrorKind::Expression => "expression_failed",
             ErrorKind::KeyNotFound => "key_not_found",
+            ErrorKind::Overloaded => "overloaded",
         }
     }
 }

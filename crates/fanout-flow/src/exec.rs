@@ -40,6 +40,7 @@ pub struct Outcome {
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>)> + Send + 'a>>;
 
+#[derive(Clone)]
 pub(crate) struct Env {
     slots: Vec<Val>,
 }
@@ -85,6 +86,19 @@ impl RoutePlan {
     /// Run the flow for one request. `request` is the `$request` value; `deadline` the request's
     /// effective deadline (route maximum, possibly shortened by the client).
     pub async fn run(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {
+        // Every poll is timed: a poll that holds the worker too long is logged with route/step.
+        let mut flow = std::pin::pin!(self.run_flow(request, deadline));
+        std::future::poll_fn(|cx| {
+            crate::activity::poll_timed(
+                &self.path,
+                |i| self.steps.get(i).map(|s| s.name.to_string()),
+                || flow.as_mut().poll(cx),
+            )
+        })
+        .await
+    }
+
+    async fn run_flow(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {
         let n = self.steps.len();
         let mut env = Env {
             slots: vec![Val::Null; FIRST_STEP_SLOT + n],
@@ -202,6 +216,7 @@ impl RoutePlan {
         env: &Env,
         deadline: Instant,
     ) -> Started<'a> {
+        crate::activity::enter(i);
         if let Some(when) = &step.when {
             match eval(when, env, &Val::Null) {
                 Ok(v) if !truthy(&v) => return Started::Done(Ok(step.default.clone())),
@@ -247,23 +262,27 @@ impl RoutePlan {
                     Err(m) => Started::Done(Err(expr_err(&step.name, "`key`", m))),
                 }
             }
-            (Action::Value(e), None) => Started::Done(
-                eval(e, env, &Val::Null).map_err(|m| expr_err(&step.name, "`value`", m)),
-            ),
-            (Action::Value(e), Some(items)) => Started::Done(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(k, item)| {
-                        eval_item(e, env, &Val::Null, item, k)
-                            .and_then(|v| match &step.result {
-                                Some(r) => eval_item(r, env, &v, item, k),
-                                None => Ok(v),
-                            })
-                            .map_err(|m| expr_err(&step.name, "`value`", m))
-                    })
-                    .collect::<Result<Val, FlowError>>(),
-            ),
+            (Action::Value(e), items) if step.compute => {
+                // A heavy transform: evaluate on the compute pool with a snapshot of its inputs.
+                let (e, result, name) = (e.clone(), step.result.clone(), step.name.clone());
+                let env = snapshot(env, step);
+                let pool = self.compute.clone();
+                Started::Pending(Box::pin(async move {
+                    let on_pool = name.clone();
+                    let out = pool
+                        .run(move || eval_value(&on_pool, &e, result.as_ref(), &env, items))
+                        .await
+                        .map_err(|err| {
+                            FlowError::new(ErrorKind::Overloaded, format!("step `{name}`: {err}"))
+                                .in_step(&name)
+                        })
+                        .and_then(|r| r);
+                    (i, out)
+                }))
+            }
+            (Action::Value(e), items) => {
+                Started::Done(eval_value(&step.name, e, step.result.as_ref(), env, items))
+            }
             (Action::Http(h), None) => {
                 let req = match build_call(h, env, None, deadline) {
                     Ok(r) => r,
@@ -273,9 +292,13 @@ impl RoutePlan {
                 };
                 let result_env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
-                    let out = call(step, h, req, deadline, &self.deadline_header)
-                        .await
-                        .and_then(|body| map_result(step, result_env.as_ref(), body, None));
+                    let out = match call(step, h, req, deadline, &self.deadline_header).await {
+                        Ok(body) => {
+                            crate::activity::enter(i);
+                            map_result_on(self, step, result_env.as_ref(), body, None).await
+                        }
+                        Err(e) => Err(e),
+                    };
                     (i, out)
                 }))
             }
@@ -299,7 +322,8 @@ impl RoutePlan {
                     let out = stream::iter(reqs)
                         .map(|(req, item, k)| async move {
                             let body = call(step, h, req, deadline, &self.deadline_header).await?;
-                            map_result(step, result_env, body, Some((&item, k)))
+                            crate::activity::enter(i);
+                            map_result_on(self, step, result_env, body, Some((&item, k))).await
                         })
                         .buffered(step.concurrency)
                         .try_collect::<Vec<Val>>()
@@ -312,6 +336,7 @@ impl RoutePlan {
     }
 
     fn respond(&self, env: &Env, partial: Vec<Arc<str>>) -> Result<Outcome, FlowError> {
+        crate::activity::enter(crate::activity::RESPOND);
         let mut body = eval(&self.respond.body, env, &Val::Null).map_err(|m| {
             FlowError::new(ErrorKind::Expression, format!("respond.body failed: {m}"))
         })?;
@@ -474,6 +499,72 @@ fn snapshot(env: &Env, step: &StepPlan) -> Env {
         slots[FIRST_STEP_SLOT + d] = env.get(FIRST_STEP_SLOT + d);
     }
     Env { slots }
+}
+
+/// A `value` step (with `for_each`: per element, then `result`).
+fn eval_value(
+    name: &Arc<str>,
+    e: &Expr,
+    result: Option<&Expr>,
+    env: &Env,
+    items: Option<Arc<Vec<Val>>>,
+) -> Result<Val, FlowError> {
+    match items {
+        None => eval(e, env, &Val::Null).map_err(|m| expr_err(name, "`value`", m)),
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(k, item)| {
+                eval_item(e, env, &Val::Null, item, k)
+                    .and_then(|v| match result {
+                        Some(r) => eval_item(r, env, &v, item, k),
+                        None => Ok(v),
+                    })
+                    .map_err(|m| expr_err(name, "`value`", m))
+            })
+            .collect::<Result<Val, FlowError>>(),
+    }
+}
+
+/// [`map_result`], on the compute pool for `compute: true` steps.
+async fn map_result_on(
+    route: &RoutePlan,
+    step: &StepPlan,
+    env: Option<&Env>,
+    body: Val,
+    item: Option<(&Val, usize)>,
+) -> Result<Val, FlowError> {
+    let (true, Some(r), Some(env)) = (step.compute, &step.result, env) else {
+        return map_result(step, env, body, item);
+    };
+    let (r, env, name) = (r.clone(), env.clone(), step.name.clone());
+    let backend = match &step.action {
+        Action::Http(h) => Some(h.backend_name.clone()),
+        _ => None,
+    };
+    let item = item.map(|(v, k)| (v.clone(), k));
+    let on_pool = name.clone();
+    route
+        .compute
+        .run(move || {
+            let out = match &item {
+                Some((it, k)) => eval_item(&r, &env, &body, it, *k),
+                None => eval(&r, &env, &body),
+            };
+            out.map_err(|m| {
+                let mut e = FlowError::new(
+                    ErrorKind::BadBackendAnswer,
+                    format!("step `{on_pool}`: `result` failed on the backend's answer: {m}"),
+                )
+                .in_step(&on_pool);
+                e.backend = backend;
+                e
+            })
+        })
+        .await
+        .map_err(|err| {
+            FlowError::new(ErrorKind::Overloaded, format!("step `{name}`: {err}")).in_step(&name)
+        })?
 }
 
 fn map_result(
@@ -659,7 +750,25 @@ pub(crate) async fn fetch_json(
     if resp.body.is_empty() {
         return Ok(Val::Null);
     }
-    json::parse(&resp.body).map_err(|e| FlowError {
+    let parsed = if resp.body.len() >= h.compute.offload_bytes && h.compute.started() {
+        // A large answer: parse it on the compute pool, not on this worker.
+        let body = resp.body.clone();
+        h.compute
+            .run(move || json::parse(&body))
+            .await
+            .map_err(|e| FlowError {
+                kind: ErrorKind::Overloaded,
+                message: format!(
+                    "step `{}`: parsing the answer of backend `{}`: {e}",
+                    step_name, h.backend_name
+                ),
+                step: Some(step_name.clone()),
+                backend: Some(h.backend_name.clone()),
+            })?
+    } else {
+        json::parse(&resp.body)
+    };
+    parsed.map_err(|e| FlowError {
         kind: ErrorKind::BadBackendAnswer,
         message: format!(
             "step `{}`: backend `{}` answered invalid JSON: {e}",

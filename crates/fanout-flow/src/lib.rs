@@ -8,9 +8,11 @@
 //! - [`backend`]: the backend-call layer every step's I/O goes through.
 //! - [`error`]: [`FlowError`], which maps to the client's status code.
 
+pub mod activity;
 pub mod backend;
 pub mod batch;
 pub mod cache;
+pub mod compute;
 pub mod dedup;
 pub mod error;
 pub mod exec;

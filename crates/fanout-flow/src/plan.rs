@@ -6,6 +6,7 @@
 
 use crate::backend::Backend;
 use crate::batch::BatchPlan;
+use crate::compute::ComputePool;
 use crate::reference::{Dataset, ReferenceSet};
 use fanout_config::{Config, ConfigError, ConfigErrors, ExprSrc, Located, Pos, Step};
 use fanout_expr::{Expr, Val, json};
@@ -35,6 +36,8 @@ pub struct Plan {
     pub batches: HashMap<String, Arc<BatchPlan>>,
     /// Reference datasets (loaded and refreshed by the server, read as `$ref`).
     pub reference: Arc<ReferenceSet>,
+    /// The compute pool shared by every route (started by the server).
+    pub compute: Arc<ComputePool>,
 }
 
 /// One route's plan.
@@ -55,6 +58,8 @@ pub struct RoutePlan {
     pub deadline_header: HeaderName,
     /// Reference data, read once per request as `$ref`.
     pub reference: Arc<ReferenceSet>,
+    /// The compute pool (`compute: true` steps).
+    pub compute: Arc<ComputePool>,
 }
 
 /// One compiled step.
@@ -79,6 +84,8 @@ pub struct StepPlan {
     pub default: Val,
     /// Maps each answer to the step value.
     pub result: Option<Expr>,
+    /// Evaluate `value`/`result` on the compute pool.
+    pub compute: bool,
     /// What the step does.
     pub action: Action,
 }
@@ -117,6 +124,8 @@ pub struct HttpPlan {
     pub body: Option<Expr>,
     /// Whether the call may be retried or hedged (GET/HEAD, batch lookups, or marked).
     pub idempotent: bool,
+    /// The compute pool: large answers are parsed there.
+    pub compute: Arc<ComputePool>,
 }
 
 /// The response of a route.
@@ -132,6 +141,7 @@ pub struct RespondPlan {
 struct Ctx<'a> {
     cfg: &'a Config,
     errs: Vec<ConfigError>,
+    compute: Arc<ComputePool>,
 }
 
 impl Ctx<'_> {
@@ -200,6 +210,7 @@ pub fn compile(
     let mut cx = Ctx {
         cfg,
         errs: Vec::new(),
+        compute: Arc::new(ComputePool::from_config(&cfg.server.compute)),
     };
     let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
         Ok(h) => h,
@@ -253,6 +264,7 @@ pub fn compile(
                         headers: Vec::new(),
                         body,
                         idempotent: true,
+                        compute: cx.compute.clone(),
                     };
                     let plan = BatchPlan::new(
                         call,
@@ -322,6 +334,7 @@ pub fn compile(
                     headers,
                     body,
                     idempotent: true,
+                    compute: cx.compute.clone(),
                 },
                 result,
                 refresh: r.refresh.0,
@@ -345,6 +358,7 @@ pub fn compile(
             deadline_header,
             batches,
             reference,
+            compute: cx.compute.clone(),
         })
     } else {
         Err(ConfigErrors(
@@ -434,6 +448,7 @@ fn compile_route(
         },
         deadline_header: deadline_header.clone(),
         reference: reference.clone(),
+        compute: cx.compute.clone(),
     })
 }
 
@@ -587,6 +602,7 @@ fn compile_step(
                 query,
                 headers,
                 body,
+                compute: cx.compute.clone(),
             })),
             _ => None,
         }
@@ -643,6 +659,7 @@ fn compile_step(
             .map(json::from_serde)
             .unwrap_or(Val::Null),
         result,
+        compute: step.compute,
         action: action?,
     })
 }
