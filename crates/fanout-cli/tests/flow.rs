@@ -285,7 +285,7 @@ services:
     let gw = gateway(
         r#"
 backends:
-  pair: { urls: ["http://${ONE_ADDR}", "http://${TWO_ADDR}"] }
+  pair: { urls: ["http://${ONE_ADDR}", "http://${TWO_ADDR}"], balance: { strategy: round_robin } }
 routes:
   - path: /who
     deadline: 5s

@@ -16,9 +16,11 @@ pub mod compute;
 pub mod dedup;
 pub mod error;
 pub mod exec;
+pub mod hedge;
 pub mod isolation;
 pub mod plan;
 pub mod reference;
+pub mod retry;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{ErrorKind, FlowError};

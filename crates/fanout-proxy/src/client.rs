@@ -1,8 +1,17 @@
 //! The outbound HTTP client: one pooled hyper client per backend (HTTP/1.1 keep-alive or HTTP/2,
-//! TLS via rustls), round robin over the backend's addresses. Implements [`Backend`].
+//! TLS via rustls); each call's address is chosen by the backend's balancer (P2C peak-EWMA or
+//! round robin, with outlier ejection: [`crate::balance`]). Implements [`Backend`].
+//!
+//! How every call ended is reported to the balancer, also when the call is dropped: the call's
+//! timeout is enforced by the caller (the executor's timer, which also decides between
+//! `backend_timeout` and `deadline_exceeded`), so a call dropped at its timeout counts as a
+//! timeout failure of the address, one dropped earlier as cancelled.
 
+use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
+use fanout_flow::hedge::HedgeStats;
+use fanout_flow::retry::RetryStats;
 use fanout_flow::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
@@ -11,8 +20,9 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -27,7 +37,7 @@ struct Base {
 pub struct HttpBackend {
     name: String,
     bases: Vec<Base>,
-    next: AtomicUsize,
+    balancer: Arc<Mutex<BalanceState>>,
     client: HttpClient,
     headers: HeaderMap,
     max_response_bytes: usize,
@@ -137,16 +147,161 @@ impl HttpBackend {
         if cfg.protocol == Protocol::Http2 {
             cb.http2_only(true);
         }
+        let policy = BalancePolicy::from_config(&cfg.balance, &cfg.outlier);
+        let balancer = BalanceState::new(bases.len(), policy, Instant::now());
         Ok(HttpBackend {
             name: name.to_string(),
             bases,
-            next: AtomicUsize::new(0),
+            balancer: Arc::new(Mutex::new(balancer)),
             client: cb.build(connector),
             headers,
             max_response_bytes: cfg.max_response_bytes,
             passthrough: cfg.status_passthrough,
         })
     }
+}
+
+/// One address's state, for `/__fanout/status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddressStatus {
+    /// The base URL.
+    pub address: String,
+    /// Balancer and ejection state.
+    pub state: crate::balance::AddressSnapshot,
+}
+
+impl HttpBackend {
+    /// Per-address load, latency estimate and health.
+    pub fn addresses(&self) -> Vec<AddressStatus> {
+        let now = Instant::now();
+        let snap = self
+            .balancer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot(now);
+        snap.into_iter()
+            .map(|state| AddressStatus {
+                address: self
+                    .bases
+                    .get(state.index)
+                    .map(|b| format!("{}{}", b.origin, b.path))
+                    .unwrap_or_default(),
+                state,
+            })
+            .collect()
+    }
+
+    /// `{strategy, addresses: [{address, state, in_flight, ewma_ms, ejected, …}]}`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let strategy = match self
+            .balancer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .policy()
+            .strategy
+        {
+            fanout_config::BalanceStrategy::P2cPeakEwma => "p2c_peak_ewma",
+            fanout_config::BalanceStrategy::RoundRobin => "round_robin",
+        };
+        let addresses: Vec<serde_json::Value> = self
+            .addresses()
+            .into_iter()
+            .map(|a| {
+                let s = a.state;
+                serde_json::json!({
+                    "address": a.address,
+                    "state": s.state,
+                    "in_flight": s.in_flight,
+                    "ewma_ms": (s.ewma_ms * 1000.0).round() / 1000.0,
+                    "ejected": s.ejected,
+                    "ejected_for_ms": s.ejected_for_ms,
+                    "times_ejected": s.times_ejected,
+                    "consecutive_failures": s.consecutive_failures,
+                    "calls": s.calls,
+                    "failures": s.failures,
+                    "ejections": s.ejections,
+                })
+            })
+            .collect();
+        serde_json::json!({ "strategy": strategy, "addresses": addresses })
+    }
+}
+
+/// Handles to a backend's resilience state (balancer, retry and hedge counters), for
+/// `/__fanout/status`.
+pub struct BackendReport {
+    /// The HTTP client (balancer and addresses).
+    pub http: Arc<HttpBackend>,
+    /// The retry layer's counters, if retries are configured.
+    pub retry: Option<Arc<RetryStats>>,
+    /// The hedge layer's counters, if hedging is configured.
+    pub hedge: Option<Arc<HedgeStats>>,
+}
+
+impl BackendReport {
+    /// `{strategy, addresses, retry, hedge}`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let mut v = self.http.status_json();
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "retry".into(),
+                serde_json::to_value(self.retry.as_ref().map(|r| r.counters())).unwrap_or_default(),
+            );
+            o.insert(
+                "hedge".into(),
+                serde_json::to_value(self.hedge.as_ref().map(|h| h.counters())).unwrap_or_default(),
+            );
+        }
+        v
+    }
+}
+
+/// A call's claim on its address: reports the outcome to the balancer exactly once — when the
+/// call ends, or when it is dropped before (then as cancelled, or as a timeout if its time was
+/// up).
+struct Claim {
+    balancer: Arc<Mutex<BalanceState>>,
+    pick: Pick,
+    started: Instant,
+    timeout: Duration,
+    default_rtt: Duration,
+    done: bool,
+}
+
+impl Claim {
+    fn finish(&mut self, outcome: Outcome) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let now = Instant::now();
+        self.balancer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(self.pick, self.started, now, self.timeout, outcome);
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.done {
+            // Dropped at its timeout (the caller's timer; 1 ms of slack for the timer wheel and
+            // the few µs between the caller's clock reading and ours): a timeout.
+            let elapsed = self.started.elapsed() + Duration::from_millis(1);
+            let outcome = if blamable(self.timeout, self.default_rtt) && elapsed >= self.timeout {
+                Outcome::Failure
+            } else {
+                Outcome::Cancelled
+            };
+            self.finish(outcome);
+        }
+    }
+}
+
+/// Whether a timeout of this length is the address's fault: not when the call was given less
+/// than `default_rtt` (a deadline nearly used up elsewhere).
+fn blamable(timeout: Duration, default_rtt: Duration) -> bool {
+    timeout >= default_rtt && !timeout.is_zero()
 }
 
 fn classify(e: &hyper_util::client::legacy::Error) -> CallErrorKind {
@@ -178,11 +333,24 @@ impl Backend for HttpBackend {
     }
 
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len().max(1);
-        let uri = match self.bases.get(i) {
+        let started = Instant::now();
+        let (pick, default_rtt) = {
+            let mut b = self.balancer.lock().unwrap_or_else(|e| e.into_inner());
+            (b.pick(started, &mut rand::rng()), b.policy().default_rtt)
+        };
+        let mut claim = pick.map(|pick| Claim {
+            balancer: self.balancer.clone(),
+            pick,
+            started,
+            timeout: req.timeout,
+            default_rtt,
+            done: false,
+        });
+        let uri = match pick.and_then(|p| self.bases.get(p.index)) {
             Some(b) => format!("{}{}{}", b.origin, b.path, req.path_and_query),
             None => String::new(),
         };
+        let timeout = req.timeout;
         let mut builder = Request::builder().method(req.method).uri(&uri);
         if let Some(h) = builder.headers_mut() {
             for (k, v) in &self.headers {
@@ -190,16 +358,23 @@ impl Backend for HttpBackend {
             }
             h.extend(req.headers);
         }
-        let request = builder.body(Full::new(req.body));
-        let client = self.client.clone();
-        let limit = self.max_response_bytes;
-        Box::pin(async move {
-            let request = request.map_err(|e| {
-                CallError::new(
+        let request = match builder.body(Full::new(req.body)) {
+            Ok(r) => r,
+            Err(e) => {
+                // Never sent: not the address's fault.
+                if let Some(c) = &mut claim {
+                    c.finish(Outcome::Cancelled);
+                }
+                let e = CallError::new(
                     CallErrorKind::Connect,
                     format!("invalid request to `{uri}`: {e}"),
-                )
-            })?;
+                );
+                return Box::pin(async move { Err(e) });
+            }
+        };
+        let client = self.client.clone();
+        let limit = self.max_response_bytes;
+        let exchange = async move {
             let resp = client
                 .request(request)
                 .await
@@ -224,10 +399,32 @@ impl Backend for HttpBackend {
                     }
                 })?
                 .to_bytes();
-            Ok(CallResponse {
+            Ok::<_, CallError>(CallResponse {
                 status: parts.status,
                 body,
             })
+        };
+        Box::pin(async move {
+            let result = exchange.await;
+            if let Some(claim) = &mut claim {
+                let outcome = match &result {
+                    Ok(resp) if resp.status.is_server_error() => Outcome::Failure,
+                    Ok(_) => Outcome::Success,
+                    Err(e) => match e.kind {
+                        CallErrorKind::Timeout if !blamable(timeout, default_rtt) => {
+                            Outcome::Cancelled
+                        }
+                        CallErrorKind::Connect | CallErrorKind::Reset | CallErrorKind::Timeout => {
+                            Outcome::Failure
+                        }
+                        // The address answered; the answer was the problem.
+                        CallErrorKind::BodyTooLarge => Outcome::Success,
+                        CallErrorKind::Rejected => Outcome::Cancelled,
+                    },
+                };
+                claim.finish(outcome);
+            }
+            result
         })
     }
 }

@@ -3,7 +3,9 @@
 //! plan to a router.
 
 pub mod admission;
+pub mod balance;
 pub mod client;
+pub mod limiter;
 pub mod server;
 pub mod watchdog;
 
@@ -25,8 +27,11 @@ pub struct Gateway {
     deadline_header: HeaderName,
     reference: Arc<ReferenceSet>,
     caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
+    backend_reports: Vec<(String, client::BackendReport)>,
     watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
+    compute: Arc<fanout_flow::compute::ComputePool>,
     admission: admission::Admission,
+    route_admission: admission::RouteTable,
     /// The address from the config.
     pub listen: String,
 }
@@ -36,14 +41,46 @@ impl Gateway {
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
         let mut backends: HashMap<String, Arc<dyn Backend>> = HashMap::new();
         let mut cache_stats = Vec::new();
+        let mut backend_reports = Vec::new();
         let mut errs = Vec::new();
         for (name, b) in &cfg.backends {
             match HttpBackend::new(name, b, &cfg.defaults) {
                 Ok(hb) => {
-                    // Layers, innermost first: the HTTP client, then in-flight de-duplication.
-                    let mut layered: Arc<dyn Backend> = Arc::new(hb);
-                    // Isolation sits next to the wire: a full bulkhead or an open breaker fails
-                    // fast; dedup and cache above it still answer from shared calls and entries.
+                    // Layers, innermost first: HTTP client (balancer + outlier ejection inside)
+                    // → Hedge → Retry → Bulkhead → Breaker → Dedup → Cache.
+                    // - Retry and hedge sit right above the client, so every attempt and every
+                    //   hedge copy goes through the balancer again (like Envoy's retries above the
+                    //   load balancer): a retry lands on another address, ejected ones are
+                    //   skipped. Hedge below retry: an attempt may be hedged, and a failed
+                    //   hedged attempt is retried as a whole.
+                    // - Bulkhead above them: one logical call holds one slot through all its
+                    //   attempts and backoffs (attempts are sequential; only a hedge adds a
+                    //   second call in flight, bounded by `max_extra`), so retries neither take
+                    //   extra slots nor slip past a full bulkhead; its rejections are local and
+                    //   never retried nor counted by outlier ejection.
+                    // - Breaker above retries: it judges the outcome after retries, so one bad
+                    //   replica (handled by ejection + retry) does not open the whole backend's
+                    //   breaker, and an open breaker fails fast without spending retry budget.
+                    // - Dedup and cache on top: merged callers share one retried call; stale-on-
+                    //   error answers only after retries failed.
+                    let hb = Arc::new(hb);
+                    let mut layered: Arc<dyn Backend> = hb.clone();
+                    let mut report = client::BackendReport {
+                        http: hb,
+                        retry: None,
+                        hedge: None,
+                    };
+                    if let Some(h) = &b.hedge {
+                        let hedge = fanout_flow::hedge::Hedge::new(layered, h.into());
+                        report.hedge = Some(hedge.stats());
+                        layered = Arc::new(hedge);
+                    }
+                    if let Some(r) = &b.retry {
+                        let retry = fanout_flow::retry::Retry::new(layered, r.into());
+                        report.retry = Some(retry.stats());
+                        layered = Arc::new(retry);
+                    }
+                    backend_reports.push((name.clone(), report));
                     if let Some(max) = b.max_concurrency {
                         layered = Arc::new(fanout_flow::isolation::Bulkhead::new(layered, max));
                     }
@@ -102,6 +139,8 @@ impl Gateway {
         if !errs.is_empty() {
             return Err(ConfigErrors(errs));
         }
+        let adm = admission::Admission::new(&cfg.server.admission);
+        let route_admission = admission::RouteTable::new(&cfg.routes, &adm);
         Ok(Gateway {
             router,
             limits: cfg.server.clone(),
@@ -115,7 +154,10 @@ impl Gateway {
                 })
                 .collect(),
             watchdog: std::sync::OnceLock::new(),
-            admission: admission::Admission::new(&cfg.server.admission),
+            backend_reports,
+            compute: plan.compute.clone(),
+            admission: adm,
+            route_admission,
             listen: cfg.listen.clone(),
         })
     }
@@ -123,8 +165,13 @@ impl Gateway {
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,
     /// then the reference data (see [`Gateway::start_reference`]).
     pub async fn start(&self) -> Result<(), String> {
+        let threshold = self.limits.stall_threshold.0;
         self.watchdog
-            .get_or_init(|| watchdog::Watchdog::spawn(std::time::Duration::from_millis(100)));
+            .get_or_init(|| watchdog::Watchdog::spawn(threshold));
+        fanout_flow::activity::set_threshold(threshold);
+        self.compute
+            .start()
+            .map_err(|e| format!("starting the compute pool: {e}"))?;
         self.start_reference().await
     }
 
@@ -178,13 +225,25 @@ impl Gateway {
             .collect();
         let runtime = match self.watchdog.get() {
             Some(w) => {
-                serde_json::json!({ "stalls": w.stalls(), "max_stall_ms": w.max_stall_ms() })
+                serde_json::json!({
+                    "stalls": w.stalls(),
+                    "max_stall_ms": w.max_stall_ms(),
+                    "flow_stalls": fanout_flow::activity::stalls(),
+                    "flow_max_stall_ms": fanout_flow::activity::max_stall_ms(),
+                    "compute": self.compute.status(),
+                })
             }
             None => serde_json::Value::Null,
         };
+        let backends: serde_json::Map<String, serde_json::Value> = self
+            .backend_reports
+            .iter()
+            .map(|(n, r)| (n.clone(), r.status_json()))
+            .collect();
         serde_json::json!({
             "reference": reference,
             "caches": caches,
+            "backends": backends,
             "runtime": runtime,
             "admission": self.admission.status(),
         })

@@ -182,7 +182,8 @@ impl Gateway {
         let deadline = start + budget;
 
         // Admission: a slot now, a short bounded wait, or an immediate 503 — before any flow work.
-        let _slot = self.admission.admit(deadline).await.map_err(|r| {
+        let class = self.route_admission.get(&route.method, &route.path);
+        let mut slot = self.admission.admit(class, deadline).await.map_err(|r| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",
@@ -251,7 +252,10 @@ impl Gateway {
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body: body_val,
         });
-        route.run(request, deadline).await.map_err(ApiError::from)
+        let out = route.run(request, deadline).await;
+        // The flow ran: its latency is a sample for the adaptive limit (released on return).
+        slot.completed();
+        out.map_err(ApiError::from)
     }
 }
 
