@@ -255,7 +255,12 @@ routes:
     })
     .await;
     let r = stats();
-    assert_eq!(r.requests, n as u64 + hedges, "{r:?}");
+    // A hedge copy dropped before it was written (the original won while the copy was still
+    // connecting) never reaches the stub, so the stub may see fewer than calls + hedges.
+    assert!(
+        r.requests > n as u64 && r.requests <= n as u64 + hedges,
+        "{r:?} hedges {hedges}"
+    );
     assert_eq!(r.completed + r.aborted, r.requests, "{r:?}");
     assert!(
         r.aborted >= 1 && r.aborted <= hedges,

@@ -25,6 +25,9 @@ backends:
   slow:
     urls: ["http://${ONE_ADDR}", "http://${TWO_ADDR}"]
     protocol: http2
+    # Even spread: each stub caps a connection at 4 096 streams, and P2C would (rightly) send
+    # nearly all 5 000 to the address that has not answered slowly yet.
+    balance: { strategy: round_robin }
     dedup: false
     timeout: 10s
 routes:
