@@ -90,10 +90,13 @@ enum Cmd {
     },
     /// Run a lab scenario against one or more targets and write report.html / report.json.
     Lab {
-        /// Scenario: hh-vacancies, product-page, slow-backend, overload.
+        /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
+        /// hedging.
         scenario: String,
-        /// Targets, comma-separated: fanout, hyper-baseline.
-        #[arg(long, value_delimiter = ',', default_value = "fanout")]
+        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, or the scenario's
+        /// variants. Default: the scenario's own (overload: fanout,java-threads; hedging:
+        /// no-hedge,hedge; product-page-merging: naive,variant1,variant2; others: fanout).
+        #[arg(long, value_delimiter = ',')]
         targets: Vec<String>,
         /// Reduced run (< 60 s).
         #[arg(long)]
@@ -288,29 +291,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 command,
             };
             let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;
-            for (name, t) in &rep.targets {
-                println!(
-                    "{name:<16} max_rate {:>8} req/s   CPU {:>7.1} µs/req   p50 {:>6.2} ms   p99 {:>6.2} ms   errors {:.2}%   calls/req {:.1}   threads {}   RSS {:.1} MB{}",
-                    t.max_rate
-                        .map(|r| format!("{r:.0}"))
-                        .unwrap_or_else(|| "-".into()),
-                    t.cpu_us_per_request,
-                    t.p50_ms,
-                    t.p99_ms,
-                    t.error_rate * 100.0,
-                    t.backend_calls_per_request,
-                    t.threads_max,
-                    t.rss_max_mb,
-                    if t.generator_valid {
-                        ""
-                    } else {
-                        "   (generator lagged)"
-                    }
-                );
-            }
-            for w in &rep.warnings {
-                println!("WARNING: {w}");
-            }
+            print!("{}", fanout_lab::report::text_summary(&rep));
             println!("report: {out}/report.html  {out}/report.json");
             Ok(())
         }

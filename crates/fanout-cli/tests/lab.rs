@@ -1,9 +1,20 @@
 //! The lab end to end through the real binary: `fanout lab … --quick` writes report.json with the
 //! documented per-target figures and a report.html that renders in headless Chromium with its
-//! charts; `fanout load` exits non-zero on crossed thresholds and on generator lag.
+//! charts (product-page, overload with the Java baseline, slow-backend, hedging); every
+//! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
+//! exactly like fanout and the hyper baseline; `fanout load` exits non-zero on crossed
+//! thresholds and on generator lag. No test here asserts performance figures: only that they
+//! are measured and reported.
 
+mod common;
+
+use common::*;
+use http::Method;
+use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// Lab runs measure the machine; two at once would measure each other. Run them one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -33,6 +44,11 @@ fn out_dir(name: &str) -> PathBuf {
 }
 
 fn run_lab(scenario: &str, targets: &str, out: &Path) -> serde_json::Value {
+    run_lab_text(scenario, targets, out).0
+}
+
+/// Run the lab; return report.json and the text summary it printed.
+fn run_lab_text(scenario: &str, targets: &str, out: &Path) -> (serde_json::Value, String) {
     let o = Command::new(bin())
         .args(["lab", scenario, "--targets", targets, "--quick", "--out"])
         .arg(out)
@@ -47,7 +63,55 @@ fn run_lab(scenario: &str, targets: &str, out: &Path) -> serde_json::Value {
         String::from_utf8_lossy(&o.stderr)
     );
     let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
-    serde_json::from_str(&text).expect("report.json is JSON")
+    (
+        serde_json::from_str(&text).expect("report.json is JSON"),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+/// Acceptance lines of a report for one target: (check, pass).
+fn acceptance(rep: &serde_json::Value, target: &str) -> Vec<(String, bool)> {
+    rep["acceptance"]
+        .as_array()
+        .expect("acceptance lines")
+        .iter()
+        .filter(|a| a["target"] == target)
+        .map(|a| {
+            assert!(
+                a["criterion"].is_string() && a["measured"].is_string(),
+                "{a}"
+            );
+            (
+                a["check"].as_str().unwrap_or("").to_string(),
+                a["pass"].as_bool().expect("pass is a boolean"),
+            )
+        })
+        .collect()
+}
+
+/// The summary printed one PASS/FAIL line per acceptance line.
+fn assert_printed_acceptance(rep: &serde_json::Value, stdout: &str) {
+    let lines = rep["acceptance"].as_array().map(Vec::len).unwrap_or(0);
+    let printed = stdout
+        .lines()
+        .filter(|l| l.starts_with("PASS  ") || l.starts_with("FAIL  "))
+        .count();
+    assert_eq!(printed, lines, "one PASS/FAIL line each:\n{stdout}");
+}
+
+/// Render report.html headless and check it has `min_charts` charts with data and no errors.
+fn assert_renders(out: &Path, min_charts: usize) -> String {
+    let (dom, stderr) = render(&out.join("report.html"), &out.join("report.png"));
+    let figures = dom.matches("class=\"chart\"").count();
+    assert!(
+        figures >= min_charts,
+        "expected ≥ {min_charts} charts, found {figures}"
+    );
+    assert!(dom.matches("<svg").count() >= min_charts);
+    for bad in ["Uncaught", "SyntaxError", "Failed to load resource"] {
+        assert!(!stderr.contains(bad), "browser reported `{bad}`:\n{stderr}");
+    }
+    dom
 }
 
 fn chromium() -> Option<&'static str> {
@@ -193,51 +257,466 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
 }
 
 #[test]
-fn lab_overload_quick_shows_offered_vs_achieved() {
+fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
     let _one_at_a_time = serial();
     let out = out_dir("ov");
-    let rep = run_lab("overload", "fanout", &out);
-    let phases = rep["targets"]["fanout"]["phases"]
-        .as_array()
-        .expect("phases")
-        .clone();
-    let names: Vec<&str> = phases
-        .iter()
-        .map(|p| p["name"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(names, ["0.5x", "ramp to 3x", "3x", "0.7x"]);
-    let offered: Vec<f64> = phases
-        .iter()
-        .map(|p| p["offered_rate"].as_f64().unwrap_or(0.0))
-        .collect();
-    assert!(
-        offered[2] > offered[0] * 4.0,
-        "3x phase offers ~6× the 0.5x phase: {offered:?}"
-    );
-    for p in &phases {
+    let (rep, stdout) = run_lab_text("overload", "fanout,java-threads", &out);
+    for target in ["fanout", "java-threads"] {
+        let t = &rep["targets"][target];
+        let phases = t["phases"].as_array().expect("phases").clone();
+        let names: Vec<&str> = phases
+            .iter()
+            .map(|p| p["name"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["0.5x", "ramp to 3x", "3x", "0.7x"], "{target}");
+        let offered: Vec<f64> = phases
+            .iter()
+            .map(|p| p["offered_rate"].as_f64().unwrap_or(0.0))
+            .collect();
         assert!(
-            p["ok_rate"].as_f64().is_some(),
-            "achieved (goodput) per phase"
+            offered[2] > offered[0] * 4.0,
+            "{target}: the 3x phase offers ~6× the 0.5x phase: {offered:?}"
         );
+        for p in &phases {
+            for field in [
+                "ok_rate",
+                "accepted_p50_ms",
+                "accepted_p99_ms",
+                "rejected_rate",
+                "rejected_p99_ms",
+                "rss_max_mb",
+            ] {
+                assert!(
+                    p[field].as_f64().is_some(),
+                    "{target} {}: {field}",
+                    p["name"]
+                );
+            }
+            for field in ["rejected", "timeouts", "errors", "threads_max"] {
+                assert!(
+                    p[field].as_u64().is_some(),
+                    "{target} {}: {field}",
+                    p["name"]
+                );
+            }
+        }
+        let three = &phases[2];
+        assert!(
+            three["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
+            "{target}: goodput at 3x"
+        );
+        assert!(three["threads_max"].as_u64().is_some_and(|n| n > 0));
+        assert!(three["rss_max_mb"].as_f64().is_some_and(|m| m > 0.0));
+        let r = &t["recovery"];
+        assert!(r["recovered"].is_boolean(), "{target}: recovery {r}");
+        assert!(r["time_to_recover_s"].is_number() || r["time_to_recover_s"].is_null());
+        assert!(
+            r["success_by_second"]
+                .as_array()
+                .is_some_and(|v| !v.is_empty()),
+            "{target}: success per second after the drop"
+        );
+        let checks = acceptance(&rep, target);
+        for want in [
+            "goodput at 3×",
+            "accepted p99 at 3×",
+            "rejection p99 at 3×",
+            "recovery",
+        ] {
+            assert!(
+                checks.iter().any(|(c, _)| c.contains(want)),
+                "{target}: acceptance line `{want}` in {checks:?}"
+            );
+        }
     }
+    // The per-second series behind the phases: rejections, timeouts and outcomes by send time.
     let overload = rep["trials"]
         .as_array()
         .unwrap()
         .iter()
         .find(|t| t["phase"] == "overload")
         .expect("overload trial");
-    let seconds = overload["load"]["seconds"]
+    let seconds = overload["load"]["seconds"].as_array().expect("per second");
+    assert!(seconds.len() >= 8);
+    assert!(seconds.iter().all(|s| {
+        s["offered"].is_u64()
+            && s["ok"].is_u64()
+            && s["rejected"].is_u64()
+            && s["timeouts"].is_u64()
+    }));
+    let by_send = overload["load"]["by_send_second"]
         .as_array()
-        .expect("per-second series");
-    assert!(seconds.len() >= 6);
-    assert!(
-        seconds
-            .iter()
-            .all(|s| s["offered"].is_u64() && s["ok"].is_u64())
-    );
-    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("Achieved vs offered rate"));
+        .expect("by send second");
+    assert!(by_send.len() >= 8 && by_send.iter().all(|s| s["failed"].is_u64()));
+    assert_eq!(overload["phase_bounds"].as_array().map(Vec::len), Some(4));
+    assert_printed_acceptance(&rep, &stdout);
+    let dom = assert_renders(&out, 8);
+    for section in [
+        "Acceptance",
+        "Overload phases",
+        "Rejections and failures per second",
+    ] {
+        assert!(dom.contains(section), "report.html has `{section}`");
+    }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn lab_slow_backend_quick_reports_routes_per_phase() {
+    let _one_at_a_time = serial();
+    let out = out_dir("sb");
+    let (rep, stdout) = run_lab_text("slow-backend", "fanout", &out);
+    let routes = rep["targets"]["fanout"]["routes"]
+        .as_array()
+        .expect("routes")
+        .clone();
+    let names: Vec<&str> = routes
+        .iter()
+        .map(|r| r["route"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["A", "B"]);
+    for r in &routes {
+        let phases = r["phases"].as_array().expect("phases");
+        let names: Vec<&str> = phases
+            .iter()
+            .map(|p| p["name"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            names,
+            ["normal", "slow", "failing", "restored"],
+            "{}",
+            r["route"]
+        );
+        for p in phases {
+            for field in [
+                "offered_rate",
+                "p50_ms",
+                "p99_ms",
+                "max_ms",
+                "success_pct",
+                "default_share",
+            ] {
+                assert!(
+                    p[field].as_f64().is_some(),
+                    "{} {}: {field}",
+                    r["route"],
+                    p["name"]
+                );
+            }
+            assert!(p["within_deadline"].is_boolean());
+            assert!(p["p50_ms"].as_f64().is_some_and(|v| v > 0.0), "measured");
+        }
+    }
+    // Functional, not performance: with reviews answering 503, route B's answers carry the
+    // default (listed in `_partial`, counted through `x-fanout-partial`), route A's never do.
+    let failing = |route: usize| &routes[route]["phases"][2];
+    assert!(
+        failing(1)["default_share"]
+            .as_f64()
+            .is_some_and(|s| s > 0.5),
+        "route B falls back while reviews fails: {}",
+        failing(1)
+    );
+    assert_eq!(failing(0)["default_share"].as_f64(), Some(0.0));
+    let checks = acceptance(&rep, "fanout");
+    assert!(
+        checks.iter().any(|(c, _)| c.contains("route A")),
+        "{checks:?}"
+    );
+    assert!(
+        checks.iter().any(|(c, _)| c.contains("route B")),
+        "{checks:?}"
+    );
+    assert!(
+        rep["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .all(|w| !w.as_str().unwrap_or("").contains("switching"))),
+        "the stub admin calls worked: {}",
+        rep["warnings"]
+    );
+    assert_printed_acceptance(&rep, &stdout);
+    let dom = assert_renders(&out, 6);
+    assert!(dom.contains("Routes per phase"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn lab_hedging_quick_compares_no_hedge_and_hedge() {
+    let _one_at_a_time = serial();
+    let out = out_dir("hedge");
+    let (rep, stdout) = run_lab_text("hedging", "no-hedge,hedge", &out);
+    for target in ["no-hedge", "hedge"] {
+        let h = &rep["targets"][target]["hedging"];
+        for field in ["p50_ms", "p99_ms", "p999_ms"] {
+            assert!(
+                h[field].as_f64().is_some_and(|v| v > 0.0),
+                "{target}.hedging.{field}: {h}"
+            );
+        }
+        assert!(h["trials"].as_u64().is_some_and(|n| n >= 3), "{h}");
+        assert!(
+            h["backend_calls_per_request"]["median"]
+                .as_f64()
+                .is_some_and(|c| c >= 0.9),
+            "stub counters per trial: {h}"
+        );
+    }
+    let checks = acceptance(&rep, "hedge");
+    assert!(
+        checks.iter().any(|(c, _)| c.contains("p99 cut")),
+        "{checks:?}"
+    );
+    assert!(acceptance(&rep, "no-hedge").is_empty());
+    // Interleaved: the trials alternate between the two targets (ABBA).
+    let order: Vec<&str> = rep["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["phase"] == "hedging")
+        .map(|t| t["target"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(order.len(), 6);
+    assert_ne!(order[0], order[1]);
+    assert_eq!(order[1], order[2]);
+    assert_printed_acceptance(&rep, &stdout);
+    let dom = assert_renders(&out, 6);
+    assert!(dom.contains("Hedging (all trials merged)"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lab_scenario_configs_load() {
+    let addr = |n: &str| n.ends_with("_ADDR").then(|| "127.0.0.1:9".to_string());
+    let mut checked = 0;
+    for name in fanout_lab::scenario::NAMES {
+        let s = fanout_lab::scenario::builtin(name).expect("built-in scenario");
+        for (file, yaml) in fanout_lab::scenario::configs(&s) {
+            let at = format!("{name}/{file}");
+            if file == "stubs.yaml" {
+                fanout_stub::load(&at, &yaml, &addr).unwrap_or_else(|e| panic!("{at}:\n{e}"));
+            } else {
+                fanout::load_gateway(&at, &yaml, &addr).unwrap_or_else(|e| panic!("{at}:\n{e}"));
+            }
+            checked += 1;
+        }
+        for t in s.default_targets {
+            assert!(
+                fanout_lab::available_targets(&s).iter().any(|a| a == t),
+                "{name}: default target {t}"
+            );
+        }
+    }
+    assert!(checked >= 14, "only {checked} configs");
+}
+
+#[derive(Deserialize)]
+struct Cases {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    request: CaseRequest,
+    status: u16,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    response: serde_json::Value,
+    #[serde(default)]
+    backend_calls: BTreeMap<String, u64>,
+}
+
+#[derive(Deserialize)]
+struct CaseRequest {
+    #[serde(default = "get_method")]
+    method: String,
+    path: String,
+    body: Option<serde_json::Value>,
+}
+
+fn get_method() -> String {
+    "GET".into()
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_listening(addr: std::net::SocketAddr, child: &mut Child, what: &str) {
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what} did not listen on {addr} within 15 s");
+}
+
+fn free_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+#[test]
+fn java_baseline_answers_like_fanout_and_the_hyper_baseline() {
+    // Serialized with the lab runs (a JVM next to a measurement would disturb it); the lock is
+    // held outside the runtime, never across an await.
+    let _one_at_a_time = serial();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(java_baseline_cases());
+}
+
+async fn java_baseline_cases() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let examples = ["hh-vacancies", "product-page"];
+    let read = |ex: &str, f: &str| std::fs::read_to_string(root.join(ex).join(f)).expect(f);
+    let mut stub_servers = Vec::new();
+    let mut env = Vec::new();
+    for ex in examples {
+        let s = stubs(&read(ex, "stubs.yaml")).await;
+        env.extend(stub_vars(&s));
+        stub_servers.push(s);
+    }
+    let classes = fanout_lab::java::ensure_built(
+        &fanout_lab::java::source_dir(),
+        &fanout_lab::java::build_dir(Path::new(bin()), &std::env::temp_dir()),
+    )
+    .unwrap_or_else(|e| panic!("building the Java baseline: {e}"));
+    let java_addr = free_port();
+    let mut java = Killed(
+        Command::new(fanout_lab::java::java_bin())
+            .args(fanout_lab::java::args(&classes, java_addr))
+            .envs(env.iter().cloned())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java starts"),
+    );
+    let hyper_addr = free_port();
+    let mut hyper = Killed(
+        Command::new(baseline())
+            .args(["--listen", &hyper_addr.to_string()])
+            .envs(env.iter().cloned())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("hyper-aggregator starts"),
+    );
+    wait_listening(java_addr, &mut java.0, "java-threads").await;
+    wait_listening(hyper_addr, &mut hyper.0, "hyper-aggregator").await;
+    let c = client(false);
+    let mut compared = 0;
+    for (ex, s) in examples.iter().zip(&stub_servers) {
+        let gw = gateway(&read(ex, "fanout.yaml"), s).await;
+        let cases: Cases = serde_saphyr::from_str(&read(ex, "cases.yaml")).expect("cases.yaml");
+        for case in cases.cases {
+            let method = Method::from_bytes(case.request.method.as_bytes()).expect("method");
+            let body = case
+                .request
+                .body
+                .as_ref()
+                .map(|b| b.to_string())
+                .unwrap_or_default();
+            let ask = |addr: String| {
+                let (c, method, body) = (&c, method.clone(), body.clone());
+                let url = format!("http://{addr}{}", case.request.path);
+                async move { send(c, method, &url, &[], body).await }
+            };
+            s.reset_stats();
+            let j = ask(java_addr.to_string()).await;
+            let java_calls: BTreeMap<String, u64> = case
+                .backend_calls
+                .keys()
+                .map(|svc| (svc.clone(), calls(s, svc)))
+                .collect();
+            let f = ask(gw.addr.to_string()).await;
+            let h = ask(hyper_addr.to_string()).await;
+            let ctx = format!("{ex} / {}", case.name);
+            assert_eq!(j.status.as_u16(), case.status, "{ctx}: {:?}", j.body);
+            assert_eq!(j.json(), case.response, "{ctx}: java-threads vs cases.yaml");
+            assert_eq!(j.json(), f.json(), "{ctx}: java-threads vs fanout");
+            assert_eq!(
+                j.json(),
+                h.json(),
+                "{ctx}: java-threads vs hyper-aggregator"
+            );
+            assert_eq!((f.status, h.status), (j.status, j.status), "{ctx}");
+            let partial = |r: &Resp| {
+                r.headers
+                    .get("x-fanout-partial")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            assert_eq!(partial(&j), partial(&f), "{ctx}: x-fanout-partial");
+            for (k, v) in &case.headers {
+                assert_eq!(
+                    j.headers.get(k.as_str()).and_then(|h| h.to_str().ok()),
+                    Some(v.as_str()),
+                    "{ctx}: header {k}"
+                );
+            }
+            assert_eq!(
+                java_calls, case.backend_calls,
+                "{ctx}: java-threads' backend calls"
+            );
+            compared += 1;
+        }
+        let _ = gw.shutdown().await;
+    }
+    assert!(compared >= 4, "compared {compared} cases");
+    // Errors have fanout's shape and codes too.
+    let r = send(
+        &c,
+        Method::GET,
+        &format!("http://{java_addr}/nope"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["code"], "not_found");
+    let r = send(
+        &c,
+        Method::GET,
+        &format!("http://{java_addr}/product-page"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 405);
+    assert_eq!(
+        r.headers.get("allow").and_then(|v| v.to_str().ok()),
+        Some("POST")
+    );
+    let r = send(
+        &c,
+        Method::POST,
+        &format!("http://{java_addr}/product-page"),
+        &[],
+        "{",
+    )
+    .await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["error"]["code"].clone()),
+        (400, "invalid_json".into())
+    );
+    for s in stub_servers {
+        s.shutdown().await;
+    }
 }
 
 #[test]

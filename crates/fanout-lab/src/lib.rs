@@ -5,15 +5,17 @@
 //! reported as medians with min–max.
 
 pub mod http;
+pub mod java;
 pub mod process;
 pub mod procstat;
 pub mod report;
 pub mod scenario;
 pub mod svg;
 
-use fanout_load::{LoadReport, LoadSpec, Protocol, Schedule};
+use fanout_load::{LoadReport, LoadSpec, Protocol, RequestTemplate, Schedule};
 use fanout_stub::addr_var;
 use process::{Proc, free_addr};
+use procstat::ProcSample;
 use scenario::{Mode, Scenario};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -27,15 +29,22 @@ use tokio::time::Instant;
 /// trial is reported anyway.
 pub const LAG_THRESHOLD: Duration = Duration::from_millis(2);
 
-/// Target names the lab knows.
-pub const TARGETS: [&str; 2] = ["fanout", "hyper-baseline"];
+/// Target names the lab knows (besides a scenario's variants).
+pub const TARGETS: [&str; 3] = ["fanout", "hyper-baseline", "java-threads"];
+
+/// Generator lag (p99, ms) the overload scenario's capacity search tolerates in a step whose
+/// target met the SLO (see `Lab::search_step`).
+pub const OVERLOAD_SEARCH_LAG_MS: f64 = 10.0;
+
+/// Success share a second must reach for an overload run to count as recovered.
+pub const RECOVERED_SUCCESS: f64 = 0.999;
 
 /// Options of one lab run.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
     /// Scenario name.
     pub scenario: String,
-    /// Targets, in the order of the first round.
+    /// Targets, in the order of the first round; empty = the scenario's default targets.
     pub targets: Vec<String>,
     /// Reduced version (< 60 s) for CI and smoke tests.
     pub quick: bool,
@@ -57,14 +66,24 @@ pub enum LabError {
     /// Unknown scenario.
     #[error("unknown scenario `{0}`; available: {list}", list = scenario::NAMES.join(", "))]
     UnknownScenario(String),
-    /// Unknown target.
-    #[error("unknown target `{0}`; available: {list} and the scenario's variants (product-page-merging: naive, variant1, variant2)", list = TARGETS.join(", "))]
-    UnknownTarget(String),
+    /// Unknown target, or one that does not serve the scenario's routes.
+    #[error("target `{target}` is not available in scenario `{scenario}`; available: {available}")]
+    UnknownTarget {
+        /// The target asked for.
+        target: String,
+        /// The scenario.
+        scenario: String,
+        /// What would work.
+        available: String,
+    },
     /// The baseline executable is missing.
     #[error(
         "the hyper baseline is not built at {0}; run `cargo build --release -p hyper-aggregator` (or pass --baseline-bin)"
     )]
     NoBaseline(String),
+    /// The Java baseline could not be built.
+    #[error(transparent)]
+    Java(#[from] java::JavaError),
     /// A child process failed.
     #[error(transparent)]
     Process(#[from] process::ProcessError),
@@ -129,8 +148,56 @@ pub struct Trial {
     pub passed_slo: bool,
     /// Generator lag p99, ms.
     pub lag_p99_ms: f64,
+    /// Which of the scenario's routes the load went to (slow-backend; `None` = all requests).
+    pub route: Option<String>,
+    /// The scenario phase the trial ran in (slow-backend: normal, slow, failing, restored).
+    pub stage: Option<String>,
+    /// Phases of a continuous run (overload), seconds into the schedule.
+    pub phase_bounds: Vec<PhaseBound>,
+    /// `/proc` samples of the target during the trial (overload; `t` = seconds into the run).
+    #[serde(skip)]
+    pub samples: Vec<ProcSample>,
     /// The generator's full report.
     pub load: LoadReport,
+}
+
+/// A named part `[from_s, to_s)` of a continuous run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseBound {
+    /// `0.5x`, `ramp to 3x`, `3x`, `0.7x`.
+    pub name: String,
+    /// Start, seconds into the schedule.
+    pub from_s: f64,
+    /// End.
+    pub to_s: f64,
+}
+
+/// One generator run inside a trial.
+struct Load {
+    route: Option<String>,
+    requests: Vec<RequestTemplate>,
+    schedule: String,
+}
+
+/// Generator settings of a trial.
+#[derive(Clone, Copy)]
+struct LoadOpts {
+    timeout: Duration,
+    max_connections: usize,
+    drain: Duration,
+    /// Sample the target's /proc during the run (per-phase threads and RSS).
+    sample: bool,
+}
+
+impl Default for LoadOpts {
+    fn default() -> Self {
+        LoadOpts {
+            timeout: Duration::from_secs(2),
+            max_connections: 512,
+            drain: Duration::from_secs(2),
+            sample: false,
+        }
+    }
 }
 
 struct Target {
@@ -178,7 +245,14 @@ struct Plan {
     trial_s: f64,
     bisect: usize,
     rounds: usize,
-    overload_phase_s: f64,
+    /// Overload phases: 0.5×, ramp to 3×, 3×, 0.7× (seconds).
+    overload: [f64; 4],
+    /// Length of each slow-backend phase.
+    slow_phase_s: f64,
+    /// Length of each hedging trial.
+    hedge_trial_s: f64,
+    /// Warm-up of the JVM target (at 200 req/s).
+    jvm_warmup_s: f64,
 }
 
 /// The lab run.
@@ -194,12 +268,24 @@ struct Lab {
 }
 
 /// Run the lab and write `report.json` and `report.html` into `opts.out`.
-pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
+pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     let scenario = scenario::builtin(&opts.scenario)
         .ok_or_else(|| LabError::UnknownScenario(opts.scenario.clone()))?;
+    if opts.targets.is_empty() {
+        opts.targets = scenario
+            .default_targets
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+    }
+    let available = available_targets(&scenario);
     for t in &opts.targets {
-        if !TARGETS.contains(&t.as_str()) && !scenario.variants.iter().any(|(n, _)| n == t) {
-            return Err(LabError::UnknownTarget(t.clone()));
+        if !available.contains(t) {
+            return Err(LabError::UnknownTarget {
+                target: t.clone(),
+                scenario: scenario.name.into(),
+                available: available.join(", "),
+            });
         }
     }
     if opts.targets.iter().any(|t| t == "hyper-baseline") && !opts.baseline_bin.exists() {
@@ -218,7 +304,10 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
             trial_s: 1.5,
             bisect: 2,
             rounds: opts.trials.unwrap_or(3),
-            overload_phase_s: 2.0,
+            overload: [2.0, 1.0, 3.0, 3.0],
+            slow_phase_s: 3.0,
+            hedge_trial_s: 3.0,
+            jvm_warmup_s: 4.0,
         }
     } else {
         Plan {
@@ -226,8 +315,20 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
             trial_s: 5.0,
             bisect: 4,
             rounds: opts.trials.unwrap_or(5),
-            overload_phase_s: 10.0,
+            overload: [10.0, 10.0, 20.0, 20.0],
+            slow_phase_s: 15.0,
+            hedge_trial_s: 15.0,
+            jvm_warmup_s: 20.0,
         }
+    };
+    // Build the Java baseline first: a compile error should not cost a started lab.
+    let java_classes = if opts.targets.iter().any(|t| t == "java-threads") {
+        Some(java::ensure_built(
+            &java::source_dir(),
+            &java::build_dir(&opts.fanout_bin, &opts.out),
+        )?)
+    } else {
+        None
     };
 
     // Addresses for the stub services and the targets, published as NAME_ADDR like the examples.
@@ -298,7 +399,15 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
                     addr.to_string(),
                 ],
             ),
-            "fanout" => (
+            "java-threads" => match &java_classes {
+                Some(classes) => (java::java_bin(), java::args(classes, addr)),
+                None => unreachable_target(name)?,
+            },
+            "hyper-baseline" => (
+                opts.baseline_bin.clone(),
+                vec!["--listen".into(), addr.to_string()],
+            ),
+            _ => (
                 opts.fanout_bin.clone(),
                 vec![
                     "serve".into(),
@@ -307,10 +416,6 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
                     "--listen".into(),
                     addr.to_string(),
                 ],
-            ),
-            _ => (
-                opts.baseline_bin.clone(),
-                vec!["--listen".into(), addr.to_string()],
             ),
         };
         let mut p = Proc::spawn(
@@ -341,13 +446,14 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
         warnings: Vec::new(),
     };
     let result = lab.measure().await;
-    let direct = lab.direct().await;
-    // Stop everything before writing (timelines end here).
+    // Stop the targets first (timelines end here): a target still working off a backlog would
+    // disturb the direct measurement of the stubs.
     let mut timelines = BTreeMap::new();
     for t in lab.targets.drain(..) {
         timelines.insert(t.name.clone(), t.sampler.finish());
         t.proc.stop().await;
     }
+    let direct = lab.direct().await;
     lab.stubs.proc.stop().await;
     let capacities = result?;
     let rep = report::build(
@@ -361,6 +467,22 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
     );
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
+}
+
+/// Targets that can run `s`: `fanout`, the baselines if they serve its routes, its variants.
+pub fn available_targets(s: &Scenario) -> Vec<String> {
+    let mut v = vec!["fanout".to_string()];
+    if s.baselines {
+        v.extend(TARGETS[1..].iter().map(|t| t.to_string()));
+    }
+    v.extend(s.variants.iter().map(|(n, _)| n.to_string()));
+    v
+}
+
+fn unreachable_target(name: &str) -> Result<(PathBuf, Vec<String>), LabError> {
+    Err(LabError::Load(format!(
+        "internal: target `{name}` was not prepared"
+    )))
 }
 
 fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
@@ -391,6 +513,29 @@ impl Lab {
         round: usize,
         schedule: String,
     ) -> Result<Trial, LabError> {
+        let load = Load {
+            route: None,
+            requests: self.scenario.requests.clone(),
+            schedule,
+        };
+        let mut v = self
+            .run_loads(ti, phase, round, None, vec![load], LoadOpts::default())
+            .await?;
+        v.pop()
+            .ok_or_else(|| LabError::Load("internal: a trial produced no result".into()))
+    }
+
+    /// Run `loads` against target `ti` at the same time (one generator each) and record one
+    /// trial per load. CPU time and stub calls are per request over all loads together.
+    async fn run_loads(
+        &mut self,
+        ti: usize,
+        phase: &str,
+        round: usize,
+        stage: Option<&str>,
+        loads: Vec<Load>,
+        opts: LoadOpts,
+    ) -> Result<Vec<Trial>, LabError> {
         let target = &self.targets[ti];
         self.stubs.reset().await?;
         let pid = target.proc.pid().unwrap_or(0);
@@ -398,72 +543,138 @@ impl Lab {
         let before = procstat::sample(pid).unwrap_or_default();
         let gen_before = procstat::sample(me).unwrap_or_default();
         let t_start = self.t0.elapsed().as_secs_f64();
-        let sched = Schedule::parse(&schedule).map_err(|e| LabError::Load(e.to_string()))?;
-        let spec = LoadSpec {
-            target: format!("http://{}", target.addr),
-            requests: self.scenario.requests.clone(),
-            schedule: sched,
-            protocol: Protocol::Http1,
-            max_connections: 512,
-            timeout: Duration::from_secs(2),
-            lag_threshold: LAG_THRESHOLD,
-            drain: Duration::from_secs(2),
-        };
-        let rep = fanout_load::run(&spec, None)
-            .await
-            .map_err(|e| LabError::Load(e.to_string()))?;
+        let mut runs = Vec::new();
+        let mut meta = Vec::new();
+        for load in loads {
+            let sched =
+                Schedule::parse(&load.schedule).map_err(|e| LabError::Load(e.to_string()))?;
+            let spec = LoadSpec {
+                target: format!("http://{}", target.addr),
+                requests: load.requests,
+                schedule: sched,
+                protocol: Protocol::Http1,
+                max_connections: opts.max_connections,
+                timeout: opts.timeout,
+                lag_threshold: LAG_THRESHOLD,
+                drain: opts.drain,
+            };
+            meta.push((load.route, load.schedule));
+            runs.push(tokio::spawn(
+                async move { fanout_load::run(&spec, None).await },
+            ));
+        }
+        let sampler = opts
+            .sample
+            .then(|| procstat::Sampler::start(pid, Duration::from_millis(100)));
+        let mut reports = Vec::new();
+        for r in runs {
+            let rep = r
+                .await
+                .map_err(|e| LabError::Load(format!("generator task: {e}")))?
+                .map_err(|e| LabError::Load(e.to_string()))?;
+            reports.push(rep);
+        }
+        let samples = sampler.map(procstat::Sampler::finish).unwrap_or_default();
         let after = procstat::sample(pid).unwrap_or_default();
         let gen_after = procstat::sample(me).unwrap_or_default();
         let (backend_total, overshoot) = self.stubs.totals().await?;
-        let completed = rep.completed.max(1) as f64;
-        let dur = rep.duration_s.max(1e-9);
-        let offered_rate = rep.offered as f64 / dur;
-        let achieved_rate = rep.ok as f64 / dur;
-        let p99 = rep.latency_ms.p99;
-        let passed_slo = rep.valid
-            && rep.error_rate <= 0.01
-            && p99 <= self.scenario.slo_p99_ms
-            && achieved_rate >= 0.95 * offered_rate;
-        let t = Trial {
-            target: target.name.clone(),
-            phase: phase.into(),
-            round,
-            t_start,
-            schedule,
-            offered_rate,
-            achieved_rate,
-            p50_ms: rep.latency_ms.p50,
-            p99_ms: p99,
-            error_rate: rep.error_rate,
-            cpu_us_per_request: after.cpu_us.saturating_sub(before.cpu_us) as f64 / completed,
-            generator_cpu_us_per_request: gen_after.cpu_us.saturating_sub(gen_before.cpu_us) as f64
-                / completed,
-            backend_calls_per_request: backend_total as f64 / completed,
-            ctx_switches_per_request: after.ctx_switches.saturating_sub(before.ctx_switches) as f64
-                / completed,
-            stub_overshoot_p99_us: overshoot,
-            threads: after.threads,
-            rss_mb: after.rss_bytes as f64 / 1e6,
-            valid: rep.valid,
-            invalid_reason: rep.invalid_reason.clone(),
-            passed_slo,
-            lag_p99_ms: rep.lag_ms.p99,
-            load: rep,
-        };
-        tracing::info!(target = %t.target, phase, rate = t.offered_rate, p99 = t.p99_ms, cpu_us = t.cpu_us_per_request, valid = t.valid, "trial");
-        self.trials.push(t.clone());
-        Ok(t)
+        let completed_all = reports.iter().map(|r| r.completed).sum::<u64>().max(1) as f64;
+        let cpu = after.cpu_us.saturating_sub(before.cpu_us) as f64 / completed_all;
+        let gen_cpu = gen_after.cpu_us.saturating_sub(gen_before.cpu_us) as f64 / completed_all;
+        let ctx = after.ctx_switches.saturating_sub(before.ctx_switches) as f64 / completed_all;
+        let mut out = Vec::new();
+        for ((route, schedule), rep) in meta.into_iter().zip(reports) {
+            let dur = rep.duration_s.max(1e-9);
+            let offered_rate = rep.offered as f64 / dur;
+            let achieved_rate = rep.ok as f64 / dur;
+            let p99 = rep.latency_ms.p99;
+            let passed_slo = rep.valid
+                && rep.error_rate <= 0.01
+                && p99 <= self.scenario.slo_p99_ms
+                && achieved_rate >= 0.95 * offered_rate;
+            let t = Trial {
+                target: target.name.clone(),
+                phase: phase.into(),
+                round,
+                t_start,
+                schedule,
+                offered_rate,
+                achieved_rate,
+                p50_ms: rep.latency_ms.p50,
+                p99_ms: p99,
+                error_rate: rep.error_rate,
+                cpu_us_per_request: cpu,
+                generator_cpu_us_per_request: gen_cpu,
+                backend_calls_per_request: backend_total as f64 / completed_all,
+                ctx_switches_per_request: ctx,
+                stub_overshoot_p99_us: overshoot,
+                threads: after.threads,
+                rss_mb: after.rss_bytes as f64 / 1e6,
+                valid: rep.valid,
+                invalid_reason: rep.invalid_reason.clone(),
+                passed_slo,
+                lag_p99_ms: rep.lag_ms.p99,
+                route,
+                stage: stage.map(str::to_string),
+                phase_bounds: Vec::new(),
+                samples: samples.clone(),
+                load: rep,
+            };
+            tracing::info!(target = %t.target, phase, stage, rate = t.offered_rate, p99 = t.p99_ms, cpu_us = t.cpu_us_per_request, valid = t.valid, "trial");
+            out.push(t);
+        }
+        self.trials.extend(out.iter().cloned());
+        Ok(out)
     }
 
     /// Step up (doubling) then bisect to the highest rate meeting the SLO.
+    /// One step of the capacity search: the trial and whether it passed. A step that missed the
+    /// SLO only because the generator fell behind (the target met latency, errors and rate) is
+    /// repeated once: on a shared machine that is usually a moment of contention.
+    ///
+    /// The overload scenario accepts a step whose generator lagged up to
+    /// [`OVERLOAD_SEARCH_LAG_MS`] if the target met the SLO: latency counts from the intended
+    /// send time, so the lag is charged to the target, never in its favour — and a capacity
+    /// understated by the generator would make "3×" no overload at all.
+    async fn search_step(&mut self, ti: usize, rate: f64) -> Result<(Trial, bool), LabError> {
+        let mut t = self
+            .trial(ti, "search", 0, Self::schedule(rate, self.plan.step_s))
+            .await?;
+        let slo = self.scenario.slo_p99_ms;
+        let target_ok = |t: &Trial| {
+            t.error_rate <= 0.01 && t.p99_ms <= slo && t.achieved_rate >= 0.95 * t.offered_rate
+        };
+        let overload = matches!(self.scenario.mode, Mode::Overload);
+        let tolerable = |t: &Trial| overload && t.lag_p99_ms <= OVERLOAD_SEARCH_LAG_MS;
+        if !t.passed_slo && !t.valid && target_ok(&t) && !tolerable(&t) {
+            t = self
+                .trial(ti, "search", 0, Self::schedule(rate, self.plan.step_s))
+                .await?;
+        }
+        let tolerated = !t.passed_slo && target_ok(&t) && tolerable(&t);
+        if tolerated {
+            let note = format!(
+                "{}: capacity search steps were accepted with generator lag up to {OVERLOAD_SEARCH_LAG_MS} ms (lag p99 {:.1} ms at {rate:.0} req/s; the lag counts in the latency)",
+                t.target, t.lag_p99_ms
+            );
+            if !self
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(&format!("{}: capacity search steps", t.target)))
+            {
+                self.warnings.push(note);
+            }
+        }
+        let passed = t.passed_slo || tolerated;
+        Ok((t, passed))
+    }
+
     async fn capacity(&mut self, ti: usize) -> Result<f64, LabError> {
         let (mut pass, mut fail) = (0.0f64, None::<f64>);
         let mut rate = 250.0;
         for _ in 0..8 {
-            let t = self
-                .trial(ti, "search", 0, Self::schedule(rate, self.plan.step_s))
-                .await?;
-            if t.passed_slo {
+            let (t, passed) = self.search_step(ti, rate).await?;
+            if passed {
                 pass = rate;
                 rate *= 2.0;
             } else {
@@ -481,10 +692,8 @@ impl Lab {
         if let Some(mut hi) = fail {
             for _ in 0..self.plan.bisect {
                 let mid = (pass + hi) / 2.0;
-                let t = self
-                    .trial(ti, "search", 0, Self::schedule(mid, self.plan.step_s))
-                    .await?;
-                if t.passed_slo {
+                let (_, passed) = self.search_step(ti, mid).await?;
+                if passed {
                     pass = mid;
                 } else {
                     hi = mid;
@@ -495,16 +704,25 @@ impl Lab {
     }
 
     async fn measure(&mut self) -> Result<BTreeMap<String, f64>, LabError> {
-        // Warm up every target (connections, caches) without recording.
+        // Warm up every target (connections, caches) without recording. The JVM gets longer:
+        // its JIT compiles the hot paths during the first thousands of requests, and the
+        // compiler threads would otherwise compete with the first search steps.
         for ti in 0..self.targets.len() {
-            self.trial(ti, "warmup", 0, Self::schedule(100.0, 1.0))
+            let (rate, secs) = if self.targets[ti].name == "java-threads" {
+                (200.0, self.plan.jvm_warmup_s)
+            } else {
+                (100.0, 1.0)
+            };
+            self.trial(ti, "warmup", 0, Self::schedule(rate, secs))
                 .await?;
         }
         self.trials.retain(|t| t.phase != "warmup");
         let mut caps = BTreeMap::new();
-        for ti in 0..self.targets.len() {
-            let c = self.capacity(ti).await?;
-            caps.insert(self.targets[ti].name.clone(), c);
+        if !matches!(self.scenario.mode, Mode::Hedging { .. }) {
+            for ti in 0..self.targets.len() {
+                let c = self.capacity(ti).await?;
+                caps.insert(self.targets[ti].name.clone(), c);
+            }
         }
         let min_cap = caps.values().copied().fold(f64::INFINITY, f64::min);
         let base = if min_cap.is_finite() && min_cap > 0.0 {
@@ -512,6 +730,7 @@ impl Lab {
         } else {
             100.0
         };
+        let cap_of = |name: &str| caps.get(name).copied().filter(|c| *c > 0.0).unwrap_or(base);
         match self.scenario.mode.clone() {
             Mode::Compare => {
                 for round in 0..self.plan.rounds {
@@ -529,66 +748,143 @@ impl Lab {
                 }
             }
             Mode::Overload => {
-                let d = self.plan.overload_phase_s;
                 for ti in order(self.targets.len(), 0) {
-                    let c = caps
-                        .get(&self.targets[ti].name)
-                        .copied()
-                        .filter(|c| *c > 0.0)
-                        .unwrap_or(base);
-                    let ms = (d * 1000.0) as u64;
-                    let s = format!(
-                        "const({:.1},{ms}ms) line({:.1},{:.1},{ms}ms) const({:.1},{ms}ms) const({:.1},{ms}ms)",
-                        0.5 * c,
-                        0.5 * c,
-                        3.0 * c,
-                        3.0 * c,
-                        0.7 * c
-                    );
-                    self.trial(ti, "overload", 0, s).await?;
+                    let c = cap_of(&self.targets[ti].name);
+                    self.overload(ti, c).await?;
                 }
             }
-            Mode::SlowBackend {
-                service,
-                route,
-                base_ms,
-                factor,
-            } => {
-                let addr = self
-                    .stubs
-                    .services
-                    .iter()
-                    .find(|(n, _)| n == service)
-                    .map(|(_, a)| *a);
-                let d = self.plan.overload_phase_s;
+            Mode::SlowBackend(sb) => {
                 for ti in order(self.targets.len(), 0) {
-                    let Some(addr) = addr else { break };
-                    let sched = Self::schedule(base * 0.5, 3.0 * d);
-                    let slow = serde_json::json!({"route": route, "latency": format!("{}ms", base_ms * factor)}).to_string();
-                    let normal =
-                        serde_json::json!({"route": route, "latency": format!("{base_ms}ms")})
-                            .to_string();
-                    let switch = tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_secs_f64(d)).await;
-                        let a = http::call(::http::Method::PUT, addr, "/__stub/routes", Some(slow))
-                            .await;
-                        tokio::time::sleep(Duration::from_secs_f64(d)).await;
-                        let b =
-                            http::call(::http::Method::PUT, addr, "/__stub/routes", Some(normal))
-                                .await;
-                        (a.map(|r| r.0), b.map(|r| r.0))
-                    });
-                    self.trial(ti, "slow-backend", 0, sched).await?;
-                    match switch.await {
-                        Ok((Ok(200), Ok(200))) => {}
-                        other => self
-                            .warnings
-                            .push(format!("switching the stub's latency failed: {other:?}")),
+                    let c = cap_of(&self.targets[ti].name);
+                    self.slow_backend(ti, &sb, c).await?;
+                }
+            }
+            Mode::Hedging { rate } => {
+                for round in 0..self.plan.rounds {
+                    for ti in order(self.targets.len(), round) {
+                        self.trial(
+                            ti,
+                            "hedging",
+                            round,
+                            Self::schedule(rate, self.plan.hedge_trial_s),
+                        )
+                        .await?;
                     }
                 }
             }
         }
         Ok(caps)
+    }
+
+    /// One continuous run: 0.5× capacity, ramp to 3×, 3×, 0.7×. The generator's timeout is the
+    /// client's deadline (1 s, twice the route's): a later answer is a failure, not goodput.
+    /// Connections may grow to 8192, so a target that queues instead of rejecting sees the
+    /// open-model load it would see from real clients.
+    async fn overload(&mut self, ti: usize, c: f64) -> Result<(), LabError> {
+        let [d1, d2, d3, d4] = self.plan.overload;
+        let ms = |d: f64| (d * 1000.0) as u64;
+        let schedule = format!(
+            "const({:.1},{}ms) line({:.1},{:.1},{}ms) const({:.1},{}ms) const({:.1},{}ms)",
+            0.5 * c,
+            ms(d1),
+            0.5 * c,
+            3.0 * c,
+            ms(d2),
+            3.0 * c,
+            ms(d3),
+            0.7 * c,
+            ms(d4)
+        );
+        let mut at = 0.0;
+        let bounds: Vec<PhaseBound> = [("0.5x", d1), ("ramp to 3x", d2), ("3x", d3), ("0.7x", d4)]
+            .into_iter()
+            .map(|(name, d)| {
+                let b = PhaseBound {
+                    name: name.into(),
+                    from_s: at,
+                    to_s: at + d,
+                };
+                at += d;
+                b
+            })
+            .collect();
+        let load = Load {
+            route: None,
+            requests: self.scenario.requests.clone(),
+            schedule,
+        };
+        let opts = LoadOpts {
+            timeout: Duration::from_secs(1),
+            max_connections: 8192,
+            drain: Duration::from_secs(1),
+            sample: true,
+        };
+        self.run_loads(ti, "overload", 0, None, vec![load], opts)
+            .await?;
+        if let Some(t) = self.trials.last_mut() {
+            t.phase_bounds = bounds;
+        }
+        Ok(())
+    }
+
+    /// Each phase: switch the stub route through the admin API, then drive every route at once,
+    /// each with its own generator, at half the capacity in total.
+    async fn slow_backend(
+        &mut self,
+        ti: usize,
+        sb: &scenario::SlowBackend,
+        c: f64,
+    ) -> Result<(), LabError> {
+        let Some(addr) = self
+            .stubs
+            .services
+            .iter()
+            .find(|(n, _)| n == sb.service)
+            .map(|(_, a)| *a)
+        else {
+            return Err(LabError::Load(format!(
+                "the scenario's stubs have no service `{}`",
+                sb.service
+            )));
+        };
+        let per_route = 0.5 * c / sb.routes.len().max(1) as f64;
+        for (stage, update) in scenario::slow_backend_phases(sb) {
+            let mut body = update;
+            body["route"] = serde_json::Value::from(sb.route);
+            match http::call(
+                ::http::Method::PUT,
+                addr,
+                "/__stub/routes",
+                Some(body.to_string()),
+            )
+            .await
+            {
+                Ok((200, _)) => {}
+                other => self.warnings.push(format!(
+                    "switching {} `{}` to `{stage}` failed: {other:?}",
+                    sb.service, sb.route
+                )),
+            }
+            let loads = sb
+                .routes
+                .iter()
+                .map(|r| Load {
+                    route: Some(r.name.to_string()),
+                    requests: r.requests.clone(),
+                    schedule: Self::schedule(per_route, self.plan.slow_phase_s),
+                })
+                .collect();
+            self.run_loads(
+                ti,
+                "slow-backend",
+                0,
+                Some(stage),
+                loads,
+                LoadOpts::default(),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Latency of calling the critical path's stub routes directly, one after the other.

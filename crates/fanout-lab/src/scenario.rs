@@ -9,19 +9,65 @@ use http::Method;
 pub enum Mode {
     /// Capacity search per target, then interleaved fixed-rate trials at fractions of capacity.
     Compare,
-    /// Capacity search, then 0.5× → 3× of capacity, then back to 0.7×: offered vs achieved.
+    /// Capacity search, then one continuous run per target: 0.5× of its capacity, a ramp to 3×,
+    /// 3×, then 0.7× — goodput, rejections, accepted latency per phase and time to recover.
     Overload,
-    /// Fixed rate at half capacity; mid-run one stub route is made `factor`× slower, then restored.
-    SlowBackend {
-        /// Stub service.
-        service: &'static str,
-        /// Route key at the stub (`GET /recommendations/{ids}`).
-        route: &'static str,
-        /// Normal latency of that route.
-        base_ms: f64,
-        /// Slowdown factor.
-        factor: f64,
+    /// Capacity search, then fixed rate (half of capacity) over several routes at once while one
+    /// stub route is normal, `factor`× slower, failing (503), normal again.
+    SlowBackend(SlowBackend),
+    /// No capacity search: interleaved fixed-rate trials (ABBA) of every target at `rate`;
+    /// reports p50/p99/p99.9 and backend calls per request.
+    Hedging {
+        /// Offered rate, req/s.
+        rate: f64,
     },
+}
+
+/// The `slow-backend` mode: which stub route changes, and the routes measured separately.
+#[derive(Debug, Clone)]
+pub struct SlowBackend {
+    /// Stub service that changes.
+    pub service: &'static str,
+    /// Route key at that stub (`GET /reviews/{id}`).
+    pub route: &'static str,
+    /// Its normal latency, ms.
+    pub base_ms: f64,
+    /// Slowdown factor of the `slow` phase.
+    pub factor: f64,
+    /// The gateway routes, each driven by its own generator at the same time.
+    pub routes: Vec<RouteLoad>,
+}
+
+/// One gateway route under load, measured on its own.
+#[derive(Debug, Clone)]
+pub struct RouteLoad {
+    /// Short name (`A`, `B`).
+    pub name: &'static str,
+    /// What it calls.
+    pub about: &'static str,
+    /// Requests sent (round robin).
+    pub requests: Vec<RequestTemplate>,
+    /// The route's deadline, ms.
+    pub deadline_ms: f64,
+    /// Whether the route calls the stub route that changes.
+    pub uses_changed: bool,
+}
+
+/// Phases of the `slow-backend` mode, in order: (name, stub update JSON without `route`).
+pub fn slow_backend_phases(sb: &SlowBackend) -> Vec<(&'static str, serde_json::Value)> {
+    let normal = serde_json::json!({"latency": format!("{}ms", sb.base_ms), "faults": []});
+    vec![
+        ("normal", normal.clone()),
+        (
+            "slow",
+            serde_json::json!({"latency": format!("{}ms", sb.base_ms * sb.factor), "faults": []}),
+        ),
+        (
+            "failing",
+            serde_json::json!({"latency": format!("{}ms", sb.base_ms), "faults": [{"status": 503}]}),
+        ),
+        ("restored", normal),
+    ]
 }
 
 /// A scenario: stubs, the gateway config, the requests and what to measure.
@@ -45,6 +91,11 @@ pub struct Scenario {
     pub critical_path: Vec<(&'static str, &'static str)>,
     /// Extra targets: other `fanout serve` configs of the same flow, by name.
     pub variants: Vec<(&'static str, String)>,
+    /// Whether the hand-written baselines (`hyper-baseline`, `java-threads`) serve this
+    /// scenario's routes (they implement the examples' two flows only).
+    pub baselines: bool,
+    /// Targets when none are given.
+    pub default_targets: &'static [&'static str],
 }
 
 const HH_STUBS: &str = include_str!("../../../examples/hh-vacancies/stubs.yaml");
@@ -55,6 +106,18 @@ const MERGED_STUBS: &str = include_str!("../../../examples/product-page-merged/s
 const MERGED_GATEWAY: &str = include_str!("../../../examples/product-page-merged/fanout.yaml");
 const NAIVE: &str = include_str!("variants/naive.yaml");
 const VARIANT1: &str = include_str!("variants/variant1.yaml");
+/// hh-vacancies with adaptive admission control.
+pub const OVERLOAD_GATEWAY: &str = include_str!("scenarios/overload.yaml");
+/// Three stub services, the third one changed at run time.
+pub const SLOW_STUBS: &str = include_str!("scenarios/slow-backend.stubs.yaml");
+/// Routes A (services 1, 2) and B (1, 2 and optional 3).
+pub const SLOW_GATEWAY: &str = include_str!("scenarios/slow-backend.yaml");
+/// One service with a bimodal latency.
+pub const HEDGE_STUBS: &str = include_str!("scenarios/hedging.stubs.yaml");
+/// One step, no hedging.
+pub const HEDGE_OFF: &str = include_str!("scenarios/hedging.no-hedge.yaml");
+/// The same with `hedge: {delay: 4ms}`.
+pub const HEDGE_ON: &str = include_str!("scenarios/hedging.hedge.yaml");
 
 /// Variant 2 without its caches: the scenario compares call merging, not caching.
 fn variant2() -> String {
@@ -104,13 +167,36 @@ fn merging_requests() -> Vec<RequestTemplate> {
         .collect()
 }
 
+/// `GET {path}?id=N` for 64 different ids from `first`, so concurrent requests rarely make
+/// identical calls (fanout's in-flight dedup would merge those).
+fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
+    (first..first + 64)
+        .map(|i| RequestTemplate {
+            method: Method::GET,
+            path: format!("{path}?id={i}"),
+            headers: vec![],
+            body: Bytes::new(),
+        })
+        .collect()
+}
+
+/// Routes A and B interleaved (the capacity search drives both).
+fn slow_requests() -> Vec<RequestTemplate> {
+    id_requests("/a", 1)
+        .into_iter()
+        .zip(id_requests("/b", 101))
+        .flat_map(|(a, b)| [a, b])
+        .collect()
+}
+
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
     "slow-backend",
     "overload",
+    "hedging",
 ];
 
 /// Look up a built-in scenario.
@@ -129,6 +215,8 @@ pub fn builtin(name: &str) -> Option<Scenario> {
                 ("vacancies", "/vacancies/101"),
             ],
             variants: vec![],
+            baselines: true,
+            default_targets: &["fanout"],
         },
         "product-page-merging" => Scenario {
             name: "product-page-merging",
@@ -150,6 +238,8 @@ pub fn builtin(name: &str) -> Option<Scenario> {
                 ("variant1", VARIANT1.to_string()),
                 ("variant2", variant2()),
             ],
+            baselines: false,
+            default_targets: &["naive", "variant1", "variant2"],
         },
         "product-page" => Scenario {
             name: "product-page",
@@ -164,31 +254,50 @@ pub fn builtin(name: &str) -> Option<Scenario> {
                 ("price", "/price?ids=r-p1,r-p2,r-p3,r-p4,r-p5"),
             ],
             variants: vec![],
+            baselines: true,
+            default_targets: &["fanout"],
         },
         "slow-backend" => Scenario {
             name: "slow-backend",
-            about: "product-page with the (optional) recommendation backend switched to 10× latency mid-run",
-            stubs: PP_STUBS,
-            gateway: PP_GATEWAY,
-            requests: pp_requests(),
-            mode: Mode::SlowBackend {
-                service: "recommendations",
-                route: "GET /recommendations/{ids}",
+            about: "two routes over three services at half capacity; service 3 (reviews, optional in route B only) becomes 10× slower, then fails with 503, then recovers",
+            stubs: SLOW_STUBS,
+            gateway: SLOW_GATEWAY,
+            requests: slow_requests(),
+            mode: Mode::SlowBackend(SlowBackend {
+                service: "reviews",
+                route: "GET /reviews/{id}",
                 base_ms: 5.0,
                 factor: 10.0,
-            },
+                routes: vec![
+                    RouteLoad {
+                        name: "A",
+                        about: "GET /a: users + orders (does not use reviews)",
+                        requests: id_requests("/a", 1),
+                        deadline_ms: 200.0,
+                        uses_changed: false,
+                    },
+                    RouteLoad {
+                        name: "B",
+                        about: "GET /b: users + orders + reviews (optional, default, 30 ms step timeout)",
+                        // Other ids than A's: the two generators run in lockstep, and identical
+                        // concurrent calls of A and B would be merged by fanout's dedup.
+                        requests: id_requests("/b", 101),
+                        deadline_ms: 200.0,
+                        uses_changed: true,
+                    },
+                ],
+            }),
             slo_p99_ms: 50.0,
-            critical_path: vec![
-                ("recommendations", "/recommendations/p1,p2,p3,p4,p5"),
-                ("price", "/price?ids=r-p1,r-p2,r-p3,r-p4,r-p5"),
-            ],
+            critical_path: vec![("users", "/users/1"), ("reviews", "/reviews/1")],
             variants: vec![],
+            baselines: false,
+            default_targets: &["fanout"],
         },
         "overload" => Scenario {
             name: "overload",
-            about: "hh-vacancies offered 0.5× → 3× of its measured capacity, then 0.7×",
+            about: "hh-vacancies offered 0.5× → 3× of each target's measured capacity, then 0.7×; fanout with adaptive admission control",
             stubs: HH_STUBS,
-            gateway: HH_GATEWAY,
+            gateway: OVERLOAD_GATEWAY,
             requests: hh_requests(),
             mode: Mode::Overload,
             slo_p99_ms: 50.0,
@@ -197,7 +306,66 @@ pub fn builtin(name: &str) -> Option<Scenario> {
                 ("vacancies", "/vacancies/101"),
             ],
             variants: vec![],
+            baselines: true,
+            default_targets: &["fanout", "java-threads"],
+        },
+        "hedging" => Scenario {
+            name: "hedging",
+            about: "one backend with a bimodal latency (95 % ~2 ms, 5 % ~40 ms): fanout without and with hedged calls (delay 4 ms ≈ p95)",
+            stubs: HEDGE_STUBS,
+            gateway: HEDGE_OFF,
+            requests: id_requests("/item", 1),
+            mode: Mode::Hedging { rate: 200.0 },
+            slo_p99_ms: 50.0,
+            critical_path: vec![("catalog", "/items/1")],
+            variants: vec![
+                ("no-hedge", HEDGE_OFF.to_string()),
+                ("hedge", HEDGE_ON.to_string()),
+            ],
+            baselines: false,
+            default_targets: &["no-hedge", "hedge"],
         },
         _ => return None,
     })
+}
+
+/// Every config a scenario writes: (file name, text), stubs first. For tests and `validate`.
+pub fn configs(s: &Scenario) -> Vec<(String, String)> {
+    let mut out = vec![
+        ("stubs.yaml".to_string(), s.stubs.to_string()),
+        ("fanout.yaml".to_string(), s.gateway.to_string()),
+    ];
+    for (name, yaml) in &s.variants {
+        out.push((format!("{name}.yaml"), yaml.clone()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_is_complete() {
+        for name in NAMES {
+            let s = builtin(name).unwrap_or_else(|| panic!("{name} is listed but not built in"));
+            assert_eq!(s.name, name);
+            assert!(!s.requests.is_empty(), "{name}: requests");
+            assert!(!s.default_targets.is_empty(), "{name}: default targets");
+            for t in s.default_targets {
+                assert!(
+                    *t == "fanout"
+                        || (s.baselines && crate::TARGETS.contains(t))
+                        || s.variants.iter().any(|(n, _)| n == t),
+                    "{name}: default target {t} is not available"
+                );
+            }
+            if let Mode::SlowBackend(sb) = &s.mode {
+                assert_eq!(slow_backend_phases(sb).len(), 4);
+                assert!(sb.routes.iter().any(|r| r.uses_changed));
+                assert!(sb.routes.iter().any(|r| !r.uses_changed));
+            }
+        }
+        assert!(builtin("nope").is_none());
+    }
 }

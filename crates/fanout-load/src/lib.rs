@@ -36,8 +36,8 @@ mod schedule;
 mod threshold;
 
 pub use report::{
-    ErrorCounts, LagStats, LatencyStats, LoadReport, SecondStats, StatusClasses, empty_histogram,
-    summary_text,
+    ErrorCounts, LagStats, LatencyStats, LoadReport, SecondHistograms, SecondStats, SendSecond,
+    StatusClasses, empty_histogram, summary_text,
 };
 pub use runner::run;
 pub use schedule::{Profile, Schedule, ScheduleError};

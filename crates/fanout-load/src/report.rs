@@ -183,6 +183,51 @@ pub struct SecondStats {
     pub max_ms: f64,
     /// 99th percentile scheduling lag of the dispatches in this second.
     pub lag_p99_ms: f64,
+    /// Rejections (503 and 429 responses, counted in `completed`) received in this second.
+    #[serde(default)]
+    pub rejected: u64,
+    /// Timeouts (counted in `errors`) that ended in this second.
+    #[serde(default)]
+    pub timeouts: u64,
+    /// 2xx responses carrying `x-fanout-partial` (optional steps fell back to their defaults).
+    #[serde(default)]
+    pub partial: u64,
+    /// Median latency of the 2xx responses received in this second.
+    #[serde(default)]
+    pub ok_p50_ms: f64,
+    /// 99th percentile latency of the 2xx responses received in this second.
+    #[serde(default)]
+    pub ok_p99_ms: f64,
+    /// 99th percentile latency of the rejections received in this second.
+    #[serde(default)]
+    pub rejected_p99_ms: f64,
+}
+
+/// Raw per-second histograms (µs) behind [`SecondStats`]' `ok_*` and `rejected_*` figures, so
+/// a window of seconds can be merged without averaging percentiles.
+#[derive(Debug, Clone)]
+pub struct SecondHistograms {
+    /// Latency of 2xx responses received in the second.
+    pub ok: Histogram<u64>,
+    /// Latency of rejections (503/429) received in the second.
+    pub rejected: Histogram<u64>,
+}
+
+/// Outcomes of the requests *scheduled* in one second (by intended send time, not by when they
+/// ended): what a client that sent in that second experienced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendSecond {
+    /// Second index since the start.
+    pub t: u64,
+    /// Requests scheduled in the second.
+    pub offered: u64,
+    /// Of those, 2xx responses.
+    pub ok: u64,
+    /// Of those, rejections (503/429).
+    pub rejected: u64,
+    /// Of those, everything else: other statuses, timeouts, network errors, aborted or never
+    /// sent (`offered − ok − rejected`).
+    pub failed: u64,
 }
 
 /// The result of [`crate::run`]; serialised as-is by `fanout load --json`.
@@ -212,6 +257,12 @@ pub struct LoadReport {
     pub completed: u64,
     /// Responses with a 2xx status.
     pub ok: u64,
+    /// Rejections: 503 and 429 responses (explicit load shedding; counted in `completed`).
+    #[serde(default)]
+    pub rejected: u64,
+    /// 2xx responses carrying `x-fanout-partial` (optional steps fell back to their defaults).
+    #[serde(default)]
+    pub partial: u64,
     /// `offered / duration_s`.
     pub offered_rps: f64,
     /// `completed / duration_s` (what the `rate` threshold checks).
@@ -226,6 +277,12 @@ pub struct LoadReport {
     /// Latency from the *intended* send time to the end of the response body
     /// (coordinated-omission free; the headline figure).
     pub latency_ms: LatencyStats,
+    /// Latency of the 2xx responses only (from the intended send time).
+    #[serde(default)]
+    pub ok_latency_ms: LatencyStats,
+    /// Latency of the rejections (503/429) only (from the intended send time).
+    #[serde(default)]
+    pub rejected_latency_ms: LatencyStats,
     /// Latency from the *actual* dispatch (a worker with a connection slot picked the request
     /// up; a new connection's connect time is included) to the end of the body — what a
     /// closed-loop tool reports. `latency = lag + service` per request.
@@ -248,6 +305,13 @@ pub struct LoadReport {
     pub bytes_received: u64,
     /// Per-second statistics, in order.
     pub seconds: Vec<SecondStats>,
+    /// Outcomes by intended send second, one entry per second of the schedule.
+    #[serde(default)]
+    pub by_send_second: Vec<SendSecond>,
+    /// Raw per-second histograms of 2xx and rejection latency, parallel to `seconds` (not
+    /// serialised).
+    #[serde(skip)]
+    pub second_histograms: Vec<SecondHistograms>,
     /// Raw histogram behind `latency_ms`, in microseconds (not serialised).
     #[serde(skip, default = "empty_histogram")]
     pub latency_hist: Histogram<u64>,
@@ -335,9 +399,21 @@ pub fn summary_text(r: &LoadReport) -> String {
         .filter(|(_, n)| *n > 0)
         .map(|(c, n)| format!("{c} {n}"))
         .collect();
+    let mut extra = String::new();
+    if r.rejected > 0 {
+        let _ = write!(
+            extra,
+            "  (rejected 503/429: {}, p99 {})",
+            r.rejected,
+            fmt_ms(r.rejected_latency_ms.p99)
+        );
+    }
+    if r.partial > 0 {
+        let _ = write!(extra, "  (partial 2xx: {})", r.partial);
+    }
     let _ = writeln!(
         s,
-        "status     {}",
+        "status     {}{extra}",
         if statuses.is_empty() {
             "no responses".to_string()
         } else {

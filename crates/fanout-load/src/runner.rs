@@ -55,6 +55,9 @@ const MAX_GROW_AFTER: Duration = Duration::from_millis(1);
 const GROWTH_TAU_MS: f64 = 16.0;
 const MIN_GROWTH_PER_MS: f64 = 1.0;
 const MIN_GROWTH_BURST: f64 = 16.0;
+/// Response header naming the optional steps that fell back (fanout's `_partial`); such 2xx
+/// answers are counted as `partial`.
+const PARTIAL_HEADER: &str = "x-fanout-partial";
 /// Per-second statistics are closed this long after the second ends.
 const TICK_SLACK: Duration = Duration::from_millis(5);
 
@@ -170,14 +173,21 @@ impl Shared {
 
     fn finish(
         &self,
+        intended: Instant,
         outcome: Outcome,
         was_sent: bool,
         latency: Option<Duration>,
         service: Option<Duration>,
     ) {
         let sec = self.sec(Instant::now());
-        let finished =
-            lock(&self.rec).on_finish(sec, outcome, was_sent, latency.map(us), service.map(us));
+        let finished = lock(&self.rec).on_finish(
+            sec,
+            self.sec(intended),
+            outcome,
+            was_sent,
+            latency.map(us),
+            service.map(us),
+        );
         if finished >= self.total {
             self.all_done.notify_one();
         }
@@ -248,19 +258,25 @@ impl Shared {
                 } else {
                     None
                 };
-                self.finish(outcome, false, latency, None);
+                self.finish(intended, outcome, false, latency, None);
                 return;
             }
             Err(_) => {
                 *conn = Conn::None;
-                self.finish(Outcome::ConnectTimeout, false, at_deadline(), None);
+                self.finish(
+                    intended,
+                    Outcome::ConnectTimeout,
+                    false,
+                    at_deadline(),
+                    None,
+                );
                 return;
             }
         }
 
         let idx = usize::try_from(n % self.requests.len() as u64).unwrap_or(0);
         let Some(template) = self.requests.get(idx) else {
-            self.finish(Outcome::Other, false, None, None);
+            self.finish(intended, Outcome::Other, false, None, None);
             return;
         };
         let req = template.build();
@@ -273,6 +289,7 @@ impl Shared {
             }
             .map_err(|e| classify(&e))?;
             let status = resp.status().as_u16();
+            let partial = resp.headers().contains_key(PARTIAL_HEADER);
             let mut body = resp.into_body();
             let mut bytes = 0u64;
             while let Some(frame) = body.frame().await {
@@ -281,13 +298,18 @@ impl Shared {
                     bytes += d.len() as u64;
                 }
             }
-            Ok((status, bytes))
+            Ok((status, bytes, partial))
         };
         let result = tokio::time::timeout_at(t_deadline, exchange).await;
         let done = Instant::now();
         match result {
-            Ok(Ok((status, bytes))) => self.finish(
-                Outcome::Response { status, bytes },
+            Ok(Ok((status, bytes, partial))) => self.finish(
+                intended,
+                Outcome::Response {
+                    status,
+                    bytes,
+                    partial,
+                },
                 true,
                 Some(done.saturating_duration_since(intended)),
                 Some(done.saturating_duration_since(start)),
@@ -297,7 +319,7 @@ impl Shared {
                     Conn::H2(l) if !l.is_closed() => {}
                     _ => *conn = Conn::None,
                 }
-                self.finish(outcome, true, None, None);
+                self.finish(intended, outcome, true, None, None);
             }
             Err(_) => {
                 // An HTTP/1.1 connection with a request still in flight cannot be reused;
@@ -305,7 +327,13 @@ impl Shared {
                 if matches!(conn, Conn::H1(_)) {
                     *conn = Conn::None;
                 }
-                self.finish(Outcome::Timeout, true, at_deadline(), Some(self.timeout));
+                self.finish(
+                    intended,
+                    Outcome::Timeout,
+                    true,
+                    at_deadline(),
+                    Some(self.timeout),
+                );
             }
         }
     }
@@ -608,7 +636,9 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     let closed = lock(&shared.rec).close_seconds(rec_seconds_end, &shared.schedule);
     emit(closed, &mut seconds);
 
-    let rec = lock(&shared.rec);
+    let mut rec = lock(&shared.rec);
+    let second_histograms = std::mem::take(&mut rec.closed_histograms);
+    let by_send_second = rec.by_send_second(sched_secs, &shared.schedule);
     let mut errors = rec.errors;
     errors.aborted_at_end = rec.sent.saturating_sub(rec.sent_finished);
     errors.not_sent = total.saturating_sub(rec.completed + errors.total());
@@ -678,12 +708,16 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         sent: rec.sent,
         completed: rec.completed,
         ok: rec.ok,
+        rejected: rec.rejected,
+        partial: rec.partial,
         offered_rps: per_s(total),
         achieved_rps: per_s(rec.completed),
         status_classes: rec.classes,
         errors,
         error_rate,
         latency_ms: LatencyStats::from_histogram(&rec.latency),
+        ok_latency_ms: LatencyStats::from_histogram(&rec.ok_latency),
+        rejected_latency_ms: LatencyStats::from_histogram(&rec.rejected_latency),
         service_ms: LatencyStats::from_histogram(&rec.service),
         lag_ms,
         late_fraction,
@@ -697,6 +731,8 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         max_connections_used: shared.conns.max_open.load(Ordering::Relaxed) as u64,
         bytes_received: rec.bytes,
         seconds,
+        by_send_second,
+        second_histograms,
         latency_hist: rec.latency.clone(),
         service_hist: rec.service.clone(),
         lag_hist: rec.lag.clone(),

@@ -8,7 +8,7 @@ use fanout_expr::{Val, json};
 use fanout_flow::{FlowError, Outcome};
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -200,36 +200,51 @@ impl Gateway {
 
         // Body: size-limited, read within the deadline, parsed once.
         let limit = self.limits.max_body_bytes;
+        let mut body = body;
         if let Some(len) = parts.headers.get(CONTENT_LENGTH)
             && let Some(len) = len.to_str().ok().and_then(|s| s.parse::<u64>().ok())
             && len > limit as u64
         {
+            drain_rejected_body(&mut body, deadline).await;
             return Err(too_large(limit));
         }
-        let bytes =
-            match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
-                Err(_) => {
-                    return Err(ApiError::new(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "body_timeout",
-                        "the request body did not arrive before the deadline",
-                    ));
-                }
-                Ok(Err(e))
-                    if e.downcast_ref::<http_body_util::LengthLimitError>()
-                        .is_some() =>
-                {
-                    return Err(too_large(limit));
-                }
-                Ok(Err(e)) => {
-                    return Err(ApiError::new(
+        let mut buf = bytes::BytesMut::new();
+        let read = tokio::time::timeout_at(deadline, async {
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| {
+                    ApiError::new(
                         StatusCode::BAD_REQUEST,
                         "bad_body",
                         format!("reading the request body failed: {e}"),
-                    ));
+                    )
+                })?;
+                if let Ok(data) = frame.into_data() {
+                    if buf.len() + data.len() > limit {
+                        return Err(too_large(limit));
+                    }
+                    buf.extend_from_slice(&data);
                 }
-                Ok(Ok(c)) => c.to_bytes(),
-            };
+            }
+            Ok(())
+        })
+        .await;
+        match read {
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    "the request body did not arrive before the deadline",
+                ));
+            }
+            Ok(Err(e)) => {
+                if e.code == "body_too_large" {
+                    drain_rejected_body(&mut body, deadline).await;
+                }
+                return Err(e);
+            }
+            Ok(Ok(())) => {}
+        }
+        let bytes = buf.freeze();
         let body_val = if bytes.iter().all(u8::is_ascii_whitespace) {
             Val::Null
         } else {
@@ -257,6 +272,27 @@ impl Gateway {
         slot.completed();
         out.map_err(ApiError::from)
     }
+}
+
+/// How much of an oversized body is read and discarded before the 413 is sent, and for how long.
+/// A client that is still writing its body when the server answers and closes would otherwise get
+/// a broken pipe instead of the 413 (the "lingering close" of nginx and Envoy); past these bounds
+/// the connection is closed anyway, so a huge upload costs at most this much.
+const DRAIN_BYTES: usize = 1 << 20;
+const DRAIN_TIME: Duration = Duration::from_millis(250);
+
+async fn drain_rejected_body(body: &mut Incoming, deadline: Instant) {
+    let until = deadline.min(Instant::now() + DRAIN_TIME);
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout_at(until, async {
+        while seen <= DRAIN_BYTES {
+            match body.frame().await {
+                Some(Ok(f)) => seen += f.data_ref().map_or(0, |d| d.len()),
+                _ => break,
+            }
+        }
+    })
+    .await;
 }
 
 fn too_large(limit: usize) -> ApiError {

@@ -148,6 +148,7 @@ pub(crate) struct CompiledService {
     pub(crate) listen: String,
     pub(crate) table: Arc<RouteTable>,
     pub(crate) routes: Arc<Vec<CompiledRoute>>,
+    pub(crate) concurrency: Option<usize>,
 }
 
 /// A loaded and checked stub config, ready to [`start`](CompiledStubs::start) (any number of
@@ -283,6 +284,7 @@ fn compile_service(
         listen: svc.listen.value.clone(),
         table: Arc::new(RouteTable { router, paths }),
         routes: Arc::new(routes),
+        concurrency: svc.concurrency.map(|c| c.max(1)),
     })
 }
 

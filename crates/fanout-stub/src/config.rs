@@ -31,6 +31,10 @@ pub struct ServiceConfig {
     /// Routes; each matches a method and a path pattern.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Requests this service works on at once (a fixed worker pool); more wait in line, so its
+    /// latency grows with load like a saturated real backend's. Capacity ≈ `concurrency /
+    /// latency`. Default: unlimited.
+    pub concurrency: Option<usize>,
 }
 
 /// A route of a simulated backend: what it answers, how slowly, and how it fails.

@@ -66,6 +66,8 @@ struct ServiceState {
     http: auto::Builder<TokioExecutor>,
     /// When the server started: stall windows are aligned to it.
     origin: Instant,
+    /// The service's worker pool (`concurrency`), if limited.
+    workers: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl ServiceState {
@@ -80,12 +82,16 @@ impl ServiceState {
             .collect();
         let mut http = auto::Builder::new(TokioExecutor::new());
         http.http2().max_concurrent_streams(MAX_H2_STREAMS);
+        let workers = compiled
+            .concurrency
+            .map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
         ServiceState {
             compiled,
             routes,
             conns: ConnCounters::default(),
             http,
             origin,
+            workers,
         }
     }
 
@@ -426,6 +432,11 @@ async fn handle(
         }
     };
 
+    // A limited service works on `concurrency` requests at once; the rest wait in line.
+    let _worker = match &state.workers {
+        Some(w) => w.clone().acquire_owned().await.ok(),
+        None => None,
+    };
     let now = Instant::now();
     let since_start = now.saturating_duration_since(state.origin);
     let (fault, delay) = with_rng(|rng| {
@@ -654,6 +665,38 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         panic!("timed out waiting for: {what}");
+    }
+
+    /// `concurrency: 1` serialises the service: three concurrent 100 ms requests take ≥ 300 ms
+    /// (a lower bound only: sleeps never end early, whatever the machine's load).
+    #[tokio::test]
+    async fn a_limited_service_works_on_concurrency_requests_at_once() {
+        use tokio::io::AsyncReadExt;
+        let yaml = "services:\n  s:\n    listen: 127.0.0.1:0\n    concurrency: 1\n    routes:\n      - path: /x\n        latency: 100ms\n";
+        let stubs = crate::load("t.yaml", yaml, &|_| None).expect("loads");
+        let server = stubs.start().await.expect("starts");
+        let addr = server.addr("s").expect("addr");
+        let start = std::time::Instant::now();
+        let calls = (0..3).map(|_| {
+            tokio::spawn(async move {
+                let mut c = TcpStream::connect(addr).await.expect("connect");
+                c.write_all(b"GET /x HTTP/1.1\r\nhost: s\r\nconnection: close\r\n\r\n")
+                    .await
+                    .expect("write");
+                let mut out = Vec::new();
+                c.read_to_end(&mut out).await.expect("read");
+                String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200")
+            })
+        });
+        for c in calls.collect::<Vec<_>>() {
+            assert!(c.await.expect("task"), "200");
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(300),
+            "one at a time: {:?}",
+            start.elapsed()
+        );
+        server.shutdown().await;
     }
 
     const SLOW: &str = "services:\n  s:\n    listen: 127.0.0.1:0\n    routes:\n      - path: /slow\n        latency: 30s\n";
