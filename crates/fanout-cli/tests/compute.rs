@@ -23,11 +23,13 @@ backends:
   big: { url: "http://${BIG_ADDR}" }
 routes:
   - path: /inline
+    deadline: 30s
     flow:
       nums: { http: { backend: big, path: '"/numbers"' } }
       sum: { value: '[range(0; 200000)] | map(. * 2) | add' }
     respond: { body: '{count: ($nums | length), sum: $sum}' }
   - path: /pooled
+    deadline: 30s
     flow:
       nums: { http: { backend: big, path: '"/numbers"' }, compute: true, result: 'map(. + 1) | add' }
       sum: { value: '[range(0; 200000)] | map(. * 2) | add', compute: true }
