@@ -106,6 +106,8 @@ const MERGED_STUBS: &str = include_str!("../../../examples/product-page-merged/s
 const MERGED_GATEWAY: &str = include_str!("../../../examples/product-page-merged/fanout.yaml");
 const NAIVE: &str = include_str!("variants/naive.yaml");
 const VARIANT1: &str = include_str!("variants/variant1.yaml");
+/// hh-vacancies stubs whose search service has a fixed capacity (4 requests at once).
+pub const OVERLOAD_STUBS: &str = include_str!("scenarios/overload.stubs.yaml");
 /// hh-vacancies with adaptive admission control.
 pub const OVERLOAD_GATEWAY: &str = include_str!("scenarios/overload.yaml");
 /// Three stub services, the third one changed at run time.
@@ -295,8 +297,8 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         },
         "overload" => Scenario {
             name: "overload",
-            about: "hh-vacancies offered 0.5× → 3× of each target's measured capacity, then 0.7×; fanout with adaptive admission control",
-            stubs: HH_STUBS,
+            about: "hh-vacancies with a search backend of fixed capacity (4 at once, like a pool of 4 connections), offered 0.5× → 3× of each target's measured capacity, then 0.7×; fanout with adaptive admission control",
+            stubs: OVERLOAD_STUBS,
             gateway: OVERLOAD_GATEWAY,
             requests: hh_requests(),
             mode: Mode::Overload,

@@ -6,18 +6,36 @@
 //! that window:
 //!
 //! ```text
-//! short = mean latency of the window's samples          (no samples → no change)
-//! long  = EMA of the windows' `short` over `long_window` windows (plain mean for the first 10)
-//! if long / short > 2: long ×= 0.95                     (forget a long overload quickly)
+//! short    = mean latency of the window's samples        (no samples → no change)
+//! long     = the baseline: an average of the windows' `short` (plain mean of the first 10 it
+//!            learns, then an EMA over `long_window` windows), fed only by windows whose latency
+//!            our own concurrency cannot have raised: the first window, windows with
+//!            short ≤ long, app-limited windows, windows with the limit at `min`
+//! if long / short > 2: long ×= 0.95                     (forget a past baseline quickly)
 //! if max in-flight during the window < limit / 2: no change   (app-limited: no evidence)
 //! gradient = clamp(tolerance × long / short, 0.5, 1.0)
-//! new      = limit × gradient + queue_size              (queue_size 0 → sqrt(limit))
+//! new      = limit + queue_size     if gradient = 1     (queue_size 0 → sqrt(limit))
+//!            limit × gradient       otherwise
 //! limit    = limit × (1 − smoothing) + new × smoothing, clamped to [min, max_concurrency]
 //! ```
 //!
 //! So one window moves the limit up by at most `smoothing × queue_size` and down by at most
 //! `smoothing × 50 %` of it. As in Gradient2, a "sample" of the long average is one window's mean
 //! (not one request), so its horizon is `long_window × window` whatever the throughput.
+//!
+//! Two departures from Gradient2, both so that a sustained overload cannot move the latency of the
+//! admitted requests away from the baseline:
+//! - Gradient2 feeds every window into the long average. Under an overload that lasts, the long
+//!   average then learns the overloaded latency as normal and the limit — and the latency — creep
+//!   up for as long as it lasts (+50 % in 20 s with the defaults, measured in the `overload` lab).
+//!   Here the baseline only learns upward from windows where the latency cannot be ours: when few
+//!   requests ran (app-limited) or the limit is already at `min` (the backend itself got slower:
+//!   the baseline follows it there, so a slower backend is not shed for ever).
+//! - Gradient2 always adds the headroom, so under overload the limit settles where
+//!   `gradient × limit + queue_size = limit`, i.e. latency = `tolerance × long × L / (L − q)`: with
+//!   a small limit (a backend that takes 4 requests at once) that is 2–3× the baseline. Here the
+//!   headroom is added only while latency is within tolerance; beyond it the limit only shrinks,
+//!   so the mean latency of admitted requests settles at ≈ `tolerance × long`.
 //!
 //! Epochs: samples are **not** discarded when they come from requests admitted under an earlier
 //! limit. Envoy discards samples older than its minRTT epoch because it probes minRTT at a pinned
@@ -211,19 +229,31 @@ impl GradientLimit {
             return;
         };
         self.last_short_s = Some(short);
-        let long = self.long.add(short).max(MIN_RTT_S);
+        let app_limited = (max_in_flight as f64) < self.estimated / 2.0;
+        let at_min = self.estimated <= self.p.min as f64;
+        let learn = self.long.count == 0 || short <= self.long.value || app_limited || at_min;
+        let long = if learn {
+            self.long.add(short)
+        } else {
+            self.long.value
+        }
+        .max(MIN_RTT_S);
         if long / short > 2.0 {
             self.long.value *= 0.95;
         }
-        if (max_in_flight as f64) < self.estimated / 2.0 {
+        if app_limited {
             return;
         }
-        let queue_size = match self.p.queue_size {
-            0 => self.estimated.sqrt(),
-            q => q as f64,
-        };
         let gradient = (self.p.tolerance * long / short).clamp(0.5, 1.0);
-        let new = self.estimated * gradient + queue_size;
+        let new = if gradient >= 1.0 {
+            self.estimated
+                + match self.p.queue_size {
+                    0 => self.estimated.sqrt(),
+                    q => q as f64,
+                }
+        } else {
+            self.estimated * gradient
+        };
         let smoothed = self.estimated * (1.0 - self.p.smoothing) + new * self.p.smoothing;
         let clamped = smoothed.clamp(self.p.min as f64, self.p.max as f64);
         if clamped != self.estimated {
@@ -395,6 +425,60 @@ mod tests {
         assert!(l.estimated() > low + 10.0, "{low} → {}", l.estimated());
     }
 
+    /// Mean latency of a backend that works on 4 requests at once, 10 ms unloaded, with `limit`
+    /// requests in flight: from 7 on, every further request queues 1.5 ms.
+    fn saturated(limit: usize) -> Duration {
+        Duration::from_micros(10_000 + 1_500 * limit.saturating_sub(7) as u64)
+    }
+
+    #[test]
+    fn a_sustained_overload_does_not_become_the_baseline() {
+        let mut c = Clock::new();
+        let mut l = GradientLimit::new(params(), c.t);
+        // Normal load: few requests in flight, 10 ms.
+        for _ in 0..20 {
+            window(&mut l, &mut c, 10 * MS, 50, 3);
+        }
+        // 60 s of overload: the limit is always full, latency is what the limit lets queue.
+        let mut late = Vec::new();
+        for i in 0..600 {
+            let busy = l.limit();
+            let rtt = saturated(busy);
+            window(&mut l, &mut c, rtt, 50, busy);
+            if i >= 500 {
+                late.push(rtt.as_secs_f64());
+            }
+        }
+        // The baseline did not learn the overload…
+        assert!(l.long_rtt_s() <= 0.0101, "long {} ms", l.long_rtt_s() * 1e3);
+        // …so a minute in, admitted requests still see ≈ tolerance × baseline (15 ms; the limit
+        // hovers one request above the point, +1.5 ms), not more.
+        let worst = late.iter().copied().fold(0.0, f64::max);
+        assert!(worst <= 0.0165, "latency crept to {} ms", worst * 1e3);
+    }
+
+    #[test]
+    fn a_slower_backend_becomes_the_baseline_once_the_limit_is_at_min() {
+        let mut c = Clock::new();
+        let mut l = GradientLimit::new(params(), c.t);
+        for _ in 0..20 {
+            let busy = l.limit();
+            window(&mut l, &mut c, 10 * MS, 50, busy);
+        }
+        // The backend is now 30 ms whatever the concurrency: the limit falls to min, where the
+        // baseline learns the new latency…
+        let mut reached_min = false;
+        for _ in 0..400 {
+            let busy = l.limit();
+            window(&mut l, &mut c, 30 * MS, 50, busy);
+            reached_min |= l.limit() == 8;
+        }
+        assert!(reached_min);
+        assert!(l.long_rtt_s() > 0.020, "long {} ms", l.long_rtt_s() * 1e3);
+        // …until 30 ms is within tolerance, and the limit grows again.
+        assert!(l.limit() > 8, "limit {}", l.limit());
+    }
+
     #[test]
     fn queue_size_zero_means_sqrt_of_the_limit() {
         let mut p = params();
@@ -414,9 +498,11 @@ mod tests {
         // First window: long = short → gradient = min(1.5, 1) = 1 → new = 54 → 50.8.
         l.update(0.010, 50);
         assert!((l.estimated() - 50.8).abs() < 1e-9, "{}", l.estimated());
-        // Latency ×4: long = mean(10, 40) = 25 ms, gradient = 1.5 × 25 / 40 = 0.9375.
+        // Latency ×4 with 50 in flight: not a window the baseline learns from (long stays 10 ms),
+        // gradient = clamp(1.5 × 10 / 40) = 0.5, no headroom while shrinking → new = 25.4.
         l.update(0.040, 50);
-        let new = 50.8 * 0.9375 + 4.0;
+        assert!((l.long_rtt_s() - 0.010).abs() < 1e-12, "{}", l.long_rtt_s());
+        let new = 50.8 * 0.5;
         let want = 50.8 * 0.8 + new * 0.2;
         assert!(
             (l.estimated() - want).abs() < 1e-9,
