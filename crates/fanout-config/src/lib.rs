@@ -192,7 +192,7 @@ pub struct Admission {
     pub queue_timeout: Dur,
     /// CoDel-style queue discipline: once the queue has not been empty for `interval`, a waiting
     /// request only gets `target` before it is rejected, and the queue is served newest first
-    /// (adaptive LIFO) until it drains. Default target 5ms, interval 100ms.
+    /// (adaptive LIFO) until it has stayed empty for `target`. Default target 5ms, interval 100ms.
     pub codel: Codel,
     /// Adaptive limit: instead of a fixed `max_concurrency`, a gradient limit that follows the
     /// measured latency (`max_concurrency` is then its ceiling). Default: off (static limit).
@@ -234,10 +234,12 @@ impl Default for Codel {
     }
 }
 
-/// A gradient concurrency limit (Netflix Gradient2 / Envoy adaptive concurrency): every `window`,
-/// `gradient = clamp(tolerance × long_rtt / short_rtt, 0.5, 1.0)`,
-/// `new = limit × gradient + queue_size`, smoothed `limit = limit × (1 − smoothing) + new × smoothing`,
-/// clamped to `[min, max_concurrency]`.
+/// A gradient concurrency limit (after Netflix Gradient2 / Envoy adaptive concurrency): every
+/// `window`, `gradient = clamp(tolerance × long_rtt / short_rtt, 0.5, 1.0)`;
+/// `new = limit + queue_size` while the gradient is 1, else `limit × gradient`; smoothed
+/// `limit = limit × (1 − smoothing) + new × smoothing`, clamped to `[min, max_concurrency]`.
+/// `long_rtt` is the baseline latency, learnt only from windows our own concurrency cannot have
+/// slowed (few requests in flight, or the limit at `min`). See docs/resilience.md.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdaptiveLimit {
@@ -253,7 +255,8 @@ pub struct AdaptiveLimit {
     pub smoothing: f64,
     /// Samples in the long-term RTT average (EMA). Default 600.
     pub long_window: u32,
-    /// Headroom added each window so the limit can grow: `queue_size`; 0 means `sqrt(limit)`. Default 4.
+    /// Headroom added each window while latency is within tolerance, so the limit can grow:
+    /// `queue_size`; 0 means `sqrt(limit)`. Default 4.
     pub queue_size: usize,
 }
 
