@@ -5,43 +5,7 @@ mod common;
 
 use common::*;
 use http::Method;
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::path::Path;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Cases {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    name: String,
-    request: CaseRequest,
-    status: u16,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    response: serde_json::Value,
-    #[serde(default)]
-    backend_calls: BTreeMap<String, u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CaseRequest {
-    #[serde(default = "default_method")]
-    method: String,
-    path: String,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    body: Option<serde_json::Value>,
-}
-
-fn default_method() -> String {
-    "GET".into()
-}
 
 fn example_dirs() -> Vec<std::path::PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");

@@ -10,7 +10,6 @@ mod common;
 
 use common::*;
 use http::Method;
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -507,35 +506,6 @@ async fn lab_scenario_configs_load() {
         }
     }
     assert!(checked >= 14, "only {checked} configs");
-}
-
-#[derive(Deserialize)]
-struct Cases {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    request: CaseRequest,
-    status: u16,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    response: serde_json::Value,
-    #[serde(default)]
-    backend_calls: BTreeMap<String, u64>,
-}
-
-#[derive(Deserialize)]
-struct CaseRequest {
-    #[serde(default = "get_method")]
-    method: String,
-    path: String,
-    body: Option<serde_json::Value>,
-}
-
-fn get_method() -> String {
-    "GET".into()
 }
 
 /// A child process killed when the test ends, however it ends.

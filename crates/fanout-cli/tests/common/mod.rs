@@ -8,7 +8,7 @@ use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// Start stubs from YAML text; every `*_ADDR` variable becomes an ephemeral port.
@@ -122,4 +122,39 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("timed out waiting for: {what}");
+}
+
+/// An example's `cases.yaml`: requests, the expected answers and backend calls per service.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cases {
+    pub cases: Vec<Case>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    pub request: CaseRequest,
+    pub status: u16,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub response: serde_json::Value,
+    #[serde(default)]
+    pub backend_calls: BTreeMap<String, u64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseRequest {
+    #[serde(default = "default_method")]
+    pub method: String,
+    pub path: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<serde_json::Value>,
+}
+
+pub fn default_method() -> String {
+    "GET".into()
 }
