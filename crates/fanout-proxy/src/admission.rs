@@ -165,8 +165,9 @@ struct State {
     queued: usize,
     /// Since when the queue has been non-empty (`None` while it is empty).
     nonempty_since: Option<Instant>,
-    /// Since when the queue has been empty (`None` while it is not).
-    empty_since: Option<Instant>,
+    /// Since when the queue has been empty (`None` while it is not), and since when it had been
+    /// non-empty before that.
+    empty_since: Option<(Instant, Instant)>,
     /// The queue was found standing and has not stayed empty for `codel.target` since.
     standing: bool,
     next_id: u64,
@@ -179,10 +180,10 @@ impl State {
     /// has not stayed empty for `target` since.
     fn standing(&self, now: Instant, interval: Duration, target: Duration) -> bool {
         if self.queued == 0 {
-            return self.standing
-                && self
-                    .empty_since
-                    .is_none_or(|t| now.saturating_duration_since(t) < target);
+            return self.empty_since.is_some_and(|(empty, busy_from)| {
+                (self.standing || empty.saturating_duration_since(busy_from) >= interval)
+                    && now.saturating_duration_since(empty) < target
+            });
         }
         self.standing
             || self
@@ -213,9 +214,10 @@ impl State {
 
     fn dequeued(&mut self) {
         self.queued = self.queued.saturating_sub(1);
-        if self.queued == 0 {
-            self.nonempty_since = None;
-            self.empty_since = Some(Instant::now());
+        if self.queued == 0
+            && let Some(busy_from) = self.nonempty_since.take()
+        {
+            self.empty_since = Some((Instant::now(), busy_from));
         }
     }
 
@@ -905,16 +907,28 @@ mod tests {
         );
         // Several slots free at once and take every waiter; the next request comes 1 ms later.
         s.dequeued();
-        let empty = s.empty_since.unwrap();
+        let empty = s.empty_since.unwrap().0;
         assert!(s.refresh_standing(empty + Duration::from_millis(1), interval, target));
         s.enqueued(empty + Duration::from_millis(1));
         assert!(s.refresh_standing(empty + Duration::from_millis(2), interval, target));
         // Empty for the target: the overload is over, the next queue is a burst again.
         s.dequeued();
-        let empty = s.empty_since.unwrap();
+        let empty = s.empty_since.unwrap().0;
         assert!(!s.refresh_standing(empty + target, interval, target));
         s.enqueued(empty + target);
         assert!(!s.refresh_standing(empty + target + Duration::from_millis(1), interval, target));
+        drop(s);
+
+        // Standing by age alone (no newcomer saw it) survives an instant of emptiness too.
+        let adm = Admission::new(&cfg(1, 10));
+        let mut s = adm.inner.lock();
+        let short = Duration::from_millis(1);
+        s.enqueued(Instant::now());
+        std::thread::sleep(2 * short);
+        s.dequeued();
+        let empty = s.empty_since.unwrap().0;
+        assert!(s.standing(empty, short, target));
+        assert!(!s.standing(empty + target, short, target));
     }
 
     #[tokio::test]
