@@ -220,6 +220,14 @@ impl GradientLimit {
         self.limit() != before
     }
 
+    /// What a window within tolerance adds: `queue_size`, or `sqrt(limit)` when it is 0.
+    fn headroom(&self) -> f64 {
+        match self.p.queue_size {
+            0 => self.estimated.sqrt(),
+            q => q as f64,
+        }
+    }
+
     /// The control law for one window: `short_s` is the window's mean latency in seconds,
     /// `max_in_flight` the most requests that ran at once during it.
     pub fn update(&mut self, short_s: f64, max_in_flight: usize) {
@@ -246,11 +254,7 @@ impl GradientLimit {
         }
         let gradient = (self.p.tolerance * long / short).clamp(0.5, 1.0);
         let new = if gradient >= 1.0 {
-            self.estimated
-                + match self.p.queue_size {
-                    0 => self.estimated.sqrt(),
-                    q => q as f64,
-                }
+            self.estimated + self.headroom()
         } else {
             self.estimated * gradient
         };
