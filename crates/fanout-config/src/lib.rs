@@ -153,6 +153,42 @@ pub struct ServerConfig {
     /// A worker that runs one piece of work longer than this without yielding is a stall: counted
     /// on `/__fanout/status` and logged with its route and step. Default 100ms.
     pub stall_threshold: Dur,
+    /// Budgets of expression evaluation (work, size and depth of what expressions build), so
+    /// no request can make an expression run away with a worker, memory or the stack.
+    pub expressions: ExpressionLimits,
+}
+
+/// Budgets of expression evaluation. Exceeding one fails the expression with a clear error
+/// (500 `expression_limit`, naming the route, step and limit) instead of exhausting the process.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExpressionLimits {
+    /// Operations (filter steps, produced values) all expressions of one request may perform.
+    /// Default 10 000 000.
+    pub max_ops: u64,
+    /// Operations an expression may run on an I/O worker; past this it is moved to the compute
+    /// pool (and ends at the route deadline), so a heavy expression never holds a worker.
+    /// Default 50 000.
+    pub inline_ops: u64,
+    /// Deepest nesting of data: request bodies, backend answers, `fromjson`, values built by
+    /// expressions, and expression recursion. Default 128, at most 1000.
+    pub max_depth: usize,
+    /// Most elements of one array or object an expression builds. Default 1 000 000.
+    pub max_elements: usize,
+    /// Longest string an expression builds, in bytes. Default 16 MiB.
+    pub max_string_bytes: usize,
+}
+
+impl Default for ExpressionLimits {
+    fn default() -> Self {
+        ExpressionLimits {
+            max_ops: 10_000_000,
+            inline_ops: 50_000,
+            max_depth: 128,
+            max_elements: 1_000_000,
+            max_string_bytes: 16 << 20,
+        }
+    }
 }
 
 /// The compute pool (R1): a fixed number of threads started with the server and a bounded queue;
@@ -328,6 +364,7 @@ impl Default for ServerConfig {
             admission: Admission::default(),
             compute: ComputeConfig::default(),
             stall_threshold: Dur::millis(100),
+            expressions: ExpressionLimits::default(),
         }
     }
 }

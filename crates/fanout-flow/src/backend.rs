@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -30,6 +30,60 @@ pub struct CallRequest {
     /// Whether sending the call twice is harmless (GET/HEAD, batch lookups, or steps marked
     /// `idempotent: true`): only such calls are retried or hedged.
     pub idempotent: bool,
+    /// Header in which the transport sends the time this attempt may take, in milliseconds
+    /// (`server.deadline_header`); `None` sends none. Written by the innermost layer, so the
+    /// varying budget never becomes part of a call's identity ([`CallRequest::key`]).
+    pub deadline_header: Option<HeaderName>,
+}
+
+/// The identity of a call: everything it sends — method, path with query, every header the
+/// step set (sorted by name, so their order does not matter), body. Anything shared between
+/// requests (in-flight dedup, answer caches) is keyed by it, so two calls share an answer only
+/// when they would have sent the same bytes. Time budgets are not part of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallKey(Bytes);
+
+impl CallKey {
+    /// The key's bytes (for tests and diagnostics).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl CallRequest {
+    /// This call's identity (see [`CallKey`]).
+    pub fn key(&self) -> CallKey {
+        let mut headers: Vec<(&str, &[u8])> = self
+            .headers
+            .iter()
+            .filter(|(k, _)| Some(*k) != self.deadline_header.as_ref())
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        headers.sort_unstable();
+        let len = self.method.as_str().len()
+            + self.path_and_query.len()
+            + headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 16)
+                .sum::<usize>()
+            + self.body.len()
+            + 32;
+        let mut out = Vec::with_capacity(len);
+        // Length-prefixed fields: no choice of bytes in one field can imitate another field.
+        let mut field = |b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        field(self.method.as_str().as_bytes());
+        field(self.path_and_query.as_bytes());
+        field(&(headers.len() as u64).to_le_bytes());
+        for (k, v) in headers {
+            field(k.as_bytes());
+            field(v);
+        }
+        field(&self.body);
+        CallKey(Bytes::from(out))
+    }
 }
 
 /// A backend's answer.

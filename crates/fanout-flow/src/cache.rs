@@ -1,15 +1,18 @@
 //! Caches (E1): a [`Backend`] layer for whole answers, and a per-key cache used by batch forms.
 //!
+//! - Entries are keyed by everything the call sends ([`CallKey`]: method, path with query, every
+//!   header the step set, body), so an answer is only ever served for the same call.
 //! - Fresh entries (younger than `ttl`) answer without a call.
-//! - Concurrent misses of one key are coalesced into one call (moka's `try_get_with`).
+//! - Concurrent misses of one key are coalesced into one call ([`crate::singleflight`]), which
+//!   has its own time limit: a hung miss cannot wedge the key.
 //! - Within `stale_while_revalidate` after `ttl`, the stale entry answers at once and one call
 //!   refreshes it in the background.
 //! - Within `stale_if_error` after `ttl`, a failed call (error, 5xx) is answered from the stale
 //!   entry instead.
 //! - Only successful (2xx) answers are stored.
 
-use crate::backend::{Backend, CallError, CallRequest, CallResponse};
-use bytes::Bytes;
+use crate::backend::{Backend, CallError, CallKey, CallRequest, CallResponse};
+use crate::singleflight::Flights;
 use fanout_expr::Val;
 use futures_util::future::BoxFuture;
 use http::Method;
@@ -90,13 +93,14 @@ struct Entry {
     at: Instant,
 }
 
-type Key = (Method, String, Bytes);
+type Key = CallKey;
 
 struct Shared {
     inner: Arc<dyn Backend>,
     cache: moka::future::Cache<Key, Entry>,
     policy: CachePolicy,
     stats: Arc<CacheStats>,
+    flights: Arc<Flights>,
 }
 
 /// A backend whose successful GET/HEAD answers are cached.
@@ -117,6 +121,7 @@ impl Cached {
                 cache,
                 policy,
                 stats: Arc::new(CacheStats::default()),
+                flights: Arc::new(Flights::new()),
             }),
         }
     }
@@ -135,22 +140,35 @@ fn failed(r: &Result<CallResponse, CallError>) -> bool {
 }
 
 impl Shared {
-    async fn fetch_and_store(&self, key: Key, req: CallRequest) -> Result<CallResponse, CallError> {
-        let r = self.inner.call(req).await;
-        if let Ok(resp) = &r
-            && resp.status.is_success()
-        {
-            self.cache
-                .insert(
-                    key,
-                    Entry {
-                        resp: resp.clone(),
-                        at: Instant::now(),
-                    },
-                )
-                .await;
-        }
-        r
+    /// Call the backend for `key` (coalesced with a live call of the same key that ends in time)
+    /// and store a successful answer.
+    fn fetch_and_store(
+        self: &Arc<Self>,
+        key: Key,
+        req: CallRequest,
+    ) -> impl std::future::Future<Output = Result<CallResponse, CallError>> + use<> {
+        let me = self.clone();
+        let timeout = req.timeout;
+        let k = key.clone();
+        self.flights.run(key, timeout, move || {
+            Box::pin(async move {
+                let r = me.inner.call(req).await;
+                if let Ok(resp) = &r
+                    && resp.status.is_success()
+                {
+                    me.cache
+                        .insert(
+                            k,
+                            Entry {
+                                resp: resp.clone(),
+                                at: Instant::now(),
+                            },
+                        )
+                        .await;
+                }
+                r
+            })
+        })
     }
 }
 
@@ -169,11 +187,7 @@ impl Backend for Cached {
         }
         let s = self.shared.clone();
         Box::pin(async move {
-            let key: Key = (
-                req.method.clone(),
-                req.path_and_query.clone(),
-                req.body.clone(),
-            );
+            let key: Key = req.key();
             let p = s.policy;
             if let Some(e) = s.cache.get(&key).await {
                 let age = e.at.elapsed();
@@ -187,9 +201,8 @@ impl Backend for Cached {
                     let bg = s.clone();
                     // The refresh outlives this request; identical refreshes are merged by the
                     // dedup layer below.
-                    tokio::spawn(async move {
-                        let _ = bg.fetch_and_store(key, req).await;
-                    });
+                    // It is limited to the call's own time like any shared call.
+                    tokio::spawn(bg.fetch_and_store(key, req));
                     return Ok(e.resp);
                 }
                 s.stats.misses.fetch_add(1, Relaxed);
@@ -202,35 +215,9 @@ impl Backend for Cached {
             }
             s.stats.misses.fetch_add(1, Relaxed);
             // A true miss: concurrent misses of the key share one call.
-            let inner = s.inner.clone();
-            let loaded = s
-                .cache
-                .try_get_with(key, async move {
-                    match inner.call(req).await {
-                        Ok(resp) if resp.status.is_success() => Ok(Entry {
-                            resp,
-                            at: Instant::now(),
-                        }),
-                        Ok(resp) => Err(Uncached::Status(resp)),
-                        Err(e) => Err(Uncached::Error(e)),
-                    }
-                })
-                .await;
-            match loaded {
-                Ok(e) => Ok(e.resp),
-                Err(u) => match &*u {
-                    Uncached::Status(resp) => Ok(resp.clone()),
-                    Uncached::Error(e) => Err(e.clone()),
-                },
-            }
+            s.fetch_and_store(key, req).await
         })
     }
-}
-
-/// Why a miss produced nothing to cache.
-enum Uncached {
-    Status(CallResponse),
-    Error(CallError),
 }
 
 /// Per-key values of a batch form, with the same freshness rules (no background refresh: a stale
@@ -305,6 +292,7 @@ impl KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use std::sync::atomic::AtomicUsize;
 
     struct Counting {
@@ -341,6 +329,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent: true,
+            deadline_header: None,
         }
     }
 

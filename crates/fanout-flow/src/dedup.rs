@@ -1,25 +1,25 @@
-//! In-flight de-duplication (singleflight), a [`Backend`] layer: identical GET/HEAD calls (same
-//! method, path and query, body) in flight at the same time — within a request or across
-//! requests — are sent once and the answer is shared.
+//! In-flight de-duplication (singleflight), a [`Backend`] layer: identical GET/HEAD calls in
+//! flight at the same time — within a request or across requests — are sent once and the answer
+//! is shared. "Identical" means everything the call sends is the same: method, path with query,
+//! every header the step set, body ([`crate::backend::CallKey`]), so one user's answer never
+//! reaches another user whose call differs in any header (e.g. `authorization`).
 //!
-//! The table holds only weak references: when every caller has gone (deadline, cancellation) the
-//! call is dropped and its connection closed; a caller that goes away while others still wait
-//! does not cancel the call for them.
+//! The shared call has its own time limit, fixed when it starts ([`crate::singleflight`]): a hung
+//! call ends at that limit however many callers join it, and callers join only a call that will
+//! end within their own time.
 
 use crate::backend::{Backend, CallError, CallRequest, CallResponse};
-use bytes::Bytes;
-use futures_util::future::{BoxFuture, FutureExt, Shared, WeakShared};
+use crate::singleflight::{FlightCounters, Flights};
+use futures_util::future::BoxFuture;
 use http::Method;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 type Call = BoxFuture<'static, Result<CallResponse, CallError>>;
-type Key = (Method, String, Bytes);
 
 /// A backend whose identical concurrent calls are merged.
 pub struct Dedup {
     inner: Arc<dyn Backend>,
-    inflight: Mutex<HashMap<Key, WeakShared<Call>>>,
+    flights: Arc<Flights>,
 }
 
 impl Dedup {
@@ -27,14 +27,14 @@ impl Dedup {
     pub fn new(inner: Arc<dyn Backend>) -> Dedup {
         Dedup {
             inner,
-            inflight: Mutex::new(HashMap::new()),
+            flights: Arc::new(Flights::new()),
         }
     }
-}
 
-fn live(w: &WeakShared<Call>) -> Option<Shared<Call>> {
-    // Only calls still running are shared; a finished one is not reused.
-    w.upgrade().filter(|s| s.peek().is_none())
+    /// Calls started, joined, and shared calls that hit their own time limit.
+    pub fn counters(&self) -> FlightCounters {
+        self.flights.counters()
+    }
 }
 
 impl Backend for Dedup {
@@ -50,31 +50,17 @@ impl Backend for Dedup {
         if req.method != Method::GET && req.method != Method::HEAD {
             return self.inner.call(req);
         }
-        let key = (
-            req.method.clone(),
-            req.path_and_query.clone(),
-            req.body.clone(),
-        );
-        let Ok(mut table) = self.inflight.lock() else {
-            return self.inner.call(req);
-        };
-        if let Some(shared) = table.get(&key).and_then(live) {
-            return Box::pin(shared);
-        }
-        if table.len() >= 256 {
-            table.retain(|_, w| live(w).is_some());
-        }
-        let shared = self.inner.call(req).shared();
-        if let Some(weak) = shared.downgrade() {
-            table.insert(key, weak);
-        }
-        Box::pin(shared)
+        let key = req.key();
+        let timeout = req.timeout;
+        let inner = self.inner.clone();
+        Box::pin(self.flights.run(key, timeout, move || inner.call(req)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -110,6 +96,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             idempotent: true,
+            deadline_header: None,
         }
     }
 
@@ -134,9 +121,32 @@ mod tests {
             3,
             "/x once, /y once, POST not shared"
         );
+        // Calls that differ in any header the step set are not shared (one user's answer never
+        // reaches another); the budget header is not part of the identity.
+        let with = |auth: &'static str, budget: &'static str| {
+            let mut r = req(Method::GET, "/me");
+            r.headers.insert("authorization", auth.parse().unwrap());
+            r.headers
+                .insert("x-request-timeout", budget.parse().unwrap());
+            r.deadline_header = Some(http::HeaderName::from_static("x-request-timeout"));
+            d.call(r)
+        };
+        let before = calls.load(Ordering::SeqCst);
+        let (a, b, a2) = tokio::join!(
+            with("alice", "100"),
+            with("bob", "100"),
+            with("alice", "90")
+        );
+        assert!(a.is_ok() && b.is_ok() && a2.is_ok());
+        assert_eq!(
+            calls.load(Ordering::SeqCst) - before,
+            2,
+            "alice once, bob once"
+        );
         // After completion a new identical call is a new call.
+        let before = calls.load(Ordering::SeqCst);
         d.call(req(Method::GET, "/x")).await.unwrap();
-        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert_eq!(calls.load(Ordering::SeqCst), before + 1);
         // When every caller is gone, the call is dropped (not finished in the background).
         let before = done.load(Ordering::SeqCst);
         let lonely = d.call(req(Method::GET, "/z"));

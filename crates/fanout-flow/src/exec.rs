@@ -664,6 +664,7 @@ pub(crate) fn build_call(
         timeout: std::time::Duration::ZERO, // set when the call starts
         deadline,
         idempotent: h.idempotent,
+        deadline_header: None, // set when the call starts
     })
 }
 
@@ -692,9 +693,7 @@ pub(crate) async fn fetch_json(
     let remaining = deadline.saturating_duration_since(now);
     let timeout = step_timeout.min(remaining);
     req.timeout = timeout;
-    let ms = timeout.as_millis().max(1) as u64;
-    req.headers
-        .insert(deadline_header.clone(), HeaderValue::from(ms));
+    req.deadline_header = Some(deadline_header.clone());
     let fut = h.backend.call(req);
     let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(r)) => r,

@@ -21,6 +21,7 @@ pub mod isolation;
 pub mod plan;
 pub mod reference;
 pub mod retry;
+pub mod singleflight;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{ErrorKind, FlowError};

@@ -357,6 +357,12 @@ impl Backend for HttpBackend {
                 h.insert(k.clone(), v.clone());
             }
             h.extend(req.headers);
+            // The time this attempt may take, for the backend to stop early (written here, by
+            // the transport, so it is never part of a call's identity).
+            if let Some(name) = req.deadline_header {
+                let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
+                h.insert(name, http::HeaderValue::from(ms));
+            }
         }
         let request = match builder.body(Full::new(req.body)) {
             Ok(r) => r,

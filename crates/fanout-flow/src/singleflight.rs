@@ -1,0 +1,259 @@
+//! Shared calls with a time limit of their own — the one mechanism behind in-flight dedup and
+//! cache miss coalescing.
+//!
+//! A shared call is fixed when it starts: its key (everything the call sends, [`CallKey`]) and
+//! its end (start + the starting caller's timeout). After that end it fails with a timeout and is
+//! dropped, however many callers still wait on it, so a hung backend cannot keep a hot key
+//! wedged by new callers joining the hung call forever. A caller joins a live call only when
+//! that call will end within the caller's own time; otherwise it starts a fresh call (which
+//! later callers then join).
+//!
+//! The table holds weak references: when every caller has gone, the call is dropped (its
+//! connection closed); a caller that goes away while others wait does not cancel it for them.
+
+use crate::backend::{CallError, CallErrorKind, CallKey, CallResponse};
+use futures_util::future::{BoxFuture, FutureExt, Shared, WeakShared};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A backend call's future.
+pub type Call = BoxFuture<'static, Result<CallResponse, CallError>>;
+
+struct Flight {
+    call: WeakShared<Call>,
+    /// When the call ends at the latest (its own time limit).
+    ends: Instant,
+}
+
+/// Live shared calls by key.
+pub struct Flights {
+    table: Mutex<Table>,
+    started: AtomicU64,
+    joined: AtomicU64,
+    expired: AtomicU64,
+}
+
+struct Table {
+    map: HashMap<CallKey, Flight>,
+    /// Size at which finished entries are swept out (grows with the live entries, so sweeping
+    /// stays amortised O(1) per call).
+    sweep_at: usize,
+}
+
+/// Counters of a [`Flights`] table.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct FlightCounters {
+    /// Calls started.
+    pub started: u64,
+    /// Callers that joined a live call instead of starting one.
+    pub joined: u64,
+    /// Shared calls that reached their own time limit.
+    pub expired: u64,
+}
+
+impl Default for Flights {
+    fn default() -> Self {
+        Flights::new()
+    }
+}
+
+fn live(f: &Flight, now: Instant) -> Option<Shared<Call>> {
+    // Only calls still running (and not past their end) are shared.
+    if f.ends <= now {
+        return None;
+    }
+    f.call.upgrade().filter(|s| s.peek().is_none())
+}
+
+impl Flights {
+    /// An empty table.
+    pub fn new() -> Flights {
+        Flights {
+            table: Mutex::new(Table {
+                map: HashMap::new(),
+                sweep_at: 256,
+            }),
+            started: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> FlightCounters {
+        FlightCounters {
+            started: self.started.load(Relaxed),
+            joined: self.joined.load(Relaxed),
+            expired: self.expired.load(Relaxed),
+        }
+    }
+
+    /// The answer of the live call for `key` if it ends within `timeout` from now, else of a new
+    /// call made by `start`, limited to `timeout` whoever waits on it.
+    pub fn run(
+        self: &std::sync::Arc<Self>,
+        key: CallKey,
+        timeout: Duration,
+        start: impl FnOnce() -> Call,
+    ) -> Shared<Call> {
+        let now = Instant::now();
+        let ends = now + timeout;
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = table.map.get(&key)
+            && f.ends <= ends
+            && let Some(shared) = live(f, now)
+        {
+            self.joined.fetch_add(1, Relaxed);
+            return shared;
+        }
+        if table.map.len() >= table.sweep_at {
+            table.map.retain(|_, f| live(f, now).is_some());
+            table.sweep_at = (table.map.len() * 2).max(256);
+        }
+        self.started.fetch_add(1, Relaxed);
+        let call = start();
+        let me = std::sync::Arc::downgrade(self);
+        let limited: Call = Box::pin(async move {
+            match tokio::time::timeout_at(ends, call).await {
+                Ok(r) => r,
+                Err(_) => {
+                    if let Some(me) = me.upgrade() {
+                        me.expired.fetch_add(1, Relaxed);
+                    }
+                    Err(CallError::new(
+                        CallErrorKind::Timeout,
+                        format!(
+                            "the call did not finish within its time limit ({:.1} ms)",
+                            timeout.as_secs_f64() * 1000.0
+                        ),
+                    ))
+                }
+            }
+        });
+        let shared = limited.shared();
+        if let Some(call) = shared.downgrade() {
+            table.map.insert(key, Flight { call, ends });
+        }
+        shared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    fn key(s: &str) -> CallKey {
+        let req = crate::backend::CallRequest {
+            method: http::Method::GET,
+            path_and_query: s.into(),
+            headers: Default::default(),
+            body: Bytes::new(),
+            timeout: Duration::ZERO,
+            deadline: Instant::now(),
+            idempotent: true,
+            deadline_header: None,
+        };
+        req.key()
+    }
+
+    fn hanging(calls: &Arc<AtomicUsize>) -> impl FnOnce() -> Call {
+        let calls = calls.clone();
+        move || {
+            calls.fetch_add(1, Relaxed);
+            Box::pin(std::future::pending())
+        }
+    }
+
+    fn answering(calls: &Arc<AtomicUsize>) -> impl FnOnce() -> Call {
+        let calls = calls.clone();
+        move || {
+            calls.fetch_add(1, Relaxed);
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(CallResponse {
+                    status: http::StatusCode::OK,
+                    body: Bytes::from_static(b"{}"),
+                })
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_shared_call_ends_at_its_own_limit_although_callers_keep_joining() {
+        let f = Arc::new(Flights::new());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let t = Duration::from_millis(100);
+        // Callers keep arriving every 10 ms, each with a 100 ms budget; the backend hangs.
+        let first = tokio::spawn(f.run(key("/hot"), t, hanging(&calls)));
+        let mut joiners = Vec::new();
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            joiners.push(tokio::spawn(f.run(key("/hot"), t, hanging(&calls))));
+        }
+        // The first call failed at its own limit although callers were still waiting on it.
+        let r = first.await.unwrap();
+        assert_eq!(r.unwrap_err().kind, CallErrorKind::Timeout);
+        // A caller whose budget ends after the live call's end does not join it: each started
+        // call serves only callers it can answer in time, so calls are started again and again
+        // instead of one call living forever.
+        assert!(calls.load(Relaxed) >= 2, "calls: {}", calls.load(Relaxed));
+        for j in joiners {
+            assert_eq!(j.await.unwrap().unwrap_err().kind, CallErrorKind::Timeout);
+        }
+        assert!(f.counters().expired >= 2);
+        // The backend is back: the next caller starts a fresh call and gets its answer.
+        let r = f.run(key("/hot"), t, answering(&calls)).await;
+        assert!(r.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_join_a_call_that_ends_within_their_time_and_only_then() {
+        let f = Arc::new(Flights::new());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let a = f.run(key("/k"), Duration::from_millis(100), answering(&calls));
+        // Ends within 200 ms: joins.
+        let b = f.run(key("/k"), Duration::from_millis(200), answering(&calls));
+        // Would end after this caller's 50 ms: a call of its own.
+        let c = f.run(key("/k"), Duration::from_millis(50), answering(&calls));
+        // Another key: a call of its own.
+        let d = f.run(key("/other"), Duration::from_millis(100), answering(&calls));
+        let (a, b, c, d) = tokio::join!(a, b, c, d);
+        assert!(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok());
+        assert_eq!(calls.load(Relaxed), 3);
+        assert_eq!(f.counters().joined, 1);
+        // A finished call is not reused.
+        f.run(key("/k"), Duration::from_millis(100), answering(&calls))
+            .await
+            .unwrap();
+        assert_eq!(calls.load(Relaxed), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_every_caller_left_is_dropped() {
+        let f = Arc::new(Flights::new());
+        let dropped = Arc::new(AtomicUsize::new(0));
+        struct Guard(Arc<AtomicUsize>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Relaxed);
+            }
+        }
+        let g = Guard(dropped.clone());
+        let a = f.run(key("/k"), Duration::from_secs(10), move || {
+            Box::pin(async move {
+                let _g = g;
+                std::future::pending().await
+            })
+        });
+        // Poll once so the call is running, then leave.
+        let _ = futures_util::poll!(a.clone());
+        drop(a);
+        assert_eq!(dropped.load(Relaxed), 1, "the abandoned call was dropped");
+    }
+}
