@@ -200,6 +200,18 @@ async fn a_hung_call_does_not_wedge_a_hot_key() {
     let resumed = recovered + timeout + Duration::from_millis(100);
     let after: Vec<_> = results.iter().filter(|(t, _)| *t >= resumed).collect();
     assert!(after.len() > 50, "traffic continued: {}", after.len());
+    let st = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json();
+    let dedup = &st["backends"]["hot"]["dedup"];
+    assert!(
+        dedup["expired"].as_u64().unwrap_or(0) >= 1,
+        "the hung shared call expired: {dedup}"
+    );
+    assert!(
+        dedup["joined"].as_u64().unwrap_or(0) >= 1,
+        "callers joined shared calls: {dedup}"
+    );
     let bad: Vec<_> = after.iter().filter(|(_, st)| !st.is_success()).collect();
     assert!(
         bad.is_empty(),

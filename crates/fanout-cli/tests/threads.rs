@@ -1,5 +1,8 @@
 //! R1: the thread count does not change with load — identical at 1 and at 5 000 requests in flight
 //! (read from /proc/self/task; gateway, stubs and client share this test's fixed runtime).
+//!
+//! The stub holds every call for a minute, so "5 000 in flight" is a state the test waits for
+//! however slowly the machine sends them; the client then goes away and the gateway cancels.
 
 mod common;
 
@@ -11,10 +14,10 @@ const STUBS: &str = r#"
 services:
   one:
     listen: "${ONE_ADDR}"
-    routes: [{ path: /slow, latency: 1500ms, body: '{ok: true}' }]
+    routes: [{ path: /slow, latency: 60s, body: '{ok: true}' }]
   two:
     listen: "${TWO_ADDR}"
-    routes: [{ path: /slow, latency: 1500ms, body: '{ok: true}' }]
+    routes: [{ path: /slow, latency: 60s, body: '{ok: true}' }]
 "#;
 
 const GATEWAY: &str = r#"
@@ -29,10 +32,10 @@ backends:
     # nearly all 5 000 to the address that has not answered slowly yet.
     balance: { strategy: round_robin }
     dedup: false
-    timeout: 10s
+    timeout: 120s
 routes:
   - path: /slow
-    deadline: 20s
+    deadline: 120s
     flow:
       s: { http: { backend: slow, path: '"/slow"' } }
     respond: { body: '$s' }
@@ -55,20 +58,39 @@ fn in_flight(s: &fanout_stub::StubServer) -> u64 {
         .sum()
 }
 
+/// Wait until `f` holds, up to `limit` (the machine may be loaded: this waits for a state, it
+/// does not time anything).
+async fn wait_for(what: &str, limit: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thread_count_is_the_same_at_1_and_5000_requests_in_flight() {
     let s = stubs(STUBS).await;
     let gw = gateway(GATEWAY, &s).await;
     let url = format!("http://{}/slow", gw.addr);
     let c = client(true); // h2c: 5 000 streams over one connection
+    let limit = std::time::Duration::from_secs(50);
 
     let one = tokio::spawn({
         let (c, url) = (c.clone(), url.clone());
         async move { send(&c, Method::GET, &url, &[], "").await }
     });
-    eventually("1 request in flight", || in_flight(&s) == 1).await;
+    wait_for("1 request in flight", limit, || in_flight(&s) == 1).await;
     let at_one = threads();
-    one.await.unwrap();
+    one.abort();
+    let _ = one.await;
+    wait_for("the cancelled request left the stub", limit, || {
+        in_flight(&s) == 0
+    })
+    .await;
 
     let n = 5000;
     let all = tokio::spawn({
@@ -81,11 +103,17 @@ async fn thread_count_is_the_same_at_1_and_5000_requests_in_flight() {
             .await
         }
     });
-    eventually("5000 requests in flight", || in_flight(&s) == n).await;
+    wait_for("5000 requests in flight", limit, || in_flight(&s) == n).await;
     let at_many = threads();
     eprintln!("threads: {at_one} at 1 in flight, {at_many} at {n} in flight");
-    let answers = all.await.unwrap();
-    assert!(answers.iter().all(|r| r.status == 200));
+    // The client goes away: the gateway cancels every call (nothing is left running).
+    all.abort();
+    let _ = all.await;
+    drop(c);
+    wait_for("every cancelled call left the stubs", limit, || {
+        in_flight(&s) == 0
+    })
+    .await;
     assert_eq!(
         at_one, at_many,
         "threads at 1 in flight: {at_one}, at {n} in flight: {at_many}"

@@ -917,6 +917,41 @@ fn strip_location_suffix(s: &str) -> String {
     }
 }
 
+/// Largest config file read, in bytes (16 MiB): a config is text written by people.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Largest CA bundle read for `tls.ca_file`, in bytes (1 MiB; a full public root bundle is ~250 KiB).
+pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+
+/// Read a file the config names, refusing anything that is not a regular file (a FIFO would
+/// block, `/dev/zero` never ends) and anything larger than `max` bytes.
+pub fn read_limited(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("file of {} bytes is larger than the limit of {max} bytes", meta.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("file is larger than the limit of {max} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
 impl Config {
     /// Load a gateway config from YAML text (with `${VAR}` substitution) and run the structural
     /// checks. Flow-level checks (expressions, references, cycles) happen in the flow compiler.
@@ -935,14 +970,20 @@ impl Config {
         }
     }
 
-    /// Read and load a config file.
+    /// Read and load a config file (at most [`MAX_CONFIG_BYTES`]).
     pub fn from_file(path: &str, vars: VarLookup<'_>) -> Result<Config, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_string(),
-            pos: None,
-            message: format!("cannot read config: {e}"),
-            hint: Some("check the path passed with --config".into()),
-        })?;
+        let text = read_limited(path, MAX_CONFIG_BYTES)
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")
+                })
+            })
+            .map_err(|e| ConfigError {
+                file: path.to_string(),
+                pos: None,
+                message: format!("cannot read config: {e}"),
+                hint: Some("check the path passed with --config".into()),
+            })?;
         Config::from_yaml(path, &text, vars)
     }
 

@@ -33,6 +33,7 @@ pub struct ComputePool {
     tx: OnceLock<SyncSender<Job>>,
     queued: Arc<AtomicUsize>,
     done: Arc<AtomicU64>,
+    skipped: Arc<AtomicU64>,
     refused: AtomicU64,
 }
 
@@ -46,6 +47,7 @@ impl ComputePool {
             tx: OnceLock::new(),
             queued: Arc::new(AtomicUsize::new(0)),
             done: Arc::new(AtomicU64::new(0)),
+            skipped: Arc::new(AtomicU64::new(0)),
             refused: AtomicU64::new(0),
         }
     }
@@ -96,11 +98,19 @@ impl ComputePool {
         let queued = self.queued.clone();
         let done = self.done.clone();
         queued.fetch_add(1, Relaxed);
+        let skipped = self.skipped.clone();
         let job: Job = Box::new(move || {
             queued.fetch_sub(1, Relaxed);
-            // The caller may have gone (deadline): the result is then dropped.
-            let _ = done_tx.send(f());
+            // A job whose caller has gone (deadline, client gone) is not run at all: later jobs
+            // must not queue behind work nobody waits for.
+            if done_tx.is_closed() {
+                skipped.fetch_add(1, Relaxed);
+                return;
+            }
+            let out = f();
+            // Counted before the answer is sent, so whoever sees the answer sees the count.
             done.fetch_add(1, Relaxed);
+            let _ = done_tx.send(out);
         });
         match tx.try_send(job) {
             Ok(()) => {}
@@ -126,6 +136,7 @@ impl ComputePool {
             "queued": self.queued.load(Relaxed),
             "done": self.done.load(Relaxed),
             "refused_queue_full": self.refused.load(Relaxed),
+            "skipped_caller_gone": self.skipped.load(Relaxed),
         })
     }
 }
@@ -193,6 +204,40 @@ mod tests {
         }
         assert_eq!(got, vec![0, 10]);
         assert_eq!(pool.status()["refused_queue_full"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_caller_has_gone_is_not_run() {
+        let pool = Arc::new(ComputePool::new(1, 4, 0));
+        pool.start().unwrap();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let blocker = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run(move || {
+                    let _ = started_tx.send(());
+                    let _ = release_rx.recv();
+                })
+                .await
+            }
+        });
+        started_rx.await.unwrap();
+        let ran = Arc::new(AtomicU64::new(0));
+        let gone = tokio::spawn({
+            let (pool, ran) = (pool.clone(), ran.clone());
+            async move { pool.run(move || ran.fetch_add(1, Relaxed)).await }
+        });
+        while pool.queued.load(Relaxed) < 1 {
+            tokio::task::yield_now().await;
+        }
+        gone.abort(); // the caller goes away while its job waits
+        let _ = gone.await;
+        release_tx.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        assert_eq!(pool.run(|| 7).await, Ok(7), "the pool goes on");
+        assert_eq!(ran.load(Relaxed), 0, "the abandoned job never ran");
+        assert_eq!(pool.status()["skipped_caller_gone"], 1);
     }
 
     #[tokio::test]

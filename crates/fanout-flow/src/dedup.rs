@@ -35,6 +35,11 @@ impl Dedup {
     pub fn counters(&self) -> FlightCounters {
         self.flights.counters()
     }
+
+    /// The table of shared calls (for the status endpoint).
+    pub fn flights(&self) -> Arc<Flights> {
+        self.flights.clone()
+    }
 }
 
 impl Backend for Dedup {

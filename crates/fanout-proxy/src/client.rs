@@ -85,15 +85,18 @@ impl HttpBackend {
         match &cfg.tls.ca_file {
             Some(path) => {
                 use rustls_pki_types::{CertificateDer, pem::PemObject};
-                let certs = CertificateDer::pem_file_iter(&path.value).map_err(|e| {
-                    ConfigError::at(
-                        path.pos,
-                        format!(
-                            "backend `{name}`: cannot read CA file `{}`: {e}",
-                            path.value
-                        ),
-                    )
-                })?;
+                let pem =
+                    fanout_config::read_limited(&path.value, fanout_config::MAX_CA_FILE_BYTES)
+                        .map_err(|e| {
+                            ConfigError::at(
+                                path.pos,
+                                format!(
+                                    "backend `{name}`: cannot read CA file `{}`: {e}",
+                                    path.value
+                                ),
+                            )
+                        })?;
+                let certs = CertificateDer::pem_slice_iter(&pem);
                 for c in certs {
                     let c = c.map_err(|e| {
                         ConfigError::at(
@@ -236,10 +239,12 @@ pub struct BackendReport {
     pub retry: Option<Arc<RetryStats>>,
     /// The hedge layer's counters, if hedging is configured.
     pub hedge: Option<Arc<HedgeStats>>,
+    /// The in-flight dedup table, if dedup is on.
+    pub dedup: Option<Arc<fanout_flow::singleflight::Flights>>,
 }
 
 impl BackendReport {
-    /// `{strategy, addresses, retry, hedge}`.
+    /// `{strategy, addresses, retry, hedge, dedup}`.
     pub fn status_json(&self) -> serde_json::Value {
         let mut v = self.http.status_json();
         if let Some(o) = v.as_object_mut() {
@@ -250,6 +255,10 @@ impl BackendReport {
             o.insert(
                 "hedge".into(),
                 serde_json::to_value(self.hedge.as_ref().map(|h| h.counters())).unwrap_or_default(),
+            );
+            o.insert(
+                "dedup".into(),
+                serde_json::to_value(self.dedup.as_ref().map(|d| d.counters())).unwrap_or_default(),
             );
         }
         v

@@ -69,6 +69,7 @@ impl Gateway {
                         http: hb,
                         retry: None,
                         hedge: None,
+                        dedup: None,
                     };
                     if let Some(h) = &b.hedge {
                         let hedge = fanout_flow::hedge::Hedge::new(layered, h.into());
@@ -80,7 +81,6 @@ impl Gateway {
                         report.retry = Some(retry.stats());
                         layered = Arc::new(retry);
                     }
-                    backend_reports.push((name.clone(), report));
                     if let Some(max) = b.max_concurrency {
                         layered = Arc::new(fanout_flow::isolation::Bulkhead::new(layered, max));
                     }
@@ -97,8 +97,11 @@ impl Gateway {
                         ));
                     }
                     if b.dedup {
-                        layered = Arc::new(fanout_flow::dedup::Dedup::new(layered));
+                        let dedup = fanout_flow::dedup::Dedup::new(layered);
+                        report.dedup = Some(dedup.flights());
+                        layered = Arc::new(dedup);
                     }
+                    backend_reports.push((name.clone(), report));
                     if let Some(c) = &b.cache {
                         let cached = fanout_flow::cache::Cached::new(layered, CachePolicy::from(c));
                         cache_stats.push((name.clone(), cached.stats()));
