@@ -19,6 +19,9 @@ const GATEWAY: &str = r#"
 server:
   stall_threshold: 1ms
   compute: { threads: 1, queue: 8, offload_bytes: 1024 }
+  # Never move expressions off the worker by themselves: /inline shows what the stall watchdog
+  # sees when a transform holds a worker (tests/hostile_requests.rs shows the default moving it).
+  expressions: { inline_ops: 1000000000 }
 backends:
   big: { url: "http://${BIG_ADDR}" }
 routes:

@@ -156,6 +156,78 @@ pub struct ServerConfig {
     /// Budgets of expression evaluation (work, size and depth of what expressions build), so
     /// no request can make an expression run away with a worker, memory or the stack.
     pub expressions: ExpressionLimits,
+    /// Limits of client connections: how many may be open, and how long one may stay silent,
+    /// idle or unable to take its answer.
+    pub connections: ConnectionLimits,
+    /// Limits of request bodies: how long they may take to arrive, how many may arrive at once,
+    /// and the memory all in-flight request data may use.
+    pub bodies: BodyLimits,
+}
+
+/// Limits of client connections. Every connection ends: a timeout closes it (counted by kind on
+/// `/__fanout/status`), and at the connection cap the oldest idle connections are closed first.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionLimits {
+    /// Most open client connections. At the cap, and when accepting fails for lack of file
+    /// descriptors, the oldest idle connections are closed first; if none is idle, new
+    /// connections are accepted and closed at once. Default: three quarters of the process's
+    /// open-files limit (`RLIMIT_NOFILE`), the rest left to backend connections and files.
+    pub max_connections: Option<usize>,
+    /// Time a new connection has to send its first byte, and an HTTP/2 connection its whole
+    /// 24-byte preface; default 10s.
+    pub first_byte_timeout: Dur,
+    /// A connection with no request in flight and no answer being sent for this long is closed
+    /// (HTTP/2: GOAWAY, then closed). Client PINGs are not activity. Default 60s.
+    pub idle_timeout: Dur,
+    /// A connection with answer data to send that makes no progress for this long (the client
+    /// does not read, or keeps an HTTP/2 flow-control window at zero) is closed and its buffered
+    /// answers freed. Default 30s.
+    pub send_timeout: Dur,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: None,
+            first_byte_timeout: Dur::secs(10),
+            idle_timeout: Dur::secs(60),
+            send_timeout: Dur::secs(30),
+        }
+    }
+}
+
+/// Limits of request bodies. A body is read completely before the request takes an admission
+/// slot, so slow or large bodies never hold the gateway's concurrency.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BodyLimits {
+    /// Time a body has to arrive, counted from the request head, extended by one second per
+    /// `min_bytes_per_sec` bytes received (and never past the route's deadline); later → 408
+    /// `body_timeout`. Default 5s.
+    pub read_timeout: Dur,
+    /// The slowest upload rate that keeps extending `read_timeout`, in bytes per second; 0: no
+    /// extension. Default 16384 (a 1 MiB body needs about 15 KB/s; 1 byte/s ends after 5s).
+    pub min_bytes_per_sec: u64,
+    /// Requests reading a body at once; more get 503 `body_readers_full`. Requests without a
+    /// body do not count. Default 256.
+    pub max_readers: usize,
+    /// Memory all in-flight request data may use, in bytes: each body is counted at the
+    /// estimated size of its parsed value (two bytes per byte plus 64 per `,` `:` `[` `{`) from
+    /// the moment it is read until its request ends. A request that would exceed it gets 503
+    /// `memory_budget_exhausted`. Default 256 MiB.
+    pub memory_budget_bytes: usize,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        BodyLimits {
+            read_timeout: Dur::secs(5),
+            min_bytes_per_sec: 16 << 10,
+            max_readers: 256,
+            memory_budget_bytes: 256 << 20,
+        }
+    }
 }
 
 /// Budgets of expression evaluation. Exceeding one fails the expression with a clear error
@@ -365,6 +437,8 @@ impl Default for ServerConfig {
             compute: ComputeConfig::default(),
             stall_threshold: Dur::millis(100),
             expressions: ExpressionLimits::default(),
+            connections: ConnectionLimits::default(),
+            bodies: BodyLimits::default(),
         }
     }
 }
@@ -927,6 +1001,13 @@ pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
 /// block, `/dev/zero` never ends) and anything larger than `max` bytes.
 pub fn read_limited(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    // Checked before opening: opening a FIFO for reading blocks until a writer appears.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -938,7 +1019,10 @@ pub fn read_limited(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
     if meta.len() > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("file of {} bytes is larger than the limit of {max} bytes", meta.len()),
+            format!(
+                "file of {} bytes is larger than the limit of {max} bytes",
+                meta.len()
+            ),
         ));
     }
     let mut out = Vec::with_capacity(meta.len() as usize);
@@ -1022,6 +1106,7 @@ impl Config {
             }
         }
         self.admission_check(errs);
+        self.expressions_check(errs);
         for (name, b) in &self.backends {
             let urls: Vec<&Located<String>> = b.url.iter().chain(b.urls.iter()).collect();
             if urls.is_empty() {
@@ -1156,6 +1241,37 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
 }
 
 impl Config {
+    fn expressions_check(&self, errs: &mut Vec<ConfigError>) {
+        let x = &self.server.expressions;
+        let mut bad = |what: String| {
+            errs.push(
+                ConfigError {
+                    file: String::new(),
+                    pos: None,
+                    message: format!("server.expressions: {what}"),
+                    hint: None,
+                }
+                .hint("see docs/config.md, `server.expressions`"),
+            )
+        };
+        if !(1..=1000).contains(&x.max_depth) {
+            bad(format!(
+                "max_depth must be within 1..=1000 (is {})",
+                x.max_depth
+            ));
+        }
+        for (name, v) in [
+            ("max_ops", x.max_ops),
+            ("inline_ops", x.inline_ops),
+            ("max_elements", x.max_elements as u64),
+            ("max_string_bytes", x.max_string_bytes as u64),
+        ] {
+            if v == 0 {
+                bad(format!("{name} must be at least 1"));
+            }
+        }
+    }
+
     fn admission_check(&self, errs: &mut Vec<ConfigError>) {
         let a = &self.server.admission;
         let mut bad = |what: String, hint: &str| {

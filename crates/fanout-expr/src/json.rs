@@ -2,11 +2,106 @@
 //! (jaq's `Display` is ~5× slower than writing bytes ourselves).
 
 use crate::Val;
-use jaq_json::Num;
+use jaq_json::{Map, Num};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::fmt;
 
-/// Parse JSON bytes into a value.
+/// Deepest nesting [`parse`] accepts (the default `max_depth` of expressions).
+pub const DEFAULT_MAX_DEPTH: usize = 128;
+/// Largest `max_depth` [`parse_limited`] honours (config validation caps it there too).
+pub const MAX_DEPTH_CAP: usize = 1000;
+
+/// Parse JSON bytes into a value, refusing data nested deeper than [`DEFAULT_MAX_DEPTH`].
 pub fn parse(bytes: &[u8]) -> Result<Val, serde_json::Error> {
-    serde_json::from_slice(bytes)
+    parse_limited(bytes, DEFAULT_MAX_DEPTH)
+}
+
+/// Parse JSON bytes into a value, refusing data nested deeper than `max_depth` (at most
+/// [`MAX_DEPTH_CAP`]; `[]` is 1 deep). The depth is checked as each array or object opens, so
+/// the parser's recursion never goes deeper than `max_depth` levels.
+pub fn parse_limited(bytes: &[u8], max_depth: usize) -> Result<Val, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    // serde_json's own limit is a fixed 128 levels; ours is `max_depth`
+    de.disable_recursion_limit();
+    let max = max_depth.min(MAX_DEPTH_CAP);
+    let v = Depth { left: max, max }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+/// Deserializes a value that may still be `left` levels deep.
+#[derive(Clone, Copy)]
+struct Depth {
+    left: usize,
+    max: usize,
+}
+
+impl Depth {
+    fn down<E: de::Error>(self) -> Result<Depth, E> {
+        match self.left.checked_sub(1) {
+            Some(left) => Ok(Depth { left, ..self }),
+            None => Err(E::custom(format_args!(
+                "JSON nested deeper than {} levels",
+                self.max
+            ))),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Depth {
+    type Value = Val;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Val, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Depth {
+    type Value = Val;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Val, E> {
+        Ok(Val::Bool(b))
+    }
+    fn visit_i64<E>(self, i: i64) -> Result<Val, E> {
+        Ok(Val::Num(Num::from_integral(i)))
+    }
+    fn visit_u64<E>(self, i: u64) -> Result<Val, E> {
+        Ok(Val::Num(Num::from_integral(i)))
+    }
+    fn visit_f64<E>(self, f: f64) -> Result<Val, E> {
+        Ok(Val::Num(Num::Float(f)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Val, E> {
+        Ok(Val::utf8_str(s.as_bytes().to_vec()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Val, E> {
+        Ok(Val::utf8_str(s.into_bytes()))
+    }
+    fn visit_unit<E>(self) -> Result<Val, E> {
+        Ok(Val::Null)
+    }
+    fn visit_none<E>(self) -> Result<Val, E> {
+        Ok(Val::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
+        let inner = self.down()?;
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(x) = seq.next_element_seed(inner)? {
+            out.push(x);
+        }
+        Ok(Val::Arr(out.into()))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val, A::Error> {
+        let inner = self.down()?;
+        let mut out = Map::default();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(inner)?;
+            out.insert(Val::utf8_str(k.into_bytes()), v);
+        }
+        Ok(Val::obj(out))
+    }
 }
 
 /// Convert a `serde_json::Value` (e.g. a default from the config) into a value.
@@ -54,6 +149,9 @@ pub fn to_display(v: &Val) -> String {
 }
 
 /// Append the JSON encoding of `v` to `out`.
+///
+/// Recursive, with a small frame per level (values are at most [`MAX_DEPTH_CAP`] deep:
+/// about 100 KiB of stack at that depth).
 pub fn write(v: &Val, out: &mut Vec<u8>) {
     match v {
         Val::Null => out.extend_from_slice(b"null"),
@@ -161,6 +259,51 @@ mod tests {
             to_string(&from_serde(&a)),
             to_string(&parse(out.as_bytes()).unwrap())
         );
+    }
+
+    fn nested(depth: usize) -> String {
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    /// Run `f` on a thread with a 2 MiB stack (like an I/O worker's).
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn depth_limits() {
+        assert!(parse(nested(128).as_bytes()).is_ok());
+        let err = parse(nested(129).as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("deeper than 128"), "{err}");
+        assert!(parse_limited(nested(10).as_bytes(), 10).is_ok());
+        assert!(parse_limited(nested(11).as_bytes(), 10).is_err());
+        assert!(parse_limited(br#"{"a":{"b":[1]}}"#, 3).is_ok());
+        assert!(parse_limited(br#"{"a":{"b":[1]}}"#, 2).is_err());
+        // capped at 1000, and never overflows, however deep the input
+        on_small_stack(|| {
+            assert!(parse_limited(nested(1000).as_bytes(), 5000).is_ok());
+            assert!(parse_limited(nested(1001).as_bytes(), 5000).is_err());
+            assert!(parse_limited(nested(100_000).as_bytes(), 1000).is_err());
+            let unclosed = "[".repeat(1 << 20);
+            assert!(parse_limited(unclosed.as_bytes(), 1000).is_err());
+        });
+    }
+
+    #[test]
+    fn write_deep_values_on_a_small_stack() {
+        on_small_stack(|| {
+            let src = format!("{}1{}", r#"{"a":["#.repeat(500), "]}".repeat(500));
+            let v = parse_limited(src.as_bytes(), 1000).unwrap();
+            assert_eq!(to_string(&v), src);
+            let v = parse_limited(nested(1000).as_bytes(), 1000).unwrap();
+            assert_eq!(to_string(&v).len(), 2000);
+            drop(v);
+        });
     }
 
     #[test]

@@ -13,10 +13,19 @@
 //!
 //! Values are [`Val`] (jaq's JSON value, `Arc`-shared, cheap to clone). [`json`] converts between
 //! JSON bytes and `Val` (one parse per backend answer, a hand-written writer for responses).
+//!
+//! No expression and no data can crash the process or hold a thread without bound: sources are
+//! bounded before jaq parses them ([`scan`]), and evaluations run under a [`Budget`] of work,
+//! time and value sizes ([`Expr::eval_in`]; `vendor/README.md` describes the jaq fork that
+//! enforces it).
 
+mod budget;
 pub mod json;
 mod native;
 pub mod request;
+pub mod scan;
+
+pub use budget::{Budget, EvalErrorKind, EvalLimits, Mode};
 
 use jaq_core::load::{self, lex::StrPart, lex::Tok, lex::Token};
 use jaq_core::{Compiler, Ctx, Vars, data::JustLut};
@@ -39,10 +48,35 @@ pub struct CompileError {
     pub hint: Option<String>,
 }
 
-/// An expression failed at run time (a jq error, or no output).
+/// An expression failed at run time: the message, and what kind of failure it is.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
-pub struct EvalError(pub String);
+pub struct EvalError(pub String, pub EvalErrorKind);
+
+impl EvalError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> EvalErrorKind {
+        self.1
+    }
+
+    /// An ordinary failure ([`EvalErrorKind::Failed`]).
+    pub(crate) fn failed(msg: impl Into<String>) -> EvalError {
+        EvalError(msg.into(), EvalErrorKind::Failed)
+    }
+}
+
+/// Stack kept for jaq's parser and compiler (see [`Expr::compile`]).
+const COMPILE_STACK: usize = 16 << 20;
+/// Stack an evaluation needs besides its recursion: the interpreter's red zone and
+/// `max_depth`-deep walks over values are added (see [`Expr::stack_need`]).
+const EVAL_STACK_BASE: usize = 256 << 10;
+/// Stack the interpreter may use per level of an expression's syntax tree.
+#[cfg(debug_assertions)]
+const STACK_PER_SYNTAX_LEVEL: usize = 8 << 10;
+#[cfg(not(debug_assertions))]
+const STACK_PER_SYNTAX_LEVEL: usize = 3 << 10;
+/// Smallest new stack segment for an evaluation.
+const EVAL_STACK_GROW: usize = 4 << 20;
 
 #[derive(Clone)]
 enum Kind {
@@ -59,6 +93,8 @@ pub struct Expr {
     kind: Kind,
     /// Indices into the compile-time scope of the variables this expression reads (sorted, unique).
     vars: Vec<usize>,
+    /// Estimated depth of the syntax tree (see [`scan::check`]).
+    syntax_depth: usize,
 }
 
 impl fmt::Debug for Expr {
@@ -70,7 +106,17 @@ impl fmt::Debug for Expr {
 impl Expr {
     /// Compile `src`. `scope` lists the variable names that may be read (without `$`).
     /// Variables bound inside the expression (`... as $x`) are of course allowed too.
+    ///
+    /// Hostile sources are refused before jaq's recursive parser runs (see [`scan`]), and
+    /// parsing and compiling run on a stack of their own, so no source can overflow the stack.
     pub fn compile(src: &str, scope: &[&str]) -> Result<Expr, CompileError> {
+        let depth = scan::check(src)?;
+        stacker::maybe_grow(COMPILE_STACK / 2, COMPILE_STACK, || {
+            Self::compile_checked(src, scope, depth)
+        })
+    }
+
+    fn compile_checked(src: &str, scope: &[&str], depth: usize) -> Result<Expr, CompileError> {
         let tokens = load::Lexer::new(src).lex().map_err(|errs| {
             let (expect, at) = errs
                 .into_iter()
@@ -97,19 +143,27 @@ impl Expr {
                 src: src.into(),
                 kind: Kind::Native(n),
                 vars,
+                syntax_depth: depth,
             });
         }
-        Self::compile_jaq(src, scope, vars)
+        Self::compile_jaq(src, scope, vars, depth)
     }
 
     /// Compile for the interpreter even when the native evaluator could handle the expression
     /// (for benchmarks and equivalence tests).
     pub fn compile_interpreted(src: &str, scope: &[&str]) -> Result<Expr, CompileError> {
         let e = Self::compile(src, scope)?;
-        Self::compile_jaq(src, scope, e.vars)
+        stacker::maybe_grow(COMPILE_STACK / 2, COMPILE_STACK, || {
+            Self::compile_jaq(src, scope, e.vars, e.syntax_depth)
+        })
     }
 
-    fn compile_jaq(src: &str, scope: &[&str], vars: Vec<usize>) -> Result<Expr, CompileError> {
+    fn compile_jaq(
+        src: &str,
+        scope: &[&str],
+        vars: Vec<usize>,
+        syntax_depth: usize,
+    ) -> Result<Expr, CompileError> {
         let globals: Vec<String> = vars.iter().map(|&i| format!("${}", scope[i])).collect();
         let defs = jaq_core::defs()
             .chain(jaq_std::defs())
@@ -168,6 +222,7 @@ impl Expr {
                 filter: Arc::new(filter),
             },
             vars,
+            syntax_depth,
         })
     }
 
@@ -192,51 +247,148 @@ impl Expr {
     }
 
     /// Evaluate to the first output. `lookup(i)` returns the value of scope variable `i`.
+    ///
+    /// Runs under a default budget ([`EvalLimits::default`], no deadline).
     pub fn eval(&self, input: &Val, lookup: impl Fn(usize) -> Val) -> Result<Val, EvalError> {
-        match &self.kind {
-            Kind::Native(n) => n.eval(input, &lookup),
-            Kind::Jaq { filter } => {
-                let vars = Vars::new(self.vars.iter().map(|&i| lookup(i)));
-                let ctx = Ctx::<JustLut<Val>>::new(&filter.lut, vars);
-                let mut outs = filter.id.run((ctx, input.clone()));
-                match outs.next() {
-                    Some(Ok(v)) => Ok(v),
-                    Some(Err(e)) => Err(EvalError(exn_message(e))),
-                    None => Err(EvalError(format!(
-                        "expression `{}` produced no value",
-                        self.src
-                    ))),
-                }
-            }
-        }
+        self.eval_first(input, &lookup, None)
     }
 
     /// Evaluate and return every output (jq streams), e.g. for `.items[]`.
+    ///
+    /// Runs under a default budget ([`EvalLimits::default`], no deadline).
     pub fn eval_all(
         &self,
         input: &Val,
         lookup: impl Fn(usize) -> Val,
     ) -> Result<Vec<Val>, EvalError> {
+        self.eval_every(input, &lookup, None)
+    }
+
+    /// Evaluate to the first output under a request's `budget`, as `mode` allows.
+    pub fn eval_in(
+        &self,
+        input: &Val,
+        lookup: impl Fn(usize) -> Val,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Val, EvalError> {
+        self.eval_first(input, &lookup, Some((budget, mode)))
+    }
+
+    /// Evaluate and return every output under a request's `budget`, as `mode` allows.
+    pub fn eval_all_in(
+        &self,
+        input: &Val,
+        lookup: impl Fn(usize) -> Val,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Vec<Val>, EvalError> {
+        self.eval_every(input, &lookup, Some((budget, mode)))
+    }
+
+    fn eval_first(
+        &self,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        budget: Option<(&Budget, Mode)>,
+    ) -> Result<Val, EvalError> {
         match &self.kind {
-            Kind::Native(_) => self.eval(input, lookup).map(|v| vec![v]),
-            Kind::Jaq { filter } => {
-                let vars = Vars::new(self.vars.iter().map(|&i| lookup(i)));
-                let ctx = Ctx::<JustLut<Val>>::new(&filter.lut, vars);
-                filter
-                    .id
-                    .run((ctx, input.clone()))
-                    .map(|r| r.map_err(|e| EvalError(exn_message(e))))
-                    .collect()
+            Kind::Native(n) => {
+                let limits = match budget {
+                    Some((b, _)) if b.is_cancelled() => {
+                        return Err(budget::stop_error(
+                            jaq_core::budget::Stop::Cancelled,
+                            b.limits(),
+                        ));
+                    }
+                    Some((b, _)) => *b.limits(),
+                    None => EvalLimits::default(),
+                };
+                n.eval(input, lookup, &limits)
             }
+            Kind::Jaq { filter } => self.run_jaq(filter, input, lookup, budget, |run, outs| {
+                match outs.next() {
+                    Some(Ok(v)) => Ok(v),
+                    Some(Err(e)) => Err(exn_error(e, run)),
+                    None => Err(run.stopped().unwrap_or_else(|| {
+                        EvalError::failed(format!("expression `{}` produced no value", self.src))
+                    })),
+                }
+            }),
         }
     }
+
+    fn eval_every(
+        &self,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        budget: Option<(&Budget, Mode)>,
+    ) -> Result<Vec<Val>, EvalError> {
+        match &self.kind {
+            Kind::Native(_) => self.eval_first(input, lookup, budget).map(|v| vec![v]),
+            Kind::Jaq { filter } => self.run_jaq(filter, input, lookup, budget, |run, outs| {
+                let mut all = Vec::new();
+                for r in outs {
+                    run.output(all.len() + 1)?;
+                    all.push(r.map_err(|e| exn_error(e, run))?);
+                }
+                Ok(all)
+            }),
+        }
+    }
+
+    /// Run the interpreter in a budget scope; `take` consumes its outputs. A stop of the
+    /// scope (a limit hit) overrides whatever `take` made of the outputs.
+    fn run_jaq<T>(
+        &self,
+        filter: &JaqFilter,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        budget: Option<(&Budget, Mode)>,
+        take: impl FnOnce(
+            &budget::Run,
+            &mut dyn Iterator<Item = jaq_core::ValX<'_, Val>>,
+        ) -> Result<T, EvalError>,
+    ) -> Result<T, EvalError> {
+        let need = self.stack_need(budget.map_or(128, |(b, _)| b.limits().max_depth));
+        stacker::maybe_grow(need, need.max(EVAL_STACK_GROW), || {
+            let run = budget::Run::new(budget);
+            let vars = Vars::new(self.vars.iter().map(|&i| lookup(i)));
+            let ctx = Ctx::<JustLut<Val>>::new(&filter.lut, vars);
+            let mut outs = filter.id.run((ctx, input.clone()));
+            let r = take(&run, &mut outs);
+            // drop the interpreter's state while the scope is installed
+            drop(outs);
+            match run.stopped() {
+                Some(e) => Err(e),
+                None => r,
+            }
+        })
+    }
+}
+
+impl Expr {
+    /// Stack an evaluation should have: if the thread has less, it runs on a new segment.
+    fn stack_need(&self, max_depth: usize) -> usize {
+        let walks = jaq_core::budget::STACK_RED_ZONE
+            + max_depth.saturating_mul(jaq_core::budget::STACK_PER_LEVEL);
+        let recursion = self.syntax_depth.saturating_mul(STACK_PER_SYNTAX_LEVEL);
+        EVAL_STACK_BASE + walks + recursion
+    }
+}
+
+/// The error of an exception: the scope's stop if it stopped, else the jq error.
+fn exn_error(e: jaq_core::Exn<Val>, run: &budget::Run) -> EvalError {
+    run.stopped()
+        .unwrap_or_else(|| EvalError::failed(exn_message(e)))
 }
 
 fn exn_message(e: jaq_core::Exn<Val>) -> String {
     // Never use `jaq_core::unwrap_valr`: it exits the process on `halt`.
     match e.get_err() {
         Ok(err) => {
-            let s = err.to_string();
+            // errors may embed values of any size: keep the message short
+            let s = err.to_string_bounded(ERROR_MESSAGE_MAX);
             s.strip_prefix("error: ").map(str::to_string).unwrap_or(s)
         }
         Err(e) => match e.get_halt() {
@@ -245,6 +397,9 @@ fn exn_message(e: jaq_core::Exn<Val>) -> String {
         },
     }
 }
+
+/// Longest error message (values in it are cut).
+const ERROR_MESSAGE_MAX: usize = 4096;
 
 fn span_in(whole: &str, part: &str) -> usize {
     let (w, p) = (whole.as_ptr() as usize, part.as_ptr() as usize);

@@ -2,7 +2,7 @@
 //! interpolation, object and array construction, `//` — evaluated directly over [`Val`] with jq's
 //! semantics. Recognised from jaq's own parse tree; anything else goes to the interpreter.
 
-use crate::{EvalError, Val, json, truthy};
+use crate::{EvalError, EvalErrorKind, EvalLimits, Val, json, truthy};
 use jaq_core::load::lex::StrPart;
 use jaq_core::load::parse::{BinaryOp, Term};
 use jaq_core::path::{Opt, Part};
@@ -166,46 +166,119 @@ impl Native {
         matches!(self, Native::Path { .. })
     }
 
+    /// Evaluate. The work is bounded by the expression (no ops are charged), but what it
+    /// builds respects `limits`: values placed inside new objects and arrays must fit within
+    /// `max_depth`, interpolated strings within `max_string_bytes`.
     pub(crate) fn eval(
         &self,
         input: &Val,
         lookup: &dyn Fn(usize) -> Val,
+        limits: &EvalLimits,
     ) -> Result<Val, EvalError> {
+        // the most common cases first, without depth bookkeeping
         match self {
-            Native::Lit(v) => Ok(v.clone()),
             Native::Path { var, segs } => match var {
                 Some(i) => walk(&lookup(*i), segs),
                 None => walk(input, segs),
             },
+            Native::Lit(v) => Ok(v.clone()),
+            _ => self.eval_at(input, lookup, limits, 0),
+        }
+    }
+
+    /// Evaluate a value that will be placed `level` levels deep in the result.
+    fn eval_at(
+        &self,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        limits: &EvalLimits,
+        level: usize,
+    ) -> Result<Val, EvalError> {
+        let placed = |v: Val| {
+            if level == 0 || v.depth_le(limits.max_depth.saturating_sub(level)) {
+                Ok(v)
+            } else {
+                Err(too_deep(limits))
+            }
+        };
+        match self {
+            Native::Lit(v) => placed(v.clone()),
+            Native::Path { var, segs } => placed(match var {
+                Some(i) => walk(&lookup(*i), segs)?,
+                None => walk(input, segs)?,
+            }),
             Native::Interp(pieces) => {
                 let mut s = String::new();
                 for p in pieces {
                     match p {
                         Piece::Text(t) => s.push_str(t),
-                        Piece::Expr(e) => match e.eval(input, lookup)? {
+                        Piece::Expr(e) => match e.eval_at(input, lookup, limits, 0)? {
                             Val::TStr(b) | Val::BStr(b) => s.push_str(&String::from_utf8_lossy(&b)),
                             // jq interpolates non-strings as their JSON text (`tojson`).
-                            other => s.push_str(&other.to_string()),
+                            other => display_into(&mut s, &other, limits.max_string_bytes)?,
                         },
+                    }
+                    if s.len() > limits.max_string_bytes {
+                        return Err(too_long(s.len(), limits));
                     }
                 }
                 Ok(Val::utf8_str(s.into_bytes()))
             }
             Native::Obj(entries) => {
+                if level >= limits.max_depth {
+                    return Err(too_deep(limits));
+                }
                 let mut m = Map::default();
                 for (k, v) in entries {
-                    m.insert(k.clone(), v.eval(input, lookup)?);
+                    m.insert(k.clone(), v.eval_at(input, lookup, limits, level + 1)?);
                 }
                 Ok(Val::obj(m))
             }
-            Native::Arr(items) => items.iter().map(|x| x.eval(input, lookup)).collect(),
+            Native::Arr(items) => {
+                if level >= limits.max_depth {
+                    return Err(too_deep(limits));
+                }
+                let eval = |x: &Native| x.eval_at(input, lookup, limits, level + 1);
+                items.iter().map(eval).collect()
+            }
             // As in jaq (our reference), an error on the left propagates.
-            Native::Alt(l, r) => match l.eval(input, lookup)? {
+            Native::Alt(l, r) => match l.eval_at(input, lookup, limits, level)? {
                 v if truthy(&v) => Ok(v),
-                _ => r.eval(input, lookup),
+                _ => r.eval_at(input, lookup, limits, level),
             },
         }
     }
+}
+
+fn too_deep(limits: &EvalLimits) -> EvalError {
+    crate::budget::stop_error(jaq_core::budget::Stop::TooDeep, limits)
+}
+
+fn too_long(n: usize, limits: &EvalLimits) -> EvalError {
+    crate::budget::stop_error(jaq_core::budget::Stop::String(n), limits)
+}
+
+/// Append the text of `v` (as jaq displays it) to `s`, failing beyond `max` bytes.
+fn display_into(s: &mut String, v: &Val, max: usize) -> Result<(), EvalError> {
+    use std::fmt::Write;
+    struct Bounded<'a>(&'a mut String, usize);
+    impl Write for Bounded<'_> {
+        fn write_str(&mut self, x: &str) -> std::fmt::Result {
+            if self.0.len() + x.len() > self.1 {
+                return Err(std::fmt::Error);
+            }
+            self.0.push_str(x);
+            Ok(())
+        }
+    }
+    write!(Bounded(s, max), "{v}").map_err(|_| {
+        EvalError(
+            format!(
+                "string of more than {max} bytes exceeds server.expressions.max_string_bytes ({max})"
+            ),
+            EvalErrorKind::TooLarge,
+        )
+    })
 }
 
 fn type_name(v: &Val) -> &'static str {
@@ -240,14 +313,14 @@ fn walk(v: &Val, segs: &[Seg]) -> Result<Val, EvalError> {
                 }
             }
             (other, Seg::Key(k)) => {
-                return Err(EvalError(format!(
+                return Err(EvalError::failed(format!(
                     "cannot index {} with \"{}\"",
                     type_name(other),
                     json::to_display(k)
                 )));
             }
             (other, Seg::Index(i)) => {
-                return Err(EvalError(format!(
+                return Err(EvalError::failed(format!(
                     "cannot index {} with number {i}",
                     type_name(other)
                 )));

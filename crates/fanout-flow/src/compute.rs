@@ -34,6 +34,7 @@ pub struct ComputePool {
     queued: Arc<AtomicUsize>,
     done: Arc<AtomicU64>,
     skipped: Arc<AtomicU64>,
+    running: Arc<AtomicU64>,
     refused: AtomicU64,
 }
 
@@ -48,6 +49,7 @@ impl ComputePool {
             queued: Arc::new(AtomicUsize::new(0)),
             done: Arc::new(AtomicU64::new(0)),
             skipped: Arc::new(AtomicU64::new(0)),
+            running: Arc::new(AtomicU64::new(0)),
             refused: AtomicU64::new(0),
         }
     }
@@ -99,6 +101,7 @@ impl ComputePool {
         let done = self.done.clone();
         queued.fetch_add(1, Relaxed);
         let skipped = self.skipped.clone();
+        let running = self.running.clone();
         let job: Job = Box::new(move || {
             queued.fetch_sub(1, Relaxed);
             // A job whose caller has gone (deadline, client gone) is not run at all: later jobs
@@ -107,7 +110,9 @@ impl ComputePool {
                 skipped.fetch_add(1, Relaxed);
                 return;
             }
+            running.fetch_add(1, Relaxed);
             let out = f();
+            running.fetch_sub(1, Relaxed);
             // Counted before the answer is sent, so whoever sees the answer sees the count.
             done.fetch_add(1, Relaxed);
             let _ = done_tx.send(out);
@@ -137,6 +142,7 @@ impl ComputePool {
             "done": self.done.load(Relaxed),
             "refused_queue_full": self.refused.load(Relaxed),
             "skipped_caller_gone": self.skipped.load(Relaxed),
+            "running": self.running.load(Relaxed),
         })
     }
 }

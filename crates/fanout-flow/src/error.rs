@@ -31,6 +31,9 @@ pub enum ErrorKind {
     Rejected,
     /// An expression failed at run time on request data or step values (500 `expression_failed`).
     Expression,
+    /// An expression exceeded a limit of `server.expressions` — work, size or depth of what it
+    /// builds (500 `expression_limit`).
+    ExpressionLimit,
     /// A key looked up through a batch form is absent from the answer (404 `key_not_found`).
     KeyNotFound,
     /// The compute pool refused the work: its queue is full (503 `overloaded`).
@@ -51,7 +54,7 @@ impl ErrorKind {
             } if (400..=599).contains(&status) => status,
             ErrorKind::BackendStatus { .. } => 502,
             ErrorKind::Rejected | ErrorKind::Overloaded => 503,
-            ErrorKind::Expression => 500,
+            ErrorKind::Expression | ErrorKind::ExpressionLimit => 500,
             ErrorKind::KeyNotFound => 404,
         }
     }
@@ -66,6 +69,7 @@ impl ErrorKind {
             ErrorKind::BadBackendAnswer => "bad_backend_answer",
             ErrorKind::Rejected => "backend_rejected",
             ErrorKind::Expression => "expression_failed",
+            ErrorKind::ExpressionLimit => "expression_limit",
             ErrorKind::KeyNotFound => "key_not_found",
             ErrorKind::Overloaded => "overloaded",
         }

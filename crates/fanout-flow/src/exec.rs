@@ -5,15 +5,15 @@
 //! every call still in flight is dropped — which closes its connection or stream — and the request
 //! fails with 504. A required step's failure ends the request the same way.
 
-use crate::backend::{CallRequest, CallResponse};
+use crate::backend::{CallErrorKind, CallRequest, CallResponse};
 use crate::batch::{BatchPlan, Found};
 use crate::error::{ErrorKind, FlowError};
 use crate::plan::{
-    Action, FIRST_STEP_SLOT, HttpPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REF, SLOT_REQUEST,
-    StepPlan,
+    Action, FIRST_STEP_SLOT, HttpPlan, RespondPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REF,
+    SLOT_REQUEST, StepPlan,
 };
 use bytes::Bytes;
-use fanout_expr::{Expr, Val, json, truthy};
+use fanout_expr::{Budget, EvalError, EvalErrorKind, EvalLimits, Expr, Mode, Val, json, truthy};
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use futures_util::{Future, stream};
@@ -40,46 +40,103 @@ pub struct Outcome {
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>)> + Send + 'a>>;
 
+/// What expressions of one evaluation context see: the scope slots, the request's evaluation
+/// budget, and whether they run on an I/O worker (inline: short, then yield) or on the compute
+/// pool.
 #[derive(Clone)]
 pub(crate) struct Env {
     slots: Vec<Val>,
+    budget: Budget,
+    mode: Mode,
 }
 
 impl Env {
-    /// An environment where every name is `null` (reference data: no request, no steps).
+    /// An environment where every name is `null` (reference data: no request, no steps); its
+    /// expressions run under the default limits.
     pub(crate) fn empty() -> Env {
-        Env { slots: Vec::new() }
+        Env::with_slots(Vec::new())
     }
 
-    /// An environment with the given slots (batch calls: slot 0 is `$keys`).
+    /// An environment with the given slots (batch calls: slot 0 is `$keys`), under the default
+    /// limits.
     pub(crate) fn with_slots(slots: Vec<Val>) -> Env {
-        Env { slots }
+        Env {
+            slots,
+            budget: Budget::unlimited_time(EvalLimits::default()),
+            mode: Mode::Offload,
+        }
     }
 
     fn get(&self, i: usize) -> Val {
         self.slots.get(i).cloned().unwrap_or(Val::Null)
     }
+
+    /// The same scope, for evaluation on the compute pool.
+    fn offloaded(mut self) -> Env {
+        self.mode = Mode::Offload;
+        self
+    }
 }
 
-fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, String> {
-    e.eval(input, |i| env.get(i)).map_err(|x| x.0)
+/// An inline evaluation used its share of the worker: the work must be redone on the compute
+/// pool (expressions are pure, so redoing is safe; the ops already used still count).
+#[derive(Debug)]
+struct Yielded;
+
+/// Separate "go to the compute pool" from an evaluation's result.
+fn yielded<T>(r: Result<T, EvalError>) -> Result<Result<T, EvalError>, Yielded> {
+    match r {
+        Err(e) if e.kind() == EvalErrorKind::Yield => Err(Yielded),
+        r => Ok(r),
+    }
 }
 
-fn eval_item(e: &Expr, env: &Env, input: &Val, item: &Val, index: usize) -> Result<Val, String> {
-    e.eval(input, |i| match i {
-        SLOT_ITEM => item.clone(),
-        SLOT_INDEX => Val::from(index),
-        _ => env.get(i),
-    })
-    .map_err(|x| x.0)
+fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, EvalError> {
+    e.eval_in(input, |i| env.get(i), &env.budget, env.mode)
 }
 
-fn expr_err(step: &Arc<str>, what: &str, msg: String) -> FlowError {
+fn eval_item(e: &Expr, env: &Env, input: &Val, item: &Val, index: usize) -> Result<Val, EvalError> {
+    e.eval_in(
+        input,
+        |i| match i {
+            SLOT_ITEM => item.clone(),
+            SLOT_INDEX => Val::from(index),
+            _ => env.get(i),
+        },
+        &env.budget,
+        env.mode,
+    )
+}
+
+/// The error kind of a failed evaluation: a limit of `server.expressions`, the deadline, or an
+/// ordinary jq error.
+fn eval_kind(e: &EvalError) -> ErrorKind {
+    match e.kind() {
+        EvalErrorKind::Failed | EvalErrorKind::Yield => ErrorKind::Expression,
+        EvalErrorKind::Ops | EvalErrorKind::TooLarge | EvalErrorKind::TooDeep => {
+            ErrorKind::ExpressionLimit
+        }
+        EvalErrorKind::Cancelled | EvalErrorKind::Deadline => ErrorKind::DeadlineExceeded,
+    }
+}
+
+fn expr_err(step: &Arc<str>, what: &str, e: EvalError) -> FlowError {
     FlowError::new(
-        ErrorKind::Expression,
-        format!("step `{step}`: {what} failed: {msg}"),
+        eval_kind(&e),
+        format!("step `{step}`: {what} failed: {}", e.0),
     )
     .in_step(step)
+}
+
+/// Cancels the request's evaluation budget when the request ends, however it ends (answered,
+/// deadline, client gone): an expression still running on the compute pool stops at its next
+/// check instead of holding a pool thread for nobody.
+struct CancelOnDrop(Budget);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
 impl RoutePlan {
@@ -100,8 +157,12 @@ impl RoutePlan {
 
     async fn run_flow(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {
         let n = self.steps.len();
+        let budget = Budget::new(self.limits, Some(deadline.into_std()));
+        let _cancel = CancelOnDrop(budget.clone());
         let mut env = Env {
             slots: vec![Val::Null; FIRST_STEP_SLOT + n],
+            budget,
+            mode: Mode::Inline,
         };
         env.slots[SLOT_REQUEST] = request;
         env.slots[SLOT_REF] = self.reference.snapshot();
@@ -161,7 +222,7 @@ impl RoutePlan {
             release(step, &mut waiting, &mut ready);
         }
         drop(inflight);
-        self.respond(&env, partial)
+        self.respond(env, partial).await
     }
 
     fn deadline_error(&self, running: &[bool]) -> FlowError {
@@ -211,85 +272,85 @@ impl RoutePlan {
 
     fn start<'a>(
         &'a self,
-        step: &'a StepPlan,
+        step: &'a Arc<StepPlan>,
         i: usize,
         env: &Env,
         deadline: Instant,
     ) -> Started<'a> {
         crate::activity::enter(i);
-        if let Some(when) = &step.when {
-            match eval(when, env, &Val::Null) {
-                Ok(v) if !truthy(&v) => return Started::Done(Ok(step.default.clone())),
-                Ok(_) => {}
-                Err(m) => return Started::Done(Err(expr_err(&step.name, "`when`", m))),
-            }
-        }
-        let items = match &step.for_each {
-            None => None,
-            Some(e) => match eval(e, env, &Val::Null) {
-                Ok(Val::Arr(a)) => Some(a),
-                Ok(Val::Null) => Some(Arc::new(Vec::new())),
-                Ok(other) => {
-                    return Started::Done(Err(expr_err(
-                        &step.name,
-                        "`for_each`",
-                        format!("expected a list, got {}", json::to_string(&other)),
-                    )));
-                }
-                Err(m) => return Started::Done(Err(expr_err(&step.name, "`for_each`", m))),
-            },
-        };
-        match (&step.action, items) {
-            (Action::Keyed { batch, key }, items) => {
-                let keys: Result<Vec<(String, Val)>, String> = match items {
-                    None => {
-                        eval(key, env, &Val::Null).map(|k| vec![(json::to_display(&k), Val::Null)])
-                    }
-                    Some(items) => items
-                        .iter()
-                        .enumerate()
-                        .map(|(k, item)| {
-                            eval_item(key, env, &Val::Null, item, k)
-                                .map(|v| (json::to_display(&v), item.clone()))
-                        })
-                        .collect(),
-                };
-                match keys {
-                    Ok(keys) => Started::Keyed {
-                        batch: batch.clone(),
-                        keys,
-                    },
-                    Err(m) => Started::Done(Err(expr_err(&step.name, "`key`", m))),
-                }
-            }
-            (Action::Value(e), items) if step.compute => {
-                // A heavy transform: evaluate on the compute pool with a snapshot of its inputs.
-                let (e, result, name) = (e.clone(), step.result.clone(), step.name.clone());
+        match prepare(step, env, deadline) {
+            Ok(p) => self.launch(step, i, p, env, deadline),
+            // Heavy: redo the step's expressions on the compute pool, then go on here.
+            Err(Yielded) => {
+                let on_pool = (step.clone(), snapshot(env, step).offloaded());
                 let env = snapshot(env, step);
                 let pool = self.compute.clone();
                 Started::Pending(Box::pin(async move {
-                    let on_pool = name.clone();
-                    let out = pool
-                        .run(move || eval_value(&on_pool, &e, result.as_ref(), &env, items))
-                        .await
-                        .map_err(|err| {
-                            FlowError::new(ErrorKind::Overloaded, format!("step `{name}`: {err}"))
-                                .in_step(&name)
-                        })
-                        .and_then(|r| r);
-                    (i, out)
+                    let (s, snap) = on_pool;
+                    let p = match pool.run(move || prepare(&s, &snap, deadline)).await {
+                        Ok(Ok(p)) => p,
+                        Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
+                            ErrorKind::Expression,
+                            format!(
+                                "step `{}`: evaluation yielded on the compute pool",
+                                step.name
+                            ),
+                        )
+                        .in_step(&step.name))),
+                        Err(e) => Prepared::Done(Err(pool_error(&step.name, e))),
+                    };
+                    match self.launch(step, i, p, &env, deadline) {
+                        Started::Done(r) => (i, r),
+                        Started::Pending(f) => f.await,
+                        Started::Keyed { batch, keys } => {
+                            let mut unique: Vec<String> =
+                                keys.iter().map(|(k, _)| k.clone()).collect();
+                            unique.sort_unstable();
+                            unique.dedup();
+                            let result_env = step.result.as_ref().map(|_| env.clone());
+                            let out = match batch.fetch(unique, deadline).await {
+                                Err(e) => Err(FlowError {
+                                    step: Some(step.name.clone()),
+                                    ..e
+                                }),
+                                Ok(found) => {
+                                    let each = step.for_each.is_some();
+                                    pick(
+                                        self,
+                                        step,
+                                        &batch,
+                                        &found,
+                                        keys,
+                                        each,
+                                        result_env.as_ref(),
+                                    )
+                                    .await
+                                }
+                            };
+                            (i, out)
+                        }
+                    }
                 }))
             }
-            (Action::Value(e), items) => {
-                Started::Done(eval_value(&step.name, e, step.result.as_ref(), env, items))
-            }
-            (Action::Http(h), None) => {
-                let req = match build_call(h, env, None, deadline) {
-                    Ok(r) => r,
-                    Err(m) => {
-                        return Started::Done(Err(expr_err(&step.name, "building the call", m)));
-                    }
-                };
+        }
+    }
+
+    /// Turn a step's prepared work into what the scheduler runs.
+    fn launch<'a>(
+        &'a self,
+        step: &'a StepPlan,
+        i: usize,
+        p: Prepared,
+        env: &Env,
+        deadline: Instant,
+    ) -> Started<'a> {
+        match (p, &step.action) {
+            (Prepared::Done(r), _) => Started::Done(r),
+            (Prepared::Keys(keys), Action::Keyed { batch, .. }) => Started::Keyed {
+                batch: batch.clone(),
+                keys,
+            },
+            (Prepared::Call(req), Action::Http(h)) => {
                 let result_env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
                     let out = match call(step, h, req, deadline, &self.deadline_header).await {
@@ -302,20 +363,7 @@ impl RoutePlan {
                     (i, out)
                 }))
             }
-            (Action::Http(h), Some(items)) => {
-                let mut reqs = Vec::with_capacity(items.len());
-                for (k, item) in items.iter().enumerate() {
-                    match build_call(h, env, Some((item, k)), deadline) {
-                        Ok(r) => reqs.push((r, item.clone(), k)),
-                        Err(m) => {
-                            return Started::Done(Err(expr_err(
-                                &step.name,
-                                "building the call",
-                                m,
-                            )));
-                        }
-                    }
-                }
+            (Prepared::Calls(reqs), Action::Http(h)) => {
                 let result_env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
                     let result_env = result_env.as_ref();
@@ -332,53 +380,195 @@ impl RoutePlan {
                     (i, out)
                 }))
             }
+            _ => Started::Done(Err(FlowError::new(
+                ErrorKind::Expression,
+                format!(
+                    "step `{}`: prepared work does not match its kind",
+                    step.name
+                ),
+            )
+            .in_step(&step.name))),
         }
     }
 
-    fn respond(&self, env: &Env, partial: Vec<Arc<str>>) -> Result<Outcome, FlowError> {
+    async fn respond(&self, env: Env, partial: Vec<Arc<str>>) -> Result<Outcome, FlowError> {
         crate::activity::enter(crate::activity::RESPOND);
-        let mut body = eval(&self.respond.body, env, &Val::Null).map_err(|m| {
-            FlowError::new(ErrorKind::Expression, format!("respond.body failed: {m}"))
-        })?;
-        let mut headers = Vec::with_capacity(self.respond.headers.len() + 1);
-        for (name, e) in &self.respond.headers {
-            let v = eval(e, env, &Val::Null).map_err(|m| {
-                FlowError::new(
-                    ErrorKind::Expression,
-                    format!("respond header `{name}` failed: {m}"),
-                )
-            })?;
-            if matches!(v, Val::Null) {
-                continue;
-            }
-            let text = json::to_display(&v);
-            let hv = HeaderValue::from_str(&text).map_err(|_| {
-                FlowError::new(
-                    ErrorKind::Expression,
-                    format!("respond header `{name}`: `{text}` is not a valid header value"),
-                )
-            })?;
-            headers.push((name.clone(), hv));
-        }
-        if !partial.is_empty() {
-            let list = partial.iter().map(|s| &**s).collect::<Vec<_>>().join(",");
-            if let Ok(hv) = HeaderValue::from_str(&list) {
-                headers.push((HeaderName::from_static(PARTIAL_HEADER), hv));
-            }
-            if let Val::Obj(o) = &mut body {
-                let names: Val = partial.iter().map(|s| json::str_val(s)).collect();
-                Arc::make_mut(o).insert(json::str_val("_partial"), names);
+        match respond_with(&self.respond, &env, &partial) {
+            Ok(out) => out,
+            Err(Yielded) => {
+                let (plan, env) = (self.respond.clone(), env.offloaded());
+                match self
+                    .compute
+                    .run(move || respond_with(&plan, &env, &partial))
+                    .await
+                {
+                    Ok(Ok(out)) => out,
+                    Ok(Err(Yielded)) => Err(FlowError::new(
+                        ErrorKind::Expression,
+                        "respond: evaluation yielded on the compute pool",
+                    )),
+                    Err(e) => Err(FlowError::new(
+                        ErrorKind::Overloaded,
+                        format!("respond: {e}"),
+                    )),
+                }
             }
         }
-        let mut out = Vec::with_capacity(256);
-        json::write(&body, &mut out);
-        Ok(Outcome {
-            status: self.respond.status,
-            headers,
-            body: Bytes::from(out),
-            partial,
-        })
     }
+}
+
+fn pool_error(step: &Arc<str>, e: crate::compute::ComputeError) -> FlowError {
+    FlowError::new(ErrorKind::Overloaded, format!("step `{step}`: {e}")).in_step(step)
+}
+
+/// A step's synchronous work — `when`, `for_each`, building its call(s) or keys, or its value —
+/// done in `env`'s mode; `Err(Yielded)` when an inline evaluation must move to the compute pool.
+enum Prepared {
+    Done(Result<Val, FlowError>),
+    Call(CallRequest),
+    Calls(Vec<(CallRequest, Val, usize)>),
+    Keys(Vec<(String, Val)>),
+}
+
+fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yielded> {
+    use Prepared::Done;
+    // `compute: true` value steps always run on the pool.
+    if step.compute && env.mode == Mode::Inline && matches!(step.action, Action::Value(_)) {
+        return Err(Yielded);
+    }
+    if let Some(when) = &step.when {
+        match yielded(eval(when, env, &Val::Null))? {
+            Ok(v) if !truthy(&v) => return Ok(Done(Ok(step.default.clone()))),
+            Ok(_) => {}
+            Err(e) => return Ok(Done(Err(expr_err(&step.name, "`when`", e)))),
+        }
+    }
+    let items = match &step.for_each {
+        None => None,
+        Some(e) => match yielded(eval(e, env, &Val::Null))? {
+            Ok(Val::Arr(a)) => Some(a),
+            Ok(Val::Null) => Some(Default::default()),
+            Ok(other) => {
+                return Ok(Done(Err(expr_err(
+                    &step.name,
+                    "`for_each`",
+                    EvalError(
+                        format!("expected a list, got {}", short_json(&other)),
+                        EvalErrorKind::Failed,
+                    ),
+                ))));
+            }
+            Err(e) => return Ok(Done(Err(expr_err(&step.name, "`for_each`", e)))),
+        },
+    };
+    Ok(match (&step.action, items) {
+        (Action::Keyed { key, .. }, None) => match yielded(eval(key, env, &Val::Null))? {
+            Ok(k) => Prepared::Keys(vec![(json::to_display(&k), Val::Null)]),
+            Err(e) => Done(Err(expr_err(&step.name, "`key`", e))),
+        },
+        (Action::Keyed { key, .. }, Some(items)) => {
+            let mut keys = Vec::with_capacity(items.len());
+            for (k, item) in items.iter().enumerate() {
+                match yielded(eval_item(key, env, &Val::Null, item, k))? {
+                    Ok(v) => keys.push((json::to_display(&v), item.clone())),
+                    Err(e) => return Ok(Done(Err(expr_err(&step.name, "`key`", e)))),
+                }
+            }
+            Prepared::Keys(keys)
+        }
+        (Action::Value(e), items) => {
+            Done(eval_value(&step.name, e, step.result.as_ref(), env, items)?)
+        }
+        (Action::Http(h), None) => match yielded(build_call(h, env, None, deadline))? {
+            Ok(r) => Prepared::Call(r),
+            Err(e) => Done(Err(expr_err(&step.name, "building the call", e))),
+        },
+        (Action::Http(h), Some(items)) => {
+            let mut reqs = Vec::with_capacity(items.len());
+            for (k, item) in items.iter().enumerate() {
+                match yielded(build_call(h, env, Some((item, k)), deadline))? {
+                    Ok(r) => reqs.push((r, item.clone(), k)),
+                    Err(e) => return Ok(Done(Err(expr_err(&step.name, "building the call", e)))),
+                }
+            }
+            Prepared::Calls(reqs)
+        }
+    })
+}
+
+/// A value for messages: its JSON, cut to 200 bytes.
+fn short_json(v: &Val) -> String {
+    let mut s = json::to_string(v);
+    if s.len() > 200 {
+        let mut cut = 200;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// The response: `respond.body` and headers evaluated in `env`'s mode.
+fn respond_with(
+    plan: &RespondPlan,
+    env: &Env,
+    partial: &[Arc<str>],
+) -> Result<Result<Outcome, FlowError>, Yielded> {
+    let mut body = match yielded(eval(&plan.body, env, &Val::Null))? {
+        Ok(b) => b,
+        Err(e) => {
+            return Ok(Err(FlowError::new(
+                eval_kind(&e),
+                format!("respond.body failed: {}", e.0),
+            )));
+        }
+    };
+    let mut headers = Vec::with_capacity(plan.headers.len() + 1);
+    for (name, e) in &plan.headers {
+        let v = match yielded(eval(e, env, &Val::Null))? {
+            Ok(v) => v,
+            Err(e) => {
+                return Ok(Err(FlowError::new(
+                    eval_kind(&e),
+                    format!("respond header `{name}` failed: {}", e.0),
+                )));
+            }
+        };
+        if matches!(v, Val::Null) {
+            continue;
+        }
+        let text = json::to_display(&v);
+        let Ok(hv) = HeaderValue::from_str(&text) else {
+            return Ok(Err(FlowError::new(
+                ErrorKind::Expression,
+                format!(
+                    "respond header `{name}`: `{}` is not a valid header value",
+                    short_json(&v)
+                ),
+            )));
+        };
+        headers.push((name.clone(), hv));
+    }
+    if !partial.is_empty() {
+        let list = partial.iter().map(|s| &**s).collect::<Vec<_>>().join(",");
+        if let Ok(hv) = HeaderValue::from_str(&list) {
+            headers.push((HeaderName::from_static(PARTIAL_HEADER), hv));
+        }
+        if let Val::Obj(o) = &mut body {
+            let names: Val = partial.iter().map(|s| json::str_val(s)).collect();
+            Arc::make_mut(o).insert(json::str_val("_partial"), names);
+        }
+    }
+    let mut out = Vec::with_capacity(256);
+    json::write(&body, &mut out);
+    Ok(Ok(Outcome {
+        status: plan.status,
+        headers,
+        body: Bytes::from(out),
+        partial: partial.to_vec(),
+    }))
 }
 
 enum Started<'a> {
@@ -441,7 +631,9 @@ impl RoutePlan {
                         step: Some(step.name.clone()),
                         ..e
                     }),
-                    Ok(found) => pick(step, &batch, &found, keys, each, result_env.as_ref()),
+                    Ok(found) => {
+                        pick(self, step, &batch, &found, keys, each, result_env.as_ref()).await
+                    }
                 };
                 (i, out)
             }));
@@ -450,7 +642,8 @@ impl RoutePlan {
 }
 
 /// A keyed step's value from the fetched values: one value, or a list in input order.
-fn pick(
+async fn pick(
+    route: &RoutePlan,
     step: &StepPlan,
     batch: &BatchPlan,
     found: &Found,
@@ -472,7 +665,7 @@ fn pick(
             });
         };
         let item = each.then_some((&item, k));
-        out.push(map_result(step, env, v.clone(), item)?);
+        out.push(map_result_on(route, step, env, v.clone(), item).await?);
     }
     if each {
         Ok(out.into_iter().collect())
@@ -498,7 +691,11 @@ fn snapshot(env: &Env, step: &StepPlan) -> Env {
     for &d in &step.deps {
         slots[FIRST_STEP_SLOT + d] = env.get(FIRST_STEP_SLOT + d);
     }
-    Env { slots }
+    Env {
+        slots,
+        budget: env.budget.clone(),
+        mode: env.mode,
+    }
 }
 
 /// A `value` step (with `for_each`: per element, then `result`).
@@ -508,25 +705,30 @@ fn eval_value(
     result: Option<&Expr>,
     env: &Env,
     items: Option<Arc<Vec<Val>>>,
-) -> Result<Val, FlowError> {
-    match items {
-        None => eval(e, env, &Val::Null).map_err(|m| expr_err(name, "`value`", m)),
-        Some(items) => items
-            .iter()
-            .enumerate()
-            .map(|(k, item)| {
-                eval_item(e, env, &Val::Null, item, k)
-                    .and_then(|v| match result {
-                        Some(r) => eval_item(r, env, &v, item, k),
-                        None => Ok(v),
-                    })
-                    .map_err(|m| expr_err(name, "`value`", m))
-            })
-            .collect::<Result<Val, FlowError>>(),
+) -> Result<Result<Val, FlowError>, Yielded> {
+    let Some(items) = items else {
+        return Ok(yielded(eval(e, env, &Val::Null))?.map_err(|m| expr_err(name, "`value`", m)));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (k, item) in items.iter().enumerate() {
+        let v = match yielded(eval_item(e, env, &Val::Null, item, k))? {
+            Ok(v) => v,
+            Err(m) => return Ok(Err(expr_err(name, "`value`", m))),
+        };
+        let v = match result {
+            Some(r) => match yielded(eval_item(r, env, &v, item, k))? {
+                Ok(v) => v,
+                Err(m) => return Ok(Err(expr_err(name, "`value`", m))),
+            },
+            None => v,
+        };
+        out.push(v);
     }
+    Ok(Ok(out.into_iter().collect()))
 }
 
-/// [`map_result`], on the compute pool for `compute: true` steps.
+/// [`map_result`] on this worker, or on the compute pool for `compute: true` steps and for
+/// results too heavy to finish inline.
 async fn map_result_on(
     route: &RoutePlan,
     step: &StepPlan,
@@ -534,16 +736,20 @@ async fn map_result_on(
     body: Val,
     item: Option<(&Val, usize)>,
 ) -> Result<Val, FlowError> {
-    let (true, Some(r), Some(env)) = (step.compute, &step.result, env) else {
-        return map_result(step, env, body, item);
+    let (Some(r), Some(env)) = (&step.result, env) else {
+        return Ok(body);
     };
-    let (r, env, name) = (r.clone(), env.clone(), step.name.clone());
+    if !step.compute
+        && let Ok(out) = map_result(step, r, env, &body, item)
+    {
+        return out;
+    }
+    let (r, env, name) = (r.clone(), env.clone().offloaded(), step.name.clone());
     let backend = match &step.action {
         Action::Http(h) => Some(h.backend_name.clone()),
         _ => None,
     };
     let item = item.map(|(v, k)| (v.clone(), k));
-    let on_pool = name.clone();
     route
         .compute
         .run(move || {
@@ -551,51 +757,48 @@ async fn map_result_on(
                 Some((it, k)) => eval_item(&r, &env, &body, it, *k),
                 None => eval(&r, &env, &body),
             };
-            out.map_err(|m| {
-                let mut e = FlowError::new(
-                    ErrorKind::BadBackendAnswer,
-                    format!("step `{on_pool}`: `result` failed on the backend's answer: {m}"),
-                )
-                .in_step(&on_pool);
-                e.backend = backend;
-                e
-            })
+            out.map_err(|m| result_err(&name, backend, m))
         })
         .await
-        .map_err(|err| {
-            FlowError::new(ErrorKind::Overloaded, format!("step `{name}`: {err}")).in_step(&name)
-        })?
+        .map_err(|err| pool_error(&step.name, err))?
 }
 
+/// A step's `result` over one answer, in `env`'s mode.
 fn map_result(
     step: &StepPlan,
-    env: Option<&Env>,
-    body: Val,
+    r: &Expr,
+    env: &Env,
+    body: &Val,
     item: Option<(&Val, usize)>,
-) -> Result<Val, FlowError> {
-    match (&step.result, env) {
-        (Some(r), Some(env)) => {
-            let out = match item {
-                Some((item, k)) => eval_item(r, env, &body, item, k),
-                None => eval(r, env, &body),
-            };
-            out.map_err(|m| {
-                let mut e = FlowError::new(
-                    ErrorKind::BadBackendAnswer,
-                    format!(
-                        "step `{}`: `result` failed on the backend's answer: {m}",
-                        step.name
-                    ),
-                )
-                .in_step(&step.name);
-                if let Action::Http(h) = &step.action {
-                    e.backend = Some(h.backend_name.clone());
-                }
-                e
-            })
-        }
-        _ => Ok(body),
-    }
+) -> Result<Result<Val, FlowError>, Yielded> {
+    let out = match item {
+        Some((item, k)) => eval_item(r, env, body, item, k),
+        None => eval(r, env, body),
+    };
+    let backend = match &step.action {
+        Action::Http(h) => Some(h.backend_name.clone()),
+        Action::Keyed { batch, .. } => Some(batch.name.clone()),
+        Action::Value(_) => None,
+    };
+    Ok(yielded(out)?.map_err(|m| result_err(&step.name, backend, m)))
+}
+
+/// `result` failed: on the answer (502), or on a limit or the deadline.
+fn result_err(step: &Arc<str>, backend: Option<Arc<str>>, m: EvalError) -> FlowError {
+    let kind = match eval_kind(&m) {
+        ErrorKind::Expression => ErrorKind::BadBackendAnswer,
+        other => other,
+    };
+    let mut e = FlowError::new(
+        kind,
+        format!(
+            "step `{step}`: `result` failed on the backend's answer: {}",
+            m.0
+        ),
+    )
+    .in_step(step);
+    e.backend = backend;
+    e
 }
 
 pub(crate) fn build_call(
@@ -603,7 +806,7 @@ pub(crate) fn build_call(
     env: &Env,
     item: Option<(&Val, usize)>,
     deadline: Instant,
-) -> Result<CallRequest, String> {
+) -> Result<CallRequest, EvalError> {
     let ev = |e: &Expr| match item {
         Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
         None => eval(e, env, &Val::Null),
@@ -640,8 +843,15 @@ pub(crate) fn build_call(
             continue;
         }
         let text = json::to_display(&v);
-        let hv = HeaderValue::from_str(&text)
-            .map_err(|_| format!("header `{name}`: `{text}` is not a valid header value"))?;
+        let hv = HeaderValue::from_str(&text).map_err(|_| {
+            EvalError(
+                format!(
+                    "header `{name}`: `{}` is not a valid header value",
+                    short_json(&v)
+                ),
+                EvalErrorKind::Failed,
+            )
+        })?;
         headers.insert(name.clone(), hv);
     }
     let body = match &h.body {
@@ -697,8 +907,12 @@ pub(crate) async fn fetch_json(
     let fut = h.backend.call(req);
     let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Err(FlowError::from_call(e, step_name, &h.backend_name)),
-        Err(_) => {
+        // A timeout inside the layers (a shared call's own limit, a retry's last attempt) is
+        // classified like our own timer: the request's deadline or the backend's timeout.
+        Ok(Err(e)) if e.kind != CallErrorKind::Timeout => {
+            return Err(FlowError::from_call(e, step_name, &h.backend_name));
+        }
+        Ok(Err(_)) | Err(_) => {
             let kind = if timeout < step_timeout {
                 ErrorKind::DeadlineExceeded
             } else {
@@ -752,8 +966,9 @@ pub(crate) async fn fetch_json(
     let parsed = if resp.body.len() >= h.compute.offload_bytes && h.compute.started() {
         // A large answer: parse it on the compute pool, not on this worker.
         let body = resp.body.clone();
+        let depth = h.max_depth;
         h.compute
-            .run(move || json::parse(&body))
+            .run(move || json::parse_limited(&body, depth))
             .await
             .map_err(|e| FlowError {
                 kind: ErrorKind::Overloaded,
@@ -765,7 +980,7 @@ pub(crate) async fn fetch_json(
                 backend: Some(h.backend_name.clone()),
             })?
     } else {
-        json::parse(&resp.body)
+        json::parse_limited(&resp.body, h.max_depth)
     };
     parsed.map_err(|e| FlowError {
         kind: ErrorKind::BadBackendAnswer,

@@ -49,11 +49,13 @@ pub struct RoutePlan {
     /// Maximum deadline (a client can shorten it, not extend it).
     pub deadline: Duration,
     /// Steps, in config order; `deps`/`dependents` index into this.
-    pub steps: Vec<StepPlan>,
+    pub steps: Vec<Arc<StepPlan>>,
     /// Steps with no dependencies (started first).
     pub roots: Vec<usize>,
     /// The response.
-    pub respond: RespondPlan,
+    pub respond: Arc<RespondPlan>,
+    /// Budgets of expression evaluation per request (`server.expressions`).
+    pub limits: fanout_expr::EvalLimits,
     /// Header carrying the remaining budget to backends.
     pub deadline_header: HeaderName,
     /// Reference data, read once per request as `$ref`.
@@ -94,7 +96,7 @@ pub struct StepPlan {
 /// backend-call layer; the executor's scheduling does not change.
 pub enum Action {
     /// Call an HTTP backend.
-    Http(HttpPlan),
+    Http(Box<HttpPlan>),
     /// Look up a key (per element with `for_each`) through a backend's batch form.
     Keyed {
         /// The batch form.
@@ -126,6 +128,8 @@ pub struct HttpPlan {
     pub idempotent: bool,
     /// The compute pool: large answers are parsed there.
     pub compute: Arc<ComputePool>,
+    /// Deepest nesting accepted in an answer (`server.expressions.max_depth`).
+    pub max_depth: usize,
 }
 
 /// The response of a route.
@@ -265,6 +269,7 @@ pub fn compile(
                         body,
                         idempotent: true,
                         compute: cx.compute.clone(),
+                        max_depth: cx.cfg.server.expressions.max_depth,
                     };
                     let plan = BatchPlan::new(
                         call,
@@ -335,6 +340,7 @@ pub fn compile(
                     body,
                     idempotent: true,
                     compute: cx.compute.clone(),
+                    max_depth: cx.cfg.server.expressions.max_depth,
                 },
                 result,
                 refresh: r.refresh.0,
@@ -439,17 +445,29 @@ fn compile_route(
         method: method?,
         path: r.path.value.clone(),
         deadline: r.deadline.unwrap_or(defaults.deadline).0,
-        steps,
+        steps: steps.into_iter().map(Arc::new).collect(),
         roots,
-        respond: RespondPlan {
+        respond: Arc::new(RespondPlan {
             body: body?,
             status: r.respond.status,
             headers,
-        },
+        }),
+        limits: eval_limits(&cx.cfg.server.expressions),
         deadline_header: deadline_header.clone(),
         reference: reference.clone(),
         compute: cx.compute.clone(),
     })
+}
+
+/// The evaluation limits of `server.expressions`.
+pub fn eval_limits(c: &fanout_config::ExpressionLimits) -> fanout_expr::EvalLimits {
+    fanout_expr::EvalLimits {
+        max_ops: c.max_ops,
+        inline_ops: c.inline_ops,
+        max_depth: c.max_depth,
+        max_elements: c.max_elements,
+        max_string_bytes: c.max_string_bytes,
+    }
 }
 
 fn check_no_item(cx: &mut Ctx<'_>, e: &Expr, src: &ExprSrc, what: &str) {
@@ -591,7 +609,7 @@ fn compile_step(
             .get(&h.backend.value)
             .and_then(|b| b.timeout);
         match (method, path, backend) {
-            (Some(method), Some(path), Some(backend)) => Some(Action::Http(HttpPlan {
+            (Some(method), Some(path), Some(backend)) => Some(Action::Http(Box::new(HttpPlan {
                 backend,
                 backend_name: h.backend.value.as_str().into(),
                 idempotent: h
@@ -603,7 +621,8 @@ fn compile_step(
                 headers,
                 body,
                 compute: cx.compute.clone(),
-            })),
+                max_depth: cx.cfg.server.expressions.max_depth,
+            }))),
             _ => None,
         }
     } else {

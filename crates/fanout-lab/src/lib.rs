@@ -280,6 +280,12 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     }
     let available = available_targets(&scenario);
     for t in &opts.targets {
+        if let Some((_, bin)) = external_fanout(t) {
+            if !std::path::Path::new(bin).exists() {
+                return Err(LabError::NoBaseline(bin.to_string()));
+            }
+            continue;
+        }
         if !available.contains(t) {
             return Err(LabError::UnknownTarget {
                 target: t.clone(),
@@ -389,6 +395,18 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             std::fs::write(&f, yaml).map_err(io(&f))?;
         }
         let (bin, args) = match name.as_str() {
+            n if external_fanout(n).is_some() => (
+                external_fanout(n)
+                    .map(|(_, bin)| PathBuf::from(bin))
+                    .unwrap_or_default(),
+                vec![
+                    "serve".into(),
+                    "--config".into(),
+                    gw_file.display().to_string(),
+                    "--listen".into(),
+                    addr.to_string(),
+                ],
+            ),
             _ if variant.is_some() => (
                 opts.fanout_bin.clone(),
                 vec![
@@ -467,6 +485,14 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     );
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
+}
+
+/// A target `NAME=PATH`: another fanout binary (e.g. a build of an earlier commit) serving the
+/// scenario's config, to compare two builds interleaved in one run.
+fn external_fanout(target: &str) -> Option<(&str, &str)> {
+    target
+        .split_once('=')
+        .filter(|(name, bin)| !name.is_empty() && !bin.is_empty())
 }
 
 /// Targets that can run `s`: `fanout`, the baselines if they serve its routes, its variants.

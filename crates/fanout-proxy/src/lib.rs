@@ -4,7 +4,9 @@
 
 pub mod admission;
 pub mod balance;
+pub mod bodies;
 pub mod client;
+pub mod conn;
 pub mod limiter;
 pub mod server;
 pub mod watchdog;
@@ -32,6 +34,14 @@ pub struct Gateway {
     compute: Arc<fanout_flow::compute::ComputePool>,
     admission: admission::Admission,
     route_admission: admission::RouteTable,
+    /// Client connections: cap, timeouts, counters.
+    conns: Arc<conn::Connections>,
+    /// Request bodies: reader cap and memory budget.
+    bodies: Arc<bodies::BodyGate>,
+    /// Requests whose handler panicked (answered 500).
+    panics: std::sync::atomic::AtomicU64,
+    /// Error answers by code.
+    errors: server::ErrorCounts,
     /// The address from the config.
     pub listen: String,
 }
@@ -161,6 +171,10 @@ impl Gateway {
             compute: plan.compute.clone(),
             admission: adm,
             route_admission,
+            conns: Arc::new(conn::Connections::new(&cfg.server)),
+            bodies: Arc::new(bodies::BodyGate::new(&cfg.server.bodies)),
+            panics: std::sync::atomic::AtomicU64::new(0),
+            errors: server::ErrorCounts::default(),
             listen: cfg.listen.clone(),
         })
     }
@@ -249,6 +263,10 @@ impl Gateway {
             "backends": backends,
             "runtime": runtime,
             "admission": self.admission.status(),
+            "connections": self.conns.status(),
+            "bodies": self.bodies.status(),
+            "panics": self.panics.load(std::sync::atomic::Ordering::Relaxed),
+            "errors": self.errors.json(),
         })
     }
 }

@@ -2,10 +2,13 @@
 //! every failure to a status code and a JSON error body.
 
 use crate::Gateway;
+use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
+use crate::conn::{Connections, TrackedBody, TrackedIo};
 use bytes::Bytes;
 use fanout_expr::request::{RequestParts, request_val};
 use fanout_expr::{Val, json};
 use fanout_flow::{FlowError, Outcome};
+use futures_util::FutureExt;
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -15,9 +18,26 @@ use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
+
+/// Error answers by `error.code` (for the status endpoint): every refusal is counted.
+#[derive(Default)]
+pub(crate) struct ErrorCounts(std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>);
+
+impl ErrorCounts {
+    pub(crate) fn count(&self, code: &'static str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(code).or_insert(0) += 1;
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        serde_json::to_value(&*m).unwrap_or_default()
+    }
+}
 
 /// Response body type of the server.
 pub type Body = Full<Bytes>;
@@ -101,8 +121,13 @@ pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
 }
 
 impl Gateway {
-    /// Handle one request (never fails: every error becomes a JSON response).
+    /// Handle one request (never fails: every error becomes a JSON response, and a panic while
+    /// handling it becomes a 500 `internal_error` for this request only).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        catch_panics(self.handle_unguarded(req), &self.panics).await
+    }
+
+    async fn handle_unguarded(&self, req: Request<Incoming>) -> Response<Body> {
         let start = Instant::now();
         if req.uri().path() == "/__fanout/status" {
             let mut resp = Response::new(Full::new(Bytes::from(self.status_json().to_string())));
@@ -112,7 +137,10 @@ impl Gateway {
         }
         match self.handle_inner(req, start).await {
             Ok(out) => outcome_response(out),
-            Err(e) => e.into_response(),
+            Err(e) => {
+                self.errors.count(e.code);
+                e.into_response()
+            }
         }
     }
 
@@ -181,6 +209,18 @@ impl Gateway {
         }
         let deadline = start + budget;
 
+        // Body: read completely *before* admission, so a body that trickles in holds a reader
+        // permit (bounded), never a flow slot; its memory is counted against the budget until
+        // the request ends. Requests without a body skip all of it.
+        let (body_val, _memory) = if hyper::body::Body::is_end_stream(&body) {
+            (Val::Null, None)
+        } else {
+            let (val, memory) = self
+                .read_body(&parts.headers, body, start, deadline)
+                .await?;
+            (val, Some(memory))
+        };
+
         // Admission: a slot now, a short bounded wait, or an immediate 503 — before any flow work.
         let class = self.route_admission.get(&route.method, &route.path);
         let mut slot = self.admission.admit(class, deadline).await.map_err(|r| {
@@ -198,64 +238,6 @@ impl Gateway {
             )
         })?;
 
-        // Body: size-limited, read within the deadline, parsed once.
-        let limit = self.limits.max_body_bytes;
-        let mut body = body;
-        if let Some(len) = parts.headers.get(CONTENT_LENGTH)
-            && let Some(len) = len.to_str().ok().and_then(|s| s.parse::<u64>().ok())
-            && len > limit as u64
-        {
-            drain_rejected_body(&mut body, deadline).await;
-            return Err(too_large(limit));
-        }
-        let mut buf = bytes::BytesMut::new();
-        let read = tokio::time::timeout_at(deadline, async {
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "bad_body",
-                        format!("reading the request body failed: {e}"),
-                    )
-                })?;
-                if let Ok(data) = frame.into_data() {
-                    if buf.len() + data.len() > limit {
-                        return Err(too_large(limit));
-                    }
-                    buf.extend_from_slice(&data);
-                }
-            }
-            Ok(())
-        })
-        .await;
-        match read {
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "body_timeout",
-                    "the request body did not arrive before the deadline",
-                ));
-            }
-            Ok(Err(e)) => {
-                if e.code == "body_too_large" {
-                    drain_rejected_body(&mut body, deadline).await;
-                }
-                return Err(e);
-            }
-            Ok(Ok(())) => {}
-        }
-        let bytes = buf.freeze();
-        let body_val = if bytes.iter().all(u8::is_ascii_whitespace) {
-            Val::Null
-        } else {
-            json::parse(&bytes).map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_json",
-                    format!("request body is not valid JSON: {e}"),
-                )
-            })?
-        };
         let request = request_val(RequestParts {
             method: parts.method.as_str(),
             path,
@@ -271,6 +253,170 @@ impl Gateway {
         // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();
         out.map_err(ApiError::from)
+    }
+
+    /// Read and parse a request body (the request has one): refused early by `Content-Length`
+    /// (413), under the body-reader cap (503 `body_readers_full`), the memory budget (503
+    /// `memory_budget_exhausted`), the size limit while streaming (413), and the read time
+    /// (408 `body_timeout`: `server.bodies.read_timeout` extended by `min_bytes_per_sec`, never
+    /// past the route deadline). Returns the parsed value and the memory it holds.
+    async fn read_body(
+        &self,
+        headers: &http::HeaderMap,
+        mut body: Incoming,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<(Val, Reservation), ApiError> {
+        let limit = self.limits.max_body_bytes;
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|len| len.to_str().ok())
+            .and_then(|s| s.parse::<u64>().ok());
+        if let Some(len) = declared
+            && len > limit as u64
+        {
+            drain_rejected_body(&mut body, deadline).await;
+            return Err(too_large(limit));
+        }
+        let Some(reader) = self.bodies.reader() else {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "body_readers_full",
+                format!(
+                    "{} requests are already sending their bodies (server.bodies.max_readers); retry later",
+                    self.bodies.max_readers()
+                ),
+            ));
+        };
+        let cfg = &self.limits.bodies;
+        let min_rate = cfg.min_bytes_per_sec;
+        // Time allowed for the first `received` bytes: the initial allowance, one more second
+        // per `min_rate` bytes, never past the deadline.
+        let allowed = |received: usize| {
+            let extra = if min_rate == 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_secs_f64(received as f64 / min_rate as f64)
+            };
+            (start + cfg.read_timeout.0 + extra).min(deadline)
+        };
+        let budget_exhausted = || {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "memory_budget_exhausted",
+                format!(
+                    "the memory budget for in-flight request data ({} bytes, server.bodies.memory_budget_bytes) is exhausted; retry later",
+                    self.bodies.budget()
+                ),
+            )
+        };
+        // A declared length takes its bytes (the part of the estimate known before reading)
+        // at once: under contention requests are refused whole, instead of all of them taking
+        // part of the budget and none completing. The per-value part is added as data arrives.
+        let mut memory = self.bodies.reservation();
+        let declared = declared.map(|n| n as usize);
+        if let Some(n) = declared
+            && memory.grow(n.saturating_mul(2)).is_err()
+        {
+            drain_rejected_body(&mut body, deadline).await;
+            return Err(budget_exhausted());
+        }
+        let mut buf = bytes::BytesMut::with_capacity(declared.unwrap_or(0));
+        loop {
+            let until = allowed(buf.len());
+            let frame = match tokio::time::timeout_at(until, body.frame()).await {
+                Err(_) => {
+                    self.bodies.timed_out();
+                    return Err(if until >= deadline {
+                        ApiError::new(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "body_timeout",
+                            "the request body did not arrive before the deadline",
+                        )
+                    } else {
+                        ApiError::new(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "body_timeout",
+                            format!(
+                                "the request body did not arrive in time: {} received, {:?} allowed \
+                                 (server.bodies.read_timeout = {}, then server.bodies.min_bytes_per_sec = {})",
+                                buf.len(),
+                                until.saturating_duration_since(start),
+                                cfg.read_timeout,
+                                min_rate
+                            ),
+                        )
+                    });
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_body",
+                        format!("reading the request body failed: {e}"),
+                    ));
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if buf.len() + data.len() > limit {
+                drain_rejected_body(&mut body, deadline).await;
+                return Err(too_large(limit));
+            }
+            let cost = if declared.is_some() {
+                value_overhead(&data)
+            } else {
+                parsed_size_estimate(&data)
+            };
+            if memory.grow(cost).is_err() {
+                drain_rejected_body(&mut body, deadline).await;
+                return Err(budget_exhausted());
+            }
+            buf.extend_from_slice(&data);
+        }
+        drop(reader);
+        let bytes = buf.freeze();
+        let val = if bytes.iter().all(u8::is_ascii_whitespace) {
+            Val::Null
+        } else {
+            json::parse_limited(&bytes, self.limits.expressions.max_depth).map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_json",
+                    format!("request body is not valid JSON: {e}"),
+                )
+            })?
+        };
+        Ok((val, memory))
+    }
+}
+
+/// Run a request handler; a panic inside it becomes a 500 `internal_error` for this request
+/// only (logged with its message, counted in `panics`). Whatever the handler held (admission
+/// slot, body permits, memory) is released when its future is dropped.
+pub(crate) async fn catch_panics<F>(fut: F, panics: &AtomicU64) -> Response<Body>
+where
+    F: Future<Output = Response<Body>>,
+{
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(payload) => {
+            panics.fetch_add(1, Ordering::Relaxed);
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_string());
+            tracing::error!(panic = %msg, "a request handler panicked; answered 500");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "the gateway failed while handling this request",
+            )
+            .into_response()
+        }
     }
 }
 
@@ -314,8 +460,8 @@ fn outcome_response(out: Outcome) -> Response<Body> {
     resp
 }
 
-/// Serve `gateway` on `listener` until `shutdown` resolves, then stop accepting and give
-/// in-flight requests `grace` to finish.
+/// Serve `gateway` on `listener` until `shutdown` resolves, then stop accepting, close idle
+/// connections and give in-flight requests `grace` to finish.
 pub async fn serve(
     gateway: Arc<Gateway>,
     listener: TcpListener,
@@ -326,7 +472,10 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .max_buf_size(gateway.limits.max_header_bytes.max(8192))
-        .header_read_timeout(gateway.limits.header_read_timeout.0)
+        // The header read timeout is enforced per connection (`conn::drive`): hyper's timer
+        // also runs while a keep-alive connection waits for its next request, which would cap
+        // the idle time at the header timeout.
+        .header_read_timeout(None)
         .keep_alive(true);
     builder
         .http2()
@@ -334,44 +483,117 @@ pub async fn serve(
         .max_concurrent_streams(gateway.limits.max_concurrent_streams)
         .max_header_list_size(gateway.limits.max_header_bytes as u32);
     let builder = Arc::new(builder);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let conns: Arc<Connections> = gateway.conns.clone();
     let grace = gateway.limits.shutdown_grace.0;
     tokio::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let stream = tokio::select! {
             res = listener.accept() => match res {
-                Ok(x) => x,
+                Ok((stream, _peer)) => stream,
                 Err(e) => {
-                    // Out of file descriptors and similar: back off briefly, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    // Out of file descriptors: idle connections are closed, or accepting
+                    // pauses briefly; logged at most once a second.
+                    tokio::select! {
+                        _ = conns.accept_failed(&e) => {}
+                        _ = &mut shutdown => break,
+                    }
                     continue;
                 }
             },
             _ = &mut shutdown => break,
         };
+        // At the connection cap the oldest idle connections make room; with none idle the new
+        // connection is closed at once.
+        if !conns.admit() {
+            conns.refuse(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
+        let sh = conns.register();
         let gw = gateway.clone();
+        let on_conn = sh.clone();
         let svc = hyper::service::service_fn(move |req| {
             let gw = gw.clone();
-            async move { Ok::<_, Infallible>(gw.handle(req).await) }
-        });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            let sh = on_conn.clone();
+            async move {
+                let active = sh.request();
+                let resp = gw
+                    .handle(req)
+                    .await
+                    .map(|b| TrackedBody::new(b, sh.clone()));
+                drop(active);
+                Ok::<_, Infallible>(resp)
             }
         });
+        let conn = builder
+            .serve_connection(TokioIo::new(TrackedIo::new(stream, sh.clone())), svc)
+            .into_owned();
+        tokio::spawn(crate::conn::drive(conn, sh, conns.clone()));
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("shutdown grace period elapsed with requests still in flight");
-    }
+    conns.shutdown(grace).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_for_that_request_only() {
+        let panics = AtomicU64::new(0);
+        let resp = catch_panics(
+            async {
+                if panics.load(Ordering::Relaxed) == 0 {
+                    panic!("secret internal detail");
+                }
+                Response::new(Full::new(Bytes::new()))
+            },
+            &panics,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "internal_error");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(!msg.contains("secret"), "no internals in the answer: {msg}");
+        assert_eq!(panics.load(Ordering::Relaxed), 1);
+
+        // The next request is served normally.
+        let ok = catch_panics(
+            async { Response::new(Full::new(Bytes::from_static(b"{}"))) },
+            &panics,
+        )
+        .await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(panics.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn what_the_panicking_handler_held_is_released() {
+        struct Held<'a>(&'a AtomicU64);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let released = AtomicU64::new(0);
+        let panics = AtomicU64::new(0);
+        let resp = catch_panics(
+            async {
+                let _slot = Held(&released);
+                tokio::task::yield_now().await;
+                let v: Vec<u8> = Vec::new();
+                #[allow(clippy::indexing_slicing)]
+                let _ = v[1];
+                Response::new(Full::new(Bytes::new()))
+            },
+            &panics,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(released.load(Ordering::Relaxed), 1);
+        assert_eq!(panics.load(Ordering::Relaxed), 1);
+    }
 }

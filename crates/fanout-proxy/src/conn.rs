@@ -1,0 +1,961 @@
+//! Client connections: every one of them ends.
+//!
+//! Each accepted connection is driven by [`drive`], which polls hyper's connection future next to
+//! one timer and closes the connection when one of its limits runs out:
+//!
+//! - **first byte**: nothing (or only part of the HTTP/2 preface) arrived within
+//!   `first_byte_timeout` of the accept;
+//! - **header read** (HTTP/1): a request head started arriving but is not complete within
+//!   `header_read_timeout` (done here, not by hyper, whose timer would also run while a
+//!   keep-alive connection waits for its next request and so cap the idle time);
+//! - **idle**: no request in flight and no answer being sent for `idle_timeout` — a graceful
+//!   close (HTTP/2: GOAWAY), then the connection is dropped if the client has not closed it
+//!   within [`LINGER`]. Client PINGs and other frames are not activity;
+//! - **send**: a connection with answer data to send that makes no progress for `send_timeout`
+//!   (no answer chunk taken by the transport, or the socket refusing every write) is dropped at
+//!   once with a reset, which frees its buffered answers.
+//!
+//! The state the timer looks at is kept in [`ConnShared`] with atomics, written by the socket
+//! wrapper ([`TrackedIo`]), the request guard ([`ActiveRequest`]) and the answer body wrapper
+//! ([`TrackedBody`]); the timer is re-armed lazily at the earliest moment a limit could run out.
+//!
+//! [`Connections`] is the registry: the connection cap with idle-first eviction (Envoy's overload
+//! manager is the model), shutdown (graceful close of every connection, idle ones dropped after
+//! [`LINGER`]), and the counters of `/__fanout/status`.
+
+use bytes::Bytes;
+use fanout_config::ServerConfig;
+use hyper::body::{Body, Frame, SizeHint};
+use hyper_util::server::graceful::GracefulConnection;
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, watch};
+
+/// How long a connection that is being closed gracefully (idle, shutdown) and has nothing in
+/// flight may take to close by itself before it is dropped: time for the GOAWAY to reach the
+/// client and for a polite client to close first.
+pub const LINGER: Duration = Duration::from_millis(250);
+
+/// Largest piece of an HTTP/2 answer handed to the transport at once. The answer waits in our
+/// body wrapper, not in h2's buffers, so a stalled stream holds at most this much there and every
+/// piece taken is a progress mark for the send timeout. (HTTP/1 answers are handed over whole:
+/// one answer at a time per connection, and a client that does not read shows as a socket that
+/// refuses writes.)
+const H2_ANSWER_CHUNK: usize = 16 << 10;
+
+/// At the cap with no idle connection to close, how long new connections are refused before
+/// the connections are scanned again.
+const RESCAN_AFTER: Duration = Duration::from_millis(10);
+
+/// How often a connection that is closing but still busy looks again whether it became quiet.
+const CLOSING_RECHECK: Duration = Duration::from_millis(50);
+
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const PROTO_UNKNOWN: u8 = 0;
+const PROTO_H1: u8 = 1;
+const PROTO_H2: u8 = 2;
+
+/// Milliseconds since the process's epoch, never 0 (0 means "not set" in the atomics below).
+fn now_ms() -> u64 {
+    let e = epoch();
+    Instant::now().saturating_duration_since(e).as_millis() as u64 + 1
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn at_ms(ms: u64) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(epoch() + Duration::from_millis(ms.saturating_sub(1)))
+}
+
+fn dur_ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
+/// The state of one connection the supervisor, the socket and the handlers share.
+pub struct ConnShared {
+    id: u64,
+    opened_ms: u64,
+    /// `PROTO_*`: unknown until the first bytes decide (HTTP/2 once the whole preface arrived).
+    proto: AtomicU8,
+    /// When the protocol was decided.
+    ready_ms: AtomicU64,
+    /// Requests whose handler runs.
+    in_flight: AtomicU32,
+    /// Answer bodies not yet completely handed to the transport.
+    bodies: AtomicU32,
+    /// Last request start or end, or answer completion: the start of an idle period.
+    activity_ms: AtomicU64,
+    /// Last piece of an answer taken by the transport (or the creation of an answer).
+    body_progress_ms: AtomicU64,
+    /// Since when the socket refuses writes (0: it does not).
+    write_blocked_ms: AtomicU64,
+    /// HTTP/1: when the first byte of a request head arrived while no request was in flight.
+    head_started_ms: AtomicU64,
+    /// Asked to close because of the connection cap.
+    evicting: AtomicBool,
+    evict: Notify,
+    /// Reset (not FIN) when the socket is dropped: unsent data is discarded at once.
+    reset_on_close: AtomicBool,
+}
+
+impl ConnShared {
+    fn new(id: u64) -> ConnShared {
+        let now = now_ms();
+        ConnShared {
+            id,
+            opened_ms: now,
+            proto: AtomicU8::new(PROTO_UNKNOWN),
+            ready_ms: AtomicU64::new(0),
+            in_flight: AtomicU32::new(0),
+            bodies: AtomicU32::new(0),
+            activity_ms: AtomicU64::new(now),
+            body_progress_ms: AtomicU64::new(now),
+            write_blocked_ms: AtomicU64::new(0),
+            head_started_ms: AtomicU64::new(0),
+            evicting: AtomicBool::new(false),
+            evict: Notify::new(),
+            reset_on_close: AtomicBool::new(false),
+        }
+    }
+
+    /// A request's handler starts; the guard ends it.
+    pub fn request(self: &Arc<Self>) -> ActiveRequest {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_started_ms.store(0, Ordering::Relaxed);
+        self.activity_ms.store(now_ms(), Ordering::Relaxed);
+        ActiveRequest(self.clone())
+    }
+
+    fn proto(&self) -> u8 {
+        self.proto.load(Ordering::Acquire)
+    }
+
+    /// Nothing in flight, nothing to send: a graceful close loses nothing.
+    fn quiet(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+            && self.bodies.load(Ordering::Acquire) == 0
+            && self.write_blocked_ms.load(Ordering::Relaxed) == 0
+    }
+
+    /// Quiet and not receiving a request head: the idle timer runs.
+    fn idle(&self) -> bool {
+        self.proto() != PROTO_UNKNOWN
+            && self.quiet()
+            && self.head_started_ms.load(Ordering::Relaxed) == 0
+    }
+
+    fn idle_since(&self) -> u64 {
+        self.activity_ms
+            .load(Ordering::Relaxed)
+            .max(self.ready_ms.load(Ordering::Relaxed))
+    }
+
+    /// May be closed to make room: idle, or still silent since the accept.
+    fn evictable(&self) -> Option<u64> {
+        if self.proto() == PROTO_UNKNOWN {
+            (self.quiet()).then_some(self.opened_ms)
+        } else {
+            self.idle().then(|| self.idle_since())
+        }
+    }
+}
+
+/// A request in flight on a connection (dropped when its handler ends or is cancelled).
+pub struct ActiveRequest(Arc<ConnShared>);
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.0.activity_ms.store(now_ms(), Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The client socket, recording what the connection's timers need: the first bytes (which
+/// decide the protocol), HTTP/1 request heads starting, and whether writes are refused.
+pub struct TrackedIo {
+    inner: TcpStream,
+    sh: Arc<ConnShared>,
+    /// Bytes of the HTTP/2 preface matched so far, while the protocol is unknown.
+    preface: usize,
+}
+
+impl TrackedIo {
+    pub fn new(inner: TcpStream, sh: Arc<ConnShared>) -> TrackedIo {
+        TrackedIo {
+            inner,
+            sh,
+            preface: 0,
+        }
+    }
+
+    fn on_read(&mut self, data: &[u8]) {
+        on_read(&self.sh, &mut self.preface, data);
+    }
+
+    fn on_write(&self, res: &Poll<io::Result<usize>>) {
+        let blocked = &self.sh.write_blocked_ms;
+        let was_blocked = blocked.load(Ordering::Relaxed) != 0;
+        match res {
+            Poll::Pending if !was_blocked => blocked.store(now_ms(), Ordering::Relaxed),
+            Poll::Ready(Ok(n)) if *n > 0 && was_blocked => blocked.store(0, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+}
+
+impl Drop for TrackedIo {
+    fn drop(&mut self) {
+        if self.sh.reset_on_close.load(Ordering::Relaxed) {
+            let _ = self.inner.set_zero_linger();
+        }
+    }
+}
+
+impl AsyncRead for TrackedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        // Only the first bytes and HTTP/1 heads matter: HTTP/2 reads (PINGs included) are not
+        // activity.
+        if buf.filled().len() > before && this.sh.proto.load(Ordering::Relaxed) != PROTO_H2 {
+            this.on_read(&buf.filled()[before..]);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for TrackedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.on_write(&res);
+        res
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.on_write(&res);
+        res
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// What a read tells: the first bytes decide the protocol (HTTP/2 once the whole preface
+/// arrived); on HTTP/1, bytes while no request is in flight start a request head.
+fn on_read(sh: &ConnShared, preface: &mut usize, data: &[u8]) {
+    if sh.proto.load(Ordering::Relaxed) == PROTO_UNKNOWN {
+        for &b in data {
+            if b != PREFACE[*preface] {
+                sh.ready_ms.store(now_ms(), Ordering::Relaxed);
+                sh.proto.store(PROTO_H1, Ordering::Release);
+                break;
+            }
+            *preface += 1;
+            if *preface == PREFACE.len() {
+                sh.ready_ms.store(now_ms(), Ordering::Relaxed);
+                sh.proto.store(PROTO_H2, Ordering::Release);
+                return;
+            }
+        }
+    }
+    if sh.proto.load(Ordering::Relaxed) == PROTO_H1
+        && sh.in_flight.load(Ordering::Acquire) == 0
+        && sh.head_started_ms.load(Ordering::Relaxed) == 0
+    {
+        sh.head_started_ms.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// An answer body, handed to the transport in pieces of at most [`H2_ANSWER_CHUNK`] on HTTP/2,
+/// each one a progress mark; while it lives the connection has answer data to send.
+pub struct TrackedBody<B> {
+    inner: B,
+    pending: Bytes,
+    sh: Arc<ConnShared>,
+}
+
+impl<B> TrackedBody<B> {
+    pub fn new(inner: B, sh: Arc<ConnShared>) -> TrackedBody<B> {
+        sh.body_progress_ms.store(now_ms(), Ordering::Relaxed);
+        sh.bodies.fetch_add(1, Ordering::AcqRel);
+        TrackedBody {
+            inner,
+            pending: Bytes::new(),
+            sh,
+        }
+    }
+}
+
+impl<B> Drop for TrackedBody<B> {
+    fn drop(&mut self) {
+        self.sh.activity_ms.store(now_ms(), Ordering::Relaxed);
+        self.sh.bodies.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<B> Body for TrackedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        loop {
+            if !this.pending.is_empty() {
+                let n = if this.sh.proto() == PROTO_H2 {
+                    this.pending.len().min(H2_ANSWER_CHUNK)
+                } else {
+                    this.pending.len()
+                };
+                let chunk = this.pending.split_to(n);
+                this.sh.body_progress_ms.store(now_ms(), Ordering::Relaxed);
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+            }
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => this.pending = data,
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pending.is_empty() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let inner = self.inner.size_hint();
+        let extra = self.pending.len() as u64;
+        let mut h = SizeHint::new();
+        h.set_lower(inner.lower() + extra);
+        if let Some(u) = inner.upper() {
+            h.set_upper(u + extra);
+        }
+        h
+    }
+}
+
+/// Which limit closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    FirstByte,
+    HeaderRead,
+    Idle,
+    Send,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    /// Shutdown: close gracefully, drop quiet connections after the linger.
+    Draining,
+    /// The shutdown grace ran out: drop everything.
+    Abort,
+}
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    closed_idle_for_pressure: AtomicU64,
+    accept_errors: AtomicU64,
+    first_byte: AtomicU64,
+    header_read: AtomicU64,
+    idle: AtomicU64,
+    send: AtomicU64,
+    closed_at_shutdown: AtomicU64,
+}
+
+/// The limits in force, from the config.
+struct Limits {
+    max: usize,
+    max_is_default: bool,
+    first_byte_ms: u64,
+    header_read_ms: u64,
+    idle_ms: u64,
+    send_ms: u64,
+}
+
+/// All open client connections: the cap, eviction, shutdown and counters.
+pub struct Connections {
+    limits: Limits,
+    open: AtomicUsize,
+    evicting: AtomicUsize,
+    /// After a scan found no idle connection, refuse without scanning until then.
+    nothing_idle_until: AtomicU64,
+    next_id: AtomicU64,
+    table: Mutex<HashMap<u64, Arc<ConnShared>>>,
+    phase: watch::Sender<Phase>,
+    closed: Notify,
+    counters: Counters,
+    accept_log: Mutex<AcceptLog>,
+}
+
+impl Connections {
+    pub fn new(cfg: &ServerConfig) -> Connections {
+        let c = &cfg.connections;
+        let (max, max_is_default) = match c.max_connections {
+            Some(m) => (m.max(1), false),
+            None => (default_max_connections(open_files_limit()), true),
+        };
+        Connections {
+            limits: Limits {
+                max,
+                max_is_default,
+                first_byte_ms: dur_ms(c.first_byte_timeout.0).max(1),
+                header_read_ms: dur_ms(cfg.header_read_timeout.0).max(1),
+                idle_ms: dur_ms(c.idle_timeout.0).max(1),
+                send_ms: dur_ms(c.send_timeout.0).max(1),
+            },
+            open: AtomicUsize::new(0),
+            evicting: AtomicUsize::new(0),
+            nothing_idle_until: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            table: Mutex::new(HashMap::new()),
+            phase: watch::channel(Phase::Serving).0,
+            closed: Notify::new(),
+            counters: Counters::default(),
+            accept_log: Mutex::new(AcceptLog::default()),
+        }
+    }
+
+    /// The connection cap in force.
+    pub fn max_connections(&self) -> usize {
+        self.limits.max
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// May a just-accepted connection be served? At the cap, the oldest idle connections are
+    /// asked to close to make room; with none to close, no.
+    pub fn admit(&self) -> bool {
+        let open = self.open.load(Ordering::Acquire);
+        let evicting = self.evicting.load(Ordering::Acquire);
+        if open.saturating_sub(evicting) < self.limits.max {
+            return true;
+        }
+        // A scan that found nothing idle is not repeated for every connection of a flood.
+        let now = now_ms();
+        if now < self.nothing_idle_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.evict_idle(self.eviction_batch()) > 0 {
+            return true;
+        }
+        self.nothing_idle_until
+            .store(now + dur_ms(RESCAN_AFTER), Ordering::Relaxed);
+        false
+    }
+
+    /// A connection refused at the cap: closed at once with a reset (no TIME_WAIT kept here).
+    pub fn refuse(&self, stream: TcpStream) {
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        let _ = stream.set_zero_linger();
+        drop(stream);
+    }
+
+    fn eviction_batch(&self) -> usize {
+        (self.limits.max / 256).clamp(1, 64)
+    }
+
+    /// Register an accepted connection.
+    pub fn register(self: &Arc<Self>) -> Arc<ConnShared> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let sh = Arc::new(ConnShared::new(id));
+        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::AcqRel);
+        if let Ok(mut t) = self.table.lock() {
+            t.insert(id, sh.clone());
+        }
+        sh
+    }
+
+    fn deregister(&self, sh: &ConnShared) {
+        if let Ok(mut t) = self.table.lock() {
+            t.remove(&sh.id);
+        }
+        if sh.evicting.swap(false, Ordering::AcqRel) {
+            self.evicting.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        self.closed.notify_waiters();
+    }
+
+    /// Ask up to `n` of the idle connections, oldest idle first, to close. Returns how many.
+    pub fn evict_idle(&self, n: usize) -> usize {
+        let Ok(table) = self.table.lock() else {
+            return 0;
+        };
+        // Oldest idle first; within the same millisecond, the older connection.
+        let mut idle: Vec<((u64, u64), &Arc<ConnShared>)> = table
+            .values()
+            .filter(|sh| !sh.evicting.load(Ordering::Acquire))
+            .filter_map(|sh| sh.evictable().map(|since| ((since, sh.id), sh)))
+            .collect();
+        if idle.len() > n {
+            idle.select_nth_unstable_by_key(n, |(key, _)| *key);
+            idle.truncate(n);
+        }
+        for (_, sh) in &idle {
+            sh.evicting.store(true, Ordering::Release);
+            self.evicting.fetch_add(1, Ordering::AcqRel);
+            sh.evict.notify_one();
+        }
+        idle.len()
+    }
+
+    /// Connections asked to close for room that have not closed yet.
+    pub fn evicting(&self) -> usize {
+        self.evicting.load(Ordering::Acquire)
+    }
+
+    /// Accepting failed: count it, log at most once a second (with how many happened), and when
+    /// the process is out of file descriptors close idle connections or pause accepting briefly.
+    pub async fn accept_failed(&self, e: &io::Error) {
+        self.counters.accept_errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut log) = self.accept_log.lock() {
+            log.record(e);
+        }
+        let out_of_fds = matches!(e.raw_os_error(), Some(code) if code == EMFILE || code == ENFILE);
+        if out_of_fds {
+            // Make room: the oldest idle connections go first. With nothing to close, stop
+            // accepting until a connection closes (or briefly): pending clients wait in the
+            // listen backlog instead of spinning here.
+            let closed = self.closed.notified();
+            if self.evicting() == 0 {
+                self.evict_idle(self.eviction_batch());
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), closed).await;
+        } else if !matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::Interrupted
+        ) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Shutdown: every connection closes gracefully (quiet ones are dropped after [`LINGER`]);
+    /// after `grace` whatever is left is dropped.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.phase.send_replace(Phase::Draining);
+        if tokio::time::timeout(grace, self.all_closed())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = self.open(),
+                "shutdown grace period elapsed with requests still in flight; closing their connections"
+            );
+            self.phase.send_replace(Phase::Abort);
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.all_closed()).await;
+        }
+    }
+
+    async fn all_closed(&self) {
+        loop {
+            let closed = self.closed.notified();
+            if self.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            closed.await;
+        }
+    }
+
+    fn count(&self, kind: Kind) {
+        let c = &self.counters;
+        match kind {
+            Kind::FirstByte => &c.first_byte,
+            Kind::HeaderRead => &c.header_read,
+            Kind::Idle => &c.idle,
+            Kind::Send => &c.send,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `connections` on `/__fanout/status`.
+    pub fn status(&self) -> serde_json::Value {
+        let c = &self.counters;
+        let l = &self.limits;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "open": self.open(),
+            "max": l.max,
+            "max_from_open_files_limit": l.max_is_default,
+            "accepted": get(&c.accepted),
+            "refused": get(&c.refused),
+            "closed_idle_for_pressure": get(&c.closed_idle_for_pressure),
+            "accept_errors": get(&c.accept_errors),
+            "closed_at_shutdown": get(&c.closed_at_shutdown),
+            "timeouts": {
+                "first_byte": get(&c.first_byte),
+                "header_read": get(&c.header_read),
+                "idle": get(&c.idle),
+                "send": get(&c.send),
+            },
+        })
+    }
+}
+
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
+
+/// Accept errors, logged at most once a second with how many happened since the last line.
+#[derive(Default)]
+struct AcceptLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl AcceptLog {
+    fn record(&mut self, e: &io::Error) {
+        self.unlogged += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            tracing::warn!(
+                error = %e,
+                count = self.unlogged,
+                "accepting connections failed ({} time(s) since the last report)",
+                self.unlogged
+            );
+            self.unlogged = 0;
+            self.last = Some(now);
+        }
+    }
+}
+
+/// The soft `RLIMIT_NOFILE` of this process (Linux: `/proc/self/limits`).
+pub fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line.split_whitespace().nth(3)?;
+    if soft == "unlimited" {
+        return Some(u64::MAX);
+    }
+    soft.parse().ok()
+}
+
+/// The default connection cap: three quarters of the open-files limit, so a quarter (at least
+/// 64 descriptors) stays for backend connections, the listener and files. Without a known
+/// limit, 10 000.
+pub fn default_max_connections(nofile: Option<u64>) -> usize {
+    match nofile {
+        None => 10_000,
+        Some(n) => {
+            let n = n.min(1 << 22) as usize;
+            n.saturating_sub((n / 4).max(64)).max(16)
+        }
+    }
+}
+
+/// Drive one connection until it ends or one of its limits closes it.
+pub async fn drive<C>(conn: C, sh: Arc<ConnShared>, conns: Arc<Connections>)
+where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    struct Registered<'a>(&'a Connections, &'a ConnShared);
+    impl Drop for Registered<'_> {
+        fn drop(&mut self) {
+            self.0.deregister(self.1);
+        }
+    }
+    let _registered = Registered(&conns, &sh);
+    let l = &conns.limits;
+    let mut phase_rx = conns.phase.subscribe();
+    tokio::pin!(conn);
+    // Graceful close started (idle, shutdown): when the connection became quiet (linger start).
+    let mut closing = false;
+    let mut quiet_since: Option<u64> = None;
+    // Fires at once: the first look arms the timer at the earliest limit.
+    let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(sleep);
+    let mut phase = *phase_rx.borrow_and_update();
+    if phase != Phase::Serving {
+        closing = true;
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            biased;
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = sh.evict.notified() => {
+                if sh.evictable().is_some() {
+                    conns.counters.closed_idle_for_pressure.fetch_add(1, Ordering::Relaxed);
+                    conn.as_mut().graceful_shutdown();
+                    // One poll writes the GOAWAY if the socket takes it; then the descriptor
+                    // is released at once.
+                    let _ = futures_util::poll!(conn.as_mut());
+                    return;
+                }
+                // Became busy since it was picked: it stays.
+                if sh.evicting.swap(false, Ordering::AcqRel) {
+                    conns.evicting.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            changed = phase_rx.changed() => {
+                phase = if changed.is_ok() { *phase_rx.borrow_and_update() } else { Phase::Abort };
+                if phase == Phase::Abort {
+                    conns.counters.closed_at_shutdown.fetch_add(1, Ordering::Relaxed);
+                    sh.reset_on_close.store(true, Ordering::Relaxed);
+                    return;
+                }
+                if !closing {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+            _ = &mut sleep => {}
+        }
+        // Look at the limits; `next` is the earliest moment one of them could run out: the
+        // ones running now, and those a change of state right after now could start (the
+        // handlers and the socket change the state without waking this task).
+        let now = now_ms();
+        let mut next = now + l.idle_ms.min(l.send_ms).min(l.header_read_ms);
+        let proto = sh.proto();
+        if proto == PROTO_UNKNOWN {
+            let end = sh.opened_ms + l.first_byte_ms;
+            if now >= end {
+                conns.count(Kind::FirstByte);
+                return;
+            }
+            next = next.min(end);
+        }
+        if proto == PROTO_H1 && sh.in_flight.load(Ordering::Acquire) == 0 {
+            let started = sh.head_started_ms.load(Ordering::Relaxed);
+            if started != 0 {
+                let end = started + l.header_read_ms;
+                if now >= end {
+                    conns.count(Kind::HeaderRead);
+                    return;
+                }
+                next = next.min(end);
+            }
+        }
+        if sh.bodies.load(Ordering::Acquire) > 0 {
+            let end = sh.body_progress_ms.load(Ordering::Relaxed) + l.send_ms;
+            if now >= end {
+                conns.count(Kind::Send);
+                sh.reset_on_close.store(true, Ordering::Relaxed);
+                return;
+            }
+            next = next.min(end);
+        }
+        let blocked = sh.write_blocked_ms.load(Ordering::Relaxed);
+        if blocked != 0 {
+            let end = blocked + l.send_ms;
+            if now >= end {
+                conns.count(Kind::Send);
+                sh.reset_on_close.store(true, Ordering::Relaxed);
+                return;
+            }
+            next = next.min(end);
+        }
+        if !closing && sh.idle() {
+            let end = sh.idle_since() + l.idle_ms;
+            if now >= end {
+                conns.count(Kind::Idle);
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            } else {
+                next = next.min(end);
+            }
+        }
+        if closing {
+            if sh.quiet() {
+                let since = *quiet_since.get_or_insert(now);
+                let end = since + dur_ms(LINGER);
+                if now >= end {
+                    if phase == Phase::Draining {
+                        conns
+                            .counters
+                            .closed_at_shutdown
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                next = next.min(end);
+            } else {
+                quiet_since = None;
+                next = next.min(now + dur_ms(CLOSING_RECHECK));
+            }
+        }
+        sleep.as_mut().reset(at_ms(next.max(now + 1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_cap_leaves_room_for_backends() {
+        assert_eq!(default_max_connections(Some(1024)), 768);
+        assert_eq!(default_max_connections(Some(200)), 136);
+        assert_eq!(default_max_connections(Some(20_000)), 15_000);
+        assert_eq!(default_max_connections(None), 10_000);
+        assert!(default_max_connections(Some(u64::MAX)) <= 1 << 22);
+        assert!(open_files_limit().is_some_and(|n| n > 0));
+    }
+
+    fn conns(max: usize) -> Arc<Connections> {
+        let mut cfg = ServerConfig::default();
+        cfg.connections.max_connections = Some(max);
+        Arc::new(Connections::new(&cfg))
+    }
+
+    /// An HTTP/1 connection idle since `since` (ms).
+    fn idle_since(sh: &ConnShared, since: u64) {
+        sh.proto.store(PROTO_H1, Ordering::Release);
+        sh.ready_ms.store(since, Ordering::Relaxed);
+        sh.activity_ms.store(since, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_is_evicted_first_and_busy_ones_never() {
+        let c = conns(3);
+        let a = c.register();
+        let b = c.register();
+        let busy = c.register();
+        idle_since(&a, 2000);
+        idle_since(&b, 1000);
+        idle_since(&busy, 10);
+        let _req = busy.request();
+        assert!(c.admit(), "at the cap, an idle connection makes room");
+        assert_eq!(c.evicting(), 1, "one idle connection is asked to close");
+        assert!(
+            b.evicting.load(Ordering::Acquire),
+            "the oldest idle goes first"
+        );
+        assert!(!a.evicting.load(Ordering::Acquire));
+        assert!(
+            !busy.evicting.load(Ordering::Acquire),
+            "busy connections are never evicted"
+        );
+        assert_eq!(c.evict_idle(5), 1, "only `a` is left to evict");
+        assert_eq!(
+            c.evict_idle(5),
+            0,
+            "nothing idle left: new connections are refused"
+        );
+        assert!(!busy.evicting.load(Ordering::Acquire));
+    }
+
+    #[tokio::test]
+    async fn out_of_descriptors_evicts_idle_connections_and_counts_the_error() {
+        let c = conns(100);
+        let silent = c.register(); // never sent a byte: evictable
+        let emfile = io::Error::from_raw_os_error(EMFILE);
+        c.accept_failed(&emfile).await;
+        c.accept_failed(&emfile).await;
+        assert!(silent.evicting.load(Ordering::Acquire));
+        assert_eq!(c.status()["accept_errors"], 2);
+    }
+
+    #[test]
+    fn accept_errors_are_logged_at_most_once_a_second() {
+        let mut log = AcceptLog::default();
+        let e = io::Error::from_raw_os_error(EMFILE);
+        log.record(&e);
+        assert_eq!(log.unlogged, 0, "the first one is logged");
+        for _ in 0..100 {
+            log.record(&e);
+        }
+        assert_eq!(log.unlogged, 100, "the next ones wait for the next report");
+    }
+
+    #[test]
+    fn the_preface_decides_the_protocol() {
+        let sh = Arc::new(ConnShared::new(1));
+        let mut io_state = PrefaceOnly {
+            sh: sh.clone(),
+            preface: 0,
+        };
+        io_state.feed(&PREFACE[..10]);
+        assert_eq!(
+            sh.proto(),
+            PROTO_UNKNOWN,
+            "a partial preface decides nothing"
+        );
+        io_state.feed(&PREFACE[10..]);
+        assert_eq!(sh.proto(), PROTO_H2);
+        let sh = Arc::new(ConnShared::new(2));
+        let mut io_state = PrefaceOnly {
+            sh: sh.clone(),
+            preface: 0,
+        };
+        io_state.feed(b"PO");
+        assert_eq!(sh.proto(), PROTO_H1);
+        assert!(
+            sh.head_started_ms.load(Ordering::Relaxed) != 0,
+            "a head started"
+        );
+    }
+
+    /// The read hook of [`TrackedIo`] without a socket.
+    struct PrefaceOnly {
+        sh: Arc<ConnShared>,
+        preface: usize,
+    }
+
+    impl PrefaceOnly {
+        fn feed(&mut self, data: &[u8]) {
+            on_read(&self.sh, &mut self.preface, data);
+        }
+    }
+}
