@@ -38,7 +38,8 @@ impl Default for EvalLimits {
 impl EvalLimits {
     pub(crate) fn jaq(&self) -> Limits {
         Limits {
-            max_depth: self.max_depth,
+            // config validation caps it there too; values deeper cannot be parsed
+            max_depth: self.max_depth.min(crate::json::MAX_DEPTH_CAP),
             max_elements: self.max_elements,
             max_string_bytes: self.max_string_bytes,
         }
@@ -159,6 +160,11 @@ impl Run {
                 Run { scope, limits }
             }
         }
+    }
+
+    /// How much stack is left where the evaluation runs.
+    pub(crate) fn stack_remaining(&self, remaining: usize) {
+        self.scope.stack_remaining(remaining)
     }
 
     /// The error for the scope's stop, if it stopped.

@@ -351,8 +351,12 @@ impl Expr {
         ) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
         let need = self.stack_need(budget.map_or(128, |(b, _)| b.limits().max_depth));
-        stacker::maybe_grow(need, need.max(EVAL_STACK_GROW), || {
+        let remaining = stacker::remaining_stack();
+        let eval = || {
             let run = budget::Run::new(budget);
+            if let Some(r) = remaining.filter(|r| *r >= need) {
+                run.stack_remaining(r);
+            }
             let vars = Vars::new(self.vars.iter().map(|&i| lookup(i)));
             let ctx = Ctx::<JustLut<Val>>::new(&filter.lut, vars);
             let mut outs = filter.id.run((ctx, input.clone()));
@@ -363,7 +367,12 @@ impl Expr {
                 Some(e) => Err(e),
                 None => r,
             }
-        })
+        };
+        match remaining {
+            Some(r) if r >= need => eval(),
+            // too little (or unknown) stack here: run on a new segment
+            _ => stacker::grow(need.max(EVAL_STACK_GROW), eval),
+        }
     }
 }
 

@@ -446,11 +446,18 @@ impl Scope {
     /// scope; when the cap is reached the stop is [`Stop::Yield`] if `yields`, else
     /// [`Stop::Ops`].
     pub fn enter(shared: Option<Arc<Shared>>, limits: Limits, cap: u64, yields: bool) -> Scope {
+        // the first grant (the deadline is checked at the next one)
+        let first = CHUNK.min(cap);
+        let first = match &shared {
+            Some(s) if s.is_cancelled() => 0,
+            Some(s) => s.take(first),
+            None => first,
+        };
         let (prev_shared, prev_local, prev_yields) = COLD.with(|c| {
             let mut c = c.borrow_mut();
             let prev = (c.shared.take(), c.local_left, c.yields);
             c.shared = shared;
-            c.local_left = cap;
+            c.local_left = cap - first;
             c.yields = yields;
             prev
         });
@@ -467,7 +474,7 @@ impl Scope {
                 prev_local,
                 prev_yields,
                 prev_stopped: h.stopped.replace(None),
-                prev_left: h.left.replace(0),
+                prev_left: h.left.replace(first),
                 prev_level: h.level.replace(0),
             };
             h.pending.set(0);
@@ -483,6 +490,17 @@ impl Scope {
     /// Why the evaluation stopped, if it did.
     pub fn stopped(&self) -> Option<Stop> {
         stopped()
+    }
+
+    /// Tell the scope how much stack is left here (e.g. from `stacker::remaining_stack`),
+    /// which it would otherwise ask for at its first check.
+    pub fn stack_remaining(&self, remaining: usize) {
+        let sp = stack_pointer();
+        HOT.with(|h| {
+            let reserve = STACK_RED_ZONE + h.max_depth.get().saturating_mul(STACK_PER_LEVEL);
+            h.floor
+                .set(sp.saturating_sub(remaining).saturating_add(reserve));
+        })
     }
 }
 

@@ -640,9 +640,8 @@ impl Id {
                 path.update(cv, Box::new(u))
             }),
             Ast::UpdateAlt(path, f) => pipe(f, cv, move |cv, y| {
-                let u = move |x: D::V<'a>| {
-                    box_once(if x.as_bool() { Ok(x) } else { place(y.clone()) })
-                };
+                let u =
+                    move |x: D::V<'a>| box_once(if x.as_bool() { Ok(x) } else { place(y.clone()) });
                 path.update(cv, Box::new(u))
             }),
             Ast::Assign(path, f) => pipe(f, cv, move |cv, y| {

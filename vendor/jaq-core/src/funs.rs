@@ -171,7 +171,11 @@ macro_rules! skip {
             while_gtz!(
                 n,
                 // fanout: charge an op per skipped value
-                if let Some(e) = iter.next()?.err().or_else(|| budget::tick().err().map(Stop::exn)) {
+                if let Some(e) = iter
+                    .next()?
+                    .err()
+                    .or_else(|| budget::tick().err().map(Stop::exn))
+                {
                     return Some(Err(e));
                 },
                 iter.next()

@@ -4,8 +4,8 @@ use bstr::ByteSlice;
 use bytes::{BufMut, Bytes, BytesMut};
 use core::fmt;
 use jaq_core::box_iter::{then, BoxIter};
-use jaq_core::native::{bome, run, unary, v, Filter, Fun};
 use jaq_core::budget::{self, Stop};
+use jaq_core::native::{bome, run, unary, v, Filter, Fun};
 use jaq_core::{DataT, Exn, RunPtr};
 use jaq_std::ValT as _;
 
@@ -180,7 +180,9 @@ fn base<D: for<'a> DataT<V<'a> = Val>>() -> Box<[Filter<RunPtr<D>>]> {
             }))
         }),
         // fanout: bounded by `max_string_bytes`
-        ("tojson", v(0), |cv| bome(cv.1.to_json_limited().map(Val::utf8_str))),
+        ("tojson", v(0), |cv| {
+            bome(cv.1.to_json_limited().map(Val::utf8_str))
+        }),
         ("tobytes", v(0), |cv| {
             let fail = |v| Error::str(format_args!("cannot convert {v} to bytes"));
             bome(cv.1.to_bytes().map(Val::byte_str).map_err(fail))

@@ -201,5 +201,6 @@ pub fn parse_many_limited(slice: &[u8]) -> impl Iterator<Item = Result<Val, Erro
         None
     };
     let ok = pre.is_none();
-    pre.into_iter().chain(ok.then(|| parse_many(slice)).into_iter().flatten())
+    pre.into_iter()
+        .chain(ok.then(|| parse_many(slice)).into_iter().flatten())
 }

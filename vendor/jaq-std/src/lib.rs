@@ -32,12 +32,12 @@ use alloc::string::ToString;
 use alloc::{boxed::Box, vec::Vec};
 use bstr::ByteSlice;
 use jaq_core::box_iter::{box_once, BoxIter};
+use jaq_core::budget::{self, Stop};
 use jaq_core::native::{bome, run, unary, v, Filter, Fun};
 #[cfg(feature = "regex")]
 use jaq_core::Cv;
 #[cfg(any(feature = "regex", feature = "std"))]
 use jaq_core::ValT as _;
-use jaq_core::budget::{self, Stop};
 use jaq_core::{load, Bind, DataT, Error, Exn, RunPtr, ValR, ValX, ValXs};
 
 /// Definitions of the standard library.
@@ -275,7 +275,7 @@ fn charge_sort<V: From<alloc::string::String>>(n: usize) -> Result<(), Error<V>>
 /// Sort array by the given function.
 fn sort_by<'a, V: ValT>(xs: &mut [V], f: impl Fn(V) -> ValXs<'a, V>) -> Result<(), Exn<'a, V>> {
     charge_sort(xs.len())?; // fanout
-    // Some(e) iff an error has previously occurred
+                            // Some(e) iff an error has previously occurred
     let mut err = None;
     xs.sort_by_cached_key(|x| {
         if err.is_some() {
