@@ -441,7 +441,11 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             &bin,
             &args,
             &env,
-            &opts.out.join(format!("{name}.log")),
+            // `NAME=PATH` targets log to NAME.log.
+            &opts.out.join(format!(
+                "{}.log",
+                external_fanout(name).map_or(name.as_str(), |(n, _)| n)
+            )),
         )?;
         p.wait_ready(addr, &probe, Duration::from_secs(15)).await?;
         let pid = p.pid().unwrap_or(0);
