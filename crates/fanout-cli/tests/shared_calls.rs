@@ -208,10 +208,6 @@ async fn a_hung_call_does_not_wedge_a_hot_key() {
         dedup["expired"].as_u64().unwrap_or(0) >= 1,
         "the hung shared call expired: {dedup}"
     );
-    assert!(
-        dedup["joined"].as_u64().unwrap_or(0) >= 1,
-        "callers joined shared calls: {dedup}"
-    );
     let bad: Vec<_> = after.iter().filter(|(_, st)| !st.is_success()).collect();
     assert!(
         bad.is_empty(),

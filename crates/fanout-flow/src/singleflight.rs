@@ -8,6 +8,11 @@
 //! that call will end within the caller's own time; otherwise it starts a fresh call (which
 //! later callers then join).
 //!
+//! A caller also does not join a call that is already much older than the backend's calls usually
+//! take (twice the moving average of finished calls, plus 1 ms): such a call is probably hung,
+//! and joining it would turn one slow answer into many failed requests. Without dedup a hung
+//! call fails one request; with it, at most the callers of the first moments share its fate.
+//!
 //! The table holds weak references: when every caller has gone, the call is dropped (its
 //! connection closed); a caller that goes away while others wait does not cancel it for them.
 
@@ -24,6 +29,8 @@ pub type Call = BoxFuture<'static, Result<CallResponse, CallError>>;
 
 struct Flight {
     call: WeakShared<Call>,
+    /// When the call started.
+    started: Instant,
     /// When the call ends at the latest (its own time limit).
     ends: Instant,
 }
@@ -31,6 +38,8 @@ struct Flight {
 /// Live shared calls by key.
 pub struct Flights {
     table: Mutex<Table>,
+    /// Moving average of how long finished calls took, in µs (0: none yet).
+    typical_us: AtomicU64,
     started: AtomicU64,
     joined: AtomicU64,
     expired: AtomicU64,
@@ -76,10 +85,28 @@ impl Flights {
                 map: HashMap::new(),
                 sweep_at: 256,
             }),
+            typical_us: AtomicU64::new(0),
             started: AtomicU64::new(0),
             joined: AtomicU64::new(0),
             expired: AtomicU64::new(0),
         }
+    }
+
+    /// How old a live call may be for a new caller to join it: twice the usual call time plus
+    /// 1 ms (no limit before the first call finished).
+    fn join_age(&self) -> Duration {
+        match self.typical_us.load(Relaxed) {
+            0 => Duration::MAX,
+            t => Duration::from_micros(t.saturating_mul(2).saturating_add(1000)),
+        }
+    }
+
+    fn record(&self, took: Duration) {
+        let us = (took.as_micros() as u64).max(1);
+        let old = self.typical_us.load(Relaxed);
+        // EWMA with weight 1/8 (races between two updates lose one sample: harmless).
+        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
+        self.typical_us.store(new.max(1), Relaxed);
     }
 
     /// The counters.
@@ -104,6 +131,7 @@ impl Flights {
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = table.map.get(&key)
             && f.ends <= ends
+            && now.saturating_duration_since(f.started) <= self.join_age()
             && let Some(shared) = live(f, now)
         {
             self.joined.fetch_add(1, Relaxed);
@@ -118,7 +146,12 @@ impl Flights {
         let me = std::sync::Arc::downgrade(self);
         let limited: Call = Box::pin(async move {
             match tokio::time::timeout_at(ends, call).await {
-                Ok(r) => r,
+                Ok(r) => {
+                    if let Some(me) = me.upgrade() {
+                        me.record(now.elapsed());
+                    }
+                    r
+                }
                 Err(_) => {
                     if let Some(me) = me.upgrade() {
                         me.expired.fetch_add(1, Relaxed);
@@ -135,7 +168,14 @@ impl Flights {
         });
         let shared = limited.shared();
         if let Some(call) = shared.downgrade() {
-            table.map.insert(key, Flight { call, ends });
+            table.map.insert(
+                key,
+                Flight {
+                    call,
+                    started: now,
+                    ends,
+                },
+            );
         }
         shared
     }
@@ -232,6 +272,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(calls.load(Relaxed), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_do_not_join_a_call_far_older_than_calls_usually_take() {
+        let f = Arc::new(Flights::new());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let t = Duration::from_secs(1);
+        // Calls usually take 10 ms.
+        for _ in 0..3 {
+            f.run(key("/k"), t, answering(&calls)).await.unwrap();
+        }
+        // One hangs: callers in the first moments join it, later ones start their own call.
+        let hung = f.run(key("/k"), t, hanging(&calls));
+        let early = f.run(key("/k"), t, hanging(&calls));
+        assert_eq!(f.counters().joined, 1, "joined while young");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let late = f.run(key("/k"), t, answering(&calls));
+        assert!(
+            late.await.is_ok(),
+            "a caller 50 ms later does not wait for the hung call"
+        );
+        assert_eq!(f.counters().joined, 1);
+        drop((hung, early));
     }
 
     #[tokio::test(start_paused = true)]
