@@ -164,6 +164,29 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
 mod tests {
     use super::*;
 
+    /// Occupy the pool's only thread until the returned sender is used; returns once it runs.
+    async fn block_the_thread(
+        pool: &Arc<ComputePool>,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        tokio::task::JoinHandle<Result<(), ComputeError>>,
+    ) {
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let blocker = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run(move || {
+                    let _ = started_tx.send(());
+                    let _ = release_rx.recv();
+                })
+                .await
+            }
+        });
+        started_rx.await.unwrap();
+        (release_tx, blocker)
+    }
+
     #[tokio::test]
     async fn runs_jobs_off_the_caller_thread_and_bounds_the_queue() {
         let pool = ComputePool::new(1, 2, 0);
@@ -178,20 +201,8 @@ mod tests {
         assert_ne!(there, here);
 
         // Block the only thread, fill the queue (2), the next job is refused.
-        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
         let pool = Arc::new(pool);
-        let blocker = tokio::spawn({
-            let pool = pool.clone();
-            async move {
-                pool.run(move || {
-                    let _ = started_tx.send(());
-                    let _ = release_rx.recv();
-                })
-                .await
-            }
-        });
-        started_rx.await.unwrap();
+        let (release_tx, blocker) = block_the_thread(&pool).await;
         let queued: Vec<_> = (0..2)
             .map(|i| {
                 let pool = pool.clone();
@@ -216,19 +227,7 @@ mod tests {
     async fn a_job_whose_caller_has_gone_is_not_run() {
         let pool = Arc::new(ComputePool::new(1, 4, 0));
         pool.start().unwrap();
-        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-        let blocker = tokio::spawn({
-            let pool = pool.clone();
-            async move {
-                pool.run(move || {
-                    let _ = started_tx.send(());
-                    let _ = release_rx.recv();
-                })
-                .await
-            }
-        });
-        started_rx.await.unwrap();
+        let (release_tx, blocker) = block_the_thread(&pool).await;
         let ran = Arc::new(AtomicU64::new(0));
         let gone = tokio::spawn({
             let (pool, ran) = (pool.clone(), ran.clone());

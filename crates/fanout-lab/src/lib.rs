@@ -395,18 +395,6 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             std::fs::write(&f, yaml).map_err(io(&f))?;
         }
         let (bin, args) = match name.as_str() {
-            n if external_fanout(n).is_some() => (
-                external_fanout(n)
-                    .map(|(_, bin)| PathBuf::from(bin))
-                    .unwrap_or_default(),
-                vec![
-                    "serve".into(),
-                    "--config".into(),
-                    gw_file.display().to_string(),
-                    "--listen".into(),
-                    addr.to_string(),
-                ],
-            ),
             _ if variant.is_some() => (
                 opts.fanout_bin.clone(),
                 vec![
@@ -425,8 +413,10 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 opts.baseline_bin.clone(),
                 vec!["--listen".into(), addr.to_string()],
             ),
-            _ => (
-                opts.fanout_bin.clone(),
+            // `fanout`, or another fanout build given as `NAME=PATH`.
+            n => (
+                external_fanout(n)
+                    .map_or_else(|| opts.fanout_bin.clone(), |(_, b)| PathBuf::from(b)),
                 vec![
                     "serve".into(),
                     "--config".into(),
