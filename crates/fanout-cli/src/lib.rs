@@ -77,19 +77,46 @@ pub async fn start_gateway(gateway: Gateway, addr: &str) -> std::io::Result<Runn
 }
 
 /// Resolves when the process gets Ctrl-C or SIGTERM.
+///
+/// SIGHUP (by default fatal) is logged and ignored while this waits: config reload does not
+/// exist yet, and `kill -HUP` out of habit must not take the gateway down.
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {},
-                    _ = term.recv() => {},
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot handle SIGHUP: it will stop the process");
+                None
+            }
+        };
+        let stop = async {
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {},
+                        _ = term.recv() => {},
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
                 }
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+        };
+        tokio::pin!(stop);
+        loop {
+            let hangup = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut stop => return,
+                Some(()) = hangup => {
+                    tracing::warn!("SIGHUP received: config reload is not supported yet; ignoring");
+                }
             }
         }
     }

@@ -107,7 +107,9 @@ enum Cmd {
         /// Output directory.
         #[arg(long, default_value = "lab-out")]
         out: String,
-        /// The hand-written baseline executable (default: `hyper-aggregator` next to this binary).
+        /// The hand-written baseline executable (default: `hyper-aggregator` next to this binary;
+        /// when it is not there, the lab builds it with `cargo build --release -p hyper-aggregator`
+        /// in the workspace this binary was built from).
         #[arg(long)]
         baseline_bin: Option<String>,
     },
@@ -275,10 +277,6 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             baseline_bin,
         } => {
             let exe = std::env::current_exe().context("locating the fanout executable")?;
-            let baseline = match baseline_bin {
-                Some(b) => b.into(),
-                None => exe.with_file_name("hyper-aggregator"),
-            };
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             let opts = fanout_lab::LabOptions {
                 scenario,
@@ -287,7 +285,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 out: out.clone().into(),
                 trials,
                 fanout_bin: exe,
-                baseline_bin: baseline,
+                baseline_bin: baseline_bin.map(Into::into),
                 command,
             };
             let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;

@@ -20,6 +20,7 @@ fn example_dirs() -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn examples_answer_as_documented() {
+    let logs = capture_logs();
     let dirs = example_dirs();
     assert!(dirs.len() >= 2, "expected the examples, found {dirs:?}");
     for dir in dirs {
@@ -61,6 +62,21 @@ async fn examples_answer_as_documented() {
             }
             for (service, n) in &case.backend_calls {
                 assert_eq!(calls(&stubs, service), *n, "{ctx}: calls to {service}");
+            }
+            if !case.log.is_empty() {
+                let rid = case
+                    .request
+                    .headers
+                    .get("x-request-id")
+                    .unwrap_or_else(|| panic!("{ctx}: `log` needs the request's x-request-id"));
+                assert_eq!(resp.headers["x-request-id"], rid.as_str(), "{ctx}");
+                let lines = logs.lines_with(&format!("request_id={rid}"));
+                for text in &case.log {
+                    assert!(
+                        lines.iter().any(|l| l.contains(text.as_str())),
+                        "{ctx}: no log line of request {rid} contains {text:?}: {lines:#?}"
+                    );
+                }
             }
         }
         gw.shutdown().await.unwrap();

@@ -154,7 +154,10 @@ async fn deadline_cancels_outstanding_calls_without_leaks() {
         assert_eq!(r.status, 504);
         assert_eq!(r.code(), "deadline_exceeded");
         assert_eq!(r.json()["error"]["step"], "h");
-        assert_eq!(r.json()["error"]["backend"], "a");
+        assert!(
+            r.json()["error"].get("backend").is_none(),
+            "backend names stay in the log"
+        );
     }
     // The stub saw each hanging request go away, nothing is in flight, connections are closed.
     eventually("3 aborted at the stub", || {

@@ -46,20 +46,29 @@ fn run_lab(scenario: &str, targets: &str, out: &Path) -> serde_json::Value {
     run_lab_text(scenario, targets, out).0
 }
 
-/// Run the lab; return report.json and the text summary it printed.
+/// What the lab prints when it builds the hyper baseline.
+const BUILDING: &str = "building the hyper baseline";
+
+/// Run the lab; return report.json and the text summary it printed. `--baseline-bin` is passed
+/// only when `hyper-baseline` is a target: the other runs show that a target needing nothing
+/// built triggers nothing.
 fn run_lab_text(scenario: &str, targets: &str, out: &Path) -> (serde_json::Value, String) {
-    let o = Command::new(bin())
-        .args(["lab", scenario, "--targets", targets, "--quick", "--out"])
-        .arg(out)
-        .arg("--baseline-bin")
-        .arg(baseline())
-        .output()
-        .expect("run fanout lab");
+    let mut cmd = Command::new(bin());
+    cmd.args(["lab", scenario, "--targets", targets, "--quick", "--out"])
+        .arg(out);
+    if targets.split(',').any(|t| t == "hyper-baseline") {
+        cmd.arg("--baseline-bin").arg(baseline());
+    }
+    let o = cmd.output().expect("run fanout lab");
+    let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.success(),
-        "fanout lab failed:\nstdout:\n{}\nstderr:\n{}",
+        "fanout lab failed:\nstdout:\n{}\nstderr:\n{stderr}",
         String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !stderr.contains(BUILDING),
+        "nothing to build for {targets}:\n{stderr}"
     );
     let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
     (
@@ -481,6 +490,84 @@ fn lab_hedging_quick_compares_no_hedge_and_hedge() {
     let dom = assert_renders(&out, 6);
     assert!(dom.contains("Hedging (all trials merged)"));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
+    let out = out_dir("no-baseline");
+    let missing = out.with_file_name("no-such-hyper-aggregator");
+    let o = Command::new(bin())
+        .args(["lab", "product-page", "--targets", "fanout,hyper-baseline"])
+        .args(["--quick", "--out"])
+        .arg(&out)
+        .arg("--baseline-bin")
+        .arg(&missing)
+        .output()
+        .expect("run fanout lab");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&missing.display().to_string()) && stderr.contains("--baseline-bin"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("cargo build --release -p hyper-aggregator"),
+        "the command to run by hand: {stderr}"
+    );
+    assert!(
+        !stderr.contains(BUILDING),
+        "an explicit path is never built: {stderr}"
+    );
+    assert!(!out.exists(), "nothing started, nothing written");
+}
+
+/// A `fanout` with no `hyper-aggregator` beside it builds the baseline with cargo in its
+/// workspace. `$CARGO` is `false` here (no real build in the test suite): the lab announces the
+/// build with its command, then fails before starting anything, naming the command to run by
+/// hand.
+#[test]
+fn lab_builds_a_missing_hyper_baseline_with_cargo() {
+    // The same executable in a directory of its own inside the cargo target directory (a hard
+    // link, else a copy): nothing next to it, the workspace and target directory as usual.
+    let fanout = Path::new(bin());
+    let Some(target_dir) = fanout
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+    else {
+        panic!("{} is not in a cargo target directory", fanout.display());
+    };
+    let dir = target_dir.join(format!("lab-test-exe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
+    let exe = dir.join("fanout");
+    if std::fs::hard_link(fanout, &exe).is_err() {
+        std::fs::copy(fanout, &exe).expect("copy the fanout binary");
+    }
+    let out = out_dir("build-baseline");
+    let o = Command::new(&exe)
+        .args(["lab", "product-page", "--targets", "fanout,hyper-baseline"])
+        .args(["--quick", "--out"])
+        .arg(&out)
+        .env("CARGO", "false")
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .expect("run fanout lab");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let Some(announce) = stderr.lines().find(|l| l.starts_with(BUILDING)) else {
+        panic!("the lab says what it builds:\n{stderr}");
+    };
+    assert!(
+        announce.ends_with("cargo build --release -p hyper-aggregator"),
+        "{announce}"
+    );
+    assert!(
+        stderr.contains("building the hyper baseline failed") && stderr.contains("by hand"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "nothing started, nothing written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

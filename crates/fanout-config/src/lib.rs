@@ -6,12 +6,17 @@
 //! (`fanout-flow`) compiles them and reports their errors at the locations kept in [`Located`].
 //! The JSON Schema printed by `fanout schema` is generated from these types (schemars).
 
+mod contract;
 mod duration;
 mod env;
+mod hints;
 mod located;
+
+pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 
 pub use duration::Dur;
 pub use env::substitute;
+pub use hints::{closest, did_you_mean};
 pub use located::{Located, Pos, pos_in_scalar};
 
 use indexmap::IndexMap;
@@ -162,6 +167,19 @@ pub struct ServerConfig {
     /// Limits of request bodies: how long they may take to arrive, how many may arrive at once,
     /// and the memory all in-flight request data may use.
     pub bodies: BodyLimits,
+    /// Header carrying the request id: taken from the client when present and valid (1–128
+    /// characters of `A-Z a-z 0-9 - _ . : @`), otherwise generated; returned in this header and
+    /// in error bodies, and written in the log. Default `x-request-id`.
+    pub request_id_header: String,
+    /// Put the internal detail of a failure (backend name, backend status and body excerpt,
+    /// expression error, transport error) into error bodies as `error.detail` and
+    /// `error.backend`. For development only: by default clients get the status, `code`, step,
+    /// a safe message and the request id, and the detail goes only to the log. Default false.
+    pub expose_error_details: bool,
+    /// Most failed-request log lines (with their detail) written per second; past it lines are
+    /// counted and the count is logged once the second is over, so a storm of failures cannot
+    /// flood the log or spend the CPU on it. 0: no limit. Default 1000.
+    pub error_log_per_second: u32,
 }
 
 /// Limits of client connections. Every connection ends: a timeout closes it (counted by kind on
@@ -439,6 +457,9 @@ impl Default for ServerConfig {
             expressions: ExpressionLimits::default(),
             connections: ConnectionLimits::default(),
             bodies: BodyLimits::default(),
+            request_id_header: "x-request-id".into(),
+            expose_error_details: false,
+            error_log_per_second: 1000,
         }
     }
 }
@@ -874,6 +895,23 @@ pub struct Step {
     /// worker thread keeps serving other requests. Default false.
     #[serde(default)]
     pub compute: bool,
+    /// End the request with a client answer (status, code, message) when this step runs — with
+    /// `when`, a guard such as input validation that answers 400 before any backend is called.
+    pub fail: Option<FailSpec>,
+    /// What the client gets when the backend answers an error status: status (`404`) or class
+    /// (`4xx`, `5xx`) → a status to answer, `pass` (the backend's), `default` (not a failure:
+    /// the step's value is its `default`), or `{status, code, message}`. Unlisted statuses: 404
+    /// answers 404 `not_found` naming the step, every other 4xx/5xx answers 502
+    /// `backend_status` (the backend's status with its `status_passthrough`).
+    #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, StatusAction>")]
+    pub on_status: IndexMap<Located<StatusPattern>, StatusAction>,
+    /// Keys a batch lookup (`http.key`) did not find, and elements of a `for_each` `http` step
+    /// whose call answered 404: `fail` (default: the step fails, 404 `key_not_found` for keys),
+    /// `skip` (left out of the list), `null`, or `{value: EXPRESSION}` (per element, reads
+    /// `$item`/`$index`). Steps with missing elements are listed in `_partial`.
+    #[serde(default)]
+    pub missing: MissingPolicy,
 }
 
 /// An HTTP call of a step. Every part except `backend` and `method` is an expression.
@@ -909,16 +947,13 @@ pub struct HttpCall {
 pub struct Respond {
     /// Body expression (JSON), e.g. `{total: $search.total, items: $details}`.
     pub body: ExprSrc,
-    /// Status code; default 200.
-    #[serde(default = "default_status")]
-    pub status: u16,
+    /// Status code, or an expression giving one (e.g. `'if $found then 200 else 404 end'`);
+    /// default 200.
+    #[serde(default)]
+    pub status: StatusSrc,
     /// Response headers: name → expression.
     #[serde(default)]
     pub headers: IndexMap<String, ExprSrc>,
-}
-
-fn default_status() -> u16 {
-    200
 }
 
 /// Looks up `${NAME}` values; the process environment by default.
@@ -947,21 +982,8 @@ fn yaml_error(file: &str, e: &serde_saphyr::Error) -> ConfigError {
     let full = e.to_string();
     // The library renders a snippet after the first line; we print our own position.
     let first = full.lines().next().unwrap_or("invalid YAML").trim();
-    let message = strip_location_suffix(first);
-    let hint = if message.contains("unknown field") {
-        Some("remove the field or fix its spelling; `fanout schema` lists every field".into())
-    } else if message.contains("missing field") {
-        Some("add the field; see docs/config.md".into())
-    } else if message.contains("duplicate mapping key") {
-        Some("each key may appear once in a mapping; remove one of them".into())
-    } else if message.contains("invalid type")
-        || message.contains("expected a")
-        || message.starts_with("invalid")
-    {
-        Some("check the value's type against docs/config.md".into())
-    } else {
-        None
-    };
+    let message = hints::polish_yaml_message(strip_location_suffix(first));
+    let hint = Some(hints::yaml_hint(&message));
     ConfigError {
         file: file.to_string(),
         pos,
@@ -1066,7 +1088,13 @@ impl Config {
                 file: path.to_string(),
                 pos: None,
                 message: format!("cannot read config: {e}"),
-                hint: Some("check the path passed with --config".into()),
+                hint: Some(match e.kind() {
+                    std::io::ErrorKind::InvalidData => {
+                        "a config is UTF-8 text of at most 16 MiB".into()
+                    }
+                    std::io::ErrorKind::InvalidInput => "pass the path of a regular file".into(),
+                    _ => format!("check that the file exists and is readable: {path}"),
+                }),
             })?;
         Config::from_yaml(path, &text, vars)
     }
@@ -1198,18 +1226,98 @@ impl Config {
 }
 
 fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
-    let kinds = step.http.is_some() as u8 + step.value.is_some() as u8;
+    let kinds = step.http.is_some() as u8 + step.value.is_some() as u8 + step.fail.is_some() as u8;
     if kinds != 1 {
         errs.push(
             ConfigError::at(
                 name.pos,
                 format!(
-                    "step `{}` must have exactly one of `http` or `value` (has {kinds})",
+                    "step `{}` must have exactly one of `http`, `value` or `fail` (has {kinds})",
                     name.value
                 ),
             )
-            .hint("a step either calls a backend (`http:`) or computes a value (`value:`)"),
+            .hint("a step calls a backend (`http:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
         );
+    }
+    if let Some(f) = &step.fail {
+        let mut no = |what: &str, set: bool| {
+            if set {
+                errs.push(
+                    ConfigError::at(
+                        name.pos,
+                        format!("step `{}`: a `fail` step cannot have `{what}`", name.value),
+                    )
+                    .hint("a `fail` step only decides (with `when`) whether the request ends with its answer"),
+                );
+            }
+        };
+        no("optional", step.optional);
+        no("for_each", step.for_each.is_some());
+        no("result", step.result.is_some());
+        no("default", step.default.is_some());
+        no("on_status", !step.on_status.is_empty());
+        no("missing", !matches!(step.missing, MissingPolicy::Fail));
+        no("compute", step.compute);
+        if !(400..=599).contains(&f.status.value) {
+            errs.push(
+                ConfigError::at(
+                    f.status.pos,
+                    format!("fail.status {} must be within 400–599", f.status.value),
+                )
+                .hint("e.g. 400 for invalid input, 404, 409, 422"),
+            );
+        }
+        if !valid_code(&f.code.value) {
+            errs.push(
+                ConfigError::at(f.code.pos, format!("invalid fail.code `{}`", f.code.value))
+                    .hint("codes are 1–64 lower-case letters, digits and `_`, e.g. `invalid_id`"),
+            );
+        }
+    }
+    if step.http.is_none() {
+        if let Some((k, _)) = step.on_status.iter().next() {
+            errs.push(
+                ConfigError::at(
+                    k.pos,
+                    format!("step `{}`: `on_status` needs an `http` step", name.value),
+                )
+                .hint("`on_status` maps the statuses a backend answers; this step calls none"),
+            );
+        }
+        if !matches!(step.missing, MissingPolicy::Fail) {
+            errs.push(
+                ConfigError::at(
+                    name.pos,
+                    format!("step `{}`: `missing` needs an `http` step", name.value),
+                )
+                .hint("`missing` applies to keys a batch lookup did not find and to 404s of `for_each` calls"),
+            );
+        }
+    }
+    for (k, a) in &step.on_status {
+        if let StatusAction::Answer { code: Some(c), .. } = a
+            && !valid_code(c)
+        {
+            errs.push(
+                ConfigError::at(k.pos, format!("invalid on_status code `{c}`")).hint(
+                    "codes are 1–64 lower-case letters, digits and `_`, e.g. `order_not_found`",
+                ),
+            );
+        }
+        if matches!(k.value, StatusPattern::Exact(s) if s < 300)
+            || matches!(k.value, StatusPattern::Class(c) if c < 3)
+        {
+            errs.push(
+                ConfigError::at(
+                    k.pos,
+                    format!(
+                        "on_status `{}`: only statuses ≥ 300 reach `on_status`",
+                        k.value
+                    ),
+                )
+                .hint("2xx answers are successes; map 3xx, 4xx or 5xx statuses"),
+            );
+        }
     }
     let valid = name
         .value
@@ -1238,6 +1346,13 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
             "`concurrency` must be at least 1",
         ));
     }
+}
+
+/// An `error.code` written in the config: 1–64 of `a-z 0-9 _`.
+pub fn valid_code(c: &str) -> bool {
+    (1..=64).contains(&c.len())
+        && c.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 impl Config {

@@ -24,9 +24,11 @@ pub mod json;
 mod native;
 pub mod request;
 pub mod scan;
+mod suggest;
 
 pub use budget::{Budget, EvalErrorKind, EvalLimits, Mode};
 
+use jaq_core::compile::Undefined;
 use jaq_core::load::{self, lex::StrPart, lex::Tok, lex::Token};
 use jaq_core::{Compiler, Ctx, Vars, data::JustLut};
 use std::fmt;
@@ -196,17 +198,15 @@ impl Expr {
                 match first {
                     Some((name, kind)) => {
                         let offset = span_in(src, name);
-                        let is_var = name.starts_with('$');
-                        let known: Vec<String> = scope.iter().map(|s| format!("${s}")).collect();
+                        let hint = match kind {
+                            Undefined::Filter(arity) => suggest::filter_hint(name, arity),
+                            _ if name.starts_with('$') => suggest::var_hint(name, scope),
+                            _ => "check the spelling".into(),
+                        };
                         CompileError {
                             message: format!("undefined {} `{name}`", kind.as_str()),
                             offset,
-                            hint: Some(if is_var {
-                                format!("known names here: {}", known.join(", "))
-                            } else {
-                                "check the spelling of the function and its number of arguments"
-                                    .into()
-                            }),
+                            hint: Some(hint),
                         }
                     }
                     None => CompileError {

@@ -144,18 +144,16 @@ impl BatchPlan {
             Ok(r) => r,
             Err(_) => Err(self.error(
                 ErrorKind::BackendReset,
+                "the batch call was interrupted",
                 "the batch collector stopped".into(),
             )),
         }
     }
 
-    fn error(&self, kind: ErrorKind, message: String) -> FlowError {
-        FlowError {
-            kind,
-            message: format!("backend `{}` (batch): {message}", self.name),
-            step: None,
-            backend: Some(self.name.clone()),
-        }
+    fn error(&self, kind: ErrorKind, message: &str, detail: String) -> FlowError {
+        FlowError::new(kind, message)
+            .with_backend(&self.name)
+            .with_detail(format!("backend `{}` (batch): {detail}", self.name))
     }
 
     /// Make the calls now: chunks of at most `max` keys, concurrently.
@@ -185,7 +183,8 @@ impl BatchPlan {
         let req = build_call(&self.call, &env, None, deadline).map_err(|m| {
             self.error(
                 ErrorKind::Expression,
-                format!("building the batch call failed: {m}"),
+                "building the batch call failed",
+                format!("building the batch call failed: {}", m.0),
             )
         })?;
         let who: Arc<str> = Arc::from(format!("{} (batch)", self.name));
@@ -207,6 +206,7 @@ impl BatchPlan {
             Ok(Val::Null) => Ok(HashMap::new()),
             Ok(other) => Err(self.error(
                 ErrorKind::BadBackendAnswer,
+                "the backend's batch answer could not be split into values",
                 format!(
                     "`split` must give an object key → value, got {}",
                     short_type(&other)
@@ -214,6 +214,7 @@ impl BatchPlan {
             )),
             Err(e) => Err(self.error(
                 ErrorKind::BadBackendAnswer,
+                "the backend's batch answer could not be split into values",
                 format!("`split` failed: {}", e.0),
             )),
         }

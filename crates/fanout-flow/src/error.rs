@@ -2,6 +2,7 @@
 //! client gets and whether a retry would be safe.
 
 use crate::backend::{CallError, CallErrorKind};
+use bytes::Bytes;
 use std::fmt;
 use std::sync::Arc;
 
@@ -38,6 +39,12 @@ pub enum ErrorKind {
     KeyNotFound,
     /// The compute pool refused the work: its queue is full (503 `overloaded`).
     Overloaded,
+    /// The backend of a required step answered 404 and the step does not map it otherwise
+    /// (404 `not_found`, naming the step).
+    NotFound,
+    /// A `fail` step ended the request, or an `on_status` entry mapped a backend status: the
+    /// status and code are the error's [`Answer`].
+    Answered,
 }
 
 impl ErrorKind {
@@ -55,7 +62,8 @@ impl ErrorKind {
             ErrorKind::BackendStatus { .. } => 502,
             ErrorKind::Rejected | ErrorKind::Overloaded => 503,
             ErrorKind::Expression | ErrorKind::ExpressionLimit => 500,
-            ErrorKind::KeyNotFound => 404,
+            ErrorKind::KeyNotFound | ErrorKind::NotFound => 404,
+            ErrorKind::Answered => 400,
         }
     }
     /// Stable machine-readable code for the error body.
@@ -72,26 +80,56 @@ impl ErrorKind {
             ErrorKind::ExpressionLimit => "expression_limit",
             ErrorKind::KeyNotFound => "key_not_found",
             ErrorKind::Overloaded => "overloaded",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Answered => "bad_request",
         }
     }
 }
 
-/// A failed request, with context.
+/// A client answer chosen by the config: a `fail` step, or an `on_status` mapping.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Status code (400–599).
+    pub status: u16,
+    /// `error.code`.
+    pub code: Arc<str>,
+    /// `error.details` (JSON text), from a `fail` step's `details`.
+    pub details: Option<Bytes>,
+}
+
+/// A failed request, with context. `message` is safe to show a client (it never carries backend
+/// bodies, addresses, backend names or expression errors over data); `detail` is for the log
+/// line of the request (and for clients only with `server.expose_error_details`).
 #[derive(Debug, Clone, thiserror::Error)]
 pub struct FlowError {
     /// What went wrong.
     pub kind: ErrorKind,
-    /// Human-readable message.
+    /// A safe, human-readable message, without the step (rendered next to it).
     pub message: String,
+    /// The internal detail: backend status and body excerpt, transport error, expression error.
+    pub detail: Option<String>,
     /// The step concerned, if any.
     pub step: Option<Arc<str>>,
     /// The backend concerned, if any.
     pub backend: Option<Arc<str>>,
+    /// The status and code chosen by the config (`fail` steps, `on_status`), if any.
+    pub answer: Option<Arc<Answer>>,
 }
 
 impl fmt::Display for FlowError {
+    /// The full text for logs: step, message, backend and detail.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        if let Some(s) = &self.step {
+            write!(f, "step `{s}`: ")?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(b) = &self.backend {
+            write!(f, " [backend `{b}`]")?;
+        }
+        if let Some(d) = &self.detail {
+            write!(f, ": {d}")?;
+        }
+        Ok(())
     }
 }
 
@@ -101,25 +139,40 @@ impl FlowError {
         FlowError {
             kind,
             message: message.into(),
+            detail: None,
             step: None,
             backend: None,
+            answer: None,
         }
     }
     /// From a transport error of a call made by `step` to `backend`.
     pub fn from_call(e: CallError, step: &Arc<str>, backend: &Arc<str>) -> Self {
-        let kind = match e.kind {
-            CallErrorKind::Timeout => ErrorKind::BackendTimeout,
-            CallErrorKind::Connect => ErrorKind::BackendUnavailable,
-            CallErrorKind::Reset => ErrorKind::BackendReset,
-            CallErrorKind::BodyTooLarge => ErrorKind::BadBackendAnswer,
-            CallErrorKind::Rejected => ErrorKind::Rejected,
+        let (kind, message) = match e.kind {
+            CallErrorKind::Timeout => (
+                ErrorKind::BackendTimeout,
+                "the backend did not answer in time",
+            ),
+            CallErrorKind::Connect => (
+                ErrorKind::BackendUnavailable,
+                "the backend could not be reached",
+            ),
+            CallErrorKind::Reset => (
+                ErrorKind::BackendReset,
+                "the connection to the backend broke during the call",
+            ),
+            CallErrorKind::BodyTooLarge => (
+                ErrorKind::BadBackendAnswer,
+                "the backend's answer is larger than allowed",
+            ),
+            CallErrorKind::Rejected => (
+                ErrorKind::Rejected,
+                "the call was refused by the gateway's protection of the backend (bulkhead or open circuit breaker)",
+            ),
         };
-        FlowError {
-            kind,
-            message: format!("step `{step}`: backend `{backend}`: {}", e.message),
-            step: Some(step.clone()),
-            backend: Some(backend.clone()),
-        }
+        FlowError::new(kind, message)
+            .in_step(step)
+            .with_backend(backend)
+            .with_detail(e.message)
     }
     /// Drop the step (for errors shared by several steps).
     pub fn without_step(mut self) -> Self {
@@ -131,9 +184,34 @@ impl FlowError {
         self.step = Some(step.clone());
         self
     }
+    /// Attach the backend.
+    pub fn with_backend(mut self, backend: &Arc<str>) -> Self {
+        self.backend = Some(backend.clone());
+        self
+    }
+    /// Attach the internal detail (for the log).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+    /// Attach the answer chosen by the config.
+    pub fn with_answer(mut self, answer: Answer) -> Self {
+        self.answer = Some(Arc::new(answer));
+        self
+    }
     /// HTTP status for the client.
     pub fn status(&self) -> u16 {
-        self.kind.status()
+        match &self.answer {
+            Some(a) => a.status,
+            None => self.kind.status(),
+        }
+    }
+    /// `error.code` for the client.
+    pub fn code(&self) -> &str {
+        match &self.answer {
+            Some(a) => &a.code,
+            None => self.kind.code(),
+        }
     }
     /// Whether the whole request could be retried by the client without side effects having
     /// happened twice (only when nothing reached a backend).
@@ -142,5 +220,54 @@ impl FlowError {
             self.kind,
             ErrorKind::BackendUnavailable | ErrorKind::Rejected
         )
+    }
+}
+
+/// The `error.code` of a status chosen for a backend's answer: the reason phrase of a 4xx in
+/// snake case (`not_found`, `conflict`, `unprocessable_entity`, …), `backend_status` otherwise.
+pub fn code_for_status(status: u16) -> Arc<str> {
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .filter(|_| (400..500).contains(&status))
+        .and_then(|s| s.canonical_reason());
+    match reason {
+        Some(r) => r
+            .chars()
+            .filter_map(|c| match c {
+                ' ' | '-' => Some('_'),
+                c if c.is_ascii_alphanumeric() => Some(c.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect::<String>()
+            .into(),
+        None => "backend_status".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_for_statuses() {
+        assert_eq!(&*code_for_status(404), "not_found");
+        assert_eq!(&*code_for_status(409), "conflict");
+        assert_eq!(&*code_for_status(422), "unprocessable_entity");
+        assert_eq!(&*code_for_status(429), "too_many_requests");
+        assert_eq!(&*code_for_status(503), "backend_status");
+        assert_eq!(&*code_for_status(499), "backend_status");
+    }
+
+    #[test]
+    fn the_log_text_has_the_detail_the_message_does_not() {
+        let e = FlowError::from_call(
+            CallError::new(CallErrorKind::Connect, "connect 10.0.0.7:9001: refused"),
+            &Arc::from("order"),
+            &Arc::from("orders"),
+        );
+        assert!(!e.message.contains("10.0.0.7"));
+        assert!(!e.message.contains("orders"));
+        assert!(e.to_string().contains("10.0.0.7"), "{e}");
+        assert!(e.to_string().starts_with("step `order`: "), "{e}");
     }
 }

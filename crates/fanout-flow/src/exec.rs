@@ -7,12 +7,13 @@
 
 use crate::backend::{CallErrorKind, CallRequest, CallResponse};
 use crate::batch::{BatchPlan, Found};
-use crate::error::{ErrorKind, FlowError};
+use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
 use crate::plan::{
-    Action, FIRST_STEP_SLOT, HttpPlan, RespondPlan, RoutePlan, SLOT_INDEX, SLOT_ITEM, SLOT_REF,
-    SLOT_REQUEST, StepPlan,
+    Action, FIRST_STEP_SLOT, FailPlan, HttpPlan, Missing, RespondPlan, RoutePlan, SLOT_INDEX,
+    SLOT_ITEM, SLOT_REF, SLOT_REQUEST, StatusPlan, StepPlan,
 };
 use bytes::Bytes;
+use fanout_config::StatusAction;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, EvalLimits, Expr, Mode, Val, json, truthy};
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
@@ -38,7 +39,10 @@ pub struct Outcome {
     pub partial: Vec<Arc<str>>,
 }
 
-type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>)> + Send + 'a>>;
+/// A running step: its index, its value or failure, and whether the value is incomplete (some
+/// elements were missing and replaced per the step's `missing` policy).
+type StepFuture<'a> =
+    Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>, bool)> + Send + 'a>>;
 
 /// What expressions of one evaluation context see: the scope slots, the request's evaluation
 /// budget, and whether they run on an I/O worker (inline: short, then yield) or on the compute
@@ -120,12 +124,18 @@ fn eval_kind(e: &EvalError) -> ErrorKind {
     }
 }
 
+/// An expression of a step failed. The client sees which expression failed and, for a limit or
+/// the deadline, which one (named by its config field); jq's own message — which quotes the data
+/// it failed on — goes to the detail.
 fn expr_err(step: &Arc<str>, what: &str, e: EvalError) -> FlowError {
-    FlowError::new(
-        eval_kind(&e),
-        format!("step `{step}`: {what} failed: {}", e.0),
-    )
-    .in_step(step)
+    let kind = eval_kind(&e);
+    let message = match kind {
+        ErrorKind::Expression => format!("{what} failed"),
+        _ => format!("{what} failed: {}", e.0),
+    };
+    FlowError::new(kind, message)
+        .in_step(step)
+        .with_detail(format!("{what}: {}", e.0))
 }
 
 /// Cancels the request's evaluation budget when the request ends, however it ends (answered,
@@ -178,11 +188,11 @@ impl RoutePlan {
 
         loop {
             // Start every ready step; synchronous steps complete at once and may free others.
-            while let Some(i) = ready.pop() {
+            while let Some(i) = next_ready(&self.steps, &mut ready) {
                 let step = &self.steps[i];
                 match self.start(step, i, &env, deadline) {
                     Started::Done(result) => {
-                        let v = self.settle(step, result, &mut partial)?;
+                        let v = self.settle(step, result, false, &mut partial)?;
                         env.slots[FIRST_STEP_SLOT + i] = v;
                         done += 1;
                         release(step, &mut waiting, &mut ready);
@@ -204,7 +214,7 @@ impl RoutePlan {
             if done == n {
                 break;
             }
-            let (i, result) = tokio::select! {
+            let (i, result, incomplete) = tokio::select! {
                 biased;
                 next = inflight.next() => match next {
                     Some(x) => x,
@@ -216,7 +226,7 @@ impl RoutePlan {
             };
             running[i] = false;
             let step = &self.steps[i];
-            let v = self.settle(step, result, &mut partial)?;
+            let v = self.settle(step, result, incomplete, &mut partial)?;
             env.slots[FIRST_STEP_SLOT + i] = v;
             done += 1;
             release(step, &mut waiting, &mut ready);
@@ -253,20 +263,32 @@ impl RoutePlan {
         e
     }
 
-    /// Apply the failure policy to a finished step.
+    /// Apply the failure policy to a finished step: `on_status`, then `optional`. An explicit
+    /// client answer (a `fail` step, an `on_status` entry) is never replaced by a default.
     fn settle(
         &self,
         step: &StepPlan,
         result: Result<Val, FlowError>,
+        incomplete: bool,
         partial: &mut Vec<Arc<str>>,
     ) -> Result<Val, FlowError> {
-        match result {
-            Ok(v) => Ok(v),
-            Err(_) if step.optional => {
-                partial.push(step.name.clone());
-                Ok(step.default.clone())
+        let e = match result {
+            Ok(v) => {
+                if incomplete {
+                    partial.push(step.name.clone());
+                }
+                return Ok(v);
             }
-            Err(e) => Err(e),
+            Err(e) => match map_status(step, e) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            },
+        };
+        if step.optional && e.kind != ErrorKind::Answered {
+            partial.push(step.name.clone());
+            Ok(step.default.clone())
+        } else {
+            Err(e)
         }
     }
 
@@ -291,28 +313,22 @@ impl RoutePlan {
                         Ok(Ok(p)) => p,
                         Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
                             ErrorKind::Expression,
-                            format!(
-                                "step `{}`: evaluation yielded on the compute pool",
-                                step.name
-                            ),
+                            "evaluation yielded on the compute pool",
                         )
                         .in_step(&step.name))),
                         Err(e) => Prepared::Done(Err(pool_error(&step.name, e))),
                     };
                     match self.launch(step, i, p, &env, deadline) {
-                        Started::Done(r) => (i, r),
+                        Started::Done(r) => (i, r, false),
                         Started::Pending(f) => f.await,
                         Started::Keyed { batch, keys } => {
                             let mut unique: Vec<String> =
                                 keys.iter().map(|(k, _)| k.clone()).collect();
                             unique.sort_unstable();
                             unique.dedup();
-                            let result_env = step.result.as_ref().map(|_| env.clone());
+                            let result_env = needs_env(step).then(|| env.clone());
                             let out = match batch.fetch(unique, deadline).await {
-                                Err(e) => Err(FlowError {
-                                    step: Some(step.name.clone()),
-                                    ..e
-                                }),
+                                Err(e) => Err(e.in_step(&step.name)),
                                 Ok(found) => {
                                     let each = step.for_each.is_some();
                                     pick(
@@ -327,7 +343,10 @@ impl RoutePlan {
                                     .await
                                 }
                             };
-                            (i, out)
+                            match out {
+                                Ok((v, incomplete)) => (i, Ok(v), incomplete),
+                                Err(e) => (i, Err(e), false),
+                            }
                         }
                     }
                 }))
@@ -360,32 +379,55 @@ impl RoutePlan {
                         }
                         Err(e) => Err(e),
                     };
-                    (i, out)
+                    (i, out, false)
                 }))
             }
             (Prepared::Calls(reqs), Action::Http(h)) => {
-                let result_env = step.result.as_ref().map(|_| snapshot(env, step));
+                let result_env = needs_env(step).then(|| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
                     let result_env = result_env.as_ref();
                     let out = stream::iter(reqs)
                         .map(|(req, item, k)| async move {
-                            let body = call(step, h, req, deadline, &self.deadline_header).await?;
-                            crate::activity::enter(i);
-                            map_result_on(self, step, result_env, body, Some((&item, k))).await
+                            match call(step, h, req, deadline, &self.deadline_header).await {
+                                Ok(body) => {
+                                    crate::activity::enter(i);
+                                    let item = Some((&item, k));
+                                    map_result_on(self, step, result_env, body, item)
+                                        .await
+                                        .map(|v| (Some(v), false))
+                                }
+                                // A 404 of one element is a missing element, when the step
+                                // says what to do with those.
+                                Err(e)
+                                    if is_not_found(&e)
+                                        && !matches!(step.missing, Missing::Fail) =>
+                                {
+                                    missing_on(self, step, result_env, Some((&item, k)))
+                                        .await
+                                        .map(|v| (v, true))
+                                }
+                                Err(e) => Err(e),
+                            }
                         })
                         .buffered(step.concurrency)
-                        .try_collect::<Vec<Val>>()
-                        .await
-                        .map(|v| v.into_iter().collect::<Val>());
-                    (i, out)
+                        .try_collect::<Vec<(Option<Val>, bool)>>()
+                        .await;
+                    match out {
+                        Ok(v) => {
+                            let incomplete = v.iter().any(|(_, m)| *m);
+                            (
+                                i,
+                                Ok(v.into_iter().filter_map(|(v, _)| v).collect()),
+                                incomplete,
+                            )
+                        }
+                        Err(e) => (i, Err(e), false),
+                    }
                 }))
             }
             _ => Started::Done(Err(FlowError::new(
                 ErrorKind::Expression,
-                format!(
-                    "step `{}`: prepared work does not match its kind",
-                    step.name
-                ),
+                "prepared work does not match its kind",
             )
             .in_step(&step.name))),
         }
@@ -407,10 +449,7 @@ impl RoutePlan {
                         ErrorKind::Expression,
                         "respond: evaluation yielded on the compute pool",
                     )),
-                    Err(e) => Err(FlowError::new(
-                        ErrorKind::Overloaded,
-                        format!("respond: {e}"),
-                    )),
+                    Err(e) => Err(FlowError::new(ErrorKind::Overloaded, e.to_string())),
                 }
             }
         }
@@ -418,7 +457,7 @@ impl RoutePlan {
 }
 
 fn pool_error(step: &Arc<str>, e: crate::compute::ComputeError) -> FlowError {
-    FlowError::new(ErrorKind::Overloaded, format!("step `{step}`: {e}")).in_step(step)
+    FlowError::new(ErrorKind::Overloaded, e.to_string()).in_step(step)
 }
 
 /// A step's synchronous work — `when`, `for_each`, building its call(s) or keys, or its value —
@@ -479,6 +518,7 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
         (Action::Value(e), items) => {
             Done(eval_value(&step.name, e, step.result.as_ref(), env, items)?)
         }
+        (Action::Fail(f), _) => Done(Err(fail_error(step, f, env)?)),
         (Action::Http(h), None) => match yielded(build_call(h, env, None, deadline))? {
             Ok(r) => Prepared::Call(r),
             Err(e) => Done(Err(expr_err(&step.name, "building the call", e))),
@@ -510,7 +550,27 @@ fn short_json(v: &Val) -> String {
     s
 }
 
-/// The response: `respond.body` and headers evaluated in `env`'s mode.
+/// A status code (100–599) from an expression's value.
+fn status_of(v: &Val) -> Option<u16> {
+    match v {
+        Val::Num(n) => n.as_isize(),
+        _ => None,
+    }
+    .and_then(|i| u16::try_from(i).ok())
+    .filter(|s| (100..=599).contains(s))
+}
+
+/// A `respond` expression failed (the jq message goes to the detail).
+fn respond_err(what: &str, e: EvalError) -> FlowError {
+    let kind = eval_kind(&e);
+    let message = match kind {
+        ErrorKind::Expression => format!("{what} failed"),
+        _ => format!("{what} failed: {}", e.0),
+    };
+    FlowError::new(kind, message).with_detail(format!("{what}: {}", e.0))
+}
+
+/// The response: `respond.body`, status and headers evaluated in `env`'s mode.
 fn respond_with(
     plan: &RespondPlan,
     env: &Env,
@@ -518,23 +578,29 @@ fn respond_with(
 ) -> Result<Result<Outcome, FlowError>, Yielded> {
     let mut body = match yielded(eval(&plan.body, env, &Val::Null))? {
         Ok(b) => b,
-        Err(e) => {
-            return Ok(Err(FlowError::new(
-                eval_kind(&e),
-                format!("respond.body failed: {}", e.0),
-            )));
-        }
+        Err(e) => return Ok(Err(respond_err("respond.body", e))),
+    };
+    let status = match &plan.status {
+        StatusPlan::Fixed(s) => *s,
+        StatusPlan::Expr(x) => match yielded(eval(x, env, &Val::Null))? {
+            Ok(v) => match status_of(&v) {
+                Some(n) => n,
+                None => {
+                    return Ok(Err(FlowError::new(
+                        ErrorKind::Expression,
+                        "respond.status did not give a status code (100–599)",
+                    )
+                    .with_detail(format!("respond.status gave {}", short_json(&v)))));
+                }
+            },
+            Err(e) => return Ok(Err(respond_err("respond.status", e))),
+        },
     };
     let mut headers = Vec::with_capacity(plan.headers.len() + 1);
     for (name, e) in &plan.headers {
         let v = match yielded(eval(e, env, &Val::Null))? {
             Ok(v) => v,
-            Err(e) => {
-                return Ok(Err(FlowError::new(
-                    eval_kind(&e),
-                    format!("respond header `{name}` failed: {}", e.0),
-                )));
-            }
+            Err(e) => return Ok(Err(respond_err(&format!("respond header `{name}`"), e))),
         };
         if matches!(v, Val::Null) {
             continue;
@@ -543,11 +609,9 @@ fn respond_with(
         let Ok(hv) = HeaderValue::from_str(&text) else {
             return Ok(Err(FlowError::new(
                 ErrorKind::Expression,
-                format!(
-                    "respond header `{name}`: `{}` is not a valid header value",
-                    short_json(&v)
-                ),
-            )));
+                format!("respond header `{name}` is not a valid header value"),
+            )
+            .with_detail(format!("respond header `{name}`: {}", short_json(&v)))));
         };
         headers.push((name.clone(), hv));
     }
@@ -564,7 +628,7 @@ fn respond_with(
     let mut out = Vec::with_capacity(256);
     json::write(&body, &mut out);
     Ok(Ok(Outcome {
-        status: plan.status,
+        status,
         headers,
         body: Bytes::from(out),
         partial: partial.to_vec(),
@@ -623,25 +687,26 @@ impl RoutePlan {
             else {
                 continue;
             };
-            let result_env = step.result.as_ref().map(|_| snapshot(env, step));
+            let result_env = needs_env(step).then(|| snapshot(env, step));
             let each = step.for_each.is_some();
             inflight.push(Box::pin(async move {
                 let out = match fetch.await {
-                    Err(e) => Err(FlowError {
-                        step: Some(step.name.clone()),
-                        ..e
-                    }),
+                    Err(e) => Err(e.in_step(&step.name)),
                     Ok(found) => {
                         pick(self, step, &batch, &found, keys, each, result_env.as_ref()).await
                     }
                 };
-                (i, out)
+                match out {
+                    Ok((v, incomplete)) => (i, Ok(v), incomplete),
+                    Err(e) => (i, Err(e), false),
+                }
             }));
         }
     }
 }
 
-/// A keyed step's value from the fetched values: one value, or a list in input order.
+/// A keyed step's value from the fetched values: one value, or a list in input order; and
+/// whether some keys were missing (replaced per the step's `missing` policy).
 async fn pick(
     route: &RoutePlan,
     step: &StepPlan,
@@ -650,27 +715,172 @@ async fn pick(
     keys: Vec<(String, Val)>,
     each: bool,
     env: Option<&Env>,
-) -> Result<Val, FlowError> {
+) -> Result<(Val, bool), FlowError> {
     let mut out = Vec::with_capacity(keys.len());
+    let mut incomplete = false;
     for (k, (key, item)) in keys.into_iter().enumerate() {
-        let Some(v) = found.get(&key) else {
-            return Err(FlowError {
-                kind: ErrorKind::KeyNotFound,
-                message: format!(
-                    "step `{}`: key `{key}` not found at backend `{}`",
-                    step.name, batch.name
-                ),
-                step: Some(step.name.clone()),
-                backend: Some(batch.name.clone()),
-            });
-        };
         let item = each.then_some((&item, k));
+        let Some(v) = found.get(&key) else {
+            if matches!(step.missing, Missing::Fail) {
+                return Err(
+                    FlowError::new(ErrorKind::KeyNotFound, "a key was not found")
+                        .in_step(&step.name)
+                        .with_backend(&batch.name)
+                        .with_detail(format!(
+                            "key `{key}` is not in the answer of backend `{}`",
+                            batch.name
+                        )),
+                );
+            }
+            incomplete = true;
+            if let Some(v) = missing_on(route, step, env, item).await? {
+                out.push(v);
+            }
+            continue;
+        };
         out.push(map_result_on(route, step, env, v.clone(), item).await?);
     }
     if each {
-        Ok(out.into_iter().collect())
+        Ok((out.into_iter().collect(), incomplete))
     } else {
-        Ok(out.pop().unwrap_or(Val::Null))
+        Ok((out.pop().unwrap_or(Val::Null), incomplete))
+    }
+}
+
+/// Whether a step needs its scope captured for evaluation after its call (`result`, or a
+/// `missing: {value: …}` expression).
+fn needs_env(step: &StepPlan) -> bool {
+    step.result.is_some() || matches!(step.missing, Missing::Value(_))
+}
+
+/// The backend answered 404.
+fn is_not_found(e: &FlowError) -> bool {
+    matches!(e.kind, ErrorKind::BackendStatus { status: 404, .. })
+}
+
+/// The value that takes a missing element's place (`None`: left out), per the step's policy.
+async fn missing_on(
+    route: &RoutePlan,
+    step: &StepPlan,
+    env: Option<&Env>,
+    item: Option<(&Val, usize)>,
+) -> Result<Option<Val>, FlowError> {
+    let (e, env) = match (&step.missing, env) {
+        (Missing::Skip, _) => return Ok(None),
+        (Missing::Null | Missing::Fail, _) | (Missing::Value(_), None) => {
+            return Ok(Some(Val::Null));
+        }
+        (Missing::Value(e), Some(env)) => (e, env),
+    };
+    let ev = |e: &Expr, env: &Env, item: Option<(&Val, usize)>| match item {
+        Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
+        None => eval(e, env, &Val::Null),
+    };
+    if let Ok(out) = yielded(ev(e, env, item)) {
+        return out
+            .map(Some)
+            .map_err(|m| expr_err(&step.name, "`missing.value`", m));
+    }
+    // Too heavy for the worker: on the compute pool.
+    let (e, env, name) = (e.clone(), env.clone().offloaded(), step.name.clone());
+    let item = item.map(|(v, k)| (v.clone(), k));
+    route
+        .compute
+        .run(move || {
+            ev(&e, &env, item.as_ref().map(|(v, k)| (v, *k)))
+                .map(Some)
+                .map_err(|m| expr_err(&name, "`missing.value`", m))
+        })
+        .await
+        .map_err(|err| pool_error(&step.name, err))?
+}
+
+/// A `fail` step's answer.
+fn fail_error(step: &StepPlan, f: &FailPlan, env: &Env) -> Result<FlowError, Yielded> {
+    let message = match &f.message {
+        None => http::StatusCode::from_u16(f.status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("request refused")
+            .to_string(),
+        Some(e) => match yielded(eval(e, env, &Val::Null))? {
+            Ok(v) => json::to_display(&v),
+            Err(e) => return Ok(expr_err(&step.name, "`fail.message`", e)),
+        },
+    };
+    let details = match &f.details {
+        None => None,
+        Some(e) => match yielded(eval(e, env, &Val::Null))? {
+            Ok(v) => {
+                let mut out = Vec::with_capacity(64);
+                json::write(&v, &mut out);
+                Some(Bytes::from(out))
+            }
+            Err(e) => return Ok(expr_err(&step.name, "`fail.details`", e)),
+        },
+    };
+    Ok(FlowError::new(ErrorKind::Answered, message)
+        .in_step(&step.name)
+        .with_answer(Answer {
+            status: f.status,
+            code: f.code.clone(),
+            details,
+        }))
+}
+
+/// A backend's error status through the step's `on_status` map (exact statuses first, then
+/// classes), then the default: 404 → 404 `not_found`; the rest stays `backend_status` (502, or
+/// the backend's status with `status_passthrough`). `Ok` when the map says `default`.
+fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
+    let ErrorKind::BackendStatus { status, .. } = e.kind else {
+        return Err(e);
+    };
+    let answered = |e: FlowError, to: u16, code: Option<&str>, message: Option<&str>| {
+        let message = match message {
+            Some(m) => m.to_string(),
+            None => format!("the backend answered {status}"),
+        };
+        FlowError {
+            kind: ErrorKind::Answered,
+            message,
+            ..e
+        }
+        .with_answer(Answer {
+            status: to,
+            code: code.map_or_else(|| code_for_status(to), Arc::from),
+            details: None,
+        })
+    };
+    match step.on_status.iter().find(|(p, _)| p.matches(status)) {
+        Some((_, StatusAction::Default)) => Ok(step.default.clone()),
+        Some((_, StatusAction::Status(to))) => Err(answered(e, *to, None, None)),
+        Some((_, StatusAction::Pass)) => Err(answered(e, status, None, None)),
+        Some((
+            _,
+            StatusAction::Answer {
+                status: to,
+                code,
+                message,
+            },
+        )) => Err(answered(e, *to, code.as_deref(), message.as_deref())),
+        None if status == 404 => Err(FlowError {
+            kind: ErrorKind::NotFound,
+            message: "not found: the backend answered 404".into(),
+            ..e
+        }),
+        None => Err(e),
+    }
+}
+
+/// The next ready step to start: `fail` steps first, so a guard that refuses the request does
+/// so before any call of the same round is sent.
+fn next_ready(steps: &[Arc<StepPlan>], ready: &mut Vec<usize>) -> Option<usize> {
+    match ready
+        .iter()
+        .position(|&i| matches!(steps[i].action, Action::Fail(_)))
+    {
+        Some(p) => Some(ready.swap_remove(p)),
+        None => ready.pop(),
     }
 }
 
@@ -778,7 +988,7 @@ fn map_result(
     let backend = match &step.action {
         Action::Http(h) => Some(h.backend_name.clone()),
         Action::Keyed { batch, .. } => Some(batch.name.clone()),
-        Action::Value(_) => None,
+        Action::Value(_) | Action::Fail(_) => None,
     };
     Ok(yielded(out)?.map_err(|m| result_err(&step.name, backend, m)))
 }
@@ -789,14 +999,13 @@ fn result_err(step: &Arc<str>, backend: Option<Arc<str>>, m: EvalError) -> FlowE
         ErrorKind::Expression => ErrorKind::BadBackendAnswer,
         other => other,
     };
-    let mut e = FlowError::new(
-        kind,
-        format!(
-            "step `{step}`: `result` failed on the backend's answer: {}",
-            m.0
-        ),
-    )
-    .in_step(step);
+    let message = match kind {
+        ErrorKind::BadBackendAnswer => "`result` failed on the backend's answer".to_string(),
+        _ => format!("`result` failed: {}", m.0),
+    };
+    let mut e = FlowError::new(kind, message)
+        .in_step(step)
+        .with_detail(format!("`result`: {}", m.0));
     e.backend = backend;
     e
 }
@@ -920,45 +1129,41 @@ pub(crate) async fn fetch_json(
             };
             let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
             let message = if kind == ErrorKind::DeadlineExceeded {
-                format!(
-                    "step `{}`: the request deadline passed after waiting {waited} for backend `{}`",
-                    step_name, h.backend_name
-                )
+                format!("the request deadline passed after waiting {waited} for the backend")
             } else {
-                format!(
-                    "step `{}`: backend `{}` did not answer within its timeout ({waited})",
-                    step_name, h.backend_name
-                )
+                format!("the backend did not answer within its timeout ({waited})")
             };
-            return Err(FlowError {
-                kind,
-                message,
-                step: Some(step_name.clone()),
-                backend: Some(h.backend_name.clone()),
-            });
+            return Err(FlowError::new(kind, message)
+                .in_step(step_name)
+                .with_backend(&h.backend_name)
+                .with_detail(format!(
+                    "backend `{}`: no answer after {waited}",
+                    h.backend_name
+                )));
         }
     };
     if !resp.status.is_success() {
+        // The body excerpt is for the log only: backends put internals in error bodies.
         let snippet = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();
-        return Err(FlowError {
-            kind: ErrorKind::BackendStatus {
-                status: resp.status.as_u16(),
+        let status = resp.status.as_u16();
+        return Err(FlowError::new(
+            ErrorKind::BackendStatus {
+                status,
                 passthrough: h.backend.status_passthrough(),
             },
-            message: format!(
-                "step `{}`: backend `{}` answered {}{}",
-                step_name,
-                h.backend_name,
-                resp.status.as_u16(),
-                if snippet.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {snippet}")
-                }
-            ),
-            step: Some(step_name.clone()),
-            backend: Some(h.backend_name.clone()),
-        });
+            format!("the backend answered {status}"),
+        )
+        .in_step(step_name)
+        .with_backend(&h.backend_name)
+        .with_detail(format!(
+            "backend `{}` answered {status}{}",
+            h.backend_name,
+            if snippet.is_empty() {
+                String::new()
+            } else {
+                format!(": {snippet}")
+            }
+        )));
     }
     if resp.body.is_empty() {
         return Ok(Val::Null);
@@ -970,25 +1175,24 @@ pub(crate) async fn fetch_json(
         h.compute
             .run(move || json::parse_limited(&body, depth))
             .await
-            .map_err(|e| FlowError {
-                kind: ErrorKind::Overloaded,
-                message: format!(
-                    "step `{}`: parsing the answer of backend `{}`: {e}",
-                    step_name, h.backend_name
-                ),
-                step: Some(step_name.clone()),
-                backend: Some(h.backend_name.clone()),
+            .map_err(|e| {
+                FlowError::new(ErrorKind::Overloaded, e.to_string())
+                    .in_step(step_name)
+                    .with_backend(&h.backend_name)
             })?
     } else {
         json::parse_limited(&resp.body, h.max_depth)
     };
-    parsed.map_err(|e| FlowError {
-        kind: ErrorKind::BadBackendAnswer,
-        message: format!(
-            "step `{}`: backend `{}` answered invalid JSON: {e}",
-            step_name, h.backend_name
-        ),
-        step: Some(step_name.clone()),
-        backend: Some(h.backend_name.clone()),
+    parsed.map_err(|e| {
+        FlowError::new(
+            ErrorKind::BadBackendAnswer,
+            "the backend's answer is not valid JSON",
+        )
+        .in_step(step_name)
+        .with_backend(&h.backend_name)
+        .with_detail(format!(
+            "backend `{}` answered invalid JSON: {e}",
+            h.backend_name
+        ))
     })
 }

@@ -24,6 +24,6 @@ pub mod retry;
 pub mod singleflight;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
-pub use error::{ErrorKind, FlowError};
+pub use error::{Answer, ErrorKind, FlowError, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
 pub use plan::{Plan, RoutePlan, compile};

@@ -8,7 +8,10 @@ use crate::backend::Backend;
 use crate::batch::BatchPlan;
 use crate::compute::ComputePool;
 use crate::reference::{Dataset, ReferenceSet};
-use fanout_config::{Config, ConfigError, ConfigErrors, ExprSrc, Located, Pos, Step};
+use fanout_config::{
+    Config, ConfigError, ConfigErrors, ExprSrc, Located, MissingPolicy, Pos, StatusAction,
+    StatusPattern, StatusSrc, Step,
+};
 use fanout_expr::{Expr, Val, json};
 use http::{HeaderName, Method};
 use std::collections::HashMap;
@@ -88,8 +91,36 @@ pub struct StepPlan {
     pub result: Option<Expr>,
     /// Evaluate `value`/`result` on the compute pool.
     pub compute: bool,
+    /// Backend statuses mapped to client answers (`on_status`), exact statuses first.
+    pub on_status: Vec<(StatusPattern, StatusAction)>,
+    /// What to do with missing keys / 404 elements.
+    pub missing: Missing,
     /// What the step does.
     pub action: Action,
+}
+
+/// A step's policy for keys its lookup did not find (and 404s of `for_each` calls).
+pub enum Missing {
+    /// The step fails.
+    Fail,
+    /// The element is left out.
+    Skip,
+    /// The element is `null`.
+    Null,
+    /// The element is this expression's value (reads `$item`, `$index`).
+    Value(Expr),
+}
+
+/// A `fail` step: the client answer it ends the request with.
+pub struct FailPlan {
+    /// Status.
+    pub status: u16,
+    /// `error.code`.
+    pub code: Arc<str>,
+    /// Message expression (default: the status's reason phrase).
+    pub message: Option<Expr>,
+    /// `error.details` expression.
+    pub details: Option<Expr>,
 }
 
 /// What a step does. New step kinds (gRPC, SQL, model) add variants that build a call for the
@@ -106,6 +137,8 @@ pub enum Action {
     },
     /// Compute a value; no I/O.
     Value(Expr),
+    /// End the request with a client answer.
+    Fail(Box<FailPlan>),
 }
 
 /// A compiled HTTP call.
@@ -136,10 +169,18 @@ pub struct HttpPlan {
 pub struct RespondPlan {
     /// Body expression.
     pub body: Expr,
-    /// Status code.
-    pub status: u16,
+    /// Status code, fixed or computed.
+    pub status: StatusPlan,
     /// Header expressions.
     pub headers: Vec<(HeaderName, Expr)>,
+}
+
+/// `respond.status`.
+pub enum StatusPlan {
+    /// A fixed status.
+    Fixed(u16),
+    /// An expression giving the status.
+    Expr(Expr),
 }
 
 struct Ctx<'a> {
@@ -406,15 +447,28 @@ fn compile_route(
     if let Some(b) = &body {
         check_no_item(cx, b, &r.respond.body, "respond.body");
     }
-    if !(100..=599).contains(&r.respond.status) {
-        cx.errs.push(ConfigError::at(
-            r.respond.body.pos,
-            format!(
-                "respond.status {} is not a valid HTTP status",
-                r.respond.status
-            ),
-        ));
-    }
+    let status = match &r.respond.status {
+        StatusSrc::Code(c) => {
+            if !(100..=599).contains(&c.value) {
+                cx.errs.push(
+                    ConfigError::at(
+                        if c.pos.line > 0 {
+                            c.pos
+                        } else {
+                            r.respond.body.pos
+                        },
+                        format!("respond.status {} is not a valid HTTP status", c.value),
+                    )
+                    .hint("a status is 100–599, or an expression (a string) giving one"),
+                );
+            }
+            Some(StatusPlan::Fixed(c.value))
+        }
+        StatusSrc::Expr(src) => cx.expr(src, &scope).map(|e| {
+            check_no_item(cx, &e, src, "respond.status");
+            StatusPlan::Expr(e)
+        }),
+    };
     if cx.errs.len() > errs_before {
         return None;
     }
@@ -449,7 +503,7 @@ fn compile_route(
         roots,
         respond: Arc::new(RespondPlan {
             body: body?,
-            status: r.respond.status,
+            status: status?,
             headers,
         }),
         limits: eval_limits(&cx.cfg.server.expressions),
@@ -625,9 +679,35 @@ fn compile_step(
             }))),
             _ => None,
         }
+    } else if let Some(f) = &step.fail {
+        let message = compile(cx, &f.message, false);
+        let details = compile(cx, &f.details, false);
+        let ok =
+            f.message.is_none() == message.is_none() && f.details.is_none() == details.is_none();
+        ok.then(|| {
+            Action::Fail(Box::new(FailPlan {
+                status: f.status.value,
+                code: f.code.value.as_str().into(),
+                message,
+                details,
+            }))
+        })
     } else {
         compile(cx, &step.value, in_each).map(Action::Value)
     };
+    let missing = match &step.missing {
+        MissingPolicy::Fail => Some(Missing::Fail),
+        MissingPolicy::Skip => Some(Missing::Skip),
+        MissingPolicy::Null => Some(Missing::Null),
+        MissingPolicy::Value(src) => compile(cx, &Some(src.clone()), in_each).map(Missing::Value),
+    };
+    let mut on_status: Vec<(StatusPattern, StatusAction)> = step
+        .on_status
+        .iter()
+        .map(|(k, v)| (k.value, v.clone()))
+        .collect();
+    // Exact statuses before classes: `{4xx: 400, 404: 404}` maps 404 to 404.
+    on_status.sort_by_key(|(k, _)| matches!(k, StatusPattern::Class(_)));
     // `$item`/`$index` only where allowed; deps from every expression.
     let mut deps = Vec::new();
     for (e, src, item_ok) in &all {
@@ -679,6 +759,8 @@ fn compile_step(
             .unwrap_or(Val::Null),
         result,
         compute: step.compute,
+        on_status,
+        missing: missing?,
         action: action?,
     })
 }

@@ -99,10 +99,8 @@ impl ReferenceSet {
         let deadline = Instant::now() + d.timeout;
         let env = Env::empty();
         let req = build_call(&d.call, &env, None, deadline).map_err(|m| {
-            FlowError::new(
-                crate::ErrorKind::Expression,
-                format!("reference `{}`: building the call failed: {m}", d.name),
-            )
+            FlowError::new(crate::ErrorKind::Expression, "building the call failed")
+                .with_detail(format!("reference `{}`: {}", d.name, m.0))
         })?;
         let answer = fetch_json(
             &d.name,
@@ -118,11 +116,9 @@ impl ReferenceSet {
             Some(r) => r.eval(&answer, |_| Val::Null).map_err(|e| {
                 FlowError::new(
                     crate::ErrorKind::BadBackendAnswer,
-                    format!(
-                        "reference `{}`: `result` failed on the answer: {}",
-                        d.name, e.0
-                    ),
+                    "`result` failed on the answer",
                 )
+                .with_detail(format!("reference `{}`: {}", d.name, e.0))
             }),
         }
     }
@@ -164,11 +160,11 @@ impl ReferenceSet {
             match r {
                 Ok(v) => self.store(i, Ok(v)),
                 Err(e) => {
-                    self.store(i, Err(e.message.clone()));
+                    self.store(i, Err(e.to_string()));
                     if !d.optional {
                         errors.push(format!(
                             "reference data `{}`: first load failed: {}",
-                            d.name, e.message
+                            d.name, e
                         ));
                     }
                 }
@@ -193,7 +189,7 @@ impl ReferenceSet {
                     tick.tick().await;
                     let Some(set) = weak.upgrade() else { return };
                     let Some(d) = set.datasets.get(i) else { return };
-                    let outcome = set.fetch(d).await.map_err(|e| e.message);
+                    let outcome = set.fetch(d).await.map_err(|e| e.to_string());
                     if let Err(e) = &outcome {
                         tracing::warn!(dataset = %d.name, error = %e, "reference data refresh failed; serving the last good copy");
                     }

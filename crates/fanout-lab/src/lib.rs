@@ -4,6 +4,7 @@
 //! `report.html`. Targets are compared **interleaved** (A B B A …) over several trials, and
 //! reported as medians with min–max.
 
+pub mod baseline;
 pub mod http;
 pub mod java;
 pub mod process;
@@ -54,8 +55,10 @@ pub struct LabOptions {
     pub trials: Option<usize>,
     /// The `fanout` executable (for `serve` and `stub`).
     pub fanout_bin: PathBuf,
-    /// The hand-written baseline executable.
-    pub baseline_bin: PathBuf,
+    /// The hand-written baseline executable (`--baseline-bin`). `None`: `hyper-aggregator` next
+    /// to `fanout_bin`, else built with cargo in the workspace the lab was built from (see
+    /// [`baseline::plan`]). Only looked at when `hyper-baseline` is a target.
+    pub baseline_bin: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
 }
@@ -76,11 +79,17 @@ pub enum LabError {
         /// What would work.
         available: String,
     },
-    /// The baseline executable is missing.
-    #[error(
-        "the hyper baseline is not built at {0}; run `cargo build --release -p hyper-aggregator` (or pass --baseline-bin)"
-    )]
-    NoBaseline(String),
+    /// The executable of a `NAME=PATH` target is missing.
+    #[error("target `{target}`: there is no executable at {bin}")]
+    NoBinary {
+        /// The target as given.
+        target: String,
+        /// Its executable.
+        bin: String,
+    },
+    /// The hyper baseline is missing and could not be built.
+    #[error(transparent)]
+    Baseline(#[from] baseline::BaselineError),
     /// The Java baseline could not be built.
     #[error(transparent)]
     Java(#[from] java::JavaError),
@@ -282,7 +291,10 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     for t in &opts.targets {
         if let Some((_, bin)) = external_fanout(t) {
             if !std::path::Path::new(bin).exists() {
-                return Err(LabError::NoBaseline(bin.to_string()));
+                return Err(LabError::NoBinary {
+                    target: t.clone(),
+                    bin: bin.to_string(),
+                });
             }
             continue;
         }
@@ -294,11 +306,14 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             });
         }
     }
-    if opts.targets.iter().any(|t| t == "hyper-baseline") && !opts.baseline_bin.exists() {
-        return Err(LabError::NoBaseline(
-            opts.baseline_bin.display().to_string(),
-        ));
-    }
+    // Find (or build) what the targets need before anything starts: a failed build should not
+    // cost a started lab. A target that needs nothing built triggers nothing.
+    let hyper_bin = if opts.targets.iter().any(|t| t == "hyper-baseline") {
+        let inputs = baseline::Inputs::from_env(opts.baseline_bin.clone(), opts.fanout_bin.clone());
+        Some(baseline::ensure(&inputs).await?)
+    } else {
+        None
+    };
     let io = |path: &std::path::Path| {
         let path = path.display().to_string();
         move |source| LabError::Io { path, source }
@@ -327,12 +342,15 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             jvm_warmup_s: 20.0,
         }
     };
-    // Build the Java baseline first: a compile error should not cost a started lab.
+    // Build the Java baseline first: a compile error should not cost a started lab. `javac`
+    // runs on the blocking pool, not on a runtime worker.
     let java_classes = if opts.targets.iter().any(|t| t == "java-threads") {
-        Some(java::ensure_built(
-            &java::source_dir(),
-            &java::build_dir(&opts.fanout_bin, &opts.out),
-        )?)
+        let dir = java::build_dir(&opts.fanout_bin, &opts.out);
+        let built =
+            tokio::task::spawn_blocking(move || java::ensure_built(&java::source_dir(), &dir))
+                .await
+                .map_err(|e| LabError::Load(format!("building the Java baseline: {e}")))?;
+        Some(built?)
     } else {
         None
     };
@@ -409,10 +427,10 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 Some(classes) => (java::java_bin(), java::args(classes, addr)),
                 None => unreachable_target(name)?,
             },
-            "hyper-baseline" => (
-                opts.baseline_bin.clone(),
-                vec!["--listen".into(), addr.to_string()],
-            ),
+            "hyper-baseline" => match &hyper_bin {
+                Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
+                None => unreachable_target(name)?,
+            },
             // `fanout`, or another fanout build given as `NAME=PATH`.
             n => (
                 external_fanout(n)

@@ -3,7 +3,7 @@
 use crate::procstat::ProcSample;
 use crate::scenario::{Mode, Scenario};
 use crate::svg::{Series, esc, line_chart};
-use crate::{LabOptions, RECOVERED_SUCCESS, Trial};
+use crate::{LAG_THRESHOLD, LabOptions, RECOVERED_SUCCESS, Trial};
 use fanout_load::hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -177,7 +177,8 @@ pub struct HedgingSummary {
     pub p99_ms_per_trial: Stat,
 }
 
-/// One acceptance line: a criterion of PRODUCT.md §3 checked on this run.
+/// One acceptance line: one of the product's acceptance criteria (overload, slow backend,
+/// hedging) checked on this run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Acceptance {
     /// Target checked.
@@ -205,6 +206,10 @@ pub struct TargetSummary {
     pub error_rate: f64,
     /// Highest rate meeting the SLO found by the search, req/s.
     pub max_rate: Option<f64>,
+    /// Why `max_rate` is 0 (`None` when it is a measured capacity, or there was no search):
+    /// every trial was flagged (`no valid trial: all N flagged — generator behind schedule (lag
+    /// p99 4.1 ms > 2 ms)`), every search step was flagged, or no valid step met the SLO.
+    pub max_rate_reason: Option<String>,
     /// Peak threads over the run.
     pub threads_max: u64,
     /// Peak RSS over the run, MB.
@@ -437,7 +442,7 @@ fn pct(x: f64) -> String {
     format!("{:.0} %", x * 100.0)
 }
 
-/// The acceptance lines of PRODUCT.md §3 that this scenario measures.
+/// The acceptance lines (the product's acceptance criteria) that this scenario measures.
 fn acceptance(
     scenario: &Scenario,
     targets: &BTreeMap<String, TargetSummary>,
@@ -656,6 +661,140 @@ fn acceptance(
     out
 }
 
+/// What flagged `flagged` (trials with `valid == false`), grouped by cause: `generator behind
+/// schedule (lag p99 4.1 ms > 2 ms)`, `requests left unsent …`, else the generator's own words.
+fn flag_causes(flagged: &[&Trial]) -> String {
+    let limit_ms = LAG_THRESHOLD.as_secs_f64() * 1000.0;
+    let n = flagged.len();
+    let share = |k: usize| {
+        if k == n {
+            String::new()
+        } else {
+            format!(" in {k} of {n}")
+        }
+    };
+    let mut causes = Vec::new();
+    let lagged: Vec<f64> = flagged
+        .iter()
+        .map(|t| t.lag_p99_ms)
+        .filter(|l| *l > limit_ms)
+        .collect();
+    if !lagged.is_empty() {
+        let lo = lagged.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = lagged.iter().copied().fold(0.0, f64::max);
+        let range = if format!("{lo:.1}") == format!("{hi:.1}") {
+            format!("{hi:.1}")
+        } else {
+            format!("{lo:.1}–{hi:.1}")
+        };
+        causes.push(format!(
+            "generator behind schedule{} (lag p99 {range} ms > {limit_ms} ms)",
+            share(lagged.len())
+        ));
+    }
+    let unsent: Vec<u64> = flagged
+        .iter()
+        .map(|t| t.load.errors.not_sent)
+        .filter(|u| *u > 0)
+        .collect();
+    if !unsent.is_empty() {
+        causes.push(format!(
+            "requests left unsent when the drain ended{} ({} in total)",
+            share(unsent.len()),
+            unsent.iter().sum::<u64>()
+        ));
+    }
+    let mut other: Vec<&str> = flagged
+        .iter()
+        .filter(|t| t.lag_p99_ms <= limit_ms && t.load.errors.not_sent == 0)
+        .map(|t| {
+            t.invalid_reason
+                .as_deref()
+                .unwrap_or("flagged by the generator")
+        })
+        .collect();
+    other.sort_unstable();
+    other.dedup();
+    causes.extend(other.into_iter().map(str::to_string));
+    causes.join("; ")
+}
+
+/// How a valid trial missed the SLO (`p99 80.1 ms > 50 ms`, …).
+fn slo_misses(t: &Trial, slo_p99_ms: f64) -> String {
+    let mut v = Vec::new();
+    if t.p99_ms > slo_p99_ms {
+        v.push(format!("p99 {:.1} ms > {slo_p99_ms} ms", t.p99_ms));
+    }
+    if t.error_rate > 0.01 {
+        v.push(format!("errors {:.1} % > 1 %", t.error_rate * 100.0));
+    }
+    if t.achieved_rate < 0.95 * t.offered_rate {
+        v.push(format!(
+            "achieved {:.0} < 95 % of {:.0} req/s",
+            t.achieved_rate, t.offered_rate
+        ));
+    }
+    if v.is_empty() {
+        "missed the SLO".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Why a target's `max_rate` is 0 (see [`TargetSummary::max_rate_reason`]); `mine` are its
+/// recorded trials.
+fn max_rate_reason(mine: &[&Trial], max_rate: Option<f64>, slo_p99_ms: f64) -> Option<String> {
+    if !max_rate.is_some_and(|r| r <= 0.0) {
+        return None;
+    }
+    let search: Vec<&Trial> = mine
+        .iter()
+        .copied()
+        .filter(|t| t.phase == "search")
+        .collect();
+    if !mine.is_empty() && mine.iter().all(|t| !t.valid) {
+        return Some(format!(
+            "no valid trial: all {} flagged — {}",
+            mine.len(),
+            flag_causes(mine)
+        ));
+    }
+    let bad: Vec<&Trial> = search.iter().copied().filter(|t| !t.valid).collect();
+    if search.is_empty() {
+        return Some("no capacity-search step ran".into());
+    }
+    if bad.len() == search.len() {
+        return Some(format!(
+            "no valid capacity-search step: all {} flagged — {}",
+            search.len(),
+            flag_causes(&bad)
+        ));
+    }
+    let lowest = search
+        .iter()
+        .filter(|t| t.valid)
+        .min_by(|a, b| a.offered_rate.total_cmp(&b.offered_rate));
+    let mut s = format!(
+        "no capacity-search step met the SLO (p99 ≤ {slo_p99_ms} ms, errors ≤ 1 %, achieved ≥ 95 % of offered)"
+    );
+    if let Some(t) = lowest {
+        s.push_str(&format!(
+            "; at {:.0} req/s: {}",
+            t.offered_rate,
+            slo_misses(t, slo_p99_ms)
+        ));
+    }
+    if !bad.is_empty() {
+        s.push_str(&format!(
+            "; {} of {} steps flagged — {}",
+            bad.len(),
+            search.len(),
+            flag_causes(&bad)
+        ));
+    }
+    Some(s)
+}
+
 /// Assemble the report from the trials.
 pub fn build(
     opts: &LabOptions,
@@ -743,6 +882,11 @@ pub fn build(
                 p99_ms: p99,
                 error_rate: err,
                 max_rate: caps.get(name).copied(),
+                max_rate_reason: max_rate_reason(
+                    &mine,
+                    caps.get(name).copied(),
+                    scenario.slo_p99_ms,
+                ),
                 threads_max: tl.iter().map(|s| s.threads).max().unwrap_or(0),
                 rss_max_mb: tl.iter().map(|s| s.rss_bytes).max().unwrap_or(0) as f64 / 1e6,
                 backend_calls_per_request: calls,
@@ -1204,9 +1348,10 @@ pub fn text_summary(rep: &LabReport) -> String {
         let _ = writeln!(
             s,
             "{name:<16} max_rate {:>8} req/s   CPU {:>7.1} µs/req   p50 {:>6.2} ms   p99 {:>6.2} ms   errors {:.2}%   calls/req {:.2}   threads {}   RSS {:.1} MB{}",
-            t.max_rate
-                .map(|r| format!("{r:.0}"))
-                .unwrap_or_else(|| "-".into()),
+            match (t.max_rate, &t.max_rate_reason) {
+                (Some(r), None) => format!("{r:.0}"),
+                _ => "-".into(),
+            },
             t.cpu_us_per_request,
             t.p50_ms,
             t.p99_ms,
@@ -1220,6 +1365,9 @@ pub fn text_summary(rep: &LabReport) -> String {
                 "   (generator lagged)"
             }
         );
+        if let Some(why) = &t.max_rate_reason {
+            let _ = writeln!(s, "  max_rate: {why}");
+        }
         for p in &t.phases {
             let _ = writeln!(
                 s,
@@ -1302,7 +1450,7 @@ pub fn html(rep: &LabReport, json: &str) -> String {
     let _ = write!(
         h,
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>fanout lab: {s}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111;max-width:1100px}}table{{border-collapse:collapse;margin:12px 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#f0f0f0}}td:first-child,th:first-child{{text-align:left}}.mm{{color:#777;font-size:90%}}tr.pass td:last-child{{background:#d4edda}}tr.fail td:last-child{{background:#f8d7da}}.acceptance td,.acceptance th,td.note{{text-align:left}}.warn{{background:#fff3cd;border:1px solid #e0c060;padding:8px;margin:8px 0}}figure{{margin:16px 0}}figcaption{{font-weight:600;margin-bottom:4px}}code{{background:#f4f4f4;padding:1px 4px}}</style></head><body>
+<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111;max-width:1100px}}table{{border-collapse:collapse;margin:12px 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#f0f0f0}}td:first-child,th:first-child{{text-align:left}}.mm{{color:#777;font-size:90%}}tr.pass td:last-child{{background:#d4edda}}tr.fail td:last-child{{background:#f8d7da}}.acceptance td,.acceptance th,td.note{{text-align:left}}.why{{text-align:left;font-size:90%;color:#842029;max-width:320px}}.warn{{background:#fff3cd;border:1px solid #e0c060;padding:8px;margin:8px 0}}figure{{margin:16px 0}}figcaption{{font-weight:600;margin-bottom:4px}}code{{background:#f4f4f4;padding:1px 4px}}</style></head><body>
 <h1>fanout lab — {s}</h1><p>{about}</p><p>Command: <code>{cmd}</code> · {cpus} CPUs · {quick} · capacity SLO: p99 ≤ {slo} ms, errors ≤ 1 %, achieved ≥ 95 % of offered</p>"#,
         s = esc(&rep.scenario),
         about = esc(&rep.about),
@@ -1324,7 +1472,11 @@ pub fn html(rep: &LabReport, json: &str) -> String {
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2} %</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(n),
-            t.max_rate.map(f).unwrap_or_else(|| "—".into()),
+            match (t.max_rate, &t.max_rate_reason) {
+                (_, Some(why)) => format!("— <div class=\"why\">{}</div>", esc(why)),
+                (Some(r), None) => f(r),
+                (None, None) => "—".into(),
+            },
             f(t.cpu_us_per_request),
             f(t.p50_ms),
             f(t.p99_ms),
@@ -1342,7 +1494,7 @@ pub fn html(rep: &LabReport, json: &str) -> String {
     }
     h.push_str("</table>");
     if !rep.acceptance.is_empty() {
-        h.push_str("<h2>Acceptance</h2><p>Criteria of PRODUCT.md §3, checked on this run (a quick run is indicative only).</p><table class=\"acceptance\"><tr><th>target</th><th>check</th><th>measured</th><th>criterion</th><th>result</th></tr>");
+        h.push_str("<h2>Acceptance</h2><p>The product's acceptance criteria for this scenario, checked on this run (a quick run is indicative only).</p><table class=\"acceptance\"><tr><th>target</th><th>check</th><th>measured</th><th>criterion</th><th>result</th></tr>");
         for a in &rep.acceptance {
             let _ = write!(
                 h,
@@ -1531,6 +1683,210 @@ mod tests {
                 failed: 1000 - ok,
             })
             .collect()
+    }
+
+    /// A recorded trial of `target` (LoadReport with the figures the summary reads).
+    fn trial(target: &str, phase: &str, rate: f64, p99_ms: f64, lag_p99_ms: f64) -> Trial {
+        let limit_ms = LAG_THRESHOLD.as_secs_f64() * 1000.0;
+        let valid = lag_p99_ms <= limit_ms;
+        let invalid_reason = (!valid).then(|| {
+            format!(
+                "generator lagged behind schedule: lag p99 {lag_p99_ms:.2} ms > {limit_ms:.2} ms"
+            )
+        });
+        let stats = fanout_load::LatencyStats {
+            p50: p99_ms / 2.0,
+            p99: p99_ms,
+            ..Default::default()
+        };
+        let load = fanout_load::LoadReport {
+            target: "http://127.0.0.1:9".into(),
+            protocol: fanout_load::Protocol::Http1,
+            schedule: format!("const({rate},1000ms)"),
+            duration_s: 1.0,
+            elapsed_s: 1.0,
+            offered: rate as u64,
+            sent: rate as u64,
+            completed: rate as u64,
+            ok: rate as u64,
+            rejected: 0,
+            partial: 0,
+            offered_rps: rate,
+            achieved_rps: rate,
+            status_classes: Default::default(),
+            errors: Default::default(),
+            error_rate: 0.0,
+            latency_ms: stats,
+            ok_latency_ms: stats,
+            rejected_latency_ms: Default::default(),
+            service_ms: stats,
+            lag_ms: Default::default(),
+            late_fraction: 0.0,
+            valid,
+            invalid_reason: invalid_reason.clone(),
+            connections_opened: 1,
+            max_connections_used: 1,
+            bytes_received: 0,
+            seconds: vec![],
+            by_send_second: vec![],
+            second_histograms: vec![],
+            latency_hist: fanout_load::empty_histogram(),
+            service_hist: fanout_load::empty_histogram(),
+            lag_hist: fanout_load::empty_histogram(),
+        };
+        Trial {
+            target: target.into(),
+            phase: phase.into(),
+            round: 0,
+            t_start: 0.0,
+            schedule: load.schedule.clone(),
+            offered_rate: rate,
+            achieved_rate: rate,
+            p50_ms: stats.p50,
+            p99_ms,
+            error_rate: 0.0,
+            cpu_us_per_request: 100.0,
+            generator_cpu_us_per_request: 10.0,
+            backend_calls_per_request: 8.0,
+            stub_overshoot_p99_us: None,
+            ctx_switches_per_request: 1.0,
+            threads: 4,
+            rss_mb: 10.0,
+            valid,
+            invalid_reason,
+            passed_slo: valid && p99_ms <= 50.0,
+            lag_p99_ms,
+            route: None,
+            stage: None,
+            phase_bounds: vec![],
+            samples: vec![],
+            load,
+        }
+    }
+
+    fn report(targets: &[&str], caps: &[(&str, f64)], trials: Vec<Trial>) -> LabReport {
+        let Some(scenario) = crate::scenario::builtin("product-page") else {
+            panic!("the product-page scenario exists");
+        };
+        let opts = LabOptions {
+            scenario: "product-page".into(),
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            quick: true,
+            out: std::env::temp_dir(),
+            trials: None,
+            fanout_bin: "fanout".into(),
+            baseline_bin: None,
+            command: "fanout lab product-page --quick".into(),
+        };
+        let caps = caps.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+        build(
+            &opts,
+            &scenario,
+            None,
+            caps,
+            trials,
+            BTreeMap::new(),
+            vec![],
+        )
+    }
+
+    #[test]
+    fn an_all_flagged_row_says_why_it_has_no_max_rate() {
+        // fanout: every trial (search steps and levels) flagged; hyper-baseline: a real capacity.
+        let mut trials = vec![
+            trial("fanout", "search", 250.0, 12.0, 3.2),
+            trial("fanout", "search", 250.0, 12.0, 4.1),
+            trial("fanout", "search", 125.0, 11.0, 2.6),
+        ];
+        for round in 0..3 {
+            let mut t = trial("fanout", "level-50", 50.0, 10.0, 3.0);
+            t.round = round;
+            trials.push(t);
+            trials.push(trial("hyper-baseline", "level-50", 50.0, 9.0, 0.2));
+        }
+        trials.push(trial("hyper-baseline", "search", 250.0, 9.0, 0.3));
+        let rep = report(
+            &["fanout", "hyper-baseline"],
+            &[("fanout", 0.0), ("hyper-baseline", 250.0)],
+            trials,
+        );
+        let why = rep.targets["fanout"]
+            .max_rate_reason
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            why,
+            "no valid trial: all 6 flagged — generator behind schedule (lag p99 2.6–4.1 ms > 2 ms)"
+        );
+        assert_eq!(rep.targets["hyper-baseline"].max_rate_reason, None);
+
+        let text = text_summary(&rep);
+        assert!(text.contains(&format!("  max_rate: {why}")), "{text}");
+        let fanout_line = text
+            .lines()
+            .find(|l| l.starts_with("fanout "))
+            .unwrap_or_default();
+        assert!(
+            fanout_line.contains("max_rate        - req/s"),
+            "no bare 0: {fanout_line}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("hyper-baseline") && l.contains("max_rate      250 req/s")),
+            "{text}"
+        );
+
+        let json = serde_json::to_value(&rep).unwrap_or_default();
+        assert_eq!(json["targets"]["fanout"]["max_rate_reason"], why.as_str());
+        assert_eq!(json["targets"]["fanout"]["max_rate"], 0.0);
+        assert!(json["targets"]["hyper-baseline"]["max_rate_reason"].is_null());
+
+        let page = html(&rep, "{}");
+        assert!(page.contains(&esc(&why)), "the summary row says why");
+        assert!(
+            !page.contains("<td>fanout</td><td>0.00</td>"),
+            "no bare 0.00 in the summary row"
+        );
+    }
+
+    #[test]
+    fn a_zero_max_rate_names_its_cause() {
+        // Only the search steps flagged (the levels at a low rate were fine).
+        let mut trials = vec![
+            trial("fanout", "search", 250.0, 12.0, 4.1),
+            trial("fanout", "search", 250.0, 12.0, 4.1),
+        ];
+        trials.push(trial("fanout", "level-50", 50.0, 10.0, 0.1));
+        let rep = report(&["fanout"], &[("fanout", 0.0)], trials);
+        assert_eq!(
+            rep.targets["fanout"].max_rate_reason.as_deref(),
+            Some(
+                "no valid capacity-search step: all 2 flagged — generator behind schedule (lag p99 4.1 ms > 2 ms)"
+            )
+        );
+        // A valid step that missed the SLO: a finding, with its figures.
+        let trials = vec![
+            trial("fanout", "search", 250.0, 80.0, 0.1),
+            trial("fanout", "search", 125.0, 60.0, 3.5),
+        ];
+        let rep = report(&["fanout"], &[("fanout", 0.0)], trials);
+        let why = rep.targets["fanout"]
+            .max_rate_reason
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            why.starts_with("no capacity-search step met the SLO"),
+            "{why}"
+        );
+        assert!(why.contains("at 250 req/s: p99 80.0 ms > 50 ms"), "{why}");
+        assert!(why.contains("1 of 2 steps flagged"), "{why}");
+        // A measured capacity needs no reason.
+        let rep = report(
+            &["fanout"],
+            &[("fanout", 250.0)],
+            vec![trial("fanout", "search", 250.0, 10.0, 0.1)],
+        );
+        assert_eq!(rep.targets["fanout"].max_rate_reason, None);
     }
 
     #[test]

@@ -393,7 +393,7 @@ impl Backend for HttpBackend {
             let resp = client
                 .request(request)
                 .await
-                .map_err(|e| CallError::new(classify(&e), describe(&e)))?;
+                .map_err(|e| CallError::new(classify(&e), format!("{uri}: {}", describe(&e))))?;
             let (parts, body) = resp.into_parts();
             let body = Limited::new(body, limit)
                 .collect()

@@ -7,7 +7,9 @@ pub mod balance;
 pub mod bodies;
 pub mod client;
 pub mod conn;
+pub mod errlog;
 pub mod limiter;
+pub mod request_id;
 pub mod server;
 pub mod watchdog;
 
@@ -42,6 +44,12 @@ pub struct Gateway {
     panics: std::sync::atomic::AtomicU64,
     /// Error answers by code.
     errors: server::ErrorCounts,
+    /// Request ids: the client's when valid, else generated.
+    request_ids: request_id::RequestIds,
+    /// The header carrying the request id (`server.request_id_header`).
+    request_id_header: HeaderName,
+    /// Caps the failed-request log lines per second.
+    error_log: errlog::LogThrottle,
     /// The address from the config.
     pub listen: String,
 }
@@ -152,6 +160,21 @@ impl Gateway {
         if !errs.is_empty() {
             return Err(ConfigErrors(errs));
         }
+        let request_id_header = HeaderName::from_bytes(cfg.server.request_id_header.as_bytes())
+            .map_err(|_| {
+                ConfigErrors(vec![
+                    ConfigError {
+                        file: cfg.file.clone(),
+                        pos: None,
+                        message: format!(
+                            "server.request_id_header `{}` is not a valid header name",
+                            cfg.server.request_id_header
+                        ),
+                        hint: None,
+                    }
+                    .hint("e.g. `x-request-id` or `x-correlation-id`"),
+                ])
+            })?;
         let adm = admission::Admission::new(&cfg.server.admission);
         let route_admission = admission::RouteTable::new(&cfg.routes, &adm);
         Ok(Gateway {
@@ -175,6 +198,9 @@ impl Gateway {
             bodies: Arc::new(bodies::BodyGate::new(&cfg.server.bodies)),
             panics: std::sync::atomic::AtomicU64::new(0),
             errors: server::ErrorCounts::default(),
+            request_ids: request_id::RequestIds::new(),
+            request_id_header,
+            error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
             listen: cfg.listen.clone(),
         })
     }
@@ -245,6 +271,7 @@ impl Gateway {
                 serde_json::json!({
                     "stalls": w.stalls(),
                     "max_stall_ms": w.max_stall_ms(),
+                    "cpu_starvations": w.starvations(),
                     "flow_stalls": fanout_flow::activity::stalls(),
                     "flow_max_stall_ms": fanout_flow::activity::max_stall_ms(),
                     "compute": self.compute.status(),

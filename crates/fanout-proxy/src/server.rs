@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -25,12 +26,18 @@ use tokio::time::Instant;
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
 #[derive(Default)]
-pub(crate) struct ErrorCounts(std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>);
+pub(crate) struct ErrorCounts(std::sync::Mutex<std::collections::BTreeMap<String, u64>>);
 
 impl ErrorCounts {
-    pub(crate) fn count(&self, code: &'static str) {
+    /// Count one answer with `code` (codes come from the gateway and the config: a bounded set).
+    pub(crate) fn count(&self, code: &str) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry(code).or_insert(0) += 1;
+        match m.get_mut(code) {
+            Some(n) => *n += 1,
+            None => {
+                m.insert(code.to_string(), 1);
+            }
+        }
     }
 
     pub(crate) fn json(&self) -> serde_json::Value {
@@ -45,35 +52,58 @@ pub type Body = Full<Bytes>;
 /// A client-side error (bad request) or a flow failure, rendered as JSON.
 pub(crate) struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: Cow<'static, str>,
+    /// Safe for the client.
     pub message: String,
     pub step: Option<Arc<str>>,
+    /// For the log (and the client only with `server.expose_error_details`).
     pub backend: Option<Arc<str>>,
+    /// For the log (and the client only with `server.expose_error_details`).
+    pub detail: Option<String>,
+    /// `error.details` (JSON text) from a `fail` step.
+    pub details: Option<Bytes>,
     /// `Allow` header for 405.
     pub allow: Option<HeaderValue>,
+    /// Whether the failure is logged: flow failures and panics are; the server's own refusals
+    /// (no route, overload, body limits) are only counted — their cause is in the message.
+    pub log: bool,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            code,
+            code: Cow::Borrowed(code),
             message: message.into(),
             step: None,
             backend: None,
+            detail: None,
+            details: None,
             allow: None,
+            log: false,
         }
     }
 
-    pub(crate) fn into_response(self) -> Response<Body> {
-        let body = serde_json::json!({
-            "error": {
-                "code": self.code,
-                "message": self.message,
-                "step": self.step.as_deref(),
-                "backend": self.backend.as_deref(),
-            }
-        });
+    /// The JSON answer: `{"error": {code, message, step, request_id[, details][, backend,
+    /// detail]}}` — the last two only with `expose` (`server.expose_error_details`).
+    pub(crate) fn into_response(self, request_id: &HeaderValue, expose: bool) -> Response<Body> {
+        let mut e = serde_json::Map::with_capacity(7);
+        e.insert("code".into(), self.code.as_ref().into());
+        e.insert("message".into(), self.message.into());
+        e.insert("step".into(), self.step.as_deref().into());
+        e.insert(
+            "request_id".into(),
+            String::from_utf8_lossy(request_id.as_bytes()).into(),
+        );
+        if let Some(d) = &self.details {
+            let v = serde_json::from_slice::<serde_json::Value>(d).unwrap_or_default();
+            e.insert("details".into(), v);
+        }
+        if expose {
+            e.insert("backend".into(), self.backend.as_deref().into());
+            e.insert("detail".into(), self.detail.into());
+        }
+        let body = serde_json::json!({ "error": e });
         let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
         *resp.status_mut() = self.status;
         resp.headers_mut()
@@ -91,13 +121,18 @@ impl ApiError {
 
 impl From<FlowError> for ApiError {
     fn from(e: FlowError) -> Self {
+        let code = Cow::Owned(e.code().to_string());
+        let details = e.answer.as_ref().and_then(|a| a.details.clone());
         ApiError {
             status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY),
-            code: e.kind.code(),
+            code,
             message: e.message,
             step: e.step,
             backend: e.backend,
+            detail: e.detail,
+            details,
             allow: None,
+            log: true,
         }
     }
 }
@@ -124,10 +159,22 @@ impl Gateway {
     /// Handle one request (never fails: every error becomes a JSON response, and a panic while
     /// handling it becomes a 500 `internal_error` for this request only).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        catch_panics(self.handle_unguarded(req), &self.panics).await
+        let rid = self
+            .request_ids
+            .for_request(req.headers().get(&self.request_id_header));
+        let mut resp = catch_panics(
+            self.handle_unguarded(req, &rid),
+            &self.panics,
+            &rid,
+            self.limits.expose_error_details,
+        )
+        .await;
+        resp.headers_mut()
+            .insert(self.request_id_header.clone(), rid);
+        resp
     }
 
-    async fn handle_unguarded(&self, req: Request<Incoming>) -> Response<Body> {
+    async fn handle_unguarded(&self, req: Request<Incoming>, rid: &HeaderValue) -> Response<Body> {
         let start = Instant::now();
         if req.uri().path() == "/__fanout/status" {
             let mut resp = Response::new(Full::new(Bytes::from(self.status_json().to_string())));
@@ -135,12 +182,39 @@ impl Gateway {
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return resp;
         }
+        let (method, uri) = (req.method().clone(), req.uri().clone());
         match self.handle_inner(req, start).await {
             Ok(out) => outcome_response(out),
             Err(e) => {
-                self.errors.count(e.code);
-                e.into_response()
+                self.errors.count(&e.code);
+                if e.log {
+                    self.log_failure(&e, rid, &method, uri.path());
+                }
+                e.into_response(rid, self.limits.expose_error_details)
             }
+        }
+    }
+
+    /// The log line of a failed request, with the detail the client does not see.
+    fn log_failure(&self, e: &ApiError, rid: &HeaderValue, method: &http::Method, path: &str) {
+        let (write, suppressed) = self.error_log.admit(std::time::Instant::now());
+        if suppressed > 0 {
+            tracing::warn!(
+                suppressed,
+                "{suppressed} failed-request log lines were not written (server.error_log_per_second)"
+            );
+        }
+        if !write {
+            return;
+        }
+        let request_id = String::from_utf8_lossy(rid.as_bytes());
+        let step = e.step.as_deref().unwrap_or("");
+        let backend = e.backend.as_deref().unwrap_or("");
+        let detail = e.detail.as_deref().unwrap_or("");
+        if e.status.is_server_error() {
+            tracing::warn!(%request_id, %method, path, status = e.status.as_u16(), code = %e.code, step = %step, backend = %backend, detail = %detail, "request failed: {}", e.message);
+        } else {
+            tracing::info!(%request_id, %method, path, status = e.status.as_u16(), code = %e.code, step = %step, backend = %backend, detail = %detail, "request refused: {}", e.message);
         }
     }
 
@@ -396,7 +470,12 @@ impl Gateway {
 /// Run a request handler; a panic inside it becomes a 500 `internal_error` for this request
 /// only (logged with its message, counted in `panics`). Whatever the handler held (admission
 /// slot, body permits, memory) is released when its future is dropped.
-pub(crate) async fn catch_panics<F>(fut: F, panics: &AtomicU64) -> Response<Body>
+pub(crate) async fn catch_panics<F>(
+    fut: F,
+    panics: &AtomicU64,
+    rid: &HeaderValue,
+    expose: bool,
+) -> Response<Body>
 where
     F: Future<Output = Response<Body>>,
 {
@@ -409,13 +488,14 @@ where
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "(no message)".to_string());
-            tracing::error!(panic = %msg, "a request handler panicked; answered 500");
+            let request_id = String::from_utf8_lossy(rid.as_bytes());
+            tracing::error!(%request_id, panic = %msg, "a request handler panicked; answered 500");
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
                 "the gateway failed while handling this request",
             )
-            .into_response()
+            .into_response(rid, expose)
         }
     }
 }
@@ -550,6 +630,8 @@ mod tests {
                 Response::new(Full::new(Bytes::new()))
             },
             &panics,
+            &HeaderValue::from_static("rid-1"),
+            false,
         )
         .await;
         assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
@@ -558,12 +640,15 @@ mod tests {
         assert_eq!(v["error"]["code"], "internal_error");
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(!msg.contains("secret"), "no internals in the answer: {msg}");
+        assert_eq!(v["error"]["request_id"], "rid-1");
         assert_eq!(panics.load(Ordering::Relaxed), 1);
 
         // The next request is served normally.
         let ok = catch_panics(
             async { Response::new(Full::new(Bytes::from_static(b"{}"))) },
             &panics,
+            &HeaderValue::from_static("rid-1"),
+            false,
         )
         .await;
         assert_eq!(ok.status(), StatusCode::OK);
@@ -590,6 +675,8 @@ mod tests {
                 Response::new(Full::new(Bytes::new()))
             },
             &panics,
+            &HeaderValue::from_static("rid-1"),
+            false,
         )
         .await;
         assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);

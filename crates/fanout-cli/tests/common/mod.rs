@@ -142,6 +142,10 @@ pub struct Case {
     pub response: serde_json::Value,
     #[serde(default)]
     pub backend_calls: BTreeMap<String, u64>,
+    /// Texts the gateway's log line for this request (found by its `x-request-id`) must contain:
+    /// the detail the client does not see.
+    #[serde(default)]
+    pub log: Vec<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -157,4 +161,53 @@ pub struct CaseRequest {
 
 pub fn default_method() -> String {
     "GET".into()
+}
+
+/// The log of every gateway in this test binary (a global subscriber writing to memory).
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[derive(Clone)]
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Capture the log (level info and above) of this test binary; idempotent.
+pub fn capture_logs() -> &'static Logs {
+    static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let w = LogWriter(buf.clone());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .try_init();
+        Logs(buf)
+    })
+}
+
+impl Logs {
+    /// Every line logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+    /// The lines that mention `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
 }

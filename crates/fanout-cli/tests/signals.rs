@@ -1,0 +1,176 @@
+//! Signals of a real `fanout serve` process: SIGHUP is logged and ignored (config reload does
+//! not exist yet; `kill -HUP` must not take the gateway down), SIGTERM drains and exits 0.
+//!
+//! Every wait polls for a condition (a log line, an answer, the exit), up to a generous limit.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = "routes:\n  - path: /ping\n    respond: { body: '{pong: true}' }\n";
+
+/// Kills the gateway and removes its config, also when the test panics.
+struct Gateway {
+    child: Child,
+    config: PathBuf,
+    /// stderr lines (JSON logs) as they come.
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+impl Gateway {
+    fn start() -> Gateway {
+        let config =
+            std::env::temp_dir().join(format!("fanout-signals-{}.yaml", std::process::id()));
+        std::fs::write(&config, CONFIG).unwrap_or_else(|e| panic!("write config: {e}"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn fanout serve: {e}"));
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().expect("log lines").push(line);
+            }
+        });
+        Gateway {
+            child,
+            config,
+            lines,
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// The `fields` of the first log line whose message is `message` (JSON logs).
+    fn log(&self, message: &str) -> Option<serde_json::Value> {
+        self.logs(message).into_iter().next()
+    }
+
+    fn logs(&self, message: &str) -> Vec<serde_json::Value> {
+        self.lines
+            .lock()
+            .expect("log lines")
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| v["fields"].clone())
+            .filter(|f| f["message"] == message)
+            .collect()
+    }
+
+    fn stderr(&self) -> String {
+        self.lines.lock().expect("log lines").join("\n")
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid()])
+            .status()
+            .unwrap_or_else(|e| panic!("kill {sig}: {e}"));
+        assert!(status.success(), "kill {sig} failed");
+    }
+}
+
+/// Wait until `f` gives a value, up to 30 s (the machine may be loaded: this waits for a state,
+/// it does not time anything).
+fn wait_for<T>(what: &str, gw: &Gateway, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out waiting for: {what}; stderr:\n{}",
+            gw.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// GET /ping: the status line and body.
+fn ping(addr: &str) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(b"GET /ping HTTP/1.1\r\nhost: fanout\r\nconnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn assert_answers(addr: &str, when: &str) {
+    let answer = ping(addr).unwrap_or_else(|e| panic!("GET /ping {when}: {e}"));
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains(r#"{"pong":true}"#),
+        "GET /ping {when}: {answer}"
+    );
+}
+
+const HUP_LOG: &str = "SIGHUP received: config reload is not supported yet; ignoring";
+
+#[test]
+fn sighup_is_logged_and_ignored_and_sigterm_exits_cleanly() {
+    let mut gw = Gateway::start();
+    let addr = wait_for("the gateway to listen", &gw, || {
+        gw.log("fanout serving")
+            .and_then(|f| f["addr"].as_str().map(str::to_string))
+    });
+    assert_answers(&addr, "before SIGHUP");
+
+    gw.signal("-HUP");
+    wait_for("the SIGHUP log line", &gw, || {
+        (gw.logs(HUP_LOG).len() == 1).then_some(())
+    });
+    assert!(
+        gw.child.try_wait().ok().flatten().is_none(),
+        "SIGHUP stopped the gateway; stderr:\n{}",
+        gw.stderr()
+    );
+    assert_answers(&addr, "after SIGHUP");
+
+    // and again: the handler stays installed
+    gw.signal("-HUP");
+    wait_for("the second SIGHUP log line", &gw, || {
+        (gw.logs(HUP_LOG).len() == 2).then_some(())
+    });
+    assert_answers(&addr, "after the second SIGHUP");
+
+    gw.signal("-TERM");
+    let status = wait_for("the gateway to exit after SIGTERM", &gw, || {
+        gw.child.try_wait().ok().flatten()
+    });
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status:?}; stderr:\n{}",
+        gw.stderr()
+    );
+    // the reader thread may still be reading what was written before the exit
+    wait_for("the shutdown log line", &gw, || {
+        gw.log("shutting down: draining in-flight requests")
+    });
+}
