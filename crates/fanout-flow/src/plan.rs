@@ -237,6 +237,18 @@ impl Ctx<'_> {
     }
 }
 
+/// An "unknown backend" error with a hint: the closest declared name, else the declared names.
+fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
+    let mut known: Vec<&str> = cfg.backends.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    let hint = match fanout_config::did_you_mean(name, known.iter()) {
+        Some(d) => d,
+        None if known.is_empty() => "declare it under `backends:`".to_string(),
+        None => format!("declared backends: {}", known.join(", ")),
+    };
+    ConfigError::at(pos, format!("{prefix}unknown backend `{name}`")).hint(hint)
+}
+
 fn short(s: &str) -> String {
     let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if one_line.chars().count() > 60 {
@@ -333,9 +345,11 @@ pub fn compile(
         let h = &r.http;
         let backend = backends.get(&h.backend.value).cloned();
         if backend.is_none() {
-            cx.errs.push(ConfigError::at(
+            cx.errs.push(unknown_backend(
+                cfg,
                 h.backend.pos,
-                format!("reference `{name}`: unknown backend `{}`", h.backend.value),
+                &format!("reference `{name}`: "),
+                &h.backend.value,
             ));
         }
         let Some(path_src) = &h.path else {
@@ -591,10 +605,8 @@ fn compile_step(
                 None
             }
             (None, None) => {
-                cx.errs.push(ConfigError::at(
-                    h.backend.pos,
-                    format!("unknown backend `{}`", h.backend.value),
-                ));
+                cx.errs
+                    .push(unknown_backend(cx.cfg, h.backend.pos, "", &h.backend.value));
                 None
             }
         };
@@ -634,26 +646,8 @@ fn compile_step(
         let backend = match backends.get(&h.backend.value) {
             Some(b) => Some(b.clone()),
             None => {
-                let mut known: Vec<&String> = cx.cfg.backends.keys().collect();
-                known.sort();
-                cx.errs.push(
-                    ConfigError::at(
-                        h.backend.pos,
-                        format!("unknown backend `{}`", h.backend.value),
-                    )
-                    .hint(if known.is_empty() {
-                        "declare it under `backends:`".to_string()
-                    } else {
-                        format!(
-                            "declared backends: {}",
-                            known
-                                .iter()
-                                .map(|s| s.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    }),
-                );
+                cx.errs
+                    .push(unknown_backend(cx.cfg, h.backend.pos, "", &h.backend.value));
                 None
             }
         };
