@@ -220,24 +220,114 @@ async fn every_error_answer_has_its_status_and_code_and_no_backend_text() {
     let c = client(false);
     // (path, status, code, step, a text the request's log line must contain)
     let cases: &[(&str, u16, &str, Option<&str>, &str)] = &[
-        ("/validate/abc", 422, "invalid_id", Some("check"), "code=invalid_id"),
-        ("/refuse", 403, "not_allowed", Some("no"), "code=not_allowed"),
-        ("/default-404", 404, "not_found", Some("order"), "SECRET-404"),
+        (
+            "/validate/abc",
+            422,
+            "invalid_id",
+            Some("check"),
+            "code=invalid_id",
+        ),
+        (
+            "/refuse",
+            403,
+            "not_allowed",
+            Some("no"),
+            "code=not_allowed",
+        ),
+        (
+            "/default-404",
+            404,
+            "not_found",
+            Some("order"),
+            "SECRET-404",
+        ),
         ("/fail", 502, "backend_status", Some("order"), "SECRET-500"),
-        ("/conflict", 502, "backend_status", Some("order"), "SECRET-409"),
+        (
+            "/conflict",
+            502,
+            "backend_status",
+            Some("order"),
+            "SECRET-409",
+        ),
         ("/mapped-409", 409, "conflict", Some("order"), "SECRET-409"),
-        ("/mapped-class", 503, "backend_status", Some("order"), "SECRET-500"),
+        (
+            "/mapped-class",
+            503,
+            "backend_status",
+            Some("order"),
+            "SECRET-500",
+        ),
         ("/mapped-pass", 409, "conflict", Some("order"), "SECRET-409"),
-        ("/mapped-full", 410, "order_gone", Some("order"), "SECRET-404"),
-        ("/optional-explicit", 409, "conflict", Some("extra"), "SECRET-409"),
-        ("/unavailable", 502, "backend_status", Some("order"), "SECRET-503"),
-        ("/timeout", 504, "backend_timeout", Some("order"), "svc_internal"),
-        ("/deadline", 504, "deadline_exceeded", Some("order"), "deadline"),
-        ("/refused", 502, "backend_unavailable", Some("order"), "127.0.0.1:1"),
-        ("/notjson", 502, "bad_backend_answer", Some("order"), "invalid JSON"),
-        ("/result-fail", 502, "bad_backend_answer", Some("d"), "SECRET-data"),
-        ("/expr-fail", 500, "expression_failed", Some("n"), "SECRET-data"),
-        ("/respond-fail", 500, "expression_failed", None, "SECRET-data"),
+        (
+            "/mapped-full",
+            410,
+            "order_gone",
+            Some("order"),
+            "SECRET-404",
+        ),
+        (
+            "/optional-explicit",
+            409,
+            "conflict",
+            Some("extra"),
+            "SECRET-409",
+        ),
+        (
+            "/unavailable",
+            502,
+            "backend_status",
+            Some("order"),
+            "SECRET-503",
+        ),
+        (
+            "/timeout",
+            504,
+            "backend_timeout",
+            Some("order"),
+            "svc_internal",
+        ),
+        (
+            "/deadline",
+            504,
+            "deadline_exceeded",
+            Some("order"),
+            "deadline",
+        ),
+        (
+            "/refused",
+            502,
+            "backend_unavailable",
+            Some("order"),
+            "127.0.0.1:1",
+        ),
+        (
+            "/notjson",
+            502,
+            "bad_backend_answer",
+            Some("order"),
+            "invalid JSON",
+        ),
+        (
+            "/result-fail",
+            502,
+            "bad_backend_answer",
+            Some("d"),
+            "SECRET-data",
+        ),
+        (
+            "/expr-fail",
+            500,
+            "expression_failed",
+            Some("n"),
+            "SECRET-data",
+        ),
+        (
+            "/respond-fail",
+            500,
+            "expression_failed",
+            None,
+            "SECRET-data",
+        ),
         ("/bad-status", 500, "expression_failed", None, "SECRET-data"),
         ("/keys/fail", 404, "key_not_found", Some("items"), "gone-1"),
         ("/each/fail", 404, "not_found", Some("items"), "SECRET-each"),
@@ -305,7 +395,10 @@ async fn statuses_mapped_to_values_and_computed_statuses() {
     // An optional step's 404 (the default mapping) falls back and is partial.
     let r = get(&url("/optional-404")).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json(), serde_json::json!({"extra": [], "_partial": ["extra"]}));
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"extra": [], "_partial": ["extra"]})
+    );
     // `respond.status` as an expression.
     let r = get(&url("/created/201")).await;
     assert_eq!(r.status, 201);
@@ -367,7 +460,14 @@ async fn request_ids_are_taken_when_valid_generated_otherwise_and_always_returne
     let c = client(false);
     let url = format!("http://{}/validate/7", gw.addr);
     // A valid client id is kept, on success too.
-    let r = send(&c, Method::GET, &url, &[("x-request-id", "abc-123.X:y@z")], "").await;
+    let r = send(
+        &c,
+        Method::GET,
+        &url,
+        &[("x-request-id", "abc-123.X:y@z")],
+        "",
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.headers["x-request-id"], "abc-123.X:y@z");
     // An invalid one (spaces, too long) is replaced by a generated id.

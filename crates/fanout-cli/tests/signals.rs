@@ -208,7 +208,9 @@ fn a_stopped_process_counts_as_cpu_starvation_not_as_a_stall() {
     });
     assert_answers(&addr, "before SIGSTOP");
     // Counts, not zero: on a loaded machine the process may already have waited for a CPU.
-    let before = runtime_status(&addr)["cpu_starvations"].as_u64().unwrap_or(0);
+    let before = runtime_status(&addr)["cpu_starvations"]
+        .as_u64()
+        .unwrap_or(0);
 
     gw.signal("-STOP");
     // the pause is the condition under test (well above the 100 ms stall threshold), not a wait
