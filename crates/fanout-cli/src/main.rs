@@ -186,7 +186,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Ignore SIGHUP from the first instruction on (its default action ends the process): until the
+/// runtime installs its handler (which logs it), a `kill -HUP` during config loading or start-up
+/// must not stop the gateway either.
+fn ignore_sighup_until_handled() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code; it is done
+    // before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<()> {
+    if matches!(cmd, Cmd::Serve { .. } | Cmd::Stub { .. } | Cmd::Demo { .. }) {
+        ignore_sighup_until_handled();
+    }
     match cmd {
         Cmd::Serve {
             config,

@@ -328,3 +328,45 @@ fn convention_parser_reads_roots_maps_and_lists() {
     assert!(problems[0].contains("`oops` needs three non-empty cells"));
     assert!(problems[1].contains("one backticked field path"));
 }
+
+#[test]
+fn schema_walk_follows_refs_options_maps_and_lists() {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "server": { "$ref": "#/$defs/Server" },
+            "backends": { "type": "object", "additionalProperties": { "$ref": "#/$defs/Backend" } },
+            "routes": { "type": "array", "items": { "$ref": "#/$defs/Route" } }
+        },
+        "additionalProperties": false,
+        "$defs": {
+            "Server": { "type": "object", "properties": { "limit": { "type": "integer" } } },
+            "Backend": {
+                "type": "object",
+                "properties": {
+                    "urls": { "type": "array", "items": { "type": "string" } },
+                    "headers": { "type": "object", "additionalProperties": { "type": "string" } },
+                    "retry": { "anyOf": [{ "$ref": "#/$defs/Retry" }, { "type": "null" }] }
+                },
+                "additionalProperties": false
+            },
+            "Retry": { "type": "object", "properties": { "attempts": { "type": "integer" } } },
+            "Route": { "type": "object", "properties": { "path": { "type": "string" } } }
+        }
+    });
+    let paths: Vec<String> = schema_paths(&schema).into_iter().collect();
+    assert_eq!(
+        paths,
+        [
+            "backends",
+            "backends.*.headers",
+            "backends.*.retry",
+            "backends.*.retry.attempts",
+            "backends.*.urls",
+            "routes",
+            "routes[].path",
+            "server",
+            "server.limit",
+        ]
+    );
+}

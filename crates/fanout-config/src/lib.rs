@@ -506,7 +506,8 @@ pub enum Protocol {
 pub struct Backend {
     /// Base URL, e.g. `http://127.0.0.1:9001` or `https://svc.internal`. Use `urls` for several.
     pub url: Option<Located<String>>,
-    /// Several base URLs of the same service, used round robin.
+    /// Several base URLs of the same service; calls are spread over them by `balance`
+    /// (P2C with peak-EWMA latency by default).
     #[serde(default)]
     pub urls: Vec<Located<String>>,
     /// Per-call timeout (a step's `timeout` overrides it); defaults to `defaults.timeout`.

@@ -352,6 +352,15 @@ pub fn compile(
                 &h.backend.value,
             ));
         }
+        if let Some(k) = &h.key {
+            cx.errs.push(
+                ConfigError::at(
+                    k.pos,
+                    format!("reference `{name}`: `http.key` cannot be used for reference data"),
+                )
+                .hint("a dataset is fetched by `path`; `key` looks keys up for a request's steps"),
+            );
+        }
         let Some(path_src) = &h.path else {
             cx.errs.push(ConfigError::at(
                 h.backend.pos,
@@ -393,7 +402,7 @@ pub fn compile(
                     query,
                     headers,
                     body,
-                    idempotent: true,
+                    idempotent: h.idempotent.unwrap_or(true),
                     compute: cx.compute.clone(),
                     max_depth: cx.cfg.server.expressions.max_depth,
                 },
