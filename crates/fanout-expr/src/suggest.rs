@@ -1,63 +1,11 @@
 //! Hints for undefined names in expressions: "did you mean `length`?", "`sub` takes 2 or 3
 //! arguments".
 //!
-//! The closeness rule is the one of `fanout_config::did_you_mean` (this crate does not depend
-//! on the config crate; keep the two in step).
+//! The closeness rule is `fanout_config::closest`, the one every unknown name in a config uses.
 
 use crate::Val;
+use fanout_config::{closest, did_you_mean};
 use jaq_core::data::JustLut;
-
-/// Longest name for which a suggestion is looked for.
-const MAX_NAME_CHARS: usize = 64;
-
-/// "did you mean `x`?" when one of `candidates` is close to `name`.
-pub(crate) fn did_you_mean<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<String> {
-    closest(name, candidates).map(|c| format!("did you mean `{c}`?"))
-}
-
-/// The candidate closest to `name`, if one is close enough to be a typo of it.
-fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let key = name.to_lowercase();
-    let key_len = key.chars().count();
-    if key_len == 0 || key_len > MAX_NAME_CHARS {
-        return None;
-    }
-    let mut best: Option<(usize, f64, &str)> = None;
-    for c in candidates {
-        if c == name || c.is_empty() {
-            continue;
-        }
-        let cand = c.to_lowercase();
-        let cand_len = cand.chars().count();
-        if cand_len > MAX_NAME_CHARS {
-            continue;
-        }
-        let edits = strsim::osa_distance(&key, &cand);
-        let similarity = strsim::jaro_winkler(&key, &cand);
-        let close = edits <= max_edits(key_len.max(cand_len))
-            || (similarity >= 0.9 && key_len.min(cand_len) >= 4);
-        let better = match best {
-            None => true,
-            Some((e, s, _)) => edits < e || (edits == e && similarity > s),
-        };
-        if close && better {
-            best = Some((edits, similarity, c));
-        }
-    }
-    best.map(|(_, _, c)| c)
-}
-
-fn max_edits(len: usize) -> usize {
-    match len {
-        0..=2 => 0,
-        3..=5 => 1,
-        6..=8 => 2,
-        _ => 3,
-    }
-}
 
 /// Names and arities of the filters every expression can call (jaq core, std and json),
 /// without the internal ones (`_name`, `name_`).
@@ -115,7 +63,7 @@ pub(crate) fn filter_hint(name: &str, arity: usize) -> String {
     }
     let any = all.iter().map(|(n, _)| *n);
     if let Some(other) = closest(name, any) {
-        let t = takes(&all, other).unwrap_or_default();
+        let t = takes(&all, &other).unwrap_or_default();
         return format!("did you mean `{other}`? ({t})");
     }
     "check the spelling of the function and its number of arguments".into()
@@ -139,18 +87,6 @@ pub(crate) fn var_hint(name: &str, scope: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn close_names() {
-        assert_eq!(closest("lenght", ["length", "last"]), Some("length"));
-        assert_eq!(
-            closest("vacancy", ["vacancies", "search"]),
-            Some("vacancies")
-        );
-        assert_eq!(closest("user", ["vacancies", "search"]), None);
-        assert_eq!(closest("x", ["y"]), None);
-        assert_eq!(closest("same", ["same"]), None);
-    }
 
     #[test]
     fn filter_hints() {
