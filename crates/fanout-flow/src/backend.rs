@@ -1,9 +1,9 @@
 //! The backend-call layer: the one interface every step kind's I/O goes through.
 //!
 //! A [`Backend`] takes a fully built [`CallRequest`] and returns a [`CallResponse`]. The HTTP client
-//! in `fanout-proxy` implements it today; batching, caching, bulkheads, breakers, retries and
-//! hedging are planned as wrappers (`Arc<dyn Backend>` around `Arc<dyn Backend>`), and gRPC,
-//! Postgres and model backends as further implementations — the executor does not change.
+//! in `fanout-proxy` implements it; hedging, retries, bulkheads, breakers, dedup and caches are
+//! wrappers (`Arc<dyn Backend>` around `Arc<dyn Backend>`, stacked in `Gateway::build`). gRPC,
+//! Postgres and model backends will be further implementations — the executor does not change.
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;

@@ -7,9 +7,9 @@
 //! values of its own keys.
 
 use crate::cache::{CachePolicy, CacheStats, KeyCache};
+use crate::call::HttpPlan;
+use crate::call::{Env, build_call, fetch_json};
 use crate::error::{ErrorKind, FlowError};
-use crate::exec::{Env, build_call, fetch_json};
-use crate::plan::HttpPlan;
 use fanout_expr::{Expr, Val, json};
 use futures_util::future::try_join_all;
 use http::HeaderName;

@@ -5,20 +5,23 @@
 //! every call still in flight is dropped — which closes its connection or stream — and the request
 //! fails with 504. A required step's failure ends the request the same way.
 
-use crate::backend::{CallErrorKind, CallRequest, CallResponse};
+use crate::backend::CallRequest;
 use crate::batch::{BatchPlan, Found};
+use crate::call::{
+    Env, Yielded, build_call, eval, eval_item, eval_kind, expr_err, fetch_json, short_json, yielded,
+};
 use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
 use crate::plan::{
-    Action, FIRST_STEP_SLOT, FailPlan, HttpPlan, Missing, RespondPlan, RoutePlan, SLOT_INDEX,
-    SLOT_ITEM, SLOT_REF, SLOT_REQUEST, StatusPlan, StepPlan,
+    Action, FIRST_STEP_SLOT, FailPlan, HttpPlan, Missing, RespondPlan, RoutePlan, SLOT_REF,
+    SLOT_REQUEST, StatusPlan, StepPlan,
 };
 use bytes::Bytes;
 use fanout_config::StatusAction;
-use fanout_expr::{Budget, EvalError, EvalErrorKind, EvalLimits, Expr, Mode, Val, json, truthy};
+use fanout_expr::{Budget, EvalError, EvalErrorKind, Expr, Mode, Val, json, truthy};
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use futures_util::{Future, stream};
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -43,100 +46,6 @@ pub struct Outcome {
 /// elements were missing and replaced per the step's `missing` policy).
 type StepFuture<'a> =
     Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>, bool)> + Send + 'a>>;
-
-/// What expressions of one evaluation context see: the scope slots, the request's evaluation
-/// budget, and whether they run on an I/O worker (inline: short, then yield) or on the compute
-/// pool.
-#[derive(Clone)]
-pub(crate) struct Env {
-    slots: Vec<Val>,
-    budget: Budget,
-    mode: Mode,
-}
-
-impl Env {
-    /// An environment where every name is `null` (reference data: no request, no steps); its
-    /// expressions run under the default limits.
-    pub(crate) fn empty() -> Env {
-        Env::with_slots(Vec::new())
-    }
-
-    /// An environment with the given slots (batch calls: slot 0 is `$keys`), under the default
-    /// limits.
-    pub(crate) fn with_slots(slots: Vec<Val>) -> Env {
-        Env {
-            slots,
-            budget: Budget::unlimited_time(EvalLimits::default()),
-            mode: Mode::Offload,
-        }
-    }
-
-    fn get(&self, i: usize) -> Val {
-        self.slots.get(i).cloned().unwrap_or(Val::Null)
-    }
-
-    /// The same scope, for evaluation on the compute pool.
-    fn offloaded(mut self) -> Env {
-        self.mode = Mode::Offload;
-        self
-    }
-}
-
-/// An inline evaluation used its share of the worker: the work must be redone on the compute
-/// pool (expressions are pure, so redoing is safe; the ops already used still count).
-#[derive(Debug)]
-struct Yielded;
-
-/// Separate "go to the compute pool" from an evaluation's result.
-fn yielded<T>(r: Result<T, EvalError>) -> Result<Result<T, EvalError>, Yielded> {
-    match r {
-        Err(e) if e.kind() == EvalErrorKind::Yield => Err(Yielded),
-        r => Ok(r),
-    }
-}
-
-fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, EvalError> {
-    e.eval_in(input, |i| env.get(i), &env.budget, env.mode)
-}
-
-fn eval_item(e: &Expr, env: &Env, input: &Val, item: &Val, index: usize) -> Result<Val, EvalError> {
-    e.eval_in(
-        input,
-        |i| match i {
-            SLOT_ITEM => item.clone(),
-            SLOT_INDEX => Val::from(index),
-            _ => env.get(i),
-        },
-        &env.budget,
-        env.mode,
-    )
-}
-
-/// The error kind of a failed evaluation: a limit of `server.expressions`, the deadline, or an
-/// ordinary jq error.
-fn eval_kind(e: &EvalError) -> ErrorKind {
-    match e.kind() {
-        EvalErrorKind::Failed | EvalErrorKind::Yield => ErrorKind::Expression,
-        EvalErrorKind::Ops | EvalErrorKind::TooLarge | EvalErrorKind::TooDeep => {
-            ErrorKind::ExpressionLimit
-        }
-        EvalErrorKind::Cancelled | EvalErrorKind::Deadline => ErrorKind::DeadlineExceeded,
-    }
-}
-
-/// An expression of a step failed. The client sees which expression failed and, for a limit or
-/// the deadline, which one (named by its config field); jq's own message — which quotes the data
-/// it failed on — goes to the detail.
-fn expr_err(step: &Arc<str>, what: &str, e: EvalError) -> FlowError {
-    let kind = eval_kind(&e);
-    let message = match kind {
-        ErrorKind::Expression => format!("{what} failed"),
-        _ => format!("{what} failed: {}", e.0),
-    };
-    FlowError::new(kind, message)
-        .in_step(step)
-        .with_detail(format!("{what}: {}", e.0))
-}
 
 /// Cancels the request's evaluation budget when the request ends, however it ends (answered,
 /// deadline, client gone): an expression still running on the compute pool stops at its next
@@ -534,20 +443,6 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
             Prepared::Calls(reqs)
         }
     })
-}
-
-/// A value for messages: its JSON, cut to 200 bytes.
-fn short_json(v: &Val) -> String {
-    let mut s = json::to_string(v);
-    if s.len() > 200 {
-        let mut cut = 200;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
 }
 
 /// A status code (100–599) from an expression's value.
@@ -1010,83 +905,6 @@ fn result_err(step: &Arc<str>, backend: Option<Arc<str>>, m: EvalError) -> FlowE
     e
 }
 
-pub(crate) fn build_call(
-    h: &HttpPlan,
-    env: &Env,
-    item: Option<(&Val, usize)>,
-    deadline: Instant,
-) -> Result<CallRequest, EvalError> {
-    let ev = |e: &Expr| match item {
-        Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
-        None => eval(e, env, &Val::Null),
-    };
-    let mut path = json::to_display(&ev(&h.path)?);
-    if !path.starts_with('/') {
-        path.insert(0, '/');
-    }
-    if !h.query.is_empty() {
-        let mut ser = form_urlencoded::Serializer::new(String::new());
-        for (k, e) in &h.query {
-            match ev(e)? {
-                Val::Null => {}
-                Val::Arr(a) => {
-                    for x in a.iter() {
-                        ser.append_pair(k, &json::to_display(x));
-                    }
-                }
-                v => {
-                    ser.append_pair(k, &json::to_display(&v));
-                }
-            }
-        }
-        let q = ser.finish();
-        if !q.is_empty() {
-            path.push(if path.contains('?') { '&' } else { '?' });
-            path.push_str(&q);
-        }
-    }
-    let mut headers = HeaderMap::with_capacity(h.headers.len() + 2);
-    for (name, e) in &h.headers {
-        let v = ev(e)?;
-        if matches!(v, Val::Null) {
-            continue;
-        }
-        let text = json::to_display(&v);
-        let hv = HeaderValue::from_str(&text).map_err(|_| {
-            EvalError(
-                format!(
-                    "header `{name}`: `{}` is not a valid header value",
-                    short_json(&v)
-                ),
-                EvalErrorKind::Failed,
-            )
-        })?;
-        headers.insert(name.clone(), hv);
-    }
-    let body = match &h.body {
-        None => Bytes::new(),
-        Some(e) => {
-            let mut out = Vec::with_capacity(128);
-            json::write(&ev(e)?, &mut out);
-            headers.insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            Bytes::from(out)
-        }
-    };
-    Ok(CallRequest {
-        method: h.method.clone(),
-        path_and_query: path,
-        headers,
-        body,
-        timeout: std::time::Duration::ZERO, // set when the call starts
-        deadline,
-        idempotent: h.idempotent,
-        deadline_header: None, // set when the call starts
-    })
-}
-
 /// Perform a step's call.
 async fn call(
     step: &StepPlan,
@@ -1096,103 +914,4 @@ async fn call(
     deadline_header: &HeaderName,
 ) -> Result<Val, FlowError> {
     fetch_json(&step.name, h, req, step.timeout, deadline, deadline_header).await
-}
-
-/// Perform one call with min(`step_timeout`, remaining budget), forward the budget, check the
-/// status and parse the answer (once). `step` names the caller in errors.
-pub(crate) async fn fetch_json(
-    step_name: &Arc<str>,
-    h: &HttpPlan,
-    mut req: CallRequest,
-    step_timeout: std::time::Duration,
-    deadline: Instant,
-    deadline_header: &HeaderName,
-) -> Result<Val, FlowError> {
-    let now = Instant::now();
-    let remaining = deadline.saturating_duration_since(now);
-    let timeout = step_timeout.min(remaining);
-    req.timeout = timeout;
-    req.deadline_header = Some(deadline_header.clone());
-    let fut = h.backend.call(req);
-    let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(r)) => r,
-        // A timeout inside the layers (a shared call's own limit, a retry's last attempt) is
-        // classified like our own timer: the request's deadline or the backend's timeout.
-        Ok(Err(e)) if e.kind != CallErrorKind::Timeout => {
-            return Err(FlowError::from_call(e, step_name, &h.backend_name));
-        }
-        Ok(Err(_)) | Err(_) => {
-            let kind = if timeout < step_timeout {
-                ErrorKind::DeadlineExceeded
-            } else {
-                ErrorKind::BackendTimeout
-            };
-            let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
-            let message = if kind == ErrorKind::DeadlineExceeded {
-                format!("the request deadline passed after waiting {waited} for the backend")
-            } else {
-                format!("the backend did not answer within its timeout ({waited})")
-            };
-            return Err(FlowError::new(kind, message)
-                .in_step(step_name)
-                .with_backend(&h.backend_name)
-                .with_detail(format!(
-                    "backend `{}`: no answer after {waited}",
-                    h.backend_name
-                )));
-        }
-    };
-    if !resp.status.is_success() {
-        // The body excerpt is for the log only: backends put internals in error bodies.
-        let snippet = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();
-        let status = resp.status.as_u16();
-        return Err(FlowError::new(
-            ErrorKind::BackendStatus {
-                status,
-                passthrough: h.backend.status_passthrough(),
-            },
-            format!("the backend answered {status}"),
-        )
-        .in_step(step_name)
-        .with_backend(&h.backend_name)
-        .with_detail(format!(
-            "backend `{}` answered {status}{}",
-            h.backend_name,
-            if snippet.is_empty() {
-                String::new()
-            } else {
-                format!(": {snippet}")
-            }
-        )));
-    }
-    if resp.body.is_empty() {
-        return Ok(Val::Null);
-    }
-    let parsed = if resp.body.len() >= h.compute.offload_bytes && h.compute.started() {
-        // A large answer: parse it on the compute pool, not on this worker.
-        let body = resp.body.clone();
-        let depth = h.max_depth;
-        h.compute
-            .run(move || json::parse_limited(&body, depth))
-            .await
-            .map_err(|e| {
-                FlowError::new(ErrorKind::Overloaded, e.to_string())
-                    .in_step(step_name)
-                    .with_backend(&h.backend_name)
-            })?
-    } else {
-        json::parse_limited(&resp.body, h.max_depth)
-    };
-    parsed.map_err(|e| {
-        FlowError::new(
-            ErrorKind::BadBackendAnswer,
-            "the backend's answer is not valid JSON",
-        )
-        .in_step(step_name)
-        .with_backend(&h.backend_name)
-        .with_detail(format!(
-            "backend `{}` answered invalid JSON: {e}",
-            h.backend_name
-        ))
-    })
 }

@@ -6,6 +6,7 @@
 
 use crate::backend::Backend;
 use crate::batch::BatchPlan;
+pub use crate::call::HttpPlan;
 use crate::compute::ComputePool;
 use crate::reference::{Dataset, ReferenceSet};
 use fanout_config::{
@@ -18,16 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Scope slot of `$request`.
-pub const SLOT_REQUEST: usize = 0;
-/// Scope slot of `$item` (inside `for_each` steps).
-pub const SLOT_ITEM: usize = 1;
-/// Scope slot of `$index` (inside `for_each` steps).
-pub const SLOT_INDEX: usize = 2;
-/// Scope slot of `$ref` (reference data snapshot).
-pub const SLOT_REF: usize = 3;
-/// First slot of step values: step `i` is in slot `FIRST_STEP_SLOT + i`.
-pub const FIRST_STEP_SLOT: usize = 4;
+pub use crate::call::{FIRST_STEP_SLOT, SLOT_INDEX, SLOT_ITEM, SLOT_REF, SLOT_REQUEST};
 
 /// A compiled config: routes ready to run.
 pub struct Plan {
@@ -139,30 +131,6 @@ pub enum Action {
     Value(Expr),
     /// End the request with a client answer.
     Fail(Box<FailPlan>),
-}
-
-/// A compiled HTTP call.
-pub struct HttpPlan {
-    /// Backend (possibly wrapped in policy layers).
-    pub backend: Arc<dyn Backend>,
-    /// Backend name.
-    pub backend_name: Arc<str>,
-    /// Method.
-    pub method: Method,
-    /// Path expression.
-    pub path: Expr,
-    /// Query parameters.
-    pub query: Vec<(String, Expr)>,
-    /// Headers.
-    pub headers: Vec<(HeaderName, Expr)>,
-    /// JSON body.
-    pub body: Option<Expr>,
-    /// Whether the call may be retried or hedged (GET/HEAD, batch lookups, or marked).
-    pub idempotent: bool,
-    /// The compute pool: large answers are parsed there.
-    pub compute: Arc<ComputePool>,
-    /// Deepest nesting accepted in an answer (`server.expressions.max_depth`).
-    pub max_depth: usize,
 }
 
 /// The response of a route.

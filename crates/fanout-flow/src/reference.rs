@@ -7,9 +7,9 @@
 //! moments mid-request. A failed refresh keeps the last good copy and records the error; the age of
 //! each dataset is visible in [`ReferenceSet::status`].
 
+use crate::call::HttpPlan;
+use crate::call::{Env, build_call, fetch_json};
 use crate::error::FlowError;
-use crate::exec::{Env, build_call, fetch_json};
-use crate::plan::HttpPlan;
 use arc_swap::ArcSwap;
 use fanout_expr::{Expr, Map, Val, json};
 use std::sync::{Arc, Weak};

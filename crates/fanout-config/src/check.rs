@@ -1,0 +1,360 @@
+//! Structural checks of a loaded config that need no knowledge of flows.
+
+use crate::{Config, ConfigError, Located, MissingPolicy, Pos, StatusAction, StatusPattern, Step};
+
+impl Config {
+    pub(crate) fn check(&self, errs: &mut Vec<ConfigError>) {
+        let mut seen: Vec<(&str, &str, Pos)> = Vec::new();
+        for r in &self.routes {
+            let method = r.method.value.to_ascii_uppercase();
+            if !r.path.value.starts_with('/') {
+                errs.push(
+                    ConfigError::at(
+                        r.path.pos,
+                        format!("route path `{}` must start with `/`", r.path.value),
+                    )
+                    .hint("write e.g. `/vacancies/{id}`"),
+                );
+            }
+            if let Some((_, _, first)) = seen
+                .iter()
+                .find(|(m, p, _)| m.eq_ignore_ascii_case(&method) && *p == r.path.value)
+            {
+                errs.push(
+                    ConfigError::at(
+                        r.path.pos,
+                        format!(
+                            "duplicate route {method} {} (first defined at line {})",
+                            r.path.value, first.line
+                        ),
+                    )
+                    .hint("each method + path may appear once; merge the two routes"),
+                );
+            } else {
+                seen.push((r.method.value.as_str(), r.path.value.as_str(), r.path.pos));
+            }
+            for (name, step) in &r.flow {
+                step_check(name, step, errs);
+            }
+        }
+        self.admission_check(errs);
+        self.expressions_check(errs);
+        for (name, b) in &self.backends {
+            let urls: Vec<&Located<String>> = b.url.iter().chain(b.urls.iter()).collect();
+            if urls.is_empty() {
+                errs.push(
+                    ConfigError {
+                        file: String::new(),
+                        pos: None,
+                        message: format!("backend `{name}` has no `url` or `urls`"),
+                        hint: None,
+                    }
+                    .hint("add `url: http://host:port`"),
+                );
+            }
+            let mut bad = |what: String, hint: &str| {
+                errs.push(
+                    ConfigError {
+                        file: String::new(),
+                        pos: None,
+                        message: format!("backend `{name}`: {what}"),
+                        hint: None,
+                    }
+                    .hint(hint),
+                )
+            };
+            if let Some(r) = &b.retry {
+                if !(1..=5).contains(&r.attempts) {
+                    bad(
+                        format!("retry.attempts must be 1–5 (is {})", r.attempts),
+                        "attempts counts the first call too; 2 means one retry",
+                    );
+                }
+                if !(r.budget.ratio >= 0.0 && r.budget.ratio <= 1.0)
+                    || r.budget.min_per_second < 0.0
+                {
+                    bad(
+                        "retry.budget.ratio must be in [0, 1] and min_per_second ≥ 0".into(),
+                        "e.g. `budget: {ratio: 0.2, min_per_second: 10}`",
+                    );
+                }
+                if r.budget.ttl.0.is_zero() {
+                    bad(
+                        "retry.budget.ttl must be positive".into(),
+                        "e.g. `ttl: 10s`",
+                    );
+                }
+            }
+            if let Some(h) = &b.hedge {
+                if !(h.percentile > 0.0 && h.percentile < 100.0) {
+                    bad(
+                        format!(
+                            "hedge.percentile must be between 0 and 100 (is {})",
+                            h.percentile
+                        ),
+                        "e.g. `percentile: 95`",
+                    );
+                }
+                if !(h.max_extra > 0.0 && h.max_extra <= 1.0) {
+                    bad(
+                        format!("hedge.max_extra must be in (0, 1] (is {})", h.max_extra),
+                        "e.g. `max_extra: 0.1` allows 10 % extra calls",
+                    );
+                }
+            }
+            if b.outlier.consecutive_failures == 0 || b.outlier.max_ejected_percent > 100 {
+                bad(
+                    "outlier.consecutive_failures must be ≥ 1 and max_ejected_percent ≤ 100".into(),
+                    "or turn it off with `outlier: {enabled: false}`",
+                );
+            }
+            if b.balance.decay.0.is_zero() {
+                bad("balance.decay must be positive".into(), "e.g. `decay: 10s`");
+            }
+            for u in urls {
+                let v = &u.value;
+                let ok = (v.starts_with("http://") || v.starts_with("https://"))
+                    && v.split("://").nth(1).is_some_and(|rest| {
+                        let host = rest.split('/').next().unwrap_or("");
+                        !host.is_empty()
+                    });
+                if !ok {
+                    errs.push(
+                        ConfigError::at(u.pos, format!("backend `{name}`: invalid URL `{v}`"))
+                            .hint("use http://host:port or https://host[:port], optionally with a base path"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
+    let kinds = step.http.is_some() as u8 + step.value.is_some() as u8 + step.fail.is_some() as u8;
+    if kinds != 1 {
+        errs.push(
+            ConfigError::at(
+                name.pos,
+                format!(
+                    "step `{}` must have exactly one of `http`, `value` or `fail` (has {kinds})",
+                    name.value
+                ),
+            )
+            .hint("a step calls a backend (`http:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
+        );
+    }
+    if let Some(f) = &step.fail {
+        let mut no = |what: &str, set: bool| {
+            if set {
+                errs.push(
+                    ConfigError::at(
+                        name.pos,
+                        format!("step `{}`: a `fail` step cannot have `{what}`", name.value),
+                    )
+                    .hint("a `fail` step only decides (with `when`) whether the request ends with its answer"),
+                );
+            }
+        };
+        no("optional", step.optional);
+        no("for_each", step.for_each.is_some());
+        no("result", step.result.is_some());
+        no("default", step.default.is_some());
+        no("on_status", !step.on_status.is_empty());
+        no("missing", !matches!(step.missing, MissingPolicy::Fail));
+        no("compute", step.compute);
+        if !(400..=599).contains(&f.status.value) {
+            errs.push(
+                ConfigError::at(
+                    f.status.pos,
+                    format!("fail.status {} must be within 400–599", f.status.value),
+                )
+                .hint("e.g. 400 for invalid input, 404, 409, 422"),
+            );
+        }
+        if !valid_code(&f.code.value) {
+            errs.push(
+                ConfigError::at(f.code.pos, format!("invalid fail.code `{}`", f.code.value))
+                    .hint("codes are 1–64 lower-case letters, digits and `_`, e.g. `invalid_id`"),
+            );
+        }
+    }
+    if step.http.is_none() {
+        if let Some((k, _)) = step.on_status.iter().next() {
+            errs.push(
+                ConfigError::at(
+                    k.pos,
+                    format!("step `{}`: `on_status` needs an `http` step", name.value),
+                )
+                .hint("`on_status` maps the statuses a backend answers; this step calls none"),
+            );
+        }
+        if !matches!(step.missing, MissingPolicy::Fail) {
+            errs.push(
+                ConfigError::at(
+                    name.pos,
+                    format!("step `{}`: `missing` needs an `http` step", name.value),
+                )
+                .hint("`missing` applies to keys a batch lookup did not find and to 404s of `for_each` calls"),
+            );
+        }
+    }
+    for (k, a) in &step.on_status {
+        if let StatusAction::Answer { code: Some(c), .. } = a
+            && !valid_code(c)
+        {
+            errs.push(
+                ConfigError::at(k.pos, format!("invalid on_status code `{c}`")).hint(
+                    "codes are 1–64 lower-case letters, digits and `_`, e.g. `order_not_found`",
+                ),
+            );
+        }
+        if matches!(k.value, StatusPattern::Exact(s) if s < 300)
+            || matches!(k.value, StatusPattern::Class(c) if c < 3)
+        {
+            errs.push(
+                ConfigError::at(
+                    k.pos,
+                    format!(
+                        "on_status `{}`: only statuses ≥ 300 reach `on_status`",
+                        k.value
+                    ),
+                )
+                .hint("2xx answers are successes; map 3xx, 4xx or 5xx statuses"),
+            );
+        }
+    }
+    let valid = name
+        .value
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        errs.push(
+            ConfigError::at(name.pos, format!("invalid step name `{}`", name.value))
+                .hint("step names are identifiers (letters, digits, `_`) because expressions read them as `$name`"),
+        );
+    }
+    if ["request", "item", "index", "ref", "ENV", "__loc__"].contains(&name.value.as_str()) {
+        errs.push(
+            ConfigError::at(name.pos, format!("step name `{}` is reserved", name.value))
+                .hint("choose another name; `$request`, `$item`, `$index` and `$ref` are built in"),
+        );
+    }
+    if step.concurrency == Some(0) {
+        errs.push(ConfigError::at(
+            name.pos,
+            "`concurrency` must be at least 1",
+        ));
+    }
+}
+
+/// An `error.code` written in the config: 1–64 of `a-z 0-9 _`.
+pub fn valid_code(c: &str) -> bool {
+    (1..=64).contains(&c.len())
+        && c.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl Config {
+    fn expressions_check(&self, errs: &mut Vec<ConfigError>) {
+        let x = &self.server.expressions;
+        let mut bad = |what: String| {
+            errs.push(
+                ConfigError {
+                    file: String::new(),
+                    pos: None,
+                    message: format!("server.expressions: {what}"),
+                    hint: None,
+                }
+                .hint("see docs/config.md, `server.expressions`"),
+            )
+        };
+        if !(1..=1000).contains(&x.max_depth) {
+            bad(format!(
+                "max_depth must be within 1..=1000 (is {})",
+                x.max_depth
+            ));
+        }
+        for (name, v) in [
+            ("max_ops", x.max_ops),
+            ("inline_ops", x.inline_ops),
+            ("max_elements", x.max_elements as u64),
+            ("max_string_bytes", x.max_string_bytes as u64),
+        ] {
+            if v == 0 {
+                bad(format!("{name} must be at least 1"));
+            }
+        }
+    }
+
+    fn admission_check(&self, errs: &mut Vec<ConfigError>) {
+        let a = &self.server.admission;
+        let mut bad = |what: String, hint: &str| {
+            errs.push(
+                ConfigError {
+                    file: String::new(),
+                    pos: None,
+                    message: format!("server.admission: {what}"),
+                    hint: None,
+                }
+                .hint(hint),
+            )
+        };
+        if a.max_concurrency == 0 {
+            bad(
+                "max_concurrency must be at least 1".into(),
+                "e.g. `max_concurrency: 1024`",
+            );
+        }
+        for (n, v) in [
+            ("normal", a.shares.normal),
+            ("sheddable", a.shares.sheddable),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                bad(
+                    format!("shares.{n} must be in (0, 1] (is {v})"),
+                    "a share is the part of the limit a class may fill, e.g. 0.5",
+                );
+            }
+        }
+        if let Some(ad) = &a.adaptive {
+            if ad.min == 0 || ad.min > ad.initial || ad.initial > a.max_concurrency {
+                bad(
+                    format!(
+                        "adaptive limit needs 1 ≤ min ≤ initial ≤ max_concurrency (min {}, initial {}, max_concurrency {})",
+                        ad.min, ad.initial, a.max_concurrency
+                    ),
+                    "e.g. `adaptive: {min: 8, initial: 20}` with `max_concurrency: 1024`",
+                );
+            }
+            let tolerance_ok = ad.tolerance >= 1.0;
+            if !(tolerance_ok && ad.smoothing > 0.0 && ad.smoothing <= 1.0) {
+                bad(
+                    "adaptive.tolerance must be ≥ 1 and smoothing in (0, 1]".into(),
+                    "defaults: tolerance 1.5, smoothing 0.2",
+                );
+            }
+            if ad.window.0.is_zero() || ad.long_window == 0 {
+                bad(
+                    "adaptive.window and long_window must be positive".into(),
+                    "defaults: window 100ms, long_window 600",
+                );
+            }
+        }
+        for r in &self.routes {
+            if r.admission.max_concurrency == Some(0) {
+                errs.push(ConfigError::at(
+                    r.path.pos,
+                    format!(
+                        "route {}: admission.max_concurrency must be at least 1",
+                        r.path.value
+                    ),
+                ));
+            }
+        }
+    }
+}

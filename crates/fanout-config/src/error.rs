@@ -1,0 +1,74 @@
+//! Config errors with their position in the file.
+
+use crate::Pos;
+use std::fmt;
+
+/// A config error with its position. Display: `FILE:LINE:COL: message` and an indented hint.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigError {
+    /// File name as given by the user (`"<embedded>"` for built-in configs).
+    pub file: String,
+    /// Position (1-based line and column); `None` when the error concerns the whole file.
+    pub pos: Option<Pos>,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+impl ConfigError {
+    /// An error at `pos` (file is filled in by the loader).
+    pub fn at(pos: Pos, message: impl Into<String>) -> Self {
+        ConfigError {
+            file: String::new(),
+            pos: Some(pos),
+            message: message.into(),
+            hint: None,
+        }
+    }
+    /// Attach a hint.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+    /// Set the file name.
+    pub fn in_file(mut self, file: &str) -> Self {
+        self.file = file.to_string();
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pos {
+            Some(p) => write!(f, "{}:{}:{}: {}", self.file, p.line, p.col, self.message)?,
+            None => write!(f, "{}: {}", self.file, self.message)?,
+        }
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A list of config errors (validation reports all it can find).
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        ConfigErrors(vec![e])
+    }
+}

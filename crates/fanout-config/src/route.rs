@@ -1,0 +1,158 @@
+//! Routes and their flows (`routes:`), and reference datasets (`reference:`).
+
+use crate::{
+    Dur, ExprSrc, FailSpec, Located, MissingPolicy, Priority, StatusAction, StatusPattern,
+    StatusSrc,
+};
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// A route's admission settings.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteAdmission {
+    /// Priority class; default `normal`.
+    pub priority: Priority,
+    /// Most requests of this route running at once (on top of the listener's limit). Default: none.
+    pub max_concurrency: Option<usize>,
+}
+
+/// A reference dataset.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// How to fetch it (expressions may not read steps; there is no request).
+    pub http: HttpCall,
+    /// Maps the answer (`.`) to the dataset, e.g. `.masks | map({key: .name, value: .fields}) |
+    /// from_entries`.
+    pub result: Option<ExprSrc>,
+    /// Refresh period; default 5m.
+    #[serde(default = "default_refresh")]
+    pub refresh: Dur,
+    /// When true, the gateway starts even if the first load fails (the dataset is `null` until a
+    /// refresh succeeds). Default false: startup fails clearly.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+fn default_refresh() -> Dur {
+    Dur::secs(300)
+}
+
+/// A route: a method + path and the flow that answers it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Path pattern; `{name}` captures a segment (`$request.params.name`), `{*rest}` the rest.
+    pub path: Located<String>,
+    /// HTTP method; default GET.
+    #[serde(default = "default_method")]
+    pub method: Located<String>,
+    /// Total time budget of a request; the client may shorten it (header or `grpc-timeout`).
+    /// Defaults to `defaults.deadline`.
+    pub deadline: Option<Dur>,
+    /// Priority class and optional per-route concurrency limit.
+    #[serde(default)]
+    pub admission: RouteAdmission,
+    /// The steps, by name. Order does not matter: dependencies come from the expressions.
+    #[serde(default)]
+    pub flow: IndexMap<Located<String>, Step>,
+    /// How to build the response.
+    pub respond: Respond,
+}
+
+pub(crate) fn default_method() -> Located<String> {
+    Located::unknown("GET".to_string())
+}
+
+/// One step of a flow: a backend call (`http`) or a computed value (`value`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Run the step only when this expression is true; otherwise its value is `default` (or null).
+    pub when: Option<ExprSrc>,
+    /// Run the step once per element of this list (the element is `$item`, its index `$index`);
+    /// the step's value is the list of results in input order.
+    pub for_each: Option<ExprSrc>,
+    /// Maximum calls in flight for a `for_each` step; defaults to `defaults.concurrency`.
+    pub concurrency: Option<usize>,
+    /// Timeout of each call of this step (capped by the remaining deadline).
+    pub timeout: Option<Dur>,
+    /// An optional step that fails takes its `default` value and is listed in `_partial`;
+    /// a required step (the default) that fails fails the request.
+    #[serde(default)]
+    pub optional: bool,
+    /// Value used when the step is skipped (`when` false) or, if optional, fails. JSON/YAML value.
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub default: Option<serde_json::Value>,
+    /// Maps the backend's answer (`.`) to the step's value, e.g. `.items`.
+    pub result: Option<ExprSrc>,
+    /// Call an HTTP backend.
+    pub http: Option<HttpCall>,
+    /// Compute a value from other steps without any call.
+    pub value: Option<ExprSrc>,
+    /// Evaluate this step's `value`/`result` on the compute pool (for large transforms), so the
+    /// worker thread keeps serving other requests. Default false.
+    #[serde(default)]
+    pub compute: bool,
+    /// End the request with a client answer (status, code, message) when this step runs — with
+    /// `when`, a guard such as input validation that answers 400 before any backend is called.
+    pub fail: Option<FailSpec>,
+    /// What the client gets when the backend answers an error status: status (`404`) or class
+    /// (`4xx`, `5xx`) → a status to answer, `pass` (the backend's), `default` (not a failure:
+    /// the step's value is its `default`), or `{status, code, message}`. Unlisted statuses: 404
+    /// answers 404 `not_found` naming the step, every other 4xx/5xx answers 502
+    /// `backend_status` (the backend's status with its `status_passthrough`).
+    #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, StatusAction>")]
+    pub on_status: IndexMap<Located<StatusPattern>, StatusAction>,
+    /// Keys a batch lookup (`http.key`) did not find, and elements of a `for_each` `http` step
+    /// whose call answered 404: `fail` (default: the step fails, 404 `key_not_found` for keys),
+    /// `skip` (left out of the list), `null`, or `{value: EXPRESSION}` (per element, reads
+    /// `$item`/`$index`). Steps with missing elements are listed in `_partial`.
+    #[serde(default)]
+    pub missing: MissingPolicy,
+}
+
+/// An HTTP call of a step. Every part except `backend` and `method` is an expression.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCall {
+    /// Name of a backend under `backends:`.
+    pub backend: Located<String>,
+    /// HTTP method; default GET.
+    #[serde(default = "default_method")]
+    pub method: Located<String>,
+    /// Path (and optionally query) expression, e.g. `"/items/\($item)"`. Required unless `key`.
+    pub path: Option<ExprSrc>,
+    /// Look up one key through the backend's `batch` form instead of building a call: lookups
+    /// of all steps that start together (and, with `batch.window`, of concurrent requests) are
+    /// merged into batch calls. With `for_each`, one key per element.
+    pub key: Option<ExprSrc>,
+    /// Query parameters: name → expression (null values are left out; arrays repeat the name).
+    #[serde(default)]
+    pub query: IndexMap<String, ExprSrc>,
+    /// Headers: name → expression (null values are left out).
+    #[serde(default)]
+    pub headers: IndexMap<String, ExprSrc>,
+    /// JSON body expression (sent as `application/json`).
+    pub body: Option<ExprSrc>,
+    /// Whether the call may be retried or hedged. Default: true for GET/HEAD, false otherwise.
+    pub idempotent: Option<bool>,
+}
+
+/// The response of a route.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Respond {
+    /// Body expression (JSON), e.g. `{total: $search.total, items: $details}`.
+    pub body: ExprSrc,
+    /// Status code, or an expression giving one (e.g. `'if $found then 200 else 404 end'`);
+    /// default 200.
+    #[serde(default)]
+    pub status: StatusSrc,
+    /// Response headers: name → expression.
+    #[serde(default)]
+    pub headers: IndexMap<String, ExprSrc>,
+}

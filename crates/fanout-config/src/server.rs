@@ -1,0 +1,351 @@
+//! Limits and settings of the inbound server (`server:`) and the config-wide `defaults:`.
+
+use crate::Dur;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// Limits of the inbound HTTP server. Every limit has a default.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Largest accepted request body in bytes; larger bodies get 413. Default 1 MiB.
+    pub max_body_bytes: usize,
+    /// Largest accepted request head (request line + headers) in bytes; default 16 KiB.
+    pub max_header_bytes: usize,
+    /// Maximum concurrent HTTP/2 streams per connection; default 256.
+    pub max_concurrent_streams: u32,
+    /// Time allowed to receive a request head; default 10s.
+    pub header_read_timeout: Dur,
+    /// Header carrying the remaining deadline in milliseconds, read from clients and sent to
+    /// backends. Default `x-request-timeout`.
+    pub deadline_header: String,
+    /// Time in-flight requests get to finish on shutdown; default 10s.
+    pub shutdown_grace: Dur,
+    /// Admission control: how many requests run at once, how many may wait, and for how long.
+    pub admission: Admission,
+    /// The bounded pool for CPU-heavy work (large answers, `compute: true` steps), so workers
+    /// never stall on it.
+    pub compute: ComputeConfig,
+    /// A worker that runs one piece of work longer than this without yielding is a stall: counted
+    /// on `/__fanout/status` and logged with its route and step. Default 100ms.
+    pub stall_threshold: Dur,
+    /// Budgets of expression evaluation (work, size and depth of what expressions build), so
+    /// no request can make an expression run away with a worker, memory or the stack.
+    pub expressions: ExpressionLimits,
+    /// Limits of client connections: how many may be open, and how long one may stay silent,
+    /// idle or unable to take its answer.
+    pub connections: ConnectionLimits,
+    /// Limits of request bodies: how long they may take to arrive, how many may arrive at once,
+    /// and the memory all in-flight request data may use.
+    pub bodies: BodyLimits,
+    /// Header carrying the request id: taken from the client when present and valid (1–128
+    /// characters of `A-Z a-z 0-9 - _ . : @`), otherwise generated; returned in this header and
+    /// in error bodies, and written in the log. Default `x-request-id`.
+    pub request_id_header: String,
+    /// Put the internal detail of a failure (backend name, backend status and body excerpt,
+    /// expression error, transport error) into error bodies as `error.detail` and
+    /// `error.backend`. For development only: by default clients get the status, `code`, step,
+    /// a safe message and the request id, and the detail goes only to the log. Default false.
+    pub expose_error_details: bool,
+    /// Most failed-request log lines (with their detail) written per second; past it lines are
+    /// counted and the count is logged once the second is over, so a storm of failures cannot
+    /// flood the log or spend the CPU on it. 0: no limit. Default 1000.
+    pub error_log_per_second: u32,
+}
+
+/// Limits of client connections. Every connection ends: a timeout closes it (counted by kind on
+/// `/__fanout/status`), and at the connection cap the oldest idle connections are closed first.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionLimits {
+    /// Most open client connections. At the cap, and when accepting fails for lack of file
+    /// descriptors, the oldest idle connections are closed first; if none is idle, new
+    /// connections are accepted and closed at once. Default: three quarters of the process's
+    /// open-files limit (`RLIMIT_NOFILE`), the rest left to backend connections and files.
+    pub max_connections: Option<usize>,
+    /// Time a new connection has to send its first byte, and an HTTP/2 connection its whole
+    /// 24-byte preface; default 10s.
+    pub first_byte_timeout: Dur,
+    /// A connection with no request in flight and no answer being sent for this long is closed
+    /// (HTTP/2: GOAWAY, then closed). Client PINGs are not activity. Default 60s.
+    pub idle_timeout: Dur,
+    /// A connection with answer data to send that makes no progress for this long (the client
+    /// does not read, or keeps an HTTP/2 flow-control window at zero) is closed and its buffered
+    /// answers freed. Default 30s.
+    pub send_timeout: Dur,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: None,
+            first_byte_timeout: Dur::secs(10),
+            idle_timeout: Dur::secs(60),
+            send_timeout: Dur::secs(30),
+        }
+    }
+}
+
+/// Limits of request bodies. A body is read completely before the request takes an admission
+/// slot, so slow or large bodies never hold the gateway's concurrency.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BodyLimits {
+    /// Time a body has to arrive, counted from the request head, extended by one second per
+    /// `min_bytes_per_sec` bytes received (and never past the route's deadline); later → 408
+    /// `body_timeout`. Default 5s.
+    pub read_timeout: Dur,
+    /// The slowest upload rate that keeps extending `read_timeout`, in bytes per second; 0: no
+    /// extension. Default 16384 (a 1 MiB body needs about 15 KB/s; 1 byte/s ends after 5s).
+    pub min_bytes_per_sec: u64,
+    /// Requests reading a body at once; more get 503 `body_readers_full`. Requests without a
+    /// body do not count. Default 256.
+    pub max_readers: usize,
+    /// Memory all in-flight request data may use, in bytes: each body is counted at the
+    /// estimated size of its parsed value (two bytes per byte plus 64 per `,` `:` `[` `{`) from
+    /// the moment it is read until its request ends. A request that would exceed it gets 503
+    /// `memory_budget_exhausted`. Default 256 MiB.
+    pub memory_budget_bytes: usize,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        BodyLimits {
+            read_timeout: Dur::secs(5),
+            min_bytes_per_sec: 16 << 10,
+            max_readers: 256,
+            memory_budget_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Budgets of expression evaluation. Exceeding one fails the expression with a clear error
+/// (500 `expression_limit`, naming the route, step and limit) instead of exhausting the process.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExpressionLimits {
+    /// Operations (filter steps, produced values) all expressions of one request may perform.
+    /// Default 10 000 000.
+    pub max_ops: u64,
+    /// Operations an expression may run on an I/O worker; past this it is moved to the compute
+    /// pool (and ends at the route deadline), so a heavy expression never holds a worker.
+    /// Default 50 000.
+    pub inline_ops: u64,
+    /// Deepest nesting of data: request bodies, backend answers, `fromjson`, values built by
+    /// expressions, and expression recursion. Default 128, at most 1000.
+    pub max_depth: usize,
+    /// Most elements of one array or object an expression builds. Default 1 000 000.
+    pub max_elements: usize,
+    /// Longest string an expression builds, in bytes. Default 16 MiB.
+    pub max_string_bytes: usize,
+}
+
+impl Default for ExpressionLimits {
+    fn default() -> Self {
+        ExpressionLimits {
+            max_ops: 10_000_000,
+            inline_ops: 50_000,
+            max_depth: 128,
+            max_elements: 1_000_000,
+            max_string_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The compute pool (R1): a fixed number of threads started with the server and a bounded queue;
+/// a full queue fails the step (503 `overloaded`) instead of growing memory.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ComputeConfig {
+    /// Threads; default: half the cores, at least 1.
+    pub threads: Option<usize>,
+    /// Jobs waiting for a thread; more are refused. Default 1024.
+    pub queue: usize,
+    /// Backend answers at least this large are parsed on the pool. Default 256 KiB.
+    pub offload_bytes: usize,
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        ComputeConfig {
+            threads: None,
+            queue: 1024,
+            offload_bytes: 256 << 10,
+        }
+    }
+}
+
+/// Admission control (R2): excess load is rejected at once with 503 + `Retry-After` instead of
+/// queueing until it times out.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admission {
+    /// Requests running at once (per listener). Default 1024.
+    pub max_concurrency: usize,
+    /// Requests that may wait for a slot; more are rejected immediately. Default 256.
+    pub queue: usize,
+    /// Longest wait in the queue: a request that waited longer is rejected (its client would
+    /// rather retry elsewhere than wait). Default 50ms.
+    pub queue_timeout: Dur,
+    /// CoDel-style queue discipline: once the queue has not been empty for `interval`, a waiting
+    /// request only gets `target` before it is rejected, and the queue is served newest first
+    /// (adaptive LIFO) until it has stayed empty for `target`. Default target 5ms, interval 100ms.
+    pub codel: Codel,
+    /// Adaptive limit: instead of a fixed `max_concurrency`, a gradient limit that follows the
+    /// measured latency (`max_concurrency` is then its ceiling). Default: off (static limit).
+    pub adaptive: Option<AdaptiveLimit>,
+    /// Share of the limit each priority class may fill (critical routes may always use all of
+    /// it), so critical routes keep their share under overload. Default normal 0.9, sheddable 0.5.
+    pub shares: PriorityShares,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            max_concurrency: 1024,
+            queue: 256,
+            queue_timeout: Dur::millis(50),
+            codel: Codel::default(),
+            adaptive: None,
+            shares: PriorityShares::default(),
+        }
+    }
+}
+
+/// CoDel queue settings (Facebook "Fail at Scale": M = 5ms, N = 100ms).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Codel {
+    /// Longest wait of a request while a standing queue exists. Default 5ms.
+    pub target: Dur,
+    /// A queue that has not been empty for this long is a standing queue. Default 100ms.
+    pub interval: Dur,
+}
+
+impl Default for Codel {
+    fn default() -> Self {
+        Codel {
+            target: Dur::millis(5),
+            interval: Dur::millis(100),
+        }
+    }
+}
+
+/// A gradient concurrency limit (after Netflix Gradient2 / Envoy adaptive concurrency): every
+/// `window`, `gradient = clamp(tolerance × long_rtt / short_rtt, 0.5, 1.0)`;
+/// `new = limit + queue_size` while the gradient is 1, else `limit × gradient`; smoothed
+/// `limit = limit × (1 − smoothing) + new × smoothing`, clamped to `[min, max_concurrency]`.
+/// `long_rtt` is the baseline latency, learnt only from windows our own concurrency cannot have
+/// slowed (few requests in flight, or the limit at `min`). See docs/resilience.md.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveLimit {
+    /// Limit at start. Default 20.
+    pub initial: usize,
+    /// The limit never goes below this. Default 8.
+    pub min: usize,
+    /// How often the limit is recomputed from the samples of the last window. Default 100ms.
+    pub window: Dur,
+    /// Latency growth tolerated before the limit shrinks (short/long RTT ratio). Default 1.5.
+    pub tolerance: f64,
+    /// Weight of a new limit (0–1]. Default 0.2.
+    pub smoothing: f64,
+    /// Samples in the long-term RTT average (EMA). Default 600.
+    pub long_window: u32,
+    /// Headroom added each window while latency is within tolerance, so the limit can grow:
+    /// `queue_size`; 0 means `sqrt(limit)`. Default 4.
+    pub queue_size: usize,
+}
+
+impl Default for AdaptiveLimit {
+    fn default() -> Self {
+        AdaptiveLimit {
+            initial: 20,
+            min: 8,
+            window: Dur::millis(100),
+            tolerance: 1.5,
+            smoothing: 0.2,
+            long_window: 600,
+            queue_size: 4,
+        }
+    }
+}
+
+/// Share of the concurrency limit a priority class may fill.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityShares {
+    /// Default 0.9: the last 10 % of the limit is kept for critical routes.
+    pub normal: f64,
+    /// Default 0.5.
+    pub sheddable: f64,
+}
+
+impl Default for PriorityShares {
+    fn default() -> Self {
+        PriorityShares {
+            normal: 0.9,
+            sheddable: 0.5,
+        }
+    }
+}
+
+/// A route's priority class under overload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Shed last: may use the whole limit.
+    Critical,
+    /// The default.
+    #[default]
+    Normal,
+    /// Shed first.
+    Sheddable,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_body_bytes: 1 << 20,
+            max_header_bytes: 16 << 10,
+            max_concurrent_streams: 256,
+            header_read_timeout: Dur::secs(10),
+            deadline_header: "x-request-timeout".into(),
+            shutdown_grace: Dur::secs(10),
+            admission: Admission::default(),
+            compute: ComputeConfig::default(),
+            stall_threshold: Dur::millis(100),
+            expressions: ExpressionLimits::default(),
+            connections: ConnectionLimits::default(),
+            bodies: BodyLimits::default(),
+            request_id_header: "x-request-id".into(),
+            expose_error_details: false,
+            error_log_per_second: 1000,
+        }
+    }
+}
+
+/// Defaults for routes, steps and backends.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    /// Route deadline when a route sets none; default 1s.
+    pub deadline: Dur,
+    /// Per-call timeout when neither step nor backend sets one; default 1s.
+    pub timeout: Dur,
+    /// TCP connect timeout of backends; default 500ms.
+    pub connect_timeout: Dur,
+    /// `for_each` concurrency bound when a step sets none; default 16.
+    pub concurrency: usize,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            deadline: Dur::secs(1),
+            timeout: Dur::secs(1),
+            connect_timeout: Dur::millis(500),
+            concurrency: 16,
+        }
+    }
+}
