@@ -138,14 +138,17 @@ pub(crate) fn eval_kind(e: &EvalError) -> ErrorKind {
 /// the deadline, which one (named by its config field); jq's own message — which quotes the data
 /// it failed on — goes to the detail.
 pub(crate) fn expr_err(step: &Arc<str>, what: &str, e: EvalError) -> FlowError {
+    expr_failure(what, e).in_step(step)
+}
+
+/// An expression (named by its config field, `what`) failed: see [`expr_err`].
+pub(crate) fn expr_failure(what: &str, e: EvalError) -> FlowError {
     let kind = eval_kind(&e);
     let message = match kind {
         ErrorKind::Expression => format!("{what} failed"),
         _ => format!("{what} failed: {}", e.0),
     };
-    FlowError::new(kind, message)
-        .in_step(step)
-        .with_detail(format!("{what}: {}", e.0))
+    FlowError::new(kind, message).with_detail(format!("{what}: {}", e.0))
 }
 
 /// A value for messages: its JSON, cut to 200 bytes.

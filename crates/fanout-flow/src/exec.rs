@@ -8,7 +8,8 @@
 use crate::backend::CallRequest;
 use crate::batch::{BatchPlan, Found};
 use crate::call::{
-    Env, Yielded, build_call, eval, eval_item, eval_kind, expr_err, fetch_json, short_json, yielded,
+    Env, Yielded, build_call, eval, eval_item, eval_kind, expr_err, expr_failure, fetch_json,
+    short_json, yielded,
 };
 use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
 use crate::plan::{
@@ -455,16 +456,6 @@ fn status_of(v: &Val) -> Option<u16> {
     .filter(|s| (100..=599).contains(s))
 }
 
-/// A `respond` expression failed (the jq message goes to the detail).
-fn respond_err(what: &str, e: EvalError) -> FlowError {
-    let kind = eval_kind(&e);
-    let message = match kind {
-        ErrorKind::Expression => format!("{what} failed"),
-        _ => format!("{what} failed: {}", e.0),
-    };
-    FlowError::new(kind, message).with_detail(format!("{what}: {}", e.0))
-}
-
 /// The response: `respond.body`, status and headers evaluated in `env`'s mode.
 fn respond_with(
     plan: &RespondPlan,
@@ -473,7 +464,7 @@ fn respond_with(
 ) -> Result<Result<Outcome, FlowError>, Yielded> {
     let mut body = match yielded(eval(&plan.body, env, &Val::Null))? {
         Ok(b) => b,
-        Err(e) => return Ok(Err(respond_err("respond.body", e))),
+        Err(e) => return Ok(Err(expr_failure("respond.body", e))),
     };
     let status = match &plan.status {
         StatusPlan::Fixed(s) => *s,
@@ -488,14 +479,14 @@ fn respond_with(
                     .with_detail(format!("respond.status gave {}", short_json(&v)))));
                 }
             },
-            Err(e) => return Ok(Err(respond_err("respond.status", e))),
+            Err(e) => return Ok(Err(expr_failure("respond.status", e))),
         },
     };
     let mut headers = Vec::with_capacity(plan.headers.len() + 1);
     for (name, e) in &plan.headers {
         let v = match yielded(eval(e, env, &Val::Null))? {
             Ok(v) => v,
-            Err(e) => return Ok(Err(respond_err(&format!("respond header `{name}`"), e))),
+            Err(e) => return Ok(Err(expr_failure(&format!("respond header `{name}`"), e))),
         };
         if matches!(v, Val::Null) {
             continue;
@@ -667,27 +658,12 @@ async fn missing_on(
         }
         (Missing::Value(e), Some(env)) => (e, env),
     };
-    let ev = |e: &Expr, env: &Env, item: Option<(&Val, usize)>| match item {
-        Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
-        None => eval(e, env, &Val::Null),
-    };
-    if let Ok(out) = yielded(ev(e, env, item)) {
-        return out
-            .map(Some)
-            .map_err(|m| expr_err(&step.name, "`missing.value`", m));
-    }
-    // Too heavy for the worker: on the compute pool.
-    let (e, env, name) = (e.clone(), env.clone().offloaded(), step.name.clone());
-    let item = item.map(|(v, k)| (v.clone(), k));
-    route
-        .compute
-        .run(move || {
-            ev(&e, &env, item.as_ref().map(|(v, k)| (v, *k)))
-                .map(Some)
-                .map_err(|m| expr_err(&name, "`missing.value`", m))
-        })
-        .await
-        .map_err(|err| pool_error(&step.name, err))?
+    let name = step.name.clone();
+    eval_step_expr(route, step, e, env, Val::Null, item, move |m| {
+        expr_err(&name, "`missing.value`", m)
+    })
+    .await
+    .map(Some)
 }
 
 /// A `fail` step's answer.
@@ -832,8 +808,7 @@ fn eval_value(
     Ok(Ok(out.into_iter().collect()))
 }
 
-/// [`map_result`] on this worker, or on the compute pool for `compute: true` steps and for
-/// results too heavy to finish inline.
+/// A step's `result` over one answer (`body` unchanged without a `result`).
 async fn map_result_on(
     route: &RoutePlan,
     step: &StepPlan,
@@ -844,48 +819,56 @@ async fn map_result_on(
     let (Some(r), Some(env)) = (&step.result, env) else {
         return Ok(body);
     };
-    if !step.compute
-        && let Ok(out) = map_result(step, r, env, &body, item)
-    {
-        return out;
+    let (name, backend) = (step.name.clone(), step_backend(step));
+    eval_step_expr(route, step, r, env, body, item, move |m| {
+        result_err(&name, backend, m)
+    })
+    .await
+}
+
+/// `e` over `input` (with `$item`/`$index` when given): on this worker, or on the compute pool
+/// for `compute: true` steps and for evaluations too heavy to finish inline. `err` makes the
+/// failure.
+async fn eval_step_expr(
+    route: &RoutePlan,
+    step: &StepPlan,
+    e: &Expr,
+    env: &Env,
+    input: Val,
+    item: Option<(&Val, usize)>,
+    err: impl FnOnce(EvalError) -> FlowError + Send + 'static,
+) -> Result<Val, FlowError> {
+    if !step.compute {
+        let out = match item {
+            Some((it, k)) => eval_item(e, env, &input, it, k),
+            None => eval(e, env, &input),
+        };
+        if let Ok(out) = yielded(out) {
+            return out.map_err(err);
+        }
     }
-    let (r, env, name) = (r.clone(), env.clone().offloaded(), step.name.clone());
-    let backend = match &step.action {
-        Action::Http(h) => Some(h.backend_name.clone()),
-        _ => None,
-    };
+    let (e, env) = (e.clone(), env.clone().offloaded());
     let item = item.map(|(v, k)| (v.clone(), k));
     route
         .compute
         .run(move || {
             let out = match &item {
-                Some((it, k)) => eval_item(&r, &env, &body, it, *k),
-                None => eval(&r, &env, &body),
+                Some((it, k)) => eval_item(&e, &env, &input, it, *k),
+                None => eval(&e, &env, &input),
             };
-            out.map_err(|m| result_err(&name, backend, m))
+            out.map_err(err)
         })
         .await
-        .map_err(|err| pool_error(&step.name, err))?
+        .map_err(|x| pool_error(&step.name, x))?
 }
 
-/// A step's `result` over one answer, in `env`'s mode.
-fn map_result(
-    step: &StepPlan,
-    r: &Expr,
-    env: &Env,
-    body: &Val,
-    item: Option<(&Val, usize)>,
-) -> Result<Result<Val, FlowError>, Yielded> {
-    let out = match item {
-        Some((item, k)) => eval_item(r, env, body, item, k),
-        None => eval(r, env, body),
-    };
-    let backend = match &step.action {
+/// The backend a step calls, if any (for errors).
+fn step_backend(step: &StepPlan) -> Option<Arc<str>> {
+    match &step.action {
         Action::Http(h) => Some(h.backend_name.clone()),
         Action::Keyed { batch, .. } => Some(batch.name.clone()),
         Action::Value(_) | Action::Fail(_) => None,
-    };
-    Ok(yielded(out)?.map_err(|m| result_err(&step.name, backend, m)))
+    }
 }
 
 /// `result` failed: on the answer (502), or on a limit or the deadline.

@@ -182,13 +182,13 @@ impl Gateway {
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return resp;
         }
-        let (method, uri) = (req.method().clone(), req.uri().clone());
-        match self.handle_inner(req, start).await {
+        let (parts, body) = req.into_parts();
+        match self.handle_inner(&parts, body, start).await {
             Ok(out) => outcome_response(out),
             Err(e) => {
                 self.errors.count(&e.code);
                 if e.log {
-                    self.log_failure(&e, rid, &method, uri.path());
+                    self.log_failure(&e, rid, &parts.method, parts.uri.path());
                 }
                 e.into_response(rid, self.limits.expose_error_details)
             }
@@ -220,10 +220,10 @@ impl Gateway {
 
     async fn handle_inner(
         &self,
-        req: Request<Incoming>,
+        parts: &http::request::Parts,
+        body: Incoming,
         start: Instant,
     ) -> Result<Outcome, ApiError> {
-        let (parts, body) = req.into_parts();
         let path = parts.uri.path();
         let matched = self.router.at(path).map_err(|_| {
             ApiError::new(
