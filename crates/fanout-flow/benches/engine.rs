@@ -20,7 +20,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Answers instantly with a canned body chosen by path prefix.
 struct Canned {
-    name: String,
     search: Bytes,
 }
 
@@ -31,9 +30,6 @@ fn vacancy(id: &str) -> Bytes {
 }
 
 impl Backend for Canned {
-    fn name(&self) -> &str {
-        &self.name
-    }
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let body = if req.path_and_query.starts_with("/search") {
             self.search.clone()
@@ -79,7 +75,6 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let search = Bytes::from_static(br#"{"total":5,"ids":[101,102,103,104,105]}"#);
     let backend = Arc::new(Canned {
-        name: "x".into(),
         search: search.clone(),
     });
     let mut backends: HashMap<String, Arc<dyn Backend>> = HashMap::new();

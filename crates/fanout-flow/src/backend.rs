@@ -2,13 +2,16 @@
 //!
 //! A [`Backend`] takes a fully built [`CallRequest`] and returns a [`CallResponse`]. The HTTP client
 //! in `fanout-proxy` implements it; hedging, retries, bulkheads, breakers, dedup and caches are
-//! wrappers (`Arc<dyn Backend>` around `Arc<dyn Backend>`, stacked in `Gateway::build`). gRPC,
-//! Postgres and model backends will be further implementations — the executor does not change.
+//! layers (`Arc<dyn Backend>` around `Arc<dyn Backend>`), stacked per backend by
+//! `fanout-proxy/src/stack.rs`. gRPC, Postgres and model clients will be further implementations
+//! at the bottom of the same stack — the executor does not change. What counts as a failure is
+//! decided once, in [`crate::outcome`].
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -110,13 +113,16 @@ pub enum CallErrorKind {
     Rejected,
 }
 
-/// A failed call, with a human-readable cause.
+/// A failed call: its kind, a human-readable cause (for the log), and the underlying error.
 #[derive(Debug, Clone, thiserror::Error)]
 pub struct CallError {
     /// What kind of failure.
     pub kind: CallErrorKind,
     /// Details (e.g. the OS error).
     pub message: String,
+    /// The underlying error (transport, TLS, I/O), if any.
+    #[source]
+    pub source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl fmt::Display for CallError {
@@ -131,24 +137,25 @@ impl CallError {
         CallError {
             kind,
             message: message.into(),
+            source: None,
         }
     }
-    /// Whether retrying the same call cannot have had side effects at the backend
-    /// (the request never reached it).
-    pub fn retry_safe(&self) -> bool {
-        matches!(self.kind, CallErrorKind::Connect | CallErrorKind::Rejected)
+    /// Attach the underlying error.
+    pub fn with_source(mut self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(e));
+        self
+    }
+    /// How this failure is classified for every layer (see [`crate::outcome`]).
+    pub fn outcome(&self) -> crate::outcome::CallOutcome {
+        crate::outcome::CallOutcome::Failed(self.kind)
     }
 }
 
 /// Something that answers calls: an HTTP backend, later gRPC/Postgres/model backends, and the
-/// policy layers that wrap them. Implementations must be cheap to call concurrently.
+/// policy layers that wrap them. Implementations must be cheap to call concurrently. What a
+/// backend is called and how its statuses reach clients are properties of its stack (the
+/// config), not of each layer.
 pub trait Backend: Send + Sync + 'static {
-    /// The backend's name from the config (used in errors and metrics).
-    fn name(&self) -> &str;
-    /// Whether a failed status passes through to the client (instead of 502).
-    fn status_passthrough(&self) -> bool {
-        false
-    }
     /// Perform one call. Dropping the future cancels the call (the connection or stream is closed).
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>>;
 }

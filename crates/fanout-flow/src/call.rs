@@ -46,6 +46,9 @@ pub struct HttpPlan {
     pub compute: Arc<ComputePool>,
     /// Deepest nesting accepted in an answer (`server.expressions.max_depth`).
     pub max_depth: usize,
+    /// Whether the backend's error statuses reach the client as they are
+    /// (`backends.*.status_passthrough`) instead of 502.
+    pub status_passthrough: bool,
 }
 
 /// What expressions of one evaluation context see: the scope slots, the request's evaluation
@@ -265,56 +268,73 @@ pub(crate) async fn fetch_json(
         Ok(Err(e)) if e.kind != CallErrorKind::Timeout => {
             return Err(FlowError::from_call(e, step_name, &h.backend_name));
         }
-        Ok(Err(_)) | Err(_) => {
-            let kind = if timeout < step_timeout {
-                ErrorKind::DeadlineExceeded
-            } else {
-                ErrorKind::BackendTimeout
-            };
-            let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
-            let message = if kind == ErrorKind::DeadlineExceeded {
-                format!("the request deadline passed after waiting {waited} for the backend")
-            } else {
-                format!("the backend did not answer within its timeout ({waited})")
-            };
-            return Err(FlowError::new(kind, message)
-                .in_step(step_name)
-                .with_backend(&h.backend_name)
-                .with_detail(format!(
-                    "backend `{}`: no answer after {waited}",
-                    h.backend_name
-                )));
-        }
+        Ok(Err(_)) | Err(_) => return Err(timed_out(step_name, h, timeout, step_timeout)),
     };
     if !resp.status.is_success() {
-        // The body excerpt is for the log only: backends put internals in error bodies.
-        let snippet = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();
-        let status = resp.status.as_u16();
-        return Err(FlowError::new(
-            ErrorKind::BackendStatus {
-                status,
-                passthrough: h.backend.status_passthrough(),
-            },
-            format!("the backend answered {status}"),
-        )
-        .in_step(step_name)
-        .with_backend(&h.backend_name)
-        .with_detail(format!(
-            "backend `{}` answered {status}{}",
-            h.backend_name,
-            if snippet.is_empty() {
-                String::new()
-            } else {
-                format!(": {snippet}")
-            }
-        )));
+        return Err(error_status(step_name, h, &resp));
     }
     if resp.body.is_empty() {
         return Ok(Val::Null);
     }
-    let parsed = if resp.body.len() >= h.compute.offload_bytes && h.compute.started() {
-        // A large answer: parse it on the compute pool, not on this worker.
-        let body = resp.body.clone();
+    parse_answer(step_name, h, resp.body).await
+}
+
+/// No answer in `timeout`: the request's deadline (when it cut the step's own timeout short) or
+/// the backend's timeout.
+fn timed_out(
+    step_name: &Arc<str>,
+    h: &HttpPlan,
+    timeout: std::time::Duration,
+    step_timeout: std::time::Duration,
+) -> FlowError {
+    let kind = if timeout < step_timeout {
+        ErrorKind::DeadlineExceeded
+    } else {
+        ErrorKind::BackendTimeout
+    };
+    let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
+    let message = if kind == ErrorKind::DeadlineExceeded {
+        format!("the request deadline passed after waiting {waited} for the backend")
+    } else {
+        format!("the backend did not answer within its timeout ({waited})")
+    };
+    FlowError::new(kind, message)
+        .in_step(step_name)
+        .with_backend(&h.backend_name)
+        .with_detail(format!(
+            "backend `{}`: no answer after {waited}",
+            h.backend_name
+        ))
+}
+
+/// The backend answered an error status. The body excerpt is for the log only: backends put
+/// internals in error bodies.
+fn error_status(step_name: &Arc<str>, h: &HttpPlan, resp: &CallResponse) -> FlowError {
+    let snippet = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();
+    let status = resp.status.as_u16();
+    FlowError::new(
+        ErrorKind::BackendStatus {
+            status,
+            passthrough: h.status_passthrough,
+        },
+        format!("the backend answered {status}"),
+    )
+    .in_step(step_name)
+    .with_backend(&h.backend_name)
+    .with_detail(format!(
+        "backend `{}` answered {status}{}",
+        h.backend_name,
+        if snippet.is_empty() {
+            String::new()
+        } else {
+            format!(": {snippet}")
+        }
+    ))
+}
+
+/// Parse an answer (a large one on the compute pool, not on this worker).
+async fn parse_answer(step_name: &Arc<str>, h: &HttpPlan, body: Bytes) -> Result<Val, FlowError> {
+    let parsed = if body.len() >= h.compute.offload_bytes && h.compute.started() {
         let depth = h.max_depth;
         h.compute
             .run(move || json::parse_limited(&body, depth))
@@ -325,7 +345,7 @@ pub(crate) async fn fetch_json(
                     .with_backend(&h.backend_name)
             })?
     } else {
-        json::parse_limited(&resp.body, h.max_depth)
+        json::parse_limited(&body, h.max_depth)
     };
     parsed.map_err(|e| {
         FlowError::new(

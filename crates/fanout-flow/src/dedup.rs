@@ -43,14 +43,6 @@ impl Dedup {
 }
 
 impl Backend for Dedup {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn status_passthrough(&self) -> bool {
-        self.inner.status_passthrough()
-    }
-
     fn call(&self, req: CallRequest) -> Call {
         if req.method != Method::GET && req.method != Method::HEAD {
             return self.inner.call(req);
@@ -75,9 +67,6 @@ mod tests {
     }
 
     impl Backend for Slow {
-        fn name(&self) -> &str {
-            "slow"
-        }
         fn call(&self, _req: CallRequest) -> Call {
             self.calls.fetch_add(1, Ordering::SeqCst);
             let done = self.done.clone();

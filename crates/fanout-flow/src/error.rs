@@ -114,6 +114,9 @@ pub struct FlowError {
     pub backend: Option<Arc<str>>,
     /// The status and code chosen by the config (`fail` steps, `on_status`), if any.
     pub answer: Option<Arc<Answer>>,
+    /// The failed call behind this error, if any (its kind, message and transport error).
+    #[source]
+    pub source: Option<Arc<CallError>>,
 }
 
 impl fmt::Display for FlowError {
@@ -143,6 +146,7 @@ impl FlowError {
             step: None,
             backend: None,
             answer: None,
+            source: None,
         }
     }
     /// From a transport error of a call made by `step` to `backend`.
@@ -169,10 +173,12 @@ impl FlowError {
                 "the call was refused by the gateway's protection of the backend (bulkhead or open circuit breaker)",
             ),
         };
-        FlowError::new(kind, message)
+        let mut out = FlowError::new(kind, message)
             .in_step(step)
             .with_backend(backend)
-            .with_detail(e.message)
+            .with_detail(e.message.clone());
+        out.source = Some(Arc::new(e));
+        out
     }
     /// Drop the step (for errors shared by several steps).
     pub fn without_step(mut self) -> Self {
@@ -212,14 +218,6 @@ impl FlowError {
             Some(a) => &a.code,
             None => self.kind.code(),
         }
-    }
-    /// Whether the whole request could be retried by the client without side effects having
-    /// happened twice (only when nothing reached a backend).
-    pub fn retry_safe(&self) -> bool {
-        matches!(
-            self.kind,
-            ErrorKind::BackendUnavailable | ErrorKind::Rejected
-        )
     }
 }
 

@@ -6,22 +6,19 @@
 //! fails with 504. A required step's failure ends the request the same way.
 
 use crate::backend::CallRequest;
-use crate::batch::{BatchPlan, Found};
-use crate::call::{
-    Env, Yielded, build_call, eval, eval_item, eval_kind, expr_err, expr_failure, fetch_json,
-    short_json, yielded,
-};
+use crate::call::{Env, Yielded, eval, expr_err, short_json, yielded};
 use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
-use crate::plan::{
-    Action, FIRST_STEP_SLOT, FailPlan, HttpPlan, Missing, RespondPlan, RoutePlan, SLOT_REF,
-    SLOT_REQUEST, StatusPlan, StepPlan,
+use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, StepPlan};
+use crate::respond::respond_with;
+use crate::step::{
+    KeyedLookup, Prepared, flush_keyed, keyed_alone, map_result_on, missing_on, needs_env,
+    pool_error, snapshot,
 };
 use bytes::Bytes;
 use fanout_config::StatusAction;
-use fanout_expr::{Budget, EvalError, EvalErrorKind, Expr, Mode, Val, json, truthy};
-use futures_util::future::{BoxFuture, FutureExt, Shared};
-use futures_util::stream::{FuturesUnordered, StreamExt, TryStreamExt};
-use futures_util::{Future, stream};
+use fanout_expr::{Budget, EvalError, EvalErrorKind, Mode, Val, truthy};
+use futures_util::Future;
+use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 use http::{HeaderName, HeaderValue};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,7 +42,7 @@ pub struct Outcome {
 
 /// A running step: its index, its value or failure, and whether the value is incomplete (some
 /// elements were missing and replaced per the step's `missing` policy).
-type StepFuture<'a> =
+pub(crate) type StepFuture<'a> =
     Pin<Box<dyn Future<Output = (usize, Result<Val, FlowError>, bool)> + Send + 'a>>;
 
 /// Cancels the request's evaluation budget when the request ends, however it ends (answered,
@@ -57,6 +54,26 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.cancel();
     }
+}
+
+/// One request's scheduling state: the scope (step values as they finish), how many inputs each
+/// step still waits for, the steps ready to start, those in flight, and the optional steps
+/// that fell back to their default.
+struct Sched {
+    env: Env,
+    waiting: Vec<usize>,
+    ready: Vec<usize>,
+    running: Vec<bool>,
+    partial: Vec<Arc<str>>,
+    done: usize,
+}
+
+/// How a step continues after its start: finished, running, or keyed lookups to be merged with
+/// the round's others.
+enum Started<'a> {
+    Done(Result<Val, FlowError>),
+    Pending(StepFuture<'a>),
+    Keyed(Arc<crate::batch::BatchPlan>, Vec<(String, Val)>),
 }
 
 impl RoutePlan {
@@ -79,49 +96,27 @@ impl RoutePlan {
         let n = self.steps.len();
         let budget = Budget::new(self.limits, Some(deadline.into_std()));
         let _cancel = CancelOnDrop(budget.clone());
-        let mut env = Env {
-            slots: vec![Val::Null; FIRST_STEP_SLOT + n],
-            budget,
-            mode: Mode::Inline,
+        let mut slots = vec![Val::Null; FIRST_STEP_SLOT + n];
+        slots[SLOT_REQUEST] = request;
+        slots[SLOT_REF] = self.reference.snapshot();
+        let mut s = Sched {
+            env: Env {
+                slots,
+                budget,
+                mode: Mode::Inline,
+            },
+            waiting: self.steps.iter().map(|s| s.deps.len()).collect(),
+            ready: self.roots.clone(),
+            running: vec![false; n],
+            partial: Vec::new(),
+            done: 0,
         };
-        env.slots[SLOT_REQUEST] = request;
-        env.slots[SLOT_REF] = self.reference.snapshot();
-        let mut waiting: Vec<usize> = self.steps.iter().map(|s| s.deps.len()).collect();
-        let mut partial: Vec<Arc<str>> = Vec::new();
         let mut inflight: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
-        let mut ready: Vec<usize> = self.roots.clone();
-        let mut done = 0usize;
-        let mut running = vec![false; n];
-        let mut keyed: Vec<KeyedLookup> = Vec::new();
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
-
         loop {
-            // Start every ready step; synchronous steps complete at once and may free others.
-            while let Some(i) = next_ready(&self.steps, &mut ready) {
-                let step = &self.steps[i];
-                match self.start(step, i, &env, deadline) {
-                    Started::Done(result) => {
-                        let v = self.settle(step, result, false, &mut partial)?;
-                        env.slots[FIRST_STEP_SLOT + i] = v;
-                        done += 1;
-                        release(step, &mut waiting, &mut ready);
-                    }
-                    Started::Pending(fut) => {
-                        running[i] = true;
-                        inflight.push(fut);
-                    }
-                    Started::Keyed { batch, keys } => {
-                        running[i] = true;
-                        keyed.push((i, batch, keys));
-                    }
-                }
-            }
-            // Merge the keyed lookups of every step started in this round, per backend.
-            if !keyed.is_empty() {
-                self.flush_keyed(std::mem::take(&mut keyed), &env, deadline, &mut inflight);
-            }
-            if done == n {
+            self.start_ready(&mut s, &mut inflight, deadline)?;
+            if s.done == n {
                 break;
             }
             let (i, result, incomplete) = tokio::select! {
@@ -130,45 +125,78 @@ impl RoutePlan {
                     Some(x) => x,
                     None => break, // unreachable: a dependency graph without cycles always drains
                 },
-                _ = &mut sleep => {
-                    return Err(self.deadline_error(&running));
-                }
+                _ = &mut sleep => return Err(self.deadline_error(&s.running)),
             };
-            running[i] = false;
-            let step = &self.steps[i];
-            let v = self.settle(step, result, incomplete, &mut partial)?;
-            env.slots[FIRST_STEP_SLOT + i] = v;
-            done += 1;
-            release(step, &mut waiting, &mut ready);
+            s.running[i] = false;
+            self.finish(&mut s, i, result, incomplete)?;
         }
         drop(inflight);
-        self.respond(env, partial).await
+        self.respond(s.env, s.partial).await
+    }
+
+    /// Start every ready step (synchronous steps finish at once and may free others), then
+    /// merge the keyed lookups of the steps started in this round, per batch form.
+    fn start_ready<'a>(
+        &'a self,
+        s: &mut Sched,
+        inflight: &mut FuturesUnordered<StepFuture<'a>>,
+        deadline: Instant,
+    ) -> Result<(), FlowError> {
+        let mut keyed: Vec<KeyedLookup> = Vec::new();
+        while let Some(i) = next_ready(&self.steps, &mut s.ready) {
+            match self.start(&self.steps[i], i, &s.env, deadline) {
+                Started::Done(result) => self.finish(s, i, result, false)?,
+                Started::Pending(fut) => {
+                    s.running[i] = true;
+                    inflight.push(fut);
+                }
+                Started::Keyed(batch, keys) => {
+                    s.running[i] = true;
+                    keyed.push((i, batch, keys));
+                }
+            }
+        }
+        if !keyed.is_empty() {
+            flush_keyed(self, keyed, &s.env, deadline, inflight);
+        }
+        Ok(())
+    }
+
+    /// A step finished: apply its failure policy, store its value, release its dependents.
+    fn finish(
+        &self,
+        s: &mut Sched,
+        i: usize,
+        result: Result<Val, FlowError>,
+        incomplete: bool,
+    ) -> Result<(), FlowError> {
+        let step = &self.steps[i];
+        let v = self.settle(step, result, incomplete, &mut s.partial)?;
+        s.env.slots[FIRST_STEP_SLOT + i] = v;
+        s.done += 1;
+        release(step, &mut s.waiting, &mut s.ready);
+        Ok(())
     }
 
     fn deadline_error(&self, running: &[bool]) -> FlowError {
-        let pending: Vec<&str> = (0..running.len())
+        let pending: Vec<&StepPlan> = (0..running.len())
             .filter(|&i| running[i])
-            .map(|i| &*self.steps[i].name)
+            .map(|i| &*self.steps[i])
             .collect();
+        let waiting_for = match pending.as_slice() {
+            [] => "the flow".to_string(),
+            steps => {
+                let names: Vec<&str> = steps.iter().map(|s| &*s.name).collect();
+                format!("step(s) {}", names.join(", "))
+            }
+        };
         let mut e = FlowError::new(
             ErrorKind::DeadlineExceeded,
-            format!(
-                "route deadline exceeded while waiting for {}",
-                if pending.is_empty() {
-                    "the flow".to_string()
-                } else {
-                    format!("step(s) {}", pending.join(", "))
-                }
-            ),
+            format!("route deadline exceeded while waiting for {waiting_for}"),
         );
         if let [one] = pending.as_slice() {
-            let step = self.steps.iter().find(|s| &*s.name == *one);
-            if let Some(s) = step {
-                e.step = Some(s.name.clone());
-                if let Action::Http(h) = &s.action {
-                    e.backend = Some(h.backend_name.clone());
-                }
-            }
+            e.step = Some(one.name.clone());
+            e.backend = one.kind.backend().cloned();
         }
         e
     }
@@ -212,56 +240,39 @@ impl RoutePlan {
         crate::activity::enter(i);
         match prepare(step, env, deadline) {
             Ok(p) => self.launch(step, i, p, env, deadline),
-            // Heavy: redo the step's expressions on the compute pool, then go on here.
-            Err(Yielded) => {
-                let on_pool = (step.clone(), snapshot(env, step).offloaded());
-                let env = snapshot(env, step);
-                let pool = self.compute.clone();
-                Started::Pending(Box::pin(async move {
-                    let (s, snap) = on_pool;
-                    let p = match pool.run(move || prepare(&s, &snap, deadline)).await {
-                        Ok(Ok(p)) => p,
-                        Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
-                            ErrorKind::Expression,
-                            "evaluation yielded on the compute pool",
-                        )
-                        .in_step(&step.name))),
-                        Err(e) => Prepared::Done(Err(pool_error(&step.name, e))),
-                    };
-                    match self.launch(step, i, p, &env, deadline) {
-                        Started::Done(r) => (i, r, false),
-                        Started::Pending(f) => f.await,
-                        Started::Keyed { batch, keys } => {
-                            let mut unique: Vec<String> =
-                                keys.iter().map(|(k, _)| k.clone()).collect();
-                            unique.sort_unstable();
-                            unique.dedup();
-                            let result_env = needs_env(step).then(|| env.clone());
-                            let out = match batch.fetch(unique, deadline).await {
-                                Err(e) => Err(e.in_step(&step.name)),
-                                Ok(found) => {
-                                    let each = step.for_each.is_some();
-                                    pick(
-                                        self,
-                                        step,
-                                        &batch,
-                                        &found,
-                                        keys,
-                                        each,
-                                        result_env.as_ref(),
-                                    )
-                                    .await
-                                }
-                            };
-                            match out {
-                                Ok((v, incomplete)) => (i, Ok(v), incomplete),
-                                Err(e) => (i, Err(e), false),
-                            }
-                        }
-                    }
-                }))
-            }
+            Err(Yielded) => self.start_on_pool(step, i, env, deadline),
         }
+    }
+
+    /// The step's synchronous work was too heavy for the worker: redo it on the compute pool,
+    /// then go on here (keyed lookups prepared there are fetched on their own).
+    fn start_on_pool<'a>(
+        &'a self,
+        step: &'a Arc<StepPlan>,
+        i: usize,
+        env: &Env,
+        deadline: Instant,
+    ) -> Started<'a> {
+        let env = snapshot(env, step);
+        let (s, snap, pool) = (step.clone(), env.clone().offloaded(), self.compute.clone());
+        Started::Pending(Box::pin(async move {
+            let p = match pool.run(move || prepare(&s, &snap, deadline)).await {
+                Ok(Ok(p)) => p,
+                Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
+                    ErrorKind::Expression,
+                    "evaluation yielded on the compute pool",
+                )
+                .in_step(&step.name))),
+                Err(e) => Prepared::Done(Err(pool_error(&step.name, e))),
+            };
+            match self.launch(step, i, p, &env, deadline) {
+                Started::Done(r) => (i, r, false),
+                Started::Pending(f) => f.await,
+                Started::Keyed(batch, keys) => {
+                    keyed_alone(self, step, i, batch, keys, &env, deadline).await
+                }
+            }
+        }))
     }
 
     /// Turn a step's prepared work into what the scheduler runs.
@@ -273,73 +284,74 @@ impl RoutePlan {
         env: &Env,
         deadline: Instant,
     ) -> Started<'a> {
-        match (p, &step.action) {
-            (Prepared::Done(r), _) => Started::Done(r),
-            (Prepared::Keys(keys), Action::Keyed { batch, .. }) => Started::Keyed {
-                batch: batch.clone(),
-                keys,
-            },
-            (Prepared::Call(req), Action::Http(h)) => {
-                let result_env = step.result.as_ref().map(|_| snapshot(env, step));
+        match p {
+            Prepared::Done(r) => Started::Done(r),
+            Prepared::Keys(batch, keys) => Started::Keyed(batch, keys),
+            Prepared::Call(req) => {
+                let env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
-                    let out = match call(step, h, req, deadline, &self.deadline_header).await {
+                    let out = match step
+                        .kind
+                        .call(step, req, deadline, &self.deadline_header)
+                        .await
+                    {
                         Ok(body) => {
                             crate::activity::enter(i);
-                            map_result_on(self, step, result_env.as_ref(), body, None).await
+                            map_result_on(self, step, env.as_ref(), body, None).await
                         }
                         Err(e) => Err(e),
                     };
                     (i, out, false)
                 }))
             }
-            (Prepared::Calls(reqs), Action::Http(h)) => {
-                let result_env = needs_env(step).then(|| snapshot(env, step));
+            Prepared::Calls(reqs) => {
+                let env = needs_env(step).then(|| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
-                    let result_env = result_env.as_ref();
-                    let out = stream::iter(reqs)
-                        .map(|(req, item, k)| async move {
-                            match call(step, h, req, deadline, &self.deadline_header).await {
-                                Ok(body) => {
-                                    crate::activity::enter(i);
-                                    let item = Some((&item, k));
-                                    map_result_on(self, step, result_env, body, item)
-                                        .await
-                                        .map(|v| (Some(v), false))
-                                }
-                                // A 404 of one element is a missing element, when the step
-                                // says what to do with those.
-                                Err(e)
-                                    if is_not_found(&e)
-                                        && !matches!(step.missing, Missing::Fail) =>
-                                {
-                                    missing_on(self, step, result_env, Some((&item, k)))
-                                        .await
-                                        .map(|v| (v, true))
-                                }
-                                Err(e) => Err(e),
-                            }
-                        })
-                        .buffered(step.concurrency)
-                        .try_collect::<Vec<(Option<Val>, bool)>>()
-                        .await;
-                    match out {
-                        Ok(v) => {
-                            let incomplete = v.iter().any(|(_, m)| *m);
-                            (
-                                i,
-                                Ok(v.into_iter().filter_map(|(v, _)| v).collect()),
-                                incomplete,
-                            )
-                        }
-                        Err(e) => (i, Err(e), false),
-                    }
+                    self.run_calls(step, i, reqs, env.as_ref(), deadline).await
                 }))
             }
-            _ => Started::Done(Err(FlowError::new(
-                ErrorKind::Expression,
-                "prepared work does not match its kind",
-            )
-            .in_step(&step.name))),
+        }
+    }
+
+    /// A `for_each` step's calls, at most `concurrency` at a time, values in input order. A 404
+    /// of one element is a missing element when the step says what to do with those.
+    async fn run_calls(
+        &self,
+        step: &StepPlan,
+        i: usize,
+        reqs: Vec<(CallRequest, Val, usize)>,
+        env: Option<&Env>,
+        deadline: Instant,
+    ) -> (usize, Result<Val, FlowError>, bool) {
+        let out = stream::iter(reqs)
+            .map(|(req, item, k)| async move {
+                let item = Some((&item, k));
+                match step
+                    .kind
+                    .call(step, req, deadline, &self.deadline_header)
+                    .await
+                {
+                    Ok(body) => {
+                        crate::activity::enter(i);
+                        let v = map_result_on(self, step, env, body, item).await?;
+                        Ok((Some(v), false))
+                    }
+                    Err(e) if is_not_found(&e) && !matches!(step.missing, Missing::Fail) => {
+                        Ok((missing_on(self, step, env, item).await?, true))
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(step.concurrency)
+            .try_collect::<Vec<(Option<Val>, bool)>>()
+            .await;
+        match out {
+            Ok(v) => {
+                let incomplete = v.iter().any(|(_, m)| *m);
+                let values = v.into_iter().filter_map(|(v, _)| v).collect();
+                (i, Ok(values), incomplete)
+            }
+            Err(e) => (i, Err(e), false),
         }
     }
 
@@ -366,23 +378,13 @@ impl RoutePlan {
     }
 }
 
-fn pool_error(step: &Arc<str>, e: crate::compute::ComputeError) -> FlowError {
-    FlowError::new(ErrorKind::Overloaded, e.to_string()).in_step(step)
-}
-
-/// A step's synchronous work — `when`, `for_each`, building its call(s) or keys, or its value —
-/// done in `env`'s mode; `Err(Yielded)` when an inline evaluation must move to the compute pool.
-enum Prepared {
-    Done(Result<Val, FlowError>),
-    Call(CallRequest),
-    Calls(Vec<(CallRequest, Val, usize)>),
-    Keys(Vec<(String, Val)>),
-}
-
+/// A step's synchronous part — `when`, `for_each`, then its kind's work (building its call(s)
+/// or keys, or its value) — in `env`'s mode; `Err(Yielded)` when an inline evaluation must move
+/// to the compute pool.
 fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yielded> {
     use Prepared::Done;
-    // `compute: true` value steps always run on the pool.
-    if step.compute && env.mode == Mode::Inline && matches!(step.action, Action::Value(_)) {
+    // `compute: true` steps without I/O always run on the pool.
+    if step.compute && env.mode == Mode::Inline && step.kind.is_pure() {
         return Err(Yielded);
     }
     if let Some(when) = &step.when {
@@ -398,305 +400,21 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
             Ok(Val::Arr(a)) => Some(a),
             Ok(Val::Null) => Some(Default::default()),
             Ok(other) => {
-                return Ok(Done(Err(expr_err(
-                    &step.name,
-                    "`for_each`",
-                    EvalError(
-                        format!("expected a list, got {}", short_json(&other)),
-                        EvalErrorKind::Failed,
-                    ),
-                ))));
+                let m = EvalError(
+                    format!("expected a list, got {}", short_json(&other)),
+                    EvalErrorKind::Failed,
+                );
+                return Ok(Done(Err(expr_err(&step.name, "`for_each`", m))));
             }
             Err(e) => return Ok(Done(Err(expr_err(&step.name, "`for_each`", e)))),
         },
     };
-    Ok(match (&step.action, items) {
-        (Action::Keyed { key, .. }, None) => match yielded(eval(key, env, &Val::Null))? {
-            Ok(k) => Prepared::Keys(vec![(json::to_display(&k), Val::Null)]),
-            Err(e) => Done(Err(expr_err(&step.name, "`key`", e))),
-        },
-        (Action::Keyed { key, .. }, Some(items)) => {
-            let mut keys = Vec::with_capacity(items.len());
-            for (k, item) in items.iter().enumerate() {
-                match yielded(eval_item(key, env, &Val::Null, item, k))? {
-                    Ok(v) => keys.push((json::to_display(&v), item.clone())),
-                    Err(e) => return Ok(Done(Err(expr_err(&step.name, "`key`", e)))),
-                }
-            }
-            Prepared::Keys(keys)
-        }
-        (Action::Value(e), items) => {
-            Done(eval_value(&step.name, e, step.result.as_ref(), env, items)?)
-        }
-        (Action::Fail(f), _) => Done(Err(fail_error(step, f, env)?)),
-        (Action::Http(h), None) => match yielded(build_call(h, env, None, deadline))? {
-            Ok(r) => Prepared::Call(r),
-            Err(e) => Done(Err(expr_err(&step.name, "building the call", e))),
-        },
-        (Action::Http(h), Some(items)) => {
-            let mut reqs = Vec::with_capacity(items.len());
-            for (k, item) in items.iter().enumerate() {
-                match yielded(build_call(h, env, Some((item, k)), deadline))? {
-                    Ok(r) => reqs.push((r, item.clone(), k)),
-                    Err(e) => return Ok(Done(Err(expr_err(&step.name, "building the call", e)))),
-                }
-            }
-            Prepared::Calls(reqs)
-        }
-    })
-}
-
-/// A status code (100–599) from an expression's value.
-fn status_of(v: &Val) -> Option<u16> {
-    match v {
-        Val::Num(n) => n.as_isize(),
-        _ => None,
-    }
-    .and_then(|i| u16::try_from(i).ok())
-    .filter(|s| (100..=599).contains(s))
-}
-
-/// The response: `respond.body`, status and headers evaluated in `env`'s mode.
-fn respond_with(
-    plan: &RespondPlan,
-    env: &Env,
-    partial: &[Arc<str>],
-) -> Result<Result<Outcome, FlowError>, Yielded> {
-    let mut body = match yielded(eval(&plan.body, env, &Val::Null))? {
-        Ok(b) => b,
-        Err(e) => return Ok(Err(expr_failure("respond.body", e))),
-    };
-    let status = match &plan.status {
-        StatusPlan::Fixed(s) => *s,
-        StatusPlan::Expr(x) => match yielded(eval(x, env, &Val::Null))? {
-            Ok(v) => match status_of(&v) {
-                Some(n) => n,
-                None => {
-                    return Ok(Err(FlowError::new(
-                        ErrorKind::Expression,
-                        "respond.status did not give a status code (100–599)",
-                    )
-                    .with_detail(format!("respond.status gave {}", short_json(&v)))));
-                }
-            },
-            Err(e) => return Ok(Err(expr_failure("respond.status", e))),
-        },
-    };
-    let mut headers = Vec::with_capacity(plan.headers.len() + 1);
-    for (name, e) in &plan.headers {
-        let v = match yielded(eval(e, env, &Val::Null))? {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(expr_failure(&format!("respond header `{name}`"), e))),
-        };
-        if matches!(v, Val::Null) {
-            continue;
-        }
-        let text = json::to_display(&v);
-        let Ok(hv) = HeaderValue::from_str(&text) else {
-            return Ok(Err(FlowError::new(
-                ErrorKind::Expression,
-                format!("respond header `{name}` is not a valid header value"),
-            )
-            .with_detail(format!("respond header `{name}`: {}", short_json(&v)))));
-        };
-        headers.push((name.clone(), hv));
-    }
-    if !partial.is_empty() {
-        let list = partial.iter().map(|s| &**s).collect::<Vec<_>>().join(",");
-        if let Ok(hv) = HeaderValue::from_str(&list) {
-            headers.push((HeaderName::from_static(PARTIAL_HEADER), hv));
-        }
-        if let Val::Obj(o) = &mut body {
-            let names: Val = partial.iter().map(|s| json::str_val(s)).collect();
-            Arc::make_mut(o).insert(json::str_val("_partial"), names);
-        }
-    }
-    let mut out = Vec::with_capacity(256);
-    json::write(&body, &mut out);
-    Ok(Ok(Outcome {
-        status,
-        headers,
-        body: Bytes::from(out),
-        partial: partial.to_vec(),
-    }))
-}
-
-enum Started<'a> {
-    Done(Result<Val, FlowError>),
-    Pending(StepFuture<'a>),
-    /// Keyed lookups (key, `for_each` element), to be merged with the round's others.
-    Keyed {
-        batch: Arc<BatchPlan>,
-        keys: Vec<(String, Val)>,
-    },
-}
-
-type SharedFetch = Shared<BoxFuture<'static, Result<Found, FlowError>>>;
-
-/// A step's keyed lookups waiting for the end of the scheduling round: (step, batch form,
-/// (key, `for_each` element) pairs).
-type KeyedLookup = (usize, Arc<BatchPlan>, Vec<(String, Val)>);
-
-impl RoutePlan {
-    /// One fetch per batch backend for the union of the round's keys; each step then picks its
-    /// own values (in its own order) from the shared answer.
-    fn flush_keyed<'a>(
-        &'a self,
-        keyed: Vec<KeyedLookup>,
-        env: &Env,
-        deadline: Instant,
-        inflight: &mut FuturesUnordered<StepFuture<'a>>,
-    ) {
-        let mut fetches: Vec<(Arc<BatchPlan>, SharedFetch)> = Vec::new();
-        let mut groups: Vec<(Arc<BatchPlan>, Vec<String>)> = Vec::new();
-        for (_, batch, keys) in &keyed {
-            match groups.iter_mut().find(|(b, _)| Arc::ptr_eq(b, batch)) {
-                Some((_, all)) => all.extend(keys.iter().map(|(k, _)| k.clone())),
-                None => groups.push((batch.clone(), keys.iter().map(|(k, _)| k.clone()).collect())),
-            }
-        }
-        for (batch, mut keys) in groups {
-            keys.sort_unstable();
-            keys.dedup();
-            let b = batch.clone();
-            let fut = async move { b.fetch(keys, deadline).await }
-                .boxed()
-                .shared();
-            fetches.push((batch, fut));
-        }
-        for (i, batch, keys) in keyed {
-            let step = &self.steps[i];
-            let Some(fetch) = fetches
-                .iter()
-                .find(|(b, _)| Arc::ptr_eq(b, &batch))
-                .map(|(_, f)| f.clone())
-            else {
-                continue;
-            };
-            let result_env = needs_env(step).then(|| snapshot(env, step));
-            let each = step.for_each.is_some();
-            inflight.push(Box::pin(async move {
-                let out = match fetch.await {
-                    Err(e) => Err(e.in_step(&step.name)),
-                    Ok(found) => {
-                        pick(self, step, &batch, &found, keys, each, result_env.as_ref()).await
-                    }
-                };
-                match out {
-                    Ok((v, incomplete)) => (i, Ok(v), incomplete),
-                    Err(e) => (i, Err(e), false),
-                }
-            }));
-        }
-    }
-}
-
-/// A keyed step's value from the fetched values: one value, or a list in input order; and
-/// whether some keys were missing (replaced per the step's `missing` policy).
-async fn pick(
-    route: &RoutePlan,
-    step: &StepPlan,
-    batch: &BatchPlan,
-    found: &Found,
-    keys: Vec<(String, Val)>,
-    each: bool,
-    env: Option<&Env>,
-) -> Result<(Val, bool), FlowError> {
-    let mut out = Vec::with_capacity(keys.len());
-    let mut incomplete = false;
-    for (k, (key, item)) in keys.into_iter().enumerate() {
-        let item = each.then_some((&item, k));
-        let Some(v) = found.get(&key) else {
-            if matches!(step.missing, Missing::Fail) {
-                return Err(
-                    FlowError::new(ErrorKind::KeyNotFound, "a key was not found")
-                        .in_step(&step.name)
-                        .with_backend(&batch.name)
-                        .with_detail(format!(
-                            "key `{key}` is not in the answer of backend `{}`",
-                            batch.name
-                        )),
-                );
-            }
-            incomplete = true;
-            if let Some(v) = missing_on(route, step, env, item).await? {
-                out.push(v);
-            }
-            continue;
-        };
-        out.push(map_result_on(route, step, env, v.clone(), item).await?);
-    }
-    if each {
-        Ok((out.into_iter().collect(), incomplete))
-    } else {
-        Ok((out.pop().unwrap_or(Val::Null), incomplete))
-    }
-}
-
-/// Whether a step needs its scope captured for evaluation after its call (`result`, or a
-/// `missing: {value: …}` expression).
-fn needs_env(step: &StepPlan) -> bool {
-    step.result.is_some() || matches!(step.missing, Missing::Value(_))
+    step.kind.prepare(step, env, items, deadline)
 }
 
 /// The backend answered 404.
 fn is_not_found(e: &FlowError) -> bool {
     matches!(e.kind, ErrorKind::BackendStatus { status: 404, .. })
-}
-
-/// The value that takes a missing element's place (`None`: left out), per the step's policy.
-async fn missing_on(
-    route: &RoutePlan,
-    step: &StepPlan,
-    env: Option<&Env>,
-    item: Option<(&Val, usize)>,
-) -> Result<Option<Val>, FlowError> {
-    let (e, env) = match (&step.missing, env) {
-        (Missing::Skip, _) => return Ok(None),
-        (Missing::Null | Missing::Fail, _) | (Missing::Value(_), None) => {
-            return Ok(Some(Val::Null));
-        }
-        (Missing::Value(e), Some(env)) => (e, env),
-    };
-    let name = step.name.clone();
-    eval_step_expr(route, step, e, env, Val::Null, item, move |m| {
-        expr_err(&name, "`missing.value`", m)
-    })
-    .await
-    .map(Some)
-}
-
-/// A `fail` step's answer.
-fn fail_error(step: &StepPlan, f: &FailPlan, env: &Env) -> Result<FlowError, Yielded> {
-    let message = match &f.message {
-        None => http::StatusCode::from_u16(f.status)
-            .ok()
-            .and_then(|s| s.canonical_reason())
-            .unwrap_or("request refused")
-            .to_string(),
-        Some(e) => match yielded(eval(e, env, &Val::Null))? {
-            Ok(v) => json::to_display(&v),
-            Err(e) => return Ok(expr_err(&step.name, "`fail.message`", e)),
-        },
-    };
-    let details = match &f.details {
-        None => None,
-        Some(e) => match yielded(eval(e, env, &Val::Null))? {
-            Ok(v) => {
-                let mut out = Vec::with_capacity(64);
-                json::write(&v, &mut out);
-                Some(Bytes::from(out))
-            }
-            Err(e) => return Ok(expr_err(&step.name, "`fail.details`", e)),
-        },
-    };
-    Ok(FlowError::new(ErrorKind::Answered, message)
-        .in_step(&step.name)
-        .with_answer(Answer {
-            status: f.status,
-            code: f.code.clone(),
-            details,
-        }))
 }
 
 /// A backend's error status through the step's `on_status` map (exact statuses first, then
@@ -743,13 +461,10 @@ fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
     }
 }
 
-/// The next ready step to start: `fail` steps first, so a guard that refuses the request does
+/// The next ready step to start: guards (`fail` steps) first, so a guard that refuses the request does
 /// so before any call of the same round is sent.
 fn next_ready(steps: &[Arc<StepPlan>], ready: &mut Vec<usize>) -> Option<usize> {
-    match ready
-        .iter()
-        .position(|&i| matches!(steps[i].action, Action::Fail(_)))
-    {
+    match ready.iter().position(|&i| steps[i].kind.starts_first()) {
         Some(p) => Some(ready.swap_remove(p)),
         None => ready.pop(),
     }
@@ -762,139 +477,4 @@ fn release(step: &StepPlan, waiting: &mut [usize], ready: &mut Vec<usize>) {
             ready.push(d);
         }
     }
-}
-
-/// The values a step's `result` expression may read, captured when the step starts.
-fn snapshot(env: &Env, step: &StepPlan) -> Env {
-    let mut slots = vec![Val::Null; env.slots.len()];
-    slots[SLOT_REQUEST] = env.get(SLOT_REQUEST);
-    slots[SLOT_REF] = env.get(SLOT_REF);
-    for &d in &step.deps {
-        slots[FIRST_STEP_SLOT + d] = env.get(FIRST_STEP_SLOT + d);
-    }
-    Env {
-        slots,
-        budget: env.budget.clone(),
-        mode: env.mode,
-    }
-}
-
-/// A `value` step (with `for_each`: per element, then `result`).
-fn eval_value(
-    name: &Arc<str>,
-    e: &Expr,
-    result: Option<&Expr>,
-    env: &Env,
-    items: Option<Arc<Vec<Val>>>,
-) -> Result<Result<Val, FlowError>, Yielded> {
-    let Some(items) = items else {
-        return Ok(yielded(eval(e, env, &Val::Null))?.map_err(|m| expr_err(name, "`value`", m)));
-    };
-    let mut out = Vec::with_capacity(items.len());
-    for (k, item) in items.iter().enumerate() {
-        let v = match yielded(eval_item(e, env, &Val::Null, item, k))? {
-            Ok(v) => v,
-            Err(m) => return Ok(Err(expr_err(name, "`value`", m))),
-        };
-        let v = match result {
-            Some(r) => match yielded(eval_item(r, env, &v, item, k))? {
-                Ok(v) => v,
-                Err(m) => return Ok(Err(expr_err(name, "`value`", m))),
-            },
-            None => v,
-        };
-        out.push(v);
-    }
-    Ok(Ok(out.into_iter().collect()))
-}
-
-/// A step's `result` over one answer (`body` unchanged without a `result`).
-async fn map_result_on(
-    route: &RoutePlan,
-    step: &StepPlan,
-    env: Option<&Env>,
-    body: Val,
-    item: Option<(&Val, usize)>,
-) -> Result<Val, FlowError> {
-    let (Some(r), Some(env)) = (&step.result, env) else {
-        return Ok(body);
-    };
-    let (name, backend) = (step.name.clone(), step_backend(step));
-    eval_step_expr(route, step, r, env, body, item, move |m| {
-        result_err(&name, backend, m)
-    })
-    .await
-}
-
-/// `e` over `input` (with `$item`/`$index` when given): on this worker, or on the compute pool
-/// for `compute: true` steps and for evaluations too heavy to finish inline. `err` makes the
-/// failure.
-async fn eval_step_expr(
-    route: &RoutePlan,
-    step: &StepPlan,
-    e: &Expr,
-    env: &Env,
-    input: Val,
-    item: Option<(&Val, usize)>,
-    err: impl FnOnce(EvalError) -> FlowError + Send + 'static,
-) -> Result<Val, FlowError> {
-    if !step.compute {
-        let out = match item {
-            Some((it, k)) => eval_item(e, env, &input, it, k),
-            None => eval(e, env, &input),
-        };
-        if let Ok(out) = yielded(out) {
-            return out.map_err(err);
-        }
-    }
-    let (e, env) = (e.clone(), env.clone().offloaded());
-    let item = item.map(|(v, k)| (v.clone(), k));
-    route
-        .compute
-        .run(move || {
-            let out = match &item {
-                Some((it, k)) => eval_item(&e, &env, &input, it, *k),
-                None => eval(&e, &env, &input),
-            };
-            out.map_err(err)
-        })
-        .await
-        .map_err(|x| pool_error(&step.name, x))?
-}
-
-/// The backend a step calls, if any (for errors).
-fn step_backend(step: &StepPlan) -> Option<Arc<str>> {
-    match &step.action {
-        Action::Http(h) => Some(h.backend_name.clone()),
-        Action::Keyed { batch, .. } => Some(batch.name.clone()),
-        Action::Value(_) | Action::Fail(_) => None,
-    }
-}
-
-/// `result` failed: on the answer (502), or on a limit or the deadline.
-fn result_err(step: &Arc<str>, backend: Option<Arc<str>>, m: EvalError) -> FlowError {
-    let kind = match eval_kind(&m) {
-        ErrorKind::Expression => ErrorKind::BadBackendAnswer,
-        other => other,
-    };
-    let message = match kind {
-        ErrorKind::BadBackendAnswer => "`result` failed on the backend's answer".to_string(),
-        _ => format!("`result` failed: {}", m.0),
-    };
-    let mut e = FlowError::new(kind, message)
-        .in_step(step)
-        .with_detail(format!("`result`: {}", m.0));
-    e.backend = backend;
-    e
-}
-
-/// Perform a step's call.
-async fn call(
-    step: &StepPlan,
-    h: &HttpPlan,
-    req: CallRequest,
-    deadline: Instant,
-    deadline_header: &HeaderName,
-) -> Result<Val, FlowError> {
-    fetch_json(&step.name, h, req, step.timeout, deadline, deadline_header).await
 }

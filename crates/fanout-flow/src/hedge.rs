@@ -262,7 +262,7 @@ impl Hedge {
 
 /// An answer that ends the race: anything but a transport error or a 5xx.
 fn good(r: &Result<CallResponse, CallError>) -> bool {
-    matches!(r, Ok(resp) if !resp.status.is_server_error())
+    !crate::outcome::CallOutcome::of(r).is_failure()
 }
 
 /// Of two failed results, the one to return: an answer (5xx) over a transport error, else the
@@ -275,14 +275,6 @@ fn better(
 }
 
 impl Backend for Hedge {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn status_passthrough(&self) -> bool {
-        self.inner.status_passthrough()
-    }
-
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let s = self.shared.clone();
         s.stats.calls.fetch_add(1, Relaxed);
@@ -341,32 +333,45 @@ impl Backend for Hedge {
             let mut copy = req;
             copy.timeout = copy.timeout.min(end.saturating_duration_since(now));
             let second = inner.call(copy);
-            match select(first, second).await {
-                Either::Left((r1, second)) => {
-                    if good(&r1) {
-                        s.record(start, &r1);
-                        return r1; // the copy is dropped: cancelled
-                    }
-                    let r2 = second.await;
-                    if good(&r2) {
-                        s.stats.hedge_wins.fetch_add(1, Relaxed);
-                    }
-                    better(r1, r2)
-                }
-                Either::Right((r2, first)) => {
-                    if good(&r2) {
-                        s.stats.hedge_wins.fetch_add(1, Relaxed);
-                        // The original took at least this long: a lower bound keeps the tail
-                        // in the histogram although the original is cancelled.
-                        s.record(start, &r2);
-                        return r2;
-                    }
-                    let r1 = first.await;
-                    s.record(start, &r1);
-                    better(r2, r1)
-                }
-            }
+            race(&s, start, first, second).await
         })
+    }
+}
+
+type CallFuture = BoxFuture<'static, Result<CallResponse, CallError>>;
+
+/// The original and its copy race: the first good answer wins and the other is dropped
+/// (cancelled); with two failures, the better one is returned.
+async fn race(
+    s: &Shared,
+    start: Instant,
+    first: CallFuture,
+    second: CallFuture,
+) -> Result<CallResponse, CallError> {
+    match select(first, second).await {
+        Either::Left((r1, second)) => {
+            if good(&r1) {
+                s.record(start, &r1);
+                return r1; // the copy is dropped: cancelled
+            }
+            let r2 = second.await;
+            if good(&r2) {
+                s.stats.hedge_wins.fetch_add(1, Relaxed);
+            }
+            better(r1, r2)
+        }
+        Either::Right((r2, first)) => {
+            if good(&r2) {
+                s.stats.hedge_wins.fetch_add(1, Relaxed);
+                // The original took at least this long: a lower bound keeps the tail in the
+                // histogram although the original is cancelled.
+                s.record(start, &r2);
+                return r2;
+            }
+            let r1 = first.await;
+            s.record(start, &r1);
+            better(r2, r1)
+        }
     }
 }
 
@@ -445,9 +450,6 @@ mod tests {
     }
 
     impl Backend for Alternating {
-        fn name(&self) -> &str {
-            "alt"
-        }
         fn call(&self, _req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
             let n = self.calls.fetch_add(1, Relaxed);
             let d = if n.is_multiple_of(2) {

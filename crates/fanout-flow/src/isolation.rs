@@ -31,12 +31,6 @@ impl Bulkhead {
 }
 
 impl Backend for Bulkhead {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn status_passthrough(&self) -> bool {
-        self.inner.status_passthrough()
-    }
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {
             let msg = format!(
@@ -178,14 +172,17 @@ impl BreakerState {
 pub struct Breaker {
     inner: Arc<dyn Backend>,
     state: Arc<Mutex<BreakerState>>,
+    /// The backend's name, for the message of a rejected call.
+    name: Arc<str>,
 }
 
 impl Breaker {
-    /// Wrap `inner`.
-    pub fn new(inner: Arc<dyn Backend>, policy: BreakerPolicy) -> Breaker {
+    /// Wrap `inner`, the stack of backend `name`.
+    pub fn new(inner: Arc<dyn Backend>, policy: BreakerPolicy, name: &str) -> Breaker {
         Breaker {
             inner,
             state: Arc::new(Mutex::new(BreakerState::new(policy))),
+            name: name.into(),
         }
     }
 
@@ -196,22 +193,13 @@ impl Breaker {
 }
 
 impl Backend for Breaker {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn status_passthrough(&self) -> bool {
-        self.inner.status_passthrough()
-    }
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let permit = match self.state.lock() {
             Ok(mut s) => s.allow(Instant::now()),
             Err(_) => Permit::Call,
         };
         if permit == Permit::Reject {
-            let msg = format!(
-                "circuit breaker of `{}` is open: failing fast",
-                self.inner.name()
-            );
+            let msg = format!("circuit breaker of `{}` is open: failing fast", self.name);
             return Box::pin(async move { Err(CallError::new(CallErrorKind::Rejected, msg)) });
         }
         let timeout = req.timeout;
@@ -225,10 +213,7 @@ impl Backend for Breaker {
                     format!("no answer within {timeout:?}"),
                 )),
             };
-            let ok = match &r {
-                Ok(resp) => !resp.status.is_server_error(),
-                Err(e) => e.kind == CallErrorKind::Rejected,
-            };
+            let ok = !crate::outcome::CallOutcome::of(&r).is_backend_failure();
             if let Ok(mut s) = state.lock() {
                 s.record(Instant::now(), ok, permit == Permit::Probe);
             }

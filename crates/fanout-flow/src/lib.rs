@@ -19,12 +19,16 @@ pub mod error;
 pub mod exec;
 pub mod hedge;
 pub mod isolation;
+pub mod outcome;
 pub mod plan;
 pub mod reference;
+mod respond;
 pub mod retry;
 pub mod singleflight;
+mod step;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{Answer, ErrorKind, FlowError, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
+pub use outcome::CallOutcome;
 pub use plan::{Plan, RoutePlan, compile};

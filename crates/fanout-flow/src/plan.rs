@@ -9,6 +9,7 @@ use crate::batch::BatchPlan;
 pub use crate::call::HttpPlan;
 use crate::compute::ComputePool;
 use crate::reference::{Dataset, ReferenceSet};
+use crate::step::{CallSrc, StepCx, StepKind, compile_call};
 use fanout_config::{
     Config, ConfigError, ConfigErrors, ExprSrc, Located, MissingPolicy, Pos, StatusAction,
     StatusPattern, StatusSrc, Step,
@@ -87,8 +88,8 @@ pub struct StepPlan {
     pub on_status: Vec<(StatusPattern, StatusAction)>,
     /// What to do with missing keys / 404 elements.
     pub missing: Missing,
-    /// What the step does.
-    pub action: Action,
+    /// What the step does: its kind (`step/`).
+    pub(crate) kind: Box<dyn StepKind>,
 }
 
 /// A step's policy for keys its lookup did not find (and 404s of `for_each` calls).
@@ -101,36 +102,6 @@ pub enum Missing {
     Null,
     /// The element is this expression's value (reads `$item`, `$index`).
     Value(Expr),
-}
-
-/// A `fail` step: the client answer it ends the request with.
-pub struct FailPlan {
-    /// Status.
-    pub status: u16,
-    /// `error.code`.
-    pub code: Arc<str>,
-    /// Message expression (default: the status's reason phrase).
-    pub message: Option<Expr>,
-    /// `error.details` expression.
-    pub details: Option<Expr>,
-}
-
-/// What a step does. New step kinds (gRPC, SQL, model) add variants that build a call for the
-/// backend-call layer; the executor's scheduling does not change.
-pub enum Action {
-    /// Call an HTTP backend.
-    Http(Box<HttpPlan>),
-    /// Look up a key (per element with `for_each`) through a backend's batch form.
-    Keyed {
-        /// The batch form.
-        batch: Arc<BatchPlan>,
-        /// The key expression.
-        key: Expr,
-    },
-    /// Compute a value; no I/O.
-    Value(Expr),
-    /// End the request with a client answer.
-    Fail(Box<FailPlan>),
 }
 
 /// The response of a route.
@@ -151,14 +122,15 @@ pub enum StatusPlan {
     Expr(Expr),
 }
 
-struct Ctx<'a> {
-    cfg: &'a Config,
-    errs: Vec<ConfigError>,
-    compute: Arc<ComputePool>,
+/// The compile context: the config, the errors found so far, the compute pool.
+pub(crate) struct Ctx<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) errs: Vec<ConfigError>,
+    pub(crate) compute: Arc<ComputePool>,
 }
 
 impl Ctx<'_> {
-    fn expr(&mut self, src: &ExprSrc, scope: &[&str]) -> Option<Expr> {
+    pub(crate) fn expr(&mut self, src: &ExprSrc, scope: &[&str]) -> Option<Expr> {
         match Expr::compile(&src.value, scope) {
             Ok(e) => Some(e),
             Err(e) => {
@@ -179,7 +151,7 @@ impl Ctx<'_> {
     fn at(&self, src: &ExprSrc) -> Pos {
         self.cfg.pos_in_scalar(src.pos, &src.value, 0)
     }
-    fn method(&mut self, m: &Located<String>) -> Option<Method> {
+    pub(crate) fn method(&mut self, m: &Located<String>) -> Option<Method> {
         match Method::from_bytes(m.value.to_ascii_uppercase().as_bytes()) {
             Ok(m) => Some(m),
             Err(_) => {
@@ -191,7 +163,7 @@ impl Ctx<'_> {
             }
         }
     }
-    fn header_name(&mut self, name: &str, pos: Pos) -> Option<HeaderName> {
+    pub(crate) fn header_name(&mut self, name: &str, pos: Pos) -> Option<HeaderName> {
         match HeaderName::from_bytes(name.as_bytes()) {
             Ok(h) => Some(h),
             Err(_) => {
@@ -206,7 +178,7 @@ impl Ctx<'_> {
 }
 
 /// An "unknown backend" error with a hint: the closest declared name, else the declared names.
-fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
+pub(crate) fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
     let mut known: Vec<&str> = cfg.backends.keys().map(String::as_str).collect();
     known.sort_unstable();
     let hint = match fanout_config::did_you_mean(name, known.iter()) {
@@ -252,135 +224,8 @@ pub fn compile(
             HeaderName::from_static("x-request-timeout")
         }
     };
-    let mut batches = HashMap::new();
-    for (name, b) in &cfg.backends {
-        let (Some(bc), Some(backend)) = (&b.batch, backends.get(name)) else {
-            continue;
-        };
-        let scope = ["keys"];
-        let method = cx.method(&bc.method);
-        let path = cx.expr(&bc.path, &scope);
-        let split = cx.expr(&bc.split, &scope);
-        let body = bc.body.as_ref().and_then(|e| cx.expr(e, &scope));
-        let mut query = Vec::new();
-        for (k, v) in &bc.query {
-            if let Some(e) = cx.expr(v, &scope) {
-                query.push((k.clone(), e));
-            }
-        }
-        if bc.max == 0 {
-            cx.errs.push(ConfigError::at(
-                bc.split.pos,
-                format!("backend `{name}`: batch.max must be at least 1"),
-            ));
-        }
-        if let (Some(method), Some(path), Some(split)) = (method, path, split) {
-            let timeout = b.timeout.unwrap_or(cfg.defaults.timeout).0;
-            let policy = b.cache.as_ref().map(crate::cache::CachePolicy::from);
-            batches.insert(
-                name.clone(),
-                Arc::new({
-                    let call = HttpPlan {
-                        backend: backend.clone(),
-                        backend_name: name.as_str().into(),
-                        method,
-                        path,
-                        query,
-                        headers: Vec::new(),
-                        body,
-                        idempotent: true,
-                        compute: cx.compute.clone(),
-                        max_depth: cx.cfg.server.expressions.max_depth,
-                    };
-                    let plan = BatchPlan::new(
-                        call,
-                        split,
-                        bc.max,
-                        bc.window.map(|w| w.0),
-                        timeout,
-                        deadline_header.clone(),
-                    );
-                    match policy {
-                        Some(p) => plan.with_cache(p),
-                        None => plan,
-                    }
-                }),
-            );
-        }
-    }
-    let mut datasets = Vec::new();
-    for (name, r) in &cfg.reference {
-        let h = &r.http;
-        let backend = backends.get(&h.backend.value).cloned();
-        if backend.is_none() {
-            cx.errs.push(unknown_backend(
-                cfg,
-                h.backend.pos,
-                &format!("reference `{name}`: "),
-                &h.backend.value,
-            ));
-        }
-        if let Some(k) = &h.key {
-            cx.errs.push(
-                ConfigError::at(
-                    k.pos,
-                    format!("reference `{name}`: `http.key` cannot be used for reference data"),
-                )
-                .hint("a dataset is fetched by `path`; `key` looks keys up for a request's steps"),
-            );
-        }
-        let Some(path_src) = &h.path else {
-            cx.errs.push(ConfigError::at(
-                h.backend.pos,
-                format!("reference `{name}`: `http` needs `path`"),
-            ));
-            continue;
-        };
-        // No request and no steps exist for reference data: an empty scope.
-        let method = cx.method(&h.method);
-        let path = cx.expr(path_src, &[]);
-        let mut query = Vec::new();
-        for (k, v) in &h.query {
-            if let Some(e) = cx.expr(v, &[]) {
-                query.push((k.clone(), e));
-            }
-        }
-        let mut headers = Vec::new();
-        for (k, v) in &h.headers {
-            if let (Some(hn), Some(e)) = (cx.header_name(k, v.pos), cx.expr(v, &[])) {
-                headers.push((hn, e));
-            }
-        }
-        let body = h.body.as_ref().and_then(|b| cx.expr(b, &[]));
-        let result = r.result.as_ref().and_then(|e| cx.expr(e, &[]));
-        if let (Some(backend), Some(method), Some(path)) = (backend, method, path) {
-            let timeout = cfg
-                .backends
-                .get(&h.backend.value)
-                .and_then(|b| b.timeout)
-                .unwrap_or(cfg.defaults.timeout)
-                .0;
-            datasets.push(Dataset {
-                name: name.as_str().into(),
-                call: HttpPlan {
-                    backend,
-                    backend_name: h.backend.value.as_str().into(),
-                    method,
-                    path,
-                    query,
-                    headers,
-                    body,
-                    idempotent: h.idempotent.unwrap_or(true),
-                    compute: cx.compute.clone(),
-                    max_depth: cx.cfg.server.expressions.max_depth,
-                },
-                result,
-                refresh: r.refresh.0,
-                optional: r.optional,
-                timeout,
-            });
-        }
-    }
+    let batches = compile_batches(&mut cx, backends, &deadline_header);
+    let datasets = compile_references(&mut cx, backends);
     let reference = Arc::new(ReferenceSet::new(datasets, deadline_header.clone()));
     let mut routes = Vec::new();
     for r in &cfg.routes {
@@ -405,6 +250,121 @@ pub fn compile(
     }
 }
 
+/// The batch forms of the backends (`backends.*.batch`), by backend name.
+fn compile_batches(
+    cx: &mut Ctx<'_>,
+    backends: &HashMap<String, Arc<dyn Backend>>,
+    deadline_header: &HeaderName,
+) -> HashMap<String, Arc<BatchPlan>> {
+    let cfg = cx.cfg;
+    let mut batches = HashMap::new();
+    for (name, b) in &cfg.backends {
+        let (Some(bc), Some(backend)) = (&b.batch, backends.get(name)) else {
+            continue;
+        };
+        let src = CallSrc {
+            backend_name: name,
+            method: &bc.method,
+            path: Some(&bc.path),
+            query: &bc.query,
+            headers: None,
+            body: bc.body.as_ref(),
+            idempotent: Some(true),
+        };
+        let call = compile_call(cx, &["keys"], src, Some(backend.clone()), &mut |_, _| {});
+        let split = cx.expr(&bc.split, &["keys"]);
+        if bc.max == 0 {
+            cx.errs.push(ConfigError::at(
+                bc.split.pos,
+                format!("backend `{name}`: batch.max must be at least 1"),
+            ));
+        }
+        let (Some(call), Some(split)) = (call, split) else {
+            continue;
+        };
+        let timeout = b.timeout.unwrap_or(cfg.defaults.timeout).0;
+        let window = bc.window.map(|w| w.0);
+        let plan = BatchPlan::new(
+            call,
+            split,
+            bc.max,
+            window,
+            timeout,
+            deadline_header.clone(),
+        );
+        let plan = match &b.cache {
+            Some(c) => plan.with_cache(crate::cache::CachePolicy::from(c)),
+            None => plan,
+        };
+        batches.insert(name.clone(), Arc::new(plan));
+    }
+    batches
+}
+
+/// The reference datasets (`reference.*`): no request and no steps exist for them, so their
+/// expressions have an empty scope.
+fn compile_references(
+    cx: &mut Ctx<'_>,
+    backends: &HashMap<String, Arc<dyn Backend>>,
+) -> Vec<Dataset> {
+    let cfg = cx.cfg;
+    let mut datasets = Vec::new();
+    for (name, r) in &cfg.reference {
+        let h = &r.http;
+        let backend = backends.get(&h.backend.value).cloned();
+        if backend.is_none() {
+            let prefix = format!("reference `{name}`: ");
+            let e = unknown_backend(cfg, h.backend.pos, &prefix, &h.backend.value);
+            cx.errs.push(e);
+        }
+        if let Some(k) = &h.key {
+            cx.errs.push(
+                ConfigError::at(
+                    k.pos,
+                    format!("reference `{name}`: `http.key` cannot be used for reference data"),
+                )
+                .hint("a dataset is fetched by `path`; `key` looks keys up for a request's steps"),
+            );
+        }
+        if h.path.is_none() {
+            cx.errs.push(ConfigError::at(
+                h.backend.pos,
+                format!("reference `{name}`: `http` needs `path`"),
+            ));
+            continue;
+        }
+        let src = CallSrc {
+            backend_name: &h.backend.value,
+            method: &h.method,
+            path: h.path.as_ref(),
+            query: &h.query,
+            headers: Some(&h.headers),
+            body: h.body.as_ref(),
+            idempotent: Some(h.idempotent.unwrap_or(true)),
+        };
+        let call = compile_call(cx, &[], src, backend, &mut |_, _| {});
+        let result = r.result.as_ref().and_then(|e| cx.expr(e, &[]));
+        let Some(call) = call else {
+            continue;
+        };
+        let timeout = cfg
+            .backends
+            .get(&h.backend.value)
+            .and_then(|b| b.timeout)
+            .unwrap_or(cfg.defaults.timeout)
+            .0;
+        datasets.push(Dataset {
+            name: name.as_str().into(),
+            call,
+            result,
+            refresh: r.refresh.0,
+            optional: r.optional,
+            timeout,
+        });
+    }
+    datasets
+}
+
 fn compile_route(
     cx: &mut Ctx<'_>,
     r: &fanout_config::Route,
@@ -426,40 +386,7 @@ fn compile_route(
             steps.push(s);
         }
     }
-    let body = cx.expr(&r.respond.body, &scope);
-    let mut headers = Vec::new();
-    for (k, v) in &r.respond.headers {
-        let h = cx.header_name(k, v.pos);
-        let e = cx.expr(v, &scope);
-        if let (Some(h), Some(e)) = (h, e) {
-            headers.push((h, e));
-        }
-    }
-    if let Some(b) = &body {
-        check_no_item(cx, b, &r.respond.body, "respond.body");
-    }
-    let status = match &r.respond.status {
-        StatusSrc::Code(c) => {
-            if !(100..=599).contains(&c.value) {
-                cx.errs.push(
-                    ConfigError::at(
-                        if c.pos.line > 0 {
-                            c.pos
-                        } else {
-                            r.respond.body.pos
-                        },
-                        format!("respond.status {} is not a valid HTTP status", c.value),
-                    )
-                    .hint("a status is 100–599, or an expression (a string) giving one"),
-                );
-            }
-            Some(StatusPlan::Fixed(c.value))
-        }
-        StatusSrc::Expr(src) => cx.expr(src, &scope).map(|e| {
-            check_no_item(cx, &e, src, "respond.status");
-            StatusPlan::Expr(e)
-        }),
-    };
+    let respond = compile_respond(cx, &r.respond, &scope);
     if cx.errs.len() > errs_before {
         return None;
     }
@@ -492,15 +419,55 @@ fn compile_route(
         deadline: r.deadline.unwrap_or(defaults.deadline).0,
         steps: steps.into_iter().map(Arc::new).collect(),
         roots,
-        respond: Arc::new(RespondPlan {
-            body: body?,
-            status: status?,
-            headers,
-        }),
+        respond: Arc::new(respond?),
         limits: eval_limits(&cx.cfg.server.expressions),
         deadline_header: deadline_header.clone(),
         reference: reference.clone(),
         compute: cx.compute.clone(),
+    })
+}
+
+/// `respond:` — body, status (fixed or an expression) and headers.
+fn compile_respond(
+    cx: &mut Ctx<'_>,
+    r: &fanout_config::Respond,
+    scope: &[&str],
+) -> Option<RespondPlan> {
+    let body = cx.expr(&r.body, scope);
+    let mut headers = Vec::new();
+    for (k, v) in &r.headers {
+        let h = cx.header_name(k, v.pos);
+        let e = cx.expr(v, scope);
+        if let (Some(h), Some(e)) = (h, e) {
+            headers.push((h, e));
+        }
+    }
+    if let Some(b) = &body {
+        check_no_item(cx, b, &r.body, "respond.body");
+    }
+    let status = match &r.status {
+        StatusSrc::Code(c) => {
+            if !(100..=599).contains(&c.value) {
+                let at = if c.pos.line > 0 { c.pos } else { r.body.pos };
+                cx.errs.push(
+                    ConfigError::at(
+                        at,
+                        format!("respond.status {} is not a valid HTTP status", c.value),
+                    )
+                    .hint("a status is 100–599, or an expression (a string) giving one"),
+                );
+            }
+            Some(StatusPlan::Fixed(c.value))
+        }
+        StatusSrc::Expr(src) => cx.expr(src, scope).map(|e| {
+            check_no_item(cx, &e, src, "respond.status");
+            StatusPlan::Expr(e)
+        }),
+    };
+    Some(RespondPlan {
+        body: body?,
+        status: status?,
+        headers,
     })
 }
 
@@ -537,183 +504,33 @@ fn compile_step(
     batches: &HashMap<String, Arc<BatchPlan>>,
 ) -> Option<StepPlan> {
     let errs_before = cx.errs.len();
-    let defaults = &cx.cfg.defaults;
-    let mut all: Vec<(Expr, ExprSrc, bool)> = Vec::new(); // (expr, src, item allowed)
     let in_each = step.for_each.is_some();
-    let mut compile = |cx: &mut Ctx<'_>, src: &Option<ExprSrc>, item_ok: bool| -> Option<Expr> {
-        let src = src.as_ref()?;
-        let e = cx.expr(src, scope)?;
-        all.push((e.clone(), src.clone(), item_ok));
-        Some(e)
+    let mut sc = StepCx {
+        cx,
+        name,
+        scope,
+        backends,
+        batches,
+        in_each,
+        backend_timeout: None,
+        exprs: Vec::new(),
     };
-    let when = compile(cx, &step.when, false);
-    let for_each = compile(cx, &step.for_each, false);
-    let result = compile(cx, &step.result, in_each);
-    let mut backend_timeout = None;
-    let action = if let Some(h) = step.http.as_ref().filter(|h| h.key.is_some()) {
-        // A keyed lookup through the backend's batch form.
-        let key = compile(cx, &h.key, in_each);
-        let extra = h.path.is_some()
-            || !h.query.is_empty()
-            || !h.headers.is_empty()
-            || h.body.is_some()
-            || h.method.pos.line > 0;
-        if extra {
-            cx.errs.push(
-                ConfigError::at(h.backend.pos, format!("step `{}`: `key` cannot be combined with method, path, query, headers or body", name.value))
-                    .hint("with `key`, the call is built by the backend's `batch:` form"),
-            );
-        }
-        backend_timeout = cx
-            .cfg
-            .backends
-            .get(&h.backend.value)
-            .and_then(|b| b.timeout);
-        let batch = match (
-            batches.get(&h.backend.value),
-            cx.cfg.backends.get(&h.backend.value),
-        ) {
-            (Some(b), _) => Some(b.clone()),
-            (None, Some(_)) => {
-                cx.errs.push(
-                    ConfigError::at(h.backend.pos, format!("backend `{}` has no `batch` form, so steps cannot look up a `key` on it", h.backend.value))
-                        .hint("add `batch: {path: …, split: …}` to the backend, or use `path:` instead of `key:`"),
-                );
-                None
-            }
-            (None, None) => {
-                cx.errs
-                    .push(unknown_backend(cx.cfg, h.backend.pos, "", &h.backend.value));
-                None
-            }
-        };
-        match (batch, key) {
-            (Some(batch), Some(key)) => Some(Action::Keyed { batch, key }),
-            _ => None,
-        }
-    } else if let Some(h) = &step.http {
-        let method = cx.method(&h.method);
-        if h.path.is_none() {
-            cx.errs.push(
-                ConfigError::at(
-                    h.backend.pos,
-                    format!(
-                        "step `{}`: `http` needs `path` (or `key` for a batch lookup)",
-                        name.value
-                    ),
-                )
-                .hint("e.g. `path: '\"/items/\\($item)\"'`"),
-            );
-        }
-        let path = compile(cx, &h.path, in_each);
-        let mut query = Vec::new();
-        for (k, v) in &h.query {
-            if let Some(e) = compile(cx, &Some(v.clone()), in_each) {
-                query.push((k.clone(), e));
-            }
-        }
-        let mut headers = Vec::new();
-        for (k, v) in &h.headers {
-            let hn = cx.header_name(k, v.pos);
-            if let (Some(hn), Some(e)) = (hn, compile(cx, &Some(v.clone()), in_each)) {
-                headers.push((hn, e));
-            }
-        }
-        let body = compile(cx, &h.body, in_each);
-        let backend = match backends.get(&h.backend.value) {
-            Some(b) => Some(b.clone()),
-            None => {
-                cx.errs
-                    .push(unknown_backend(cx.cfg, h.backend.pos, "", &h.backend.value));
-                None
-            }
-        };
-        backend_timeout = cx
-            .cfg
-            .backends
-            .get(&h.backend.value)
-            .and_then(|b| b.timeout);
-        match (method, path, backend) {
-            (Some(method), Some(path), Some(backend)) => Some(Action::Http(Box::new(HttpPlan {
-                backend,
-                backend_name: h.backend.value.as_str().into(),
-                idempotent: h
-                    .idempotent
-                    .unwrap_or(method == Method::GET || method == Method::HEAD),
-                method,
-                path,
-                query,
-                headers,
-                body,
-                compute: cx.compute.clone(),
-                max_depth: cx.cfg.server.expressions.max_depth,
-            }))),
-            _ => None,
-        }
-    } else if let Some(f) = &step.fail {
-        let message = compile(cx, &f.message, false);
-        let details = compile(cx, &f.details, false);
-        let ok =
-            f.message.is_none() == message.is_none() && f.details.is_none() == details.is_none();
-        ok.then(|| {
-            Action::Fail(Box::new(FailPlan {
-                status: f.status.value,
-                code: f.code.value.as_str().into(),
-                message,
-                details,
-            }))
-        })
-    } else {
-        compile(cx, &step.value, in_each).map(Action::Value)
-    };
+    let when = sc.expr(step.when.as_ref(), false);
+    let for_each = sc.expr(step.for_each.as_ref(), false);
+    let result = sc.expr(step.result.as_ref(), in_each);
+    let kind = sc.kind(step);
     let missing = match &step.missing {
         MissingPolicy::Fail => Some(Missing::Fail),
         MissingPolicy::Skip => Some(Missing::Skip),
         MissingPolicy::Null => Some(Missing::Null),
-        MissingPolicy::Value(src) => compile(cx, &Some(src.clone()), in_each).map(Missing::Value),
+        MissingPolicy::Value(src) => sc.expr(Some(src), in_each).map(Missing::Value),
     };
-    let mut on_status: Vec<(StatusPattern, StatusAction)> = step
-        .on_status
-        .iter()
-        .map(|(k, v)| (k.value, v.clone()))
-        .collect();
-    // Exact statuses before classes: `{4xx: 400, 404: 404}` maps 404 to 404.
-    on_status.sort_by_key(|(k, _)| matches!(k, StatusPattern::Class(_)));
-    // `$item`/`$index` only where allowed; deps from every expression.
-    let mut deps = Vec::new();
-    for (e, src, item_ok) in &all {
-        if !item_ok {
-            check_no_item(cx, e, src, &format!("step `{}`", name.value));
-        }
-        for &v in e.vars() {
-            if v >= FIRST_STEP_SLOT {
-                let d = v - FIRST_STEP_SLOT;
-                if d == index {
-                    cx.errs.push(
-                        ConfigError::at(
-                            cx.at(src),
-                            format!(
-                                "step `{}` reads its own result `${}`",
-                                name.value, name.value
-                            ),
-                        )
-                        .hint("a step can read `$request` and other steps, not itself"),
-                    );
-                }
-                deps.push(d);
-            }
-        }
-    }
-    deps.sort_unstable();
-    deps.dedup();
+    let (exprs, backend_timeout) = (std::mem::take(&mut sc.exprs), sc.backend_timeout);
+    let deps = step_deps(cx, index, name, &exprs);
     if cx.errs.len() > errs_before {
         return None;
     }
-    let timeout = step
-        .timeout
-        .or(backend_timeout)
-        .unwrap_or(defaults.timeout)
-        .0;
+    let defaults = &cx.cfg.defaults;
     Some(StepPlan {
         name: name.value.as_str().into(),
         deps,
@@ -721,7 +538,11 @@ fn compile_step(
         when,
         for_each,
         concurrency: step.concurrency.unwrap_or(defaults.concurrency).max(1),
-        timeout,
+        timeout: step
+            .timeout
+            .or(backend_timeout)
+            .unwrap_or(defaults.timeout)
+            .0,
         optional: step.optional,
         default: step
             .default
@@ -730,10 +551,59 @@ fn compile_step(
             .unwrap_or(Val::Null),
         result,
         compute: step.compute,
-        on_status,
+        on_status: status_map(step),
         missing: missing?,
-        action: action?,
+        kind: kind?,
     })
+}
+
+/// `on_status`, exact statuses before classes: `{4xx: 400, 404: 404}` maps 404 to 404.
+fn status_map(step: &Step) -> Vec<(StatusPattern, StatusAction)> {
+    let mut on_status: Vec<(StatusPattern, StatusAction)> = step
+        .on_status
+        .iter()
+        .map(|(k, v)| (k.value, v.clone()))
+        .collect();
+    on_status.sort_by_key(|(k, _)| matches!(k, StatusPattern::Class(_)));
+    on_status
+}
+
+/// A step's dependencies: the steps its expressions read. Checks that `$item`/`$index` appear
+/// only where allowed and that the step does not read itself.
+fn step_deps(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    name: &Located<String>,
+    exprs: &[(Expr, ExprSrc, bool)],
+) -> Vec<usize> {
+    let mut deps = Vec::new();
+    for (e, src, item_ok) in exprs {
+        if !item_ok {
+            check_no_item(cx, e, src, &format!("step `{}`", name.value));
+        }
+        for &v in e.vars() {
+            if v < FIRST_STEP_SLOT {
+                continue;
+            }
+            let d = v - FIRST_STEP_SLOT;
+            if d == index {
+                cx.errs.push(
+                    ConfigError::at(
+                        cx.at(src),
+                        format!(
+                            "step `{}` reads its own result `${}`",
+                            name.value, name.value
+                        ),
+                    )
+                    .hint("a step can read `$request` and other steps, not itself"),
+                );
+            }
+            deps.push(d);
+        }
+    }
+    deps.sort_unstable();
+    deps.dedup();
+    deps
 }
 
 /// A cycle as a list of step indices, if there is one.

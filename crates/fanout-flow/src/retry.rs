@@ -8,7 +8,7 @@
 //! afresh: a retry usually lands on another address (the failed one is penalised in P2C, skipped
 //! by round robin, or ejected).
 
-use crate::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+use crate::backend::{Backend, CallError, CallRequest, CallResponse};
 use fanout_config::RetryConfig;
 use futures_util::future::BoxFuture;
 use rand::Rng;
@@ -205,10 +205,7 @@ struct Shared {
 fn retryable(policy: &RetryPolicy, r: &Result<CallResponse, CallError>) -> bool {
     match r {
         Ok(resp) => policy.on_status.contains(&resp.status.as_u16()),
-        Err(e) => matches!(
-            e.kind,
-            CallErrorKind::Connect | CallErrorKind::Reset | CallErrorKind::Timeout
-        ),
+        Err(_) => crate::outcome::CallOutcome::of(r).is_transient(),
     }
 }
 
@@ -238,14 +235,6 @@ impl Retry {
 }
 
 impl Backend for Retry {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn status_passthrough(&self) -> bool {
-        self.inner.status_passthrough()
-    }
-
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let s = &self.shared;
         s.stats.calls.fetch_add(1, Relaxed);
@@ -377,9 +366,6 @@ mod tests {
     }
 
     impl Backend for Flaky {
-        fn name(&self) -> &str {
-            "flaky"
-        }
         fn call(&self, _req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
             let n = self.calls.fetch_add(1, Relaxed);
             let status = if n < self.failures {

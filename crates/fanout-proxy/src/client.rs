@@ -10,9 +10,7 @@
 use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
-use fanout_flow::hedge::HedgeStats;
-use fanout_flow::retry::RetryStats;
-use fanout_flow::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use http_body_util::{BodyExt, Full, Limited};
@@ -35,13 +33,11 @@ struct Base {
 
 /// An HTTP backend.
 pub struct HttpBackend {
-    name: String,
     bases: Vec<Base>,
     balancer: Arc<Mutex<BalanceState>>,
     client: HttpClient,
     headers: HeaderMap,
     max_response_bytes: usize,
-    passthrough: bool,
 }
 
 impl HttpBackend {
@@ -153,13 +149,11 @@ impl HttpBackend {
         let policy = BalancePolicy::from_config(&cfg.balance, &cfg.outlier);
         let balancer = BalanceState::new(bases.len(), policy, Instant::now());
         Ok(HttpBackend {
-            name: name.to_string(),
             bases,
             balancer: Arc::new(Mutex::new(balancer)),
             client: cb.build(connector),
             headers,
             max_response_bytes: cfg.max_response_bytes,
-            passthrough: cfg.status_passthrough,
         })
     }
 }
@@ -230,41 +224,6 @@ impl HttpBackend {
     }
 }
 
-/// Handles to a backend's resilience state (balancer, retry and hedge counters), for
-/// `/__fanout/status`.
-pub struct BackendReport {
-    /// The HTTP client (balancer and addresses).
-    pub http: Arc<HttpBackend>,
-    /// The retry layer's counters, if retries are configured.
-    pub retry: Option<Arc<RetryStats>>,
-    /// The hedge layer's counters, if hedging is configured.
-    pub hedge: Option<Arc<HedgeStats>>,
-    /// The in-flight dedup table, if dedup is on.
-    pub dedup: Option<Arc<fanout_flow::singleflight::Flights>>,
-}
-
-impl BackendReport {
-    /// `{strategy, addresses, retry, hedge, dedup}`.
-    pub fn status_json(&self) -> serde_json::Value {
-        let mut v = self.http.status_json();
-        if let Some(o) = v.as_object_mut() {
-            o.insert(
-                "retry".into(),
-                serde_json::to_value(self.retry.as_ref().map(|r| r.counters())).unwrap_or_default(),
-            );
-            o.insert(
-                "hedge".into(),
-                serde_json::to_value(self.hedge.as_ref().map(|h| h.counters())).unwrap_or_default(),
-            );
-            o.insert(
-                "dedup".into(),
-                serde_json::to_value(self.dedup.as_ref().map(|d| d.counters())).unwrap_or_default(),
-            );
-        }
-        v
-    }
-}
-
 /// A call's claim on its address: reports the outcome to the balancer exactly once — when the
 /// call ends, or when it is dropped before (then as cancelled, or as a timeout if its time was
 /// up).
@@ -332,15 +291,43 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
+/// Send one request and read its answer, at most `limit` bytes of body.
+async fn exchange(
+    client: HttpClient,
+    request: Request<Full<Bytes>>,
+    uri: String,
+    limit: usize,
+) -> Result<CallResponse, CallError> {
+    let resp = client.request(request).await.map_err(|e| {
+        CallError::new(classify(&e), format!("{uri}: {}", describe(&e))).with_source(e)
+    })?;
+    let (parts, body) = resp.into_parts();
+    let body = Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                CallError::new(
+                    CallErrorKind::BodyTooLarge,
+                    format!("answer larger than max_response_bytes ({limit})"),
+                )
+            } else {
+                CallError::new(
+                    CallErrorKind::Reset,
+                    format!("reading the answer failed: {}", describe(&*e)),
+                )
+            }
+        })?
+        .to_bytes();
+    Ok(CallResponse {
+        status: parts.status,
+        body,
+    })
+}
+
 impl Backend for HttpBackend {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn status_passthrough(&self) -> bool {
-        self.passthrough
-    }
-
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let started = Instant::now();
         let (pick, default_rtt) = {
@@ -387,55 +374,22 @@ impl Backend for HttpBackend {
                 return Box::pin(async move { Err(e) });
             }
         };
-        let client = self.client.clone();
-        let limit = self.max_response_bytes;
-        let exchange = async move {
-            let resp = client
-                .request(request)
-                .await
-                .map_err(|e| CallError::new(classify(&e), format!("{uri}: {}", describe(&e))))?;
-            let (parts, body) = resp.into_parts();
-            let body = Limited::new(body, limit)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.downcast_ref::<http_body_util::LengthLimitError>()
-                        .is_some()
-                    {
-                        CallError::new(
-                            CallErrorKind::BodyTooLarge,
-                            format!("answer larger than max_response_bytes ({limit})"),
-                        )
-                    } else {
-                        CallError::new(
-                            CallErrorKind::Reset,
-                            format!("reading the answer failed: {}", describe(&*e)),
-                        )
-                    }
-                })?
-                .to_bytes();
-            Ok::<_, CallError>(CallResponse {
-                status: parts.status,
-                body,
-            })
-        };
+        let exchange = exchange(self.client.clone(), request, uri, self.max_response_bytes);
         Box::pin(async move {
             let result = exchange.await;
             if let Some(claim) = &mut claim {
-                let outcome = match &result {
-                    Ok(resp) if resp.status.is_server_error() => Outcome::Failure,
-                    Ok(_) => Outcome::Success,
-                    Err(e) => match e.kind {
-                        CallErrorKind::Timeout if !blamable(timeout, default_rtt) => {
-                            Outcome::Cancelled
-                        }
-                        CallErrorKind::Connect | CallErrorKind::Reset | CallErrorKind::Timeout => {
-                            Outcome::Failure
-                        }
-                        // The address answered; the answer was the problem.
-                        CallErrorKind::BodyTooLarge => Outcome::Success,
-                        CallErrorKind::Rejected => Outcome::Cancelled,
-                    },
+                let outcome = match CallOutcome::of(&result) {
+                    // A budget used up elsewhere: not the address's fault.
+                    CallOutcome::Failed(CallErrorKind::Timeout)
+                        if !blamable(timeout, default_rtt) =>
+                    {
+                        Outcome::Cancelled
+                    }
+                    o if o.blames_address() => Outcome::Failure,
+                    // Never reached an address.
+                    CallOutcome::Failed(CallErrorKind::Rejected) => Outcome::Cancelled,
+                    // The address answered (a too-large answer is the answer's problem).
+                    _ => Outcome::Success,
                 };
                 claim.finish(outcome);
             }

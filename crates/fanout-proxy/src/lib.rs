@@ -11,10 +11,11 @@ pub mod errlog;
 pub mod limiter;
 pub mod request_id;
 pub mod server;
+pub mod stack;
 pub mod watchdog;
 
 use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
-use fanout_flow::cache::{CachePolicy, CacheStats};
+use fanout_flow::cache::CacheStats;
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
 use http::HeaderName;
@@ -30,8 +31,10 @@ pub struct Gateway {
     limits: ServerConfig,
     deadline_header: HeaderName,
     reference: Arc<ReferenceSet>,
+    /// Answer caches (per backend) and per-key caches (of its batch form).
     caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
-    backend_reports: Vec<(String, client::BackendReport)>,
+    /// Each backend's layer state, in config order.
+    stacks: Vec<(String, stack::StackStats)>,
     watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
     compute: Arc<fanout_flow::compute::ComputePool>,
     admission: admission::Admission,
@@ -55,126 +58,20 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Build everything from a loaded config: backends (no network I/O), the plan, the router.
+    /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
+    /// the router, admission.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
-        let mut backends: HashMap<String, Arc<dyn Backend>> = HashMap::new();
-        let mut cache_stats = Vec::new();
-        let mut backend_reports = Vec::new();
-        let mut errs = Vec::new();
-        for (name, b) in &cfg.backends {
-            match HttpBackend::new(name, b, &cfg.defaults) {
-                Ok(hb) => {
-                    // Layers, innermost first: HTTP client (balancer + outlier ejection inside)
-                    // → Hedge → Retry → Bulkhead → Breaker → Dedup → Cache.
-                    // - Retry and hedge sit right above the client, so every attempt and every
-                    //   hedge copy goes through the balancer again (like Envoy's retries above the
-                    //   load balancer): a retry lands on another address, ejected ones are
-                    //   skipped. Hedge below retry: an attempt may be hedged, and a failed
-                    //   hedged attempt is retried as a whole.
-                    // - Bulkhead above them: one logical call holds one slot through all its
-                    //   attempts and backoffs (attempts are sequential; only a hedge adds a
-                    //   second call in flight, bounded by `max_extra`), so retries neither take
-                    //   extra slots nor slip past a full bulkhead; its rejections are local and
-                    //   never retried nor counted by outlier ejection.
-                    // - Breaker above retries: it judges the outcome after retries, so one bad
-                    //   replica (handled by ejection + retry) does not open the whole backend's
-                    //   breaker, and an open breaker fails fast without spending retry budget.
-                    // - Dedup and cache on top: merged callers share one retried call; stale-on-
-                    //   error answers only after retries failed.
-                    let hb = Arc::new(hb);
-                    let mut layered: Arc<dyn Backend> = hb.clone();
-                    let mut report = client::BackendReport {
-                        http: hb,
-                        retry: None,
-                        hedge: None,
-                        dedup: None,
-                    };
-                    if let Some(h) = &b.hedge {
-                        let hedge = fanout_flow::hedge::Hedge::new(layered, h.into());
-                        report.hedge = Some(hedge.stats());
-                        layered = Arc::new(hedge);
-                    }
-                    if let Some(r) = &b.retry {
-                        let retry = fanout_flow::retry::Retry::new(layered, r.into());
-                        report.retry = Some(retry.stats());
-                        layered = Arc::new(retry);
-                    }
-                    if let Some(max) = b.max_concurrency {
-                        layered = Arc::new(fanout_flow::isolation::Bulkhead::new(layered, max));
-                    }
-                    if let Some(bc) = &b.breaker {
-                        layered = Arc::new(fanout_flow::isolation::Breaker::new(
-                            layered,
-                            fanout_flow::isolation::BreakerPolicy {
-                                consecutive_failures: bc.consecutive_failures.max(1),
-                                failure_rate: bc.failure_rate,
-                                min_calls: bc.min_calls.max(1),
-                                window: bc.window.0,
-                                open_for: bc.open_for.0,
-                            },
-                        ));
-                    }
-                    if b.dedup {
-                        let dedup = fanout_flow::dedup::Dedup::new(layered);
-                        report.dedup = Some(dedup.flights());
-                        layered = Arc::new(dedup);
-                    }
-                    backend_reports.push((name.clone(), report));
-                    if let Some(c) = &b.cache {
-                        let cached = fanout_flow::cache::Cached::new(layered, CachePolicy::from(c));
-                        cache_stats.push((name.clone(), cached.stats()));
-                        layered = Arc::new(cached);
-                    }
-                    backends.insert(name.clone(), layered);
-                }
-                Err(e) => errs.push(e.in_file(&cfg.file)),
-            }
-        }
-        if !errs.is_empty() {
-            return Err(ConfigErrors(errs));
-        }
+        let (backends, stacks) = build_stacks(cfg)?;
         let plan = fanout_flow::compile(cfg, &backends)?;
-        let mut router: matchit::Router<Vec<Arc<RoutePlan>>> = matchit::Router::new();
-        let mut by_path: Vec<(String, Vec<Arc<RoutePlan>>)> = Vec::new();
-        for r in &plan.routes {
-            match by_path.iter_mut().find(|(p, _)| *p == r.path) {
-                Some((_, v)) => v.push(r.clone()),
-                None => by_path.push((r.path.clone(), vec![r.clone()])),
-            }
-        }
-        for (path, plans) in by_path {
-            if let Err(e) = router.insert(path.clone(), plans) {
-                let pos = cfg
-                    .routes
-                    .iter()
-                    .find(|r| r.path.value == path)
-                    .map(|r| r.path.pos)
-                    .unwrap_or_default();
-                errs.push(
-                    ConfigError::at(pos, format!("route path `{path}` conflicts with another route: {e}"))
-                        .hint("`{name}` captures one segment and `{*rest}` the rest; two patterns may not overlap ambiguously")
-                        .in_file(&cfg.file),
-                );
-            }
-        }
-        if !errs.is_empty() {
-            return Err(ConfigErrors(errs));
-        }
-        let request_id_header = HeaderName::from_bytes(cfg.server.request_id_header.as_bytes())
-            .map_err(|_| {
-                ConfigErrors(vec![
-                    ConfigError {
-                        file: cfg.file.clone(),
-                        pos: None,
-                        message: format!(
-                            "server.request_id_header `{}` is not a valid header name",
-                            cfg.server.request_id_header
-                        ),
-                        hint: None,
-                    }
-                    .hint("e.g. `x-request-id` or `x-correlation-id`"),
-                ])
-            })?;
+        let router = route_table(cfg, &plan.routes)?;
+        let request_id_header = request_id_header(cfg)?;
+        let caches = stacks
+            .iter()
+            .filter_map(|(n, s)| {
+                let keys = plan.batches.get(n).and_then(|b| b.cache_stats());
+                Some((n.clone(), s.cache.clone()?, keys))
+            })
+            .collect();
         let adm = admission::Admission::new(&cfg.server.admission);
         let route_admission = admission::RouteTable::new(&cfg.routes, &adm);
         Ok(Gateway {
@@ -182,15 +79,9 @@ impl Gateway {
             limits: cfg.server.clone(),
             deadline_header: plan.deadline_header.clone(),
             reference: plan.reference.clone(),
-            caches: cache_stats
-                .into_iter()
-                .map(|(n, s)| {
-                    let keys = plan.batches.get(&n).and_then(|b| b.cache_stats());
-                    (n, s, keys)
-                })
-                .collect(),
+            caches,
             watchdog: std::sync::OnceLock::new(),
-            backend_reports,
+            stacks,
             compute: plan.compute.clone(),
             admission: adm,
             route_admission,
@@ -280,7 +171,7 @@ impl Gateway {
             None => serde_json::Value::Null,
         };
         let backends: serde_json::Map<String, serde_json::Value> = self
-            .backend_reports
+            .stacks
             .iter()
             .map(|(n, r)| (n.clone(), r.status_json()))
             .collect();
@@ -296,4 +187,85 @@ impl Gateway {
             "errors": self.errors.json(),
         })
     }
+}
+
+/// Backends by name for the flow compiler (the top of each stack), and each stack's state.
+type Stacks = (
+    HashMap<String, Arc<dyn Backend>>,
+    Vec<(String, stack::StackStats)>,
+);
+
+/// Every backend's stack; every backend config error at once.
+fn build_stacks(cfg: &Config) -> Result<Stacks, ConfigErrors> {
+    let mut backends = HashMap::new();
+    let mut stats = Vec::new();
+    let mut errs = Vec::new();
+    for (name, b) in &cfg.backends {
+        match stack::build(name, b, &cfg.defaults) {
+            Ok(s) => {
+                backends.insert(name.clone(), s.service);
+                stats.push((name.clone(), s.stats));
+            }
+            Err(e) => errs.push(e.in_file(&cfg.file)),
+        }
+    }
+    if errs.is_empty() {
+        Ok((backends, stats))
+    } else {
+        Err(ConfigErrors(errs))
+    }
+}
+
+/// The router: one entry per path pattern, holding that path's routes (one per method).
+fn route_table(
+    cfg: &Config,
+    routes: &[Arc<RoutePlan>],
+) -> Result<matchit::Router<Vec<Arc<RoutePlan>>>, ConfigErrors> {
+    let mut by_path: Vec<(String, Vec<Arc<RoutePlan>>)> = Vec::new();
+    for r in routes {
+        match by_path.iter_mut().find(|(p, _)| *p == r.path) {
+            Some((_, v)) => v.push(r.clone()),
+            None => by_path.push((r.path.clone(), vec![r.clone()])),
+        }
+    }
+    let mut router = matchit::Router::new();
+    let mut errs = Vec::new();
+    for (path, plans) in by_path {
+        if let Err(e) = router.insert(path.clone(), plans) {
+            let pos = cfg
+                .routes
+                .iter()
+                .find(|r| r.path.value == path)
+                .map(|r| r.path.pos)
+                .unwrap_or_default();
+            errs.push(
+                ConfigError::at(pos, format!("route path `{path}` conflicts with another route: {e}"))
+                    .hint("`{name}` captures one segment and `{*rest}` the rest; two patterns may not overlap ambiguously")
+                    .in_file(&cfg.file),
+            );
+        }
+    }
+    if errs.is_empty() {
+        Ok(router)
+    } else {
+        Err(ConfigErrors(errs))
+    }
+}
+
+/// `server.request_id_header` as a header name.
+fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
+    HeaderName::from_bytes(cfg.server.request_id_header.as_bytes()).map_err(|_| {
+        ConfigErrors(vec![
+            ConfigError {
+                file: cfg.file.clone(),
+                pos: None,
+                message: format!(
+                    "server.request_id_header `{}` is not a valid header name",
+                    cfg.server.request_id_header
+                ),
+                hint: None,
+            }
+            .hint("e.g. `x-request-id` or `x-correlation-id`"),
+        ])
+    })
 }

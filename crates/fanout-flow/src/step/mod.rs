@@ -1,0 +1,142 @@
+//! Step kinds: what one step of a flow does, each kind in a module of its own behind
+//! [`StepKind`]. The executor (`exec`) only schedules steps, enforces deadlines and applies the
+//! failure policy; it asks a step's kind to do the step's synchronous work ([`StepKind::prepare`]:
+//! build calls, compute keys or a value) and, for calls, to perform one ([`StepKind::call`]).
+//!
+//! Adding a kind: a module here with a type implementing [`StepKind`] and a `compile` function
+//! (`fn(&mut StepCx, &Step) -> Option<Option<Box<dyn StepKind>>>`), plus its line in [`KINDS`].
+//!
+//! | kind      | module     | config                  | work                                   |
+//! |-----------|------------|-------------------------|----------------------------------------|
+//! | HTTP call | `http`     | `http: {path, …}`       | builds calls, performs them            |
+//! | lookup    | `keyed`    | `http: {key}`           | keys, merged per round into batch calls |
+//! | value     | `value`    | `value:`                | computes a value, no I/O               |
+//! | fail      | `fail`     | `fail:`                 | ends the request with a client answer  |
+
+mod answer;
+mod fail;
+mod http;
+mod keyed;
+mod value;
+
+pub(crate) use answer::{map_result_on, missing_on, needs_env, pool_error, snapshot};
+pub(crate) use http::{CallSrc, compile_call};
+pub(crate) use keyed::{KeyedLookup, flush_keyed, keyed_alone};
+
+use crate::backend::CallRequest;
+use crate::batch::BatchPlan;
+use crate::call::{Env, Yielded};
+use crate::error::{ErrorKind, FlowError};
+use crate::plan::{Ctx, StepPlan};
+use ::http::HeaderName;
+use fanout_config::{Dur, ExprSrc, Step};
+use fanout_expr::{Expr, Val};
+use futures_util::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// Every step kind's compiler, tried in order: the first that recognises a step compiles it
+/// (a keyed lookup is an `http` step with `key`, so it comes first; `value` takes the rest).
+const KINDS: &[Compile] = &[keyed::compile, http::compile, fail::compile, value::compile];
+
+/// A kind's compiler: `None` when the step is not of this kind; `Some(None)` when it is but has
+/// errors (reported in the context).
+pub(crate) type Compile = fn(&mut StepCx<'_, '_>, &Step) -> Option<Option<Box<dyn StepKind>>>;
+
+/// What one kind of step does, compiled. Implementations are immutable and shared by every
+/// request of the route.
+pub(crate) trait StepKind: Send + Sync + 'static {
+    /// The backend the step calls, if any (named in errors).
+    fn backend(&self) -> Option<&Arc<str>> {
+        None
+    }
+    /// Whether the step starts before the other ready steps of its round (guards such as
+    /// `fail`, so that nothing is sent when they refuse the request).
+    fn starts_first(&self) -> bool {
+        false
+    }
+    /// Whether the step does no I/O, so `compute: true` moves all of its work to the compute
+    /// pool (for calling kinds, `compute` concerns only `result`).
+    fn is_pure(&self) -> bool {
+        false
+    }
+    /// The step's synchronous work, after `when` and `for_each` (`items`: the elements, if the
+    /// step has `for_each`), in `env`'s mode. `Err(Yielded)`: redo it on the compute pool.
+    fn prepare(
+        &self,
+        step: &StepPlan,
+        env: &Env,
+        items: Option<Arc<Vec<Val>>>,
+        deadline: Instant,
+    ) -> Result<Prepared, Yielded>;
+    /// Perform one call built by [`StepKind::prepare`] and decode its answer.
+    fn call<'a>(
+        &'a self,
+        step: &'a StepPlan,
+        req: CallRequest,
+        deadline: Instant,
+        deadline_header: &'a HeaderName,
+    ) -> BoxFuture<'a, Result<Val, FlowError>> {
+        let _ = (req, deadline, deadline_header);
+        Box::pin(async move {
+            Err(
+                FlowError::new(ErrorKind::Expression, "this step kind makes no calls")
+                    .in_step(&step.name),
+            )
+        })
+    }
+}
+
+/// A step's prepared work: what the scheduler runs. Plain data (`Send + 'static`), so it can be
+/// prepared on the compute pool and run on the worker.
+pub(crate) enum Prepared {
+    /// Finished: the step's value or failure.
+    Done(Result<Val, FlowError>),
+    /// One call.
+    Call(CallRequest),
+    /// One call per `for_each` element: (call, element, index).
+    Calls(Vec<(CallRequest, Val, usize)>),
+    /// Keyed lookups (key, `for_each` element), merged with the round's others per batch form.
+    Keys(Arc<BatchPlan>, Vec<(String, Val)>),
+}
+
+/// What a kind's compiler works with: the route's compile context, the step's name and scope,
+/// and the expressions compiled so far (their `$names` become the step's dependencies).
+pub(crate) struct StepCx<'c, 'a> {
+    /// The route's compile context (config, errors, compute pool).
+    pub(crate) cx: &'c mut Ctx<'a>,
+    /// The step's name (with its position).
+    pub(crate) name: &'c fanout_config::Located<String>,
+    /// Names an expression may read.
+    pub(crate) scope: &'c [&'c str],
+    /// Backends by name.
+    pub(crate) backends: &'c HashMap<String, Arc<dyn crate::Backend>>,
+    /// Batch forms by backend name.
+    pub(crate) batches: &'c HashMap<String, Arc<BatchPlan>>,
+    /// Whether the step has `for_each` (`$item`/`$index` allowed in its call).
+    pub(crate) in_each: bool,
+    /// The timeout of the backend the step calls, if it calls one.
+    pub(crate) backend_timeout: Option<Dur>,
+    /// Every expression compiled for the step: (expression, source, `$item` allowed).
+    pub(crate) exprs: Vec<(Expr, ExprSrc, bool)>,
+}
+
+impl StepCx<'_, '_> {
+    /// Compile one of the step's expressions (when present) and record it for the dependency
+    /// and `$item` checks.
+    pub(crate) fn expr(&mut self, src: Option<&ExprSrc>, item_ok: bool) -> Option<Expr> {
+        let src = src?;
+        let e = self.cx.expr(src, self.scope)?;
+        self.exprs.push((e.clone(), src.clone(), item_ok));
+        Some(e)
+    }
+
+    /// Compile the step's kind: the first of [`KINDS`] that recognises it.
+    pub(crate) fn kind(&mut self, step: &Step) -> Option<Box<dyn StepKind>> {
+        KINDS
+            .iter()
+            .find_map(|compile| compile(self, step))
+            .flatten()
+    }
+}

@@ -1,0 +1,133 @@
+//! One backend's call stack, built from its config and read top to bottom: what a step's call
+//! goes through on its way to the backend. Each layer is an `Arc<dyn Backend>` around the one
+//! below; the protocol client (HTTP today; gRPC and Postgres next) is the bottom, so every
+//! protocol gets the same layers.
+//!
+//! ```text
+//!   cache        answers by call identity; stale on error only after retries failed
+//!   dedup        identical calls in flight share one (merged callers share one retried call)
+//!   breaker      judges outcomes after retries: one bad replica (handled below by ejection +
+//!                retry) does not open the whole backend's breaker; open → fail fast, no budget
+//!   bulkhead     one slot per logical call through all its attempts and backoffs; its
+//!                rejections are local: never retried, never counted by outlier ejection
+//!   retry        every attempt goes through the balancer again: a retry lands on another
+//!                address, ejected ones are skipped (like Envoy's retries above the balancer)
+//!   hedge        an attempt may be hedged; a failed hedged attempt is retried as a whole
+//!   client       the protocol client: pool, TLS, P2C peak-EWMA balancer, outlier ejection
+//! ```
+//!
+//! Every layer classifies outcomes with `fanout_flow::outcome::CallOutcome`.
+//! Adding a backend protocol: a client implementing `fanout_flow::Backend` and its arm in
+//! [`client`].
+
+use crate::client::HttpBackend;
+use fanout_config::{Backend as BackendConfig, ConfigError, Defaults};
+use fanout_flow::Backend;
+use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
+use fanout_flow::dedup::Dedup;
+use fanout_flow::hedge::{Hedge, HedgeStats};
+use fanout_flow::isolation::{Breaker, BreakerPolicy, Bulkhead};
+use fanout_flow::retry::{Retry, RetryStats};
+use fanout_flow::singleflight::Flights;
+use std::sync::Arc;
+
+/// A backend's stack, ready for the flow compiler, with handles to its layers' state.
+pub struct Stack {
+    /// The top of the stack: what steps call.
+    pub service: Arc<dyn Backend>,
+    /// The layers' counters and state.
+    pub stats: StackStats,
+}
+
+/// Handles to a backend's layer state (balancer and addresses, retry, hedge, dedup and cache
+/// counters), for `/__fanout/status`.
+pub struct StackStats {
+    /// The protocol client (balancer and addresses).
+    pub client: Arc<HttpBackend>,
+    /// The retry layer's counters, if retries are configured.
+    pub retry: Option<Arc<RetryStats>>,
+    /// The hedge layer's counters, if hedging is configured.
+    pub hedge: Option<Arc<HedgeStats>>,
+    /// The in-flight dedup table, if dedup is on.
+    pub dedup: Option<Arc<Flights>>,
+    /// The answer cache's counters, if the backend has a cache.
+    pub cache: Option<Arc<CacheStats>>,
+}
+
+/// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above).
+pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack, ConfigError> {
+    let client = client(name, b, defaults)?;
+    let mut stats = StackStats {
+        client: client.clone(),
+        retry: None,
+        hedge: None,
+        dedup: None,
+        cache: None,
+    };
+    let mut s: Arc<dyn Backend> = client;
+    if let Some(h) = &b.hedge {
+        let hedge = Hedge::new(s, h.into());
+        stats.hedge = Some(hedge.stats());
+        s = Arc::new(hedge);
+    }
+    if let Some(r) = &b.retry {
+        let retry = Retry::new(s, r.into());
+        stats.retry = Some(retry.stats());
+        s = Arc::new(retry);
+    }
+    if let Some(max) = b.max_concurrency {
+        s = Arc::new(Bulkhead::new(s, max));
+    }
+    if let Some(bc) = &b.breaker {
+        let policy = BreakerPolicy {
+            consecutive_failures: bc.consecutive_failures.max(1),
+            failure_rate: bc.failure_rate,
+            min_calls: bc.min_calls.max(1),
+            window: bc.window.0,
+            open_for: bc.open_for.0,
+        };
+        s = Arc::new(Breaker::new(s, policy, name));
+    }
+    if b.dedup {
+        let dedup = Dedup::new(s);
+        stats.dedup = Some(dedup.flights());
+        s = Arc::new(dedup);
+    }
+    if let Some(c) = &b.cache {
+        let cached = Cached::new(s, CachePolicy::from(c));
+        stats.cache = Some(cached.stats());
+        s = Arc::new(cached);
+    }
+    Ok(Stack { service: s, stats })
+}
+
+/// The bottom of the stack: the protocol client for the backend's config.
+fn client(
+    name: &str,
+    b: &BackendConfig,
+    defaults: &Defaults,
+) -> Result<Arc<HttpBackend>, ConfigError> {
+    Ok(Arc::new(HttpBackend::new(name, b, defaults)?))
+}
+
+impl StackStats {
+    /// `{strategy, addresses, retry, hedge, dedup}`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let mut v = self.client.status_json();
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "retry".into(),
+                serde_json::to_value(self.retry.as_ref().map(|r| r.counters())).unwrap_or_default(),
+            );
+            o.insert(
+                "hedge".into(),
+                serde_json::to_value(self.hedge.as_ref().map(|h| h.counters())).unwrap_or_default(),
+            );
+            o.insert(
+                "dedup".into(),
+                serde_json::to_value(self.dedup.as_ref().map(|d| d.counters())).unwrap_or_default(),
+            );
+        }
+        v
+    }
+}
