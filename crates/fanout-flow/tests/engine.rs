@@ -703,3 +703,26 @@ fn a_cycle_and_an_unknown_backend_are_config_errors_with_their_position() {
         format!("{FILE}:{at}: unknown backend `order`\n  hint: did you mean `orders`?")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_with_status_passthrough_passes_its_error_statuses() {
+    const PASS: &str = r#"
+backends:
+  a: { url: "http://127.0.0.1:1", status_passthrough: true }
+routes:
+  - path: /one
+    flow:
+      f: { http: { backend: a, path: '"/f"' } }
+    respond: { body: '$f' }
+"#;
+    for (code, want) in [(503, 503), (429, 429), (500, 500)] {
+        let f = Flow::new(PASS);
+        f.script("a", "/f", status(code, "{}"));
+        let e = f.run(Req::get("/one")).await.unwrap_err();
+        assert_eq!(
+            error_of(&e),
+            (want, "backend_status".to_string(), Some("f".to_string())),
+            "{code}: {e}"
+        );
+    }
+}

@@ -289,12 +289,8 @@ impl Scripted {
     }
 }
 
-// The one implementation of `Backend` in the tests: its naming (and, should it come back, status
-// passthrough) methods live only here.
+// The one implementation of `Backend` in the tests.
 impl Backend for Scripted {
-    fn name(&self) -> &str {
-        &self.name
-    }
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         Box::pin(Scripted::answer(self.world.clone(), self.name.clone(), req))
     }
