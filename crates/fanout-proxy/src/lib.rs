@@ -3,6 +3,7 @@
 //! plan to a router.
 
 pub mod admission;
+mod answer;
 pub mod balance;
 pub mod bodies;
 pub mod client;

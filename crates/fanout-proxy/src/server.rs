@@ -1,21 +1,25 @@
-//! The inbound server: HTTP/1.1 and h2c on one port, routing, limits, deadlines, and the mapping of
-//! every failure to a status code and a JSON error body.
+//! The inbound server: HTTP/1.1 and h2c on one port ([`serve`]), and the lifecycle of one request
+//! ([`Gateway::handle`]): route, deadline, read body, admit, build `$request`, run, respond — one
+//! short method per stage, called in that order by `Gateway::lifecycle` (docs/ARCHITECTURE.md,
+//! "Request lifecycle"). What the client is answered (status, JSON error body) is in `answer.rs`.
 
 use crate::Gateway;
+use crate::admission::{Permit, Rejection};
+use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
 use bytes::Bytes;
 use fanout_expr::request::{RequestParts, request_val};
 use fanout_expr::{Val, json};
-use fanout_flow::{FlowError, Outcome};
+use fanout_flow::{Outcome, RoutePlan};
 use futures_util::FutureExt;
-use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -24,118 +28,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-/// Error answers by `error.code` (for the status endpoint): every refusal is counted.
-#[derive(Default)]
-pub(crate) struct ErrorCounts(std::sync::Mutex<std::collections::BTreeMap<String, u64>>);
-
-impl ErrorCounts {
-    /// Count one answer with `code` (codes come from the gateway and the config: a bounded set).
-    pub(crate) fn count(&self, code: &str) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match m.get_mut(code) {
-            Some(n) => *n += 1,
-            None => {
-                m.insert(code.to_string(), 1);
-            }
-        }
-    }
-
-    pub(crate) fn json(&self) -> serde_json::Value {
-        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        serde_json::to_value(&*m).unwrap_or_default()
-    }
-}
+/// The gateway's error answers by code live with the other answers; named here for `Gateway`.
+pub(crate) use crate::answer::ErrorCounts;
 
 /// Response body type of the server.
 pub type Body = Full<Bytes>;
-
-/// A client-side error (bad request) or a flow failure, rendered as JSON.
-pub(crate) struct ApiError {
-    pub status: StatusCode,
-    pub code: Cow<'static, str>,
-    /// Safe for the client.
-    pub message: String,
-    pub step: Option<Arc<str>>,
-    /// For the log (and the client only with `server.expose_error_details`).
-    pub backend: Option<Arc<str>>,
-    /// For the log (and the client only with `server.expose_error_details`).
-    pub detail: Option<String>,
-    /// `error.details` (JSON text) from a `fail` step.
-    pub details: Option<Bytes>,
-    /// `Allow` header for 405.
-    pub allow: Option<HeaderValue>,
-    /// Whether the failure is logged: flow failures and panics are; the server's own refusals
-    /// (no route, overload, body limits) are only counted — their cause is in the message.
-    pub log: bool,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code: Cow::Borrowed(code),
-            message: message.into(),
-            step: None,
-            backend: None,
-            detail: None,
-            details: None,
-            allow: None,
-            log: false,
-        }
-    }
-
-    /// The JSON answer: `{"error": {code, message, step, request_id[, details][, backend,
-    /// detail]}}` — the last two only with `expose` (`server.expose_error_details`).
-    pub(crate) fn into_response(self, request_id: &HeaderValue, expose: bool) -> Response<Body> {
-        let mut e = serde_json::Map::with_capacity(7);
-        e.insert("code".into(), self.code.as_ref().into());
-        e.insert("message".into(), self.message.into());
-        e.insert("step".into(), self.step.as_deref().into());
-        e.insert(
-            "request_id".into(),
-            String::from_utf8_lossy(request_id.as_bytes()).into(),
-        );
-        if let Some(d) = &self.details {
-            let v = serde_json::from_slice::<serde_json::Value>(d).unwrap_or_default();
-            e.insert("details".into(), v);
-        }
-        if expose {
-            e.insert("backend".into(), self.backend.as_deref().into());
-            e.insert("detail".into(), self.detail.into());
-        }
-        let body = serde_json::json!({ "error": e });
-        let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
-        *resp.status_mut() = self.status;
-        resp.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(allow) = self.allow {
-            resp.headers_mut().insert(ALLOW, allow);
-        }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        resp
-    }
-}
-
-impl From<FlowError> for ApiError {
-    fn from(e: FlowError) -> Self {
-        let code = Cow::Owned(e.code().to_string());
-        let details = e.answer.as_ref().and_then(|a| a.details.clone());
-        ApiError {
-            status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY),
-            code,
-            message: e.message,
-            step: e.step,
-            backend: e.backend,
-            detail: e.detail,
-            details,
-            allow: None,
-            log: true,
-        }
-    }
-}
 
 /// Parse a `grpc-timeout` value (`<digits><unit>`, unit one of H M S m u n).
 pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
@@ -174,6 +71,8 @@ impl Gateway {
         resp
     }
 
+    /// [`Gateway::handle`] without the panic guard: the status endpoint, or the lifecycle and
+    /// its answer.
     async fn handle_unguarded(&self, req: Request<Incoming>, rid: &HeaderValue) -> Response<Body> {
         let start = Instant::now();
         if req.uri().path() == "/__fanout/status" {
@@ -183,16 +82,243 @@ impl Gateway {
             return resp;
         }
         let (parts, body) = req.into_parts();
-        match self.handle_inner(&parts, body, start).await {
+        match self.lifecycle(&parts, body, start).await {
             Ok(out) => outcome_response(out),
-            Err(e) => {
-                self.errors.count(&e.code);
-                if e.log {
-                    self.log_failure(&e, rid, &parts.method, parts.uri.path());
-                }
-                e.into_response(rid, self.limits.expose_error_details)
-            }
+            Err(e) => self.error_response(e, rid, &parts),
         }
+    }
+
+    /// The request lifecycle after accept, one stage per line (docs/ARCHITECTURE.md); any stage
+    /// may end it with the [`ApiError`] the client is answered. `start` is the arrival time.
+    async fn lifecycle(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+        start: Instant,
+    ) -> Result<Outcome, ApiError> {
+        let (route, params) = self.route(parts)?;
+        let deadline = self.deadline(&parts.headers, route, start)?;
+        let (body_val, _memory) = self
+            .read_body(&parts.headers, body, start, deadline)
+            .await?;
+        let mut slot = self.admit(route, deadline).await?;
+        let request = build_request(parts, params, body_val);
+        let out = route.run(request, deadline).await;
+        // The flow ran: its latency is a sample for the adaptive limit (released on return).
+        slot.completed();
+        out.map_err(ApiError::from)
+    }
+
+    /// Route: the path (404), then the method (405 with `Allow`). Returns the route's plan and
+    /// the path parameters it captured.
+    fn route<'a>(
+        &'a self,
+        parts: &'a Parts,
+    ) -> Result<(&'a RoutePlan, matchit::Params<'a, 'a>), Refusal<'a>> {
+        let path = parts.uri.path();
+        let matched = self
+            .router
+            .at(path)
+            .map_err(|_| Refusal::NoRoute { path })?;
+        let entry = matched.value;
+        match entry.iter().find(|r| r.method == parts.method) {
+            Some(route) => Ok((route, matched.params)),
+            None => Err(Refusal::MethodNotAllowed {
+                method: &parts.method,
+                path,
+                allow: entry.iter().map(|r| r.method.as_str()).collect(),
+            }),
+        }
+    }
+
+    /// Deadline: the route's maximum, shortened by the client if it asks — in milliseconds in
+    /// `server.deadline_header` (`x-request-timeout`), or in `grpc-timeout`; a bad value is
+    /// refused (400). Fixed once, from the arrival time `start`.
+    fn deadline<'a>(
+        &'a self,
+        headers: &HeaderMap,
+        route: &RoutePlan,
+        start: Instant,
+    ) -> Result<Instant, Refusal<'a>> {
+        let mut budget = route.deadline;
+        if let Some(v) = headers.get(&self.deadline_header) {
+            let ms = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or(Refusal::BadDeadline {
+                    header: &self.deadline_header,
+                })?;
+            budget = budget.min(Duration::from_millis(ms));
+        }
+        if let Some(v) = headers.get("grpc-timeout") {
+            let d = v
+                .to_str()
+                .ok()
+                .and_then(parse_grpc_timeout)
+                .ok_or(Refusal::BadGrpcTimeout)?;
+            budget = budget.min(d);
+        }
+        Ok(start + budget)
+    }
+
+    /// Read body: read completely *before* admission, so a body that trickles in holds a reader
+    /// permit (bounded), never a flow slot; requests without a body skip all of it. Refused early
+    /// by `Content-Length`, under the reader cap, the memory budget, the size limit while
+    /// streaming and the read time ([`BodyRefusal`]; the refusals that may leave a client writing
+    /// drain a bounded part of the rest first, with the permit and memory still held). Returns
+    /// `$request.body` and the memory it holds, counted against the budget until the request ends.
+    async fn read_body(
+        &self,
+        headers: &HeaderMap,
+        mut body: Incoming,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<(Val, Option<Reservation>), ApiError> {
+        if hyper::body::Body::is_end_stream(&body) {
+            return Ok((Val::Null, None));
+        }
+        let limit = self.limits.max_body_bytes;
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|len| len.to_str().ok())
+            .and_then(|s| s.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(refuse(BodyRefusal::TooLarge { limit }, &mut body, deadline).await);
+        }
+        let Some(reader) = self.bodies.reader() else {
+            let max_readers = self.bodies.max_readers();
+            return Err(refuse(
+                BodyRefusal::ReadersFull { max_readers },
+                &mut body,
+                deadline,
+            )
+            .await);
+        };
+        let mut memory = self.bodies.reservation();
+        let declared = declared.map(|n| n as usize);
+        let received = self
+            .receive(&mut body, &mut memory, declared, start, deadline)
+            .await;
+        let bytes = match received {
+            Ok(bytes) => bytes,
+            Err(refusal) => return Err(refuse(refusal, &mut body, deadline).await),
+        };
+        drop(reader);
+        Ok((self.parse_body(&bytes)?, Some(memory)))
+    }
+
+    /// The body's bytes, all of them, within the time allowance ([`Gateway::read_allowance`]),
+    /// the size limit (`server.max_body_bytes`) and the memory budget (`memory`).
+    async fn receive(
+        &self,
+        body: &mut Incoming,
+        memory: &mut Reservation,
+        declared: Option<usize>,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<Bytes, BodyRefusal> {
+        let limit = self.limits.max_body_bytes;
+        let budget_exhausted = || BodyRefusal::MemoryBudget {
+            budget: self.bodies.budget(),
+        };
+        // A declared length takes its bytes (the part of the estimate known before reading)
+        // at once: under contention requests are refused whole, instead of all of them taking
+        // part of the budget and none completing. The per-value part is added as data arrives.
+        if let Some(n) = declared
+            && memory.grow(n.saturating_mul(2)).is_err()
+        {
+            return Err(budget_exhausted());
+        }
+        let mut buf = bytes::BytesMut::with_capacity(declared.unwrap_or(0));
+        loop {
+            let until = self.read_allowance(buf.len(), start, deadline);
+            let frame = match tokio::time::timeout_at(until, body.frame()).await {
+                Err(_) => {
+                    self.bodies.timed_out();
+                    return Err(self.too_slow(buf.len(), until, start, deadline));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(BodyRefusal::Broken(e)),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if buf.len() + data.len() > limit {
+                return Err(BodyRefusal::TooLarge { limit });
+            }
+            let cost = if declared.is_some() {
+                value_overhead(&data)
+            } else {
+                parsed_size_estimate(&data)
+            };
+            if memory.grow(cost).is_err() {
+                return Err(budget_exhausted());
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Time allowed for the first `received` bytes: `server.bodies.read_timeout`, one more
+    /// second per `min_bytes_per_sec` bytes, never past the deadline.
+    fn read_allowance(&self, received: usize, start: Instant, deadline: Instant) -> Instant {
+        let cfg = &self.limits.bodies;
+        let min_rate = cfg.min_bytes_per_sec;
+        let extra = if min_rate == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(received as f64 / min_rate as f64)
+        };
+        (start + cfg.read_timeout.0 + extra).min(deadline)
+    }
+
+    /// The refusal of a body that had `received` bytes when its allowance `until` was up.
+    fn too_slow(
+        &self,
+        received: usize,
+        until: Instant,
+        start: Instant,
+        deadline: Instant,
+    ) -> BodyRefusal {
+        if until >= deadline {
+            return BodyRefusal::PastDeadline;
+        }
+        let cfg = &self.limits.bodies;
+        BodyRefusal::TooSlow {
+            received,
+            allowed: until.saturating_duration_since(start),
+            read_timeout: cfg.read_timeout,
+            min_bytes_per_sec: cfg.min_bytes_per_sec,
+        }
+    }
+
+    /// The complete body parsed once, with the depth limit (`server.expressions.max_depth`);
+    /// whitespace only is `null`.
+    fn parse_body(&self, bytes: &[u8]) -> Result<Val, BodyRefusal> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Val::Null);
+        }
+        json::parse_limited(bytes, self.limits.expressions.max_depth)
+            .map_err(BodyRefusal::InvalidJson)
+    }
+
+    /// Admit: a slot under the concurrency limit of the route's priority class now, after a
+    /// short bounded wait, or an immediate 503 `overloaded` — before any flow work.
+    async fn admit(&self, route: &RoutePlan, deadline: Instant) -> Result<Permit, Rejection> {
+        let class = self.route_admission.get(&route.method, &route.path);
+        self.admission.admit(class, deadline).await
+    }
+
+    /// Respond with a refusal or failure: counted by code, logged when it says so, rendered as
+    /// the JSON error body.
+    fn error_response(&self, e: ApiError, rid: &HeaderValue, parts: &Parts) -> Response<Body> {
+        self.errors.count(&e.code);
+        if e.log {
+            self.log_failure(&e, rid, &parts.method, parts.uri.path());
+        }
+        e.into_response(rid, self.limits.expose_error_details)
     }
 
     /// The log line of a failed request, with the detail the client does not see.
@@ -217,254 +343,30 @@ impl Gateway {
             tracing::info!(%request_id, %method, path, status = e.status.as_u16(), code = %e.code, step = %step, backend = %backend, detail = %detail, "request refused: {}", e.message);
         }
     }
+}
 
-    async fn handle_inner(
-        &self,
-        parts: &http::request::Parts,
-        body: Incoming,
-        start: Instant,
-    ) -> Result<Outcome, ApiError> {
-        let path = parts.uri.path();
-        let matched = self.router.at(path).map_err(|_| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no route for {path}"),
-            )
-        })?;
-        let entry = matched.value;
-        let Some(route) = entry.iter().find(|r| r.method == parts.method).cloned() else {
-            let allow: Vec<&str> = entry.iter().map(|r| r.method.as_str()).collect();
-            let mut e = ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                format!(
-                    "{} is not allowed on {path}; allowed: {}",
-                    parts.method,
-                    allow.join(", ")
-                ),
-            );
-            e.allow = HeaderValue::from_str(&allow.join(", ")).ok();
-            return Err(e);
-        };
+/// Build `$request`: `{method, path, params, query, headers, body}`.
+fn build_request(parts: &Parts, params: matchit::Params<'_, '_>, body: Val) -> Val {
+    request_val(RequestParts {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        params: params.iter(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes())),
+        body,
+    })
+}
 
-        // Deadline: the route's maximum, shortened by the client if it asks.
-        let mut budget = route.deadline;
-        if let Some(v) = parts.headers.get(&self.deadline_header) {
-            let ms = v
-                .to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "bad_header",
-                        format!(
-                            "header {}: expected a number of milliseconds",
-                            self.deadline_header
-                        ),
-                    )
-                })?;
-            budget = budget.min(Duration::from_millis(ms));
-        }
-        if let Some(v) = parts.headers.get("grpc-timeout") {
-            let d = v
-                .to_str()
-                .ok()
-                .and_then(parse_grpc_timeout)
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "bad_header",
-                        "header grpc-timeout: expected e.g. `500m` (digits and one of H M S m u n)",
-                    )
-                })?;
-            budget = budget.min(d);
-        }
-        let deadline = start + budget;
-
-        // Body: read completely *before* admission, so a body that trickles in holds a reader
-        // permit (bounded), never a flow slot; its memory is counted against the budget until
-        // the request ends. Requests without a body skip all of it.
-        let (body_val, _memory) = if hyper::body::Body::is_end_stream(&body) {
-            (Val::Null, None)
-        } else {
-            let (val, memory) = self
-                .read_body(&parts.headers, body, start, deadline)
-                .await?;
-            (val, Some(memory))
-        };
-
-        // Admission: a slot now, a short bounded wait, or an immediate 503 — before any flow work.
-        let class = self.route_admission.get(&route.method, &route.path);
-        let mut slot = self.admission.admit(class, deadline).await.map_err(|r| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
-                match r {
-                    crate::admission::Rejection::QueueFull => {
-                        "the gateway is at its concurrency limit and its queue is full; retry later"
-                    }
-                    crate::admission::Rejection::Waited => {
-                        "the gateway is at its concurrency limit and the request waited too long; retry later"
-                    }
-                },
-            )
-        })?;
-
-        let request = request_val(RequestParts {
-            method: parts.method.as_str(),
-            path,
-            query: parts.uri.query(),
-            params: matched.params.iter(),
-            headers: parts
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_bytes())),
-            body: body_val,
-        });
-        let out = route.run(request, deadline).await;
-        // The flow ran: its latency is a sample for the adaptive limit (released on return).
-        slot.completed();
-        out.map_err(ApiError::from)
+/// Refuse a body: drain a bounded part of the rest first when the refusal says so
+/// ([`BodyRefusal::drains`]), then answer.
+async fn refuse(refusal: BodyRefusal, body: &mut Incoming, deadline: Instant) -> ApiError {
+    if refusal.drains() {
+        drain_rejected_body(body, deadline).await;
     }
-
-    /// Read and parse a request body (the request has one): refused early by `Content-Length`
-    /// (413), under the body-reader cap (503 `body_readers_full`), the memory budget (503
-    /// `memory_budget_exhausted`), the size limit while streaming (413), and the read time
-    /// (408 `body_timeout`: `server.bodies.read_timeout` extended by `min_bytes_per_sec`, never
-    /// past the route deadline). Returns the parsed value and the memory it holds.
-    async fn read_body(
-        &self,
-        headers: &http::HeaderMap,
-        mut body: Incoming,
-        start: Instant,
-        deadline: Instant,
-    ) -> Result<(Val, Reservation), ApiError> {
-        let limit = self.limits.max_body_bytes;
-        let declared = headers
-            .get(CONTENT_LENGTH)
-            .and_then(|len| len.to_str().ok())
-            .and_then(|s| s.parse::<u64>().ok());
-        if let Some(len) = declared
-            && len > limit as u64
-        {
-            drain_rejected_body(&mut body, deadline).await;
-            return Err(too_large(limit));
-        }
-        let Some(reader) = self.bodies.reader() else {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "body_readers_full",
-                format!(
-                    "{} requests are already sending their bodies (server.bodies.max_readers); retry later",
-                    self.bodies.max_readers()
-                ),
-            ));
-        };
-        let cfg = &self.limits.bodies;
-        let min_rate = cfg.min_bytes_per_sec;
-        // Time allowed for the first `received` bytes: the initial allowance, one more second
-        // per `min_rate` bytes, never past the deadline.
-        let allowed = |received: usize| {
-            let extra = if min_rate == 0 {
-                Duration::ZERO
-            } else {
-                Duration::from_secs_f64(received as f64 / min_rate as f64)
-            };
-            (start + cfg.read_timeout.0 + extra).min(deadline)
-        };
-        let budget_exhausted = || {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "memory_budget_exhausted",
-                format!(
-                    "the memory budget for in-flight request data ({} bytes, server.bodies.memory_budget_bytes) is exhausted; retry later",
-                    self.bodies.budget()
-                ),
-            )
-        };
-        // A declared length takes its bytes (the part of the estimate known before reading)
-        // at once: under contention requests are refused whole, instead of all of them taking
-        // part of the budget and none completing. The per-value part is added as data arrives.
-        let mut memory = self.bodies.reservation();
-        let declared = declared.map(|n| n as usize);
-        if let Some(n) = declared
-            && memory.grow(n.saturating_mul(2)).is_err()
-        {
-            drain_rejected_body(&mut body, deadline).await;
-            return Err(budget_exhausted());
-        }
-        let mut buf = bytes::BytesMut::with_capacity(declared.unwrap_or(0));
-        loop {
-            let until = allowed(buf.len());
-            let frame = match tokio::time::timeout_at(until, body.frame()).await {
-                Err(_) => {
-                    self.bodies.timed_out();
-                    return Err(if until >= deadline {
-                        ApiError::new(
-                            StatusCode::REQUEST_TIMEOUT,
-                            "body_timeout",
-                            "the request body did not arrive before the deadline",
-                        )
-                    } else {
-                        ApiError::new(
-                            StatusCode::REQUEST_TIMEOUT,
-                            "body_timeout",
-                            format!(
-                                "the request body did not arrive in time: {} received, {:?} allowed \
-                                 (server.bodies.read_timeout = {}, then server.bodies.min_bytes_per_sec = {})",
-                                buf.len(),
-                                until.saturating_duration_since(start),
-                                cfg.read_timeout,
-                                min_rate
-                            ),
-                        )
-                    });
-                }
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "bad_body",
-                        format!("reading the request body failed: {e}"),
-                    ));
-                }
-                Ok(Some(Ok(frame))) => frame,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            if buf.len() + data.len() > limit {
-                drain_rejected_body(&mut body, deadline).await;
-                return Err(too_large(limit));
-            }
-            let cost = if declared.is_some() {
-                value_overhead(&data)
-            } else {
-                parsed_size_estimate(&data)
-            };
-            if memory.grow(cost).is_err() {
-                drain_rejected_body(&mut body, deadline).await;
-                return Err(budget_exhausted());
-            }
-            buf.extend_from_slice(&data);
-        }
-        drop(reader);
-        let bytes = buf.freeze();
-        let val = if bytes.iter().all(u8::is_ascii_whitespace) {
-            Val::Null
-        } else {
-            json::parse_limited(&bytes, self.limits.expressions.max_depth).map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_json",
-                    format!("request body is not valid JSON: {e}"),
-                )
-            })?
-        };
-        Ok((val, memory))
-    }
+    refusal.into()
 }
 
 /// Run a request handler; a panic inside it becomes a 500 `internal_error` for this request
@@ -519,25 +421,6 @@ async fn drain_rejected_body(body: &mut Incoming, deadline: Instant) {
         }
     })
     .await;
-}
-
-fn too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        format!("request body exceeds {limit} bytes (server.max_body_bytes)"),
-    )
-}
-
-fn outcome_response(out: Outcome) -> Response<Body> {
-    let mut resp = Response::new(Full::new(out.body));
-    *resp.status_mut() = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
-    let h = resp.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for (k, v) in out.headers {
-        h.insert(k, v);
-    }
-    resp
 }
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then stop accepting, close idle

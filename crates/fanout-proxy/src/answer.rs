@@ -1,0 +1,379 @@
+//! What a client is answered: a flow's [`Outcome`] as a response ([`outcome_response`]), and every
+//! refusal or failure as a status with a JSON error body ([`ApiError`]), counted by `code`
+//! ([`ErrorCounts`]). The request lifecycle that decides which answer is in `server.rs`.
+
+use crate::admission::Rejection;
+use crate::server::Body;
+use bytes::Bytes;
+use fanout_config::Dur;
+use fanout_flow::{FlowError, Outcome};
+use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Response, StatusCode};
+use http_body_util::Full;
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Error answers by `error.code` (for the status endpoint): every refusal is counted.
+#[derive(Default)]
+pub(crate) struct ErrorCounts(std::sync::Mutex<std::collections::BTreeMap<String, u64>>);
+
+impl ErrorCounts {
+    /// Count one answer with `code` (codes come from the gateway and the config: a bounded set).
+    pub(crate) fn count(&self, code: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get_mut(code) {
+            Some(n) => *n += 1,
+            None => {
+                m.insert(code.to_string(), 1);
+            }
+        }
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        serde_json::to_value(&*m).unwrap_or_default()
+    }
+}
+
+/// A client-side error (bad request) or a flow failure, rendered as JSON.
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub code: Cow<'static, str>,
+    /// Safe for the client.
+    pub message: String,
+    pub step: Option<Arc<str>>,
+    /// For the log (and the client only with `server.expose_error_details`).
+    pub backend: Option<Arc<str>>,
+    /// For the log (and the client only with `server.expose_error_details`).
+    pub detail: Option<String>,
+    /// `error.details` (JSON text) from a `fail` step.
+    pub details: Option<Bytes>,
+    /// `Allow` header for 405.
+    pub allow: Option<HeaderValue>,
+    /// Whether the failure is logged: flow failures and panics are; the server's own refusals
+    /// (no route, overload, body limits) are only counted — their cause is in the message.
+    pub log: bool,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: Cow::Borrowed(code),
+            message: message.into(),
+            step: None,
+            backend: None,
+            detail: None,
+            details: None,
+            allow: None,
+            log: false,
+        }
+    }
+
+    /// The JSON answer: `{"error": {code, message, step, request_id[, details][, backend,
+    /// detail]}}` — the last two only with `expose` (`server.expose_error_details`).
+    pub(crate) fn into_response(self, request_id: &HeaderValue, expose: bool) -> Response<Body> {
+        let mut e = serde_json::Map::with_capacity(7);
+        e.insert("code".into(), self.code.as_ref().into());
+        e.insert("message".into(), self.message.into());
+        e.insert("step".into(), self.step.as_deref().into());
+        e.insert(
+            "request_id".into(),
+            String::from_utf8_lossy(request_id.as_bytes()).into(),
+        );
+        if let Some(d) = &self.details {
+            let v = serde_json::from_slice::<serde_json::Value>(d).unwrap_or_default();
+            e.insert("details".into(), v);
+        }
+        if expose {
+            e.insert("backend".into(), self.backend.as_deref().into());
+            e.insert("detail".into(), self.detail.into());
+        }
+        let body = serde_json::json!({ "error": e });
+        let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+        *resp.status_mut() = self.status;
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(allow) = self.allow {
+            resp.headers_mut().insert(ALLOW, allow);
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+impl From<FlowError> for ApiError {
+    fn from(e: FlowError) -> Self {
+        let code = Cow::Owned(e.code().to_string());
+        let details = e.answer.as_ref().and_then(|a| a.details.clone());
+        ApiError {
+            status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY),
+            code,
+            message: e.message,
+            step: e.step,
+            backend: e.backend,
+            detail: e.detail,
+            details,
+            allow: None,
+            log: true,
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    /// 503 `overloaded`, with why the request was not admitted.
+    fn from(r: Rejection) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            match r {
+                Rejection::QueueFull => {
+                    "the gateway is at its concurrency limit and its queue is full; retry later"
+                }
+                Rejection::Waited => {
+                    "the gateway is at its concurrency limit and the request waited too long; retry later"
+                }
+            },
+        )
+    }
+}
+
+/// The server's refusals of a request by its head, before any body is read: no route (404), no
+/// route for the method (405 with `Allow`), a deadline header that does not parse (400). Each maps
+/// to one status, `code` and message (`From<Refusal> for ApiError`).
+#[derive(Debug)]
+pub(crate) enum Refusal<'a> {
+    /// No route has this path: 404 `not_found`.
+    NoRoute { path: &'a str },
+    /// Routes have this path, none this method: 405 `method_not_allowed`, `Allow: <allow>`.
+    MethodNotAllowed {
+        method: &'a http::Method,
+        path: &'a str,
+        allow: Vec<&'a str>,
+    },
+    /// The deadline header (`server.deadline_header`) is not a number of milliseconds: 400
+    /// `bad_header`.
+    BadDeadline { header: &'a http::HeaderName },
+    /// `grpc-timeout` is not `<digits><unit>`: 400 `bad_header`.
+    BadGrpcTimeout,
+}
+
+impl From<Refusal<'_>> for ApiError {
+    fn from(r: Refusal<'_>) -> Self {
+        match r {
+            Refusal::NoRoute { path } => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no route for {path}"),
+            ),
+            Refusal::MethodNotAllowed {
+                method,
+                path,
+                allow,
+            } => {
+                let allow = allow.join(", ");
+                let mut e = ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    format!("{method} is not allowed on {path}; allowed: {allow}"),
+                );
+                e.allow = HeaderValue::from_str(&allow).ok();
+                e
+            }
+            Refusal::BadDeadline { header } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_header",
+                format!("header {header}: expected a number of milliseconds"),
+            ),
+            Refusal::BadGrpcTimeout => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_header",
+                "header grpc-timeout: expected e.g. `500m` (digits and one of H M S m u n)",
+            ),
+        }
+    }
+}
+
+/// Why a request body was refused, before, while or after it was read. Each maps to one status,
+/// `code` and message (`From<BodyRefusal> for ApiError`); [`BodyRefusal::drains`] says whether
+/// the unread rest of the body is read and discarded before the answer is sent.
+#[derive(Debug)]
+pub(crate) enum BodyRefusal {
+    /// Declared by `Content-Length`, or grown while streaming, past `server.max_body_bytes`
+    /// (`limit`): 413 `body_too_large`.
+    TooLarge { limit: usize },
+    /// `server.bodies.max_readers` bodies are being read: 503 `body_readers_full`.
+    ReadersFull { max_readers: usize },
+    /// No room left in `server.bodies.memory_budget_bytes` (`budget`): 503
+    /// `memory_budget_exhausted`.
+    MemoryBudget { budget: usize },
+    /// The route deadline came before the whole body: 408 `body_timeout`.
+    PastDeadline,
+    /// Slower than `server.bodies.read_timeout`, then `min_bytes_per_sec`, allow: `received`
+    /// bytes had arrived when `allowed` (since arrival) was up: 408 `body_timeout`.
+    TooSlow {
+        received: usize,
+        allowed: Duration,
+        read_timeout: Dur,
+        min_bytes_per_sec: u64,
+    },
+    /// The transport failed while the body was read: 400 `bad_body`.
+    Broken(hyper::Error),
+    /// The whole body is not JSON (or nests deeper than `server.expressions.max_depth`): 400
+    /// `invalid_json`.
+    InvalidJson(serde_json::Error),
+}
+
+impl BodyRefusal {
+    /// Whether the rest of the body is drained (a bounded part of it) before answering: a client
+    /// still writing a body the server refuses would otherwise get a broken pipe instead of the
+    /// answer. Only refusals that leave a client writing — the body is too large for the limit or
+    /// the memory budget — drain.
+    pub(crate) fn drains(&self) -> bool {
+        matches!(
+            self,
+            BodyRefusal::TooLarge { .. } | BodyRefusal::MemoryBudget { .. }
+        )
+    }
+}
+
+impl From<BodyRefusal> for ApiError {
+    fn from(r: BodyRefusal) -> Self {
+        match r {
+            BodyRefusal::TooLarge { limit } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("request body exceeds {limit} bytes (server.max_body_bytes)"),
+            ),
+            BodyRefusal::ReadersFull { max_readers } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "body_readers_full",
+                format!(
+                    "{max_readers} requests are already sending their bodies (server.bodies.max_readers); retry later"
+                ),
+            ),
+            BodyRefusal::MemoryBudget { budget } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "memory_budget_exhausted",
+                format!(
+                    "the memory budget for in-flight request data ({budget} bytes, server.bodies.memory_budget_bytes) is exhausted; retry later"
+                ),
+            ),
+            BodyRefusal::PastDeadline => ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "the request body did not arrive before the deadline",
+            ),
+            BodyRefusal::TooSlow {
+                received,
+                allowed,
+                read_timeout,
+                min_bytes_per_sec,
+            } => ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive in time: {received} received, {allowed:?} allowed \
+                     (server.bodies.read_timeout = {read_timeout}, then server.bodies.min_bytes_per_sec = {min_bytes_per_sec})"
+                ),
+            ),
+            BodyRefusal::Broken(e) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_body",
+                format!("reading the request body failed: {e}"),
+            ),
+            BodyRefusal::InvalidJson(e) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                format!("request body is not valid JSON: {e}"),
+            ),
+        }
+    }
+}
+
+/// A flow's answer: its status (200 if out of range), `Content-Type: application/json`, then its
+/// own headers.
+pub(crate) fn outcome_response(out: Outcome) -> Response<Body> {
+    let mut resp = Response::new(Full::new(out.body));
+    *resp.status_mut() = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (k, v) in out.headers {
+        h.insert(k, v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(e: ApiError) -> (u16, String, String) {
+        (e.status.as_u16(), e.code.to_string(), e.message)
+    }
+
+    #[test]
+    fn body_refusals_keep_their_status_code_and_message() {
+        let too_large = ApiError::from(BodyRefusal::TooLarge { limit: 10 });
+        assert_eq!(
+            parts(too_large),
+            (
+                413,
+                "body_too_large".into(),
+                "request body exceeds 10 bytes (server.max_body_bytes)".into()
+            )
+        );
+        let slow = ApiError::from(BodyRefusal::TooSlow {
+            received: 3,
+            allowed: Duration::from_millis(1500),
+            read_timeout: Dur::secs(1),
+            min_bytes_per_sec: 2,
+        });
+        assert!(!slow.log);
+        assert_eq!(
+            parts(slow),
+            (
+                408,
+                "body_timeout".into(),
+                "the request body did not arrive in time: 3 received, 1.5s allowed \
+                 (server.bodies.read_timeout = 1s, then server.bodies.min_bytes_per_sec = 2)"
+                    .into()
+            )
+        );
+        let budget = ApiError::from(BodyRefusal::MemoryBudget { budget: 7 });
+        assert_eq!(budget.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(budget.code, "memory_budget_exhausted");
+    }
+
+    #[test]
+    fn only_refusals_that_leave_a_client_writing_drain_the_body() {
+        assert!(BodyRefusal::TooLarge { limit: 1 }.drains());
+        assert!(BodyRefusal::MemoryBudget { budget: 1 }.drains());
+        assert!(!BodyRefusal::ReadersFull { max_readers: 1 }.drains());
+        assert!(!BodyRefusal::PastDeadline.drains());
+        let bad_json = serde_json::from_slice::<serde_json::Value>(b"{").unwrap_err();
+        assert!(!BodyRefusal::InvalidJson(bad_json).drains());
+    }
+
+    #[test]
+    fn a_wrong_method_is_a_405_with_allow() {
+        let e = ApiError::from(Refusal::MethodNotAllowed {
+            method: &http::Method::DELETE,
+            path: "/a",
+            allow: vec!["GET", "POST"],
+        });
+        assert_eq!(e.allow, Some(HeaderValue::from_static("GET, POST")));
+        assert_eq!(
+            parts(e),
+            (
+                405,
+                "method_not_allowed".into(),
+                "DELETE is not allowed on /a; allowed: GET, POST".into()
+            )
+        );
+    }
+}
