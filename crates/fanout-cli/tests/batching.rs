@@ -21,6 +21,9 @@ services:
 "#;
 
 const GATEWAY: &str = r#"
+# Generous limits: these tests count calls, and 200 concurrent requests on a loaded 2-core
+# machine must not time out.
+defaults: { timeout: 30s, deadline: 30s, connect_timeout: 10s }
 backends:
   attrs:
     url: "http://${ATTRS_ADDR}"

@@ -45,6 +45,7 @@ pub fn value_overhead(data: &[u8]) -> usize {
 }
 
 impl BodyGate {
+    /// A gate with the limits of `server.bodies`.
     pub fn new(cfg: &BodyLimits) -> BodyGate {
         BodyGate {
             max_readers: cfg.max_readers,

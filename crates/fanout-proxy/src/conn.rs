@@ -191,6 +191,7 @@ pub struct TrackedIo {
 }
 
 impl TrackedIo {
+    /// Wrap an accepted socket; its reads and writes update the connection's state `sh`.
     pub fn new(inner: TcpStream, sh: Arc<ConnShared>) -> TrackedIo {
         TrackedIo {
             inner,
@@ -311,6 +312,7 @@ pub struct TrackedBody<B> {
 }
 
 impl<B> TrackedBody<B> {
+    /// Wrap a request body; reading it updates the connection's state `sh`.
     pub fn new(inner: B, sh: Arc<ConnShared>) -> TrackedBody<B> {
         sh.body_progress_ms.store(now_ms(), Ordering::Relaxed);
         sh.bodies.fetch_add(1, Ordering::AcqRel);
@@ -435,6 +437,7 @@ pub struct Connections {
 }
 
 impl Connections {
+    /// The connection table with the limits of `server`.
     pub fn new(cfg: &ServerConfig) -> Connections {
         let c = &cfg.connections;
         let (max, max_is_default) = match c.max_connections {
@@ -711,18 +714,15 @@ where
         }
     }
     let _registered = Registered(&conns, &sh);
-    let l = &conns.limits;
     let mut phase_rx = conns.phase.subscribe();
     tokio::pin!(conn);
-    // Graceful close started (idle, shutdown): when the connection became quiet (linger start).
-    let mut closing = false;
-    let mut quiet_since: Option<u64> = None;
+    let mut linger = Linger::default();
     // Fires at once: the first look arms the timer at the earliest limit.
     let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
     tokio::pin!(sleep);
     let mut phase = *phase_rx.borrow_and_update();
     if phase != Phase::Serving {
-        closing = true;
+        linger.closing = true;
         conn.as_mut().graceful_shutdown();
     }
     loop {
@@ -755,88 +755,117 @@ where
                     sh.reset_on_close.store(true, Ordering::Relaxed);
                     return;
                 }
-                if !closing {
-                    closing = true;
+                if !linger.closing {
+                    linger.closing = true;
                     conn.as_mut().graceful_shutdown();
                 }
             }
             _ = &mut sleep => {}
         }
-        // Look at the limits; `next` is the earliest moment one of them could run out: the
-        // ones running now, and those a change of state right after now could start (the
-        // handlers and the socket change the state without waking this task).
-        let now = now_ms();
-        let mut next = now + l.idle_ms.min(l.send_ms).min(l.header_read_ms);
-        let proto = sh.proto();
-        if proto == PROTO_UNKNOWN {
-            let end = sh.opened_ms + l.first_byte_ms;
-            if now >= end {
-                conns.count(Kind::FirstByte);
-                return;
-            }
-            next = next.min(end);
+        match look(conn.as_mut(), &sh, &conns, &mut linger, phase) {
+            Some(next) => sleep.as_mut().reset(at_ms(next)),
+            None => return,
         }
-        if proto == PROTO_H1 && sh.in_flight.load(Ordering::Acquire) == 0 {
-            let started = sh.head_started_ms.load(Ordering::Relaxed);
-            if started != 0 {
-                let end = started + l.header_read_ms;
-                if now >= end {
-                    conns.count(Kind::HeaderRead);
-                    return;
-                }
-                next = next.min(end);
-            }
-        }
-        if sh.bodies.load(Ordering::Acquire) > 0 {
-            let end = sh.body_progress_ms.load(Ordering::Relaxed) + l.send_ms;
-            if now >= end {
-                conns.count(Kind::Send);
-                sh.reset_on_close.store(true, Ordering::Relaxed);
-                return;
-            }
-            next = next.min(end);
-        }
-        let blocked = sh.write_blocked_ms.load(Ordering::Relaxed);
-        if blocked != 0 {
-            let end = blocked + l.send_ms;
-            if now >= end {
-                conns.count(Kind::Send);
-                sh.reset_on_close.store(true, Ordering::Relaxed);
-                return;
-            }
-            next = next.min(end);
-        }
-        if !closing && sh.idle() {
-            let end = sh.idle_since() + l.idle_ms;
-            if now >= end {
-                conns.count(Kind::Idle);
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            } else {
-                next = next.min(end);
-            }
-        }
-        if closing {
-            if sh.quiet() {
-                let since = *quiet_since.get_or_insert(now);
-                let end = since + dur_ms(LINGER);
-                if now >= end {
-                    if phase == Phase::Draining {
-                        conns
-                            .counters
-                            .closed_at_shutdown
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    return;
-                }
-                next = next.min(end);
-            } else {
-                quiet_since = None;
-                next = next.min(now + dur_ms(CLOSING_RECHECK));
-            }
-        }
-        sleep.as_mut().reset(at_ms(next.max(now + 1)));
     }
+}
+
+/// A connection's graceful close: whether it started (idle, shutdown), and since when the
+/// connection has been quiet (the linger before the descriptor is released).
+#[derive(Default)]
+struct Linger {
+    closing: bool,
+    quiet_since: Option<u64>,
+}
+
+/// Look at the limits: `Some(next)`, the earliest moment one of them could run out — the ones
+/// running now, and those a change of state right after now could start (the handlers and the
+/// socket change the state without waking the connection's task) — or `None`: close now.
+fn look<C: GracefulConnection>(
+    conn: Pin<&mut C>,
+    sh: &ConnShared,
+    conns: &Connections,
+    st: &mut Linger,
+    phase: Phase,
+) -> Option<u64> {
+    let l = &conns.limits;
+    let now = now_ms();
+    let next = now + l.idle_ms.min(l.send_ms).min(l.header_read_ms);
+    let mut next = match hard_limits(sh, l, now, next) {
+        Ok(next) => next,
+        Err(kind) => {
+            conns.count(kind);
+            if kind == Kind::Send {
+                sh.reset_on_close.store(true, Ordering::Relaxed);
+            }
+            return None;
+        }
+    };
+    let mut conn = conn;
+    if !st.closing && sh.idle() {
+        let end = sh.idle_since() + l.idle_ms;
+        if now >= end {
+            conns.count(Kind::Idle);
+            st.closing = true;
+            conn.as_mut().graceful_shutdown();
+        } else {
+            next = next.min(end);
+        }
+    }
+    if st.closing {
+        if sh.quiet() {
+            let since = *st.quiet_since.get_or_insert(now);
+            let end = since + dur_ms(LINGER);
+            if now >= end {
+                if phase == Phase::Draining {
+                    conns
+                        .counters
+                        .closed_at_shutdown
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                return None;
+            }
+            next = next.min(end);
+        } else {
+            st.quiet_since = None;
+            next = next.min(now + dur_ms(CLOSING_RECHECK));
+        }
+    }
+    Some(next.max(now + 1))
+}
+
+/// The limits that close a connection at once: the first byte, reading a request head, and
+/// send progress (a request body being uploaded, answers blocked on writing). `Ok`: the
+/// earliest moment one of them could run out (at most `next`).
+fn hard_limits(sh: &ConnShared, l: &Limits, now: u64, mut next: u64) -> Result<u64, Kind> {
+    let proto = sh.proto();
+    if proto == PROTO_UNKNOWN {
+        let end = sh.opened_ms + l.first_byte_ms;
+        if now >= end {
+            return Err(Kind::FirstByte);
+        }
+        next = next.min(end);
+    }
+    if proto == PROTO_H1 && sh.in_flight.load(Ordering::Acquire) == 0 {
+        let started = sh.head_started_ms.load(Ordering::Relaxed);
+        if started != 0 {
+            let end = started + l.header_read_ms;
+            if now >= end {
+                return Err(Kind::HeaderRead);
+            }
+            next = next.min(end);
+        }
+    }
+    let upload = (sh.bodies.load(Ordering::Acquire) > 0)
+        .then(|| sh.body_progress_ms.load(Ordering::Relaxed));
+    let blocked = Some(sh.write_blocked_ms.load(Ordering::Relaxed)).filter(|&b| b != 0);
+    for since in [upload, blocked].into_iter().flatten() {
+        let end = since + l.send_ms;
+        if now >= end {
+            return Err(Kind::Send);
+        }
+        next = next.min(end);
+    }
+    Ok(next)
 }
 
 #[cfg(test)]
