@@ -1,0 +1,298 @@
+//! `report.json` (schema in docs/lab.md) and a self-contained `report.html` with SVG charts.
+//!
+//! This file holds the report's model (the types serialized to `report.json`) and the module's
+//! public surface. The work is split by job:
+//! - `analysis.rs` — trials → per-target summaries (medians, phases, recovery, routes, hedging);
+//! - `max_rate.rs` — why a target has no measured capacity;
+//! - `html.rs` — the HTML page, `charts.rs` — its SVG charts;
+//! - `text.rs` — the text summary the CLI prints;
+//! - `format.rs` — number and recovery wording shared by the renderers and the acceptance lines.
+//!
+//! What each scenario accepts lives with the scenario (`crate::scenario`, `Mode::acceptance`).
+
+mod analysis;
+mod charts;
+pub(crate) mod format;
+mod html;
+mod max_rate;
+#[cfg(test)]
+mod tests;
+mod text;
+
+pub use analysis::build;
+pub use html::html;
+pub use text::text_summary;
+
+use crate::Trial;
+use crate::procstat::ProcSample;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Median with min and max over trials.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Stat {
+    /// Median.
+    pub median: f64,
+    /// Minimum.
+    pub min: f64,
+    /// Maximum.
+    pub max: f64,
+    /// Number of trials.
+    pub n: usize,
+}
+
+/// Figures at one load level (a fraction of capacity), over the interleaved trials.
+#[derive(Debug, Clone, Serialize)]
+pub struct Level {
+    /// `level-50` / `level-80`.
+    pub name: String,
+    /// Offered rate, req/s.
+    pub offered_rate: f64,
+    /// CPU-µs per request of the target.
+    pub cpu_us_per_request: Stat,
+    /// p50 latency, ms.
+    pub p50_ms: Stat,
+    /// p99 latency, ms.
+    pub p99_ms: Stat,
+    /// Error rate.
+    pub error_rate: Stat,
+    /// Achieved 2xx rate, req/s.
+    pub achieved_rate: Stat,
+    /// Backend (stub) calls per inbound request.
+    pub backend_calls_per_request: Stat,
+    /// Whether the generator kept its schedule in every trial.
+    pub all_valid: bool,
+}
+
+/// A phase of an overload run, from the run's per-second figures (requests are counted in the
+/// second they ended).
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    /// Phase name.
+    pub name: String,
+    /// Start, seconds into the run.
+    pub from_s: f64,
+    /// End.
+    pub to_s: f64,
+    /// Offered requests/s.
+    pub offered_rate: f64,
+    /// 2xx responses/s (goodput).
+    pub ok_rate: f64,
+    /// Highest per-second p99 (all answers) in the phase, ms.
+    pub p99_ms_max_per_second: f64,
+    /// Everything that was not a 2xx, per second (rejections, timeouts, errors).
+    pub error_rate_per_s: f64,
+    /// p50 of the successful (2xx) requests, ms, from the intended send time.
+    pub accepted_p50_ms: f64,
+    /// p99 of the successful (2xx) requests, ms.
+    pub accepted_p99_ms: f64,
+    /// Rejections (503/429 answers).
+    pub rejected: u64,
+    /// Rejections per second.
+    pub rejected_rate: f64,
+    /// p99 latency of the rejections, ms (0 when there were none).
+    pub rejected_p99_ms: f64,
+    /// Requests that got no answer within the generator's timeout (the client's deadline).
+    pub timeouts: u64,
+    /// Other failures: non-2xx answers other than 503/429 and network errors.
+    pub errors: u64,
+    /// Most threads of the target during the phase.
+    pub threads_max: u64,
+    /// Largest RSS of the target during the phase, MB.
+    pub rss_max_mb: f64,
+}
+
+/// How an overload run recovered after the load dropped to 0.7×.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    /// When the load dropped, seconds into the run.
+    pub drop_at_s: f64,
+    /// Whether success reached ≥ 99.9 % and stayed there to the end of the run.
+    pub recovered: bool,
+    /// Seconds from the drop to the first 1-s window (by intended send time) from which every
+    /// window has success ≥ 99.9 %; `None`: not recovered.
+    pub time_to_recover_s: Option<f64>,
+    /// Success share (2xx ÷ offered) of each second from the drop on.
+    pub success_by_second: Vec<f64>,
+}
+
+/// A route in one slow-backend phase (its own generator run).
+#[derive(Debug, Clone, Serialize)]
+pub struct RoutePhase {
+    /// `normal`, `slow`, `failing`, `restored`.
+    pub name: String,
+    /// Offered requests/s to this route.
+    pub offered_rate: f64,
+    /// p50 latency (all answers), ms.
+    pub p50_ms: f64,
+    /// p99 latency (all answers), ms.
+    pub p99_ms: f64,
+    /// Slowest answer, ms.
+    pub max_ms: f64,
+    /// 2xx answers ÷ offered, %.
+    pub success_pct: f64,
+    /// Share of the 2xx answers that carried a default (listed a step in `_partial`).
+    pub default_share: f64,
+    /// Every request answered, none later than the route's deadline.
+    pub within_deadline: bool,
+    /// Stub calls per inbound request (all routes of the phase together).
+    pub backend_calls_per_request: f64,
+}
+
+/// One route of a slow-backend run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteSummary {
+    /// `A`, `B`.
+    pub route: String,
+    /// What it calls.
+    pub about: String,
+    /// Its deadline, ms.
+    pub deadline_ms: f64,
+    /// Whether it calls the backend that is made slow / failing.
+    pub uses_changed_backend: bool,
+    /// Per phase, in order.
+    pub phases: Vec<RoutePhase>,
+}
+
+/// Latency of a hedging comparison target over all its trials (histograms merged).
+#[derive(Debug, Clone, Serialize)]
+pub struct HedgingSummary {
+    /// Trials merged.
+    pub trials: usize,
+    /// Requests measured.
+    pub requests: u64,
+    /// p50, ms.
+    pub p50_ms: f64,
+    /// p99, ms.
+    pub p99_ms: f64,
+    /// p99.9, ms.
+    pub p999_ms: f64,
+    /// Backend calls per inbound request, over the trials.
+    pub backend_calls_per_request: Stat,
+    /// p99 per trial.
+    pub p99_ms_per_trial: Stat,
+}
+
+/// One acceptance line: one of the product's acceptance criteria (overload, slow backend,
+/// hedging) checked on this run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Acceptance {
+    /// Target checked.
+    pub target: String,
+    /// What is checked.
+    pub check: String,
+    /// The pass condition.
+    pub criterion: String,
+    /// What was measured.
+    pub measured: String,
+    /// Whether it held in this run.
+    pub pass: bool,
+}
+
+impl Acceptance {
+    /// A line for `target`: `check` measured as `measured` against `criterion`.
+    pub(crate) fn new(
+        target: &str,
+        check: &str,
+        criterion: &str,
+        measured: String,
+        pass: bool,
+    ) -> Acceptance {
+        Acceptance {
+            target: target.into(),
+            check: check.into(),
+            criterion: criterion.into(),
+            measured,
+            pass,
+        }
+    }
+}
+
+/// Headline figures of one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetSummary {
+    /// CPU-µs per request (median of the 50 % level trials, or the main run).
+    pub cpu_us_per_request: f64,
+    /// p50 latency, ms (same trials).
+    pub p50_ms: f64,
+    /// p99 latency, ms (same trials).
+    pub p99_ms: f64,
+    /// Error rate (same trials).
+    pub error_rate: f64,
+    /// Highest rate meeting the SLO found by the search, req/s.
+    pub max_rate: Option<f64>,
+    /// Why `max_rate` is 0 (`None` when it is a measured capacity, or there was no search):
+    /// every trial was flagged (`no valid trial: all N flagged — generator behind schedule (lag
+    /// p99 4.1 ms > 2 ms)`), every search step was flagged, or no valid step met the SLO.
+    pub max_rate_reason: Option<String>,
+    /// Peak threads over the run.
+    pub threads_max: u64,
+    /// Peak RSS over the run, MB.
+    pub rss_max_mb: f64,
+    /// Stub calls per inbound request.
+    pub backend_calls_per_request: f64,
+    /// p50 minus the direct critical-path p50, ms.
+    pub added_p50_ms: Option<f64>,
+    /// Whether every measured trial (levels, phased runs; not search probes) had a valid generator.
+    pub generator_valid: bool,
+    /// Per level.
+    pub levels: Vec<Level>,
+    /// Per phase (overload).
+    pub phases: Vec<Phase>,
+    /// Recovery after the overload (overload).
+    pub recovery: Option<Recovery>,
+    /// Per route and phase (slow-backend).
+    pub routes: Vec<RouteSummary>,
+    /// Merged latency over the trials (hedging).
+    pub hedging: Option<HedgingSummary>,
+}
+
+/// Calling the critical path's stubs directly.
+#[derive(Debug, Clone, Serialize)]
+pub struct Direct {
+    /// The calls, in order.
+    pub path: Vec<String>,
+    /// p50, ms.
+    pub p50_ms: f64,
+    /// p99, ms.
+    pub p99_ms: f64,
+}
+
+/// The whole report (`report.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LabReport {
+    /// Schema version.
+    pub version: u32,
+    /// Scenario name.
+    pub scenario: String,
+    /// Scenario description.
+    pub about: String,
+    /// The command that produced it.
+    pub command: String,
+    /// Reduced run.
+    pub quick: bool,
+    /// CPUs of the machine.
+    pub cpus: usize,
+    /// The latency SLO of the capacity search, ms.
+    pub slo_p99_ms: f64,
+    /// Direct critical-path latency.
+    pub direct: Option<Direct>,
+    /// Per target.
+    pub targets: BTreeMap<String, TargetSummary>,
+    /// Acceptance lines (overload, slow-backend, hedging), each pass/fail per target.
+    pub acceptance: Vec<Acceptance>,
+    /// Every trial, in the order run.
+    pub trials: Vec<Trial>,
+    /// /proc samples of every target over the run.
+    pub timelines: BTreeMap<String, Vec<ProcSample>>,
+    /// Things to know when reading the figures (generator lag, …).
+    pub warnings: Vec<String>,
+}
+
+/// Write `report.json` and `report.html` into `dir`.
+pub fn write(dir: &Path, rep: &LabReport) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(rep).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), &json)?;
+    std::fs::write(dir.join("report.html"), html(rep, &json))
+}

@@ -1,0 +1,115 @@
+//! The text summary the CLI prints after a lab run.
+
+use super::format::recovery_text;
+use super::{LabReport, Phase, RouteSummary, TargetSummary};
+use std::fmt::Write;
+
+/// The text summary the CLI prints: one line per target, the phases, routes and hedging
+/// figures, the acceptance lines and the warnings.
+pub fn text_summary(rep: &LabReport) -> String {
+    let mut s = String::new();
+    for (name, t) in &rep.targets {
+        target_line(&mut s, name, t);
+        if let Some(why) = &t.max_rate_reason {
+            let _ = writeln!(s, "  max_rate: {why}");
+        }
+        for p in &t.phases {
+            phase_line(&mut s, p);
+        }
+        if let Some(r) = &t.recovery {
+            let _ = writeln!(s, "  recovery: {}", recovery_text(r));
+        }
+        for r in &t.routes {
+            route_lines(&mut s, r);
+        }
+        if let Some(x) = &t.hedging {
+            let _ = writeln!(
+                s,
+                "  hedging: {} trials, {} requests: p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  calls/request {:.3}",
+                x.trials,
+                x.requests,
+                x.p50_ms,
+                x.p99_ms,
+                x.p999_ms,
+                x.backend_calls_per_request.median
+            );
+        }
+    }
+    for a in &rep.acceptance {
+        let _ = writeln!(
+            s,
+            "{}  {:<14} {} — {} (criterion: {})",
+            if a.pass { "PASS" } else { "FAIL" },
+            a.target,
+            a.check,
+            a.measured,
+            a.criterion
+        );
+    }
+    for w in &rep.warnings {
+        let _ = writeln!(s, "WARNING: {w}");
+    }
+    s
+}
+
+/// A target's headline figures on one line.
+fn target_line(s: &mut String, name: &str, t: &TargetSummary) {
+    let _ = writeln!(
+        s,
+        "{name:<16} max_rate {:>8} req/s   CPU {:>7.1} µs/req   p50 {:>6.2} ms   p99 {:>6.2} ms   errors {:.2}%   calls/req {:.2}   threads {}   RSS {:.1} MB{}",
+        match (t.max_rate, &t.max_rate_reason) {
+            (Some(r), None) => format!("{r:.0}"),
+            _ => "-".into(),
+        },
+        t.cpu_us_per_request,
+        t.p50_ms,
+        t.p99_ms,
+        t.error_rate * 100.0,
+        t.backend_calls_per_request,
+        t.threads_max,
+        t.rss_max_mb,
+        if t.generator_valid {
+            ""
+        } else {
+            "   (generator lagged)"
+        }
+    );
+}
+
+/// One phase of an overload run.
+fn phase_line(s: &mut String, p: &Phase) {
+    let _ = writeln!(
+        s,
+        "  {:<11} offered {:>7.0}/s  goodput {:>7.0}/s  accepted p50 {:>7.2} ms p99 {:>7.2} ms  rejected {:>6} (p99 {:.2} ms)  timeouts {:>6}  errors {:>5}  threads {:>4}  RSS {:.0} MB",
+        p.name,
+        p.offered_rate,
+        p.ok_rate,
+        p.accepted_p50_ms,
+        p.accepted_p99_ms,
+        p.rejected,
+        p.rejected_p99_ms,
+        p.timeouts,
+        p.errors,
+        p.threads_max,
+        p.rss_max_mb
+    );
+}
+
+/// One line per phase of a slow-backend route.
+fn route_lines(s: &mut String, r: &RouteSummary) {
+    for p in &r.phases {
+        let _ = writeln!(
+            s,
+            "  route {} {:<9} p50 {:>6.2} ms  p99 {:>6.2} ms  max {:>7.2} ms  ok {:>6.2} %  default {:>5.1} %  within {} ms deadline: {}",
+            r.route,
+            p.name,
+            p.p50_ms,
+            p.p99_ms,
+            p.max_ms,
+            p.success_pct,
+            p.default_share * 100.0,
+            r.deadline_ms,
+            if p.within_deadline { "yes" } else { "NO" }
+        );
+    }
+}
