@@ -8,7 +8,7 @@ use std::io::Write;
 pub struct LoadArgs {
     /// Full target URL.
     pub url: String,
-    /// Tank-syntax schedule.
+    /// Tank-syntax schedule (a bare duration is seconds).
     pub schedule: String,
     /// HTTP method.
     pub method: String,
@@ -20,7 +20,7 @@ pub struct LoadArgs {
     pub http2: bool,
     /// Connection cap.
     pub connections: usize,
-    /// Per-request timeout.
+    /// Per-request timeout (a bare number is milliseconds).
     pub timeout: String,
     /// Thresholds.
     pub thresholds: Vec<String>,
@@ -51,6 +51,7 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     }
     let method = http::Method::from_bytes(a.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| anyhow::anyhow!("--method `{}` is not an HTTP method", a.method))?;
+    // The config grammar: a bare number is milliseconds, at most `Dur::MAX`.
     let timeout = fanout_config::Dur::parse(&a.timeout)
         .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?
         .0;

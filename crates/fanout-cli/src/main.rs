@@ -61,6 +61,8 @@ enum Cmd {
         /// Target URL, e.g. http://127.0.0.1:8080/vacancies?text=rust
         url: String,
         /// Schedule: `const(RPS,DUR)`, `line(FROM,TO,DUR)`, `step(FROM,TO,STEP,DUR)`, in sequence.
+        /// DUR is `500ms`, `10s`, `2m`, `1m30s`, … or a bare number of SECONDS (Tank's
+        /// convention: `const(100,10)` lasts 10 s), unlike --timeout and thresholds.
         #[arg(long, short, default_value = "const(100,10s)")]
         schedule: String,
         /// HTTP method.
@@ -78,10 +80,11 @@ enum Cmd {
         /// Maximum connections (HTTP/1.1: one request in flight per connection).
         #[arg(long, default_value_t = 512)]
         connections: usize,
-        /// Per-request timeout, e.g. `10s`.
+        /// Per-request timeout, e.g. `10s`, `500ms`, `1m30s`; a bare number is milliseconds.
         #[arg(long, default_value = "10s")]
         timeout: String,
-        /// Pass/fail threshold, e.g. `p99<50ms`, `errors<1%`, `rate>=950` (repeatable; exit 2 on failure).
+        /// Pass/fail threshold, e.g. `p99<50ms`, `errors<1%`, `rate>=950` (repeatable; exit 2 on
+        /// failure). A latency limit without a unit is in milliseconds.
         #[arg(long)]
         threshold: Vec<String>,
         /// Write the full report as JSON (schema: crates/fanout-load/README.md).

@@ -20,7 +20,9 @@ mod server;
 
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 
-pub use duration::Dur;
+pub use duration::{
+    BareNumber, Dur, DurationError, DurationProblem, parse_duration, parse_millis_f64,
+};
 pub use env::substitute;
 pub use hints::{closest, did_you_mean};
 pub use located::{Located, Pos, pos_in_scalar};

@@ -9,12 +9,15 @@
 //! | `step(a, b, s, d)`            | `a`, `a±s`, … up to `b` requests/s (both ends included), `d` each |
 //!
 //! Rates may be fractional. Durations are a number with a unit — `500ms`, `10s`, `2m`, `1h`,
-//! `250us`, compounds such as `1m30s` — or a bare number of seconds (Tank's convention).
+//! `250us`, compounds such as `1m30s` — or a bare number of **seconds** (Tank's convention;
+//! elsewhere in fanout a bare number is milliseconds). The grammar is
+//! [`fanout_config::parse_duration`]'s.
 //!
 //! The schedule is an *open model*: [`Schedule::send_time`] gives the intended offset of the
 //! n-th request in closed form (const: `n/r`; line: the root of `a·t + (b−a)·t²/(2d) = n`;
 //! step: piecewise const), independently of how fast the target answers.
 
+use fanout_config::{BareNumber, DurationError, DurationProblem};
 use std::fmt;
 use std::time::Duration;
 
@@ -24,6 +27,8 @@ pub const MAX_STEP_LEVELS: u64 = 100_000;
 pub const MAX_RATE: f64 = 10_000_000.0;
 /// Most requests one schedule may contain.
 pub const MAX_TOTAL_REQUESTS: u64 = 1 << 40;
+/// Longest duration one profile may have: 2⁶⁴ − 1 ns (about 584 years).
+pub const MAX_DURATION: Duration = Duration::from_nanos(u64::MAX);
 
 const NANOS_PER_SEC: f64 = 1e9;
 
@@ -198,7 +203,15 @@ pub enum ScheduleError {
         /// Why it was rejected.
         reason: &'static str,
     },
-    /// A duration that does not parse or is zero.
+    /// A duration that does not parse, or is longer than [`MAX_DURATION`].
+    #[error("column {col}: {error}")]
+    BadDuration {
+        /// Where.
+        col: usize,
+        /// What is wrong with it, and the accepted forms.
+        error: DurationError,
+    },
+    /// A duration the schedule cannot use (zero).
     #[error(
         "column {col}: invalid duration `{text}`: {reason} (write e.g. `500ms`, `10s`, `2m`, `1m30s`)"
     )]
@@ -677,57 +690,32 @@ fn parse_rate(text: &str, col: usize, what: &'static str) -> Result<f64, Schedul
     Ok(v)
 }
 
-/// Parse a duration: `500ms`, `10s`, `1.5s`, `2m`, `1h`, `250us`, `1m30s`, or bare seconds.
+/// Parse a profile's duration: [`fanout_config::parse_duration`] with a bare number of seconds
+/// (Tank's convention: `const(100,10)` lasts 10 s), greater than zero and at most
+/// [`MAX_DURATION`].
 pub(crate) fn parse_duration(text: &str, col: usize) -> Result<Duration, ScheduleError> {
-    let err = |reason| ScheduleError::Duration {
-        col,
-        text: text.to_string(),
-        reason,
+    let bad = |error| ScheduleError::BadDuration { col, error };
+    let too_long = || {
+        bad(DurationError {
+            text: text.to_string(),
+            problem: DurationProblem::TooLong { max: MAX_DURATION },
+            bare: BareNumber::Seconds,
+        })
     };
-    if text.is_empty() {
-        return Err(err("missing value"));
+    let d = match fanout_config::parse_duration(text, BareNumber::Seconds) {
+        Ok(d) if d > MAX_DURATION => return Err(too_long()),
+        Ok(d) => d,
+        Err(e) if matches!(e.problem, DurationProblem::TooLong { .. }) => return Err(too_long()),
+        Err(e) => return Err(bad(e)),
+    };
+    if d.is_zero() {
+        return Err(ScheduleError::Duration {
+            col,
+            text: text.to_string(),
+            reason: "a duration must be greater than zero",
+        });
     }
-    let chars: Vec<char> = text.chars().collect();
-    let mut i = 0;
-    let mut total_ns: f64 = 0.0;
-    let mut parts = 0;
-    while i < chars.len() {
-        let num_start = i;
-        while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
-            i += 1;
-        }
-        let num: String = chars[num_start..i].iter().collect();
-        if num.is_empty() {
-            return Err(err("expected a number"));
-        }
-        let v: f64 = num.parse().map_err(|_| err("not a number"))?;
-        let unit_start = i;
-        while i < chars.len() && chars[i].is_alphabetic() {
-            i += 1;
-        }
-        let unit: String = chars[unit_start..i].iter().collect();
-        let scale = match unit.as_str() {
-            "" if parts == 0 && i == chars.len() => 1e9,
-            "" => return Err(err("missing unit")),
-            "h" => 3600e9,
-            "m" | "min" => 60e9,
-            "s" => 1e9,
-            "ms" => 1e6,
-            "us" | "µs" => 1e3,
-            "ns" => 1.0,
-            _ => return Err(err("unknown unit (use h, m, s, ms, us, ns)")),
-        };
-        total_ns += v * scale;
-        parts += 1;
-    }
-    if !total_ns.is_finite() || total_ns >= u64::MAX as f64 {
-        return Err(err("too long"));
-    }
-    let ns = total_ns.round() as u64;
-    if ns == 0 {
-        return Err(err("a duration must be greater than zero"));
-    }
-    Ok(Duration::from_nanos(ns))
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -800,6 +788,15 @@ mod tests {
         assert_eq!(s("const(1,1.5s)").duration(), Duration::from_millis(1500));
         assert_eq!(s("const(1,250us)").duration(), Duration::from_micros(250));
         assert_eq!(s("const(1,1h)").duration(), Duration::from_secs(3600));
+        assert_eq!(s("const(1,1min)").duration(), Duration::from_secs(60));
+        assert_eq!(s("const(1,10µs)").duration(), Duration::from_micros(10));
+        assert_eq!(s("const(1,0.5)").duration(), Duration::from_millis(500));
+        assert_eq!(s("const(1,1h2m)").duration(), Duration::from_secs(3720));
+        assert_eq!(s("const(1,30s1m)").duration(), Duration::from_secs(90));
+        assert_eq!(
+            s("const(1,18446744073709551615ns)").duration(),
+            Duration::from_nanos(u64::MAX)
+        );
         // Display round-trips.
         for text in ["const(1.5,1.5s)", "line(0,10,2m)", "step(5,1,2,250ms)"] {
             assert_eq!(s(text).to_string(), text);
@@ -839,6 +836,31 @@ mod tests {
         );
         let e = err("const(5,0s)");
         assert!(e.contains("greater than zero"), "{e}");
+        let e = err("const(5, 1m30)");
+        assert!(
+            e.contains("column 10") && e.contains("missing unit after `30`"),
+            "{e}"
+        );
+        let e = err("const(5,10x)");
+        assert!(
+            e.contains("column 9") && e.contains("bare number of seconds"),
+            "{e}"
+        );
+        let e = err("const(5,)");
+        assert!(
+            e.contains("column 9") && e.contains("invalid duration ``"),
+            "{e}"
+        );
+        let e = err("const(5,18446744073709551616ns)");
+        assert!(
+            e.contains("too long (at most 18446744073.709551615s)"),
+            "{e}"
+        );
+        let e = err("const(5,99999999999999999999999999h)");
+        assert!(
+            e.contains("too long (at most 18446744073.709551615s)"),
+            "{e}"
+        );
         let e = err("const(5,10s");
         assert!(e.contains("`)` closing the profile"), "{e}");
         let e = err("const 5");

@@ -4,13 +4,14 @@
 //!
 //! | metric                                           | value                                              |
 //! |--------------------------------------------------|----------------------------------------------------|
-//! | `p50` `p90` `p95` `p99` `p999` (`p99.9`) `max` `mean` | latency from the intended send: `50ms`, `1.5s`, `800us`; a bare number is ms |
+//! | `p50` `p90` `p95` `p99` `p999` (`p99.9`) `max` `mean` | latency from the intended send: `50ms`, `1.5s`, `800us`, `1m30s`; a bare number is ms |
 //! | `errors` (`error_rate`)                          | `1%` or a fraction `0.01` of offered requests      |
 //! | `rate` (`rps`)                                   | achieved completed requests per second (`950`, `950/s`) |
 //!
 //! Operators: `<`, `<=`, `>`, `>=`.
 
 use crate::report::{LoadReport, fmt_ms};
+use fanout_config::{BareNumber, DurationError};
 use std::fmt;
 
 /// Which report figure a threshold checks.
@@ -105,6 +106,20 @@ pub enum ThresholdError {
         /// The metric as written.
         metric: String,
     },
+    /// A latency limit that is not a duration.
+    #[error(
+        "threshold `{text}`: invalid value `{value}`: {}; {}",
+        .error.problem,
+        .error.bare.accepted_forms()
+    )]
+    Latency {
+        /// The whole threshold.
+        text: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        error: DurationError,
+    },
     /// The value does not parse for this metric.
     #[error("threshold `{text}`: invalid value `{value}`: {hint}")]
     Value {
@@ -168,21 +183,11 @@ impl Threshold {
             }
         };
         let value = match metric {
-            Metric::Latency(_) => {
-                const HINT: &str = "expected a duration such as `50ms`, `1.5s` or `800us`";
-                let split = value
-                    .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                    .unwrap_or(value.len());
-                let (n, unit) = value.split_at(split);
-                let scale = match unit {
-                    "" | "ms" => 1.0,
-                    "s" => 1000.0,
-                    "us" | "µs" => 0.001,
-                    "m" | "min" => 60_000.0,
-                    _ => return Err(bad(HINT)),
-                };
-                num(n, HINT)? * scale
-            }
+            Metric::Latency(_) => latency_ms(value).map_err(|error| ThresholdError::Latency {
+                text: s.to_string(),
+                value: value.to_string(),
+                error,
+            })?,
             Metric::ErrorRate => {
                 const HINT: &str =
                     "expected a percentage such as `1%` or a fraction such as `0.01`";
@@ -275,6 +280,12 @@ impl fmt::Display for Threshold {
     }
 }
 
+/// A latency limit in milliseconds: [`fanout_config::parse_millis_f64`] with a bare number of
+/// milliseconds (`50ms`, `1.5s`, `800us`, `3`).
+fn latency_ms(value: &str) -> Result<f64, DurationError> {
+    fanout_config::parse_millis_f64(value, BareNumber::Millis)
+}
+
 /// Check thresholds against a report; returns one message per failed threshold (empty = pass).
 pub fn check_thresholds(report: &LoadReport, thresholds: &[Threshold]) -> Vec<String> {
     thresholds.iter().filter_map(|t| t.check(report)).collect()
@@ -354,6 +365,13 @@ mod tests {
         assert_eq!(t("p99.9<1.5s").value, 1500.0);
         assert_eq!(t("max<800us").value, 0.8);
         assert_eq!(t("mean<3").value, 3.0);
+        assert_eq!(t("mean<3.25").value, 3.25);
+        assert_eq!(t("p99<1m").value, 60_000.0);
+        assert_eq!(t("p99<1min").value, 60_000.0);
+        // Forms of the shared duration grammar that thresholds did not take before.
+        assert_eq!(t("p99<1h").value, 3_600_000.0);
+        assert_eq!(t("p99<1m30s").value, 90_000.0);
+        assert_eq!(t("p99<250ns").value, 0.00025);
         let e = t("errors<1%");
         assert_eq!((e.metric, e.op), (Metric::ErrorRate, Op::Lt));
         assert!((e.value - 0.01).abs() < 1e-12);
@@ -378,6 +396,11 @@ mod tests {
         assert!(msg("p99<").contains("expected METRIC OP VALUE"));
         assert!(msg("<5ms").contains("expected METRIC OP VALUE"));
         assert!(msg("p99<-5ms").contains("invalid value"));
+        let e = msg("p99<5parsecs");
+        assert!(e.contains("unknown unit `parsecs`"), "{e}");
+        assert!(e.contains("bare number of milliseconds"), "{e}");
+        assert!(msg("p99<1m30").contains("missing unit after `30`"));
+        assert!(msg("p99<99999999999999999999999h").contains("too long"));
     }
 
     #[test]
