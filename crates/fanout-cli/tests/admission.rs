@@ -1,6 +1,7 @@
 //! R2: at the concurrency limit, requests wait briefly in a bounded queue or are rejected at once
 //! with 503 + Retry-After — never queued until they time out.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

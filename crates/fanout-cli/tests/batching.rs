@@ -1,5 +1,6 @@
 //! Batch forms (E3) and in-flight dedup, proven by the stubs' call counters.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

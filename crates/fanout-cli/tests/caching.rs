@@ -1,6 +1,7 @@
 //! Caches (E1) end to end: whole answers and per-key values of batch forms (a batch asks only for
 //! the keys that missed), with their counters on /__fanout/status.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

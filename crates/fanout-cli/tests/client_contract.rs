@@ -4,6 +4,7 @@
 //! error path — no backend text, backend name or address in the body, with the detail in the
 //! log line of the request.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

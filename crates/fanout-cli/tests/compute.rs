@@ -2,6 +2,7 @@
 //! bounded compute pool; a transform that holds a worker past `server.stall_threshold` is counted
 //! (and logged with its route and step) on `/__fanout/status`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

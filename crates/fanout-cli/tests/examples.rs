@@ -1,6 +1,7 @@
 //! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
 //! its `cases.yaml`, including how many calls each backend received.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

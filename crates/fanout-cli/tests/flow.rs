@@ -1,6 +1,7 @@
 //! Flow behaviour through the public interface: real stubs, a real gateway, real sockets.
 //! Concurrency and cancellation are proven by what the stubs observe, never by timing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

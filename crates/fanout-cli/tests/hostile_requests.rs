@@ -3,6 +3,7 @@
 //! `bad_backend_answer`), heavy expressions leave the I/O workers, and a compute job whose request
 //! has ended is cancelled.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

@@ -6,6 +6,7 @@
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
 //! are measured and reported.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

@@ -7,6 +7,7 @@
 //! tool measures — only sees the requests already written when it froze (at most one per
 //! connection: 64).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout_load::{LoadSpec, RequestTemplate, Schedule, run, summary_text};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -1,6 +1,7 @@
 //! Reference data (E2): loaded at start, refreshed on its period, swapped atomically, survives a
 //! failed refresh with its age visible, and a required dataset that cannot load fails the start.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

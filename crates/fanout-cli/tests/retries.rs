@@ -7,6 +7,7 @@
 //! - hedges stay within `max_extra` of the calls, losers are cancelled at the backend, answers
 //!   are correct, and non-idempotent calls are never hedged.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

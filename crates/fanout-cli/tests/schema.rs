@@ -1,6 +1,7 @@
 //! The JSON Schemas are valid, match the committed snapshots in docs/, and every example config
 //! validates against them (and loads).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

@@ -4,6 +4,7 @@
 //! The stub holds every call for a minute, so "5 000 in flight" is a state the test waits for
 //! however slowly the machine sends them; the client then goes away and the gateway cancels.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! HTTPS backends: rustls with a CA file, over HTTP/1.1 and HTTP/2 (ALPN); an untrusted
 //! certificate is a 502 `backend_unavailable`, not a hang or a 500.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use bytes::Bytes;

@@ -1,5 +1,6 @@
 //! Expression cost: native plain-path evaluation vs the jaq interpreter on the same input.
 //! Run: `cargo bench -p fanout-expr --bench expr`
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use criterion::{Criterion, criterion_group, criterion_main};
 use fanout_expr::{Expr, Val, json};
 use std::hint::black_box;

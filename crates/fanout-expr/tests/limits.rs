@@ -2,6 +2,7 @@
 //! here ends with an error of the right kind. Cases where stack matters run on threads with a
 //! 2 MiB stack (like tokio's workers).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout_expr::{Budget, EvalError, EvalErrorKind as K, EvalLimits, Expr, Mode, Val, json};
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Per-request engine overhead of one flow, in process, with zero-latency fake backends, against
 //! a hand-written baseline doing the same calls, parses and response building with serde_json.
 //! Run: `cargo bench -p fanout-flow --bench engine`
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fanout_config::Config;

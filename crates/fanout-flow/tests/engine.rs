@@ -2,6 +2,7 @@
 //! against scripted in-memory backends, in virtual time (`start_paused`): every assertion is about
 //! states, counts, order and exact virtual instants, never wall time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod support;
 
 use fanout_flow::{CallErrorKind, ErrorKind, PARTIAL_HEADER};

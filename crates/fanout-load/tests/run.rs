@@ -2,6 +2,7 @@
 //!
 //! Timing assertions are deliberately loose: these run on a shared 2-core machine.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout_load::{
     LoadReport, LoadSpec, Protocol, RequestTemplate, Schedule, SecondStats, Threshold,
     check_thresholds, run, summary_text,

@@ -1,6 +1,7 @@
 //! The admin API for changing routes mid-run (`GET`/`PUT /__stub/routes`, and
 //! `StubServer::update_route` in process), and the batch-endpoint pattern from docs/stubs.md.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use bytes::Bytes;

@@ -1,5 +1,6 @@
 //! Loading stub configs: formats accepted, and errors with `FILE:LINE:COL`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout_stub::{Latency, WeightedLatency, load};
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Faults and latency models end to end, on real sockets: what a client sees for each fault
 //! kind, how often probabilistic faults fire, and the counters the stub keeps about them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use bytes::Bytes;

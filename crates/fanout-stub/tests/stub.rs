@@ -1,6 +1,7 @@
 //! End-to-end tests of the stub: routing, templated bodies, errors, counters, and the detection
 //! of clients that go away (HTTP/1.1 close and HTTP/2 stream reset).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use bytes::Bytes;
 use fanout_stub::{Behaviour, CompiledStubs, Latency, StubServer};
 use http::{HeaderMap, Method, Request, StatusCode};

@@ -258,6 +258,10 @@ async fn read_body(req: Request<Incoming>, deadline: Instant) -> Result<Bytes, E
 }
 
 /// A 200 JSON response; `partial` names the optional call that fell back, if any.
+#[allow(
+    clippy::expect_used,
+    reason = "a JSON value with string keys always serializes"
+)]
 fn json_response(body: &serde_json::Value, partial: Option<&'static str>) -> Response<Body> {
     let bytes = serde_json::to_vec(body).expect("a JSON value with string keys always serializes");
     let mut resp = Response::new(Full::new(Bytes::from(bytes)));

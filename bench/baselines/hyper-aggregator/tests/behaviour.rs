@@ -2,6 +2,7 @@
 //! failures, the concurrency bound, the product page's schedule (main products never wait for
 //! recommendations), h2c and graceful shutdown.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;

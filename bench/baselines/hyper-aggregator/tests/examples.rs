@@ -3,6 +3,7 @@
 //! writes compact JSON in the example's key order, which is how the expected value serializes),
 //! documented headers, and the number of calls each backend received.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod common;
 
 use common::*;
