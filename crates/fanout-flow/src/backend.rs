@@ -5,7 +5,7 @@
 //! layers (`Arc<dyn Backend>` around `Arc<dyn Backend>`), stacked per backend by
 //! `fanout-proxy/src/stack.rs`. gRPC, Postgres and model clients will be further implementations
 //! at the bottom of the same stack — the executor does not change. What counts as a failure is
-//! decided once, in [`crate::outcome`].
+//! decided once, in the `outcome` module.
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -144,10 +144,6 @@ impl CallError {
     pub fn with_source(mut self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Arc::new(e));
         self
-    }
-    /// How this failure is classified for every layer (see [`crate::outcome`]).
-    pub fn outcome(&self) -> crate::outcome::CallOutcome {
-        crate::outcome::CallOutcome::Failed(self.kind)
     }
 }
 

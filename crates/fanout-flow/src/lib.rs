@@ -14,6 +14,7 @@ pub mod batch;
 pub mod cache;
 pub mod call;
 pub mod compute;
+mod ctx;
 pub mod dedup;
 pub mod error;
 pub mod exec;

@@ -8,10 +8,11 @@ use crate::backend::Backend;
 use crate::batch::BatchPlan;
 pub use crate::call::HttpPlan;
 use crate::compute::ComputePool;
+use crate::ctx::{Ctx, unknown_backend};
 use crate::reference::{Dataset, ReferenceSet};
 use crate::step::{CallSrc, StepCx, StepKind, compile_call};
 use fanout_config::{
-    Config, ConfigError, ConfigErrors, ExprSrc, Located, MissingPolicy, Pos, StatusAction,
+    Config, ConfigError, ConfigErrors, ExprSrc, Located, MissingPolicy, StatusAction,
     StatusPattern, StatusSrc, Step,
 };
 use fanout_expr::{Expr, Val, json};
@@ -120,82 +121,6 @@ pub enum StatusPlan {
     Fixed(u16),
     /// An expression giving the status.
     Expr(Expr),
-}
-
-/// The compile context: the config, the errors found so far, the compute pool.
-pub(crate) struct Ctx<'a> {
-    pub(crate) cfg: &'a Config,
-    pub(crate) errs: Vec<ConfigError>,
-    pub(crate) compute: Arc<ComputePool>,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn expr(&mut self, src: &ExprSrc, scope: &[&str]) -> Option<Expr> {
-        match Expr::compile(&src.value, scope) {
-            Ok(e) => Some(e),
-            Err(e) => {
-                let pos = self.cfg.pos_in_scalar(src.pos, &src.value, e.offset);
-                let mut err = ConfigError::at(
-                    pos,
-                    format!("in expression `{}`: {}", short(&src.value), e.message),
-                );
-                err = err.hint(e.hint.unwrap_or_else(|| {
-                    "expressions are jq (docs/config.md#expressions): check brackets, quotes and `|`".into()
-                }));
-                self.errs.push(err);
-                None
-            }
-        }
-    }
-    /// Position of the first character of an expression.
-    fn at(&self, src: &ExprSrc) -> Pos {
-        self.cfg.pos_in_scalar(src.pos, &src.value, 0)
-    }
-    pub(crate) fn method(&mut self, m: &Located<String>) -> Option<Method> {
-        match Method::from_bytes(m.value.to_ascii_uppercase().as_bytes()) {
-            Ok(m) => Some(m),
-            Err(_) => {
-                self.errs.push(
-                    ConfigError::at(m.pos, format!("invalid HTTP method `{}`", m.value))
-                        .hint("use GET, POST, PUT, PATCH, DELETE, HEAD or OPTIONS"),
-                );
-                None
-            }
-        }
-    }
-    pub(crate) fn header_name(&mut self, name: &str, pos: Pos) -> Option<HeaderName> {
-        match HeaderName::from_bytes(name.as_bytes()) {
-            Ok(h) => Some(h),
-            Err(_) => {
-                self.errs.push(
-                    ConfigError::at(pos, format!("invalid header name `{name}`"))
-                        .hint("header names are ASCII tokens such as `x-user-id`"),
-                );
-                None
-            }
-        }
-    }
-}
-
-/// An "unknown backend" error with a hint: the closest declared name, else the declared names.
-pub(crate) fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
-    let mut known: Vec<&str> = cfg.backends.keys().map(String::as_str).collect();
-    known.sort_unstable();
-    let hint = match fanout_config::did_you_mean(name, known.iter()) {
-        Some(d) => d,
-        None if known.is_empty() => "declare it under `backends:`".to_string(),
-        None => format!("declared backends: {}", known.join(", ")),
-    };
-    ConfigError::at(pos, format!("{prefix}unknown backend `{name}`")).hint(hint)
-}
-
-fn short(s: &str) -> String {
-    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() > 60 {
-        format!("{}…", one_line.chars().take(57).collect::<String>())
-    } else {
-        one_line
-    }
 }
 
 /// Compile a config against the given backends (name → implementation). Reports every error it

@@ -3,12 +3,27 @@
 
 use crate::call::{Env, Yielded, eval, expr_failure, short_json, yielded};
 use crate::error::{ErrorKind, FlowError};
-use crate::exec::{Outcome, PARTIAL_HEADER};
 use crate::plan::{RespondPlan, StatusPlan};
 use bytes::Bytes;
 use fanout_expr::{Val, json};
 use http::{HeaderName, HeaderValue};
 use std::sync::Arc;
+
+/// Header naming the optional steps that fell back to their default.
+pub const PARTIAL_HEADER: &str = "x-fanout-partial";
+
+/// A finished response.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Status code.
+    pub status: u16,
+    /// Headers from `respond.headers` (plus `x-fanout-partial` when steps fell back).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// JSON body.
+    pub body: Bytes,
+    /// Optional steps that failed and used their default.
+    pub partial: Vec<Arc<str>>,
+}
 
 /// A status code (100–599) from an expression's value.
 fn status_of(v: &Val) -> Option<u16> {

@@ -2,10 +2,9 @@
 //! that client answer. Fail steps start before the other steps of their round, so a guard that
 //! refuses a request does so before any call of the round is sent.
 
-use super::{Prepared, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind};
 use crate::call::{Env, Yielded, eval, expr_err, yielded};
 use crate::error::{Answer, ErrorKind, FlowError};
-use crate::plan::StepPlan;
 use bytes::Bytes;
 use fanout_config::Step;
 use fanout_expr::{Expr, Val, json};
@@ -31,7 +30,7 @@ impl StepKind for FailPlan {
 
     fn prepare(
         &self,
-        step: &StepPlan,
+        step: &StepArgs<'_>,
         env: &Env,
         _items: Option<Arc<Vec<Val>>>,
         _deadline: Instant,
@@ -42,7 +41,7 @@ impl StepKind for FailPlan {
 
 impl FailPlan {
     /// The request's error: the status, code, message and details of this step.
-    fn answer(&self, step: &StepPlan, env: &Env) -> Result<FlowError, Yielded> {
+    fn answer(&self, step: &StepArgs<'_>, env: &Env) -> Result<FlowError, Yielded> {
         let message = match &self.message {
             None => http::StatusCode::from_u16(self.status)
                 .ok()
@@ -51,7 +50,7 @@ impl FailPlan {
                 .to_string(),
             Some(e) => match yielded(eval(e, env, &Val::Null))? {
                 Ok(v) => json::to_display(&v),
-                Err(e) => return Ok(expr_err(&step.name, "`fail.message`", e)),
+                Err(e) => return Ok(expr_err(step.name, "`fail.message`", e)),
             },
         };
         let details = match &self.details {
@@ -62,11 +61,11 @@ impl FailPlan {
                     json::write(&v, &mut out);
                     Some(Bytes::from(out))
                 }
-                Err(e) => return Ok(expr_err(&step.name, "`fail.details`", e)),
+                Err(e) => return Ok(expr_err(step.name, "`fail.details`", e)),
             },
         };
         Ok(FlowError::new(ErrorKind::Answered, message)
-            .in_step(&step.name)
+            .in_step(step.name)
             .with_answer(Answer {
                 status: self.status,
                 code: self.code.clone(),

@@ -2,11 +2,11 @@
 //! `for_each`) from expressions and performs it through the backend's stack. Also the one
 //! compiler of an HTTP call ([`compile_call`]), shared with batch forms and reference data.
 
-use super::{Prepared, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind};
 use crate::backend::{Backend, CallRequest};
 use crate::call::{Env, HttpPlan, Yielded, build_call, expr_err, fetch_json, yielded};
+use crate::ctx::{Ctx, unknown_backend};
 use crate::error::FlowError;
-use crate::plan::{Ctx, StepPlan, unknown_backend};
 use fanout_config::{ExprSrc, Located, Step};
 use fanout_expr::{Expr, Val};
 use futures_util::future::BoxFuture;
@@ -25,7 +25,7 @@ impl StepKind for HttpStep {
 
     fn prepare(
         &self,
-        step: &StepPlan,
+        step: &StepArgs<'_>,
         env: &Env,
         items: Option<Arc<Vec<Val>>>,
         deadline: Instant,
@@ -34,7 +34,7 @@ impl StepKind for HttpStep {
         let Some(items) = items else {
             return Ok(match yielded(build_call(h, env, None, deadline))? {
                 Ok(r) => Prepared::Call(r),
-                Err(e) => Prepared::Done(Err(expr_err(&step.name, "building the call", e))),
+                Err(e) => Prepared::Done(Err(expr_err(step.name, "building the call", e))),
             });
         };
         let mut reqs = Vec::with_capacity(items.len());
@@ -43,7 +43,7 @@ impl StepKind for HttpStep {
                 Ok(r) => reqs.push((r, item.clone(), k)),
                 Err(e) => {
                     return Ok(Prepared::Done(Err(expr_err(
-                        &step.name,
+                        step.name,
                         "building the call",
                         e,
                     ))));
@@ -55,13 +55,13 @@ impl StepKind for HttpStep {
 
     fn call<'a>(
         &'a self,
-        step: &'a StepPlan,
+        step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
         Box::pin(fetch_json(
-            &step.name,
+            step.name,
             &self.0,
             req,
             step.timeout,

@@ -3,16 +3,12 @@
 //! same scheduling round are merged into one fetch per batch form ([`flush_keyed`]); each step
 //! then picks its own values from the shared answer.
 
-use super::{Prepared, StepCx, StepKind, map_result_on, missing_on, needs_env, snapshot};
-use crate::batch::{BatchPlan, Found};
+use super::{Prepared, StepArgs, StepCx, StepKind};
+use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded, eval, eval_item, expr_err, yielded};
-use crate::error::{ErrorKind, FlowError};
-use crate::exec::StepFuture;
-use crate::plan::{Missing, RoutePlan, StepPlan, unknown_backend};
+use crate::ctx::unknown_backend;
 use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Val, json};
-use futures_util::future::{BoxFuture, FutureExt, Shared};
-use futures_util::stream::FuturesUnordered;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -29,7 +25,7 @@ impl StepKind for KeyedStep {
 
     fn prepare(
         &self,
-        step: &StepPlan,
+        step: &StepArgs<'_>,
         env: &Env,
         items: Option<Arc<Vec<Val>>>,
         _deadline: Instant,
@@ -39,14 +35,14 @@ impl StepKind for KeyedStep {
                 Ok(k) => {
                     Prepared::Keys(self.batch.clone(), vec![(json::to_display(&k), Val::Null)])
                 }
-                Err(e) => Prepared::Done(Err(expr_err(&step.name, "`key`", e))),
+                Err(e) => Prepared::Done(Err(expr_err(step.name, "`key`", e))),
             });
         };
         let mut keys = Vec::with_capacity(items.len());
         for (k, item) in items.iter().enumerate() {
             match yielded(eval_item(&self.key, env, &Val::Null, item, k))? {
                 Ok(v) => keys.push((json::to_display(&v), item.clone())),
-                Err(e) => return Ok(Prepared::Done(Err(expr_err(&step.name, "`key`", e)))),
+                Err(e) => return Ok(Prepared::Done(Err(expr_err(step.name, "`key`", e)))),
             }
         }
         Ok(Prepared::Keys(self.batch.clone(), keys))
@@ -101,143 +97,4 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         (Some(batch), Some(key)) => Some(Box::new(KeyedStep { batch, key })),
         _ => None,
     })
-}
-
-type SharedFetch = Shared<BoxFuture<'static, Result<Found, FlowError>>>;
-
-/// A step's keyed lookups waiting for the end of the scheduling round: (step, batch form,
-/// (key, `for_each` element) pairs).
-pub(crate) type KeyedLookup = (usize, Arc<BatchPlan>, Vec<(String, Val)>);
-
-/// One fetch per batch form for the union of the round's keys; each step then picks its own
-/// values (in its own order) from the shared answer.
-pub(crate) fn flush_keyed<'a>(
-    route: &'a RoutePlan,
-    keyed: Vec<KeyedLookup>,
-    env: &Env,
-    deadline: Instant,
-    inflight: &mut FuturesUnordered<StepFuture<'a>>,
-) {
-    let mut groups: Vec<(Arc<BatchPlan>, Vec<String>)> = Vec::new();
-    for (_, batch, keys) in &keyed {
-        let keys = keys.iter().map(|(k, _)| k.clone());
-        match groups.iter_mut().find(|(b, _)| Arc::ptr_eq(b, batch)) {
-            Some((_, all)) => all.extend(keys),
-            None => groups.push((batch.clone(), keys.collect())),
-        }
-    }
-    let fetches: Vec<(Arc<BatchPlan>, SharedFetch)> = groups
-        .into_iter()
-        .map(|(batch, mut keys)| {
-            keys.sort_unstable();
-            keys.dedup();
-            let b = batch.clone();
-            let fut = async move { b.fetch(keys, deadline).await }
-                .boxed()
-                .shared();
-            (batch, fut)
-        })
-        .collect();
-    for (i, batch, keys) in keyed {
-        let step = &route.steps[i];
-        let Some(fetch) = fetches
-            .iter()
-            .find(|(b, _)| Arc::ptr_eq(b, &batch))
-            .map(|(_, f)| f.clone())
-        else {
-            continue;
-        };
-        let env = needs_env(step).then(|| snapshot(env, step));
-        inflight.push(Box::pin(async move {
-            let found = fetch.await;
-            let out = pick_found(route, step, &batch, found, keys, env.as_ref()).await;
-            into_step_output(i, out)
-        }));
-    }
-}
-
-/// A step's keyed lookups fetched on their own (prepared on the compute pool, after the round
-/// was merged).
-pub(crate) async fn keyed_alone(
-    route: &RoutePlan,
-    step: &StepPlan,
-    i: usize,
-    batch: Arc<BatchPlan>,
-    keys: Vec<(String, Val)>,
-    env: &Env,
-    deadline: Instant,
-) -> (usize, Result<Val, FlowError>, bool) {
-    let mut unique: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
-    unique.sort_unstable();
-    unique.dedup();
-    let env = needs_env(step).then(|| env.clone());
-    let found = batch.fetch(unique, deadline).await;
-    let out = pick_found(route, step, &batch, found, keys, env.as_ref()).await;
-    into_step_output(i, out)
-}
-
-fn into_step_output(
-    i: usize,
-    out: Result<(Val, bool), FlowError>,
-) -> (usize, Result<Val, FlowError>, bool) {
-    match out {
-        Ok((v, incomplete)) => (i, Ok(v), incomplete),
-        Err(e) => (i, Err(e), false),
-    }
-}
-
-async fn pick_found(
-    route: &RoutePlan,
-    step: &StepPlan,
-    batch: &BatchPlan,
-    found: Result<Found, FlowError>,
-    keys: Vec<(String, Val)>,
-    env: Option<&Env>,
-) -> Result<(Val, bool), FlowError> {
-    match found {
-        Err(e) => Err(e.in_step(&step.name)),
-        Ok(found) => pick(route, step, batch, &found, keys, env).await,
-    }
-}
-
-/// A keyed step's value from the fetched values: one value, or a list in input order; and
-/// whether some keys were missing (replaced per the step's `missing` policy).
-async fn pick(
-    route: &RoutePlan,
-    step: &StepPlan,
-    batch: &BatchPlan,
-    found: &Found,
-    keys: Vec<(String, Val)>,
-    env: Option<&Env>,
-) -> Result<(Val, bool), FlowError> {
-    let each = step.for_each.is_some();
-    let mut out = Vec::with_capacity(keys.len());
-    let mut incomplete = false;
-    for (k, (key, item)) in keys.into_iter().enumerate() {
-        let item = each.then_some((&item, k));
-        let Some(v) = found.get(&key) else {
-            if matches!(step.missing, Missing::Fail) {
-                return Err(
-                    FlowError::new(ErrorKind::KeyNotFound, "a key was not found")
-                        .in_step(&step.name)
-                        .with_backend(&batch.name)
-                        .with_detail(format!(
-                            "key `{key}` is not in the answer of backend `{}`",
-                            batch.name
-                        )),
-                );
-            }
-            incomplete = true;
-            if let Some(v) = missing_on(route, step, env, item).await? {
-                out.push(v);
-            }
-            continue;
-        };
-        out.push(map_result_on(route, step, env, v.clone(), item).await?);
-    }
-    if each {
-        Ok((out.into_iter().collect(), incomplete))
-    } else {
-        Ok((out.pop().unwrap_or(Val::Null), incomplete))
-    }
 }

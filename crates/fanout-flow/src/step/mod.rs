@@ -13,27 +13,25 @@
 //! | value     | `value`    | `value:`                | computes a value, no I/O               |
 //! | fail      | `fail`     | `fail:`                 | ends the request with a client answer  |
 
-mod answer;
 mod fail;
 mod http;
 mod keyed;
 mod value;
 
-pub(crate) use answer::{map_result_on, missing_on, needs_env, pool_error, snapshot};
 pub(crate) use http::{CallSrc, compile_call};
-pub(crate) use keyed::{KeyedLookup, flush_keyed, keyed_alone};
 
 use crate::backend::CallRequest;
 use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded};
+use crate::ctx::Ctx;
 use crate::error::{ErrorKind, FlowError};
-use crate::plan::{Ctx, StepPlan};
 use ::http::HeaderName;
 use fanout_config::{Dur, ExprSrc, Step};
 use fanout_expr::{Expr, Val};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// Every step kind's compiler, tried in order: the first that recognises a step compiles it
@@ -65,7 +63,7 @@ pub(crate) trait StepKind: Send + Sync + 'static {
     /// step has `for_each`), in `env`'s mode. `Err(Yielded)`: redo it on the compute pool.
     fn prepare(
         &self,
-        step: &StepPlan,
+        step: &StepArgs<'_>,
         env: &Env,
         items: Option<Arc<Vec<Val>>>,
         deadline: Instant,
@@ -73,7 +71,7 @@ pub(crate) trait StepKind: Send + Sync + 'static {
     /// Perform one call built by [`StepKind::prepare`] and decode its answer.
     fn call<'a>(
         &'a self,
-        step: &'a StepPlan,
+        step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
         deadline_header: &'a HeaderName,
@@ -82,10 +80,20 @@ pub(crate) trait StepKind: Send + Sync + 'static {
         Box::pin(async move {
             Err(
                 FlowError::new(ErrorKind::Expression, "this step kind makes no calls")
-                    .in_step(&step.name),
+                    .in_step(step.name),
             )
         })
     }
+}
+
+/// What a step's kind sees of the step it belongs to.
+pub(crate) struct StepArgs<'a> {
+    /// The step's name (for errors).
+    pub(crate) name: &'a Arc<str>,
+    /// The step's `result` expression, if any.
+    pub(crate) result: Option<&'a Expr>,
+    /// The step's per-call timeout.
+    pub(crate) timeout: Duration,
 }
 
 /// A step's prepared work: what the scheduler runs. Plain data (`Send + 'static`), so it can be

@@ -1,10 +1,9 @@
 //! The value step (`value:`): computes a value from the request and other steps; no I/O. With
 //! `for_each`, per element, then `result` per element.
 
-use super::{Prepared, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind};
 use crate::call::{Env, Yielded, eval, eval_item, expr_err, yielded};
 use crate::error::FlowError;
-use crate::plan::StepPlan;
 use fanout_config::Step;
 use fanout_expr::{Expr, Val};
 use std::sync::Arc;
@@ -20,12 +19,12 @@ impl StepKind for ValueStep {
 
     fn prepare(
         &self,
-        step: &StepPlan,
+        step: &StepArgs<'_>,
         env: &Env,
         items: Option<Arc<Vec<Val>>>,
         _deadline: Instant,
     ) -> Result<Prepared, Yielded> {
-        let v = eval_value(&step.name, &self.0, step.result.as_ref(), env, items)?;
+        let v = eval_value(step.name, &self.0, step.result, env, items)?;
         Ok(Prepared::Done(v))
     }
 }

@@ -10,35 +10,23 @@ use crate::call::{Env, Yielded, eval, expr_err, short_json, yielded};
 use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
 use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, StepPlan};
 use crate::respond::respond_with;
-use crate::step::{
-    KeyedLookup, Prepared, flush_keyed, keyed_alone, map_result_on, missing_on, needs_env,
-    pool_error, snapshot,
-};
-use bytes::Bytes;
+use crate::step::{Prepared, StepArgs};
+use answer::{map_result_on, missing_on, needs_env, pool_error, snapshot};
+use keyed::{KeyedLookup, flush_keyed, keyed_alone};
+
+mod answer;
+mod keyed;
+
 use fanout_config::StatusAction;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, Mode, Val, truthy};
 use futures_util::Future;
 use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
-use http::{HeaderName, HeaderValue};
+
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// Header naming the optional steps that fell back to their default.
-pub const PARTIAL_HEADER: &str = "x-fanout-partial";
-
-/// A finished response.
-#[derive(Debug)]
-pub struct Outcome {
-    /// Status code.
-    pub status: u16,
-    /// Headers from `respond.headers` (plus `x-fanout-partial` when steps fell back).
-    pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// JSON body.
-    pub body: Bytes,
-    /// Optional steps that failed and used their default.
-    pub partial: Vec<Arc<str>>,
-}
+pub use crate::respond::{Outcome, PARTIAL_HEADER};
 
 /// A running step: its index, its value or failure, and whether the value is incomplete (some
 /// elements were missing and replaced per the step's `missing` policy).
@@ -290,9 +278,10 @@ impl RoutePlan {
             Prepared::Call(req) => {
                 let env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
+                    let a = args(step);
                     let out = match step
                         .kind
-                        .call(step, req, deadline, &self.deadline_header)
+                        .call(&a, req, deadline, &self.deadline_header)
                         .await
                     {
                         Ok(body) => {
@@ -323,12 +312,13 @@ impl RoutePlan {
         env: Option<&Env>,
         deadline: Instant,
     ) -> (usize, Result<Val, FlowError>, bool) {
+        let a = &args(step);
         let out = stream::iter(reqs)
             .map(|(req, item, k)| async move {
                 let item = Some((&item, k));
                 match step
                     .kind
-                    .call(step, req, deadline, &self.deadline_header)
+                    .call(a, req, deadline, &self.deadline_header)
                     .await
                 {
                     Ok(body) => {
@@ -409,7 +399,16 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
             Err(e) => return Ok(Done(Err(expr_err(&step.name, "`for_each`", e)))),
         },
     };
-    step.kind.prepare(step, env, items, deadline)
+    step.kind.prepare(&args(step), env, items, deadline)
+}
+
+/// What a step's kind sees of the step.
+fn args(step: &StepPlan) -> StepArgs<'_> {
+    StepArgs {
+        name: &step.name,
+        result: step.result.as_ref(),
+        timeout: step.timeout,
+    }
 }
 
 /// The backend answered 404.

@@ -1,0 +1,85 @@
+//! The compile context shared by the flow compiler (`plan`) and every step kind's compiler
+//! (`step/`): the config, the errors found so far (each with its position and a hint), the
+//! compute pool, and the helpers that compile one expression, method or header name.
+
+use crate::compute::ComputePool;
+use fanout_config::{Config, ConfigError, ExprSrc, Located, Pos};
+use fanout_expr::Expr;
+use http::{HeaderName, Method};
+use std::sync::Arc;
+
+/// The compile context: the config, the errors found so far, the compute pool.
+pub(crate) struct Ctx<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) errs: Vec<ConfigError>,
+    pub(crate) compute: Arc<ComputePool>,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn expr(&mut self, src: &ExprSrc, scope: &[&str]) -> Option<Expr> {
+        match Expr::compile(&src.value, scope) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                let pos = self.cfg.pos_in_scalar(src.pos, &src.value, e.offset);
+                let mut err = ConfigError::at(
+                    pos,
+                    format!("in expression `{}`: {}", short(&src.value), e.message),
+                );
+                err = err.hint(e.hint.unwrap_or_else(|| {
+                    "expressions are jq (docs/config.md#expressions): check brackets, quotes and `|`".into()
+                }));
+                self.errs.push(err);
+                None
+            }
+        }
+    }
+    /// Position of the first character of an expression.
+    pub(crate) fn at(&self, src: &ExprSrc) -> Pos {
+        self.cfg.pos_in_scalar(src.pos, &src.value, 0)
+    }
+    pub(crate) fn method(&mut self, m: &Located<String>) -> Option<Method> {
+        match Method::from_bytes(m.value.to_ascii_uppercase().as_bytes()) {
+            Ok(m) => Some(m),
+            Err(_) => {
+                self.errs.push(
+                    ConfigError::at(m.pos, format!("invalid HTTP method `{}`", m.value))
+                        .hint("use GET, POST, PUT, PATCH, DELETE, HEAD or OPTIONS"),
+                );
+                None
+            }
+        }
+    }
+    pub(crate) fn header_name(&mut self, name: &str, pos: Pos) -> Option<HeaderName> {
+        match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(h) => Some(h),
+            Err(_) => {
+                self.errs.push(
+                    ConfigError::at(pos, format!("invalid header name `{name}`"))
+                        .hint("header names are ASCII tokens such as `x-user-id`"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// An "unknown backend" error with a hint: the closest declared name, else the declared names.
+pub(crate) fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
+    let mut known: Vec<&str> = cfg.backends.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    let hint = match fanout_config::did_you_mean(name, known.iter()) {
+        Some(d) => d,
+        None if known.is_empty() => "declare it under `backends:`".to_string(),
+        None => format!("declared backends: {}", known.join(", ")),
+    };
+    ConfigError::at(pos, format!("{prefix}unknown backend `{name}`")).hint(hint)
+}
+
+fn short(s: &str) -> String {
+    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 60 {
+        format!("{}…", one_line.chars().take(57).collect::<String>())
+    } else {
+        one_line
+    }
+}
