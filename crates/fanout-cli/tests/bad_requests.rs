@@ -1,9 +1,7 @@
 //! Bad input gets a clear status and JSON error — never a panic, a hang or a dead server.
 
-mod common;
-
 use bytes::Bytes;
-use common::*;
+use fanout_testkit::*;
 use http::Method;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,8 +1,6 @@
 //! Batch forms (E3) and in-flight dedup, proven by the stubs' call counters.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 use serde_json::json;

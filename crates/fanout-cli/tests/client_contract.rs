@@ -4,9 +4,7 @@
 //! error path — no backend text, backend name or address in the body, with the detail in the
 //! log line of the request.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 use http::Method;
 
 /// Texts only backends and the config know: none may reach a client.

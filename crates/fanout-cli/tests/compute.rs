@@ -2,9 +2,7 @@
 //! bounded compute pool; a transform that holds a worker past `server.stall_threshold` is counted
 //! (and logged with its route and step) on `/__fanout/status`.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 
 const STUBS: &str = r#"
 services:

@@ -5,10 +5,8 @@
 //! in the configs and generous overall timeouts, asserting states and counters, never elapsed
 //! times (except the shutdown bound, far below its configured grace).
 
-mod common;
-
 use bytes::Bytes;
-use common::*;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 use std::net::SocketAddr;

@@ -3,9 +3,7 @@
 //! `bad_backend_answer`), heavy expressions leave the I/O workers, and a compute job whose request
 //! has ended is cancelled.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 use http::{Method, StatusCode};
 use std::time::Duration;
 use tokio::time::Instant;

@@ -1,9 +1,7 @@
 //! R3: a backend's circuit breaker opens after failures (optional steps then use their default
 //! without calling it); a full bulkhead fails fast. Proven with the stub's counters.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 use serde_json::json;

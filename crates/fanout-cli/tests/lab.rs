@@ -6,9 +6,7 @@
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
 //! are measured and reported.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 use http::Method;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -679,15 +677,9 @@ async fn java_baseline_cases() {
     let mut compared = 0;
     for (ex, s) in examples.iter().zip(&stub_servers) {
         let gw = gateway(&read(ex, "fanout.yaml"), s).await;
-        let cases: Cases = serde_saphyr::from_str(&read(ex, "cases.yaml")).expect("cases.yaml");
+        let cases = Cases::parse(&read(ex, "cases.yaml"));
         for case in cases.cases {
-            let method = Method::from_bytes(case.request.method.as_bytes()).expect("method");
-            let body = case
-                .request
-                .body
-                .as_ref()
-                .map(|b| b.to_string())
-                .unwrap_or_default();
+            let (method, body) = (case.request.method(), case.request.body_text());
             let ask = |addr: String| {
                 let (c, method, body) = (&c, method.clone(), body.clone());
                 let url = format!("http://{addr}{}", case.request.path);

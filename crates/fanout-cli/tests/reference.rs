@@ -1,11 +1,9 @@
 //! Reference data (E2): loaded at start, refreshed on its period, swapped atomically, survives a
 //! failed refresh with its age visible, and a required dataset that cannot load fails the start.
 
-mod common;
-
-use common::*;
 use fanout_expr::Expr;
 use fanout_stub::StubServer;
+use fanout_testkit::*;
 use serde_json::json;
 
 const STUBS: &str = r#"

@@ -7,9 +7,7 @@
 //! - hedges stay within `max_extra` of the calls, losers are cancelled at the backend, answers
 //!   are correct, and non-idempotent calls are never hedged.
 
-mod common;
-
-use common::*;
+use fanout_testkit::*;
 use futures_util::StreamExt;
 use http::Method;
 use serde_json::{Value, json};
@@ -250,7 +248,7 @@ routes:
     // Every hedge is exactly one extra backend call; each race leaves a loser, cancelled at the
     // stub (its handler dropped: `aborted`) unless it finished in the same instant.
     let stats = || s.stats("tail").unwrap().routes["* /x"];
-    eventually("no call left in flight at the stub", || {
+    wait_until("no call left in flight at the stub", || {
         stats().in_flight == 0
     })
     .await;

@@ -1,10 +1,8 @@
 //! HTTPS backends: rustls with a CA file, over HTTP/1.1 and HTTP/2 (ALPN); an untrusted
 //! certificate is a 502 `backend_unavailable`, not a hang or a 500.
 
-mod common;
-
 use bytes::Bytes;
-use common::*;
+use fanout_testkit::*;
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::sync::Arc;

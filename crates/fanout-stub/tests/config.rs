@@ -1,11 +1,8 @@
 //! Loading stub configs: formats accepted, and errors with `FILE:LINE:COL`.
 
 use fanout_stub::{Latency, WeightedLatency, load};
+use fanout_testkit::no_vars;
 use std::time::Duration;
-
-fn no_vars(_: &str) -> Option<String> {
-    None
-}
 
 fn err(yaml: &str) -> String {
     match load("stubs.yaml", yaml, &no_vars) {
