@@ -17,7 +17,7 @@ fn check_snapshot(file: &str, schema: &serde_json::Value) {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == text,
-        "{file} is out of date with the config types; run `UPDATE_SNAPSHOTS=1 cargo test -p fanout --test schema` and commit it"
+        "{file} is out of date with the config types; run `UPDATE_SNAPSHOTS=1 cargo test -p fanout --test gateway schema::` and commit it"
     );
 }
 
