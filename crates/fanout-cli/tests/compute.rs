@@ -2,7 +2,10 @@
 //! bounded compute pool; a transform that holds a worker past `server.stall_threshold` is counted
 //! (and logged with its route and step) on `/__fanout/status`.
 
+mod support;
+
 use fanout_testkit::*;
+use support::gateway;
 
 const STUBS: &str = r#"
 services:

@@ -3,9 +3,12 @@
 //! `bad_backend_answer`), heavy expressions leave the I/O workers, and a compute job whose request
 //! has ended is cancelled.
 
+mod support;
+
 use fanout_testkit::*;
 use http::{Method, StatusCode};
 use std::time::Duration;
+use support::gateway;
 use tokio::time::Instant;
 
 fn nested(n: usize) -> String {

@@ -6,12 +6,15 @@
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
 //! are measured and reported.
 
+mod support;
+
 use fanout_testkit::*;
 use http::Method;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use support::{gateway, stub_vars};
 
 /// Lab runs measure the machine; two at once would measure each other. Run them one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -4,9 +4,12 @@
 //! The stub holds every call for a minute, so "5 000 in flight" is a state the test waits for
 //! however slowly the machine sends them; the client then goes away and the gateway cancels.
 
+mod support;
+
 use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
+use support::gateway;
 
 const STUBS: &str = r#"
 services:

@@ -1,6 +1,7 @@
 //! R2: at the concurrency limit, requests wait briefly in a bounded queue or are rejected at once
 //! with 503 + Retry-After — never queued until they time out.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;

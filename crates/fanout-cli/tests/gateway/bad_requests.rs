@@ -1,5 +1,6 @@
 //! Bad input gets a clear status and JSON error — never a panic, a hang or a dead server.
 
+use crate::support::gateway;
 use bytes::Bytes;
 use fanout_testkit::*;
 use http::Method;

@@ -1,5 +1,6 @@
 //! Batch forms (E3) and in-flight dedup, proven by the stubs' call counters.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;

@@ -1,6 +1,7 @@
 //! Caches (E1) end to end: whole answers and per-key values of batch forms (a batch asks only for
 //! the keys that missed), with their counters on /__fanout/status.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use http::Method;
 use serde_json::json;

@@ -4,6 +4,7 @@
 //! error path — no backend text, backend name or address in the body, with the detail in the
 //! log line of the request.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use http::Method;
 

@@ -5,6 +5,7 @@
 //! in the configs and generous overall timeouts, asserting states and counters, never elapsed
 //! times (except the shutdown bound, far below its configured grace).
 
+use crate::support::gateway;
 use bytes::Bytes;
 use fanout_testkit::*;
 use futures_util::future::join_all;

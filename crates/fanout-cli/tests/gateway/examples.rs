@@ -1,6 +1,7 @@
 //! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
 //! its `cases.yaml`, including how many calls each backend received.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use std::path::Path;
 

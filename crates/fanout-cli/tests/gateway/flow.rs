@@ -1,6 +1,7 @@
 //! Flow behaviour through the public interface: real stubs, a real gateway, real sockets.
 //! Concurrency and cancellation are proven by what the stubs observe, never by timing.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use http::Method;
 

@@ -1,6 +1,7 @@
 //! R3: a backend's circuit breaker opens after failures (optional steps then use their default
 //! without calling it); a full bulkhead fails fast. Proven with the stub's counters.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;

@@ -16,6 +16,9 @@
 //! The log capture (`fanout_testkit::capture_logs`) is process-wide too: tests that read it find
 //! their lines by request ids no other test uses.
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod admission;
 mod bad_requests;
 mod batching;

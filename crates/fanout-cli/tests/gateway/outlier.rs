@@ -3,6 +3,7 @@
 //! a probe re-admits it once it is healthy; local rejections never eject an address (#11).
 //! Proven with the stubs' counters and `/__fanout/status` — no wall-clock assertions.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use futures_util::StreamExt;
 use http::Method;

@@ -1,6 +1,7 @@
 //! Reference data (E2): loaded at start, refreshed on its period, swapped atomically, survives a
 //! failed refresh with its age visible, and a required dataset that cannot load fails the start.
 
+use crate::support::gateway;
 use fanout_expr::Expr;
 use fanout_stub::StubServer;
 use fanout_testkit::*;

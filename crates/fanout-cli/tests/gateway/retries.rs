@@ -7,6 +7,7 @@
 //! - hedges stay within `max_extra` of the calls, losers are cancelled at the backend, answers
 //!   are correct, and non-idempotent calls are never hedged.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use futures_util::StreamExt;
 use http::Method;

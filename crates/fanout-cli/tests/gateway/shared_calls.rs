@@ -3,6 +3,7 @@
 //! answer; and a shared call has its own time limit, so a backend that hangs for a moment cannot
 //! wedge a hot key for as long as traffic continues.
 
+use crate::support::gateway;
 use fanout_testkit::*;
 use http::{Method, StatusCode};
 use std::time::Duration;

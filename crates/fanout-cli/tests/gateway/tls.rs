@@ -1,6 +1,7 @@
 //! HTTPS backends: rustls with a CA file, over HTTP/1.1 and HTTP/2 (ALPN); an untrusted
 //! certificate is a 502 `backend_unavailable`, not a hang or a 500.
 
+use crate::support::gateway;
 use bytes::Bytes;
 use fanout_testkit::*;
 use http_body_util::Full;

@@ -1,4 +1,7 @@
-//! A real gateway from YAML text, started in this process against running stubs.
+//! The gateway half of the test harness: a real gateway from YAML text, started in this process
+//! against running stubs. The rest (stubs, client, waits, logs) is `fanout_testkit`, which does
+//! not depend on the gateway; this file is a module of every test binary that starts gateways.
+#![allow(dead_code)]
 
 use fanout::{RunningGateway, addr_var, load_gateway, start_gateway};
 use fanout_stub::StubServer;
