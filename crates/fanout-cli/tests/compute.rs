@@ -3,9 +3,10 @@
 //! (and logged with its route and step) on `/__fanout/status`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
+mod support;
 
-use common::*;
+use fanout_testkit::*;
+use support::gateway;
 
 const STUBS: &str = r#"
 services:

@@ -4,11 +4,12 @@
 //! has ended is cancelled.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
+mod support;
 
-use common::*;
+use fanout_testkit::*;
 use http::{Method, StatusCode};
 use std::time::Duration;
+use support::gateway;
 use tokio::time::Instant;
 
 fn nested(n: usize) -> String {

@@ -7,14 +7,15 @@
 //! are measured and reported.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
+mod support;
 
-use common::*;
+use fanout_testkit::*;
 use http::Method;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use support::{gateway, stub_vars};
 
 /// Lab runs measure the machine; two at once would measure each other. Run them one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -680,15 +681,9 @@ async fn java_baseline_cases() {
     let mut compared = 0;
     for (ex, s) in examples.iter().zip(&stub_servers) {
         let gw = gateway(&read(ex, "fanout.yaml"), s).await;
-        let cases: Cases = serde_saphyr::from_str(&read(ex, "cases.yaml")).expect("cases.yaml");
+        let cases = Cases::parse(&read(ex, "cases.yaml"));
         for case in cases.cases {
-            let method = Method::from_bytes(case.request.method.as_bytes()).expect("method");
-            let body = case
-                .request
-                .body
-                .as_ref()
-                .map(|b| b.to_string())
-                .unwrap_or_default();
+            let (method, body) = (case.request.method(), case.request.body_text());
             let ask = |addr: String| {
                 let (c, method, body) = (&c, method.clone(), body.clone());
                 let url = format!("http://{addr}{}", case.request.path);

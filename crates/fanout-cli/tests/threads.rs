@@ -5,11 +5,12 @@
 //! however slowly the machine sends them; the client then goes away and the gateway cancels.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
+mod support;
 
-use common::*;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
+use support::gateway;
 
 const STUBS: &str = r#"
 services:

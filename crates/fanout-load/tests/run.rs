@@ -8,6 +8,7 @@ use fanout_load::{
     check_thresholds, run, summary_text,
 };
 use fanout_stub::StubServer;
+use fanout_testkit::start_stubs;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -18,11 +19,7 @@ async fn stub(route: &str) -> StubServer {
     let yaml = format!(
         "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - {{path: /x, {route}}}\n"
     );
-    fanout_stub::load("s.yaml", &yaml, &|_| None)
-        .unwrap_or_else(|e| panic!("stub config: {e}"))
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("stub start: {e}"))
+    start_stubs(&yaml).await
 }
 
 fn spec(stub: &StubServer, schedule: &str) -> LoadSpec {
@@ -349,11 +346,7 @@ async fn http2_multiplexes() {
 async fn ramp_and_round_robin() {
     let _serial = SERIAL.lock().await;
     let yaml = "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - {path: /x}\n      - {path: /y, status: 404}\n";
-    let stub = fanout_stub::load("s.yaml", yaml, &|_| None)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let stub = start_stubs(yaml).await;
     let mut spec = spec(&stub, "line(0,200,1s) const(0,500ms)");
     spec.requests = vec![RequestTemplate::get("/x"), RequestTemplate::get("/y")];
     let r = go(&spec).await;

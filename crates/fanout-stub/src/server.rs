@@ -654,18 +654,9 @@ async fn admin_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fanout_testkit::wait_until;
     use http_body_util::Full;
     use tokio::io::AsyncWriteExt;
-
-    async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-        for _ in 0..2000 {
-            if cond() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        panic!("timed out waiting for: {what}");
-    }
 
     /// `concurrency: 1` serialises the service: three concurrent 100 ms requests take ≥ 300 ms
     /// (a lower bound only: sleeps never end early, whatever the machine's load).

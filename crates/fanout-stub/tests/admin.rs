@@ -2,13 +2,12 @@
 //! `StubServer::update_route` in process), and the batch-endpoint pattern from docs/stubs.md.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
 use bytes::Bytes;
-use common::{get, put_json, send, start};
 use fanout_stub::{
     FaultAction, FaultConfig, LatencyConfig, RouteUpdate, RouteUpdateError, RouteView,
 };
+use fanout_testkit::h1::{get, put_json, send};
+use fanout_testkit::start_stubs;
 use http::{Method, StatusCode};
 use serde_json::json;
 
@@ -27,7 +26,7 @@ services:
 
 #[tokio::test]
 async fn get_routes_lists_current_latency_and_faults() {
-    let s = start(ROUTES).await;
+    let s = start_stubs(ROUTES).await;
     let addr = s.addr("api").expect("addr");
     let r = get(addr, "/__stub/routes").await;
     assert_eq!(r.status, StatusCode::OK);
@@ -52,7 +51,7 @@ async fn get_routes_lists_current_latency_and_faults() {
 
 #[tokio::test]
 async fn put_changes_latency_faults_and_status() {
-    let s = start(ROUTES).await;
+    let s = start_stubs(ROUTES).await;
     let addr = s.addr("api").expect("addr");
 
     let r = put_json(
@@ -118,7 +117,7 @@ async fn put_changes_latency_faults_and_status() {
 
 #[tokio::test]
 async fn bad_put_is_400_with_a_message() {
-    let s = start(ROUTES).await;
+    let s = start_stubs(ROUTES).await;
     let addr = s.addr("api").expect("addr");
     let bad = [
         (
@@ -195,7 +194,7 @@ async fn bad_put_is_400_with_a_message() {
 
 #[tokio::test]
 async fn update_route_in_process() {
-    let s = start(ROUTES).await;
+    let s = start_stubs(ROUTES).await;
     let addr = s.addr("api").expect("addr");
     let update = RouteUpdate {
         faults: Some(vec![FaultConfig {
@@ -249,7 +248,7 @@ async fn update_route_in_process() {
 
 #[tokio::test]
 async fn batch_endpoint_answers_one_item_per_id() {
-    let s = start(ROUTES).await;
+    let s = start_stubs(ROUTES).await;
     let addr = s.addr("api").expect("addr");
     let r = get(addr, "/items?ids=1,2,3").await;
     assert_eq!(r.status, StatusCode::OK);

@@ -2,11 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout_stub::{Latency, WeightedLatency, load};
+use fanout_testkit::no_vars;
 use std::time::Duration;
-
-fn no_vars(_: &str) -> Option<String> {
-    None
-}
 
 fn err(yaml: &str) -> String {
     match load("stubs.yaml", yaml, &no_vars) {

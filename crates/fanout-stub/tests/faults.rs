@@ -2,11 +2,10 @@
 //! kind, how often probabilistic faults fire, and the counters the stub keeps about them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
 use bytes::Bytes;
-use common::{get, h1_conn, request, start, wait_until};
 use fanout_stub::StubServer;
+use fanout_testkit::h1::{self, get, request};
+use fanout_testkit::{start_stubs, wait_until};
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -82,7 +81,7 @@ fn is_reset(e: &(dyn std::error::Error + 'static)) -> bool {
 
 #[tokio::test]
 async fn reset_fault_sends_a_tcp_rst() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
     let mut sock = TcpStream::connect(addr).await.expect("connect");
     sock.write_all(b"GET /reset HTTP/1.1\r\nhost: stub\r\n\r\n")
@@ -108,9 +107,9 @@ async fn reset_fault_sends_a_tcp_rst() {
 
 #[tokio::test]
 async fn reset_fault_is_a_reset_for_hyper_clients_too() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
-    let mut conn = h1_conn(addr).await;
+    let mut conn = h1::conn(addr).await;
     let err = conn
         .send_request(request(Method::GET, "/reset", Bytes::new()))
         .await
@@ -140,9 +139,9 @@ async fn reset_fault_is_a_reset_for_hyper_clients_too() {
 
 #[tokio::test]
 async fn hang_fault_never_answers_and_counts_the_abort() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
-    let mut conn = h1_conn(addr).await;
+    let mut conn = h1::conn(addr).await;
     let res = tokio::time::timeout(
         Duration::from_millis(200),
         conn.send_request(request(Method::GET, "/hang", Bytes::new())),
@@ -161,7 +160,7 @@ async fn hang_fault_never_answers_and_counts_the_abort() {
 
 /// Receive a response body frame by frame; (frames with data, the bytes).
 async fn frames(addr: std::net::SocketAddr, path: &str) -> (http::HeaderMap, usize, Vec<u8>) {
-    let mut conn = h1_conn(addr).await;
+    let mut conn = h1::conn(addr).await;
     let resp = conn
         .send_request(request(Method::GET, path, Bytes::new()))
         .await
@@ -181,7 +180,7 @@ async fn frames(addr: std::net::SocketAddr, path: &str) -> (http::HeaderMap, usi
 
 #[tokio::test]
 async fn slow_body_fault_dribbles_the_body_in_chunks() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
     // Pieces 100 ms apart: the client reads each before the next is sent.
     let (headers, n, bytes) = frames(addr, "/slow").await;
@@ -202,7 +201,7 @@ async fn slow_body_fault_dribbles_the_body_in_chunks() {
 
 #[tokio::test]
 async fn malformed_fault_answers_200_with_invalid_json() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
     let r = get(addr, "/malformed").await;
     assert_eq!(r.status, StatusCode::OK);
@@ -218,9 +217,9 @@ async fn malformed_fault_answers_200_with_invalid_json() {
 
 #[tokio::test]
 async fn close_after_headers_fault_fails_the_body_read() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
-    let mut conn = h1_conn(addr).await;
+    let mut conn = h1::conn(addr).await;
     let resp = conn
         .send_request(request(Method::GET, "/close", Bytes::new()))
         .await
@@ -254,7 +253,7 @@ async fn close_after_headers_fault_fails_the_body_read() {
 
 #[tokio::test]
 async fn status_fault_with_p_1_always_answers_its_status() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
     for _ in 0..3 {
         let r = get(addr, "/status").await;
@@ -276,9 +275,9 @@ async fn status_fault_with_p_1_always_answers_its_status() {
 
 #[tokio::test]
 async fn probability_half_fires_about_half_the_time() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
-    let mut conn = h1_conn(addr).await;
+    let mut conn = h1::conn(addr).await;
     let (mut ok, mut failed) = (0, 0);
     for _ in 0..400 {
         let resp = conn
@@ -305,7 +304,7 @@ async fn probability_half_fires_about_half_the_time() {
 
 #[tokio::test]
 async fn sleeps_report_their_overshoot_and_models_answer() {
-    let s = start(FAULTS).await;
+    let s = start_stubs(FAULTS).await;
     let addr = s.addr("f").expect("addr");
     for _ in 0..5 {
         assert_eq!(get(addr, "/delayed").await.json(), "late");

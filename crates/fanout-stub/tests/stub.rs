@@ -3,8 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use bytes::Bytes;
-use fanout_stub::{Behaviour, CompiledStubs, Latency, StubServer};
-use http::{HeaderMap, Method, Request, StatusCode};
+use fanout_stub::{Behaviour, Latency, StubServer};
+use fanout_testkit::{Resp, start_stubs, wait_until};
+use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
@@ -13,72 +14,17 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn no_vars(_: &str) -> Option<String> {
-    None
-}
-
-fn load(yaml: &str) -> CompiledStubs {
-    match fanout_stub::load("stubs.yaml", yaml, &no_vars) {
-        Ok(c) => c,
-        Err(e) => panic!("config should load:\n{e}"),
-    }
-}
-
-async fn start(yaml: &str) -> StubServer {
-    load(yaml).start().await.expect("stub starts")
-}
-
-/// Poll `cond` until it holds; panics (naming `what`) if it does not within 10 s. This bounds
-/// the test, it does not measure anything.
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..2000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
-
-struct Resp {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("JSON body")
-    }
-}
-
+/// A request for a stub, with the `x-h: hello` header the templated routes echo.
 fn request(method: Method, path: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
-    Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "stub")
-        .header("x-h", "hello")
-        .body(Full::new(body.into()))
-        .expect("request")
+    let mut req = fanout_testkit::h1::request(method, path, body);
+    req.headers_mut()
+        .insert("x-h", http::HeaderValue::from_static("hello"));
+    req
 }
 
 /// One HTTP/1.1 request on a fresh connection.
 async fn h1(addr: SocketAddr, req: Request<Full<Bytes>>) -> Resp {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
-    let resp = send.send_request(req).await.expect("response");
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    drop(send);
-    conn.abort();
-    Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+    fanout_testkit::h1::exchange(addr, req).await
 }
 
 async fn get(addr: SocketAddr, path: &str) -> Resp {
@@ -114,7 +60,7 @@ services:
 
 #[tokio::test]
 async fn templated_body_from_params_query_and_json_body() {
-    let s = start(BASIC).await;
+    let s = start_stubs(BASIC).await;
     let addr = s.addr("api").expect("api");
     let r = h1(
         addr,
@@ -150,7 +96,7 @@ async fn templated_body_from_params_query_and_json_body() {
 
 #[tokio::test]
 async fn non_json_body_is_a_string_and_any_method_matches() {
-    let s = start(BASIC).await;
+    let s = start_stubs(BASIC).await;
     let addr = s.addr("api").expect("api");
     let r = h1(addr, request(Method::PUT, "/echo", "not json {")).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -165,7 +111,7 @@ async fn non_json_body_is_a_string_and_any_method_matches() {
 
 #[tokio::test]
 async fn not_found_method_not_allowed_and_eval_error() {
-    let s = start(BASIC).await;
+    let s = start_stubs(BASIC).await;
     let addr = s.addr("api").expect("api");
     let r = get(addr, "/nope").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
@@ -197,7 +143,7 @@ async fn not_found_method_not_allowed_and_eval_error() {
 
 #[tokio::test]
 async fn body_over_one_mib_is_413() {
-    let s = start(BASIC).await;
+    let s = start_stubs(BASIC).await;
     let addr = s.addr("api").expect("api");
     let big = vec![b'x'; fanout_stub::MAX_BODY_BYTES + 1];
     let r = h1(addr, request(Method::POST, "/echo", big)).await;
@@ -268,7 +214,7 @@ fn open_conns(s: &StubServer) -> u64 {
 /// `go_away` end the client side. The stub must count the request as aborted long before the
 /// latency would have elapsed (the wait is bounded by 10 s; the route sleeps 30 s).
 async fn h1_raw_abort(extra_header: &str, go_away: impl AsyncFnOnce(TcpStream)) {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let mut sock = TcpStream::connect(addr).await.expect("connect");
     let req = format!("GET /slow HTTP/1.1\r\nhost: stub\r\n{extra_header}\r\n");
@@ -316,7 +262,7 @@ async fn h1_client_half_close_aborts_the_handler() {
 
 #[tokio::test]
 async fn h1_hyper_client_timeout_aborts_the_handler() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let stream = TcpStream::connect(addr).await.expect("connect");
     let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -348,7 +294,7 @@ async fn h1_hyper_client_timeout_aborts_the_handler() {
 async fn pooled_legacy_client_timeout_aborts_the_handler() {
     // The gateway's kind of client: hyper-util's pooled client over HTTP/1.1. Dropping the
     // response future must close that connection (not return it to the pool half-used).
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build_http::<Full<Bytes>>();
@@ -397,7 +343,7 @@ fn h2_request(path: &str) -> Request<Full<Bytes>> {
 
 #[tokio::test]
 async fn h2c_stream_reset_aborts_the_handler_and_keeps_the_connection() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let mut send = h2_client(addr).await;
 
@@ -449,7 +395,7 @@ async fn h2c_stream_reset_aborts_the_handler_and_keeps_the_connection() {
 
 #[tokio::test]
 async fn overlapping_requests_raise_max_in_flight() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let (a, b) = tokio::join!(get(addr, "/overlap"), get(addr, "/overlap"));
     assert_eq!((a.status, b.status), (StatusCode::OK, StatusCode::OK));
@@ -465,7 +411,7 @@ async fn overlapping_requests_raise_max_in_flight() {
 
 #[tokio::test]
 async fn h2c_multiplexes_concurrent_streams_on_one_connection() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let send = h2_client(addr).await;
     let mut tasks = Vec::new();
@@ -488,7 +434,7 @@ async fn h2c_multiplexes_concurrent_streams_on_one_connection() {
 
 #[tokio::test]
 async fn uniform_latency_route_answers() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     for _ in 0..5 {
         let r = get(addr, "/uniform").await;
@@ -503,7 +449,7 @@ async fn uniform_latency_route_answers() {
 
 #[tokio::test]
 async fn admin_endpoints_report_and_reset() {
-    let s = start(BASIC).await;
+    let s = start_stubs(BASIC).await;
     let addr = s.addr("api").expect("api");
     get(addr, "/plain").await;
     get(addr, "/plain").await;
@@ -559,7 +505,7 @@ services:
 
 #[tokio::test]
 async fn several_services_listen_separately() {
-    let s = start(TWO).await;
+    let s = start_stubs(TWO).await;
     let services = s.services();
     assert_eq!(
         services.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
@@ -575,7 +521,7 @@ async fn several_services_listen_separately() {
 
 #[tokio::test]
 async fn behaviour_can_be_replaced_while_running() {
-    let s = start(TWO).await;
+    let s = start_stubs(TWO).await;
     let addr = s.addr("a").expect("a");
     let current = s.behaviour("a", "GET /x").expect("route");
     assert_eq!(current.latency, Latency::None);
@@ -597,7 +543,7 @@ fn fanout_expr_compile(src: &str) -> fanout_expr::Expr {
 
 #[tokio::test]
 async fn shutdown_closes_connections_and_stops_accepting() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     let mut sock = TcpStream::connect(addr).await.expect("connect");
     sock.write_all(b"GET /slow HTTP/1.1\r\nhost: stub\r\n\r\n")
@@ -613,7 +559,7 @@ async fn shutdown_closes_connections_and_stops_accepting() {
 
 #[tokio::test]
 async fn dropping_the_server_stops_accepting() {
-    let s = start(SLOW).await;
+    let s = start_stubs(SLOW).await;
     let addr = s.addr("slow").expect("slow");
     drop(s);
     let mut refused = false;
@@ -632,7 +578,7 @@ async fn dropping_the_server_stops_accepting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn works_on_a_multi_thread_runtime() {
-    let s = start(BASIC).await;
+    let s = start_stubs(BASIC).await;
     let addr = s.addr("api").expect("api");
     let tasks: Vec<_> = (0..8)
         .map(|i| tokio::spawn(async move { get(addr, &format!("/files/{i}")).await.json() }))

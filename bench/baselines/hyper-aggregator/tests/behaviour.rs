@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use fanout_testkit::*;
 use http::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use fanout_testkit::*;
 use http::Method;
 use serde_json::Value;
 

@@ -1,12 +1,10 @@
 //! Reference data (E2): loaded at start, refreshed on its period, swapped atomically, survives a
 //! failed refresh with its age visible, and a required dataset that cannot load fails the start.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
 use fanout_expr::Expr;
 use fanout_stub::StubServer;
+use fanout_testkit::*;
 use serde_json::json;
 
 const STUBS: &str = r#"

@@ -1,11 +1,8 @@
 //! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
 //! its `cases.yaml`, including how many calls each backend received.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
-use http::Method;
+use crate::support::gateway;
+use fanout_testkit::*;
 use std::path::Path;
 
 fn example_dirs() -> Vec<std::path::PathBuf> {
@@ -32,20 +29,20 @@ async fn examples_answer_as_documented() {
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         let stubs = stubs(&read("stubs.yaml")).await;
         let gw = gateway(&read("fanout.yaml"), &stubs).await;
-        let cases: Cases = serde_saphyr::from_str(&read("cases.yaml")).expect("cases.yaml");
+        let cases = Cases::parse(&read("cases.yaml"));
         let c = client(false);
         for case in cases.cases {
             stubs.reset_stats();
             let url = format!("http://{}{}", gw.addr, case.request.path);
-            let headers: Vec<(&str, &str)> = case
-                .request
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let body = case.request.body.map(|b| b.to_string()).unwrap_or_default();
-            let method = Method::from_bytes(case.request.method.as_bytes()).unwrap();
-            let resp = send(&c, method, &url, &headers, body).await;
+            let headers = case.request.header_pairs();
+            let resp = send(
+                &c,
+                case.request.method(),
+                &url,
+                &headers,
+                case.request.body_text(),
+            )
+            .await;
             let ctx = format!("{name} / {}", case.name);
             assert_eq!(
                 resp.status.as_u16(),

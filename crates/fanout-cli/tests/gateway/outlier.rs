@@ -3,10 +3,8 @@
 //! a probe re-admits it once it is healthy; local rejections never eject an address (#11).
 //! Proven with the stubs' counters and `/__fanout/status` — no wall-clock assertions.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use futures_util::StreamExt;
 use http::Method;
 use serde_json::{Value, json};

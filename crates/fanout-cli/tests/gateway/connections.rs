@@ -5,11 +5,9 @@
 //! in the configs and generous overall timeouts, asserting states and counters, never elapsed
 //! times (except the shutdown bound, far below its configured grace).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
+use crate::support::gateway;
 use bytes::Bytes;
-use common::*;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 use std::net::SocketAddr;

@@ -1,7 +1,6 @@
 //! The JSON Schemas are valid, match the committed snapshots in docs/, and every example config
 //! validates against them (and loads).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -18,7 +17,7 @@ fn check_snapshot(file: &str, schema: &serde_json::Value) {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == text,
-        "{file} is out of date with the config types; run `UPDATE_SNAPSHOTS=1 cargo test -p fanout --test schema` and commit it"
+        "{file} is out of date with the config types; run `UPDATE_SNAPSHOTS=1 cargo test -p fanout --test gateway schema::` and commit it"
     );
 }
 

@@ -1,11 +1,9 @@
 //! HTTPS backends: rustls with a CA file, over HTTP/1.1 and HTTP/2 (ALPN); an untrusted
 //! certificate is a 502 `backend_unavailable`, not a hang or a 500.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
+use crate::support::gateway;
 use bytes::Bytes;
-use common::*;
+use fanout_testkit::*;
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::sync::Arc;

@@ -1,7 +1,6 @@
 //! Every complete YAML example in the docs loads: blocks with a top-level `routes:` as gateway
 //! configs, blocks with a top-level `services:` as stub configs. Fragments are not checked.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use std::path::Path;
 
 fn yaml_blocks(text: &str) -> Vec<(usize, String)> {

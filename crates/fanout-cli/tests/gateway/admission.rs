@@ -1,10 +1,8 @@
 //! R2: at the concurrency limit, requests wait briefly in a bounded queue or are rejected at once
 //! with 503 + Retry-After — never queued until they time out.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 
@@ -93,13 +91,8 @@ services:
       - { path: /fast, latency: 20ms, body: '{ok: true}' }
 "#;
 
-type Client = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    http_body_util::Full<bytes::Bytes>,
->;
-
 /// Start `n` GET requests to `url` in the background.
-fn spawn_gets(c: &Client, url: &str, n: usize) -> Vec<tokio::task::JoinHandle<Resp>> {
+fn spawn_gets(c: &TestClient, url: &str, n: usize) -> Vec<tokio::task::JoinHandle<Resp>> {
     (0..n)
         .map(|_| {
             let (c, url) = (c.clone(), url.to_string());

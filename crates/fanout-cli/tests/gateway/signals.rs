@@ -4,7 +4,6 @@
 //!
 //! Every wait polls for a condition (a log line, an answer, the exit), up to a generous limit.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

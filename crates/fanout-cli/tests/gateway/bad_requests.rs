@@ -1,10 +1,8 @@
 //! Bad input gets a clear status and JSON error — never a panic, a hang or a dead server.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
+use crate::support::gateway;
 use bytes::Bytes;
-use common::*;
+use fanout_testkit::*;
 use http::Method;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -7,10 +7,8 @@
 //! - hedges stay within `max_extra` of the calls, losers are cancelled at the backend, answers
 //!   are correct, and non-idempotent calls are never hedged.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use futures_util::StreamExt;
 use http::Method;
 use serde_json::{Value, json};
@@ -251,7 +249,7 @@ routes:
     // Every hedge is exactly one extra backend call; each race leaves a loser, cancelled at the
     // stub (its handler dropped: `aborted`) unless it finished in the same instant.
     let stats = || s.stats("tail").unwrap().routes["* /x"];
-    eventually("no call left in flight at the stub", || {
+    wait_until("no call left in flight at the stub", || {
         stats().in_flight == 0
     })
     .await;

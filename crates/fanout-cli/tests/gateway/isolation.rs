@@ -1,10 +1,8 @@
 //! R3: a backend's circuit breaker opens after failures (optional steps then use their default
 //! without calling it); a full bulkhead fails fast. Proven with the stub's counters.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 use serde_json::json;

@@ -19,7 +19,6 @@
 //!
 //! Tables without a marker (status codes, `$request`, the status endpoint) are not field tables.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 

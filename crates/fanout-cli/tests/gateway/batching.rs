@@ -1,9 +1,7 @@
 //! Batch forms (E3) and in-flight dedup, proven by the stubs' call counters.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
 use serde_json::json;

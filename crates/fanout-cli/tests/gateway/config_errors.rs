@@ -1,7 +1,6 @@
 //! Every kind of config error is reported as `FILE:LINE:COL: message` with the right position.
 //! Table-driven: (what, config, expected position, expected words in the message).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout::load_gateway;
 
 const CASES: &[(&str, &str, &str, &str)] = &[

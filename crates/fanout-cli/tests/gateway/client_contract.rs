@@ -4,10 +4,8 @@
 //! error path — no backend text, backend name or address in the body, with the detail in the
 //! log line of the request.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use http::Method;
 
 /// Texts only backends and the config know: none may reach a client.

@@ -1,10 +1,8 @@
 //! Caches (E1) end to end: whole answers and per-key values of batch forms (a batch asks only for
 //! the keys that missed), with their counters on /__fanout/status.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use http::Method;
 use serde_json::json;
 

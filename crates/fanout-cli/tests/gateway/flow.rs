@@ -1,10 +1,8 @@
 //! Flow behaviour through the public interface: real stubs, a real gateway, real sockets.
 //! Concurrency and cancellation are proven by what the stubs observe, never by timing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use http::Method;
 
 const STUBS: &str = r#"
@@ -134,7 +132,7 @@ async fn deadline_cancels_outstanding_calls_without_leaks() {
         "",
     )
     .await;
-    eventually("stub connections settle", || {
+    wait_until("stub connections settle", || {
         s.stats("a").unwrap().routes["GET /fail"].in_flight == 0
     })
     .await;
@@ -161,18 +159,18 @@ async fn deadline_cancels_outstanding_calls_without_leaks() {
         );
     }
     // The stub saw each hanging request go away, nothing is in flight, connections are closed.
-    eventually("3 aborted at the stub", || {
+    wait_until("3 aborted at the stub", || {
         s.stats("a").unwrap().routes["GET /hang"].aborted == 3
     })
     .await;
     let st = s.stats("a").unwrap();
     assert_eq!(st.routes["GET /hang"].in_flight, 0);
     assert_eq!(st.routes["GET /hang"].completed, 0);
-    eventually("stub connections back to the baseline", || {
+    wait_until("stub connections back to the baseline", || {
         s.stats("a").unwrap().connections_open <= conns_before
     })
     .await;
-    eventually("no task leaked", || {
+    wait_until("no task leaked", || {
         tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks()
@@ -192,7 +190,7 @@ async fn optional_step_falls_back_and_is_reported() {
         serde_json::json!({"h": {"fallback": true}, "ok": "x", "_partial": ["h"]})
     );
     assert_eq!(r.headers["x-fanout-partial"], "h");
-    eventually("hung call cancelled", || {
+    wait_until("hung call cancelled", || {
         s.stats("a").unwrap().routes["GET /hang"].aborted == 1
     })
     .await;
@@ -330,7 +328,7 @@ async fn shutdown_drains_in_flight_requests_and_stops_accepting() {
     let gw = gateway(GATEWAY, &s).await;
     let addr = gw.addr;
     let in_flight = tokio::spawn(async move { get(&format!("http://{addr}/parallel")).await });
-    eventually("request reached the stub", || {
+    wait_until("request reached the stub", || {
         s.stats("a").unwrap().routes["GET /slow"].in_flight == 2
     })
     .await;

@@ -1,7 +1,6 @@
 //! Any config, however hostile — deep, long, huge, binary, naming endless or blocking files —
 //! ends `fanout validate` with exit 1 and a message: never a crash, a hang or unbounded memory.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

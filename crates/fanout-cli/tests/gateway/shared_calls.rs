@@ -3,10 +3,8 @@
 //! answer; and a shared call has its own time limit, so a backend that hangs for a moment cannot
 //! wedge a hot key for as long as traffic continues.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-mod common;
-
-use common::*;
+use crate::support::gateway;
+use fanout_testkit::*;
 use http::{Method, StatusCode};
 use std::time::Duration;
 use tokio::time::Instant;

@@ -2,7 +2,6 @@
 //! "did you mean", and `fanout validate` on a missing file says what to check.
 //! Table-driven: (what, config, expected position, words of the message, words of the hint).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 use fanout::load_gateway;
 use std::process::{Command, Stdio};
 

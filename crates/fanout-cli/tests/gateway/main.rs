@@ -1,0 +1,43 @@
+//! The gateway's integration tests, one module per subject, in one test binary: linking the whole
+//! gateway once instead of once per file is most of the suite's build time.
+//!
+//! Run one subject with `cargo test -p fanout --test gateway <module>::`, one test with
+//! `cargo test -p fanout --test gateway <module>::<name>`.
+//!
+//! The tests here share one process, so none of them may depend on process-wide state that another
+//! test changes. Those that do are binaries of their own, beside this directory:
+//! - `threads.rs` counts the threads of its process;
+//! - `compute.rs` sets the stall threshold (`server.stall_threshold`, process-wide in
+//!   `fanout_flow::activity`) to 1 ms and expects a counted stall;
+//! - `hostile_requests.rs` expects the process-wide stall counter not to move during a request;
+//! - `load_selftest.rs` times an in-process load generator (other tests would take its CPU);
+//! - `lab.rs` runs the lab, which measures child processes and must not share the machine.
+//!
+//! The log capture (`fanout_testkit::capture_logs`) is process-wide too: tests that read it find
+//! their lines by request ids no other test uses.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admission;
+mod bad_requests;
+mod batching;
+mod caching;
+mod client_contract;
+mod config_errors;
+mod config_hints;
+mod config_reference;
+mod connections;
+mod docs;
+mod examples;
+mod flow;
+mod hostile_config;
+mod isolation;
+mod outlier;
+mod reference;
+mod retries;
+mod schema;
+mod shared_calls;
+mod signals;
+mod tls;

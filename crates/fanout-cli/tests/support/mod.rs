@@ -1,0 +1,29 @@
+//! The gateway half of the test harness: a real gateway from YAML text, started in this process
+//! against running stubs. The rest (stubs, client, waits, logs) is `fanout_testkit`, which does
+//! not depend on the gateway; this file is a module of every test binary that starts gateways.
+#![allow(dead_code)]
+
+use fanout::{RunningGateway, addr_var, load_gateway, start_gateway};
+use fanout_stub::StubServer;
+use std::collections::HashMap;
+
+/// Variables pointing a gateway config at running stubs (`SEARCH_ADDR` → the search stub).
+pub fn stub_vars(stubs: &StubServer) -> HashMap<String, String> {
+    stubs
+        .services()
+        .into_iter()
+        .map(|(n, a)| (addr_var(&n), a.to_string()))
+        .collect()
+}
+
+/// Start a gateway from YAML text against running stubs, on an ephemeral port; panics (showing
+/// the error) when the config does not load or the port cannot be bound.
+pub async fn gateway(yaml: &str, stubs: &StubServer) -> RunningGateway {
+    let vars = stub_vars(stubs);
+    let lookup = |n: &str| vars.get(n).cloned();
+    let gw = load_gateway("fanout.yaml", yaml, &lookup)
+        .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
+    start_gateway(gw, "127.0.0.1:0")
+        .await
+        .expect("bind gateway")
+}

@@ -1,0 +1,25 @@
+//! The harness shared by the workspace's tests: real stubs on ephemeral 127.0.0.1 ports, a small
+//! HTTP client, bounded waits, log capture and the example cases (`examples/*/cases.yaml`).
+//!
+//! It does not depend on the gateway: the stub, load generator and baseline tests use it, and
+//! Cargo unifies a dev-dependency's features over a workspace build, so even a feature-gated
+//! gateway part would link the whole gateway into their test binaries. Starting a gateway is in
+//! the `fanout` package's own tests (`crates/fanout-cli/tests/support`).
+//!
+//! `use fanout_testkit::*;` brings the pooled client ([`client()`], [`send()`], [`get()`], [`post()`]),
+//! the stub helpers, [`wait_until`], [`capture_logs`] and the case types; [`h1`] holds requests on
+//! fresh HTTP/1.1 connections, for tests that count connections.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // the tests' harness: a failed unwrap is a failed test
+pub mod cases;
+pub mod client;
+pub mod h1;
+pub mod logs;
+pub mod stubs;
+pub mod wait;
+
+pub use cases::{Case, CaseRequest, Cases};
+pub use client::{Resp, TestClient, client, get, post, send};
+pub use logs::{Logs, capture_logs};
+pub use stubs::{calls, load_stubs, no_vars, start_stubs, stubs};
+pub use wait::{PATIENCE, wait_until, wait_within};
