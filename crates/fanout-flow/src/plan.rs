@@ -258,14 +258,10 @@ fn compile_references(
             ));
             continue;
         }
+        // Reference data is read-only: idempotent unless the config says otherwise.
         let src = CallSrc {
-            backend_name: &h.backend.value,
-            method: &h.method,
-            path: h.path.as_ref(),
-            query: &h.query,
-            headers: Some(&h.headers),
-            body: h.body.as_ref(),
             idempotent: Some(h.idempotent.unwrap_or(true)),
+            ..CallSrc::of(h)
         };
         let call = compile_call(cx, &[], src, backend, &mut |_, _| {});
         let result = r.result.as_ref().and_then(|e| cx.expr(e, &[]));

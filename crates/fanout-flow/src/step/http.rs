@@ -98,15 +98,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         in_each,
         ..
     } = sc;
-    let src = CallSrc {
-        backend_name: &h.backend.value,
-        method: &h.method,
-        path: h.path.as_ref(),
-        query: &h.query,
-        headers: Some(&h.headers),
-        body: h.body.as_ref(),
-        idempotent: h.idempotent,
-    };
+    let src = CallSrc::of(h);
     let item_ok = *in_each;
     let call = compile_call(cx, scope, src, backend, &mut |e, s| {
         exprs.push((e.clone(), s.clone(), item_ok))
@@ -133,6 +125,21 @@ pub(crate) struct CallSrc<'s> {
     pub(crate) body: Option<&'s ExprSrc>,
     /// `idempotent:`; unset means GET and HEAD are.
     pub(crate) idempotent: Option<bool>,
+}
+
+impl<'s> CallSrc<'s> {
+    /// The call of an `http:` block (a step's, or a reference dataset's).
+    pub(crate) fn of(h: &'s fanout_config::HttpCall) -> CallSrc<'s> {
+        CallSrc {
+            backend_name: &h.backend.value,
+            method: &h.method,
+            path: h.path.as_ref(),
+            query: &h.query,
+            headers: Some(&h.headers),
+            body: h.body.as_ref(),
+            idempotent: h.idempotent,
+        }
+    }
 }
 
 /// Compile an HTTP call: method, path, query, headers and body (each expression in `scope`,
