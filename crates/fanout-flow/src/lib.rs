@@ -20,6 +20,7 @@ pub mod error;
 pub mod exec;
 pub mod hedge;
 pub mod isolation;
+pub mod observe;
 pub mod outcome;
 pub mod plan;
 pub mod reference;

@@ -7,6 +7,7 @@ use super::answer::{map_result_on, missing_on, needs_env, snapshot};
 use crate::batch::{BatchPlan, Found};
 use crate::call::Env;
 use crate::error::{ErrorKind, FlowError};
+use crate::observe::Observer;
 use crate::plan::{Missing, RoutePlan, StepPlan};
 use fanout_expr::Val;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
@@ -28,6 +29,7 @@ pub(crate) fn flush_keyed<'a>(
     env: &Env,
     deadline: Instant,
     inflight: &mut FuturesUnordered<StepFuture<'a>>,
+    obs: &'a dyn Observer,
 ) {
     let mut groups: Vec<(Arc<BatchPlan>, Vec<String>)> = Vec::new();
     for (_, batch, keys) in &keyed {
@@ -59,8 +61,10 @@ pub(crate) fn flush_keyed<'a>(
             continue;
         };
         let env = needs_env(step).then(|| snapshot(env, step));
+        let t = Instant::now();
         inflight.push(Box::pin(async move {
             let found = fetch.await;
+            obs.call_finished(step, t.elapsed(), found.as_ref().map(|_| ()));
             let out = pick_found(route, step, &batch, found, keys, env.as_ref()).await;
             into_step_output(i, out)
         }));
@@ -69,6 +73,7 @@ pub(crate) fn flush_keyed<'a>(
 
 /// A step's keyed lookups fetched on their own (prepared on the compute pool, after the round
 /// was merged).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn keyed_alone(
     route: &RoutePlan,
     step: &StepPlan,
@@ -77,12 +82,15 @@ pub(crate) async fn keyed_alone(
     keys: Vec<(String, Val)>,
     env: &Env,
     deadline: Instant,
+    obs: &dyn Observer,
 ) -> (usize, Result<Val, FlowError>, bool) {
     let mut unique: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
     unique.sort_unstable();
     unique.dedup();
     let env = needs_env(step).then(|| env.clone());
+    let t = Instant::now();
     let found = batch.fetch(unique, deadline).await;
+    obs.call_finished(step, t.elapsed(), found.as_ref().map(|_| ()));
     let out = pick_found(route, step, &batch, found, keys, env.as_ref()).await;
     into_step_output(i, out)
 }

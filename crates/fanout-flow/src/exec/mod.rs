@@ -8,6 +8,7 @@
 use crate::backend::CallRequest;
 use crate::call::{Env, Yielded, eval, expr_err, short_json, yielded};
 use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
+use crate::observe::{NoObserver, Observer, StepEnd};
 use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, StepPlan};
 use crate::respond::respond_with;
 use crate::step::{Prepared, StepArgs};
@@ -54,6 +55,8 @@ struct Sched {
     running: Vec<bool>,
     partial: Vec<Arc<str>>,
     done: usize,
+    /// When each step started (for the observer).
+    started: Vec<Option<Instant>>,
 }
 
 /// How a step continues after its start: finished, running, or keyed lookups to be merged with
@@ -68,8 +71,19 @@ impl RoutePlan {
     /// Run the flow for one request. `request` is the `$request` value; `deadline` the request's
     /// effective deadline (route maximum, possibly shortened by the client).
     pub async fn run(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {
+        self.run_observed(request, deadline, &NoObserver).await
+    }
+
+    /// [`RoutePlan::run`], telling `obs` when each step starts and ends and how each backend
+    /// call ended (metrics, traces, `Server-Timing`).
+    pub async fn run_observed(
+        &self,
+        request: Val,
+        deadline: Instant,
+        obs: &dyn Observer,
+    ) -> Result<Outcome, FlowError> {
         // Every poll is timed: a poll that holds the worker too long is logged with route/step.
-        let mut flow = std::pin::pin!(self.run_flow(request, deadline));
+        let mut flow = std::pin::pin!(self.run_flow(request, deadline, obs));
         std::future::poll_fn(|cx| {
             crate::activity::poll_timed(
                 &self.path,
@@ -80,7 +94,12 @@ impl RoutePlan {
         .await
     }
 
-    async fn run_flow(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {
+    async fn run_flow(
+        &self,
+        request: Val,
+        deadline: Instant,
+        obs: &dyn Observer,
+    ) -> Result<Outcome, FlowError> {
         let n = self.steps.len();
         let budget = Budget::new(self.limits, Some(deadline.into_std()));
         let _cancel = CancelOnDrop(budget.clone());
@@ -98,12 +117,13 @@ impl RoutePlan {
             running: vec![false; n],
             partial: Vec::new(),
             done: 0,
+            started: vec![None; n],
         };
         let mut inflight: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
         loop {
-            self.start_ready(&mut s, &mut inflight, deadline)?;
+            self.start_ready(&mut s, &mut inflight, deadline, obs)?;
             if s.done == n {
                 break;
             }
@@ -116,7 +136,7 @@ impl RoutePlan {
                 _ = &mut sleep => return Err(self.deadline_error(&s.running)),
             };
             s.running[i] = false;
-            self.finish(&mut s, i, result, incomplete)?;
+            self.finish(&mut s, i, result, incomplete, obs)?;
         }
         drop(inflight);
         self.respond(s.env, s.partial).await
@@ -129,11 +149,14 @@ impl RoutePlan {
         s: &mut Sched,
         inflight: &mut FuturesUnordered<StepFuture<'a>>,
         deadline: Instant,
+        obs: &'a dyn Observer,
     ) -> Result<(), FlowError> {
         let mut keyed: Vec<KeyedLookup> = Vec::new();
         while let Some(i) = next_ready(&self.steps, &mut s.ready) {
-            match self.start(&self.steps[i], i, &s.env, deadline) {
-                Started::Done(result) => self.finish(s, i, result, false)?,
+            s.started[i] = Some(Instant::now());
+            obs.step_started(&self.steps[i]);
+            match self.start(&self.steps[i], i, &s.env, deadline, obs) {
+                Started::Done(result) => self.finish(s, i, result, false, obs)?,
                 Started::Pending(fut) => {
                     s.running[i] = true;
                     inflight.push(fut);
@@ -145,7 +168,7 @@ impl RoutePlan {
             }
         }
         if !keyed.is_empty() {
-            flush_keyed(self, keyed, &s.env, deadline, inflight);
+            flush_keyed(self, keyed, &s.env, deadline, inflight, obs);
         }
         Ok(())
     }
@@ -157,9 +180,12 @@ impl RoutePlan {
         i: usize,
         result: Result<Val, FlowError>,
         incomplete: bool,
+        obs: &dyn Observer,
     ) -> Result<(), FlowError> {
         let step = &self.steps[i];
-        let v = self.settle(step, result, incomplete, &mut s.partial)?;
+        let started = s.started[i].unwrap_or_else(Instant::now);
+        let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
+        let v = self.settle(step, result, incomplete, &mut s.partial, end)?;
         s.env.slots[FIRST_STEP_SLOT + i] = v;
         s.done += 1;
         release(step, &mut s.waiting, &mut s.ready);
@@ -197,23 +223,30 @@ impl RoutePlan {
         result: Result<Val, FlowError>,
         incomplete: bool,
         partial: &mut Vec<Arc<str>>,
+        end: impl FnOnce(StepEnd<'_>),
     ) -> Result<Val, FlowError> {
         let e = match result {
             Ok(v) => {
                 if incomplete {
                     partial.push(step.name.clone());
                 }
+                end(StepEnd::Ok);
                 return Ok(v);
             }
             Err(e) => match map_status(step, e) {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    end(StepEnd::Ok);
+                    return Ok(v);
+                }
                 Err(e) => e,
             },
         };
         if step.optional && e.kind != ErrorKind::Answered {
             partial.push(step.name.clone());
+            end(StepEnd::Defaulted(&e));
             Ok(step.default.clone())
         } else {
+            end(StepEnd::Failed(&e));
             Err(e)
         }
     }
@@ -224,11 +257,12 @@ impl RoutePlan {
         i: usize,
         env: &Env,
         deadline: Instant,
+        obs: &'a dyn Observer,
     ) -> Started<'a> {
         crate::activity::enter(i);
         match prepare(step, env, deadline) {
-            Ok(p) => self.launch(step, i, p, env, deadline),
-            Err(Yielded) => self.start_on_pool(step, i, env, deadline),
+            Ok(p) => self.launch(step, i, p, env, deadline, obs),
+            Err(Yielded) => self.start_on_pool(step, i, env, deadline, obs),
         }
     }
 
@@ -240,6 +274,7 @@ impl RoutePlan {
         i: usize,
         env: &Env,
         deadline: Instant,
+        obs: &'a dyn Observer,
     ) -> Started<'a> {
         let env = snapshot(env, step);
         let (s, snap, pool) = (step.clone(), env.clone().offloaded(), self.compute.clone());
@@ -253,11 +288,11 @@ impl RoutePlan {
                 .in_step(&step.name))),
                 Err(e) => Prepared::Done(Err(pool_error(&step.name, e))),
             };
-            match self.launch(step, i, p, &env, deadline) {
+            match self.launch(step, i, p, &env, deadline, obs) {
                 Started::Done(r) => (i, r, false),
                 Started::Pending(f) => f.await,
                 Started::Keyed(batch, keys) => {
-                    keyed_alone(self, step, i, batch, keys, &env, deadline).await
+                    keyed_alone(self, step, i, batch, keys, &env, deadline, obs).await
                 }
             }
         }))
@@ -271,6 +306,7 @@ impl RoutePlan {
         p: Prepared,
         env: &Env,
         deadline: Instant,
+        obs: &'a dyn Observer,
     ) -> Started<'a> {
         match p {
             Prepared::Done(r) => Started::Done(r),
@@ -279,10 +315,12 @@ impl RoutePlan {
                 let env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
                     let a = args(step);
-                    let out = match step
-                        .kind
-                        .call(&a, req, deadline, &self.deadline_header)
-                        .await
+                    let out = match observed(
+                        step,
+                        obs,
+                        step.kind.call(&a, req, deadline, &self.deadline_header),
+                    )
+                    .await
                     {
                         Ok(body) => {
                             crate::activity::enter(i);
@@ -296,7 +334,8 @@ impl RoutePlan {
             Prepared::Calls(reqs) => {
                 let env = needs_env(step).then(|| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
-                    self.run_calls(step, i, reqs, env.as_ref(), deadline).await
+                    self.run_calls(step, i, reqs, env.as_ref(), deadline, obs)
+                        .await
                 }))
             }
         }
@@ -311,16 +350,14 @@ impl RoutePlan {
         reqs: Vec<(CallRequest, Val, usize)>,
         env: Option<&Env>,
         deadline: Instant,
+        obs: &dyn Observer,
     ) -> (usize, Result<Val, FlowError>, bool) {
         let a = &args(step);
         let out = stream::iter(reqs)
             .map(|(req, item, k)| async move {
                 let item = Some((&item, k));
-                match step
-                    .kind
-                    .call(a, req, deadline, &self.deadline_header)
-                    .await
-                {
+                let call = step.kind.call(a, req, deadline, &self.deadline_header);
+                match observed(step, obs, call).await {
                     Ok(body) => {
                         crate::activity::enter(i);
                         let v = map_result_on(self, step, env, body, item).await?;
@@ -400,6 +437,18 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
         },
     };
     step.kind.prepare(&args(step), env, items, deadline)
+}
+
+/// A step's backend call, its end reported to `obs` (before the step's `result` runs).
+async fn observed<T>(
+    step: &StepPlan,
+    obs: &dyn Observer,
+    call: impl Future<Output = Result<T, FlowError>>,
+) -> Result<T, FlowError> {
+    let t = Instant::now();
+    let r = call.await;
+    obs.call_finished(step, t.elapsed(), r.as_ref().map(|_| ()));
+    r
 }
 
 /// What a step's kind sees of the step.

@@ -1,0 +1,51 @@
+//! What the executor tells the outside about one request while it runs: when each step starts
+//! and ends, and how each of its backend calls ended. The gateway's metrics, traces and
+//! `Server-Timing` are [`Observer`]s; the executor only calls these hooks and never depends on
+//! what they do. Every hook has an empty default, so an observer implements only what it needs,
+//! and [`NoObserver`] costs a virtual call per hook.
+//!
+//! Hooks run on the request's task, inline: they must be cheap and must not block.
+
+use crate::error::FlowError;
+use crate::plan::StepPlan;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How a step ended, after its failure policy (a step whose `when` was false ended `Ok`; steps
+/// still running when the request ends are not reported).
+#[derive(Debug, Clone, Copy)]
+pub enum StepEnd<'a> {
+    /// The step produced its value (possibly incomplete: some `for_each` elements missing).
+    Ok,
+    /// The optional step failed and its `default` was used instead (`error` is why).
+    Defaulted(&'a FlowError),
+    /// The step failed and so does the request (unless `on_status` answered it).
+    Failed(&'a FlowError),
+}
+
+/// Receives the events of one request's run. Implementations are per request (a timeline for
+/// `Server-Timing`, a trace context) or shared (metrics).
+pub trait Observer: Send + Sync {
+    /// `step` is starting now.
+    fn step_started(&self, step: &StepPlan) {
+        let _ = step;
+    }
+
+    /// One backend call made for `step` ended after `elapsed` (a `for_each` step makes one per
+    /// element; a keyed step reports the batch fetch it waited for). `result` is `Ok` for an
+    /// answer the step accepted, else the call's error (its `source` has the transport kind).
+    fn call_finished(&self, step: &StepPlan, elapsed: Duration, result: Result<(), &FlowError>) {
+        let _ = (step, elapsed, result);
+    }
+
+    /// `step` ended: it started at `started` (the request's clock).
+    fn step_finished(&self, step: &StepPlan, started: Instant, end: StepEnd<'_>) {
+        let _ = (step, started, end);
+    }
+}
+
+/// An observer that ignores everything (`RoutePlan::run`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
