@@ -5,11 +5,12 @@
 pub mod demo;
 pub mod load;
 
-use fanout_config::{Config, ConfigErrors, VarLookup};
+use fanout_config::{Config, ConfigErrors, VarLookup, env_lookup};
 use fanout_proxy::Gateway;
 pub use fanout_stub::addr_var;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -30,11 +31,32 @@ pub fn load_gateway_file(path: &str, vars: VarLookup<'_>) -> Result<Gateway, Con
 pub struct RunningGateway {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The gateway (to reload its config, read its status).
+    pub gateway: Arc<Gateway>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
 
 impl RunningGateway {
+    /// Stop like a gateway behind a load balancer: report not ready and keep serving for
+    /// `server.drain_delay` (a second Ctrl-C/SIGTERM cuts it short), then [`RunningGateway::shutdown`].
+    pub async fn drain_and_stop(self) -> std::io::Result<()> {
+        let delay = self.gateway.drain_delay();
+        self.gateway.start_draining();
+        if !delay.is_zero() {
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "stopping: reporting not ready, still serving for server.drain_delay"
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop_signal() => {}
+            }
+        }
+        tracing::info!("shutting down: draining in-flight requests");
+        self.shutdown().await
+    }
+
     /// Stop accepting, let in-flight requests finish (within the grace period), wait.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
         if let Some(s) = self.stop.take() {
@@ -62,24 +84,141 @@ pub async fn start_gateway(gateway: Gateway, addr: &str) -> std::io::Result<Runn
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(fanout_proxy::serve(
-        Arc::new(gateway),
-        listener,
-        async move {
-            let _ = rx.await;
-        },
-    ));
+    let gateway = Arc::new(gateway);
+    let task = tokio::spawn(fanout_proxy::serve(gateway.clone(), listener, async move {
+        let _ = rx.await;
+    }));
     Ok(RunningGateway {
         addr: bound,
+        gateway,
         stop: Some(tx),
         task,
     })
 }
 
-/// Resolves when the process gets Ctrl-C or SIGTERM.
+/// How `fanout serve` reloads its config: on SIGHUP always, and when `watch` is set, whenever
+/// the file's content changes (looked at every `watch` interval; content, not timestamps, so
+/// the symlink swap of a Kubernetes ConfigMap update is seen too).
+#[derive(Debug, Clone)]
+pub struct ReloadTriggers {
+    /// The config file.
+    pub path: String,
+    /// Look at the file this often (`None`: SIGHUP only).
+    pub watch: Option<Duration>,
+}
+
+/// Serve until Ctrl-C or SIGTERM, reloading `gateway`'s config on the [`ReloadTriggers`]. A
+/// refused reload is logged and counted; the old config keeps serving.
+pub async fn run_until_stopped(gateway: Arc<Gateway>, triggers: ReloadTriggers) {
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    let mut hup = hangups();
+    let mut last = file_digest(&triggers.path).await;
+    let mut tick = triggers.watch.map(|every| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    loop {
+        let watched = async {
+            match tick.as_mut() {
+                Some(t) => t.tick().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut stop => return,
+            Some(()) = next_hangup(&mut hup) => {
+                tracing::info!(config = %triggers.path, "SIGHUP: reloading the config");
+                let _ = gateway.reload_file(&triggers.path, env_lookup).await;
+                last = file_digest(&triggers.path).await;
+            }
+            _ = watched => {
+                let now = file_digest(&triggers.path).await;
+                if now.is_some() && now != last {
+                    last = now;
+                    tracing::info!(config = %triggers.path, "the config file changed: reloading");
+                    let _ = gateway.reload_file(&triggers.path, env_lookup).await;
+                }
+            }
+        }
+    }
+}
+
+/// A digest of the file's content (read on the blocking pool), `None` when unreadable.
+async fn file_digest(path: &str) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let path = path.to_string();
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+        .await
+        .ok()?
+        .ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    Some(h.finish())
+}
+
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = ();
+
+/// The SIGHUP stream (`None` when it cannot be installed: logged).
+fn hangups() -> Hangups {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot handle SIGHUP: reload by file watch only");
+                None
+            }
+        }
+    }
+}
+
+/// The next SIGHUP (never, without a stream).
+async fn next_hangup(hup: &mut Hangups) -> Option<()> {
+    #[cfg(unix)]
+    match hup.as_mut() {
+        Some(h) => h.recv().await,
+        None => std::future::pending().await,
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = hup;
+        std::future::pending().await
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Resolves when the process gets Ctrl-C or SIGTERM (`fanout stub`, `fanout demo`).
 ///
-/// SIGHUP (by default fatal) is logged and ignored while this waits: config reload does not
-/// exist yet, and `kill -HUP` out of habit must not take the gateway down.
+/// SIGHUP (by default fatal) is logged and ignored while this waits: these commands have no
+/// config to reload, and `kill -HUP` out of habit must not take them down.
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -115,7 +254,7 @@ pub async fn shutdown_signal() {
             tokio::select! {
                 _ = &mut stop => return,
                 Some(()) = hangup => {
-                    tracing::warn!("SIGHUP received: config reload is not supported yet; ignoring");
+                    tracing::warn!("SIGHUP received: this command has no config to reload; ignoring");
                 }
             }
         }

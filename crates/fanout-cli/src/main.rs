@@ -2,7 +2,10 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use fanout::{demo, load_gateway_file, shutdown_signal, start_gateway};
+use fanout::{
+    ReloadTriggers, demo, load_gateway_file, run_until_stopped, shutdown_signal, start_gateway,
+};
+use fanout_config::BareNumber;
 use fanout_config::env_lookup;
 use std::process::ExitCode;
 
@@ -38,6 +41,12 @@ enum Cmd {
         /// Worker threads (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
+        /// Reload the config when the file's content changes (SIGHUP always reloads).
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch looks at the file, e.g. `2s`, `500ms`.
+        #[arg(long, default_value = "2s")]
+        watch_interval: String,
     },
     /// Check a config: exits 1 and prints FILE:LINE:COL: message for each error.
     Validate {
@@ -210,17 +219,24 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             config,
             listen,
             workers,
+            watch,
+            watch_interval,
         } => {
             let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
             let addr = listen.unwrap_or_else(|| gw.listen.clone());
+            let every = fanout_config::parse_duration(&watch_interval, BareNumber::Millis)
+                .map_err(|e| anyhow::anyhow!("--watch-interval: {e}"))?;
+            let triggers = ReloadTriggers {
+                path: config,
+                watch: watch.then_some(every.max(std::time::Duration::from_millis(10))),
+            };
             runtime(workers)?.block_on(async move {
                 let running = start_gateway(gw, &addr)
                     .await
                     .with_context(|| format!("binding {addr}"))?;
                 tracing::info!(addr = %running.addr, "fanout serving");
-                shutdown_signal().await;
-                tracing::info!("shutting down: draining in-flight requests");
-                running.shutdown().await?;
+                run_until_stopped(running.gateway.clone(), triggers).await;
+                running.drain_and_stop().await?;
                 Ok(())
             })
         }

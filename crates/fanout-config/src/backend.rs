@@ -18,7 +18,7 @@ pub enum Protocol {
 }
 
 /// A backend: one or more base URLs of the same service.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Backend {
     /// Base URL, e.g. `http://127.0.0.1:9001` or `https://svc.internal`. Use `urls` for several.
@@ -95,7 +95,7 @@ pub enum BalanceStrategy {
 }
 
 /// Balancing over a backend's addresses (R3).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BalanceConfig {
     /// `p2c_peak_ewma` (default) or `round_robin`.
@@ -119,7 +119,7 @@ impl Default for BalanceConfig {
 /// Outlier ejection (R3): an address that failed `consecutive_failures` times in a row (connect
 /// error, reset, timeout or 5xx) is taken out of rotation for `base_ejection × times ejected`,
 /// capped at `max_ejection`; afterwards one probe call decides whether it is back.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutlierConfig {
     /// Default true (has an effect only with several addresses).
@@ -150,7 +150,7 @@ impl Default for OutlierConfig {
 /// Retries (R4): only idempotent calls, on connect errors, resets, timeouts of a single attempt
 /// and the listed statuses; jittered exponential backoff; never past the deadline; at most
 /// `budget.ratio` of recent calls (plus `budget.min_per_second`) may be retries.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryConfig {
     /// Total attempts including the first. Default 2.
@@ -179,7 +179,7 @@ impl Default for RetryConfig {
 
 /// A retry budget (Finagle/Linkerd): over the last `ttl`, retries may be at most `ratio` of the
 /// calls, plus `min_per_second`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryBudget {
     /// Default 0.2.
@@ -203,7 +203,7 @@ impl Default for RetryBudget {
 /// Hedging (R4): when an idempotent call has not answered after `delay` (or, without `delay`,
 /// after the backend's recent `percentile` latency), a second copy is sent; the first answer
 /// wins and the other call is cancelled. Hedges are bounded by `max_extra` of recent calls.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HedgeConfig {
     /// Fixed hedge delay. Default: none (use `percentile`).
@@ -228,7 +228,7 @@ impl Default for HedgeConfig {
 }
 
 /// A backend's circuit breaker (R3).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Open after this many failures in a row. Default 5.
@@ -256,7 +256,7 @@ impl Default for BreakerConfig {
 }
 
 /// A backend's cache (E1).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     /// How long an answer is fresh.
@@ -288,7 +288,7 @@ fn default_true() -> bool {
 
 /// The batch form of a backend: how N keys are fetched in one call and how the answer is split.
 /// Expressions read `$keys` (the list of keys, as strings).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchConfig {
     /// HTTP method of the batch call; default GET.
@@ -328,7 +328,7 @@ fn default_pool_max_idle() -> usize {
 }
 
 /// TLS settings of a backend.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Tls {
     /// PEM file of CA certificates to trust instead of the bundled web PKI roots.

@@ -14,7 +14,7 @@ use std::fmt;
 
 /// A `fail` step: when it runs (its `when` is true, or it has none), the request ends at once
 /// with this status, `code` and `message` — before any call that has not started yet.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailSpec {
     /// Status answered, 400–599 (e.g. 400 for invalid input, 404, 409, 422).
@@ -220,7 +220,7 @@ impl JsonSchema for StatusAction {
 
 /// What a step does with a key its batch lookup did not find (or, for a `for_each` `http` step,
 /// an element whose call answered 404).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub enum MissingPolicy {
     /// Fail the step (a required step fails the request: 404 `key_not_found`). The default.
     #[default]
@@ -291,7 +291,7 @@ impl JsonSchema for MissingPolicy {
 
 /// `respond.status`: a fixed status, or an expression giving one (e.g.
 /// `'if $order == null then 404 else 200 end'`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StatusSrc {
     /// A fixed status code.
     Code(Located<u16>),

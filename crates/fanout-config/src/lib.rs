@@ -50,7 +50,7 @@ use serde::Deserialize;
 pub type ExprSrc = Located<String>;
 
 /// The gateway config (`fanout.yaml`).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Address to listen on, e.g. `0.0.0.0:8080`. Default `127.0.0.1:8080`.

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// A route's admission settings.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RouteAdmission {
     /// Priority class; default `normal`.
@@ -19,7 +19,7 @@ pub struct RouteAdmission {
 }
 
 /// A reference dataset.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reference {
     /// How to fetch it (expressions may not read steps; there is no request).
@@ -41,7 +41,7 @@ fn default_refresh() -> Dur {
 }
 
 /// A route: a method + path and the flow that answers it.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
     /// Path pattern; `{name}` captures a segment (`$request.params.name`), `{*rest}` the rest.
@@ -67,7 +67,7 @@ pub(crate) fn default_method() -> Located<String> {
 }
 
 /// One step of a flow: a backend call (`http`) or a computed value (`value`).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
     /// Run the step only when this expression is true; otherwise its value is `default` (or null).
@@ -116,7 +116,7 @@ pub struct Step {
 }
 
 /// An HTTP call of a step. Every part except `backend` and `method` is an expression.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpCall {
     /// Name of a backend under `backends:`.
@@ -143,7 +143,7 @@ pub struct HttpCall {
 }
 
 /// The response of a route.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Respond {
     /// Body expression (JSON), e.g. `{total: $search.total, items: $details}`.

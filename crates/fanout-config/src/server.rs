@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Limits of the inbound HTTP server. Every limit has a default.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Largest accepted request body in bytes; larger bodies get 413. Default 1 MiB.
@@ -21,6 +21,10 @@ pub struct ServerConfig {
     pub deadline_header: String,
     /// Time in-flight requests get to finish on shutdown; default 10s.
     pub shutdown_grace: Dur,
+    /// On SIGTERM/Ctrl-C, time between reporting not-ready on `/readyz` and starting to drain,
+    /// while still serving (so a load balancer or Kubernetes Service stops sending first);
+    /// default 0s (set it to the probe period, e.g. 5s, behind one).
+    pub drain_delay: Dur,
     /// Admission control: how many requests run at once, how many may wait, and for how long.
     pub admission: Admission,
     /// The bounded pool for CPU-heavy work (large answers, `compute: true` steps), so workers
@@ -55,7 +59,7 @@ pub struct ServerConfig {
 
 /// Limits of client connections. Every connection ends: a timeout closes it (counted by kind on
 /// `/__fanout/status`), and at the connection cap the oldest idle connections are closed first.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionLimits {
     /// Most open client connections. At the cap, and when accepting fails for lack of file
@@ -88,7 +92,7 @@ impl Default for ConnectionLimits {
 
 /// Limits of request bodies. A body is read completely before the request takes an admission
 /// slot, so slow or large bodies never hold the gateway's concurrency.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BodyLimits {
     /// Time a body has to arrive, counted from the request head, extended by one second per
@@ -121,7 +125,7 @@ impl Default for BodyLimits {
 
 /// Budgets of expression evaluation. Exceeding one fails the expression with a clear error
 /// (500 `expression_limit`, naming the route, step and limit) instead of exhausting the process.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExpressionLimits {
     /// Operations (filter steps, produced values) all expressions of one request may perform.
@@ -154,7 +158,7 @@ impl Default for ExpressionLimits {
 
 /// The compute pool (R1): a fixed number of threads started with the server and a bounded queue;
 /// a full queue fails the step (503 `overloaded`) instead of growing memory.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ComputeConfig {
     /// Threads; default: half the cores, at least 1.
@@ -177,7 +181,7 @@ impl Default for ComputeConfig {
 
 /// Admission control (R2): excess load is rejected at once with 503 + `Retry-After` instead of
 /// queueing until it times out.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Admission {
     /// Requests running at once (per listener). Default 1024.
@@ -213,7 +217,7 @@ impl Default for Admission {
 }
 
 /// CoDel queue settings (Facebook "Fail at Scale": M = 5ms, N = 100ms).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Codel {
     /// Longest wait of a request while a standing queue exists. Default 5ms.
@@ -237,7 +241,7 @@ impl Default for Codel {
 /// `limit = limit × (1 − smoothing) + new × smoothing`, clamped to `[min, max_concurrency]`.
 /// `long_rtt` is the baseline latency, learnt only from windows our own concurrency cannot have
 /// slowed (few requests in flight, or the limit at `min`). See docs/resilience.md.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdaptiveLimit {
     /// Limit at start. Default 20.
@@ -272,7 +276,7 @@ impl Default for AdaptiveLimit {
 }
 
 /// Share of the concurrency limit a priority class may fill.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PriorityShares {
     /// Default 0.9: the last 10 % of the limit is kept for critical routes.
@@ -312,6 +316,7 @@ impl Default for ServerConfig {
             header_read_timeout: Dur::secs(10),
             deadline_header: "x-request-timeout".into(),
             shutdown_grace: Dur::secs(10),
+            drain_delay: Dur::secs(0),
             admission: Admission::default(),
             compute: ComputeConfig::default(),
             stall_threshold: Dur::millis(100),
@@ -326,7 +331,7 @@ impl Default for ServerConfig {
 }
 
 /// Defaults for routes, steps and backends.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Defaults {
     /// Route deadline when a route sets none; default 1s.

@@ -33,4 +33,4 @@ pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{Answer, ErrorKind, FlowError, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
 pub use outcome::CallOutcome;
-pub use plan::{Plan, RoutePlan, compile};
+pub use plan::{Carry, Plan, RoutePlan, compile, compile_with};

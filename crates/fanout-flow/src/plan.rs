@@ -123,16 +123,41 @@ pub enum StatusPlan {
     Expr(Expr),
 }
 
+/// What a plan compiled on a config reload keeps from the plan it replaces, so that what did not
+/// change keeps its state.
+#[derive(Default)]
+pub struct Carry {
+    /// The running compute pool (its thread count is fixed at start).
+    pub compute: Option<Arc<ComputePool>>,
+    /// Batch forms of backends whose config did not change (their windows and per-key caches).
+    pub batches: HashMap<String, Arc<BatchPlan>>,
+    /// The reference data, when neither the datasets nor their backends changed.
+    pub reference: Option<Arc<ReferenceSet>>,
+}
+
 /// Compile a config against the given backends (name → implementation). Reports every error it
 /// finds, each with its position.
 pub fn compile(
     cfg: &Config,
     backends: &HashMap<String, Arc<dyn Backend>>,
 ) -> Result<Plan, ConfigErrors> {
+    compile_with(cfg, backends, Carry::default())
+}
+
+/// [`compile`], keeping what `carry` holds from a previous plan instead of new state (everything
+/// is still compiled, so a broken part is reported even where the old state is kept).
+pub fn compile_with(
+    cfg: &Config,
+    backends: &HashMap<String, Arc<dyn Backend>>,
+    carry: Carry,
+) -> Result<Plan, ConfigErrors> {
+    let compute = carry
+        .compute
+        .unwrap_or_else(|| Arc::new(ComputePool::from_config(&cfg.server.compute)));
     let mut cx = Ctx {
         cfg,
         errs: Vec::new(),
-        compute: Arc::new(ComputePool::from_config(&cfg.server.compute)),
+        compute,
     };
     let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
         Ok(h) => h,
@@ -149,9 +174,17 @@ pub fn compile(
             HeaderName::from_static("x-request-timeout")
         }
     };
-    let batches = compile_batches(&mut cx, backends, &deadline_header);
+    let mut batches = compile_batches(&mut cx, backends, &deadline_header);
+    for (name, kept) in carry.batches {
+        if let Some(b) = batches.get_mut(&name) {
+            *b = kept;
+        }
+    }
     let datasets = compile_references(&mut cx, backends);
-    let reference = Arc::new(ReferenceSet::new(datasets, deadline_header.clone()));
+    let reference = match carry.reference {
+        Some(kept) => kept,
+        None => Arc::new(ReferenceSet::new(datasets, deadline_header.clone())),
+    };
     let mut routes = Vec::new();
     for r in &cfg.routes {
         if let Some(route) =

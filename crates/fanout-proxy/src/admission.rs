@@ -66,7 +66,8 @@ impl RouteClass {
     }
 }
 
-/// The limiter of one listener.
+/// The limiter of one listener (clones share it).
+#[derive(Clone)]
 pub struct Admission {
     inner: Arc<Inner>,
 }
@@ -272,8 +273,16 @@ impl Admission {
     /// The admission class of a route named `name` (e.g. `GET /users/{id}`, shown in the status)
     /// with settings `cfg`; a route with its own `max_concurrency` gets its own counter.
     pub fn route_class(&self, name: &str, cfg: &RouteAdmission) -> RouteClass {
+        // A route keeps its slot across config reloads (found by name): requests admitted under
+        // the old config still count, and reloading does not add slots.
         let route = cfg.max_concurrency.map(|max| {
             let mut s = self.inner.lock();
+            if let Some(i) = s.routes.iter().position(|r| r.name == name) {
+                if let Some(r) = s.routes.get_mut(i) {
+                    r.max = max.max(1);
+                }
+                return i;
+            }
             s.routes.push(RouteSlot {
                 name: name.to_string(),
                 max: max.max(1),

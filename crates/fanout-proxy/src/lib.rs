@@ -10,11 +10,13 @@ pub mod client;
 pub mod conn;
 pub mod errlog;
 pub mod limiter;
+pub mod reload;
 pub mod request_id;
 pub mod server;
 pub mod stack;
 pub mod watchdog;
 
+use arc_swap::ArcSwap;
 use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
 use fanout_flow::cache::CacheStats;
 use fanout_flow::reference::ReferenceSet;
@@ -26,20 +28,19 @@ use std::sync::Arc;
 pub use client::HttpBackend;
 pub use server::serve;
 
-/// A ready-to-serve gateway: routes compiled into plans, backends with their pools.
+/// A ready-to-serve gateway. What a config reload replaces (routes, plans, backend stacks,
+/// reference data) is the [`Live`] part, swapped atomically; the rest lives as long as the
+/// process (listener limits, admission, connections, compute pool, counters).
 pub struct Gateway {
-    router: matchit::Router<Vec<Arc<RoutePlan>>>,
+    /// The current config's routes, backends and reference data (see [`reload`]).
+    live: ArcSwap<Live>,
+    /// Config reloads: serialized, counted.
+    reloads: reload::Reloads,
     limits: ServerConfig,
     deadline_header: HeaderName,
-    reference: Arc<ReferenceSet>,
-    /// Answer caches (per backend) and per-key caches (of its batch form).
-    caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
-    /// Each backend's layer state, in config order.
-    stacks: Vec<(String, stack::StackStats)>,
     watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
     compute: Arc<fanout_flow::compute::ComputePool>,
     admission: admission::Admission,
-    route_admission: admission::RouteTable,
     /// Client connections: cap, timeouts, counters.
     conns: Arc<conn::Connections>,
     /// Request bodies: reader cap and memory budget.
@@ -54,47 +55,75 @@ pub struct Gateway {
     request_id_header: HeaderName,
     /// Caps the failed-request log lines per second.
     error_log: errlog::LogThrottle,
+    /// Set when stopping: `/readyz` reports not ready while requests are still served.
+    draining: std::sync::atomic::AtomicBool,
     /// The address from the config.
     pub listen: String,
+}
+
+/// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
+/// the `Live` they started with (an `Arc`), new ones get the new one.
+pub struct Live {
+    router: matchit::Router<Vec<Arc<RoutePlan>>>,
+    reference: Arc<ReferenceSet>,
+    /// Answer caches (per backend) and per-key caches (of its batch form).
+    caches: Vec<(String, Arc<CacheStats>, Option<Arc<CacheStats>>)>,
+    /// Each backend's layer state, in config order.
+    stacks: Vec<(String, stack::StackStats)>,
+    /// Each backend's stack (its top), kept by the next reload when its config is unchanged.
+    services: HashMap<String, Arc<dyn Backend>>,
+    /// Batch forms by backend, kept like the stacks.
+    batches: HashMap<String, Arc<fanout_flow::batch::BatchPlan>>,
+    route_admission: admission::RouteTable,
+    /// The config this was built from (compared with the next one on reload).
+    config: Arc<Config>,
 }
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
     /// the router, admission.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
-        let (backends, stacks) = build_stacks(cfg)?;
-        let plan = fanout_flow::compile(cfg, &backends)?;
-        let router = route_table(cfg, &plan.routes)?;
-        let request_id_header = request_id_header(cfg)?;
-        let caches = stacks
-            .iter()
-            .filter_map(|(n, s)| {
-                let keys = plan.batches.get(n).and_then(|b| b.cache_stats());
-                Some((n.clone(), s.cache.clone()?, keys))
-            })
-            .collect();
         let adm = admission::Admission::new(&cfg.server.admission);
-        let route_admission = admission::RouteTable::new(&cfg.routes, &adm);
+        let built = reload::build_live(cfg.clone(), None, None, &adm)?;
         Ok(Gateway {
-            router,
+            live: ArcSwap::from_pointee(built.live),
+            reloads: reload::Reloads::default(),
             limits: cfg.server.clone(),
-            deadline_header: plan.deadline_header.clone(),
-            reference: plan.reference.clone(),
-            caches,
+            deadline_header: built.deadline_header,
             watchdog: std::sync::OnceLock::new(),
-            stacks,
-            compute: plan.compute.clone(),
+            compute: built.compute,
             admission: adm,
-            route_admission,
             conns: Arc::new(conn::Connections::new(&cfg.server)),
             bodies: Arc::new(bodies::BodyGate::new(&cfg.server.bodies)),
             panics: std::sync::atomic::AtomicU64::new(0),
             errors: server::ErrorCounts::default(),
             request_ids: request_id::RequestIds::new(),
-            request_id_header,
+            request_id_header: request_id_header(cfg)?,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
+            draining: std::sync::atomic::AtomicBool::new(false),
             listen: cfg.listen.clone(),
         })
+    }
+
+    /// `server.drain_delay`: how long to stay up, not ready, before draining.
+    pub fn drain_delay(&self) -> std::time::Duration {
+        self.limits.drain_delay.0
+    }
+
+    /// Report not ready from now on (`/readyz` answers 503): the gateway is about to drain.
+    pub fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`Gateway::start_draining`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The current config's part of the gateway.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.load_full()
     }
 
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,
@@ -113,18 +142,14 @@ impl Gateway {
     /// Load the reference data (a required dataset that fails to load is an error naming it), then
     /// keep refreshing it in the background. Call once, inside the runtime, before serving.
     pub async fn start_reference(&self) -> Result<(), String> {
-        if self.reference.is_empty() {
-            return Ok(());
-        }
-        self.reference.load_all().await?;
-        self.reference.spawn_refresh();
-        Ok(())
+        start_reference(&self.live().reference).await
     }
 
     /// `GET /__fanout/status`: reference data with the age of each dataset.
     pub fn status_json(&self) -> serde_json::Value {
         let now = std::time::SystemTime::now();
-        let reference: serde_json::Map<String, serde_json::Value> = self
+        let live = self.live();
+        let reference: serde_json::Map<String, serde_json::Value> = live
             .reference
             .status()
             .into_iter()
@@ -145,7 +170,7 @@ impl Gateway {
                 )
             })
             .collect();
-        let caches: serde_json::Map<String, serde_json::Value> = self
+        let caches: serde_json::Map<String, serde_json::Value> = live
             .caches
             .iter()
             .map(|(n, answers, keys)| {
@@ -171,7 +196,7 @@ impl Gateway {
             }
             None => serde_json::Value::Null,
         };
-        let backends: serde_json::Map<String, serde_json::Value> = self
+        let backends: serde_json::Map<String, serde_json::Value> = live
             .stacks
             .iter()
             .map(|(n, r)| (n.clone(), r.status_json()))
@@ -186,35 +211,20 @@ impl Gateway {
             "bodies": self.bodies.status(),
             "panics": self.panics.load(std::sync::atomic::Ordering::Relaxed),
             "errors": self.errors.json(),
+            "config": self.reloads.json(),
         })
     }
 }
 
-/// Backends by name for the flow compiler (the top of each stack), and each stack's state.
-type Stacks = (
-    HashMap<String, Arc<dyn Backend>>,
-    Vec<(String, stack::StackStats)>,
-);
-
-/// Every backend's stack; every backend config error at once.
-fn build_stacks(cfg: &Config) -> Result<Stacks, ConfigErrors> {
-    let mut backends = HashMap::new();
-    let mut stats = Vec::new();
-    let mut errs = Vec::new();
-    for (name, b) in &cfg.backends {
-        match stack::build(name, b, &cfg.defaults) {
-            Ok(s) => {
-                backends.insert(name.clone(), s.service);
-                stats.push((name.clone(), s.stats));
-            }
-            Err(e) => errs.push(e.in_file(&cfg.file)),
-        }
+/// Load a reference set (a required dataset that fails to load is an error naming it), then
+/// keep refreshing it in the background (the refresh ends when the set is dropped).
+async fn start_reference(reference: &Arc<ReferenceSet>) -> Result<(), String> {
+    if reference.is_empty() {
+        return Ok(());
     }
-    if errs.is_empty() {
-        Ok((backends, stats))
-    } else {
-        Err(ConfigErrors(errs))
-    }
+    reference.load_all().await?;
+    reference.spawn_refresh();
+    Ok(())
 }
 
 /// The router: one entry per path pattern, holding that path's routes (one per method).

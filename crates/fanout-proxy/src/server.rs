@@ -3,11 +3,11 @@
 //! short method per stage, called in that order by `Gateway::lifecycle` (docs/ARCHITECTURE.md,
 //! "Request lifecycle"). What the client is answered (status, JSON error body) is in `answer.rs`.
 
-use crate::Gateway;
 use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
+use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_expr::request::{RequestParts, request_val};
 use fanout_expr::{Val, json};
@@ -82,7 +82,9 @@ impl Gateway {
             return resp;
         }
         let (parts, body) = req.into_parts();
-        match self.lifecycle(&parts, body, start).await {
+        // The config's live part for this request: a reload meanwhile does not change it.
+        let live = self.live();
+        match self.lifecycle(&live, &parts, body, start).await {
             Ok(out) => outcome_response(out),
             Err(e) => self.error_response(e, rid, &parts),
         }
@@ -92,43 +94,22 @@ impl Gateway {
     /// may end it with the [`ApiError`] the client is answered. `start` is the arrival time.
     async fn lifecycle(
         &self,
+        live: &Live,
         parts: &Parts,
         body: Incoming,
         start: Instant,
     ) -> Result<Outcome, ApiError> {
-        let (route, params) = self.route(parts)?;
+        let (route, params) = route(live, parts)?;
         let deadline = self.deadline(&parts.headers, route, start)?;
         let (body_val, _memory) = self
             .read_body(&parts.headers, body, start, deadline)
             .await?;
-        let mut slot = self.admit(route, deadline).await?;
+        let mut slot = self.admit(live, route, deadline).await?;
         let request = build_request(parts, params, body_val);
         let out = route.run(request, deadline).await;
         // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();
         out.map_err(ApiError::from)
-    }
-
-    /// Route: the path (404), then the method (405 with `Allow`). Returns the route's plan and
-    /// the path parameters it captured.
-    fn route<'a>(
-        &'a self,
-        parts: &'a Parts,
-    ) -> Result<(&'a RoutePlan, matchit::Params<'a, 'a>), Refusal<'a>> {
-        let path = parts.uri.path();
-        let matched = self
-            .router
-            .at(path)
-            .map_err(|_| Refusal::NoRoute { path })?;
-        let entry = matched.value;
-        match entry.iter().find(|r| r.method == parts.method) {
-            Some(route) => Ok((route, matched.params)),
-            None => Err(Refusal::MethodNotAllowed {
-                method: &parts.method,
-                path,
-                allow: entry.iter().map(|r| r.method.as_str()).collect(),
-            }),
-        }
     }
 
     /// Deadline: the route's maximum, shortened by the client if it asks — in milliseconds in
@@ -306,8 +287,13 @@ impl Gateway {
 
     /// Admit: a slot under the concurrency limit of the route's priority class now, after a
     /// short bounded wait, or an immediate 503 `overloaded` — before any flow work.
-    async fn admit(&self, route: &RoutePlan, deadline: Instant) -> Result<Permit, Rejection> {
-        let class = self.route_admission.get(&route.method, &route.path);
+    async fn admit(
+        &self,
+        live: &Live,
+        route: &RoutePlan,
+        deadline: Instant,
+    ) -> Result<Permit, Rejection> {
+        let class = live.route_admission.get(&route.method, &route.path);
         self.admission.admit(class, deadline).await
     }
 
@@ -342,6 +328,28 @@ impl Gateway {
         } else {
             tracing::info!(%request_id, %method, path, status = e.status.as_u16(), code = %e.code, step = %step, backend = %backend, detail = %detail, "request refused: {}", e.message);
         }
+    }
+}
+
+/// Route: the path (404), then the method (405 with `Allow`). Returns the route's plan and the
+/// path parameters it captured.
+fn route<'a>(
+    live: &'a Live,
+    parts: &'a Parts,
+) -> Result<(&'a RoutePlan, matchit::Params<'a, 'a>), Refusal<'a>> {
+    let path = parts.uri.path();
+    let matched = live
+        .router
+        .at(path)
+        .map_err(|_| Refusal::NoRoute { path })?;
+    let entry = matched.value;
+    match entry.iter().find(|r| r.method == parts.method) {
+        Some(route) => Ok((route, matched.params)),
+        None => Err(Refusal::MethodNotAllowed {
+            method: &parts.method,
+            path,
+            allow: entry.iter().map(|r| r.method.as_str()).collect(),
+        }),
     }
 }
 

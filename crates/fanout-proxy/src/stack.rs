@@ -41,6 +41,7 @@ pub struct Stack {
 
 /// Handles to a backend's layer state (balancer and addresses, retry, hedge, dedup and cache
 /// counters), for `/__fanout/status`.
+#[derive(Clone)]
 pub struct StackStats {
     /// The protocol client (balancer and addresses).
     pub client: Arc<HttpBackend>,
@@ -99,6 +100,14 @@ pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack
         s = Arc::new(cached);
     }
     Ok(Stack { service: s, stats })
+}
+
+/// Whether backend `name`'s stack built from `new` would be the one built from `old`: the same
+/// backend config and the same `defaults` (everything [`build`] reads). A config reload keeps
+/// such a stack with all its state.
+pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name: &str) -> bool {
+    old.defaults == new.defaults
+        && matches!((old.backends.get(name), new.backends.get(name)), (Some(a), Some(b)) if a == b)
 }
 
 /// The bottom of the stack: the protocol client for the backend's config.

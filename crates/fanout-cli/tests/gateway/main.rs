@@ -36,6 +36,7 @@ mod hostile_config;
 mod isolation;
 mod outlier;
 mod reference;
+mod reload;
 mod retries;
 mod schema;
 mod shared_calls;

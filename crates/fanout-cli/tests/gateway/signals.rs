@@ -1,6 +1,7 @@
-//! Signals of a real `fanout serve` process: SIGHUP is logged and ignored (config reload does
-//! not exist yet; `kill -HUP` must not take the gateway down), SIGTERM drains and exits 0, and a
-//! process frozen by SIGSTOP is counted by the watchdog as CPU starvation, not as a stall.
+//! Signals of a real `fanout serve` process: SIGHUP reloads the config (a broken one is refused
+//! and the old one keeps serving; 200 reloads do not grow its memory), `--watch` reloads when the
+//! file changes, SIGTERM drains and exits 0, and a process frozen by SIGSTOP is counted by the
+//! watchdog as CPU starvation, not as a stall.
 //!
 //! Every wait polls for a condition (a log line, an answer, the exit), up to a generous limit.
 
@@ -31,13 +32,18 @@ impl Drop for Gateway {
 
 impl Gateway {
     fn start() -> Gateway {
+        Gateway::start_with(CONFIG, &[])
+    }
+
+    /// `fanout serve` on config text `config`, with extra arguments `args`.
+    fn start_with(config_text: &str, args: &[&str]) -> Gateway {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let config = std::env::temp_dir().join(format!(
             "fanout-signals-{}-{}.yaml",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::write(&config, CONFIG).unwrap_or_else(|e| panic!("write config: {e}"));
+        std::fs::write(&config, config_text).unwrap_or_else(|e| panic!("write config: {e}"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
             .args([
                 "--log-format",
@@ -48,6 +54,7 @@ impl Gateway {
                 "--config",
             ])
             .arg(&config)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -67,6 +74,30 @@ impl Gateway {
             config,
             lines,
         }
+    }
+
+    /// Replace the config file's content.
+    fn write_config(&self, text: &str) {
+        std::fs::write(&self.config, text).unwrap_or_else(|e| panic!("write config: {e}"));
+    }
+
+    /// The address it serves on, once it does.
+    fn addr(&self) -> String {
+        wait_for("the gateway to listen", &self.lines, || {
+            self.log("fanout serving")
+                .and_then(|f| f["addr"].as_str().map(str::to_string))
+        })
+    }
+
+    /// Resident memory of the process in KiB (`VmRSS` of /proc/PID/status).
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .unwrap_or_else(|e| panic!("read /proc status: {e}"));
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
     }
 
     fn pid(&self) -> String {
@@ -151,35 +182,67 @@ fn assert_answers(addr: &str, when: &str) {
     );
 }
 
-const HUP_LOG: &str = "SIGHUP received: config reload is not supported yet; ignoring";
+const RELOADED: &str = "config reloaded";
+const REFUSED: &str = "config reload refused";
+
+/// `/ping` answering `{pong: VALUE}`.
+fn pong_config(value: &str) -> String {
+    format!("routes:\n  - path: /ping\n    respond: {{ body: '{{pong: {value}}}' }}\n")
+}
+
+fn assert_pong(addr: &str, value: &str, when: &str) {
+    let answer = ping(addr).unwrap_or_else(|e| panic!("GET /ping {when}: {e}"));
+    let want = format!(r#"{{"pong":{value}}}"#);
+    assert!(
+        answer.contains(&want),
+        "GET /ping {when}: want {want}: {answer}"
+    );
+}
+
+/// The number of log lines whose message starts with `prefix`.
+fn count_logs(gw: &Gateway, prefix: &str) -> usize {
+    gw.lines
+        .lock()
+        .expect("log lines")
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(prefix))
+        })
+        .count()
+}
 
 #[test]
-fn sighup_is_logged_and_ignored_and_sigterm_exits_cleanly() {
+fn sighup_reloads_the_config_refuses_a_broken_one_and_sigterm_exits_cleanly() {
     let mut gw = Gateway::start();
     let lines = gw.lines.clone();
-    let addr = wait_for("the gateway to listen", &lines, || {
-        gw.log("fanout serving")
-            .and_then(|f| f["addr"].as_str().map(str::to_string))
-    });
+    let addr = gw.addr();
     assert_answers(&addr, "before SIGHUP");
 
+    gw.write_config(&pong_config("2"));
     gw.signal("-HUP");
-    wait_for("the SIGHUP log line", &lines, || {
-        (gw.logs(HUP_LOG).len() == 1).then_some(())
+    wait_for("the reload log line", &lines, || {
+        (count_logs(&gw, RELOADED) == 1).then_some(())
     });
+    assert_pong(&addr, "2", "after the reload");
+
+    // A broken config: refused with its position, the old one keeps serving.
+    gw.write_config("routes:\n  - path: /ping\n    respond: { body: '{pong: ' }\n");
+    gw.signal("-HUP");
+    let refused = wait_for("the refusal log line", &lines, || gw.log(REFUSED));
+    let message = refused["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains(":3:"),
+        "the refusal names the line: {refused}"
+    );
     assert!(
         gw.child.try_wait().ok().flatten().is_none(),
-        "SIGHUP stopped the gateway; stderr:\n{}",
+        "a refused reload stopped the gateway; stderr:\n{}",
         gw.stderr()
     );
-    assert_answers(&addr, "after SIGHUP");
-
-    // and again: the handler stays installed
-    gw.signal("-HUP");
-    wait_for("the second SIGHUP log line", &lines, || {
-        (gw.logs(HUP_LOG).len() == 2).then_some(())
-    });
-    assert_answers(&addr, "after the second SIGHUP");
+    assert_pong(&addr, "2", "after the refused reload");
 
     gw.signal("-TERM");
     let status = wait_for("the gateway to exit after SIGTERM", &lines, || {
@@ -194,6 +257,70 @@ fn sighup_is_logged_and_ignored_and_sigterm_exits_cleanly() {
     wait_for("the shutdown log line", &lines, || {
         gw.log("shutting down: draining in-flight requests")
     });
+}
+
+#[test]
+fn two_hundred_reloads_do_not_grow_memory() {
+    // Twenty backends and routes, every backend changed by each reload: each reload builds
+    // twenty new stacks (pools, TLS settings, balancers) and must free the old ones.
+    let config = |n: usize| {
+        let mut c = String::from("backends:\n");
+        for b in 0..20 {
+            c += &format!(
+                "  b{b}: {{ url: \"http://127.0.0.1:9\", timeout: {}ms }}\n",
+                1000 + n
+            );
+        }
+        c += "routes:\n  - path: /ping\n    respond: { body: '{pong: true}' }\n";
+        for b in 0..20 {
+            c += &format!(
+                "  - path: /r{b}\n    flow:\n      x: {{ http: {{ backend: b{b}, path: '\"/\"' }}, optional: true }}\n    respond: {{ body: '{{n: {n}}}' }}\n"
+            );
+        }
+        c
+    };
+    let gw = Gateway::start_with(&config(0), &[]);
+    let lines = gw.lines.clone();
+    let addr = gw.addr();
+    let mut warm = 0;
+    for n in 1..=200 {
+        gw.write_config(&config(n));
+        gw.signal("-HUP");
+        wait_for("the reload", &lines, || {
+            (count_logs(&gw, RELOADED) == n).then_some(())
+        });
+        if n % 20 == 0 {
+            assert_answers(&addr, &format!("after {n} reloads"));
+        }
+        if n == 20 {
+            warm = gw.rss_kib();
+        }
+    }
+    let after = gw.rss_kib();
+    assert_eq!(count_logs(&gw, REFUSED), 0, "{}", gw.stderr());
+    eprintln!("RSS after 20 reloads: {warm} KiB, after 200: {after} KiB");
+    // Measured here: RSS wanders between 46 and 52 MiB over 800 reloads without a trend (the
+    // allocator keeps and returns pages in bursts). Leaking the replaced stacks (twenty backends
+    // with their pools and balancers per reload) would add far more than 16 MiB in 180 reloads.
+    assert!(
+        after <= warm + 16 * 1024,
+        "RSS grew from {warm} KiB (20 reloads) to {after} KiB (200 reloads)"
+    );
+}
+
+#[test]
+fn watch_reloads_when_the_file_changes() {
+    let gw = Gateway::start_with(CONFIG, &["--watch", "--watch-interval", "50ms"]);
+    let addr = gw.addr();
+    assert_answers(&addr, "before the change");
+    gw.write_config(&pong_config("7"));
+    wait_for("the watched reload", &gw.lines, || {
+        ping(&addr)
+            .ok()
+            .filter(|a| a.contains(r#"{"pong":7}"#))
+            .map(|_| ())
+    });
+    assert_eq!(count_logs(&gw, RELOADED), 1, "one reload per change");
 }
 
 /// A stopped process (what a starved host, a CPU limit or a paused VM does to it) is CPU

@@ -27,3 +27,11 @@ pub async fn gateway(yaml: &str, stubs: &StubServer) -> RunningGateway {
         .await
         .expect("bind gateway")
 }
+
+/// A loaded config from YAML text against running stubs (for reloads); panics on errors.
+pub fn config(yaml: &str, stubs: &StubServer) -> fanout_config::Config {
+    let vars = stub_vars(stubs);
+    let lookup = |n: &str| vars.get(n).cloned();
+    fanout_config::Config::from_yaml("fanout.yaml", yaml, &lookup)
+        .unwrap_or_else(|e| panic!("gateway config:\n{e}"))
+}

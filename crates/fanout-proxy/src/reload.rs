@@ -1,0 +1,303 @@
+//! Config reload: a new config is read and compiled off the I/O workers, its new reference data
+//! loaded, then swapped in atomically ([`Gateway::reload`]). Requests in flight finish on the
+//! plan they started with; backends whose config did not change keep their whole stack — pools,
+//! caches, breakers, balancer, limiter and batch windows. A config that does not compile (or
+//! whose required reference data does not load) is refused with its `FILE:LINE:COL` messages and
+//! the old one keeps serving.
+//!
+//! What lives as long as the process is not reloaded: `listen` and `server.*` (listener limits,
+//! admission, compute pool threads, headers); a reload that changes them applies everything else
+//! and logs that those changes take effect at the next restart.
+
+use crate::{Gateway, Live, admission, route_table, stack, start_reference};
+use fanout_config::{Config, ConfigErrors};
+use fanout_flow::compute::ComputePool;
+use fanout_flow::{Backend, Carry};
+use http::HeaderName;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Why a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The new config does not load or compile (its `FILE:LINE:COL` messages).
+    #[error("the new config was refused; the old one keeps serving:\n{0}")]
+    Config(#[from] ConfigErrors),
+    /// The new config's required reference data could not be loaded.
+    #[error("the new config's reference data did not load; the old config keeps serving: {0}")]
+    Reference(String),
+    /// The compile task could not run (the runtime is shutting down).
+    #[error("the reload could not run: {0}")]
+    Internal(String),
+}
+
+/// What a successful reload did.
+#[derive(Debug, Clone, Default)]
+pub struct ReloadReport {
+    /// Backends whose stack (pools, caches, breakers, balancer) was kept.
+    pub kept: Vec<String>,
+    /// Backends built anew (new or changed).
+    pub rebuilt: Vec<String>,
+    /// Whether the reference data was kept (else the new datasets were loaded).
+    pub reference_kept: bool,
+    /// Process-level settings that changed but apply only at restart.
+    pub needs_restart: Vec<String>,
+}
+
+/// Reload counters and the serializing lock.
+#[derive(Default)]
+pub(crate) struct Reloads {
+    lock: tokio::sync::Mutex<()>,
+    ok: AtomicU64,
+    failed: AtomicU64,
+    /// Unix time (ms) of the last successful reload; 0 before any.
+    last_ok_ms: AtomicU64,
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Reloads {
+    fn succeeded(&self) {
+        self.ok.fetch_add(1, Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        self.last_ok_ms
+            .store(now.as_millis() as u64, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn failed(&self, e: &ReloadError) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    }
+
+    /// `{reloads, failed, last_reload_unix_ms, last_error}` for the status endpoint.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "reloads": self.ok.load(Ordering::Relaxed),
+            "failed": self.failed.load(Ordering::Relaxed),
+            "last_reload_unix_ms": self.last_ok_ms.load(Ordering::Relaxed),
+            "last_error": self.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        })
+    }
+
+    /// (successful reloads, refused reloads, unix time of the last success in seconds).
+    pub fn counts(&self) -> (u64, u64, f64) {
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            self.last_ok_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+        )
+    }
+}
+
+/// A [`Live`] built from a config, with the process-level parts the first build creates.
+pub(crate) struct Built {
+    pub(crate) live: Live,
+    pub(crate) compute: Arc<ComputePool>,
+    pub(crate) deadline_header: HeaderName,
+    pub(crate) report: ReloadReport,
+}
+
+/// Build the live part for `cfg`; with `prev`, keep the stacks, batch forms and reference data
+/// of what did not change, and the running compute pool `compute`.
+pub(crate) fn build_live(
+    cfg: Config,
+    prev: Option<&Live>,
+    compute: Option<Arc<ComputePool>>,
+    adm: &admission::Admission,
+) -> Result<Built, ConfigErrors> {
+    let mut report = ReloadReport::default();
+    let (services, stacks) = build_stacks(&cfg, prev, &mut report)?;
+    let mut carry = Carry {
+        compute,
+        ..Carry::default()
+    };
+    if let Some(prev) = prev {
+        for name in &report.kept {
+            if let Some(b) = prev.batches.get(name) {
+                carry.batches.insert(name.clone(), b.clone());
+            }
+        }
+        if reference_unchanged(&prev.config, &cfg, &report) {
+            carry.reference = Some(prev.reference.clone());
+            report.reference_kept = true;
+        }
+    }
+    let plan = fanout_flow::compile_with(&cfg, &services, carry)?;
+    let router = route_table(&cfg, &plan.routes)?;
+    let caches = stacks
+        .iter()
+        .filter_map(|(n, s)| {
+            let keys = plan.batches.get(n).and_then(|b| b.cache_stats());
+            Some((n.clone(), s.cache.clone()?, keys))
+        })
+        .collect();
+    let live = Live {
+        router,
+        reference: plan.reference.clone(),
+        caches,
+        stacks,
+        services,
+        batches: plan.batches.clone(),
+        route_admission: admission::RouteTable::new(&cfg.routes, adm),
+        config: Arc::new(cfg),
+    };
+    Ok(Built {
+        live,
+        compute: plan.compute,
+        deadline_header: plan.deadline_header,
+        report,
+    })
+}
+
+/// Backends by name for the flow compiler (the top of each stack), and each stack's state.
+type Stacks = (
+    HashMap<String, Arc<dyn Backend>>,
+    Vec<(String, stack::StackStats)>,
+);
+
+/// Every backend's stack — the previous one when its config did not change — and every
+/// backend config error at once.
+fn build_stacks(
+    cfg: &Config,
+    prev: Option<&Live>,
+    report: &mut ReloadReport,
+) -> Result<Stacks, ConfigErrors> {
+    let mut services = HashMap::new();
+    let mut stats = Vec::new();
+    let mut errs = Vec::new();
+    for (name, b) in &cfg.backends {
+        let kept = prev.and_then(|p| {
+            if !stack::unchanged(&p.config, cfg, name) {
+                return None;
+            }
+            let service = p.services.get(name)?.clone();
+            let s = p.stacks.iter().find(|(n, _)| n == name)?.1.clone();
+            Some((service, s))
+        });
+        if let Some((service, s)) = kept {
+            services.insert(name.clone(), service);
+            stats.push((name.clone(), s));
+            report.kept.push(name.clone());
+            continue;
+        }
+        match stack::build(name, b, &cfg.defaults) {
+            Ok(s) => {
+                services.insert(name.clone(), s.service);
+                stats.push((name.clone(), s.stats));
+                report.rebuilt.push(name.clone());
+            }
+            Err(e) => errs.push(e.in_file(&cfg.file)),
+        }
+    }
+    if errs.is_empty() {
+        Ok((services, stats))
+    } else {
+        Err(ConfigErrors(errs))
+    }
+}
+
+/// The reference data can be kept: same datasets, and every backend they read kept its stack.
+fn reference_unchanged(old: &Config, new: &Config, report: &ReloadReport) -> bool {
+    old.reference == new.reference
+        && new
+            .reference
+            .values()
+            .all(|r| report.kept.contains(&r.http.backend.value))
+}
+
+/// Process-level settings of `new` that differ from `old` (applied only at restart).
+fn restart_only(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if old.listen != new.listen {
+        out.push("listen".to_string());
+    }
+    if old.server != new.server {
+        out.push("server".to_string());
+    }
+    out
+}
+
+impl Gateway {
+    /// Reload from the config file at `path` (read and compiled on the blocking pool, never on
+    /// an I/O worker), then swap it in ([`Gateway::reload`]). Refusals are logged with their
+    /// `FILE:LINE:COL` messages and counted; the old config keeps serving.
+    pub async fn reload_file(
+        &self,
+        path: &str,
+        vars: fn(&str) -> Option<String>,
+    ) -> Result<ReloadReport, ReloadError> {
+        let path = path.to_string();
+        let loaded = tokio::task::spawn_blocking(move || Config::from_file(&path, &vars))
+            .await
+            .map_err(|e| ReloadError::Internal(e.to_string()));
+        let cfg = match loaded {
+            Ok(Ok(cfg)) => cfg,
+            Ok(Err(e)) => return Err(self.refused(ReloadError::Config(e))),
+            Err(e) => return Err(self.refused(e)),
+        };
+        self.reload(cfg).await
+    }
+
+    /// Swap in `cfg`: compile it on the blocking pool keeping the state of what did not change,
+    /// load new reference data, then replace the live part atomically. `listen` and `server.*`
+    /// keep their running values (see the module docs).
+    pub async fn reload(&self, mut cfg: Config) -> Result<ReloadReport, ReloadError> {
+        let _one_at_a_time = self.reloads.lock.lock().await;
+        let prev = self.live();
+        let needs_restart = restart_only(&prev.config, &cfg);
+        cfg.server = prev.config.server.clone();
+        cfg.listen = prev.config.listen.clone();
+        let compute = self.compute.clone();
+        let adm = self.admission.clone();
+        let old = prev.clone();
+        let built =
+            tokio::task::spawn_blocking(move || build_live(cfg, Some(&old), Some(compute), &adm))
+                .await;
+        let built = match built {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return Err(self.refused(ReloadError::Config(e))),
+            Err(e) => return Err(self.refused(ReloadError::Internal(e.to_string()))),
+        };
+        if !built.report.reference_kept
+            && let Err(e) = start_reference(&built.live.reference).await
+        {
+            return Err(self.refused(ReloadError::Reference(e)));
+        }
+        let mut report = built.report;
+        report.needs_restart = needs_restart;
+        self.live.store(Arc::new(built.live));
+        self.reloads.succeeded();
+        tracing::info!(
+            kept = ?report.kept,
+            rebuilt = ?report.rebuilt,
+            reference_kept = report.reference_kept,
+            "config reloaded"
+        );
+        if !report.needs_restart.is_empty() {
+            tracing::warn!(
+                settings = ?report.needs_restart,
+                "config reload: these settings changed but take effect only at the next restart"
+            );
+        }
+        Ok(report)
+    }
+
+    /// Count and log a refused reload.
+    fn refused(&self, e: ReloadError) -> ReloadError {
+        self.reloads.failed(&e);
+        tracing::error!(error = %e, "config reload refused");
+        e
+    }
+
+    /// (successful reloads, refused reloads, unix time in seconds of the last success).
+    pub fn reload_counts(&self) -> (u64, u64, f64) {
+        self.reloads.counts()
+    }
+}
+
+/// How often `fanout serve --watch` looks at the config file by default.
+pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(2);
