@@ -258,3 +258,62 @@ async fn a_broken_config_during_load_is_refused_and_the_old_one_keeps_serving() 
     let last = status["config"]["last_error"].as_str().unwrap_or("");
     assert!(last.contains("fanout-reload-"), "the last refusal: {last}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_data_is_kept_loaded_anew_or_its_failure_refuses_the_reload() {
+    let s = stubs(
+        r#"
+services:
+  r:
+    listen: "${R_ADDR}"
+    routes:
+      - path: /one
+        body: '{n: 1}'
+      - path: /two
+        body: '{n: 2}'
+"#,
+    )
+    .await;
+    let cfg = |path: &str, backend_url: &str| {
+        format!(
+            r#"
+backends:
+  r: {{ url: "{backend_url}" }}
+reference:
+  d: {{ http: {{ backend: r, path: '"{path}"' }}, refresh: 1h }}
+routes:
+  - path: /d
+    respond: {{ body: '$ref.d' }}
+"#
+        )
+    };
+    let gw = gateway(&cfg("/one", "http://${R_ADDR}"), &s).await;
+    let url = format!("http://{}/d", gw.addr);
+    assert_eq!(get(&url).await.json()["n"], 1);
+    let loads = calls(&s, "r");
+
+    // Unchanged datasets and backend: kept, not fetched again.
+    let mut other_route = cfg("/one", "http://${R_ADDR}");
+    other_route += "  - path: /extra\n    respond: { body: '1' }\n";
+    let report = gw.gateway.reload(config(&other_route, &s)).await.unwrap();
+    assert!(report.reference_kept);
+    assert_eq!(calls(&s, "r"), loads);
+
+    // A changed dataset is loaded before the new config serves.
+    let report = gw
+        .gateway
+        .reload(config(&cfg("/two", "http://${R_ADDR}"), &s))
+        .await
+        .unwrap();
+    assert!(!report.reference_kept);
+    assert_eq!(get(&url).await.json()["n"], 2);
+
+    // A required dataset that cannot load: refused, the old data keeps serving.
+    let err = gw
+        .gateway
+        .reload(config(&cfg("/one", "http://127.0.0.1:9"), &s))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ReloadError::Reference(_)), "{err}");
+    assert_eq!(get(&url).await.json()["n"], 2);
+}
