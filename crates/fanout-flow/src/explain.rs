@@ -173,16 +173,17 @@ pub fn explain_config(cfg: &Config) -> Result<Explanation, ConfigErrors> {
 
 /// Describe `plan`, compiled from `cfg`.
 pub fn explain(cfg: &Config, plan: &Plan) -> Explanation {
-    let routes =
-        plan.routes
-            .iter()
-            .map(|route| {
-                let src = cfg.routes.iter().find(|r| {
-                    r.path.value == route.path && r.method.value == route.method.as_str()
-                });
-                explain_route(cfg, src, route)
-            })
-            .collect();
+    let routes = plan
+        .routes
+        .iter()
+        .map(|route| {
+            let src = cfg.routes.iter().find(|r| {
+                r.path.value == route.path
+                    && r.method.value.eq_ignore_ascii_case(route.method.as_str())
+            });
+            explain_route(cfg, src, route)
+        })
+        .collect();
     Explanation { routes }
 }
 
