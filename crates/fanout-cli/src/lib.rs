@@ -3,6 +3,7 @@
 //! `fanout demo` use the same code paths as `fanout serve`.
 
 pub mod demo;
+pub mod explain;
 pub mod load;
 
 use fanout_config::{Config, ConfigErrors, VarLookup, env_lookup};

@@ -3,7 +3,8 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use fanout::{
-    ReloadTriggers, demo, load_gateway_file, run_until_stopped, shutdown_signal, start_gateway,
+    ReloadTriggers, demo, explain, load_gateway_file, run_until_stopped, shutdown_signal,
+    start_gateway,
 };
 use fanout_config::BareNumber;
 use fanout_config::env_lookup;
@@ -52,6 +53,20 @@ enum Cmd {
     Validate {
         /// Gateway config (YAML).
         file: String,
+    },
+    /// Describe a route's plan: its steps, what each waits for, which run in parallel, their
+    /// timeouts and the worst case of the critical path against the deadline.
+    Explain {
+        /// Gateway config (YAML).
+        #[arg(long, short)]
+        config: String,
+        /// The route: its path pattern (`/orders/{id}`) or method and path pattern
+        /// (`'POST /orders/{id}'`). Default: every route.
+        #[arg(long)]
+        route: Option<String>,
+        /// Output: `text`, or `mermaid` (a flowchart for docs).
+        #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
+        format: ExplainFormat,
     },
     /// Print the JSON Schema of the gateway config (or, with --stubs, of the stubs config).
     Schema {
@@ -133,6 +148,15 @@ enum Cmd {
     },
 }
 
+/// `fanout explain --format`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ExplainFormat {
+    /// Steps by level, timeouts, backend layers, critical path.
+    Text,
+    /// A Mermaid flowchart.
+    Mermaid,
+}
+
 fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -185,6 +209,26 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Cmd::Explain {
+            config,
+            route,
+            format,
+        } => {
+            let format = match format {
+                ExplainFormat::Text => explain::Format::Text,
+                ExplainFormat::Mermaid => explain::Format::Mermaid,
+            };
+            match explain::explain_file(&config, &env_lookup, route.as_deref(), format) {
+                Ok(out) => {
+                    print!("{out}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         cmd => {
             init_logs(&cli.log_format);
             match run(cmd) {
@@ -327,6 +371,6 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             println!("report: {out}/report.html  {out}/report.json");
             Ok(())
         }
-        Cmd::Schema { .. } | Cmd::Validate { .. } => Ok(()),
+        Cmd::Schema { .. } | Cmd::Validate { .. } | Cmd::Explain { .. } => Ok(()),
     }
 }

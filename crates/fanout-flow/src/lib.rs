@@ -7,6 +7,7 @@
 //!   concurrently on the request's task, enforces the deadline and the per-step failure policy.
 //! - [`backend`]: the backend-call layer every step's I/O goes through.
 //! - [`error`]: [`FlowError`], which maps to the client's status code.
+//! - [`explain`]: a route's plan described for people (`fanout explain`: text and Mermaid).
 
 pub mod activity;
 pub mod backend;
@@ -18,6 +19,7 @@ mod ctx;
 pub mod dedup;
 pub mod error;
 pub mod exec;
+pub mod explain;
 pub mod hedge;
 pub mod isolation;
 pub mod observe;

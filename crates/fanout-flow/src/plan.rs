@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::call::{FIRST_STEP_SLOT, SLOT_INDEX, SLOT_ITEM, SLOT_REF, SLOT_REQUEST};
+pub use crate::step::StepWork;
 
 /// A compiled config: routes ready to run.
 pub struct Plan {
@@ -91,6 +92,13 @@ pub struct StepPlan {
     pub missing: Missing,
     /// What the step does: its kind (`step/`).
     pub(crate) kind: Box<dyn StepKind>,
+}
+
+impl StepPlan {
+    /// What the step does: its kind, backend and call facts (`fanout explain`).
+    pub fn work(&self) -> StepWork {
+        self.kind.work()
+    }
 }
 
 /// A step's policy for keys its lookup did not find (and 404s of `for_each` calls).

@@ -31,6 +31,7 @@ mod config_reference;
 mod connections;
 mod docs;
 mod examples;
+mod explain;
 mod flow;
 mod hostile_config;
 mod isolation;

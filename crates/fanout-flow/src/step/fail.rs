@@ -2,7 +2,7 @@
 //! that client answer. Fail steps start before the other steps of their round, so a guard that
 //! refuses a request does so before any call of the round is sent.
 
-use super::{Prepared, StepArgs, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::call::{Env, Yielded, eval, expr_err, yielded};
 use crate::error::{Answer, ErrorKind, FlowError};
 use bytes::Bytes;
@@ -26,6 +26,13 @@ pub(crate) struct FailPlan {
 impl StepKind for FailPlan {
     fn starts_first(&self) -> bool {
         true
+    }
+
+    fn work(&self) -> StepWork {
+        StepWork::Fail {
+            status: self.status,
+            code: self.code.to_string(),
+        }
     }
 
     fn prepare(

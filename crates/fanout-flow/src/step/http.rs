@@ -2,7 +2,7 @@
 //! `for_each`) from expressions and performs it through the backend's stack. Also the one
 //! compiler of an HTTP call ([`compile_call`]), shared with batch forms and reference data.
 
-use super::{Prepared, StepArgs, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::backend::{Backend, CallRequest};
 use crate::call::{Env, HttpPlan, Yielded, build_call, expr_err, fetch_json, yielded};
 use crate::ctx::{Ctx, unknown_backend};
@@ -21,6 +21,14 @@ struct HttpStep(HttpPlan);
 impl StepKind for HttpStep {
     fn backend(&self) -> Option<&Arc<str>> {
         Some(&self.0.backend_name)
+    }
+
+    fn work(&self) -> StepWork {
+        StepWork::Http {
+            backend: self.0.backend_name.to_string(),
+            method: self.0.method.to_string(),
+            idempotent: self.0.idempotent,
+        }
     }
 
     fn prepare(

@@ -3,7 +3,7 @@
 //! same scheduling round are merged into one fetch per batch form ([`flush_keyed`]); each step
 //! then picks its own values from the shared answer.
 
-use super::{Prepared, StepArgs, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded, eval, eval_item, expr_err, yielded};
 use crate::ctx::unknown_backend;
@@ -21,6 +21,15 @@ struct KeyedStep {
 impl StepKind for KeyedStep {
     fn backend(&self) -> Option<&Arc<str>> {
         Some(&self.batch.name)
+    }
+
+    fn work(&self) -> StepWork {
+        StepWork::Keyed {
+            backend: self.batch.name.to_string(),
+            max_keys: self.batch.max,
+            window: self.batch.window,
+            timeout: self.batch.timeout,
+        }
     }
 
     fn prepare(

@@ -49,6 +49,8 @@ pub(crate) trait StepKind: Send + Sync + 'static {
     fn backend(&self) -> Option<&Arc<str>> {
         None
     }
+    /// What the step does, described for people (`fanout explain`).
+    fn work(&self) -> StepWork;
     /// Whether the step starts before the other ready steps of its round (guards such as
     /// `fail`, so that nothing is sent when they refuse the request).
     fn starts_first(&self) -> bool {
@@ -107,6 +109,43 @@ pub(crate) enum Prepared {
     Calls(Vec<(CallRequest, Val, usize)>),
     /// Keyed lookups (key, `for_each` element), merged with the round's others per batch form.
     Keys(Arc<BatchPlan>, Vec<(String, Val)>),
+}
+
+/// What a step does, as `fanout explain` describes it: its kind and the facts of it that matter
+/// for timing (which backend, which method, how keyed lookups are batched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepWork {
+    /// An HTTP call (`http: {path}`); one per element with `for_each`.
+    Http {
+        /// The backend called.
+        backend: String,
+        /// The method.
+        method: String,
+        /// Whether the call may be retried, hedged (idempotent) — dedup and caching also need
+        /// GET or HEAD.
+        idempotent: bool,
+    },
+    /// A keyed lookup (`http: {key}`) through the backend's batch form: the keys of every step
+    /// starting in the same round are merged into calls of at most `max_keys` keys.
+    Keyed {
+        /// The backend called.
+        backend: String,
+        /// Most keys per batch call.
+        max_keys: usize,
+        /// Cross-request collection window before the call is sent, if any.
+        window: Option<Duration>,
+        /// The batch call's timeout (the backend's; a step's own `timeout` does not apply).
+        timeout: Duration,
+    },
+    /// A value computed from the request and other steps (`value:`); no I/O.
+    Value,
+    /// A guard ending the request with a client answer when it runs (`fail:`).
+    Fail {
+        /// The answer's status.
+        status: u16,
+        /// The answer's `error.code`.
+        code: String,
+    },
 }
 
 /// What a kind's compiler works with: the route's compile context, the step's name and scope,

@@ -1,7 +1,7 @@
 //! The value step (`value:`): computes a value from the request and other steps; no I/O. With
 //! `for_each`, per element, then `result` per element.
 
-use super::{Prepared, StepArgs, StepCx, StepKind};
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::call::{Env, Yielded, eval, eval_item, expr_err, yielded};
 use crate::error::FlowError;
 use fanout_config::Step;
@@ -15,6 +15,10 @@ struct ValueStep(Expr);
 impl StepKind for ValueStep {
     fn is_pure(&self) -> bool {
         true
+    }
+
+    fn work(&self) -> StepWork {
+        StepWork::Value
     }
 
     fn prepare(

@@ -1,0 +1,89 @@
+//! `fanout explain` as a command: it prints the same descriptions as the engine's snapshots
+//! (crates/fanout-flow/tests/explain/), selects routes by path or `METHOD /path`, and exits 1 on
+//! an unknown route (listing the routes) or a config error (FILE:LINE:COL like `validate`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn explain(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("explain")
+        .args(args)
+        .env_remove("LISTEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run fanout explain: {e}"))
+}
+
+fn snapshot(name: &str) -> String {
+    std::fs::read_to_string(root().join("crates/fanout-flow/tests/explain").join(name)).unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn prints_the_plan_as_text_and_mermaid() {
+    let cfg = root().join("examples/order-page/fanout.yaml");
+    let cfg = cfg.to_str().unwrap();
+    assert_eq!(
+        stdout(&explain(&["--config", cfg])),
+        snapshot("order-page.txt")
+    );
+    let out = explain(&[
+        "-c",
+        cfg,
+        "--route",
+        "GET /orders/{id}",
+        "--format",
+        "mermaid",
+    ]);
+    assert_eq!(stdout(&out), snapshot("order-page.mmd"));
+}
+
+#[test]
+fn selects_routes_by_path_or_method_and_path() {
+    let cfg = root().join("crates/fanout-flow/tests/explain/layers.yaml");
+    let cfg = cfg.to_str().unwrap();
+    let both = stdout(&explain(&["-c", cfg, "--route", "/users/{id}"]));
+    assert!(both.starts_with("GET /users/{id}\n"), "{both}");
+    assert!(both.contains("\nDELETE /users/{id}\n"), "{both}");
+    assert!(!both.contains("/health"), "{both}");
+    let one = stdout(&explain(&["-c", cfg, "--route", "DELETE /users/{id}"]));
+    assert!(one.starts_with("DELETE /users/{id}\n"), "{one}");
+    assert!(!one.contains("GET /users"), "{one}");
+}
+
+#[test]
+fn an_unknown_route_exits_1_listing_the_routes() {
+    let cfg = root().join("crates/fanout-flow/tests/explain/layers.yaml");
+    let out = explain(&["-c", cfg.to_str().unwrap(), "--route", "/users/42"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        err,
+        "no route `/users/42` in the config; give a path pattern or `METHOD /path`. Routes:\n  \
+         GET /users/{id}\n  DELETE /users/{id}\n  GET /health\n"
+    );
+}
+
+#[test]
+fn a_config_error_exits_1_with_its_position() {
+    let path = std::env::temp_dir().join(format!("fanout-explain-{}.yaml", std::process::id()));
+    let text = "routes:\n  - path: /x\n    flow:\n      a: { value: '$nope' }\n    respond: { body: '$a' }\n";
+    std::fs::write(&path, text).unwrap();
+    let out = explain(&["-c", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(".yaml:4:"), "{err}");
+    assert!(out.stdout.is_empty());
+}
