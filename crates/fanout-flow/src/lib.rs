@@ -20,6 +20,7 @@ pub mod error;
 pub mod exec;
 pub mod hedge;
 pub mod isolation;
+pub mod l2;
 pub mod observe;
 pub mod outcome;
 pub mod plan;
