@@ -9,6 +9,7 @@ pub mod bodies;
 pub mod client;
 pub mod conn;
 pub mod errlog;
+pub mod l2;
 pub mod limiter;
 pub mod request_id;
 pub mod server;
@@ -201,8 +202,13 @@ fn build_stacks(cfg: &Config) -> Result<Stacks, ConfigErrors> {
     let mut backends = HashMap::new();
     let mut stats = Vec::new();
     let mut errs = Vec::new();
+    // One shared Redis for every backend's cache (one connection, one breaker).
+    let l2 = l2::build(cfg.redis.as_ref()).unwrap_or_else(|e| {
+        errs.push(e.in_file(&cfg.file));
+        None
+    });
     for (name, b) in &cfg.backends {
-        match stack::build(name, b, &cfg.defaults) {
+        match stack::build(name, b, &cfg.defaults, l2.as_ref()) {
             Ok(s) => {
                 backends.insert(name.clone(), s.service);
                 stats.push((name.clone(), s.stats));

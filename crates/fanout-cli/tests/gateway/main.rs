@@ -35,6 +35,7 @@ mod flow;
 mod hostile_config;
 mod isolation;
 mod outlier;
+mod redis_cache;
 mod reference;
 mod retries;
 mod schema;

@@ -27,3 +27,19 @@ pub async fn gateway(yaml: &str, stubs: &StubServer) -> RunningGateway {
         .await
         .expect("bind gateway")
 }
+
+/// [`gateway`] with more variables than the stubs' addresses (e.g. `REDIS_URL`).
+pub async fn gateway_with(
+    yaml: &str,
+    stubs: &StubServer,
+    extra: &[(&str, String)],
+) -> RunningGateway {
+    let mut vars = stub_vars(stubs);
+    vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    let lookup = |n: &str| vars.get(n).cloned();
+    let gw = load_gateway("fanout.yaml", yaml, &lookup)
+        .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
+    start_gateway(gw, "127.0.0.1:0")
+        .await
+        .expect("bind gateway")
+}
