@@ -21,7 +21,7 @@ pub struct RedisConfig {
     /// Time limit of one attempt to (re)connect. Default 1s.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Dur,
-    /// Largest value written to Redis (the encoded answer: a 49-byte header and the body); larger
+    /// Largest value written to Redis (the encoded answer: a 51-byte header and the body); larger
     /// answers stay in memory only (counted as `too_large`), larger values read back are ignored.
     /// Default 1 MiB.
     #[serde(default = "default_max_value_bytes")]
@@ -34,8 +34,8 @@ pub struct RedisConfig {
     /// are queued further ones are dropped (counted as `write_skipped`). Default 1024.
     #[serde(default = "default_max_pending_writes")]
     pub max_pending_writes: usize,
-    /// After this many failed commands in a row, Redis is skipped for `breaker.open_for`, then one
-    /// probe decides whether to use it again.
+    /// After `breaker.consecutive_failures` failed commands in a row, Redis is skipped for
+    /// `breaker.open_for`, then one probe decides whether to use it again.
     #[serde(default)]
     pub breaker: RedisBreakerConfig,
 }

@@ -545,6 +545,8 @@ mod tests {
     fn values_round_trip_and_anything_else_is_rejected() {
         let d = [7u8; 32];
         let v = encode(&answer("{\"a\":1}"), &d, 1_000);
+        assert_eq!(HEADER, 51, "documented in docs/config.md and caching.md");
+        assert_eq!(v.len(), HEADER + 7);
         let e = decode(&v, &d, 1_250).unwrap();
         assert_eq!(e.resp.body, "{\"a\":1}");
         assert_eq!(e.age, Duration::from_millis(250));

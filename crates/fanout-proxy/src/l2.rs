@@ -72,20 +72,11 @@ fn failed(e: redis::RedisError) -> L2Error {
 
 impl L2Store for RedisStore {
     fn get(&self, key: String, limit: usize) -> BoxFuture<'static, Result<Bytes, L2Error>> {
+        // GETRANGE reads at most `limit` bytes whatever the value's size ("" when absent).
+        let mut cmd = redis::cmd("GETRANGE");
+        cmd.arg(&key).arg(0).arg(limit.saturating_sub(1));
         let conn = self.0.clone();
-        Box::pin(async move {
-            let mut c = conn.get().await?;
-            // GETRANGE reads at most `limit` bytes whatever the value's size ("" when absent).
-            let last = limit.saturating_sub(1);
-            let v: Vec<u8> = redis::cmd("GETRANGE")
-                .arg(&key)
-                .arg(0)
-                .arg(last)
-                .query_async(&mut c)
-                .await
-                .map_err(failed)?;
-            Ok(Bytes::from(v))
-        })
+        Box::pin(async move { conn.query::<Vec<u8>>(&cmd).await.map(Bytes::from) })
     }
 
     fn set(
@@ -94,19 +85,25 @@ impl L2Store for RedisStore {
         value: Bytes,
         ttl: Duration,
     ) -> BoxFuture<'static, Result<(), L2Error>> {
+        let px = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&key).arg(value.as_ref()).arg("PX").arg(px);
         let conn = self.0.clone();
-        Box::pin(async move {
-            let mut c = conn.get().await?;
-            let px = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(value.as_ref())
-                .arg("PX")
-                .arg(px)
-                .query_async::<()>(&mut c)
-                .await
-                .map_err(failed)
-        })
+        Box::pin(async move { conn.query::<()>(&cmd).await })
+    }
+}
+
+impl Conn {
+    /// Send `cmd`; once more at once if the connection turned out to be broken (the manager
+    /// has started a new one by then: a Redis that came back is used on this call, not the next).
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, L2Error> {
+        let mut c = self.get().await?;
+        match cmd.query_async(&mut c).await {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                cmd.query_async(&mut c).await.map_err(failed)
+            }
+            r => r.map_err(failed),
+        }
     }
 }
 

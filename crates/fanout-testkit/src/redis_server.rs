@@ -144,6 +144,17 @@ impl RedisServer {
             .expect("SET");
     }
 
+    /// Any command, e.g. `["RPUSH", key, "x"]` (panics when Redis answers an error).
+    pub async fn command(&self, args: &[&str]) {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async::<redis::Value>(&mut self.conn().await)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    }
+
     /// Kill the server (SIGKILL) and wait for it to exit: what a crashed or evicted Redis does.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

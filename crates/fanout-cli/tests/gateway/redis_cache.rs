@@ -348,12 +348,17 @@ async fn oversized_answers_are_not_written_and_corrupt_values_are_misses() {
     let key = redis.keys("t:v1:catalog:*").await.remove(0);
     assert!(redis.get(&key).await.unwrap().len() <= 600);
 
-    // a second instance (empty memory) reads the key: garbage, then an oversized value
-    for (i, garbage) in [b"FOL2\x01 not an answer".to_vec(), vec![b'x'; 5000]]
-        .into_iter()
-        .enumerate()
-    {
-        redis.set(&key, &garbage).await;
+    // a second instance (empty memory) reads the key: garbage, an oversized value, a list
+    let oversized = "x".repeat(5000);
+    let cases: [&[&[&str]]; 3] = [
+        &[&["SET", &key, "FOL2\u{1} not an answer"]],
+        &[&["SET", &key, &oversized]],
+        &[&["DEL", &key], &["RPUSH", &key, "x"]],
+    ];
+    for (i, commands) in cases.into_iter().enumerate() {
+        for c in commands {
+            redis.command(c).await;
+        }
         let other = gateway_with(&cfg, &s, &vars).await;
         let before = calls(&s, "catalog");
         let r = get(&url(&other, "/items/1")).await;
@@ -397,4 +402,47 @@ async fn only_backends_with_l2_use_redis() {
     );
     assert!(l2(&gw.addr.to_string()).await.is_null());
     assert!(redis.keys("*").await.is_empty());
+}
+
+/// Config errors of the `redis:` section point at the field, and never print the URL (it may
+/// hold a password).
+#[test]
+fn redis_config_errors_name_the_field_not_the_password() {
+    let route = "routes: []\n";
+    let backend =
+        "backends:\n  b:\n    url: http://127.0.0.1:1\n    cache: { ttl: 1s, l2: true }\n";
+    let cases = [
+        (
+            format!("{backend}{route}"),
+            "backend `b`: cache.l2 needs a top-level `redis:` section",
+        ),
+        (
+            format!("redis:\n  url: rediss://h:6380\n{route}"),
+            "fanout.yaml:2:8: redis.url: TLS (`rediss://`) is not supported",
+        ),
+        (
+            format!("redis:\n  url: http://h\n{route}"),
+            "fanout.yaml:2:8: redis.url must start with `redis://` or `redis+unix://`",
+        ),
+        (
+            format!("redis:\n  url: \"redis://u:s3cret@[::1\"\n{route}"),
+            "fanout.yaml:2:8: redis.url is not a valid Redis URL",
+        ),
+        (
+            format!("redis:\n  url: redis://h\n  timeout: 0ms\n{route}"),
+            "redis.timeout and connect_timeout must be positive",
+        ),
+        (
+            format!("redis:\n  url: redis://h\n  breaker: {{ consecutive_failures: 0 }}\n{route}"),
+            "redis.breaker.consecutive_failures must be at least 1",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let err = match fanout::load_gateway("fanout.yaml", &yaml, &|_: &str| None) {
+            Ok(_) => panic!("loaded:\n{yaml}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(expected), "{err}\n--- for ---\n{yaml}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
 }
