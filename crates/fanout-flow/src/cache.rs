@@ -189,7 +189,7 @@ impl Shared {
         let mut stale = None;
         if let Some((l2, l2_key)) = &l2 {
             let started = Instant::now();
-            match l2.get(l2_key).await {
+            match l2.get(l2_key, p.ttl).await {
                 Some(e) if e.age < p.ttl => {
                     self.remember(key, e.resp.clone(), e.age).await;
                     return Ok(e.resp);

@@ -99,9 +99,10 @@ pub struct L2Stats {
 /// A snapshot of [`L2Stats`]. Every read is exactly one of `hits`, `misses`, `errors`, `skipped`.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct L2Counters {
-    /// Reads answered with a usable value.
+    /// Reads that found a fresh answer (younger than the cache's `ttl`).
     pub hits: u64,
-    /// Reads that found nothing usable (no value, an expired or a corrupt one).
+    /// Reads that found no fresh answer: none, a stale one (still usable on a backend failure,
+    /// within `stale_if_error`) or a corrupt one.
     pub misses: u64,
     /// Reads that failed (error or timeout).
     pub errors: u64,
@@ -349,9 +350,10 @@ impl L2Cache {
         L2Key { key, digest }
     }
 
-    /// The answer stored under `key`, if there is a usable one (never an error: failures and
-    /// corrupt values are counted and read as nothing).
-    pub async fn get(&self, key: &L2Key) -> Option<L2Entry> {
+    /// The answer stored under `key`, fresh or not (never an error: failures and corrupt values
+    /// are counted and read as nothing). Counted as a hit when it is younger than `ttl`, else as
+    /// a miss (the caller may still serve it stale).
+    pub async fn get(&self, key: &L2Key, ttl: Duration) -> Option<L2Entry> {
         let inner = &self.l2.inner;
         let limit = inner.policy.max_value_bytes + 1;
         let read = inner.run(inner.store.get(key.key.clone(), limit)).await;
@@ -377,7 +379,8 @@ impl L2Cache {
             .and_then(|b| decode(&b, &key.digest, unix_ms()))
         {
             Some(e) => {
-                s.hits.fetch_add(1, Relaxed);
+                let counter = if e.age < ttl { &s.hits } else { &s.misses };
+                counter.fetch_add(1, Relaxed);
                 Some(e)
             }
             None => {
@@ -603,7 +606,7 @@ mod tests {
         let l2 = Arc::new(L2::new(Arc::new(store.clone()), policy()));
         let c = l2.for_backend("a");
         let k = c.key(&call_key("/x"));
-        assert!(c.get(&k).await.is_none());
+        assert!(c.get(&k, Duration::from_secs(1)).await.is_none());
         c.put(&k, &answer("{}"), Duration::from_secs(1));
         let big = CallResponse {
             status: http::StatusCode::OK,
@@ -613,7 +616,10 @@ mod tests {
         while c.stats().counters().writes == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert_eq!(c.get(&k).await.unwrap().resp.body, "{}");
+        assert_eq!(
+            c.get(&k, Duration::from_secs(1)).await.unwrap().resp.body,
+            "{}"
+        );
         let n = c.stats().counters();
         assert_eq!((n.hits, n.misses, n.writes, n.too_large), (1, 1, 1, 1));
         // garbage under the key: a miss, counted as corrupt
@@ -622,7 +628,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(k.key.clone(), Bytes::from_static(b"FOL2 garbage"));
-        assert!(c.get(&k).await.is_none());
+        assert!(c.get(&k, Duration::from_secs(1)).await.is_none());
         assert_eq!(c.stats().counters().corrupt, 1);
     }
 
@@ -633,22 +639,25 @@ mod tests {
         let c = l2.for_backend("a");
         let k = c.key(&call_key("/x"));
         store.hang.store(true, Relaxed);
-        assert!(c.get(&k).await.is_none());
-        assert!(c.get(&k).await.is_none());
+        assert!(c.get(&k, Duration::from_secs(1)).await.is_none());
+        assert!(c.get(&k, Duration::from_secs(1)).await.is_none());
         assert_eq!(
             c.stats().counters().errors,
             2,
             "two timeouts open the breaker"
         );
         for _ in 0..10 {
-            assert!(c.get(&k).await.is_none());
+            assert!(c.get(&k, Duration::from_secs(1)).await.is_none());
         }
         assert_eq!(c.stats().counters().skipped, 10);
         assert_eq!(store.sent.load(Relaxed), 2, "skipped reads are not sent");
         store.hang.store(false, Relaxed);
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(c.get(&k).await.is_none(), "the probe: a plain miss");
-        assert!(c.get(&k).await.is_none());
+        assert!(
+            c.get(&k, Duration::from_secs(1)).await.is_none(),
+            "the probe: a plain miss"
+        );
+        assert!(c.get(&k, Duration::from_secs(1)).await.is_none());
         let n = c.stats().counters();
         assert_eq!((n.misses, n.errors, n.skipped), (2, 2, 10), "closed again");
     }

@@ -385,6 +385,60 @@ async fn oversized_answers_are_not_written_and_corrupt_values_are_misses() {
     }
 }
 
+/// An instance started while the backend fails answers from another instance's stale answer in
+/// Redis, within `stale_if_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_serves_a_stale_answer_from_redis_when_the_backend_fails() {
+    let redis = RedisServer::start().await;
+    let s = stubs(STUBS).await;
+    let cfg = config("", "{ ttl: 1s, stale_if_error: 60s, l2: true }");
+    let vars = [("REDIS_URL", redis.url())];
+    let first = gateway_with(&cfg, &s, &vars).await;
+    let fresh = get(&format!("http://{}/items/3", first.addr)).await;
+    assert_eq!(fresh.status, 200);
+    let first_addr = first.addr.to_string();
+    wait_until_async("the answer written to redis", || async {
+        n(&l2(&first_addr).await, "writes") == 1
+    })
+    .await;
+    let key = redis.keys("t:v1:catalog:*").await.remove(0);
+    // kept for ttl + stale_if_error = 61 s; below 60 s left, the answer is older than its ttl
+    wait_until_async("the answer to be stale", || async {
+        (0..60_000).contains(&redis.pttl(&key).await)
+    })
+    .await;
+
+    let mut failing = (*s.behaviour("catalog", "GET /items/{id}").unwrap()).clone();
+    failing.status = http::StatusCode::SERVICE_UNAVAILABLE;
+    assert!(s.set_behaviour("catalog", "GET /items/{id}", failing));
+    let second = gateway_with(&cfg, &s, &vars).await;
+    let before = calls(&s, "catalog");
+    let stale = get(&format!("http://{}/items/3", second.addr)).await;
+    assert_eq!(
+        stale.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&stale.body)
+    );
+    assert_eq!(stale.json(), fresh.json());
+    assert_eq!(
+        calls(&s, "catalog"),
+        before + 1,
+        "the backend was asked, and failed"
+    );
+    let st = get(&format!("http://{}/__fanout/status", second.addr))
+        .await
+        .json();
+    let answers = &st["caches"]["catalog"]["answers"];
+    assert_eq!(answers["stale_served"], 1, "{st}");
+    let l2 = &answers["l2"];
+    assert_eq!(
+        (&l2["hits"], &l2["misses"]),
+        (&json!(0), &json!(1)),
+        "stale: a miss: {st}"
+    );
+}
+
 /// Without `l2: true` a backend's cache stays in memory, even with a `redis:` section.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_backends_with_l2_use_redis() {
