@@ -272,6 +272,10 @@ pub struct CacheConfig {
     /// timeout). Default 0 (off).
     #[serde(default = "zero_dur")]
     pub stale_if_error: Dur,
+    /// Also keep answers in the shared Redis (top-level `redis:`), so the gateway's instances
+    /// share them: a miss in memory asks Redis before the backend. Default false.
+    #[serde(default)]
+    pub l2: bool,
 }
 
 fn default_max_entries() -> u64 {

@@ -39,6 +39,9 @@ impl Config {
         }
         self.admission_check(errs);
         self.expressions_check(errs);
+        if let Some(r) = &self.redis {
+            r.check(errs);
+        }
         for (name, b) in &self.backends {
             let urls: Vec<&Located<String>> = b.url.iter().chain(b.urls.iter()).collect();
             if urls.is_empty() {
@@ -106,6 +109,12 @@ impl Config {
                 bad(
                     "outlier.consecutive_failures must be ≥ 1 and max_ejected_percent ≤ 100".into(),
                     "or turn it off with `outlier: {enabled: false}`",
+                );
+            }
+            if b.cache.as_ref().is_some_and(|c| c.l2) && self.redis.is_none() {
+                bad(
+                    "cache.l2 needs a top-level `redis:` section".into(),
+                    "add `redis: {url: \"${REDIS_URL}\"}` or remove `l2: true`",
                 );
             }
             if b.balance.decay.0.is_zero() {

@@ -15,6 +15,7 @@ mod error;
 mod hints;
 mod load;
 mod located;
+mod redis;
 mod route;
 mod server;
 
@@ -36,6 +37,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, read_limited, schema,
 };
+pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
 pub use route::{HttpCall, Reference, Respond, Route, RouteAdmission, Step};
 pub use server::{
     AdaptiveLimit, Admission, BodyLimits, Codel, ComputeConfig, ConnectionLimits, Defaults,
@@ -69,6 +71,9 @@ pub struct Config {
     /// flows as `$ref.NAME` without any call.
     #[serde(default)]
     pub reference: IndexMap<String, Reference>,
+    /// A Redis shared by the gateway's instances: the second level of the answer caches of the
+    /// backends with `cache: {l2: true}`. Default: none (caches are in memory only).
+    pub redis: Option<RedisConfig>,
     /// Routes: each matches a method and path and runs a flow.
     pub routes: Vec<Route>,
     /// The config text after `${VAR}` substitution (to point inside expressions in errors).

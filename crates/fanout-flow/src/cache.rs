@@ -10,8 +10,13 @@
 //! - Within `stale_if_error` after `ttl`, a failed call (error, 5xx) is answered from the stale
 //!   entry instead.
 //! - Only successful (2xx) answers are stored.
+//! - With a second level ([`crate::l2`], `cache: {l2: true}`), a miss in memory asks the shared
+//!   store before the backend (a fresh value there answers and fills memory with its remaining
+//!   freshness; a stale one is kept for `stale_if_error`), and each answer from the backend is
+//!   also written there (without waiting) for `ttl` + the longer stale window.
 
 use crate::backend::{Backend, CallError, CallKey, CallRequest, CallResponse};
+use crate::l2::{L2Cache, L2Counters, L2Stats};
 use crate::singleflight::Flights;
 use fanout_expr::Val;
 use futures_util::future::BoxFuture;
@@ -60,6 +65,8 @@ pub struct CacheStats {
     misses: AtomicU64,
     stale_served: AtomicU64,
     refreshes: AtomicU64,
+    /// The second level's counters, when the cache has one.
+    l2: Option<Arc<L2Stats>>,
 }
 
 /// A snapshot of [`CacheStats`].
@@ -73,6 +80,10 @@ pub struct CacheCounters {
     pub stale_served: u64,
     /// Background refreshes started.
     pub refreshes: u64,
+    /// The second level's counters (shared store), when the cache has one. Its reads are part of
+    /// `misses` (a miss in memory asks the second level).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2Counters>,
 }
 
 impl CacheStats {
@@ -83,7 +94,13 @@ impl CacheStats {
             misses: self.misses.load(Relaxed),
             stale_served: self.stale_served.load(Relaxed),
             refreshes: self.refreshes.load(Relaxed),
+            l2: self.l2.as_ref().map(|l| l.counters()),
         }
+    }
+
+    /// The second level's counters, when the cache has one.
+    pub fn l2_counters(&self) -> Option<L2Counters> {
+        self.l2.as_ref().map(|l| l.counters())
     }
 }
 
@@ -101,6 +118,7 @@ struct Shared {
     policy: CachePolicy,
     stats: Arc<CacheStats>,
     flights: Arc<Flights>,
+    l2: Option<L2Cache>,
 }
 
 /// A backend whose successful GET/HEAD answers are cached.
@@ -111,6 +129,15 @@ pub struct Cached {
 impl Cached {
     /// Wrap `inner` (put it outside the dedup layer, so refreshes are de-duplicated too).
     pub fn new(inner: Arc<dyn Backend>, policy: CachePolicy) -> Cached {
+        Cached::with_l2(inner, policy, None)
+    }
+
+    /// [`Cached::new`] with a second level (the shared store) behind the memory.
+    pub fn with_l2(inner: Arc<dyn Backend>, policy: CachePolicy, l2: Option<L2Cache>) -> Cached {
+        let stats = CacheStats {
+            l2: l2.as_ref().map(|l| l.stats()),
+            ..CacheStats::default()
+        };
         let cache = moka::future::Cache::builder()
             .max_capacity(policy.max_entries)
             .time_to_live(policy.retention().max(Duration::from_millis(1)))
@@ -120,8 +147,9 @@ impl Cached {
                 inner,
                 cache,
                 policy,
-                stats: Arc::new(CacheStats::default()),
+                stats: Arc::new(stats),
                 flights: Arc::new(Flights::new()),
+                l2,
             }),
         }
     }
@@ -137,8 +165,8 @@ fn failed(r: &Result<CallResponse, CallError>) -> bool {
 }
 
 impl Shared {
-    /// Call the backend for `key` (coalesced with a live call of the same key that ends in time)
-    /// and store a successful answer.
+    /// Load `key` (coalesced with a live load of the same key that ends in time): from the second
+    /// level if it has a fresh answer, else from the backend, storing a successful answer.
     fn fetch_and_store(
         self: &Arc<Self>,
         key: Key,
@@ -147,25 +175,54 @@ impl Shared {
         let me = self.clone();
         let timeout = req.timeout;
         let k = key.clone();
-        self.flights.run(key, timeout, move || {
-            Box::pin(async move {
-                let r = me.inner.call(req).await;
-                if let Ok(resp) = &r
-                    && resp.status.is_success()
-                {
-                    me.cache
-                        .insert(
-                            k,
-                            Entry {
-                                resp: resp.clone(),
-                                at: Instant::now(),
-                            },
-                        )
-                        .await;
+        self.flights
+            .run(key, timeout, move || Box::pin(me.load(k, req)))
+    }
+
+    async fn load(
+        self: Arc<Self>,
+        key: Key,
+        mut req: CallRequest,
+    ) -> Result<CallResponse, CallError> {
+        let p = self.policy;
+        let l2 = self.l2.as_ref().map(|l2| (l2, l2.key(&key)));
+        let mut stale = None;
+        if let Some((l2, l2_key)) = &l2 {
+            let started = Instant::now();
+            match l2.get(l2_key, p.ttl).await {
+                Some(e) if e.age < p.ttl => {
+                    self.remember(key, e.resp.clone(), e.age).await;
+                    return Ok(e.resp);
                 }
-                r
-            })
-        })
+                e => stale = e.filter(|e| e.age < p.ttl + p.stale_if_error),
+            }
+            req.timeout = req.timeout.saturating_sub(started.elapsed());
+        }
+        let r = self.inner.call(req).await;
+        match &r {
+            Ok(resp) if resp.status.is_success() => {
+                self.remember(key, resp.clone(), Duration::ZERO).await;
+                if let Some((l2, l2_key)) = &l2 {
+                    l2.put(l2_key, resp, p.retention());
+                }
+            }
+            _ => {
+                if let Some(e) = stale.filter(|_| failed(&r)) {
+                    // another instance's stale answer, kept for stale_if_error like our own
+                    self.remember(key, e.resp.clone(), e.age).await;
+                    self.stats.stale_served.fetch_add(1, Relaxed);
+                    return Ok(e.resp);
+                }
+            }
+        }
+        r
+    }
+
+    /// Keep `resp`, fetched `age` ago, in memory.
+    async fn remember(&self, key: Key, resp: CallResponse, age: Duration) {
+        if let Some(at) = Instant::now().checked_sub(age) {
+            self.cache.insert(key, Entry { resp, at }).await;
+        }
     }
 }
 
@@ -408,5 +465,75 @@ mod tests {
             "refreshed in the background"
         );
         assert_eq!(calls.load(Relaxed), 2);
+    }
+
+    /// Two caches over one second level (as two instances over one Redis).
+    #[tokio::test(start_paused = true)]
+    async fn a_second_cache_answers_from_the_shared_level_without_a_call() {
+        use crate::l2::{L2, L2Error, L2Policy, L2Store};
+        #[derive(Default)]
+        struct Map(std::sync::Mutex<HashMap<String, Bytes>>);
+        impl L2Store for Arc<Map> {
+            fn get(&self, k: String, _: usize) -> BoxFuture<'static, Result<Bytes, L2Error>> {
+                let v = self.0.lock().unwrap().get(&k).cloned().unwrap_or_default();
+                Box::pin(async move { Ok(v) })
+            }
+            fn set(
+                &self,
+                k: String,
+                v: Bytes,
+                _: Duration,
+            ) -> BoxFuture<'static, Result<(), L2Error>> {
+                self.0.lock().unwrap().insert(k, v);
+                Box::pin(async { Ok(()) })
+            }
+        }
+        let map = Arc::new(Map::default());
+        let policy = CachePolicy {
+            ttl: Duration::from_secs(10),
+            max_entries: 100,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+        };
+        let l2 = Arc::new(L2::new(
+            Arc::new(map.clone()),
+            L2Policy {
+                timeout: Duration::from_millis(50),
+                max_value_bytes: 1 << 20,
+                key_prefix: "t:".into(),
+                max_pending_writes: 8,
+                consecutive_failures: 3,
+                open_for: Duration::from_secs(1),
+            },
+        ));
+        let instance = || {
+            let calls = Arc::new(AtomicUsize::new(0));
+            let backend = Arc::new(Counting {
+                calls: calls.clone(),
+                fail: Default::default(),
+            });
+            let c = Cached::with_l2(backend, policy, Some(l2.for_backend("b")));
+            (c, calls)
+        };
+        let (a, a_calls) = instance();
+        let (b, b_calls) = instance();
+        assert_eq!(a.call(req()).await.unwrap().body, "{\"n\":1}");
+        while map.0.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            b.call(req()).await.unwrap().body,
+            "{\"n\":1}",
+            "from the second level"
+        );
+        assert_eq!(
+            b.call(req()).await.unwrap().body,
+            "{\"n\":1}",
+            "then from memory"
+        );
+        assert_eq!((a_calls.load(Relaxed), b_calls.load(Relaxed)), (1, 0));
+        let l2 = b.stats().counters().l2.unwrap();
+        assert_eq!((l2.hits, l2.misses), (1, 0));
+        assert_eq!(b.stats().counters().hits, 1);
     }
 }

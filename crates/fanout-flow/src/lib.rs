@@ -22,6 +22,7 @@ pub mod exec;
 pub mod explain;
 pub mod hedge;
 pub mod isolation;
+pub mod l2;
 pub mod observe;
 pub mod outcome;
 pub mod plan;

@@ -9,6 +9,7 @@ pub mod bodies;
 pub mod client;
 pub mod conn;
 pub mod errlog;
+pub mod l2;
 pub mod limiter;
 pub mod reload;
 pub mod request_id;
@@ -75,6 +76,8 @@ pub struct Live {
     /// Batch forms by backend, kept like the stacks.
     batches: HashMap<String, Arc<fanout_flow::batch::BatchPlan>>,
     route_admission: admission::RouteTable,
+    /// The shared Redis of the answer caches (`redis:`), kept by reloads that do not change it.
+    l2: Option<Arc<fanout_flow::l2::L2>>,
     /// The config this was built from (compared with the next one on reload).
     config: Arc<Config>,
 }

@@ -12,6 +12,7 @@
 use crate::{Gateway, Live, admission, route_table, stack, start_reference};
 use fanout_config::{Config, ConfigErrors};
 use fanout_flow::compute::ComputePool;
+use fanout_flow::l2::L2;
 use fanout_flow::{Backend, Carry};
 use http::HeaderName;
 use std::collections::HashMap;
@@ -110,7 +111,7 @@ pub(crate) fn build_live(
     adm: &admission::Admission,
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
-    let (services, stacks) = build_stacks(&cfg, prev, &mut report)?;
+    let (services, stacks, l2) = build_stacks(&cfg, prev, &mut report)?;
     let mut carry = Carry {
         compute,
         ..Carry::default()
@@ -143,6 +144,7 @@ pub(crate) fn build_live(
         services,
         batches: plan.batches.clone(),
         route_admission: admission::RouteTable::new(&cfg.routes, adm),
+        l2,
         config: Arc::new(cfg),
     };
     Ok(Built {
@@ -153,10 +155,12 @@ pub(crate) fn build_live(
     })
 }
 
-/// Backends by name for the flow compiler (the top of each stack), and each stack's state.
+/// Backends by name for the flow compiler (the top of each stack), each stack's state, and
+/// the shared Redis of the answer caches.
 type Stacks = (
     HashMap<String, Arc<dyn Backend>>,
     Vec<(String, stack::StackStats)>,
+    Option<Arc<L2>>,
 );
 
 /// Every backend's stack — the previous one when its config did not change — and every
@@ -169,6 +173,15 @@ fn build_stacks(
     let mut services = HashMap::new();
     let mut stats = Vec::new();
     let mut errs = Vec::new();
+    // One shared Redis for every backend's cache (one connection, one breaker), kept by a
+    // reload that does not change `redis:`.
+    let l2 = match prev {
+        Some(p) if p.config.redis == cfg.redis => p.l2.clone(),
+        _ => crate::l2::build(cfg.redis.as_ref()).unwrap_or_else(|e| {
+            errs.push(e.in_file(&cfg.file));
+            None
+        }),
+    };
     for (name, b) in &cfg.backends {
         let kept = prev.and_then(|p| {
             if !stack::unchanged(&p.config, cfg, name) {
@@ -184,7 +197,7 @@ fn build_stacks(
             report.kept.push(name.clone());
             continue;
         }
-        match stack::build(name, b, &cfg.defaults) {
+        match stack::build(name, b, &cfg.defaults, l2.as_ref()) {
             Ok(s) => {
                 services.insert(name.clone(), s.service);
                 stats.push((name.clone(), s.stats));
@@ -194,7 +207,7 @@ fn build_stacks(
         }
     }
     if errs.is_empty() {
-        Ok((services, stats))
+        Ok((services, stats, l2))
     } else {
         Err(ConfigErrors(errs))
     }

@@ -4,7 +4,8 @@
 //! protocol gets the same layers.
 //!
 //! ```text
-//!   cache        answers by call identity; stale on error only after retries failed
+//!   cache        answers by call identity; stale on error only after retries failed; with
+//!                `l2: true`, a miss in memory asks the shared Redis (`crate::l2`) first
 //!   dedup        identical calls in flight share one (merged callers share one retried call)
 //!   breaker      judges outcomes after retries: one bad replica (handled below by ejection +
 //!                retry) does not open the whole backend's breaker; open → fail fast, no budget
@@ -27,6 +28,7 @@ use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
 use fanout_flow::dedup::Dedup;
 use fanout_flow::hedge::{Hedge, HedgeStats};
 use fanout_flow::isolation::{Breaker, BreakerPolicy, Bulkhead};
+use fanout_flow::l2::L2;
 use fanout_flow::retry::{Retry, RetryStats};
 use fanout_flow::singleflight::Flights;
 use std::sync::Arc;
@@ -55,8 +57,14 @@ pub struct StackStats {
     pub cache: Option<Arc<CacheStats>>,
 }
 
-/// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above).
-pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack, ConfigError> {
+/// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above);
+/// `l2` is the gateway's shared Redis, if the config has one (used when `cache.l2` is set).
+pub fn build(
+    name: &str,
+    b: &BackendConfig,
+    defaults: &Defaults,
+    l2: Option<&Arc<L2>>,
+) -> Result<Stack, ConfigError> {
     let client = client(name, b, defaults)?;
     let mut stats = StackStats {
         client: client.clone(),
@@ -95,7 +103,8 @@ pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack
         s = Arc::new(dedup);
     }
     if let Some(c) = &b.cache {
-        let cached = Cached::new(s, CachePolicy::from(c));
+        let l2 = l2.filter(|_| c.l2).map(|l2| l2.for_backend(name));
+        let cached = Cached::with_l2(s, CachePolicy::from(c), l2);
         stats.cache = Some(cached.stats());
         s = Arc::new(cached);
     }
@@ -103,11 +112,15 @@ pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack
 }
 
 /// Whether backend `name`'s stack built from `new` would be the one built from `old`: the same
-/// backend config and the same `defaults` (everything [`build`] reads). A config reload keeps
+/// backend config, the same `defaults` and, when its cache uses Redis, the same `redis:` (everything
+/// [`build`] reads). A config reload keeps
 /// such a stack with all its state.
 pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name: &str) -> bool {
-    old.defaults == new.defaults
-        && matches!((old.backends.get(name), new.backends.get(name)), (Some(a), Some(b)) if a == b)
+    let (Some(a), Some(b)) = (old.backends.get(name), new.backends.get(name)) else {
+        return false;
+    };
+    let uses_redis = b.cache.as_ref().is_some_and(|c| c.l2);
+    a == b && old.defaults == new.defaults && (!uses_redis || old.redis == new.redis)
 }
 
 /// The bottom of the stack: the protocol client for the backend's config.

@@ -1,5 +1,6 @@
 //! The harness shared by the workspace's tests: real stubs on ephemeral 127.0.0.1 ports, a small
-//! HTTP client, bounded waits, log capture and the example cases (`examples/*/cases.yaml`).
+//! HTTP client, bounded waits, log capture, a real `redis-server` per test ([`RedisServer`]) and
+//! the example cases (`examples/*/cases.yaml`).
 //!
 //! It does not depend on the gateway: the stub, load generator and baseline tests use it, and
 //! Cargo unifies a dev-dependency's features over a workspace build, so even a feature-gated
@@ -15,11 +16,13 @@ pub mod cases;
 pub mod client;
 pub mod h1;
 pub mod logs;
+pub mod redis_server;
 pub mod stubs;
 pub mod wait;
 
 pub use cases::{Case, CaseRequest, Cases};
 pub use client::{Resp, TestClient, client, get, post, send};
 pub use logs::{Logs, capture_logs};
+pub use redis_server::RedisServer;
 pub use stubs::{calls, load_stubs, no_vars, start_stubs, stubs};
-pub use wait::{PATIENCE, wait_until, wait_within};
+pub use wait::{PATIENCE, wait_until, wait_until_async, wait_within};

@@ -26,3 +26,19 @@ pub async fn wait_within(what: &str, limit: Duration, mut cond: impl FnMut() -> 
     }
     panic!("timed out waiting for: {what}");
 }
+
+/// [`wait_until`] for a condition that needs `.await` (e.g. a look at a Redis server).
+pub async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let polls = PATIENCE.as_millis() / POLL.as_millis();
+    for _ in 0..polls {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("timed out waiting for: {what}");
+}

@@ -1,7 +1,8 @@
 //! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
-//! its `cases.yaml`, including how many calls each backend received.
+//! its `cases.yaml`, including how many calls each backend received. An example whose config
+//! reads `${REDIS_URL…}` gets a `redis-server` of its own.
 
-use crate::support::gateway;
+use crate::support::gateway_with;
 use fanout_testkit::*;
 use std::path::Path;
 
@@ -28,7 +29,14 @@ async fn examples_answer_as_documented() {
         }
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         let stubs = stubs(&read("stubs.yaml")).await;
-        let gw = gateway(&read("fanout.yaml"), &stubs).await;
+        let config = read("fanout.yaml");
+        let redis = if config.contains("${REDIS_URL") {
+            Some(RedisServer::start().await)
+        } else {
+            None
+        };
+        let vars: Vec<(&str, String)> = redis.iter().map(|r| ("REDIS_URL", r.url())).collect();
+        let gw = gateway_with(&config, &stubs, &vars).await;
         let cases = Cases::parse(&read("cases.yaml"));
         let c = client(false);
         for case in cases.cases {

@@ -36,6 +36,7 @@ mod flow;
 mod hostile_config;
 mod isolation;
 mod outlier;
+mod redis_cache;
 mod reference;
 mod reload;
 mod retries;

@@ -35,3 +35,19 @@ pub fn config(yaml: &str, stubs: &StubServer) -> fanout_config::Config {
     fanout_config::Config::from_yaml("fanout.yaml", yaml, &lookup)
         .unwrap_or_else(|e| panic!("gateway config:\n{e}"))
 }
+
+/// [`gateway`] with more variables than the stubs' addresses (e.g. `REDIS_URL`).
+pub async fn gateway_with(
+    yaml: &str,
+    stubs: &StubServer,
+    extra: &[(&str, String)],
+) -> RunningGateway {
+    let mut vars = stub_vars(stubs);
+    vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    let lookup = |n: &str| vars.get(n).cloned();
+    let gw = load_gateway("fanout.yaml", yaml, &lookup)
+        .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
+    start_gateway(gw, "127.0.0.1:0")
+        .await
+        .expect("bind gateway")
+}
