@@ -17,6 +17,7 @@ mod load;
 mod located;
 mod route;
 mod server;
+mod telemetry;
 
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 
@@ -40,6 +41,9 @@ pub use route::{HttpCall, Reference, Respond, Route, RouteAdmission, Step};
 pub use server::{
     AdaptiveLimit, Admission, BodyLimits, Codel, ComputeConfig, ConnectionLimits, Defaults,
     ExpressionLimits, Priority, PriorityShares, ServerConfig,
+};
+pub use telemetry::{
+    AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig,
 };
 
 use indexmap::IndexMap;
@@ -71,6 +75,9 @@ pub struct Config {
     pub reference: IndexMap<String, Reference>,
     /// Routes: each matches a method and path and runs a flow.
     pub routes: Vec<Route>,
+    /// Traces (OpenTelemetry over OTLP) and the JSON access log; both off by default.
+    #[serde(default)]
+    pub telemetry: Telemetry,
     /// The config text after `${VAR}` substitution (to point inside expressions in errors).
     #[serde(skip)]
     #[schemars(skip)]

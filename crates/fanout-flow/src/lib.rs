@@ -21,6 +21,7 @@ pub mod exec;
 pub mod hedge;
 pub mod isolation;
 pub mod observe;
+pub mod trace;
 pub mod outcome;
 pub mod plan;
 pub mod reference;
