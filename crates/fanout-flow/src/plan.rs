@@ -93,6 +93,13 @@ pub struct StepPlan {
     pub(crate) kind: Box<dyn StepKind>,
 }
 
+impl StepPlan {
+    /// The backend the step calls, if it calls one (for metrics, traces and `Server-Timing`).
+    pub fn backend(&self) -> Option<&Arc<str>> {
+        self.kind.backend()
+    }
+}
+
 /// A step's policy for keys its lookup did not find (and 404s of `for_each` calls).
 pub enum Missing {
     /// The step fails.

@@ -10,9 +10,11 @@ pub mod client;
 pub mod conn;
 pub mod errlog;
 pub mod limiter;
+pub mod observe;
 pub mod request_id;
 pub mod server;
 pub mod stack;
+pub mod telemetry;
 pub mod watchdog;
 
 use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
@@ -54,6 +56,8 @@ pub struct Gateway {
     request_id_header: HeaderName,
     /// Caps the failed-request log lines per second.
     error_log: errlog::LogThrottle,
+    /// Traces, the access log, `Server-Timing`.
+    telemetry: telemetry::Telemetry,
     /// The address from the config.
     pub listen: String,
 }
@@ -66,6 +70,7 @@ impl Gateway {
         let plan = fanout_flow::compile(cfg, &backends)?;
         let router = route_table(cfg, &plan.routes)?;
         let request_id_header = request_id_header(cfg)?;
+        let telemetry = telemetry::Telemetry::new(cfg)?;
         let caches = stacks
             .iter()
             .filter_map(|(n, s)| {
@@ -93,12 +98,14 @@ impl Gateway {
             request_ids: request_id::RequestIds::new(),
             request_id_header,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
+            telemetry,
             listen: cfg.listen.clone(),
         })
     }
 
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,
-    /// then the reference data (see [`Gateway::start_reference`]).
+    /// the compute pool, the span exporter and access log writer (when configured), then the
+    /// reference data (see [`Gateway::start_reference`]).
     pub async fn start(&self) -> Result<(), String> {
         let threshold = self.limits.stall_threshold.0;
         self.watchdog
@@ -107,6 +114,7 @@ impl Gateway {
         self.compute
             .start()
             .map_err(|e| format!("starting the compute pool: {e}"))?;
+        self.telemetry.start()?;
         self.start_reference().await
     }
 
@@ -186,6 +194,7 @@ impl Gateway {
             "bodies": self.bodies.status(),
             "panics": self.panics.load(std::sync::atomic::Ordering::Relaxed),
             "errors": self.errors.json(),
+            "telemetry": self.telemetry.status_json(),
         })
     }
 }
