@@ -28,6 +28,7 @@ pub struct AccessLog {
 
 #[derive(Default)]
 struct LogStats {
+    queued: AtomicU64,
     written: AtomicU64,
     dropped: AtomicU64,
     write_errors: AtomicU64,
@@ -121,16 +122,20 @@ impl AccessLog {
         };
         text.push('\n');
         match self.tx.try_send(text) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.stats.queued.fetch_add(1, Relaxed);
+            }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.stats.dropped.fetch_add(1, Relaxed);
             }
         }
     }
 
-    /// `{written, dropped, write_errors}`.
+    /// `{queued, written, dropped, write_errors}`: lines put in the queue, written, dropped
+    /// because the queue was full, and failed writes.
     pub fn status_json(&self) -> serde_json::Value {
         serde_json::json!({
+            "queued": self.stats.queued.load(Relaxed),
             "written": self.stats.written.load(Relaxed),
             "dropped": self.stats.dropped.load(Relaxed),
             "write_errors": self.stats.write_errors.load(Relaxed),
