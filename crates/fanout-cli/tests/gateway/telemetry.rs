@@ -19,6 +19,9 @@ services:
         body: '{tp: ($request.headers.traceparent // null)}'
       - path: /b
         body: '{tp: ($request.headers.traceparent // null)}'
+      - path: /slow
+        latency: 200ms
+        body: '{tp: ($request.headers.traceparent // null)}'
       - path: /broken
         status: 500
         body: '{error: "db down"}'
@@ -60,6 +63,10 @@ routes:
     flow:
       c: {{ http: {{ backend: cached, path: '"/a"' }} }}
     respond: {{ body: '$c' }}
+  - path: /slow
+    flow:
+      s: {{ http: {{ backend: svc, path: '"/slow"' }} }}
+    respond: {{ body: '$s' }}
   - path: /flaky
     flow:
       f: {{ http: {{ backend: flaky, path: '"/a"' }} }}
@@ -301,6 +308,49 @@ async fn call_spans_say_how_the_call_was_served_cache_and_retries() {
     assert_eq!(retried.parent_span_id, failed.parent_span_id, "same step");
     assert_eq!(retried.attr("http.response.status_code"), Some("200"));
     let _ = attempts;
+}
+
+#[tokio::test]
+async fn a_caller_that_joined_a_shared_call_gets_a_span_saying_so() {
+    let otlp = OtlpReceiver::start().await;
+    let stubs = stubs(STUBS).await;
+    let gw = gateway(&config(&tracing_on(1.0), "{}", &otlp), &stubs).await;
+    let url = format!("http://{}", gw.addr);
+    let slow = format!("{url}/slow");
+    let (a, b) = tokio::join!(
+        request(&slow, &[("x-request-id", "trace-dedup-1")]),
+        request(&slow, &[("x-request-id", "trace-dedup-2")]),
+    );
+    assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 200));
+    // Usually the second joins the first's call (both are sent at once, the call takes 200 ms);
+    // the spans must agree with the dedup counter either way.
+    let joined = status(&url).await["backends"]["svc"]["dedup"]["joined"]
+        .as_u64()
+        .unwrap() as usize;
+    let calls = |role: &str| {
+        otlp.spans()
+            .into_iter()
+            .filter(|s| s.kind == 3 && s.attr("fanout.dedup") == Some(role))
+            .collect::<Vec<_>>()
+    };
+    wait_until("both requests' call spans", || {
+        calls("joined").len() + calls("leader").len() == 2
+    })
+    .await;
+    assert_eq!(calls("joined").len(), joined);
+    for j in calls("joined") {
+        assert_eq!(j.attr("server.address"), None, "a joined caller sends nothing");
+    }
+    for l in calls("leader") {
+        assert!(l.attr("server.address").is_some());
+    }
+    // A shared call carries its first caller's context: both answers name the leader's trace.
+    let leader = &calls("leader")[0];
+    if joined == 1 {
+        let tp = format!("00-{}-{}-01", leader.trace_id, leader.span_id);
+        assert_eq!(a.json()["tp"], tp.as_str());
+        assert_eq!(b.json()["tp"], tp.as_str());
+    }
 }
 
 /// A file for one test's access log.
