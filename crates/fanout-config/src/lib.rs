@@ -42,9 +42,7 @@ pub use server::{
     AdaptiveLimit, Admission, BodyLimits, Codel, ComputeConfig, ConnectionLimits, Defaults,
     ExpressionLimits, Priority, PriorityShares, ServerConfig,
 };
-pub use telemetry::{
-    AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig,
-};
+pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;

@@ -192,12 +192,16 @@ impl Backend for Cached {
                     // The refresh outlives this request; identical refreshes are merged by the
                     // dedup layer below.
                     // It is limited to the call's own time like any shared call.
-                    tokio::spawn(bg.fetch_and_store(key, with_role(req.clone(), CacheRole::Refresh)));
+                    tokio::spawn(
+                        bg.fetch_and_store(key, with_role(req.clone(), CacheRole::Refresh)),
+                    );
                     return from_cache(req.trace.as_ref(), CacheRole::Stale, e.resp).await;
                 }
                 s.stats.misses.fetch_add(1, Relaxed);
                 let trace = req.trace.clone();
-                let r = s.fetch_and_store(key, with_role(req, CacheRole::Miss)).await;
+                let r = s
+                    .fetch_and_store(key, with_role(req, CacheRole::Miss))
+                    .await;
                 if failed(&r) && age < p.ttl + p.stale_if_error {
                     s.stats.stale_served.fetch_add(1, Relaxed);
                     return from_cache(trace.as_ref(), CacheRole::Stale, e.resp).await;
@@ -206,7 +210,8 @@ impl Backend for Cached {
             }
             s.stats.misses.fetch_add(1, Relaxed);
             // A true miss: concurrent misses of the key share one call.
-            s.fetch_and_store(key, with_role(req, CacheRole::Miss)).await
+            s.fetch_and_store(key, with_role(req, CacheRole::Miss))
+                .await
         })
     }
 }

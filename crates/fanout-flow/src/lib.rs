@@ -21,7 +21,6 @@ pub mod exec;
 pub mod hedge;
 pub mod isolation;
 pub mod observe;
-pub mod trace;
 pub mod outcome;
 pub mod plan;
 pub mod reference;
@@ -29,6 +28,7 @@ mod respond;
 pub mod retry;
 pub mod singleflight;
 mod step;
+pub mod trace;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{Answer, ErrorKind, FlowError, code_for_status};

@@ -120,9 +120,7 @@ impl Gateway {
             .await?;
         let mut slot = self.admit(route, deadline).await?;
         let request = build_request(parts, params, body_val);
-        let out = route
-            .run_observed(request, deadline, &tel.observer())
-            .await;
+        let out = route.run_observed(request, deadline, &tel.observer()).await;
         tel.ran(&out);
         // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();

@@ -112,8 +112,7 @@ fn exporter(cfg: &TracingConfig) -> Result<opentelemetry_otlp::SpanExporter, Str
         .https_or_http()
         .enable_http1()
         .build();
-    let client =
-        opentelemetry_http::hyper::HyperClient::new(connector, cfg.export_timeout.0, None);
+    let client = opentelemetry_http::hyper::HyperClient::new(connector, cfg.export_timeout.0, None);
     opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(client)
@@ -218,8 +217,16 @@ impl ExportTask {
 
     fn failed(&self, n: u64, why: &str) {
         self.stats.failed.fetch_add(n, Relaxed);
-        if self.stats.failed_exports.fetch_add(1, Relaxed) % 100 == 0 {
-            tracing::warn!(spans = n, "exporting spans failed (every 100th failure is logged): {why}");
+        if self
+            .stats
+            .failed_exports
+            .fetch_add(1, Relaxed)
+            .is_multiple_of(100)
+        {
+            tracing::warn!(
+                spans = n,
+                "exporting spans failed (every 100th failure is logged): {why}"
+            );
         }
     }
 }

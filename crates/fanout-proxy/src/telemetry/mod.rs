@@ -138,8 +138,11 @@ impl Telemetry {
 }
 
 fn ratio_error(field: &str) -> ConfigError {
-    ConfigError::at(Default::default(), format!("{field} must be between 0.0 and 1.0"))
-        .hint("1.0 keeps everything, 0.1 one in ten, 0.0 nothing")
+    ConfigError::at(
+        Default::default(),
+        format!("{field} must be between 0.0 and 1.0"),
+    )
+    .hint("1.0 keeps everything, 0.1 one in ten, 0.0 nothing")
 }
 
 /// What is on for one request, and what it gathered.
@@ -218,7 +221,11 @@ impl<'a> RequestTelemetry<'a> {
             return;
         }
         let total = self.start.elapsed();
-        let steps = self.timeline.as_ref().map(Timeline::take).unwrap_or_default();
+        let steps = self
+            .timeline
+            .as_ref()
+            .map(Timeline::take)
+            .unwrap_or_default();
         if self.timing
             && let Some(v) = server_timing::header_value(&steps, total)
         {
@@ -227,30 +234,21 @@ impl<'a> RequestTelemetry<'a> {
         let rid = String::from_utf8_lossy(request_id.as_bytes());
         let status = resp.status();
         if let Some(t) = &self.trace {
-            t.end(status, &rid, failure.as_ref().map(|f| f.code), !self.partial.is_empty());
+            t.end(
+                status,
+                &rid,
+                failure.as_ref().map(|f| f.code),
+                !self.partial.is_empty(),
+            );
         }
         let Some((log, sampled)) = self.log else {
             return;
         };
         let degraded = !self.partial.is_empty() || status.is_server_error();
-        if !sampled && !(degraded && log.always_log_degraded) {
+        if !(sampled || degraded && log.always_log_degraded) {
             return;
         }
-        let partial = self
-            .partial
-            .iter()
-            .map(|name| {
-                let cause = steps
-                    .iter()
-                    .find(|s| s.name == *name)
-                    .and_then(|s| s.failure.as_ref());
-                Degraded {
-                    step: name,
-                    code: cause.map_or("missing_elements", |(c, _)| c),
-                    cause: cause.map_or("elements left out or replaced by `missing`", |(_, c)| c),
-                }
-            })
-            .collect();
+        let partial = degraded_steps(&self.partial, &steps);
         log.write(&Line {
             time: access_log::rfc3339(SystemTime::now() - total),
             request_id: &rid,
@@ -266,4 +264,26 @@ impl<'a> RequestTelemetry<'a> {
             partial,
         });
     }
+}
+
+/// Each degraded step with the cause of its fallback from the timeline (`missing_elements` for a
+/// step that only left elements out).
+fn degraded_steps<'s>(
+    partial: &'s [Arc<str>],
+    steps: &'s [server_timing::StepTiming],
+) -> Vec<Degraded<'s>> {
+    partial
+        .iter()
+        .map(|name| {
+            let cause = steps
+                .iter()
+                .find(|s| s.name == *name)
+                .and_then(|s| s.failure.as_ref());
+            Degraded {
+                step: name,
+                code: cause.map_or("missing_elements", |(c, _)| c),
+                cause: cause.map_or("elements left out or replaced by `missing`", |(_, c)| c),
+            }
+        })
+        .collect()
 }

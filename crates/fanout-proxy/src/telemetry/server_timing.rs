@@ -50,10 +50,7 @@ impl Timeline {
             dur: started.elapsed(),
             failure,
         };
-        self.steps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(t);
+        self.steps.lock().unwrap_or_else(|e| e.into_inner()).push(t);
     }
 
     /// The steps so far.

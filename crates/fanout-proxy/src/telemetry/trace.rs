@@ -19,8 +19,8 @@ use fanout_flow::plan::StepPlan;
 use fanout_flow::trace::{AttemptSpan, CallTrace, CallTracer};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
-    TraceState, Tracer as _, TracerProvider as _,
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
@@ -74,7 +74,12 @@ impl Tracing {
 
     /// The request span of a request arriving with `headers` at `at`, named `method` until
     /// its route is known.
-    pub fn request(&self, method: &http::Method, headers: &HeaderMap, at: SystemTime) -> RequestTrace {
+    pub fn request(
+        &self,
+        method: &http::Method,
+        headers: &HeaderMap,
+        at: SystemTime,
+    ) -> RequestTrace {
         let parent = match incoming(headers) {
             Some(sc) => Context::new().with_remote_span_context(sc),
             None => Context::new(),
@@ -370,7 +375,11 @@ impl AttemptSpan for CallSpan {
                     "http.response.status_code",
                     i64::from(status.as_u16()),
                 ));
-                let outcome = if status.is_server_error() { "5xx" } else { "ok" };
+                let outcome = if status.is_server_error() {
+                    "5xx"
+                } else {
+                    "ok"
+                };
                 span.set_attribute(KeyValue::new("fanout.outcome", outcome));
                 if status.is_server_error() {
                     span.set_status(Status::error(status.as_str().to_string()));
@@ -453,10 +462,7 @@ mod tests {
             TraceState::default(),
         );
         let v = traceparent(&sc).unwrap();
-        assert_eq!(
-            v,
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-        );
+        assert_eq!(v, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
         assert!(parse_traceparent(v.as_bytes()).is_some());
     }
 }
