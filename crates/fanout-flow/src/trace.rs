@@ -76,6 +76,8 @@ pub struct CallTrace {
     pub cache: Option<CacheRole>,
     /// How the call was shared, when it went through dedup or cache coalescing.
     pub dedup: Option<DedupRole>,
+    /// A batch call (keyed lookups of one request, merged).
+    pub batch: bool,
 }
 
 impl CallTrace {
@@ -87,6 +89,7 @@ impl CallTrace {
             hedge: false,
             cache: None,
             dedup: None,
+            batch: false,
         }
     }
 }
@@ -98,6 +101,7 @@ impl fmt::Debug for CallTrace {
             .field("hedge", &self.hedge)
             .field("cache", &self.cache)
             .field("dedup", &self.dedup)
+            .field("batch", &self.batch)
             .finish_non_exhaustive()
     }
 }

@@ -22,6 +22,8 @@ services:
       - path: /slow
         latency: 200ms
         body: '{tp: ($request.headers.traceparent // null)}'
+      - path: /profiles
+        body: '($request.query.ids | split(",")) | map({key: ., value: {id: ., tp: $request.headers.traceparent}}) | from_entries'
       - path: /broken
         status: 500
         body: '{error: "db down"}'
@@ -42,6 +44,10 @@ backends:
     timeout: 2s
     balance: {{ strategy: round_robin }}
     retry: {{ attempts: 3, backoff: 1ms }}
+  profiles:
+    url: "http://${{SVC_ADDR}}"
+    timeout: 2s
+    batch: {{ path: '"/profiles"', query: {{ ids: '$keys | join(",")' }}, split: '.' }}
 defaults: {{ deadline: 5s }}
 routes:
   - path: /page
@@ -67,6 +73,10 @@ routes:
     flow:
       s: {{ http: {{ backend: svc, path: '"/slow"' }} }}
     respond: {{ body: '$s' }}
+  - path: /keyed
+    flow:
+      p: {{ http: {{ backend: profiles, key: '$request.query.id' }} }}
+    respond: {{ body: '$p' }}
   - path: /flaky
     flow:
       f: {{ http: {{ backend: flaky, path: '"/a"' }} }}
@@ -374,6 +384,30 @@ async fn a_caller_that_joined_a_shared_call_gets_a_span_saying_so() {
         assert_eq!(a.json()["tp"], tp.as_str());
         assert_eq!(b.json()["tp"], tp.as_str());
     }
+}
+
+#[tokio::test]
+async fn a_batch_call_made_for_one_request_is_a_child_of_its_step() {
+    let otlp = OtlpReceiver::start().await;
+    let stubs = stubs(STUBS).await;
+    let gw = gateway(&config(&tracing_on(1.0), "{}", &otlp), &stubs).await;
+    let url = format!("http://{}/keyed?id=u7", gw.addr);
+    let r = request(&url, &[("x-request-id", "trace-batch-1")]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let server = server_span(&otlp, "trace-batch-1").await;
+    let spans = trace_of(&otlp, &server.trace_id, 3).await;
+    let step = spans.iter().find(|s| s.kind == 1).unwrap();
+    let call = spans.iter().find(|s| s.kind == 3).unwrap();
+    assert_eq!(step.attr("fanout.step"), Some("p"));
+    assert_eq!(call.parent_span_id, step.span_id);
+    assert_eq!(call.attr("fanout.batch"), Some("true"));
+    assert_eq!(call.attr("fanout.backend"), Some("profiles"));
+    let tp = format!("00-{}-{}-01", server.trace_id, call.span_id);
+    assert_eq!(
+        r.json()["tp"],
+        tp.as_str(),
+        "the batch call carried the context"
+    );
 }
 
 /// A file for one test's access log.

@@ -320,6 +320,9 @@ impl StepTracer {
         if let Some(d) = call.dedup {
             attrs.push(KeyValue::new("fanout.dedup", d.as_str()));
         }
+        if call.batch {
+            attrs.push(KeyValue::new("fanout.batch", true));
+        }
         let span = self
             .tracer
             .span_builder(format!("call {backend}"))
