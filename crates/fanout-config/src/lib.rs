@@ -18,6 +18,7 @@ mod located;
 mod redis;
 mod route;
 mod server;
+mod telemetry;
 
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 
@@ -43,6 +44,7 @@ pub use server::{
     AdaptiveLimit, Admission, BodyLimits, Codel, ComputeConfig, ConnectionLimits, Defaults,
     ExpressionLimits, Priority, PriorityShares, ServerConfig,
 };
+pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -76,6 +78,9 @@ pub struct Config {
     pub redis: Option<RedisConfig>,
     /// Routes: each matches a method and path and runs a flow.
     pub routes: Vec<Route>,
+    /// Traces (OpenTelemetry over OTLP) and the JSON access log; both off by default.
+    #[serde(default)]
+    pub telemetry: Telemetry,
     /// The config text after `${VAR}` substitution (to point inside expressions in errors).
     #[serde(skip)]
     #[schemars(skip)]

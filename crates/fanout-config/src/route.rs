@@ -60,6 +60,10 @@ pub struct Route {
     pub flow: IndexMap<Located<String>, Step>,
     /// How to build the response.
     pub respond: Respond,
+    /// Answer with a `Server-Timing` header: each finished step's duration and the total, so a
+    /// browser's devtools show where the time went. Default false.
+    #[serde(default)]
+    pub server_timing: bool,
 }
 
 pub(crate) fn default_method() -> Located<String> {

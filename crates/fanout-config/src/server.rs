@@ -55,6 +55,10 @@ pub struct ServerConfig {
     /// counted and the count is logged once the second is over, so a storm of failures cannot
     /// flood the log or spend the CPU on it. 0: no limit. Default 1000.
     pub error_log_per_second: u32,
+    /// Lets a client that sends `header` with the value `token` get a `Server-Timing` answer
+    /// header on any route (each step's duration, for the browser's devtools). Absent: only
+    /// routes with `server_timing: true` send it.
+    pub server_timing: Option<crate::ServerTimingHeader>,
 }
 
 /// Limits of client connections. Every connection ends: a timeout closes it (counted by kind on
@@ -326,6 +330,7 @@ impl Default for ServerConfig {
             request_id_header: "x-request-id".into(),
             expose_error_details: false,
             error_log_per_second: 1000,
+            server_timing: None,
         }
     }
 }

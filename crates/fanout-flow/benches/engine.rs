@@ -119,6 +119,7 @@ fn bench(c: &mut Criterion) {
                     deadline: tokio::time::Instant::now() + Duration::from_secs(1),
                     idempotent: true,
                     deadline_header: None,
+                    trace: None,
                 };
                 let r = backend.call(mk("/search?text=rust".into())).await.unwrap();
                 let found: serde_json::Value = serde_json::from_slice(&r.body).unwrap();

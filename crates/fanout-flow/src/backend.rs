@@ -37,6 +37,10 @@ pub struct CallRequest {
     /// (`server.deadline_header`); `None` sends none. Written by the innermost layer, so the
     /// varying budget never becomes part of a call's identity ([`CallRequest::key`]).
     pub deadline_header: Option<HeaderName>,
+    /// The call's trace context, when the request is traced (set by the executor, annotated by
+    /// the layers, recorded by the protocol client). Not part of the call's identity: a shared
+    /// call carries its first caller's context.
+    pub trace: Option<crate::trace::CallTrace>,
 }
 
 /// The identity of a call: everything it sends — method, path with query, every header the

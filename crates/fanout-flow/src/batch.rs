@@ -10,6 +10,7 @@ use crate::cache::{CachePolicy, CacheStats, KeyCache};
 use crate::call::HttpPlan;
 use crate::call::{Env, build_call, fetch_json};
 use crate::error::{ErrorKind, FlowError};
+use crate::trace::CallTrace;
 use fanout_expr::{Expr, Val, json};
 use futures_util::future::try_join_all;
 use http::HeaderName;
@@ -84,19 +85,22 @@ impl BatchPlan {
 
     /// Fetch `keys` (unique): fresh cached values first, the rest from the backend (then cached);
     /// if that fails, stale values are used where allowed (`stale_if_error`).
+    /// `trace`: the context of the step that asked (the calls' parent span), for calls made for
+    /// this request alone; calls merged across requests (`window`) are not traced.
     pub async fn fetch(
         self: &Arc<Self>,
         keys: Vec<String>,
         deadline: Instant,
+        trace: Option<CallTrace>,
     ) -> Result<Found, FlowError> {
         let Some(kc) = &self.key_cache else {
-            return self.fetch_uncached(keys, deadline).await;
+            return self.fetch_uncached(keys, deadline, trace).await;
         };
         let (mut values, missing, stale) = kc.lookup(&keys).await;
         if missing.is_empty() {
             return Ok(Arc::new(values));
         }
-        match self.fetch_uncached(missing.clone(), deadline).await {
+        match self.fetch_uncached(missing.clone(), deadline, trace).await {
             Ok(found) => {
                 let fetched: HashMap<String, Val> =
                     found.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -120,9 +124,10 @@ impl BatchPlan {
         self: &Arc<Self>,
         keys: Vec<String>,
         deadline: Instant,
+        trace: Option<CallTrace>,
     ) -> Result<Found, FlowError> {
         let Some(window) = self.window else {
-            return self.fetch_now(keys, deadline).await;
+            return self.fetch_now(keys, deadline, trace).await;
         };
         let tx = self.collector.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -138,7 +143,7 @@ impl BatchPlan {
             })
             .is_err()
         {
-            return self.fetch_now(keys, deadline).await;
+            return self.fetch_now(keys, deadline, trace).await;
         }
         match rx.await {
             Ok(r) => r,
@@ -161,10 +166,12 @@ impl BatchPlan {
         &self,
         keys: Vec<String>,
         deadline: Instant,
+        trace: Option<CallTrace>,
     ) -> Result<Found, FlowError> {
+        let trace = trace.map(|t| CallTrace { batch: true, ..t });
         let calls = keys
             .chunks(self.max)
-            .map(|chunk| self.call_chunk(chunk, deadline));
+            .map(|chunk| self.call_chunk(chunk, deadline, trace.clone()));
         let parts = try_join_all(calls).await?;
         let mut all = HashMap::with_capacity(keys.len());
         for p in parts {
@@ -177,16 +184,18 @@ impl BatchPlan {
         &self,
         keys: &[String],
         deadline: Instant,
+        trace: Option<CallTrace>,
     ) -> Result<HashMap<String, Val>, FlowError> {
         let keys_val: Val = keys.iter().map(|k| json::str_val(k)).collect();
         let env = Env::with_slots(vec![keys_val.clone()]);
-        let req = build_call(&self.call, &env, None, deadline).map_err(|m| {
+        let mut req = build_call(&self.call, &env, None, deadline).map_err(|m| {
             self.error(
                 ErrorKind::Expression,
                 "building the batch call failed",
                 format!("building the batch call failed: {}", m.0),
             )
         })?;
+        req.trace = trace;
         let who: Arc<str> = Arc::from(format!("{} (batch)", self.name));
         let answer = fetch_json(
             &who,
@@ -273,7 +282,7 @@ async fn collect(
                 .map(|w| w.deadline)
                 .max()
                 .unwrap_or_else(Instant::now);
-            let result = p.fetch_now(keys, deadline).await;
+            let result = p.fetch_now(keys, deadline, None).await;
             for w in waiters {
                 let _ = w.reply.send(result.clone());
             }

@@ -18,6 +18,7 @@
 use crate::backend::{Backend, CallError, CallKey, CallRequest, CallResponse};
 use crate::l2::{L2Cache, L2Counters, L2Stats};
 use crate::singleflight::Flights;
+use crate::trace::{CacheRole, CallTrace, served};
 use fanout_expr::Val;
 use futures_util::future::BoxFuture;
 use http::Method;
@@ -239,7 +240,7 @@ impl Backend for Cached {
                 let age = e.at.elapsed();
                 if age < p.ttl {
                     s.stats.hits.fetch_add(1, Relaxed);
-                    return Ok(e.resp);
+                    return from_cache(req.trace.as_ref(), CacheRole::Hit, e.resp).await;
                 }
                 if age < p.ttl + p.stale_while_revalidate {
                     s.stats.stale_served.fetch_add(1, Relaxed);
@@ -248,22 +249,49 @@ impl Backend for Cached {
                     // The refresh outlives this request; identical refreshes are merged by the
                     // dedup layer below.
                     // It is limited to the call's own time like any shared call.
-                    tokio::spawn(bg.fetch_and_store(key, req));
-                    return Ok(e.resp);
+                    tokio::spawn(
+                        bg.fetch_and_store(key, with_role(req.clone(), CacheRole::Refresh)),
+                    );
+                    return from_cache(req.trace.as_ref(), CacheRole::Stale, e.resp).await;
                 }
                 s.stats.misses.fetch_add(1, Relaxed);
-                let r = s.fetch_and_store(key, req).await;
+                let trace = req.trace.clone();
+                let r = s
+                    .fetch_and_store(key, with_role(req, CacheRole::Miss))
+                    .await;
                 if failed(&r) && age < p.ttl + p.stale_if_error {
                     s.stats.stale_served.fetch_add(1, Relaxed);
-                    return Ok(e.resp);
+                    return from_cache(trace.as_ref(), CacheRole::Stale, e.resp).await;
                 }
                 return r;
             }
             s.stats.misses.fetch_add(1, Relaxed);
             // A true miss: concurrent misses of the key share one call.
-            s.fetch_and_store(key, req).await
+            s.fetch_and_store(key, with_role(req, CacheRole::Miss))
+                .await
         })
     }
+}
+
+/// `req` with the cache's role in its trace.
+fn with_role(mut req: CallRequest, role: CacheRole) -> CallRequest {
+    if let Some(t) = &mut req.trace {
+        t.cache = Some(role);
+    }
+    req
+}
+
+/// An answer from the cache, recorded in the call's trace (a span without an attempt).
+async fn from_cache(
+    trace: Option<&CallTrace>,
+    role: CacheRole,
+    resp: CallResponse,
+) -> Result<CallResponse, CallError> {
+    let trace = trace.map(|t| CallTrace {
+        cache: Some(role),
+        ..t.clone()
+    });
+    served(trace.as_ref(), std::future::ready(Ok(resp))).await
 }
 
 /// Per-key values of a batch form, with the same freshness rules (no background refresh: a stale
@@ -373,6 +401,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent: true,
             deadline_header: None,
+            trace: None,
         }
     }
 

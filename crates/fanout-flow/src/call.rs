@@ -242,6 +242,7 @@ pub(crate) fn build_call(
         deadline,
         idempotent: h.idempotent,
         deadline_header: None, // set when the call starts
+        trace: None,           // set when the call starts
     })
 }
 

@@ -10,6 +10,7 @@
 
 use crate::backend::{Backend, CallError, CallRequest, CallResponse};
 use crate::singleflight::{FlightCounters, Flights};
+use crate::trace::{CallTrace, DedupRole, served};
 use futures_util::future::BoxFuture;
 use http::Method;
 use std::sync::Arc;
@@ -50,7 +51,24 @@ impl Backend for Dedup {
         let key = req.key();
         let timeout = req.timeout;
         let inner = self.inner.clone();
-        Box::pin(self.flights.run(key, timeout, move || inner.call(req)))
+        let Some(trace) = req.trace.clone() else {
+            return Box::pin(self.flights.run(key, timeout, move || inner.call(req)));
+        };
+        let (call, joined) = self.flights.join_or_start(key, timeout, move || {
+            let mut req = req;
+            if let Some(t) = &mut req.trace {
+                t.dedup = Some(DedupRole::Leader);
+            }
+            inner.call(req)
+        });
+        if !joined {
+            return Box::pin(call);
+        }
+        let trace = CallTrace {
+            dedup: Some(DedupRole::Joined),
+            ..trace
+        };
+        Box::pin(served(Some(&trace), call))
     }
 }
 
@@ -91,6 +109,7 @@ mod tests {
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             idempotent: true,
             deadline_header: None,
+            trace: None,
         }
     }
 

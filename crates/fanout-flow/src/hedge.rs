@@ -332,6 +332,9 @@ impl Backend for Hedge {
             s.stats.hedges.fetch_add(1, Relaxed);
             let mut copy = req;
             copy.timeout = copy.timeout.min(end.saturating_duration_since(now));
+            if let Some(t) = &mut copy.trace {
+                t.hedge = true;
+            }
             let second = inner.call(copy);
             race(&s, start, first, second).await
         })
@@ -479,6 +482,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent,
             deadline_header: None,
+            trace: None,
         }
     }
 

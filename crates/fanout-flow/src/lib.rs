@@ -31,6 +31,7 @@ mod respond;
 pub mod retry;
 pub mod singleflight;
 mod step;
+pub mod trace;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 pub use error::{Answer, ErrorKind, FlowError, code_for_status};

@@ -38,6 +38,12 @@ pub trait Observer: Send + Sync {
         let _ = (step, elapsed, result);
     }
 
+    /// The trace context of a call `step` is about to make (`None`: the call is not traced).
+    fn call_trace(&self, step: &StepPlan) -> Option<crate::trace::CallTrace> {
+        let _ = step;
+        None
+    }
+
     /// `step` ended: it started at `started` (the request's clock).
     fn step_finished(&self, step: &StepPlan, started: Instant, end: StepEnd<'_>) {
         let _ = (step, started, end);

@@ -46,6 +46,8 @@ pub struct RoutePlan {
     pub path: String,
     /// Maximum deadline (a client can shorten it, not extend it).
     pub deadline: Duration,
+    /// `server_timing: true`: answers carry a `Server-Timing` header with each step's time.
+    pub server_timing: bool,
     /// Steps, in config order; `deps`/`dependents` index into this.
     pub steps: Vec<Arc<StepPlan>>,
     /// Steps with no dependencies (started first).
@@ -98,6 +100,11 @@ impl StepPlan {
     /// What the step does: its kind, backend and call facts (`fanout explain`).
     pub fn work(&self) -> StepWork {
         self.kind.work()
+    }
+
+    /// The backend the step calls, if it calls one (for metrics, traces and `Server-Timing`).
+    pub fn backend(&self) -> Option<&Arc<str>> {
+        self.kind.backend()
     }
 }
 
@@ -379,6 +386,7 @@ fn compile_route(
         method: method?,
         path: r.path.value.clone(),
         deadline: r.deadline.unwrap_or(defaults.deadline).0,
+        server_timing: r.server_timing,
         steps: steps.into_iter().map(Arc::new).collect(),
         roots,
         respond: Arc::new(respond?),

@@ -258,6 +258,9 @@ impl Backend for Retry {
                 let now = Instant::now();
                 let mut r = req.clone();
                 r.timeout = req.timeout.min(end.saturating_duration_since(now));
+                if let Some(t) = &mut r.trace {
+                    t.attempt = attempt;
+                }
                 let result = inner.call(r).await;
                 if attempt >= s.policy.attempts || !retryable(&s.policy, &result) {
                     return result;
@@ -392,6 +395,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent,
             deadline_header: None,
+            trace: None,
         }
     }
 

@@ -126,6 +126,17 @@ impl Flights {
         timeout: Duration,
         start: impl FnOnce() -> Call,
     ) -> Shared<Call> {
+        self.join_or_start(key, timeout, start).0
+    }
+
+    /// [`Flights::run`], also saying whether the caller joined a live call (`true`) or started
+    /// one.
+    pub fn join_or_start(
+        self: &std::sync::Arc<Self>,
+        key: CallKey,
+        timeout: Duration,
+        start: impl FnOnce() -> Call,
+    ) -> (Shared<Call>, bool) {
         let now = Instant::now();
         let ends = now + timeout;
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,7 +146,7 @@ impl Flights {
             && let Some(shared) = live(f, now)
         {
             self.joined.fetch_add(1, Relaxed);
-            return shared;
+            return (shared, true);
         }
         if table.map.len() >= table.sweep_at {
             table.map.retain(|_, f| live(f, now).is_some());
@@ -177,7 +188,7 @@ impl Flights {
                 },
             );
         }
-        shared
+        (shared, false)
     }
 }
 
@@ -198,6 +209,7 @@ mod tests {
             deadline: Instant::now(),
             idempotent: true,
             deadline_header: None,
+            trace: None,
         };
         req.key()
     }

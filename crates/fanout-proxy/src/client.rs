@@ -342,10 +342,16 @@ impl Backend for HttpBackend {
             default_rtt,
             done: false,
         });
-        let uri = match pick.and_then(|p| self.bases.get(p.index)) {
+        let base = pick.and_then(|p| self.bases.get(p.index));
+        let uri = match base {
             Some(b) => format!("{}{}{}", b.origin, b.path, req.path_and_query),
             None => String::new(),
         };
+        // Traced calls: a span per attempt, its context sent to the backend.
+        let span = req.trace.as_ref().map(|t| {
+            let address = base.map_or(String::new(), |b| format!("{}{}", b.origin, b.path));
+            t.tracer.attempt(t, &address)
+        });
         let timeout = req.timeout;
         let mut builder = Request::builder().method(req.method).uri(&uri);
         if let Some(h) = builder.headers_mut() {
@@ -353,6 +359,9 @@ impl Backend for HttpBackend {
                 h.insert(k.clone(), v.clone());
             }
             h.extend(req.headers);
+            if let Some(span) = &span {
+                span.inject(h);
+            }
             // The time this attempt may take, for the backend to stop early (written here, by
             // the transport, so it is never part of a call's identity).
             if let Some(name) = req.deadline_header {
@@ -371,12 +380,18 @@ impl Backend for HttpBackend {
                     CallErrorKind::Connect,
                     format!("invalid request to `{uri}`: {e}"),
                 );
+                if let Some(span) = span {
+                    span.end(Err(&e));
+                }
                 return Box::pin(async move { Err(e) });
             }
         };
         let exchange = exchange(self.client.clone(), request, uri, self.max_response_bytes);
         Box::pin(async move {
             let result = exchange.await;
+            if let Some(span) = span {
+                span.end(result.as_ref().map(|r| r.status));
+            }
             if let Some(claim) = &mut claim {
                 let outcome = match CallOutcome::of(&result) {
                     // A budget used up elsewhere: not the address's fault.

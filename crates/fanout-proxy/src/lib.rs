@@ -11,10 +11,12 @@ pub mod conn;
 pub mod errlog;
 pub mod l2;
 pub mod limiter;
+pub mod observe;
 pub mod reload;
 pub mod request_id;
 pub mod server;
 pub mod stack;
+pub mod telemetry;
 pub mod watchdog;
 
 use arc_swap::ArcSwap;
@@ -58,6 +60,8 @@ pub struct Gateway {
     error_log: errlog::LogThrottle,
     /// Set when stopping: `/readyz` reports not ready while requests are still served.
     draining: std::sync::atomic::AtomicBool,
+    /// Traces, the access log, `Server-Timing`.
+    telemetry: telemetry::Telemetry,
     /// The address from the config.
     pub listen: String,
 }
@@ -86,6 +90,7 @@ impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
     /// the router, admission.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
+        let telemetry = telemetry::Telemetry::new(cfg)?;
         let adm = admission::Admission::new(&cfg.server.admission);
         let built = reload::build_live(cfg.clone(), None, None, &adm)?;
         Ok(Gateway {
@@ -104,6 +109,7 @@ impl Gateway {
             request_id_header: request_id_header(cfg)?,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
             draining: std::sync::atomic::AtomicBool::new(false),
+            telemetry,
             listen: cfg.listen.clone(),
         })
     }
@@ -130,7 +136,8 @@ impl Gateway {
     }
 
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,
-    /// then the reference data (see [`Gateway::start_reference`]).
+    /// the compute pool, the span exporter and access log writer (when configured), then the
+    /// reference data (see [`Gateway::start_reference`]).
     pub async fn start(&self) -> Result<(), String> {
         let threshold = self.limits.stall_threshold.0;
         self.watchdog
@@ -139,6 +146,7 @@ impl Gateway {
         self.compute
             .start()
             .map_err(|e| format!("starting the compute pool: {e}"))?;
+        self.telemetry.start()?;
         self.start_reference().await
     }
 
@@ -215,6 +223,7 @@ impl Gateway {
             "panics": self.panics.load(std::sync::atomic::Ordering::Relaxed),
             "errors": self.errors.json(),
             "config": self.reloads.json(),
+            "telemetry": self.telemetry.status_json(),
         })
     }
 }

@@ -5,8 +5,8 @@
 //! whose required reference data does not load) is refused with its `FILE:LINE:COL` messages and
 //! the old one keeps serving.
 //!
-//! What lives as long as the process is not reloaded: `listen` and `server.*` (listener limits,
-//! admission, compute pool threads, headers); a reload that changes them applies everything else
+//! What lives as long as the process is not reloaded: `listen`, `server.*` (listener limits,
+//! admission, compute pool threads, headers) and `telemetry.*` (exporter, access log); a reload that changes them applies everything else
 //! and logs that those changes take effect at the next restart.
 
 use crate::{Gateway, Live, admission, route_table, stack, start_reference};
@@ -111,6 +111,8 @@ pub(crate) fn build_live(
     adm: &admission::Admission,
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
+    // `telemetry:` is applied at start only, but a broken one is refused like any error.
+    crate::telemetry::Telemetry::new(&cfg)?;
     let (services, stacks, l2) = build_stacks(&cfg, prev, &mut report)?;
     let mut carry = Carry {
         compute,
@@ -231,6 +233,9 @@ fn restart_only(old: &Config, new: &Config) -> Vec<String> {
     if old.server != new.server {
         out.push("server".to_string());
     }
+    if old.telemetry != new.telemetry {
+        out.push("telemetry".to_string());
+    }
     out
 }
 
@@ -264,6 +269,7 @@ impl Gateway {
         let needs_restart = restart_only(&prev.config, &cfg);
         cfg.server = prev.config.server.clone();
         cfg.listen = prev.config.listen.clone();
+        cfg.telemetry = prev.config.telemetry.clone();
         let compute = self.compute.clone();
         let adm = self.admission.clone();
         let old = prev.clone();

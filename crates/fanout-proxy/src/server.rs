@@ -7,6 +7,7 @@ use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
+use crate::telemetry::{Failure, RequestTelemetry};
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_expr::request::{RequestParts, request_val};
@@ -82,31 +83,48 @@ impl Gateway {
             return resp;
         }
         let (parts, body) = req.into_parts();
+        let mut tel = self.telemetry.request(&parts, start);
         // The config's live part for this request: a reload meanwhile does not change it.
         let live = self.live();
-        match self.lifecycle(&live, &parts, body, start).await {
-            Ok(out) => outcome_response(out),
-            Err(e) => self.error_response(e, rid, &parts),
+        match self.lifecycle(&live, &parts, body, start, &mut tel).await {
+            Ok(out) => {
+                let mut resp = outcome_response(out);
+                tel.finish(&mut resp, rid, &parts, None);
+                resp
+            }
+            Err(e) => {
+                let (code, step) = (e.code.clone(), e.step.clone());
+                let mut resp = self.error_response(e, rid, &parts);
+                let failure = Failure {
+                    code: &code,
+                    step: step.as_deref(),
+                };
+                tel.finish(&mut resp, rid, &parts, Some(failure));
+                resp
+            }
         }
     }
 
     /// The request lifecycle after accept, one stage per line (docs/ARCHITECTURE.md); any stage
     /// may end it with the [`ApiError`] the client is answered. `start` is the arrival time.
-    async fn lifecycle(
-        &self,
-        live: &Live,
-        parts: &Parts,
+    async fn lifecycle<'a>(
+        &'a self,
+        live: &'a Live,
+        parts: &'a Parts,
         body: Incoming,
         start: Instant,
+        tel: &mut RequestTelemetry<'a>,
     ) -> Result<Outcome, ApiError> {
         let (route, params) = route(live, parts)?;
+        tel.routed(route);
         let deadline = self.deadline(&parts.headers, route, start)?;
         let (body_val, _memory) = self
-            .read_body(&parts.headers, body, start, deadline)
+            .read_body(&parts.headers, body, start, deadline, tel)
             .await?;
         let mut slot = self.admit(live, route, deadline).await?;
         let request = build_request(parts, params, body_val);
-        let out = route.run(request, deadline).await;
+        let out = route.run_observed(request, deadline, &tel.observer()).await;
+        tel.ran(&out);
         // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();
         out.map_err(ApiError::from)
@@ -155,6 +173,7 @@ impl Gateway {
         mut body: Incoming,
         start: Instant,
         deadline: Instant,
+        tel: &mut RequestTelemetry<'_>,
     ) -> Result<(Val, Option<Reservation>), ApiError> {
         if hyper::body::Body::is_end_stream(&body) {
             return Ok((Val::Null, None));
@@ -186,6 +205,7 @@ impl Gateway {
             Err(refusal) => return Err(refuse(refusal, &mut body, deadline).await),
         };
         drop(reader);
+        tel.bytes_in = bytes.len() as u64;
         Ok((self.parse_body(&bytes)?, Some(memory)))
     }
 
@@ -503,6 +523,8 @@ pub async fn serve(
     }
     drop(listener);
     conns.shutdown(grace).await;
+    // The spans of the last requests.
+    gateway.telemetry.shutdown().await;
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! the `fanout` package's own tests (`crates/fanout-cli/tests/support`).
 //!
 //! `use fanout_testkit::*;` brings the pooled client ([`client()`], [`send()`], [`get()`], [`post()`]),
-//! the stub helpers, [`wait_until`], [`capture_logs`] and the case types; [`h1`] holds requests on
+//! the stub helpers, [`wait_until`], [`capture_logs`], the OTLP trace receiver ([`OtlpReceiver`])
+//! and the case types; [`h1`] holds requests on
 //! fresh HTTP/1.1 connections, for tests that count connections.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // the tests' harness: a failed unwrap is a failed test
@@ -16,6 +17,7 @@ pub mod cases;
 pub mod client;
 pub mod h1;
 pub mod logs;
+pub mod otlp;
 pub mod redis_server;
 pub mod stubs;
 pub mod wait;
@@ -23,6 +25,7 @@ pub mod wait;
 pub use cases::{Case, CaseRequest, Cases};
 pub use client::{Resp, TestClient, client, get, post, send};
 pub use logs::{Logs, capture_logs};
+pub use otlp::{OtlpReceiver, RecvSpan};
 pub use redis_server::RedisServer;
 pub use stubs::{calls, load_stubs, no_vars, start_stubs, stubs};
 pub use wait::{PATIENCE, wait_until, wait_until_async, wait_within};

@@ -43,4 +43,5 @@ mod retries;
 mod schema;
 mod shared_calls;
 mod signals;
+mod telemetry;
 mod tls;

@@ -45,7 +45,12 @@ pub(crate) fn flush_keyed<'a>(
             keys.sort_unstable();
             keys.dedup();
             let b = batch.clone();
-            let fut = async move { b.fetch(keys, deadline).await }
+            // A fetch merged for several steps is traced under the first of them.
+            let trace = keyed
+                .iter()
+                .find(|(_, kb, _)| Arc::ptr_eq(kb, &batch))
+                .and_then(|(i, _, _)| obs.call_trace(&route.steps[*i]));
+            let fut = async move { b.fetch(keys, deadline, trace).await }
                 .boxed()
                 .shared();
             (batch, fut)
@@ -89,7 +94,7 @@ pub(crate) async fn keyed_alone(
     unique.dedup();
     let env = needs_env(step).then(|| env.clone());
     let t = Instant::now();
-    let found = batch.fetch(unique, deadline).await;
+    let found = batch.fetch(unique, deadline, obs.call_trace(step)).await;
     obs.call_finished(step, t.elapsed(), found.as_ref().map(|_| ()));
     let out = pick_found(route, step, &batch, found, keys, env.as_ref()).await;
     into_step_output(i, out)

@@ -311,7 +311,8 @@ impl RoutePlan {
         match p {
             Prepared::Done(r) => Started::Done(r),
             Prepared::Keys(batch, keys) => Started::Keyed(batch, keys),
-            Prepared::Call(req) => {
+            Prepared::Call(mut req) => {
+                req.trace = obs.call_trace(step);
                 let env = step.result.as_ref().map(|_| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
                     let a = args(step);
@@ -331,7 +332,10 @@ impl RoutePlan {
                     (i, out, false)
                 }))
             }
-            Prepared::Calls(reqs) => {
+            Prepared::Calls(mut reqs) => {
+                for (req, _, _) in &mut reqs {
+                    req.trace = obs.call_trace(step);
+                }
                 let env = needs_env(step).then(|| snapshot(env, step));
                 Started::Pending(Box::pin(async move {
                     self.run_calls(step, i, reqs, env.as_ref(), deadline, obs)

@@ -1,0 +1,159 @@
+//! The trace context of one backend call, carried in [`CallRequest::trace`] through the layers
+//! of its backend's stack, so the protocol client at the bottom can record each attempt as a
+//! span under the step that made the call, and send its context (`traceparent`) to the backend.
+//!
+//! The layers add what only they know: the retry layer numbers attempts, the hedge layer marks
+//! its second copy, the cache and dedup layers say how the call was served. A call answered
+//! without an attempt of its own (a cache hit, a caller that joined a shared call) is recorded by
+//! [`CallTracer::served`]. A shared call (dedup, cache coalescing) is made with the request of its
+//! *first* caller, so its attempts belong to that caller's trace; the callers that joined it get a
+//! span of their own saying so.
+//!
+//! This module knows no tracing library: the gateway implements [`CallTracer`]. Calls without a
+//! trace (`trace: None`, tracing off or a call made for no request) cost nothing here.
+//!
+//! [`CallRequest::trace`]: crate::backend::CallRequest::trace
+
+use crate::backend::CallError;
+use http::{HeaderMap, StatusCode};
+use std::fmt;
+use std::sync::Arc;
+
+/// How the cache layer served a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheRole {
+    /// Not in the cache (or expired): fetched.
+    Miss,
+    /// A fresh cached answer.
+    Hit,
+    /// A stale answer (stale-while-revalidate or stale-on-error).
+    Stale,
+    /// The background refresh of a stale entry.
+    Refresh,
+}
+
+impl CacheRole {
+    /// The attribute value: `miss`, `hit`, `stale`, `refresh`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheRole::Miss => "miss",
+            CacheRole::Hit => "hit",
+            CacheRole::Stale => "stale",
+            CacheRole::Refresh => "refresh",
+        }
+    }
+}
+
+/// How the dedup layer (or cache coalescing) served a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupRole {
+    /// Started the shared call (its attempts are this caller's).
+    Leader,
+    /// Joined a shared call another caller started.
+    Joined,
+}
+
+impl DedupRole {
+    /// The attribute value: `leader`, `joined`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DedupRole::Leader => "leader",
+            DedupRole::Joined => "joined",
+        }
+    }
+}
+
+/// One call's trace context and what the layers said about it.
+#[derive(Clone)]
+pub struct CallTrace {
+    /// The step's tracer (its span is the parent of the call's spans).
+    pub tracer: Arc<dyn CallTracer>,
+    /// Attempt number, 1 for the first (set by the retry layer).
+    pub attempt: u32,
+    /// This is the hedge layer's second copy.
+    pub hedge: bool,
+    /// How the cache layer served the call, when the backend has a cache.
+    pub cache: Option<CacheRole>,
+    /// How the call was shared, when it went through dedup or cache coalescing.
+    pub dedup: Option<DedupRole>,
+    /// A batch call (keyed lookups of one request, merged).
+    pub batch: bool,
+}
+
+impl CallTrace {
+    /// A first attempt, not yet seen by any layer.
+    pub fn new(tracer: Arc<dyn CallTracer>) -> CallTrace {
+        CallTrace {
+            tracer,
+            attempt: 1,
+            hedge: false,
+            cache: None,
+            dedup: None,
+            batch: false,
+        }
+    }
+}
+
+impl fmt::Debug for CallTrace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallTrace")
+            .field("attempt", &self.attempt)
+            .field("hedge", &self.hedge)
+            .field("cache", &self.cache)
+            .field("dedup", &self.dedup)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Records a step's calls (implemented by the gateway's tracing).
+pub trait CallTracer: Send + Sync {
+    /// An attempt of `call` is sent now to `address` (the backend's base URL): its span, which
+    /// also writes the trace context into the attempt's headers. Dropped without
+    /// [`AttemptSpan::end`]: the attempt was cancelled.
+    fn attempt(&self, call: &CallTrace, address: &str) -> Box<dyn AttemptSpan>;
+
+    /// `call` is served without an attempt of its own (a cache hit, a joined shared call).
+    fn served(&self, call: &CallTrace) -> Box<dyn AttemptSpan>;
+}
+
+/// The span of one attempt (or of a call served without one).
+pub trait AttemptSpan: Send {
+    /// Write the trace context (`traceparent`, `tracestate`) to send with the attempt.
+    fn inject(&self, headers: &mut HeaderMap);
+
+    /// The attempt ended: with an answer's status, or an error.
+    fn end(self: Box<Self>, result: Result<StatusCode, &CallError>);
+}
+
+/// A span for a call served without an attempt, ended when `fut` completes (or cancelled if it
+/// is dropped before): the span waits as long as the caller does.
+pub fn served<F, T>(
+    trace: Option<&CallTrace>,
+    fut: F,
+) -> impl std::future::Future<Output = Result<T, CallError>> + Send + 'static
+where
+    F: std::future::Future<Output = Result<T, CallError>> + Send + 'static,
+    T: AnswerStatus + Send + 'static,
+{
+    let span = trace.map(|t| t.tracer.served(t));
+    async move {
+        let r = fut.await;
+        if let Some(span) = span {
+            span.end(r.as_ref().map(AnswerStatus::status));
+        }
+        r
+    }
+}
+
+/// What a span records of an answer.
+pub trait AnswerStatus {
+    /// The answer's status.
+    fn status(&self) -> StatusCode;
+}
+
+impl AnswerStatus for crate::backend::CallResponse {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+}
