@@ -53,13 +53,41 @@ impl CachePolicy {
     }
 }
 
-/// Counters of a cache (read by the status endpoint; metrics later).
-#[derive(Debug, Default)]
+/// Counters of a cache (read by the status endpoint and the metrics).
+#[derive(Default)]
 pub struct CacheStats {
     hits: AtomicU64,
     misses: AtomicU64,
     stale_served: AtomicU64,
     refreshes: AtomicU64,
+    /// Counts the cache's entries (set by the cache that owns these counters).
+    entries: std::sync::OnceLock<EntryCount>,
+}
+
+/// Brings a cache's housekeeping up to date, then counts its entries.
+type EntryCount = Box<dyn Fn() -> BoxFuture<'static, u64> + Send + Sync>;
+
+/// An [`EntryCount`] of a moka cache.
+fn entry_count<K, V>(cache: moka::future::Cache<K, V>) -> EntryCount
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    Box::new(move || {
+        let c = cache.clone();
+        Box::pin(async move {
+            c.run_pending_tasks().await;
+            c.entry_count()
+        })
+    })
+}
+
+impl std::fmt::Debug for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheStats")
+            .field("counters", &self.counters())
+            .finish()
+    }
 }
 
 /// A snapshot of [`CacheStats`].
@@ -76,6 +104,22 @@ pub struct CacheCounters {
 }
 
 impl CacheStats {
+    /// Counters whose entries are counted by `entries`.
+    fn counting(entries: EntryCount) -> Arc<CacheStats> {
+        let stats = CacheStats::default();
+        let _ = stats.entries.set(entries);
+        Arc::new(stats)
+    }
+
+    /// Entries in the cache now, after its pending housekeeping (inserts, evictions, expiry)
+    /// has run.
+    pub async fn entries(&self) -> u64 {
+        match self.entries.get() {
+            Some(count) => count().await,
+            None => 0,
+        }
+    }
+
     /// Read the counters.
     pub fn counters(&self) -> CacheCounters {
         CacheCounters {
@@ -115,12 +159,13 @@ impl Cached {
             .max_capacity(policy.max_entries)
             .time_to_live(policy.retention().max(Duration::from_millis(1)))
             .build();
+        let entries = cache.clone();
         Cached {
             shared: Arc::new(Shared {
                 inner,
                 cache,
                 policy,
-                stats: Arc::new(CacheStats::default()),
+                stats: CacheStats::counting(entry_count(entries)),
                 flights: Arc::new(Flights::new()),
             }),
         }
@@ -220,13 +265,15 @@ pub struct KeyCache {
 impl KeyCache {
     /// A key cache with `policy`.
     pub fn new(policy: CachePolicy) -> KeyCache {
+        let cache: moka::future::Cache<String, (Val, Instant)> = moka::future::Cache::builder()
+            .max_capacity(policy.max_entries)
+            .time_to_live(policy.retention().max(Duration::from_millis(1)))
+            .build();
+        let entries = cache.clone();
         KeyCache {
-            cache: moka::future::Cache::builder()
-                .max_capacity(policy.max_entries)
-                .time_to_live(policy.retention().max(Duration::from_millis(1)))
-                .build(),
+            cache,
             policy,
-            stats: Arc::new(CacheStats::default()),
+            stats: CacheStats::counting(entry_count(entries)),
         }
     }
 

@@ -19,6 +19,7 @@ pub mod dedup;
 pub mod error;
 pub mod exec;
 pub mod hedge;
+pub mod hist;
 pub mod isolation;
 pub mod observe;
 pub mod outcome;
@@ -29,8 +30,8 @@ pub mod retry;
 pub mod singleflight;
 mod step;
 
-pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 pub use error::{Answer, ErrorKind, FlowError, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
-pub use outcome::CallOutcome;
+pub use outcome::{CallClass, CallOutcome};
 pub use plan::{Plan, RoutePlan, compile};

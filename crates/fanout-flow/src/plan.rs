@@ -39,6 +39,9 @@ pub struct Plan {
 
 /// One route's plan.
 pub struct RoutePlan {
+    /// Position in [`Plan::routes`] (config order): an index for per-route tables kept beside
+    /// the plan (the gateway's metric handles).
+    pub index: usize,
     /// Method matched.
     pub method: Method,
     /// Path pattern matched.
@@ -65,6 +68,9 @@ pub struct RoutePlan {
 pub struct StepPlan {
     /// Step name.
     pub name: Arc<str>,
+    /// Position in its route's [`RoutePlan::steps`]: an index for per-step tables kept beside
+    /// the plan (the gateway's metric handles).
+    pub index: usize,
     /// Indices of the steps it reads.
     pub deps: Vec<usize>,
     /// Indices of the steps that read it.
@@ -91,6 +97,14 @@ pub struct StepPlan {
     pub missing: Missing,
     /// What the step does: its kind (`step/`).
     pub(crate) kind: Box<dyn StepKind>,
+}
+
+impl StepPlan {
+    /// The backend the step calls (a keyed lookup: its batch form's backend); `None` for steps
+    /// that call nothing (`value`, `fail`).
+    pub fn backend(&self) -> Option<&Arc<str>> {
+        self.kind.backend()
+    }
 }
 
 /// A step's policy for keys its lookup did not find (and 404s of `for_each` calls).
@@ -154,9 +168,10 @@ pub fn compile(
     let reference = Arc::new(ReferenceSet::new(datasets, deadline_header.clone()));
     let mut routes = Vec::new();
     for r in &cfg.routes {
-        if let Some(route) =
+        if let Some(mut route) =
             compile_route(&mut cx, r, backends, &batches, &reference, &deadline_header)
         {
+            route.index = routes.len();
             routes.push(Arc::new(route));
         }
     }
@@ -335,6 +350,7 @@ fn compile_route(
     }
     let roots = (0..n).filter(|&i| steps[i].deps.is_empty()).collect();
     Some(RoutePlan {
+        index: 0, // set by `compile`
         method: method?,
         path: r.path.value.clone(),
         deadline: r.deadline.unwrap_or(defaults.deadline).0,
@@ -454,6 +470,7 @@ fn compile_step(
     let defaults = &cx.cfg.defaults;
     Some(StepPlan {
         name: name.value.as_str().into(),
+        index,
         deps,
         dependents: Vec::new(),
         when,

@@ -2,6 +2,7 @@
 //! ([`server`]), the pooled backend client ([`client`]), and [`Gateway`], which ties a compiled
 //! plan to a router.
 
+pub mod admin;
 pub mod admission;
 mod answer;
 pub mod balance;
@@ -9,13 +10,16 @@ pub mod bodies;
 pub mod client;
 pub mod conn;
 pub mod errlog;
+pub mod health;
 pub mod limiter;
+pub mod metrics;
+pub mod observe;
 pub mod request_id;
 pub mod server;
 pub mod stack;
 pub mod watchdog;
 
-use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
+use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
 use fanout_flow::cache::CacheStats;
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
@@ -56,12 +60,30 @@ pub struct Gateway {
     error_log: errlog::LogThrottle,
     /// The address from the config.
     pub listen: String,
+    /// The admin listener's settings (`admin:`).
+    pub admin: AdminConfig,
+    /// Metric families (process-lived) and this build's route handles.
+    metrics: metrics::GatewayMetrics,
+    /// Liveness and readiness flags (process-lived).
+    health: Arc<health::Health>,
 }
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
-    /// the router, admission.
+    /// the router, admission — with new metric families and health flags.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
+        let metrics = Arc::new(metrics::Metrics::new());
+        Gateway::build_with(cfg, metrics, Arc::new(health::Health::new()))
+    }
+
+    /// [`Gateway::build`] with the process-lived parts given: the metric families (route
+    /// handles are resolved against them, so series continue across rebuilds) and the health
+    /// flags.
+    pub fn build_with(
+        cfg: &Config,
+        metrics: Arc<metrics::Metrics>,
+        health: Arc<health::Health>,
+    ) -> Result<Gateway, ConfigErrors> {
         let (backends, stacks) = build_stacks(cfg)?;
         let plan = fanout_flow::compile(cfg, &backends)?;
         let router = route_table(cfg, &plan.routes)?;
@@ -73,6 +95,12 @@ impl Gateway {
                 Some((n.clone(), s.cache.clone()?, keys))
             })
             .collect();
+        let cache_names: Vec<&str> = stacks
+            .iter()
+            .filter(|(_, s)| s.cache.is_some())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let metrics = metrics::GatewayMetrics::new(metrics, &plan, cfg.admin.metrics, &cache_names);
         let adm = admission::Admission::new(&cfg.server.admission);
         let route_admission = admission::RouteTable::new(&cfg.routes, &adm);
         Ok(Gateway {
@@ -94,7 +122,26 @@ impl Gateway {
             request_id_header,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
             listen: cfg.listen.clone(),
+            admin: cfg.admin.clone(),
+            metrics,
+            health,
         })
+    }
+
+    /// The process-lived metric families (for the parts that count into them: config reloads,
+    /// the L2 cache).
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.metrics.metrics
+    }
+
+    /// The health flags: set listening when the client listener is up, draining on shutdown.
+    pub fn health(&self) -> &Arc<health::Health> {
+        &self.health
+    }
+
+    /// `Ok` when ready to take traffic (`/readyz`), else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        self.health.readiness(&self.reference)
     }
 
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,

@@ -8,6 +8,8 @@ use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
+use crate::metrics::{RequestRecord, RouteTable};
+use crate::observe::RequestObserver;
 use bytes::Bytes;
 use fanout_expr::request::{RequestParts, request_val};
 use fanout_expr::{Val, json};
@@ -59,51 +61,66 @@ impl Gateway {
         let rid = self
             .request_ids
             .for_request(req.headers().get(&self.request_id_header));
+        let mut rec =
+            RouteTable::request(self.metrics.routes.as_ref(), Instant::now(), req.method());
         let mut resp = catch_panics(
-            self.handle_unguarded(req, &rid),
+            self.handle_unguarded(req, &rid, &mut rec),
             &self.panics,
             &rid,
             self.limits.expose_error_details,
         )
         .await;
+        rec.finish(resp.status());
         resp.headers_mut()
             .insert(self.request_id_header.clone(), rid);
         resp
     }
 
-    /// [`Gateway::handle`] without the panic guard: the status endpoint, or the lifecycle and
-    /// its answer.
-    async fn handle_unguarded(&self, req: Request<Incoming>, rid: &HeaderValue) -> Response<Body> {
-        let start = Instant::now();
+    /// [`Gateway::handle`] without the panic guard: the status endpoint (deprecated here: it is
+    /// on the admin listener), or the lifecycle and its answer.
+    async fn handle_unguarded(
+        &self,
+        req: Request<Incoming>,
+        rid: &HeaderValue,
+        rec: &mut RequestRecord<'_>,
+    ) -> Response<Body> {
         if req.uri().path() == "/__fanout/status" {
+            rec.ignore();
             let mut resp = Response::new(Full::new(Bytes::from(self.status_json().to_string())));
             resp.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return resp;
         }
         let (parts, body) = req.into_parts();
-        match self.lifecycle(&parts, body, start).await {
+        match self.lifecycle(&parts, body, rec).await {
             Ok(out) => outcome_response(out),
             Err(e) => self.error_response(e, rid, &parts),
         }
     }
 
     /// The request lifecycle after accept, one stage per line (docs/ARCHITECTURE.md); any stage
-    /// may end it with the [`ApiError`] the client is answered. `start` is the arrival time.
+    /// may end it with the [`ApiError`] the client is answered. `rec` records the request's
+    /// metrics and knows its arrival time.
     async fn lifecycle(
         &self,
         parts: &Parts,
         body: Incoming,
-        start: Instant,
+        rec: &mut RequestRecord<'_>,
     ) -> Result<Outcome, ApiError> {
+        let start = rec.start();
         let (route, params) = self.route(parts)?;
+        rec.routed(route);
         let deadline = self.deadline(&parts.headers, route, start)?;
         let (body_val, _memory) = self
             .read_body(&parts.headers, body, start, deadline)
             .await?;
         let mut slot = self.admit(route, deadline).await?;
         let request = build_request(parts, params, body_val);
-        let out = route.run(request, deadline).await;
+        let obs = RequestObserver {
+            metrics: rec.route_metrics(),
+        };
+        let out = route.run_observed(request, deadline, &obs).await;
+        rec.ran(&out);
         // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();
         out.map_err(ApiError::from)

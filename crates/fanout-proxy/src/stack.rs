@@ -26,7 +26,7 @@ use fanout_flow::Backend;
 use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
 use fanout_flow::dedup::Dedup;
 use fanout_flow::hedge::{Hedge, HedgeStats};
-use fanout_flow::isolation::{Breaker, BreakerPolicy, Bulkhead};
+use fanout_flow::isolation::{Breaker, BreakerPolicy, BreakerView, Bulkhead};
 use fanout_flow::retry::{Retry, RetryStats};
 use fanout_flow::singleflight::Flights;
 use std::sync::Arc;
@@ -39,8 +39,8 @@ pub struct Stack {
     pub stats: StackStats,
 }
 
-/// Handles to a backend's layer state (balancer and addresses, retry, hedge, dedup and cache
-/// counters), for `/__fanout/status`.
+/// Handles to a backend's layer state (balancer and addresses, breaker, retry, hedge, dedup and
+/// cache counters), for `/__fanout/status` and the metrics.
 pub struct StackStats {
     /// The protocol client (balancer and addresses).
     pub client: Arc<HttpBackend>,
@@ -52,6 +52,8 @@ pub struct StackStats {
     pub dedup: Option<Arc<Flights>>,
     /// The answer cache's counters, if the backend has a cache.
     pub cache: Option<Arc<CacheStats>>,
+    /// The circuit breaker's state, if the backend has one.
+    pub breaker: Option<BreakerView>,
 }
 
 /// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above).
@@ -63,6 +65,7 @@ pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack
         hedge: None,
         dedup: None,
         cache: None,
+        breaker: None,
     };
     let mut s: Arc<dyn Backend> = client;
     if let Some(h) = &b.hedge {
@@ -86,7 +89,9 @@ pub fn build(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Stack
             window: bc.window.0,
             open_for: bc.open_for.0,
         };
-        s = Arc::new(Breaker::new(s, policy, name));
+        let breaker = Breaker::new(s, policy, name);
+        stats.breaker = Some(breaker.view());
+        s = Arc::new(breaker);
     }
     if b.dedup {
         let dedup = Dedup::new(s);

@@ -34,6 +34,7 @@ mod examples;
 mod flow;
 mod hostile_config;
 mod isolation;
+mod metrics;
 mod outlier;
 mod reference;
 mod retries;
