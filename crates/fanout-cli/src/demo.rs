@@ -33,7 +33,7 @@ pub async fn start(listen: &str) -> anyhow::Result<Demo> {
     let lookup = |name: &str| vars.get(name).cloned();
     let gw = load_gateway("<embedded fanout.yaml>", GATEWAY_YAML, &lookup)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let gateway = start_gateway(gw, listen)
+    let gateway = start_gateway(gw, listen, Some("127.0.0.1:0"))
         .await
         .with_context(|| format!("binding the gateway to {listen}"))?;
     Ok(Demo { stubs, gateway })

@@ -28,22 +28,61 @@ pub fn load_gateway_file(path: &str, vars: VarLookup<'_>) -> Result<Gateway, Con
     Gateway::build(&cfg)
 }
 
-/// A gateway running on a bound port.
+/// A gateway running on a bound port (and its admin listener, if any).
 pub struct RunningGateway {
     /// Where it listens.
     pub addr: SocketAddr,
-    /// The gateway (to reload its config, read its status).
+    /// Where the admin listener (`/metrics`, `/healthz`, `/readyz`) listens, if it runs.
+    pub admin_addr: Option<SocketAddr>,
+    /// The gateway (to reload its config, read its health, metrics and status).
     pub gateway: Arc<Gateway>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    admin: Option<Server>,
+}
+
+/// A server task and the sender that stops it (dropping the sender stops it too).
+struct Server {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Serve `gateway`'s admin endpoints on `addr` in a background task.
+    async fn admin(gateway: &Arc<Gateway>, addr: &str) -> std::io::Result<(Server, SocketAddr)> {
+        let listener = TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(fanout_proxy::admin::serve_admin(
+            gateway.clone(),
+            listener,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Ok((Server { stop, task }, bound))
+    }
+
+    async fn stop(self) -> std::io::Result<()> {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
 }
 
 impl RunningGateway {
+    /// The running gateway (its health flags, metrics, status).
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
     /// Stop like a gateway behind a load balancer: report not ready and keep serving for
     /// `server.drain_delay` (a second Ctrl-C/SIGTERM cuts it short), then [`RunningGateway::shutdown`].
     pub async fn drain_and_stop(self) -> std::io::Result<()> {
         let delay = self.gateway.drain_delay();
-        self.gateway.start_draining();
+        self.gateway.health().set_draining();
         if !delay.is_zero() {
             tracing::info!(
                 delay_ms = delay.as_millis() as u64,
@@ -58,15 +97,23 @@ impl RunningGateway {
         self.shutdown().await
     }
 
-    /// Stop accepting, let in-flight requests finish (within the grace period), wait.
+    /// Stop accepting, let in-flight requests finish (within the grace period), wait; the
+    /// gateway is not ready from the first moment (`/readyz` answers 503 while it drains), and
+    /// the admin listener stops last.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.gateway.health().set_draining();
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        match (&mut self.task).await {
+        let served = match (&mut self.task).await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
+        };
+        self.gateway.health().set_listening(false);
+        if let Some(admin) = self.admin.take() {
+            admin.stop().await?;
         }
+        served
     }
 }
 
@@ -75,25 +122,47 @@ impl Drop for RunningGateway {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
+        if let Some(a) = self.admin.take() {
+            let _ = a.stop.send(());
+        }
     }
 }
 
-/// Bind `addr` and serve `gateway` in a background task.
-/// Reference data is loaded first: a required dataset that cannot be loaded fails the start.
-pub async fn start_gateway(gateway: Gateway, addr: &str) -> std::io::Result<RunningGateway> {
+/// Serve `gateway` on `addr` in a background task, and its admin endpoints on `admin_addr`
+/// (`None`: no admin listener; tests pass `127.0.0.1:0`, `fanout serve` the config's
+/// `admin.listen` or `--admin-listen`). The admin listener starts first, so liveness is
+/// answered (and readiness says what is missing) while reference data loads; a required
+/// dataset that fails to load fails the start.
+pub async fn start_gateway(
+    gateway: Gateway,
+    addr: &str,
+    admin_addr: Option<&str>,
+) -> std::io::Result<RunningGateway> {
+    let gateway = Arc::new(gateway);
+    let (admin, admin_bound) = match admin_addr {
+        Some(a) => {
+            let (s, bound) = Server::admin(&gateway, a)
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener {a}: {e}")))?;
+            (Some(s), Some(bound))
+        }
+        None => (None, None),
+    };
     gateway.start().await.map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
+    gateway.health().set_listening(true);
     let (tx, rx) = oneshot::channel::<()>();
-    let gateway = Arc::new(gateway);
     let task = tokio::spawn(fanout_proxy::serve(gateway.clone(), listener, async move {
         let _ = rx.await;
     }));
     Ok(RunningGateway {
         addr: bound,
+        admin_addr: admin_bound,
         gateway,
         stop: Some(tx),
         task,
+        admin,
     })
 }
 

@@ -39,6 +39,10 @@ enum Cmd {
         /// Listen address; overrides `listen:` of the config.
         #[arg(long)]
         listen: Option<String>,
+        /// Admin listener address (`/metrics`, `/healthz`, `/readyz`), or `off`; overrides
+        /// `admin.listen` of the config (default 127.0.0.1:9901).
+        #[arg(long)]
+        admin_listen: Option<String>,
         /// Worker threads (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
@@ -262,12 +266,22 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Serve {
             config,
             listen,
+            admin_listen,
             workers,
             watch,
             watch_interval,
         } => {
             let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
             let addr = listen.unwrap_or_else(|| gw.listen.clone());
+            let admin = match admin_listen {
+                Some(a) => fanout_config::AdminConfig {
+                    listen: Some(a),
+                    ..Default::default()
+                }
+                .listen_addr()
+                .map(str::to_string),
+                None => gw.admin.listen_addr().map(str::to_string),
+            };
             let every = fanout_config::parse_duration(&watch_interval, BareNumber::Millis)
                 .map_err(|e| anyhow::anyhow!("--watch-interval: {e}"))?;
             let triggers = ReloadTriggers {
@@ -275,10 +289,11 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 watch: watch.then_some(every.max(std::time::Duration::from_millis(10))),
             };
             runtime(workers)?.block_on(async move {
-                let running = start_gateway(gw, &addr)
+                let running = start_gateway(gw, &addr, admin.as_deref())
                     .await
-                    .with_context(|| format!("binding {addr}"))?;
-                tracing::info!(addr = %running.addr, "fanout serving");
+                    .with_context(|| format!("starting the gateway on {addr}"))?;
+                let admin = running.admin_addr.map_or("off".into(), |a| a.to_string());
+                tracing::info!(addr = %running.addr, %admin, "fanout serving");
                 run_until_stopped(running.gateway.clone(), triggers).await;
                 running.drain_and_stop().await?;
                 Ok(())
@@ -303,6 +318,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 println!("stub {name:<10} http://{addr}");
             }
             println!("gateway    http://{}", d.gateway.addr);
+            if let Some(a) = d.gateway.admin_addr {
+                println!("admin      http://{a}/metrics  /healthz  /readyz");
+            }
             println!();
             println!(
                 "try:  curl -s 'http://{}/vacancies?text=rust'",

@@ -6,6 +6,7 @@
 //! (`fanout-flow`) compiles them and reports their errors at the locations kept in [`Located`].
 //! The JSON Schema printed by `fanout schema` is generated from these types (schemars).
 
+mod admin;
 mod backend;
 mod check;
 mod contract;
@@ -29,6 +30,7 @@ pub use env::substitute;
 pub use hints::{closest, did_you_mean};
 pub use located::{Located, Pos, pos_in_scalar};
 
+pub use admin::AdminConfig;
 pub use backend::{
     Backend, BalanceConfig, BalanceStrategy, BatchConfig, BreakerConfig, CacheConfig, HedgeConfig,
     OutlierConfig, Protocol, RetryBudget, RetryConfig, Tls,
@@ -63,6 +65,9 @@ pub struct Config {
     /// Limits of the inbound server.
     #[serde(default)]
     pub server: ServerConfig,
+    /// The admin listener: `/metrics`, `/healthz`, `/readyz`, `/__fanout/status`.
+    #[serde(default)]
+    pub admin: AdminConfig,
     /// Defaults applied where a route, step or backend does not say otherwise.
     #[serde(default)]
     pub defaults: Defaults,

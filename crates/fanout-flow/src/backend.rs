@@ -113,8 +113,17 @@ pub enum CallErrorKind {
     Reset,
     /// The answer body was larger than the backend's `max_response_bytes`.
     BodyTooLarge,
-    /// The call was refused locally before being sent (e.g. a full bulkhead or an open breaker).
-    Rejected,
+    /// The call was refused locally before being sent: a full bulkhead or an open breaker.
+    Rejected(RejectReason),
+}
+
+/// Which of the gateway's own protections refused a call ([`CallErrorKind::Rejected`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The backend's bulkhead (`max_concurrency`) was full.
+    Bulkhead,
+    /// The backend's circuit breaker was open (or half-open with its probe in flight).
+    Breaker,
 }
 
 /// A failed call: its kind, a human-readable cause (for the log), and the underlying error.

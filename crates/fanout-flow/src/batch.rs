@@ -11,6 +11,7 @@ use crate::call::HttpPlan;
 use crate::call::{Env, build_call, fetch_json};
 use crate::error::{ErrorKind, FlowError};
 use crate::trace::CallTrace;
+use crate::hist::{AtomicHistogram, HistogramSnapshot};
 use fanout_expr::{Expr, Val, json};
 use futures_util::future::try_join_all;
 use http::HeaderName;
@@ -41,6 +42,43 @@ pub struct BatchPlan {
     pub deadline_header: HeaderName,
     collector: OnceLock<mpsc::UnboundedSender<Waiter>>,
     key_cache: Option<KeyCache>,
+    stats: BatchStats,
+}
+
+/// Bounds of the batch-size histogram (keys per call).
+const SIZES: &[u64] = &[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+
+/// What batching did for one backend: keys per call, and calls saved — each key looked up
+/// would otherwise have been a call of its own, so a call with `n` keys saves `n - 1`, and keys
+/// that concurrent requests share in one window are fetched once.
+#[derive(Debug)]
+pub struct BatchStats {
+    sizes: AtomicHistogram,
+    saved: std::sync::atomic::AtomicU64,
+}
+
+impl BatchStats {
+    fn new() -> BatchStats {
+        BatchStats {
+            sizes: AtomicHistogram::new(SIZES, 1.0),
+            saved: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn saved(&self, n: usize) {
+        self.saved
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keys per batch call.
+    pub fn sizes(&self) -> HistogramSnapshot {
+        self.sizes.snapshot()
+    }
+
+    /// Calls saved by batching and by merging requests' keys.
+    pub fn saved_calls(&self) -> u64 {
+        self.saved.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 struct Waiter {
@@ -69,6 +107,7 @@ impl BatchPlan {
             deadline_header,
             collector: OnceLock::new(),
             key_cache: None,
+            stats: BatchStats::new(),
         }
     }
 
@@ -76,6 +115,11 @@ impl BatchPlan {
     pub fn with_cache(mut self, policy: CachePolicy) -> BatchPlan {
         self.key_cache = Some(KeyCache::new(policy));
         self
+    }
+
+    /// Keys per call and calls saved.
+    pub fn stats(&self) -> &BatchStats {
+        &self.stats
     }
 
     /// The per-key cache's counters, if there is one.
@@ -169,6 +213,8 @@ impl BatchPlan {
         trace: Option<CallTrace>,
     ) -> Result<Found, FlowError> {
         let trace = trace.map(|t| CallTrace { batch: true, ..t });
+        let chunks = keys.len().div_ceil(self.max);
+        self.stats.saved(keys.len().saturating_sub(chunks));
         let calls = keys
             .chunks(self.max)
             .map(|chunk| self.call_chunk(chunk, deadline, trace.clone()));
@@ -186,6 +232,7 @@ impl BatchPlan {
         deadline: Instant,
         trace: Option<CallTrace>,
     ) -> Result<HashMap<String, Val>, FlowError> {
+        self.stats.sizes.record(keys.len() as u64);
         let keys_val: Val = keys.iter().map(|k| json::str_val(k)).collect();
         let env = Env::with_slots(vec![keys_val.clone()]);
         let mut req = build_call(&self.call, &env, None, deadline).map_err(|m| {
@@ -273,8 +320,10 @@ async fn collect(
                 .iter()
                 .flat_map(|w| w.keys.iter().cloned())
                 .collect();
+            let asked = keys.len();
             keys.sort_unstable();
             keys.dedup();
+            p.stats.saved(asked.saturating_sub(keys.len()));
             // The shared call lives as long as the latest caller's deadline; earlier callers
             // give up on their own.
             let deadline = waiters

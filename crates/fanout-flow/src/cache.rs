@@ -59,8 +59,8 @@ impl CachePolicy {
     }
 }
 
-/// Counters of a cache (read by the status endpoint; metrics later).
-#[derive(Debug, Default)]
+/// Counters of a cache (read by the status endpoint and the metrics).
+#[derive(Default)]
 pub struct CacheStats {
     hits: AtomicU64,
     misses: AtomicU64,
@@ -68,6 +68,34 @@ pub struct CacheStats {
     refreshes: AtomicU64,
     /// The second level's counters, when the cache has one.
     l2: Option<Arc<L2Stats>>,
+    /// Counts the cache's entries (set by the cache that owns these counters).
+    entries: std::sync::OnceLock<EntryCount>,
+}
+
+/// Brings a cache's housekeeping up to date, then counts its entries.
+type EntryCount = Box<dyn Fn() -> BoxFuture<'static, u64> + Send + Sync>;
+
+/// An [`EntryCount`] of a moka cache.
+fn entry_count<K, V>(cache: moka::future::Cache<K, V>) -> EntryCount
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    Box::new(move || {
+        let c = cache.clone();
+        Box::pin(async move {
+            c.run_pending_tasks().await;
+            c.entry_count()
+        })
+    })
+}
+
+impl std::fmt::Debug for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheStats")
+            .field("counters", &self.counters())
+            .finish()
+    }
 }
 
 /// A snapshot of [`CacheStats`].
@@ -88,6 +116,22 @@ pub struct CacheCounters {
 }
 
 impl CacheStats {
+    /// Counters whose entries are counted by `entries`.
+    fn counting(entries: EntryCount) -> Arc<CacheStats> {
+        let stats = CacheStats::default();
+        let _ = stats.entries.set(entries);
+        Arc::new(stats)
+    }
+
+    /// Entries in the cache now, after its pending housekeeping (inserts, evictions, expiry)
+    /// has run.
+    pub async fn entries(&self) -> u64 {
+        match self.entries.get() {
+            Some(count) => count().await,
+            None => 0,
+        }
+    }
+
     /// Read the counters.
     pub fn counters(&self) -> CacheCounters {
         CacheCounters {
@@ -143,12 +187,16 @@ impl Cached {
             .max_capacity(policy.max_entries)
             .time_to_live(policy.retention().max(Duration::from_millis(1)))
             .build();
+        let entries = cache.clone();
         Cached {
             shared: Arc::new(Shared {
                 inner,
                 cache,
                 policy,
-                stats: Arc::new(stats),
+                stats: {
+                    let _ = stats.entries.set(entry_count(entries));
+                    Arc::new(stats)
+                },
                 flights: Arc::new(Flights::new()),
                 l2,
             }),
@@ -305,13 +353,15 @@ pub struct KeyCache {
 impl KeyCache {
     /// A key cache with `policy`.
     pub fn new(policy: CachePolicy) -> KeyCache {
+        let cache: moka::future::Cache<String, (Val, Instant)> = moka::future::Cache::builder()
+            .max_capacity(policy.max_entries)
+            .time_to_live(policy.retention().max(Duration::from_millis(1)))
+            .build();
+        let entries = cache.clone();
         KeyCache {
-            cache: moka::future::Cache::builder()
-                .max_capacity(policy.max_entries)
-                .time_to_live(policy.retention().max(Duration::from_millis(1)))
-                .build(),
+            cache,
             policy,
-            stats: Arc::new(CacheStats::default()),
+            stats: CacheStats::counting(entry_count(entries)),
         }
     }
 

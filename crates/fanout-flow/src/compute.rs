@@ -3,12 +3,31 @@
 //! spends milliseconds on one request while the others on it wait. The queue is bounded: when it
 //! is full the job is refused (the step fails with 503 `overloaded`), memory never grows with load.
 
+use crate::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::oneshot;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Bounds of the run-time histogram, in nanoseconds: 50 µs … 1 s (jobs are large parses and
+/// transforms).
+const RUN_TIME_NS: &[u64] = &[
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+];
 
 /// Why a job did not run on the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +55,8 @@ pub struct ComputePool {
     skipped: Arc<AtomicU64>,
     running: Arc<AtomicU64>,
     refused: AtomicU64,
+    /// How long jobs ran on a pool thread (not counting their wait in the queue).
+    run_time: Arc<AtomicHistogram>,
 }
 
 impl ComputePool {
@@ -51,6 +72,7 @@ impl ComputePool {
             skipped: Arc::new(AtomicU64::new(0)),
             running: Arc::new(AtomicU64::new(0)),
             refused: AtomicU64::new(0),
+            run_time: Arc::new(AtomicHistogram::new(RUN_TIME_NS, NS_PER_S)),
         }
     }
 
@@ -102,6 +124,7 @@ impl ComputePool {
         queued.fetch_add(1, Relaxed);
         let skipped = self.skipped.clone();
         let running = self.running.clone();
+        let run_time = self.run_time.clone();
         let job: Job = Box::new(move || {
             queued.fetch_sub(1, Relaxed);
             // A job whose caller has gone (deadline, client gone) is not run at all: later jobs
@@ -111,7 +134,9 @@ impl ComputePool {
                 return;
             }
             running.fetch_add(1, Relaxed);
+            let t = std::time::Instant::now();
             let out = f();
+            run_time.record_duration(t.elapsed());
             running.fetch_sub(1, Relaxed);
             // Counted before the answer is sent, so whoever sees the answer sees the count.
             done.fetch_add(1, Relaxed);
@@ -130,6 +155,21 @@ impl ComputePool {
             }
         }
         done_rx.await.map_err(|_| ComputeError::Stopped)
+    }
+
+    /// Jobs waiting in the queue now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+
+    /// Jobs refused because the queue was full, so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
+    }
+
+    /// How long jobs ran on the pool's threads (seconds).
+    pub fn run_times(&self) -> HistogramSnapshot {
+        self.run_time.snapshot()
     }
 
     /// Counters for the status endpoint.

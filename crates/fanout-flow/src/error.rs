@@ -168,7 +168,7 @@ impl FlowError {
                 ErrorKind::BadBackendAnswer,
                 "the backend's answer is larger than allowed",
             ),
-            CallErrorKind::Rejected => (
+            CallErrorKind::Rejected(_) => (
                 ErrorKind::Rejected,
                 "the call was refused by the gateway's protection of the backend (bulkhead or open circuit breaker)",
             ),

@@ -473,7 +473,7 @@ impl Backend for NotConnected {
     fn call(&self, _req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         Box::pin(async {
             Err(CallError::new(
-                CallErrorKind::Rejected,
+                CallErrorKind::Connect,
                 "a plan compiled for `fanout explain` makes no calls",
             ))
         })

@@ -1,9 +1,9 @@
 //! Per-backend isolation (R3), as [`Backend`] layers: a bulkhead (a cap on calls in flight that
 //! fails fast when full) and a circuit breaker (consecutive-failure and failure-rate modes,
-//! half-open probe). Both fail with [`CallErrorKind::Rejected`], which the step's failure policy
+//! half-open probe). Both fail with [`CallErrorKind::Rejected`] (saying which of them refused), which the step's failure policy
 //! turns into the step's default (optional) or a 503 (required) — without waiting.
 
-use crate::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+use crate::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 use futures_util::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,8 @@ impl Backend for Bulkhead {
                 "bulkhead full: {} calls already in flight (max_concurrency)",
                 self.max
             );
-            return Box::pin(async move { Err(CallError::new(CallErrorKind::Rejected, msg)) });
+            let kind = CallErrorKind::Rejected(RejectReason::Bulkhead);
+            return Box::pin(async move { Err(CallError::new(kind, msg)) });
         };
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -188,7 +189,33 @@ impl Breaker {
 
     /// The current state, for status pages.
     pub fn state(&self) -> &'static str {
-        self.state.lock().map(|s| s.state()).unwrap_or("unknown")
+        self.view().state()
+    }
+
+    /// A handle that reads this breaker's state (kept by the gateway for status and metrics
+    /// after the breaker itself disappears into the backend's stack).
+    pub fn view(&self) -> BreakerView {
+        BreakerView(self.state.clone())
+    }
+}
+
+/// Reads a [`Breaker`]'s state.
+#[derive(Clone)]
+pub struct BreakerView(Arc<Mutex<BreakerState>>);
+
+impl BreakerView {
+    /// `closed`, `open` or `half-open` (`unknown` if the state's lock was poisoned).
+    pub fn state(&self) -> &'static str {
+        self.0.lock().map(|s| s.state()).unwrap_or("unknown")
+    }
+
+    /// The state as a number (the `fanout_breaker_state` gauge): 0 closed, 1 half-open, 2 open.
+    pub fn level(&self) -> u8 {
+        match self.state() {
+            "closed" => 0,
+            "half-open" => 1,
+            _ => 2,
+        }
     }
 }
 
@@ -200,7 +227,8 @@ impl Backend for Breaker {
         };
         if permit == Permit::Reject {
             let msg = format!("circuit breaker of `{}` is open: failing fast", self.name);
-            return Box::pin(async move { Err(CallError::new(CallErrorKind::Rejected, msg)) });
+            let kind = CallErrorKind::Rejected(RejectReason::Breaker);
+            return Box::pin(async move { Err(CallError::new(kind, msg)) });
         }
         let timeout = req.timeout;
         let fut = self.inner.call(req);

@@ -21,6 +21,7 @@ pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod hedge;
+pub mod hist;
 pub mod isolation;
 pub mod l2;
 pub mod observe;
@@ -33,8 +34,8 @@ pub mod singleflight;
 mod step;
 pub mod trace;
 
-pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 pub use error::{Answer, ErrorKind, FlowError, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
-pub use outcome::CallOutcome;
+pub use outcome::{CallClass, CallOutcome};
 pub use plan::{Carry, Plan, RoutePlan, compile, compile_with};

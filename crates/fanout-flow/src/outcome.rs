@@ -17,8 +17,12 @@
 //! ¹ statuses are retried when the retry policy lists them (`retry.on_status`).
 //! ² unless the call was given less than the balancer's `default_rtt` (a budget used up
 //! elsewhere), decided by the HTTP client, which knows the attempt's time.
+//!
+//! A step's call as the flow saw it (after every layer, as a [`FlowError`]) is classified once
+//! too, by [`CallClass::of`]: the outcome classes of metrics and traces.
 
-use crate::backend::{CallError, CallErrorKind, CallResponse};
+use crate::backend::{CallError, CallErrorKind, CallResponse, RejectReason};
+use crate::error::{ErrorKind, FlowError};
 
 /// What happened to one backend call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +54,7 @@ impl CallOutcome {
     /// The backend failed (not the gateway's own protection refusing the call): what a circuit
     /// breaker counts.
     pub fn is_backend_failure(self) -> bool {
-        self.is_failure() && self != CallOutcome::Failed(CallErrorKind::Rejected)
+        self.is_failure() && !matches!(self, CallOutcome::Failed(CallErrorKind::Rejected(_)))
     }
 
     /// The address that took the call is to blame: what outlier ejection counts. A too-large
@@ -81,11 +85,11 @@ impl CallOutcome {
     pub fn never_sent(self) -> bool {
         matches!(
             self,
-            CallOutcome::Failed(CallErrorKind::Connect | CallErrorKind::Rejected)
+            CallOutcome::Failed(CallErrorKind::Connect | CallErrorKind::Rejected(_))
         )
     }
 
-    /// A short stable label (for logs and metrics): `ok`, `5xx`, `timeout`, `refused`, `reset`,
+    /// A short stable label (for logs): `ok`, `5xx`, `timeout`, `refused`, `reset`,
     /// `bad_answer`, `rejected`.
     pub fn label(self) -> &'static str {
         match self {
@@ -95,7 +99,108 @@ impl CallOutcome {
             CallOutcome::Failed(CallErrorKind::Connect) => "refused",
             CallOutcome::Failed(CallErrorKind::Reset) => "reset",
             CallOutcome::Failed(CallErrorKind::BodyTooLarge) => "bad_answer",
-            CallOutcome::Failed(CallErrorKind::Rejected) => "rejected",
+            CallOutcome::Failed(CallErrorKind::Rejected(_)) => "rejected",
+        }
+    }
+}
+
+/// How a step's backend call ended, as the flow saw it (after cache, retries, hedging): the
+/// outcome classes of the `fanout_backend_calls_total` metric and of traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallClass {
+    /// An answer the step accepted.
+    Ok,
+    /// No answer in time (the step's timeout or the request's deadline).
+    Timeout,
+    /// No connection could be made.
+    Refused,
+    /// The connection broke during the call.
+    Reset,
+    /// The answer was unusable: too large, not JSON, not splittable into batch values.
+    BadAnswer,
+    /// The backend answered 4xx.
+    Status4xx,
+    /// The backend answered 5xx.
+    Status5xx,
+    /// Refused by the backend's bulkhead before being sent.
+    RejectedBulkhead,
+    /// Refused by the backend's open circuit breaker before being sent.
+    RejectedBreaker,
+    /// Anything else (a 1xx/3xx answer, a full compute pool, a call that could not be built).
+    Other,
+}
+
+impl CallClass {
+    /// Every class, in the order of [`CallClass::index`].
+    pub const ALL: [CallClass; 10] = [
+        CallClass::Ok,
+        CallClass::Timeout,
+        CallClass::Refused,
+        CallClass::Reset,
+        CallClass::BadAnswer,
+        CallClass::Status4xx,
+        CallClass::Status5xx,
+        CallClass::RejectedBulkhead,
+        CallClass::RejectedBreaker,
+        CallClass::Other,
+    ];
+
+    /// Classify a step's call: `Ok(())` for an answer the step accepted, else its error (the
+    /// transport kind from its `source` when there is one, else its [`ErrorKind`]).
+    pub fn of(result: Result<(), &FlowError>) -> CallClass {
+        let e = match result {
+            Ok(()) => return CallClass::Ok,
+            Err(e) => e,
+        };
+        if let Some(src) = &e.source {
+            return match src.kind {
+                CallErrorKind::Timeout => CallClass::Timeout,
+                CallErrorKind::Connect => CallClass::Refused,
+                CallErrorKind::Reset => CallClass::Reset,
+                CallErrorKind::BodyTooLarge => CallClass::BadAnswer,
+                CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
+                CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
+            };
+        }
+        match e.kind {
+            ErrorKind::BackendTimeout | ErrorKind::DeadlineExceeded => CallClass::Timeout,
+            ErrorKind::BackendUnavailable => CallClass::Refused,
+            ErrorKind::BackendReset => CallClass::Reset,
+            ErrorKind::BadBackendAnswer => CallClass::BadAnswer,
+            ErrorKind::BackendStatus { status, .. } => match status {
+                400..=499 => CallClass::Status4xx,
+                500..=599 => CallClass::Status5xx,
+                _ => CallClass::Other,
+            },
+            ErrorKind::NotFound => CallClass::Status4xx,
+            ErrorKind::Rejected
+            | ErrorKind::KeyNotFound
+            | ErrorKind::Expression
+            | ErrorKind::ExpressionLimit
+            | ErrorKind::Overloaded
+            | ErrorKind::Answered => CallClass::Other,
+        }
+    }
+
+    /// The position of this class in [`CallClass::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The stable label: `ok`, `timeout`, `refused`, `reset`, `bad_answer`, `status_4xx`,
+    /// `status_5xx`, `rejected_bulkhead`, `rejected_breaker`, `other`.
+    pub fn label(self) -> &'static str {
+        match self {
+            CallClass::Ok => "ok",
+            CallClass::Timeout => "timeout",
+            CallClass::Refused => "refused",
+            CallClass::Reset => "reset",
+            CallClass::BadAnswer => "bad_answer",
+            CallClass::Status4xx => "status_4xx",
+            CallClass::Status5xx => "status_5xx",
+            CallClass::RejectedBulkhead => "rejected_bulkhead",
+            CallClass::RejectedBreaker => "rejected_breaker",
+            CallClass::Other => "other",
         }
     }
 }
@@ -130,7 +235,22 @@ mod tests {
             (failed(Connect), true, true, true, true, true),
             (failed(Reset), true, true, true, true, false),
             (failed(BodyTooLarge), true, true, false, false, false),
-            (failed(Rejected), true, false, false, false, true),
+            (
+                failed(Rejected(RejectReason::Bulkhead)),
+                true,
+                false,
+                false,
+                false,
+                true,
+            ),
+            (
+                failed(Rejected(RejectReason::Breaker)),
+                true,
+                false,
+                false,
+                false,
+                true,
+            ),
         ];
         for (r, failure, backend, address, transient, unsent) in rows {
             let o = CallOutcome::of(&r);
@@ -139,6 +259,54 @@ mod tests {
             assert_eq!(o.blames_address(), address, "{o:?}");
             assert_eq!(o.is_transient(), transient, "{o:?}");
             assert_eq!(o.never_sent(), unsent, "{o:?}");
+        }
+    }
+
+    /// A step's call, classified from its error: by the transport kind of its source when it
+    /// has one, else by the error's kind.
+    #[test]
+    fn step_calls_are_classified_once() {
+        use std::sync::Arc;
+        let (step, backend): (Arc<str>, Arc<str>) = ("s".into(), "b".into());
+        let call = |k| FlowError::from_call(CallError::new(k, "x"), &step, &backend);
+        let kind = |k| FlowError::new(k, "x");
+        let status = |status| {
+            kind(ErrorKind::BackendStatus {
+                status,
+                passthrough: false,
+            })
+        };
+        let rows: Vec<(Option<FlowError>, &str)> = vec![
+            (None, "ok"),
+            (Some(call(CallErrorKind::Timeout)), "timeout"),
+            (Some(call(CallErrorKind::Connect)), "refused"),
+            (Some(call(CallErrorKind::Reset)), "reset"),
+            (Some(call(CallErrorKind::BodyTooLarge)), "bad_answer"),
+            (
+                Some(call(CallErrorKind::Rejected(RejectReason::Bulkhead))),
+                "rejected_bulkhead",
+            ),
+            (
+                Some(call(CallErrorKind::Rejected(RejectReason::Breaker))),
+                "rejected_breaker",
+            ),
+            (Some(kind(ErrorKind::BackendTimeout)), "timeout"),
+            (Some(kind(ErrorKind::DeadlineExceeded)), "timeout"),
+            (Some(kind(ErrorKind::BadBackendAnswer)), "bad_answer"),
+            (Some(status(404)), "status_4xx"),
+            (Some(status(503)), "status_5xx"),
+            (Some(status(304)), "other"),
+            (Some(kind(ErrorKind::Overloaded)), "other"),
+        ];
+        for (e, label) in &rows {
+            let r = match e {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+            assert_eq!(CallClass::of(r).label(), *label, "{e:?}");
+        }
+        for (i, c) in CallClass::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
         }
     }
 }

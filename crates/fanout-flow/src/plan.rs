@@ -40,6 +40,9 @@ pub struct Plan {
 
 /// One route's plan.
 pub struct RoutePlan {
+    /// Position in [`Plan::routes`] (config order): an index for per-route tables kept beside
+    /// the plan (the gateway's metric handles).
+    pub index: usize,
     /// Method matched.
     pub method: Method,
     /// Path pattern matched.
@@ -68,6 +71,9 @@ pub struct RoutePlan {
 pub struct StepPlan {
     /// Step name.
     pub name: Arc<str>,
+    /// Position in its route's [`RoutePlan::steps`]: an index for per-step tables kept beside
+    /// the plan (the gateway's metric handles).
+    pub index: usize,
     /// Indices of the steps it reads.
     pub deps: Vec<usize>,
     /// Indices of the steps that read it.
@@ -202,9 +208,10 @@ pub fn compile_with(
     };
     let mut routes = Vec::new();
     for r in &cfg.routes {
-        if let Some(route) =
+        if let Some(mut route) =
             compile_route(&mut cx, r, backends, &batches, &reference, &deadline_header)
         {
+            route.index = routes.len();
             routes.push(Arc::new(route));
         }
     }
@@ -383,6 +390,7 @@ fn compile_route(
     }
     let roots = (0..n).filter(|&i| steps[i].deps.is_empty()).collect();
     Some(RoutePlan {
+        index: 0, // set by `compile`
         method: method?,
         path: r.path.value.clone(),
         deadline: r.deadline.unwrap_or(defaults.deadline).0,
@@ -503,6 +511,7 @@ fn compile_step(
     let defaults = &cx.cfg.defaults;
     Some(StepPlan {
         name: name.value.as_str().into(),
+        index,
         deps,
         dependents: Vec::new(),
         when,

@@ -95,6 +95,18 @@ impl ReferenceSet {
             .collect()
     }
 
+    /// The required (not `optional`) datasets that have never loaded: while there are any,
+    /// the gateway is not ready.
+    pub fn missing_required(&self) -> Vec<Arc<str>> {
+        let snap = self.current.load();
+        self.datasets
+            .iter()
+            .zip(snap.status.iter())
+            .filter(|(d, s)| !d.optional && s.loaded_at.is_none())
+            .map(|(d, _)| d.name.clone())
+            .collect()
+    }
+
     async fn fetch(&self, d: &Dataset) -> Result<Val, FlowError> {
         let deadline = Instant::now() + d.timeout;
         let env = Env::empty();

@@ -269,7 +269,13 @@ async fn each_kind_of_backend_trouble_has_its_status_and_code() {
             502,
             "bad_backend_answer",
         ),
-        (transport(CallErrorKind::Rejected), 503, "backend_rejected"),
+        (
+            transport(CallErrorKind::Rejected(
+                fanout_flow::backend::RejectReason::Bulkhead,
+            )),
+            503,
+            "backend_rejected",
+        ),
         // A timeout reported by an inner layer is classified like the step's own timer.
         (transport(CallErrorKind::Timeout), 504, "backend_timeout"),
     ];

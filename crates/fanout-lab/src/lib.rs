@@ -421,6 +421,9 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                     opts.out.join(format!("{name}.yaml")).display().to_string(),
                     "--listen".into(),
                     addr.to_string(),
+                    // Targets run side by side: each admin listener on a port of its own.
+                    "--admin-listen".into(),
+                    "127.0.0.1:0".into(),
                 ],
             ),
             "java-threads" => match &java_classes {
@@ -431,18 +434,24 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
                 None => unreachable_target(name)?,
             },
-            // `fanout`, or another fanout build given as `NAME=PATH`.
-            n => (
-                external_fanout(n)
-                    .map_or_else(|| opts.fanout_bin.clone(), |(_, b)| PathBuf::from(b)),
-                vec![
+            // `fanout`, or another fanout build given as `NAME=PATH` (which may predate
+            // `--admin-listen`: it gets only the flags every build knows).
+            n => {
+                let mut args: Vec<String> = vec![
                     "serve".into(),
                     "--config".into(),
                     gw_file.display().to_string(),
                     "--listen".into(),
                     addr.to_string(),
-                ],
-            ),
+                ];
+                match external_fanout(n) {
+                    Some((_, b)) => (PathBuf::from(b), args),
+                    None => {
+                        args.extend(["--admin-listen".into(), "127.0.0.1:0".into()]);
+                        (opts.fanout_bin.clone(), args)
+                    }
+                }
+            }
         };
         let mut p = Proc::spawn(
             name,

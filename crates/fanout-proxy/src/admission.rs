@@ -42,6 +42,48 @@ const CRITICAL: usize = 0;
 const NORMAL: usize = 1;
 const SHEDDABLE: usize = 2;
 
+/// Why a request was rejected, finer than [`Rejection`] (for metrics), indexed like
+/// [`REASON_NAMES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// No slot and the queue full (or a sheddable request while others wait).
+    QueueFull = 0,
+    /// Pushed out of the full queue by a higher-priority request.
+    Evicted = 1,
+    /// Waited in the queue for `queue_timeout` (or its own deadline).
+    QueueTimeout = 2,
+    /// Waited for `codel.target` under a standing queue.
+    Codel = 3,
+}
+
+const REASONS: usize = 4;
+/// The label of each rejection reason (`fanout_admission_rejections_total{reason}`).
+pub const REASON_NAMES: [&str; REASONS] = ["queue_full", "evicted", "queue_timeout", "codel"];
+
+impl Reason {
+    fn rejection(self) -> Rejection {
+        match self {
+            Reason::QueueFull | Reason::Evicted => Rejection::QueueFull,
+            Reason::QueueTimeout | Reason::Codel => Rejection::Waited,
+        }
+    }
+}
+
+/// One priority class's admission state now, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassStatus {
+    /// `critical`, `normal` or `sheddable`.
+    pub name: &'static str,
+    /// Slots this class may fill under the current limit.
+    pub limit: u64,
+    /// Requests of this class holding a slot.
+    pub in_flight: u64,
+    /// Requests of this class waiting in the queue.
+    pub queued: u64,
+    /// Rejections so far, by reason (in the order of [`REASON_NAMES`]).
+    pub rejected: [u64; REASONS],
+}
+
 fn class_index(p: Priority) -> usize {
     match p {
         Priority::Critical => CRITICAL,
@@ -89,6 +131,7 @@ pub enum Rejection {
 pub struct Permit {
     inner: Arc<Inner>,
     route: Option<usize>,
+    class: usize,
     started: Instant,
     /// False for a permit that was never handed out (its release is done by the caller).
     armed: bool,
@@ -105,7 +148,13 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if self.armed {
-            Inner::release(&self.inner, self.route, self.started, self.sample);
+            Inner::release(
+                &self.inner,
+                self.route,
+                self.class,
+                self.started,
+                self.sample,
+            );
         }
     }
 }
@@ -156,11 +205,15 @@ struct Counters {
     codel: u64,
     evicted: u64,
     abandoned: u64,
+    /// Rejections by class and reason.
+    by_reason: [[u64; REASONS]; CLASSES],
 }
 
 struct State {
     limit: usize,
     in_flight: usize,
+    /// `in_flight` by class.
+    in_flight_by: [usize; CLASSES],
     routes: Vec<RouteSlot>,
     queues: [VecDeque<Waiter>; CLASSES],
     queued: usize,
@@ -256,6 +309,7 @@ impl Admission {
                 state: Mutex::new(State {
                     limit,
                     in_flight: 0,
+                    in_flight_by: [0; CLASSES],
                     routes: Vec::new(),
                     queues: Default::default(),
                     queued: 0,
@@ -311,13 +365,13 @@ impl Admission {
                 return Ok(inner.grant(&mut s, class, rc.route, now));
             }
             if deadline <= now {
-                return Err(inner.reject(&mut s, class, rc.route, Rejection::Waited, false));
+                return Err(inner.reject(&mut s, class, rc.route, Reason::QueueTimeout));
             }
             if class == SHEDDABLE && (s.queues[CRITICAL].len() + s.queues[NORMAL].len()) > 0 {
-                return Err(inner.reject(&mut s, class, rc.route, Rejection::QueueFull, false));
+                return Err(inner.reject(&mut s, class, rc.route, Reason::QueueFull));
             }
             if s.queued >= inner.queue_max && !inner.evict(&mut s, class) {
-                return Err(inner.reject(&mut s, class, rc.route, Rejection::QueueFull, false));
+                return Err(inner.reject(&mut s, class, rc.route, Reason::QueueFull));
             }
             let standing = s.refresh_standing(now, inner.codel_interval, inner.codel_target);
             let wait = if standing {
@@ -362,6 +416,21 @@ impl Admission {
                 }
             }
         }
+    }
+
+    /// Each priority class's limit, slots, queue and rejections now (for metrics).
+    pub fn classes(&self) -> Vec<ClassStatus> {
+        let inner = &self.inner;
+        let s = inner.lock();
+        (0..CLASSES)
+            .map(|c| ClassStatus {
+                name: CLASS_NAMES[c],
+                limit: inner.cap(s.limit, c) as u64,
+                in_flight: s.in_flight_by[c] as u64,
+                queued: s.queues[c].len() as u64,
+                rejected: s.c.by_reason[c],
+            })
+            .collect()
     }
 
     /// The current limit (static `max_concurrency`, or the adaptive limit now).
@@ -471,6 +540,7 @@ impl Inner {
     ) -> Permit {
         s.c.admitted[class] += 1;
         s.in_flight += 1;
+        s.in_flight_by[class] += 1;
         if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
             r.in_flight += 1;
         }
@@ -481,46 +551,41 @@ impl Inner {
         Permit {
             inner: self.clone(),
             route,
+            class,
             started: now,
             armed: true,
             sample: false,
         }
     }
 
-    /// Free a slot: a released permit, or one never handed out (then `class` is given and its
+    /// Free a slot of `class`: a released permit, or one never handed out (`uncount`: its
     /// admission is un-counted too).
-    fn free(s: &mut State, route: Option<usize>, class: Option<usize>) {
-        if let Some(c) = class {
-            s.c.admitted[c] = s.c.admitted[c].saturating_sub(1);
+    fn free(s: &mut State, route: Option<usize>, class: usize, uncount: bool) {
+        if uncount {
+            s.c.admitted[class] = s.c.admitted[class].saturating_sub(1);
         }
+        s.in_flight_by[class] = s.in_flight_by[class].saturating_sub(1);
         s.in_flight = s.in_flight.saturating_sub(1);
         if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
             r.in_flight = r.in_flight.saturating_sub(1);
         }
     }
 
-    fn reject(
-        &self,
-        s: &mut State,
-        class: usize,
-        route: Option<usize>,
-        why: Rejection,
-        codel: bool,
-    ) -> Rejection {
+    fn reject(&self, s: &mut State, class: usize, route: Option<usize>, why: Reason) -> Rejection {
         s.c.rejected[class] += 1;
+        s.c.by_reason[class][why as usize] += 1;
         if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
             r.rejected += 1;
         }
         match why {
-            Rejection::QueueFull => s.c.queue_full += 1,
-            Rejection::Waited => {
+            Reason::QueueFull | Reason::Evicted => s.c.queue_full += 1,
+            Reason::QueueTimeout => s.c.waited += 1,
+            Reason::Codel => {
                 s.c.waited += 1;
-                if codel {
-                    s.c.codel += 1;
-                }
+                s.c.codel += 1;
             }
         }
-        why
+        why.rejection()
     }
 
     /// The queue is full: make room by evicting the oldest waiter of the lowest class below
@@ -530,7 +595,7 @@ impl Inner {
             if let Some(w) = s.queues[victim].pop_front() {
                 s.dequeued();
                 s.c.evicted += 1;
-                self.reject(s, victim, w.route, Rejection::QueueFull, false);
+                self.reject(s, victim, w.route, Reason::Evicted);
                 // Dropping `w.tx` wakes the waiter with "closed".
                 return true;
             }
@@ -544,7 +609,12 @@ impl Inner {
         let Some(w) = s.remove_waiter(class, id) else {
             return false;
         };
-        self.reject(&mut s, class, route, Rejection::Waited, w.codel);
+        let why = if w.codel {
+            Reason::Codel
+        } else {
+            Reason::QueueTimeout
+        };
+        self.reject(&mut s, class, route, why);
         true
     }
 
@@ -595,17 +665,23 @@ impl Inner {
             if let Err(mut permit) = w.tx.send(permit) {
                 // The waiter is gone: the slot stays free for the next one.
                 permit.armed = false;
-                Self::free(s, w.route, Some(class));
+                Self::free(s, w.route, class, true);
                 s.c.abandoned += 1;
             }
         }
     }
 
     /// A permit was dropped.
-    fn release(self: &Arc<Self>, route: Option<usize>, started: Instant, sample: bool) {
+    fn release(
+        self: &Arc<Self>,
+        route: Option<usize>,
+        class: usize,
+        started: Instant,
+        sample: bool,
+    ) {
         let now = Instant::now();
         let mut s = self.lock();
-        Self::free(&mut s, route, None);
+        Self::free(&mut s, route, class, false);
         if sample && let Some(l) = s.limiter.as_mut() {
             l.on_sample(now.saturating_duration_since(started));
         }

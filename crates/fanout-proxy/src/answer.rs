@@ -30,6 +30,12 @@ impl ErrorCounts {
         }
     }
 
+    /// Every code with its count.
+    pub(crate) fn snapshot(&self) -> Vec<(String, u64)> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     pub(crate) fn json(&self) -> serde_json::Value {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         serde_json::to_value(&*m).unwrap_or_default()

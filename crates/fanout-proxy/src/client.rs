@@ -402,7 +402,7 @@ impl Backend for HttpBackend {
                     }
                     o if o.blames_address() => Outcome::Failure,
                     // Never reached an address.
-                    CallOutcome::Failed(CallErrorKind::Rejected) => Outcome::Cancelled,
+                    CallOutcome::Failed(CallErrorKind::Rejected(_)) => Outcome::Cancelled,
                     // The address answered (a too-large answer is the answer's problem).
                     _ => Outcome::Success,
                 };

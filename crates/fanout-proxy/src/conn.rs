@@ -475,6 +475,11 @@ impl Connections {
         self.open.load(Ordering::Acquire)
     }
 
+    /// Connections closed at once at the cap, so far.
+    pub fn refused(&self) -> u64 {
+        self.counters.refused.load(Ordering::Relaxed)
+    }
+
     /// May a just-accepted connection be served? At the cap, the oldest idle connections are
     /// asked to close to make room; with none to close, no.
     pub fn admit(&self) -> bool {

@@ -2,6 +2,7 @@
 //! ([`server`]), the pooled backend client ([`client`]), and [`Gateway`], which ties a compiled
 //! plan to a router.
 
+pub mod admin;
 pub mod admission;
 mod answer;
 pub mod balance;
@@ -9,8 +10,10 @@ pub mod bodies;
 pub mod client;
 pub mod conn;
 pub mod errlog;
+pub mod health;
 pub mod l2;
 pub mod limiter;
+pub mod metrics;
 pub mod observe;
 pub mod reload;
 pub mod request_id;
@@ -20,7 +23,7 @@ pub mod telemetry;
 pub mod watchdog;
 
 use arc_swap::ArcSwap;
-use fanout_config::{Config, ConfigError, ConfigErrors, ServerConfig};
+use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
 use fanout_flow::cache::CacheStats;
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
@@ -58,12 +61,18 @@ pub struct Gateway {
     request_id_header: HeaderName,
     /// Caps the failed-request log lines per second.
     error_log: errlog::LogThrottle,
-    /// Set when stopping: `/readyz` reports not ready while requests are still served.
-    draining: std::sync::atomic::AtomicBool,
     /// Traces, the access log, `Server-Timing`.
     telemetry: telemetry::Telemetry,
     /// The address from the config.
     pub listen: String,
+    /// The admin listener's settings (`admin:`).
+    pub admin: AdminConfig,
+    /// Metric families (process-lived; each `Live` resolves its route handles against them).
+    metrics: Arc<metrics::Metrics>,
+    /// `admin.metrics`: whether requests and calls are recorded.
+    record_metrics: bool,
+    /// Liveness and readiness flags (process-lived).
+    health: Arc<health::Health>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -82,17 +91,32 @@ pub struct Live {
     route_admission: admission::RouteTable,
     /// The shared Redis of the answer caches (`redis:`), kept by reloads that do not change it.
     l2: Option<Arc<fanout_flow::l2::L2>>,
+    /// The routes' metric handles (`None` with `admin.metrics: false`).
+    route_metrics: Option<metrics::RouteTable>,
     /// The config this was built from (compared with the next one on reload).
     config: Arc<Config>,
 }
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
-    /// the router, admission.
+    /// the router, admission — with new metric families and health flags.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
+        let metrics = Arc::new(metrics::Metrics::new());
+        Gateway::build_with(cfg, metrics, Arc::new(health::Health::new()))
+    }
+
+    /// [`Gateway::build`] with the process-lived parts given: the metric families (route
+    /// handles are resolved against them, so series continue across rebuilds) and the health
+    /// flags.
+    pub fn build_with(
+        cfg: &Config,
+        metrics: Arc<metrics::Metrics>,
+        health: Arc<health::Health>,
+    ) -> Result<Gateway, ConfigErrors> {
         let telemetry = telemetry::Telemetry::new(cfg)?;
         let adm = admission::Admission::new(&cfg.server.admission);
-        let built = reload::build_live(cfg.clone(), None, None, &adm)?;
+        let record = cfg.admin.metrics.then_some(&*metrics);
+        let built = reload::build_live(cfg.clone(), None, None, &adm, record)?;
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
             reloads: reload::Reloads::default(),
@@ -108,9 +132,12 @@ impl Gateway {
             request_ids: request_id::RequestIds::new(),
             request_id_header: request_id_header(cfg)?,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
-            draining: std::sync::atomic::AtomicBool::new(false),
             telemetry,
             listen: cfg.listen.clone(),
+            admin: cfg.admin.clone(),
+            metrics,
+            record_metrics: cfg.admin.metrics,
+            health,
         })
     }
 
@@ -119,20 +146,25 @@ impl Gateway {
         self.limits.drain_delay.0
     }
 
-    /// Report not ready from now on (`/readyz` answers 503): the gateway is about to drain.
-    pub fn start_draining(&self) {
-        self.draining
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether [`Gateway::start_draining`] was called.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// The current config's part of the gateway.
     pub fn live(&self) -> Arc<Live> {
         self.live.load_full()
+    }
+
+    /// The process-lived metric families (for the parts that count into them: config reloads,
+    /// the L2 cache).
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.metrics
+    }
+
+    /// The health flags: set listening when the client listener is up, draining on shutdown.
+    pub fn health(&self) -> &Arc<health::Health> {
+        &self.health
+    }
+
+    /// `Ok` when ready to take traffic (`/readyz`), else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        self.health.readiness(&self.live().reference)
     }
 
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,

@@ -9,6 +9,7 @@
 //! admission, compute pool threads, headers) and `telemetry.*` (exporter, access log); a reload that changes them applies everything else
 //! and logs that those changes take effect at the next restart.
 
+use crate::metrics::Metrics;
 use crate::{Gateway, Live, admission, route_table, stack, start_reference};
 use fanout_config::{Config, ConfigErrors};
 use fanout_flow::compute::ComputePool;
@@ -109,6 +110,7 @@ pub(crate) fn build_live(
     prev: Option<&Live>,
     compute: Option<Arc<ComputePool>>,
     adm: &admission::Admission,
+    metrics: Option<&Metrics>,
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
     // `telemetry:` is applied at start only, but a broken one is refused like any error.
@@ -147,6 +149,7 @@ pub(crate) fn build_live(
         batches: plan.batches.clone(),
         route_admission: admission::RouteTable::new(&cfg.routes, adm),
         l2,
+        route_metrics: metrics.map(|m| m.route_table(&plan.routes)),
         config: Arc::new(cfg),
     };
     Ok(Built {
@@ -236,6 +239,9 @@ fn restart_only(old: &Config, new: &Config) -> Vec<String> {
     if old.telemetry != new.telemetry {
         out.push("telemetry".to_string());
     }
+    if old.admin != new.admin {
+        out.push("admin".to_string());
+    }
     out
 }
 
@@ -270,12 +276,15 @@ impl Gateway {
         cfg.server = prev.config.server.clone();
         cfg.listen = prev.config.listen.clone();
         cfg.telemetry = prev.config.telemetry.clone();
+        cfg.admin = prev.config.admin.clone();
         let compute = self.compute.clone();
         let adm = self.admission.clone();
         let old = prev.clone();
-        let built =
-            tokio::task::spawn_blocking(move || build_live(cfg, Some(&old), Some(compute), &adm))
-                .await;
+        let metrics = self.record_metrics.then(|| self.metrics.clone());
+        let built = tokio::task::spawn_blocking(move || {
+            build_live(cfg, Some(&old), Some(compute), &adm, metrics.as_deref())
+        })
+        .await;
         let built = match built {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return Err(self.refused(ReloadError::Config(e))),
@@ -290,6 +299,7 @@ impl Gateway {
         report.needs_restart = needs_restart;
         self.live.store(Arc::new(built.live));
         self.reloads.succeeded();
+        self.metrics.config_reloaded(true);
         tracing::info!(
             kept = ?report.kept,
             rebuilt = ?report.rebuilt,
@@ -308,6 +318,7 @@ impl Gateway {
     /// Count and log a refused reload.
     fn refused(&self, e: ReloadError) -> ReloadError {
         self.reloads.failed(&e);
+        self.metrics.config_reloaded(false);
         tracing::error!(error = %e, "config reload refused");
         e
     }

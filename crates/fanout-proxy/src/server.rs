@@ -7,6 +7,7 @@ use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
+use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::{Failure, RequestTelemetry};
 use crate::{Gateway, Live};
 use bytes::Bytes;
@@ -60,33 +61,41 @@ impl Gateway {
         let rid = self
             .request_ids
             .for_request(req.headers().get(&self.request_id_header));
+        // The config's live part for this request: a reload meanwhile does not change it.
+        let live = self.live();
+        let mut rec = RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
         let mut resp = catch_panics(
-            self.handle_unguarded(req, &rid),
+            self.handle_unguarded(req, &rid, &live, &mut rec),
             &self.panics,
             &rid,
             self.limits.expose_error_details,
         )
         .await;
+        rec.finish(resp.status());
         resp.headers_mut()
             .insert(self.request_id_header.clone(), rid);
         resp
     }
 
-    /// [`Gateway::handle`] without the panic guard: the status endpoint, or the lifecycle and
-    /// its answer.
-    async fn handle_unguarded(&self, req: Request<Incoming>, rid: &HeaderValue) -> Response<Body> {
-        let start = Instant::now();
+    /// [`Gateway::handle`] without the panic guard: the status endpoint (deprecated here: it is
+    /// on the admin listener), or the lifecycle and its answer.
+    async fn handle_unguarded<'a>(
+        &'a self,
+        req: Request<Incoming>,
+        rid: &HeaderValue,
+        live: &'a Live,
+        rec: &mut RequestRecord<'a>,
+    ) -> Response<Body> {
         if req.uri().path() == "/__fanout/status" {
+            rec.ignore();
             let mut resp = Response::new(Full::new(Bytes::from(self.status_json().to_string())));
             resp.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return resp;
         }
         let (parts, body) = req.into_parts();
-        let mut tel = self.telemetry.request(&parts, start);
-        // The config's live part for this request: a reload meanwhile does not change it.
-        let live = self.live();
-        match self.lifecycle(&live, &parts, body, start, &mut tel).await {
+        let mut tel = self.telemetry.request(&parts, rec.start());
+        match self.lifecycle(live, &parts, body, rec, &mut tel).await {
             Ok(out) => {
                 let mut resp = outcome_response(out);
                 tel.finish(&mut resp, rid, &parts, None);
@@ -106,16 +115,19 @@ impl Gateway {
     }
 
     /// The request lifecycle after accept, one stage per line (docs/ARCHITECTURE.md); any stage
-    /// may end it with the [`ApiError`] the client is answered. `start` is the arrival time.
-    async fn lifecycle<'a>(
+    /// may end it with the [`ApiError`] the client is answered. `rec` records the request's
+    /// metrics and knows its arrival time; `tel` its trace, timeline and access log line.
+    async fn lifecycle<'a, 'r: 'a>(
         &'a self,
-        live: &'a Live,
+        live: &'r Live,
         parts: &'a Parts,
         body: Incoming,
-        start: Instant,
+        rec: &mut RequestRecord<'r>,
         tel: &mut RequestTelemetry<'a>,
     ) -> Result<Outcome, ApiError> {
+        let start = rec.start();
         let (route, params) = route(live, parts)?;
+        rec.routed(route);
         tel.routed(route);
         let deadline = self.deadline(&parts.headers, route, start)?;
         let (body_val, _memory) = self
@@ -123,7 +135,10 @@ impl Gateway {
             .await?;
         let mut slot = self.admit(live, route, deadline).await?;
         let request = build_request(parts, params, body_val);
-        let out = route.run_observed(request, deadline, &tel.observer()).await;
+        let mut obs = tel.observer();
+        obs.metrics = rec.route_metrics();
+        let out = route.run_observed(request, deadline, &obs).await;
+        rec.ran(&out);
         tel.ran(&out);
         // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();

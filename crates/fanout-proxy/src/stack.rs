@@ -27,7 +27,7 @@ use fanout_flow::Backend;
 use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
 use fanout_flow::dedup::Dedup;
 use fanout_flow::hedge::{Hedge, HedgeStats};
-use fanout_flow::isolation::{Breaker, BreakerPolicy, Bulkhead};
+use fanout_flow::isolation::{Breaker, BreakerPolicy, BreakerView, Bulkhead};
 use fanout_flow::l2::L2;
 use fanout_flow::retry::{Retry, RetryStats};
 use fanout_flow::singleflight::Flights;
@@ -41,8 +41,8 @@ pub struct Stack {
     pub stats: StackStats,
 }
 
-/// Handles to a backend's layer state (balancer and addresses, retry, hedge, dedup and cache
-/// counters), for `/__fanout/status`.
+/// Handles to a backend's layer state (balancer and addresses, breaker, retry, hedge, dedup and
+/// cache counters), for `/__fanout/status` and the metrics.
 #[derive(Clone)]
 pub struct StackStats {
     /// The protocol client (balancer and addresses).
@@ -55,6 +55,8 @@ pub struct StackStats {
     pub dedup: Option<Arc<Flights>>,
     /// The answer cache's counters, if the backend has a cache.
     pub cache: Option<Arc<CacheStats>>,
+    /// The circuit breaker's state, if the backend has one.
+    pub breaker: Option<BreakerView>,
 }
 
 /// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above);
@@ -72,6 +74,7 @@ pub fn build(
         hedge: None,
         dedup: None,
         cache: None,
+        breaker: None,
     };
     let mut s: Arc<dyn Backend> = client;
     if let Some(h) = &b.hedge {
@@ -95,7 +98,9 @@ pub fn build(
             window: bc.window.0,
             open_for: bc.open_for.0,
         };
-        s = Arc::new(Breaker::new(s, policy, name));
+        let breaker = Breaker::new(s, policy, name);
+        stats.breaker = Some(breaker.view());
+        s = Arc::new(breaker);
     }
     if b.dedup {
         let dedup = Dedup::new(s);

@@ -35,6 +35,7 @@ mod explain;
 mod flow;
 mod hostile_config;
 mod isolation;
+mod metrics;
 mod outlier;
 mod redis_cache;
 mod reference;

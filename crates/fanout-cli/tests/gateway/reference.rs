@@ -165,7 +165,7 @@ routes:
 "#;
     let lookup = |_: &str| None;
     let gw = fanout::load_gateway("fanout.yaml", down, &lookup).unwrap();
-    let err = match fanout::start_gateway(gw, "127.0.0.1:0").await {
+    let err = match fanout::start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0")).await {
         Ok(_) => panic!("started without its required reference data"),
         Err(e) => e.to_string(),
     };
@@ -179,7 +179,7 @@ routes:
         "path: '\"/masks\"' }, optional: true }",
     );
     let gw = fanout::load_gateway("fanout.yaml", &optional, &lookup).unwrap();
-    let running = fanout::start_gateway(gw, "127.0.0.1:0")
+    let running = fanout::start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
         .await
         .expect("optional dataset: starts");
     assert_eq!(

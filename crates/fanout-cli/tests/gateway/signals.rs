@@ -51,6 +51,8 @@ impl Gateway {
                 "serve",
                 "--listen",
                 "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
                 "--config",
             ])
             .arg(&config)

@@ -326,7 +326,7 @@ async fn call_spans_say_how_the_call_was_served_cache_and_retries() {
     let all = otlp.spans();
     let failed = all
         .iter()
-        .find(|s| s.kind == 3 && s.attr("fanout.outcome") == Some("connect"))
+        .find(|s| s.kind == 3 && s.attr("fanout.outcome") == Some("refused"))
         .expect("the attempt on the dead address");
     assert_eq!(failed.attr("fanout.attempt"), Some("1"));
     let retried = all

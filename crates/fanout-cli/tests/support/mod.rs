@@ -23,7 +23,7 @@ pub async fn gateway(yaml: &str, stubs: &StubServer) -> RunningGateway {
     let lookup = |n: &str| vars.get(n).cloned();
     let gw = load_gateway("fanout.yaml", yaml, &lookup)
         .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
-    start_gateway(gw, "127.0.0.1:0")
+    start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
         .await
         .expect("bind gateway")
 }
@@ -47,7 +47,7 @@ pub async fn gateway_with(
     let lookup = |n: &str| vars.get(n).cloned();
     let gw = load_gateway("fanout.yaml", yaml, &lookup)
         .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
-    start_gateway(gw, "127.0.0.1:0")
+    start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
         .await
         .expect("bind gateway")
 }

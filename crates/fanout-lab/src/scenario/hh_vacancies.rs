@@ -9,6 +9,9 @@ use http::Method;
 const HH_STUBS: &str = include_str!("../../../../examples/hh-vacancies/stubs.yaml");
 const HH_GATEWAY: &str = include_str!("../../../../examples/hh-vacancies/fanout.yaml");
 
+/// Appended to the example's config for the `fanout-nometrics` target.
+const NO_METRICS: &str = "\nadmin:\n  metrics: false\n";
+
 /// `GET /vacancies?text=rust` (also the `overload` scenario's request).
 pub(super) fn hh_requests() -> Vec<RequestTemplate> {
     vec![RequestTemplate {
@@ -33,7 +36,9 @@ pub(super) fn scenario() -> Scenario {
             ("search", "/search?text=rust"),
             ("vacancies", "/vacancies/101"),
         ],
-        variants: vec![],
+        // The same config with metrics off: `--targets fanout,fanout-nometrics` measures what
+        // recording metrics costs per request (docs/benchmarks.md).
+        variants: vec![("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}"))],
         baselines: true,
         default_targets: &["fanout"],
     }

@@ -176,6 +176,7 @@ impl<'a> RequestTelemetry<'a> {
     /// The observer of the flow's run.
     pub fn observer(&self) -> crate::observe::RequestObserver<'_> {
         crate::observe::RequestObserver {
+            metrics: None,
             trace: self.trace.as_ref(),
             timing: self.timeline.as_ref(),
         }

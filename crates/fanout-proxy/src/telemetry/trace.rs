@@ -408,15 +408,10 @@ impl Drop for CallSpan {
     }
 }
 
-/// A transport failure's attribute value.
+/// A transport failure's attribute value: the one classification's label (the same words as
+/// the metrics and logs).
 fn kind_name(k: CallErrorKind) -> &'static str {
-    match k {
-        CallErrorKind::Timeout => "timeout",
-        CallErrorKind::Connect => "connect",
-        CallErrorKind::Reset => "reset",
-        CallErrorKind::BodyTooLarge => "body_too_large",
-        CallErrorKind::Rejected => "rejected",
-    }
+    fanout_flow::CallOutcome::Failed(k).label()
 }
 
 #[cfg(test)]

@@ -1,0 +1,135 @@
+//! The admin listener (`admin.listen`): `/metrics`, `/healthz`, `/readyz` and
+//! `/__fanout/status` on an address of their own. A tiny HTTP/1.1 server, separate from the
+//! client port: its own connection cap (`admin.max_connections`, further connections are closed
+//! at once) and timeout (`admin.timeout`: to send a request head, and idle between requests),
+//! never the client port's admission — so an overloaded gateway still answers its health checks
+//! and scrapes.
+
+use crate::Gateway;
+use crate::metrics::scrape;
+use crate::server::Body;
+use bytes::Bytes;
+use http::header::{ALLOW, CONTENT_TYPE};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// How long open admin connections get to finish when the listener stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Serve the admin endpoints of `gateway` on `listener` until `shutdown` resolves.
+pub async fn serve_admin(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let cfg = &gateway.admin;
+    let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.timeout.0)
+        .keep_alive(true);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            res = listener.accept() => match res {
+                Ok((stream, _)) => stream,
+                // Out of descriptors or similar: the client port's accept loop logs it; here a
+                // short pause keeps the loop from spinning.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let gw = gateway.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let gw = gw.clone();
+            async move { Ok::<_, Infallible>(answer(&gw, req).await) }
+        });
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), svc));
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+    Ok(())
+}
+
+/// The answer to one admin request.
+async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            r#"{"error":"only GET"}"#.into(),
+        );
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match req.uri().path() {
+        "/metrics" => metrics(gw).await,
+        "/healthz" => json(StatusCode::OK, r#"{"status":"ok"}"#.into()),
+        "/readyz" => ready(gw),
+        "/__fanout/status" => json(StatusCode::OK, gw.status_json().to_string()),
+        _ => json(
+            StatusCode::NOT_FOUND,
+            r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz and /__fanout/status"}"#.into(),
+        ),
+    }
+}
+
+/// `/metrics`: the asynchronous reads first, then the encoding off the runtime's workers (it
+/// reads `/proc`).
+async fn metrics(gw: &Arc<Gateway>) -> Response<Body> {
+    let pre = scrape::prefetch(gw).await;
+    let gw = gw.clone();
+    match tokio::task::spawn_blocking(move || scrape::encode(&gw, pre)).await {
+        Ok(Ok(text)) => {
+            let mut r = Response::new(Full::new(Bytes::from(text)));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(scrape::CONTENT_TYPE));
+            r
+        }
+        _ => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"error":"encoding the metrics failed"}"#.into(),
+        ),
+    }
+}
+
+/// `/readyz`: 200 when ready, else 503 with the reason.
+fn ready(gw: &Gateway) -> Response<Body> {
+    match gw.readiness() {
+        Ok(()) => json(StatusCode::OK, r#"{"status":"ready"}"#.into()),
+        Err(reason) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "not_ready", "reason": reason}).to_string(),
+        ),
+    }
+}
+
+fn json(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
