@@ -63,7 +63,8 @@ impl Gateway {
             .for_request(req.headers().get(&self.request_id_header));
         // The config's live part for this request: a reload meanwhile does not change it.
         let live = self.live();
-        let mut rec = RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
+        let mut rec =
+            RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
         let mut resp = catch_panics(
             self.handle_unguarded(req, &rid, &live, &mut rec),
             &self.panics,

@@ -424,4 +424,3 @@ fn method_index(m: &Method) -> usize {
         .position(|&name| name == m.as_str())
         .unwrap_or(METHODS.len() - 1)
 }
-
