@@ -7,7 +7,7 @@
 #     -v "$PWD/fanout.yaml:/etc/fanout/fanout.yaml:ro" fanout
 #
 # The config must listen on 0.0.0.0 (`listen: 0.0.0.0:8080`, `admin: {listen: 0.0.0.0:9901}`);
-# the Helm chart (deploy/helm/fanout) sets both. See docs/operations-deploy.md.
+# the Helm chart (deploy/helm/fanout) sets both. See docs/operations.md.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src

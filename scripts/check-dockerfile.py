@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Check the Dockerfile for the properties the deployment relies on (Docker itself cannot run on
-the build machines, so the image is not built by the checks; see docs/operations-deploy.md).
+the build machines, so the image is not built by the checks; see docs/operations.md#deploying-container-image-helm-chart-dashboard).
 It is parsed by Docker's own parser (PyPI `dockerfile`); scripts/check-deploy runs this with the
 Python of its tools venv, where that package is installed.
 

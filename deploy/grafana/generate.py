@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the fanout Grafana dashboard (deploy/grafana/fanout.json and the Helm chart's copy).
 
-The panels query only the names of the metric catalog (docs/operations-metrics.md; the test
+The panels query only the names of the metric catalog (docs/operations.md; the test
 crates/fanout-cli/tests/dashboard.rs checks every name a query uses). Edit this file, not the
 JSON, then run it:
 
@@ -325,7 +325,7 @@ def dashboard():
         "uid": "fanout-gateway",
         "title": "fanout",
         "description": "fanout API gateway: requests per route, backends, admission, caches and "
-                       "batching, reference data, process. Metric names: docs/operations-metrics.md.",
+                       "batching, reference data, process. Metric names: docs/operations.md.",
         "tags": ["fanout", "gateway"],
         "editable": True,
         "graphTooltip": 1,

@@ -4,9 +4,7 @@
 //!   the metric catalog below, and every catalog metric is on the dashboard.
 //! - `every_dashboard_metric_is_in_a_running_gateways_metrics` starts the `fanout` binary with an
 //!   admin listener, sends a few requests, scrapes `/metrics` and requires every name the
-//!   dashboard queries to be in that output (as a sample or a `# TYPE` line). It needs the admin
-//!   listener and the metrics (branch h14-metrics): until they are merged it is `#[ignore]`d;
-//!   remove the `ignore` when they are.
+//!   dashboard queries to be in that output (as a sample or a `# TYPE` line).
 //!
 //! The helm chart's copy (deploy/helm/fanout/dashboards/fanout.json) must be the same file; both
 //! are written by deploy/grafana/generate.py.
@@ -15,7 +13,7 @@
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -245,13 +243,18 @@ fn the_dashboard_uses_the_prometheus_input_and_the_charts_copy_is_identical() {
     assert!(a == b, "run python3 deploy/grafana/generate.py");
 }
 
-/// A free port on 127.0.0.1 (bound by the OS, then released for the child to bind).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The ports of the client and admin listeners, from the `fanout serving` JSON log line.
+fn serving_ports(log: &str) -> Option<(u16, u16)> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "fanout serving")
+        .and_then(|v| {
+            let port = |k: &str| -> Option<u16> {
+                let addr: std::net::SocketAddr = v["fields"][k].as_str()?.parse().ok()?;
+                Some(addr.port())
+            };
+            Some((port("addr")?, port("admin")?))
+        })
 }
 
 /// One HTTP/1.0 GET (no chunked encoding): the status line and the body, or `None` if the
@@ -276,15 +279,11 @@ impl Drop for KillOnDrop {
 }
 
 #[tokio::test]
-#[ignore = "needs the admin listener and /metrics (branch h14-metrics); un-ignore after the merge"]
 async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
-    let (port, admin) = (free_port(), free_port());
     // A cache, a batch form, a reference dataset and a call that fails: every family has a
     // reason to be registered, most have samples.
     let config = format!(
         r#"
-listen: "127.0.0.1:{port}"
-admin: {{ listen: "127.0.0.1:{admin}" }}
 backends:
   down:
     url: "http://127.0.0.1:9"
@@ -315,7 +314,8 @@ routes:
     let log = dir.join("stderr.log");
     let mut gw = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .args(["serve", "--config"])
+            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0", "--config"])
             .arg(&file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -323,11 +323,19 @@ routes:
             .spawn()
             .unwrap(),
     );
-    fanout_testkit::wait_until("the admin listener answers /metrics", || {
+    // Both listeners bind port 0; their addresses are in the `fanout serving` log line.
+    let mut ports = None;
+    fanout_testkit::wait_until("the gateway to log its addresses", || {
         if let Ok(Some(status)) = gw.0.try_wait() {
             let err = std::fs::read_to_string(&log).unwrap_or_default();
             panic!("fanout serve exited ({status}):\n{err}");
         }
+        ports = serving_ports(&std::fs::read_to_string(&log).unwrap_or_default());
+        ports.is_some()
+    })
+    .await;
+    let (port, admin) = ports.unwrap();
+    fanout_testkit::wait_until("the admin listener answers /metrics", || {
         http_get(admin, "/metrics").is_some_and(|(status, _)| status.contains(" 200"))
     })
     .await;

@@ -1,6 +1,6 @@
 //! The admin listener: `/metrics` after real traffic through stubs (requests, backend calls by
 //! outcome, caches, batches, errors), bounded labels, metrics off, the text format, the metric
-//! reference (docs/operations-metrics.md) against the real output, `/healthz` and `/readyz`.
+//! reference (docs/operations.md#metrics) against the real output, `/healthz` and `/readyz`.
 
 use crate::support::{gateway, stub_vars};
 use fanout_testkit::*;
@@ -642,7 +642,7 @@ async fn every_catalog_metric_is_exposed_with_its_labels() {
 
 /// The metric names of the reference: the first backticked word of each table row.
 fn documented_metrics() -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations-metrics.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     text.lines()
         .filter_map(|l| l.strip_prefix("| `"))
@@ -662,7 +662,7 @@ async fn the_reference_lists_exactly_the_exposed_metrics() {
     let gone: Vec<_> = documented.difference(&exposed).collect();
     assert!(
         undocumented.is_empty() && gone.is_empty(),
-        "docs/operations-metrics.md is out of date: not documented {undocumented:?}; \
+        "docs/operations.md (Metrics) is out of date: not documented {undocumented:?}; \
          documented but not exposed {gone:?}"
     );
 }

@@ -95,7 +95,7 @@ impl Process {
         std::fs::write(&config, yaml).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
             .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
-            .arg("--config")
+            .args(["--admin-listen", "127.0.0.1:0", "--config"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

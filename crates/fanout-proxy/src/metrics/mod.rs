@@ -1,5 +1,5 @@
 //! Prometheus metrics (`GET /metrics` on the admin listener; every name, type and label is in
-//! docs/operations-metrics.md).
+//! docs/operations.md#metrics).
 //!
 //! Two kinds, so that the request path pays only for what must be counted per event:
 //!
