@@ -82,6 +82,8 @@ impl RunningGateway {
     /// `server.drain_delay` (a second Ctrl-C/SIGTERM cuts it short), then [`RunningGateway::shutdown`].
     pub async fn drain_and_stop(self) -> std::io::Result<()> {
         let delay = self.gateway.drain_delay();
+        // Listening for the next signal starts before readiness flips: none is missed.
+        let again = stop_signal_from_now();
         self.gateway.health().set_draining();
         if !delay.is_zero() {
             tracing::info!(
@@ -90,7 +92,7 @@ impl RunningGateway {
             );
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = stop_signal() => {}
+                _ = again => {}
             }
         }
         tracing::info!("shutting down: draining in-flight requests");
@@ -259,6 +261,24 @@ async fn next_hangup(hup: &mut Hangups) -> Option<()> {
     {
         let _ = hup;
         std::future::pending().await
+    }
+}
+
+/// Resolves on a SIGTERM (or Ctrl-C) that arrives after this returns: the SIGTERM handler is
+/// registered now, not at the first poll.
+fn stop_signal_from_now() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -540,6 +540,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent: true,
             deadline_header: None,
+            trace: None,
         }
         .key()
     }

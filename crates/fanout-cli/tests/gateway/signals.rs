@@ -91,6 +91,14 @@ impl Gateway {
         })
     }
 
+    /// The admin listener's address, once it serves.
+    fn admin_addr(&self) -> String {
+        wait_for("the gateway to listen", &self.lines, || {
+            self.log("fanout serving")
+                .and_then(|f| f["admin"].as_str().map(str::to_string))
+        })
+    }
+
     /// Resident memory of the process in KiB (`VmRSS` of /proc/PID/status).
     fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
@@ -257,6 +265,45 @@ fn sighup_reloads_the_config_refuses_a_broken_one_and_sigterm_exits_cleanly() {
     );
     // the reader thread may still be reading what was written before the exit
     wait_for("the shutdown log line", &lines, || {
+        gw.log("shutting down: draining in-flight requests")
+    });
+}
+
+#[test]
+fn sigterm_reports_not_ready_keeps_serving_for_the_drain_delay_then_drains() {
+    // A drain delay far longer than the test: the second SIGTERM cuts it short, so nothing here
+    // depends on how long anything takes.
+    let config = format!("server:\n  drain_delay: 10m\n{CONFIG}");
+    let mut gw = Gateway::start_with(&config, &[]);
+    let lines = gw.lines.clone();
+    let (addr, admin) = (gw.addr(), gw.admin_addr());
+    let readyz = || get(&admin, "/readyz").unwrap_or_default();
+    wait_for("ready", &lines, || {
+        readyz().starts_with("HTTP/1.1 200").then_some(())
+    });
+
+    gw.signal("-TERM");
+    wait_for("not ready after SIGTERM", &lines, || {
+        readyz().starts_with("HTTP/1.1 503").then_some(())
+    });
+    assert_answers(&addr, "during the drain delay");
+    let health = get(&admin, "/healthz").unwrap_or_default();
+    assert!(
+        health.starts_with("HTTP/1.1 200"),
+        "alive while draining: {health}"
+    );
+    assert!(
+        gw.child.try_wait().ok().flatten().is_none(),
+        "exited during the drain delay; stderr:\n{}",
+        gw.stderr()
+    );
+
+    gw.signal("-TERM");
+    let status = wait_for("the exit after the second SIGTERM", &lines, || {
+        gw.child.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "{status:?}; stderr:\n{}", gw.stderr());
+    wait_for("the drain log line", &lines, || {
         gw.log("shutting down: draining in-flight requests")
     });
 }
