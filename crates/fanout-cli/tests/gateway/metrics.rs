@@ -29,7 +29,7 @@ struct Scrape {
 /// `name{a="x",b="y"} value` (label values with `\\`, `\"`, `\n` escapes); `None` if the line
 /// is not a valid sample.
 fn parse_sample(line: &str) -> Option<Sample> {
-    let name_end = line.find(|c: char| c == '{' || c == ' ')?;
+    let name_end = line.find(['{', ' '])?;
     let name = &line[..name_end];
     let mut labels = BTreeMap::new();
     let mut rest = &line[name_end..];

@@ -138,6 +138,8 @@ use MetricType::{Counter, Gauge};
 
 type L1<'a> = [(&'static str, &'a str); 1];
 type L2<'a> = [(&'static str, &'a str); 2];
+/// A family read from every backend's stack: name, help, type, samples.
+type BackendFamily<'a> = (&'a str, &'a str, MetricType, Vec<(L1<'a>, Value)>);
 
 fn errors(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
     let errors = gw.errors.snapshot();
@@ -211,7 +213,7 @@ fn resilience(live: &Live, out: &mut Out<'_>) -> fmt::Result {
             .filter_map(|(n, s)| Some(([("backend", n.as_str())], f(s)?)))
             .collect::<Vec<(L1<'_>, Value)>>()
     };
-    let families: [(&str, &str, MetricType, Vec<(L1<'_>, Value)>); 7] = [
+    let families: [BackendFamily<'_>; 7] = [
         (
             "fanout_breaker_state",
             "Circuit breaker state: 0 closed, 1 half-open, 2 open (backends with a breaker)",
