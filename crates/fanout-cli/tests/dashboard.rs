@@ -282,31 +282,29 @@ impl Drop for KillOnDrop {
 async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
     // A cache, a batch form, a reference dataset and a call that fails: every family has a
     // reason to be registered, most have samples.
-    let config = format!(
-        r#"
+    let config = r#"
 backends:
   down:
     url: "http://127.0.0.1:9"
     timeout: 200ms
-    cache: {{ ttl: 1s }}
-    retry: {{}}
-    hedge: {{ delay: 50ms }}
-    breaker: {{}}
-    batch: {{ path: '"/items"', query: {{ ids: '$keys | join(",")' }}, split: . }}
+    cache: { ttl: 1s }
+    retry: {}
+    hedge: { delay: 50ms }
+    breaker: {}
+    batch: { path: '"/items"', query: { ids: '$keys | join(",")' }, split: . }
 reference:
   masks:
-    http: {{ backend: down, path: '"/masks"' }}
+    http: { backend: down, path: '"/masks"' }
     optional: true
 routes:
   - path: /hello
-    respond: {{ body: '{{hello: 1}}' }}
-  - path: /down/{{id}}
+    respond: { body: '{hello: 1}' }
+  - path: /down/{id}
     flow:
-      one: {{ http: {{ backend: down, path: '"/x/\($request.params.id)"' }} }}
-      many: {{ for_each: '[1, 2]', http: {{ backend: down, key: '$item' }} }}
-    respond: {{ body: '[$one, $many]' }}
-"#
-    );
+      one: { http: { backend: down, path: '"/x/\($request.params.id)"' } }
+      many: { for_each: '[1, 2]', http: { backend: down, key: '$item' } }
+    respond: { body: '[$one, $many]' }
+"#;
     let dir = std::env::temp_dir().join(format!("fanout-dashboard-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("fanout.yaml");
