@@ -250,6 +250,10 @@ async fn sampling_ratio_zero_exports_nothing_but_follows_a_sampled_client() {
         // Backends still get the context, marked not sampled.
         let tp = r.json()["a"].as_str().unwrap().to_string();
         assert!(tp.starts_with("00-") && tp.ends_with("-00"), "{tp}");
+        // One trace per request, a span id per call.
+        let tp_b = r.json()["b"].as_str().unwrap().to_string();
+        assert_eq!(tp[..35], tp_b[..35], "same trace: {tp} {tp_b}");
+        assert_ne!(tp, tp_b, "each call its own span id");
     }
     // Spans are queued when they end, before the answer is sent: none was.
     let st = status(&url).await;

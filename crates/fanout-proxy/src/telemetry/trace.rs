@@ -91,8 +91,10 @@ impl Tracing {
             .with_start_time(at)
             .with_attributes([KeyValue::new("http.request.method", method.to_string())])
             .start_with_context(&self.tracer, &parent);
+        let sampled = opentelemetry::trace::Span::span_context(&span).is_sampled();
         RequestTrace {
             cx: parent.with_span(span),
+            sampled,
             tracer: self.tracer.clone(),
             steps: Mutex::new(Vec::new()),
         }
@@ -197,6 +199,9 @@ pub fn traceparent(sc: &SpanContext) -> Option<HeaderValue> {
 pub struct RequestTrace {
     /// Holds the request span.
     cx: Context,
+    /// The request is recorded. When not, its steps and calls make no spans (they would not be
+    /// recorded either: parent-based sampling); calls still send a `traceparent` (flag `00`).
+    sampled: bool,
     tracer: SdkTracer,
     /// Running steps' tracers, by step name (`Arc` identity).
     steps: Mutex<Vec<Arc<StepTracer>>>,
@@ -241,6 +246,20 @@ impl RequestTrace {
     /// `step` starts: its span, a child of the request span.
     pub fn step_started(&self, step: &StepPlan) {
         let backend = step.backend().cloned();
+        if !self.sampled {
+            let st = Arc::new(StepTracer {
+                name: step.name.clone(),
+                backend,
+                cx: self.cx.clone(),
+                recording: false,
+                tracer: self.tracer.clone(),
+            });
+            self.steps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(st);
+            return;
+        }
         let mut attrs = vec![KeyValue::new("fanout.step", step.name.to_string())];
         if let Some(b) = &backend {
             attrs.push(KeyValue::new("fanout.backend", b.to_string()));
@@ -255,6 +274,7 @@ impl RequestTrace {
             name: step.name.clone(),
             backend,
             cx: self.cx.with_span(span),
+            recording: true,
             tracer: self.tracer.clone(),
         });
         self.steps
@@ -278,6 +298,9 @@ impl RequestTrace {
             };
             steps.swap_remove(i)
         };
+        if !st.recording {
+            return; // its context is the request's: nothing to end
+        }
         let span = st.cx.span();
         let (outcome, err) = match end {
             StepEnd::Ok => ("ok", None),
@@ -297,13 +320,33 @@ impl RequestTrace {
 pub struct StepTracer {
     name: Arc<str>,
     backend: Option<Arc<str>>,
-    /// Holds the step span.
+    /// Holds the step span (the request's context when not recording).
     cx: Context,
+    /// The step has a span of its own (the request is sampled).
+    recording: bool,
     tracer: SdkTracer,
 }
 
 impl StepTracer {
-    fn call_span(&self, call: &CallTrace, address: Option<&str>) -> Context {
+    fn call_span(&self, call: &CallTrace, address: Option<&str>) -> CallSpan {
+        if !self.recording {
+            // Not sampled: no span, only a fresh span id to send downstream.
+            let span = self.cx.span();
+            let parent = span.span_context();
+            let id = SpanId::from(rand::random::<u64>().max(1));
+            let sc = SpanContext::new(
+                parent.trace_id(),
+                id,
+                parent.trace_flags(),
+                false,
+                parent.trace_state().clone(),
+            );
+            return CallSpan {
+                cx: None,
+                unsampled: Some(sc),
+                ended: false,
+            };
+        }
         let backend = self.backend.as_deref().unwrap_or("");
         let mut attrs = vec![
             KeyValue::new("fanout.step", self.name.to_string()),
@@ -329,49 +372,48 @@ impl StepTracer {
             .with_kind(SpanKind::Client)
             .with_attributes(attrs)
             .start_with_context(&self.tracer, &self.cx);
-        self.cx.with_span(span)
+        CallSpan {
+            cx: Some(self.cx.with_span(span)),
+            unsampled: None,
+            ended: false,
+        }
     }
 }
 
 impl CallTracer for StepTracer {
     fn attempt(&self, call: &CallTrace, address: &str) -> Box<dyn AttemptSpan> {
-        Box::new(CallSpan {
-            cx: self.call_span(call, Some(address)),
-            ended: false,
-        })
+        Box::new(self.call_span(call, Some(address)))
     }
 
     fn served(&self, call: &CallTrace) -> Box<dyn AttemptSpan> {
-        Box::new(CallSpan {
-            cx: self.call_span(call, None),
-            ended: false,
-        })
+        Box::new(self.call_span(call, None))
     }
 }
 
 /// One attempt's span: ended with its result, or as cancelled when dropped first.
 struct CallSpan {
-    cx: Context,
+    /// Holds the span (sampled requests).
+    cx: Option<Context>,
+    /// The context sent downstream by a call of a request that is not sampled.
+    unsampled: Option<SpanContext>,
     ended: bool,
 }
 
 impl AttemptSpan for CallSpan {
     fn inject(&self, headers: &mut HeaderMap) {
-        let span = self.cx.span();
-        let sc = span.span_context();
-        if let Some(v) = traceparent(sc) {
-            headers.insert(TRACEPARENT, v);
-        }
-        let state = sc.trace_state().header();
-        if !state.is_empty()
-            && let Ok(v) = HeaderValue::from_str(&state)
-        {
-            headers.insert(TRACESTATE, v);
+        match (&self.cx, &self.unsampled) {
+            (Some(cx), _) => inject(cx.span().span_context(), headers),
+            (None, Some(sc)) => inject(sc, headers),
+            (None, None) => {}
         }
     }
 
     fn end(mut self: Box<Self>, result: Result<StatusCode, &CallError>) {
-        let span = self.cx.span();
+        self.ended = true;
+        let Some(cx) = &self.cx else {
+            return;
+        };
+        let span = cx.span();
         match result {
             Ok(status) => {
                 span.set_attribute(KeyValue::new(
@@ -394,14 +436,28 @@ impl AttemptSpan for CallSpan {
             }
         }
         span.end();
-        self.ended = true;
+    }
+}
+
+/// Write `sc` as `traceparent` (and `tracestate` when it has one).
+fn inject(sc: &SpanContext, headers: &mut HeaderMap) {
+    if let Some(v) = traceparent(sc) {
+        headers.insert(TRACEPARENT, v);
+    }
+    let state = sc.trace_state().header();
+    if !state.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&state)
+    {
+        headers.insert(TRACESTATE, v);
     }
 }
 
 impl Drop for CallSpan {
     fn drop(&mut self) {
-        if !self.ended {
-            let span = self.cx.span();
+        if !self.ended
+            && let Some(cx) = &self.cx
+        {
+            let span = cx.span();
             span.set_attribute(KeyValue::new("fanout.outcome", "cancelled"));
             span.end();
         }
