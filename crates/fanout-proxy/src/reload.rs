@@ -19,7 +19,7 @@ use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Why a reload was refused.
 #[derive(Debug, thiserror::Error)]
@@ -328,6 +328,3 @@ impl Gateway {
         self.reloads.counts()
     }
 }
-
-/// How often `fanout serve --watch` looks at the config file by default.
-pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(2);
