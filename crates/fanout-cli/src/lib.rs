@@ -182,7 +182,7 @@ pub struct ReloadTriggers {
 /// Serve until Ctrl-C or SIGTERM, reloading `gateway`'s config on the [`ReloadTriggers`]. A
 /// refused reload is logged and counted; the old config keeps serving.
 pub async fn run_until_stopped(gateway: Arc<Gateway>, triggers: ReloadTriggers) {
-    let stop = stop_signal();
+    let stop = stop_signal_from_now();
     tokio::pin!(stop);
     let mut hup = hangups();
     let mut last = file_digest(&triggers.path).await;
@@ -243,7 +243,7 @@ fn hangups() -> Hangups {
         match signal(SignalKind::hangup()) {
             Ok(h) => Some(h),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot handle SIGHUP: reload by file watch only");
+                tracing::warn!(error = %e, "cannot handle SIGHUP: a SIGHUP will stop the process");
                 None
             }
         }
@@ -282,75 +282,20 @@ fn stop_signal_from_now() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 /// Resolves when the process gets Ctrl-C or SIGTERM (`fanout stub`, `fanout demo`).
 ///
 /// SIGHUP (by default fatal) is logged and ignored while this waits: these commands have no
 /// config to reload, and `kill -HUP` out of habit must not take them down.
 pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(h) => Some(h),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot handle SIGHUP: it will stop the process");
-                None
-            }
-        };
-        let stop = async {
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {},
-                        _ = term.recv() => {},
-                    }
-                }
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        };
-        tokio::pin!(stop);
-        loop {
-            let hangup = async {
-                match hup.as_mut() {
-                    Some(h) => h.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = &mut stop => return,
-                Some(()) = hangup => {
-                    tracing::warn!("SIGHUP received: this command has no config to reload; ignoring");
-                }
+    let stop = stop_signal_from_now();
+    tokio::pin!(stop);
+    let mut hup = hangups();
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            Some(()) = next_hangup(&mut hup) => {
+                tracing::warn!("SIGHUP received: this command has no config to reload; ignoring");
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
