@@ -1,0 +1,126 @@
+//! One message type mapped between protobuf bytes and JSON — the proto3 JSON mapping
+//! (prost-reflect) with the options fanout uses everywhere:
+//!
+//! - **written** (answers and requests as flows see them): proto field names (`user_id`, as in
+//!   the `.proto`), every field with its default value (`0`, `""`, `[]`; unset message fields
+//!   are left out), enums by name, 64-bit integers as JSON numbers (not strings), well-known
+//!   types in their JSON forms (`Timestamp` as RFC 3339, …);
+//! - **read** (messages built by flows and stubs): both proto and lowerCamelCase names, enums by
+//!   name or number, 64-bit integers as numbers or strings, `null` for a default; a field the
+//!   message does not have is an error naming it.
+//!
+//! Depth is bounded on both sides: protobuf decoding by prost's recursion limit (100), JSON by
+//! serde_json's (128).
+
+use prost::Message;
+use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions};
+
+/// A message that could not be converted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// JSON that does not fit the message type (an unknown field, a wrong type, bad JSON).
+    #[error("{message}: {detail}")]
+    Json {
+        /// The message type's full name.
+        message: String,
+        /// What does not fit.
+        detail: String,
+    },
+    /// Bytes that are not a valid protobuf encoding of the message type.
+    #[error("invalid protobuf for {message}: {detail}")]
+    Proto {
+        /// The message type's full name.
+        message: String,
+        /// The decoder's error.
+        detail: String,
+    },
+}
+
+const SER: SerializeOptions = SerializeOptions::new()
+    .use_proto_field_name(true)
+    .skip_default_fields(false)
+    .stringify_64_bit_integers(false);
+const DE: DeserializeOptions = DeserializeOptions::new().deny_unknown_fields(true);
+
+/// Converts one message type between protobuf and JSON (module docs). Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageCodec {
+    desc: MessageDescriptor,
+}
+
+impl MessageCodec {
+    /// The codec of a message type.
+    pub fn new(desc: MessageDescriptor) -> MessageCodec {
+        MessageCodec { desc }
+    }
+
+    /// The message type's full name (`pkg.User`).
+    pub fn name(&self) -> &str {
+        self.desc.full_name()
+    }
+
+    /// The message type.
+    pub fn descriptor(&self) -> &MessageDescriptor {
+        &self.desc
+    }
+
+    /// JSON → protobuf, appended to `out` (which may already hold a frame header).
+    pub fn json_to_proto_into(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let msg = self.from_json(json)?;
+        out.reserve(msg.encoded_len());
+        // Encoding into a Vec cannot run out of room.
+        let _ = msg.encode(out);
+        Ok(())
+    }
+
+    /// JSON → protobuf.
+    pub fn json_to_proto(&self, json: &[u8]) -> Result<Vec<u8>, CodecError> {
+        let mut out = Vec::new();
+        self.json_to_proto_into(json, &mut out)?;
+        Ok(out)
+    }
+
+    /// JSON → the message (checks it against the type).
+    pub fn from_json(&self, json: &[u8]) -> Result<DynamicMessage, CodecError> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let msg = DynamicMessage::deserialize_with_options(self.desc.clone(), &mut de, &DE)
+            .and_then(|m| de.end().map(|()| m))
+            .map_err(|e| CodecError::Json {
+                message: self.desc.full_name().to_string(),
+                detail: json_detail(&e),
+            })?;
+        Ok(msg)
+    }
+
+    /// Protobuf → JSON, appended to `out`.
+    pub fn proto_to_json_into(&self, proto: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let msg =
+            DynamicMessage::decode(self.desc.clone(), proto).map_err(|e| CodecError::Proto {
+                message: self.desc.full_name().to_string(),
+                detail: e.to_string(),
+            })?;
+        let mut ser = serde_json::Serializer::new(out);
+        msg.serialize_with_options(&mut ser, &SER)
+            .map_err(|e| CodecError::Proto {
+                message: self.desc.full_name().to_string(),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Protobuf → JSON.
+    pub fn proto_to_json(&self, proto: &[u8]) -> Result<Vec<u8>, CodecError> {
+        let mut out = Vec::with_capacity(proto.len() * 2 + 16);
+        self.proto_to_json_into(proto, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// serde_json's message without the position in our own generated JSON (it means nothing to
+/// the reader): "unknown field `x`, expected one of …".
+fn json_detail(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" at line ") {
+        Some(i) if e.line() > 0 => s[..i].to_string(),
+        _ => s,
+    }
+}

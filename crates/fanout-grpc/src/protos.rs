@@ -1,0 +1,512 @@
+//! `.proto` files compiled in process (protox: no `protoc`, no code generation) into a
+//! [`ProtoSet`]: the descriptor pool, the encoded `FileDescriptorSet` for server reflection, and
+//! method lookup. Files are read through a resolver that bounds their size and number; errors
+//! carry the `.proto` file, line and column.
+
+use crate::codec::MessageCodec;
+use bytes::Bytes;
+use miette::Diagnostic;
+use prost_reflect::{DescriptorPool, MethodDescriptor, Value};
+use protox::file::{
+    ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver,
+};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Bounds on what compiling `.proto` files may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtoLimits {
+    /// Largest `.proto` file, in bytes. Default 1 MiB.
+    pub max_file_bytes: u64,
+    /// Most files read, imports included. Default 1,000.
+    pub max_files: usize,
+}
+
+impl Default for ProtoLimits {
+    fn default() -> Self {
+        ProtoLimits {
+            max_file_bytes: 1 << 20,
+            max_files: 1000,
+        }
+    }
+}
+
+/// A `.proto` compile error: the file (as named in the include path) and, when the compiler
+/// knows it, the line and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ProtoError {
+    /// The file, as found in an include path (`demo/v1/users.proto`), if known.
+    pub file: Option<String>,
+    /// The file on disk, if known.
+    pub path: Option<PathBuf>,
+    /// 1-based line and column, if known.
+    pub line_col: Option<(usize, usize)>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .or_else(|| self.file.clone());
+        match (file, self.line_col) {
+            (Some(file), Some((l, c))) => write!(f, "{file}:{l}:{c}: {}", self.message),
+            (Some(file), None) => write!(f, "{file}: {}", self.message),
+            (None, _) => f.write_str(&self.message),
+        }
+    }
+}
+
+/// A method named in a config that the loaded `.proto` files do not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MethodLookupError {
+    /// Not `package.Service/Method`.
+    #[error("`{0}` is not a method name: write `package.Service/Method`")]
+    BadName(String),
+    /// No such service.
+    #[error("no service `{service}` in the loaded .proto files")]
+    UnknownService {
+        /// The service asked for.
+        service: String,
+        /// The services there are.
+        known: Vec<String>,
+    },
+    /// The service has no such method.
+    #[error("service `{service}` has no method `{method}`")]
+    UnknownMethod {
+        /// The service.
+        service: String,
+        /// The method asked for.
+        method: String,
+        /// The service's methods.
+        known: Vec<String>,
+    },
+}
+
+impl MethodLookupError {
+    /// The names the wrong one should be compared with (did-you-mean), and what it was.
+    pub fn candidates(&self) -> Option<(&str, &[String])> {
+        match self {
+            MethodLookupError::BadName(_) => None,
+            MethodLookupError::UnknownService { service, known } => Some((service, known)),
+            MethodLookupError::UnknownMethod { method, known, .. } => Some((method, known)),
+        }
+    }
+}
+
+/// A method found in a [`ProtoSet`].
+#[derive(Debug, Clone)]
+pub struct MethodInfo {
+    /// The descriptor.
+    pub desc: MethodDescriptor,
+    /// Its HTTP/2 path: `/package.Service/Method`.
+    pub path: String,
+    /// The request message's codec.
+    pub input: MessageCodec,
+    /// The answer message's codec.
+    pub output: MessageCodec,
+    /// Whether the `.proto` marks it `idempotency_level = NO_SIDE_EFFECTS` or `IDEMPOTENT`.
+    pub idempotent: bool,
+    /// Whether the client or the server streams (fanout serves and calls unary methods only).
+    pub streaming: bool,
+}
+
+/// Compiled `.proto` files. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct ProtoSet {
+    pool: DescriptorPool,
+    encoded: Bytes,
+    files: Vec<String>,
+}
+
+impl Default for ProtoSet {
+    fn default() -> Self {
+        ProtoSet::empty()
+    }
+}
+
+impl ProtoSet {
+    /// No files (a config without `protos:`).
+    pub fn empty() -> ProtoSet {
+        ProtoSet {
+            pool: DescriptorPool::new(),
+            encoded: Bytes::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Compile `files` (paths; each must lie in one of `includes`, or be named relative to
+    /// one) with `includes` as the import path, plus the `google/protobuf/*` well-known types.
+    pub fn compile(
+        files: &[PathBuf],
+        includes: &[PathBuf],
+        limits: ProtoLimits,
+    ) -> Result<ProtoSet, ProtoError> {
+        let resolver = Bounded::new(includes, limits);
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.include_imports(true).include_source_info(false);
+        for f in files {
+            compiler
+                .open_file(f)
+                .map_err(|e| proto_error(&e, includes))?;
+        }
+        let pool = compiler.descriptor_pool();
+        let encoded = Bytes::from(compiler.encode_file_descriptor_set());
+        let files = compiler
+            .files()
+            .filter(|f| !f.is_import())
+            .map(|f| f.name().to_string())
+            .collect();
+        Ok(ProtoSet {
+            pool,
+            encoded,
+            files,
+        })
+    }
+
+    /// The descriptor pool.
+    pub fn pool(&self) -> &DescriptorPool {
+        &self.pool
+    }
+
+    /// The encoded `FileDescriptorSet`, imports included (for server reflection).
+    pub fn file_descriptor_set(&self) -> &Bytes {
+        &self.encoded
+    }
+
+    /// The files named in the config, as found in the include paths.
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+
+    /// Whether no file is loaded.
+    pub fn is_empty(&self) -> bool {
+        self.pool.services().len() == 0 && self.pool.all_messages().len() == 0
+    }
+
+    /// Full names of every service.
+    pub fn service_names(&self) -> Vec<String> {
+        self.pool
+            .services()
+            .map(|s| s.full_name().to_string())
+            .collect()
+    }
+
+    /// A method by `package.Service/Method` (a leading `/` and `.` between service and method
+    /// are accepted too).
+    pub fn method(&self, name: &str) -> Result<MethodInfo, MethodLookupError> {
+        let n = name.trim().trim_start_matches('/');
+        let (service, method) = n
+            .rsplit_once('/')
+            .or_else(|| n.rsplit_once('.'))
+            .filter(|(s, m)| !s.is_empty() && !m.is_empty())
+            .ok_or_else(|| MethodLookupError::BadName(name.to_string()))?;
+        let svc = self.pool.get_service_by_name(service).ok_or_else(|| {
+            MethodLookupError::UnknownService {
+                service: service.to_string(),
+                known: self.service_names(),
+            }
+        })?;
+        let desc = svc.methods().find(|m| m.name() == method).ok_or_else(|| {
+            MethodLookupError::UnknownMethod {
+                service: service.to_string(),
+                method: method.to_string(),
+                known: svc.methods().map(|m| m.name().to_string()).collect(),
+            }
+        })?;
+        Ok(MethodInfo::of(desc))
+    }
+
+    /// Every unary method, with its info.
+    pub fn methods(&self) -> Vec<MethodInfo> {
+        self.pool
+            .services()
+            .flat_map(|s| s.methods().collect::<Vec<_>>())
+            .map(MethodInfo::of)
+            .collect()
+    }
+}
+
+impl MethodInfo {
+    fn of(desc: MethodDescriptor) -> MethodInfo {
+        let path = format!("/{}/{}", desc.parent_service().full_name(), desc.name());
+        // `idempotency_level` (field 34 of MethodOptions): 1 NO_SIDE_EFFECTS, 2 IDEMPOTENT.
+        let idempotent = matches!(
+            desc.options()
+                .get_field_by_name("idempotency_level")
+                .as_deref(),
+            Some(Value::EnumNumber(1 | 2))
+        );
+        MethodInfo {
+            input: MessageCodec::new(desc.input()),
+            output: MessageCodec::new(desc.output()),
+            streaming: desc.is_client_streaming() || desc.is_server_streaming(),
+            idempotent,
+            path,
+            desc,
+        }
+    }
+}
+
+/// Include paths and the well-known types, with the size of each file and their number bounded.
+struct Bounded {
+    includes: Vec<PathBuf>,
+    inner: ChainFileResolver,
+    limits: ProtoLimits,
+    opened: AtomicUsize,
+}
+
+impl Bounded {
+    fn new(includes: &[PathBuf], limits: ProtoLimits) -> Bounded {
+        let mut inner = ChainFileResolver::new();
+        for i in includes {
+            inner.add(IncludeFileResolver::new(i.clone()));
+        }
+        inner.add(GoogleFileResolver::new());
+        Bounded {
+            includes: includes.to_vec(),
+            inner,
+            limits,
+            opened: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl FileResolver for Bounded {
+    fn resolve_path(&self, path: &Path) -> Option<String> {
+        self.inner.resolve_path(path)
+    }
+
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        if self.opened.fetch_add(1, Ordering::Relaxed) >= self.limits.max_files {
+            return Err(protox::Error::new(format!(
+                "more than {} .proto files to read (imports included)",
+                self.limits.max_files
+            )));
+        }
+        // Checked before the compiler reads it: a regular file (not a FIFO that would block),
+        // within the size limit.
+        for dir in &self.includes {
+            let p = dir.join(name);
+            if let Ok(meta) = std::fs::metadata(&p) {
+                if !meta.is_file() {
+                    return Err(protox::Error::new(format!(
+                        "`{}` is not a regular file",
+                        p.display()
+                    )));
+                }
+                if meta.len() > self.limits.max_file_bytes {
+                    return Err(protox::Error::new(format!(
+                        "`{}` is {} bytes, more than the limit of {}",
+                        p.display(),
+                        meta.len(),
+                        self.limits.max_file_bytes
+                    )));
+                }
+                break;
+            }
+        }
+        self.inner.open_file(name)
+    }
+}
+
+/// A protox error with its file, line and column.
+fn proto_error(e: &protox::Error, includes: &[PathBuf]) -> ProtoError {
+    let file = e.file().map(str::to_string);
+    let path = file
+        .as_ref()
+        .and_then(|f| includes.iter().map(|i| i.join(f)).find(|p| p.is_file()));
+    let mut line_col = None;
+    if let (Some(src), Some(label)) = (e.source_code(), e.labels().and_then(|mut l| l.next()))
+        && let Ok(span) = src.read_span(label.inner(), 0, 0)
+    {
+        line_col = Some((span.line() + 1, span.column() + 1));
+    }
+    let mut message = e.to_string();
+    if let Some(help) = e.help() {
+        message.push_str(&format!(" ({help})"));
+    }
+    ProtoError {
+        file,
+        path,
+        line_col,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with(files: &[(&str, &str)]) -> PathBuf {
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let d = std::env::temp_dir().join(format!("fanout-grpc-{}-{n}", std::process::id()));
+        for (name, text) in files {
+            let p = d.join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        d
+    }
+
+    const USERS: &str = r#"syntax = "proto3";
+package demo.v1;
+import "google/protobuf/timestamp.proto";
+
+service Users {
+  rpc GetUser(GetUserRequest) returns (User) { option idempotency_level = NO_SIDE_EFFECTS; }
+  rpc Rename(User) returns (User);
+  rpc Watch(GetUserRequest) returns (stream User);
+}
+message GetUserRequest { string id = 1; }
+message User {
+  string id = 1;
+  string display_name = 2;
+  int64 karma = 3;
+  repeated string tags = 4;
+  google.protobuf.Timestamp created = 5;
+  Kind kind = 6;
+  User referrer = 7;
+}
+enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
+"#;
+
+    #[test]
+    fn compiles_and_looks_up_methods() {
+        let d = dir_with(&[("demo/v1/users.proto", USERS)]);
+        let set = ProtoSet::compile(
+            &[PathBuf::from("demo/v1/users.proto")],
+            std::slice::from_ref(&d),
+            ProtoLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(set.files(), ["demo/v1/users.proto"]);
+        assert_eq!(set.service_names(), ["demo.v1.Users"]);
+        let m = set.method("demo.v1.Users/GetUser").unwrap();
+        assert_eq!(m.path, "/demo.v1.Users/GetUser");
+        assert!(m.idempotent && !m.streaming);
+        let r = set.method("/demo.v1.Users/Rename").unwrap();
+        assert!(!r.idempotent);
+        assert!(set.method("demo.v1.Users.Watch").unwrap().streaming);
+        assert!(matches!(
+            set.method("demo.v1.User/GetUser"),
+            Err(MethodLookupError::UnknownService { .. })
+        ));
+        let e = set.method("demo.v1.Users/GetUsr").unwrap_err();
+        assert_eq!(
+            e.candidates().unwrap().1,
+            ["GetUser".to_string(), "Rename".into(), "Watch".into()]
+        );
+        assert!(matches!(
+            set.method("x"),
+            Err(MethodLookupError::BadName(_))
+        ));
+        assert!(!set.file_descriptor_set().is_empty());
+        // A path on disk inside an include directory works as well.
+        let set2 = ProtoSet::compile(
+            &[d.join("demo/v1/users.proto")],
+            std::slice::from_ref(&d),
+            ProtoLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(set2.service_names(), ["demo.v1.Users"]);
+    }
+
+    #[test]
+    fn json_round_trip_with_fanout_options() {
+        let d = dir_with(&[("u.proto", USERS)]);
+        let set =
+            ProtoSet::compile(&[PathBuf::from("u.proto")], &[d], ProtoLimits::default()).unwrap();
+        let m = set.method("demo.v1.Users/Rename").unwrap();
+        let bytes = m
+            .input
+            .json_to_proto(
+                br#"{"id":"u1","displayName":"Ann","karma":"9007199254740993","tags":["a"],
+                    "created":"2024-01-02T03:04:05Z","kind":"ADMIN"}"#,
+            )
+            .unwrap();
+        let json = m.output.proto_to_json(&bytes).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"id":"u1","display_name":"Ann","karma":9007199254740993i64,
+                "tags":["a"],"created":"2024-01-02T03:04:05Z","kind":"ADMIN"})
+        );
+        // Defaults are written; unset message fields are not.
+        let empty = m.output.proto_to_json(&[]).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&empty).unwrap(),
+            r#"{"id":"","display_name":"","karma":0,"tags":[],"kind":"KIND_UNSPECIFIED"}"#
+        );
+        let e = m.input.json_to_proto(br#"{"nope":1}"#).unwrap_err();
+        assert!(e.to_string().contains("'nope'"), "{e}");
+        assert!(!e.to_string().contains("at line"), "{e}");
+        let e = m.input.json_to_proto(br#"{"karma":"x"}"#).unwrap_err();
+        assert!(e.to_string().contains("demo.v1.User"), "{e}");
+        let e = m.output.proto_to_json(&[0xff, 0xff, 0xff]).unwrap_err();
+        assert!(matches!(e, crate::CodecError::Proto { .. }), "{e}");
+        // A deeply nested message is refused, not a stack overflow.
+        let mut deep = Vec::new();
+        for _ in 0..200 {
+            let mut next = vec![0x3a]; // field 7, length-delimited
+            prost::encoding::encode_varint(deep.len() as u64, &mut next);
+            next.extend_from_slice(&deep);
+            deep = next;
+        }
+        assert!(m.output.proto_to_json(&deep).is_err());
+        let nested = format!("{}{}", "{\"referrer\":".repeat(300), "}".repeat(300));
+        assert!(m.input.json_to_proto(nested.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn errors_point_at_file_line_and_column() {
+        let d = dir_with(&[(
+            "bad.proto",
+            "syntax = \"proto3\";\npackage x;\nmessage A {\n  strin name = 1;\n}\n",
+        )]);
+        let e = ProtoSet::compile(
+            &[PathBuf::from("bad.proto")],
+            std::slice::from_ref(&d),
+            ProtoLimits::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.file.as_deref(), Some("bad.proto"));
+        assert_eq!(e.line_col.map(|l| l.0), Some(4), "{e}");
+        assert!(e.to_string().contains("bad.proto:4:"), "{e}");
+
+        let d2 = dir_with(&[(
+            "imp.proto",
+            "syntax = \"proto3\";\nimport \"missing.proto\";\n",
+        )]);
+        let e = ProtoSet::compile(&[PathBuf::from("imp.proto")], &[d2], ProtoLimits::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("missing.proto"), "{e}");
+        assert_eq!(e.line_col.map(|l| l.0), Some(2), "{e}");
+
+        let e = ProtoSet::compile(
+            &[PathBuf::from("nope.proto")],
+            std::slice::from_ref(&d),
+            ProtoLimits::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("nope.proto"), "{e}");
+
+        let e = ProtoSet::compile(
+            &[PathBuf::from("bad.proto")],
+            &[d],
+            ProtoLimits {
+                max_file_bytes: 10,
+                max_files: 10,
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("more than the limit"), "{e}");
+    }
+}

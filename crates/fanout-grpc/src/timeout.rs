@@ -1,0 +1,90 @@
+//! The `grpc-timeout` header: `<1–8 digits><unit>`, unit one of `H M S m u n`.
+
+use std::time::Duration;
+
+/// Parse a `grpc-timeout` value; `None` when it is malformed (more than 8 digits, no unit, an
+/// unknown unit, or an overflow).
+pub fn parse(v: &str) -> Option<Duration> {
+    if v.len() < 2 || v.len() > 9 || !v.is_ascii() {
+        return None;
+    }
+    let (num, unit) = v.split_at(v.len() - 1);
+    if !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Write a duration as a `grpc-timeout` value: the finest unit whose count fits in 8 digits,
+/// rounded up (a call is never told it has less time than it has, nor zero).
+pub fn format(d: Duration) -> String {
+    const MAX: u128 = 99_999_999;
+    let ns = d.as_nanos().max(1);
+    let units: [(u128, char); 6] = [
+        (1, 'n'),
+        (1_000, 'u'),
+        (1_000_000, 'm'),
+        (1_000_000_000, 'S'),
+        (60_000_000_000, 'M'),
+        (3_600_000_000_000, 'H'),
+    ];
+    for (per, unit) in units {
+        let n = ns.div_ceil(per);
+        if n <= MAX {
+            return format!("{n}{unit}");
+        }
+    }
+    format!("{MAX}H")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit_and_refuses_junk() {
+        assert_eq!(parse("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse("9n"), Some(Duration::from_nanos(9)));
+        for bad in [
+            "",
+            "m",
+            "100",
+            "100x",
+            "123456789m",
+            "-1m",
+            "+1m",
+            "1.5S",
+            "１m",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn formats_in_eight_digits_rounding_up() {
+        assert_eq!(format(Duration::from_millis(250)), "250000u");
+        assert_eq!(format(Duration::from_nanos(1500)), "1500n");
+        assert_eq!(format(Duration::ZERO), "1n");
+        assert_eq!(format(Duration::from_secs(200)), "200000m");
+        assert_eq!(format(Duration::from_secs(10 * 86_400)), "864000S");
+        for d in [1u64, 999, 123_456_789, 99_999_999_999] {
+            let d = Duration::from_micros(d);
+            let s = format(d);
+            assert!(s.len() <= 9, "{s}");
+            assert!(parse(&s).is_some_and(|p| p >= d), "{s} >= {d:?}");
+        }
+    }
+}
