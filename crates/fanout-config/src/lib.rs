@@ -16,6 +16,7 @@ mod error;
 mod hints;
 mod load;
 mod located;
+mod protos;
 mod redis;
 mod route;
 mod server;
@@ -40,6 +41,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, read_limited, schema,
 };
+pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
 pub use route::{HttpCall, Reference, Respond, Route, RouteAdmission, Step};
 pub use server::{
@@ -71,6 +73,9 @@ pub struct Config {
     /// Defaults applied where a route, step or backend does not say otherwise.
     #[serde(default)]
     pub defaults: Defaults,
+    /// `.proto` files for gRPC routes and backends (docs/grpc.md), compiled at start.
+    #[serde(default)]
+    pub protos: ProtosConfig,
     /// Named backends the flows call.
     #[serde(default)]
     pub backends: IndexMap<String, Backend>,
