@@ -15,6 +15,48 @@ pub enum Protocol {
     Http1,
     /// HTTP/2 (h2c prior knowledge for `http://`, ALPN `h2` for `https://`), multiplexed.
     Http2,
+    /// gRPC (unary calls over HTTP/2), called by `grpc:` steps; messages from the `protos:`
+    /// files. HTTP/2 keepalive is on by default (`keepalive`).
+    Grpc,
+}
+
+impl Protocol {
+    /// Whether calls go over HTTP/2.
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Grpc)
+    }
+}
+
+/// HTTP/2 keepalive of a backend's connections: a PING after `interval` without any frame from
+/// the peer; no answer within `timeout` closes the connection, failing its calls at once (a
+/// frozen or vanished peer is found in at most `interval + timeout`, instead of when the kernel
+/// gives up on the socket, minutes later). On by default for `protocol: grpc`, off for `http2`
+/// unless set; ignored for `http1`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeepaliveConfig {
+    /// Time without frames from the peer before a PING is sent. Default 1s.
+    pub interval: Dur,
+    /// Time a PING may go unanswered before the connection is closed. Default 1s.
+    pub timeout: Dur,
+    /// Also ping connections without calls in flight (idle pooled connections), so a dead peer
+    /// is found before a call is given to it. Default true. (grpc-go servers refuse pings more
+    /// often than their `EnforcementPolicy.MinTime`, 5 minutes by default: see docs/grpc.md.)
+    pub while_idle: bool,
+}
+
+impl Default for KeepaliveConfig {
+    fn default() -> Self {
+        KeepaliveConfig {
+            interval: Dur::secs(1),
+            timeout: Dur::secs(1),
+            while_idle: true,
+        }
+    }
+}
+
+fn default_max_message() -> usize {
+    4 << 20
 }
 
 /// A backend: one or more base URLs of the same service.
@@ -31,9 +73,16 @@ pub struct Backend {
     pub timeout: Option<Dur>,
     /// TCP connect timeout; defaults to `defaults.connect_timeout`.
     pub connect_timeout: Option<Dur>,
-    /// `http1` (default) or `http2`.
+    /// `http1` (default), `http2` or `grpc`.
     #[serde(default)]
     pub protocol: Protocol,
+    /// HTTP/2 keepalive PINGs (`http2`, `grpc`). Default for `grpc`: every 1s without frames,
+    /// 1s to answer, idle connections too; for `http2`: off unless this is set.
+    pub keepalive: Option<KeepaliveConfig>,
+    /// Largest gRPC message sent or accepted from this backend, in bytes (`protocol: grpc`).
+    /// Default 4 MiB (gRPC's usual limit).
+    #[serde(default = "default_max_message")]
+    pub max_message_bytes: usize,
     /// Largest accepted answer body in bytes; larger answers fail the call (502). Default 16 MiB.
     #[serde(default = "default_max_response")]
     pub max_response_bytes: usize,

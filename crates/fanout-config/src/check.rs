@@ -3,6 +3,59 @@
 use crate::{Config, ConfigError, Located, MissingPolicy, Pos, StatusAction, StatusPattern, Step};
 
 impl Config {
+    /// A `grpc:` route's path is `/package.Service/Method` and its method POST; a route needs
+    /// a `path` or a `grpc` method, not both.
+    pub(crate) fn normalize_grpc_routes(&mut self, errs: &mut Vec<ConfigError>) {
+        for r in &mut self.routes {
+            let Some(g) = &r.grpc else {
+                if r.path.value.is_empty() && r.path.pos.line == 0 {
+                    errs.push(
+                        ConfigError::at(
+                            r.method.pos,
+                            "a route needs a `path` (or a `grpc` method)",
+                        )
+                        .hint(
+                            "write e.g. `path: /vacancies/{id}`, or `grpc: demo.v1.Users/GetUser`",
+                        ),
+                    );
+                }
+                continue;
+            };
+            if r.path.pos.line != 0 {
+                errs.push(
+                    ConfigError::at(r.path.pos, "a `grpc` route has no `path`")
+                        .hint("its path is `/package.Service/Method`; remove `path`"),
+                );
+            }
+            if r.method.pos.line != 0 && !r.method.value.eq_ignore_ascii_case("POST") {
+                errs.push(
+                    ConfigError::at(r.method.pos, "a `grpc` route's method is POST")
+                        .hint("remove `method`"),
+                );
+            }
+            let name = g.value.trim().trim_start_matches('/');
+            let ok = name
+                .split_once('/')
+                .is_some_and(|(s, m)| !s.is_empty() && !m.is_empty() && !m.contains('/'));
+            if !ok {
+                errs.push(
+                    ConfigError::at(g.pos, format!("`{}` is not a gRPC method name", g.value))
+                        .hint("write `package.Service/Method`, e.g. `demo.v1.Users/GetUser`"),
+                );
+            }
+            r.path = Located {
+                value: format!("/{name}"),
+                pos: g.pos,
+                quoted: g.quoted,
+            };
+            r.method = Located {
+                value: "POST".into(),
+                pos: r.method.pos,
+                quoted: false,
+            };
+        }
+    }
+
     pub(crate) fn check(&self, errs: &mut Vec<ConfigError>) {
         let mut seen: Vec<(&str, &str, Pos)> = Vec::new();
         for r in &self.routes {
@@ -139,17 +192,20 @@ impl Config {
 }
 
 fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
-    let kinds = step.http.is_some() as u8 + step.value.is_some() as u8 + step.fail.is_some() as u8;
+    let kinds = step.http.is_some() as u8
+        + step.grpc.is_some() as u8
+        + step.value.is_some() as u8
+        + step.fail.is_some() as u8;
     if kinds != 1 {
         errs.push(
             ConfigError::at(
                 name.pos,
                 format!(
-                    "step `{}` must have exactly one of `http`, `value` or `fail` (has {kinds})",
+                    "step `{}` must have exactly one of `http`, `grpc`, `value` or `fail` (has {kinds})",
                     name.value
                 ),
             )
-            .hint("a step calls a backend (`http:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
+            .hint("a step calls a backend (`http:` or `grpc:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
         );
     }
     if let Some(f) = &step.fail {
@@ -187,12 +243,15 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
             );
         }
     }
-    if step.http.is_none() {
+    if step.http.is_none() && step.grpc.is_none() {
         if let Some((k, _)) = step.on_status.iter().next() {
             errs.push(
                 ConfigError::at(
                     k.pos,
-                    format!("step `{}`: `on_status` needs an `http` step", name.value),
+                    format!(
+                        "step `{}`: `on_status` needs an `http` or `grpc` step",
+                        name.value
+                    ),
                 )
                 .hint("`on_status` maps the statuses a backend answers; this step calls none"),
             );

@@ -34,7 +34,7 @@ pub use located::{Located, Pos, pos_in_scalar};
 pub use admin::AdminConfig;
 pub use backend::{
     Backend, BalanceConfig, BalanceStrategy, BatchConfig, BreakerConfig, CacheConfig, HedgeConfig,
-    OutlierConfig, Protocol, RetryBudget, RetryConfig, Tls,
+    KeepaliveConfig, OutlierConfig, Protocol, RetryBudget, RetryConfig, Tls,
 };
 pub use check::valid_code;
 pub use error::{ConfigError, ConfigErrors};
@@ -43,10 +43,10 @@ pub use load::{
 };
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
-pub use route::{HttpCall, Reference, Respond, Route, RouteAdmission, Step};
+pub use route::{GrpcCall, HttpCall, Reference, Respond, Route, RouteAdmission, Step};
 pub use server::{
     AdaptiveLimit, Admission, BodyLimits, Codel, ComputeConfig, ConnectionLimits, Defaults,
-    ExpressionLimits, Priority, PriorityShares, ServerConfig,
+    ExpressionLimits, GrpcServer, Priority, PriorityShares, ServerConfig,
 };
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 

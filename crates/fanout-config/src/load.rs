@@ -113,6 +113,7 @@ impl Config {
         cfg.source = substitute(text, vars).map_err(|e| e.in_file(file))?;
         cfg.file = file.to_string();
         let mut errs = Vec::new();
+        cfg.normalize_grpc_routes(&mut errs);
         cfg.check(&mut errs);
         if errs.is_empty() {
             Ok(cfg)

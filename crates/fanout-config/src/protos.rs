@@ -45,12 +45,10 @@ impl ProtosConfig {
     /// The files and include directories, resolved against `base` (the config file's
     /// directory; `None` for a config that came from no file: the current directory).
     pub fn resolve(&self, base: Option<&Path>) -> (Vec<PathBuf>, Vec<PathBuf>) {
-        let base = base.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        let mut include: Vec<PathBuf> = self
-            .include
-            .iter()
-            .map(|i| base.join(&i.value))
-            .collect();
+        let base = base
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let mut include: Vec<PathBuf> = self.include.iter().map(|i| base.join(&i.value)).collect();
         if include.is_empty() {
             include.push(base);
         }

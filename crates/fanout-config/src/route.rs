@@ -45,10 +45,17 @@ fn default_refresh() -> Dur {
 #[serde(deny_unknown_fields)]
 pub struct Route {
     /// Path pattern; `{name}` captures a segment (`$request.params.name`), `{*rest}` the rest.
+    /// Required unless the route is a gRPC method (`grpc`).
+    #[serde(default = "no_path")]
     pub path: Located<String>,
-    /// HTTP method; default GET.
+    /// HTTP method; default GET (POST for a `grpc` route).
     #[serde(default = "default_method")]
     pub method: Located<String>,
+    /// Serve this gRPC method (`package.Service/Method`, from the `protos:` files) instead of an
+    /// HTTP path: the request message is `$request.body` (proto3 JSON), the `respond.body` result
+    /// becomes the answer message. The route's path is `/package.Service/Method`, its method POST
+    /// (so JSON clients can call it too). See docs/grpc.md.
+    pub grpc: Option<Located<String>>,
     /// Total time budget of a request; the client may shorten it (header or `grpc-timeout`).
     /// Defaults to `defaults.deadline`.
     pub deadline: Option<Dur>,
@@ -64,6 +71,10 @@ pub struct Route {
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]
     pub server_timing: bool,
+}
+
+fn no_path() -> Located<String> {
+    Located::unknown(String::new())
 }
 
 pub(crate) fn default_method() -> Located<String> {
@@ -94,6 +105,8 @@ pub struct Step {
     pub result: Option<ExprSrc>,
     /// Call an HTTP backend.
     pub http: Option<HttpCall>,
+    /// Call a gRPC method of a `protocol: grpc` backend.
+    pub grpc: Option<GrpcCall>,
     /// Compute a value from other steps without any call.
     pub value: Option<ExprSrc>,
     /// Evaluate this step's `value`/`result` on the compute pool (for large transforms), so the
@@ -143,6 +156,27 @@ pub struct HttpCall {
     /// JSON body expression (sent as `application/json`).
     pub body: Option<ExprSrc>,
     /// Whether the call may be retried or hedged. Default: true for GET/HEAD, false otherwise.
+    pub idempotent: Option<bool>,
+}
+
+/// A gRPC call of a step (unary). The answer message, as proto3 JSON, is the step's answer (`.`
+/// in `result`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcCall {
+    /// Name of a backend under `backends:` with `protocol: grpc`.
+    pub backend: Located<String>,
+    /// The method, `package.Service/Method`, from the `protos:` files.
+    pub method: Located<String>,
+    /// The request message as JSON (jq), checked against the method's input type when it is
+    /// built (a field the type does not have fails the step, naming it). Default `{}`.
+    pub message: Option<ExprSrc>,
+    /// Metadata (request headers): name → expression (null values are left out).
+    #[serde(default)]
+    pub metadata: IndexMap<String, ExprSrc>,
+    /// Whether the call may be retried or hedged (and, with them, deduplicated and cached).
+    /// Default: what the `.proto` says (`option idempotency_level = NO_SIDE_EFFECTS` or
+    /// `IDEMPOTENT`), else false.
     pub idempotent: Option<bool>,
 }
 

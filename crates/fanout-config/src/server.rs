@@ -10,6 +10,8 @@ use serde::Deserialize;
 pub struct ServerConfig {
     /// Largest accepted request body in bytes; larger bodies get 413. Default 1 MiB.
     pub max_body_bytes: usize,
+    /// Inbound gRPC (routes with `grpc:`): message size, reflection, health (docs/grpc.md).
+    pub grpc: GrpcServer,
     /// Largest accepted request head (request line + headers) in bytes; default 16 KiB.
     pub max_header_bytes: usize,
     /// Maximum concurrent HTTP/2 streams per connection; default 256.
@@ -315,6 +317,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             max_body_bytes: 1 << 20,
+            grpc: GrpcServer::default(),
             max_header_bytes: 16 << 10,
             max_concurrent_streams: 256,
             header_read_timeout: Dur::secs(10),
@@ -331,6 +334,34 @@ impl Default for ServerConfig {
             expose_error_details: false,
             error_log_per_second: 1000,
             server_timing: None,
+        }
+    }
+}
+
+/// Inbound gRPC settings (`server.grpc`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcServer {
+    /// Largest request message accepted, in bytes; a larger one is refused with
+    /// RESOURCE_EXHAUSTED before it is read. Default 4 MiB.
+    pub max_message_bytes: usize,
+    /// Serve server reflection (`grpc.reflection.v1` and `v1alpha`) so `grpcurl` and other
+    /// tools can list and call the routes' methods without the `.proto` files. Default true.
+    pub reflection: bool,
+    /// Serve `grpc.health.v1.Health/Check` (Kubernetes gRPC probes): SERVING while the gateway is
+    /// ready (`/readyz`), NOT_SERVING otherwise. Default true.
+    pub health: bool,
+    /// Longest a reflection stream stays open. Default 60s.
+    pub stream_timeout: Dur,
+}
+
+impl Default for GrpcServer {
+    fn default() -> Self {
+        GrpcServer {
+            max_message_bytes: 4 << 20,
+            reflection: true,
+            health: true,
+            stream_timeout: Dur::secs(60),
         }
     }
 }

@@ -57,7 +57,21 @@ impl CallKey {
     }
 }
 
+/// The operation of a gRPC call to a method without side effects (`idempotency_level =
+/// NO_SIDE_EFFECTS`, or a step marked `idempotent`): HTTP's `QUERY` — safe, idempotent, with a
+/// body — so that dedup and caches share such calls like GETs. The gRPC client sends every call
+/// as POST, whatever this says; other gRPC calls are `POST`.
+pub fn query_method() -> Method {
+    Method::from_bytes(b"QUERY").unwrap_or(Method::POST)
+}
+
 impl CallRequest {
+    /// Whether the call reads without side effects — GET, HEAD, or a gRPC call to a method that
+    /// has none (`QUERY`, [`query_method`]): only such calls are shared by dedup and cached.
+    pub fn is_safe(&self) -> bool {
+        self.method == Method::GET || self.method == Method::HEAD || self.method.as_str() == "QUERY"
+    }
+
     /// This call's identity (see [`CallKey`]).
     pub fn key(&self) -> CallKey {
         let mut headers: Vec<(&str, &[u8])> = self

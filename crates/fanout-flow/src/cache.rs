@@ -21,7 +21,6 @@ use crate::singleflight::Flights;
 use crate::trace::{CacheRole, CallTrace, served};
 use fanout_expr::Val;
 use futures_util::future::BoxFuture;
-use http::Method;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -277,7 +276,7 @@ impl Shared {
 
 impl Backend for Cached {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
-        if req.method != Method::GET && req.method != Method::HEAD {
+        if !req.is_safe() {
             return self.shared.inner.call(req);
         }
         let s = self.shared.clone();
@@ -417,6 +416,7 @@ impl KeyCache {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use http::Method;
     use std::sync::atomic::AtomicUsize;
 
     struct Counting {

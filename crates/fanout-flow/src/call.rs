@@ -251,11 +251,27 @@ pub(crate) fn build_call(
 pub(crate) async fn fetch_json(
     step_name: &Arc<str>,
     h: &HttpPlan,
-    mut req: CallRequest,
+    req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
     deadline_header: &HeaderName,
 ) -> Result<Val, FlowError> {
+    let body = fetch_body(step_name, h, req, step_timeout, deadline, deadline_header).await?;
+    if body.is_empty() {
+        return Ok(Val::Null);
+    }
+    parse_answer(step_name, h, body).await
+}
+
+/// [`fetch_json`] up to the answer's body: perform the call within its time, check the status.
+pub(crate) async fn fetch_body(
+    step_name: &Arc<str>,
+    h: &HttpPlan,
+    mut req: CallRequest,
+    step_timeout: std::time::Duration,
+    deadline: Instant,
+    deadline_header: &HeaderName,
+) -> Result<Bytes, FlowError> {
     let now = Instant::now();
     let remaining = deadline.saturating_duration_since(now);
     let timeout = step_timeout.min(remaining);
@@ -274,10 +290,7 @@ pub(crate) async fn fetch_json(
     if !resp.status.is_success() {
         return Err(error_status(step_name, h, &resp));
     }
-    if resp.body.is_empty() {
-        return Ok(Val::Null);
-    }
-    parse_answer(step_name, h, resp.body).await
+    Ok(resp.body)
 }
 
 /// No answer in `timeout`: the request's deadline (when it cut the step's own timeout short) or
@@ -334,7 +347,11 @@ fn error_status(step_name: &Arc<str>, h: &HttpPlan, resp: &CallResponse) -> Flow
 }
 
 /// Parse an answer (a large one on the compute pool, not on this worker).
-async fn parse_answer(step_name: &Arc<str>, h: &HttpPlan, body: Bytes) -> Result<Val, FlowError> {
+pub(crate) async fn parse_answer(
+    step_name: &Arc<str>,
+    h: &HttpPlan,
+    body: Bytes,
+) -> Result<Val, FlowError> {
     let parsed = if body.len() >= h.compute.offload_bytes && h.compute.started() {
         let depth = h.max_depth;
         h.compute

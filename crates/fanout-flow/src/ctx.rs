@@ -11,6 +11,8 @@ use std::sync::Arc;
 /// The compile context: the config, the errors found so far, the compute pool.
 pub(crate) struct Ctx<'a> {
     pub(crate) cfg: &'a Config,
+    /// The config's compiled `.proto` files (gRPC routes and steps).
+    pub(crate) protos: Arc<fanout_grpc::ProtoSet>,
     pub(crate) errs: Vec<ConfigError>,
     pub(crate) compute: Arc<ComputePool>,
 }

@@ -12,7 +12,6 @@ use crate::backend::{Backend, CallError, CallRequest, CallResponse};
 use crate::singleflight::{FlightCounters, Flights};
 use crate::trace::{CallTrace, DedupRole, served};
 use futures_util::future::BoxFuture;
-use http::Method;
 use std::sync::Arc;
 
 type Call = BoxFuture<'static, Result<CallResponse, CallError>>;
@@ -45,7 +44,7 @@ impl Dedup {
 
 impl Backend for Dedup {
     fn call(&self, req: CallRequest) -> Call {
-        if req.method != Method::GET && req.method != Method::HEAD {
+        if !req.is_safe() {
             return self.inner.call(req);
         }
         let key = req.key();
@@ -76,6 +75,7 @@ impl Backend for Dedup {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use http::Method;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 

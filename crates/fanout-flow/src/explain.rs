@@ -295,7 +295,7 @@ fn timeout_of(
             Some(_) => (*timeout, TimeoutFrom::Backend),
             None => (*timeout, TimeoutFrom::Defaults),
         },
-        StepWork::Http { backend, .. } => {
+        StepWork::Http { backend, .. } | StepWork::Grpc { backend, .. } => {
             let from = if step.is_some_and(|s| s.timeout.is_some()) {
                 TimeoutFrom::Step
             } else if backend_timeout(backend).is_some() {
@@ -326,6 +326,12 @@ fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
             method,
             idempotent,
         } => (backend, *idempotent, method == "GET" || method == "HEAD"),
+        StepWork::Grpc {
+            backend,
+            idempotent,
+            safe,
+            ..
+        } => (backend, *idempotent, *safe),
         // Batch lookups are idempotent; values are cached per key whatever the method.
         StepWork::Keyed { backend, .. } => (backend, true, true),
         StepWork::Value | StepWork::Fail { .. } => return None,

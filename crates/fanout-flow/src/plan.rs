@@ -36,6 +36,14 @@ pub struct Plan {
     pub reference: Arc<ReferenceSet>,
     /// The compute pool shared by every route (started by the server).
     pub compute: Arc<ComputePool>,
+    /// The `.proto` files the plan was compiled with (gRPC routes, steps, server reflection).
+    pub protos: Arc<fanout_grpc::ProtoSet>,
+}
+
+/// What a gRPC route (`grpc:`) serves: the method, its request and answer types.
+pub struct GrpcRoute {
+    /// The method (`/package.Service/Method`, its codecs).
+    pub method: fanout_grpc::MethodInfo,
 }
 
 /// One route's plan.
@@ -65,6 +73,8 @@ pub struct RoutePlan {
     pub reference: Arc<ReferenceSet>,
     /// The compute pool (`compute: true` steps).
     pub compute: Arc<ComputePool>,
+    /// The gRPC method the route serves, if it is a `grpc:` route.
+    pub grpc: Option<GrpcRoute>,
 }
 
 /// One compiled step.
@@ -154,6 +164,9 @@ pub struct Carry {
     pub batches: HashMap<String, Arc<BatchPlan>>,
     /// The reference data, when neither the datasets nor their backends changed.
     pub reference: Option<Arc<ReferenceSet>>,
+    /// The config's `.proto` files, compiled by the caller (the flow compiler reads no file);
+    /// none for a config without `protos:`.
+    pub protos: Option<Arc<fanout_grpc::ProtoSet>>,
 }
 
 /// Compile a config against the given backends (name → implementation). Reports every error it
@@ -177,6 +190,7 @@ pub fn compile_with(
         .unwrap_or_else(|| Arc::new(ComputePool::from_config(&cfg.server.compute)));
     let mut cx = Ctx {
         cfg,
+        protos: carry.protos.unwrap_or_default(),
         errs: Vec::new(),
         compute,
     };
@@ -222,6 +236,7 @@ pub fn compile_with(
             batches,
             reference,
             compute: cx.compute.clone(),
+            protos: cx.protos.clone(),
         })
     } else {
         Err(ConfigErrors(
@@ -363,6 +378,10 @@ fn compile_route(
         }
     }
     let respond = compile_respond(cx, &r.respond, &scope);
+    let grpc = r
+        .grpc
+        .as_ref()
+        .and_then(|g| crate::step::grpc_method(cx, g, "route").map(|method| GrpcRoute { method }));
     if cx.errs.len() > errs_before {
         return None;
     }
@@ -402,6 +421,7 @@ fn compile_route(
         deadline_header: deadline_header.clone(),
         reference: reference.clone(),
         compute: cx.compute.clone(),
+        grpc,
     })
 }
 

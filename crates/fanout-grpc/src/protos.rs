@@ -111,6 +111,8 @@ pub struct MethodInfo {
     pub output: MessageCodec,
     /// Whether the `.proto` marks it `idempotency_level = NO_SIDE_EFFECTS` or `IDEMPOTENT`.
     pub idempotent: bool,
+    /// Whether the `.proto` marks it `idempotency_level = NO_SIDE_EFFECTS` (a read).
+    pub no_side_effects: bool,
     /// Whether the client or the server streams (fanout serves and calls unary methods only).
     pub streaming: bool,
 }
@@ -235,17 +237,20 @@ impl MethodInfo {
     fn of(desc: MethodDescriptor) -> MethodInfo {
         let path = format!("/{}/{}", desc.parent_service().full_name(), desc.name());
         // `idempotency_level` (field 34 of MethodOptions): 1 NO_SIDE_EFFECTS, 2 IDEMPOTENT.
-        let idempotent = matches!(
-            desc.options()
-                .get_field_by_name("idempotency_level")
-                .as_deref(),
-            Some(Value::EnumNumber(1 | 2))
-        );
+        let level = match desc
+            .options()
+            .get_field_by_name("idempotency_level")
+            .as_deref()
+        {
+            Some(Value::EnumNumber(n)) => *n,
+            _ => 0,
+        };
         MethodInfo {
             input: MessageCodec::new(desc.input()),
             output: MessageCodec::new(desc.output()),
             streaming: desc.is_client_streaming() || desc.is_server_streaming(),
-            idempotent,
+            idempotent: level == 1 || level == 2,
+            no_side_effects: level == 1,
             path,
             desc,
         }

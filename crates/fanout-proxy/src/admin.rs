@@ -11,7 +11,6 @@ use crate::server::Body;
 use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -103,7 +102,7 @@ async fn metrics(gw: &Arc<Gateway>) -> Response<Body> {
     let gw = gw.clone();
     match tokio::task::spawn_blocking(move || scrape::encode(&gw, pre)).await {
         Ok(Ok(text)) => {
-            let mut r = Response::new(Full::new(Bytes::from(text)));
+            let mut r = Response::new(Body::full(Bytes::from(text)));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(scrape::CONTENT_TYPE));
             r
@@ -127,7 +126,7 @@ fn ready(gw: &Gateway) -> Response<Body> {
 }
 
 fn json(status: StatusCode, body: String) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(Body::full(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

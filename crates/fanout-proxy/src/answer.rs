@@ -9,7 +9,6 @@ use fanout_config::Dur;
 use fanout_flow::{FlowError, Outcome};
 use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Response, StatusCode};
-use http_body_util::Full;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +96,7 @@ impl ApiError {
             e.insert("detail".into(), self.detail.into());
         }
         let body = serde_json::json!({ "error": e });
-        let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+        let mut resp = Response::new(Body::full(Bytes::from(body.to_string())));
         *resp.status_mut() = self.status;
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -304,7 +303,7 @@ impl From<BodyRefusal> for ApiError {
 /// A flow's answer: its status (200 if out of range), `Content-Type: application/json`, then its
 /// own headers.
 pub(crate) fn outcome_response(out: Outcome) -> Response<Body> {
-    let mut resp = Response::new(Full::new(out.body));
+    let mut resp = Response::new(Body::full(out.body));
     *resp.status_mut() = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -2,6 +2,14 @@
 //! TLS via rustls); each call's address is chosen by the backend's balancer (P2C peak-EWMA or
 //! round robin, with outlier ejection: [`crate::balance`]). Implements [`Backend`].
 //!
+//! `protocol: grpc` backends use the same client over HTTP/2 with keepalive PINGs (a frozen peer
+//! closes its connection after `keepalive.interval + keepalive.timeout`, failing its calls at
+//! once): a call's body is the framed message the `grpc` step built, sent as POST with
+//! `content-type: application/grpc`, `te: trailers` and the attempt's time as `grpc-timeout`;
+//! the answer's `grpc-status` (trailers, or headers for a trailers-only answer) becomes the call
+//! answer's HTTP status ([`fanout_grpc::Code::http_status`]) — so every layer above classifies
+//! it like an HTTP answer — and its body is the answer message, unframed.
+//!
 //! How every call ended is reported to the balancer, also when the call is dropped: the call's
 //! timeout is enforced by the caller (the executor's timer, which also decides between
 //! `backend_timeout` and `deadline_exceeded`), so a call dropped at its timeout counts as a
@@ -38,6 +46,8 @@ pub struct HttpBackend {
     client: HttpClient,
     headers: HeaderMap,
     max_response_bytes: usize,
+    /// `protocol: grpc`: the largest answer message accepted.
+    grpc: Option<usize>,
 }
 
 impl HttpBackend {
@@ -136,15 +146,25 @@ impl HttpBackend {
             .https_or_http();
         let connector = match cfg.protocol {
             Protocol::Http1 => builder.enable_http1().wrap_connector(http),
-            Protocol::Http2 => builder.enable_http2().wrap_connector(http),
+            Protocol::Http2 | Protocol::Grpc => builder.enable_http2().wrap_connector(http),
         };
         let mut cb = Client::builder(TokioExecutor::new());
         cb.pool_idle_timeout(cfg.pool_idle_timeout.0)
             .pool_max_idle_per_host(cfg.pool_max_idle)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new());
-        if cfg.protocol == Protocol::Http2 {
+        if cfg.protocol.is_http2() {
             cb.http2_only(true);
+        }
+        let keepalive = match cfg.protocol {
+            Protocol::Grpc => Some(cfg.keepalive.clone().unwrap_or_default()),
+            Protocol::Http2 => cfg.keepalive.clone(),
+            Protocol::Http1 => None,
+        };
+        if let Some(k) = keepalive {
+            cb.http2_keep_alive_interval(Some(k.interval.0))
+                .http2_keep_alive_timeout(k.timeout.0)
+                .http2_keep_alive_while_idle(k.while_idle);
         }
         let policy = BalancePolicy::from_config(&cfg.balance, &cfg.outlier);
         let balancer = BalanceState::new(bases.len(), policy, Instant::now());
@@ -154,6 +174,7 @@ impl HttpBackend {
             client: cb.build(connector),
             headers,
             max_response_bytes: cfg.max_response_bytes,
+            grpc: (cfg.protocol == Protocol::Grpc).then_some(cfg.max_message_bytes),
         })
     }
 }
@@ -291,13 +312,18 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
-/// Send one request and read its answer, at most `limit` bytes of body.
+/// Send one request and read its answer, at most `limit` bytes of body (gRPC: one message of
+/// at most `grpc` bytes).
 async fn exchange(
     client: HttpClient,
     request: Request<Full<Bytes>>,
     uri: String,
     limit: usize,
+    grpc: Option<usize>,
 ) -> Result<CallResponse, CallError> {
+    if let Some(max_message) = grpc {
+        return grpc_exchange(client, request, uri, max_message).await;
+    }
     let resp = client.request(request).await.map_err(|e| {
         CallError::new(classify(&e), format!("{uri}: {}", describe(&e))).with_source(e)
     })?;
@@ -327,6 +353,92 @@ async fn exchange(
     })
 }
 
+/// A gRPC call: the answer's status from `grpc-status`, its body the one answer message.
+async fn grpc_exchange(
+    client: HttpClient,
+    request: Request<Full<Bytes>>,
+    uri: String,
+    max_message: usize,
+) -> Result<CallResponse, CallError> {
+    use fanout_grpc::{Code, frame, status};
+    let resp = client.request(request).await.map_err(|e| {
+        CallError::new(classify(&e), format!("{uri}: {}", describe(&e))).with_source(e)
+    })?;
+    let (parts, body) = resp.into_parts();
+    // Not a gRPC answer at all: the HTTP status decides (the gRPC spec's mapping).
+    if parts.status != http::StatusCode::OK {
+        let code = match parts.status.as_u16() {
+            400 => Code::Internal,
+            401 => Code::Unauthenticated,
+            403 => Code::PermissionDenied,
+            404 => Code::Unimplemented,
+            429 | 502..=504 => Code::Unavailable,
+            _ => Code::Unknown,
+        };
+        return Ok(grpc_failure(code, &format!("HTTP status {}", parts.status)));
+    }
+    let header_status = parts.headers.get("grpc-status").cloned();
+    let header_message = parts.headers.get("grpc-message").cloned();
+    let collected = Limited::new(body, max_message + frame::HEADER_LEN)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                CallError::new(
+                    CallErrorKind::BodyTooLarge,
+                    format!("answer message larger than max_message_bytes ({max_message})"),
+                )
+            } else {
+                CallError::new(
+                    CallErrorKind::Reset,
+                    format!("reading the answer failed: {}", describe(&*e)),
+                )
+            }
+        })?;
+    let trailers = collected.trailers().cloned();
+    let (code_v, message_v) = match &trailers {
+        Some(t) if t.contains_key("grpc-status") => (
+            t.get("grpc-status").cloned(),
+            t.get("grpc-message").cloned(),
+        ),
+        _ => (header_status, header_message),
+    };
+    let code = code_v.map_or(Code::Internal, |v| Code::from_header(v.as_bytes()));
+    if code != Code::Ok {
+        let msg = message_v
+            .map(|m| status::decode_message(m.as_bytes()))
+            .unwrap_or_default();
+        return Ok(grpc_failure(code, &msg));
+    }
+    let body = collected.to_bytes();
+    let message = frame::decode_unary(&body, max_message).map_err(|e| match e {
+        frame::FrameError::TooLarge { .. } => CallError::new(
+            CallErrorKind::BodyTooLarge,
+            format!("answer message larger than max_message_bytes ({max_message})"),
+        ),
+        e => CallError::new(CallErrorKind::Reset, format!("invalid gRPC answer: {e}")),
+    })?;
+    Ok(CallResponse {
+        status: http::StatusCode::OK,
+        body: message,
+    })
+}
+
+/// A gRPC failure as a call answer: the code's HTTP status, and a body for the log.
+fn grpc_failure(code: fanout_grpc::Code, message: &str) -> CallResponse {
+    let mut text = format!("grpc-status {} ({})", code.as_i32(), code.name());
+    if !message.is_empty() {
+        text.push_str(": ");
+        text.push_str(message);
+    }
+    CallResponse {
+        status: code.http_status(),
+        body: Bytes::from(text),
+    }
+}
+
 impl Backend for HttpBackend {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let started = Instant::now();
@@ -353,7 +465,13 @@ impl Backend for HttpBackend {
             t.tracer.attempt(t, &address)
         });
         let timeout = req.timeout;
-        let mut builder = Request::builder().method(req.method).uri(&uri);
+        let grpc = self.grpc;
+        let method = if grpc.is_some() {
+            http::Method::POST
+        } else {
+            req.method
+        };
+        let mut builder = Request::builder().method(method).uri(&uri);
         if let Some(h) = builder.headers_mut() {
             for (k, v) in &self.headers {
                 h.insert(k.clone(), v.clone());
@@ -362,9 +480,19 @@ impl Backend for HttpBackend {
             if let Some(span) = &span {
                 span.inject(h);
             }
+            if grpc.is_some() {
+                h.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
+                );
+                h.insert(http::header::TE, HeaderValue::from_static("trailers"));
+                if let Ok(v) = HeaderValue::from_str(&fanout_grpc::timeout::format(timeout)) {
+                    h.insert(HeaderName::from_static("grpc-timeout"), v);
+                }
+            }
             // The time this attempt may take, for the backend to stop early (written here, by
             // the transport, so it is never part of a call's identity).
-            if let Some(name) = req.deadline_header {
+            if let Some(name) = req.deadline_header.filter(|_| grpc.is_none()) {
                 let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
                 h.insert(name, http::HeaderValue::from(ms));
             }
@@ -386,7 +514,13 @@ impl Backend for HttpBackend {
                 return Box::pin(async move { Err(e) });
             }
         };
-        let exchange = exchange(self.client.clone(), request, uri, self.max_response_bytes);
+        let exchange = exchange(
+            self.client.clone(),
+            request,
+            uri,
+            self.max_response_bytes,
+            grpc,
+        );
         Box::pin(async move {
             let result = exchange.await;
             if let Some(span) = span {

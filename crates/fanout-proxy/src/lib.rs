@@ -7,9 +7,11 @@ pub mod admission;
 mod answer;
 pub mod balance;
 pub mod bodies;
+pub mod body;
 pub mod client;
 pub mod conn;
 pub mod errlog;
+mod grpc;
 pub mod health;
 pub mod l2;
 pub mod limiter;
@@ -95,6 +97,10 @@ pub struct Live {
     route_metrics: Option<metrics::RouteTable>,
     /// The config this was built from (compared with the next one on reload).
     config: Arc<Config>,
+    /// Server reflection over the gRPC routes' services (`None` without gRPC routes).
+    grpc: Option<Arc<grpc::GrpcServices>>,
+    /// The services the gRPC routes serve (health checks answer for them).
+    grpc_services: Vec<String>,
 }
 
 impl Gateway {

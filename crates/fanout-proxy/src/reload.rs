@@ -116,8 +116,10 @@ pub(crate) fn build_live(
     // `telemetry:` is applied at start only, but a broken one is refused like any error.
     crate::telemetry::Telemetry::new(&cfg)?;
     let (services, stacks, l2) = build_stacks(&cfg, prev, &mut report)?;
+    let protos = crate::grpc::load_protos(&cfg)?;
     let mut carry = Carry {
         compute,
+        protos,
         ..Carry::default()
     };
     if let Some(prev) = prev {
@@ -133,6 +135,15 @@ pub(crate) fn build_live(
     }
     let plan = fanout_flow::compile_with(&cfg, &services, carry)?;
     let router = route_table(&cfg, &plan.routes)?;
+    let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
+    let mut grpc_services: Vec<String> = plan
+        .routes
+        .iter()
+        .filter_map(|r| r.grpc.as_ref())
+        .map(|g| g.method.desc.parent_service().full_name().to_string())
+        .collect();
+    grpc_services.sort();
+    grpc_services.dedup();
     let caches = stacks
         .iter()
         .filter_map(|(n, s)| {
@@ -151,6 +162,8 @@ pub(crate) fn build_live(
         l2,
         route_metrics: metrics.map(|m| m.route_table(&plan.routes)),
         config: Arc::new(cfg),
+        grpc,
+        grpc_services,
     };
     Ok(Built {
         live,

@@ -18,7 +18,7 @@ use futures_util::FutureExt;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 pub(crate) use crate::answer::ErrorCounts;
 
 /// Response body type of the server.
-pub type Body = Full<Bytes>;
+pub use crate::body::Body;
 
 /// Parse a `grpc-timeout` value (`<digits><unit>`, unit one of H M S m u n).
 pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
@@ -72,7 +72,11 @@ impl Gateway {
             self.limits.expose_error_details,
         )
         .await;
-        rec.finish(resp.status());
+        let status = resp
+            .extensions()
+            .get::<crate::grpc::EffectiveStatus>()
+            .map_or(resp.status(), |s| s.0);
+        rec.finish(status);
         resp.headers_mut()
             .insert(self.request_id_header.clone(), rid);
         resp
@@ -89,22 +93,47 @@ impl Gateway {
     ) -> Response<Body> {
         if req.uri().path() == "/__fanout/status" {
             rec.ignore();
-            let mut resp = Response::new(Full::new(Bytes::from(self.status_json().to_string())));
+            let mut resp = Response::new(Body::full(Bytes::from(self.status_json().to_string())));
             resp.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return resp;
         }
+        let grpc = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .is_some_and(|v| fanout_grpc::looks_like_grpc(v.as_bytes()));
+        let req = if grpc {
+            match self.grpc_builtin(live, req).await {
+                Ok(resp) => {
+                    rec.ignore();
+                    return resp;
+                }
+                Err(req) => req,
+            }
+        } else {
+            req
+        };
         let (parts, body) = req.into_parts();
         let mut tel = self.telemetry.request(&parts, rec.start());
-        match self.lifecycle(live, &parts, body, rec, &mut tel).await {
-            Ok(out) => {
-                let mut resp = outcome_response(out);
+        let result = if grpc {
+            self.grpc_lifecycle(live, &parts, body, rec, &mut tel).await
+        } else {
+            self.lifecycle(live, &parts, body, rec, &mut tel)
+                .await
+                .map(outcome_response)
+        };
+        match result {
+            Ok(mut resp) => {
                 tel.finish(&mut resp, rid, &parts, None);
                 resp
             }
             Err(e) => {
                 let (code, step) = (e.code.clone(), e.step.clone());
-                let mut resp = self.error_response(e, rid, &parts);
+                let mut resp = if grpc {
+                    self.grpc_error_response(e, rid, &parts)
+                } else {
+                    self.error_response(e, rid, &parts)
+                };
                 let failure = Failure {
                     code: &code,
                     step: step.as_deref(),
@@ -149,7 +178,7 @@ impl Gateway {
     /// Deadline: the route's maximum, shortened by the client if it asks — in milliseconds in
     /// `server.deadline_header` (`x-request-timeout`), or in `grpc-timeout`; a bad value is
     /// refused (400). Fixed once, from the arrival time `start`.
-    fn deadline<'a>(
+    pub(crate) fn deadline<'a>(
         &'a self,
         headers: &HeaderMap,
         route: &RoutePlan,
@@ -186,15 +215,35 @@ impl Gateway {
     async fn read_body(
         &self,
         headers: &HeaderMap,
-        mut body: Incoming,
+        body: Incoming,
         start: Instant,
         deadline: Instant,
         tel: &mut RequestTelemetry<'_>,
     ) -> Result<(Val, Option<Reservation>), ApiError> {
-        if hyper::body::Body::is_end_stream(&body) {
+        let limit = self.limits.max_body_bytes;
+        let (bytes, memory) = self
+            .read_bytes(headers, body, start, deadline, tel, limit)
+            .await?;
+        if memory.is_none() {
             return Ok((Val::Null, None));
         }
-        let limit = self.limits.max_body_bytes;
+        Ok((self.parse_body(&bytes)?, memory))
+    }
+
+    /// [`Gateway::read_body`] without parsing: the body's bytes (at most `limit`) and the memory
+    /// they hold (`None` for a request without a body).
+    pub(crate) async fn read_bytes(
+        &self,
+        headers: &HeaderMap,
+        mut body: Incoming,
+        start: Instant,
+        deadline: Instant,
+        tel: &mut RequestTelemetry<'_>,
+        limit: usize,
+    ) -> Result<(Bytes, Option<Reservation>), ApiError> {
+        if hyper::body::Body::is_end_stream(&body) {
+            return Ok((Bytes::new(), None));
+        }
         let declared = headers
             .get(CONTENT_LENGTH)
             .and_then(|len| len.to_str().ok())
@@ -214,7 +263,7 @@ impl Gateway {
         let mut memory = self.bodies.reservation();
         let declared = declared.map(|n| n as usize);
         let received = self
-            .receive(&mut body, &mut memory, declared, start, deadline)
+            .receive(&mut body, &mut memory, declared, start, deadline, limit)
             .await;
         let bytes = match received {
             Ok(bytes) => bytes,
@@ -222,7 +271,7 @@ impl Gateway {
         };
         drop(reader);
         tel.bytes_in = bytes.len() as u64;
-        Ok((self.parse_body(&bytes)?, Some(memory)))
+        Ok((bytes, Some(memory)))
     }
 
     /// The body's bytes, all of them, within the time allowance ([`Gateway::read_allowance`]),
@@ -234,8 +283,8 @@ impl Gateway {
         declared: Option<usize>,
         start: Instant,
         deadline: Instant,
+        limit: usize,
     ) -> Result<Bytes, BodyRefusal> {
-        let limit = self.limits.max_body_bytes;
         let budget_exhausted = || BodyRefusal::MemoryBudget {
             budget: self.bodies.budget(),
         };
@@ -323,7 +372,7 @@ impl Gateway {
 
     /// Admit: a slot under the concurrency limit of the route's priority class now, after a
     /// short bounded wait, or an immediate 503 `overloaded` — before any flow work.
-    async fn admit(
+    pub(crate) async fn admit(
         &self,
         live: &Live,
         route: &RoutePlan,
@@ -344,7 +393,13 @@ impl Gateway {
     }
 
     /// The log line of a failed request, with the detail the client does not see.
-    fn log_failure(&self, e: &ApiError, rid: &HeaderValue, method: &http::Method, path: &str) {
+    pub(crate) fn log_failure(
+        &self,
+        e: &ApiError,
+        rid: &HeaderValue,
+        method: &http::Method,
+        path: &str,
+    ) {
         let (write, suppressed) = self.error_log.admit(std::time::Instant::now());
         if suppressed > 0 {
             tracing::warn!(
@@ -369,7 +424,7 @@ impl Gateway {
 
 /// Route: the path (404), then the method (405 with `Allow`). Returns the route's plan and the
 /// path parameters it captured.
-fn route<'a>(
+pub(crate) fn route<'a>(
     live: &'a Live,
     parts: &'a Parts,
 ) -> Result<(&'a RoutePlan, matchit::Params<'a, 'a>), Refusal<'a>> {
@@ -390,7 +445,7 @@ fn route<'a>(
 }
 
 /// Build `$request`: `{method, path, params, query, headers, body}`.
-fn build_request(parts: &Parts, params: matchit::Params<'_, '_>, body: Val) -> Val {
+pub(crate) fn build_request(parts: &Parts, params: matchit::Params<'_, '_>, body: Val) -> Val {
     request_val(RequestParts {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -556,7 +611,7 @@ mod tests {
                 if panics.load(Ordering::Relaxed) == 0 {
                     panic!("secret internal detail");
                 }
-                Response::new(Full::new(Bytes::new()))
+                Response::new(Body::full(Bytes::new()))
             },
             &panics,
             &HeaderValue::from_static("rid-1"),
@@ -574,7 +629,7 @@ mod tests {
 
         // The next request is served normally.
         let ok = catch_panics(
-            async { Response::new(Full::new(Bytes::from_static(b"{}"))) },
+            async { Response::new(Body::full(Bytes::from_static(b"{}"))) },
             &panics,
             &HeaderValue::from_static("rid-1"),
             false,
@@ -601,7 +656,7 @@ mod tests {
                 let v: Vec<u8> = Vec::new();
                 #[allow(clippy::indexing_slicing)]
                 let _ = v[1];
-                Response::new(Full::new(Bytes::new()))
+                Response::new(Body::full(Bytes::new()))
             },
             &panics,
             &HeaderValue::from_static("rid-1"),

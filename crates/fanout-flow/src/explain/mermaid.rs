@@ -96,6 +96,9 @@ fn label(s: &StepExplain) -> String {
         StepWork::Http {
             backend, method, ..
         } => format!("{method} {backend}"),
+        StepWork::Grpc {
+            backend, method, ..
+        } => format!("gRPC {method} {backend}"),
         StepWork::Keyed {
             backend, max_keys, ..
         } => format!("keyed {backend} · batch ≤ {max_keys}"),
@@ -119,7 +122,7 @@ fn label(s: &StepExplain) -> String {
     }
     if let Some(c) = s.for_each {
         flags.push(match s.work {
-            StepWork::Http { .. } => format!("for_each ×{c}"),
+            StepWork::Http { .. } | StepWork::Grpc { .. } => format!("for_each ×{c}"),
             _ => "for_each".to_string(),
         });
     }

@@ -93,6 +93,9 @@ fn kind(s: &StepExplain) -> String {
         StepWork::Http {
             backend, method, ..
         } => format!("http {method} {backend}"),
+        StepWork::Grpc {
+            backend, method, ..
+        } => format!("grpc {method} on {backend}"),
         StepWork::Keyed {
             backend,
             max_keys,
@@ -116,7 +119,7 @@ fn kind(s: &StepExplain) -> String {
         }
     };
     match (&s.work, s.for_each) {
-        (StepWork::Http { .. }, Some(c)) => {
+        (StepWork::Http { .. } | StepWork::Grpc { .. }, Some(c)) => {
             let _ = write!(k, ", one call per for_each element, ≤ {c} in flight");
         }
         (StepWork::Keyed { .. }, Some(_)) => k.push_str(", one key per for_each element"),
@@ -133,7 +136,9 @@ fn timeout(r: &RouteExplain, s: &StepExplain, t: Timeout) -> String {
     let from = match (&s.work, t.from) {
         (_, TimeoutFrom::Step) => "step".to_string(),
         (
-            StepWork::Http { backend, .. } | StepWork::Keyed { backend, .. },
+            StepWork::Http { backend, .. }
+            | StepWork::Grpc { backend, .. }
+            | StepWork::Keyed { backend, .. },
             TimeoutFrom::Backend,
         ) => {
             format!("backend {backend}")
@@ -269,10 +274,13 @@ fn critical(out: &mut String, r: &RouteExplain) {
         "    (an upper bound, not a prediction: each step on the path runs to its timeout; retries \
          and hedged copies stay within a call's timeout)"
     );
-    if r.critical
-        .iter()
-        .any(|&i| r.steps[i].for_each.is_some() && matches!(r.steps[i].work, StepWork::Http { .. }))
-    {
+    if r.critical.iter().any(|&i| {
+        r.steps[i].for_each.is_some()
+            && matches!(
+                r.steps[i].work,
+                StepWork::Http { .. } | StepWork::Grpc { .. }
+            )
+    }) {
         let _ = writeln!(
             out,
             "    (a for_each step counts one round of calls: with more elements than calls in \

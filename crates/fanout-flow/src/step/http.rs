@@ -203,10 +203,25 @@ pub(crate) fn compile_call(
     })
 }
 
-/// The "unknown backend" error of a step's `http.backend`, when it is unknown.
+/// The "unknown backend" error of a step's `http.backend`, when it is unknown, or the error of a
+/// gRPC backend called by `http:`.
 fn check_backend(sc: &mut StepCx<'_, '_>, backend: &Located<String>) {
     if !sc.backends.contains_key(&backend.value) {
         let e = unknown_backend(sc.cx.cfg, backend.pos, "", &backend.value);
         sc.cx.errs.push(e);
+    } else if sc
+        .cx
+        .cfg
+        .backends
+        .get(&backend.value)
+        .is_some_and(|b| b.protocol == fanout_config::Protocol::Grpc)
+    {
+        sc.cx.errs.push(
+            fanout_config::ConfigError::at(
+                backend.pos,
+                format!("backend `{}` speaks gRPC", backend.value),
+            )
+            .hint("call it with a `grpc: {backend, method, message}` step"),
+        );
     }
 }

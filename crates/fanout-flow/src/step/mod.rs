@@ -10,14 +10,17 @@
 //! |-----------|------------|-------------------------|----------------------------------------|
 //! | HTTP call | `http`     | `http: {path, …}`       | builds calls, performs them            |
 //! | lookup    | `keyed`    | `http: {key}`           | keys, merged per round into batch calls |
+//! | gRPC call | `grpc`     | `grpc: {method, …}`     | builds messages, performs unary calls  |
 //! | value     | `value`    | `value:`                | computes a value, no I/O               |
 //! | fail      | `fail`     | `fail:`                 | ends the request with a client answer  |
 
 mod fail;
+mod grpc;
 mod http;
 mod keyed;
 mod value;
 
+pub(crate) use grpc::grpc_method;
 pub(crate) use http::{CallSrc, compile_call};
 
 use crate::backend::CallRequest;
@@ -36,7 +39,13 @@ use tokio::time::Instant;
 
 /// Every step kind's compiler, tried in order: the first that recognises a step compiles it
 /// (a keyed lookup is an `http` step with `key`, so it comes first; `value` takes the rest).
-const KINDS: &[Compile] = &[keyed::compile, http::compile, fail::compile, value::compile];
+const KINDS: &[Compile] = &[
+    keyed::compile,
+    http::compile,
+    grpc::compile,
+    fail::compile,
+    value::compile,
+];
 
 /// A kind's compiler: `None` when the step is not of this kind; `Some(None)` when it is but has
 /// errors (reported in the context).
@@ -124,6 +133,17 @@ pub enum StepWork {
         /// Whether the call may be retried, hedged (idempotent) — dedup and caching also need
         /// GET or HEAD.
         idempotent: bool,
+    },
+    /// A unary gRPC call (`grpc: {method}`); one per element with `for_each`.
+    Grpc {
+        /// The backend called.
+        backend: String,
+        /// `package.Service/Method`.
+        method: String,
+        /// Whether the call may be retried, hedged.
+        idempotent: bool,
+        /// Whether the method has no side effects (dedup and caching apply).
+        safe: bool,
     },
     /// A keyed lookup (`http: {key}`) through the backend's batch form: the keys of every step
     /// starting in the same round are merged into calls of at most `max_keys` keys.

@@ -1,0 +1,294 @@
+//! The gRPC call step (`grpc: {backend, method, message, metadata}`): builds one unary call (one
+//! per element with `for_each`) — the message from its jq expression, checked against the
+//! method's input type and encoded as protobuf — performs it through the backend's stack, and
+//! decodes the answer message to JSON (proto field names, defaults written: docs/grpc.md).
+//!
+//! The call travels the stack like an HTTP call: path `/package.Service/Method`, the framed
+//! message as body, metadata as headers; its operation is `QUERY` for methods without side
+//! effects (so dedup and caches share it) and `POST` otherwise. The backend's gRPC client
+//! (`fanout-proxy`) sends it, maps `grpc-status` to an HTTP status for the layers and returns
+//! the answer message's bytes.
+
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
+use crate::backend::{CallRequest, query_method};
+use crate::call::{Env, HttpPlan, Yielded, build_call, expr_err, fetch_body, yielded};
+use crate::ctx::{Ctx, unknown_backend};
+use crate::error::{ErrorKind, FlowError};
+use bytes::Bytes;
+use fanout_config::{ConfigError, Located, Protocol, Step};
+use fanout_expr::{Expr, Val, json};
+use fanout_grpc::{CodecError, MessageCodec, MethodInfo};
+use futures_util::future::BoxFuture;
+use http::{HeaderName, Method};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// A compiled `grpc` step.
+struct GrpcStep {
+    /// The call (path, metadata, message expression) as every calling step has it.
+    call: HttpPlan,
+    /// `package.Service/Method`, for messages.
+    method: Arc<str>,
+    /// The request message type.
+    input: MessageCodec,
+    /// The answer message type.
+    output: MessageCodec,
+}
+
+impl StepKind for GrpcStep {
+    fn backend(&self) -> Option<&Arc<str>> {
+        Some(&self.call.backend_name)
+    }
+
+    fn work(&self) -> StepWork {
+        StepWork::Grpc {
+            backend: self.call.backend_name.to_string(),
+            method: self.method.to_string(),
+            idempotent: self.call.idempotent,
+            safe: self.call.method != Method::POST,
+        }
+    }
+
+    fn prepare(
+        &self,
+        step: &StepArgs<'_>,
+        env: &Env,
+        items: Option<Arc<Vec<Val>>>,
+        deadline: Instant,
+    ) -> Result<Prepared, Yielded> {
+        let Some(items) = items else {
+            return Ok(
+                match yielded(build_call(&self.call, env, None, deadline))? {
+                    Ok(r) => match self.encode(step, r) {
+                        Ok(r) => Prepared::Call(r),
+                        Err(e) => Prepared::Done(Err(e)),
+                    },
+                    Err(e) => Prepared::Done(Err(expr_err(step.name, "building the message", e))),
+                },
+            );
+        };
+        let mut reqs = Vec::with_capacity(items.len());
+        for (k, item) in items.iter().enumerate() {
+            let built = match yielded(build_call(&self.call, env, Some((item, k)), deadline))? {
+                Ok(r) => self.encode(step, r),
+                Err(e) => Err(expr_err(step.name, "building the message", e)),
+            };
+            match built {
+                Ok(r) => reqs.push((r, item.clone(), k)),
+                Err(e) => return Ok(Prepared::Done(Err(e))),
+            }
+        }
+        Ok(Prepared::Calls(reqs))
+    }
+
+    fn call<'a>(
+        &'a self,
+        step: &'a StepArgs<'a>,
+        req: CallRequest,
+        deadline: Instant,
+        deadline_header: &'a HeaderName,
+    ) -> BoxFuture<'a, Result<Val, FlowError>> {
+        Box::pin(async move {
+            let body = fetch_body(
+                step.name,
+                &self.call,
+                req,
+                step.timeout,
+                deadline,
+                deadline_header,
+            )
+            .await?;
+            self.decode(step.name, body).await
+        })
+    }
+}
+
+impl GrpcStep {
+    /// The built call's JSON body → the framed protobuf message, checked against the input type.
+    fn encode(&self, step: &StepArgs<'_>, mut req: CallRequest) -> Result<CallRequest, FlowError> {
+        let json: &[u8] = if req.body.is_empty() {
+            b"{}"
+        } else {
+            &req.body
+        };
+        let mut out = Vec::with_capacity(fanout_grpc::frame::HEADER_LEN + json.len());
+        out.resize(fanout_grpc::frame::HEADER_LEN, 0);
+        self.input
+            .json_to_proto_into(json, &mut out)
+            .map_err(|e| message_error(step.name, &self.method, &self.input, &e))?;
+        let len = (out.len() - fanout_grpc::frame::HEADER_LEN) as u32;
+        out[1..fanout_grpc::frame::HEADER_LEN].copy_from_slice(&len.to_be_bytes());
+        req.body = Bytes::from(out);
+        req.headers.remove(http::header::CONTENT_TYPE);
+        Ok(req)
+    }
+
+    /// The answer message → its JSON → a value (a large one on the compute pool).
+    async fn decode(&self, step_name: &Arc<str>, body: Bytes) -> Result<Val, FlowError> {
+        let h = &self.call;
+        let body_len = body.len();
+        let output = self.output.clone();
+        let depth = h.max_depth;
+        let work = move || -> Result<Result<Val, String>, CodecError> {
+            let json = output.proto_to_json(&body)?;
+            Ok(json::parse_limited(&json, depth).map_err(|e| e.to_string()))
+        };
+        let parsed = if h.compute.started() && body_len >= h.compute.offload_bytes {
+            h.compute.run(work).await.map_err(|e| {
+                FlowError::new(ErrorKind::Overloaded, e.to_string())
+                    .in_step(step_name)
+                    .with_backend(&h.backend_name)
+            })?
+        } else {
+            work()
+        };
+        let bad = |detail: String| {
+            FlowError::new(
+                ErrorKind::BadBackendAnswer,
+                format!("the backend's answer is not a valid {}", self.output.name()),
+            )
+            .in_step(step_name)
+            .with_backend(&h.backend_name)
+            .with_detail(format!("backend `{}`: {detail}", h.backend_name))
+        };
+        match parsed {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(bad(e)),
+            Err(e) => Err(bad(e.to_string())),
+        }
+    }
+}
+
+/// A message that does not fit its type: the client learns which field (names come from the
+/// `.proto` and the flow, not from data); values stay in the detail.
+fn message_error(step: &Arc<str>, method: &str, codec: &MessageCodec, e: &CodecError) -> FlowError {
+    let detail = e.to_string();
+    let field = detail
+        .split_once("unrecognized field name '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(f, _)| f);
+    let message = match field {
+        Some(f) => format!(
+            "the message built for `{method}` has a field `{f}` that {} does not have",
+            codec.name()
+        ),
+        None => format!(
+            "the message built for `{method}` does not fit its type {}",
+            codec.name()
+        ),
+    };
+    FlowError::new(ErrorKind::Expression, message)
+        .in_step(step)
+        .with_detail(format!("building the message for `{method}`: {detail}"))
+}
+
+/// The method a config names (`what`: "route" or "step `x`"), from the loaded `.proto` files;
+/// unary only. Errors are reported in `cx` at the name's position.
+pub(crate) fn grpc_method(
+    cx: &mut Ctx<'_>,
+    name: &Located<String>,
+    what: &str,
+) -> Option<MethodInfo> {
+    if cx.protos.is_empty() {
+        cx.errs.push(
+            ConfigError::at(
+                name.pos,
+                format!("{what}: gRPC method `{}` needs `.proto` files", name.value),
+            )
+            .hint("list them under `protos: {files: [...], include: [...]}` (docs/grpc.md)"),
+        );
+        return None;
+    }
+    match cx.protos.method(&name.value) {
+        Ok(m) if m.streaming => {
+            cx.errs.push(
+                ConfigError::at(
+                    name.pos,
+                    format!("{what}: `{}` is a streaming method", name.value),
+                )
+                .hint("fanout serves and calls unary gRPC methods only"),
+            );
+            None
+        }
+        Ok(m) => Some(m),
+        Err(e) => {
+            let hint = match e.candidates() {
+                Some((wrong, known)) => fanout_config::did_you_mean(wrong, known.iter())
+                    .unwrap_or_else(|| {
+                        if known.is_empty() {
+                            "the loaded .proto files have none".to_string()
+                        } else {
+                            format!("there are: {}", known.join(", "))
+                        }
+                    }),
+                None => "write `package.Service/Method`".to_string(),
+            };
+            cx.errs
+                .push(ConfigError::at(name.pos, format!("{what}: {e}")).hint(hint));
+            None
+        }
+    }
+}
+
+/// `grpc:`.
+pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
+    let g = step.grpc.as_ref()?;
+    let step_name = sc.name.value.clone();
+    let what = format!("step `{step_name}`");
+    let backend = sc.backends.get(&g.backend.value).cloned();
+    let backend_cfg = sc.cx.cfg.backends.get(&g.backend.value);
+    sc.backend_timeout = backend_cfg.and_then(|b| b.timeout);
+    match backend_cfg {
+        None => {
+            let e = unknown_backend(sc.cx.cfg, g.backend.pos, "", &g.backend.value);
+            sc.cx.errs.push(e);
+        }
+        Some(b) if b.protocol != Protocol::Grpc => sc.cx.errs.push(
+            ConfigError::at(
+                g.backend.pos,
+                format!("{what}: backend `{}` does not speak gRPC", g.backend.value),
+            )
+            .hint("set `protocol: grpc` on the backend, or call it with an `http:` step"),
+        ),
+        Some(_) => {}
+    }
+    let method = grpc_method(sc.cx, &g.method, &what);
+    let item_ok = sc.in_each;
+    let message = match &g.message {
+        Some(src) => sc.expr(Some(src), item_ok),
+        None => Expr::compile("{}", &[]).ok(),
+    };
+    let mut headers = Vec::new();
+    for (k, v) in &g.metadata {
+        let hn = sc.cx.header_name(k, v.pos);
+        if let (Some(hn), Some(e)) = (hn, sc.expr(Some(v), item_ok)) {
+            headers.push((hn, e));
+        }
+    }
+    let (backend, method, message) = (backend?, method?, message?);
+    let path = Expr::compile(&format!("{:?}", method.path), &[]).ok()?;
+    // Retried and hedged when idempotent; shared and cached when without side effects (the
+    // .proto's idempotency_level, or the step saying so).
+    let safe = g.idempotent.unwrap_or(method.no_side_effects);
+    let idempotent = g.idempotent.unwrap_or(method.idempotent);
+    let cfg = sc.cx.cfg;
+    let call = HttpPlan {
+        backend,
+        backend_name: g.backend.value.as_str().into(),
+        method: if safe { query_method() } else { Method::POST },
+        path,
+        query: Vec::new(),
+        headers,
+        body: Some(message),
+        idempotent,
+        compute: sc.cx.compute.clone(),
+        max_depth: cfg.server.expressions.max_depth,
+        status_passthrough: backend_cfg.is_some_and(|b| b.status_passthrough),
+    };
+    Some(Some(Box::new(GrpcStep {
+        call,
+        method: g.method.value.trim().trim_start_matches('/').into(),
+        input: method.input.clone(),
+        output: method.output.clone(),
+    })))
+}
