@@ -18,6 +18,7 @@ pub mod codec;
 pub mod frame;
 pub mod protos;
 pub mod status;
+pub mod stubsupport;
 pub mod timeout;
 
 pub use codec::{CodecError, MessageCodec};

@@ -3,7 +3,7 @@
 //! [`RouteView`] (what `GET /__stub/routes` lists).
 
 use crate::compile::Behaviour;
-use crate::config::{FaultConfig, LatencyConfig};
+use crate::config::{FaultConfig, GrpcCode, LatencyConfig};
 use crate::fault::Fault;
 use crate::latency::Latency;
 use http::StatusCode;
@@ -20,9 +20,17 @@ pub struct RouteUpdate {
     /// New fault list (replaces the whole list; `[]` removes all faults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faults: Option<Vec<FaultConfig>>,
-    /// New response status.
+    /// New response status. On a gRPC route, a status other than 2xx answers the gRPC code it
+    /// maps to (`fanout_grpc::Code::for_answer`: 503 → UNAVAILABLE, …) unless `grpc_status`
+    /// is set to another code than OK.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// gRPC routes: new status answered (a name or a number; `OK` answers the message again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<GrpcCode>,
+    /// gRPC routes: new `grpc-message` sent with a `grpc_status` other than OK (`""`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_message: Option<String>,
 }
 
 /// A route's current behaviour as `GET /__stub/routes` lists it; each entry is also a valid
@@ -38,6 +46,12 @@ pub struct RouteView {
     pub latency: LatencyConfig,
     /// Faults, in the order they are tried.
     pub faults: Vec<FaultConfig>,
+    /// gRPC routes: the status answered (`OK`: the message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<GrpcCode>,
+    /// gRPC routes: the `grpc-message` sent with a `grpc_status` other than OK.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_message: Option<String>,
 }
 
 /// A route update was refused.
@@ -54,7 +68,8 @@ pub enum RouteUpdateError {
         /// The route key asked for.
         route: String,
     },
-    /// The update itself is invalid (bad latency, fault or status).
+    /// The update itself is invalid (bad latency, fault or status, or `grpc_status` for an HTTP
+    /// route).
     #[error("{0}")]
     Invalid(String),
 }
@@ -65,9 +80,17 @@ pub(crate) struct CompiledUpdate {
     status: Option<StatusCode>,
     latency: Option<Latency>,
     faults: Option<Vec<Fault>>,
+    grpc_status: Option<GrpcCode>,
+    /// `Some(None)` clears the message.
+    grpc_message: Option<Option<String>>,
 }
 
 impl RouteUpdate {
+    /// Whether the update sets a field only gRPC routes have.
+    pub(crate) fn has_grpc_fields(&self) -> bool {
+        self.grpc_status.is_some() || self.grpc_message.is_some()
+    }
+
     /// Check and compile every given field; the message names the field at fault.
     pub(crate) fn compile(&self) -> Result<CompiledUpdate, String> {
         let status = match self.status {
@@ -97,6 +120,11 @@ impl RouteUpdate {
             status,
             latency,
             faults,
+            grpc_status: self.grpc_status,
+            grpc_message: self
+                .grpc_message
+                .as_ref()
+                .map(|m| Some(m.clone()).filter(|m| !m.is_empty())),
         })
     }
 }
@@ -114,18 +142,27 @@ impl CompiledUpdate {
         if let Some(f) = &self.faults {
             b.faults = f.clone();
         }
+        if let Some(c) = self.grpc_status {
+            b.grpc_status = c.0;
+        }
+        if let Some(m) = &self.grpc_message {
+            b.grpc_message = m.clone();
+        }
         b
     }
 }
 
 impl RouteView {
-    /// The view of route `route` behaving as `b`.
-    pub(crate) fn of(route: &str, b: &Behaviour) -> RouteView {
+    /// The view of route `route` behaving as `b` (`grpc`: whether it is a gRPC route, which
+    /// shows its `grpc_status` and `grpc_message`).
+    pub(crate) fn of(route: &str, b: &Behaviour, grpc: bool) -> RouteView {
         RouteView {
             route: route.to_string(),
             status: b.status.as_u16(),
             latency: b.latency.to_config(),
             faults: b.faults.iter().map(Fault::to_config).collect(),
+            grpc_status: grpc.then_some(GrpcCode(b.grpc_status)),
+            grpc_message: if grpc { b.grpc_message.clone() } else { None },
         }
     }
 }
@@ -142,6 +179,10 @@ pub(crate) struct PutRoute {
     faults: Option<Vec<FaultConfig>>,
     #[serde(default)]
     status: Option<u16>,
+    #[serde(default)]
+    grpc_status: Option<GrpcCode>,
+    #[serde(default)]
+    grpc_message: Option<String>,
 }
 
 impl PutRoute {
@@ -153,6 +194,8 @@ impl PutRoute {
                 latency: self.latency,
                 faults: self.faults,
                 status: self.status,
+                grpc_status: self.grpc_status,
+                grpc_message: self.grpc_message,
             },
         )
     }

@@ -1,8 +1,10 @@
 //! Response bodies of the stub: a whole body in one frame (the normal case, no allocation
 //! beyond the bytes), a body dribbled in timed pieces (`slow_body`), and a body that fails
-//! after the headers went out (`close_after_headers`).
+//! after the headers went out (`close_after_headers`). The first two can end with trailers
+//! (gRPC answers: `grpc-status`, `grpc-message`), which HTTP/2 sends after the data.
 
 use bytes::Bytes;
+use http::HeaderMap;
 use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -17,8 +19,13 @@ pub(crate) struct InjectedClose;
 
 /// A response body of the stub.
 pub(crate) enum StubBody {
-    /// All bytes in one frame.
-    Full(Option<Bytes>),
+    /// All bytes in one frame, then the trailers if any.
+    Full {
+        /// The bytes, until sent.
+        data: Option<Bytes>,
+        /// The trailers, until sent.
+        trailers: Option<HeaderMap>,
+    },
     /// Pieces sent on a schedule.
     Dribble(Dribble),
     /// Announces `len` bytes, then fails once the headers are flushed.
@@ -39,12 +46,35 @@ pub(crate) struct Dribble {
     interval: Duration,
     /// Boxed so the body stays `Unpin`; one allocation per dribbled response.
     sleep: Pin<Box<Sleep>>,
+    /// Sent after the last piece.
+    trailers: Option<HeaderMap>,
 }
 
 impl StubBody {
     /// A whole body.
     pub(crate) fn full(b: impl Into<Bytes>) -> StubBody {
-        StubBody::Full(Some(b.into()))
+        StubBody::Full {
+            data: Some(b.into()),
+            trailers: None,
+        }
+    }
+
+    /// This body with `trailers` sent after its data (a body that fails after the headers has
+    /// none: it ends with an error).
+    pub(crate) fn with_trailers(mut self, t: HeaderMap) -> StubBody {
+        match &mut self {
+            StubBody::Full { trailers, .. } => *trailers = Some(t),
+            StubBody::Dribble(d) => d.trailers = Some(t),
+            StubBody::CloseAfterHeaders { .. } => {}
+        }
+        self
+    }
+
+    /// `body` in `chunks` pieces spread over `duration` from now, without padding: at most one
+    /// piece per byte (for bodies whose length is part of their format, e.g. a gRPC frame).
+    pub(crate) fn dribble_exact(body: Bytes, chunks: u32, duration: Duration) -> StubBody {
+        let most = u32::try_from(body.len()).unwrap_or(u32::MAX);
+        Self::dribble(body, chunks.min(most), duration)
     }
 
     /// `body` in `chunks` pieces spread over `duration` from now. Bodies shorter than `chunks`
@@ -69,6 +99,7 @@ impl StubBody {
             start,
             interval,
             sleep: Box::pin(tokio::time::sleep_until(start + interval)),
+            trailers: None,
         })
     }
 
@@ -82,9 +113,9 @@ impl StubBody {
 }
 
 impl Dribble {
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Frame<Bytes>>> {
         if self.next >= self.chunks {
-            return Poll::Ready(None);
+            return Poll::Ready(self.trailers.take().map(Frame::trailers));
         }
         if self.sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
@@ -96,7 +127,7 @@ impl Dribble {
             let at = self.start + self.interval * (self.next + 1);
             self.sleep.as_mut().reset(at);
         }
-        Poll::Ready(Some(piece))
+        Poll::Ready(Some(Frame::data(piece)))
     }
 }
 
@@ -109,12 +140,14 @@ impl Body for StubBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, InjectedClose>>> {
         match self.get_mut() {
-            StubBody::Full(b) => Poll::Ready(
-                b.take()
+            StubBody::Full { data, trailers } => Poll::Ready(
+                data.take()
                     .filter(|b| !b.is_empty())
-                    .map(|b| Ok(Frame::data(b))),
+                    .map(Frame::data)
+                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .map(Ok),
             ),
-            StubBody::Dribble(d) => d.poll_next(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+            StubBody::Dribble(d) => d.poll_next(cx).map(|o| o.map(Ok)),
             StubBody::CloseAfterHeaders { yielded, .. } => {
                 if *yielded {
                     Poll::Ready(Some(Err(InjectedClose)))
@@ -130,15 +163,19 @@ impl Body for StubBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            StubBody::Full(b) => b.as_ref().is_none_or(Bytes::is_empty),
-            StubBody::Dribble(d) => d.next >= d.chunks,
+            StubBody::Full { data, trailers } => {
+                data.as_ref().is_none_or(Bytes::is_empty) && trailers.is_none()
+            }
+            StubBody::Dribble(d) => d.next >= d.chunks && d.trailers.is_none(),
             StubBody::CloseAfterHeaders { .. } => false,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            StubBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            StubBody::Full { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |b| b.len() as u64))
+            }
             StubBody::Dribble(d) => {
                 let len = d.body.len() as u64;
                 let sent = (u64::from(d.next) * len) / u64::from(d.chunks.max(1));

@@ -1,15 +1,18 @@
 //! From [`StubConfig`] to [`CompiledStubs`]: routes in a matchit router, body expressions
-//! compiled, statuses, headers, latencies and faults checked. Every error carries
-//! `FILE:LINE:COL`.
+//! compiled, statuses, headers, latencies and faults checked, the `.proto` files compiled and
+//! every `grpc:` method looked up in them. Every error carries `FILE:LINE:COL` (a `.proto`
+//! error: the `.proto` file's own).
 
 use crate::config::{RouteConfig, ServiceConfig, StubConfig};
 use crate::fault::Fault;
 use crate::latency::Latency;
 use bytes::Bytes;
-use fanout_config::pos_in_scalar;
-use fanout_config::{ConfigError, ConfigErrors, Pos};
+use fanout_config::{ConfigError, ConfigErrors, Located, Pos, ProtosConfig};
+use fanout_config::{closest, pos_in_scalar};
 use fanout_expr::Expr;
+use fanout_grpc::{Code, MessageCodec, MethodLookupError, ProtoError, ProtoLimits, ProtoSet};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 /// Path prefix reserved for the admin endpoints of every service.
@@ -30,6 +33,11 @@ pub struct Behaviour {
     pub raw_body: Option<Bytes>,
     /// Faults, tried in order; at most one fires per request.
     pub faults: Vec<Fault>,
+    /// gRPC routes: the status answered. `OK` answers the body's message; any other code is a
+    /// trailers-only answer with `grpc_message`. Ignored by HTTP routes.
+    pub grpc_status: Code,
+    /// gRPC routes: the `grpc-message` sent with a `grpc_status` other than OK.
+    pub grpc_message: Option<String>,
 }
 
 /// A route's current [`Behaviour`], replaceable while the stub runs (e.g. by an admin API).
@@ -79,10 +87,24 @@ pub(crate) enum MethodMatch {
 /// A route of a compiled service (its initial behaviour; counters live in the server).
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledRoute {
-    /// `"METHOD PATH-PATTERN"`.
+    /// `"METHOD PATH-PATTERN"` (a gRPC method: `"POST /package.Service/Method"`).
     pub(crate) key: String,
     pub(crate) method: MethodMatch,
     pub(crate) behaviour: Arc<Behaviour>,
+    /// Set for a gRPC route: the method's messages.
+    pub(crate) grpc: Option<Arc<GrpcMethod>>,
+}
+
+/// The method a gRPC route serves: what its requests are decoded with and its answers
+/// encoded with.
+#[derive(Debug)]
+pub(crate) struct GrpcMethod {
+    /// `package.Service/Method`.
+    pub(crate) name: String,
+    /// The request message.
+    pub(crate) input: MessageCodec,
+    /// The answer message.
+    pub(crate) output: MessageCodec,
 }
 
 /// All routes sharing one path pattern.
@@ -176,11 +198,44 @@ impl CompiledStubs {
     }
 }
 
+/// The `.proto` files of a config, as far as routes are concerned.
+enum Protos {
+    /// No `protos:` section.
+    Absent,
+    /// They did not compile (the error is reported once, not again for every route).
+    Failed,
+    /// Compiled.
+    Loaded(ProtoSet),
+}
+
 /// Check and compile a parsed config. `source` is the config text after `${VAR}` substitution
-/// (to point inside expressions); errors are not yet stamped with the file name.
-pub(crate) fn compile(cfg: &StubConfig, source: &str) -> Result<CompiledStubs, Vec<ConfigError>> {
+/// (to point inside expressions); `base` is the directory relative `protos:` paths start from
+/// (`None`: the current directory). Errors are not yet stamped with the file name (except those
+/// in `.proto` files, which name their own).
+pub(crate) fn compile(
+    cfg: &StubConfig,
+    source: &str,
+    base: Option<&Path>,
+) -> Result<CompiledStubs, Vec<ConfigError>> {
     let mut errs = Vec::new();
     let mut services = Vec::new();
+    let protos = match &cfg.protos {
+        None => Protos::Absent,
+        Some(p) => {
+            let (files, includes) = p.resolve(base);
+            let limits = ProtoLimits {
+                max_file_bytes: p.max_file_bytes,
+                max_files: p.max_files,
+            };
+            match ProtoSet::compile(&files, &includes, limits) {
+                Ok(set) => Protos::Loaded(set),
+                Err(e) => {
+                    errs.push(proto_config_error(&e, p));
+                    Protos::Failed
+                }
+            }
+        }
+    };
     if cfg.services.is_empty() {
         errs.push(ConfigError {
             file: String::new(),
@@ -190,7 +245,7 @@ pub(crate) fn compile(cfg: &StubConfig, source: &str) -> Result<CompiledStubs, V
         });
     }
     for (name, svc) in &cfg.services {
-        if let Some(s) = compile_service(name, svc, source, &mut errs) {
+        if let Some(s) = compile_service(name, svc, source, &protos, &mut errs) {
             services.push(s);
         }
     }
@@ -215,6 +270,7 @@ fn compile_service(
     name: &str,
     svc: &ServiceConfig,
     source: &str,
+    protos: &Protos,
     errs: &mut Vec<ConfigError>,
 ) -> Option<CompiledService> {
     let before = errs.len();
@@ -234,10 +290,10 @@ fn compile_service(
     let mut paths: Vec<PathEntry> = Vec::new();
     let mut router = matchit::Router::new();
     for r in &svc.routes {
-        let Some(route) = compile_route(name, r, source, errs) else {
+        let Some((route, at)) = compile_route(name, r, source, protos, errs) else {
             continue;
         };
-        let pattern = &r.path.value;
+        let pattern = &at.value;
         let idx = routes.len();
         match paths.iter().position(|p| &p.pattern == pattern) {
             Some(pi) => {
@@ -248,7 +304,7 @@ fn compile_service(
                 if dup {
                     errs.push(
                         ConfigError::at(
-                            r.path.pos,
+                            at.pos,
                             format!("service `{name}`: duplicate route {}", route.key),
                         )
                         .hint("each method + path may appear once per service"),
@@ -261,7 +317,7 @@ fn compile_service(
                 if let Err(e) = router.insert(pattern.clone(), paths.len()) {
                     errs.push(
                         ConfigError::at(
-                            r.path.pos,
+                            at.pos,
                             format!("service `{name}`: invalid route path `{pattern}`: {e}"),
                         )
                         .hint(
@@ -288,57 +344,99 @@ fn compile_service(
     })
 }
 
+/// Check and compile a route; with it, the path pattern it is routed by and where that was
+/// written (a gRPC method's path `/package.Service/Method`, at its `grpc:` value).
 fn compile_route(
     service: &str,
-    r: &RouteConfig,
+    located: &Located<RouteConfig>,
     source: &str,
+    protos: &Protos,
     errs: &mut Vec<ConfigError>,
-) -> Option<CompiledRoute> {
+) -> Option<(CompiledRoute, Located<String>)> {
     let before = errs.len();
-    let path = &r.path.value;
-    if !path.starts_with('/') {
-        errs.push(
-            ConfigError::at(
-                r.path.pos,
-                format!("service `{service}`: route path `{path}` must start with `/`"),
-            )
-            .hint("write e.g. `/items/{id}`"),
-        );
-    }
-    if path.starts_with(ADMIN_PREFIX) {
-        errs.push(
-            ConfigError::at(
-                r.path.pos,
-                format!("service `{service}`: paths under `{ADMIN_PREFIX}` are reserved"),
-            )
-            .hint("the stub serves its admin endpoints there; choose another path"),
-        );
-    }
+    let r = &located.value;
+    let is_grpc = r.grpc.is_some();
+    let (at, grpc) = match (&r.path, &r.grpc) {
+        (Some(path), None) => {
+            check_path(service, path, errs);
+            (Some(path.clone()), None)
+        }
+        (None, Some(g)) => match grpc_method(service, g, protos, errs) {
+            Some(m) => {
+                let at = Located {
+                    value: format!("/{}", m.name),
+                    pos: g.pos,
+                    quoted: g.quoted,
+                };
+                (Some(at), Some(Arc::new(m)))
+            }
+            None => (None, None),
+        },
+        (Some(_), Some(g)) => {
+            errs.push(
+                ConfigError::at(
+                    g.pos,
+                    format!("service `{service}`: a route has either `path` or `grpc`, not both"),
+                )
+                .hint(
+                    "`path` serves HTTP requests; `grpc` serves a gRPC method (its path is \
+                     `/package.Service/Method`)",
+                ),
+            );
+            (None, None)
+        }
+        (None, None) => {
+            errs.push(
+                ConfigError::at(
+                    located.pos,
+                    format!(
+                        "service `{service}`: a route needs `path` (an HTTP route) or `grpc` (a \
+                         gRPC method)"
+                    ),
+                )
+                .hint("write e.g. `path: /items/{id}` or `grpc: demo.v1.Users/GetUser`"),
+            );
+            (None, None)
+        }
+    };
+    // Where errors about the route as a whole point.
+    let route_pos = at.as_ref().map_or(located.pos, |a| a.pos);
     let method_pos = if r.method.pos == Pos::default() {
-        r.path.pos
+        route_pos
     } else {
         r.method.pos
     };
-    let method_src = r.method.value.trim().to_ascii_uppercase();
-    let method = if method_src == "*" {
-        Some(MethodMatch::Any)
+    let method = if is_grpc {
+        if r.method.pos != Pos::default() {
+            errs.push(
+                ConfigError::at(r.method.pos, "a `grpc` route has no `method`")
+                    .hint("gRPC calls are always POST; remove `method`"),
+            );
+        }
+        Some(MethodMatch::Exact(Method::POST))
     } else {
-        match Method::from_bytes(method_src.as_bytes()) {
-            Ok(m) if !method_src.is_empty() => Some(MethodMatch::Exact(m)),
-            _ => {
-                errs.push(
-                    ConfigError::at(
-                        method_pos,
-                        format!("invalid HTTP method `{}`", r.method.value),
-                    )
-                    .hint("write e.g. GET, POST, or `*` for any method"),
-                );
-                None
+        let method_src = r.method.value.trim().to_ascii_uppercase();
+        if method_src == "*" {
+            Some(MethodMatch::Any)
+        } else {
+            match Method::from_bytes(method_src.as_bytes()) {
+                Ok(m) if !method_src.is_empty() => Some(MethodMatch::Exact(m)),
+                _ => {
+                    errs.push(
+                        ConfigError::at(
+                            method_pos,
+                            format!("invalid HTTP method `{}`", r.method.value),
+                        )
+                        .hint("write e.g. GET, POST, or `*` for any method"),
+                    );
+                    None
+                }
             }
         }
     };
+    check_grpc_fields(r, is_grpc, errs);
     let status_pos = if r.status.pos == Pos::default() {
-        r.path.pos
+        route_pos
     } else {
         r.status.pos
     };
@@ -426,12 +524,12 @@ fn compile_route(
     if errs.len() != before {
         return None;
     }
-    let (method, status, latency) = (method?, status?, latency?);
+    let (method, status, latency, at) = (method?, status?, latency?, at?);
     let key = match &method {
-        MethodMatch::Any => format!("* {path}"),
-        MethodMatch::Exact(m) => format!("{m} {path}"),
+        MethodMatch::Any => format!("* {}", at.value),
+        MethodMatch::Exact(m) => format!("{m} {}", at.value),
     };
-    Some(CompiledRoute {
+    let route = CompiledRoute {
         key,
         method,
         behaviour: Arc::new(Behaviour {
@@ -441,8 +539,223 @@ fn compile_route(
             body,
             raw_body: r.raw_body.as_ref().map(|b| Bytes::from(b.value.clone())),
             faults,
+            grpc_status: r.grpc_status.as_ref().map_or(Code::Ok, |c| c.value.0),
+            grpc_message: r
+                .grpc_message
+                .as_ref()
+                .map(|m| m.value.clone())
+                .filter(|m| !m.is_empty()),
         }),
-    })
+        grpc,
+    };
+    Some((route, at))
+}
+
+/// The checks of an HTTP route's path.
+fn check_path(service: &str, path: &Located<String>, errs: &mut Vec<ConfigError>) {
+    if !path.value.starts_with('/') {
+        errs.push(
+            ConfigError::at(
+                path.pos,
+                format!(
+                    "service `{service}`: route path `{}` must start with `/`",
+                    path.value
+                ),
+            )
+            .hint("write e.g. `/items/{id}`"),
+        );
+    }
+    if path.value.starts_with(ADMIN_PREFIX) {
+        errs.push(
+            ConfigError::at(
+                path.pos,
+                format!("service `{service}`: paths under `{ADMIN_PREFIX}` are reserved"),
+            )
+            .hint("the stub serves its admin endpoints there; choose another path"),
+        );
+    }
+}
+
+/// The fields that belong to gRPC routes only, or to HTTP routes only.
+fn check_grpc_fields(r: &RouteConfig, is_grpc: bool, errs: &mut Vec<ConfigError>) {
+    if is_grpc {
+        if r.status.pos != Pos::default() {
+            errs.push(
+                ConfigError::at(r.status.pos, "a `grpc` route has no HTTP `status`")
+                    .hint("answer a gRPC status with `grpc_status: UNAVAILABLE` (name or number)"),
+            );
+        }
+        if let Some(raw) = &r.raw_body {
+            errs.push(
+                ConfigError::at(raw.pos, "a `grpc` route has no `raw_body`")
+                    .hint("`body` is a jq expression building the answer message as JSON"),
+            );
+        }
+        if let Some((_, v)) = r
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
+            errs.push(
+                ConfigError::at(v.pos, "a `grpc` route always answers `application/grpc`")
+                    .hint("remove the `content-type` header"),
+            );
+        }
+    } else {
+        if let Some(s) = &r.grpc_status {
+            errs.push(
+                ConfigError::at(s.pos, "`grpc_status` is for `grpc` routes")
+                    .hint("an HTTP route answers `status: 503`; a fault can be `{status: 503}`"),
+            );
+        }
+        if let Some(m) = &r.grpc_message {
+            errs.push(
+                ConfigError::at(m.pos, "`grpc_message` is for `grpc` routes")
+                    .hint("an HTTP route's error text goes in its `body`"),
+            );
+        }
+    }
+}
+
+/// Look up the method of a `grpc:` route.
+fn grpc_method(
+    service: &str,
+    g: &Located<String>,
+    protos: &Protos,
+    errs: &mut Vec<ConfigError>,
+) -> Option<GrpcMethod> {
+    let set = match protos {
+        Protos::Loaded(set) => set,
+        Protos::Failed => return None,
+        Protos::Absent => {
+            errs.push(
+                ConfigError::at(
+                    g.pos,
+                    format!(
+                        "service `{service}`: `grpc: {}` needs the .proto files that define it",
+                        g.value
+                    ),
+                )
+                .hint(
+                    "add a top-level `protos:` section, e.g. `protos: {files: \
+                     [demo/v1/users.proto], include: [protos]}` (relative to this file's \
+                     directory)",
+                ),
+            );
+            return None;
+        }
+    };
+    match set.method(&g.value) {
+        Ok(m) if m.streaming => {
+            errs.push(
+                ConfigError::at(
+                    g.pos,
+                    format!(
+                        "service `{service}`: `{}` is a streaming method; stubs serve unary \
+                         methods only",
+                        g.value
+                    ),
+                )
+                .hint("choose a method whose request and answer are single messages"),
+            );
+            None
+        }
+        Ok(m) => Some(GrpcMethod {
+            name: m.path.trim_start_matches('/').to_string(),
+            input: m.input,
+            output: m.output,
+        }),
+        Err(e) => {
+            let hint = lookup_hint(&g.value, &e, set);
+            errs.push(ConfigError::at(g.pos, format!("service `{service}`: {e}")).hint(hint));
+            None
+        }
+    }
+}
+
+/// What to do about a method the `.proto` files do not have: the closest name, or the names
+/// there are.
+fn lookup_hint(name: &str, e: &MethodLookupError, set: &ProtoSet) -> String {
+    let method_part = name
+        .trim()
+        .trim_start_matches('/')
+        .rsplit_once('/')
+        .map_or("", |(_, m)| m);
+    let list = |names: &[String]| {
+        const SHOWN: usize = 10;
+        let mut s = names
+            .iter()
+            .take(SHOWN)
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN {
+            s.push_str(&format!(" and {} more", names.len() - SHOWN));
+        }
+        s
+    };
+    match e {
+        MethodLookupError::BadName(_) => {
+            "write `package.Service/Method`, e.g. `demo.v1.Users/GetUser`".into()
+        }
+        MethodLookupError::UnknownService { service, known } => {
+            if known.is_empty() {
+                return format!(
+                    "the loaded .proto files ({}) define no services",
+                    set.files().join(", ")
+                );
+            }
+            match closest(service, known) {
+                Some(c) => format!("did you mean `{c}/{method_part}`?"),
+                None => format!("the services are {}", list(known)),
+            }
+        }
+        MethodLookupError::UnknownMethod { service, known, .. } => {
+            match closest(method_part, known) {
+                Some(c) => format!("did you mean `{service}/{c}`?"),
+                None if known.is_empty() => format!("`{service}` has no methods"),
+                None => format!("`{service}` has {}", list(known)),
+            }
+        }
+    }
+}
+
+/// A `.proto` compile error as a config error: at its place in the `.proto` file when the
+/// compiler knows it; otherwise (a file not found, a limit) at the `protos:` entry it concerns.
+fn proto_config_error(e: &ProtoError, p: &ProtosConfig) -> ConfigError {
+    let hint = "the error is in the .proto files: `protos.files` are looked up (and their \
+                imports) in `protos.include`, relative to the stub config's directory";
+    let file = e
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .or_else(|| e.file.clone());
+    if let (Some(file), Some((line, col))) = (file, e.line_col) {
+        return ConfigError {
+            file,
+            pos: Some(Pos {
+                line: u32::try_from(line).unwrap_or(u32::MAX),
+                col: u32::try_from(col).unwrap_or(u32::MAX),
+            }),
+            message: e.message.clone(),
+            hint: Some(hint.into()),
+        };
+    }
+    let entry = e
+        .file
+        .as_ref()
+        .and_then(|f| {
+            p.files
+                .iter()
+                .find(|x| x.value == *f || f.ends_with(&x.value))
+        })
+        .or_else(|| p.files.first());
+    ConfigError {
+        file: String::new(),
+        pos: entry.map(|x| x.pos).filter(|pos| *pos != Pos::default()),
+        message: format!("protos: {e}"),
+        hint: Some(hint.into()),
+    }
 }
 
 /// What to do about a latency error, by its message.
@@ -460,7 +773,17 @@ fn latency_hint(msg: &str) -> &'static str {
     }
 }
 
-/// Stamp errors with the file name.
+/// Stamp errors with the file name (errors in `.proto` files keep theirs).
 pub(crate) fn in_file(errs: Vec<ConfigError>, file: &str) -> ConfigErrors {
-    ConfigErrors(errs.into_iter().map(|e| e.in_file(file)).collect())
+    ConfigErrors(
+        errs.into_iter()
+            .map(|e| {
+                if e.file.is_empty() {
+                    e.in_file(file)
+                } else {
+                    e
+                }
+            })
+            .collect(),
+    )
 }

@@ -4,7 +4,8 @@
 //! (`PUT /__stub/routes`) and prints back (`GET /__stub/routes`), so they serialize to the same
 //! shapes they are read from.
 
-use fanout_config::{Dur, Located};
+use fanout_config::{Dur, Located, ProtosConfig};
+use fanout_grpc::Code;
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -18,6 +19,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StubConfig {
+    /// The `.proto` files whose methods `grpc:` routes serve (the same section as in
+    /// `fanout.yaml`); relative paths are relative to the stub config's directory.
+    #[serde(default)]
+    pub protos: Option<ProtosConfig>,
     /// Simulated backends by name.
     pub services: IndexMap<String, ServiceConfig>,
 }
@@ -28,27 +33,39 @@ pub struct StubConfig {
 pub struct ServiceConfig {
     /// Socket address to listen on, e.g. `127.0.0.1:9101`; port 0 picks a free port.
     pub listen: Located<String>,
-    /// Routes; each matches a method and a path pattern.
+    /// Routes; each matches a method and a path pattern, or is a gRPC method.
     #[serde(default)]
-    pub routes: Vec<RouteConfig>,
+    pub routes: Vec<Located<RouteConfig>>,
     /// Requests this service works on at once (a fixed worker pool); more wait in line, so its
     /// latency grows with load like a saturated real backend's. Capacity ≈ `concurrency /
     /// latency`. Default: unlimited.
     pub concurrency: Option<usize>,
 }
 
-/// A route of a simulated backend: what it answers, how slowly, and how it fails.
+/// A route of a simulated backend: what it answers, how slowly, and how it fails. An HTTP route
+/// has a `path`; a gRPC route names its method in `grpc`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["path"]}, {"required": ["grpc"]}]))]
 pub struct RouteConfig {
     /// Path pattern: `/items/{id}` captures a segment, `/files/{*rest}` the rest of the path.
-    pub path: Located<String>,
-    /// HTTP method; default `GET`; `*` matches any method.
+    /// Every route has either `path` (HTTP) or `grpc`.
+    pub path: Option<Located<String>>,
+    /// A unary gRPC method, `package.Service/Method`, from the `.proto` files under `protos:`
+    /// (instead of `path`): the request message is `$request.body` (as JSON), `body` builds the
+    /// answer message (as JSON).
+    pub grpc: Option<Located<String>>,
+    /// HTTP method; default `GET`; `*` matches any method. Not for `grpc` routes (always POST).
     #[serde(default = "default_method")]
     pub method: Located<String>,
-    /// Response status; default 200.
+    /// Response status; default 200. Not for `grpc` routes (see `grpc_status`).
     #[serde(default = "default_status")]
     pub status: Located<u16>,
+    /// `grpc` routes: answer with this gRPC status instead of the message (a name such as
+    /// `UNAVAILABLE`, or its number); default `OK`.
+    pub grpc_status: Option<Located<GrpcCode>>,
+    /// `grpc` routes: the `grpc-message` sent with a `grpc_status` other than OK.
+    pub grpc_message: Option<Located<String>>,
     /// Delay before answering: a duration (`5ms`, `1.5s`, a number of milliseconds) is fixed;
     /// or one of the models `{fixed: 5ms}`, `{uniform: {min, max}}`, `{normal: {mean, sd}}`,
     /// `{lognormal: {median, sigma}}`, `{mixture: [{p, latency}, ...]}`,
@@ -74,6 +91,97 @@ fn default_method() -> Located<String> {
 
 fn default_status() -> Located<u16> {
     Located::unknown(200)
+}
+
+/// A gRPC status code as written in a config or an admin update: its name (`UNAVAILABLE`,
+/// any case) or its number (`14`). Written back as the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcCode(pub Code);
+
+impl<'de> Deserialize<'de> for GrpcCode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = GrpcCode;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a gRPC status: a name such as UNAVAILABLE, or a number from 0 to 16")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<GrpcCode, E> {
+                match i32::try_from(v) {
+                    Ok(n @ 0..=16) => Ok(GrpcCode(Code::from_i32(n))),
+                    _ => Err(E::custom(format!(
+                        "gRPC status {v} is not within 0..16; write a number from 0 to 16 or a \
+                         name such as UNAVAILABLE"
+                    ))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<GrpcCode, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "gRPC status {v} is not within 0..16; write a number from 0 to 16 or a \
+                         name such as UNAVAILABLE"
+                    ))),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<GrpcCode, E> {
+                if let Some(c) = Code::from_name(v.trim()) {
+                    return Ok(GrpcCode(c));
+                }
+                let names = GRPC_CODE_NAMES;
+                let suggestion = fanout_config::did_you_mean(&v.to_ascii_uppercase(), names)
+                    .map(|s| format!("; {s}"))
+                    .unwrap_or_default();
+                Err(E::custom(format!(
+                    "unknown gRPC status `{v}`{suggestion} (the names are {})",
+                    names.join(", ")
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for GrpcCode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name())
+    }
+}
+
+/// The names of the gRPC status codes, in number order.
+pub(crate) const GRPC_CODE_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+impl JsonSchema for GrpcCode {
+    fn schema_name() -> Cow<'static, str> {
+        "GrpcStatus".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A gRPC status code: its name (e.g. `UNAVAILABLE`) or its number (0..16).",
+            "anyOf": [
+                {"type": "string", "enum": GRPC_CODE_NAMES},
+                {"type": "integer", "minimum": 0, "maximum": 16}
+            ]
+        })
+    }
 }
 
 /// A latency as written in the config: a bare duration (fixed) or a model.
@@ -246,7 +354,7 @@ fn ser_dur<S: Serializer>(d: &Dur, s: S) -> Result<S::Ok, S::Error> {
 /// Written as a mapping with one key naming the kind plus `p`:
 /// `{status: 503, p: 0.1, body: '{error: "down"}'}`, `{reset: {}, p: 0.01}`, `{hang: {}, p}`,
 /// `{slow_body: {chunks: 10, duration: 1s}, p}`, `{malformed: {}, p}`,
-/// `{close_after_headers: {}, p}`.
+/// `{close_after_headers: {}, p}`, `{grpc_status: UNAVAILABLE, grpc_message: "down", p}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultConfig {
     /// Probability that the fault fires for a request that reaches it, 0..1; default 1.
@@ -277,6 +385,14 @@ pub enum FaultAction {
     /// Send the status and headers (with a `content-length`), then close the connection
     /// without the body.
     CloseAfterHeaders,
+    /// Answer this gRPC status (a trailers-only answer) with `message` as its `grpc-message`;
+    /// on an HTTP route, the HTTP status the code maps to.
+    GrpcStatus {
+        /// The code.
+        code: GrpcCode,
+        /// The `grpc-message`; default `injected fault`.
+        message: Option<String>,
+    },
 }
 
 /// Parameters of a slow (dribbled) body.
@@ -293,13 +409,14 @@ pub struct SlowBodyConfig {
 }
 
 /// The fault kinds, as written in the config and reported in the stats.
-pub(crate) const FAULT_KINDS: [&str; 6] = [
+pub(crate) const FAULT_KINDS: [&str; 7] = [
     "status",
     "reset",
     "hang",
     "slow_body",
     "malformed",
     "close_after_headers",
+    "grpc_status",
 ];
 
 impl FaultAction {
@@ -317,6 +434,7 @@ impl FaultAction {
             FaultAction::SlowBody(_) => 3,
             FaultAction::Malformed => 4,
             FaultAction::CloseAfterHeaders => 5,
+            FaultAction::GrpcStatus { .. } => 6,
         }
     }
 }
@@ -334,12 +452,13 @@ impl<'de> Deserialize<'de> for FaultConfig {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
                     "a fault: a mapping with one of the keys status, reset, hang, slow_body, \
-                     malformed, close_after_headers, and `p`",
+                     malformed, close_after_headers, grpc_status, and `p`",
                 )
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FaultConfig, A::Error> {
                 let mut p: Option<f64> = None;
                 let mut body: Option<Located<String>> = None;
+                let mut grpc_message: Option<String> = None;
                 let mut action: Option<FaultAction> = None;
                 let set = |action: &mut Option<FaultAction>, a: FaultAction| {
                     if let Some(prev) = action {
@@ -390,11 +509,27 @@ impl<'de> Deserialize<'de> for FaultConfig {
                             map.next_value::<NoArgs>()?;
                             set(&mut action, FaultAction::CloseAfterHeaders)?;
                         }
+                        "grpc_status" => {
+                            let code: GrpcCode = map.next_value()?;
+                            set(
+                                &mut action,
+                                FaultAction::GrpcStatus {
+                                    code,
+                                    message: None,
+                                },
+                            )?;
+                        }
+                        "grpc_message" => {
+                            if grpc_message.is_some() {
+                                return Err(de::Error::duplicate_field("grpc_message"));
+                            }
+                            grpc_message = Some(map.next_value()?);
+                        }
                         other => {
                             return Err(de::Error::custom(format!(
                                 "unknown fault kind `{other}`; expected one of status, reset, \
-                                 hang, slow_body, malformed, close_after_headers (and `p`, \
-                                 `body`)"
+                                 hang, slow_body, malformed, close_after_headers, grpc_status \
+                                 (and `p`, `body`, `grpc_message`)"
                             )));
                         }
                     }
@@ -402,13 +537,22 @@ impl<'de> Deserialize<'de> for FaultConfig {
                 let mut action = action.ok_or_else(|| {
                     de::Error::custom(
                         "a fault needs a kind: one of status, reset, hang, slow_body, \
-                         malformed, close_after_headers",
+                         malformed, close_after_headers, grpc_status",
                     )
                 })?;
                 match (&mut action, body) {
                     (FaultAction::Status { body: slot, .. }, b) => *slot = b,
                     (_, Some(_)) => {
                         return Err(de::Error::custom("only a `status` fault has a `body`"));
+                    }
+                    (_, None) => {}
+                }
+                match (&mut action, grpc_message) {
+                    (FaultAction::GrpcStatus { message: slot, .. }, m) => *slot = m,
+                    (_, Some(_)) => {
+                        return Err(de::Error::custom(
+                            "only a `grpc_status` fault has a `grpc_message`",
+                        ));
                     }
                     (_, None) => {}
                 }
@@ -433,6 +577,12 @@ impl Serialize for FaultConfig {
                 }
             }
             FaultAction::SlowBody(sb) => m.serialize_entry("slow_body", sb)?,
+            FaultAction::GrpcStatus { code, message } => {
+                m.serialize_entry("grpc_status", code)?;
+                if let Some(msg) = message {
+                    m.serialize_entry("grpc_message", msg)?;
+                }
+            }
             other => m.serialize_entry(other.kind(), &NoArgs {})?,
         }
         m.serialize_entry("p", &self.p)?;
@@ -504,6 +654,18 @@ enum FaultSchema {
         #[schemars(range(min = 0, max = 1))]
         p: f64,
     },
+    /// A gRPC status (trailers-only answer); on an HTTP route, the HTTP status it maps to.
+    GrpcStatus {
+        /// The code: a name such as `UNAVAILABLE`, or its number.
+        grpc_status: GrpcCode,
+        /// The `grpc-message`; default `injected fault`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grpc_message: Option<String>,
+        /// Probability, 0..1; default 1.
+        #[serde(default = "one")]
+        #[schemars(range(min = 0, max = 1))]
+        p: f64,
+    },
 }
 
 /// The default probability of a fault.
@@ -520,7 +682,7 @@ impl JsonSchema for FaultConfig {
         schema.insert(
             "description".into(),
             "A fault: one key naming the kind (status, reset, hang, slow_body, malformed, \
-             close_after_headers) plus `p`, the probability that it fires (default 1). Faults \
+             close_after_headers, grpc_status) plus `p`, the probability that it fires (default 1). Faults \
              are tried in order; at most one fires per request."
                 .into(),
         );
@@ -549,7 +711,8 @@ mod tests {
     #[test]
     fn faults_and_latencies_round_trip_through_json() {
         let src = r#"[{"status": 503, "p": 0.5, "body": "{a: 1}"}, {"reset": {}, "p": 0.1},
-            {"slow_body": {"chunks": 3, "duration": "1s"}}, {"close_after_headers": {}}]"#;
+            {"slow_body": {"chunks": 3, "duration": "1s"}}, {"close_after_headers": {}},
+            {"grpc_status": "unavailable", "grpc_message": "down", "p": 0.5}, {"grpc_status": 5}]"#;
         let faults: Vec<FaultConfig> = serde_json::from_str(src).expect("faults parse");
         assert_eq!(faults[2].p, 1.0);
         let back: Vec<FaultConfig> =
@@ -559,6 +722,24 @@ mod tests {
         assert!(serde_json::from_str::<FaultConfig>(r#"{"explode": {}}"#).is_err());
         assert!(serde_json::from_str::<FaultConfig>(r#"{"reset": {}, "body": "1"}"#).is_err());
         assert!(serde_json::from_str::<FaultConfig>(r#"{"p": 1}"#).is_err());
+        assert!(
+            serde_json::from_str::<FaultConfig>(r#"{"reset": {}, "grpc_message": "x"}"#).is_err()
+        );
+        assert!(serde_json::from_str::<FaultConfig>(r#"{"grpc_status": 17}"#).is_err());
+        let e = serde_json::from_str::<FaultConfig>(r#"{"grpc_status": "UNAVAILBLE"}"#)
+            .expect_err("typo");
+        assert!(e.to_string().contains("did you mean `UNAVAILABLE`?"), "{e}");
+        assert_eq!(
+            faults[4].action,
+            FaultAction::GrpcStatus {
+                code: GrpcCode(Code::Unavailable),
+                message: Some("down".into())
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&faults[5]).expect("serialize"),
+            serde_json::json!({"grpc_status": "NOT_FOUND", "p": 1.0})
+        );
 
         let src = r#"{"mixture": [{"p": 0.9, "latency": "1ms"},
             {"p": 0.1, "latency": {"stall": {"every": "1s", "duration": "100ms",

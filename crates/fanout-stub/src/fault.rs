@@ -1,14 +1,15 @@
 //! Faults of a route: with a probability, answer a request in a broken way — a status code, a
-//! TCP reset, no answer at all, a dribbled body, malformed JSON, or a connection closed after
-//! the headers.
+//! TCP reset, no answer at all, a dribbled body, malformed JSON, a connection closed after
+//! the headers, or a gRPC status.
 //!
 //! Faults are tried in order; each is an independent draw, and the first that fires wins (at
 //! most one per request). The server executes them (see `server.rs`); this module holds the
 //! compiled form and the draw.
 
-use crate::config::{FAULT_KINDS, FaultAction, FaultConfig, SlowBodyConfig};
+use crate::config::{FAULT_KINDS, FaultAction, FaultConfig, GrpcCode, SlowBodyConfig};
 use fanout_config::{Dur, Located};
 use fanout_expr::Expr;
+use fanout_grpc::Code;
 use http::StatusCode;
 use rand::Rng;
 use std::time::Duration;
@@ -53,11 +54,19 @@ pub enum FaultKind {
     /// Status and headers with a `content-length`, then the connection closes (HTTP/2: the
     /// stream is reset) without the body.
     CloseAfterHeaders,
+    /// A trailers-only gRPC answer with this status (an HTTP route answers the HTTP status the
+    /// code maps to, [`Code::http_status`]).
+    GrpcStatus {
+        /// The code.
+        code: Code,
+        /// The `grpc-message`; `None`: `injected fault`.
+        message: Option<String>,
+    },
 }
 
 impl FaultKind {
     /// The kind's name as written in the config and reported in the stats (`status`,
-    /// `reset`, `hang`, `slow_body`, `malformed`, `close_after_headers`).
+    /// `reset`, `hang`, `slow_body`, `malformed`, `close_after_headers`, `grpc_status`).
     pub fn name(&self) -> &'static str {
         FAULT_KINDS[self.index()]
     }
@@ -71,6 +80,7 @@ impl FaultKind {
             FaultKind::SlowBody { .. } => 3,
             FaultKind::Malformed => 4,
             FaultKind::CloseAfterHeaders => 5,
+            FaultKind::GrpcStatus { .. } => 6,
         }
     }
 }
@@ -146,6 +156,10 @@ impl Fault {
             }
             FaultAction::Malformed => FaultKind::Malformed,
             FaultAction::CloseAfterHeaders => FaultKind::CloseAfterHeaders,
+            FaultAction::GrpcStatus { code, message } => FaultKind::GrpcStatus {
+                code: code.0,
+                message: message.clone().filter(|m| !m.is_empty()),
+            },
         };
         Ok(Fault { p: c.p, kind })
     }
@@ -167,6 +181,10 @@ impl Fault {
             }),
             FaultKind::Malformed => FaultAction::Malformed,
             FaultKind::CloseAfterHeaders => FaultAction::CloseAfterHeaders,
+            FaultKind::GrpcStatus { code, message } => FaultAction::GrpcStatus {
+                code: GrpcCode(*code),
+                message: message.clone(),
+            },
         };
         FaultConfig { p: self.p, action }
     }

@@ -40,6 +40,13 @@
 //! stub's sleeps (actual minus requested delay, p50/p99/max in µs): the proof that the stub was
 //! not the bottleneck.
 //!
+//! A route can instead serve a unary **gRPC method** (`grpc: demo.v1.Users/GetUser`, from the
+//! `.proto` files of the top-level `protos:` section, compiled once at load): the request message
+//! is decoded to JSON as `$request.body`, the body expression's result is encoded as the answer
+//! message, and the status travels in trailers (`grpc_status` answers another code). HTTP/2
+//! (h2c) and HTTP/1.1 share every port; latency, faults, counters and the admin API work for
+//! gRPC routes as for HTTP ones (route key `POST /package.Service/Method`).
+//!
 //! A route's [`Behaviour`] sits in a [`BehaviourCell`] and can be replaced while running:
 //! whole ([`StubServer::set_behaviour`]) or field by field with a [`RouteUpdate`]
 //! ([`StubServer::update_route`], or `PUT /__stub/routes` over HTTP; `GET /__stub/routes`
@@ -60,25 +67,39 @@ mod stats;
 pub use admin::{RouteUpdate, RouteUpdateError, RouteView};
 pub use compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledStubs};
 pub use config::{
-    FaultAction, FaultConfig, LatencyConfig, LatencyModel, LognormalLatency, MixtureArm, NoArgs,
-    NormalLatency, RouteConfig, ServiceConfig, SlowBodyConfig, StallLatency, StubConfig,
+    FaultAction, FaultConfig, GrpcCode, LatencyConfig, LatencyModel, LognormalLatency, MixtureArm,
+    NoArgs, NormalLatency, RouteConfig, ServiceConfig, SlowBodyConfig, StallLatency, StubConfig,
     UniformLatency,
 };
 pub use fault::{Fault, FaultKind, MAX_SLOW_BODY_CHUNKS};
 pub use latency::{
     Latency, MAX_DELAY, PROBABILITY_TOLERANCE, WeightedLatency, stall_hold, with_rng,
 };
-pub use server::{MAX_BODY_BYTES, StubError, StubServer};
+pub use server::{MAX_BODY_BYTES, MAX_GRPC_MESSAGE_BYTES, StubError, StubServer};
 pub use stats::{FaultCounts, RouteStats, ServiceStats};
 
 use fanout_config::{ConfigError, ConfigErrors, VarLookup};
+use std::path::Path;
 
 /// Load a stub config from YAML text (`${VAR}` substitution via `vars`), check it and compile
-/// its body expressions. `file` names the source in errors (`FILE:LINE:COL: message`).
+/// its body expressions and `.proto` files. `file` names the source in errors
+/// (`FILE:LINE:COL: message`); relative `protos:` paths are relative to its directory.
 pub fn load(file: &str, text: &str, vars: VarLookup<'_>) -> Result<CompiledStubs, ConfigErrors> {
+    load_in(file, text, vars, fanout_config::config_dir(file).as_deref())
+}
+
+/// [`load`] with relative `protos:` paths resolved against `dir` (`None`: the current
+/// directory) instead of `file`'s directory — for configs that come from no file (embedded in a
+/// program, written to a temporary directory with their `.proto` files).
+pub fn load_in(
+    file: &str,
+    text: &str,
+    vars: VarLookup<'_>,
+    dir: Option<&Path>,
+) -> Result<CompiledStubs, ConfigErrors> {
     let cfg: StubConfig = fanout_config::from_yaml(file, text, vars)?;
     let source = fanout_config::substitute(text, vars).map_err(|e| e.in_file(file))?;
-    compile::compile(&cfg, &source).map_err(|errs| compile::in_file(errs, file))
+    compile::compile(&cfg, &source, dir).map_err(|errs| compile::in_file(errs, file))
 }
 
 /// Read and [`load`] a stub config file.

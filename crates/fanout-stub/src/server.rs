@@ -1,5 +1,7 @@
 //! The running stub: one listener per service, HTTP/1.1 and h2c on the same port, per-request
-//! latency, faults and templated JSON bodies, counters, and the `/__stub/` admin endpoints.
+//! latency, faults and templated JSON bodies, unary gRPC methods (a message decoded to JSON, the
+//! answer encoded from JSON, the status in trailers), counters, and the `/__stub/` admin
+//! endpoints.
 //!
 //! The request path takes no lock shared between requests other than the read side of the
 //! route's behaviour cell: random draws come from a per-thread RNG, counters are atomics and
@@ -9,14 +11,19 @@
 
 use crate::admin::{PutRoute, RouteUpdate, RouteUpdateError, RouteView};
 use crate::body::StubBody;
-use crate::compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledService, CompiledStubs};
+use crate::compile::{
+    ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledService, CompiledStubs, GrpcMethod,
+};
 use crate::conn::{ConnCtx, ResetOnDrop};
 use crate::fault::{self, FaultKind};
 use crate::latency::{MAX_DELAY, with_rng};
 use crate::stats::{ConnCounters, RouteCounters, ServiceStats};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fanout_expr::request::{RequestParts, request_val};
 use fanout_expr::{Expr, Val};
+use fanout_grpc::frame::{self, FrameError};
+use fanout_grpc::stubsupport::{self, GRPC_ACCEPT_ENCODING};
+use fanout_grpc::{Code, is_grpc_content_type, looks_like_grpc};
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -33,6 +40,10 @@ use tokio::time::Instant;
 
 /// Largest accepted request body; larger bodies get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Largest accepted gRPC request message (gRPC's usual default); a larger one is answered
+/// RESOURCE_EXHAUSTED as soon as its frame header announces it.
+pub const MAX_GRPC_MESSAGE_BYTES: usize = 4 << 20;
 
 /// Maximum concurrent HTTP/2 streams per connection (the stub must not be the bottleneck).
 const MAX_H2_STREAMS: u32 = 4096;
@@ -125,7 +136,7 @@ impl ServiceState {
             .routes
             .iter()
             .zip(&self.routes)
-            .map(|(c, r)| RouteView::of(&c.key, &r.behaviour.load()))
+            .map(|(c, r)| RouteView::of(&c.key, &r.behaviour.load(), c.grpc.is_some()))
             .collect()
     }
 
@@ -138,11 +149,26 @@ impl ServiceState {
                 service: self.compiled.name.clone(),
                 route: key.to_string(),
             })?;
+        let grpc = self.is_grpc(key);
+        if !grpc && update.has_grpc_fields() {
+            return Err(RouteUpdateError::Invalid(format!(
+                "grpc_status, grpc_message: `{key}` is not a gRPC route (use `status` and \
+                 faults)"
+            )));
+        }
         // Compile outside the lock; apply under it (concurrent updates do not lose fields).
         let compiled = update.compile().map_err(RouteUpdateError::Invalid)?;
         let next = route.behaviour.update(|b| compiled.apply(b));
         tracing::info!(service = %self.compiled.name, route = %key, "route behaviour updated");
-        Ok(RouteView::of(key, &next))
+        Ok(RouteView::of(key, &next, grpc))
+    }
+
+    /// Whether route `key` serves a gRPC method.
+    fn is_grpc(&self, key: &str) -> bool {
+        self.compiled
+            .routes
+            .iter()
+            .any(|r| r.key == key && r.grpc.is_some())
     }
 }
 
@@ -397,9 +423,17 @@ async fn handle(
     if let Some(admin) = path.strip_prefix(ADMIN_PREFIX) {
         return admin_request(state, &parts, admin, body).await;
     }
+    // A gRPC client is answered in gRPC, whatever goes wrong.
+    let grpc_request = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| looks_like_grpc(v.as_bytes()));
     let table = &state.compiled.table;
     let routes = &state.compiled.routes;
     let Ok(found) = table.router.at(path) else {
+        if grpc_request {
+            return unknown_method(state, path);
+        }
         return error_response(
             StatusCode::NOT_FOUND,
             &format!("no route for {} {path}", parts.method),
@@ -407,6 +441,9 @@ async fn handle(
     };
     let entry = *found.value;
     let Some(idx) = table.pick(entry, &parts.method, routes) else {
+        if grpc_request {
+            return unknown_method(state, path);
+        }
         let mut resp = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             &format!("method {} not allowed for {path}", parts.method),
@@ -417,14 +454,22 @@ async fn handle(
         return resp;
     };
     let params: Vec<(&str, &str)> = found.params.iter().collect();
-    let Some(route) = state.routes.get(idx) else {
+    let (Some(route), Some(compiled)) = (state.routes.get(idx), routes.get(idx)) else {
         return error_response(StatusCode::INTERNAL_SERVER_ERROR, "route table mismatch");
     };
+    if grpc_request && compiled.grpc.is_none() {
+        return unknown_method(state, path);
+    }
 
     let guard = route.counters.start();
     let behaviour = route.behaviour.load();
 
-    let bytes = match read_body(&parts, body).await {
+    // The request body: as sent, or a gRPC request message decoded to JSON.
+    let input = match &compiled.grpc {
+        None => read_body(&parts, body).await,
+        Some(m) => read_grpc(&parts, body, m).await,
+    };
+    let bytes = match input {
         Ok(b) => b,
         Err(resp) => {
             guard.complete();
@@ -461,38 +506,281 @@ async fn handle(
             .record_overshoot(Instant::now().saturating_duration_since(deadline));
     }
 
+    if let Some(FaultKind::Reset) = fault {
+        guard.complete();
+        conn.reset();
+        // The connection task drops this handler together with the connection.
+        return std::future::pending().await;
+    }
     let view = RequestView {
         parts: &parts,
         path,
         params: &params,
         body: &bytes,
     };
-    let resp = match fault {
-        None => respond(&behaviour, &view, StubBody::full),
-        Some(FaultKind::Hang) => return std::future::pending().await,
-        Some(FaultKind::Reset) => {
-            guard.complete();
-            conn.reset();
-            // The connection task drops this handler together with the connection.
-            return std::future::pending().await;
+    let resp = match &compiled.grpc {
+        None => http_answer(fault, &behaviour, &view),
+        Some(m) => {
+            let at = Where {
+                service: &state.compiled.name,
+                route: &compiled.key,
+            };
+            grpc_answer(fault, &behaviour, &view, m, at)
         }
-        Some(FaultKind::Status { status, body }) => status_fault(*status, body.as_ref(), &view),
-        Some(FaultKind::SlowBody { chunks, duration }) => respond(&behaviour, &view, |b| {
+    };
+    guard.complete();
+    resp
+}
+
+/// The answer of an HTTP route: normal, or broken by `fault` (`hang` and `reset` are handled
+/// before).
+fn http_answer(
+    fault: Option<&FaultKind>,
+    behaviour: &Behaviour,
+    view: &RequestView<'_>,
+) -> Response<StubBody> {
+    match fault {
+        None | Some(FaultKind::Hang | FaultKind::Reset) => respond(behaviour, view, StubBody::full),
+        Some(FaultKind::Status { status, body }) => status_fault(*status, body.as_ref(), view),
+        Some(FaultKind::SlowBody { chunks, duration }) => respond(behaviour, view, |b| {
             StubBody::dribble(b, *chunks, *duration)
         }),
         Some(FaultKind::Malformed) => {
-            let mut resp = respond(&behaviour, &view, |b| StubBody::full(malformed(&b)));
+            let mut resp = respond(behaviour, view, |b| StubBody::full(malformed(&b)));
             if resp.status() != StatusCode::INTERNAL_SERVER_ERROR {
                 *resp.status_mut() = StatusCode::OK;
             }
             resp
         }
-        Some(FaultKind::CloseAfterHeaders) => respond(&behaviour, &view, |b| {
-            StubBody::close_after_headers(b.len())
-        }),
-    };
-    guard.complete();
+        Some(FaultKind::CloseAfterHeaders) => {
+            respond(behaviour, view, |b| StubBody::close_after_headers(b.len()))
+        }
+        Some(FaultKind::GrpcStatus { code, message }) => {
+            let status = code.http_status();
+            let body = serde_json::json!({
+                "error": message.as_deref().unwrap_or("injected fault"),
+                "status": status.as_u16(),
+                "grpc_status": code.name(),
+            });
+            json_response(status, body.to_string())
+        }
+    }
+}
+
+/// Which route answers, for log lines.
+#[derive(Clone, Copy)]
+struct Where<'a> {
+    service: &'a str,
+    route: &'a str,
+}
+
+/// A trailers-only gRPC answer: HTTP 200 and the status in the headers, no message.
+fn grpc_status_response(code: Code, message: &str) -> Response<StubBody> {
+    let mut resp = Response::new(StubBody::full(Bytes::new()));
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
+    );
+    stubsupport::set_status(h, code, message);
     resp
+}
+
+/// The answer to a gRPC call of a method this service does not serve.
+fn unknown_method(state: &ServiceState, path: &str) -> Response<StubBody> {
+    grpc_status_response(
+        Code::Unimplemented,
+        &format!(
+            "method {path} is not served by stub service `{}`",
+            state.compiled.name
+        ),
+    )
+}
+
+/// The answer to a request body that is not one acceptable gRPC message.
+fn frame_refusal(e: &FrameError) -> Response<StubBody> {
+    let mut resp = grpc_status_response(stubsupport::frame_error_code(e), &e.to_string());
+    if *e == FrameError::Compressed {
+        resp.headers_mut()
+            .insert(GRPC_ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    resp
+}
+
+/// Read a gRPC request (`content-type: application/grpc`, one uncompressed message of at most
+/// [`MAX_GRPC_MESSAGE_BYTES`]) and decode its message to JSON; the error is the answer to send
+/// (a gRPC status; 415 for a request that is not gRPC at all).
+async fn read_grpc(
+    parts: &http::request::Parts,
+    body: Incoming,
+    m: &GrpcMethod,
+) -> Result<Bytes, Response<StubBody>> {
+    let ct = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .map(HeaderValue::as_bytes)
+        .unwrap_or_default();
+    if !is_grpc_content_type(ct) {
+        if looks_like_grpc(ct) {
+            return Err(grpc_status_response(
+                Code::Unimplemented,
+                &format!(
+                    "content-type `{}` is not served: send application/grpc (protobuf)",
+                    String::from_utf8_lossy(ct)
+                ),
+            ));
+        }
+        return Err(error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &format!(
+                "{} is a gRPC method: send content-type application/grpc",
+                m.name
+            ),
+        ));
+    }
+    let framed = read_frame(body, MAX_GRPC_MESSAGE_BYTES).await?;
+    let msg =
+        frame::decode_unary(&framed, MAX_GRPC_MESSAGE_BYTES).map_err(|e| frame_refusal(&e))?;
+    match m.input.proto_to_json(&msg) {
+        Ok(json) => Ok(Bytes::from(json)),
+        Err(e) => Err(grpc_status_response(Code::InvalidArgument, &e.to_string())),
+    }
+}
+
+/// Read a gRPC request body: stops early when the first frame's header announces more than
+/// `limit` bytes (answered at once), or when more than one frame has arrived (a unary call takes
+/// one; [`frame::decode_unary`] then says so).
+async fn read_frame(mut body: Incoming, limit: usize) -> Result<Bytes, Response<StubBody>> {
+    let mut buf = BytesMut::new();
+    while let Some(next) = body.frame().await {
+        let next = next.map_err(|e| {
+            grpc_status_response(Code::Internal, &format!("cannot read the request: {e}"))
+        })?;
+        let Ok(data) = next.into_data() else {
+            continue; // trailers
+        };
+        buf.extend_from_slice(&data);
+        if let Some(len) = frame::announced(&buf) {
+            if len > limit {
+                // The header alone says why: a bad flag or compression first, else the size.
+                let header =
+                    Bytes::copy_from_slice(buf.get(..frame::HEADER_LEN).unwrap_or_default());
+                let e = frame::decode_unary(&header, limit)
+                    .err()
+                    .unwrap_or(FrameError::TooLarge { len, limit });
+                return Err(frame_refusal(&e));
+            }
+            if buf.len() > frame::HEADER_LEN + len {
+                break;
+            }
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// The answer of a gRPC route: normal, or broken by `fault` (`hang` and `reset` are handled
+/// before). A fault answering an HTTP status answers the gRPC code it maps to
+/// ([`Code::for_answer`]); `slow_body` dribbles the framed message, then the trailers;
+/// `malformed` sends a message that is not valid protobuf; `close_after_headers` resets the
+/// stream after the headers.
+fn grpc_answer(
+    fault: Option<&FaultKind>,
+    b: &Behaviour,
+    view: &RequestView<'_>,
+    m: &GrpcMethod,
+    at: Where<'_>,
+) -> Response<StubBody> {
+    match fault {
+        None | Some(FaultKind::Hang | FaultKind::Reset) => {
+            grpc_respond(b, view, m, at, StubBody::full)
+        }
+        Some(FaultKind::Status { status, body }) => {
+            let code = Code::for_answer(*status, "");
+            let message = match body {
+                None => format!("injected fault (HTTP status {})", status.as_u16()),
+                Some(expr) => match view.eval(expr) {
+                    // A string is the message as it is; anything else its JSON text.
+                    Ok(json) => serde_json::from_slice::<String>(&json)
+                        .unwrap_or_else(|_| String::from_utf8_lossy(&json).into_owned()),
+                    Err(e) => return grpc_status_response(Code::Internal, &e),
+                },
+            };
+            grpc_status_response(code, &message)
+        }
+        Some(FaultKind::GrpcStatus { code, message }) => {
+            grpc_status_response(*code, message.as_deref().unwrap_or("injected fault"))
+        }
+        Some(FaultKind::SlowBody { chunks, duration }) => grpc_respond(b, view, m, at, |f| {
+            StubBody::dribble_exact(f, *chunks, *duration)
+        }),
+        Some(FaultKind::Malformed) => {
+            grpc_respond(b, view, m, at, |f| StubBody::full(malformed_frame(&f)))
+        }
+        Some(FaultKind::CloseAfterHeaders) => {
+            grpc_respond(b, view, m, at, |f| StubBody::close_after_headers(f.len()))
+        }
+    }
+}
+
+/// A gRPC route's answer: its `grpc_status` (trailers-only) when not OK, else the body
+/// expression's result encoded as the output message, framed, wrapped by `wrap`, and followed
+/// by `grpc-status: 0` trailers. A result that does not fit the message is INTERNAL (logged).
+fn grpc_respond(
+    b: &Behaviour,
+    view: &RequestView<'_>,
+    m: &GrpcMethod,
+    at: Where<'_>,
+    wrap: impl FnOnce(Bytes) -> StubBody,
+) -> Response<StubBody> {
+    let with_headers = |mut resp: Response<StubBody>| {
+        for (k, v) in &b.headers {
+            resp.headers_mut().append(k, v.clone());
+        }
+        resp
+    };
+    if b.grpc_status != Code::Ok {
+        let msg = b.grpc_message.as_deref().unwrap_or_default();
+        return with_headers(grpc_status_response(b.grpc_status, msg));
+    }
+    if !b.status.is_success() {
+        // An HTTP status set on a gRPC route at run time: the code it maps to.
+        let code = Code::for_answer(b.status, "");
+        let msg = format!("route status {}", b.status.as_u16());
+        return with_headers(grpc_status_response(code, &msg));
+    }
+    let json = match &b.body {
+        None => Bytes::from_static(b"{}"),
+        Some(expr) => match view.eval(expr) {
+            Ok(j) if &j[..] == b"null" => Bytes::from_static(b"{}"),
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!(service = %at.service, route = %at.route, error = %e, "gRPC stub answer failed");
+                return grpc_status_response(Code::Internal, &e);
+            }
+        },
+    };
+    let mut encoded = Ok(());
+    let framed = frame::encode_with(|out| encoded = m.output.json_to_proto_into(&json, out));
+    if let Err(e) = encoded {
+        let message = format!("the body does not fit the answer message {e}");
+        tracing::warn!(service = %at.service, route = %at.route, error = %message, "gRPC stub answer failed");
+        return grpc_status_response(Code::Internal, &message);
+    }
+    let body = wrap(framed).with_trailers(stubsupport::status_trailers(Code::Ok, ""));
+    let mut resp = Response::new(body);
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
+    );
+    with_headers(resp)
+}
+
+/// A framed message that no protobuf decoder accepts: the message followed by a tag with the
+/// invalid wire type 7 (field 1), correctly framed.
+fn malformed_frame(framed: &[u8]) -> Bytes {
+    let mut msg = framed.get(frame::HEADER_LEN..).unwrap_or_default().to_vec();
+    msg.push(0x0f);
+    frame::encode(&msg)
 }
 
 /// Read the request body, up to [`MAX_BODY_BYTES`]; the error is the response to send.

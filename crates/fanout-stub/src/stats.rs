@@ -288,6 +288,8 @@ pub struct FaultCounts {
     pub malformed: u64,
     /// `close_after_headers` faults.
     pub close_after_headers: u64,
+    /// `grpc_status` faults.
+    pub grpc_status: u64,
 }
 
 impl FaultCounts {
@@ -300,6 +302,7 @@ impl FaultCounts {
             slow_body,
             malformed,
             close_after_headers,
+            grpc_status,
         ] = c;
         FaultCounts {
             status,
@@ -308,6 +311,7 @@ impl FaultCounts {
             slow_body,
             malformed,
             close_after_headers,
+            grpc_status,
         }
     }
 
@@ -320,6 +324,7 @@ impl FaultCounts {
             "slow_body" => self.slow_body,
             "malformed" => self.malformed,
             "close_after_headers" => self.close_after_headers,
+            "grpc_status" => self.grpc_status,
             _ => return None,
         })
     }
@@ -332,6 +337,7 @@ impl FaultCounts {
             + self.slow_body
             + self.malformed
             + self.close_after_headers
+            + self.grpc_status
     }
 }
 
@@ -342,7 +348,8 @@ pub struct ServiceStats {
     pub connections_open: u64,
     /// Connections accepted since start or the last reset.
     pub connections_total: u64,
-    /// Per route, keyed `"METHOD PATH-PATTERN"` (e.g. `"GET /search"`, `"* /any"`).
+    /// Per route, keyed `"METHOD PATH-PATTERN"` (e.g. `"GET /search"`, `"* /any"`; a gRPC
+    /// method: `"POST /package.Service/Method"`).
     pub routes: IndexMap<String, RouteStats>,
 }
 

@@ -203,6 +203,11 @@ fn schema_describes_the_config() {
         "faults",
         "slow_body",
         "close_after_headers",
+        "protos",
+        "grpc",
+        "grpc_status",
+        "grpc_message",
+        "UNAVAILABLE",
     ] {
         assert!(text.contains(needle), "schema lacks {needle}: {text}");
     }

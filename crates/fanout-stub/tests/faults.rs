@@ -339,7 +339,7 @@ async fn sleeps_report_their_overshoot_and_models_answer() {
         v["routes"]["GET /reset"]["faults"]
             .as_object()
             .map(|o| o.len()),
-        Some(6)
+        Some(7)
     );
 
     // Reset zeroes faults and overshoot.
