@@ -27,8 +27,8 @@
 //! `{normal: {mean, sd}}` (truncated at 0), `{lognormal: {median, sigma}}` (WireMock's
 //! parameters), `{mixture: [{p, latency}, ...]}` and `{stall: {every, duration, base}}`
 //! (periodic freezes aligned to the server's start). Faults ([`FaultConfig`]): `status`,
-//! `reset` (TCP RST), `hang`, `slow_body`, `malformed`, `close_after_headers`. The user guide is
-//! `docs/stubs.md`.
+//! `reset` (TCP RST), `hang`, `slow_body`, `malformed`, `close_after_headers`, `grpc_status`.
+//! The user guide is `docs/stubs.md`.
 //!
 //! Every route counts requests started, completed, in flight (and the maximum), and *aborted* —
 //! handlers dropped before they finished because the client went away (connection closed, or an
