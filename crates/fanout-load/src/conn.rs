@@ -8,7 +8,7 @@
 use crate::recorder::Outcome;
 use crate::{LoadError, Protocol, RequestTemplate};
 use bytes::Bytes;
-use http::header::{HOST, HeaderName, HeaderValue};
+use http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, TE};
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::Full;
 use hyper::client::conn::{http1, http2};
@@ -113,7 +113,9 @@ impl Prepared {
         let full_path = format!("{}{}", target.base_path, path);
         let uri_text = match protocol {
             Protocol::Http1 => full_path,
-            Protocol::Http2 => format!("http://{}{}", target.authority, full_path),
+            Protocol::Http2 | Protocol::Grpc => {
+                format!("http://{}{}", target.authority, full_path)
+            }
         };
         let uri: Uri = uri_text
             .parse()
@@ -128,6 +130,14 @@ impl Prepared {
         }
         match protocol {
             Protocol::Http1 => {
+                if headers
+                    .get(CONTENT_TYPE)
+                    .is_some_and(|v| fanout_grpc::looks_like_grpc(v.as_bytes()))
+                {
+                    return Err(bad(
+                        "a gRPC request needs HTTP/2: send it with protocol grpc".into(),
+                    ));
+                }
                 if !headers.contains_key(HOST) {
                     let v = HeaderValue::from_str(&target.authority)
                         .map_err(|_| bad("target authority is not a valid Host header".into()))?;
@@ -137,6 +147,18 @@ impl Prepared {
             // HTTP/2 carries the authority in `:authority`.
             Protocol::Http2 => {
                 headers.remove(HOST);
+            }
+            Protocol::Grpc => {
+                headers.remove(HOST);
+                if !headers.contains_key(CONTENT_TYPE) {
+                    headers.insert(
+                        CONTENT_TYPE,
+                        HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
+                    );
+                }
+                if !headers.contains_key(TE) {
+                    headers.insert(TE, HeaderValue::from_static("trailers"));
+                }
             }
         }
         Ok(Prepared {
@@ -395,6 +417,23 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         assert_eq!(p2.build().uri(), "http://127.0.0.1:8080/api/x");
+        let mut g = RequestTemplate::get("/pkg.Svc/M");
+        g.method = Method::POST;
+        let pg = match Prepared::new(0, &g, &t, Protocol::Grpc) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let req = pg.build();
+        assert_eq!(req.uri(), "http://127.0.0.1:8080/api/pkg.Svc/M");
+        assert_eq!(req.headers()[CONTENT_TYPE], "application/grpc");
+        assert_eq!(req.headers()[TE], "trailers");
+        assert!(!req.headers().contains_key(HOST));
+        g.headers
+            .push(("content-type".into(), "application/grpc".into()));
+        match Prepared::new(1, &g, &t, Protocol::Http1) {
+            Ok(_) => panic!("gRPC over HTTP/1.1 accepted"),
+            Err(e) => assert!(e.to_string().contains("protocol grpc"), "{e}"),
+        }
         let mut bad = RequestTemplate::get("/");
         bad.headers.push(("bad header".into(), "v".into()));
         match Prepared::new(3, &bad, &t, Protocol::Http1) {

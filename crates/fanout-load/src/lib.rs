@@ -1,4 +1,5 @@
-//! `fanout-load`: the open-model HTTP load generator behind `fanout load` and the load lab.
+//! `fanout-load`: the open-model HTTP and gRPC load generator behind `fanout load` and the load
+//! lab.
 //!
 //! * **Open model.** A [`Schedule`] in Yandex.Tank syntax (`const(r,d)`, `line(a,b,d)`,
 //!   `step(a,b,s,d)`) fixes the *intended* send time of every request in advance. A request's
@@ -16,6 +17,9 @@
 //! * **Results**: [`LoadReport`] (the `--json` schema, see README.md) with HdrHistogram
 //!   percentiles, status classes, network errors by class, per-second [`SecondStats`] (also
 //!   streamed to a progress callback), k6-style [`Threshold`]s and a [`summary_text`].
+//! * **gRPC** (unary): [`grpc_request`] turns `pkg.Service/Method` and a JSON message into a
+//!   template (the framed protobuf built once); with [`Protocol::Grpc`] (h2c) every answer is
+//!   judged by its `grpc-status` and counted by code name in [`LoadReport::grpc_status`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,12 +33,14 @@
 #![warn(missing_docs)]
 
 mod conn;
+pub mod grpc;
 mod recorder;
 mod report;
 mod runner;
 mod schedule;
 mod threshold;
 
+pub use grpc::{GrpcTemplateError, grpc_request, load_protos};
 pub use report::{
     ErrorCounts, LagStats, LatencyStats, LoadReport, SecondHistograms, SecondStats, SendSecond,
     StatusClasses, empty_histogram, summary_text,
@@ -60,7 +66,8 @@ pub struct LoadSpec {
     pub requests: Vec<RequestTemplate>,
     /// When to send (parsed from Tank syntax).
     pub schedule: Schedule,
-    /// HTTP/1.1 (default) or HTTP/2 with prior knowledge (h2c).
+    /// HTTP/1.1 (default), HTTP/2 with prior knowledge (h2c), or unary gRPC over h2c (answers
+    /// judged by `grpc-status`; templates from [`grpc_request`]).
     pub protocol: Protocol,
     /// Cap of the connection pool (default 512). HTTP/1.1: one request in flight per
     /// connection. HTTP/2: the number of connections, each carrying up to 100 streams.
@@ -125,7 +132,7 @@ impl RequestTemplate {
     }
 }
 
-/// The HTTP version spoken to the target.
+/// The protocol spoken to the target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
@@ -134,6 +141,19 @@ pub enum Protocol {
     Http1,
     /// HTTP/2 over cleartext with prior knowledge (h2c), multiplexed.
     Http2,
+    /// Unary gRPC: HTTP/2 over cleartext with prior knowledge, like [`Protocol::Http2`], but an
+    /// answer succeeds only with `grpc-status: 0` (in the trailers, or in the headers of a
+    /// trailers-only answer); every answer is counted by its gRPC code in
+    /// [`LoadReport::grpc_status`]. Requests carry `content-type: application/grpc` and
+    /// `te: trailers` (added when a template lacks them); build them with [`grpc_request`].
+    Grpc,
+}
+
+impl Protocol {
+    /// Whether this is spoken over HTTP/2 (h2c, prior knowledge): `Http2` and `Grpc`.
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Grpc)
+    }
 }
 
 impl fmt::Display for Protocol {
@@ -141,6 +161,7 @@ impl fmt::Display for Protocol {
         f.write_str(match self {
             Protocol::Http1 => "http1",
             Protocol::Http2 => "http2",
+            Protocol::Grpc => "grpc",
         })
     }
 }
@@ -151,8 +172,9 @@ impl std::str::FromStr for Protocol {
         match s.to_ascii_lowercase().as_str() {
             "http1" | "h1" | "http/1.1" | "http1.1" => Ok(Protocol::Http1),
             "http2" | "h2" | "h2c" | "http/2" => Ok(Protocol::Http2),
+            "grpc" => Ok(Protocol::Grpc),
             _ => Err(format!(
-                "unknown protocol `{s}`; expected http1 or http2 (h2c)"
+                "unknown protocol `{s}`; expected http1, http2 (h2c) or grpc"
             )),
         }
     }

@@ -7,6 +7,7 @@
 
 use crate::report::{ErrorCounts, SecondHistograms, SecondStats, SendSecond, StatusClasses};
 use crate::schedule::Schedule;
+use fanout_grpc::Code;
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -43,6 +44,8 @@ pub(crate) enum Outcome {
         bytes: u64,
         /// `x-fanout-partial` was present.
         partial: bool,
+        /// The gRPC verdict ([`crate::Protocol::Grpc`] runs only).
+        grpc: Option<GrpcAnswer>,
     },
     /// Per-request timeout after the send.
     Timeout,
@@ -60,6 +63,19 @@ pub(crate) enum Outcome {
 pub(crate) fn is_rejection(status: u16) -> bool {
     status == 503 || status == 429
 }
+
+/// The gRPC status of an answer: its `grpc-status`, or, when it had none (`missing`), the code
+/// a gRPC client reports for its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GrpcAnswer {
+    /// The code.
+    pub code: Code,
+    /// The answer carried no `grpc-status`.
+    pub missing: bool,
+}
+
+/// Number of gRPC codes (0–16).
+pub(crate) const GRPC_CODES: usize = 17;
 
 #[derive(Debug)]
 struct SecondAcc {
@@ -123,6 +139,10 @@ pub(crate) struct Recorder {
     pub bytes: u64,
     pub classes: StatusClasses,
     pub errors: ErrorCounts,
+    /// gRPC answers by code (index = code number).
+    pub grpc_codes: [u64; GRPC_CODES],
+    /// gRPC answers without a `grpc-status`.
+    pub grpc_missing: u64,
     open: VecDeque<SecondAcc>,
     first_open: u64,
     /// Raw histograms of the closed seconds, in order.
@@ -154,6 +174,8 @@ impl Recorder {
             bytes: 0,
             classes: StatusClasses::default(),
             errors: ErrorCounts::default(),
+            grpc_codes: [0; GRPC_CODES],
+            grpc_missing: 0,
             open: VecDeque::new(),
             first_open: 0,
             closed_histograms: Vec::new(),
@@ -217,18 +239,37 @@ impl Recorder {
                 status,
                 bytes,
                 partial: p,
+                grpc,
             } => {
                 self.completed += 1;
                 self.bytes += bytes;
                 self.classes.add(status);
-                if (200..300).contains(&status) {
+                let success = (200..300).contains(&status);
+                // gRPC: success needs `grpc-status: 0` too; RESOURCE_EXHAUSTED and UNAVAILABLE
+                // (the codes of 429 and 503) are rejections like those statuses.
+                let (ok, rejection) = match grpc {
+                    None => (success, is_rejection(status)),
+                    Some(g) => {
+                        if let Some(n) = self.grpc_codes.get_mut(g.code as usize) {
+                            *n += 1;
+                        }
+                        if g.missing {
+                            self.grpc_missing += 1;
+                        }
+                        (
+                            success && g.code == Code::Ok,
+                            is_rejection(status) || is_rejection(g.code.http_status().as_u16()),
+                        )
+                    }
+                };
+                if ok {
                     self.ok += 1;
                     kind = 0;
                     if p {
                         self.partial += 1;
                         partial = true;
                     }
-                } else if is_rejection(status) {
+                } else if rejection {
                     self.rejected += 1;
                     kind = 1;
                 }
@@ -385,6 +426,7 @@ mod tests {
                 status: 200,
                 bytes: 10,
                 partial: false,
+                grpc: None,
             },
             true,
             Some(2_000),
@@ -420,6 +462,7 @@ mod tests {
             status,
             bytes: 1,
             partial,
+            grpc: None,
         };
         r.on_finish(0, 0, resp(200, false), true, Some(1_000), None);
         r.on_finish(0, 0, resp(200, true), true, Some(3_000), None);
@@ -454,5 +497,43 @@ mod tests {
         );
         // Second 1: 4 offered, 2 ended badly, 2 never ended — all failed.
         assert_eq!((by[1].ok, by[1].rejected, by[1].failed), (0, 0, 4));
+    }
+
+    #[test]
+    fn grpc_answers_are_judged_by_their_code() {
+        let mut r = Recorder::new(10_000_000, Duration::from_millis(1));
+        let resp = |status, code, missing| Outcome::Response {
+            status,
+            bytes: 0,
+            partial: false,
+            grpc: Some(GrpcAnswer { code, missing }),
+        };
+        r.on_finish(0, 0, resp(200, Code::Ok, false), true, Some(1), None);
+        r.on_finish(
+            0,
+            0,
+            resp(200, Code::Unavailable, false),
+            true,
+            Some(1),
+            None,
+        );
+        r.on_finish(
+            0,
+            0,
+            resp(200, Code::ResourceExhausted, false),
+            true,
+            Some(1),
+            None,
+        );
+        r.on_finish(0, 0, resp(200, Code::NotFound, false), true, Some(1), None);
+        r.on_finish(0, 0, resp(200, Code::Unknown, true), true, Some(1), None);
+        // HTTP 500 with grpc-status 0 is not a success.
+        r.on_finish(0, 0, resp(500, Code::Ok, false), true, Some(1), None);
+        assert_eq!((r.completed, r.ok, r.rejected), (6, 1, 2));
+        assert_eq!(r.classes.s2xx, 5);
+        assert_eq!(r.grpc_codes[0], 2);
+        assert_eq!(r.grpc_codes[Code::Unavailable as usize], 1);
+        assert_eq!(r.grpc_codes[Code::Unknown as usize], 1);
+        assert_eq!(r.grpc_missing, 1);
     }
 }

@@ -7,6 +7,7 @@
 use crate::Protocol;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Latency percentiles in milliseconds.
@@ -241,7 +242,7 @@ pub struct SendSecond {
 pub struct LoadReport {
     /// Base URL the load was sent to.
     pub target: String,
-    /// `http1` or `http2`.
+    /// `http1`, `http2` or `grpc`.
     pub protocol: Protocol,
     /// The schedule in Tank syntax (normalised).
     pub schedule: String,
@@ -255,9 +256,10 @@ pub struct LoadReport {
     pub sent: u64,
     /// Requests that got a complete HTTP response (any status).
     pub completed: u64,
-    /// Responses with a 2xx status.
+    /// Responses with a 2xx status (gRPC: and `grpc-status: 0`).
     pub ok: u64,
-    /// Rejections: 503 and 429 responses (explicit load shedding; counted in `completed`).
+    /// Rejections: 503 and 429 responses (explicit load shedding; counted in `completed`);
+    /// for gRPC also `RESOURCE_EXHAUSTED` and `UNAVAILABLE` answers.
     #[serde(default)]
     pub rejected: u64,
     /// 2xx responses carrying `x-fanout-partial` (optional steps fell back to their defaults).
@@ -271,8 +273,19 @@ pub struct LoadReport {
     pub status_classes: StatusClasses,
     /// Requests without a response, by cause.
     pub errors: ErrorCounts,
-    /// `(completed − ok + errors.total()) / offered`: everything that was not a 2xx, over
-    /// what the schedule asked for (0 when nothing was offered).
+    /// gRPC runs ([`Protocol::Grpc`]): completed answers by gRPC code name (`OK` included;
+    /// codes never seen left out), e.g. `{"OK": 985, "UNAVAILABLE": 12}`. An answer without
+    /// `grpc-status` is counted under the code a gRPC client reports for its HTTP status (200:
+    /// `UNKNOWN`; see [`crate::grpc`]). `None` for HTTP runs (and then absent from the JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<BTreeMap<String, u64>>,
+    /// gRPC runs: answers that carried no `grpc-status` at all (a protocol error of the
+    /// target, also counted in `grpc_status`). `None` for HTTP runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_missing_status: Option<u64>,
+    /// `(completed − ok + errors.total()) / offered`: everything that was not a 2xx (for gRPC:
+    /// not a 2xx with `grpc-status: 0`), over what the schedule asked for (0 when nothing was
+    /// offered).
     pub error_rate: f64,
     /// Latency from the *intended* send time to the end of the response body
     /// (coordinated-omission free; the headline figure).
@@ -348,6 +361,31 @@ pub(crate) fn fmt_ms(ms: f64) -> String {
     }
 }
 
+/// `OK 985, UNAVAILABLE 12  (3 without grpc-status)`: codes in numeric order.
+fn grpc_line(codes: &BTreeMap<String, u64>, missing: Option<u64>) -> String {
+    let mut by_number: Vec<(i32, &str, u64)> = codes
+        .iter()
+        .map(|(name, n)| {
+            let num = fanout_grpc::Code::from_name(name).map_or(i32::MAX, |c| c.as_i32());
+            (num, name.as_str(), *n)
+        })
+        .collect();
+    by_number.sort_unstable();
+    let mut line = if by_number.is_empty() {
+        "no answers".to_string()
+    } else {
+        by_number
+            .iter()
+            .map(|(_, name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(m) = missing.filter(|m| *m > 0) {
+        let _ = write!(line, "  ({m} without grpc-status)");
+    }
+    line
+}
+
 /// A human summary: offered vs achieved rate, percentiles, errors by class, and a loud
 /// WARNING line when the run is invalid.
 pub fn summary_text(r: &LoadReport) -> String {
@@ -403,7 +441,12 @@ pub fn summary_text(r: &LoadReport) -> String {
     if r.rejected > 0 {
         let _ = write!(
             extra,
-            "  (rejected 503/429: {}, p99 {})",
+            "  (rejected {}: {}, p99 {})",
+            if r.grpc_status.is_some() {
+                "503/429/RESOURCE_EXHAUSTED/UNAVAILABLE"
+            } else {
+                "503/429"
+            },
             r.rejected,
             fmt_ms(r.rejected_latency_ms.p99)
         );
@@ -420,6 +463,9 @@ pub fn summary_text(r: &LoadReport) -> String {
             statuses.join(", ")
         }
     );
+    if let Some(codes) = &r.grpc_status {
+        let _ = writeln!(s, "grpc       {}", grpc_line(codes, r.grpc_missing_status));
+    }
     let errors: Vec<String> = r
         .errors
         .iter()

@@ -24,6 +24,7 @@ use crate::conn::ConnCounters;
 use crate::conn::{
     Body, Driver, H2_STREAMS_PER_CONN, H2Lease, H2Pool, Prepared, Target, classify, connect_h1,
 };
+use crate::grpc::{GRPC_STATUS, code_of, judge, status_map};
 use crate::recorder::{Outcome, Recorder};
 use crate::report::{LagStats, LatencyStats, LoadReport, SecondStats, fmt_ms};
 use crate::schedule::Schedule;
@@ -210,7 +211,7 @@ impl Shared {
                 *conn = Conn::H1(s);
                 Ok(())
             }
-            Protocol::Http2 => {
+            Protocol::Http2 | Protocol::Grpc => {
                 if let Conn::H2(l) = conn
                     && !l.is_closed()
                 {
@@ -280,6 +281,7 @@ impl Shared {
             return;
         };
         let req = template.build();
+        let grpc = self.protocol == Protocol::Grpc;
         lock(&self.rec).on_send(self.sec(Instant::now()));
         let exchange = async {
             let resp = match &mut *conn {
@@ -290,25 +292,36 @@ impl Shared {
             .map_err(|e| classify(&e))?;
             let status = resp.status().as_u16();
             let partial = resp.headers().contains_key(PARTIAL_HEADER);
+            // gRPC: the status is in the trailers, or in the headers of a trailers-only answer.
+            let mut grpc_code = None;
+            if grpc && let Some(v) = resp.headers().get(&GRPC_STATUS) {
+                grpc_code = Some(code_of(v.as_bytes()));
+            }
             let mut body = resp.into_body();
             let mut bytes = 0u64;
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| classify(&e))?;
                 if let Some(d) = frame.data_ref() {
                     bytes += d.len() as u64;
+                } else if grpc
+                    && let Some(v) = frame.trailers_ref().and_then(|t| t.get(&GRPC_STATUS))
+                {
+                    grpc_code = Some(code_of(v.as_bytes()));
                 }
             }
-            Ok((status, bytes, partial))
+            let grpc = grpc.then(|| judge(status, grpc_code));
+            Ok((status, bytes, partial, grpc))
         };
         let result = tokio::time::timeout_at(t_deadline, exchange).await;
         let done = Instant::now();
         match result {
-            Ok(Ok((status, bytes, partial))) => self.finish(
+            Ok(Ok((status, bytes, partial, grpc))) => self.finish(
                 intended,
                 Outcome::Response {
                     status,
                     bytes,
                     partial,
+                    grpc,
                 },
                 true,
                 Some(done.saturating_duration_since(intended)),
@@ -558,7 +571,9 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     let high_us = us(duration + spec.drain + spec.timeout).saturating_add(1_000_000);
     let max_workers = match spec.protocol {
         Protocol::Http1 => spec.max_connections,
-        Protocol::Http2 => spec.max_connections.saturating_mul(H2_STREAMS_PER_CONN),
+        Protocol::Http2 | Protocol::Grpc => {
+            spec.max_connections.saturating_mul(H2_STREAMS_PER_CONN)
+        }
     };
     let t0 = Instant::now() + START_DELAY;
     let shared = Arc::new(Shared {
@@ -674,7 +689,7 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
             format!(
                 " (connection pool exhausted: all {} {} busy; raise max_connections or lower the rate)",
                 spec.max_connections,
-                if spec.protocol == Protocol::Http2 {
+                if spec.protocol.is_http2() {
                     "connections' streams"
                 } else {
                     "connections"
@@ -714,6 +729,8 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         achieved_rps: per_s(rec.completed),
         status_classes: rec.classes,
         errors,
+        grpc_status: (spec.protocol == Protocol::Grpc).then(|| status_map(&rec.grpc_codes)),
+        grpc_missing_status: (spec.protocol == Protocol::Grpc).then_some(rec.grpc_missing),
         error_rate,
         latency_ms: LatencyStats::from_histogram(&rec.latency),
         ok_latency_ms: LatencyStats::from_histogram(&rec.ok_latency),

@@ -324,6 +324,8 @@ mod tests {
                 timeout: 10,
                 ..ErrorCounts::default()
             },
+            grpc_status: None,
+            grpc_missing_status: None,
             error_rate: 0.015,
             latency_ms: LatencyStats {
                 p50: 10.0,
