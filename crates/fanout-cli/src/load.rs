@@ -1,8 +1,12 @@
 //! `fanout load`: the open-model generator from the command line (progress, summary, JSON, thresholds).
+//! HTTP/1.1, h2c, or unary gRPC (`--grpc pkg.Svc/Method --proto FILE --data JSON`).
 
 use anyhow::{Context, bail};
-use fanout_load::{LoadSpec, Protocol, RequestTemplate, Schedule, SecondStats, Threshold};
+use fanout_load::{
+    GrpcTemplateError, LoadSpec, Protocol, RequestTemplate, Schedule, SecondStats, Threshold,
+};
 use std::io::Write;
+use std::path::PathBuf;
 
 /// Arguments of `fanout load`.
 pub struct LoadArgs {
@@ -14,10 +18,16 @@ pub struct LoadArgs {
     pub method: String,
     /// `name: value` headers.
     pub headers: Vec<String>,
-    /// Request body.
+    /// Request body (with `grpc`: the message as JSON; default `{}`).
     pub body: Option<String>,
     /// HTTP/2.
     pub http2: bool,
+    /// A unary gRPC method (`package.Service/Method`) to call instead of an HTTP request.
+    pub grpc: Option<String>,
+    /// `.proto` files defining the `grpc` method.
+    pub protos: Vec<String>,
+    /// Import paths for the `.proto` files (default: each file's directory, then `.`).
+    pub import_paths: Vec<String>,
     /// Connection cap.
     pub connections: usize,
     /// Per-request timeout (a bare number is milliseconds).
@@ -35,26 +45,16 @@ pub const EXIT_INVALID: i32 = 3;
 
 /// Run the generator; returns the process exit code.
 pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
+    if a.grpc.is_some() {
+        return run_grpc(a).await;
+    }
     let (scheme_host, path) = split_url(&a.url)?;
     let schedule = Schedule::parse(&a.schedule).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
-    let thresholds = a
-        .thresholds
-        .iter()
-        .map(|t| Threshold::parse(t).map_err(|e| anyhow::anyhow!("--threshold {t}: {e}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut headers = Vec::new();
-    for h in &a.headers {
-        let Some((k, v)) = h.split_once(':') else {
-            bail!("--header `{h}`: expected `name: value`");
-        };
-        headers.push((k.trim().to_string(), v.trim().to_string()));
-    }
+    let thresholds = parse_thresholds(&a.thresholds)?;
+    let headers = parse_headers(&a.headers)?;
     let method = http::Method::from_bytes(a.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| anyhow::anyhow!("--method `{}` is not an HTTP method", a.method))?;
-    // The config grammar: a bare number is milliseconds, at most `Dur::MAX`.
-    let timeout = fanout_config::Dur::parse(&a.timeout)
-        .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?
-        .0;
+    let timeout = parse_timeout(&a.timeout)?;
     let mut spec = LoadSpec::new(scheme_host, schedule);
     spec.requests = vec![RequestTemplate {
         method,
@@ -70,7 +70,93 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     spec.max_connections = a.connections.max(1);
     spec.timeout = timeout;
     spec.drain = timeout;
+    execute(&spec, &thresholds, a.json.as_deref()).await
+}
 
+/// `--grpc`: the same run with one unary gRPC call built from the `.proto` files.
+async fn run_grpc(a: LoadArgs) -> anyhow::Result<i32> {
+    let Some(method) = a.grpc.as_deref() else {
+        bail!("--grpc: no method given");
+    };
+    let url = if a.url.contains("://") {
+        a.url.clone()
+    } else {
+        format!("http://{}", a.url)
+    };
+    let (scheme_host, path) = split_url(&url)?;
+    if path != "/" {
+        bail!(
+            "`{}`: with --grpc the URL is the server's address ({scheme_host}); the method gives the path",
+            a.url
+        );
+    }
+    if !a.method.eq_ignore_ascii_case("GET") && !a.method.eq_ignore_ascii_case("POST") {
+        bail!(
+            "--method {}: a gRPC call is a POST (leave -X out with --grpc)",
+            a.method
+        );
+    }
+    if a.protos.is_empty() {
+        bail!("--grpc needs the .proto file defining {method}: add --proto FILE");
+    }
+    let schedule = Schedule::parse(&a.schedule).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
+    let thresholds = parse_thresholds(&a.thresholds)?;
+    let metadata = parse_headers(&a.headers)?;
+    let timeout = parse_timeout(&a.timeout)?;
+    let files: Vec<PathBuf> = a.protos.iter().map(PathBuf::from).collect();
+    let imports: Vec<PathBuf> = a.import_paths.iter().map(PathBuf::from).collect();
+    let protos =
+        fanout_load::load_protos(&files, &imports).map_err(|e| anyhow::anyhow!("--proto: {e}"))?;
+    let json = a.body.as_deref().unwrap_or("{}");
+    let template = fanout_load::grpc_request(&protos, method, json, &metadata).map_err(|e| {
+        let flag = match &e {
+            GrpcTemplateError::Json { .. } => "--data",
+            GrpcTemplateError::Metadata { .. } => "--header",
+            _ => "--grpc",
+        };
+        anyhow::anyhow!("{flag}: {e}")
+    })?;
+    let mut spec = LoadSpec::new(scheme_host, schedule);
+    spec.requests = vec![template];
+    spec.protocol = Protocol::Grpc;
+    spec.max_connections = a.connections.max(1);
+    spec.timeout = timeout;
+    spec.drain = timeout;
+    execute(&spec, &thresholds, a.json.as_deref()).await
+}
+
+fn parse_thresholds(thresholds: &[String]) -> anyhow::Result<Vec<Threshold>> {
+    thresholds
+        .iter()
+        .map(|t| Threshold::parse(t).map_err(|e| anyhow::anyhow!("--threshold {t}: {e}")))
+        .collect()
+}
+
+fn parse_headers(headers: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for h in headers {
+        let Some((k, v)) = h.split_once(':') else {
+            bail!("--header `{h}`: expected `name: value`");
+        };
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    Ok(out)
+}
+
+/// The config grammar: a bare number is milliseconds, at most `Dur::MAX`.
+fn parse_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
+    Ok(fanout_config::Dur::parse(text)
+        .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?
+        .0)
+}
+
+/// Run `spec` with per-second progress on stderr, print the summary, write the JSON, check the
+/// thresholds; returns the exit code.
+async fn execute(
+    spec: &LoadSpec,
+    thresholds: &[Threshold],
+    json: Option<&str>,
+) -> anyhow::Result<i32> {
     let progress = |s: &SecondStats| {
         let mut err = std::io::stderr().lock();
         let _ = writeln!(
@@ -79,15 +165,15 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
             s.t, s.offered, s.sent, s.ok, s.errors, s.p50_ms, s.p99_ms, s.lag_p99_ms
         );
     };
-    let report = fanout_load::run(&spec, Some(&progress))
+    let report = fanout_load::run(spec, Some(&progress))
         .await
         .context("load run failed")?;
     println!("{}", fanout_load::summary_text(&report));
-    if let Some(path) = &a.json {
+    if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text).with_context(|| format!("writing {path}"))?;
     }
-    let failed = fanout_load::check_thresholds(&report, &thresholds);
+    let failed = fanout_load::check_thresholds(&report, thresholds);
     for f in &failed {
         println!("THRESHOLD FAILED: {f}");
     }

@@ -86,7 +86,8 @@ enum Cmd {
     },
     /// Open-model load generator: latency from the intended send time, schedules in Tank syntax.
     Load {
-        /// Target URL, e.g. http://127.0.0.1:8080/vacancies?text=rust
+        /// Target URL, e.g. http://127.0.0.1:8080/vacancies?text=rust (with --grpc:
+        /// http://127.0.0.1:8080 or 127.0.0.1:8080).
         url: String,
         /// Schedule: `const(RPS,DUR)`, `line(FROM,TO,DUR)`, `step(FROM,TO,STEP,DUR)`, in sequence.
         /// DUR is `500ms`, `10s`, `2m`, `1m30s`, … or a bare number of SECONDS (Tank's
@@ -99,12 +100,24 @@ enum Cmd {
         /// Header `name: value` (repeatable).
         #[arg(long = "header", short = 'H')]
         headers: Vec<String>,
-        /// Request body.
-        #[arg(long, short = 'd')]
+        /// Request body (with --grpc: the request message as JSON, default `{}`).
+        #[arg(long, short = 'd', visible_alias = "data")]
         body: Option<String>,
         /// Use HTTP/2 (h2c prior knowledge).
         #[arg(long)]
         http2: bool,
+        /// Call this unary gRPC method (`package.Service/Method`) over h2c: the --data JSON is
+        /// encoded with the --proto files, -H headers are metadata, and an answer succeeds only
+        /// with grpc-status OK (others are counted by code name).
+        #[arg(long, value_name = "METHOD", requires = "proto")]
+        grpc: Option<String>,
+        /// A .proto file defining the --grpc method (repeatable).
+        #[arg(long, value_name = "FILE", requires = "grpc")]
+        proto: Vec<String>,
+        /// Directory to resolve .proto imports in (repeatable). Default: each --proto file's
+        /// directory, then the current directory.
+        #[arg(long, value_name = "DIR", requires = "grpc")]
+        import_path: Vec<String>,
         /// Maximum connections (HTTP/1.1: one request in flight per connection).
         #[arg(long, default_value_t = 512)]
         connections: usize,
@@ -342,6 +355,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             headers,
             body,
             http2,
+            grpc,
+            proto,
+            import_path,
             connections,
             timeout,
             threshold,
@@ -354,6 +370,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 headers,
                 body,
                 http2,
+                grpc,
+                protos: proto,
+                import_paths: import_path,
                 connections,
                 timeout,
                 thresholds: threshold,

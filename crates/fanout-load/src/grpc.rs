@@ -310,6 +310,23 @@ pub fn load_protos(files: &[PathBuf], import_paths: &[PathBuf]) -> Result<ProtoS
     if import_paths.is_empty() && !includes.iter().any(|i| i == here) {
         includes.push(here.to_path_buf());
     }
+    // A file that is nowhere: say so, rather than "not in any include path".
+    if let Some(f) = files
+        .iter()
+        .find(|f| !f.exists() && !includes.iter().any(|i| i.join(f).exists()))
+    {
+        let looked = includes
+            .iter()
+            .map(|i| i.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(ProtoError {
+            file: None,
+            path: Some(f.clone()),
+            line_col: None,
+            message: format!("no such file (nor in the import path: {looked})"),
+        });
+    }
     ProtoSet::compile(files, &includes, ProtoLimits::default())
 }
 

@@ -503,5 +503,11 @@ fn proto_files_are_found_next_to_themselves() {
     assert!(e.to_string().contains("bad.proto:2:"), "{e}");
     assert!(!Path::new(&dir.0.join("nope.proto")).exists());
     let e = load_protos(&[dir.0.join("nope.proto")], &[]).unwrap_err();
-    assert!(e.to_string().contains("nope.proto"), "{e}");
+    assert!(e.to_string().contains("nope.proto: no such file"), "{e}");
+    let e = load_protos(&[PathBuf::from("nope.proto")], std::slice::from_ref(&dir.0)).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("nope.proto: no such file (nor in the import path: /"),
+        "{e}"
+    );
 }
