@@ -144,6 +144,9 @@ pub struct RespondPlan {
     pub status: StatusPlan,
     /// Header expressions.
     pub headers: Vec<(HeaderName, Expr)>,
+    /// Whether an object body gets the `_partial` list (not for gRPC routes, whose answer is a
+    /// typed message: their partial list is the `x-fanout-partial` metadata only).
+    pub partial_in_body: bool,
 }
 
 /// `respond.status`.
@@ -416,7 +419,10 @@ fn compile_route(
         server_timing: r.server_timing,
         steps: steps.into_iter().map(Arc::new).collect(),
         roots,
-        respond: Arc::new(respond?),
+        respond: Arc::new(RespondPlan {
+            partial_in_body: r.grpc.is_none(),
+            ..respond?
+        }),
         limits: eval_limits(&cx.cfg.server.expressions),
         deadline_header: deadline_header.clone(),
         reference: reference.clone(),
@@ -466,6 +472,7 @@ fn compile_respond(
         body: body?,
         status: status?,
         headers,
+        partial_in_body: true,
     })
 }
 

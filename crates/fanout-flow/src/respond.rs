@@ -85,7 +85,9 @@ pub(crate) fn respond_with(
         if let Ok(hv) = HeaderValue::from_str(&list) {
             headers.push((HeaderName::from_static(PARTIAL_HEADER), hv));
         }
-        if let Val::Obj(o) = &mut body {
+        if plan.partial_in_body
+            && let Val::Obj(o) = &mut body
+        {
             let names: Val = partial.iter().map(|s| json::str_val(s)).collect();
             Arc::make_mut(o).insert(json::str_val("_partial"), names);
         }

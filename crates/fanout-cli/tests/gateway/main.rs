@@ -33,6 +33,8 @@ mod docs;
 mod examples;
 mod explain;
 mod flow;
+mod grpc;
+mod grpc_keepalive;
 mod hostile_config;
 mod isolation;
 mod metrics;

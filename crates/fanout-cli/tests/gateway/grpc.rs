@@ -1,0 +1,463 @@
+//! gRPC end to end (docs/grpc.md): the grpc-gateway example served to a real gRPC client (tonic,
+//! hand-written prost messages), server reflection and health as grpcurl and Kubernetes use
+//! them, statuses of failures, and hostile input on the wire — every bad frame answered with a
+//! gRPC status, the gateway serving on.
+
+use crate::support::gateway;
+use bytes::Bytes;
+use fanout_testkit::*;
+use http::{HeaderMap, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProfileRequest {
+    #[prost(string, tag = "1")]
+    pub user_id: String,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct User {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "2")]
+    pub name: String,
+    #[prost(int32, tag = "3")]
+    pub tier: i32,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Order {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(int64, tag = "2")]
+    pub total_cents: i64,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Recommendation {
+    #[prost(string, tag = "1")]
+    pub sku: String,
+    #[prost(double, tag = "2")]
+    pub score: f64,
+}
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Profile {
+    #[prost(message, optional, tag = "1")]
+    pub user: Option<User>,
+    #[prost(message, repeated, tag = "2")]
+    pub orders: Vec<Order>,
+    #[prost(message, repeated, tag = "3")]
+    pub recommendations: Vec<Recommendation>,
+}
+
+const GET_PROFILE: &str = "/demo.v1.ProfileGateway/GetProfile";
+
+/// The example's configs, with its `protos` include directory made absolute (the tests load
+/// config text, not the file, so relative directories would be the test's working directory).
+pub fn example(file: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc-gateway");
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
+    let protos = dir.join("protos");
+    text.replace(
+        "include: [protos]",
+        &format!("include: [\"{}\"]", protos.display()),
+    )
+}
+
+type H2 = Client<HttpConnector, tonic::body::Body>;
+
+fn h2() -> H2 {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+async fn unary<Req, Resp>(
+    addr: std::net::SocketAddr,
+    path: &'static str,
+    msg: Req,
+    metadata: &[(&'static str, &str)],
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let origin: Uri = format!("http://{addr}").parse().unwrap();
+    let mut grpc = tonic::client::Grpc::with_origin(h2(), origin);
+    grpc.ready().await.unwrap();
+    let mut req = tonic::Request::new(msg);
+    for (k, v) in metadata {
+        req.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    grpc.unary(req, http::uri::PathAndQuery::from_static(path), codec)
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn get_profile(
+    addr: std::net::SocketAddr,
+    user: &str,
+    metadata: &[(&'static str, &str)],
+) -> Result<Profile, tonic::Status> {
+    let req = ProfileRequest {
+        user_id: user.into(),
+    };
+    unary(addr, GET_PROFILE, req, metadata).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_gets_the_merged_profile() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let gw = gateway(&example("fanout.yaml"), &stubs).await;
+    let p = get_profile(gw.addr, "u1", &[]).await.unwrap();
+    assert_eq!(
+        p.user,
+        Some(User {
+            id: "u1".into(),
+            name: "User u1".into(),
+            tier: 2
+        })
+    );
+    assert_eq!(
+        p.orders,
+        vec![
+            Order {
+                id: "u1-o1".into(),
+                total_cents: 1250
+            },
+            Order {
+                id: "u1-o2".into(),
+                total_cents: 2500
+            }
+        ]
+    );
+    assert_eq!(p.recommendations.len(), 2);
+    for s in ["users", "orders", "recs"] {
+        assert_eq!(calls(&stubs, s), 1, "{s}");
+    }
+
+    // An optional HTTP step failing: the profile without it, the step named in the metadata.
+    let origin: Uri = format!("http://{}", gw.addr).parse().unwrap();
+    let mut grpc = tonic::client::Grpc::with_origin(h2(), origin);
+    grpc.ready().await.unwrap();
+    let resp = grpc
+        .unary(
+            tonic::Request::new(ProfileRequest {
+                user_id: "u-norecs".into(),
+            }),
+            http::uri::PathAndQuery::from_static(GET_PROFILE),
+            tonic_prost::ProstCodec::<ProfileRequest, Profile>::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.metadata().get("x-fanout-partial").unwrap(), "recs");
+    assert!(resp.into_inner().recommendations.is_empty());
+
+    // A `fail` guard: INVALID_ARGUMENT with the config's message; no backend called.
+    stubs.reset_stats();
+    let e = get_profile(gw.addr, "", &[]).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert_eq!(e.message(), "user_id is required");
+    assert_eq!(
+        e.metadata().get("x-fanout-error-code").unwrap(),
+        "missing_user_id"
+    );
+    assert_eq!(calls(&stubs, "users"), 0);
+
+    // A method the gateway does not serve (a backend's, or none at all): UNIMPLEMENTED.
+    let e = unary::<_, User>(
+        gw.addr,
+        "/demo.v1.Users/GetUser",
+        ProfileRequest::default(),
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+    let e = unary::<_, User>(gw.addr, "/nope.Svc/Nope", ProfileRequest::default(), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_and_backend_failures_map_to_grpc_codes() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let gw = gateway(&example("fanout.yaml"), &stubs).await;
+
+    // The orders backend stalls: a short grpc-timeout ends the call with DEADLINE_EXCEEDED.
+    let update =
+        |v: serde_json::Value| -> fanout_stub::RouteUpdate { serde_json::from_value(v).unwrap() };
+    stubs
+        .update_route(
+            "orders",
+            "POST /demo.v1.Orders/ListOrders",
+            update(serde_json::json!({"latency": "2s"})),
+        )
+        .unwrap();
+    let e = get_profile(gw.addr, "u1", &[("grpc-timeout", "50m")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
+
+    // The orders backend answers UNAVAILABLE: the required step fails, the client sees
+    // UNAVAILABLE with a safe message (no backend text).
+    stubs
+        .update_route(
+            "orders",
+            "POST /demo.v1.Orders/ListOrders",
+            update(serde_json::json!({"latency": "1ms", "grpc_status": "UNAVAILABLE", "grpc_message": "db-7.internal down"})),
+        )
+        .unwrap();
+    let e = get_profile(gw.addr, "u1", &[]).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(!e.message().contains("db-7"), "{e:?}");
+
+    // A bad grpc-timeout is INVALID_ARGUMENT.
+    let e = get_profile(gw.addr, "u1", &[("grpc-timeout", "soon")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_lists_the_served_services_and_health_follows_readiness() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let gw = gateway(&example("fanout.yaml"), &stubs).await;
+    let origin: Uri = format!("http://{}", gw.addr).parse().unwrap();
+
+    let mut client = ServerReflectionClient::with_origin(h2(), origin.clone());
+    let ask = |m: MessageRequest| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(m),
+    };
+    let requests = futures_util::stream::iter(vec![
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "demo.v1.ProfileGateway".into(),
+        )),
+    ]);
+    let mut answers = client
+        .server_reflection_info(requests)
+        .await
+        .unwrap()
+        .into_inner();
+    let first = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = first.message_response else {
+        panic!("{first:?}");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert!(
+        names.contains(&"demo.v1.ProfileGateway".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"demo.v1.Users".to_string()),
+        "a backend's service is not served here: {names:?}"
+    );
+    let second = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::FileDescriptorResponse(files)) = second.message_response else {
+        panic!("{second:?}");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+
+    // Health: SERVING while ready; an unknown service is NOT_FOUND.
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let mut health = HealthClient::with_origin(h2(), origin);
+    let r = health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, 1, "SERVING");
+    let r = health
+        .check(HealthCheckRequest {
+            service: "demo.v1.ProfileGateway".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, 1, "SERVING");
+    let e = health
+        .check(HealthCheckRequest {
+            service: "nope.Svc".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    gw.gateway.health().set_draining();
+    let r = health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, 2, "NOT_SERVING while draining");
+}
+
+/// One raw HTTP/2 exchange: the answer's HTTP status, headers and trailers.
+async fn raw(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, HeaderMap, Option<HeaderMap>) {
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let mut req = Request::post(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.request(req.body(Full::new(Bytes::from(body))).unwrap()),
+    )
+    .await
+    .expect("no hang")
+    .unwrap();
+    let status = resp.status().as_u16();
+    let (parts, body) = resp.into_parts();
+    let collected = tokio::time::timeout(Duration::from_secs(20), body.collect())
+        .await
+        .expect("no hang")
+        .unwrap();
+    (status, parts.headers, collected.trailers().cloned())
+}
+
+fn grpc_code(headers: &HeaderMap, trailers: &Option<HeaderMap>) -> i32 {
+    let v = trailers
+        .as_ref()
+        .and_then(|t| t.get("grpc-status"))
+        .or_else(|| headers.get("grpc-status"))
+        .expect("a grpc-status");
+    v.to_str().unwrap().parse().unwrap()
+}
+
+fn framed(flag: u8, len: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![flag];
+    v.extend_from_slice(&len.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_frames_get_a_grpc_status_and_the_gateway_serves_on() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let config = example("fanout.yaml").replace(
+        "routes:",
+        "server:\n  grpc: { max_message_bytes: 1024 }\nroutes:",
+    );
+    let gw = gateway(&config, &stubs).await;
+    let grpc = [("content-type", "application/grpc"), ("te", "trailers")];
+    // A valid message: `user_id: "u1"`.
+    let ok_msg = [0x0a, 0x02, b'u', b'1'];
+    let (s, h, t) = raw(gw.addr, GET_PROFILE, &grpc, framed(0, 4, &ok_msg)).await;
+    assert_eq!((s, grpc_code(&h, &t)), (200, 0), "a valid raw call works");
+
+    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<u8>, i32)> = vec![
+        ("empty body", grpc.to_vec(), vec![], 3),
+        ("truncated header", grpc.to_vec(), vec![0, 0, 0], 3),
+        (
+            "length prefix beyond the body",
+            grpc.to_vec(),
+            framed(0, 100, &ok_msg),
+            3,
+        ),
+        (
+            "two messages to a unary method",
+            grpc.to_vec(),
+            {
+                let mut v = framed(0, 4, &ok_msg);
+                v.extend(framed(0, 4, &ok_msg));
+                v
+            },
+            3,
+        ),
+        (
+            "over the size limit",
+            grpc.to_vec(),
+            framed(0, 5000, &[0u8; 5000]),
+            8,
+        ),
+        (
+            "announced 4 GiB",
+            grpc.to_vec(),
+            framed(0, u32::MAX, &ok_msg),
+            8,
+        ),
+        (
+            "compressed flag without compression",
+            grpc.to_vec(),
+            framed(1, 4, &ok_msg),
+            12,
+        ),
+        ("invalid flag", grpc.to_vec(), framed(9, 4, &ok_msg), 3),
+        (
+            "invalid protobuf",
+            grpc.to_vec(),
+            framed(0, 3, &[0xff, 0xff, 0xff]),
+            3,
+        ),
+        (
+            "wrong wire type for a field",
+            grpc.to_vec(),
+            framed(0, 2, &[0x08, 0x01]),
+            3,
+        ),
+        (
+            "unknown compression",
+            vec![
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                ("grpc-encoding", "snappy"),
+            ],
+            framed(0, 4, &ok_msg),
+            12,
+        ),
+        (
+            "a JSON subtype",
+            vec![
+                ("content-type", "application/grpc+json"),
+                ("te", "trailers"),
+            ],
+            b"{\"user_id\":\"u1\"}".to_vec(),
+            12,
+        ),
+        (
+            "a bad grpc-timeout",
+            vec![
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                ("grpc-timeout", "99999999999S"),
+            ],
+            framed(0, 4, &ok_msg),
+            3,
+        ),
+    ];
+    for (what, headers, body, want) in cases {
+        let (s, h, t) = raw(gw.addr, GET_PROFILE, &headers, body).await;
+        assert_eq!(s, 200, "{what}: gRPC failures are HTTP 200");
+        assert_eq!(grpc_code(&h, &t), want, "{what}: {h:?} {t:?}");
+    }
+    // Still serving.
+    let p = get_profile(gw.addr, "u1", &[]).await.unwrap();
+    assert_eq!(p.user.unwrap().id, "u1");
+}
