@@ -364,20 +364,15 @@ async fn merges_the_three_backends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_the_backends_concurrently() {
-    let slow = Behaviour::Sleep(Duration::from_millis(400));
+    let slow = Behaviour::Sleep(Duration::from_secs(1));
     let b = backends(slow, slow, slow).await;
     let agg = start(b.config(Duration::from_secs(5))).await;
     let c = client(agg.addr);
 
-    let t0 = Instant::now();
-    let page = get_page(&c, "1", None).await.unwrap();
-    let took = t0.elapsed();
+    // One after the other the three 1 s calls would need 3 s, past the client's 2.5 s
+    // deadline: the answer shows they ran at the same time (a count, not a stopwatch).
+    let page = get_page(&c, "1", Some("2500m")).await.unwrap();
     assert_eq!(page, expected_page("1"));
-    // One after the other would be ≥ 1.2 s.
-    assert!(
-        took >= Duration::from_millis(400) && took < Duration::from_millis(1100),
-        "{took:?}"
-    );
     agg.shutdown().await;
 }
 
@@ -454,14 +449,15 @@ async fn the_client_grpc_timeout_is_enforced() {
     let r = get_page(&c, "1", Some("1m")).await;
     let took = t0.elapsed();
     assert_eq!(code(r), Code::DeadlineExceeded);
-    assert!(took < Duration::from_secs(1), "{took:?}");
+    // Far below the 2 s backend and the 30 s call timeout (a bound for a loaded machine).
+    assert!(took < Duration::from_millis(1900), "{took:?}");
 
     let t0 = Instant::now();
     let r = get_page(&c, "1", Some("200m")).await;
     let took = t0.elapsed();
     assert_eq!(code(r), Code::DeadlineExceeded);
     assert!(
-        took >= Duration::from_millis(190) && took < Duration::from_millis(1500),
+        took >= Duration::from_millis(190) && took < Duration::from_millis(1900),
         "{took:?}"
     );
     // The slow backend was told what was left of the 200 ms.
@@ -493,7 +489,7 @@ async fn a_slow_backend_times_out_with_deadline_exceeded() {
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(err.message().contains("orders"), "{err:?}");
     assert!(
-        took >= Duration::from_millis(190) && took < Duration::from_millis(1500),
+        took >= Duration::from_millis(190) && took < Duration::from_millis(1900),
         "{took:?}"
     );
     agg.shutdown().await;

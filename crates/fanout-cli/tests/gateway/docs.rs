@@ -1,5 +1,6 @@
 //! Every complete YAML example in the docs loads: blocks with a top-level `routes:` as gateway
 //! configs, blocks with a top-level `services:` as stub configs. Fragments are not checked.
+//! Examples with `protos: {include: [protos]}` load the grpc-gateway example's `.proto` files.
 
 use std::path::Path;
 
@@ -34,8 +35,13 @@ fn doc_examples_load() {
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let protos = root.join("examples/grpc-gateway/protos");
         for (line, block) in yaml_blocks(&text) {
             let at = format!("{name}:{line}");
+            let block = block.replace(
+                "include: [protos]",
+                &format!("include: [\"{}\"]", protos.display()),
+            );
             if block.lines().any(|l| l.starts_with("routes:")) {
                 fanout::load_gateway(&at, &block, &no_env).unwrap_or_else(|e| panic!("{at}:\n{e}"));
                 checked += 1;

@@ -27,7 +27,14 @@ async fn examples_answer_as_documented() {
         for f in ["fanout.yaml", "stubs.yaml", "cases.yaml", "README.md"] {
             assert!(dir.join(f).exists(), "{name}: missing {f}");
         }
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        // Configs are loaded as text: their `.proto` include directory is made absolute.
+        let protos = dir.join("protos");
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f)).unwrap().replace(
+                "include: [protos]",
+                &format!("include: [\"{}\"]", protos.display()),
+            )
+        };
         let stubs = stubs(&read("stubs.yaml")).await;
         let config = read("fanout.yaml");
         let redis = if config.contains("${REDIS_URL") {

@@ -65,7 +65,9 @@ fn every_example_config_validates() {
                 .map(|e| format!("{e} at {}", e.instance_path()))
                 .collect();
             assert!(errs.is_empty(), "{display}: {errs:?}");
-            fanout_stub::load(&display, &text, &no_env).unwrap_or_else(|e| panic!("{e}"));
+            // `.proto` files are found relative to the config's own directory.
+            fanout_stub::load_in(&display, &text, &no_env, f.parent())
+                .unwrap_or_else(|e| panic!("{e}"));
             checked += 1;
         } else if name.starts_with("fanout") {
             let errs: Vec<String> = gw
@@ -73,7 +75,8 @@ fn every_example_config_validates() {
                 .map(|e| format!("{e} at {}", e.instance_path()))
                 .collect();
             assert!(errs.is_empty(), "{display}: {errs:?}");
-            fanout::load_gateway(&display, &text, &no_env).unwrap_or_else(|e| panic!("{e}"));
+            fanout::load_gateway(&f.display().to_string(), &text, &no_env)
+                .unwrap_or_else(|e| panic!("{e}"));
             checked += 1;
         }
     }
