@@ -6,7 +6,7 @@
 use crate::support::gateway;
 use bytes::Bytes;
 use fanout_testkit::*;
-use http::{HeaderMap, Request, Uri};
+use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -460,4 +460,138 @@ async fn hostile_frames_get_a_grpc_status_and_the_gateway_serves_on() {
     // Still serving.
     let p = get_profile(gw.addr, "u1", &[]).await.unwrap();
     assert_eq!(p.user.unwrap().id, "u1");
+}
+
+/// Two replicas of the Users service (one always UNAVAILABLE) and the example's `.proto`.
+fn layer_stubs() -> String {
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc-gateway/protos");
+    format!(
+        r#"
+protos: {{ files: [demo/v1/profile.proto], include: ["{}"] }}
+services:
+  good:
+    listen: "${{GOOD_ADDR}}"
+    routes:
+      - grpc: demo.v1.Users/GetUser
+        latency: 1ms
+        body: '{{id: $request.body.id, name: ($request.headers["grpc-timeout"] // "none")}}'
+  bad:
+    listen: "${{BAD_ADDR}}"
+    routes:
+      - grpc: demo.v1.Users/GetUser
+        grpc_status: UNAVAILABLE
+        grpc_message: replica is restarting
+  slow:
+    listen: "${{SLOW_ADDR}}"
+    routes:
+      - grpc: demo.v1.Users/GetUser
+        latency: 2s
+        body: '{{id: $request.body.id}}'
+"#,
+        protos.display()
+    )
+}
+
+fn layer_gateway() -> String {
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc-gateway/protos");
+    format!(
+        r#"
+protos: {{ files: [demo/v1/profile.proto], include: ["{}"] }}
+server:
+  admission: {{ max_concurrency: 1, queue: 0 }}
+backends:
+  users:
+    urls: ["http://${{GOOD_ADDR}}", "http://${{BAD_ADDR}}"]
+    protocol: grpc
+    balance: {{ strategy: round_robin }}
+    retry: {{ attempts: 2 }}
+    outlier: {{ enabled: false }}
+  cached: {{ url: "http://${{GOOD_ADDR}}", protocol: grpc, cache: {{ ttl: 60s }} }}
+  slow: {{ url: "http://${{SLOW_ADDR}}", protocol: grpc, timeout: 10s }}
+routes:
+  - path: /user/{{id}}
+    flow:
+      user: {{ grpc: {{ backend: users, method: demo.v1.Users/GetUser, message: '{{id: $request.params.id}}' }} }}
+    respond: {{ body: '$user' }}
+  - path: /once/{{id}}
+    flow:
+      user:
+        grpc: {{ backend: users, method: demo.v1.Users/GetUser, message: '{{id: $request.params.id}}', idempotent: false }}
+    respond: {{ body: '$user' }}
+  - path: /cached/{{id}}
+    flow:
+      user: {{ grpc: {{ backend: cached, method: demo.v1.Users/GetUser, message: '{{id: $request.params.id}}' }} }}
+    respond: {{ body: '{{id: $user.id}}' }}
+  - grpc: demo.v1.ProfileGateway/GetProfile
+    deadline: 10s
+    flow:
+      user: {{ grpc: {{ backend: slow, method: demo.v1.Users/GetUser, message: '{{id: $request.body.user_id}}' }} }}
+    respond: {{ body: '{{user: $user}}' }}
+"#,
+        protos.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_caches_deadlines_and_admission_apply_to_grpc_calls() {
+    let stubs = stubs(&layer_stubs()).await;
+    let gw = gateway(&layer_gateway(), &stubs).await;
+    let c = client(false);
+    let url = |p: &str| format!("http://{}{p}", gw.addr);
+
+    // NO_SIDE_EFFECTS: every call the bad replica refuses (UNAVAILABLE) is retried on the good
+    // one; the good one was told the attempt's time in grpc-timeout.
+    for i in 0..10 {
+        let r = send(&c, Method::GET, &url(&format!("/user/u{i}")), &[], "").await;
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let name = r.json()["name"].as_str().unwrap().to_string();
+        let unit = name.chars().last().unwrap();
+        assert!(
+            "numSMH".contains(unit) && name.len() >= 2,
+            "grpc-timeout sent: {name}"
+        );
+    }
+    assert_eq!(calls(&stubs, "good"), 10);
+    // Round robin counts retries too: after the first request every first attempt is the bad
+    // replica's, and every one of them was retried.
+    assert!(calls(&stubs, "bad") >= 5, "{}", calls(&stubs, "bad"));
+
+    // The same method called as not idempotent: never retried, so the bad replica's answers
+    // fail their requests (502, the backend's UNAVAILABLE named only in the log).
+    stubs.reset_stats();
+    let mut failed = 0;
+    for i in 0..10 {
+        let r = send(&c, Method::GET, &url(&format!("/once/u{i}")), &[], "").await;
+        if r.status != 200 {
+            assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
+            assert!(!String::from_utf8_lossy(&r.body).contains("restarting"));
+            failed += 1;
+        }
+    }
+    assert_eq!(failed, calls(&stubs, "bad"));
+    assert_eq!(failed + calls(&stubs, "good"), 10, "no retries");
+    assert!(failed > 0);
+
+    // Calls without side effects are cached like GETs (keyed by method and message).
+    stubs.reset_stats();
+    for _ in 0..3 {
+        let r = send(&c, Method::GET, &url("/cached/u1"), &[], "").await;
+        assert_eq!(r.json(), serde_json::json!({"id": "u1"}));
+    }
+    let r = send(&c, Method::GET, &url("/cached/u2"), &[], "").await;
+    assert_eq!(r.json(), serde_json::json!({"id": "u2"}));
+    assert_eq!(calls(&stubs, "good"), 2, "one call per distinct message");
+
+    // Admission: with the only slot taken, a gRPC call is RESOURCE_EXHAUSTED at once.
+    let held = tokio::spawn(get_profile(gw.addr, "held", &[]));
+    let in_flight = || {
+        stubs
+            .stats("slow")
+            .map(|s| s.routes.values().map(|r| r.in_flight).sum::<u64>())
+            .unwrap_or(0)
+    };
+    wait_until("the slow call is in flight", || in_flight() == 1).await;
+    let e = get_profile(gw.addr, "refused", &[]).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert_eq!(held.await.unwrap().unwrap().user.unwrap().id, "held");
 }
