@@ -457,6 +457,27 @@ async fn hostile_frames_get_a_grpc_status_and_the_gateway_serves_on() {
         assert_eq!(s, 200, "{what}: gRPC failures are HTTP 200");
         assert_eq!(grpc_code(&h, &t), want, "{what}: {h:?} {t:?}");
     }
+    // Random frames (a fixed seed): each gets a gRPC status, none hangs or panics.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+    for _ in 0..200 {
+        let len = rng.random_range(0..48usize);
+        let mut body: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        if rng.random_bool(0.7) && body.len() >= 5 {
+            // Mostly plausible headers: flag 0, a length near the truth.
+            body[0] = 0;
+            let claimed = (len - 5) as i64 + rng.random_range(-3..=3i64);
+            body[1..5].copy_from_slice(&(claimed.max(0) as u32).to_be_bytes());
+        }
+        let (s, h, t) = raw(gw.addr, GET_PROFILE, &grpc, body.clone()).await;
+        assert_eq!(s, 200, "{body:?}");
+        let _ = grpc_code(&h, &t);
+    }
+    let st = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json();
+    assert_eq!(st["panics"], 0, "{st}");
+
     // Still serving.
     let p = get_profile(gw.addr, "u1", &[]).await.unwrap();
     assert_eq!(p.user.unwrap().id, "u1");
@@ -594,4 +615,84 @@ async fn retries_caches_deadlines_and_admission_apply_to_grpc_calls() {
     let e = get_profile(gw.addr, "refused", &[]).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     assert_eq!(held.await.unwrap().unwrap().user.unwrap().id, "held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_recompiles_the_proto_files_and_refuses_broken_ones() {
+    let dir = std::env::temp_dir().join(format!("fanout-grpc-reload-{}", std::process::id()));
+    let file = dir.join("demo/v1/profile.proto");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc-gateway/protos");
+    let original = std::fs::read_to_string(protos.join("demo/v1/profile.proto")).unwrap();
+    std::fs::write(&file, &original).unwrap();
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let yaml = example("fanout.yaml").replace(
+        &format!("include: [\"{}\"]", protos.display()),
+        &format!("include: [\"{}\"]", dir.display()),
+    );
+    assert!(yaml.contains(&dir.display().to_string()), "{yaml}");
+    let gw = gateway(&yaml, &stubs).await;
+    assert_eq!(
+        get_profile(gw.addr, "u1", &[])
+            .await
+            .unwrap()
+            .user
+            .unwrap()
+            .id,
+        "u1"
+    );
+
+    // A syntax error: refused with the .proto file's line and column; the old config serves.
+    std::fs::write(&file, original.replace("message User {", "message User {{")).unwrap();
+    let e = gw
+        .gateway
+        .reload(crate::support::config(&yaml, &stubs))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("profile.proto:"), "{e}");
+    assert_eq!(
+        get_profile(gw.addr, "u1", &[])
+            .await
+            .unwrap()
+            .user
+            .unwrap()
+            .id,
+        "u1"
+    );
+
+    // A method the config names is gone: refused at the config's line, with a hint.
+    std::fs::write(&file, original.replace("rpc GetUser(", "rpc FetchUser(")).unwrap();
+    let e = gw
+        .gateway
+        .reload(crate::support::config(&yaml, &stubs))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("has no method `GetUser`"), "{e}");
+    assert!(e.contains("fanout.yaml:"), "{e}");
+
+    // A compatible change (a new field) is taken.
+    std::fs::write(
+        &file,
+        original.replace(
+            "message ProfileRequest { string user_id = 1; }",
+            "message ProfileRequest { string user_id = 1; string locale = 2; }",
+        ),
+    )
+    .unwrap();
+    gw.gateway
+        .reload(crate::support::config(&yaml, &stubs))
+        .await
+        .unwrap();
+    assert_eq!(
+        get_profile(gw.addr, "u1", &[])
+            .await
+            .unwrap()
+            .user
+            .unwrap()
+            .id,
+        "u1"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
