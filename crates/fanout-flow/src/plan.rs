@@ -381,10 +381,11 @@ fn compile_route(
         }
     }
     let respond = compile_respond(cx, &r.respond, &scope);
-    let grpc = r
-        .grpc
-        .as_ref()
-        .and_then(|g| crate::step::grpc_method(cx, g, "route").map(|method| GrpcRoute { method }));
+    let grpc = r.grpc.as_ref().and_then(|g| {
+        let method = crate::step::grpc_method(cx, g, "route")?;
+        crate::step::check_message_fields(cx, &r.respond.body, &method.output, "respond.body");
+        Some(GrpcRoute { method })
+    });
     if cx.errs.len() > errs_before {
         return None;
     }

@@ -115,6 +115,50 @@ impl MessageCodec {
     }
 }
 
+/// One field of a message type, as a config check sees it.
+#[derive(Debug, Clone)]
+pub struct FieldInfo {
+    /// The field's proto name.
+    pub name: String,
+    /// The field's message type, when it is a singular or repeated message field whose JSON
+    /// form is an object with the message's fields (not a map, not a well-known type with a
+    /// JSON form of its own).
+    pub message: Option<MessageCodec>,
+}
+
+impl MessageCodec {
+    /// The field named `name` (proto name or lowerCamelCase JSON name).
+    pub fn field(&self, name: &str) -> Option<FieldInfo> {
+        let f = self
+            .desc
+            .get_field_by_name(name)
+            .or_else(|| self.desc.get_field_by_json_name(name))?;
+        let message = match f.kind() {
+            prost_reflect::Kind::Message(m)
+                if !f.is_map() && !m.full_name().starts_with("google.protobuf.") =>
+            {
+                Some(MessageCodec::new(m))
+            }
+            _ => None,
+        };
+        Some(FieldInfo {
+            name: f.name().to_string(),
+            message,
+        })
+    }
+
+    /// Every field's proto name, in field order.
+    pub fn field_names(&self) -> Vec<String> {
+        self.desc.fields().map(|f| f.name().to_string()).collect()
+    }
+
+    /// Whether any key is a valid JSON form of this type (`google.protobuf.Struct`, `Value`,
+    /// `Any`, …): such messages are not checked by their keys.
+    pub fn is_well_known(&self) -> bool {
+        self.desc.full_name().starts_with("google.protobuf.")
+    }
+}
+
 /// serde_json's message without the position in our own generated JSON (it means nothing to
 /// the reader): "unknown field `x`, expected one of …".
 fn json_detail(e: &serde_json::Error) -> String {

@@ -21,7 +21,7 @@ pub mod status;
 pub mod stubsupport;
 pub mod timeout;
 
-pub use codec::{CodecError, MessageCodec};
+pub use codec::{CodecError, FieldInfo, MessageCodec};
 pub use frame::FrameError;
 pub use protos::{MethodInfo, MethodLookupError, ProtoError, ProtoLimits, ProtoSet};
 pub use status::Code;

@@ -696,3 +696,69 @@ async fn a_reload_recompiles_the_proto_files_and_refuses_broken_ones() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn config_errors_point_at_the_config_and_the_proto() {
+    let base = example("fanout.yaml");
+    let err = |yaml: &str| {
+        fanout::load_gateway("fanout.yaml", yaml, &|_| None)
+            .err()
+            .unwrap_or_else(|| panic!("accepted:\n{yaml}"))
+            .to_string()
+    };
+    // A misspelt method, service, message field (in a step's message and in the answer).
+    let e = err(&base.replace("demo.v1.Users/GetUser", "demo.v1.Users/GetUsr"));
+    assert!(
+        e.contains("fanout.yaml:") && e.contains("has no method `GetUsr`"),
+        "{e}"
+    );
+    assert!(e.contains("did you mean `GetUser`"), "{e}");
+    let e = err(&base.replace(
+        "grpc: demo.v1.ProfileGateway/GetProfile",
+        "grpc: demo.v1.ProfileGatewy/GetProfile",
+    ));
+    assert!(e.contains("no service `demo.v1.ProfileGatewy`"), "{e}");
+    let e = err(&base.replace(
+        "'{id: $request.body.user_id}'",
+        "'{idd: $request.body.user_id}'",
+    ));
+    assert!(
+        e.contains("message demo.v1.GetUserRequest has no field `idd`"),
+        "{e}"
+    );
+    assert!(e.contains("did you mean `id`"), "{e}");
+    let e = err(&base.replace("orders: $orders,", "order: $orders,"));
+    assert!(
+        e.contains("respond.body: message demo.v1.Profile has no field `order`"),
+        "{e}"
+    );
+    // An HTTP step calling a gRPC backend and the reverse.
+    let e = err(&base.replace("http: { backend: recs,", "http: { backend: users,"));
+    assert!(e.contains("backend `users` speaks gRPC"), "{e}");
+    let e = err(&base.replace("backend: orders", "backend: recs"));
+    assert!(e.contains("backend `recs` does not speak gRPC"), "{e}");
+    // No .proto files at all; a .proto file that does not compile.
+    let no_protos: String = base
+        .lines()
+        .filter(|l| {
+            !l.starts_with("protos:") && !l.contains("files: [demo") && !l.contains("include: [")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let e = err(&no_protos);
+    assert!(e.contains("needs `.proto` files"), "{e}");
+    let dir = std::env::temp_dir().join(format!("fanout-grpc-bad-proto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("bad.proto"),
+        "syntax = \"proto3\";\npackage x;\nmessage A {\n  strin name = 1;\n}\n",
+    )
+    .unwrap();
+    let yaml = format!(
+        "protos: {{ files: [bad.proto], include: [\"{}\"] }}\nroutes: []\n",
+        dir.display()
+    );
+    let e = err(&yaml);
+    assert!(e.contains("bad.proto:4:"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

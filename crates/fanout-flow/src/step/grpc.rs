@@ -230,6 +230,30 @@ pub(crate) fn grpc_method(
     }
 }
 
+/// The fields a config's literal message (`src`, an expression) names that `codec`'s type does
+/// not have: errors at their line and column, with a did-you-mean hint.
+pub(crate) fn check_message_fields(
+    cx: &mut Ctx<'_>,
+    src: &fanout_config::ExprSrc,
+    codec: &MessageCodec,
+    what: &str,
+) {
+    let mut unknown = Vec::new();
+    super::grpc_fields::unknown_fields(&src.value, 0, src.value.len(), codec, 0, &mut unknown);
+    for u in unknown {
+        let pos = cx.cfg.pos_in_scalar(src.pos, &src.value, u.offset);
+        let hint = fanout_config::did_you_mean(&u.name, u.fields.iter())
+            .unwrap_or_else(|| format!("{} has: {}", u.message, u.fields.join(", ")));
+        cx.errs.push(
+            ConfigError::at(
+                pos,
+                format!("{what}: message {} has no field `{}`", u.message, u.name),
+            )
+            .hint(hint),
+        );
+    }
+}
+
 /// `grpc:`.
 pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
     let g = step.grpc.as_ref()?;
@@ -264,6 +288,9 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         if let (Some(hn), Some(e)) = (hn, sc.expr(Some(v), item_ok)) {
             headers.push((hn, e));
         }
+    }
+    if let (Some(m), Some(src)) = (&method, &g.message) {
+        check_message_fields(sc.cx, src, &m.input, &what);
     }
     let (backend, method, message) = (backend?, method?, message?);
     let path = Expr::compile(&format!("{:?}", method.path), &[]).ok()?;

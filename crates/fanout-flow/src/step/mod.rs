@@ -16,11 +16,12 @@
 
 mod fail;
 mod grpc;
+mod grpc_fields;
 mod http;
 mod keyed;
 mod value;
 
-pub(crate) use grpc::grpc_method;
+pub(crate) use grpc::{check_message_fields, grpc_method};
 pub(crate) use http::{CallSrc, compile_call};
 
 use crate::backend::CallRequest;
