@@ -347,7 +347,21 @@ fn proto_error(e: &protox::Error, includes: &[PathBuf]) -> ProtoError {
 mod tests {
     use super::*;
 
-    fn dir_with(files: &[(&str, &str)]) -> PathBuf {
+    /// A temporary directory, removed when dropped.
+    struct Dir(PathBuf);
+    impl std::ops::Deref for Dir {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir_with(files: &[(&str, &str)]) -> Dir {
         let n = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -358,7 +372,7 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, text).unwrap();
         }
-        d
+        Dir(d)
     }
 
     const USERS: &str = r#"syntax = "proto3";
@@ -388,7 +402,7 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
         let d = dir_with(&[("demo/v1/users.proto", USERS)]);
         let set = ProtoSet::compile(
             &[PathBuf::from("demo/v1/users.proto")],
-            std::slice::from_ref(&d),
+            std::slice::from_ref(&*d),
             ProtoLimits::default(),
         )
         .unwrap();
@@ -417,7 +431,7 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
         // A path on disk inside an include directory works as well.
         let set2 = ProtoSet::compile(
             &[d.join("demo/v1/users.proto")],
-            std::slice::from_ref(&d),
+            std::slice::from_ref(&*d),
             ProtoLimits::default(),
         )
         .unwrap();
@@ -428,7 +442,7 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
     fn json_round_trip_with_fanout_options() {
         let d = dir_with(&[("u.proto", USERS)]);
         let set =
-            ProtoSet::compile(&[PathBuf::from("u.proto")], &[d], ProtoLimits::default()).unwrap();
+            ProtoSet::compile(&[PathBuf::from("u.proto")], &[d.to_path_buf()], ProtoLimits::default()).unwrap();
         let m = set.method("demo.v1.Users/Rename").unwrap();
         let bytes = m
             .input
@@ -478,7 +492,7 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
         )]);
         let e = ProtoSet::compile(
             &[PathBuf::from("bad.proto")],
-            std::slice::from_ref(&d),
+            std::slice::from_ref(&*d),
             ProtoLimits::default(),
         )
         .unwrap_err();
@@ -490,14 +504,14 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
             "imp.proto",
             "syntax = \"proto3\";\nimport \"missing.proto\";\n",
         )]);
-        let e = ProtoSet::compile(&[PathBuf::from("imp.proto")], &[d2], ProtoLimits::default())
+        let e = ProtoSet::compile(&[PathBuf::from("imp.proto")], &[d2.to_path_buf()], ProtoLimits::default())
             .unwrap_err();
         assert!(e.to_string().contains("missing.proto"), "{e}");
         assert_eq!(e.line_col.map(|l| l.0), Some(2), "{e}");
 
         let e = ProtoSet::compile(
             &[PathBuf::from("nope.proto")],
-            std::slice::from_ref(&d),
+            std::slice::from_ref(&*d),
             ProtoLimits::default(),
         )
         .unwrap_err();
@@ -505,7 +519,7 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
 
         let e = ProtoSet::compile(
             &[PathBuf::from("bad.proto")],
-            &[d],
+            &[d.to_path_buf()],
             ProtoLimits {
                 max_file_bytes: 10,
                 max_files: 10,
