@@ -135,11 +135,12 @@ enum Cmd {
     /// Run a lab scenario against one or more targets and write report.html / report.json.
     Lab {
         /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
-        /// hedging.
+        /// hedging, grpc-aggregate.
         scenario: String,
-        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, or the scenario's
-        /// variants. Default: the scenario's own (overload: fanout,java-threads; hedging:
-        /// no-hedge,hedge; product-page-merging: naive,variant1,variant2; others: fanout).
+        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, grpc-baseline, or the
+        /// scenario's variants. Default: the scenario's own (overload: fanout,java-threads;
+        /// hedging: no-hedge,hedge; product-page-merging: naive,variant1,variant2;
+        /// grpc-aggregate: fanout,grpc-baseline; others: fanout).
         #[arg(long, value_delimiter = ',')]
         targets: Vec<String>,
         /// Reduced run (< 60 s).
@@ -151,9 +152,10 @@ enum Cmd {
         /// Output directory.
         #[arg(long, default_value = "lab-out")]
         out: String,
-        /// The hand-written baseline executable (default: `hyper-aggregator` next to this binary;
-        /// when it is not there, the lab builds it with `cargo build --release -p hyper-aggregator`
-        /// in the workspace this binary was built from).
+        /// The hand-written baseline executable: `hyper-aggregator` (hyper-baseline) or
+        /// `grpc-aggregator` (grpc-baseline). Default: that binary next to this one; when it is
+        /// not there, the lab builds it with `cargo build --release -p PACKAGE` in the workspace
+        /// this binary was built from.
         #[arg(long)]
         baseline_bin: Option<String>,
     },

@@ -1,6 +1,7 @@
 //! The lab end to end through the real binary: `fanout lab … --quick` writes report.json with the
 //! documented per-target figures and a report.html that renders in headless Chromium with its
-//! charts (product-page, overload with the Java baseline, slow-backend, hedging); every
+//! charts (product-page, overload with the Java baseline, slow-backend, hedging; grpc-aggregate
+//! with the tonic baseline, every answer a gRPC OK); every
 //! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
 //! exactly like fanout and the hyper baseline; `fanout load` exits non-zero on crossed
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
@@ -38,6 +39,17 @@ fn baseline() -> PathBuf {
     p
 }
 
+/// The hand-written gRPC baseline, next to the test binary like the hyper baseline.
+fn grpc_baseline() -> PathBuf {
+    let p = Path::new(bin()).with_file_name("grpc-aggregator");
+    assert!(
+        p.exists(),
+        "{} is missing: run the workspace tests (`cargo test --workspace`) or `cargo build -p grpc-aggregator`",
+        p.display()
+    );
+    p
+}
+
 fn out_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("fanout-lab-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -60,6 +72,9 @@ fn run_lab_text(scenario: &str, targets: &str, out: &Path) -> (serde_json::Value
         .arg(out);
     if targets.split(',').any(|t| t == "hyper-baseline") {
         cmd.arg("--baseline-bin").arg(baseline());
+    }
+    if targets.split(',').any(|t| t == "grpc-baseline") {
+        cmd.arg("--baseline-bin").arg(grpc_baseline());
     }
     let o = cmd.output().expect("run fanout lab");
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -494,6 +509,67 @@ fn lab_hedging_quick_compares_no_hedge_and_hedge() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// gRPC in, three gRPC backends, fanout beside the hand-written tonic aggregator: every measured
+/// answer is `OK`, three backend calls per request, the direct path made over gRPC.
+#[test]
+fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
+    let _one_at_a_time = serial();
+    let out = out_dir("grpc");
+    let rep = run_lab("grpc-aggregate", "fanout,grpc-baseline", &out);
+    assert!(
+        out.join("grpc-aggregate.proto").is_file(),
+        "the .proto is written next to the configs"
+    );
+    for target in ["fanout", "grpc-baseline"] {
+        let t = &rep["targets"][target];
+        for field in ["cpu_us_per_request", "p50_ms", "p99_ms", "rss_max_mb"] {
+            let v = t[field].as_f64().unwrap_or(-1.0);
+            assert!(v > 0.0, "{target}.{field} = {v}");
+        }
+        assert!(t["threads_max"].as_u64().is_some_and(|n| n > 0));
+        assert!(
+            t["max_rate"].as_f64().is_some_and(|r| r >= 0.0),
+            "{target}.max_rate"
+        );
+        // Users, orders, recs: 64 different users, so nothing is deduplicated.
+        let calls = t["backend_calls_per_request"].as_f64().unwrap_or(0.0);
+        assert!(
+            (2.9..=3.1).contains(&calls),
+            "{target} backend calls per request: {calls}"
+        );
+    }
+    // Every answer of the measured trials is a gRPC OK: nothing failed, nothing left unanswered.
+    let levels: Vec<&serde_json::Value> = rep["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["phase"] == "level-50" || t["phase"] == "level-80")
+        .collect();
+    assert_eq!(levels.len(), 12, "2 targets × 2 levels × 3 rounds");
+    for t in levels {
+        let load = &t["load"];
+        let what = format!("{} {}", t["target"], t["phase"]);
+        assert_eq!(load["error_rate"].as_f64(), Some(0.0), "{what}: {load}");
+        assert!(load["ok"].as_u64().is_some_and(|n| n > 0), "{what}");
+        assert_eq!(load["ok"], load["completed"], "{what}");
+        assert_eq!(load["ok"], load["offered"], "{what}");
+        let codes = load["grpc_status"].as_object().expect("grpc_status");
+        assert_eq!(
+            codes.keys().collect::<Vec<_>>(),
+            ["OK"],
+            "{what}: {codes:?}"
+        );
+        assert_eq!(load["grpc_missing_status"].as_u64(), Some(0), "{what}");
+    }
+    let direct = &rep["direct"];
+    assert!(
+        direct["p50_ms"].as_f64().is_some_and(|v| v > 0.0),
+        "direct over gRPC: {direct}"
+    );
+    assert_eq!(direct["path"][0], "orders/lab.v1.Orders/ListOrders");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
     let out = out_dir("no-baseline");
@@ -578,8 +654,13 @@ async fn lab_scenario_configs_load() {
     let mut checked = 0;
     for name in fanout_lab::scenario::NAMES {
         let s = fanout_lab::scenario::builtin(name).expect("built-in scenario");
+        // As in a run: the scenario's other files (a gRPC scenario's .proto) beside the configs,
+        // which name them relative to their own directory.
+        let dir = out_dir(&format!("configs-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        s.write_files(&dir).unwrap();
         for (file, yaml) in fanout_lab::scenario::configs(&s) {
-            let at = format!("{name}/{file}");
+            let at = dir.join(&file).display().to_string();
             if file == "stubs.yaml" {
                 fanout_stub::load(&at, &yaml, &addr).unwrap_or_else(|e| panic!("{at}:\n{e}"));
             } else {
@@ -587,6 +668,7 @@ async fn lab_scenario_configs_load() {
             }
             checked += 1;
         }
+        let _ = std::fs::remove_dir_all(&dir);
         for t in s.default_targets {
             assert!(
                 fanout_lab::available_targets(&s).iter().any(|a| a == t),
@@ -594,7 +676,7 @@ async fn lab_scenario_configs_load() {
             );
         }
     }
-    assert!(checked >= 14, "only {checked} configs");
+    assert!(checked >= 17, "only {checked} configs");
 }
 
 /// A child process killed when the test ends, however it ends.

@@ -1,7 +1,8 @@
-//! The hand-written hyper baseline (`bench/baselines/hyper-aggregator`, target `hyper-baseline`):
-//! `--baseline-bin PATH` if given, else `hyper-aggregator` next to the `fanout` binary, else built
-//! on demand with `cargo build --release -p hyper-aggregator` in the workspace the lab was built
-//! from (it is a workspace member, not a default member, so a plain `cargo build` skips it).
+//! The hand-written Rust baselines: [`HYPER`] (`bench/baselines/hyper-aggregator`, target
+//! `hyper-baseline`) and [`GRPC`] (`bench/baselines/grpc-aggregator`, target `grpc-baseline`).
+//! Each is `--baseline-bin PATH` if given, else its binary next to the `fanout` binary, else built
+//! on demand with `cargo build --release -p PACKAGE` in the workspace the lab was built from
+//! (they are workspace members, not default members, so a plain `cargo build` skips them).
 //!
 //! [`plan`] decides (a pure function of the paths and what exists); [`ensure`] carries it out.
 
@@ -9,11 +10,30 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-/// The baseline's package and binary name.
-pub const PACKAGE: &str = "hyper-aggregator";
+/// One hand-written baseline: which crate, and what the lab calls it in its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Baseline {
+    /// The package and binary name.
+    pub package: &'static str,
+    /// Its directory in the workspace (as listed in the workspace's `members`).
+    pub member: &'static str,
+    /// How messages name it (`hyper baseline`).
+    pub what: &'static str,
+}
 
-/// Its directory in the workspace (as listed in the workspace's `members`).
-pub const MEMBER: &str = "bench/baselines/hyper-aggregator";
+/// `hyper-baseline`: the examples' two flows on tokio + hyper.
+pub const HYPER: Baseline = Baseline {
+    package: "hyper-aggregator",
+    member: "bench/baselines/hyper-aggregator",
+    what: "hyper baseline",
+};
+
+/// `grpc-baseline`: the `grpc-aggregate` flow on tonic's codec + hyper.
+pub const GRPC: Baseline = Baseline {
+    package: "grpc-aggregator",
+    member: "bench/baselines/grpc-aggregator",
+    what: "gRPC baseline",
+};
 
 /// Lines of cargo's output kept for the error message of a failed build.
 const TAIL_LINES: usize = 40;
@@ -42,6 +62,8 @@ impl Files for RealFiles {
 /// The facts the decision depends on.
 #[derive(Debug, Clone)]
 pub struct Inputs {
+    /// Which baseline.
+    pub baseline: Baseline,
     /// `--baseline-bin`, if given: used as is, never built.
     pub explicit: Option<PathBuf>,
     /// The running `fanout` executable.
@@ -55,10 +77,11 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// The inputs of this process: `explicit`, `fanout_bin`, the environment's
+    /// The inputs of this process for `baseline`: `explicit`, `fanout_bin`, the environment's
     /// `CARGO_TARGET_DIR` and the workspace this crate was compiled in.
-    pub fn from_env(explicit: Option<PathBuf>, fanout_bin: PathBuf) -> Inputs {
+    pub fn from_env(baseline: Baseline, explicit: Option<PathBuf>, fanout_bin: PathBuf) -> Inputs {
         Inputs {
+            baseline,
             explicit,
             fanout_bin,
             env_target_dir: std::env::var_os("CARGO_TARGET_DIR")
@@ -80,6 +103,8 @@ pub fn compiled_workspace() -> Option<PathBuf> {
 /// A cargo build of the baseline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Build {
+    /// Which baseline.
+    pub baseline: Baseline,
     /// The workspace root (cargo runs there).
     pub workspace: PathBuf,
     /// The cargo target directory to build into (always passed as `CARGO_TARGET_DIR`, so the
@@ -88,18 +113,18 @@ pub struct Build {
     /// Whether the command shown to the user needs `CARGO_TARGET_DIR=…` (the target directory
     /// is not the workspace's `target`).
     pub shows_target_dir: bool,
-    /// Where the binary will be: `<target_dir>/release/hyper-aggregator`.
+    /// Where the binary will be: `<target_dir>/release/<package>`.
     pub bin: PathBuf,
 }
 
 impl Build {
     /// The cargo arguments.
     pub fn args(&self) -> [&'static str; 4] {
-        ["build", "--release", "-p", PACKAGE]
+        ["build", "--release", "-p", self.baseline.package]
     }
 
     /// The command as a user would type it: `cd ROOT && [CARGO_TARGET_DIR=DIR ]cargo build
-    /// --release -p hyper-aggregator`.
+    /// --release -p PACKAGE`.
     pub fn command_line(&self) -> String {
         let env = if self.shows_target_dir {
             format!("CARGO_TARGET_DIR={} ", self.target_dir.display())
@@ -128,33 +153,38 @@ pub enum Plan {
 /// Decide where the baseline comes from:
 ///
 /// 1. `--baseline-bin PATH` → that file (an error if it does not exist; never built);
-/// 2. `hyper-aggregator` next to the `fanout` binary → that file;
+/// 2. the baseline's binary next to the `fanout` binary → that file;
 /// 3. else build it in the workspace: the nearest ancestor of the `fanout` binary whose
 ///    `Cargo.toml` lists the baseline as a member, else the workspace the lab was compiled in.
 ///    The target directory is the cargo target directory the `fanout` binary lives in (marked by
 ///    `CACHEDIR.TAG`; so the baseline lands next to it when it is a release build), else
 ///    `CARGO_TARGET_DIR`, else `<root>/target`.
 pub fn plan(inputs: &Inputs, files: &dyn Files) -> Plan {
-    let by_hand = format!("cargo build --release -p {PACKAGE}");
+    let Baseline {
+        package,
+        member,
+        what,
+    } = inputs.baseline;
+    let by_hand = format!("cargo build --release -p {package}");
     if let Some(p) = &inputs.explicit {
         return if files.is_file(p) {
             Plan::Use(p.clone())
         } else {
             Plan::Error(format!(
-                "the hyper baseline is not at {} (--baseline-bin): build it with `{by_hand}` in a fanout checkout and pass <checkout>/target/release/{PACKAGE}, or leave --baseline-bin out and the lab builds it",
+                "the {what} is not at {} (--baseline-bin): build it with `{by_hand}` in a fanout checkout and pass <checkout>/target/release/{package}, or leave --baseline-bin out and the lab builds it",
                 p.display()
             ))
         };
     }
-    let next = inputs.fanout_bin.with_file_name(PACKAGE);
+    let next = inputs.fanout_bin.with_file_name(package);
     if files.is_file(&next) {
         return Plan::Use(next);
     }
     let is_workspace = |d: &Path| {
         files
             .read_to_string(&d.join("Cargo.toml"))
-            .is_some_and(|m| m.contains("[workspace]") && m.contains(MEMBER))
-            && files.is_file(&d.join(MEMBER).join("Cargo.toml"))
+            .is_some_and(|m| m.contains("[workspace]") && m.contains(member))
+            && files.is_file(&d.join(member).join("Cargo.toml"))
     };
     let root = inputs
         .fanout_bin
@@ -170,7 +200,7 @@ pub fn plan(inputs: &Inputs, files: &dyn Files) -> Plan {
         });
     let Some(root) = root else {
         return Plan::Error(format!(
-            "the hyper baseline ({PACKAGE}) is not next to {} and there is no fanout workspace to build it in (looked in the directories above that binary{}); build it with `{by_hand}` in a fanout checkout and pass --baseline-bin <checkout>/target/release/{PACKAGE}",
+            "the {what} ({package}) is not next to {} and there is no fanout workspace to build it in (looked in the directories above that binary{}); build it with `{by_hand}` in a fanout checkout and pass --baseline-bin <checkout>/target/release/{package}",
             inputs.fanout_bin.display(),
             inputs
                 .compiled_workspace
@@ -191,8 +221,9 @@ pub fn plan(inputs: &Inputs, files: &dyn Files) -> Plan {
         .or(env_target)
         .unwrap_or_else(|| root.join("target"));
     Plan::Build(Build {
+        baseline: inputs.baseline,
         shows_target_dir: target_dir != root.join("target"),
-        bin: target_dir.join("release").join(PACKAGE),
+        bin: target_dir.join("release").join(package),
         workspace: root,
         target_dir,
     })
@@ -206,9 +237,11 @@ pub enum BaselineError {
     NotFound(String),
     /// cargo could not be started.
     #[error(
-        "building the hyper baseline: `{cargo}` could not be started ({source}); install Rust (https://rustup.rs) and run `{command}`, or pass --baseline-bin PATH"
+        "building the {what}: `{cargo}` could not be started ({source}); install Rust (https://rustup.rs) and run `{command}`, or pass --baseline-bin PATH"
     )]
     NoCargo {
+        /// Which baseline (`hyper baseline`).
+        what: &'static str,
         /// The cargo executable tried.
         cargo: String,
         /// The command to run by hand.
@@ -218,9 +251,11 @@ pub enum BaselineError {
     },
     /// cargo failed.
     #[error(
-        "building the hyper baseline failed ({status}); run `{command}` by hand to see why, or pass --baseline-bin PATH. The end of cargo's output:\n{tail}"
+        "building the {what} failed ({status}); run `{command}` by hand to see why, or pass --baseline-bin PATH. The end of cargo's output:\n{tail}"
     )]
     BuildFailed {
+        /// Which baseline (`hyper baseline`).
+        what: &'static str,
         /// Exit status.
         status: String,
         /// The command to run by hand.
@@ -258,13 +293,12 @@ pub async fn ensure(inputs: &Inputs) -> Result<PathBuf, BaselineError> {
     }
 }
 
-/// Run `cargo build --release -p hyper-aggregator` for `b` with `cargo`, streaming its output
-/// to stderr (indented) and keeping the end of it for the error message.
+/// Run `cargo build --release -p PACKAGE` for `b` with `cargo`, streaming its output to stderr
+/// (indented) and keeping the end of it for the error message.
 pub async fn build(b: &Build, cargo: &Path) -> Result<PathBuf, BaselineError> {
     let command = b.command_line();
-    eprintln!(
-        "building the hyper baseline ({PACKAGE} is not next to the fanout binary): {command}"
-    );
+    let Baseline { package, what, .. } = b.baseline;
+    eprintln!("building the {what} ({package} is not next to the fanout binary): {command}");
     let mut child = tokio::process::Command::new(cargo)
         .args(b.args())
         .current_dir(&b.workspace)
@@ -275,6 +309,7 @@ pub async fn build(b: &Build, cargo: &Path) -> Result<PathBuf, BaselineError> {
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| BaselineError::NoCargo {
+            what,
             cargo: cargo.display().to_string(),
             command: command.clone(),
             source,
@@ -284,6 +319,7 @@ pub async fn build(b: &Build, cargo: &Path) -> Result<PathBuf, BaselineError> {
     tail.extend(err_tail);
     let status = child.wait().await;
     let failed = |status: String| BaselineError::BuildFailed {
+        what,
         status,
         command: command.clone(),
         tail: tail
@@ -304,7 +340,7 @@ pub async fn build(b: &Build, cargo: &Path) -> Result<PathBuf, BaselineError> {
             bin: b.bin.display().to_string(),
         });
     }
-    eprintln!("built the hyper baseline: {}", b.bin.display());
+    eprintln!("built the {what}: {}", b.bin.display());
     Ok(b.bin.clone())
 }
 
@@ -344,9 +380,10 @@ mod tests {
         fn workspace(self, root: &str) -> Fake {
             self.with(
                 &format!("{root}/Cargo.toml"),
-                "[workspace]\nmembers = [\"crates/*\", \"bench/baselines/hyper-aggregator\"]\n",
+                "[workspace]\nmembers = [\"crates/*\", \"bench/baselines/hyper-aggregator\", \"bench/baselines/grpc-aggregator\"]\n",
             )
-            .with(&format!("{root}/{MEMBER}/Cargo.toml"), "[package]")
+            .with(&format!("{root}/{}/Cargo.toml", HYPER.member), "[package]")
+            .with(&format!("{root}/{}/Cargo.toml", GRPC.member), "[package]")
         }
     }
 
@@ -361,6 +398,7 @@ mod tests {
 
     fn inputs(explicit: Option<&str>, exe: &str) -> Inputs {
         Inputs {
+            baseline: HYPER,
             explicit: explicit.map(PathBuf::from),
             fanout_bin: PathBuf::from(exe),
             env_target_dir: None,
@@ -428,6 +466,7 @@ mod tests {
         assert_eq!(
             b,
             Build {
+                baseline: HYPER,
                 workspace: PathBuf::from("/w"),
                 target_dir: PathBuf::from("/w/target"),
                 shows_target_dir: false,
@@ -502,8 +541,57 @@ mod tests {
         assert!(m.contains("/tb/release/fanout"), "{m}");
     }
 
+    #[test]
+    fn the_grpc_baseline_is_found_and_built_like_the_hyper_baseline() {
+        let grpc = |explicit: Option<&str>, exe: &str| Inputs {
+            baseline: GRPC,
+            ..inputs(explicit, exe)
+        };
+        // Next to the binary (the hyper baseline beside it is not taken for it).
+        let fs = Fake::default()
+            .workspace("/w")
+            .with("/w/target/CACHEDIR.TAG", "")
+            .with("/w/target/release/hyper-aggregator", "")
+            .with("/w/target/release/grpc-aggregator", "");
+        assert_eq!(
+            plan(&grpc(None, "/w/target/release/fanout"), &fs),
+            Plan::Use(PathBuf::from("/w/target/release/grpc-aggregator"))
+        );
+        // Missing: built with its own package name.
+        let fs = Fake::default()
+            .workspace("/w")
+            .with("/w/target/CACHEDIR.TAG", "")
+            .with("/w/target/release/hyper-aggregator", "");
+        let b = build_of(plan(&grpc(None, "/w/target/release/fanout"), &fs));
+        assert_eq!(b.bin, PathBuf::from("/w/target/release/grpc-aggregator"));
+        assert_eq!(
+            b.command_line(),
+            "cd /w && cargo build --release -p grpc-aggregator"
+        );
+        // A missing --baseline-bin names the gRPC baseline and its build command.
+        let Plan::Error(m) = plan(&grpc(Some("/tmp/nope"), "/w/target/release/fanout"), &fs) else {
+            panic!("a missing --baseline-bin is an error");
+        };
+        assert!(
+            m.contains("gRPC baseline") && m.contains("cargo build --release -p grpc-aggregator"),
+            "{m}"
+        );
+        // A workspace without the gRPC baseline's member cannot build it.
+        let fs = Fake::default()
+            .with(
+                "/w/Cargo.toml",
+                "[workspace]\nmembers = [\"bench/baselines/hyper-aggregator\"]",
+            )
+            .with("/w/bench/baselines/hyper-aggregator/Cargo.toml", "")
+            .with("/w/target/CACHEDIR.TAG", "");
+        let mut i = grpc(None, "/w/target/release/fanout");
+        i.compiled_workspace = None;
+        assert!(matches!(plan(&i, &fs), Plan::Error(_)));
+    }
+
     fn a_build(dir: &Path) -> Build {
         Build {
+            baseline: HYPER,
             workspace: dir.to_path_buf(),
             target_dir: dir.join("target"),
             shows_target_dir: false,

@@ -13,7 +13,7 @@ pub mod report;
 pub mod scenario;
 pub mod svg;
 
-use fanout_load::{LoadReport, LoadSpec, Protocol, RequestTemplate, Schedule};
+use fanout_load::{LoadReport, LoadSpec, RequestTemplate, Schedule};
 use fanout_stub::addr_var;
 use process::{Proc, free_addr};
 use procstat::ProcSample;
@@ -30,8 +30,9 @@ use tokio::time::Instant;
 /// trial is reported anyway.
 pub const LAG_THRESHOLD: Duration = Duration::from_millis(2);
 
-/// Target names the lab knows (besides a scenario's variants).
-pub const TARGETS: [&str; 3] = ["fanout", "hyper-baseline", "java-threads"];
+/// Target names the lab knows (besides a scenario's variants). A scenario lists the baselines
+/// that serve its routes in `Scenario::baselines`.
+pub const TARGETS: [&str; 4] = ["fanout", "hyper-baseline", "java-threads", "grpc-baseline"];
 
 /// Generator lag (p99, ms) the overload scenario's capacity search tolerates in a step whose
 /// target met the SLO (see `Lab::search_step`).
@@ -55,9 +56,10 @@ pub struct LabOptions {
     pub trials: Option<usize>,
     /// The `fanout` executable (for `serve` and `stub`).
     pub fanout_bin: PathBuf,
-    /// The hand-written baseline executable (`--baseline-bin`). `None`: `hyper-aggregator` next
-    /// to `fanout_bin`, else built with cargo in the workspace the lab was built from (see
-    /// [`baseline::plan`]). Only looked at when `hyper-baseline` is a target.
+    /// The hand-written Rust baseline's executable (`--baseline-bin`): `hyper-aggregator` for
+    /// `hyper-baseline`, `grpc-aggregator` for `grpc-baseline` (no scenario has both). `None`:
+    /// the binary next to `fanout_bin`, else built with cargo in the workspace the lab was built
+    /// from (see [`baseline::plan`]). Only looked at when one of those is a target.
     pub baseline_bin: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
@@ -87,9 +89,13 @@ pub enum LabError {
         /// Its executable.
         bin: String,
     },
-    /// The hyper baseline is missing and could not be built.
+    /// A Rust baseline (hyper, gRPC) is missing and could not be built.
     #[error(transparent)]
     Baseline(#[from] baseline::BaselineError),
+    /// The scenario could not be prepared (its `.proto` files did not compile, a message does
+    /// not fit its method).
+    #[error("{0}")]
+    Scenario(String),
     /// The Java baseline could not be built.
     #[error(transparent)]
     Java(#[from] java::JavaError),
@@ -268,6 +274,8 @@ struct Plan {
 struct Lab {
     opts: LabOptions,
     scenario: Scenario,
+    /// gRPC scenarios: the direct critical path's calls (service, request).
+    grpc_direct: Vec<(&'static str, RequestTemplate)>,
     plan: Plan,
     t0: Instant,
     stubs: Stubs,
@@ -278,7 +286,7 @@ struct Lab {
 
 /// Run the lab and write `report.json` and `report.html` into `opts.out`.
 pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
-    let scenario = scenario::builtin(&opts.scenario)
+    let mut scenario = scenario::builtin(&opts.scenario)
         .ok_or_else(|| LabError::UnknownScenario(opts.scenario.clone()))?;
     if opts.targets.is_empty() {
         opts.targets = scenario
@@ -308,12 +316,8 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     }
     // Find (or build) what the targets need before anything starts: a failed build should not
     // cost a started lab. A target that needs nothing built triggers nothing.
-    let hyper_bin = if opts.targets.iter().any(|t| t == "hyper-baseline") {
-        let inputs = baseline::Inputs::from_env(opts.baseline_bin.clone(), opts.fanout_bin.clone());
-        Some(baseline::ensure(&inputs).await?)
-    } else {
-        None
-    };
+    let hyper_bin = rust_baseline(&opts, "hyper-baseline", baseline::HYPER).await?;
+    let grpc_bin = rust_baseline(&opts, "grpc-baseline", baseline::GRPC).await?;
     let io = |path: &std::path::Path| {
         let path = path.display().to_string();
         move |source| LabError::Io { path, source }
@@ -355,10 +359,15 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         None
     };
 
+    // The scenario's other files (a gRPC scenario's `.proto`) go next to the configs, which name
+    // them relative to their own directory; a gRPC scenario's requests are built from them.
+    scenario.write_files(&opts.out).map_err(io(&opts.out))?;
+    let grpc_direct = scenario.prepare(&opts.out).map_err(LabError::Scenario)?;
+
     // Addresses for the stub services and the targets, published as NAME_ADDR like the examples.
     let names: Vec<String> = {
         let any = |n: &str| n.ends_with("_ADDR").then(|| "127.0.0.1:0".to_string());
-        fanout_stub::load("stubs.yaml", scenario.stubs, &any)
+        fanout_stub::load_in("stubs.yaml", scenario.stubs, &any, Some(&opts.out))
             .map_err(|e| LabError::Load(e.to_string()))?
             .services()
             .into_iter()
@@ -434,6 +443,12 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
                 None => unreachable_target(name)?,
             },
+            // Its backends come from USERS_ADDR, ORDERS_ADDR, RECS_ADDR (in `env`, like every
+            // stub service's address). It also answers HTTP/1.1, so the probe below works.
+            "grpc-baseline" => match &grpc_bin {
+                Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
+                None => unreachable_target(name)?,
+            },
             // `fanout`, or another fanout build given as `NAME=PATH` (which may predate
             // `--admin-listen`: it gets only the flags every build knows).
             n => {
@@ -477,6 +492,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     let mut lab = Lab {
         opts: opts.clone(),
         scenario,
+        grpc_direct,
         plan,
         t0,
         stubs,
@@ -508,6 +524,21 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     Ok(rep)
 }
 
+/// The executable of `which` when `target` is among the targets (found or built, see
+/// [`baseline::plan`]), else `None`: a run without it builds nothing.
+async fn rust_baseline(
+    opts: &LabOptions,
+    target: &str,
+    which: baseline::Baseline,
+) -> Result<Option<PathBuf>, LabError> {
+    if !opts.targets.iter().any(|t| t == target) {
+        return Ok(None);
+    }
+    let inputs =
+        baseline::Inputs::from_env(which, opts.baseline_bin.clone(), opts.fanout_bin.clone());
+    Ok(Some(baseline::ensure(&inputs).await?))
+}
+
 /// A target `NAME=PATH`: another fanout binary (e.g. a build of an earlier commit) serving the
 /// scenario's config, to compare two builds interleaved in one run.
 fn external_fanout(target: &str) -> Option<(&str, &str)> {
@@ -516,12 +547,15 @@ fn external_fanout(target: &str) -> Option<(&str, &str)> {
         .filter(|(name, bin)| !name.is_empty() && !bin.is_empty())
 }
 
-/// Targets that can run `s`: `fanout`, the baselines if they serve its routes, its variants.
+/// Targets that can run `s`: `fanout`, the baselines that serve its routes, its variants.
 pub fn available_targets(s: &Scenario) -> Vec<String> {
     let mut v = vec!["fanout".to_string()];
-    if s.baselines {
-        v.extend(TARGETS[1..].iter().map(|t| t.to_string()));
-    }
+    v.extend(
+        TARGETS[1..]
+            .iter()
+            .filter(|t| s.baselines.contains(t))
+            .map(|t| t.to_string()),
+    );
     v.extend(s.variants.iter().map(|(n, _)| n.to_string()));
     v
 }
@@ -599,7 +633,7 @@ impl Lab {
                 target: format!("http://{}", target.addr),
                 requests: load.requests,
                 schedule: sched,
-                protocol: Protocol::Http1,
+                protocol: self.scenario.protocol(),
                 max_connections: opts.max_connections,
                 timeout: opts.timeout,
                 lag_threshold: LAG_THRESHOLD,
@@ -934,24 +968,80 @@ impl Lab {
         Ok(())
     }
 
-    /// Latency of calling the critical path's stub routes directly, one after the other.
+    /// Latency of calling the critical path's stub routes directly, one after the other (HTTP/1.1
+    /// GETs; a gRPC scenario's calls over one h2c connection per stub, every answer checked for
+    /// `grpc-status: 0`). `None` when a call fails.
     async fn direct(&self) -> Option<report::Direct> {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<http_body_util::Empty<bytes::Bytes>>();
         let n = if self.opts.quick { 100 } else { 500 };
+        let addr_of = |svc: &str| {
+            self.stubs
+                .services
+                .iter()
+                .find(|(s, _)| s == svc)
+                .map(|(_, a)| *a)
+        };
         let mut samples = Vec::with_capacity(n);
-        for _ in 0..n {
-            let start = Instant::now();
-            for (svc, path) in &self.scenario.critical_path {
-                let addr = self.stubs.services.iter().find(|(s, _)| s == svc)?.1;
-                let uri: ::http::Uri = format!("http://{addr}{path}").parse().ok()?;
-                let resp = client.get(uri).await.ok()?;
-                http_body_util::BodyExt::collect(resp.into_body())
-                    .await
-                    .ok()?;
+        let path: Vec<String>;
+        if self.grpc_direct.is_empty() {
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http::<http_body_util::Empty<bytes::Bytes>>();
+            for _ in 0..n {
+                let start = Instant::now();
+                for (svc, path) in &self.scenario.critical_path {
+                    let addr = addr_of(svc)?;
+                    let uri: ::http::Uri = format!("http://{addr}{path}").parse().ok()?;
+                    let resp = client.get(uri).await.ok()?;
+                    http_body_util::BodyExt::collect(resp.into_body())
+                        .await
+                        .ok()?;
+                }
+                samples.push(start.elapsed().as_secs_f64() * 1000.0);
             }
-            samples.push(start.elapsed().as_secs_f64() * 1000.0);
+            path = self
+                .scenario
+                .critical_path
+                .iter()
+                .map(|(s, p)| format!("{s}{p}"))
+                .collect();
+        } else {
+            // TCP_NODELAY: HTTP/2 writes a request's HEADERS and DATA frames separately; with
+            // Nagle on, the second waits for the peer's delayed ACK (~40 ms).
+            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            connector.set_nodelay(true);
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .http2_only(true)
+                    .build::<_, http_body_util::Full<bytes::Bytes>>(connector);
+            for _ in 0..n {
+                let start = Instant::now();
+                for (svc, r) in &self.grpc_direct {
+                    let addr = addr_of(svc)?;
+                    let mut req = ::http::Request::builder()
+                        .method(r.method.clone())
+                        .uri(format!("http://{addr}{}", r.path));
+                    for (k, v) in &r.headers {
+                        req = req.header(k.as_str(), v.as_str());
+                    }
+                    let req = req.body(http_body_util::Full::new(r.body.clone())).ok()?;
+                    let (parts, body) = client.request(req).await.ok()?.into_parts();
+                    let got = http_body_util::BodyExt::collect(body).await.ok()?;
+                    let status = got
+                        .trailers()
+                        .and_then(|t| t.get("grpc-status"))
+                        .or_else(|| parts.headers.get("grpc-status"))
+                        .map(|v| v.as_bytes().to_vec());
+                    if status.as_deref() != Some(b"0".as_slice()) {
+                        return None;
+                    }
+                }
+                samples.push(start.elapsed().as_secs_f64() * 1000.0);
+            }
+            path = self
+                .grpc_direct
+                .iter()
+                .map(|(s, r)| format!("{s}{}", r.path))
+                .collect();
         }
         samples.sort_by(f64::total_cmp);
         let pick = |q: f64| {
@@ -961,12 +1051,7 @@ impl Lab {
                 .unwrap_or(0.0)
         };
         Some(report::Direct {
-            path: self
-                .scenario
-                .critical_path
-                .iter()
-                .map(|(s, p)| format!("{s}{p}"))
-                .collect(),
+            path,
             p50_ms: pick(0.5),
             p99_ms: pick(0.99),
         })

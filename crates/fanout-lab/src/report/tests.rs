@@ -32,6 +32,8 @@ fn trial(target: &str, phase: &str, rate: f64, p99_ms: f64, lag_p99_ms: f64) -> 
         achieved_rps: rate,
         status_classes: Default::default(),
         errors: Default::default(),
+        grpc_status: None,
+        grpc_missing_status: None,
         error_rate: 0.0,
         latency_ms: stats,
         ok_latency_ms: stats,

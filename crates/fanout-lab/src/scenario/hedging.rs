@@ -33,7 +33,8 @@ pub(super) fn scenario() -> Scenario {
             ("no-hedge", HEDGE_OFF.to_string()),
             ("hedge", HEDGE_ON.to_string()),
         ],
-        baselines: false,
+        baselines: &[],
+        grpc: None,
         default_targets: &["no-hedge", "hedge"],
     }
 }

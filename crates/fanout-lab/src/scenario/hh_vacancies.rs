@@ -39,7 +39,8 @@ pub(super) fn scenario() -> Scenario {
         // The same config with metrics off: `--targets fanout,fanout-nometrics` measures what
         // recording metrics costs per request (docs/benchmarks.md).
         variants: vec![("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}"))],
-        baselines: true,
+        baselines: &["hyper-baseline", "java-threads"],
+        grpc: None,
         default_targets: &["fanout"],
     }
 }

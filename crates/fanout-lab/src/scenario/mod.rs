@@ -4,8 +4,11 @@
 //! ones and the one interface through which the report asks what a scenario accepts
 //! (`Mode::acceptance`). Each scenario has its own module: its definition, and the acceptance
 //! criteria it checks on a run, if any (`overload.rs`, `slow_backend.rs`, `hedging.rs`). Their
-//! configs are in `../scenarios/` and `../variants/`.
+//! configs are in `../scenarios/` and `../variants/`. A gRPC scenario (`grpc_aggregate.rs`)
+//! carries its `.proto` files and messages in [`Grpc`]: its requests are built once the files
+//! are written next to the configs ([`Scenario::prepare`]).
 
+mod grpc_aggregate;
 mod hedging;
 mod hh_vacancies;
 mod overload;
@@ -13,15 +16,17 @@ mod product_page;
 mod product_page_merging;
 mod slow_backend;
 
+pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
 pub use slow_backend::{SLOW_GATEWAY, SLOW_STUBS, slow_backend_phases};
 
 use crate::report::{Acceptance, TargetSummary};
 use bytes::Bytes;
-use fanout_load::RequestTemplate;
+use fanout_load::{Protocol, RequestTemplate};
 use http::Method;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// What a scenario measures.
 #[derive(Debug, Clone)]
@@ -93,11 +98,90 @@ pub struct Scenario {
     pub critical_path: Vec<(&'static str, &'static str)>,
     /// Extra targets: other `fanout serve` configs of the same flow, by name.
     pub variants: Vec<(&'static str, String)>,
-    /// Whether the hand-written baselines (`hyper-baseline`, `java-threads`) serve this
-    /// scenario's routes (they implement the examples' two flows only).
-    pub baselines: bool,
+    /// The hand-written baselines that serve this scenario's routes: `hyper-baseline` and
+    /// `java-threads` implement the examples' two flows, `grpc-baseline` the `grpc-aggregate`
+    /// flow; none serve the others.
+    pub baselines: &'static [&'static str],
     /// Targets when none are given.
     pub default_targets: &'static [&'static str],
+    /// A gRPC scenario: its requests are unary gRPC calls (`requests` is empty until
+    /// [`Scenario::prepare`] builds them from the `.proto` files), sent over h2c.
+    pub grpc: Option<Grpc>,
+}
+
+/// What a gRPC scenario needs besides its configs.
+#[derive(Debug, Clone)]
+pub struct Grpc {
+    /// `.proto` files written next to the configs (their `protos: {files: [...]}` name them
+    /// relative to the config's directory): (file name, text).
+    pub protos: &'static [(&'static str, &'static str)],
+    /// The method every request calls, `package.Service/Method`.
+    pub method: &'static str,
+    /// The request messages as JSON (proto3 JSON mapping), sent round robin.
+    pub messages: Vec<String>,
+    /// The stub calls on the flow's critical path for the direct baseline, made one after the
+    /// other over h2c: (service, `package.Service/Method`, JSON message).
+    pub critical_path: Vec<(&'static str, &'static str, &'static str)>,
+}
+
+impl Scenario {
+    /// How the load generator talks to the targets: gRPC (h2c) for a gRPC scenario, else
+    /// HTTP/1.1.
+    pub fn protocol(&self) -> Protocol {
+        if self.grpc.is_some() {
+            Protocol::Grpc
+        } else {
+            Protocol::Http1
+        }
+    }
+
+    /// The files besides the configs a run writes into its directory: (file name, text).
+    pub fn files(&self) -> Vec<(&'static str, &'static str)> {
+        self.grpc
+            .as_ref()
+            .map(|g| g.protos.to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Write [`Scenario::files`] into `dir` (which exists); returns their paths.
+    pub fn write_files(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for (name, text) in self.files() {
+            let p = dir.join(name);
+            std::fs::write(&p, text)?;
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    /// Make the scenario ready to run from `dir`, where [`Scenario::write_files`] wrote its
+    /// files: a gRPC scenario compiles its `.proto` files and builds its requests (each message
+    /// encoded and framed once, by `fanout_load::grpc_request`) and returns the calls of its
+    /// direct critical path as (service, request). Nothing to do for an HTTP scenario.
+    pub fn prepare(&mut self, dir: &Path) -> Result<Vec<(&'static str, RequestTemplate)>, String> {
+        let Some(g) = &self.grpc else {
+            return Ok(vec![]);
+        };
+        let files: Vec<PathBuf> = g.protos.iter().map(|(n, _)| dir.join(n)).collect();
+        let at = |e: &dyn std::fmt::Display| format!("scenario {}: {e}", self.name);
+        let protos = fanout_load::load_protos(&files, &[dir.to_path_buf()]).map_err(|e| at(&e))?;
+        let requests = g
+            .messages
+            .iter()
+            .map(|m| fanout_load::grpc_request(&protos, g.method, m, &[]))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| at(&e))?;
+        let direct = g
+            .critical_path
+            .iter()
+            .map(|(svc, method, json)| {
+                fanout_load::grpc_request(&protos, method, json, &[]).map(|r| (*svc, r))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| at(&e))?;
+        self.requests = requests;
+        Ok(direct)
+    }
 }
 
 /// `GET {path}?id=N` for 64 different ids from `first`, so concurrent requests rarely make
@@ -114,13 +198,14 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 7] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
     "slow-backend",
     "overload",
     "hedging",
+    "grpc-aggregate",
 ];
 
 /// Look up a built-in scenario.
@@ -132,11 +217,14 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "slow-backend" => slow_backend::scenario(),
         "overload" => overload::scenario(),
         "hedging" => hedging::scenario(),
+        "grpc-aggregate" => grpc_aggregate::scenario(),
         _ => return None,
     })
 }
 
-/// Every config a scenario writes: (file name, text), stubs first. For tests and `validate`.
+/// Every config a scenario writes: (file name, text), stubs first. For tests and `validate`. A
+/// gRPC scenario's configs name its `.proto` files ([`Scenario::files`]), which must be written
+/// next to them.
 pub fn configs(s: &Scenario) -> Vec<(String, String)> {
     let mut out = vec![
         ("stubs.yaml".to_string(), s.stubs.to_string()),
@@ -192,15 +280,40 @@ mod tests {
         for name in NAMES {
             let s = builtin(name).unwrap_or_else(|| panic!("{name} is listed but not built in"));
             assert_eq!(s.name, name);
+            let mut s = s;
+            if s.grpc.is_some() {
+                // The requests are built from the `.proto` files written into the run directory.
+                assert!(s.requests.is_empty(), "{name}: requests before prepare");
+                assert_eq!(s.protocol(), Protocol::Grpc);
+                let dir = std::env::temp_dir()
+                    .join(format!("fanout-lab-scenario-{name}-{}", std::process::id()));
+                std::fs::create_dir_all(&dir).unwrap();
+                let written = s.write_files(&dir).unwrap();
+                assert!(!written.is_empty(), "{name}: .proto files");
+                let direct = s.prepare(&dir).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!direct.is_empty(), "{name}: direct critical path");
+                let _ = std::fs::remove_dir_all(&dir);
+                for r in &s.requests {
+                    assert_eq!(r.method, Method::POST);
+                    assert!(r.path.starts_with('/') && r.body.len() > 5, "{name}: {r:?}");
+                }
+            } else {
+                assert_eq!(s.protocol(), Protocol::Http1);
+                assert!(s.files().is_empty());
+                assert!(s.prepare(Path::new("/nonexistent")).unwrap().is_empty());
+            }
             assert!(!s.requests.is_empty(), "{name}: requests");
             assert!(!s.default_targets.is_empty(), "{name}: default targets");
             for t in s.default_targets {
                 assert!(
                     *t == "fanout"
-                        || (s.baselines && crate::TARGETS.contains(t))
+                        || (s.baselines.contains(t) && crate::TARGETS.contains(t))
                         || s.variants.iter().any(|(n, _)| n == t),
                     "{name}: default target {t} is not available"
                 );
+            }
+            for b in s.baselines {
+                assert!(crate::TARGETS.contains(b), "{name}: baseline {b}");
             }
             if let Mode::SlowBackend(sb) = &s.mode {
                 assert_eq!(slow_backend_phases(sb).len(), 4);
@@ -209,5 +322,57 @@ mod tests {
             }
         }
         assert!(builtin("nope").is_none());
+    }
+
+    #[test]
+    fn grpc_aggregate_stubs_load_with_their_proto() {
+        let s = builtin("grpc-aggregate").unwrap();
+        let dir = std::env::temp_dir().join(format!("fanout-lab-stubs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        s.write_files(&dir).unwrap();
+        let any = |n: &str| n.ends_with("_ADDR").then(|| "127.0.0.1:0".to_string());
+        let stubs = fanout_stub::load_in("stubs.yaml", s.stubs, &any, Some(&dir));
+        // Without the .proto beside it, the config does not load.
+        let empty = dir.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let without = fanout_stub::load_in("stubs.yaml", s.stubs, &any, Some(&empty));
+        let _ = std::fs::remove_dir_all(&dir);
+        let names: Vec<String> = stubs
+            .unwrap_or_else(|e| panic!("{e}"))
+            .services()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["users", "orders", "recs"]);
+        assert!(without.is_err());
+    }
+
+    #[test]
+    fn grpc_aggregate_sends_64_different_users() {
+        let mut s = builtin("grpc-aggregate").unwrap();
+        let dir = std::env::temp_dir().join(format!("fanout-lab-grpc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        s.write_files(&dir).unwrap();
+        let direct = s.prepare(&dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(s.requests.len(), 64);
+        let bodies: std::collections::BTreeSet<_> = s.requests.iter().map(|r| &r.body).collect();
+        assert_eq!(bodies.len(), 64, "every request is another user");
+        let r = &s.requests[0];
+        assert_eq!(r.path, "/lab.v1.Aggregator/GetPage");
+        // PageRequest{user_id: "u1"}: the 5-byte frame prefix, then field 1 (string) = "u1".
+        assert_eq!(&r.body[..], b"\0\0\0\0\x04\x0a\x02u1");
+        assert_eq!(direct.len(), 1);
+        assert_eq!(direct[0].0, "orders");
+        assert_eq!(direct[0].1.path, "/lab.v1.Orders/ListOrders");
+        assert!(crate::available_targets(&s).contains(&"grpc-baseline".to_string()));
+        assert!(!crate::available_targets(&s).contains(&"hyper-baseline".to_string()));
+        // A missing .proto file: an error naming the scenario, not a panic.
+        let mut s = builtin("grpc-aggregate").unwrap();
+        let e = s.prepare(Path::new("/nonexistent-dir")).unwrap_err();
+        assert!(
+            e.contains("grpc-aggregate") && e.contains("grpc-aggregate.proto"),
+            "{e}"
+        );
     }
 }

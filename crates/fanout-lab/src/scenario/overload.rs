@@ -31,7 +31,8 @@ pub(super) fn scenario() -> Scenario {
             ("vacancies", "/vacancies/101"),
         ],
         variants: vec![],
-        baselines: true,
+        baselines: &["hyper-baseline", "java-threads"],
+        grpc: None,
         default_targets: &["fanout", "java-threads"],
     }
 }

@@ -35,7 +35,8 @@ pub(super) fn scenario() -> Scenario {
             ("price", "/price?ids=r-p1,r-p2,r-p3,r-p4,r-p5"),
         ],
         variants: vec![],
-        baselines: true,
+        baselines: &["hyper-baseline", "java-threads"],
+        grpc: None,
         default_targets: &["fanout"],
     }
 }

@@ -62,7 +62,8 @@ pub(super) fn scenario() -> Scenario {
             ("variant1", VARIANT1.to_string()),
             ("variant2", variant2()),
         ],
-        baselines: false,
+        baselines: &[],
+        grpc: None,
         default_targets: &["naive", "variant1", "variant2"],
     }
 }

@@ -60,7 +60,8 @@ pub(super) fn scenario() -> Scenario {
         slo_p99_ms: 50.0,
         critical_path: vec![("users", "/users/1"), ("reviews", "/reviews/1")],
         variants: vec![],
-        baselines: false,
+        baselines: &[],
+        grpc: None,
         default_targets: &["fanout"],
     }
 }
