@@ -144,8 +144,9 @@ pub struct RespondPlan {
     pub status: StatusPlan,
     /// Header expressions.
     pub headers: Vec<(HeaderName, Expr)>,
-    /// Whether an object body gets the `_partial` list (not for gRPC routes, whose answer is a
-    /// typed message: their partial list is the `x-fanout-partial` metadata only).
+    /// Whether an object body gets the `_partial` list and is written as JSON — not for gRPC
+    /// routes, whose answer is a typed message encoded from the value ([`crate::Outcome`]'s
+    /// `value`; their partial list is the `x-fanout-partial` metadata only).
     pub partial_in_body: bool,
 }
 

@@ -19,8 +19,11 @@ pub struct Outcome {
     pub status: u16,
     /// Headers from `respond.headers` (plus `x-fanout-partial` when steps fell back).
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// JSON body.
+    /// JSON body (empty when the answer is kept as `value`).
     pub body: Bytes,
+    /// The body as a value, unserialized, for gRPC routes (their answer is encoded as a
+    /// protobuf message from it; an HTTP client of such a route gets it as JSON).
+    pub value: Option<fanout_expr::Val>,
     /// Optional steps that failed and used their default.
     pub partial: Vec<Arc<str>>,
 }
@@ -92,12 +95,23 @@ pub(crate) fn respond_with(
             Arc::make_mut(o).insert(json::str_val("_partial"), names);
         }
     }
+    if !plan.partial_in_body {
+        // A gRPC route: the answer is encoded from the value, no JSON in between.
+        return Ok(Ok(Outcome {
+            status,
+            headers,
+            body: Bytes::new(),
+            value: Some(body),
+            partial: partial.to_vec(),
+        }));
+    }
     let mut out = Vec::with_capacity(256);
     json::write(&body, &mut out);
     Ok(Ok(Outcome {
         status,
         headers,
         body: Bytes::from(out),
+        value: None,
         partial: partial.to_vec(),
     }))
 }

@@ -36,7 +36,7 @@ pub enum CodecError {
     },
 }
 
-const SER: SerializeOptions = SerializeOptions::new()
+pub(crate) const SER: SerializeOptions = SerializeOptions::new()
     .use_proto_field_name(true)
     .skip_default_fields(false)
     .stringify_64_bit_integers(false);

@@ -20,6 +20,7 @@ pub mod protos;
 pub mod status;
 pub mod stubsupport;
 pub mod timeout;
+pub mod value;
 
 pub use codec::{CodecError, FieldInfo, MessageCodec};
 pub use frame::FrameError;

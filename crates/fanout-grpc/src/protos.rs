@@ -395,6 +395,26 @@ message User {
   User referrer = 7;
 }
 enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
+message Rich {
+  map<string, int32> counts = 1;
+  repeated int32 nums = 2;
+  bytes blob = 3;
+  sint64 s = 4;
+  fixed32 f = 5;
+  double d = 6;
+  map<int64, User> users = 7;
+  repeated User list = 8;
+  optional string maybe = 9;
+  oneof choice { string a = 10; int32 b = 11; }
+  float fl = 12;
+  bool flag = 13;
+  uint64 big = 14;
+  repeated double ds = 15;
+  sfixed64 sf = 16;
+  map<bool, string> flags = 17;
+  repeated Kind kinds = 18;
+}
+service Rich2 { rpc Echo(Rich) returns (Rich); }
 "#;
 
     #[test]
@@ -407,7 +427,7 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
         )
         .unwrap();
         assert_eq!(set.files(), ["demo/v1/users.proto"]);
-        assert_eq!(set.service_names(), ["demo.v1.Users"]);
+        assert_eq!(set.service_names(), ["demo.v1.Users", "demo.v1.Rich2"]);
         let m = set.method("demo.v1.Users/GetUser").unwrap();
         assert_eq!(m.path, "/demo.v1.Users/GetUser");
         assert!(m.idempotent && !m.streaming);
@@ -435,14 +455,18 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
             ProtoLimits::default(),
         )
         .unwrap();
-        assert_eq!(set2.service_names(), ["demo.v1.Users"]);
+        assert_eq!(set2.service_names(), ["demo.v1.Users", "demo.v1.Rich2"]);
     }
 
     #[test]
     fn json_round_trip_with_fanout_options() {
         let d = dir_with(&[("u.proto", USERS)]);
-        let set =
-            ProtoSet::compile(&[PathBuf::from("u.proto")], &[d.to_path_buf()], ProtoLimits::default()).unwrap();
+        let set = ProtoSet::compile(
+            &[PathBuf::from("u.proto")],
+            &[d.to_path_buf()],
+            ProtoLimits::default(),
+        )
+        .unwrap();
         let m = set.method("demo.v1.Users/Rename").unwrap();
         let bytes = m
             .input
@@ -485,6 +509,126 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
     }
 
     #[test]
+    fn the_value_path_maps_like_the_json_path() {
+        let d = dir_with(&[("u.proto", USERS)]);
+        let set = ProtoSet::compile(
+            &[PathBuf::from("u.proto")],
+            &[d.to_path_buf()],
+            ProtoLimits::default(),
+        )
+        .unwrap();
+        let m = set.method("demo.v1.Users/Rename").unwrap();
+        let json = br#"{"id":"u1","displayName":"Ann","karma":"9007199254740993","tags":["a","b"],
+            "created":"2024-01-02T03:04:05Z","kind":"ADMIN","referrer":{"id":"u0","kind":1}}"#;
+        let bytes = m.input.json_to_proto(json).unwrap();
+        let via_json = fanout_expr::json::parse(&m.output.proto_to_json(&bytes).unwrap()).unwrap();
+        let via_val = m.output.decode_val(&bytes, 64).unwrap();
+        assert_eq!(
+            fanout_expr::json::to_string(&via_val),
+            fanout_expr::json::to_string(&via_json)
+        );
+        // And back: the value encodes to the same message.
+        let mut again = Vec::new();
+        m.input.encode_val(&via_val, &mut again).unwrap();
+        assert_eq!(m.output.decode_val(&again, 64).unwrap(), via_val);
+        // Defaults, empty input.
+        assert_eq!(
+            fanout_expr::json::to_string(&m.output.decode_val(&[], 64).unwrap()),
+            r#"{"id":"","display_name":"","karma":0,"tags":[],"kind":"KIND_UNSPECIFIED"}"#
+        );
+        // Refusals name the field; depth is bounded both ways.
+        let bad = fanout_expr::json::parse(br#"{"nope":1}"#).unwrap();
+        let e = m.input.encode_val(&bad, &mut Vec::new()).unwrap_err();
+        assert!(
+            e.to_string().contains("unrecognized field name 'nope'"),
+            "{e}"
+        );
+        let bad = fanout_expr::json::parse(br#"{"karma":"x"}"#).unwrap();
+        let e = m.input.encode_val(&bad, &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("karma"), "{e}");
+        let bad = fanout_expr::json::parse(br#"{"kind":"NOPE"}"#).unwrap();
+        assert!(m.input.encode_val(&bad, &mut Vec::new()).is_err());
+        let nested = format!("{}{{}}{}", "{\"referrer\":".repeat(150), "}".repeat(150));
+        let deep = fanout_expr::json::parse_limited(nested.as_bytes(), 500).unwrap();
+        assert!(m.input.encode_val(&deep, &mut Vec::new()).is_err());
+        let mut chain = Vec::new();
+        m.input
+            .encode_val(
+                &fanout_expr::json::parse(
+                    format!("{}{{}}{}", "{\"referrer\":".repeat(20), "}".repeat(20)).as_bytes(),
+                )
+                .unwrap(),
+                &mut chain,
+            )
+            .unwrap();
+        assert!(m.output.decode_val(&chain, 10).is_err(), "max depth");
+        assert!(m.output.decode_val(&chain, 64).is_ok());
+    }
+
+    #[test]
+    fn the_direct_wire_codec_matches_prost_reflect() {
+        let d = dir_with(&[("u.proto", USERS)]);
+        let set = ProtoSet::compile(
+            &[PathBuf::from("u.proto")],
+            &[d.to_path_buf()],
+            ProtoLimits::default(),
+        )
+        .unwrap();
+        let m = set.method("demo.v1.Rich2/Echo").unwrap();
+        let json = br#"{"counts":{"a":1,"b":-2},"nums":[1,-5,300],"blob":"aGVsbG8=","s":-77,
+            "f":4000000000,"d":1.5,"users":{"7":{"id":"u7","kind":"ADMIN"},"-1":{}},
+            "list":[{"id":"x","tags":["t"]},{}],"maybe":"","b":0,"fl":0.25,"flag":true,
+            "big":"18446744073709551615","ds":[0.5,-2],"sf":"-9000000000","flags":{"true":"y"},
+            "kinds":["ADMIN","KIND_UNSPECIFIED"]}"#;
+        let bytes = m.input.json_to_proto(json).unwrap();
+        let direct = m.output.decode_val(&bytes, 64).unwrap();
+        let dynamic = m.output.decode_val_dynamic(&bytes, 64).unwrap();
+        assert_eq!(
+            fanout_expr::json::to_string(&direct),
+            fanout_expr::json::to_string(&dynamic)
+        );
+        // Presence: `maybe` and the oneof member are there although they hold defaults.
+        let s = fanout_expr::json::to_string(&direct);
+        assert!(s.contains(r#""maybe":"""#) && s.contains(r#""b":0"#), "{s}");
+        assert!(s.contains(r#""big":18446744073709551615"#), "{s}");
+        // The direct encoder writes what both decoders read back as the same value.
+        let mut again = Vec::new();
+        m.input.encode_val(&direct, &mut again).unwrap();
+        assert_eq!(m.output.decode_val_dynamic(&again, 64).unwrap(), dynamic);
+        assert_eq!(m.output.decode_val(&again, 64).unwrap(), direct);
+        // Hostile bytes: errors, never panics.
+        for bad in [
+            &[0x0a, 0xff][..],
+            &[0x12, 0x05, 0x01],
+            &[0x1b],
+            &[0x2d, 0x01],
+            &[
+                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+            &[0x3a, 0x02, 0x0a, 0x05],
+        ] {
+            assert!(m.output.decode_val(bad, 64).is_err(), "{bad:?}");
+        }
+        let val = |t: &str| fanout_expr::json::parse(t.as_bytes()).unwrap();
+        for bad in [
+            r#"{"nums":[1.5]}"#,
+            r#"{"nums":"x"}"#,
+            r#"{"f":-1}"#,
+            r#"{"s":"99999999999999999999"}"#,
+            r#"{"flag":1}"#,
+            r#"{"blob":"!!"}"#,
+            r#"{"users":{"x":{}}}"#,
+            r#"{"kinds":["NOPE"]}"#,
+            r#"[]"#,
+        ] {
+            assert!(
+                m.input.encode_val(&val(bad), &mut Vec::new()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn errors_point_at_file_line_and_column() {
         let d = dir_with(&[(
             "bad.proto",
@@ -504,8 +648,12 @@ enum Kind { KIND_UNSPECIFIED = 0; ADMIN = 1; }
             "imp.proto",
             "syntax = \"proto3\";\nimport \"missing.proto\";\n",
         )]);
-        let e = ProtoSet::compile(&[PathBuf::from("imp.proto")], &[d2.to_path_buf()], ProtoLimits::default())
-            .unwrap_err();
+        let e = ProtoSet::compile(
+            &[PathBuf::from("imp.proto")],
+            &[d2.to_path_buf()],
+            ProtoLimits::default(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("missing.proto"), "{e}");
         assert_eq!(e.line_col.map(|l| l.0), Some(2), "{e}");
 

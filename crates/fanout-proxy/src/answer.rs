@@ -303,7 +303,16 @@ impl From<BodyRefusal> for ApiError {
 /// A flow's answer: its status (200 if out of range), `Content-Type: application/json`, then its
 /// own headers.
 pub(crate) fn outcome_response(out: Outcome) -> Response<Body> {
-    let mut resp = Response::new(Body::full(out.body));
+    let body = match &out.value {
+        // A gRPC route called over HTTP: its answer as JSON.
+        Some(v) if out.body.is_empty() => {
+            let mut b = Vec::with_capacity(256);
+            fanout_expr::json::write(v, &mut b);
+            Bytes::from(b)
+        }
+        _ => out.body,
+    };
+    let mut resp = Response::new(Body::full(body));
     *resp.status_mut() = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -19,7 +19,6 @@ use crate::telemetry::RequestTelemetry;
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_config::{Config, ConfigError, ConfigErrors};
-use fanout_expr::json;
 use fanout_flow::RoutePlan;
 use fanout_grpc::{Code, ProtoLimits, ProtoSet, frame, status};
 use futures_util::future::BoxFuture;
@@ -308,18 +307,14 @@ impl Gateway {
             e => invalid(format!("the request is not one gRPC message: {e}")),
         })?;
         let input = &g.method.input;
-        let json = input.proto_to_json(&message).map_err(|_| {
-            invalid(format!(
-                "the request is not a valid {} message",
-                input.name()
-            ))
-        })?;
-        let val = json::parse_limited(&json, self.limits.expressions.max_depth).map_err(|_| {
-            invalid(format!(
-                "the {} message is nested too deeply (server.expressions.max_depth)",
-                input.name()
-            ))
-        })?;
+        let val = input
+            .decode_val(&message, self.limits.expressions.max_depth)
+            .map_err(|_| {
+                invalid(format!(
+                    "the request is not a valid {} message (or nests deeper than server.expressions.max_depth)",
+                    input.name()
+                ))
+            })?;
         let mut slot = self.admit(live, route, deadline).await?;
         let request = build_request(parts, params, val);
         let mut obs = tel.observer();
@@ -337,22 +332,24 @@ impl Gateway {
         }
         let output = &g.method.output;
         let mut framed = vec![0u8; frame::HEADER_LEN];
-        output
-            .json_to_proto_into(&out.body, &mut framed)
-            .map_err(|e| {
-                let mut err = ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "bad_answer_message",
-                    format!(
-                        "the route's answer does not fit {}: {}",
-                        output.name(),
-                        field_problem(&e.to_string())
-                    ),
-                );
-                err.detail = Some(e.to_string());
-                err.log = true;
-                err
-            })?;
+        let encoded = match &out.value {
+            Some(v) => output.encode_val(v, &mut framed),
+            None => output.json_to_proto_into(&out.body, &mut framed),
+        };
+        encoded.map_err(|e| {
+            let mut err = ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "bad_answer_message",
+                format!(
+                    "the route's answer does not fit {}: {}",
+                    output.name(),
+                    field_problem(&e.to_string())
+                ),
+            );
+            err.detail = Some(e.to_string());
+            err.log = true;
+            err
+        })?;
         let len = (framed.len() - frame::HEADER_LEN) as u32;
         framed[1..frame::HEADER_LEN].copy_from_slice(&len.to_be_bytes());
         Ok(grpc_answer(Bytes::from(framed), out.headers))

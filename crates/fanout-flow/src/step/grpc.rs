@@ -11,12 +11,14 @@
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::backend::{CallRequest, query_method};
-use crate::call::{Env, HttpPlan, Yielded, build_call, expr_err, fetch_body, yielded};
+use crate::call::{
+    Env, HttpPlan, Yielded, build_call, eval, eval_item, expr_err, fetch_body, yielded,
+};
 use crate::ctx::{Ctx, unknown_backend};
 use crate::error::{ErrorKind, FlowError};
 use bytes::Bytes;
 use fanout_config::{ConfigError, Located, Protocol, Step};
-use fanout_expr::{Expr, Val, json};
+use fanout_expr::{Expr, Val};
 use fanout_grpc::{CodecError, MessageCodec, MethodInfo};
 use futures_util::future::BoxFuture;
 use http::{HeaderName, Method};
@@ -25,8 +27,10 @@ use tokio::time::Instant;
 
 /// A compiled `grpc` step.
 struct GrpcStep {
-    /// The call (path, metadata, message expression) as every calling step has it.
+    /// The call (path, metadata) as every calling step has it; its `body` is unused.
     call: HttpPlan,
+    /// The message expression.
+    message: Expr,
     /// `package.Service/Method`, for messages.
     method: Arc<str>,
     /// The request message type.
@@ -57,23 +61,14 @@ impl StepKind for GrpcStep {
         deadline: Instant,
     ) -> Result<Prepared, Yielded> {
         let Some(items) = items else {
-            return Ok(
-                match yielded(build_call(&self.call, env, None, deadline))? {
-                    Ok(r) => match self.encode(step, r) {
-                        Ok(r) => Prepared::Call(r),
-                        Err(e) => Prepared::Done(Err(e)),
-                    },
-                    Err(e) => Prepared::Done(Err(expr_err(step.name, "building the message", e))),
-                },
-            );
+            return Ok(match self.build(step, env, None, deadline)? {
+                Ok(r) => Prepared::Call(r),
+                Err(e) => Prepared::Done(Err(e)),
+            });
         };
         let mut reqs = Vec::with_capacity(items.len());
         for (k, item) in items.iter().enumerate() {
-            let built = match yielded(build_call(&self.call, env, Some((item, k)), deadline))? {
-                Ok(r) => self.encode(step, r),
-                Err(e) => Err(expr_err(step.name, "building the message", e)),
-            };
-            match built {
+            match self.build(step, env, Some((item, k)), deadline)? {
                 Ok(r) => reqs.push((r, item.clone(), k)),
                 Err(e) => return Ok(Prepared::Done(Err(e))),
             }
@@ -104,34 +99,46 @@ impl StepKind for GrpcStep {
 }
 
 impl GrpcStep {
-    /// The built call's JSON body → the framed protobuf message, checked against the input type.
-    fn encode(&self, step: &StepArgs<'_>, mut req: CallRequest) -> Result<CallRequest, FlowError> {
-        let json: &[u8] = if req.body.is_empty() {
-            b"{}"
-        } else {
-            &req.body
+    /// One call: path and metadata by `build_call`, the message by its expression, checked
+    /// against the input type and encoded (framed) straight from the value.
+    fn build(
+        &self,
+        step: &StepArgs<'_>,
+        env: &Env,
+        item: Option<(&Val, usize)>,
+        deadline: Instant,
+    ) -> Result<Result<CallRequest, FlowError>, Yielded> {
+        let mut req = match yielded(build_call(&self.call, env, item, deadline))? {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(expr_err(step.name, "building the call", e))),
         };
-        let mut out = Vec::with_capacity(fanout_grpc::frame::HEADER_LEN + json.len());
+        let message = match item {
+            Some((it, k)) => eval_item(&self.message, env, &Val::Null, it, k),
+            None => eval(&self.message, env, &Val::Null),
+        };
+        let message = match yielded(message)? {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(expr_err(step.name, "building the message", e))),
+        };
+        let mut out = Vec::with_capacity(64);
         out.resize(fanout_grpc::frame::HEADER_LEN, 0);
-        self.input
-            .json_to_proto_into(json, &mut out)
-            .map_err(|e| message_error(step.name, &self.method, &self.input, &e))?;
+        if let Err(e) = self.input.encode_val(&message, &mut out) {
+            return Ok(Err(message_error(step.name, &self.method, &self.input, &e)));
+        }
         let len = (out.len() - fanout_grpc::frame::HEADER_LEN) as u32;
         out[1..fanout_grpc::frame::HEADER_LEN].copy_from_slice(&len.to_be_bytes());
         req.body = Bytes::from(out);
-        req.headers.remove(http::header::CONTENT_TYPE);
-        Ok(req)
+        Ok(Ok(req))
     }
 
-    /// The answer message → its JSON → a value (a large one on the compute pool).
+    /// The answer message → a value (a large one on the compute pool).
     async fn decode(&self, step_name: &Arc<str>, body: Bytes) -> Result<Val, FlowError> {
         let h = &self.call;
         let body_len = body.len();
         let output = self.output.clone();
         let depth = h.max_depth;
         let work = move || -> Result<Result<Val, String>, CodecError> {
-            let json = output.proto_to_json(&body)?;
-            Ok(json::parse_limited(&json, depth).map_err(|e| e.to_string()))
+            Ok(output.decode_val(&body, depth).map_err(|e| e.to_string()))
         };
         let parsed = if h.compute.started() && body_len >= h.compute.offload_bytes {
             h.compute.run(work).await.map_err(|e| {
@@ -306,7 +313,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         path,
         query: Vec::new(),
         headers,
-        body: Some(message),
+        body: None,
         idempotent,
         compute: sc.cx.compute.clone(),
         max_depth: cfg.server.expressions.max_depth,
@@ -314,6 +321,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
     };
     Some(Some(Box::new(GrpcStep {
         call,
+        message,
         method: g.method.value.trim().trim_start_matches('/').into(),
         input: method.input.clone(),
         output: method.output.clone(),

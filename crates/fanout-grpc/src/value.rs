@@ -1,0 +1,913 @@
+//! Protobuf ⇄ flow values ([`Val`]) without JSON text in between: what the gateway does per
+//! request (a backend's answer to a step's value, a step's message to bytes, a gRPC request to
+//! `$request.body`, a route's answer to bytes). The mapping is [`codec`](crate::codec)'s —
+//! proto field names, defaults written, enums by name, 64-bit integers as numbers, bytes as
+//! base64 — and the well-known types (`google.protobuf.*`) go through the same serde mapping
+//! as there, so both paths give the same JSON. Messages are decoded and encoded by
+//! prost-reflect (`DynamicMessage`); only the JSON layer is replaced by a walk over the
+//! descriptor, about 5× cheaper than serde's generic path on the lab's messages
+//! (`examples/codec_cost.rs`).
+
+use crate::codec::{CodecError, MessageCodec, SER};
+use bytes::Bytes;
+use fanout_expr::{Map, Val};
+use jaq_json::Num;
+use prost::Message;
+use prost_reflect::{
+    DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor,
+    ReflectMessage, Value,
+};
+use std::collections::HashMap;
+
+impl MessageCodec {
+    /// Protobuf → value (at most `max_depth` levels of objects and arrays).
+    pub fn decode_val(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
+        wire::decode(self.descriptor(), proto, max_depth).map_err(|detail| CodecError::Proto {
+            message: self.name().to_string(),
+            detail,
+        })
+    }
+
+    /// Value → protobuf, appended to `out`; a key the type does not have is an error naming it
+    /// (`unrecognized field name 'x'`, as the JSON path says).
+    pub fn encode_val(&self, v: &Val, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        wire::encode(self.descriptor(), v, 0, out).map_err(|detail| CodecError::Json {
+            message: self.name().to_string(),
+            detail,
+        })
+    }
+
+    /// [`MessageCodec::decode_val`] through prost-reflect's `DynamicMessage` (the reference the
+    /// direct path is tested against).
+    pub fn decode_val_dynamic(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
+        let msg = DynamicMessage::decode(self.descriptor().clone(), proto).map_err(|e| {
+            CodecError::Proto {
+                message: self.name().to_string(),
+                detail: e.to_string(),
+            }
+        })?;
+        msg_to_val(&msg, max_depth).map_err(|detail| CodecError::Proto {
+            message: self.name().to_string(),
+            detail,
+        })
+    }
+
+    /// [`MessageCodec::encode_val`] through prost-reflect's `DynamicMessage`.
+    pub fn encode_val_dynamic(&self, v: &Val, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let msg = val_to_msg(self.descriptor(), v, 0).map_err(|detail| CodecError::Json {
+            message: self.name().to_string(),
+            detail,
+        })?;
+        out.reserve(msg.encoded_len());
+        let _ = msg.encode(out);
+        Ok(())
+    }
+}
+
+/// How deep a message may nest before encoding refuses it (prost's decoder has the same bound).
+const MAX_NESTING: usize = 100;
+
+fn key(s: &str) -> Val {
+    Val::utf8_str(s.as_bytes().to_vec())
+}
+
+fn is_well_known(d: &MessageDescriptor) -> bool {
+    d.full_name().starts_with("google.protobuf.")
+}
+
+fn msg_to_val(msg: &DynamicMessage, depth: usize) -> Result<Val, String> {
+    if depth == 0 {
+        return Err("the message is nested too deeply".into());
+    }
+    let desc = msg.descriptor();
+    if is_well_known(&desc) {
+        let json = msg
+            .serialize_with_options(serde_json::value::Serializer, &SER)
+            .map_err(|e| e.to_string())?;
+        return Ok(fanout_expr::json::from_serde(&json));
+    }
+    let mut out = Map::default();
+    for f in desc.fields() {
+        if f.supports_presence() && !msg.has_field(&f) {
+            continue;
+        }
+        let v = msg.get_field(&f);
+        out.insert(key(f.name()), field_to_val(&f, &v, depth - 1)?);
+    }
+    Ok(Val::obj(out))
+}
+
+fn field_to_val(f: &FieldDescriptor, v: &Value, depth: usize) -> Result<Val, String> {
+    match v {
+        Value::List(items) => {
+            if depth == 0 {
+                return Err("the message is nested too deeply".into());
+            }
+            let kind = f.kind();
+            items
+                .iter()
+                .map(|x| scalar_to_val(&kind, x, depth - 1))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| v.into_iter().collect())
+        }
+        Value::Map(entries) => {
+            if depth == 0 {
+                return Err("the message is nested too deeply".into());
+            }
+            let value_kind = match f.kind() {
+                Kind::Message(entry) => entry.map_entry_value_field().kind(),
+                k => k,
+            };
+            let mut keyed: Vec<(String, &Value)> =
+                entries.iter().map(|(k, v)| (map_key_text(k), v)).collect();
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut out = Map::default();
+            for (k, v) in keyed {
+                out.insert(key(&k), scalar_to_val(&value_kind, v, depth - 1)?);
+            }
+            Ok(Val::obj(out))
+        }
+        v => scalar_to_val(&f.kind(), v, depth),
+    }
+}
+
+fn map_key_text(k: &MapKey) -> String {
+    match k {
+        MapKey::Bool(b) => b.to_string(),
+        MapKey::I32(n) => n.to_string(),
+        MapKey::I64(n) => n.to_string(),
+        MapKey::U32(n) => n.to_string(),
+        MapKey::U64(n) => n.to_string(),
+        MapKey::String(s) => s.clone(),
+    }
+}
+
+fn float_val(f: f64) -> Val {
+    if f.is_nan() {
+        key("NaN")
+    } else if f.is_infinite() {
+        key(if f > 0.0 { "Infinity" } else { "-Infinity" })
+    } else {
+        Val::Num(Num::Float(f))
+    }
+}
+
+fn int_val(n: i64) -> Val {
+    Val::Num(Num::from_integral(n))
+}
+
+fn scalar_to_val(kind: &Kind, v: &Value, depth: usize) -> Result<Val, String> {
+    Ok(match v {
+        Value::Bool(b) => Val::Bool(*b),
+        Value::I32(n) => int_val(i64::from(*n)),
+        Value::I64(n) => int_val(*n),
+        Value::U32(n) => int_val(i64::from(*n)),
+        Value::U64(n) => match i64::try_from(*n) {
+            Ok(i) => int_val(i),
+            Err(_) => Val::Num(Num::from_integral(*n)),
+        },
+        Value::F32(f) => float_val(f64::from(*f)),
+        Value::F64(f) => float_val(*f),
+        Value::String(s) => key(s),
+        Value::Bytes(b) => key(&base64_encode(b)),
+        Value::EnumNumber(n) => match kind {
+            Kind::Enum(e) => match e.get_value(*n) {
+                Some(v) => key(v.name()),
+                None => int_val(i64::from(*n)),
+            },
+            _ => int_val(i64::from(*n)),
+        },
+        Value::Message(m) => msg_to_val(m, depth)?,
+        Value::List(_) | Value::Map(_) => return Err("a list inside a list".into()),
+    })
+}
+
+fn type_name(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "a boolean",
+        Val::Num(_) => "a number",
+        Val::TStr(_) | Val::BStr(_) => "a string",
+        Val::Arr(_) => "an array",
+        Val::Obj(_) => "an object",
+    }
+}
+
+fn text(v: &Val) -> Option<&[u8]> {
+    match v {
+        Val::TStr(b) | Val::BStr(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn val_to_msg(desc: &MessageDescriptor, v: &Val, depth: usize) -> Result<DynamicMessage, String> {
+    if depth > MAX_NESTING {
+        return Err("the message is nested too deeply".into());
+    }
+    if is_well_known(desc) {
+        // The well-known types' own JSON forms (RFC 3339 timestamps, `"1.5s"`, any JSON for
+        // Struct/Value, …), by the serde mapping.
+        let mut json = Vec::new();
+        fanout_expr::json::write(v, &mut json);
+        let mut de = serde_json::Deserializer::from_slice(&json);
+        return DynamicMessage::deserialize_with_options(
+            desc.clone(),
+            &mut de,
+            &DeserializeOptions::new(),
+        )
+        .map_err(|e| format!("{}: {e}", desc.full_name()));
+    }
+    let mut msg = DynamicMessage::new(desc.clone());
+    let obj = match v {
+        Val::Null => return Ok(msg),
+        Val::Obj(o) => o,
+        other => {
+            return Err(format!(
+                "expected an object for {}, got {}",
+                desc.full_name(),
+                type_name(other)
+            ));
+        }
+    };
+    for (k, fv) in obj.iter() {
+        let Some(name) = text(k).and_then(|b| std::str::from_utf8(b).ok()) else {
+            return Err("a key that is not a string".into());
+        };
+        let Some(f) = desc
+            .get_field_by_name(name)
+            .or_else(|| desc.get_field_by_json_name(name))
+        else {
+            return Err(format!("unrecognized field name '{name}'"));
+        };
+        if matches!(fv, Val::Null) {
+            continue;
+        }
+        let value = val_to_field(&f, fv, depth).map_err(|e| format!("field `{name}`: {e}"))?;
+        msg.set_field(&f, value);
+    }
+    Ok(msg)
+}
+
+fn val_to_field(f: &FieldDescriptor, v: &Val, depth: usize) -> Result<Value, String> {
+    if f.is_map() {
+        let Val::Obj(o) = v else {
+            return Err(format!("expected an object (a map), got {}", type_name(v)));
+        };
+        let Kind::Message(entry) = f.kind() else {
+            return Err("a map field without an entry type".into());
+        };
+        let (kf, vf) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+        let mut out = HashMap::with_capacity(o.len());
+        for (k, x) in o.iter() {
+            let ks = text(k)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .ok_or("a map key that is not a string")?;
+            let mk = map_key(&kf.kind(), ks)?;
+            out.insert(mk, val_to_scalar(&vf.kind(), x, depth)?);
+        }
+        return Ok(Value::Map(out));
+    }
+    if f.is_list() {
+        let Val::Arr(a) = v else {
+            return Err(format!("expected an array, got {}", type_name(v)));
+        };
+        let kind = f.kind();
+        return a
+            .iter()
+            .map(|x| val_to_scalar(&kind, x, depth))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::List);
+    }
+    val_to_scalar(&f.kind(), v, depth)
+}
+
+fn map_key(kind: &Kind, s: &str) -> Result<MapKey, String> {
+    let bad = || format!("map key `{s}` is not a {kind:?}");
+    Ok(match kind {
+        Kind::String => MapKey::String(s.to_string()),
+        Kind::Bool => MapKey::Bool(s.parse().map_err(|_| bad())?),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => MapKey::I32(s.parse().map_err(|_| bad())?),
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => MapKey::I64(s.parse().map_err(|_| bad())?),
+        Kind::Uint32 | Kind::Fixed32 => MapKey::U32(s.parse().map_err(|_| bad())?),
+        Kind::Uint64 | Kind::Fixed64 => MapKey::U64(s.parse().map_err(|_| bad())?),
+        _ => return Err(bad()),
+    })
+}
+
+/// A number's text (integers exactly, whatever their size).
+fn num_text(v: &Val) -> Option<String> {
+    match v {
+        Val::Num(n) => Some(n.to_string()),
+        Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok().map(|s| s.trim().to_string()),
+        _ => None,
+    }
+}
+
+fn int<T: std::str::FromStr>(v: &Val, what: &str) -> Result<T, String> {
+    let t = num_text(v).ok_or_else(|| format!("expected {what}, got {}", type_name(v)))?;
+    if let Ok(n) = t.parse::<T>() {
+        return Ok(n);
+    }
+    // `3.0` or `1e3` are integers too (proto3 JSON accepts them).
+    match t.parse::<f64>() {
+        Ok(f) if f.fract() == 0.0 && f.is_finite() => format!("{f:.0}")
+            .parse::<T>()
+            .map_err(|_| format!("{t} is out of range for {what}")),
+        _ => Err(format!("expected {what}, got `{t}`")),
+    }
+}
+
+fn float(v: &Val) -> Result<f64, String> {
+    if let Val::Num(Num::Float(f)) = v {
+        return Ok(*f);
+    }
+    let t = num_text(v).ok_or_else(|| format!("expected a number, got {}", type_name(v)))?;
+    match t.as_str() {
+        "NaN" => Ok(f64::NAN),
+        "Infinity" => Ok(f64::INFINITY),
+        "-Infinity" => Ok(f64::NEG_INFINITY),
+        t => t
+            .parse()
+            .map_err(|_| format!("expected a number, got `{t}`")),
+    }
+}
+
+fn val_to_scalar(kind: &Kind, v: &Val, depth: usize) -> Result<Value, String> {
+    Ok(match kind {
+        Kind::Double => Value::F64(float(v)?),
+        Kind::Float => Value::F32(float(v)? as f32),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => Value::I32(int(v, "a 32-bit integer")?),
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => Value::I64(int(v, "a 64-bit integer")?),
+        Kind::Uint32 | Kind::Fixed32 => Value::U32(int(v, "an unsigned 32-bit integer")?),
+        Kind::Uint64 | Kind::Fixed64 => Value::U64(int(v, "an unsigned 64-bit integer")?),
+        Kind::Bool => match v {
+            Val::Bool(b) => Value::Bool(*b),
+            other => return Err(format!("expected a boolean, got {}", type_name(other))),
+        },
+        Kind::String => match text(v) {
+            Some(b) => Value::String(
+                std::str::from_utf8(b)
+                    .map_err(|_| "a string that is not UTF-8".to_string())?
+                    .to_string(),
+            ),
+            None => return Err(format!("expected a string, got {}", type_name(v))),
+        },
+        Kind::Bytes => match text(v) {
+            Some(b) => Value::Bytes(
+                base64_decode(b).ok_or_else(|| "expected base64 for a bytes field".to_string())?,
+            ),
+            None => return Err(format!("expected a base64 string, got {}", type_name(v))),
+        },
+        Kind::Enum(e) => match v {
+            Val::TStr(b) | Val::BStr(b) => {
+                let name = std::str::from_utf8(b).unwrap_or("");
+                match e.get_value_by_name(name) {
+                    Some(x) => Value::EnumNumber(x.number()),
+                    None => {
+                        return Err(format!("`{name}` is not a value of {}", e.full_name()));
+                    }
+                }
+            }
+            Val::Num(_) => Value::EnumNumber(int(v, "an enum number")?),
+            other => return Err(format!("expected an enum name, got {}", type_name(other))),
+        },
+        Kind::Message(m) => Value::Message(val_to_msg(m, v, depth + 1)?),
+    })
+}
+
+/// The direct protobuf wire codec: values read and written field by field from the
+/// descriptor, no `DynamicMessage` (the well-known types excepted).
+mod wire {
+    use super::*;
+    use prost::bytes::Buf;
+    use prost::encoding::{decode_varint, encode_varint};
+
+    fn dyn_wkt_decode(m: &MessageDescriptor, b: &[u8], depth: usize) -> Result<Val, String> {
+        let msg = DynamicMessage::decode(m.clone(), b).map_err(|e| e.to_string())?;
+        msg_to_val(&msg, depth)
+    }
+
+    /// Decode one message.
+    pub(super) fn decode(
+        desc: &MessageDescriptor,
+        mut buf: &[u8],
+        depth: usize,
+    ) -> Result<Val, String> {
+        if depth == 0 {
+            return Err("the message is nested too deeply".into());
+        }
+        if is_well_known(desc) {
+            return dyn_wkt_decode(desc, buf, depth);
+        }
+        let fields: Vec<FieldDescriptor> = desc.fields().collect();
+        let mut slots: Vec<Option<Val>> = vec![None; fields.len()];
+        let mut lists: Vec<Vec<Val>> = vec![Vec::new(); fields.len()];
+        let mut maps: Vec<Option<Map>> = vec![None; fields.len()];
+        while buf.has_remaining() {
+            let key = decode_varint(&mut buf).map_err(|e| e.to_string())?;
+            let number = (key >> 3) as u32;
+            let wt = (key & 7) as u8;
+            let Some(i) = fields.iter().position(|f| f.number() == number) else {
+                skip(wt, &mut buf)?;
+                continue;
+            };
+            let f = &fields[i];
+            let kind = f.kind();
+            if f.is_map() {
+                let entry = len_delimited(wt, &mut buf)?;
+                let Kind::Message(e) = &kind else {
+                    return Err("a map without an entry type".into());
+                };
+                let (k, v) = map_entry(e, entry, depth)?;
+                maps[i].get_or_insert_with(Map::default).insert(k, v);
+            } else if f.is_list() {
+                if wt == 2 && packable(&kind) {
+                    let mut packed = len_delimited(wt, &mut buf)?;
+                    while packed.has_remaining() {
+                        let w = if matches!(kind, Kind::Fixed32 | Kind::Sfixed32 | Kind::Float) {
+                            5
+                        } else if matches!(kind, Kind::Fixed64 | Kind::Sfixed64 | Kind::Double) {
+                            1
+                        } else {
+                            0
+                        };
+                        lists[i].push(element(&kind, w, &mut packed, depth)?);
+                    }
+                } else {
+                    lists[i].push(element(&kind, wt, &mut buf, depth)?);
+                }
+            } else {
+                slots[i] = Some(element(&kind, wt, &mut buf, depth)?);
+            }
+        }
+        let mut out = Map::default();
+        for (i, f) in fields.iter().enumerate() {
+            let v = if f.is_map() {
+                // Keys in order, as the `DynamicMessage` path gives them (a map has none).
+                let mut m = maps[i].take().unwrap_or_default();
+                m.sort_unstable_by(|a, _, b, _| a.cmp(b));
+                Val::obj(m)
+            } else if f.is_list() {
+                std::mem::take(&mut lists[i]).into_iter().collect()
+            } else if let Some(v) = slots[i].take() {
+                v
+            } else if f.supports_presence() {
+                continue;
+            } else {
+                default_of(&f.kind())
+            };
+            out.insert(key(f.name()), v);
+        }
+        Ok(Val::obj(out))
+    }
+
+    fn default_of(kind: &Kind) -> Val {
+        match kind {
+            Kind::Bool => Val::Bool(false),
+            Kind::String | Kind::Bytes => key(""),
+            Kind::Float | Kind::Double => Val::Num(Num::Float(0.0)),
+            Kind::Enum(e) => match e.get_value(0) {
+                Some(v) => key(v.name()),
+                None => int_val(0),
+            },
+            Kind::Message(_) => Val::Null,
+            _ => int_val(0),
+        }
+    }
+
+    fn packable(kind: &Kind) -> bool {
+        !matches!(kind, Kind::String | Kind::Bytes | Kind::Message(_))
+    }
+
+    fn len_delimited<'a>(wt: u8, buf: &mut &'a [u8]) -> Result<&'a [u8], String> {
+        if wt != 2 {
+            return Err(format!(
+                "wire type {wt} where a length-delimited field was expected"
+            ));
+        }
+        let len = decode_varint(buf).map_err(|e| e.to_string())?;
+        let len = usize::try_from(len).map_err(|_| "a length beyond the message".to_string())?;
+        if len > buf.len() {
+            return Err("a length beyond the message".into());
+        }
+        let (head, tail) = buf.split_at(len);
+        *buf = tail;
+        Ok(head)
+    }
+
+    fn skip(wt: u8, buf: &mut &[u8]) -> Result<(), String> {
+        let n = match wt {
+            0 => {
+                decode_varint(buf).map_err(|e| e.to_string())?;
+                0
+            }
+            1 => 8,
+            5 => 4,
+            2 => {
+                len_delimited(wt, buf)?;
+                0
+            }
+            _ => {
+                return Err(format!(
+                    "unsupported wire type {wt} (groups are not supported)"
+                ));
+            }
+        };
+        if n > buf.len() {
+            return Err("a field beyond the message".into());
+        }
+        buf.advance(n);
+        Ok(())
+    }
+
+    fn fixed<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], String> {
+        if buf.len() < N {
+            return Err("a field beyond the message".into());
+        }
+        let mut a = [0u8; N];
+        a.copy_from_slice(&buf[..N]);
+        buf.advance(N);
+        Ok(a)
+    }
+
+    fn element(kind: &Kind, wt: u8, buf: &mut &[u8], depth: usize) -> Result<Val, String> {
+        let want = match kind {
+            Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => 5,
+            Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => 1,
+            Kind::String | Kind::Bytes | Kind::Message(_) => 2,
+            _ => 0,
+        };
+        if wt != want {
+            return Err(format!("wire type {wt} for a field of wire type {want}"));
+        }
+        Ok(match kind {
+            Kind::Int32 => int_val(i64::from(varint(buf)? as i32)),
+            Kind::Int64 => int_val(varint(buf)? as i64),
+            Kind::Uint32 => int_val(i64::from(varint(buf)? as u32)),
+            Kind::Uint64 => {
+                let v = varint(buf)?;
+                match i64::try_from(v) {
+                    Ok(i) => int_val(i),
+                    Err(_) => Val::Num(Num::from_integral(v)),
+                }
+            }
+            Kind::Sint32 => {
+                let v = varint(buf)? as u32;
+                int_val(i64::from(((v >> 1) as i32) ^ -((v & 1) as i32)))
+            }
+            Kind::Sint64 => {
+                let v = varint(buf)?;
+                int_val(((v >> 1) as i64) ^ -((v & 1) as i64))
+            }
+            Kind::Bool => Val::Bool(varint(buf)? != 0),
+            Kind::Enum(e) => {
+                let n = varint(buf)? as i32;
+                match e.get_value(n) {
+                    Some(v) => key(v.name()),
+                    None => int_val(i64::from(n)),
+                }
+            }
+            Kind::Fixed32 => int_val(i64::from(u32::from_le_bytes(fixed(buf)?))),
+            Kind::Sfixed32 => int_val(i64::from(i32::from_le_bytes(fixed(buf)?))),
+            Kind::Float => float_val(f64::from(f32::from_le_bytes(fixed(buf)?))),
+            Kind::Fixed64 => {
+                let v = u64::from_le_bytes(fixed(buf)?);
+                match i64::try_from(v) {
+                    Ok(i) => int_val(i),
+                    Err(_) => Val::Num(Num::from_integral(v)),
+                }
+            }
+            Kind::Sfixed64 => int_val(i64::from_le_bytes(fixed(buf)?)),
+            Kind::Double => float_val(f64::from_le_bytes(fixed(buf)?)),
+            Kind::String => {
+                let b = len_delimited(wt, buf)?;
+                let s =
+                    std::str::from_utf8(b).map_err(|_| "a string that is not UTF-8".to_string())?;
+                key(s)
+            }
+            Kind::Bytes => key(&base64_encode(len_delimited(wt, buf)?)),
+            Kind::Message(m) => decode(m, len_delimited(wt, buf)?, depth - 1)?,
+        })
+    }
+
+    fn varint(buf: &mut &[u8]) -> Result<u64, String> {
+        decode_varint(buf).map_err(|e| e.to_string())
+    }
+
+    fn map_entry(e: &MessageDescriptor, mut b: &[u8], depth: usize) -> Result<(Val, Val), String> {
+        let (kf, vf) = (e.map_entry_key_field(), e.map_entry_value_field());
+        let (kk, vk) = (kf.kind(), vf.kind());
+        let mut k = None;
+        let mut v = None;
+        while b.has_remaining() {
+            let tag = varint(&mut b)?;
+            let (number, wt) = ((tag >> 3) as u32, (tag & 7) as u8);
+            match number {
+                1 => k = Some(element(&kk, wt, &mut b, depth)?),
+                2 => v = Some(element(&vk, wt, &mut b, depth)?),
+                _ => skip(wt, &mut b)?,
+            }
+        }
+        let k = match k.unwrap_or_else(|| default_of(&kk)) {
+            s @ (Val::TStr(_) | Val::BStr(_)) => s,
+            other => key(&fanout_expr::json::to_string(&other)),
+        };
+        let v = match v {
+            Some(v) => v,
+            None => match &vk {
+                Kind::Message(m) => decode(m, &[], depth)?,
+                other => default_of(other),
+            },
+        };
+        Ok((k, v))
+    }
+
+    fn put_key(number: u32, wt: u8, out: &mut Vec<u8>) {
+        encode_varint((u64::from(number) << 3) | u64::from(wt), out);
+    }
+
+    fn put_len(body: &[u8], out: &mut Vec<u8>) {
+        encode_varint(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+
+    /// Encode one message (an object value; null is the empty message).
+    pub(super) fn encode(
+        desc: &MessageDescriptor,
+        v: &Val,
+        depth: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        if depth > MAX_NESTING {
+            return Err("the message is nested too deeply".into());
+        }
+        if is_well_known(desc) {
+            let msg = val_to_msg(desc, v, depth)?;
+            let _ = msg.encode(out);
+            return Ok(());
+        }
+        let obj = match v {
+            Val::Null => return Ok(()),
+            Val::Obj(o) => o,
+            other => {
+                return Err(format!(
+                    "expected an object for {}, got {}",
+                    desc.full_name(),
+                    type_name(other)
+                ));
+            }
+        };
+        for (k, fv) in obj.iter() {
+            let Some(name) = text(k).and_then(|b| std::str::from_utf8(b).ok()) else {
+                return Err("a key that is not a string".into());
+            };
+            let Some(f) = desc
+                .get_field_by_name(name)
+                .or_else(|| desc.get_field_by_json_name(name))
+            else {
+                return Err(format!("unrecognized field name '{name}'"));
+            };
+            if matches!(fv, Val::Null) {
+                continue;
+            }
+            field(&f, fv, depth, out).map_err(|e| format!("field `{name}`: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn field(f: &FieldDescriptor, v: &Val, depth: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        let kind = f.kind();
+        if f.is_map() {
+            let Val::Obj(o) = v else {
+                return Err(format!("expected an object (a map), got {}", type_name(v)));
+            };
+            let Kind::Message(entry) = &kind else {
+                return Err("a map field without an entry type".into());
+            };
+            let (kf, vf) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+            let (kk, vk) = (kf.kind(), vf.kind());
+            let mut body = Vec::new();
+            for (mk, mv) in o.iter() {
+                let ks = text(mk)
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .ok_or("a map key that is not a string")?;
+                body.clear();
+                let key_val = match kk {
+                    Kind::String => mk.clone(),
+                    Kind::Bool => Val::Bool(
+                        ks.parse()
+                            .map_err(|_| format!("map key `{ks}` is not a bool"))?,
+                    ),
+                    _ => Val::Num(Num::from_dec_str(ks)),
+                };
+                value(&kk, 1, &key_val, depth, &mut body)?;
+                if !matches!(mv, Val::Null) {
+                    value(&vk, 2, mv, depth, &mut body)?;
+                }
+                put_key(f.number(), 2, out);
+                put_len(&body, out);
+            }
+            return Ok(());
+        }
+        if f.is_list() {
+            let Val::Arr(a) = v else {
+                return Err(format!("expected an array, got {}", type_name(v)));
+            };
+            if packable(&kind) {
+                if a.is_empty() {
+                    return Ok(());
+                }
+                let mut body = Vec::with_capacity(a.len() * 4);
+                for x in a.iter() {
+                    raw(&kind, x, &mut body)?;
+                }
+                put_key(f.number(), 2, out);
+                put_len(&body, out);
+            } else {
+                for x in a.iter() {
+                    value(&kind, f.number(), x, depth, out)?;
+                }
+            }
+            return Ok(());
+        }
+        value(&kind, f.number(), v, depth, out)
+    }
+
+    /// One tagged value.
+    fn value(
+        kind: &Kind,
+        number: u32,
+        v: &Val,
+        depth: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        match kind {
+            Kind::String => {
+                let Some(b) = text(v) else {
+                    return Err(format!("expected a string, got {}", type_name(v)));
+                };
+                if std::str::from_utf8(b).is_err() {
+                    return Err("a string that is not UTF-8".into());
+                }
+                put_key(number, 2, out);
+                put_len(b, out);
+            }
+            Kind::Bytes => {
+                let Some(b) = text(v) else {
+                    return Err(format!("expected a base64 string, got {}", type_name(v)));
+                };
+                let raw = base64_decode(b).ok_or("expected base64 for a bytes field")?;
+                put_key(number, 2, out);
+                put_len(&raw, out);
+            }
+            Kind::Message(m) => {
+                let mut body = Vec::new();
+                encode(m, v, depth + 1, &mut body)?;
+                put_key(number, 2, out);
+                put_len(&body, out);
+            }
+            Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => {
+                put_key(number, 5, out);
+                raw(kind, v, out)?;
+            }
+            Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => {
+                put_key(number, 1, out);
+                raw(kind, v, out)?;
+            }
+            _ => {
+                put_key(number, 0, out);
+                raw(kind, v, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A scalar's bytes without its tag (also the elements of packed lists).
+    fn raw(kind: &Kind, v: &Val, out: &mut Vec<u8>) -> Result<(), String> {
+        match kind {
+            Kind::Int32 => encode_varint(i64::from(int::<i32>(v, "a 32-bit integer")?) as u64, out),
+            Kind::Int64 => encode_varint(int::<i64>(v, "a 64-bit integer")? as u64, out),
+            Kind::Uint32 => {
+                encode_varint(u64::from(int::<u32>(v, "an unsigned 32-bit integer")?), out)
+            }
+            Kind::Uint64 => encode_varint(int::<u64>(v, "an unsigned 64-bit integer")?, out),
+            Kind::Sint32 => {
+                let n = int::<i32>(v, "a 32-bit integer")?;
+                encode_varint(u64::from(((n << 1) ^ (n >> 31)) as u32), out)
+            }
+            Kind::Sint64 => {
+                let n = int::<i64>(v, "a 64-bit integer")?;
+                encode_varint(((n << 1) ^ (n >> 63)) as u64, out)
+            }
+            Kind::Bool => match v {
+                Val::Bool(b) => encode_varint(u64::from(*b), out),
+                other => return Err(format!("expected a boolean, got {}", type_name(other))),
+            },
+            Kind::Enum(e) => {
+                let n = match v {
+                    Val::TStr(b) | Val::BStr(b) => {
+                        let name = std::str::from_utf8(b).unwrap_or("");
+                        e.get_value_by_name(name)
+                            .ok_or_else(|| format!("`{name}` is not a value of {}", e.full_name()))?
+                            .number()
+                    }
+                    Val::Num(_) => int::<i32>(v, "an enum number")?,
+                    other => {
+                        return Err(format!("expected an enum name, got {}", type_name(other)));
+                    }
+                };
+                encode_varint(i64::from(n) as u64, out)
+            }
+            Kind::Fixed32 => {
+                out.extend_from_slice(&int::<u32>(v, "an unsigned 32-bit integer")?.to_le_bytes())
+            }
+            Kind::Sfixed32 => {
+                out.extend_from_slice(&int::<i32>(v, "a 32-bit integer")?.to_le_bytes())
+            }
+            Kind::Float => out.extend_from_slice(&(float(v)? as f32).to_le_bytes()),
+            Kind::Fixed64 => {
+                out.extend_from_slice(&int::<u64>(v, "an unsigned 64-bit integer")?.to_le_bytes())
+            }
+            Kind::Sfixed64 => {
+                out.extend_from_slice(&int::<i64>(v, "a 64-bit integer")?.to_le_bytes())
+            }
+            Kind::Double => out.extend_from_slice(&float(v)?.to_le_bytes()),
+            Kind::String | Kind::Bytes | Kind::Message(_) => {
+                return Err("a length-delimited value in a packed list".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding (proto3 JSON's form of `bytes`).
+pub(crate) fn base64_encode(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        let idx = [(n >> 18) & 63, (n >> 12) & 63, (n >> 6) & 63, n & 63];
+        for (i, x) in idx.iter().enumerate() {
+            if i <= c.len() {
+                out.push(B64[*x as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Standard or URL-safe base64, padded or not.
+pub(crate) fn base64_decode(s: &[u8]) -> Option<Bytes> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for &c in s {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trip() {
+        for b in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"fooba",
+            b"foobar",
+            &[0xff, 0xfe],
+        ] {
+            let e = base64_encode(b);
+            assert_eq!(&base64_decode(e.as_bytes()).unwrap()[..], b, "{e}");
+        }
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(&base64_decode(b"_-8").unwrap()[..], &[0xff, 0xef][..]);
+        assert!(base64_decode(b"a b").is_none());
+    }
+}
