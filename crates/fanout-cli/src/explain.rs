@@ -2,7 +2,7 @@
 //! one route (or every route) as text or Mermaid (`fanout_flow::explain`).
 
 use fanout_config::{Config, ConfigErrors, VarLookup};
-use fanout_flow::explain::{self, explain_config};
+use fanout_flow::explain::{self, explain_config_with};
 use std::fmt;
 
 /// The output format of `fanout explain`.
@@ -53,7 +53,8 @@ pub fn explain_file(
     let cfg = Config::from_file(path, vars).map_err(ExplainError::Config)?;
     // Every check the gateway makes at start (backend addresses, routes, …), not only the flows'.
     fanout_proxy::Gateway::build(&cfg).map_err(ExplainError::Config)?;
-    let all = explain_config(&cfg).map_err(ExplainError::Config)?;
+    let protos = fanout_proxy::load_protos(&cfg).map_err(ExplainError::Config)?;
+    let all = explain_config_with(&cfg, protos).map_err(ExplainError::Config)?;
     let routes = match route {
         None => all.routes.iter().collect(),
         Some(spec) => all.select(spec),

@@ -162,12 +162,24 @@ pub enum HedgeExplain {
 /// Compile `cfg` with placeholder backends (nothing is connected or called) and describe it.
 /// The config should have passed the gateway's own checks first (`fanout validate`).
 pub fn explain_config(cfg: &Config) -> Result<Explanation, ConfigErrors> {
+    explain_config_with(cfg, None)
+}
+
+/// [`explain_config`] for a config with `.proto` files (`protos:`), compiled by the caller.
+pub fn explain_config_with(
+    cfg: &Config,
+    protos: Option<Arc<fanout_grpc::ProtoSet>>,
+) -> Result<Explanation, ConfigErrors> {
     let backends: HashMap<String, Arc<dyn Backend>> = cfg
         .backends
         .keys()
         .map(|name| (name.clone(), Arc::new(NotConnected) as Arc<dyn Backend>))
         .collect();
-    let plan = crate::plan::compile(cfg, &backends)?;
+    let carry = crate::plan::Carry {
+        protos,
+        ..Default::default()
+    };
+    let plan = crate::plan::compile_with(cfg, &backends, carry)?;
     Ok(explain(cfg, &plan))
 }
 

@@ -42,7 +42,7 @@ const MAX_STATUS_MESSAGE: usize = 1024;
 
 /// The config's `.proto` files compiled (`None` without `protos:`). Reads files: run at start
 /// and on the blocking pool at reload.
-pub(crate) fn load_protos(cfg: &Config) -> Result<Option<Arc<ProtoSet>>, ConfigErrors> {
+pub fn load_protos(cfg: &Config) -> Result<Option<Arc<ProtoSet>>, ConfigErrors> {
     if cfg.protos.is_empty() {
         return Ok(None);
     }

@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use client::HttpBackend;
+pub use grpc::load_protos;
 pub use server::serve;
 
 /// A ready-to-serve gateway. What a config reload replaces (routes, plans, backend stacks,

@@ -762,3 +762,24 @@ fn config_errors_point_at_the_config_and_the_proto() {
     assert!(e.contains("bad.proto:4:"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn explain_describes_grpc_steps() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc-gateway/fanout.yaml");
+    let text = fanout::explain::explain_file(
+        &file.display().to_string(),
+        &|_| None,
+        None,
+        fanout::explain::Format::Text,
+    )
+    .unwrap();
+    assert!(
+        text.contains("POST /demo.v1.ProfileGateway/GetProfile"),
+        "{text}"
+    );
+    assert!(
+        text.contains("grpc demo.v1.Users/GetUser on users"),
+        "{text}"
+    );
+}
