@@ -343,7 +343,7 @@ impl Default for ServerConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GrpcServer {
     /// Largest request message accepted, in bytes; a larger one is refused with
-    /// RESOURCE_EXHAUSTED before it is read. Default 4 MiB.
+    /// RESOURCE_EXHAUSTED (never more than this is read). Default 4 MiB.
     pub max_message_bytes: usize,
     /// Serve server reflection (`grpc.reflection.v1` and `v1alpha`) so `grpcurl` and other
     /// tools can list and call the routes' methods without the `.proto` files. Default true.
