@@ -372,7 +372,8 @@ async fn hostile_frames_get_a_grpc_status_and_the_gateway_serves_on() {
     let (s, h, t) = raw(gw.addr, GET_PROFILE, &grpc, framed(0, 4, &ok_msg)).await;
     assert_eq!((s, grpc_code(&h, &t)), (200, 0), "a valid raw call works");
 
-    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<u8>, i32)> = vec![
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<u8>, i32);
+    let cases: Vec<Case> = vec![
         ("empty body", grpc.to_vec(), vec![], 3),
         ("truncated header", grpc.to_vec(), vec![0, 0, 0], 3),
         (

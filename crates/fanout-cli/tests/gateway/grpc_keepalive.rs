@@ -185,7 +185,7 @@ routes:
     max_ms.store(0, Ordering::Relaxed);
     let gw_addr = gw.addr;
     let a_addr = a.addr.clone();
-    let ejected = wait_until_async_value("a ejected", Duration::from_secs(30), || {
+    wait_until_async_value("a ejected", Duration::from_secs(30), || {
         let a_addr = a_addr.clone();
         async move {
             let st = status(gw_addr).await;
@@ -193,7 +193,6 @@ routes:
         }
     })
     .await;
-    let _ = ejected;
     let detected = frozen_at.elapsed();
     // The load goes on on b alone.
     let b_before = served_b.load(Ordering::Relaxed);
