@@ -151,12 +151,22 @@ async fn hostile_data_and_expressions_get_clear_answers_and_the_gateway_lives() 
     let r = get(&url("/repeat?s=ab&n=3")).await;
     assert_eq!(r.json(), serde_json::json!({"n": 6}));
 
-    // A heavy expression leaves the worker by itself (default `inline_ops`): no stall.
-    let stalls_before = status(&gw).await["runtime"]["flow_stalls"].as_u64();
-    let r = get(&url("/heavy")).await;
-    assert_eq!(r.json(), serde_json::json!({"sum": 199_999u64 * 200_000}));
-    let st = status(&gw).await;
-    assert_eq!(st["runtime"]["flow_stalls"].as_u64(), stalls_before, "{st}");
+    // A heavy expression leaves the worker by itself (default `inline_ops`): no stall. On a
+    // loaded machine a worker can also be preempted mid-poll for 100 ms; an expression that
+    // really kept the worker would stall every attempt, so one clean attempt of three is the test.
+    let mut clean = false;
+    let mut st = serde_json::Value::Null;
+    for _ in 0..3 {
+        let stalls_before = status(&gw).await["runtime"]["flow_stalls"].as_u64();
+        let r = get(&url("/heavy")).await;
+        assert_eq!(r.json(), serde_json::json!({"sum": 199_999u64 * 200_000}));
+        st = status(&gw).await;
+        if st["runtime"]["flow_stalls"].as_u64() == stalls_before {
+            clean = true;
+            break;
+        }
+    }
+    assert!(clean, "every heavy request stalled a worker: {st}");
     assert!(
         st["runtime"]["compute"]["done"].as_u64().unwrap_or(0) >= 1,
         "{st}"
