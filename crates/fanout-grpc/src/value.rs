@@ -17,7 +17,6 @@ use prost_reflect::{
     DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor,
     ReflectMessage, Value,
 };
-use std::collections::HashMap;
 
 impl MessageCodec {
     /// Protobuf → value (at most `max_depth` levels of objects and arrays).
@@ -50,17 +49,6 @@ impl MessageCodec {
             message: self.name().to_string(),
             detail,
         })
-    }
-
-    /// [`MessageCodec::encode_val`] through prost-reflect's `DynamicMessage`.
-    pub fn encode_val_dynamic(&self, v: &Val, out: &mut Vec<u8>) -> Result<(), CodecError> {
-        let msg = val_to_msg(self.descriptor(), v, 0).map_err(|detail| CodecError::Json {
-            message: self.name().to_string(),
-            detail,
-        })?;
-        out.reserve(msg.encoded_len());
-        let _ = msg.encode(out);
-        Ok(())
     }
 }
 
@@ -200,98 +188,14 @@ fn text(v: &Val) -> Option<&[u8]> {
     }
 }
 
-fn val_to_msg(desc: &MessageDescriptor, v: &Val, depth: usize) -> Result<DynamicMessage, String> {
-    if depth > MAX_NESTING {
-        return Err("the message is nested too deeply".into());
-    }
-    if is_well_known(desc) {
-        // The well-known types' own JSON forms (RFC 3339 timestamps, `"1.5s"`, any JSON for
-        // Struct/Value, …), by the serde mapping.
-        let mut json = Vec::new();
-        fanout_expr::json::write(v, &mut json);
-        let mut de = serde_json::Deserializer::from_slice(&json);
-        return DynamicMessage::deserialize_with_options(
-            desc.clone(),
-            &mut de,
-            &DeserializeOptions::new(),
-        )
-        .map_err(|e| format!("{}: {e}", desc.full_name()));
-    }
-    let mut msg = DynamicMessage::new(desc.clone());
-    let obj = match v {
-        Val::Null => return Ok(msg),
-        Val::Obj(o) => o,
-        other => {
-            return Err(format!(
-                "expected an object for {}, got {}",
-                desc.full_name(),
-                type_name(other)
-            ));
-        }
-    };
-    for (k, fv) in obj.iter() {
-        let Some(name) = text(k).and_then(|b| std::str::from_utf8(b).ok()) else {
-            return Err("a key that is not a string".into());
-        };
-        let Some(f) = desc
-            .get_field_by_name(name)
-            .or_else(|| desc.get_field_by_json_name(name))
-        else {
-            return Err(format!("unrecognized field name '{name}'"));
-        };
-        if matches!(fv, Val::Null) {
-            continue;
-        }
-        let value = val_to_field(&f, fv, depth).map_err(|e| format!("field `{name}`: {e}"))?;
-        msg.set_field(&f, value);
-    }
-    Ok(msg)
-}
-
-fn val_to_field(f: &FieldDescriptor, v: &Val, depth: usize) -> Result<Value, String> {
-    if f.is_map() {
-        let Val::Obj(o) = v else {
-            return Err(format!("expected an object (a map), got {}", type_name(v)));
-        };
-        let Kind::Message(entry) = f.kind() else {
-            return Err("a map field without an entry type".into());
-        };
-        let (kf, vf) = (entry.map_entry_key_field(), entry.map_entry_value_field());
-        let mut out = HashMap::with_capacity(o.len());
-        for (k, x) in o.iter() {
-            let ks = text(k)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .ok_or("a map key that is not a string")?;
-            let mk = map_key(&kf.kind(), ks)?;
-            out.insert(mk, val_to_scalar(&vf.kind(), x, depth)?);
-        }
-        return Ok(Value::Map(out));
-    }
-    if f.is_list() {
-        let Val::Arr(a) = v else {
-            return Err(format!("expected an array, got {}", type_name(v)));
-        };
-        let kind = f.kind();
-        return a
-            .iter()
-            .map(|x| val_to_scalar(&kind, x, depth))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Value::List);
-    }
-    val_to_scalar(&f.kind(), v, depth)
-}
-
-fn map_key(kind: &Kind, s: &str) -> Result<MapKey, String> {
-    let bad = || format!("map key `{s}` is not a {kind:?}");
-    Ok(match kind {
-        Kind::String => MapKey::String(s.to_string()),
-        Kind::Bool => MapKey::Bool(s.parse().map_err(|_| bad())?),
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => MapKey::I32(s.parse().map_err(|_| bad())?),
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => MapKey::I64(s.parse().map_err(|_| bad())?),
-        Kind::Uint32 | Kind::Fixed32 => MapKey::U32(s.parse().map_err(|_| bad())?),
-        Kind::Uint64 | Kind::Fixed64 => MapKey::U64(s.parse().map_err(|_| bad())?),
-        _ => return Err(bad()),
-    })
+/// A well-known type (`google.protobuf.*`) from its JSON form (RFC 3339 timestamps, `"1.5s"`,
+/// any JSON for Struct/Value, …), by the serde mapping.
+fn wkt_from_val(desc: &MessageDescriptor, v: &Val) -> Result<DynamicMessage, String> {
+    let mut json = Vec::new();
+    fanout_expr::json::write(v, &mut json);
+    let mut de = serde_json::Deserializer::from_slice(&json);
+    DynamicMessage::deserialize_with_options(desc.clone(), &mut de, &DeserializeOptions::new())
+        .map_err(|e| format!("{}: {e}", desc.full_name()))
 }
 
 /// A number's text (integers exactly, whatever their size).
@@ -330,49 +234,6 @@ fn float(v: &Val) -> Result<f64, String> {
             .parse()
             .map_err(|_| format!("expected a number, got `{t}`")),
     }
-}
-
-fn val_to_scalar(kind: &Kind, v: &Val, depth: usize) -> Result<Value, String> {
-    Ok(match kind {
-        Kind::Double => Value::F64(float(v)?),
-        Kind::Float => Value::F32(float(v)? as f32),
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => Value::I32(int(v, "a 32-bit integer")?),
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => Value::I64(int(v, "a 64-bit integer")?),
-        Kind::Uint32 | Kind::Fixed32 => Value::U32(int(v, "an unsigned 32-bit integer")?),
-        Kind::Uint64 | Kind::Fixed64 => Value::U64(int(v, "an unsigned 64-bit integer")?),
-        Kind::Bool => match v {
-            Val::Bool(b) => Value::Bool(*b),
-            other => return Err(format!("expected a boolean, got {}", type_name(other))),
-        },
-        Kind::String => match text(v) {
-            Some(b) => Value::String(
-                std::str::from_utf8(b)
-                    .map_err(|_| "a string that is not UTF-8".to_string())?
-                    .to_string(),
-            ),
-            None => return Err(format!("expected a string, got {}", type_name(v))),
-        },
-        Kind::Bytes => match text(v) {
-            Some(b) => Value::Bytes(
-                base64_decode(b).ok_or_else(|| "expected base64 for a bytes field".to_string())?,
-            ),
-            None => return Err(format!("expected a base64 string, got {}", type_name(v))),
-        },
-        Kind::Enum(e) => match v {
-            Val::TStr(b) | Val::BStr(b) => {
-                let name = std::str::from_utf8(b).unwrap_or("");
-                match e.get_value_by_name(name) {
-                    Some(x) => Value::EnumNumber(x.number()),
-                    None => {
-                        return Err(format!("`{name}` is not a value of {}", e.full_name()));
-                    }
-                }
-            }
-            Val::Num(_) => Value::EnumNumber(int(v, "an enum number")?),
-            other => return Err(format!("expected an enum name, got {}", type_name(other))),
-        },
-        Kind::Message(m) => Value::Message(val_to_msg(m, v, depth + 1)?),
-    })
 }
 
 /// The direct protobuf wire codec: values read and written field by field from the
@@ -642,7 +503,7 @@ mod wire {
             return Err("the message is nested too deeply".into());
         }
         if is_well_known(desc) {
-            let msg = val_to_msg(desc, v, depth)?;
+            let msg = wkt_from_val(desc, v)?;
             let _ = msg.encode(out);
             return Ok(());
         }

@@ -36,24 +36,6 @@ pub(crate) use crate::answer::ErrorCounts;
 /// Response body type of the server.
 pub use crate::body::Body;
 
-/// Parse a `grpc-timeout` value (`<digits><unit>`, unit one of H M S m u n).
-pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
-    if v.len() < 2 || v.len() > 9 {
-        return None;
-    }
-    let (num, unit) = v.split_at(v.len() - 1);
-    let n: u64 = num.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.checked_mul(3600)?),
-        "M" => Duration::from_secs(n.checked_mul(60)?),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
 impl Gateway {
     /// Handle one request (never fails: every error becomes a JSON response, and a panic while
     /// handling it becomes a 500 `internal_error` for this request only).
@@ -199,7 +181,7 @@ impl Gateway {
             let d = v
                 .to_str()
                 .ok()
-                .and_then(parse_grpc_timeout)
+                .and_then(fanout_grpc::timeout::parse)
                 .ok_or(Refusal::BadGrpcTimeout)?;
             budget = budget.min(d);
         }
