@@ -150,13 +150,20 @@ fn chromium() -> Option<&'static str> {
         })
 }
 
-/// Render the page headless; return (DOM after load, stderr).
-fn render(html: &Path, shot: &Path) -> (String, String) {
+/// The browser the report tests render with; checked before a test runs its scenario, so a
+/// machine without it fails in milliseconds, not after minutes of load.
+fn require_chromium() -> &'static str {
     let Some(chrome) = chromium() else {
         panic!(
-            "headless Chromium is needed to check the report (apt-get install chromium; .ci/run installs it)"
+            "headless Chromium is needed to check the report: `apt-get install chromium` (./scripts/test installs it)"
         );
     };
+    chrome
+}
+
+/// Render the page headless; return (DOM after load, stderr).
+fn render(html: &Path, shot: &Path) -> (String, String) {
+    let chrome = require_chromium();
     let profile = html.with_file_name("chromium-profile");
     let common = [
         "--headless",
@@ -199,6 +206,7 @@ fn render(html: &Path, shot: &Path) -> (String, String) {
 
 #[test]
 fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
+    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("pp");
     let rep = run_lab("product-page", "fanout,hyper-baseline", &out);
@@ -283,6 +291,7 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
 
 #[test]
 fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
+    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("ov");
     let (rep, stdout) = run_lab_text("overload", "fanout,java-threads", &out);
@@ -388,6 +397,7 @@ fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
 
 #[test]
 fn lab_slow_backend_quick_reports_routes_per_phase() {
+    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("sb");
     let (rep, stdout) = run_lab_text("slow-backend", "fanout", &out);
@@ -467,6 +477,7 @@ fn lab_slow_backend_quick_reports_routes_per_phase() {
 
 #[test]
 fn lab_hedging_quick_compares_no_hedge_and_hedge() {
+    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("hedge");
     let (rep, stdout) = run_lab_text("hedging", "no-hedge,hedge", &out);

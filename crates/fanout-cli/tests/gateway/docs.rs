@@ -53,3 +53,208 @@ fn doc_examples_load() {
     }
     assert!(checked >= 5, "only {checked} doc examples found");
 }
+
+/// The README's status list against what the code has (README.md, "Status"):
+/// - every "Not yet" item is a bullet; an item whose title names a feature that exists (its
+///   evidence below: a schema property, a CLI command or flag) fails, as does a backticked name in
+///   an item that the config schema or the CLI has (`sql:` is fine until a step kind `sql` exists);
+/// - every step kind of the schema is named in "What works today", and every command and every
+///   `serve` flag of the CLI is in the commands table.
+#[test]
+fn readme_status_is_honest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let status = &readme[readme
+        .find("\n## Status")
+        .expect("README has a `## Status` section")..];
+    let (works, rest) = status
+        .split_once("\nNot yet")
+        .expect("the status section has a `Not yet` list");
+    let not_yet = rest.split("\n## ").next().unwrap_or(rest);
+    let not_yet = not_yet.split("\nA test (").next().unwrap_or(not_yet);
+
+    // What exists: every property name of the config schema, the step kinds, the CLI's commands and
+    // flags.
+    let schema = fanout_config::schema();
+    let mut props = std::collections::BTreeSet::new();
+    collect_properties(&schema, &mut props);
+    let step_kinds: Vec<String> = ["http", "grpc", "value", "fail", "sql", "model"]
+        .into_iter()
+        .filter(|k| schema["$defs"]["Step"]["properties"].get(*k).is_some())
+        .map(String::from)
+        .collect();
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let commands: Vec<String> = help(&[])
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(String::from)
+        .collect();
+    assert!(commands.len() >= 8, "commands from --help: {commands:?}");
+    let flags = |cmd: &str| -> Vec<String> {
+        help(&[cmd])
+            .split_whitespace()
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(|w| w.trim_end_matches([',', '.', ')']).to_string())
+            .filter(|w| !["--help", "--version", "--log-format"].contains(&w.as_str()))
+            .collect()
+    };
+    let serve_flags = flags("serve");
+    let all_flags: std::collections::BTreeSet<String> =
+        commands.iter().flat_map(|c| flags(c)).collect();
+    let exists = |name: &str| {
+        let n = name.trim_end_matches(':').trim_start_matches("--");
+        props.contains(n)
+            || commands.iter().any(|c| c == n)
+            || all_flags.contains(&format!("--{n}"))
+    };
+
+    // Feature titles: a pattern over an item's title, and the thing whose existence proves it.
+    let features: [(&str, &dyn Fn(&str) -> bool, bool); 11] = [
+        (
+            "grpc",
+            &|t| t == "grpc" || t == "grpc steps" || t == "grpc routes",
+            props.contains("grpc"),
+        ),
+        (
+            "reload",
+            &|t| t.contains("reload"),
+            serve_flags.iter().any(|f| f == "--watch"),
+        ),
+        (
+            "traces",
+            &|t| t.contains("trace") || t.contains("tracing") || t.contains("opentelemetry"),
+            props.contains("tracing"),
+        ),
+        (
+            "metrics",
+            &|t| t.contains("metrics") || t.contains("prometheus"),
+            commands.iter().any(|c| c == "serve") && props.contains("admin"),
+        ),
+        ("redis", &|t| t.contains("redis"), props.contains("redis")),
+        (
+            "tls",
+            &|t| t.split_whitespace().any(|w| w == "tls" || w == "https"),
+            props.contains("tls"),
+        ),
+        (
+            "explain",
+            &|t| t.contains("explain"),
+            commands.iter().any(|c| c == "explain"),
+        ),
+        (
+            "postgres",
+            &|t| t.contains("postgres") || t.contains("sql") || t.contains("database"),
+            step_kinds.iter().any(|k| k == "sql"),
+        ),
+        (
+            "models",
+            &|t| t.contains("model"),
+            step_kinds.iter().any(|k| k == "model"),
+        ),
+        (
+            "coalescing",
+            &|t| t.contains("coalesc"),
+            props.contains("coalesce"),
+        ),
+        ("hedging", &|t| t.contains("hedg"), props.contains("hedge")),
+    ];
+
+    let mut wrong = Vec::new();
+    for line in not_yet.lines().skip(1) {
+        // a bullet, its indented continuation, or a blank line
+        if !(line.trim().is_empty() || line.starts_with("- ") || line.starts_with("  ")) {
+            wrong.push(format!(
+                "`{line}`: write each missing feature as a `- **title** …` bullet"
+            ));
+        }
+    }
+    let mut items: Vec<String> = not_yet
+        .split("\n- ")
+        .skip(1)
+        .map(|i| i.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    // a stray line is checked as a whole (its every part is a title)
+    items.extend(
+        not_yet
+            .lines()
+            .skip(1)
+            .filter(|l| !(l.trim().is_empty() || l.starts_with("- ") || l.starts_with("  ")))
+            .map(|l| l.trim_start_matches("Not yet:").to_string()),
+    );
+    assert!(!items.is_empty(), "no `- ` items under `Not yet`");
+    for item in &items {
+        let title = item
+            .strip_prefix("**")
+            .and_then(|t| t.split_once("**"))
+            .map_or(item.as_str(), |(t, _)| t)
+            .to_lowercase()
+            .replace(['.', '(', ')', '`'], " ");
+        for part in title.split([',', ';']).flat_map(|p| p.split(" and ")) {
+            let part = part.trim().trim_end_matches(" steps").trim();
+            for (name, matches, present) in &features {
+                if *present && matches(part) {
+                    wrong.push(format!("`{item}` says {name} is missing, but it exists"));
+                }
+            }
+        }
+        for name in item.split('`').skip(1).step_by(2) {
+            if exists(name) {
+                wrong.push(format!(
+                    "`{item}` names `{name}`, which the config schema or the CLI has"
+                ));
+            }
+        }
+    }
+    for kind in &step_kinds {
+        if !works.contains(&format!("`{kind}`")) {
+            wrong.push(format!(
+                "step kind `{kind}` is not named under \"What works today\""
+            ));
+        }
+    }
+    let table = &readme[readme
+        .find("| command |")
+        .expect("README has a commands table")..];
+    let table = table.split("\n\n").next().unwrap_or(table);
+    for c in &commands {
+        if !table.contains(&format!("`fanout {c}")) {
+            wrong.push(format!("command `{c}` is missing from the commands table"));
+        }
+    }
+    for f in &serve_flags {
+        if !table.contains(f.as_str()) {
+            wrong.push(format!("`serve {f}` is missing from the commands table"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "README.md's status is not honest:\n{}",
+        wrong.join("\n")
+    );
+}
+
+fn collect_properties(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let Some(serde_json::Value::Object(p)) = m.get("properties") {
+                out.extend(p.keys().cloned());
+            }
+            m.values().for_each(|x| collect_properties(x, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| collect_properties(x, out)),
+        _ => {}
+    }
+}
