@@ -28,6 +28,22 @@ pub fn load_gateway_file(path: &str, vars: VarLookup<'_>) -> Result<Gateway, Con
     Gateway::build(&cfg)
 }
 
+/// Whether the file at `path` is a stubs config (`fanout stub`'s: a top-level `services:` and no
+/// top-level `routes:`), so `fanout validate` checks it as one and `serve` can point at `stub`.
+/// An unreadable file is not one (loading it reports why).
+pub fn looks_like_stubs_config(path: &str) -> bool {
+    fanout_config::read_limited(path, fanout_config::MAX_CONFIG_BYTES)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .is_some_and(|t| looks_like_stubs_text(&t))
+}
+
+/// [`looks_like_stubs_config`] on text.
+pub fn looks_like_stubs_text(text: &str) -> bool {
+    let top = |key: &str| text.lines().any(|l| l.starts_with(key));
+    top("services:") && !top("routes:")
+}
+
 /// A gateway running on a bound port (and its admin listener, if any).
 pub struct RunningGateway {
     /// Where it listens.

@@ -42,6 +42,9 @@ pub struct LoadArgs {
 pub const EXIT_THRESHOLD: i32 = 2;
 /// Exit code when the generator could not keep its schedule.
 pub const EXIT_INVALID: i32 = 3;
+/// Exit code when not one request succeeded (nothing listening, every answer an error): a run
+/// that measured nothing never passes, thresholds or not.
+pub const EXIT_NOTHING_OK: i32 = 4;
 
 /// Run the generator; returns the process exit code.
 pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
@@ -70,7 +73,7 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     spec.max_connections = a.connections.max(1);
     spec.timeout = timeout;
     spec.drain = timeout;
-    execute(&spec, &thresholds, a.json.as_deref()).await
+    execute(&spec, &a.url, &thresholds, a.json.as_deref()).await
 }
 
 /// `--grpc`: the same run with one unary gRPC call built from the `.proto` files.
@@ -122,7 +125,8 @@ async fn run_grpc(a: LoadArgs) -> anyhow::Result<i32> {
     spec.max_connections = a.connections.max(1);
     spec.timeout = timeout;
     spec.drain = timeout;
-    execute(&spec, &thresholds, a.json.as_deref()).await
+    let shown = format!("{}/{}", url.trim_end_matches('/'), method);
+    execute(&spec, &shown, &thresholds, a.json.as_deref()).await
 }
 
 fn parse_thresholds(thresholds: &[String]) -> anyhow::Result<Vec<Threshold>> {
@@ -154,6 +158,7 @@ fn parse_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
 /// thresholds; returns the exit code.
 async fn execute(
     spec: &LoadSpec,
+    url: &str,
     thresholds: &[Threshold],
     json: Option<&str>,
 ) -> anyhow::Result<i32> {
@@ -165,21 +170,35 @@ async fn execute(
             s.t, s.offered, s.sent, s.ok, s.errors, s.p50_ms, s.p99_ms, s.lag_p99_ms
         );
     };
-    let report = fanout_load::run(spec, Some(&progress))
+    let mut report = fanout_load::run(spec, Some(&progress))
         .await
         .context("load run failed")?;
-    println!("{}", fanout_load::summary_text(&report));
+    // the summary and the JSON name the whole URL given, path included
+    report.target = url.to_string();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", fanout_load::summary_text(&report));
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text).with_context(|| format!("writing {path}"))?;
     }
     let failed = fanout_load::check_thresholds(&report, thresholds);
     for f in &failed {
-        println!("THRESHOLD FAILED: {f}");
+        let _ = writeln!(out, "THRESHOLD FAILED: {f}");
     }
-    // The user's own pass/fail criteria come first; an invalid run without them still fails.
+    let nothing_ok = report.ok == 0 && report.offered > 0;
+    if nothing_ok {
+        let _ = writeln!(
+            out,
+            "NO REQUEST SUCCEEDED: {} offered, {} completed, 0 ok (see the errors above)",
+            report.offered, report.completed
+        );
+    }
+    // The user's own pass/fail criteria come first; a run that measured nothing or could not
+    // keep its schedule fails without them too.
     Ok(if !failed.is_empty() {
         EXIT_THRESHOLD
+    } else if nothing_ok {
+        EXIT_NOTHING_OK
     } else if !report.valid {
         EXIT_INVALID
     } else {

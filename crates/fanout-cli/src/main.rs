@@ -1,7 +1,7 @@
 //! `fanout` binary: argument parsing only; see the library for the commands.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use fanout::{
     ReloadTriggers, demo, explain, load_gateway_file, run_until_stopped, shutdown_signal,
     start_gateway,
@@ -29,13 +29,55 @@ struct Cli {
     log_format: String,
 }
 
+/// The config file of a command: `fanout CMD FILE` or `fanout CMD --config FILE`, alike in every
+/// command that reads one.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct ConfigFile {
+    /// The config file (YAML).
+    #[arg(value_name = "FILE")]
+    file: Option<String>,
+    /// The config file (YAML), the same as FILE.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<String>,
+}
+
+impl ConfigFile {
+    fn path(self) -> String {
+        // the group is required: clap refuses a command line with neither
+        self.file.or(self.config).unwrap_or_default()
+    }
+}
+
+/// Write to stdout, ignoring a closed pipe (`fanout schema | head -1`): the reader has what it
+/// wanted, and a command must not panic on it. Other write errors are as unreportable.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+/// [`out!`] with a newline.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+/// `eprintln!` that ignores a closed stderr.
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the gateway.
     Serve {
-        /// Gateway config (YAML).
-        #[arg(long, short)]
-        config: String,
+        #[command(flatten)]
+        config: ConfigFile,
         /// Listen address; overrides `listen:` of the config.
         #[arg(long)]
         listen: Option<String>,
@@ -53,17 +95,16 @@ enum Cmd {
         #[arg(long, default_value = "2s")]
         watch_interval: String,
     },
-    /// Check a config: exits 1 and prints FILE:LINE:COL: message for each error.
+    /// Check a gateway or stubs config: exits 1 and prints FILE:LINE:COL: message for each error.
     Validate {
-        /// Gateway config (YAML).
-        file: String,
+        #[command(flatten)]
+        config: ConfigFile,
     },
     /// Describe a route's plan: its steps, what each waits for, which run in parallel, their
     /// timeouts and the worst case of the critical path against the deadline.
     Explain {
-        /// Gateway config (YAML).
-        #[arg(long, short)]
-        config: String,
+        #[command(flatten)]
+        config: ConfigFile,
         /// The route: its path pattern (`/orders/{id}`) or method and path pattern
         /// (`'POST /orders/{id}'`). Default: every route.
         #[arg(long)]
@@ -80,9 +121,8 @@ enum Cmd {
     },
     /// Run simulated backends from a stubs config.
     Stub {
-        /// Stubs config (YAML).
-        #[arg(long, short)]
-        config: String,
+        #[command(flatten)]
+        config: ConfigFile,
     },
     /// Open-model load generator: latency from the intended send time, schedules in Tank syntax.
     Load {
@@ -176,11 +216,18 @@ enum ExplainFormat {
     Mermaid,
 }
 
+/// Logs go to stderr, coloured only when it is a terminal (a file or a pipe gets plain text, so
+/// `grep request_id=…` finds the line) and `NO_COLOR` is unset or empty (<https://no-color.org>);
+/// never in JSON.
 fn init_logs(format: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let ansi = format != "json" && !no_color && std::io::stderr().is_terminal();
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if format == "json" {
         b.json().init();
@@ -212,22 +259,33 @@ fn main() -> ExitCode {
             } else {
                 fanout_config::schema()
             };
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&schema).unwrap_or_default()
             );
             ExitCode::SUCCESS
         }
-        Cmd::Validate { file } => match load_gateway_file(&file, &env_lookup) {
-            Ok(_) => {
-                println!("{file}: ok");
-                ExitCode::SUCCESS
+        Cmd::Validate { config } => {
+            let file = config.path();
+            let (kind, checked) = if fanout::looks_like_stubs_config(&file) {
+                (
+                    " (stubs config)",
+                    fanout_stub::load_file(&file, &env_lookup).map(drop),
+                )
+            } else {
+                ("", load_gateway_file(&file, &env_lookup).map(drop))
+            };
+            match checked {
+                Ok(()) => {
+                    outln!("{file}: ok{kind}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    errln!("{e}");
+                    ExitCode::from(1)
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(1)
-            }
-        },
+        }
         Cmd::Explain {
             config,
             route,
@@ -237,27 +295,55 @@ fn main() -> ExitCode {
                 ExplainFormat::Text => explain::Format::Text,
                 ExplainFormat::Mermaid => explain::Format::Mermaid,
             };
-            match explain::explain_file(&config, &env_lookup, route.as_deref(), format) {
-                Ok(out) => {
-                    print!("{out}");
+            match explain::explain_file(&config.path(), &env_lookup, route.as_deref(), format) {
+                Ok(text) => {
+                    out!("{text}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("{e}");
+                    errln!("{e}");
                     ExitCode::from(1)
                 }
             }
         }
         cmd => {
             init_logs(&cli.log_format);
+            let in_use_hint = addr_in_use_hint(&cmd);
             match run(cmd) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    errln!("error: {e:#}");
+                    let in_use = e.chain().any(|c| {
+                        c.downcast_ref::<std::io::Error>()
+                            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+                    }) || format!("{e:#}").contains("Address already in use");
+                    if in_use && let Some(hint) = in_use_hint {
+                        errln!("hint: {hint}");
+                    }
                     ExitCode::from(1)
                 }
             }
         }
+    }
+}
+
+/// What to say when a command cannot bind its address: another process (often a second fanout:
+/// the demo and every example use 8080 and 9901) has it.
+fn addr_in_use_hint(cmd: &Cmd) -> Option<&'static str> {
+    match cmd {
+        Cmd::Serve { .. } => Some(
+            "another process listens there (a second fanout?): choose free addresses with \
+             `--listen 127.0.0.1:8081` and `--admin-listen 127.0.0.1:9902` (or `--admin-listen off`)",
+        ),
+        Cmd::Demo { .. } => Some(
+            "another process listens there (a second fanout?): choose a free address with \
+             `--listen 127.0.0.1:8081`; the demo's admin listener is on port 0 (any free port)",
+        ),
+        Cmd::Stub { .. } => Some(
+            "another process listens there: change the service's `listen:` in the stubs config \
+             (or use `127.0.0.1:0` for any free port)",
+        ),
+        _ => None,
     }
 }
 
@@ -286,6 +372,12 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             watch,
             watch_interval,
         } => {
+            let config = config.path();
+            if fanout::looks_like_stubs_config(&config) {
+                anyhow::bail!(
+                    "{config} is a stubs config (top-level `services:`): run it with `fanout stub {config}`"
+                );
+            }
             let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
             let addr = listen.unwrap_or_else(|| gw.listen.clone());
             let admin = match admin_listen {
@@ -315,13 +407,11 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             })
         }
         Cmd::Stub { config } => {
-            let stubs =
-                fanout_stub::load_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let stubs = fanout_stub::load_file(&config.path(), &env_lookup)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             runtime(None)?.block_on(async move {
+                // each service logs `stub service listening` with its address as it binds
                 let server = stubs.start().await.context("starting stubs")?;
-                for (name, addr) in server.services() {
-                    tracing::info!(service = %name, %addr, "stub listening");
-                }
                 shutdown_signal().await;
                 server.shutdown().await;
                 Ok(())
@@ -330,22 +420,22 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Demo { listen } => runtime(None)?.block_on(async move {
             let d = demo::start(&listen).await?;
             for (name, addr) in d.stubs.services() {
-                println!("stub {name:<10} http://{addr}");
+                outln!("stub {name:<10} http://{addr}");
             }
-            println!("gateway    http://{}", d.gateway.addr);
+            outln!("gateway    http://{}", d.gateway.addr);
             if let Some(a) = d.gateway.admin_addr {
-                println!("admin      http://{a}/metrics  /healthz  /readyz");
+                outln!("admin      http://{a}/metrics  /healthz  /readyz");
             }
-            println!();
-            println!(
+            outln!();
+            outln!(
                 "try:  curl -s 'http://{}/vacancies?text=rust'",
                 d.gateway.addr
             );
-            println!(
+            outln!(
                 "      curl -s 'http://{}/vacancies?text=nothing'",
                 d.gateway.addr
             );
-            println!("Ctrl-C to stop.");
+            outln!("Ctrl-C to stop.");
             shutdown_signal().await;
             d.gateway.shutdown().await?;
             Ok(())
@@ -406,8 +496,8 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 command,
             };
             let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;
-            print!("{}", fanout_lab::report::text_summary(&rep));
-            println!("report: {out}/report.html  {out}/report.json");
+            out!("{}", fanout_lab::report::text_summary(&rep));
+            outln!("report: {out}/report.html  {out}/report.json");
             Ok(())
         }
         Cmd::Schema { .. } | Cmd::Validate { .. } | Cmd::Explain { .. } => Ok(()),

@@ -240,7 +240,7 @@ pub struct SendSecond {
 /// failures are not hidden.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LoadReport {
-    /// Base URL the load was sent to.
+    /// Where the load was sent: the base URL (`fanout load` puts the whole URL given here).
     pub target: String,
     /// `http1`, `http2` or `grpc`.
     pub protocol: Protocol,

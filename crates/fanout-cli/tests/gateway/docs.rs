@@ -122,7 +122,8 @@ fn readme_status_is_honest() {
     };
 
     // Feature titles: a pattern over an item's title, and the thing whose existence proves it.
-    let features: [(&str, &dyn Fn(&str) -> bool, bool); 11] = [
+    type Feature<'a> = (&'a str, &'a dyn Fn(&str) -> bool, bool);
+    let features: [Feature; 11] = [
         (
             "grpc",
             &|t| t == "grpc" || t == "grpc steps" || t == "grpc routes",

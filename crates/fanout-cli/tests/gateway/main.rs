@@ -24,6 +24,7 @@ mod admission;
 mod bad_requests;
 mod batching;
 mod caching;
+mod cli;
 mod client_contract;
 mod config_errors;
 mod config_hints;
