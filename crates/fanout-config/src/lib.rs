@@ -21,6 +21,7 @@ mod redis;
 mod route;
 mod server;
 mod telemetry;
+mod unknown;
 
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 
@@ -39,7 +40,8 @@ pub use backend::{
 pub use check::valid_code;
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{
-    MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, read_limited, schema,
+    MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
+    read_limited, schema,
 };
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};

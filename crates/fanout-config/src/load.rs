@@ -24,6 +24,44 @@ pub fn from_yaml<T: for<'de> Deserialize<'de>>(
     serde_saphyr::from_str_with_options(&text, opts).map_err(|e| yaml_error(file, &e))
 }
 
+/// [`from_yaml`], reporting every unknown field of the file at once (not only the first, where
+/// strict deserialization stops), each with its position and did-you-mean hint.
+pub fn from_yaml_all<T: for<'de> Deserialize<'de> + schemars::JsonSchema>(
+    file: &str,
+    text: &str,
+    vars: VarLookup<'_>,
+) -> Result<T, ConfigErrors> {
+    let first = match from_yaml(file, text, vars) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    if !first.message.starts_with("unknown field") {
+        return Err(first.into());
+    }
+    let Ok(text) = substitute(text, vars) else {
+        return Err(first.into());
+    };
+    let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+    let all = crate::unknown::unknown_fields(&text, &schema);
+    // used only when the walk agrees with the deserializer on the first one
+    if !all.iter().any(|u| u.pos == first.pos) {
+        return Err(first.into());
+    }
+    Err(ConfigErrors(
+        all.into_iter()
+            .map(|u| {
+                let message = hints::polish_yaml_message(u.message);
+                ConfigError {
+                    file: file.to_string(),
+                    pos: u.pos,
+                    hint: Some(hints::yaml_hint(&message)),
+                    message,
+                }
+            })
+            .collect(),
+    ))
+}
+
 fn yaml_error(file: &str, e: &serde_saphyr::Error) -> ConfigError {
     let pos = e.location().and_then(Pos::from_location);
     let full = e.to_string();
@@ -109,7 +147,7 @@ impl Config {
     /// Load a gateway config from YAML text (with `${VAR}` substitution) and run the structural
     /// checks. Flow-level checks (expressions, references, cycles) happen in the flow compiler.
     pub fn from_yaml(file: &str, text: &str, vars: VarLookup<'_>) -> Result<Config, ConfigErrors> {
-        let mut cfg: Config = from_yaml(file, text, vars)?;
+        let mut cfg: Config = from_yaml_all(file, text, vars)?;
         cfg.source = substitute(text, vars).map_err(|e| e.in_file(file))?;
         cfg.file = file.to_string();
         let mut errs = Vec::new();

@@ -112,13 +112,29 @@ impl Expr {
     /// Hostile sources are refused before jaq's recursive parser runs (see [`scan`]), and
     /// parsing and compiling run on a stack of their own, so no source can overflow the stack.
     pub fn compile(src: &str, scope: &[&str]) -> Result<Expr, CompileError> {
+        Self::compile_hinting(src, scope, &[])
+    }
+
+    /// [`Expr::compile`], with `hidden` names of `scope` left out of the "known names here" hint
+    /// of an undefined variable: names that compile but are refused in this place by a later
+    /// check (`$item` outside `for_each`).
+    pub fn compile_hinting(
+        src: &str,
+        scope: &[&str],
+        hidden: &[&str],
+    ) -> Result<Expr, CompileError> {
         let depth = scan::check(src)?;
         stacker::maybe_grow(COMPILE_STACK / 2, COMPILE_STACK, || {
-            Self::compile_checked(src, scope, depth)
+            Self::compile_checked(src, scope, hidden, depth)
         })
     }
 
-    fn compile_checked(src: &str, scope: &[&str], depth: usize) -> Result<Expr, CompileError> {
+    fn compile_checked(
+        src: &str,
+        scope: &[&str],
+        hidden: &[&str],
+        depth: usize,
+    ) -> Result<Expr, CompileError> {
         let tokens = load::Lexer::new(src).lex().map_err(|errs| {
             let (expect, at) = errs
                 .into_iter()
@@ -148,7 +164,7 @@ impl Expr {
                 syntax_depth: depth,
             });
         }
-        Self::compile_jaq(src, scope, vars, depth)
+        Self::compile_jaq(src, scope, hidden, vars, depth)
     }
 
     /// Compile for the interpreter even when the native evaluator could handle the expression
@@ -156,13 +172,14 @@ impl Expr {
     pub fn compile_interpreted(src: &str, scope: &[&str]) -> Result<Expr, CompileError> {
         let e = Self::compile(src, scope)?;
         stacker::maybe_grow(COMPILE_STACK / 2, COMPILE_STACK, || {
-            Self::compile_jaq(src, scope, e.vars, e.syntax_depth)
+            Self::compile_jaq(src, scope, &[], e.vars, e.syntax_depth)
         })
     }
 
     fn compile_jaq(
         src: &str,
         scope: &[&str],
+        hidden: &[&str],
         vars: Vec<usize>,
         syntax_depth: usize,
     ) -> Result<Expr, CompileError> {
@@ -200,7 +217,14 @@ impl Expr {
                         let offset = span_in(src, name);
                         let hint = match kind {
                             Undefined::Filter(arity) => suggest::filter_hint(name, arity),
-                            _ if name.starts_with('$') => suggest::var_hint(name, scope),
+                            _ if name.starts_with('$') => {
+                                let shown: Vec<&str> = scope
+                                    .iter()
+                                    .copied()
+                                    .filter(|n| !hidden.contains(n))
+                                    .collect();
+                                suggest::var_hint(name, &shown)
+                            }
                             _ => "check the spelling".into(),
                         };
                         CompileError {

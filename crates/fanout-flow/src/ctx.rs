@@ -19,7 +19,18 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub(crate) fn expr(&mut self, src: &ExprSrc, scope: &[&str]) -> Option<Expr> {
-        match Expr::compile(&src.value, scope) {
+        self.expr_hiding(src, scope, &[])
+    }
+
+    /// [`Ctx::expr`] where the `hidden` names of `scope` are refused by a later check (`$item`
+    /// outside `for_each`), so hints do not offer them.
+    pub(crate) fn expr_hiding(
+        &mut self,
+        src: &ExprSrc,
+        scope: &[&str],
+        hidden: &[&str],
+    ) -> Option<Expr> {
+        match Expr::compile_hinting(&src.value, scope, hidden) {
             Ok(e) => Some(e),
             Err(e) => {
                 let pos = self.cfg.pos_in_scalar(src.pos, &src.value, e.offset);
@@ -27,9 +38,20 @@ impl Ctx<'_> {
                     pos,
                     format!("in expression `{}`: {}", short(&src.value), e.message),
                 );
-                err = err.hint(e.hint.unwrap_or_else(|| {
-                    "expressions are jq (docs/config.md#expressions): check brackets, quotes and `|`".into()
-                }));
+                let text = src.value.trim();
+                let hint = if text.starts_with('/') && e.message.contains("invalid jq syntax") {
+                    // `path: '/orders'`: a literal where an expression is expected
+                    let quoted = format!("{:?}", text);
+                    format!(
+                        "this field is a jq expression, so a fixed text is a jq string: write \
+                         `'{quoted}'` (with a value: `'\"/orders/\\($request.params.id)\"'`)"
+                    )
+                } else {
+                    e.hint.unwrap_or_else(|| {
+                        "expressions are jq (docs/config.md#expressions): check brackets, quotes and `|`".into()
+                    })
+                };
+                err = err.hint(hint);
                 self.errs.push(err);
                 None
             }

@@ -439,11 +439,13 @@ fn compile_respond(
     r: &fanout_config::Respond,
     scope: &[&str],
 ) -> Option<RespondPlan> {
-    let body = cx.expr(&r.body, scope);
+    // `$item`/`$index` are refused in `respond` (check_no_item); hints do not offer them
+    let hidden = ["item", "index"];
+    let body = cx.expr_hiding(&r.body, scope, &hidden);
     let mut headers = Vec::new();
     for (k, v) in &r.headers {
         let h = cx.header_name(k, v.pos);
-        let e = cx.expr(v, scope);
+        let e = cx.expr_hiding(v, scope, &hidden);
         if let (Some(h), Some(e)) = (h, e) {
             headers.push((h, e));
         }
@@ -465,7 +467,7 @@ fn compile_respond(
             }
             Some(StatusPlan::Fixed(c.value))
         }
-        StatusSrc::Expr(src) => cx.expr(src, scope).map(|e| {
+        StatusSrc::Expr(src) => cx.expr_hiding(src, scope, &hidden).map(|e| {
             check_no_item(cx, &e, src, "respond.status");
             StatusPlan::Expr(e)
         }),

@@ -97,7 +97,7 @@ pub fn load_in(
     vars: VarLookup<'_>,
     dir: Option<&Path>,
 ) -> Result<CompiledStubs, ConfigErrors> {
-    let cfg: StubConfig = fanout_config::from_yaml(file, text, vars)?;
+    let cfg: StubConfig = fanout_config::from_yaml_all(file, text, vars)?;
     let source = fanout_config::substitute(text, vars).map_err(|e| e.in_file(file))?;
     compile::compile(&cfg, &source, dir).map_err(|errs| compile::in_file(errs, file))
 }

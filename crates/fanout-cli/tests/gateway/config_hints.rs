@@ -140,7 +140,40 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "undefined variable `$zzz`",
         "known names here: $request",
     ),
+    (
+        "a literal path where a jq expression is expected",
+        "backends:\n  orders: { url: \"http://127.0.0.1:1\" }\nroutes:\n  - path: /a\n    flow:\n      o: { http: { backend: orders, path: '/orders' } }\n    respond: { body: '$o' }\n",
+        "6:44",
+        "invalid jq syntax",
+        "this field is a jq expression, so a fixed text is a jq string: write `'\"/orders\"'`",
+    ),
 ];
+
+/// Names that compile but are refused in a place are not offered there: `$item`/`$index` in
+/// `respond` and in a step without `for_each`.
+#[test]
+fn hints_do_not_offer_item_and_index_outside_for_each() {
+    let no_env = |_: &str| None;
+    for yaml in [
+        "routes:\n  - path: /a\n    flow:\n      search: { value: '1' }\n    respond: { body: '$zzz' }\n",
+        "routes:\n  - path: /a\n    flow:\n      search: { value: '1' }\n    respond: { body: '1', headers: { x-a: '$zzz' } }\n",
+        "routes:\n  - path: /a\n    flow:\n      search: { value: '$zzz' }\n    respond: { body: '1' }\n",
+    ] {
+        let err = load_gateway("f.yaml", yaml, &no_env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("known names here: $request"), "{err}");
+        assert!(!err.contains("$item") && !err.contains("$index"), "{err}");
+    }
+    // inside `for_each` they are offered
+    let yaml = "routes:\n  - path: /a\n    flow:\n      each: { for_each: '[1]', value: '$zzz' }\n    respond: { body: '1' }\n";
+    let err = load_gateway("f.yaml", yaml, &no_env)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("$item") && err.contains("$index"), "{err}");
+}
 
 #[test]
 fn errors_carry_hints_that_say_what_to_do() {
@@ -249,4 +282,50 @@ fn validate_of_a_missing_file_says_what_to_check() {
         err.contains("hint: pass the path of a regular file"),
         "{err}"
     );
+}
+
+/// Every unknown field of a file is reported in one run, each at its own line with its own
+/// did-you-mean — in gateway and stubs configs alike.
+#[test]
+fn every_unknown_field_is_reported_in_one_run() {
+    let no_env = |_: &str| None;
+    let yaml = "\
+listen: 127.0.0.1:0
+servr: {}
+backends:
+  a: { url: \"http://127.0.0.1:1\", timout: 1s }
+routes:
+  - path: /a
+    flow:
+      x: { http: { backend: a, path: '\"/x\"', qurey: {} } }
+    on_status: { 404: 400 }
+    respond: { bdoy: '1' }
+";
+    let err = load_gateway("f.yaml", yaml, &no_env)
+        .err()
+        .unwrap()
+        .to_string();
+    for (at, name, suggestion) in [
+        ("f.yaml:2:1:", "servr", "did you mean `server`?"),
+        ("f.yaml:4:35:", "timout", "did you mean `timeout`?"),
+        ("f.yaml:8:46:", "qurey", "did you mean `query`?"),
+        ("f.yaml:9:5:", "on_status", ""),
+        ("f.yaml:10:16:", "bdoy", "did you mean `body`?"),
+    ] {
+        let line = err
+            .lines()
+            .position(|l| l.starts_with(at) && l.contains(&format!("unknown field `{name}`")))
+            .unwrap_or_else(|| panic!("no `{at} unknown field `{name}`` in:\n{err}"));
+        let hint = err.lines().nth(line + 1).unwrap_or("");
+        assert!(hint.contains(suggestion), "{name}: {hint}\n{err}");
+    }
+    assert_eq!(err.matches("unknown field").count(), 5, "{err}");
+
+    let stubs = "services:\n  a:\n    listen: 127.0.0.1:0\n    latncy: 1ms\n    routes:\n      - path: /x\n        bdoy: '1'\n";
+    let err = fanout_stub::load("s.yaml", stubs, &no_env)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("s.yaml:4:5: unknown field `latncy`"), "{err}");
+    assert!(err.contains("s.yaml:7:9: unknown field `bdoy`"), "{err}");
 }

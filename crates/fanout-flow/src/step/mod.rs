@@ -195,7 +195,8 @@ impl StepCx<'_, '_> {
     /// and `$item` checks.
     pub(crate) fn expr(&mut self, src: Option<&ExprSrc>, item_ok: bool) -> Option<Expr> {
         let src = src?;
-        let e = self.cx.expr(src, self.scope)?;
+        let hidden: &[&str] = if item_ok { &[] } else { &["item", "index"] };
+        let e = self.cx.expr_hiding(src, self.scope, hidden)?;
         self.exprs.push((e.clone(), src.clone(), item_ok));
         Some(e)
     }
