@@ -462,7 +462,10 @@ mod tests {
             // The code is the second argument of `ApiError::new`, the first of grpc's
             // `unimplemented`; a literal there is a code.
             // (The patterns are split so that this test does not find itself.)
-            let calls = [(concat!("ApiError::new", "("), 1), (concat!("unimplemented", "("), 0)];
+            let calls = [
+                (concat!("ApiError::new", "("), 1),
+                (concat!("unimplemented", "("), 0),
+            ];
             for (call, arg) in calls {
                 for (i, _) in text.match_indices(call) {
                     let args = call_args(&text, i + call.len());
