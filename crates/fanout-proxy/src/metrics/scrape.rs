@@ -2,6 +2,11 @@
 //! time from the gateway's existing counters and state (a prometheus-client `Collector`, so it
 //! costs nothing between scrapes), then the process. The format is OpenMetrics text 1.0 (what
 //! prometheus-client writes: counters' samples end in `_total`, the answer ends with `# EOF`).
+//!
+//! Every label value the config determines has its sample, zero until something is counted
+//! (every backend, cache, batch form, dataset, error code, admission class and reason), so a
+//! fresh gateway's `/metrics` has every series a dashboard queries; they are read from the live
+//! config, so a reload's removed backends leave with it.
 
 use super::process;
 use crate::{Gateway, Live};
