@@ -423,7 +423,7 @@ mod tests {
         let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
         for c in text[at..].chars() {
             if in_str {
-                in_str = !(c == '"' && !escaped);
+                in_str = c != '"' || escaped;
                 escaped = c == '\\' && !escaped;
             } else {
                 match c {
