@@ -3,15 +3,20 @@
 //! - Every metric name in the dashboard's PromQL (`expr` of panels, `query` of variables) is in
 //!   the metric catalog below, and every catalog metric is on the dashboard.
 //! - `every_dashboard_metric_is_in_a_running_gateways_metrics` starts the `fanout` binary with an
-//!   admin listener, sends a few requests, scrapes `/metrics` and requires every name the
-//!   dashboard queries to be in that output (as a sample or a `# TYPE` line).
+//!   admin listener and scrapes `/metrics` before the gateway has served any request: every
+//!   series the dashboard queries must be there already — each metric with every label set its
+//!   config determines (routes, backends, steps, caches, datasets, error codes, outcome classes,
+//!   admission classes and reasons …), request counters at zero, histograms with `_count`,
+//!   `_sum` and their buckets — so no panel or alert shows "no data" on a fresh gateway. It then
+//!   sends a few requests, scrapes again and requires every name the dashboard queries to be in
+//!   that output (as a sample or a `# TYPE` line).
 //!
 //! The helm chart's copy (deploy/helm/fanout/dashboards/fanout.json) must be the same file; both
 //! are written by deploy/grafana/generate.py.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -269,20 +274,71 @@ fn http_get(port: u16, path: &str) -> Option<(String, String)> {
     Some((head.lines().next()?.to_string(), body.to_string()))
 }
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// One sample line of the text exposition: (name, labels, value); `None` for other lines.
+fn parse_sample(line: &str) -> Option<(String, BTreeMap<String, String>, f64)> {
+    if line.starts_with('#') || line.trim().is_empty() {
+        return None;
     }
+    let name_end = line.find(['{', ' '])?;
+    let name = line[..name_end].to_string();
+    let mut labels = BTreeMap::new();
+    let mut rest = &line[name_end..];
+    if let Some(r) = rest.strip_prefix('{') {
+        let mut chars = r.char_indices();
+        let end = loop {
+            let (start, c) = chars.next()?;
+            match c {
+                '}' => break start + 1,
+                ',' => continue,
+                _ => {}
+            }
+            let eq = start + r[start..].find("=\"")?;
+            let key = r[start..eq].to_string();
+            while chars.next()?.0 < eq + 1 {}
+            let mut value = String::new();
+            loop {
+                match chars.next()?.1 {
+                    '\\' => value.push(chars.next()?.1),
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+            labels.insert(key, value);
+        };
+        rest = &r[end..];
+    }
+    let value = match rest.trim() {
+        "+Inf" => f64::INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some((name, labels, value))
 }
 
-#[tokio::test]
-async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
-    // A cache, a batch form, a reference dataset and a call that fails: every family has a
-    // reason to be registered, most have samples.
-    let config = r#"
+/// Label sets: each a list of (name, value).
+type LabelSets = Vec<Vec<(&'static str, String)>>;
+
+/// Every combination of the given values of each label, in order.
+fn product(dims: &[(&'static str, &[&str])]) -> LabelSets {
+    let mut out: LabelSets = vec![vec![]];
+    for (label, values) in dims {
+        out = out
+            .into_iter()
+            .flat_map(|set| {
+                values.iter().map(move |v| {
+                    let mut set = set.clone();
+                    set.push((*label, v.to_string()));
+                    set
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// The config of the running-gateway test: a cache, a batch form, a reference dataset, a
+/// backend with every resilience layer and one with none, a `fail` guard and `on_status`
+/// answers — every family has label values the config determines.
+const CONFIG: &str = r#"
 backends:
   down:
     url: "http://127.0.0.1:9"
@@ -292,6 +348,9 @@ backends:
     hedge: { delay: 50ms }
     breaker: {}
     batch: { path: '"/items"', query: { ids: '$keys | join(",")' }, split: . }
+  plain:
+    url: "http://127.0.0.1:1"
+    timeout: 200ms
 reference:
   masks:
     http: { backend: down, path: '"/masks"' }
@@ -304,11 +363,307 @@ routes:
       one: { http: { backend: down, path: '"/x/\($request.params.id)"' } }
       many: { for_each: '[1, 2]', http: { backend: down, key: '$item' } }
     respond: { body: '[$one, $many]' }
+  - path: /orders
+    method: POST
+    flow:
+      check: { when: '$request.body.id == null', fail: { status: 400, code: missing_id } }
+      save:
+        http: { backend: plain, method: POST, path: '"/orders"', body: '$request.body' }
+        on_status: { 409: 409, 410: { status: 404, code: order_archived } }
+    respond: { body: '$save' }
 "#;
+
+/// The series a gateway running [`CONFIG`] has before it serves any request, by metric: every
+/// label set the config determines. Every metric the dashboard queries has an entry (the test
+/// checks it), so a new panel brings its expectation here.
+fn config_series() -> BTreeMap<&'static str, LabelSets> {
+    const CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx"];
+    const UNMATCHED_METHODS: &[&str] = &[
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other",
+    ];
+    const OUTCOMES: &[&str] = &[
+        "ok",
+        "timeout",
+        "refused",
+        "reset",
+        "bad_answer",
+        "status_4xx",
+        "status_5xx",
+        "rejected_bulkhead",
+        "rejected_breaker",
+        "other",
+    ];
+    const BACKENDS: &[&str] = &["down", "plain"];
+    const ADMISSION: &[&str] = &["critical", "normal", "sheddable"];
+    // A selection of the gateway's and the flow's codes, and every code of the config.
+    const CODES: &[&str] = &[
+        "backend_timeout",
+        "backend_unavailable",
+        "backend_status",
+        "backend_rejected",
+        "deadline_exceeded",
+        "not_found",
+        "method_not_allowed",
+        "overloaded",
+        "invalid_json",
+        "body_too_large",
+        "internal_error",
+        "missing_id",
+        "conflict",
+        "order_archived",
+    ];
+    let routes = [
+        ("/hello", "GET"),
+        ("/down/{id}", "GET"),
+        ("/orders", "POST"),
+    ];
+    let route_methods: LabelSets = routes
+        .iter()
+        .map(|(r, m)| vec![("route", r.to_string()), ("method", m.to_string())])
+        .chain(product(&[
+            ("route", &["unmatched"]),
+            ("method", UNMATCHED_METHODS),
+        ]))
+        .collect();
+    let requests: LabelSets = route_methods
+        .iter()
+        .flat_map(|rm| {
+            CLASSES.iter().map(move |c| {
+                let mut l = rm.clone();
+                l.push(("status_class", c.to_string()));
+                l
+            })
+        })
+        .collect();
+    let route_names: Vec<&str> = routes.iter().map(|(r, _)| *r).collect();
+    let steps: LabelSets = [("down", "one"), ("down", "many"), ("plain", "save")]
+        .iter()
+        .map(|(b, s)| vec![("backend", b.to_string()), ("step", s.to_string())])
+        .collect();
+    let calls: LabelSets = steps
+        .iter()
+        .flat_map(|bs| {
+            OUTCOMES.iter().map(move |o| {
+                let mut l = bs.clone();
+                l.push(("outcome", o.to_string()));
+                l
+            })
+        })
+        .collect();
+    let addresses = vec![
+        vec![
+            ("backend", "down".to_string()),
+            ("address", "http://127.0.0.1:9".to_string()),
+        ],
+        vec![
+            ("backend", "plain".to_string()),
+            ("address", "http://127.0.0.1:1".to_string()),
+        ],
+    ];
+    let none = || vec![vec![]];
+    BTreeMap::from([
+        ("fanout_requests_total", requests),
+        ("fanout_request_duration_seconds", route_methods),
+        (
+            "fanout_requests_in_flight",
+            product(&[("route", &route_names)]),
+        ),
+        (
+            "fanout_partial_responses_total",
+            product(&[("route", &route_names)]),
+        ),
+        ("fanout_errors_total", product(&[("code", CODES)])),
+        ("fanout_backend_calls_total", calls),
+        ("fanout_backend_call_duration_seconds", steps),
+        (
+            "fanout_backend_in_flight",
+            product(&[("backend", BACKENDS)]),
+        ),
+        ("fanout_backend_address_up", addresses.clone()),
+        ("fanout_outlier_ejections_total", addresses),
+        ("fanout_breaker_state", product(&[("backend", BACKENDS)])),
+        ("fanout_retries_total", product(&[("backend", BACKENDS)])),
+        (
+            "fanout_retry_budget_refusals_total",
+            product(&[("backend", BACKENDS)]),
+        ),
+        ("fanout_hedges_total", product(&[("backend", BACKENDS)])),
+        ("fanout_hedges_won_total", product(&[("backend", BACKENDS)])),
+        (
+            "fanout_dedup_saved_calls_total",
+            product(&[("backend", BACKENDS)]),
+        ),
+        ("fanout_admission_limit", product(&[("class", ADMISSION)])),
+        (
+            "fanout_admission_in_flight",
+            product(&[("class", ADMISSION)]),
+        ),
+        (
+            "fanout_admission_queue_length",
+            product(&[("class", ADMISSION)]),
+        ),
+        (
+            "fanout_admission_rejections_total",
+            product(&[
+                ("class", ADMISSION),
+                (
+                    "reason",
+                    &["queue_full", "evicted", "queue_timeout", "codel"],
+                ),
+            ]),
+        ),
+        ("fanout_connections_open", none()),
+        ("fanout_connections_refused_total", none()),
+        (
+            "fanout_cache_requests_total",
+            product(&[
+                ("cache", &["down", "down:keys"]),
+                ("result", &["hit", "miss", "stale"]),
+            ]),
+        ),
+        (
+            "fanout_cache_entries",
+            product(&[("cache", &["down", "down:keys"])]),
+        ),
+        (
+            "fanout_cache_l2_requests_total",
+            product(&[
+                ("cache", &["down"]),
+                ("result", &["hit", "miss", "error", "skipped"]),
+            ]),
+        ),
+        ("fanout_batch_size", product(&[("backend", &["down"])])),
+        (
+            "fanout_batch_saved_calls_total",
+            product(&[("backend", &["down"])]),
+        ),
+        (
+            "fanout_reference_age_seconds",
+            product(&[("dataset", &["masks"])]),
+        ),
+        (
+            "fanout_reference_loads_total",
+            product(&[("dataset", &["masks"]), ("result", &["ok", "error"])]),
+        ),
+        ("fanout_compute_queue_length", none()),
+        ("fanout_compute_run_seconds", none()),
+        ("fanout_runtime_stalls_total", none()),
+        (
+            "fanout_config_reloads_total",
+            product(&[("result", &["ok", "error"])]),
+        ),
+        (
+            "fanout_config_last_reload_success_timestamp_seconds",
+            none(),
+        ),
+        ("process_cpu_seconds_total", none()),
+        ("process_resident_memory_bytes", none()),
+        ("process_threads", none()),
+        ("process_open_fds", none()),
+        ("process_start_time_seconds", none()),
+    ])
+}
+
+/// The metrics that count served requests: zero on a gateway that has served none.
+const REQUEST_COUNTS: &[&str] = &[
+    "fanout_requests_total",
+    "fanout_request_duration_seconds_count",
+    "fanout_request_duration_seconds_sum",
+    "fanout_requests_in_flight",
+    "fanout_partial_responses_total",
+    "fanout_errors_total",
+    "fanout_backend_calls_total",
+    "fanout_backend_call_duration_seconds_count",
+    "fanout_backend_call_duration_seconds_bucket",
+    "fanout_request_duration_seconds_bucket",
+];
+
+/// What of [`config_series`] `text` (a scrape before any request) lacks or has wrong: one line
+/// per problem. Histograms (`# TYPE … histogram`) are checked as their `_count`, `_sum` and
+/// `le="+Inf"` bucket.
+fn series_problems(text: &str) -> Vec<String> {
+    let histograms: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" histogram"))
+        .collect();
+    let samples: BTreeMap<(String, BTreeMap<String, String>), f64> = text
+        .lines()
+        .filter_map(parse_sample)
+        .map(|(n, l, v)| ((n, l), v))
+        .collect();
+    let mut problems = Vec::new();
+    for (metric, sets) in config_series() {
+        let names: Vec<(String, Option<&str>)> = if histograms.contains(metric) {
+            vec![
+                (format!("{metric}_count"), None),
+                (format!("{metric}_sum"), None),
+                (format!("{metric}_bucket"), Some("+Inf")),
+            ]
+        } else {
+            vec![(metric.to_string(), None)]
+        };
+        for set in &sets {
+            for (name, le) in &names {
+                let mut labels: BTreeMap<String, String> = set
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect();
+                if let Some(le) = le {
+                    labels.insert("le".into(), le.to_string());
+                }
+                match samples.get(&(name.clone(), labels.clone())) {
+                    None => problems.push(format!("missing {name}{labels:?}")),
+                    Some(v) if REQUEST_COUNTS.contains(&name.as_str()) && *v != 0.0 => {
+                        problems.push(format!("{name}{labels:?} is {v}, not 0"))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn samples_are_parsed_with_their_labels() {
+    let (name, labels, value) =
+        parse_sample(r#"fanout_cache_requests_total{cache="a:keys",result="hit"} 3"#).unwrap();
+    assert_eq!(name, "fanout_cache_requests_total");
+    assert_eq!(labels["cache"], "a:keys");
+    assert_eq!(labels["result"], "hit");
+    assert_eq!(value, 3.0);
+    let (_, labels, value) =
+        parse_sample(r#"x_bucket{le="+Inf",route="/a/{id}",q="say \"hi\""} 0"#).unwrap();
+    assert_eq!(labels["route"], "/a/{id}");
+    assert_eq!(labels["q"], "say \"hi\"");
+    assert_eq!(value, 0.0);
+    assert_eq!(parse_sample("process_threads 12.0").unwrap().2, 12.0);
+    assert!(parse_sample("# TYPE x counter").is_none());
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
+    // Every metric the dashboard queries has its expected series (and nothing else does).
+    let expected: BTreeSet<String> = config_series().keys().map(|k| k.to_string()).collect();
+    assert_eq!(
+        expected,
+        dashboard_metrics(&dashboard()),
+        "config_series() and the dashboard's metrics differ"
+    );
     let dir = std::env::temp_dir().join(format!("fanout-dashboard-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("fanout.yaml");
-    std::fs::write(&file, config).unwrap();
+    std::fs::write(&file, CONFIG).unwrap();
     let log = dir.join("stderr.log");
     let mut gw = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_fanout"))
@@ -337,6 +692,14 @@ routes:
         http_get(admin, "/metrics").is_some_and(|(status, _)| status.contains(" 200"))
     })
     .await;
+    // Before any request: every series the config determines is there, request counts at 0.
+    let (_, fresh) = http_get(admin, "/metrics").unwrap();
+    let problems = series_problems(&fresh);
+    assert!(
+        problems.is_empty(),
+        "a gateway that has served nothing lacks series the dashboard queries:\n{}\n--- /metrics\n{fresh}",
+        problems.join("\n")
+    );
     for path in ["/hello", "/down/1", "/nowhere"] {
         let answered = http_get(port, path);
         assert!(answered.is_some(), "{path} was not answered");

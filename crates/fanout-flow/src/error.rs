@@ -48,6 +48,27 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
+    /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::BackendTimeout,
+        ErrorKind::DeadlineExceeded,
+        ErrorKind::BackendUnavailable,
+        ErrorKind::BackendReset,
+        ErrorKind::BackendStatus {
+            status: 502,
+            passthrough: false,
+        },
+        ErrorKind::BadBackendAnswer,
+        ErrorKind::Rejected,
+        ErrorKind::Expression,
+        ErrorKind::ExpressionLimit,
+        ErrorKind::KeyNotFound,
+        ErrorKind::Overloaded,
+        ErrorKind::NotFound,
+        ErrorKind::Answered,
+    ];
+
     /// HTTP status code for the client.
     pub fn status(self) -> u16 {
         match self {
@@ -221,6 +242,12 @@ impl FlowError {
     }
 }
 
+/// The `error.code` of an answer chosen by the config for a backend's status: `code` if given,
+/// else derived from the status ([`code_for_status`]).
+pub fn answer_code(status: u16, code: Option<&str>) -> Arc<str> {
+    code.map_or_else(|| code_for_status(status), Arc::from)
+}
+
 /// The `error.code` of a status chosen for a backend's answer: the reason phrase of a 4xx in
 /// snake case (`not_found`, `conflict`, `unprocessable_entity`, …), `backend_status` otherwise.
 pub fn code_for_status(status: u16) -> Arc<str> {
@@ -245,6 +272,28 @@ pub fn code_for_status(status: u16) -> Arc<str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_lists_every_kind() {
+        // A new kind does not compile here until it is matched — then add it to `ALL`.
+        let listed = ErrorKind::ALL.iter().filter(|k| match k {
+            ErrorKind::BackendTimeout
+            | ErrorKind::DeadlineExceeded
+            | ErrorKind::BackendUnavailable
+            | ErrorKind::BackendReset
+            | ErrorKind::BackendStatus { .. }
+            | ErrorKind::BadBackendAnswer
+            | ErrorKind::Rejected
+            | ErrorKind::Expression
+            | ErrorKind::ExpressionLimit
+            | ErrorKind::KeyNotFound
+            | ErrorKind::Overloaded
+            | ErrorKind::NotFound
+            | ErrorKind::Answered => true,
+        });
+        let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
+        assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");
+    }
 
     #[test]
     fn codes_for_statuses() {

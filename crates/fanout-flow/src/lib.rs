@@ -35,7 +35,7 @@ mod step;
 pub mod trace;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
-pub use error::{Answer, ErrorKind, FlowError, code_for_status};
+pub use error::{Answer, ErrorKind, FlowError, answer_code, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
 pub use outcome::{CallClass, CallOutcome};
 pub use plan::{Carry, Plan, RoutePlan, compile, compile_with};

@@ -122,6 +122,27 @@ impl StepPlan {
     pub fn backend(&self) -> Option<&Arc<str>> {
         self.kind.backend()
     }
+
+    /// The `error.code`s the config makes this step answer with: its `fail` code and those of
+    /// its `on_status` entries (for metrics, which export each from the start). A `pass` entry's
+    /// code is that of the backend's status, unknown until it answers: not listed.
+    pub fn answer_codes(&self) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = self
+            .on_status
+            .iter()
+            .filter_map(|(_, a)| match a {
+                StatusAction::Status(to) => Some(crate::error::answer_code(*to, None)),
+                StatusAction::Answer { status, code, .. } => {
+                    Some(crate::error::answer_code(*status, code.as_deref()))
+                }
+                StatusAction::Pass | StatusAction::Default => None,
+            })
+            .collect();
+        if let StepWork::Fail { code, .. } = self.work() {
+            out.push(code.into());
+        }
+        out
+    }
 }
 
 /// A step's policy for keys its lookup did not find (and 404s of `for_each` calls).

@@ -55,6 +55,8 @@ pub struct ReferenceSet {
     datasets: Vec<Dataset>,
     current: ArcSwap<Snapshot>,
     deadline_header: http::HeaderName,
+    /// When the set was made (from its config).
+    created_at: SystemTime,
 }
 
 impl ReferenceSet {
@@ -72,7 +74,13 @@ impl ReferenceSet {
                 status: vec![DatasetStatus::default(); n],
             }),
             deadline_header,
+            created_at: SystemTime::now(),
         }
+    }
+
+    /// When the set was made from its config (a reload that keeps the set keeps this time).
+    pub fn created_at(&self) -> SystemTime {
+        self.created_at
     }
 
     /// Whether there are datasets at all.

@@ -13,6 +13,31 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Every `error.code` the gateway answers with by itself (its refusals, gRPC's and a panic's);
+/// with the flow's ([`fanout_flow::ErrorKind::ALL`]) and the config's, each has a
+/// `fanout_errors_total` series from the start. A test checks that every code given to
+/// [`ApiError::new`] in this crate is listed.
+pub(crate) const GATEWAY_CODES: [&str; 18] = [
+    "overloaded",
+    "not_found",
+    "method_not_allowed",
+    "bad_header",
+    "body_too_large",
+    "body_readers_full",
+    "memory_budget_exhausted",
+    "body_timeout",
+    "bad_body",
+    "invalid_json",
+    "internal_error",
+    "unsupported_content_type",
+    "unsupported_compression",
+    "unknown_method",
+    "flow_status",
+    "bad_answer_message",
+    "invalid_message",
+    "message_too_large",
+];
+
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
 #[derive(Default)]
 pub(crate) struct ErrorCounts(std::sync::Mutex<std::collections::BTreeMap<String, u64>>);
@@ -388,6 +413,73 @@ mod tests {
                 "method_not_allowed".into(),
                 "DELETE is not allowed on /a; allowed: GET, POST".into()
             )
+        );
+    }
+
+    /// The top-level arguments of the call whose `(` ends `text[..at]`: string literals kept
+    /// whole (with their quotes), nested brackets skipped.
+    fn call_args(text: &str, at: usize) -> Vec<String> {
+        let mut args = vec![String::new()];
+        let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+        for c in text[at..].chars() {
+            if in_str {
+                in_str = c != '"' || escaped;
+                escaped = c == '\\' && !escaped;
+            } else {
+                match c {
+                    '"' => in_str = true,
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' if depth == 0 => break,
+                    ')' | ']' | '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        args.push(String::new());
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(a) = args.last_mut() {
+                a.push(c);
+            }
+        }
+        args.into_iter().map(|a| a.trim().to_string()).collect()
+    }
+
+    #[test]
+    fn every_code_the_gateway_answers_with_is_listed() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src];
+        let mut found = std::collections::BTreeSet::new();
+        while let Some(p) = files.pop() {
+            if p.is_dir() {
+                files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            if p.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            // The code is the second argument of `ApiError::new`, the first of grpc's
+            // `unimplemented`; a literal there is a code.
+            // (The patterns are split so that this test does not find itself.)
+            let calls = [
+                (concat!("ApiError::new", "("), 1),
+                (concat!("unimplemented", "("), 0),
+            ];
+            for (call, arg) in calls {
+                for (i, _) in text.match_indices(call) {
+                    let args = call_args(&text, i + call.len());
+                    if let Some(code) = args.get(arg).and_then(|a| a.strip_prefix('"')) {
+                        found.insert(code.trim_end_matches('"').to_string());
+                    }
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> =
+            GATEWAY_CODES.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            found, listed,
+            "GATEWAY_CODES (answer.rs) must list exactly the codes of ApiError::new in src/"
         );
     }
 }

@@ -96,6 +96,9 @@ pub struct Live {
     l2: Option<Arc<fanout_flow::l2::L2>>,
     /// The routes' metric handles (`None` with `admin.metrics: false`).
     route_metrics: Option<metrics::RouteTable>,
+    /// The `error.code`s the config's steps answer with (`fail`, `on_status`), sorted: each has a
+    /// `fanout_errors_total` series from the start.
+    error_codes: Vec<Arc<str>>,
     /// The config this was built from (compared with the next one on reload).
     config: Arc<Config>,
     /// Server reflection over the gRPC routes' services (`None` without gRPC routes).

@@ -151,6 +151,13 @@ pub(crate) fn build_live(
             Some((n.clone(), s.cache.clone()?, keys))
         })
         .collect();
+    let mut error_codes: Vec<Arc<str>> = plan
+        .routes
+        .iter()
+        .flat_map(|r| r.steps.iter().flat_map(|s| s.answer_codes()))
+        .collect();
+    error_codes.sort();
+    error_codes.dedup();
     let live = Live {
         router,
         reference: plan.reference.clone(),
@@ -161,6 +168,7 @@ pub(crate) fn build_live(
         route_admission: admission::RouteTable::new(&cfg.routes, adm),
         l2,
         route_metrics: metrics.map(|m| m.route_table(&plan.routes)),
+        error_codes,
         config: Arc::new(cfg),
         grpc,
         grpc_services,
@@ -306,11 +314,16 @@ impl Gateway {
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await
         {
+            // The series the refused build created leave `/metrics`.
+            self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Reference(e)));
         }
         let mut report = built.report;
         report.needs_restart = needs_restart;
-        self.live.store(Arc::new(built.live));
+        let live = Arc::new(built.live);
+        self.live.store(live.clone());
+        // The series of routes and steps the new config does not have leave `/metrics`.
+        self.retain_route_series(&live);
         self.reloads.succeeded();
         self.metrics.config_reloaded(true);
         tracing::info!(
@@ -326,6 +339,14 @@ impl Gateway {
             );
         }
         Ok(report)
+    }
+
+    /// Keep only the per-route metric series of `live`'s table (under the reload lock: a table
+    /// being built meanwhile would lose its series).
+    fn retain_route_series(&self, live: &Live) {
+        if let Some(table) = &live.route_metrics {
+            self.metrics.retain(table);
+        }
     }
 
     /// Count and log a refused reload.

@@ -1,8 +1,9 @@
 //! The admin listener: `/metrics` after real traffic through stubs (requests, backend calls by
 //! outcome, caches, batches, errors), bounded labels, metrics off, the text format, the metric
-//! reference (docs/operations.md#metrics) against the real output, `/healthz` and `/readyz`.
+//! reference (docs/operations.md#metrics) against the real output, series that follow config
+//! reloads (the new ones at zero, the removed ones gone), `/healthz` and `/readyz`.
 
-use crate::support::{gateway, stub_vars};
+use crate::support::{config, gateway, stub_vars};
 use fanout_testkit::*;
 use futures_util::future::join_all;
 use http::Method;
@@ -638,6 +639,164 @@ async fn every_catalog_metric_is_exposed_with_its_labels() {
         m.value("fanout_config_reloads_total", &[("result", "ok")]),
         1.0
     );
+}
+
+/// Before the reload: backend `old` with a breaker and retries, used by route `/old`.
+const BEFORE_RELOAD: &str = r#"
+backends:
+  api: { url: "http://${API_ADDR}" }
+  old: { url: "http://${API_ADDR}", breaker: {}, retry: {} }
+routes:
+  - path: /ok/{id}
+    flow:
+      a: { http: { backend: api, path: '"/ok/\($request.params.id)"' } }
+    respond: { body: '$a' }
+  - path: /old
+    flow:
+      o: { http: { backend: old, path: '"/ok/1"' } }
+    respond: { body: '$o' }
+"#;
+
+/// After the reload: `old` and `/old` are gone; backend `fresh` (with a cache and a `fail`
+/// guard's code) and route `/new` are new.
+const AFTER_RELOAD: &str = r#"
+backends:
+  api: { url: "http://${API_ADDR}" }
+  fresh: { url: "http://${API_ADDR}", cache: { ttl: 1h } }
+routes:
+  - path: /ok/{id}
+    flow:
+      a: { http: { backend: api, path: '"/ok/\($request.params.id)"' } }
+    respond: { body: '$a' }
+  - path: /new
+    flow:
+      guard: { when: '$request.query.no != null', fail: { status: 400, code: no_thanks } }
+      n: { http: { backend: fresh, path: '"/conf"' } }
+    respond: { body: '$n' }
+"#;
+
+/// The samples of `m` that carry `label` = `value`.
+fn with_label<'a>(m: &'a Scrape, label: &str, value: &str) -> Vec<&'a Sample> {
+    m.samples
+        .iter()
+        .filter(|s| s.labels.get(label).map(String::as_str) == Some(value))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_drops_removed_series_and_adds_the_new_ones_at_zero() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(BEFORE_RELOAD, &s).await;
+    let base = format!("http://{}", gw.addr);
+    assert_eq!(get(&format!("{base}/ok/1")).await.status, 200);
+    assert_eq!(get(&format!("{base}/old")).await.status, 200);
+    let m = scrape(gw.admin_addr).await;
+    assert!(!with_label(&m, "route", "/old").is_empty());
+    assert!(!with_label(&m, "backend", "old").is_empty());
+    assert!(with_label(&m, "route", "/new").is_empty());
+
+    gw.gateway().reload(config(AFTER_RELOAD, &s)).await.unwrap();
+    let m = scrape(gw.admin_addr).await;
+    // Gone: every series of the removed route, its step and its backend.
+    for (label, value) in [("route", "/old"), ("step", "o"), ("backend", "old")] {
+        let left = with_label(&m, label, value);
+        assert!(
+            left.is_empty(),
+            "{label}={value} after the reload: {left:?}"
+        );
+    }
+    // New, at zero before any request.
+    for class in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
+        let labels = [
+            ("route", "/new"),
+            ("method", "GET"),
+            ("status_class", class),
+        ];
+        assert_eq!(m.value("fanout_requests_total", &labels), 0.0);
+    }
+    let new_route = [("route", "/new"), ("method", "GET")];
+    for suffix in ["_count", "_sum"] {
+        let name = format!("fanout_request_duration_seconds{suffix}");
+        assert_eq!(m.value(&name, &new_route), 0.0);
+    }
+    let inf = [("route", "/new"), ("method", "GET"), ("le", "+Inf")];
+    assert_eq!(m.value("fanout_request_duration_seconds_bucket", &inf), 0.0);
+    assert_eq!(
+        m.value("fanout_requests_in_flight", &[("route", "/new")]),
+        0.0
+    );
+    assert_eq!(
+        m.value("fanout_partial_responses_total", &[("route", "/new")]),
+        0.0
+    );
+    let calls = m.samples_of("fanout_backend_calls_total");
+    let fresh_calls: Vec<_> = calls
+        .iter()
+        .filter(|s| s.labels["backend"] == "fresh" && s.labels["step"] == "n")
+        .collect();
+    assert_eq!(fresh_calls.len(), 10, "one series per outcome class");
+    assert!(
+        fresh_calls.iter().all(|s| s.value == 0.0),
+        "{fresh_calls:?}"
+    );
+    let fresh_step = [("backend", "fresh"), ("step", "n")];
+    let name = "fanout_backend_call_duration_seconds_count";
+    assert_eq!(m.value(name, &fresh_step), 0.0);
+    let fresh = [("backend", "fresh")];
+    for name in [
+        "fanout_backend_in_flight",
+        "fanout_breaker_state",
+        "fanout_retries_total",
+        "fanout_hedges_total",
+        "fanout_dedup_saved_calls_total",
+    ] {
+        assert_eq!(m.value(name, &fresh), 0.0, "{name}");
+    }
+    assert_eq!(m.value("fanout_backend_address_up", &fresh), 1.0);
+    for result in ["hit", "miss", "stale"] {
+        let labels = [("cache", "fresh"), ("result", result)];
+        assert_eq!(m.value("fanout_cache_requests_total", &labels), 0.0);
+    }
+    assert_eq!(m.value("fanout_cache_entries", &[("cache", "fresh")]), 0.0);
+    assert_eq!(
+        m.value("fanout_errors_total", &[("code", "no_thanks")]),
+        0.0
+    );
+    // Kept: the series of the route both configs have continue.
+    let kept = [
+        ("route", "/ok/{id}"),
+        ("method", "GET"),
+        ("status_class", "2xx"),
+    ];
+    assert_eq!(m.value("fanout_requests_total", &kept), 1.0);
+    assert_eq!(
+        m.value("fanout_config_reloads_total", &[("result", "ok")]),
+        1.0
+    );
+    // The new route records into its series.
+    assert_eq!(get(&format!("{base}/new")).await.status, 200);
+    let m = scrape(gw.admin_addr).await;
+    let ok = [
+        ("route", "/new"),
+        ("method", "GET"),
+        ("status_class", "2xx"),
+    ];
+    assert_eq!(m.value("fanout_requests_total", &ok), 1.0);
+
+    // A refused reload (its required reference data does not load) leaves no series of the
+    // config it built.
+    let refused = format!(
+        "{AFTER_RELOAD}  - path: /never\n    respond: {{ body: '1' }}\n\
+         reference:\n  d: {{ http: {{ backend: api, path: '\"/missing\"' }} }}\n"
+    );
+    let err = gw.gateway().reload(config(&refused, &s)).await.unwrap_err();
+    assert!(
+        matches!(err, fanout_proxy::reload::ReloadError::Reference(_)),
+        "{err}"
+    );
+    let m = scrape(gw.admin_addr).await;
+    assert!(with_label(&m, "route", "/never").is_empty());
+    assert_eq!(m.value("fanout_requests_total", &ok), 1.0);
 }
 
 /// The metric names of the reference: the first backticked word of each table row.

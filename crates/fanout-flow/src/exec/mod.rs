@@ -7,7 +7,7 @@
 
 use crate::backend::CallRequest;
 use crate::call::{Env, Yielded, eval, expr_err, short_json, yielded};
-use crate::error::{Answer, ErrorKind, FlowError, code_for_status};
+use crate::error::{Answer, ErrorKind, FlowError, answer_code};
 use crate::observe::{NoObserver, Observer, StepEnd};
 use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, StepPlan};
 use crate::respond::respond_with;
@@ -488,7 +488,7 @@ fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
         }
         .with_answer(Answer {
             status: to,
-            code: code.map_or_else(|| code_for_status(to), Arc::from),
+            code: answer_code(to, code),
             details: None,
         })
     };

@@ -8,7 +8,10 @@
 //!   their latency. The families live in [`Metrics`], created once per process (a config reload
 //!   keeps them); each route's handles (counters, gauges, histograms) are resolved ONCE when the
 //!   gateway is built ([`RouteTable`]), so recording is a few relaxed atomic additions — no label
-//!   lookup, no allocation. With `admin.metrics: false` there is no table and nothing is recorded.
+//!   lookup, no allocation. Resolving a handle creates its series, so every route's and step's
+//!   series exist with zero values from the start; when a reload swaps in a new table,
+//!   [`Metrics::retain`] drops the series of routes and steps the new config no longer has.
+//!   With `admin.metrics: false` there is no table and nothing is recorded.
 //! - **Read at scrape time** ([`scrape`]): everything that already exists as counters or state
 //!   (errors by code, balancer and addresses, breakers, retries, hedges, dedup, caches, batches,
 //!   admission, connections, reference data, compute pool, stalls) and the process (`/proc`).
@@ -32,8 +35,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -98,6 +102,35 @@ pub struct Metrics {
     backend_call_duration: HistFamily<2>,
     config_reloads: Family<Labels<1>, Counter>,
     config_last_success: Gauge<f64, AtomicU64>,
+    /// The series of the per-route families created by [`Metrics::route_table`] and not yet
+    /// dropped by [`Metrics::retain`].
+    created: Mutex<Series>,
+}
+
+/// Label sets of the per-route families: those one [`RouteTable`] holds, or all created.
+#[derive(Debug, Default, Clone)]
+struct Series {
+    /// `fanout_requests`.
+    requests: HashSet<Labels<3>>,
+    /// `fanout_request_duration_seconds`.
+    durations: HashSet<Labels<2>>,
+    /// `fanout_requests_in_flight` and `fanout_partial_responses`.
+    routes: HashSet<Labels<1>>,
+    /// `fanout_backend_calls`.
+    calls: HashSet<Labels<3>>,
+    /// `fanout_backend_call_duration_seconds`.
+    call_durations: HashSet<Labels<2>>,
+}
+
+impl Series {
+    fn extend(&mut self, other: &Series) {
+        self.requests.extend(other.requests.iter().cloned());
+        self.durations.extend(other.durations.iter().cloned());
+        self.routes.extend(other.routes.iter().cloned());
+        self.calls.extend(other.calls.iter().cloned());
+        self.call_durations
+            .extend(other.call_durations.iter().cloned());
+    }
 }
 
 impl Default for Metrics {
@@ -120,6 +153,7 @@ impl Metrics {
             backend_call_duration: Family::new_with_constructor(Hist::new),
             config_reloads: Family::default(),
             config_last_success: Gauge::default(),
+            created: Mutex::default(),
         };
         m.register();
         for result in ["ok", "error"] {
@@ -189,51 +223,93 @@ impl Metrics {
         }
     }
 
-    /// The handles of every route of a plan, resolved now (once per build of the gateway).
+    /// The handles of every route of a plan, resolved now (once per build of the gateway). Their
+    /// series exist from now on, with zero values until something is recorded.
     pub fn route_table(&self, routes: &[Arc<RoutePlan>]) -> RouteTable {
-        RouteTable {
-            routes: routes.iter().map(|r| self.route(r)).collect(),
-            unmatched: METHODS.map(|m| self.requests_of(UNMATCHED, m)),
-        }
+        let mut series = Series::default();
+        let table = RouteTable {
+            routes: routes.iter().map(|r| self.route(r, &mut series)).collect(),
+            unmatched: METHODS.map(|m| self.requests_of(UNMATCHED, m, &mut series)),
+            series,
+        };
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(&table.series);
+        table
     }
 
-    fn requests_of(&self, route: &str, method: &str) -> RequestCounters {
+    /// Keep only the per-route series of `table` (the one now in use): the series of routes and
+    /// steps that are not in it — removed by a reload, or created by a build that was refused —
+    /// leave `/metrics`. Call it with the reloads serialized, after the swap (a table built
+    /// meanwhile would lose its series).
+    pub fn retain(&self, table: &RouteTable) {
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        let keep = &table.series;
+        for l in created.requests.difference(&keep.requests) {
+            self.requests.remove(l);
+        }
+        for l in created.durations.difference(&keep.durations) {
+            self.request_duration.remove(l);
+        }
+        for l in created.routes.difference(&keep.routes) {
+            self.requests_in_flight.remove(l);
+            self.partial.remove(l);
+        }
+        for l in created.calls.difference(&keep.calls) {
+            self.backend_calls.remove(l);
+        }
+        for l in created.call_durations.difference(&keep.call_durations) {
+            self.backend_call_duration.remove(l);
+        }
+        *created = keep.clone();
+    }
+
+    fn requests_of(&self, route: &str, method: &str, series: &mut Series) -> RequestCounters {
         let by_class = STATUS_CLASSES.map(|class| {
-            self.requests.get_or_create_owned(&[
+            let labels: Labels<3> = [
                 ("route", route.into()),
                 ("method", method.into()),
                 ("status_class", class.into()),
-            ])
+            ];
+            let c = self.requests.get_or_create_owned(&labels);
+            series.requests.insert(labels);
+            c
         });
-        let duration = self
-            .request_duration
-            .get_or_create_owned(&[("route", route.into()), ("method", method.into())]);
+        let labels: Labels<2> = [("route", route.into()), ("method", method.into())];
+        let duration = self.request_duration.get_or_create_owned(&labels);
+        series.durations.insert(labels);
         RequestCounters { by_class, duration }
     }
 
-    fn route(&self, r: &RoutePlan) -> RouteMetrics {
-        let route = || [("route", r.path.clone())];
-        RouteMetrics {
-            requests: self.requests_of(&r.path, r.method.as_str()),
-            in_flight: self.requests_in_flight.get_or_create_owned(&route()),
-            partial: self.partial.get_or_create_owned(&route()),
-            steps: r.steps.iter().map(|s| self.step(s)).collect(),
-        }
+    fn route(&self, r: &RoutePlan, series: &mut Series) -> RouteMetrics {
+        let route: Labels<1> = [("route", r.path.clone())];
+        let m = RouteMetrics {
+            requests: self.requests_of(&r.path, r.method.as_str(), series),
+            in_flight: self.requests_in_flight.get_or_create_owned(&route),
+            partial: self.partial.get_or_create_owned(&route),
+            steps: r.steps.iter().map(|s| self.step(s, series)).collect(),
+        };
+        series.routes.insert(route);
+        m
     }
 
-    fn step(&self, s: &StepPlan) -> Option<StepMetrics> {
+    fn step(&self, s: &StepPlan, series: &mut Series) -> Option<StepMetrics> {
         let backend = s.backend()?.to_string();
         let step = s.name.to_string();
         let calls = CallClass::ALL.map(|class| {
-            self.backend_calls.get_or_create_owned(&[
+            let labels: Labels<3> = [
                 ("backend", backend.clone()),
                 ("step", step.clone()),
                 ("outcome", class.label().into()),
-            ])
+            ];
+            let c = self.backend_calls.get_or_create_owned(&labels);
+            series.calls.insert(labels);
+            c
         });
-        let duration = self
-            .backend_call_duration
-            .get_or_create_owned(&[("backend", backend), ("step", step)]);
+        let labels: Labels<2> = [("backend", backend), ("step", step)];
+        let duration = self.backend_call_duration.get_or_create_owned(&labels);
+        series.call_durations.insert(labels);
         Some(StepMetrics { calls, duration })
     }
 }
@@ -311,6 +387,8 @@ pub struct RouteTable {
     routes: Vec<RouteMetrics>,
     /// By the index of the request's method in [`METHODS`].
     unmatched: [RequestCounters; 8],
+    /// The label sets of every handle above (for [`Metrics::retain`]).
+    series: Series,
 }
 
 impl RouteTable {

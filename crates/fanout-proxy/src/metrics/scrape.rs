@@ -2,6 +2,11 @@
 //! time from the gateway's existing counters and state (a prometheus-client `Collector`, so it
 //! costs nothing between scrapes), then the process. The format is OpenMetrics text 1.0 (what
 //! prometheus-client writes: counters' samples end in `_total`, the answer ends with `# EOF`).
+//!
+//! Every label value the config determines has its sample, zero until something is counted
+//! (every backend, cache, batch form, dataset, error code, admission class and reason), so a
+//! fresh gateway's `/metrics` has every series a dashboard queries; they are read from the live
+//! config, so a reload's removed backends leave with it.
 
 use super::process;
 use crate::{Gateway, Live};
@@ -11,6 +16,7 @@ use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -122,7 +128,7 @@ impl Collector for State {
         let mut out = Out(encoder);
         let gw = &*self.0;
         let live = &*self.1.live;
-        errors(gw, &mut out)?;
+        errors(gw, live, &mut out)?;
         backends(live, &mut out)?;
         resilience(live, &mut out)?;
         admission(gw, &mut out)?;
@@ -136,20 +142,32 @@ impl Collector for State {
 
 use MetricType::{Counter, Gauge};
 
-type L1<'a> = [(&'static str, &'a str); 1];
 type L2<'a> = [(&'static str, &'a str); 2];
-/// A family read from every backend's stack: name, help, type, samples.
-type BackendFamily<'a> = (&'a str, &'a str, MetricType, Vec<(L1<'a>, Value)>);
 
-fn errors(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
-    let errors = gw.errors.snapshot();
+/// Error answers by code: every code the gateway, the flow and the config answer with, zero
+/// until counted, and any other code counted (a code of a step a reload removed).
+fn errors(gw: &Gateway, live: &Live, out: &mut Out<'_>) -> fmt::Result {
+    let counted = gw.errors.snapshot();
+    let mut by_code: BTreeMap<&str, u64> = crate::answer::GATEWAY_CODES
+        .into_iter()
+        .chain(
+            fanout_flow::ErrorKind::ALL
+                .into_iter()
+                // Its code is the config's (`fail`, `on_status`): among `error_codes`.
+                .filter(|k| *k != fanout_flow::ErrorKind::Answered)
+                .map(|k| k.code()),
+        )
+        .chain(live.error_codes.iter().map(|c| &**c))
+        .map(|c| (c, 0))
+        .collect();
+    by_code.extend(counted.iter().map(|(c, n)| (c.as_str(), *n)));
     out.family(
         "fanout_errors",
         "Error answers, by error.code",
         Counter,
-        errors
-            .iter()
-            .map(|(code, n)| ([("code", code.as_str())], Value::Counter(*n))),
+        by_code
+            .into_iter()
+            .map(|(code, n)| ([("code", code)], Value::Counter(n))),
     )?;
     out.single(
         "fanout_panics",
@@ -204,68 +222,63 @@ fn backends(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     )
 }
 
-/// Breakers, retries, hedges, dedup.
+/// Breakers, retries, hedges, dedup: a sample for every backend, zero (closed) for backends
+/// without the layer.
 fn resilience(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    let stacks = &live.stacks;
-    let by_backend = |f: &dyn Fn(&crate::stack::StackStats) -> Option<Value>| {
-        stacks
-            .iter()
-            .filter_map(|(n, s)| Some(([("backend", n.as_str())], f(s)?)))
-            .collect::<Vec<(L1<'_>, Value)>>()
-    };
-    let families: [BackendFamily<'_>; 7] = [
+    type Read = fn(&crate::stack::StackStats) -> Option<u64>;
+    let families: [(&str, &str, MetricType, Read); 7] = [
         (
             "fanout_breaker_state",
-            "Circuit breaker state: 0 closed, 1 half-open, 2 open (backends with a breaker)",
+            "Circuit breaker state: 0 closed, 1 half-open, 2 open (0 for backends without a breaker)",
             Gauge,
-            by_backend(&|s| Some(Value::Gauge(f64::from(s.breaker.as_ref()?.level())))),
+            |s| Some(u64::from(s.breaker.as_ref()?.level())),
         ),
         (
             "fanout_retries",
             "Retry attempts sent (attempts after the first)",
             Counter,
-            by_backend(&|s| Some(Value::Counter(s.retry.as_ref()?.counters().retries))),
+            |s| Some(s.retry.as_ref()?.counters().retries),
         ),
         (
             "fanout_retry_budget_refusals",
             "Retries that were due but refused by the retry budget",
             Counter,
-            by_backend(&|s| {
-                Some(Value::Counter(
-                    s.retry.as_ref()?.counters().budget_exhausted,
-                ))
-            }),
+            |s| Some(s.retry.as_ref()?.counters().budget_exhausted),
         ),
         (
             "fanout_hedges",
             "Hedged attempts sent (second copies)",
             Counter,
-            by_backend(&|s| Some(Value::Counter(s.hedge.as_ref()?.counters().hedges))),
+            |s| Some(s.hedge.as_ref()?.counters().hedges),
         ),
         (
             "fanout_hedges_won",
             "Calls answered by the hedged copy",
             Counter,
-            by_backend(&|s| Some(Value::Counter(s.hedge.as_ref()?.counters().hedge_wins))),
+            |s| Some(s.hedge.as_ref()?.counters().hedge_wins),
         ),
         (
             "fanout_hedge_budget_refusals",
             "Hedges that were due but refused by the hedge budget",
             Counter,
-            by_backend(&|s| {
-                Some(Value::Counter(
-                    s.hedge.as_ref()?.counters().budget_exhausted,
-                ))
-            }),
+            |s| Some(s.hedge.as_ref()?.counters().budget_exhausted),
         ),
         (
             "fanout_dedup_saved_calls",
             "Calls that joined an identical call in flight instead of being sent",
             Counter,
-            by_backend(&|s| Some(Value::Counter(s.dedup.as_ref()?.counters().joined))),
+            |s| Some(s.dedup.as_ref()?.counters().joined),
         ),
     ];
-    for (name, help, ty, samples) in families {
+    for (name, help, ty, read) in families {
+        let samples = live.stacks.iter().map(|(n, s)| {
+            let v = read(s).unwrap_or(0);
+            let v = match ty {
+                Gauge => Value::Gauge(v as f64),
+                _ => Value::Counter(v),
+            };
+            ([("backend", n.as_str())], v)
+        });
         out.family(name, help, ty, samples)?;
     }
     Ok(())
@@ -406,13 +419,16 @@ fn batches(live: &Live, out: &mut Out<'_>) -> fmt::Result {
 fn reference(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     let status = live.reference.status();
     let now = std::time::SystemTime::now();
+    // A dataset never loaded is as old as its config: no copy is younger than that.
+    let configured = live.reference.created_at();
     out.family(
         "fanout_reference_age_seconds",
-        "Age of the copy of a reference dataset in use (datasets loaded at least once)",
+        "Age of the copy of a reference dataset in use (never loaded: time since it was configured)",
         Gauge,
-        status.iter().filter_map(|(n, s)| {
-            let age = now.duration_since(s.loaded_at?).unwrap_or_default();
-            Some(([("dataset", &**n)], Value::Gauge(age.as_secs_f64())))
+        status.iter().map(|(n, s)| {
+            let since = s.loaded_at.unwrap_or(configured);
+            let age = now.duration_since(since).unwrap_or_default();
+            ([("dataset", &**n)], Value::Gauge(age.as_secs_f64()))
         }),
     )?;
     out.family(
