@@ -229,6 +229,7 @@ impl Gateway {
         live: &'r Live,
         parts: &'a Parts,
         body: Incoming,
+        rid: &'a HeaderValue,
         rec: &mut RequestRecord<'r>,
         tel: &mut RequestTelemetry<'a>,
     ) -> Result<Response<Body>, ApiError> {
@@ -315,15 +316,10 @@ impl Gateway {
                     input.name()
                 ))
             })?;
-        let mut slot = self.admit(live, route, deadline).await?;
         let request = build_request(parts, params, val);
-        let mut obs = tel.observer();
-        obs.metrics = rec.route_metrics();
-        let out = route.run_observed(request, deadline, &obs).await;
-        rec.ran(&out);
-        tel.ran(&out);
-        slot.completed();
-        let out = out.map_err(ApiError::from)?;
+        let out = self
+            .run_flow(live, route, deadline, request, rid, rec, tel)
+            .await?;
         let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
         if !status.is_success() {
             let mut e = ApiError::new(status, "flow_status", format!("the flow answered {status}"));

@@ -4,6 +4,7 @@
 //! their own modules: metrics in `metrics/`, the trace in `telemetry/trace.rs`, the timeline (for
 //! `Server-Timing` and the access log) in `telemetry/server_timing.rs`.
 
+use crate::errlog::LogThrottle;
 use crate::metrics::RouteMetrics;
 use crate::telemetry::server_timing::Timeline;
 use crate::telemetry::trace::RequestTrace;
@@ -23,6 +24,39 @@ pub struct RequestObserver<'a> {
     pub trace: Option<&'a RequestTrace>,
     /// The request's step timeline (`Server-Timing` or the access log on).
     pub timing: Option<&'a Timeline>,
+    /// Where an optional step that failed is logged (`None`: not logged).
+    pub degraded: Option<DegradedLog<'a>>,
+}
+
+/// The log line of an optional step that failed and gave its default (the answer is partial):
+/// at `info`, with the request id, step, backend and cause, within the failed-request lines'
+/// budget (`server.error_log_per_second`).
+#[derive(Clone, Copy)]
+pub struct DegradedLog<'a> {
+    /// The request's id.
+    pub request_id: &'a http::HeaderValue,
+    /// The per-second cap shared with failed-request lines.
+    pub throttle: &'a LogThrottle,
+}
+
+impl DegradedLog<'_> {
+    fn write(&self, step: &StepPlan, e: &FlowError) {
+        if !self.throttle.admit(std::time::Instant::now()).0 {
+            return;
+        }
+        let request_id = String::from_utf8_lossy(self.request_id.as_bytes());
+        let backend = e.backend.as_deref().unwrap_or("");
+        let detail = e.detail.as_deref().unwrap_or("");
+        tracing::info!(
+            %request_id,
+            step = %step.name,
+            backend = %backend,
+            code = %e.code(),
+            detail = %detail,
+            "optional step failed, its default is used (partial answer): {}",
+            e.message
+        );
+    }
 }
 
 impl Observer for RequestObserver<'_> {
@@ -49,6 +83,9 @@ impl Observer for RequestObserver<'_> {
         }
         if let Some(t) = self.timing {
             t.step_finished(step, started, end);
+        }
+        if let (Some(l), StepEnd::Defaulted(e)) = (self.degraded, end) {
+            l.write(step, e);
         }
     }
 }

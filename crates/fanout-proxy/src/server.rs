@@ -98,9 +98,10 @@ impl Gateway {
         let (parts, body) = req.into_parts();
         let mut tel = self.telemetry.request(&parts, rec.start());
         let result = if grpc {
-            self.grpc_lifecycle(live, &parts, body, rec, &mut tel).await
+            self.grpc_lifecycle(live, &parts, body, rid, rec, &mut tel)
+                .await
         } else {
-            self.lifecycle(live, &parts, body, rec, &mut tel)
+            self.lifecycle(live, &parts, body, rid, rec, &mut tel)
                 .await
                 .map(outcome_response)
         };
@@ -134,6 +135,7 @@ impl Gateway {
         live: &'r Live,
         parts: &'a Parts,
         body: Incoming,
+        rid: &'a HeaderValue,
         rec: &mut RequestRecord<'r>,
         tel: &mut RequestTelemetry<'a>,
     ) -> Result<Outcome, ApiError> {
@@ -145,14 +147,35 @@ impl Gateway {
         let (body_val, _memory) = self
             .read_body(&parts.headers, body, start, deadline, tel)
             .await?;
-        let mut slot = self.admit(live, route, deadline).await?;
         let request = build_request(parts, params, body_val);
+        self.run_flow(live, route, deadline, request, rid, rec, tel)
+            .await
+    }
+
+    /// Admit, run, observe, complete: the part of the lifecycle that HTTP and gRPC requests
+    /// share once their request value is built. The admission slot is held while the flow runs;
+    /// the flow's latency is a sample for the adaptive limit.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run_flow<'a, 'r: 'a>(
+        &'a self,
+        live: &'r Live,
+        route: &'a RoutePlan,
+        deadline: Instant,
+        request: Val,
+        rid: &'a HeaderValue,
+        rec: &mut RequestRecord<'r>,
+        tel: &mut RequestTelemetry<'a>,
+    ) -> Result<Outcome, ApiError> {
+        let mut slot = self.admit(live, route, deadline).await?;
         let mut obs = tel.observer();
         obs.metrics = rec.route_metrics();
+        obs.degraded = Some(crate::observe::DegradedLog {
+            request_id: rid,
+            throttle: &self.error_log,
+        });
         let out = route.run_observed(request, deadline, &obs).await;
         rec.ran(&out);
         tel.ran(&out);
-        // The flow ran: its latency is a sample for the adaptive limit (released on return).
         slot.completed();
         out.map_err(ApiError::from)
     }

@@ -512,3 +512,48 @@ async fn details_are_exposed_only_when_the_server_says_so() {
     gw.shutdown().await.unwrap();
     s.shutdown().await;
 }
+
+/// An optional step that fails leaves a log line (info, with the request id, step, backend and
+/// cause): a partial answer is what users ask about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_optional_step_is_logged_with_its_request_id() {
+    let logs = capture_logs();
+    let s = stubs(STUBS).await;
+    let gw = gateway(
+        r#"
+backends:
+  svc: { url: "http://${SVC_ADDR}" }
+routes:
+  - path: /partial
+    flow:
+      main: { http: { backend: svc, path: '"/ok/1"' } }
+      extra:
+        optional: true
+        default: []
+        http: { backend: svc, path: '"/fail"' }
+    respond: { body: '{main: $main, extra: $extra}' }
+"#,
+        &s,
+    )
+    .await;
+    let c = client(false);
+    let rid = "optional-step-log-1";
+    let r = send(
+        &c,
+        Method::GET,
+        &format!("http://{}/partial", gw.addr),
+        &[("x-request-id", rid)],
+        "",
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 200);
+    assert_eq!(r.json()["_partial"], serde_json::json!(["extra"]));
+    let lines = logs.lines_with(&format!("request_id={rid} "));
+    let line = lines
+        .iter()
+        .find(|l| l.contains("optional step failed"))
+        .unwrap_or_else(|| panic!("no optional-step line for {rid}: {lines:#?}"));
+    for part in [" INFO ", "step=extra", "backend=svc", "code=backend_status"] {
+        assert!(line.contains(part), "`{part}` missing: {line}");
+    }
+}

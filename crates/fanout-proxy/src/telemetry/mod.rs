@@ -179,6 +179,7 @@ impl<'a> RequestTelemetry<'a> {
             metrics: None,
             trace: self.trace.as_ref(),
             timing: self.timeline.as_ref(),
+            degraded: None,
         }
     }
 
