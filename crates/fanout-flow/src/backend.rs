@@ -129,6 +129,9 @@ pub enum CallErrorKind {
     BodyTooLarge,
     /// The call was refused locally before being sent: a full bulkhead or an open breaker.
     Rejected(RejectReason),
+    /// The call is not a valid request of its protocol (e.g. a URI longer than the HTTP library
+    /// allows), so it was never sent: the fault of the flow that built it, not of the backend.
+    Invalid,
 }
 
 /// Which of the gateway's own protections refused a call ([`CallErrorKind::Rejected`]).

@@ -8,8 +8,8 @@
 
 use crate::cache::{CachePolicy, CacheStats, KeyCache};
 use crate::call::HttpPlan;
-use crate::call::{Env, build_call, fetch_json};
-use crate::error::{ErrorKind, FlowError};
+use crate::call::{BuildError, Env, build_call, fetch_json};
+use crate::error::{ErrorKind, FlowError, INVALID_CALL};
 use crate::hist::{AtomicHistogram, HistogramSnapshot};
 use crate::trace::CallTrace;
 use fanout_expr::{Expr, Val, json};
@@ -235,12 +235,13 @@ impl BatchPlan {
         self.stats.sizes.record(keys.len() as u64);
         let keys_val: Val = keys.iter().map(|k| json::str_val(k)).collect();
         let env = Env::with_slots(vec![keys_val.clone()]);
-        let mut req = build_call(&self.call, &env, None, deadline).map_err(|m| {
-            self.error(
+        let mut req = build_call(&self.call, &env, None, deadline).map_err(|e| match e {
+            BuildError::Eval(m) => self.error(
                 ErrorKind::Expression,
                 "building the batch call failed",
                 format!("building the batch call failed: {}", m.0),
-            )
+            ),
+            BuildError::Invalid(detail) => self.error(ErrorKind::InvalidCall, INVALID_CALL, detail),
         })?;
         req.trace = trace;
         let who: Arc<str> = Arc::from(format!("{} (batch)", self.name));

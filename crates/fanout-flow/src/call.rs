@@ -1,12 +1,12 @@
 //! Building and performing one backend call — what every step kind that calls a backend
 //! shares: the evaluation environment of expressions ([`Env`]), the compiled call
-//! ([`HttpPlan`]), [`build_call`] (expressions → [`CallRequest`]) and [`fetch_json`] (timeout,
-//! status, parse). It depends on no step kind and no scheduler: `exec`, `batch` and `reference`
+//! ([`HttpPlan`]), [`build_call`] (expressions → [`CallRequest`], with the path percent-encoded
+//! where it must be: `crate::uri`) and [`fetch_json`] (timeout, status, parse). It depends on no step kind and no scheduler: `exec`, `batch` and `reference`
 //! use it, it uses none of them.
 
 use crate::backend::{Backend, CallErrorKind, CallRequest, CallResponse};
 use crate::compute::ComputePool;
-use crate::error::{ErrorKind, FlowError};
+use crate::error::{ErrorKind, FlowError, INVALID_CALL};
 use bytes::Bytes;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, EvalLimits, Expr, Mode, Val, json};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
@@ -94,12 +94,64 @@ impl Env {
 #[derive(Debug)]
 pub(crate) struct Yielded;
 
+/// An error that may be an inline evaluation's request to move to the compute pool.
+pub(crate) trait MayYield {
+    /// Whether this is that request ([`EvalErrorKind::Yield`]).
+    fn is_yield(&self) -> bool;
+}
+
+impl MayYield for EvalError {
+    fn is_yield(&self) -> bool {
+        self.kind() == EvalErrorKind::Yield
+    }
+}
+
 /// Separate "go to the compute pool" from an evaluation's result.
-pub(crate) fn yielded<T>(r: Result<T, EvalError>) -> Result<Result<T, EvalError>, Yielded> {
+pub(crate) fn yielded<T, E: MayYield>(r: Result<T, E>) -> Result<Result<T, E>, Yielded> {
     match r {
-        Err(e) if e.kind() == EvalErrorKind::Yield => Err(Yielded),
+        Err(e) if e.is_yield() => Err(Yielded),
         r => Ok(r),
     }
+}
+
+/// Why [`build_call`] built no call.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    /// One of the call's expressions failed (or yielded: [`yielded`]).
+    Eval(EvalError),
+    /// The values do not make a valid request (a header value with a newline): what was
+    /// invalid, for the log.
+    Invalid(String),
+}
+
+impl From<EvalError> for BuildError {
+    fn from(e: EvalError) -> Self {
+        BuildError::Eval(e)
+    }
+}
+
+impl MayYield for BuildError {
+    fn is_yield(&self) -> bool {
+        matches!(self, BuildError::Eval(e) if e.is_yield())
+    }
+}
+
+impl BuildError {
+    /// The error of step `step`, whose call to `backend` was being built: an expression's failure
+    /// ([`expr_err`]), or 500 `invalid_call` ([`invalid_call`]).
+    pub(crate) fn in_step(self, step: &Arc<str>, backend: &Arc<str>) -> FlowError {
+        match self {
+            BuildError::Eval(e) => expr_err(step, "building the call", e),
+            BuildError::Invalid(detail) => invalid_call(detail).in_step(step).with_backend(backend),
+        }
+    }
+}
+
+/// A call that cannot be sent because the values it was built from do not make a valid request:
+/// 500 `invalid_call`, the flow's fault (never counted against the backend); `detail` (what was
+/// invalid) goes to the log.
+pub(crate) fn invalid_call(detail: impl Into<String>) -> FlowError {
+    FlowError::new(ErrorKind::InvalidCall, INVALID_CALL).with_detail(detail)
 }
 
 pub(crate) fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, EvalError> {
@@ -168,17 +220,23 @@ pub(crate) fn short_json(v: &Val) -> String {
     s
 }
 
+/// Build one call from `h`'s expressions (with `item` as `$item`/`$index`): the path (a `/` in
+/// front if it has none; characters a URI may not hold percent-encoded, as browsers and curl do),
+/// the query (form-encoded), the headers and the body.
 pub(crate) fn build_call(
     h: &HttpPlan,
     env: &Env,
     item: Option<(&Val, usize)>,
     deadline: Instant,
-) -> Result<CallRequest, EvalError> {
+) -> Result<CallRequest, BuildError> {
     let ev = |e: &Expr| match item {
         Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
         None => eval(e, env, &Val::Null),
     };
     let mut path = json::to_display(&ev(&h.path)?);
+    if let std::borrow::Cow::Owned(encoded) = crate::uri::encode_path_and_query(&path) {
+        path = encoded;
+    }
     if !path.starts_with('/') {
         path.insert(0, '/');
     }
@@ -211,13 +269,10 @@ pub(crate) fn build_call(
         }
         let text = json::to_display(&v);
         let hv = HeaderValue::from_str(&text).map_err(|_| {
-            EvalError(
-                format!(
-                    "header `{name}`: `{}` is not a valid header value",
-                    short_json(&v)
-                ),
-                EvalErrorKind::Failed,
-            )
+            BuildError::Invalid(format!(
+                "header `{name}`: `{}` is not a valid header value (control characters such as a newline, or non-ASCII text)",
+                short_json(&v)
+            ))
         })?;
         headers.insert(name.clone(), hv);
     }

@@ -30,6 +30,10 @@ pub enum ErrorKind {
     BadBackendAnswer,
     /// A call was refused locally (503 `backend_rejected`).
     Rejected,
+    /// A backend call could not be built from its values: they do not make a valid request (a
+    /// header value with a newline, a URI too long), so nothing was sent. The flow's fault, never
+    /// the backend's (500 `invalid_call`).
+    InvalidCall,
     /// An expression failed at run time on request data or step values (500 `expression_failed`).
     Expression,
     /// An expression exceeded a limit of `server.expressions` — work, size or depth of what it
@@ -82,7 +86,7 @@ impl ErrorKind {
             } if (400..=599).contains(&status) => status,
             ErrorKind::BackendStatus { .. } => 502,
             ErrorKind::Rejected | ErrorKind::Overloaded => 503,
-            ErrorKind::Expression | ErrorKind::ExpressionLimit => 500,
+            ErrorKind::Expression | ErrorKind::ExpressionLimit | ErrorKind::InvalidCall => 500,
             ErrorKind::KeyNotFound | ErrorKind::NotFound => 404,
             ErrorKind::Answered => 400,
         }
@@ -97,6 +101,7 @@ impl ErrorKind {
             ErrorKind::BackendStatus { .. } => "backend_status",
             ErrorKind::BadBackendAnswer => "bad_backend_answer",
             ErrorKind::Rejected => "backend_rejected",
+            ErrorKind::InvalidCall => "invalid_call",
             ErrorKind::Expression => "expression_failed",
             ErrorKind::ExpressionLimit => "expression_limit",
             ErrorKind::KeyNotFound => "key_not_found",
@@ -106,6 +111,10 @@ impl ErrorKind {
         }
     }
 }
+
+/// The message of [`ErrorKind::InvalidCall`] (the detail says what was invalid).
+pub const INVALID_CALL: &str =
+    "the backend call could not be built: its values do not make a valid request";
 
 /// A client answer chosen by the config: a `fail` step, or an `on_status` mapping.
 #[derive(Debug, Clone)]
@@ -193,6 +202,7 @@ impl FlowError {
                 ErrorKind::Rejected,
                 "the call was refused by the gateway's protection of the backend (bulkhead or open circuit breaker)",
             ),
+            CallErrorKind::Invalid => (ErrorKind::InvalidCall, INVALID_CALL),
         };
         let mut out = FlowError::new(kind, message)
             .in_step(step)

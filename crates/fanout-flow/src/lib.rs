@@ -33,6 +33,7 @@ pub mod retry;
 pub mod singleflight;
 mod step;
 pub mod trace;
+mod uri;
 
 pub use backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 pub use error::{Answer, ErrorKind, FlowError, answer_code, code_for_status};

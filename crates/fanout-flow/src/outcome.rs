@@ -13,10 +13,15 @@
 //! | reset            | yes     | yes             | yes            | yes       |
 //! | answer too large | yes     | yes             | no             | no        |
 //! | rejected locally | yes     | no              | no             | no        |
+//! | invalid call     | yes     | no              | no             | no        |
 //!
 //! ¹ statuses are retried when the retry policy lists them (`retry.on_status`).
 //! ² unless the call was given less than the balancer's `default_rtt` (a budget used up
 //! elsewhere), decided by the HTTP client, which knows the attempt's time.
+//!
+//! A rejected or invalid call was never sent: the first by the gateway's protection of the
+//! backend, the second because the flow built something that is not a valid request. Neither
+//! is retried, counted by a breaker or blamed on an address.
 //!
 //! A step's call as the flow saw it (after every layer, as a [`FlowError`]) is classified once
 //! too, by [`CallClass::of`]: the outcome classes of metrics and traces.
@@ -51,10 +56,14 @@ impl CallOutcome {
         self != CallOutcome::Answered
     }
 
-    /// The backend failed (not the gateway's own protection refusing the call): what a circuit
-    /// breaker counts.
+    /// The backend failed (not the gateway's own protection refusing the call, nor a call the
+    /// flow built invalid): what a circuit breaker counts.
     pub fn is_backend_failure(self) -> bool {
-        self.is_failure() && !matches!(self, CallOutcome::Failed(CallErrorKind::Rejected(_)))
+        self.is_failure()
+            && !matches!(
+                self,
+                CallOutcome::Failed(CallErrorKind::Rejected(_) | CallErrorKind::Invalid)
+            )
     }
 
     /// The address that took the call is to blame: what outlier ejection counts. A too-large
@@ -80,17 +89,19 @@ impl CallOutcome {
         )
     }
 
-    /// The call never reached the backend (no connection, or refused by the gateway itself), so
-    /// it had no side effect there.
+    /// The call never reached the backend (no connection, refused by the gateway itself, or not
+    /// a valid request), so it had no side effect there.
     pub fn never_sent(self) -> bool {
         matches!(
             self,
-            CallOutcome::Failed(CallErrorKind::Connect | CallErrorKind::Rejected(_))
+            CallOutcome::Failed(
+                CallErrorKind::Connect | CallErrorKind::Rejected(_) | CallErrorKind::Invalid
+            )
         )
     }
 
     /// A short stable label (for logs): `ok`, `5xx`, `timeout`, `refused`, `reset`,
-    /// `bad_answer`, `rejected`.
+    /// `bad_answer`, `rejected`, `invalid`.
     pub fn label(self) -> &'static str {
         match self {
             CallOutcome::Answered => "ok",
@@ -100,6 +111,7 @@ impl CallOutcome {
             CallOutcome::Failed(CallErrorKind::Reset) => "reset",
             CallOutcome::Failed(CallErrorKind::BodyTooLarge) => "bad_answer",
             CallOutcome::Failed(CallErrorKind::Rejected(_)) => "rejected",
+            CallOutcome::Failed(CallErrorKind::Invalid) => "invalid",
         }
     }
 }
@@ -126,13 +138,16 @@ pub enum CallClass {
     RejectedBulkhead,
     /// Refused by the backend's open circuit breaker before being sent.
     RejectedBreaker,
-    /// Anything else (a 1xx/3xx answer, a full compute pool, a call that could not be built).
+    /// Not sent: the values the flow built it from do not make a valid request (the flow's
+    /// fault, not the backend's).
+    InvalidCall,
+    /// Anything else (a 1xx/3xx answer, a full compute pool).
     Other,
 }
 
 impl CallClass {
     /// Every class, in the order of [`CallClass::index`].
-    pub const ALL: [CallClass; 10] = [
+    pub const ALL: [CallClass; 11] = [
         CallClass::Ok,
         CallClass::Timeout,
         CallClass::Refused,
@@ -142,6 +157,7 @@ impl CallClass {
         CallClass::Status5xx,
         CallClass::RejectedBulkhead,
         CallClass::RejectedBreaker,
+        CallClass::InvalidCall,
         CallClass::Other,
     ];
 
@@ -160,6 +176,7 @@ impl CallClass {
                 CallErrorKind::BodyTooLarge => CallClass::BadAnswer,
                 CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
                 CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
+                CallErrorKind::Invalid => CallClass::InvalidCall,
             };
         }
         match e.kind {
@@ -173,6 +190,7 @@ impl CallClass {
                 _ => CallClass::Other,
             },
             ErrorKind::NotFound => CallClass::Status4xx,
+            ErrorKind::InvalidCall => CallClass::InvalidCall,
             ErrorKind::Rejected
             | ErrorKind::KeyNotFound
             | ErrorKind::Expression
@@ -188,7 +206,7 @@ impl CallClass {
     }
 
     /// The stable label: `ok`, `timeout`, `refused`, `reset`, `bad_answer`, `status_4xx`,
-    /// `status_5xx`, `rejected_bulkhead`, `rejected_breaker`, `other`.
+    /// `status_5xx`, `rejected_bulkhead`, `rejected_breaker`, `invalid_call`, `other`.
     pub fn label(self) -> &'static str {
         match self {
             CallClass::Ok => "ok",
@@ -200,6 +218,7 @@ impl CallClass {
             CallClass::Status5xx => "status_5xx",
             CallClass::RejectedBulkhead => "rejected_bulkhead",
             CallClass::RejectedBreaker => "rejected_breaker",
+            CallClass::InvalidCall => "invalid_call",
             CallClass::Other => "other",
         }
     }
@@ -251,6 +270,7 @@ mod tests {
                 false,
                 true,
             ),
+            (failed(Invalid), true, false, false, false, true),
         ];
         for (r, failure, backend, address, transient, unsent) in rows {
             let o = CallOutcome::of(&r);
@@ -290,6 +310,8 @@ mod tests {
                 Some(call(CallErrorKind::Rejected(RejectReason::Breaker))),
                 "rejected_breaker",
             ),
+            (Some(call(CallErrorKind::Invalid)), "invalid_call"),
+            (Some(kind(ErrorKind::InvalidCall)), "invalid_call"),
             (Some(kind(ErrorKind::BackendTimeout)), "timeout"),
             (Some(kind(ErrorKind::DeadlineExceeded)), "timeout"),
             (Some(kind(ErrorKind::BadBackendAnswer)), "bad_answer"),

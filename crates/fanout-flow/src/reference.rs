@@ -8,7 +8,7 @@
 //! each dataset is visible in [`ReferenceSet::status`].
 
 use crate::call::HttpPlan;
-use crate::call::{Env, build_call, fetch_json};
+use crate::call::{BuildError, Env, build_call, fetch_json, invalid_call};
 use crate::error::FlowError;
 use arc_swap::ArcSwap;
 use fanout_expr::{Expr, Map, Val, json};
@@ -118,9 +118,14 @@ impl ReferenceSet {
     async fn fetch(&self, d: &Dataset) -> Result<Val, FlowError> {
         let deadline = Instant::now() + d.timeout;
         let env = Env::empty();
-        let req = build_call(&d.call, &env, None, deadline).map_err(|m| {
-            FlowError::new(crate::ErrorKind::Expression, "building the call failed")
-                .with_detail(format!("reference `{}`: {}", d.name, m.0))
+        let req = build_call(&d.call, &env, None, deadline).map_err(|e| match e {
+            BuildError::Eval(m) => {
+                FlowError::new(crate::ErrorKind::Expression, "building the call failed")
+                    .with_detail(format!("reference `{}`: {}", d.name, m.0))
+            }
+            BuildError::Invalid(detail) => {
+                invalid_call(format!("reference `{}`: {detail}", d.name))
+            }
         })?;
         let answer = fetch_json(
             &d.name,

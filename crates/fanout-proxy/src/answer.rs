@@ -173,8 +173,8 @@ impl From<Rejection> for ApiError {
 }
 
 /// The server's refusals of a request by its head, before any body is read: no route (404), no
-/// route for the method (405 with `Allow`), a deadline header that does not parse (400). Each maps
-/// to one status, `code` and message (`From<Refusal> for ApiError`).
+/// route for the method (405 with `Allow`), a path parameter or a deadline header that does not
+/// decode (400). Each maps to one status, `code` and message (`From<Refusal> for ApiError`).
 #[derive(Debug)]
 pub(crate) enum Refusal<'a> {
     /// No route has this path: 404 `not_found`.
@@ -190,6 +190,12 @@ pub(crate) enum Refusal<'a> {
     BadDeadline { header: &'a http::HeaderName },
     /// `grpc-timeout` is not `<digits><unit>`: 400 `bad_header`.
     BadGrpcTimeout,
+    /// The path parameter `param` does not percent-decode (a bad `%` escape, or not UTF-8 after
+    /// decoding): 400 `bad_path`.
+    BadPath {
+        param: &'a str,
+        why: fanout_expr::request::PathParamError,
+    },
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -223,6 +229,11 @@ impl From<Refusal<'_>> for ApiError {
                 StatusCode::BAD_REQUEST,
                 "bad_header",
                 "header grpc-timeout: expected e.g. `500m` (digits and one of H M S m u n)",
+            ),
+            Refusal::BadPath { param, why } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_path",
+                format!("path parameter `{param}`: {why}"),
             ),
         }
     }
@@ -396,6 +407,33 @@ mod tests {
         assert!(!BodyRefusal::PastDeadline.drains());
         let bad_json = serde_json::from_slice::<serde_json::Value>(b"{").unwrap_err();
         assert!(!BodyRefusal::InvalidJson(bad_json).drains());
+    }
+
+    #[test]
+    fn a_path_parameter_that_does_not_decode_is_a_400_naming_it() {
+        use fanout_expr::request::PathParamError;
+        let e = ApiError::from(Refusal::BadPath {
+            param: "id",
+            why: PathParamError::BadEscape,
+        });
+        assert!(!e.log);
+        assert_eq!(
+            parts(e),
+            (
+                400,
+                "bad_path".into(),
+                "path parameter `id`: invalid percent-encoding (a `%` must be followed by two hex digits)"
+                    .into()
+            )
+        );
+        let e = ApiError::from(Refusal::BadPath {
+            param: "id",
+            why: PathParamError::NotUtf8,
+        });
+        assert_eq!(
+            e.message,
+            "path parameter `id`: not UTF-8 after percent-decoding"
+        );
     }
 
     #[test]

@@ -301,6 +301,19 @@ fn classify(e: &hyper_util::client::legacy::Error) -> CallErrorKind {
     }
 }
 
+/// At most the first `max` bytes of `s` (on a character boundary), with `…` when cut: an
+/// absurdly long URI in a log line.
+fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len())
+}
+
 fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -500,13 +513,14 @@ impl Backend for HttpBackend {
         let request = match builder.body(Full::new(req.body)) {
             Ok(r) => r,
             Err(e) => {
-                // Never sent: not the address's fault.
+                // Not a valid request (the URI is too long, …): never sent, the fault of the flow
+                // that built it — not the address's, nor the backend's.
                 if let Some(c) = &mut claim {
                     c.finish(Outcome::Cancelled);
                 }
                 let e = CallError::new(
-                    CallErrorKind::Connect,
-                    format!("invalid request to `{uri}`: {e}"),
+                    CallErrorKind::Invalid,
+                    format!("invalid request to `{}`: {e}", cut(&uri, 200)),
                 );
                 if let Some(span) = span {
                     span.end(Err(&e));
@@ -536,7 +550,7 @@ impl Backend for HttpBackend {
                     }
                     o if o.blames_address() => Outcome::Failure,
                     // Never reached an address.
-                    CallOutcome::Failed(CallErrorKind::Rejected(_)) => Outcome::Cancelled,
+                    o if o.never_sent() => Outcome::Cancelled,
                     // The address answered (a too-large answer is the answer's problem).
                     _ => Outcome::Success,
                 };

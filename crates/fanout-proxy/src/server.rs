@@ -11,7 +11,7 @@ use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::{Failure, RequestTelemetry};
 use crate::{Gateway, Live};
 use bytes::Bytes;
-use fanout_expr::request::{RequestParts, request_val};
+use fanout_expr::request::{RequestParts, decode_path_param, request_val};
 use fanout_expr::{Val, json};
 use fanout_flow::{Outcome, RoutePlan};
 use futures_util::FutureExt;
@@ -22,6 +22,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -143,11 +144,16 @@ impl Gateway {
         let (route, params) = route(live, parts)?;
         rec.routed(route);
         tel.routed(route);
+        let params = path_params(&params)?;
         let deadline = self.deadline(&parts.headers, route, start)?;
         let (body_val, _memory) = self
             .read_body(&parts.headers, body, start, deadline, tel)
             .await?;
-        let request = build_request(parts, params, body_val);
+        let request = build_request(
+            parts,
+            params.iter().map(|(k, v)| (*k, v.as_ref())),
+            body_val,
+        );
         self.run_flow(live, route, deadline, request, rid, rec, tel)
             .await
     }
@@ -449,13 +455,33 @@ pub(crate) fn route<'a>(
     }
 }
 
-/// Build `$request`: `{method, path, params, query, headers, body}`.
-pub(crate) fn build_request(parts: &Parts, params: matchit::Params<'_, '_>, body: Val) -> Val {
+/// The path parameters a route captured, percent-decoded ([`decode_path_param`]): `%20` is a
+/// space and `%2F` a `/` (routing matched the raw path, so a decoded `/` never changes the
+/// route). A parameter that does not decode is refused (400 `bad_path`, naming it).
+pub(crate) fn path_params<'a>(
+    params: &matchit::Params<'a, 'a>,
+) -> Result<Vec<(&'a str, Cow<'a, str>)>, Refusal<'a>> {
+    params
+        .iter()
+        .map(|(param, raw)| match decode_path_param(raw) {
+            Ok(v) => Ok((param, v)),
+            Err(why) => Err(Refusal::BadPath { param, why }),
+        })
+        .collect()
+}
+
+/// Build `$request`: `{method, path, params, query, headers, body}`; `params` as the route
+/// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent.
+pub(crate) fn build_request<'a>(
+    parts: &'a Parts,
+    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+    body: Val,
+) -> Val {
     request_val(RequestParts {
         method: parts.method.as_str(),
         path: parts.uri.path(),
         query: parts.uri.query(),
-        params: params.iter(),
+        params,
         headers: parts
             .headers
             .iter()

@@ -110,7 +110,7 @@ impl GrpcStep {
     ) -> Result<Result<CallRequest, FlowError>, Yielded> {
         let mut req = match yielded(build_call(&self.call, env, item, deadline))? {
             Ok(r) => r,
-            Err(e) => return Ok(Err(expr_err(step.name, "building the call", e))),
+            Err(e) => return Ok(Err(e.in_step(step.name, &self.call.backend_name))),
         };
         let message = match item {
             Some((it, k)) => eval_item(&self.message, env, &Val::Null, it, k),

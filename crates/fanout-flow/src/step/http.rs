@@ -4,7 +4,7 @@
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::backend::{Backend, CallRequest};
-use crate::call::{Env, HttpPlan, Yielded, build_call, expr_err, fetch_json, yielded};
+use crate::call::{Env, HttpPlan, Yielded, build_call, fetch_json, yielded};
 use crate::ctx::{Ctx, unknown_backend};
 use crate::error::FlowError;
 use fanout_config::{ExprSrc, Located, Step};
@@ -42,20 +42,14 @@ impl StepKind for HttpStep {
         let Some(items) = items else {
             return Ok(match yielded(build_call(h, env, None, deadline))? {
                 Ok(r) => Prepared::Call(r),
-                Err(e) => Prepared::Done(Err(expr_err(step.name, "building the call", e))),
+                Err(e) => Prepared::Done(Err(e.in_step(step.name, &h.backend_name))),
             });
         };
         let mut reqs = Vec::with_capacity(items.len());
         for (k, item) in items.iter().enumerate() {
             match yielded(build_call(h, env, Some((item, k)), deadline))? {
                 Ok(r) => reqs.push((r, item.clone(), k)),
-                Err(e) => {
-                    return Ok(Prepared::Done(Err(expr_err(
-                        step.name,
-                        "building the call",
-                        e,
-                    ))));
-                }
+                Err(e) => return Ok(Prepared::Done(Err(e.in_step(step.name, &h.backend_name)))),
             }
         }
         Ok(Prepared::Calls(reqs))

@@ -352,7 +352,7 @@ pub struct RouteMetrics {
 #[derive(Debug)]
 struct StepMetrics {
     /// By [`CallClass::index`].
-    calls: [Counter; 10],
+    calls: [Counter; CallClass::ALL.len()],
     duration: Hist,
 }
 
