@@ -194,7 +194,8 @@ def build():
     L.row("Backends")
     L.add(timeseries("Calls by backend and outcome",
                      "Backend calls per second by outcome class (ok, timeout, refused, reset, "
-                     "bad_answer, status_4xx, status_5xx, rejected_bulkhead, rejected_breaker, other).",
+                     "bad_answer, status_4xx, status_5xx, rejected_bulkhead, rejected_breaker, "
+                     "invalid_call, other).",
                      [(f"sum by (backend, outcome) (rate(fanout_backend_calls_total{{{BACKEND}}}{RI}))",
                        "{{backend}} {{outcome}}")], "reqps", stack=True), 12, 8)
     L.add(timeseries("Failed call ratio by backend", "Share of calls whose outcome is not ok.",

@@ -43,6 +43,7 @@ mod outlier;
 mod redis_cache;
 mod reference;
 mod reload;
+mod request_values;
 mod retries;
 mod schema;
 mod shared_calls;
