@@ -1,8 +1,8 @@
 //! Building and performing one backend call — what every step kind that calls a backend
 //! shares: the evaluation environment of expressions ([`Env`]), the compiled call
 //! ([`HttpPlan`]), [`build_call`] (expressions → [`CallRequest`], with the path percent-encoded
-//! where it must be: `crate::uri`) and [`fetch_json`] (timeout, status, parse). It depends on no step kind and no scheduler: `exec`, `batch` and `reference`
-//! use it, it uses none of them.
+//! where it must be: `crate::uri`) and [`fetch_json`] (timeout, status, parse). It depends on no
+//! step kind and no scheduler: `exec`, `batch` and `reference` use it, it uses none of them.
 
 use crate::backend::{Backend, CallErrorKind, CallRequest, CallResponse};
 use crate::compute::ComputePool;

@@ -40,10 +40,11 @@ fn escape_at(s: &[u8], i: usize) -> bool {
     hex(i + 1) && hex(i + 2)
 }
 
-/// Percent-encode every byte of `s` that a URI's path or query may not hold: space, `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}`, `[`, `]`, `#` (a
-/// fragment is never sent), control characters, non-ASCII (as its UTF-8 bytes), and a `%` that
-/// does not start a `%XX` escape. Returns `s` itself when nothing needs encoding (the usual
-/// case). The result always parses as a URI's path and query.
+/// Percent-encode every byte of `s` that a URI's path or query may not hold: space, `"`, `<`,
+/// `>`, `\`, `^`, `` ` ``, `{`, `|`, `}`, `[`, `]`, `#` (a fragment is never sent), control
+/// characters, non-ASCII (as its UTF-8 bytes), and a `%` that does not start a `%XX` escape.
+/// Returns `s` itself when nothing needs encoding (the usual case). The result always parses as a
+/// URI's path and query.
 pub(crate) fn encode_path_and_query(s: &str) -> Cow<'_, str> {
     let b = s.as_bytes();
     let mut out: Option<String> = None;
