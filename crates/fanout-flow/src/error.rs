@@ -54,7 +54,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
     /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -65,6 +65,7 @@ impl ErrorKind {
         },
         ErrorKind::BadBackendAnswer,
         ErrorKind::Rejected,
+        ErrorKind::InvalidCall,
         ErrorKind::Expression,
         ErrorKind::ExpressionLimit,
         ErrorKind::KeyNotFound,
@@ -294,6 +295,7 @@ mod tests {
             | ErrorKind::BackendStatus { .. }
             | ErrorKind::BadBackendAnswer
             | ErrorKind::Rejected
+            | ErrorKind::InvalidCall
             | ErrorKind::Expression
             | ErrorKind::ExpressionLimit
             | ErrorKind::KeyNotFound

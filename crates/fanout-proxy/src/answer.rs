@@ -17,11 +17,12 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::ALL`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 18] = [
+pub(crate) const GATEWAY_CODES: [&str; 19] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
     "bad_header",
+    "bad_path",
     "body_too_large",
     "body_readers_full",
     "memory_budget_exhausted",

@@ -734,7 +734,11 @@ async fn a_reload_drops_removed_series_and_adds_the_new_ones_at_zero() {
         .iter()
         .filter(|s| s.labels["backend"] == "fresh" && s.labels["step"] == "n")
         .collect();
-    assert_eq!(fresh_calls.len(), 10, "one series per outcome class");
+    assert_eq!(
+        fresh_calls.len(),
+        fanout_flow::CallClass::ALL.len(),
+        "one series per outcome class"
+    );
     assert!(
         fresh_calls.iter().all(|s| s.value == 0.0),
         "{fresh_calls:?}"
