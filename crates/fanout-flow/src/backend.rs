@@ -177,8 +177,8 @@ impl CallError {
     }
 }
 
-/// Something that answers calls: an HTTP backend, later gRPC/Postgres/model backends, and the
-/// policy layers that wrap them. Implementations must be cheap to call concurrently. What a
+/// Something that answers calls: a protocol client (HTTP/1.1, HTTP/2, gRPC) and the policy
+/// layers that wrap it. Implementations must be cheap to call concurrently. What a
 /// backend is called and how its statuses reach clients are properties of its stack (the
 /// config), not of each layer.
 pub trait Backend: Send + Sync + 'static {

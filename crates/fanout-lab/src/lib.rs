@@ -971,8 +971,13 @@ impl Lab {
     /// Latency of calling the critical path's stub routes directly, one after the other (HTTP/1.1
     /// GETs; a gRPC scenario's calls over one h2c connection per stub, every answer checked for
     /// `grpc-status: 0`). `None` when a call fails.
+    ///
+    /// HTTP paths are measured like the targets: sequences started on an open-model schedule at
+    /// the lowest rate the targets' 50 % level offered (so the stubs are as busy as in the
+    /// trials: an idle stub wakes up later for each timer and would make the floor look higher),
+    /// latency from each sequence's intended start, after a warm-up.
     async fn direct(&self) -> Option<report::Direct> {
-        let n = if self.opts.quick { 100 } else { 500 };
+        let n = if self.opts.quick { 300 } else { 1500 };
         let addr_of = |svc: &str| {
             self.stubs
                 .services
@@ -986,23 +991,52 @@ impl Lab {
             let client =
                 hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                     .build_http::<http_body_util::Empty<bytes::Bytes>>();
-            for _ in 0..n {
-                let start = Instant::now();
-                for (svc, path) in &self.scenario.critical_path {
-                    let addr = addr_of(svc)?;
-                    let uri: ::http::Uri = format!("http://{addr}{path}").parse().ok()?;
-                    let resp = client.get(uri).await.ok()?;
-                    http_body_util::BodyExt::collect(resp.into_body())
-                        .await
-                        .ok()?;
+            let mut uris = Vec::new();
+            for (svc, path) in &self.scenario.critical_path {
+                let addr = addr_of(svc)?;
+                uris.push(format!("http://{addr}{path}").parse::<::http::Uri>().ok()?);
+            }
+            let uris = std::sync::Arc::new(uris);
+            let rate = self
+                .trials
+                .iter()
+                .filter(|t| t.phase == "level-50" && t.offered_rate > 0.0)
+                .map(|t| t.offered_rate)
+                .fold(f64::INFINITY, f64::min);
+            let rate = if rate.is_finite() {
+                rate.min(1000.0)
+            } else {
+                100.0
+            };
+            let warmup = n / 10;
+            let every = Duration::from_secs_f64(1.0 / rate);
+            let t0 = tokio::time::Instant::now();
+            let mut runs = tokio::task::JoinSet::new();
+            for i in 0..warmup + n {
+                let intended = t0 + every * i as u32;
+                tokio::time::sleep_until(intended).await;
+                let (client, uris) = (client.clone(), uris.clone());
+                runs.spawn(async move {
+                    for uri in uris.iter() {
+                        let resp = client.get(uri.clone()).await.ok()?;
+                        http_body_util::BodyExt::collect(resp.into_body())
+                            .await
+                            .ok()?;
+                    }
+                    let ms = intended.elapsed().as_secs_f64() * 1000.0;
+                    Some((i >= warmup).then_some(ms))
+                });
+            }
+            while let Some(r) = runs.join_next().await {
+                if let Some(ms) = r.ok()?? {
+                    samples.push(ms);
                 }
-                samples.push(start.elapsed().as_secs_f64() * 1000.0);
             }
             path = self
                 .scenario
                 .critical_path
                 .iter()
-                .map(|(s, p)| format!("{s}{p}"))
+                .map(|(s, p)| format!("{s} {p}"))
                 .collect();
         } else {
             // TCP_NODELAY: HTTP/2 writes a request's HEADERS and DATA frames separately; with
@@ -1040,7 +1074,7 @@ impl Lab {
             path = self
                 .grpc_direct
                 .iter()
-                .map(|(s, r)| format!("{s}{}", r.path))
+                .map(|(s, r)| format!("{s} {}", r.path))
                 .collect();
         }
         samples.sort_by(f64::total_cmp);

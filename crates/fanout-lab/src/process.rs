@@ -59,7 +59,9 @@ impl Proc {
         let child = Command::new(bin)
             .args(args)
             .envs(env)
-            .env("RUST_LOG", "warn")
+            // start-up lines (addresses, "fanout serving") and every warning; per-request info
+            // lines (partial answers) stay out of the measurement
+            .env("RUST_LOG", "warn,fanout=info,fanout_stub=info")
             .stdout(out)
             .stderr(errf)
             .stdin(std::process::Stdio::null())

@@ -1,6 +1,6 @@
 //! One backend's call stack, built from its config and read top to bottom: what a step's call
 //! goes through on its way to the backend. Each layer is an `Arc<dyn Backend>` around the one
-//! below; the protocol client (HTTP today; gRPC and Postgres next) is the bottom, so every
+//! below; the protocol client (`HttpBackend`: HTTP/1.1, HTTP/2 and gRPC) is the bottom, so every
 //! protocol gets the same layers.
 //!
 //! ```text
@@ -18,8 +18,8 @@
 //! ```
 //!
 //! Every layer classifies outcomes with `fanout_flow::outcome::CallOutcome`.
-//! Adding a backend protocol: a client implementing `fanout_flow::Backend` and its arm in
-//! [`client`].
+//! Adding a backend protocol: a client implementing `fanout_flow::Backend`, chosen by the
+//! backend's `protocol` in [`client`] (docs/ARCHITECTURE.md, "How to add a backend protocol").
 
 use crate::client::HttpBackend;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults};
@@ -128,7 +128,9 @@ pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name:
     a == b && old.defaults == new.defaults && (!uses_redis || old.redis == new.redis)
 }
 
-/// The bottom of the stack: the protocol client for the backend's config.
+/// The bottom of the stack: the protocol client for the backend's config. Every protocol so far
+/// is HTTP underneath (`protocol: grpc` is a setting of the same client); another one is a
+/// `match` on `b.protocol` here.
 fn client(
     name: &str,
     b: &BackendConfig,

@@ -71,7 +71,12 @@ fn summary_table(h: &mut String, rep: &LabReport) {
             f(t.cpu_us_per_request),
             f(t.p50_ms),
             f(t.p99_ms),
-            t.added_p50_ms.map(f).unwrap_or_else(|| "—".into()),
+            match (t.added_p50_ms, &rep.direct) {
+                (Some(a), _) => f(a),
+                (None, Some(d)) if t.backend_calls_per_request + 0.05 < d.path.len() as f64 =>
+                    "— <div class=\"why\">shared calls between requests: not the same work as the direct path</div>".into(),
+                (None, _) => "—".into(),
+            },
             t.error_rate * 100.0,
             f(t.backend_calls_per_request),
             t.threads_max,

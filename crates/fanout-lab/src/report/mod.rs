@@ -232,7 +232,9 @@ pub struct TargetSummary {
     pub rss_max_mb: f64,
     /// Stub calls per inbound request.
     pub backend_calls_per_request: f64,
-    /// p50 minus the direct critical-path p50, ms.
+    /// p50 minus the direct critical-path p50, ms; `None` without a direct measurement or when
+    /// the target made fewer backend calls per request than the direct path has (it shared calls
+    /// between requests: not the same work).
     pub added_p50_ms: Option<f64>,
     /// Whether every measured trial (levels, phased runs; not search probes) had a valid generator.
     pub generator_valid: bool,
