@@ -259,3 +259,51 @@ fn collect_properties(v: &serde_json::Value, out: &mut std::collections::BTreeSe
         _ => {}
     }
 }
+
+/// docs/config.md's status endpoint table lists every top-level key `/__fanout/status` has (and
+/// no other), and every key of the objects it describes inline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_table_lists_every_key() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let doc = std::fs::read_to_string(root.join("docs/config.md")).unwrap();
+    let section = &doc[doc.find("## Status endpoint").unwrap()..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let rows: std::collections::BTreeMap<String, String> = section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| {
+            let key = l.split('`').nth(1)?;
+            Some((key.to_string(), l.to_string()))
+        })
+        .collect();
+    let no_env = |_: &str| None;
+    let gw = fanout::load_gateway(
+        "f.yaml",
+        "routes:\n  - path: /a\n    respond: { body: '1' }\n",
+        &no_env,
+    )
+    .unwrap();
+    // a running gateway: its watchdog fills `runtime`
+    let running = fanout::start_gateway(gw, "127.0.0.1:0", None)
+        .await
+        .unwrap();
+    let status = running.gateway.status_json();
+    let keys: std::collections::BTreeSet<String> =
+        status.as_object().unwrap().keys().cloned().collect();
+    let listed: std::collections::BTreeSet<String> = rows.keys().cloned().collect();
+    assert_eq!(keys, listed, "status keys vs docs/config.md's table");
+    for (key, inner) in [
+        ("runtime", &status["runtime"]),
+        ("config", &status["config"]),
+    ] {
+        let inner = inner
+            .as_object()
+            .unwrap_or_else(|| panic!("`{key}` is {inner}"));
+        for k in inner.keys() {
+            assert!(
+                rows[key].contains(k.as_str()),
+                "`{key}.{k}` is not described in docs/config.md's status table"
+            );
+        }
+    }
+}
