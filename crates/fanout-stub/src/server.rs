@@ -453,7 +453,21 @@ async fn handle(
         }
         return resp;
     };
-    let params: Vec<(&str, &str)> = found.params.iter().collect();
+    // Captured segments are percent-decoded, as web frameworks (and the gateway) do.
+    let mut decoded: Vec<(&str, std::borrow::Cow<'_, str>)> = Vec::new();
+    for (k, v) in found.params.iter() {
+        match fanout_expr::request::decode_path_param(v) {
+            Ok(d) => decoded.push((k, d)),
+            Err(_) if grpc_request => decoded.push((k, v.into())),
+            Err(e) => {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    &format!("path parameter `{k}`: {e}"),
+                );
+            }
+        }
+    }
+    let params: Vec<(&str, &str)> = decoded.iter().map(|(k, v)| (*k, v.as_ref())).collect();
     let (Some(route), Some(compiled)) = (state.routes.get(idx), routes.get(idx)) else {
         return error_response(StatusCode::INTERNAL_SERVER_ERROR, "route table mismatch");
     };

@@ -85,6 +85,12 @@ async fn templated_body_from_params_query_and_json_body() {
 
     let r = get(addr, "/files/a/b/c.txt").await;
     assert_eq!(r.json(), json!("a/b/c.txt"));
+    // captured segments are percent-decoded, like the gateway's; `$request.path` is as sent
+    let r = h1(addr, request(Method::POST, "/items/a%20b%2Fc", "{}")).await;
+    assert_eq!(r.json()["id"], json!("a b/c"));
+    assert_eq!(r.json()["path"], json!("/items/a%20b%2Fc"));
+    let r = get(addr, "/files/%ZZ").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
     // No body expression answers null; the status comes from the config.
     let r = h1(addr, request(Method::DELETE, "/items/1", Bytes::new())).await;
