@@ -303,6 +303,23 @@ fn errors_are_precise() {
     let bad_utf8 = json::parse(b"\"\xff\"").unwrap_err();
     assert_eq!(bad_utf8.message(), "invalid unicode code point");
     assert!(json::parse(b"\"\xc3\xa9\\n\xff\"").is_err(), "escaped run");
+    // at every place of a machine word, before and after an escape
+    for k in 0..20 {
+        for m in [0, 3, 9] {
+            let pad = |n: usize| "a".repeat(n).into_bytes();
+            for mid in [&b"\xff"[..], b"\xc3", b"\xe2\x82", b"\xed\xa0\x80"] {
+                for esc in [&b""[..], b"\\n"] {
+                    let s = [&b"\""[..], &pad(k), esc, mid, &pad(m), b"\""].concat();
+                    assert!(json::parse(&s).is_err(), "{s:?}");
+                }
+            }
+            for esc in ["", "\\t"] {
+                let s = format!("\"{}{esc}é€😀{}\"", "a".repeat(k), "b".repeat(m));
+                let back = json::to_string(&v(&s));
+                assert_eq!(back, s);
+            }
+        }
+    }
 }
 
 #[test]

@@ -212,12 +212,14 @@ impl<'a> Parser<'a> {
     }
 
     /// Move `i` to the next byte that ends a plain run of string bytes (or to the end),
-    /// a word at a time (the technique serde_json uses).
+    /// a word at a time (the technique serde_json uses); whether the run was all ASCII (then
+    /// it needs no UTF-8 check).
     #[inline]
-    fn skip_plain(&mut self) {
+    fn skip_plain(&mut self) -> bool {
         const W: usize = std::mem::size_of::<usize>();
         const ONES: usize = usize::MAX / 255;
         const HIGH: usize = ONES << 7;
+        let mut seen = 0usize;
         while let Some(chunk) = self.b.get(self.i..self.i + W) {
             let mut word = [0u8; W];
             word.copy_from_slice(chunk);
@@ -230,39 +232,47 @@ impl<'a> Parser<'a> {
             let hit = (ctrl | quote | backslash) & HIGH;
             if hit != 0 {
                 // the lowest flagged byte is exactly the first special one
-                self.i += (hit.trailing_zeros() / 8) as usize;
-                return;
+                let n = (hit.trailing_zeros() / 8) as usize;
+                // the bytes before it (the high bits of a byte below 0x80 never leak)
+                let first = hit & hit.wrapping_neg();
+                seen |= x & HIGH & (first - 1);
+                self.i += n;
+                return seen == 0;
             }
+            seen |= x & HIGH;
             self.i += W;
         }
         while let Some(&c) = self.b.get(self.i) {
             if special(c) {
-                return;
+                break;
             }
+            seen |= usize::from(c & 0x80);
             self.i += 1;
         }
+        seen == 0
     }
 
     /// A string's bytes (UTF-8 checked), `i` just after its opening quote.
     fn string(&mut self) -> Result<Vec<u8>, ParseError> {
         let start = self.i;
-        self.skip_plain();
+        let ascii = self.skip_plain();
         match self.peek() {
             Some(b'"') => {
                 let s = &self.b[start..self.i];
-                if std::str::from_utf8(s).is_err() {
+                if !ascii && std::str::from_utf8(s).is_err() {
                     return Err(self.err("invalid unicode code point"));
                 }
                 self.i += 1;
                 Ok(s.to_vec())
             }
-            _ => self.string_slow(start),
+            _ => self.string_slow(start, ascii),
         }
     }
 
-    /// The rest of a string with escapes (`i` at the first byte that is not plain).
+    /// The rest of a string with escapes (`i` at the first byte that is not plain; `ascii`:
+    /// whether the bytes so far were).
     #[inline(never)]
-    fn string_slow(&mut self, start: usize) -> Result<Vec<u8>, ParseError> {
+    fn string_slow(&mut self, start: usize, mut ascii: bool) -> Result<Vec<u8>, ParseError> {
         let mut out = self.b[start..self.i].to_vec();
         loop {
             match self.peek() {
@@ -271,7 +281,7 @@ impl<'a> Parser<'a> {
                     self.i += 1;
                     // plain runs are split at ASCII bytes and escapes add whole characters:
                     // checking the whole is checking every run
-                    if std::str::from_utf8(&out).is_err() {
+                    if !ascii && std::str::from_utf8(&out).is_err() {
                         return Err(self.err("invalid unicode code point"));
                     }
                     return Ok(out);
@@ -287,7 +297,7 @@ impl<'a> Parser<'a> {
                 Some(_) => {}
             }
             let run = self.i;
-            self.skip_plain();
+            ascii &= self.skip_plain();
             out.extend_from_slice(&self.b[run..self.i]);
         }
     }
