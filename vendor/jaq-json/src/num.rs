@@ -76,8 +76,7 @@ impl Num {
             None => (false, s.as_bytes()),
         };
         let int_len = digits.iter().take_while(|c| c.is_ascii_digit()).count();
-        if int_len == digits.len() && int_len > 0 && !(neg && digits.iter().all(|c| *c == b'0'))
-        {
+        if int_len == digits.len() && int_len > 0 && !(neg && digits.iter().all(|c| *c == b'0')) {
             if let Ok(i) = s.parse::<isize>() {
                 return Self::Int(i);
             }
@@ -165,8 +164,8 @@ impl Num {
 /// of ten: one correctly rounded division).
 fn plain_float(digits: &[u8], int_len: usize) -> Option<f64> {
     const POW10: [f64; 20] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-        1e16, 1e17, 1e18, 1e19,
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19,
     ];
     let (int, rest) = digits.split_at(int_len);
     let frac = rest.strip_prefix(b".")?;
@@ -296,7 +295,11 @@ impl<'a> DecParts<'a> {
     }
 
     fn sig(&self) -> impl Iterator<Item = &'a u8> {
-        self.int.iter().chain(self.frac).skip(self.lead).take(self.len)
+        self.int
+            .iter()
+            .chain(self.frac)
+            .skip(self.lead)
+            .take(self.len)
     }
 }
 
