@@ -89,7 +89,40 @@ fn bench(c: &mut Criterion) {
             black_box(out)
         })
     });
+    // numbers of every kind (ids above 2^63, prices, coordinates, `1.50`, long decimals)
+    let nums = numbers_doc();
+    let nums_val = json::parse(nums.as_bytes()).unwrap();
+    g.bench_function("parse_numbers_json", |b| {
+        b.iter(|| black_box(json::parse(nums.as_bytes()).unwrap()))
+    });
+    g.bench_function("write_numbers_json", |b| {
+        b.iter(|| {
+            let mut out = Vec::with_capacity(nums.len() + 64);
+            json::write(&nums_val, &mut out);
+            black_box(out)
+        })
+    });
     g.finish();
+}
+
+/// 100 objects with 8 numbers each: integers, an id above 2^63, decimals that a float prints
+/// back as written, and literals that only their text keeps (`1.50`, 20 digits, an exponent).
+fn numbers_doc() -> String {
+    let items: Vec<String> = (0..100)
+        .map(|i| {
+            format!(
+                r#"{{"id":{i},"big":{},"price":{}.25,"amount":"x","rate":0.000{},"lat":55.75{},"cents":{}.50,"long":0.10000000000000000{},"e":1e{}}}"#,
+                18446744073709551515u64 + i,
+                i * 7,
+                i + 1,
+                i + 10,
+                i,
+                i + 10,
+                i % 300
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
 }
 
 criterion_group!(benches, bench);

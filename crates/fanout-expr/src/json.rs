@@ -1,10 +1,17 @@
-//! JSON bytes ⇄ [`Val`]: one parse per backend answer, and a direct writer for responses
-//! (jaq's `Display` is ~5× slower than writing bytes ourselves).
+//! JSON bytes ⇄ [`Val`]: one parse per backend answer (a hand-written parser, [`read`], that
+//! keeps number literals as written), and a direct writer for responses (jaq's `Display` is ~5×
+//! slower than writing bytes ourselves).
+//!
+//! Numbers follow jq 1.7: a number literal keeps its exact text while nothing computes with it
+//! (`18446744073709551615`, `1.50`, `1e400` come back byte for byte); arithmetic uses floats
+//! (see [`jaq_json::Num::from_literal`]).
+
+mod read;
 
 use crate::Val;
-use jaq_json::{Map, Num};
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use std::fmt;
+use jaq_json::Num;
+
+pub use read::ParseError;
 
 /// Deepest nesting [`parse`] accepts (the default `max_depth` of expressions).
 pub const DEFAULT_MAX_DEPTH: usize = 128;
@@ -12,95 +19,23 @@ pub const DEFAULT_MAX_DEPTH: usize = 128;
 pub const MAX_DEPTH_CAP: usize = 1000;
 
 /// Parse JSON bytes into a value, refusing data nested deeper than [`DEFAULT_MAX_DEPTH`].
-pub fn parse(bytes: &[u8]) -> Result<Val, serde_json::Error> {
+pub fn parse(bytes: &[u8]) -> Result<Val, ParseError> {
     parse_limited(bytes, DEFAULT_MAX_DEPTH)
 }
 
 /// Parse JSON bytes into a value, refusing data nested deeper than `max_depth` (at most
 /// [`MAX_DEPTH_CAP`]; `[]` is 1 deep). The depth is checked as each array or object opens, so
 /// the parser's recursion never goes deeper than `max_depth` levels.
-pub fn parse_limited(bytes: &[u8], max_depth: usize) -> Result<Val, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    // serde_json's own limit is a fixed 128 levels; ours is `max_depth`
-    de.disable_recursion_limit();
-    let max = max_depth.min(MAX_DEPTH_CAP);
-    let v = Depth { left: max, max }.deserialize(&mut de)?;
-    de.end()?;
-    Ok(v)
+pub fn parse_limited(bytes: &[u8], max_depth: usize) -> Result<Val, ParseError> {
+    read::parse(bytes, max_depth.min(MAX_DEPTH_CAP))
 }
 
-/// Deserializes a value that may still be `left` levels deep.
-#[derive(Clone, Copy)]
-struct Depth {
-    left: usize,
-    max: usize,
-}
-
-impl Depth {
-    fn down<E: de::Error>(self) -> Result<Depth, E> {
-        match self.left.checked_sub(1) {
-            Some(left) => Ok(Depth { left, ..self }),
-            None => Err(E::custom(format_args!(
-                "JSON nested deeper than {} levels",
-                self.max
-            ))),
-        }
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Depth {
-    type Value = Val;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Val, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Depth {
-    type Value = Val;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, b: bool) -> Result<Val, E> {
-        Ok(Val::Bool(b))
-    }
-    fn visit_i64<E>(self, i: i64) -> Result<Val, E> {
-        Ok(Val::Num(Num::from_integral(i)))
-    }
-    fn visit_u64<E>(self, i: u64) -> Result<Val, E> {
-        Ok(Val::Num(Num::from_integral(i)))
-    }
-    fn visit_f64<E>(self, f: f64) -> Result<Val, E> {
-        Ok(Val::Num(Num::Float(f)))
-    }
-    fn visit_str<E>(self, s: &str) -> Result<Val, E> {
-        Ok(Val::utf8_str(s.as_bytes().to_vec()))
-    }
-    fn visit_string<E>(self, s: String) -> Result<Val, E> {
-        Ok(Val::utf8_str(s.into_bytes()))
-    }
-    fn visit_unit<E>(self) -> Result<Val, E> {
-        Ok(Val::Null)
-    }
-    fn visit_none<E>(self) -> Result<Val, E> {
-        Ok(Val::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
-        let inner = self.down()?;
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(x) = seq.next_element_seed(inner)? {
-            out.push(x);
-        }
-        Ok(Val::Arr(out.into()))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val, A::Error> {
-        let inner = self.down()?;
-        let mut out = Map::default();
-        while let Some(k) = map.next_key::<String>()? {
-            let v = map.next_value_seed(inner)?;
-            out.insert(Val::utf8_str(k.into_bytes()), v);
-        }
-        Ok(Val::obj(out))
+/// A number value for an unsigned 64-bit integer (protobuf `uint64`/`fixed64`, config
+/// literals): exact, as a JSON literal of the same digits would be.
+pub fn u64_num(n: u64) -> Num {
+    match isize::try_from(n) {
+        Ok(i) => Num::Int(i),
+        Err(_) => Num::from_literal(itoa::Buffer::new().format(n)),
     }
 }
 
@@ -110,13 +45,13 @@ pub fn from_serde(v: &serde_json::Value) -> Val {
     match v {
         J::Null => Val::Null,
         J::Bool(b) => Val::Bool(*b),
-        J::Number(n) => {
-            if let Some(i) = n.as_i64().and_then(|i| isize::try_from(i).ok()) {
-                Val::Num(Num::Int(i))
-            } else {
-                Val::Num(Num::Float(n.as_f64().unwrap_or(f64::NAN)))
-            }
-        }
+        J::Number(n) => Val::Num(if let Some(i) = n.as_i64() {
+            Num::from_integral(i)
+        } else if let Some(u) = n.as_u64() {
+            u64_num(u)
+        } else {
+            Num::Float(n.as_f64().unwrap_or(f64::NAN))
+        }),
         J::String(s) => Val::utf8_str(s.clone().into_bytes()),
         J::Array(a) => a.iter().map(from_serde).collect(),
         J::Object(o) => Val::obj(
@@ -199,7 +134,43 @@ fn write_num(n: &Num, out: &mut Vec<u8>) {
             }
         }
         Num::Float(_) => out.extend_from_slice(b"null"),
+        // a literal as written (jq 1.7); text that is not a JSON number (it cannot come from
+        // JSON, but jq literals are laxer) as the float it stands for
+        Num::Dec(d) if is_json_number(d.as_bytes()) => out.extend_from_slice(d.as_bytes()),
+        Num::Dec(d) => write_num(&Num::Float(d.parse().unwrap_or(f64::NAN)), out),
         other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
+}
+
+/// Whether `b` is a number in JSON syntax (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`).
+fn is_json_number(b: &[u8]) -> bool {
+    fn digits(b: &[u8]) -> (usize, &[u8]) {
+        let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        (n, &b[n..])
+    }
+    let b = b.strip_prefix(b"-").unwrap_or(b);
+    let (n, rest) = digits(b);
+    if n == 0 || (n > 1 && b[0] == b'0') {
+        return false;
+    }
+    let rest = match rest.strip_prefix(b".") {
+        Some(r) => match digits(r) {
+            (0, _) => return false,
+            (_, r) => r,
+        },
+        None => rest,
+    };
+    match rest.first() {
+        None => true,
+        Some(b'e' | b'E') => {
+            let e = &rest[1..];
+            let e = e
+                .strip_prefix(b"+")
+                .or_else(|| e.strip_prefix(b"-"))
+                .unwrap_or(e);
+            matches!(digits(e), (1.., r) if r.is_empty())
+        }
+        Some(_) => false,
     }
 }
 
@@ -252,12 +223,13 @@ mod tests {
         let src = r#"{"a":[1,2.5,-3,null,true,false],"s":"q\"\\\n\u0001é","big":123456789012345678901234567890,"o":{}}"#;
         let v = parse(src.as_bytes()).unwrap();
         let out = to_string(&v);
-        let a: serde_json::Value = serde_json::from_str(src).unwrap();
-        let b: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(a, b, "{out}");
+        assert_eq!(out, src);
+        // serde_json's values hold floats: the same without the big number
+        let src = src.replace("123456789012345678901234567890", "12345");
+        let a: serde_json::Value = serde_json::from_str(&src).unwrap();
         assert_eq!(
             to_string(&from_serde(&a)),
-            to_string(&parse(out.as_bytes()).unwrap())
+            to_string(&parse(src.as_bytes()).unwrap())
         );
     }
 

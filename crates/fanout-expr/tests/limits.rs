@@ -436,10 +436,16 @@ fn ordinary_programs_are_unchanged() {
         ("\"abc\" | test(\"b\")", "true"),
         ("\"a-b\" | gsub(\"-\"; \"+\")", r#""a+b""#),
         ("[range(5)] | .[1:3] = [\"x\"]", r#"[0,"x",3,4]"#),
+        // a literal keeps its text, arithmetic on it is a float (jq 1.7; tests/numbers.rs)
         (
             "123456789012345678901234567890 + 1",
-            "123456789012345678901234567891",
+            "1.2345678901234568e29",
         ),
+        (
+            "123456789012345678901234567890",
+            "123456789012345678901234567890",
+        ),
+        ("9223372036854775807 + 1", "9223372036854775808"),
     ];
     for (src, want) in cases {
         let e = Expr::compile(src, &[]).unwrap_or_else(|e| panic!("{src}: {}", e.message));

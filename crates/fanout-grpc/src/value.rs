@@ -10,6 +10,7 @@
 
 use crate::codec::{CodecError, MessageCodec, SER};
 use bytes::Bytes;
+use fanout_expr::json::u64_num;
 use fanout_expr::{Map, Val};
 use jaq_json::Num;
 use prost::Message;
@@ -150,10 +151,7 @@ fn scalar_to_val(kind: &Kind, v: &Value, depth: usize) -> Result<Val, String> {
         Value::I32(n) => int_val(i64::from(*n)),
         Value::I64(n) => int_val(*n),
         Value::U32(n) => int_val(i64::from(*n)),
-        Value::U64(n) => match i64::try_from(*n) {
-            Ok(i) => int_val(i),
-            Err(_) => Val::Num(Num::from_integral(*n)),
-        },
+        Value::U64(n) => Val::Num(u64_num(*n)),
         Value::F32(f) => float_val(f64::from(*f)),
         Value::F64(f) => float_val(*f),
         Value::String(s) => key(s),
@@ -405,13 +403,7 @@ mod wire {
             Kind::Int32 => int_val(i64::from(varint(buf)? as i32)),
             Kind::Int64 => int_val(varint(buf)? as i64),
             Kind::Uint32 => int_val(i64::from(varint(buf)? as u32)),
-            Kind::Uint64 => {
-                let v = varint(buf)?;
-                match i64::try_from(v) {
-                    Ok(i) => int_val(i),
-                    Err(_) => Val::Num(Num::from_integral(v)),
-                }
-            }
+            Kind::Uint64 => Val::Num(u64_num(varint(buf)?)),
             Kind::Sint32 => {
                 let v = varint(buf)? as u32;
                 int_val(i64::from(((v >> 1) as i32) ^ -((v & 1) as i32)))
@@ -431,13 +423,7 @@ mod wire {
             Kind::Fixed32 => int_val(i64::from(u32::from_le_bytes(fixed(buf)?))),
             Kind::Sfixed32 => int_val(i64::from(i32::from_le_bytes(fixed(buf)?))),
             Kind::Float => float_val(f64::from(f32::from_le_bytes(fixed(buf)?))),
-            Kind::Fixed64 => {
-                let v = u64::from_le_bytes(fixed(buf)?);
-                match i64::try_from(v) {
-                    Ok(i) => int_val(i),
-                    Err(_) => Val::Num(Num::from_integral(v)),
-                }
-            }
+            Kind::Fixed64 => Val::Num(u64_num(u64::from_le_bytes(fixed(buf)?))),
             Kind::Sfixed64 => int_val(i64::from_le_bytes(fixed(buf)?)),
             Kind::Double => float_val(f64::from_le_bytes(fixed(buf)?)),
             Kind::String => {
@@ -559,7 +545,8 @@ mod wire {
                         ks.parse()
                             .map_err(|_| format!("map key `{ks}` is not a bool"))?,
                     ),
-                    _ => Val::Num(Num::from_dec_str(ks)),
+                    // integer keys by their text: exact for all 64 bits
+                    _ => mk.clone(),
                 };
                 value(&kk, 1, &key_val, depth, &mut body)?;
                 if !matches!(mv, Val::Null) {

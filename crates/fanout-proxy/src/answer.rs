@@ -267,7 +267,7 @@ pub(crate) enum BodyRefusal {
     Broken(hyper::Error),
     /// The whole body is not JSON (or nests deeper than `server.expressions.max_depth`): 400
     /// `invalid_json`.
-    InvalidJson(serde_json::Error),
+    InvalidJson(fanout_expr::json::ParseError),
 }
 
 impl BodyRefusal {
@@ -406,7 +406,7 @@ mod tests {
         assert!(BodyRefusal::MemoryBudget { budget: 1 }.drains());
         assert!(!BodyRefusal::ReadersFull { max_readers: 1 }.drains());
         assert!(!BodyRefusal::PastDeadline.drains());
-        let bad_json = serde_json::from_slice::<serde_json::Value>(b"{").unwrap_err();
+        let bad_json = fanout_expr::json::parse(b"{").unwrap_err();
         assert!(!BodyRefusal::InvalidJson(bad_json).drains());
     }
 

@@ -44,11 +44,46 @@ impl Num {
     }
 
     pub(crate) fn from_str(s: &str) -> Self {
-        // fanout: huge literals become floats (see `MAX_NUM_DIGITS`)
+        // fanout: literals keep their text (see `from_literal`)
+        Self::from_literal(s)
+    }
+
+    /// fanout: the number that a number literal (JSON or jq syntax) stands for, keeping the
+    /// literal's exact text as long as nothing computes with it, like jq 1.7:
+    ///
+    /// - an integer that fits `isize` is an [`Self::Int`] (`-0` excepted);
+    /// - a decimal `x.y` that the float printers (ryu, shortest round trip) print exactly as
+    ///   written — at most 15 significant digits, no trailing zero, no exponent, at most 4
+    ///   zeros after `0.` — is a [`Self::Float`] (no allocation; nothing is lost);
+    /// - anything else (`18446744073709551615`, `1.50`, `1e400`, `1E-5`, `-0`,
+    ///   `0.1000000000000000055511151231257827`) is a [`Self::Dec`] with the text as written:
+    ///   it prints unchanged, compares exactly with other literals and integers, and
+    ///   arithmetic on it uses floats;
+    /// - a literal of more than [`MAX_NUM_DIGITS`] characters is a float (parsing, comparing
+    ///   or converting it would take time and memory in proportion to its length).
+    ///
+    /// `s` should be a number in JSON syntax (a leading `+` is dropped); text that is not is
+    /// kept as a [`Self::Dec`] too.
+    pub fn from_literal(s: &str) -> Self {
         if s.len() > MAX_NUM_DIGITS {
             return Self::from_dec_str(s);
         }
-        Self::from_str_radix(s, 10).unwrap_or_else(|| Self::Dec(Rc::new(s.to_string())))
+        if let Some(rest) = s.strip_prefix('+') {
+            return Self::from_literal(rest);
+        }
+        let (neg, digits) = match s.strip_prefix('-') {
+            Some(d) => (true, d.as_bytes()),
+            None => (false, s.as_bytes()),
+        };
+        let int_len = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+        if int_len == digits.len() && int_len > 0 && !(neg && digits.iter().all(|c| *c == b'0')) {
+            if let Ok(i) = s.parse::<isize>() {
+                return Self::Int(i);
+            }
+        } else if let Some(f) = plain_float(digits, int_len) {
+            return Self::Float(if neg { -f } else { f });
+        }
+        Self::Dec(Rc::new(s.to_string()))
     }
 
     /// Convert from an integral type to a machine-sized or big integer.
@@ -105,7 +140,8 @@ impl Num {
             Self::Int(n) => *n as f64,
             Self::BigInt(n) => n.to_f64().unwrap(),
             Self::Float(n) => *n,
-            Self::Dec(n) => n.parse().unwrap(),
+            // fanout: no panic on a text that is no number
+            Self::Dec(n) => n.parse().unwrap_or(f64::NAN),
         }
     }
 
@@ -120,6 +156,204 @@ impl Num {
             Self::Float(f) => Self::Float(f.abs()),
         }
     }
+}
+
+/// fanout: the value of `digits` (a decimal `x.y` without sign, `x` its first `int_len`
+/// bytes) if the float printers print that value exactly as `digits` (see
+/// [`Num::from_literal`]); computed exactly (a mantissa below 2^53 divided by an exact power
+/// of ten: one correctly rounded division).
+fn plain_float(digits: &[u8], int_len: usize) -> Option<f64> {
+    const POW10: [f64; 20] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19,
+    ];
+    let (int, rest) = digits.split_at(int_len);
+    let frac = rest.strip_prefix(b".")?;
+    let ok = !int.is_empty()
+        && (int.len() == 1 || int[0] != b'0')
+        && frac.iter().all(u8::is_ascii_digit)
+        && frac.last().is_some_and(|c| *c != b'0');
+    if !ok {
+        return None;
+    }
+    // significant digits; ryu writes `0.0000d…` with at most 4 zeros, `d…e-6` below
+    let (sig, zeros) = if int == b"0" {
+        let z = frac.iter().take_while(|c| **c == b'0').count();
+        (frac.len() - z, z)
+    } else {
+        (int.len() + frac.len(), 0)
+    };
+    if sig > 15 || zeros > 4 {
+        return None;
+    }
+    let m = int
+        .iter()
+        .chain(frac)
+        .fold(0u64, |m, c| m * 10 + u64::from(c - b'0'));
+    Some(m as f64 / POW10[frac.len()])
+}
+
+/// fanout: compare two numbers written in decimal (JSON number syntax, a leading `+`
+/// allowed) exactly, without converting them; `None` if either is not such text.
+/// Exponents beyond ±10^15 saturate (such numbers are beyond any float anyway).
+pub(crate) fn dec_cmp(a: &str, b: &str) -> Option<Ordering> {
+    let (a, b) = (DecParts::new(a)?, DecParts::new(b)?);
+    let sign = |d: &DecParts| match (d.is_zero(), d.neg) {
+        (true, _) => 0i8,
+        (false, true) => -1,
+        (false, false) => 1,
+    };
+    let (sa, sb) = (sign(&a), sign(&b));
+    if sa != sb || sa == 0 {
+        return Some(sa.cmp(&sb));
+    }
+    // same sign, both non-zero: 0.D × 10^E, compare E, then the digits
+    let mag = a.exp.cmp(&b.exp).then_with(|| a.sig().cmp(b.sig()));
+    Some(if sa < 0 { mag.reverse() } else { mag })
+}
+
+/// fanout: a decimal split into sign, digits and exponent: `±0.D × 10^exp` where `D` are the
+/// digits of `int` and `frac` without leading and trailing zeros.
+struct DecParts<'a> {
+    neg: bool,
+    int: &'a [u8],
+    frac: &'a [u8],
+    /// zeros to skip at the start of `int`+`frac`, and the count of significant digits
+    lead: usize,
+    len: usize,
+    exp: i64,
+}
+
+impl<'a> DecParts<'a> {
+    fn new(s: &'a str) -> Option<Self> {
+        const SAT: i64 = 1_000_000_000_000_000;
+        let s = s.as_bytes();
+        let (neg, s) = match s.first() {
+            Some(b'-') => (true, &s[1..]),
+            Some(b'+') => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let digits = |s: &'a [u8]| {
+            let n = s.iter().take_while(|c| c.is_ascii_digit()).count();
+            s.split_at(n)
+        };
+        let (int, rest) = digits(s);
+        let (frac, rest) = match rest.strip_prefix(b".") {
+            Some(r) => digits(r),
+            None => (&rest[..0], rest),
+        };
+        if int.is_empty() && frac.is_empty() {
+            return None;
+        }
+        let mut exp: i64 = 0;
+        if let Some(e) = rest.strip_prefix(b"e").or_else(|| rest.strip_prefix(b"E")) {
+            let (eneg, e) = match e.first() {
+                Some(b'-') => (true, &e[1..]),
+                Some(b'+') => (false, &e[1..]),
+                _ => (false, e),
+            };
+            let (ed, tail) = digits(e);
+            if ed.is_empty() || !tail.is_empty() {
+                return None;
+            }
+            for c in ed {
+                exp = (exp * 10 + i64::from(c - b'0')).min(SAT);
+            }
+            if eneg {
+                exp = -exp;
+            }
+        } else if !rest.is_empty() {
+            return None;
+        }
+        let all = || int.iter().chain(frac);
+        let n = int.len() + frac.len();
+        let lead = all().take_while(|c| **c == b'0').count();
+        let trail = if lead == n {
+            0
+        } else {
+            frac.iter()
+                .rev()
+                .chain(int.iter().rev())
+                .take_while(|c| **c == b'0')
+                .count()
+        };
+        let len = n - lead - trail;
+        // the text is below 1000 characters (`MAX_NUM_DIGITS`): no overflow
+        let exp = exp + int.len() as i64 - lead as i64;
+        Some(DecParts {
+            neg,
+            int,
+            frac,
+            lead,
+            len,
+            exp,
+        })
+    }
+
+    fn is_zero(&self) -> bool {
+        self.len == 0
+    }
+
+    fn sig(&self) -> impl Iterator<Item = &'a u8> {
+        self.int
+            .iter()
+            .chain(self.frac)
+            .skip(self.lead)
+            .take(self.len)
+    }
+}
+
+#[test]
+fn literals_and_exact_comparison() {
+    use Ordering::{Equal, Greater, Less};
+    // fanout
+    for (a, b, o) in [
+        ("1", "1.0", Equal),
+        ("1.50", "1.5", Equal),
+        ("100", "1e2", Equal),
+        ("100", "1E+2", Equal),
+        ("0.001", "1e-3", Equal),
+        ("-0", "0", Equal),
+        ("0e5", "-0.000", Equal),
+        ("18446744073709551615", "18446744073709551614", Greater),
+        ("-18446744073709551615", "-18446744073709551614", Less),
+        ("-1", "0", Less),
+        ("0.1000000000000000055511151231257827", "0.1", Greater),
+        ("99", "100", Less),
+        ("0.99", "1", Less),
+        ("1e400", "1e401", Less),
+        ("-1e400", "-1e401", Greater),
+        ("1e99999999999999999999", "1e99999999999999999998", Equal), // saturated
+    ] {
+        assert_eq!(dec_cmp(a, b), Some(o), "{a} {b}");
+        assert_eq!(dec_cmp(b, a), Some(o.reverse()), "{b} {a}");
+    }
+    assert_eq!(dec_cmp("x", "1"), None);
+    assert_eq!(dec_cmp("1e", "1"), None);
+    let lit = |s| match Num::from_literal(s) {
+        Num::Int(_) => "int",
+        Num::Float(_) => "float",
+        Num::Dec(_) => "dec",
+        Num::BigInt(_) => "big",
+    };
+    for (s, kind) in [
+        ("12", "int"),
+        ("-0", "dec"),
+        ("+7", "int"),
+        ("9223372036854775808", "dec"),
+        ("2.5", "float"),
+        ("0.00001", "float"),
+        ("0.000001", "dec"),
+        ("123456789012345.6", "dec"),
+        ("12345678901234.5", "float"),
+        ("1.0", "dec"),
+        ("1e5", "dec"),
+        ("01.5", "dec"),
+    ] {
+        assert_eq!(lit(s), kind, "{s}");
+    }
+    assert_eq!(Num::from_literal("-2.5"), Num::Float(-2.5));
+    assert!(matches!(Num::from_literal(&"9".repeat(2000)), Num::Float(f) if f.is_infinite()));
 }
 
 /// fanout: integers of more bits than this are converted to floats.
@@ -359,8 +593,15 @@ impl PartialEq for Num {
             }
             (Self::Float(x), Self::Float(y)) => float_eq(*x, *y),
             (Self::Dec(x), Self::Dec(y)) if Rc::ptr_eq(x, y) => true,
-            (Self::Dec(n), y) => &Self::from_dec_str(n) == y,
-            (x, Self::Dec(n)) => x == &Self::from_dec_str(n),
+            // fanout: exactly with literals and integers (`exact_cmp`)
+            (Self::Dec(n), y) => match exact_cmp(self, other) {
+                Some(o) => o == Ordering::Equal,
+                None => &Self::from_dec_str(n) == y,
+            },
+            (x, Self::Dec(n)) => match exact_cmp(self, other) {
+                Some(o) => o == Ordering::Equal,
+                None => x == &Self::from_dec_str(n),
+            },
         }
     }
 }
@@ -387,10 +628,55 @@ impl Ord for Num {
             (Self::Float(x), Self::BigInt(y)) => float_cmp(*x, y.to_f64().unwrap()),
             (Self::Float(x), Self::Float(y)) => float_cmp(*x, *y),
             (Self::Dec(x), Self::Dec(y)) if Rc::ptr_eq(x, y) => Ordering::Equal,
-            (Self::Dec(n), y) => Self::from_dec_str(n).cmp(y),
-            (x, Self::Dec(n)) => x.cmp(&Self::from_dec_str(n)),
+            // fanout: exactly with literals and integers (`exact_cmp`)
+            (Self::Dec(n), y) => {
+                exact_cmp(self, other).unwrap_or_else(|| Self::from_dec_str(n).cmp(y))
+            }
+            (x, Self::Dec(n)) => {
+                exact_cmp(self, other).unwrap_or_else(|| x.cmp(&Self::from_dec_str(n)))
+            }
         }
     }
+}
+
+/// fanout: a literal ([`Num::Dec`]) compares exactly (jq 1.7 compares literals exactly: two
+/// ids above 2^53 that differ in the last digit are not equal) with the decimal the other
+/// number is written as: an integer's digits, a finite float's shortest form (so a literal
+/// compares with a float the way both print). `None` for other pairs (compared as floats).
+fn exact_cmp(a: &Num, b: &Num) -> Option<Ordering> {
+    use Num::{BigInt, Dec, Float, Int};
+    let mut ba = [0u8; 24];
+    let mut bb = [0u8; 24];
+    let (mut ra, mut rb) = (ryu::Buffer::new(), ryu::Buffer::new());
+    match (a, b) {
+        (Dec(x), Dec(y)) => dec_cmp(x, y),
+        (Dec(x), Int(i)) => dec_cmp(x, int_text(*i, &mut bb)),
+        (Int(i), Dec(y)) => dec_cmp(int_text(*i, &mut ba), y),
+        (Dec(x), BigInt(i)) => dec_cmp(x, &i.to_string()),
+        (BigInt(i), Dec(y)) => dec_cmp(&i.to_string(), y),
+        (Dec(x), Float(f)) if f.is_finite() => dec_cmp(x, rb.format_finite(*f)),
+        (Float(f), Dec(y)) if f.is_finite() => dec_cmp(ra.format_finite(*f), y),
+        _ => None,
+    }
+}
+
+/// fanout: the decimal text of `i`, written into `buf`.
+fn int_text(i: isize, buf: &mut [u8; 24]) -> &str {
+    let mut n = i.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if i < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    core::str::from_utf8(&buf[at..]).unwrap_or("0")
 }
 
 fn float_eq(left: f64, right: f64) -> bool {

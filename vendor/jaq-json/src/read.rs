@@ -1,6 +1,6 @@
 //! JSON support.
 use crate::{Map, Num, Val};
-use alloc::{string::ToString, vec::Vec};
+use alloc::vec::Vec; // fanout: `ToString` no longer needed (numbers: `Num::from_literal`)
 use core::fmt::{self, Formatter};
 use hifijson::token::{Expect, Lex};
 use hifijson::{LexAlloc, SliceLexer};
@@ -95,20 +95,13 @@ fn parse_string<L: LexAlloc>(lexer: &mut L, bytes: bool) -> Result<Vec<u8>, hifi
 
 fn parse_num<L: LexAlloc>(lexer: &mut L) -> Result<Num, hifijson::Error> {
     let num = hifijson::num::Num::signed_digits();
-    let (num, parts) = lexer.num_string_with(num).unvalidated();
+    let (num, _parts) = lexer.num_string_with(num).unvalidated();
     let num = num.as_ref();
     Ok(match num {
         "+" if lexer.strip_prefix(b"Infinity") => Num::Float(f64::INFINITY),
         "-" if lexer.strip_prefix(b"Infinity") => Num::Float(f64::NEG_INFINITY),
-        // fanout: huge numbers become floats
-        _ if num.len() > crate::num::MAX_NUM_DIGITS => Num::from_dec_str(num),
-        _ if num.ends_with(|c: char| c.is_ascii_digit()) => {
-            if parts.is_int() {
-                Num::from_str_radix(num, 10).unwrap_or_else(|| Num::from_dec_str(num))
-            } else {
-                Num::Dec(num.to_string().into())
-            }
-        }
+        // fanout: literals keep their text, huge ones become floats (`Num::from_literal`)
+        _ if num.ends_with(|c: char| c.is_ascii_digit()) => Num::from_literal(num),
         _ => Err(hifijson::num::Error::ExpectedDigit)?,
     })
 }
