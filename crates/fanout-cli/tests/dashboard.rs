@@ -15,11 +15,11 @@
 //! are written by deploy/grafana/generate.py.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 
+use fanout_testkit::repo_root as root;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -66,10 +66,6 @@ const CATALOG: &[&str] = &[
     "process_open_fds",
     "process_start_time_seconds",
 ];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn dashboard() -> Value {
     let text = std::fs::read_to_string(root().join("deploy/grafana/fanout.json")).unwrap();

@@ -713,12 +713,6 @@ async fn wait_listening(addr: std::net::SocketAddr, child: &mut Child, what: &st
     panic!("{what} did not listen on {addr} within 15 s");
 }
 
-fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 #[test]
 fn java_baseline_answers_like_fanout_and_the_hyper_baseline() {
     // Serialized with the lab runs (a JVM next to a measurement would disturb it); the lock is
@@ -748,7 +742,7 @@ async fn java_baseline_cases() {
         &fanout_lab::java::build_dir(Path::new(bin()), &std::env::temp_dir()),
     )
     .unwrap_or_else(|e| panic!("building the Java baseline: {e}"));
-    let java_addr = free_port();
+    let java_addr = fanout_testkit::free_addr();
     let mut java = Killed(
         Command::new(fanout_lab::java::java_bin())
             .args(fanout_lab::java::args(&classes, java_addr))
@@ -758,7 +752,7 @@ async fn java_baseline_cases() {
             .spawn()
             .expect("java starts"),
     );
-    let hyper_addr = free_port();
+    let hyper_addr = fanout_testkit::free_addr();
     let mut hyper = Killed(
         Command::new(baseline())
             .args(["--listen", &hyper_addr.to_string()])

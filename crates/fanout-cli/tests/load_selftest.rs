@@ -31,13 +31,6 @@ impl Drop for StubProcess {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    l.local_addr()
-        .unwrap_or_else(|e| panic!("local_addr: {e}"))
-        .port()
-}
-
 async fn answers(port: u16) -> bool {
     let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
         return false;
@@ -69,7 +62,7 @@ async fn signal(pid: u32, sig: &str) -> Instant {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_backend_is_charged_to_every_scheduled_request() {
     let test_start = Instant::now();
-    let port = free_port();
+    let port = fanout_testkit::free_addr().port();
     let config = std::env::temp_dir().join(format!(
         "fanout-load-selftest-{}-{port}.yaml",
         std::process::id()
@@ -90,14 +83,11 @@ async fn a_paused_backend_is_charged_to_every_scheduled_request() {
     let stub = StubProcess { child, config };
     let pid = stub.child.id();
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !answers(port).await {
-        assert!(
-            Instant::now() < deadline,
-            "fanout stub did not answer on port {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("fanout stub to answer on port {port}");
+    fanout_testkit::wait_for_async(&what, Duration::from_secs(5), || async {
+        answers(port).await.then_some(())
+    })
+    .await;
 
     let schedule = Schedule::parse("const(1000,6s)").unwrap_or_else(|e| panic!("{e}"));
     let mut spec = LoadSpec::new(format!("http://127.0.0.1:{port}"), schedule);

@@ -60,19 +60,6 @@ fn in_flight(s: &fanout_stub::StubServer) -> u64 {
         .sum()
 }
 
-/// Wait until `f` holds, up to `limit` (the machine may be loaded: this waits for a state, it
-/// does not time anything).
-async fn wait_for(what: &str, limit: std::time::Duration, mut f: impl FnMut() -> bool) {
-    let until = std::time::Instant::now() + limit;
-    while !f() {
-        assert!(
-            std::time::Instant::now() < until,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thread_count_is_the_same_at_1_and_5000_requests_in_flight() {
     let s = stubs(STUBS).await;
@@ -85,11 +72,11 @@ async fn thread_count_is_the_same_at_1_and_5000_requests_in_flight() {
         let (c, url) = (c.clone(), url.clone());
         async move { send(&c, Method::GET, &url, &[], "").await }
     });
-    wait_for("1 request in flight", limit, || in_flight(&s) == 1).await;
+    wait_within("1 request in flight", limit, || in_flight(&s) == 1).await;
     let at_one = threads();
     one.abort();
     let _ = one.await;
-    wait_for("the cancelled request left the stub", limit, || {
+    wait_within("the cancelled request left the stub", limit, || {
         in_flight(&s) == 0
     })
     .await;
@@ -105,14 +92,14 @@ async fn thread_count_is_the_same_at_1_and_5000_requests_in_flight() {
             .await
         }
     });
-    wait_for("5000 requests in flight", limit, || in_flight(&s) == n).await;
+    wait_within("5000 requests in flight", limit, || in_flight(&s) == n).await;
     let at_many = threads();
     eprintln!("threads: {at_one} at 1 in flight, {at_many} at {n} in flight");
     // The client goes away: the gateway cancels every call (nothing is left running).
     all.abort();
     let _ = all.await;
     drop(c);
-    wait_for("every cancelled call left the stubs", limit, || {
+    wait_within("every cancelled call left the stubs", limit, || {
         in_flight(&s) == 0
     })
     .await;

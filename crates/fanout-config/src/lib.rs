@@ -29,7 +29,8 @@ pub use duration::{
     BareNumber, Dur, DurationError, DurationProblem, parse_duration, parse_millis_f64,
 };
 pub use env::substitute;
-pub use hints::{closest, did_you_mean};
+/// The did-you-mean rule ([`fanout_names`]), for the crates that already use it from here.
+pub use fanout_names::{closest, did_you_mean};
 pub use located::{Located, Pos, pos_in_scalar};
 
 pub use admin::AdminConfig;

@@ -1,10 +1,10 @@
 //! Hints for undefined names in expressions: "did you mean `length`?", "`sub` takes 2 or 3
 //! arguments".
 //!
-//! The closeness rule is `fanout_config::closest`, the one every unknown name in a config uses.
+//! The closeness rule is [`fanout_names::closest`], the one every unknown name in a config uses.
 
 use crate::Val;
-use fanout_config::{closest, did_you_mean};
+use fanout_names::{closest, did_you_mean};
 use jaq_core::data::JustLut;
 
 /// Names and arities of the filters every expression can call (jaq core, std and json),

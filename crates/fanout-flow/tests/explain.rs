@@ -34,17 +34,11 @@ fn explain_file(rel: &str) -> Explanation {
 /// Compare `actual` with the snapshot file (or write it with UPDATE_SNAPSHOTS=1); returns a
 /// failure message instead of panicking so every mismatch is reported at once.
 fn check_snapshot(file: &str, actual: &str) -> Option<String> {
-    let path = dir().join("tests/explain").join(file);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return None;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    (expected != actual).then(|| {
-        format!(
-            "{file} differs from the snapshot (UPDATE_SNAPSHOTS=1 rewrites it):\n--- expected\n{expected}\n--- actual\n{actual}"
-        )
-    })
+    fanout_testkit::snapshot_mismatch(
+        &format!("crates/fanout-flow/tests/explain/{file}"),
+        actual,
+        "cargo test -p fanout-flow --test explain",
+    )
 }
 
 #[test]

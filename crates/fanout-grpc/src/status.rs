@@ -5,7 +5,13 @@
 //!   so every backend layer (retries, breakers, outlier ejection, caches, `on_status`) classifies
 //!   it like an HTTP answer;
 //! - a failed gRPC request is answered with the code of its HTTP status and error code
-//!   ([`Code::for_answer`]).
+//!   ([`Code::for_answer`]; the gRPC front end's own refusals by their error code:
+//!   `unknown_method`, `unsupported_content_type` and `unsupported_compression` are
+//!   UNIMPLEMENTED, `message_too_large` RESOURCE_EXHAUSTED, `bad_header` INVALID_ARGUMENT);
+//! - an answer to a gRPC call that carries no `grpc-status` (an HTTP answer, not a gRPC one)
+//!   has the code a gRPC client reports for its HTTP status ([`Code::for_http_status`], gRPC's
+//!   `http-grpc-status-mapping.md`): 400 INTERNAL, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED,
+//!   404 UNIMPLEMENTED, 429, 502, 503 and 504 UNAVAILABLE, any other UNKNOWN.
 //!
 //! | gRPC code | HTTP status | | HTTP status | gRPC code |
 //! |---|---|---|---|---|
@@ -175,6 +181,11 @@ impl Code {
     pub fn for_answer(status: StatusCode, code: &str) -> Code {
         match (status.as_u16(), code) {
             (200..=299, _) => Code::Ok,
+            (_, "unknown_method" | "unsupported_content_type" | "unsupported_compression") => {
+                Code::Unimplemented
+            }
+            (_, "message_too_large") => Code::ResourceExhausted,
+            (_, "bad_header") => Code::InvalidArgument,
             (503, "overloaded") => Code::ResourceExhausted,
             (400 | 422, _) => Code::InvalidArgument,
             (401, _) => Code::Unauthenticated,
@@ -188,6 +199,20 @@ impl Code {
             (502 | 503, _) => Code::Unavailable,
             (400..=499, _) => Code::FailedPrecondition,
             _ => Code::Internal,
+        }
+    }
+
+    /// The code a gRPC client reports for an answer to a gRPC call that carries no
+    /// `grpc-status` — an HTTP answer with this `status`, not a gRPC one (module docs; gRPC's
+    /// `http-grpc-status-mapping.md`). A 200 without a status is `UNKNOWN`.
+    pub fn for_http_status(status: u16) -> Code {
+        match status {
+            400 => Code::Internal,
+            401 => Code::Unauthenticated,
+            403 => Code::PermissionDenied,
+            404 => Code::Unimplemented,
+            429 | 502 | 503 | 504 => Code::Unavailable,
+            _ => Code::Unknown,
         }
     }
 }
@@ -268,6 +293,10 @@ mod tests {
         assert_eq!(c(500, "expression_failed"), Code::Internal);
         assert_eq!(c(413, "body_too_large"), Code::ResourceExhausted);
         assert_eq!(c(418, "teapot"), Code::FailedPrecondition);
+        assert_eq!(c(404, "unknown_method"), Code::Unimplemented);
+        assert_eq!(c(415, "unsupported_content_type"), Code::Unimplemented);
+        assert_eq!(c(400, "bad_header"), Code::InvalidArgument);
+        assert_eq!(c(413, "message_too_large"), Code::ResourceExhausted);
         // A backend's code survives the round trip through its HTTP status where it can.
         for code in [
             Code::NotFound,
@@ -280,6 +309,25 @@ mod tests {
             Code::ResourceExhausted,
         ] {
             assert_eq!(Code::for_answer(code.http_status(), ""), code, "{code}");
+        }
+    }
+
+    #[test]
+    fn plain_http_answers_map_to_codes() {
+        let cases = [
+            (200, Code::Unknown),
+            (400, Code::Internal),
+            (401, Code::Unauthenticated),
+            (403, Code::PermissionDenied),
+            (404, Code::Unimplemented),
+            (429, Code::Unavailable),
+            (500, Code::Unknown),
+            (502, Code::Unavailable),
+            (503, Code::Unavailable),
+            (504, Code::Unavailable),
+        ];
+        for (status, code) in cases {
+            assert_eq!(Code::for_http_status(status), code, "{status}");
         }
     }
 

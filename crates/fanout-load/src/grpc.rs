@@ -13,9 +13,8 @@
 //!   `errors<…` threshold include it;
 //! - `RESOURCE_EXHAUSTED` and `UNAVAILABLE` (the codes of 429 and 503) are also `rejected`;
 //! - an answer without `grpc-status` is counted under the code a gRPC client reports for its
-//!   HTTP status (gRPC's `http-grpc-status-mapping`: 200 and other statuses `UNKNOWN`, 400
-//!   `INTERNAL`, 401 `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404 `UNIMPLEMENTED`, 429, 502,
-//!   503, 504 `UNAVAILABLE`), and in [`crate::LoadReport::grpc_missing_status`].
+//!   HTTP status ([`Code::for_http_status`], gRPC's `http-grpc-status-mapping`: a 200 without a
+//!   status is `UNKNOWN`), and in [`crate::LoadReport::grpc_missing_status`].
 //!
 //! HTTP status classes are recorded as for HTTP targets.
 //!
@@ -339,19 +338,6 @@ pub(crate) fn code_of(v: &[u8]) -> Code {
     }
 }
 
-/// The code a gRPC client reports for an answer without `grpc-status` (gRPC's
-/// `http-grpc-status-mapping.md`; a 200 without a status is `UNKNOWN`).
-fn code_for_http(status: u16) -> Code {
-    match status {
-        400 => Code::Internal,
-        401 => Code::Unauthenticated,
-        403 => Code::PermissionDenied,
-        404 => Code::Unimplemented,
-        429 | 502 | 503 | 504 => Code::Unavailable,
-        _ => Code::Unknown,
-    }
-}
-
 /// The verdict on an answer with HTTP `status` and, if it had one, the code of its
 /// `grpc-status`.
 pub(crate) fn judge(status: u16, grpc_status: Option<Code>) -> GrpcAnswer {
@@ -361,7 +347,7 @@ pub(crate) fn judge(status: u16, grpc_status: Option<Code>) -> GrpcAnswer {
             missing: false,
         },
         None => GrpcAnswer {
-            code: code_for_http(status),
+            code: Code::for_http_status(status),
             missing: true,
         },
     }

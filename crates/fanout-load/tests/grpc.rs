@@ -1,5 +1,5 @@
-//! Unary gRPC targets: a real HTTP/2 gRPC server written here (hyper, hand-framed messages,
-//! trailers) answers by method — OK, UNAVAILABLE in the trailers, NOT_FOUND trailers-only, and
+//! Unary gRPC targets: a real HTTP/2 gRPC server (the testkit's hand-written one, hand-framed
+//! messages and trailers) answers by method — OK, UNAVAILABLE in the trailers, NOT_FOUND trailers-only, and
 //! no grpc-status at all — and the report counts each by its code. The server decodes every
 //! request with hand-written prost structs (not the generator's reflection codec), so the
 //! encoding of the JSON message is checked independently.
@@ -7,22 +7,17 @@
 //! Counts and states only, no timings: these run on a loaded 2-core machine.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
-use bytes::Bytes;
 use fanout_load::{
     GrpcTemplateError, LoadError, LoadReport, LoadSpec, Protocol, RequestTemplate, Schedule,
     Threshold, check_thresholds, grpc_request, load_protos, run, summary_text,
 };
-use http::{HeaderMap, HeaderValue, Request, Response};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use fanout_testkit::TempDir;
+use fanout_testkit::grpc::{
+    GrpcRequest, GrpcServer, grpc_answer, grpc_trailers, grpc_trailers_only, grpc_unframe,
+    http_answer,
+};
 use prost::Message;
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 const PROTO: &str = r#"syntax = "proto3";
 package test.v1;
@@ -85,18 +80,12 @@ fn expected() -> EchoRequest {
 }
 
 /// A temp directory holding `test.proto`, removed on drop.
-struct ProtoDir(PathBuf);
+struct ProtoDir(TempDir);
 
 impl ProtoDir {
     fn new(tag: &str) -> ProtoDir {
-        let n = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let d =
-            std::env::temp_dir().join(format!("fanout-load-grpc-{tag}-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("test.proto"), PROTO).unwrap();
+        let d = TempDir::new(&format!("load-grpc-{tag}"));
+        d.write("test.proto", PROTO);
         ProtoDir(d)
     }
 
@@ -105,146 +94,43 @@ impl ProtoDir {
     }
 }
 
-impl Drop for ProtoDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// What the server saw of one request.
-#[derive(Debug, Clone)]
-struct Seen {
-    path: String,
-    message: Option<EchoRequest>,
-    grpc_headers: bool,
-    tenant: Option<String>,
-}
-
-type Body = BoxBody<Bytes, Infallible>;
-
-fn frame(msg: &impl Message) -> Bytes {
-    let m = msg.encode_to_vec();
-    let mut out = Vec::with_capacity(5 + m.len());
-    out.push(0);
-    out.extend_from_slice(&(m.len() as u32).to_be_bytes());
-    out.extend_from_slice(&m);
-    Bytes::from(out)
+/// The request message of a request the server saw, decoded by hand.
+fn message(r: &GrpcRequest) -> Option<EchoRequest> {
+    unframe(&r.body)
 }
 
 fn unframe(body: &[u8]) -> Option<EchoRequest> {
-    let (head, rest) = body.split_at_checked(5)?;
-    let len = u32::from_be_bytes(head[1..5].try_into().ok()?) as usize;
-    if head[0] != 0 || rest.len() != len {
-        return None;
-    }
-    EchoRequest::decode(rest).ok()
+    EchoRequest::decode(grpc_unframe(body)?).ok()
 }
 
-fn trailers(status: &'static str, message: Option<&'static str>) -> HeaderMap {
-    let mut t = HeaderMap::new();
-    t.insert("grpc-status", HeaderValue::from_static(status));
-    if let Some(m) = message {
-        t.insert("grpc-message", HeaderValue::from_static(m));
-    }
-    t
+/// Whether a request carried gRPC's headers.
+fn grpc_headers(r: &GrpcRequest) -> bool {
+    r.header("content-type") == Some("application/grpc") && r.header("te") == Some("trailers")
 }
 
-fn grpc_response(body: Body) -> Response<Body> {
-    let mut r = Response::new(body);
-    r.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/grpc"));
-    r
-}
-
-async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response<Body> {
-    let path = req.uri().path().to_string();
-    let h = req.headers();
-    let grpc_headers = h
-        .get("content-type")
-        .is_some_and(|v| v == "application/grpc")
-        && h.get("te").is_some_and(|v| v == "trailers");
-    let tenant = h
-        .get("x-tenant")
-        .and_then(|v| v.to_str().ok())
-        .map(String::from);
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
-    let message = unframe(&body);
-    let name = message.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-    seen.lock().unwrap().push(Seen {
-        path: path.clone(),
-        message,
-        grpc_headers,
-        tenant,
-    });
-    let reply = frame(&EchoReply {
-        message: format!("hi {name}"),
-    });
-    match path.as_str() {
-        // A message, then `grpc-status: 0` in the trailers.
-        "/test.v1.Echo/Hello" => grpc_response(
-            Full::new(reply)
-                .with_trailers(std::future::ready(Some(Ok(trailers("0", None)))))
-                .boxed(),
-        ),
-        // No message, UNAVAILABLE in the trailers.
-        "/test.v1.Echo/Busy" => grpc_response(
-            Empty::new()
-                .with_trailers(std::future::ready(Some(Ok(trailers(
-                    "14",
-                    Some("try later"),
-                )))))
-                .boxed(),
-        ),
-        // Trailers-only: the status in the headers, which end the stream.
-        "/test.v1.Echo/Missing" => {
-            let mut r = grpc_response(Empty::new().boxed());
-            r.headers_mut().extend(trailers("5", Some("no such thing")));
-            r
+/// An h2c gRPC server on 127.0.0.1:0, answering by method.
+async fn server() -> GrpcServer {
+    GrpcServer::start(|req| {
+        let name = unframe(&req.body).map(|m| m.name).unwrap_or_default();
+        let reply = EchoReply {
+            message: format!("hi {name}"),
         }
-        // A message and no grpc-status at all (a broken server).
-        "/test.v1.Echo/Bare" => grpc_response(Full::new(reply).boxed()),
-        _ => {
-            let mut r = Response::new(Empty::new().boxed());
-            *r.status_mut() = http::StatusCode::NOT_FOUND;
-            r
+        .encode_to_vec();
+        match req.path.as_str() {
+            // A message, then `grpc-status: 0` in the trailers.
+            "/test.v1.Echo/Hello" => grpc_answer(Some(&reply), Some(grpc_trailers("0", None))),
+            // No message, UNAVAILABLE in the trailers.
+            "/test.v1.Echo/Busy" => grpc_answer(None, Some(grpc_trailers("14", Some("try later")))),
+            // Trailers-only: the status in the headers, which end the stream.
+            "/test.v1.Echo/Missing" => {
+                grpc_trailers_only(grpc_trailers("5", Some("no such thing")))
+            }
+            // A message and no grpc-status at all (a broken server).
+            "/test.v1.Echo/Bare" => grpc_answer(Some(&reply), None),
+            _ => http_answer(http::StatusCode::NOT_FOUND),
         }
-    }
-}
-
-/// An h2c gRPC server on 127.0.0.1:0; what it saw is in the returned list.
-async fn server() -> (
-    SocketAddr,
-    Arc<Mutex<Vec<Seen>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            let s = s.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let s = s.clone();
-                    async move { Ok::<_, Infallible>(handle(req, s).await) }
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    (addr, seen, task)
+    })
+    .await
 }
 
 fn protos(dir: &ProtoDir) -> fanout_load::grpc::ProtoSet {
@@ -266,11 +152,8 @@ async fn go(spec: &LoadSpec) -> LoadReport {
 async fn answers_are_counted_by_grpc_code() {
     let dir = ProtoDir::new("codes");
     let set = protos(&dir);
-    let (addr, seen, server) = server().await;
-    let mut spec = LoadSpec::new(
-        format!("http://{addr}"),
-        Schedule::parse("const(200,1s)").unwrap(),
-    );
+    let server = server().await;
+    let mut spec = LoadSpec::new(server.url(), Schedule::parse("const(200,1s)").unwrap());
     spec.protocol = Protocol::Grpc;
     // Round robin: 50 requests each.
     spec.requests = ["Hello", "Busy", "Missing", "Bare"]
@@ -331,29 +214,25 @@ async fn answers_are_counted_by_grpc_code() {
 
     // The server decoded exactly the message the JSON described, with the gRPC headers and
     // the metadata, on every request.
-    let seen = seen.lock().unwrap().clone();
+    let seen = server.requests();
     assert_eq!(seen.len(), 200);
     for s in &seen {
-        assert_eq!(s.message.as_ref(), Some(&expected()), "{}", s.path);
-        assert!(s.grpc_headers, "{}: content-type/te", s.path);
-        assert_eq!(s.tenant.as_deref(), Some("t1"));
+        assert_eq!(message(s), Some(expected()), "{}", s.path);
+        assert!(grpc_headers(s), "{}: content-type/te", s.path);
+        assert_eq!(s.header("x-tenant"), Some("t1"));
     }
     for m in ["Hello", "Busy", "Missing", "Bare"] {
         let path = format!("/test.v1.Echo/{m}");
         assert_eq!(seen.iter().filter(|s| s.path == path).count(), 50, "{m}");
     }
-    server.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_runs_ignore_grpc_status_and_keep_their_json() {
     let dir = ProtoDir::new("h2");
     let set = protos(&dir);
-    let (addr, _seen, server) = server().await;
-    let mut spec = LoadSpec::new(
-        format!("http://{addr}"),
-        Schedule::parse("const(40,1s)").unwrap(),
-    );
+    let server = server().await;
+    let mut spec = LoadSpec::new(server.url(), Schedule::parse("const(40,1s)").unwrap());
     // The same gRPC requests over plain HTTP/2: judged by HTTP status, every 200 is ok.
     spec.protocol = Protocol::Http2;
     spec.requests = vec![
@@ -376,7 +255,6 @@ async fn http2_runs_ignore_grpc_status_and_keep_their_json() {
         }
         other => panic!("{:?}", other.map(|r| r.completed)),
     }
-    server.abort();
 }
 
 fn err(set: &fanout_load::grpc::ProtoSet, method: &str, json: &str) -> GrpcTemplateError {
@@ -494,7 +372,7 @@ fn proto_files_are_found_next_to_themselves() {
     let set = load_protos(&[dir.0.join("svc.proto")], &[]).unwrap_or_else(|e| panic!("{e}"));
     assert!(grpc_request(&set, "svc.v1.S/Call", JSON, &[]).is_ok());
     // With an import path, a file may be named relative to it.
-    let set = load_protos(&[PathBuf::from("svc.proto")], std::slice::from_ref(&dir.0))
+    let set = load_protos(&[PathBuf::from("svc.proto")], &[dir.0.path().to_path_buf()])
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(set.method("svc.v1.S/Call").is_ok());
     // A broken file is reported with its line.
@@ -504,7 +382,11 @@ fn proto_files_are_found_next_to_themselves() {
     assert!(!Path::new(&dir.0.join("nope.proto")).exists());
     let e = load_protos(&[dir.0.join("nope.proto")], &[]).unwrap_err();
     assert!(e.to_string().contains("nope.proto: no such file"), "{e}");
-    let e = load_protos(&[PathBuf::from("nope.proto")], std::slice::from_ref(&dir.0)).unwrap_err();
+    let e = load_protos(
+        &[PathBuf::from("nope.proto")],
+        &[dir.0.path().to_path_buf()],
+    )
+    .unwrap_err();
     assert!(
         e.to_string()
             .starts_with("nope.proto: no such file (nor in the import path: /"),

@@ -345,25 +345,33 @@ async fn exchange(
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                CallError::new(
-                    CallErrorKind::BodyTooLarge,
-                    format!("answer larger than max_response_bytes ({limit})"),
-                )
-            } else {
-                CallError::new(
-                    CallErrorKind::Reset,
-                    format!("reading the answer failed: {}", describe(&*e)),
-                )
-            }
+            read_failure(&*e, || {
+                format!("answer larger than max_response_bytes ({limit})")
+            })
         })?
         .to_bytes();
     Ok(CallResponse {
         status: parts.status,
         body,
     })
+}
+
+/// The error of an answer body that could not be read: too large (`too_large` says by which
+/// limit) or cut off.
+fn read_failure(
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+    too_large: impl FnOnce() -> String,
+) -> CallError {
+    if e.downcast_ref::<http_body_util::LengthLimitError>()
+        .is_some()
+    {
+        CallError::new(CallErrorKind::BodyTooLarge, too_large())
+    } else {
+        CallError::new(
+            CallErrorKind::Reset,
+            format!("reading the answer failed: {}", describe(e)),
+        )
+    }
 }
 
 /// A gRPC call: the answer's status from `grpc-status`, its body the one answer message.
@@ -380,14 +388,7 @@ async fn grpc_exchange(
     let (parts, body) = resp.into_parts();
     // Not a gRPC answer at all: the HTTP status decides (the gRPC spec's mapping).
     if parts.status != http::StatusCode::OK {
-        let code = match parts.status.as_u16() {
-            400 => Code::Internal,
-            401 => Code::Unauthenticated,
-            403 => Code::PermissionDenied,
-            404 => Code::Unimplemented,
-            429 | 502..=504 => Code::Unavailable,
-            _ => Code::Unknown,
-        };
+        let code = Code::for_http_status(parts.status.as_u16());
         return Ok(grpc_failure(code, &format!("HTTP status {}", parts.status)));
     }
     let header_status = parts.headers.get("grpc-status").cloned();
@@ -396,19 +397,9 @@ async fn grpc_exchange(
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                CallError::new(
-                    CallErrorKind::BodyTooLarge,
-                    format!("answer message larger than max_message_bytes ({max_message})"),
-                )
-            } else {
-                CallError::new(
-                    CallErrorKind::Reset,
-                    format!("reading the answer failed: {}", describe(&*e)),
-                )
-            }
+            read_failure(&*e, || {
+                format!("answer message larger than max_message_bytes ({max_message})")
+            })
         })?;
     let trailers = collected.trailers().cloned();
     let (code_v, message_v) = match &trailers {

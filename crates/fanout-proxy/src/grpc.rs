@@ -363,14 +363,7 @@ impl Gateway {
         if e.log {
             self.log_failure(&e, rid, &parts.method, parts.uri.path());
         }
-        let code = match e.code.as_ref() {
-            "unknown_method" | "unsupported_content_type" | "unsupported_compression" => {
-                Code::Unimplemented
-            }
-            "message_too_large" => Code::ResourceExhausted,
-            "bad_header" => Code::InvalidArgument,
-            _ => Code::for_answer(e.status, &e.code),
-        };
+        let code = Code::for_answer(e.status, &e.code);
         let mut message = e.message;
         if self.limits.expose_error_details
             && let Some(d) = &e.detail

@@ -25,6 +25,17 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// Read the whole body of a response; panics when it cannot be read.
+    pub async fn read(resp: http::Response<hyper::body::Incoming>) -> Resp {
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
     /// The body as JSON; panics (showing the body) when it is not JSON.
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
@@ -81,13 +92,7 @@ pub async fn send(
         .await
         .expect("response within 20 s")
         .expect("response");
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+    Resp::read(resp).await
 }
 
 /// `GET url` with a new HTTP/1.1 client.

@@ -4,7 +4,7 @@
 use crate::client::Resp;
 use bytes::Bytes;
 use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
@@ -30,17 +30,6 @@ pub async fn conn(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
     send
 }
 
-/// Read the whole body of a response.
-async fn collect(resp: http::Response<hyper::body::Incoming>) -> Resp {
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
-}
-
 /// One request on a fresh connection; the whole body is read, then the connection is dropped
 /// (closed once the connection task sees no more requests).
 pub async fn send(addr: SocketAddr, method: Method, path: &str, body: impl Into<Bytes>) -> Resp {
@@ -49,7 +38,7 @@ pub async fn send(addr: SocketAddr, method: Method, path: &str, body: impl Into<
         .send_request(request(method, path, body))
         .await
         .expect("response");
-    collect(resp).await
+    Resp::read(resp).await
 }
 
 /// `req` on a fresh connection that is aborted (closed at once) after the whole body is read.
@@ -60,7 +49,7 @@ pub async fn exchange(addr: SocketAddr, req: Request<Full<Bytes>>) -> Resp {
         .expect("handshake");
     let conn = tokio::spawn(conn);
     let resp = send.send_request(req).await.expect("response");
-    let resp = collect(resp).await;
+    let resp = Resp::read(resp).await;
     drop(send);
     conn.abort();
     resp

@@ -37,3 +37,12 @@ pub fn calls(stubs: &StubServer, service: &str) -> u64 {
         .map(|s| s.routes.values().map(|r| r.requests).sum())
         .unwrap_or(0)
 }
+
+/// Requests one route of a stub service received (`route` as in its stats: `GET /items`; 0 for
+/// an unknown service or route).
+pub fn route_calls(stubs: &StubServer, service: &str, route: &str) -> u64 {
+    stubs
+        .stats(service)
+        .and_then(|s| s.routes.get(route).map(|r| r.requests))
+        .unwrap_or(0)
+}

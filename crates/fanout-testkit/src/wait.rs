@@ -10,6 +10,10 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 /// The pause between two checks.
 const POLL: Duration = Duration::from_millis(5);
 
+/// The pause between two looks that cost more (a request to a server under test, a child
+/// process's state).
+const SLOW_POLL: Duration = Duration::from_millis(20);
+
 /// Poll `cond` until it holds; panics (naming `what`) if it does not within [`PATIENCE`].
 pub async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
     wait_within(what, PATIENCE, cond).await
@@ -17,10 +21,15 @@ pub async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
 
 /// Poll `cond` every 5 ms until it holds; panics (naming `what`) after `limit` worth of polls.
 pub async fn wait_within(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let polls = limit.as_millis() / POLL.as_millis();
-    for _ in 0..polls {
-        if cond() {
-            return;
+    wait_for(what, limit, || cond().then_some(())).await
+}
+
+/// Poll `f` every 5 ms until it gives a value, and return it; panics (naming `what`) after
+/// `limit` worth of polls.
+pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..polls(limit, POLL) {
+        if let Some(v) = f() {
+            return v;
         }
         tokio::time::sleep(POLL).await;
     }
@@ -33,12 +42,44 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let polls = PATIENCE.as_millis() / POLL.as_millis();
-    for _ in 0..polls {
-        if cond().await {
-            return;
+    wait_for_async(what, PATIENCE, || {
+        let c = cond();
+        async move { c.await.then_some(()) }
+    })
+    .await
+}
+
+/// [`wait_for`] for a look that needs `.await` (a request, a connection): polls `f` every 20 ms
+/// until it gives a value; panics (naming `what`) after `limit` worth of polls.
+pub async fn wait_for_async<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..polls(limit, SLOW_POLL) {
+        if let Some(v) = f().await {
+            return v;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(SLOW_POLL).await;
     }
     panic!("timed out waiting for: {what}");
+}
+
+/// [`wait_for`] for a test without a runtime (a child process's output read by threads):
+/// polls `f` every 20 ms, blocking this thread; `None` after `limit` worth of polls, for the
+/// caller to fail with what it knows (e.g. the child's output so far).
+pub fn poll_blocking<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..polls(limit, SLOW_POLL) {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(SLOW_POLL);
+    }
+    None
+}
+
+/// How many polls of `every` `limit` is worth: counted rather than timed, so a loaded machine,
+/// where each pause lasts longer, waits longer still.
+fn polls(limit: Duration, every: Duration) -> u128 {
+    (limit.as_millis() / every.as_millis()).max(1)
 }

@@ -2,12 +2,8 @@
 //! (crates/fanout-flow/tests/explain/), selects routes by path or `METHOD /path`, and exits 1 on
 //! an unknown route (listing the routes) or a config error (FILE:LINE:COL like `validate`).
 
-use std::path::{Path, PathBuf};
+use fanout_testkit::repo_root as root;
 use std::process::{Command, Output, Stdio};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn explain(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fanout"))

@@ -177,7 +177,7 @@ routes:
         let (sa, sb) = (served_a.clone(), served_b.clone());
         move || sa.load(Ordering::Relaxed) >= n && sb.load(Ordering::Relaxed) >= n
     };
-    wait_until_async("both replicas serve", Duration::from_secs(30), both(20)).await;
+    wait_within("both replicas serve", Duration::from_secs(30), both(20)).await;
 
     // Freeze replica a.
     a.signal("-STOP");
@@ -185,7 +185,7 @@ routes:
     max_ms.store(0, Ordering::Relaxed);
     let gw_addr = gw.addr;
     let a_addr = a.addr.clone();
-    wait_until_async_value("a ejected", Duration::from_secs(30), || {
+    wait_for_async("a ejected", Duration::from_secs(30), || {
         let a_addr = a_addr.clone();
         async move {
             let st = status(gw_addr).await;
@@ -197,7 +197,7 @@ routes:
     // The load goes on on b alone.
     let b_before = served_b.load(Ordering::Relaxed);
     let a_frozen = served_a.load(Ordering::Relaxed);
-    wait_until_async("b serves alone", Duration::from_secs(30), {
+    wait_within("b serves alone", Duration::from_secs(30), {
         let sb = served_b.clone();
         move || sb.load(Ordering::Relaxed) >= b_before + 200
     })
@@ -212,7 +212,7 @@ routes:
     // Thaw: a is probed back after its ejection and serves again.
     a.signal("-CONT");
     let thawed_at = Instant::now();
-    wait_until_async("a serves again", Duration::from_secs(60), {
+    wait_within("a serves again", Duration::from_secs(60), {
         let sa = served_a.clone();
         move || sa.load(Ordering::Relaxed) >= a_frozen + 20
     })
@@ -242,29 +242,4 @@ routes:
         "retries moved the frozen replica's calls to the other one"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Wait (polling every 20 ms) until `f` holds, at most `limit`.
-async fn wait_until_async(what: &str, limit: Duration, f: impl Fn() -> bool) {
-    let until = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < until, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Wait (polling every 50 ms) until `f` gives a value, at most `limit`.
-async fn wait_until_async_value<T, F, Fut>(what: &str, limit: Duration, f: F) -> T
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

@@ -19,15 +19,6 @@ async fn status(gw: &fanout::RunningGateway) -> Value {
         .json()
 }
 
-fn route_calls(s: &fanout_stub::StubServer, service: &str, route: &str) -> u64 {
-    s.stats(service)
-        .unwrap()
-        .routes
-        .get(route)
-        .map(|r| r.requests)
-        .unwrap_or(0)
-}
-
 /// Send `n` requests, `concurrency` at a time; returns the answers (status, JSON body).
 async fn run(
     gw: &fanout::RunningGateway,

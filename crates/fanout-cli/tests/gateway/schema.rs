@@ -1,24 +1,13 @@
 //! The JSON Schemas are valid, match the committed snapshots in docs/, and every example config
 //! validates against them (and loads).
 
+use fanout_testkit::repo_root as root;
 use std::path::{Path, PathBuf};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
+/// The committed schema `file` is this one (`UPDATE_SNAPSHOTS=1` rewrites it).
 fn check_snapshot(file: &str, schema: &serde_json::Value) {
-    let path = root().join(file);
     let text = serde_json::to_string_pretty(schema).unwrap() + "\n";
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &text).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == text,
-        "{file} is out of date with the config types; run `UPDATE_SNAPSHOTS=1 cargo test -p fanout --test gateway schema::` and commit it"
-    );
+    fanout_testkit::check_snapshot(file, &text, "cargo test -p fanout --test gateway schema::");
 }
 
 #[test]

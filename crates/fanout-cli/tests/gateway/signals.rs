@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CONFIG: &str = "routes:\n  - path: /ping\n    respond: { body: '{pong: true}' }\n";
 
@@ -145,19 +145,13 @@ impl Gateway {
 
 /// Wait until `f` gives a value, up to 30 s (the machine may be loaded: this waits for a state,
 /// it does not time anything).
-fn wait_for<T>(what: &str, lines: &Mutex<Vec<String>>, mut f: impl FnMut() -> Option<T>) -> T {
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < until,
+fn wait_for<T>(what: &str, lines: &Mutex<Vec<String>>, f: impl FnMut() -> Option<T>) -> T {
+    fanout_testkit::poll_blocking(Duration::from_secs(30), f).unwrap_or_else(|| {
+        panic!(
             "timed out waiting for: {what}; stderr:\n{}",
             lines.lock().expect("log lines").join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        )
+    })
 }
 
 /// GET `path`: the whole answer (status line, headers, body).

@@ -19,13 +19,7 @@ pub fn stub_vars(stubs: &StubServer) -> HashMap<String, String> {
 /// Start a gateway from YAML text against running stubs, on an ephemeral port; panics (showing
 /// the error) when the config does not load or the port cannot be bound.
 pub async fn gateway(yaml: &str, stubs: &StubServer) -> RunningGateway {
-    let vars = stub_vars(stubs);
-    let lookup = |n: &str| vars.get(n).cloned();
-    let gw = load_gateway("fanout.yaml", yaml, &lookup)
-        .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
-    start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
-        .await
-        .expect("bind gateway")
+    gateway_with(yaml, stubs, &[]).await
 }
 
 /// A loaded config from YAML text against running stubs (for reloads); panics on errors.
