@@ -268,6 +268,35 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
     assert_eq!(order[1], order[2], "ABBA: {order:?}");
     assert_ne!(order[0], order[1], "targets alternate: {order:?}");
 
+    // The direct path names each call as `service path`; a target that shared calls between
+    // requests (fewer backend calls than the direct path has) gets no added p50.
+    let direct = rep["direct"]["path"].as_array().expect("direct path");
+    assert!(
+        direct
+            .iter()
+            .all(|p| p.as_str().is_some_and(|p| p.contains(" /"))),
+        "{direct:?}"
+    );
+    for target in ["fanout", "hyper-baseline"] {
+        let t = &rep["targets"][target];
+        let calls = t["backend_calls_per_request"].as_f64().unwrap_or(0.0);
+        if calls + 0.05 < direct.len() as f64 {
+            assert!(t["added_p50_ms"].is_null(), "{target}: {t}");
+        }
+    }
+    // The children's logs hold their start-up lines.
+    let log = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
+    assert!(
+        log("fanout.log").contains("fanout serving"),
+        "{}",
+        log("fanout.log")
+    );
+    assert!(
+        log("stubs.log").contains("stub service listening"),
+        "{}",
+        log("stubs.log")
+    );
+
     let html = out.join("report.html");
     let (dom, stderr) = render(&html, &out.join("report.png"));
     let figures = dom.matches("class=\"chart\"").count();
@@ -577,7 +606,7 @@ fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
         direct["p50_ms"].as_f64().is_some_and(|v| v > 0.0),
         "direct over gRPC: {direct}"
     );
-    assert_eq!(direct["path"][0], "orders/lab.v1.Orders/ListOrders");
+    assert_eq!(direct["path"][0], "orders /lab.v1.Orders/ListOrders");
     let _ = std::fs::remove_dir_all(&out);
 }
 
