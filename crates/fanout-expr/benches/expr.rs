@@ -9,20 +9,10 @@ use std::hint::black_box;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod json_docs;
+
 fn doc() -> Val {
-    let items: Vec<String> = (0..100)
-        .map(|i| {
-            format!(
-                r#"{{"id":{i},"name":"item {i}","price":{}.5,"tags":["a","b"]}}"#,
-                i * 3
-            )
-        })
-        .collect();
-    let src = format!(
-        r#"{{"total":100,"items":[{}],"meta":{{"page":{{"n":1}}}}}}"#,
-        items.join(",")
-    );
-    json::parse(src.as_bytes()).unwrap()
+    json::parse(json_docs::plain().as_bytes()).unwrap()
 }
 
 fn bench(c: &mut Criterion) {
@@ -90,7 +80,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     // numbers of every kind (ids above 2^63, prices, coordinates, `1.50`, long decimals)
-    let nums = numbers_doc();
+    let nums = json_docs::numbers();
     let nums_val = json::parse(nums.as_bytes()).unwrap();
     g.bench_function("parse_numbers_json", |b| {
         b.iter(|| black_box(json::parse(nums.as_bytes()).unwrap()))
@@ -103,26 +93,6 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
-}
-
-/// 100 objects with 8 numbers each: integers, an id above 2^63, decimals that a float prints
-/// back as written, and literals that only their text keeps (`1.50`, 20 digits, an exponent).
-fn numbers_doc() -> String {
-    let items: Vec<String> = (0..100)
-        .map(|i| {
-            format!(
-                r#"{{"id":{i},"big":{},"price":{}.25,"amount":"x","rate":0.000{},"lat":55.75{},"cents":{}.50,"long":0.10000000000000000{},"e":1e{}}}"#,
-                18446744073709551515u64 + i,
-                i * 7,
-                i + 1,
-                i + 10,
-                i,
-                i + 10,
-                i % 300
-            )
-        })
-        .collect();
-    format!("[{}]", items.join(","))
 }
 
 criterion_group!(benches, bench);
