@@ -341,3 +341,80 @@ fn strings_and_escapes() {
         r#"{"a":[1,2],"b":{}}"#
     );
 }
+
+/// Mutated documents (a fixed pseudo-random sequence: bytes replaced, inserted, removed) are
+/// accepted exactly when serde_json accepts them (but for numbers beyond f64, which serde_json
+/// refuses and jq keeps), and never panic; what both accept is the same value.
+#[test]
+fn mutated_documents_are_judged_like_serde_json() {
+    let seeds = [
+        r#"{"a":[1,2.5,-3e2,true,false,null],"b":{"c":"d\u00e9\n\"x\""},"e":[]}"#,
+        r#"[{"id":18446744073709551615,"p":1.50},"\ud83d\ude00",0,-0,1E-5]"#,
+        r#"{"nested":[[[[{"k":[{}]}]]]],"s":"a\\b\/c\t"}"#,
+    ];
+    let alphabet = b"{}[]:,\"\\0123456789.eE+-truefalsn \t\n\xc3\xa9\xff/u";
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut both = 0;
+    for round in 0..20_000 {
+        let mut doc = seeds[round % seeds.len()].as_bytes().to_vec();
+        for _ in 0..1 + next() % 3 {
+            let at = (next() as usize) % (doc.len() + 1);
+            let c = alphabet[(next() as usize) % alphabet.len()];
+            match next() % 3 {
+                0 if at < doc.len() => doc[at] = c,
+                1 => doc.insert(at, c),
+                _ if at < doc.len() => {
+                    doc.remove(at);
+                }
+                _ => doc.push(c),
+            }
+        }
+        let ours = json::parse(&doc);
+        let theirs = serde_json::from_slice::<serde_json::Value>(&doc);
+        match (&ours, &theirs) {
+            (Ok(a), Ok(b)) => {
+                both += 1;
+                let mut out = Vec::new();
+                json::write(a, &mut out);
+                let back: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: our output does not parse: {e}",
+                        String::from_utf8_lossy(&out)
+                    )
+                });
+                // numbers may be written differently (kept text vs shortest float)
+                assert!(same(&back, b), "{}", String::from_utf8_lossy(&doc));
+            }
+            (Err(_), Err(_)) => {}
+            (Ok(_), Err(e)) if e.to_string().contains("out of range") => {}
+            _ => panic!(
+                "{:?}: ours {:?}, serde_json {:?}",
+                String::from_utf8_lossy(&doc),
+                ours.as_ref().map(|_| "ok"),
+                theirs.as_ref().map(|_| "ok")
+            ),
+        }
+    }
+    assert!(both > 1000, "only {both} mutated documents were valid");
+}
+
+/// Equal values, numbers compared as `f64` (a kept literal and serde_json's float of it).
+fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value as J;
+    match (a, b) {
+        (J::Number(x), J::Number(y)) => x.as_f64() == y.as_f64(),
+        (J::Array(x), J::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+        }
+        (J::Object(x), J::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
