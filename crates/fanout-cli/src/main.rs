@@ -313,10 +313,11 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     errln!("error: {e:#}");
+                    // the admin listener's error keeps its kind too (fanout::start_gateway)
                     let in_use = e.chain().any(|c| {
                         c.downcast_ref::<std::io::Error>()
                             .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
-                    }) || format!("{e:#}").contains("Address already in use");
+                    });
                     if in_use && let Some(hint) = in_use_hint {
                         errln!("hint: {hint}");
                     }
