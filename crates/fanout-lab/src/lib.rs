@@ -7,6 +7,7 @@
 pub mod baseline;
 pub mod http;
 pub mod java;
+pub mod postgres;
 pub mod process;
 pub mod procstat;
 pub mod report;
