@@ -18,6 +18,9 @@ pub enum Protocol {
     /// gRPC (unary calls over HTTP/2), called by `grpc:` steps; messages from the `protos:`
     /// files. HTTP/2 keepalive is on by default (`keepalive`).
     Grpc,
+    /// PostgreSQL (`url: postgres://user:password@host:port/database`), called by `sql:` steps
+    /// through the pool configured by `postgres:`.
+    Postgres,
 }
 
 impl Protocol {
@@ -73,9 +76,11 @@ pub struct Backend {
     pub timeout: Option<Dur>,
     /// TCP connect timeout; defaults to `defaults.connect_timeout`.
     pub connect_timeout: Option<Dur>,
-    /// `http1` (default), `http2` or `grpc`.
+    /// `http1` (default), `http2`, `grpc` or `postgres`.
     #[serde(default)]
     pub protocol: Protocol,
+    /// The connection pool of a `protocol: postgres` backend (defaults apply when absent).
+    pub postgres: Option<crate::PostgresConfig>,
     /// HTTP/2 keepalive PINGs (`http2`, `grpc`). Default for `grpc`: every 1s without frames,
     /// 1s to answer, idle connections too; for `http2`: off unless this is set.
     pub keepalive: Option<KeepaliveConfig>,

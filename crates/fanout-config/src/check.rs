@@ -173,6 +173,16 @@ impl Config {
             if b.balance.decay.0.is_zero() {
                 bad("balance.decay must be positive".into(), "e.g. `decay: 10s`");
             }
+            if b.protocol == crate::Protocol::Postgres {
+                postgres_check(name, b, &urls, errs);
+                continue;
+            }
+            if b.postgres.is_some() {
+                bad(
+                    "`postgres:` settings need `protocol: postgres`".into(),
+                    "set `protocol: postgres` with a `url: postgres://…`, or remove `postgres:`",
+                );
+            }
             for u in urls {
                 let v = &u.value;
                 let ok = (v.starts_with("http://") || v.starts_with("https://"))
@@ -191,9 +201,76 @@ impl Config {
     }
 }
 
+/// A `protocol: postgres` backend: one `postgres://` URL, a pool that can hold a connection,
+/// and none of the HTTP-only settings.
+fn postgres_check(
+    name: &str,
+    b: &crate::Backend,
+    urls: &[&Located<String>],
+    errs: &mut Vec<ConfigError>,
+) {
+    let at = |pos: Option<Pos>, message: String, hint: &str| {
+        ConfigError {
+            file: String::new(),
+            pos,
+            message: format!("backend `{name}`: {message}"),
+            hint: None,
+        }
+        .hint(hint)
+    };
+    if !b.urls.is_empty() {
+        errs.push(at(
+            b.urls.first().map(|u| u.pos),
+            "a `protocol: postgres` backend has one `url`, not `urls`".into(),
+            "declare one backend per database server",
+        ));
+    }
+    for u in urls {
+        let v = &u.value;
+        if !(v.starts_with("postgres://") || v.starts_with("postgresql://")) {
+            errs.push(at(
+                Some(u.pos),
+                "the URL of a `protocol: postgres` backend starts with `postgres://`".into(),
+                "e.g. `url: postgres://app:${DB_PASSWORD}@db.internal:5432/shop`",
+            ));
+        }
+    }
+    if let Some(p) = &b.postgres {
+        if p.max_size == 0 {
+            errs.push(at(
+                None,
+                "postgres.max_size must be at least 1".into(),
+                "e.g. `max_size: 10`",
+            ));
+        }
+        if p.reconnect_min.0.is_zero() || p.reconnect_max < p.reconnect_min {
+            errs.push(at(
+                None,
+                "postgres.reconnect_min must be positive and at most reconnect_max".into(),
+                "e.g. `reconnect_min: 100ms`, `reconnect_max: 5s`",
+            ));
+        }
+    }
+    if b.batch.is_some() {
+        errs.push(at(
+            None,
+            "a `protocol: postgres` backend has no `batch` form".into(),
+            "look many keys up with one `sql` step (`WHERE id = ANY($1)`)",
+        ));
+    }
+    if b.hedge.is_some() {
+        errs.push(at(
+            None,
+            "a `protocol: postgres` backend cannot hedge (a second copy of a statement costs the database a connection)".into(),
+            "remove `hedge:`",
+        ));
+    }
+}
+
 fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
     let kinds = step.http.is_some() as u8
         + step.grpc.is_some() as u8
+        + step.sql.is_some() as u8
         + step.value.is_some() as u8
         + step.fail.is_some() as u8;
     if kinds != 1 {
@@ -201,11 +278,11 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
             ConfigError::at(
                 name.pos,
                 format!(
-                    "step `{}` must have exactly one of `http`, `grpc`, `value` or `fail` (has {kinds})",
+                    "step `{}` must have exactly one of `http`, `grpc`, `sql`, `value` or `fail` (has {kinds})",
                     name.value
                 ),
             )
-            .hint("a step calls a backend (`http:` or `grpc:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
+            .hint("a step calls a backend (`http:`, `grpc:` or `sql:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
         );
     }
     if let Some(f) = &step.fail {
@@ -243,13 +320,13 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
             );
         }
     }
-    if step.http.is_none() && step.grpc.is_none() {
+    if step.http.is_none() && step.grpc.is_none() && step.sql.is_none() {
         if let Some((k, _)) = step.on_status.iter().next() {
             errs.push(
                 ConfigError::at(
                     k.pos,
                     format!(
-                        "step `{}`: `on_status` needs an `http` or `grpc` step",
+                        "step `{}`: `on_status` needs an `http`, `grpc` or `sql` step",
                         name.value
                     ),
                 )

@@ -16,6 +16,7 @@ mod error;
 mod hints;
 mod load;
 mod located;
+mod postgres;
 mod protos;
 mod redis;
 mod route;
@@ -44,6 +45,7 @@ pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
     read_limited, schema,
 };
+pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
 pub use route::{GrpcCall, HttpCall, Reference, Respond, Route, RouteAdmission, Step};

@@ -81,7 +81,8 @@ pub(crate) fn default_method() -> Located<String> {
     Located::unknown("GET".to_string())
 }
 
-/// One step of a flow: a backend call (`http`) or a computed value (`value`).
+/// One step of a flow: a backend call (`http`, `grpc`, `sql`), a computed value (`value`) or a
+/// guard (`fail`).
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
@@ -107,6 +108,8 @@ pub struct Step {
     pub http: Option<HttpCall>,
     /// Call a gRPC method of a `protocol: grpc` backend.
     pub grpc: Option<GrpcCall>,
+    /// Run one SQL statement on a `protocol: postgres` backend (docs/postgres.md).
+    pub sql: Option<crate::SqlCall>,
     /// Compute a value from other steps without any call.
     pub value: Option<ExprSrc>,
     /// Evaluate this step's `value`/`result` on the compute pool (for large transforms), so the

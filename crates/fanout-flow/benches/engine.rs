@@ -32,15 +32,11 @@ fn vacancy(id: &str) -> Bytes {
 
 impl Backend for Canned {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
-        let body = if req.path_and_query.starts_with("/search") {
+        let path = &req.as_http().expect("an HTTP call").path_and_query;
+        let body = if path.starts_with("/search") {
             self.search.clone()
         } else {
-            let id = req
-                .path_and_query
-                .rsplit('/')
-                .next()
-                .unwrap_or("0")
-                .to_string();
+            let id = path.rsplit('/').next().unwrap_or("0").to_string();
             vacancy(&id)
         };
         Box::pin(async move {
@@ -111,10 +107,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let out = rt.block_on(async {
                 let mk = |p: String| CallRequest {
-                    method: http::Method::GET,
-                    path_and_query: p,
-                    headers: http::HeaderMap::new(),
-                    body: Bytes::new(),
+                    call: fanout_flow::backend::Call::Http(fanout_flow::backend::HttpCall {
+                        method: http::Method::GET,
+                        path_and_query: p,
+                        headers: http::HeaderMap::new(),
+                        body: Bytes::new(),
+                    }),
                     timeout: Duration::from_secs(1),
                     deadline: tokio::time::Instant::now() + Duration::from_secs(1),
                     idempotent: true,

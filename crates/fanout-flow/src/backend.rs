@@ -15,23 +15,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A call, ready to send.
+/// A call, ready to send: what its protocol sends ([`Call`]) and what every layer needs to know
+/// of it (its time, whether it may be sent twice, its trace).
 #[derive(Debug, Clone)]
 pub struct CallRequest {
-    /// HTTP method (for non-HTTP backends: the operation).
-    pub method: Method,
-    /// Path and query, starting with `/`, relative to the backend's base URL.
-    pub path_and_query: String,
-    /// Headers set by the step (the backend adds its static headers).
-    pub headers: HeaderMap,
-    /// Request body (empty for none).
-    pub body: Bytes,
+    /// What is sent, in the shape of the backend's protocol.
+    pub call: Call,
     /// Time this call may take: min(step timeout, remaining request budget).
     pub timeout: Duration,
     /// The request's deadline (the backend may forward the remaining budget).
     pub deadline: Instant,
-    /// Whether sending the call twice is harmless (GET/HEAD, batch lookups, or steps marked
-    /// `idempotent: true`): only such calls are retried or hedged.
+    /// Whether sending the call twice is harmless (GET/HEAD, batch lookups, read-only statements,
+    /// or steps marked `idempotent: true`): only such calls are retried or hedged.
     pub idempotent: bool,
     /// Header in which the transport sends the time this attempt may take, in milliseconds
     /// (`server.deadline_header`); `None` sends none. Written by the innermost layer, so the
@@ -43,10 +38,49 @@ pub struct CallRequest {
     pub trace: Option<crate::trace::CallTrace>,
 }
 
-/// The identity of a call: everything it sends — method, path with query, every header the
-/// step set (sorted by name, so their order does not matter), body. Anything shared between
-/// requests (in-flight dedup, answer caches) is keyed by it, so two calls share an answer only
-/// when they would have sent the same bytes. Time budgets are not part of it.
+/// What a call sends, per protocol. Each shape defines its identity ([`Call::key`]) and whether
+/// it only reads ([`Call::is_safe`]); the layers (dedup, caches, retries, breakers) use nothing
+/// else of it, so they apply to every protocol unchanged.
+#[derive(Debug, Clone)]
+pub enum Call {
+    /// An HTTP request (HTTP/1.1, HTTP/2; gRPC is an HTTP/2 POST whose body is the framed
+    /// message).
+    Http(HttpCall),
+    /// One SQL statement with its parameters (`protocol: postgres`).
+    Sql(SqlCall),
+}
+
+/// An HTTP request of a call.
+#[derive(Debug, Clone)]
+pub struct HttpCall {
+    /// HTTP method.
+    pub method: Method,
+    /// Path and query, starting with `/`, relative to the backend's base URL.
+    pub path_and_query: String,
+    /// Headers set by the step (the backend adds its static headers).
+    pub headers: HeaderMap,
+    /// Request body (empty for none).
+    pub body: Bytes,
+}
+
+/// A SQL statement of a call: the text is the config's (never built from request data), the
+/// parameters are values, typed by the prepared statement when they are sent.
+#[derive(Debug, Clone)]
+pub struct SqlCall {
+    /// The statement, exactly as written in the config.
+    pub statement: Arc<str>,
+    /// `$1`, `$2`, …: JSON values of the flow.
+    pub params: Vec<fanout_expr::Val>,
+    /// Whether the statement only reads (`read_only`): shared by dedup and cached like a GET.
+    pub read_only: bool,
+}
+
+/// The identity of a call: everything it sends — for HTTP, the method, path with query, every
+/// header the step set (sorted by name, so their order does not matter) and the body; for SQL,
+/// the statement and its parameters with their JSON types. Anything shared between requests
+/// (in-flight dedup, answer caches) is keyed by it (within one backend, which fixes the address
+/// and the database role), so two calls share an answer only when they would have sent the same
+/// bytes. Time budgets are not part of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CallKey(Bytes);
 
@@ -66,18 +100,98 @@ pub fn query_method() -> Method {
 }
 
 impl CallRequest {
-    /// Whether the call reads without side effects — GET, HEAD, or a gRPC call to a method that
-    /// has none (`QUERY`, [`query_method`]): only such calls are shared by dedup and cached.
+    /// An HTTP call with the given parts; no time budget yet (the executor sets it when the call
+    /// starts), not idempotent, no trace.
+    pub fn http(method: Method, path_and_query: impl Into<String>) -> CallRequest {
+        CallRequest::new(Call::Http(HttpCall {
+            method,
+            path_and_query: path_and_query.into(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        }))
+    }
+
+    /// A call of the given shape; no time budget yet, not idempotent, no trace.
+    pub fn new(call: Call) -> CallRequest {
+        CallRequest {
+            call,
+            timeout: Duration::ZERO,
+            deadline: Instant::now(),
+            idempotent: false,
+            deadline_header: None,
+            trace: None,
+        }
+    }
+
+    /// The HTTP request, when the call is one.
+    pub fn as_http(&self) -> Option<&HttpCall> {
+        match &self.call {
+            Call::Http(h) => Some(h),
+            Call::Sql(_) => None,
+        }
+    }
+
+    /// The HTTP request, when the call is one (mutable).
+    pub fn as_http_mut(&mut self) -> Option<&mut HttpCall> {
+        match &mut self.call {
+            Call::Http(h) => Some(h),
+            Call::Sql(_) => None,
+        }
+    }
+
+    /// Whether the call reads without side effects (see [`Call::is_safe`]).
     pub fn is_safe(&self) -> bool {
-        self.method == Method::GET || self.method == Method::HEAD || self.method.as_str() == "QUERY"
+        self.call.is_safe()
     }
 
     /// This call's identity (see [`CallKey`]).
     pub fn key(&self) -> CallKey {
+        self.call.key(self.deadline_header.as_ref())
+    }
+}
+
+impl Call {
+    /// Whether the call reads without side effects — GET, HEAD, a gRPC call to a method that has
+    /// none (`QUERY`, [`query_method`]), a read-only statement: only such calls are shared by
+    /// dedup and cached.
+    pub fn is_safe(&self) -> bool {
+        match self {
+            Call::Http(h) => {
+                h.method == Method::GET || h.method == Method::HEAD || h.method.as_str() == "QUERY"
+            }
+            Call::Sql(s) => s.read_only,
+        }
+    }
+
+    /// The call's identity (see [`CallKey`]); `deadline_header` is left out of it.
+    pub fn key(&self, deadline_header: Option<&HeaderName>) -> CallKey {
+        match self {
+            Call::Http(h) => h.key(deadline_header),
+            Call::Sql(s) => s.key(),
+        }
+    }
+
+    /// The call for a log line or a span: `GET /path`, or `SQL` and the statement's first line.
+    pub fn describe(&self) -> String {
+        match self {
+            Call::Http(h) => format!("{} {}", h.method, h.path_and_query),
+            Call::Sql(s) => format!("SQL {}", s.statement.lines().next().unwrap_or("")),
+        }
+    }
+}
+
+/// Length-prefixed fields: no choice of bytes in one field can imitate another field.
+fn field(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+impl HttpCall {
+    fn key(&self, deadline_header: Option<&HeaderName>) -> CallKey {
         let mut headers: Vec<(&str, &[u8])> = self
             .headers
             .iter()
-            .filter(|(k, _)| Some(*k) != self.deadline_header.as_ref())
+            .filter(|(k, _)| Some(*k) != deadline_header)
             .map(|(k, v)| (k.as_str(), v.as_bytes()))
             .collect();
         headers.sort_unstable();
@@ -90,19 +204,30 @@ impl CallRequest {
             + self.body.len()
             + 32;
         let mut out = Vec::with_capacity(len);
-        // Length-prefixed fields: no choice of bytes in one field can imitate another field.
-        let mut field = |b: &[u8]| {
-            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-            out.extend_from_slice(b);
-        };
-        field(self.method.as_str().as_bytes());
-        field(self.path_and_query.as_bytes());
-        field(&(headers.len() as u64).to_le_bytes());
+        field(&mut out, self.method.as_str().as_bytes());
+        field(&mut out, self.path_and_query.as_bytes());
+        field(&mut out, &(headers.len() as u64).to_le_bytes());
         for (k, v) in headers {
-            field(k.as_bytes());
-            field(v);
+            field(&mut out, k.as_bytes());
+            field(&mut out, v);
         }
-        field(&self.body);
+        field(&mut out, &self.body);
+        CallKey(Bytes::from(out))
+    }
+}
+
+impl SqlCall {
+    fn key(&self) -> CallKey {
+        let mut out = Vec::with_capacity(self.statement.len() + 64);
+        // A tag no HTTP method can be (methods are tokens: no spaces).
+        field(&mut out, b"SQL statement");
+        field(&mut out, self.statement.as_bytes());
+        let mut params = Vec::with_capacity(32);
+        for p in &self.params {
+            params.clear();
+            fanout_expr::json::write(p, &mut params);
+            field(&mut out, &params);
+        }
         CallKey(Bytes::from(out))
     }
 }
@@ -141,6 +266,9 @@ pub enum RejectReason {
     Bulkhead,
     /// The backend's circuit breaker was open (or half-open with its probe in flight).
     Breaker,
+    /// A database's connection pool: every connection busy and `max_waiters` calls already
+    /// waiting, or no connection free within the wait allowed.
+    Pool,
 }
 
 /// A failed call: its kind, a human-readable cause (for the log), and the underlying error.

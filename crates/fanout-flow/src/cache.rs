@@ -443,10 +443,12 @@ mod tests {
 
     fn req() -> CallRequest {
         CallRequest {
-            method: Method::GET,
-            path_and_query: "/k".into(),
-            headers: Default::default(),
-            body: Bytes::new(),
+            call: crate::backend::Call::Http(crate::backend::HttpCall {
+                method: Method::GET,
+                path_and_query: "/k".into(),
+                headers: Default::default(),
+                body: Bytes::new(),
+            }),
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent: true,

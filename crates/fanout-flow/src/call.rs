@@ -289,10 +289,12 @@ pub(crate) fn build_call(
         }
     };
     Ok(CallRequest {
-        method: h.method.clone(),
-        path_and_query: path,
-        headers,
-        body,
+        call: crate::backend::Call::Http(crate::backend::HttpCall {
+            method: h.method.clone(),
+            path_and_query: path,
+            headers,
+            body,
+        }),
         timeout: std::time::Duration::ZERO, // set when the call starts
         deadline,
         idempotent: h.idempotent,
@@ -301,11 +303,45 @@ pub(crate) fn build_call(
     })
 }
 
+/// What performing a call and reading its answer needs of a step's compiled call, whatever its
+/// protocol: the backend's stack and name, how its error statuses reach clients, where large
+/// answers are parsed.
+pub(crate) trait CallTarget: Sync {
+    /// The backend's stack.
+    fn backend(&self) -> &Arc<dyn Backend>;
+    /// The backend's name.
+    fn backend_name(&self) -> &Arc<str>;
+    /// `backends.*.status_passthrough`.
+    fn status_passthrough(&self) -> bool;
+    /// The compute pool (large answers are parsed there).
+    fn compute(&self) -> &Arc<ComputePool>;
+    /// `server.expressions.max_depth`.
+    fn max_depth(&self) -> usize;
+}
+
+impl CallTarget for HttpPlan {
+    fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+    fn backend_name(&self) -> &Arc<str> {
+        &self.backend_name
+    }
+    fn status_passthrough(&self) -> bool {
+        self.status_passthrough
+    }
+    fn compute(&self) -> &Arc<ComputePool> {
+        &self.compute
+    }
+    fn max_depth(&self) -> usize {
+        self.max_depth
+    }
+}
+
 /// Perform one call with min(`step_timeout`, remaining budget), forward the budget, check the
 /// status and parse the answer (once). `step` names the caller in errors.
 pub(crate) async fn fetch_json(
     step_name: &Arc<str>,
-    h: &HttpPlan,
+    h: &impl CallTarget,
     req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
@@ -321,7 +357,7 @@ pub(crate) async fn fetch_json(
 /// [`fetch_json`] up to the answer's body: perform the call within its time, check the status.
 pub(crate) async fn fetch_body(
     step_name: &Arc<str>,
-    h: &HttpPlan,
+    h: &impl CallTarget,
     mut req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
@@ -332,13 +368,13 @@ pub(crate) async fn fetch_body(
     let timeout = step_timeout.min(remaining);
     req.timeout = timeout;
     req.deadline_header = Some(deadline_header.clone());
-    let fut = h.backend.call(req);
+    let fut = h.backend().call(req);
     let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(r)) => r,
         // A timeout inside the layers (a shared call's own limit, a retry's last attempt) is
         // classified like our own timer: the request's deadline or the backend's timeout.
         Ok(Err(e)) if e.kind != CallErrorKind::Timeout => {
-            return Err(FlowError::from_call(e, step_name, &h.backend_name));
+            return Err(FlowError::from_call(e, step_name, h.backend_name()));
         }
         Ok(Err(_)) | Err(_) => return Err(timed_out(step_name, h, timeout, step_timeout)),
     };
@@ -352,7 +388,7 @@ pub(crate) async fn fetch_body(
 /// the backend's timeout.
 fn timed_out(
     step_name: &Arc<str>,
-    h: &HttpPlan,
+    h: &impl CallTarget,
     timeout: std::time::Duration,
     step_timeout: std::time::Duration,
 ) -> FlowError {
@@ -369,30 +405,30 @@ fn timed_out(
     };
     FlowError::new(kind, message)
         .in_step(step_name)
-        .with_backend(&h.backend_name)
+        .with_backend(h.backend_name())
         .with_detail(format!(
             "backend `{}`: no answer after {waited}",
-            h.backend_name
+            h.backend_name()
         ))
 }
 
 /// The backend answered an error status. The body excerpt is for the log only: backends put
 /// internals in error bodies.
-fn error_status(step_name: &Arc<str>, h: &HttpPlan, resp: &CallResponse) -> FlowError {
+fn error_status(step_name: &Arc<str>, h: &impl CallTarget, resp: &CallResponse) -> FlowError {
     let snippet = String::from_utf8_lossy(&resp.body[..resp.body.len().min(200)]).into_owned();
     let status = resp.status.as_u16();
     FlowError::new(
         ErrorKind::BackendStatus {
             status,
-            passthrough: h.status_passthrough,
+            passthrough: h.status_passthrough(),
         },
         format!("the backend answered {status}"),
     )
     .in_step(step_name)
-    .with_backend(&h.backend_name)
+    .with_backend(h.backend_name())
     .with_detail(format!(
         "backend `{}` answered {status}{}",
-        h.backend_name,
+        h.backend_name(),
         if snippet.is_empty() {
             String::new()
         } else {
@@ -404,21 +440,21 @@ fn error_status(step_name: &Arc<str>, h: &HttpPlan, resp: &CallResponse) -> Flow
 /// Parse an answer (a large one on the compute pool, not on this worker).
 pub(crate) async fn parse_answer(
     step_name: &Arc<str>,
-    h: &HttpPlan,
+    h: &impl CallTarget,
     body: Bytes,
 ) -> Result<Val, FlowError> {
-    let parsed = if body.len() >= h.compute.offload_bytes && h.compute.started() {
-        let depth = h.max_depth;
-        h.compute
+    let parsed = if body.len() >= h.compute().offload_bytes && h.compute().started() {
+        let depth = h.max_depth();
+        h.compute()
             .run(move || json::parse_limited(&body, depth))
             .await
             .map_err(|e| {
                 FlowError::new(ErrorKind::Overloaded, e.to_string())
                     .in_step(step_name)
-                    .with_backend(&h.backend_name)
+                    .with_backend(h.backend_name())
             })?
     } else {
-        json::parse_limited(&body, h.max_depth)
+        json::parse_limited(&body, h.max_depth())
     };
     parsed.map_err(|e| {
         FlowError::new(
@@ -426,10 +462,10 @@ pub(crate) async fn parse_answer(
             "the backend's answer is not valid JSON",
         )
         .in_step(step_name)
-        .with_backend(&h.backend_name)
+        .with_backend(h.backend_name())
         .with_detail(format!(
             "backend `{}` answered invalid JSON: {e}",
-            h.backend_name
+            h.backend_name()
         ))
     })
 }

@@ -101,10 +101,12 @@ mod tests {
 
     fn req(method: Method, path: &str) -> CallRequest {
         CallRequest {
-            method,
-            path_and_query: path.into(),
-            headers: Default::default(),
-            body: Bytes::new(),
+            call: crate::backend::Call::Http(crate::backend::HttpCall {
+                method,
+                path_and_query: path.into(),
+                headers: Default::default(),
+                body: Bytes::new(),
+            }),
             timeout: Duration::from_secs(1),
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             idempotent: true,
@@ -138,8 +140,13 @@ mod tests {
         // reaches another); the budget header is not part of the identity.
         let with = |auth: &'static str, budget: &'static str| {
             let mut r = req(Method::GET, "/me");
-            r.headers.insert("authorization", auth.parse().unwrap());
-            r.headers
+            r.as_http_mut()
+                .unwrap()
+                .headers
+                .insert("authorization", auth.parse().unwrap());
+            r.as_http_mut()
+                .unwrap()
+                .headers
                 .insert("x-request-timeout", budget.parse().unwrap());
             r.deadline_header = Some(http::HeaderName::from_static("x-request-timeout"));
             d.call(r)

@@ -49,12 +49,28 @@ pub enum ErrorKind {
     /// A `fail` step ended the request, or an `on_status` entry mapped a backend status: the
     /// status and code are the error's [`Answer`].
     Answered,
+    /// A database answered a statement with an error the client can act on (`sql` steps; the
+    /// step's `on_status` may map `status`): 409 `conflict` (unique or foreign-key violation),
+    /// 422 `constraint_violation` (check, not-null, invalid data), 503 `database_busy`
+    /// (serialization failure or deadlock not retried, insufficient resources); any other SQL
+    /// error is 502 `database_error`.
+    Database {
+        /// The status the SQL error maps to (409, 422, 503; 500 for the rest).
+        status: u16,
+    },
+    /// The database could not be reached (503 `database_unavailable`).
+    DatabaseUnavailable,
+    /// The database's connection pool is exhausted: every connection busy and its waiters full,
+    /// or none free in the time allowed (503 `pool_exhausted`).
+    PoolExhausted,
+    /// A statement parameter built from the request does not fit its type (400 `bad_parameter`).
+    BadParameter,
 }
 
 impl ErrorKind {
     /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
     /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 14] = [
+    pub const ALL: [ErrorKind; 21] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -72,6 +88,13 @@ impl ErrorKind {
         ErrorKind::Overloaded,
         ErrorKind::NotFound,
         ErrorKind::Answered,
+        ErrorKind::Database { status: 409 },
+        ErrorKind::Database { status: 422 },
+        ErrorKind::Database { status: 503 },
+        ErrorKind::Database { status: 500 },
+        ErrorKind::DatabaseUnavailable,
+        ErrorKind::PoolExhausted,
+        ErrorKind::BadParameter,
     ];
 
     /// HTTP status code for the client.
@@ -86,7 +109,15 @@ impl ErrorKind {
                 passthrough: true,
             } if (400..=599).contains(&status) => status,
             ErrorKind::BackendStatus { .. } => 502,
-            ErrorKind::Rejected | ErrorKind::Overloaded => 503,
+            ErrorKind::Rejected
+            | ErrorKind::Overloaded
+            | ErrorKind::DatabaseUnavailable
+            | ErrorKind::PoolExhausted => 503,
+            ErrorKind::Database { status } => match status {
+                409 | 422 | 503 => status,
+                _ => 502,
+            },
+            ErrorKind::BadParameter => 400,
             ErrorKind::Expression | ErrorKind::ExpressionLimit | ErrorKind::InvalidCall => 500,
             ErrorKind::KeyNotFound | ErrorKind::NotFound => 404,
             ErrorKind::Answered => 400,
@@ -109,6 +140,13 @@ impl ErrorKind {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::NotFound => "not_found",
             ErrorKind::Answered => "bad_request",
+            ErrorKind::Database { status: 409 } => "conflict",
+            ErrorKind::Database { status: 422 } => "constraint_violation",
+            ErrorKind::Database { status: 503 } => "database_busy",
+            ErrorKind::Database { .. } => "database_error",
+            ErrorKind::DatabaseUnavailable => "database_unavailable",
+            ErrorKind::PoolExhausted => "pool_exhausted",
+            ErrorKind::BadParameter => "bad_parameter",
         }
     }
 }
@@ -198,6 +236,10 @@ impl FlowError {
             CallErrorKind::BodyTooLarge => (
                 ErrorKind::BadBackendAnswer,
                 "the backend's answer is larger than allowed",
+            ),
+            CallErrorKind::Rejected(crate::backend::RejectReason::Pool) => (
+                ErrorKind::PoolExhausted,
+                "the database's connection pool is exhausted",
             ),
             CallErrorKind::Rejected(_) => (
                 ErrorKind::Rejected,
@@ -301,7 +343,11 @@ mod tests {
             | ErrorKind::KeyNotFound
             | ErrorKind::Overloaded
             | ErrorKind::NotFound
-            | ErrorKind::Answered => true,
+            | ErrorKind::Answered
+            | ErrorKind::Database { .. }
+            | ErrorKind::DatabaseUnavailable
+            | ErrorKind::PoolExhausted
+            | ErrorKind::BadParameter => true,
         });
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
         assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");

@@ -132,6 +132,9 @@ pub struct BackendExplain {
     pub hedge: Option<HedgeExplain>,
     /// Configured retries or hedging that do not apply: the call is not idempotent.
     pub not_idempotent: bool,
+    /// A database's pool (`protocol: postgres`): (max_size, max_waiters, max_wait,
+    /// statement_timeout).
+    pub pool: Option<(usize, usize, Duration, Duration)>,
 }
 
 /// A backend's cache settings.
@@ -307,7 +310,9 @@ fn timeout_of(
             Some(_) => (*timeout, TimeoutFrom::Backend),
             None => (*timeout, TimeoutFrom::Defaults),
         },
-        StepWork::Http { backend, .. } | StepWork::Grpc { backend, .. } => {
+        StepWork::Http { backend, .. }
+        | StepWork::Grpc { backend, .. }
+        | StepWork::Sql { backend, .. } => {
             let from = if step.is_some_and(|s| s.timeout.is_some()) {
                 TimeoutFrom::Step
             } else if backend_timeout(backend).is_some() {
@@ -344,6 +349,12 @@ fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
             safe,
             ..
         } => (backend, *idempotent, *safe),
+        StepWork::Sql {
+            backend,
+            read_only,
+            idempotent,
+            ..
+        } => (backend, *idempotent, *read_only),
         // Batch lookups are idempotent; values are cached per key whatever the method.
         StepWork::Keyed { backend, .. } => (backend, true, true),
         StepWork::Value | StepWork::Fail { .. } => return None,
@@ -378,6 +389,15 @@ fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
                 },
             }),
         not_idempotent: resilient && !idempotent,
+        pool: (b.protocol == fanout_config::Protocol::Postgres).then(|| {
+            let p = b.postgres.clone().unwrap_or_default();
+            (
+                p.max_size,
+                p.max_waiters,
+                p.max_wait.0,
+                p.statement_timeout.0,
+            )
+        }),
     })
 }
 

@@ -532,10 +532,12 @@ mod tests {
 
     fn call_key(path: &str) -> CallKey {
         crate::backend::CallRequest {
-            method: http::Method::GET,
-            path_and_query: path.into(),
-            headers: Default::default(),
-            body: Bytes::new(),
+            call: crate::backend::Call::Http(crate::backend::HttpCall {
+                method: http::Method::GET,
+                path_and_query: path.into(),
+                headers: Default::default(),
+                body: Bytes::new(),
+            }),
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent: true,

@@ -143,11 +143,13 @@ pub enum CallClass {
     InvalidCall,
     /// Anything else (a 1xx/3xx answer, a full compute pool).
     Other,
+    /// Refused by a database's exhausted connection pool before being sent.
+    RejectedPool,
 }
 
 impl CallClass {
     /// Every class, in the order of [`CallClass::index`].
-    pub const ALL: [CallClass; 11] = [
+    pub const ALL: [CallClass; 12] = [
         CallClass::Ok,
         CallClass::Timeout,
         CallClass::Refused,
@@ -159,6 +161,7 @@ impl CallClass {
         CallClass::RejectedBreaker,
         CallClass::InvalidCall,
         CallClass::Other,
+        CallClass::RejectedPool,
     ];
 
     /// Classify a step's call: `Ok(())` for an answer the step accepted, else its error (the
@@ -176,6 +179,7 @@ impl CallClass {
                 CallErrorKind::BodyTooLarge => CallClass::BadAnswer,
                 CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
                 CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
+                CallErrorKind::Rejected(RejectReason::Pool) => CallClass::RejectedPool,
                 CallErrorKind::Invalid => CallClass::InvalidCall,
             };
         }
@@ -189,7 +193,13 @@ impl CallClass {
                 500..=599 => CallClass::Status5xx,
                 _ => CallClass::Other,
             },
-            ErrorKind::NotFound => CallClass::Status4xx,
+            ErrorKind::NotFound | ErrorKind::BadParameter => CallClass::Status4xx,
+            ErrorKind::Database { status } => match status {
+                400..=499 => CallClass::Status4xx,
+                _ => CallClass::Status5xx,
+            },
+            ErrorKind::DatabaseUnavailable => CallClass::Refused,
+            ErrorKind::PoolExhausted => CallClass::RejectedPool,
             ErrorKind::InvalidCall => CallClass::InvalidCall,
             ErrorKind::Rejected
             | ErrorKind::KeyNotFound
@@ -220,6 +230,7 @@ impl CallClass {
             CallClass::RejectedBreaker => "rejected_breaker",
             CallClass::InvalidCall => "invalid_call",
             CallClass::Other => "other",
+            CallClass::RejectedPool => "rejected_pool",
         }
     }
 }

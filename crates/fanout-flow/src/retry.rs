@@ -387,10 +387,12 @@ mod tests {
 
     fn req(method: Method, idempotent: bool) -> CallRequest {
         CallRequest {
-            method,
-            path_and_query: "/x".into(),
-            headers: Default::default(),
-            body: Bytes::new(),
+            call: crate::backend::Call::Http(crate::backend::HttpCall {
+                method,
+                path_and_query: "/x".into(),
+                headers: Default::default(),
+                body: Bytes::new(),
+            }),
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent,

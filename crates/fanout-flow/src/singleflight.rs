@@ -201,10 +201,12 @@ mod tests {
 
     fn key(s: &str) -> CallKey {
         let req = crate::backend::CallRequest {
-            method: http::Method::GET,
-            path_and_query: s.into(),
-            headers: Default::default(),
-            body: Bytes::new(),
+            call: crate::backend::Call::Http(crate::backend::HttpCall {
+                method: http::Method::GET,
+                path_and_query: s.into(),
+                headers: Default::default(),
+                body: Bytes::new(),
+            }),
             timeout: Duration::ZERO,
             deadline: Instant::now(),
             idempotent: true,

@@ -87,42 +87,7 @@ impl HttpBackend {
             headers.insert(hn, hv);
         }
 
-        let mut roots = rustls::RootCertStore::empty();
-        match &cfg.tls.ca_file {
-            Some(path) => {
-                use rustls_pki_types::{CertificateDer, pem::PemObject};
-                let pem =
-                    fanout_config::read_limited(&path.value, fanout_config::MAX_CA_FILE_BYTES)
-                        .map_err(|e| {
-                            ConfigError::at(
-                                path.pos,
-                                format!(
-                                    "backend `{name}`: cannot read CA file `{}`: {e}",
-                                    path.value
-                                ),
-                            )
-                        })?;
-                let certs = CertificateDer::pem_slice_iter(&pem);
-                for c in certs {
-                    let c = c.map_err(|e| {
-                        ConfigError::at(
-                            path.pos,
-                            format!("backend `{name}`: bad certificate in `{}`: {e}", path.value),
-                        )
-                    })?;
-                    roots.add(c).map_err(|e| {
-                        ConfigError::at(
-                            path.pos,
-                            format!(
-                                "backend `{name}`: unusable certificate in `{}`: {e}",
-                                path.value
-                            ),
-                        )
-                    })?;
-                }
-            }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
+        let roots = trusted_roots(name, cfg)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -145,7 +110,7 @@ impl HttpBackend {
             .with_tls_config(tls)
             .https_or_http();
         let connector = match cfg.protocol {
-            Protocol::Http1 => builder.enable_http1().wrap_connector(http),
+            Protocol::Http1 | Protocol::Postgres => builder.enable_http1().wrap_connector(http),
             Protocol::Http2 | Protocol::Grpc => builder.enable_http2().wrap_connector(http),
         };
         let mut cb = Client::builder(TokioExecutor::new());
@@ -159,7 +124,7 @@ impl HttpBackend {
         let keepalive = match cfg.protocol {
             Protocol::Grpc => Some(cfg.keepalive.clone().unwrap_or_default()),
             Protocol::Http2 => cfg.keepalive.clone(),
-            Protocol::Http1 => None,
+            Protocol::Http1 | Protocol::Postgres => None,
         };
         if let Some(k) = keepalive {
             cb.http2_keep_alive_interval(Some(k.interval.0))
@@ -443,8 +408,59 @@ fn grpc_failure(code: fanout_grpc::Code, message: &str) -> CallResponse {
     }
 }
 
+/// The certificates a backend's TLS trusts: `tls.ca_file`'s, else the web PKI roots.
+pub(crate) fn trusted_roots(
+    name: &str,
+    cfg: &BackendConfig,
+) -> Result<rustls::RootCertStore, ConfigError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &cfg.tls.ca_file {
+        Some(path) => {
+            use rustls_pki_types::{CertificateDer, pem::PemObject};
+            let pem = fanout_config::read_limited(&path.value, fanout_config::MAX_CA_FILE_BYTES)
+                .map_err(|e| {
+                    ConfigError::at(
+                        path.pos,
+                        format!(
+                            "backend `{name}`: cannot read CA file `{}`: {e}",
+                            path.value
+                        ),
+                    )
+                })?;
+            let certs = CertificateDer::pem_slice_iter(&pem);
+            for c in certs {
+                let c = c.map_err(|e| {
+                    ConfigError::at(
+                        path.pos,
+                        format!("backend `{name}`: bad certificate in `{}`: {e}", path.value),
+                    )
+                })?;
+                roots.add(c).map_err(|e| {
+                    ConfigError::at(
+                        path.pos,
+                        format!(
+                            "backend `{name}`: unusable certificate in `{}`: {e}",
+                            path.value
+                        ),
+                    )
+                })?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    Ok(roots)
+}
+
 impl Backend for HttpBackend {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+        let fanout_flow::backend::Call::Http(http_call) = req.call else {
+            // The flow compiler pairs step kinds with protocols: a SQL call never gets here.
+            let e = CallError::new(
+                CallErrorKind::Invalid,
+                "an HTTP backend was given a SQL call",
+            );
+            return Box::pin(async move { Err(e) });
+        };
         let started = Instant::now();
         let (pick, default_rtt) = {
             let mut b = self.balancer.lock().unwrap_or_else(|e| e.into_inner());
@@ -460,7 +476,7 @@ impl Backend for HttpBackend {
         });
         let base = pick.and_then(|p| self.bases.get(p.index));
         let uri = match base {
-            Some(b) => format!("{}{}{}", b.origin, b.path, req.path_and_query),
+            Some(b) => format!("{}{}{}", b.origin, b.path, http_call.path_and_query),
             None => String::new(),
         };
         // Traced calls: a span per attempt, its context sent to the backend.
@@ -473,14 +489,14 @@ impl Backend for HttpBackend {
         let method = if grpc.is_some() {
             http::Method::POST
         } else {
-            req.method
+            http_call.method
         };
         let mut builder = Request::builder().method(method).uri(&uri);
         if let Some(h) = builder.headers_mut() {
             for (k, v) in &self.headers {
                 h.insert(k.clone(), v.clone());
             }
-            h.extend(req.headers);
+            h.extend(http_call.headers);
             if let Some(span) = &span {
                 span.inject(h);
             }
@@ -501,7 +517,7 @@ impl Backend for HttpBackend {
                 h.insert(name, http::HeaderValue::from(ms));
             }
         }
-        let request = match builder.body(Full::new(req.body)) {
+        let request = match builder.body(Full::new(http_call.body)) {
             Ok(r) => r,
             Err(e) => {
                 // Not a valid request (the URI is too long, …): never sent, the fault of the flow

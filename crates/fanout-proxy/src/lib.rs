@@ -17,6 +17,7 @@ pub mod l2;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
+pub mod postgres;
 pub mod reload;
 pub mod request_id;
 pub mod server;
@@ -174,7 +175,14 @@ impl Gateway {
 
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
     pub fn readiness(&self) -> Result<(), String> {
-        self.health.readiness(&self.live().reference)
+        let live = self.live();
+        self.health.readiness(&live.reference)?;
+        for (_, s) in &live.stacks {
+            if let Some(pool) = s.client.pool() {
+                pool.readiness()?;
+            }
+        }
+        Ok(())
     }
 
     /// Start the background work of a serving gateway, inside the runtime: the stall watchdog,
@@ -189,6 +197,9 @@ impl Gateway {
             .start()
             .map_err(|e| format!("starting the compute pool: {e}"))?;
         self.telemetry.start()?;
+        check_databases(&self.live())
+            .await
+            .map_err(|e| e.to_string())?;
         self.start_reference().await
     }
 
@@ -333,4 +344,34 @@ fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
             .hint("e.g. `x-request-id` or `x-correlation-id`"),
         ])
     })
+}
+
+/// Prepare every `sql` step's statement against its database (`protocol: postgres` backends):
+/// a statement Postgres refuses, a parameter count that does not match or a type the step cannot
+/// read or write is a config error at the statement's line. A database that cannot be reached
+/// is not an error here: the gateway is not ready until it is, and its pool checks the
+/// statements when it connects.
+pub async fn check_databases(live: &Live) -> Result<(), ConfigErrors> {
+    let statements = postgres::statements(&live.config);
+    let mut errs = Vec::new();
+    for (name, s) in &live.stacks {
+        let Some(pool) = s.client.pool() else {
+            continue;
+        };
+        let checks = statements.get(name).cloned().unwrap_or_default();
+        pool.set_statements(live.config.clone(), checks.clone());
+        match pool.check(&live.config, &checks).await {
+            Ok(mut e) => errs.append(&mut e),
+            Err(why) => tracing::warn!(
+                database = %name,
+                error = %why,
+                "database unreachable: not ready until it is (its statements are checked when it connects)"
+            ),
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errs))
+    }
 }

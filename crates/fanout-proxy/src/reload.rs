@@ -311,6 +311,10 @@ impl Gateway {
             Ok(Err(e)) => return Err(self.refused(ReloadError::Config(e))),
             Err(e) => return Err(self.refused(ReloadError::Internal(e.to_string()))),
         };
+        if let Err(e) = crate::check_databases(&built.live).await {
+            self.retain_route_series(&prev);
+            return Err(self.refused(ReloadError::Config(e)));
+        }
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await
         {

@@ -19,10 +19,12 @@
 //!
 //! Every layer classifies outcomes with `fanout_flow::outcome::CallOutcome`.
 //! Adding a backend protocol: a client implementing `fanout_flow::Backend`, chosen by the
-//! backend's `protocol` in [`client`] (docs/ARCHITECTURE.md, "How to add a backend protocol").
+//! backend's `protocol` in [`client`] — one line (docs/ARCHITECTURE.md, "How to add a backend
+//! protocol"; `crate::postgres` is the example).
 
 use crate::client::HttpBackend;
-use fanout_config::{Backend as BackendConfig, ConfigError, Defaults};
+use crate::postgres::PgBackend;
+use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_flow::Backend;
 use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
 use fanout_flow::dedup::Dedup;
@@ -45,8 +47,8 @@ pub struct Stack {
 /// cache counters), for `/__fanout/status` and the metrics.
 #[derive(Clone)]
 pub struct StackStats {
-    /// The protocol client (balancer and addresses).
-    pub client: Arc<HttpBackend>,
+    /// The protocol client (HTTP: balancer and addresses; Postgres: the pool).
+    pub client: Client,
     /// The retry layer's counters, if retries are configured.
     pub retry: Option<Arc<RetryStats>>,
     /// The hedge layer's counters, if hedging is configured.
@@ -76,7 +78,7 @@ pub fn build(
         cache: None,
         breaker: None,
     };
-    let mut s: Arc<dyn Backend> = client;
+    let mut s: Arc<dyn Backend> = client.service();
     if let Some(h) = &b.hedge {
         let hedge = Hedge::new(s, h.into());
         stats.hedge = Some(hedge.stats());
@@ -128,15 +130,58 @@ pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name:
     a == b && old.defaults == new.defaults && (!uses_redis || old.redis == new.redis)
 }
 
-/// The bottom of the stack: the protocol client for the backend's config. Every protocol so far
-/// is HTTP underneath (`protocol: grpc` is a setting of the same client); another one is a
-/// `match` on `b.protocol` here.
-fn client(
-    name: &str,
-    b: &BackendConfig,
-    defaults: &Defaults,
-) -> Result<Arc<HttpBackend>, ConfigError> {
-    Ok(Arc::new(HttpBackend::new(name, b, defaults)?))
+/// The protocol client at the bottom of a stack.
+#[derive(Clone)]
+pub enum Client {
+    /// HTTP/1.1, HTTP/2 and gRPC (`crate::client`).
+    Http(Arc<HttpBackend>),
+    /// PostgreSQL (`crate::postgres`).
+    Postgres(Arc<PgBackend>),
+}
+
+/// The bottom of the stack: the protocol client for the backend's `protocol` — one line per
+/// protocol (gRPC is a setting of the HTTP client).
+fn client(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Client, ConfigError> {
+    Ok(match b.protocol {
+        Protocol::Postgres => Client::Postgres(Arc::new(PgBackend::new(name, b, defaults)?)),
+        Protocol::Http1 | Protocol::Http2 | Protocol::Grpc => {
+            Client::Http(Arc::new(HttpBackend::new(name, b, defaults)?))
+        }
+    })
+}
+
+impl Client {
+    /// The client as the bottom layer of the stack.
+    pub fn service(&self) -> Arc<dyn Backend> {
+        match self {
+            Client::Http(c) => c.clone(),
+            Client::Postgres(c) => c.clone(),
+        }
+    }
+
+    /// The HTTP client's addresses (none for other protocols).
+    pub fn addresses(&self) -> Vec<crate::client::AddressStatus> {
+        match self {
+            Client::Http(c) => c.addresses(),
+            Client::Postgres(_) => Vec::new(),
+        }
+    }
+
+    /// The database pool, for a `protocol: postgres` backend.
+    pub fn pool(&self) -> Option<&Arc<crate::postgres::Pool>> {
+        match self {
+            Client::Http(_) => None,
+            Client::Postgres(c) => Some(c.pool()),
+        }
+    }
+
+    /// The client's part of `/__fanout/status`.
+    pub fn status_json(&self) -> serde_json::Value {
+        match self {
+            Client::Http(c) => c.status_json(),
+            Client::Postgres(c) => c.pool().status_json(),
+        }
+    }
 }
 
 impl StackStats {

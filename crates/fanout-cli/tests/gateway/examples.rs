@@ -1,6 +1,7 @@
 //! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
 //! its `cases.yaml`, including how many calls each backend received. An example whose config
-//! reads `${REDIS_URL…}` gets a `redis-server` of its own.
+//! reads `${REDIS_URL…}` gets a `redis-server` of its own; one that reads `${DATABASE_URL…}` a
+//! PostgreSQL cluster of its own, created from its `schema.sql`.
 
 use crate::support::gateway_with;
 use fanout_testkit::*;
@@ -42,7 +43,22 @@ async fn examples_answer_as_documented() {
         } else {
             None
         };
-        let vars: Vec<(&str, String)> = redis.iter().map(|r| ("REDIS_URL", r.url())).collect();
+        // An example with a database gets a cluster of its own, created from its schema.sql.
+        let pg = if config.contains("${DATABASE_URL") {
+            let pg = tokio::task::spawn_blocking(|| {
+                fanout_lab::postgres::PgCluster::start().unwrap_or_else(|e| panic!("{e}"))
+            })
+            .await
+            .unwrap();
+            let schema = read("schema.sql");
+            tokio::task::block_in_place(|| pg.psql("postgres", &schema))
+                .unwrap_or_else(|e| panic!("{name}: schema.sql: {e}"));
+            Some(pg)
+        } else {
+            None
+        };
+        let mut vars: Vec<(&str, String)> = redis.iter().map(|r| ("REDIS_URL", r.url())).collect();
+        vars.extend(pg.iter().map(|p| ("DATABASE_URL", p.url("postgres"))));
         let gw = gateway_with(&config, &stubs, &vars).await;
         let cases = Cases::parse(&read("cases.yaml"));
         let c = client(false);

@@ -41,6 +41,7 @@ mod isolation;
 mod metrics;
 mod numbers;
 mod outlier;
+mod postgres;
 mod redis_cache;
 mod reference;
 mod reload;

@@ -518,6 +518,15 @@ const CATALOG: &[(&str, &[&str])] = &[
     ),
     ("fanout_backend_call_duration_seconds", &["backend", "step"]),
     ("fanout_backend_in_flight", &["backend"]),
+    ("fanout_db_up", &["backend"]),
+    ("fanout_db_pool_max_connections", &["backend"]),
+    ("fanout_db_pool_connections", &["backend", "state"]),
+    ("fanout_db_pool_waiting", &["backend"]),
+    ("fanout_db_pool_wait_seconds", &["backend"]),
+    ("fanout_db_pool_rejections_total", &["backend", "reason"]),
+    ("fanout_db_cancellations_total", &["backend"]),
+    ("fanout_db_rows_total", &["backend"]),
+    ("fanout_db_errors_total", &["backend", "class"]),
     ("fanout_backend_address_up", &["backend", "address"]),
     ("fanout_outlier_ejections_total", &["backend", "address"]),
     ("fanout_breaker_state", &["backend"]),
@@ -576,6 +585,11 @@ backends:
       path: '"/attrs"'
       query: { ids: '$keys | join(",")' }
       split: '.'
+  # A database nobody listens for: its pool's series exist from the start all the same.
+  db:
+    protocol: postgres
+    url: "postgres://postgres@127.0.0.1:1/postgres"
+    postgres: { reconnect_min: 1s, reconnect_max: 1s }
 reference:
   small: { http: { backend: api, path: '"/ref"' } }
 routes:
@@ -865,7 +879,11 @@ async fn not_ready_until_required_reference_data_has_loaded() {
     let s = stubs(EVERYTHING_STUBS).await;
     let vars = stub_vars(&s);
     let lookup = |n: &str| vars.get(n).cloned();
-    let gw = std::sync::Arc::new(fanout::load_gateway("fanout.yaml", EVERYTHING, &lookup).unwrap());
+    // Without the unreachable database, which would keep it not ready for its own reason.
+    let (head, rest) = EVERYTHING.split_once("  # A database nobody").unwrap();
+    let (_, tail) = rest.split_once("reference:").unwrap();
+    let config = format!("{head}reference:{tail}");
+    let gw = std::sync::Arc::new(fanout::load_gateway("fanout.yaml", &config, &lookup).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = listener.local_addr().unwrap();
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -473,8 +473,9 @@ fn is_not_found(e: &FlowError) -> bool {
 /// classes), then the default: 404 → 404 `not_found`; the rest stays `backend_status` (502, or
 /// the backend's status with `status_passthrough`). `Ok` when the map says `default`.
 fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
-    let ErrorKind::BackendStatus { status, .. } = e.kind else {
-        return Err(e);
+    let status = match e.kind {
+        ErrorKind::BackendStatus { status, .. } | ErrorKind::Database { status } => status,
+        _ => return Err(e),
     };
     let answered = |e: FlowError, to: u16, code: Option<&str>, message: Option<&str>| {
         let message = match message {
@@ -506,7 +507,10 @@ fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
         )) => Err(answered(e, *to, code.as_deref(), message.as_deref())),
         None if status == 404 => Err(FlowError {
             kind: ErrorKind::NotFound,
-            message: "not found: the backend answered 404".into(),
+            message: match e.kind {
+                ErrorKind::Database { .. } => "not found: the statement returned no row".into(),
+                _ => "not found: the backend answered 404".into(),
+            },
             ..e
         }),
         None => Err(e),

@@ -99,6 +99,7 @@ fn label(s: &StepExplain) -> String {
         StepWork::Grpc {
             backend, method, ..
         } => format!("gRPC {method} {backend}"),
+        StepWork::Sql { backend, mode, .. } => format!("SQL {mode} {backend}"),
         StepWork::Keyed {
             backend, max_keys, ..
         } => format!("keyed {backend} · batch ≤ {max_keys}"),
@@ -122,7 +123,9 @@ fn label(s: &StepExplain) -> String {
     }
     if let Some(c) = s.for_each {
         flags.push(match s.work {
-            StepWork::Http { .. } | StepWork::Grpc { .. } => format!("for_each ×{c}"),
+            StepWork::Http { .. } | StepWork::Grpc { .. } | StepWork::Sql { .. } => {
+                format!("for_each ×{c}")
+            }
             _ => "for_each".to_string(),
         });
     }

@@ -96,6 +96,15 @@ fn kind(s: &StepExplain) -> String {
         StepWork::Grpc {
             backend, method, ..
         } => format!("grpc {method} on {backend}"),
+        StepWork::Sql {
+            backend,
+            mode,
+            read_only,
+            ..
+        } => format!(
+            "sql ({mode}, {}) on database {backend}",
+            if *read_only { "read-only" } else { "writes" }
+        ),
         StepWork::Keyed {
             backend,
             max_keys,
@@ -119,7 +128,7 @@ fn kind(s: &StepExplain) -> String {
         }
     };
     match (&s.work, s.for_each) {
-        (StepWork::Http { .. } | StepWork::Grpc { .. }, Some(c)) => {
+        (StepWork::Http { .. } | StepWork::Grpc { .. } | StepWork::Sql { .. }, Some(c)) => {
             let _ = write!(k, ", one call per for_each element, ≤ {c} in flight");
         }
         (StepWork::Keyed { .. }, Some(_)) => k.push_str(", one key per for_each element"),
@@ -176,7 +185,14 @@ fn timeout(r: &RouteExplain, s: &StepExplain, t: Timeout) -> String {
 
 /// `backend NAME: 2 addresses, cache …, dedup, …`.
 fn backend(b: &BackendExplain) -> String {
-    let mut parts = vec![plural(b.addresses, "address", "addresses")];
+    let mut parts = match b.pool {
+        Some((size, waiters, wait, statement)) => vec![format!(
+            "pool of {size} connections, ≤ {waiters} waiting ≤ {} each, statement_timeout {}",
+            fmt_dur(wait),
+            fmt_dur(statement)
+        )],
+        None => vec![plural(b.addresses, "address", "addresses")],
+    };
     if let Some(c) = &b.cache {
         let mut p = format!("cache ttl {}", fmt_dur(c.ttl));
         if !c.stale_while_revalidate.is_zero() {

@@ -127,7 +127,9 @@ impl GrpcStep {
         }
         let len = (out.len() - fanout_grpc::frame::HEADER_LEN) as u32;
         out[1..fanout_grpc::frame::HEADER_LEN].copy_from_slice(&len.to_be_bytes());
-        req.body = Bytes::from(out);
+        if let Some(h) = req.as_http_mut() {
+            h.body = Bytes::from(out);
+        }
         Ok(Ok(req))
     }
 

@@ -11,6 +11,7 @@
 //! | HTTP call | `http`     | `http: {path, …}`       | builds calls, performs them            |
 //! | lookup    | `keyed`    | `http: {key}`           | keys, merged per round into batch calls |
 //! | gRPC call | `grpc`     | `grpc: {method, …}`     | builds messages, performs unary calls  |
+//! | SQL       | `sql`      | `sql: {query, params}`  | binds parameters, runs one statement   |
 //! | value     | `value`    | `value:`                | computes a value, no I/O               |
 //! | fail      | `fail`     | `fail:`                 | ends the request with a client answer  |
 
@@ -19,6 +20,7 @@ mod grpc;
 mod grpc_fields;
 mod http;
 mod keyed;
+mod sql;
 mod value;
 
 pub(crate) use grpc::{check_message_fields, grpc_method};
@@ -44,6 +46,7 @@ const KINDS: &[Compile] = &[
     keyed::compile,
     http::compile,
     grpc::compile,
+    sql::compile,
     fail::compile,
     value::compile,
 ];
@@ -157,6 +160,17 @@ pub enum StepWork {
         window: Option<Duration>,
         /// The batch call's timeout (the backend's; a step's own `timeout` does not apply).
         timeout: Duration,
+    },
+    /// One SQL statement (`sql:`) on a database; one per element with `for_each`.
+    Sql {
+        /// The database (a `protocol: postgres` backend).
+        backend: String,
+        /// `one`, `optional`, `many` or `exec`.
+        mode: String,
+        /// Whether the statement only reads (dedup and caching apply).
+        read_only: bool,
+        /// Whether it may be retried.
+        idempotent: bool,
     },
     /// A value computed from the request and other steps (`value:`); no I/O.
     Value,

@@ -219,9 +219,9 @@ impl World {
         let index = st.calls.len();
         st.calls.push(Call {
             backend: backend.into(),
-            method: req.method.to_string(),
-            path: req.path_and_query.clone(),
-            body: String::from_utf8_lossy(&req.body).into_owned(),
+            method: req.as_http().unwrap().method.to_string(),
+            path: req.as_http().unwrap().path_and_query.clone(),
+            body: String::from_utf8_lossy(&req.as_http().unwrap().body).into_owned(),
             timeout: req.timeout,
             started: now,
             ended: None,
@@ -275,7 +275,7 @@ impl Scripted {
         name: String,
         req: CallRequest,
     ) -> Result<CallResponse, CallError> {
-        let reply = world.reply_for(&name, &req.path_and_query);
+        let reply = world.reply_for(&name, &req.as_http().unwrap().path_and_query);
         let mut guard = world.start(&name, &req);
         tokio::time::sleep(reply.latency).await;
         guard.answered = true;

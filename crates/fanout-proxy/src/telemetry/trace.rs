@@ -366,6 +366,11 @@ impl StepTracer {
         if call.batch {
             attrs.push(KeyValue::new("fanout.batch", true));
         }
+        if let Some(q) = &call.statement {
+            attrs.push(KeyValue::new("db.system", "postgresql"));
+            attrs.push(KeyValue::new("db.system.name", "postgresql"));
+            attrs.push(KeyValue::new("db.query.text", q.to_string()));
+        }
         let span = self
             .tracer
             .span_builder(format!("call {backend}"))

@@ -1,0 +1,504 @@
+//! `sql` steps against a real PostgreSQL: each test starts its own cluster
+//! (`fanout_lab::postgres::PgCluster`: initdb in a temporary directory, a free port) and a gateway
+//! in this process. Every wait is for a state (an answer, a row of `pg_stat_activity`), never a
+//! time.
+
+use fanout::{RunningGateway, load_gateway, start_gateway};
+use fanout_lab::postgres::PgCluster;
+use fanout_testkit::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+async fn cluster() -> PgCluster {
+    tokio::task::spawn_blocking(|| PgCluster::start().unwrap_or_else(|e| panic!("{e}")))
+        .await
+        .unwrap()
+}
+
+async fn psql(pg: &PgCluster, sql: &str) -> String {
+    // psql is a short child process: run it off the runtime's scheduling.
+    tokio::task::block_in_place(|| pg.psql("postgres", sql).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn load(yaml: &str, pg: &PgCluster) -> Result<fanout_proxy::Gateway, String> {
+    let url = pg.url("postgres");
+    let lookup = move |n: &str| (n == "DB_URL").then(|| url.clone());
+    load_gateway("fanout.yaml", yaml, &lookup).map_err(|e| e.to_string())
+}
+
+async fn start(yaml: &str, pg: &PgCluster) -> RunningGateway {
+    let gw = load(yaml, pg).unwrap_or_else(|e| panic!("gateway config:\n{e}"));
+    start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"))
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE things (
+  id serial PRIMARY KEY,
+  name text NOT NULL UNIQUE,
+  qty int4 CHECK (qty >= 0),
+  small int2, big int8, f4 float4, f8 float8, price numeric(20, 6), ok bool,
+  uid uuid, doc jsonb, j json, day date, at timestamp, atz timestamptz, blob bytea,
+  tags text[], nums int4[]
+);
+"#;
+
+const CONFIG: &str = r#"
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    timeout: 5s
+routes:
+  - path: /things
+    method: POST
+    flow:
+      ins:
+        sql:
+          backend: db
+          mode: exec
+          query: >-
+            INSERT INTO things (name, qty, small, big, f4, f8, price, ok, uid, doc, j, day, at, atz, blob, tags, nums)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+            RETURNING id
+          params:
+            - $request.body.name
+            - $request.body.qty
+            - $request.body.small
+            - $request.body.big
+            - $request.body.f4
+            - $request.body.f8
+            - $request.body.price
+            - $request.body.ok
+            - $request.body.uid
+            - $request.body.doc
+            - $request.body.j
+            - $request.body.day
+            - $request.body.at
+            - $request.body.atz
+            - $request.body.blob
+            - $request.body.tags
+            - $request.body.nums
+    respond: { body: '$ins' }
+  - path: /things/{name}
+    flow:
+      one:
+        sql:
+          backend: db
+          mode: one
+          query: "SELECT name, qty, small, big, f4, f8, price, ok, uid, doc, j, day, at, atz, blob, tags, nums FROM things WHERE name = $1"
+          params: [$request.params.name]
+    respond: { body: '$one' }
+  - path: /maybe/{name}
+    flow:
+      row:
+        sql: { backend: db, mode: optional, query: "SELECT id FROM things WHERE name = $1", params: [$request.params.name] }
+    respond: { body: '{row: $row}' }
+  - path: /all
+    flow:
+      rows:
+        sql: { backend: db, query: "SELECT name FROM things ORDER BY name" }
+    respond: { body: '$rows | map(.name)' }
+  - path: /qty/{id}
+    flow:
+      q:
+        sql: { backend: db, mode: one, query: "SELECT qty FROM things WHERE id = $1", params: ['$request.params.id'] }
+    respond: { body: '$q' }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_of_every_type_go_in_and_come_back_out() {
+    let pg = cluster().await;
+    psql(&pg, SCHEMA).await;
+    let gw = start(CONFIG, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    let inject = "x'); DROP TABLE things; --";
+    let thing = json!({
+        "name": inject, "qty": 3, "small": -7, "big": 9007199254740993_i64, "f4": 1.5, "f8": 0.1,
+        "price": 7.25, "ok": true,
+        "uid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "doc": {"a": [1, {"b": null}]}, "j": [1, "x"],
+        "day": "2024-02-29", "at": "2024-02-29T12:34:56.5", "atz": "2024-02-29T12:34:56.123456+02:00",
+        "blob": "AAEC/w==", "tags": ["a", null, "c"], "nums": [1, 2, 3]
+    });
+    // The price as literal text, so its digits are exact (serde_json would round it).
+    let body = thing.to_string().replace("7.25", "12345678901234.123456");
+    let r = post(&format!("{base}/things"), &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ins = r.json();
+    assert_eq!(ins["rows_affected"], 1, "{ins}");
+    assert!(ins["rows"][0]["id"].is_i64(), "{ins}");
+
+    let name = percent(inject);
+    let r = get(&format!("{base}/things/{name}")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text().contains("\"price\":12345678901234.123456"),
+        "numeric keeps its digits: {}",
+        r.text()
+    );
+    let got = r.json();
+    assert_eq!(got["name"], inject, "stored and returned verbatim");
+    assert_eq!(got["qty"], 3);
+    assert_eq!(got["small"], -7);
+    assert_eq!(got["big"], json!(9007199254740993_i64));
+    assert_eq!(got["f4"], 1.5);
+    assert_eq!(got["f8"], 0.1);
+    assert_eq!(got["ok"], true);
+    assert_eq!(got["uid"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
+    assert_eq!(got["doc"], json!({"a": [1, {"b": null}]}));
+    assert_eq!(got["j"], json!([1, "x"]));
+    assert_eq!(got["day"], "2024-02-29");
+    assert_eq!(got["at"], "2024-02-29T12:34:56.5");
+    assert_eq!(got["atz"], "2024-02-29T10:34:56.123456Z");
+    assert_eq!(got["blob"], "AAEC/w==");
+    assert_eq!(got["tags"], json!(["a", null, "c"]));
+    assert_eq!(got["nums"], json!([1, 2, 3]));
+    assert_eq!(
+        psql(&pg, "SELECT count(*) FROM things").await,
+        "1",
+        "the table is still there"
+    );
+
+    // NULLs both ways.
+    let r = post(&format!("{base}/things"), r#"{"name": "nulls"}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = get(&format!("{base}/things/nulls")).await.json();
+    assert_eq!(got["qty"], Value::Null);
+    assert_eq!(got["tags"], Value::Null);
+
+    // Modes: optional, many; one with no row is 404 naming the step.
+    assert_eq!(
+        get(&format!("{base}/maybe/nope")).await.json(),
+        json!({"row": null})
+    );
+    assert!(get(&format!("{base}/maybe/nulls")).await.json()["row"]["id"].is_i64());
+    assert_eq!(
+        get(&format!("{base}/all")).await.json(),
+        json!(["nulls", inject])
+    );
+    let r = get(&format!("{base}/things/nope")).await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "not_found");
+    assert_eq!(r.json()["error"]["step"], "one", "{}", r.text());
+}
+
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_errors_become_answers_a_client_can_act_on() {
+    let pg = cluster().await;
+    psql(&pg, SCHEMA).await;
+    let gw = start(CONFIG, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    assert_eq!(
+        post(&format!("{base}/things"), r#"{"name": "a", "qty": 1}"#)
+            .await
+            .status,
+        200
+    );
+    // Unique violation → 409, no SQL text or constraint name in the body.
+    let r = post(&format!("{base}/things"), r#"{"name": "a", "qty": 1}"#).await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "conflict");
+    assert!(
+        !r.text().contains("things_name_key") && !r.text().contains("INSERT"),
+        "{}",
+        r.text()
+    );
+    // Check violation → 422.
+    let r = post(&format!("{base}/things"), r#"{"name": "b", "qty": -1}"#).await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "constraint_violation");
+    // A parameter of the wrong type from the request → 400 naming the parameter.
+    let r = post(&format!("{base}/things"), r#"{"name": "c", "qty": "many"}"#).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "bad_parameter");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("$2"),
+        "{}",
+        r.text()
+    );
+    // A path parameter is text; the column is an integer.
+    let r = get(&format!("{base}/qty/1")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("tonumber"),
+        "the message says how to fix it: {}",
+        r.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_are_checked_against_the_database_at_start() {
+    let pg = cluster().await;
+    psql(&pg, SCHEMA).await;
+    let bad = r#"
+backends:
+  db: { protocol: postgres, url: "${DB_URL}" }
+routes:
+  - path: /x
+    flow:
+      a:
+        sql: { backend: db, query: "SELECT nme FROM things WHERE id = $1", params: ['1'] }
+      b:
+        sql: { backend: db, query: "SELECT name FROM things WHERE id = $1", params: ['1', '2'] }
+    respond: { body: '[$a, $b]' }
+"#;
+    let gw = load(bad, &pg).expect("loads (statements are checked at start)");
+    let e = match start_gateway(gw, "127.0.0.1:0", None).await {
+        Ok(_) => panic!("started with a bad statement"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("fanout.yaml:8:"),
+        "FILE:LINE of the statement: {e}"
+    );
+    assert!(
+        e.contains("column \"nme\" does not exist"),
+        "Postgres's message: {e}"
+    );
+    assert!(
+        e.contains("1 parameter(s)") && e.contains("passes 2"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pool_refuses_at_once_and_a_deadline_cancels_the_statement_at_the_server() {
+    let pg = cluster().await;
+    let yaml = r#"
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    timeout: 60s
+    postgres: { max_size: 1, max_waiters: 0, max_wait: 30s, statement_timeout: 60s }
+routes:
+  - path: /sleep
+    deadline: 60s
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT pg_sleep(30) IS NULL AS slept" } }
+    respond: { body: '$s' }
+  - path: /short
+    deadline: 300ms
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT pg_sleep(10) IS NULL AS slept" } }
+    respond: { body: '$s' }
+  - path: /one
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
+    respond: { body: '$s' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    assert_eq!(get(&format!("{base}/one")).await.json(), json!({"n": 1}));
+    // The one connection busy: the next call is refused at once (no waiters allowed).
+    let sleeper = tokio::spawn(get(format!("{base}/sleep").leak()));
+    wait_for_async("the sleep to run", Duration::from_secs(30), || async {
+        (psql(
+            &pg,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%'",
+        )
+        .await
+            == "1")
+            .then_some(())
+    })
+    .await;
+    let r = get(&format!("{base}/one")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "pool_exhausted");
+    assert!(r.header("retry-after").is_some());
+    sleeper.abort();
+    // The client went away: its statement is cancelled at the server, and the connection serves
+    // the next call once it is known idle.
+    wait_for_async("the abandoned sleep to be cancelled", Duration::from_secs(30), || async {
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%' AND state = 'active'").await == "0").then_some(())
+    })
+    .await;
+    wait_for_async(
+        "the pool to serve again",
+        Duration::from_secs(30),
+        || async { (get(&format!("{base}/one")).await.status == 200).then_some(()) },
+    )
+    .await;
+    // A deadline shorter than the statement: 504, and the statement is gone from the server.
+    let r = get(&format!("{base}/short")).await;
+    assert_eq!(r.status, 504, "{}", r.text());
+    wait_for_async("the cancelled statement to end", Duration::from_secs(30), || async {
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(10)%' AND state = 'active'").await == "0").then_some(())
+    })
+    .await;
+    let st = get(&format!(
+        "http://{}/__fanout/status",
+        gw.admin_addr.unwrap()
+    ))
+    .await
+    .json();
+    let pool = &st["backends"]["db"];
+    assert!(pool["cancelled"].as_u64().unwrap() >= 2, "{pool}");
+    assert!(pool["rejected_full"].as_u64().unwrap() >= 1, "{pool}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_away_fails_fast_and_is_used_again_when_back() {
+    let pg = cluster().await;
+    let yaml = r#"
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    postgres: { reconnect_min: 50ms, reconnect_max: 200ms }
+routes:
+  - path: /one
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
+    respond: { body: '$s' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    assert_eq!(get(&format!("{base}/one")).await.status, 200);
+    assert!(gw.gateway.readiness().is_ok());
+    tokio::task::block_in_place(|| pg.kill().unwrap());
+    wait_for_async(
+        "503 database_unavailable",
+        Duration::from_secs(30),
+        || async {
+            let r = get(&format!("{base}/one")).await;
+            (r.status == 503 && r.json()["error"]["code"] == "database_unavailable").then_some(())
+        },
+    )
+    .await;
+    assert!(
+        gw.gateway.readiness().is_err(),
+        "not ready while the database is down"
+    );
+    tokio::task::block_in_place(|| pg.restart().unwrap());
+    wait_for_async(
+        "the database to be used again",
+        Duration::from_secs(60),
+        || async { (get(&format!("{base}/one")).await.status == 200).then_some(()) },
+    )
+    .await;
+    wait_for("ready again", Duration::from_secs(30), || {
+        gw.gateway.readiness().is_ok().then_some(())
+    })
+    .await;
+}
+
+fn config_of(yaml: &str, pg: &PgCluster) -> fanout_config::Config {
+    let url = pg.url("postgres");
+    let lookup = move |n: &str| (n == "DB_URL").then(|| url.clone());
+    fanout_config::Config::from_yaml("fanout.yaml", yaml, &lookup)
+        .unwrap_or_else(|e| panic!("config:\n{e}"))
+}
+
+async fn pool_status(gw: &RunningGateway) -> Value {
+    let st = get(&format!(
+        "http://{}/__fanout/status",
+        gw.admin_addr.expect("admin listener")
+    ))
+    .await
+    .json();
+    st["backends"]["db"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_statements_are_shared_and_cached_writes_never() {
+    let pg = cluster().await;
+    psql(&pg, "CREATE TABLE log (id serial PRIMARY KEY, v text)").await;
+    let yaml = r#"
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    timeout: 5s
+    cache: { ttl: 60s }
+routes:
+  # The steps' time (5s) is below the deadline, so both calls have the same budget and share.
+  - path: /read/{k}
+    deadline: 30s
+    flow:
+      a: { sql: { backend: db, mode: one, query: "SELECT count(*) AS n, $1::text AS k FROM log", params: [$request.params.k] } }
+      b: { sql: { backend: db, mode: one, query: "SELECT count(*) AS n, $1::text AS k FROM log", params: [$request.params.k] } }
+    respond: { body: '[$a, $b]' }
+  - path: /write/{v}
+    method: POST
+    flow:
+      a: { sql: { backend: db, mode: exec, query: "INSERT INTO log (v) VALUES ($1)", params: [$request.params.v] } }
+      b: { sql: { backend: db, mode: exec, query: "INSERT INTO log (v) VALUES ($1)", params: [$request.params.v] } }
+    respond: { body: '[$a.rows_affected, $b.rows_affected]' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    let statements = |v: &Value| v["statements"].as_u64().unwrap();
+    let before = statements(&pool_status(&gw).await);
+    // Two identical reads in one request, then the same request again: one statement in all
+    // (the second step shares the first's call, the second request is a cache hit).
+    let r = get(&format!("{base}/read/x")).await;
+    assert_eq!(r.json(), json!([{"n": 0, "k": "x"}, {"n": 0, "k": "x"}]));
+    let r2 = get(&format!("{base}/read/x")).await;
+    assert_eq!(r2.json(), r.json());
+    assert_eq!(statements(&pool_status(&gw).await) - before, 1);
+    // A different parameter is a different call.
+    assert_eq!(get(&format!("{base}/read/y")).await.json()[0]["k"], "y");
+    assert_eq!(statements(&pool_status(&gw).await) - before, 2);
+    // Writes: every step runs, every time.
+    for _ in 0..2 {
+        let r = post(&format!("{base}/write/w"), "").await;
+        assert_eq!(r.json(), json!([1, 1]), "{}", r.text());
+    }
+    assert_eq!(psql(&pg, "SELECT count(*) FROM log").await, "4");
+    assert_eq!(statements(&pool_status(&gw).await) - before, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_checks_its_statements_before_it_takes_effect() {
+    let pg = cluster().await;
+    let yaml = |q: &str| {
+        format!(
+            r#"
+backends:
+  db: {{ protocol: postgres, url: "${{DB_URL}}" }}
+routes:
+  - path: /q
+    flow:
+      s: {{ sql: {{ backend: db, mode: one, query: "{q}" }} }}
+    respond: {{ body: '$s' }}
+"#
+        )
+    };
+    let gw = start(&yaml("SELECT 1 AS n"), &pg).await;
+    let base = format!("http://{}", gw.addr);
+    assert_eq!(get(&format!("{base}/q")).await.json(), json!({"n": 1}));
+    gw.gateway
+        .reload(config_of(&yaml("SELECT 2 AS n"), &pg))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(get(&format!("{base}/q")).await.json(), json!({"n": 2}));
+    let e = gw
+        .gateway
+        .reload(config_of(&yaml("SELEC 3 AS n"), &pg))
+        .await
+        .expect_err("a statement Postgres refuses is refused by the reload");
+    let e = e.to_string();
+    assert!(
+        e.contains("fanout.yaml:") && e.contains("syntax error"),
+        "{e}"
+    );
+    assert_eq!(
+        get(&format!("{base}/q")).await.json(),
+        json!({"n": 2}),
+        "the running config stays"
+    );
+}

@@ -1,0 +1,338 @@
+//! The SQL step (`sql: {backend, query, params, mode}`): evaluates the parameters (one jq
+//! expression per `$n`), sends the statement — text fixed by the config, so request data never
+//! becomes SQL — through the backend's stack as a [`Call::Sql`], and shapes the rows by `mode`.
+//!
+//! The `postgres` protocol client answers `{"rows": [...], "rows_affected": N}` or an error status
+//! (409, 422, 503, 500 for SQL errors; 400 for a parameter that does not fit its type), which
+//! this step turns into the client's answer ([`ErrorKind::Database`], `bad_parameter`,
+//! `invalid_call`), through the step's `on_status` like HTTP statuses.
+
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
+use crate::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall};
+use crate::call::{
+    CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_body, parse_answer,
+    yielded,
+};
+use crate::compute::ComputePool;
+use crate::ctx::unknown_backend;
+use crate::error::{ErrorKind, FlowError, INVALID_CALL};
+use fanout_config::{ConfigError, Protocol, SqlMode, Step};
+use fanout_expr::{Expr, Val};
+use futures_util::future::BoxFuture;
+use http::HeaderName;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// A compiled `sql` step.
+struct SqlStep {
+    backend: Arc<dyn Backend>,
+    backend_name: Arc<str>,
+    statement: Arc<str>,
+    /// `$1…$n`, and whether each reads only the request (a value of the wrong type is then the
+    /// client's fault: 400; else the flow's: 500).
+    params: Vec<(Expr, bool)>,
+    mode: SqlMode,
+    read_only: bool,
+    idempotent: bool,
+    compute: Arc<ComputePool>,
+    max_depth: usize,
+}
+
+impl CallTarget for SqlStep {
+    fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+    fn backend_name(&self) -> &Arc<str> {
+        &self.backend_name
+    }
+    fn status_passthrough(&self) -> bool {
+        false
+    }
+    fn compute(&self) -> &Arc<ComputePool> {
+        &self.compute
+    }
+    fn max_depth(&self) -> usize {
+        self.max_depth
+    }
+}
+
+fn mode_name(m: SqlMode) -> &'static str {
+    match m {
+        SqlMode::One => "one",
+        SqlMode::Optional => "optional",
+        SqlMode::Many => "many",
+        SqlMode::Exec => "exec",
+    }
+}
+
+impl StepKind for SqlStep {
+    fn backend(&self) -> Option<&Arc<str>> {
+        Some(&self.backend_name)
+    }
+
+    fn work(&self) -> StepWork {
+        StepWork::Sql {
+            backend: self.backend_name.to_string(),
+            mode: mode_name(self.mode).to_string(),
+            read_only: self.read_only,
+            idempotent: self.idempotent,
+        }
+    }
+
+    fn prepare(
+        &self,
+        step: &StepArgs<'_>,
+        env: &Env,
+        items: Option<Arc<Vec<Val>>>,
+        deadline: Instant,
+    ) -> Result<Prepared, Yielded> {
+        let Some(items) = items else {
+            return Ok(match self.build(step, env, None, deadline)? {
+                Ok(r) => Prepared::Call(r),
+                Err(e) => Prepared::Done(Err(e)),
+            });
+        };
+        let mut reqs = Vec::with_capacity(items.len());
+        for (k, item) in items.iter().enumerate() {
+            match self.build(step, env, Some((item, k)), deadline)? {
+                Ok(r) => reqs.push((r, item.clone(), k)),
+                Err(e) => return Ok(Prepared::Done(Err(e))),
+            }
+        }
+        Ok(Prepared::Calls(reqs))
+    }
+
+    fn call<'a>(
+        &'a self,
+        step: &'a StepArgs<'a>,
+        req: CallRequest,
+        deadline: Instant,
+        deadline_header: &'a HeaderName,
+    ) -> BoxFuture<'a, Result<Val, FlowError>> {
+        Box::pin(async move {
+            let body = fetch_body(
+                step.name,
+                self,
+                req,
+                step.timeout,
+                deadline,
+                deadline_header,
+            )
+            .await
+            .map_err(|e| self.sql_error(step.name, e))?;
+            let answer = parse_answer(step.name, self, body).await?;
+            self.shape(step.name, answer)
+        })
+    }
+}
+
+impl SqlStep {
+    fn build(
+        &self,
+        step: &StepArgs<'_>,
+        env: &Env,
+        item: Option<(&Val, usize)>,
+        deadline: Instant,
+    ) -> Result<Result<CallRequest, FlowError>, Yielded> {
+        let mut params = Vec::with_capacity(self.params.len());
+        for (i, (e, _)) in self.params.iter().enumerate() {
+            let v = match item {
+                Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
+                None => eval(e, env, &Val::Null),
+            };
+            match yielded(v)? {
+                Ok(v) => params.push(v),
+                Err(e) => {
+                    let what = format!("parameter ${}", i + 1);
+                    return Ok(Err(expr_err(step.name, &what, e)));
+                }
+            }
+        }
+        let mut req = CallRequest::new(Call::Sql(SqlCall {
+            statement: self.statement.clone(),
+            params,
+            read_only: self.read_only,
+        }));
+        req.deadline = deadline;
+        req.idempotent = self.idempotent;
+        Ok(Ok(req))
+    }
+
+    /// A failed call, in the database's terms: statuses of SQL errors become
+    /// [`ErrorKind::Database`] (the executor applies `on_status` to them), a parameter that did
+    /// not fit its type `bad_parameter` or `invalid_call`, an unreachable database
+    /// `database_unavailable`.
+    fn sql_error(&self, step: &Arc<str>, e: FlowError) -> FlowError {
+        let transport = e.source.as_ref().map(|s| s.kind);
+        match (e.kind, transport) {
+            (_, Some(CallErrorKind::Connect | CallErrorKind::Reset)) => FlowError {
+                kind: ErrorKind::DatabaseUnavailable,
+                message: "the database could not be reached".into(),
+                ..e
+            },
+            (ErrorKind::BackendStatus { status: 400, .. }, _) => {
+                // `{"param": n, "problem": "..."}`: which parameter, and why (no value in it).
+                let detail = e.detail.clone().unwrap_or_default();
+                let n = detail
+                    .split_once("\"param\":")
+                    .and_then(|(_, r)| {
+                        r.chars()
+                            .take_while(char::is_ascii_digit)
+                            .collect::<String>()
+                            .parse::<usize>()
+                            .ok()
+                    })
+                    .unwrap_or(0);
+                let problem = detail
+                    .split_once("\"problem\":\"")
+                    .and_then(|(_, r)| r.split_once('"'))
+                    .map(|(p, _)| p.to_string())
+                    .unwrap_or_default();
+                let from_request = n > 0 && self.params.get(n - 1).is_some_and(|(_, r)| *r);
+                let (kind, message) = match (n, from_request) {
+                    (0, _) => (ErrorKind::InvalidCall, INVALID_CALL.to_string()),
+                    (n, true) => (
+                        ErrorKind::BadParameter,
+                        format!("parameter ${n}: {problem}"),
+                    ),
+                    (n, false) => (
+                        ErrorKind::InvalidCall,
+                        format!("parameter ${n} built from the flow's data: {problem}"),
+                    ),
+                };
+                FlowError { kind, message, ..e }.in_step(step)
+            }
+            (ErrorKind::BackendStatus { status, .. }, _) => {
+                let message = match status {
+                    409 => "the statement conflicts with existing data",
+                    422 => "the statement's data violates a constraint or is invalid",
+                    503 => "the database could not run the statement now; try again",
+                    _ => "the database failed to run the statement",
+                };
+                FlowError {
+                    kind: ErrorKind::Database { status },
+                    message: message.into(),
+                    ..e
+                }
+            }
+            _ => e,
+        }
+    }
+
+    /// `{"rows": [...], "rows_affected": N}` → the step's answer by `mode`.
+    fn shape(&self, step: &Arc<str>, answer: Val) -> Result<Val, FlowError> {
+        let field = |name: &str| -> Val {
+            match &answer {
+                Val::Obj(o) => o
+                    .get(&Val::from(name.to_string()))
+                    .cloned()
+                    .unwrap_or(Val::Null),
+                _ => Val::Null,
+            }
+        };
+        let rows = field("rows");
+        let Val::Arr(list) = &rows else {
+            return Err(FlowError::new(
+                ErrorKind::BadBackendAnswer,
+                "the database's answer has no rows",
+            )
+            .in_step(step)
+            .with_backend(&self.backend_name));
+        };
+        let too_many = |n: usize| {
+            FlowError::new(
+                ErrorKind::BadBackendAnswer,
+                format!(
+                    "the statement returned {n} rows where `mode: {}` takes at most one",
+                    mode_name(self.mode)
+                ),
+            )
+            .in_step(step)
+            .with_backend(&self.backend_name)
+        };
+        match self.mode {
+            SqlMode::Many => Ok(rows.clone()),
+            SqlMode::Exec => Ok(answer.clone()),
+            SqlMode::Optional => match list.len() {
+                0 => Ok(Val::Null),
+                1 => Ok(list[0].clone()),
+                n => Err(too_many(n)),
+            },
+            SqlMode::One => match list.len() {
+                0 => Err(FlowError::new(
+                    ErrorKind::Database { status: 404 },
+                    "the statement returned no row",
+                )
+                .in_step(step)
+                .with_backend(&self.backend_name)),
+                1 => Ok(list[0].clone()),
+                n => Err(too_many(n)),
+            },
+        }
+    }
+}
+
+/// `sql:`.
+pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
+    let q = step.sql.as_ref()?;
+    let step_name = sc.name.value.clone();
+    let backend = sc.backends.get(&q.backend.value).cloned();
+    let backend_cfg = sc.cx.cfg.backends.get(&q.backend.value);
+    sc.backend_timeout = backend_cfg.and_then(|b| b.timeout);
+    match backend_cfg {
+        None => {
+            let e = unknown_backend(sc.cx.cfg, q.backend.pos, "", &q.backend.value);
+            sc.cx.errs.push(e);
+        }
+        Some(b) if b.protocol != Protocol::Postgres => sc.cx.errs.push(
+            ConfigError::at(
+                q.backend.pos,
+                format!(
+                    "step `{step_name}`: backend `{}` is not a database",
+                    q.backend.value
+                ),
+            )
+            .hint(
+                "a `sql` step calls a backend with `protocol: postgres` and a `url: postgres://…`",
+            ),
+        ),
+        Some(_) => {}
+    }
+    if q.query.value.trim().is_empty() {
+        sc.cx.errs.push(ConfigError::at(
+            q.query.pos,
+            format!("step `{step_name}`: `query` is empty"),
+        ));
+    }
+    let item_ok = sc.in_each;
+    let mut params = Vec::with_capacity(q.params.len());
+    let mut ok = true;
+    for p in &q.params {
+        match sc.expr(Some(p), item_ok) {
+            Some(e) => {
+                // Reads the request and nothing else (no step, no `$item` that a step's list
+                // may have given).
+                let from_request =
+                    !e.vars().is_empty() && e.vars().iter().all(|&v| v == SLOT_REQUEST);
+                params.push((e, from_request));
+            }
+            None => ok = false,
+        }
+    }
+    let backend = backend?;
+    if !ok {
+        return Some(None);
+    }
+    let cfg = sc.cx.cfg;
+    Some(Some(Box::new(SqlStep {
+        backend,
+        backend_name: q.backend.value.as_str().into(),
+        statement: q.query.value.as_str().into(),
+        params,
+        mode: q.mode,
+        read_only: q.is_read_only(),
+        idempotent: q.is_idempotent(),
+        compute: sc.cx.compute.clone(),
+        max_depth: cfg.server.expressions.max_depth,
+    })))
+}

@@ -1,0 +1,1160 @@
+//! The `postgres` backend protocol: [`PgBackend`] answers `sql` steps' calls
+//! ([`fanout_flow::backend::Call::Sql`]) from a pool of tokio-postgres connections that never lets
+//! a request wait longer than it can afford.
+//!
+//! - **Waiting** is FIFO (a fair semaphore), bounded by `max_waiters` (one more is refused at
+//!   once: `pool_exhausted`) and by min(the call's time, `max_wait`).
+//! - **A call past its time** (its deadline, or its request gone) has its statement cancelled at
+//!   the server (a CancelRequest on a new connection); the connection keeps its pool slot until an
+//!   empty statement after the cancelled one has come back — then it is known idle and reused —
+//!   or it is closed. `statement_timeout` is set on every connection as the server's backstop.
+//! - **A database that cannot be reached** fails calls at once (`database_unavailable`) while a
+//!   background task reconnects with backoff; readiness says which database is down.
+//! - **Answers** are JSON text `{"rows": [...], "rows_affected": N}` written from the wire format
+//!   (`types`), so caches and dedup hold them like HTTP answers. SQL errors become statuses the
+//!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
+//!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
+
+pub mod types;
+
+use bytes::Bytes;
+use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresConfig, SslMode};
+use fanout_flow::backend::{Call, SqlCall};
+use fanout_flow::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
+use futures_util::future::BoxFuture;
+use futures_util::{StreamExt, pin_mut};
+use http::StatusCode;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::{Client, Statement};
+
+/// How connections are made: plain TCP or TLS (rustls).
+#[derive(Clone)]
+enum Connector {
+    Plain,
+    Tls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+/// A pooled connection with the statements it has prepared.
+struct Conn {
+    client: Client,
+    prepared: HashMap<Arc<str>, Statement>,
+    idle_since: Instant,
+}
+
+/// Whether the database can be reached, as far as the pool knows.
+#[derive(Debug, Clone, Default)]
+struct Health {
+    /// The last connection attempt failed (or a connection was lost): calls fail at once until
+    /// `retry_at`.
+    down: bool,
+    /// Why, for readiness and the status endpoint (no password: tokio-postgres never prints it).
+    error: Option<String>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    /// A connection has been made since start.
+    connected_once: bool,
+}
+
+/// A statement some `sql` step runs, to prepare against the database at start and on reload.
+#[derive(Debug, Clone)]
+pub struct StatementCheck {
+    /// The statement's text.
+    pub query: fanout_config::Located<String>,
+    /// How many parameters the step passes.
+    pub params: usize,
+    /// `route METHOD PATH, step NAME`, for messages.
+    pub owner: String,
+}
+
+/// The SQLSTATE classes counted separately in `fanout_db_errors_total` (the first two characters
+/// of the code); every other class is `other`.
+pub const SQLSTATE_CLASSES: [(&str, &str); 8] = [
+    ("22", "data_exception"),
+    ("23", "integrity_constraint_violation"),
+    ("40", "transaction_rollback"),
+    ("42", "syntax_error_or_access_rule_violation"),
+    ("53", "insufficient_resources"),
+    ("55", "object_not_in_prerequisite_state"),
+    ("57", "operator_intervention"),
+    ("08", "connection_exception"),
+];
+
+/// The pool's counters (for the status endpoint and metrics).
+#[derive(Debug)]
+pub struct PoolCounters {
+    /// Calls refused because `max_waiters` were already waiting.
+    pub rejected_full: AtomicU64,
+    /// Calls that waited `max_wait` (or their deadline) without getting a connection.
+    pub rejected_wait: AtomicU64,
+    /// Statements cancelled at the server (deadline passed or request gone).
+    pub cancelled: AtomicU64,
+    /// Connections opened.
+    pub connects: AtomicU64,
+    /// Connection attempts that failed.
+    pub connect_failures: AtomicU64,
+    /// Connections closed because they broke or could not be known idle after a cancel.
+    pub discarded: AtomicU64,
+    /// Sum of the waits for a connection, in microseconds, and their count (calls that waited).
+    pub wait_us_total: AtomicU64,
+    /// Calls that had to wait for a connection.
+    pub waits: AtomicU64,
+    /// How long calls waited for a connection (those that got one at once: 0).
+    pub wait: fanout_flow::hist::AtomicHistogram,
+    /// Rows returned by statements.
+    pub rows: AtomicU64,
+    /// Statements sent to the database (prepared ones included once per run).
+    pub statements: AtomicU64,
+    /// SQL errors by class ([`SQLSTATE_CLASSES`], then `other`).
+    pub errors: [AtomicU64; SQLSTATE_CLASSES.len() + 1],
+}
+
+impl Default for PoolCounters {
+    fn default() -> Self {
+        PoolCounters {
+            rejected_full: AtomicU64::new(0),
+            rejected_wait: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            connects: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            discarded: AtomicU64::new(0),
+            wait_us_total: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            wait: fanout_flow::hist::AtomicHistogram::latency(),
+            rows: AtomicU64::new(0),
+            statements: AtomicU64::new(0),
+            errors: Default::default(),
+        }
+    }
+}
+
+impl PoolCounters {
+    /// Count a SQL error of SQLSTATE `state`.
+    fn sql_error(&self, state: &str) {
+        let i = SQLSTATE_CLASSES
+            .iter()
+            .position(|(c, _)| state.starts_with(c))
+            .unwrap_or(SQLSTATE_CLASSES.len());
+        self.errors[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// SQL errors by class name (every class, zero until counted).
+    pub fn errors_by_class(&self) -> Vec<(&'static str, u64)> {
+        SQLSTATE_CLASSES
+            .iter()
+            .map(|(_, name)| *name)
+            .chain(["other"])
+            .zip(self.errors.iter().map(|a| a.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// A database's connection pool.
+pub struct Pool {
+    name: Arc<str>,
+    /// `host:port` of the server (for spans; never the URL, which may hold a password).
+    address: String,
+    pg: tokio_postgres::Config,
+    connector: Connector,
+    cfg: PostgresConfig,
+    connect_timeout: Duration,
+    max_response_bytes: usize,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    open: AtomicUsize,
+    idle: Mutex<Vec<Conn>>,
+    health: Mutex<Health>,
+    wake: Notify,
+    reconnecting: std::sync::atomic::AtomicBool,
+    /// The statements of the current config, checked when a connection is first made after the
+    /// database was unreachable (`None` once checked).
+    unchecked: Mutex<Option<(Arc<fanout_config::Config>, Vec<StatementCheck>)>>,
+    /// Why statements were refused when they were checked late (readiness reports it).
+    refused: Mutex<Option<String>>,
+    /// Counters.
+    pub counters: PoolCounters,
+}
+
+/// The protocol client of a `protocol: postgres` backend.
+pub struct PgBackend {
+    pool: Arc<Pool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PgBackend {
+    /// The client for backend `name`'s config: parses the URL and sets up TLS (no I/O).
+    pub fn new(
+        name: &str,
+        b: &BackendConfig,
+        defaults: &Defaults,
+    ) -> Result<PgBackend, ConfigError> {
+        let url = b.url.as_ref().ok_or_else(|| {
+            ConfigError::at(Default::default(), format!("backend `{name}` has no `url`"))
+        })?;
+        let mut pg: tokio_postgres::Config = url.value.parse().map_err(|e| {
+            // The URL may hold a password: name the backend, not the text.
+            ConfigError::at(
+                url.pos,
+                format!("backend `{name}`: invalid postgres URL: {e}"),
+            )
+        })?;
+        let cfg = b.postgres.clone().unwrap_or_default();
+        let connect_timeout = b.connect_timeout.unwrap_or(defaults.connect_timeout).0;
+        pg.connect_timeout(connect_timeout);
+        pg.application_name(&cfg.application_name);
+        pg.keepalives(true);
+        let ms = cfg.statement_timeout.0.as_millis().max(1);
+        pg.options(format!("-c statement_timeout={ms}"));
+        let loopback = pg.get_hosts().iter().all(|h| match h {
+            tokio_postgres::config::Host::Tcp(h) => {
+                h == "localhost"
+                    || h.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }
+            tokio_postgres::config::Host::Unix(_) => true,
+        });
+        let mode = match cfg.sslmode {
+            SslMode::Auto if loopback => SslMode::Disable,
+            SslMode::Auto => SslMode::VerifyFull,
+            m => m,
+        };
+        let connector = match mode {
+            SslMode::Disable | SslMode::Auto => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                Connector::Plain
+            }
+            SslMode::Require | SslMode::VerifyFull => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| {
+                        ConfigError::at(
+                            Default::default(),
+                            format!("backend `{name}`: TLS setup failed: {e}"),
+                        )
+                    })?;
+                let tls = if mode == SslMode::VerifyFull {
+                    builder
+                        .with_root_certificates(crate::client::trusted_roots(name, b)?)
+                        .with_no_client_auth()
+                } else {
+                    builder
+                        .dangerous()
+                        .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+                        .with_no_client_auth()
+                };
+                Connector::Tls(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+            }
+        };
+        let max = cfg.max_size.max(1);
+        Ok(PgBackend {
+            pool: Arc::new(Pool {
+                name: name.into(),
+                address: address(&pg),
+                pg,
+                connector,
+                connect_timeout,
+                max_response_bytes: b.max_response_bytes,
+                slots: Arc::new(Semaphore::new(max)),
+                waiting: AtomicUsize::new(0),
+                open: AtomicUsize::new(0),
+                idle: Mutex::new(Vec::new()),
+                health: Mutex::new(Health::default()),
+                wake: Notify::new(),
+                reconnecting: std::sync::atomic::AtomicBool::new(false),
+                unchecked: Mutex::new(None),
+                refused: Mutex::new(None),
+                counters: PoolCounters::default(),
+                cfg,
+            }),
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+}
+
+/// `host:port` of a connection config's first server.
+fn address(pg: &tokio_postgres::Config) -> String {
+    let host = match pg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
+/// `sslmode: require`: TLS without checking the certificate (as libpq's `require`), signatures
+/// still checked.
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &rustls_pki_types::CertificateDer<'_>,
+        _: &[rustls_pki_types::CertificateDer<'_>],
+        _: &rustls_pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl Backend for PgBackend {
+    fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let Call::Sql(call) = req.call else {
+                return Err(CallError::new(
+                    CallErrorKind::Invalid,
+                    "a postgres backend was given an HTTP call",
+                ));
+            };
+            // Traced calls: a span per statement, with the statement as written (never its
+            // parameters) and the server's address (never the URL: it may hold a password).
+            let span = req.trace.map(|mut t| {
+                t.statement = Some(call.statement.clone());
+                t.tracer.attempt(&t, &pool.address)
+            });
+            let end = (Instant::now() + req.timeout).min(req.deadline);
+            let result = pool.run(call, end).await;
+            if let Some(span) = span {
+                span.end(result.as_ref().map(|r| r.status));
+            }
+            result
+        })
+    }
+}
+
+/// A column value in its binary wire form (`None`: NULL), for [`types::write_value`].
+struct Raw<'a>(Option<&'a [u8]>);
+
+impl<'a> FromSql<'a> for Raw<'a> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(Some(raw)))
+    }
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(None))
+    }
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+/// Why a statement did not run to its answer on a connection.
+enum ExecError {
+    /// The database answered an error (the connection is fine).
+    Db(tokio_postgres::Error),
+    /// A parameter does not fit its type (`param`: 1-based; 0 = their number): nothing was sent.
+    Param(usize, String),
+    /// The answer is larger than `max_response_bytes`.
+    TooLarge,
+    /// A column value could not be read (its type changed since the statement was checked):
+    /// the rest of the rows are still coming.
+    Column(String),
+    /// The connection broke.
+    Broken(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for ExecError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if e.as_db_error().is_some() {
+            ExecError::Db(e)
+        } else {
+            ExecError::Broken(e)
+        }
+    }
+}
+
+/// A connection in use, with its pool slot. Dropped before the statement finished (the call's
+/// time ran out, or its request went away), it cancels the statement at the server and keeps
+/// the slot until the connection is known idle again or closed.
+struct InUse {
+    pool: Arc<Pool>,
+    conn: Option<Conn>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl InUse {
+    /// Give the connection back (idle) and free the slot.
+    fn release(mut self) {
+        if let Some(mut c) = self.conn.take() {
+            c.idle_since = Instant::now();
+            lock(&self.pool.idle).push(c);
+        }
+        self.permit.take();
+    }
+
+    /// Close the connection (it broke) and free the slot.
+    fn discard(mut self) {
+        if self.conn.take().is_some() {
+            self.pool.closed_one();
+        }
+        self.permit.take();
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let (Some(conn), Some(permit)) = (self.conn.take(), self.permit.take()) else {
+            return;
+        };
+        let pool = self.pool.clone();
+        pool.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            pool.closed_one();
+            return;
+        };
+        rt.spawn(async move {
+            let _slot = permit;
+            let token = conn.client.cancel_token();
+            let sent = match &pool.connector {
+                Connector::Plain => {
+                    tokio::time::timeout(
+                        pool.connect_timeout,
+                        token.cancel_query(tokio_postgres::NoTls),
+                    )
+                    .await
+                }
+                Connector::Tls(t) => {
+                    tokio::time::timeout(pool.connect_timeout, token.cancel_query(t.clone())).await
+                }
+            };
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::warn!(database = %pool.name, "could not send the cancel request of a statement past its deadline; closing its connection");
+            }
+            // An empty statement answers after the cancelled one has ended: then the connection
+            // is idle. If it does not come back soon, close the connection (the server ends the
+            // statement itself: statement_timeout).
+            let grace = pool.connect_timeout.max(Duration::from_secs(1));
+            match tokio::time::timeout(grace, conn.client.simple_query("")).await {
+                Ok(Ok(_)) if matches!(sent, Ok(Ok(()))) => {
+                    let mut conn = conn;
+                    conn.idle_since = Instant::now();
+                    lock(&pool.idle).push(conn);
+                }
+                _ => {
+                    drop(conn);
+                    pool.closed_one();
+                }
+            }
+        });
+    }
+}
+
+fn response(status: StatusCode, body: impl Into<Bytes>) -> CallResponse {
+    CallResponse {
+        status,
+        body: body.into(),
+    }
+}
+
+/// The status a SQL error maps to (the `sql` step makes the client's answer of it), or the
+/// transport failure it is.
+fn sql_status(state: &str) -> Result<StatusCode, CallErrorKind> {
+    Ok(match state {
+        // unique_violation, foreign_key_violation, exclusion_violation
+        "23505" | "23503" | "23P01" => StatusCode::CONFLICT,
+        // serialization_failure, deadlock_detected, lock_not_available: try again
+        "40001" | "40P01" | "55P03" => StatusCode::SERVICE_UNAVAILABLE,
+        // query_canceled: statement_timeout (ours are sent for deadlines, which end the call
+        // before this answer arrives)
+        "57014" => return Err(CallErrorKind::Timeout),
+        // admin_shutdown, crash_shutdown, cannot_connect_now
+        "57P01" | "57P02" | "57P03" => return Err(CallErrorKind::Reset),
+        s if s.starts_with("08") => return Err(CallErrorKind::Reset),
+        // insufficient resources (too many connections, out of memory, disk full)
+        s if s.starts_with("53") => StatusCode::SERVICE_UNAVAILABLE,
+        // other integrity constraints (check, not null), data exceptions (invalid text for a
+        // type, value out of range, division by zero)
+        s if s.starts_with("23") || s.starts_with("22") => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    })
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+impl Pool {
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections idle in the pool now.
+    pub fn idle(&self) -> usize {
+        lock(&self.idle).len()
+    }
+
+    /// Calls waiting for a connection now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The pool's settings.
+    pub fn settings(&self) -> &PostgresConfig {
+        &self.cfg
+    }
+
+    /// The statements of the config now in force: checked by [`Pool::check`] now, or when the
+    /// database is reached if it is not now.
+    pub fn set_statements(&self, cfg: Arc<fanout_config::Config>, checks: Vec<StatementCheck>) {
+        *lock(&self.unchecked) = Some((cfg, checks));
+        *lock(&self.refused) = None;
+    }
+
+    /// `Ok` when the database was reached and is not known to be down; else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(r) = lock(&self.refused).as_ref() {
+            return Err(r.clone());
+        }
+        let h = lock(&self.health);
+        if h.down || !h.connected_once {
+            return Err(format!(
+                "database `{}` is not reachable{}",
+                self.name,
+                h.error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool for `/__fanout/status`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let h = lock(&self.health).clone();
+        let c = &self.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "protocol": "postgres",
+            "up": !h.down && h.connected_once,
+            "error": h.error,
+            "max_size": self.cfg.max_size,
+            "open": self.open(),
+            "idle": self.idle(),
+            "in_use": self.open().saturating_sub(self.idle()),
+            "waiting": self.waiting(),
+            "max_waiters": self.cfg.max_waiters,
+            "rejected_full": n(&c.rejected_full),
+            "rejected_wait": n(&c.rejected_wait),
+            "cancelled": n(&c.cancelled),
+            "connects": n(&c.connects),
+            "connect_failures": n(&c.connect_failures),
+            "discarded": n(&c.discarded),
+            "statements": n(&c.statements),
+            "rows": n(&c.rows),
+        })
+    }
+
+    fn closed_one(&self) {
+        self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Wait for a pool slot until `end` (capped by `max_wait`), FIFO, at most `max_waiters` waiting.
+    async fn acquire(&self, end: Instant) -> Result<OwnedSemaphorePermit, CallError> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            self.counters.wait.record(0);
+            return Ok(p);
+        }
+        let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _w = Waiting(&self.waiting);
+        if waiting >= self.cfg.max_waiters {
+            self.counters.rejected_full.fetch_add(1, Ordering::Relaxed);
+            return Err(CallError::new(
+                CallErrorKind::Rejected(RejectReason::Pool),
+                format!(
+                    "database `{}`: all {} connections busy and {} calls already waiting (postgres.max_waiters)",
+                    self.name, self.cfg.max_size, self.cfg.max_waiters
+                ),
+            ));
+        }
+        let started = Instant::now();
+        let until = end.min(started + self.cfg.max_wait.0);
+        let got = tokio::time::timeout_at(until, self.slots.clone().acquire_owned()).await;
+        let waited = started.elapsed();
+        self.counters.waits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .wait_us_total
+            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+        self.counters.wait.record_duration(waited);
+        match got {
+            Ok(Ok(p)) => Ok(p),
+            _ => {
+                self.counters.rejected_wait.fetch_add(1, Ordering::Relaxed);
+                Err(CallError::new(
+                    CallErrorKind::Rejected(RejectReason::Pool),
+                    format!(
+                        "database `{}`: no connection free within {:.0} ms (postgres.max_wait or the call's time)",
+                        self.name,
+                        waited.as_secs_f64() * 1000.0
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// An idle connection that is still open (closing those idle past `idle_timeout`).
+    fn take_idle(&self) -> Option<Conn> {
+        let mut idle = lock(&self.idle);
+        while let Some(c) = idle.pop() {
+            if c.client.is_closed() || c.idle_since.elapsed() > self.cfg.idle_timeout.0 {
+                drop(c);
+                self.closed_one();
+                continue;
+            }
+            return Some(c);
+        }
+        None
+    }
+
+    /// Fail at once while the database is known to be down (until the next retry time).
+    fn fail_fast(&self) -> Option<CallError> {
+        let h = lock(&self.health);
+        let waiting = h.down && h.retry_at.is_some_and(|t| Instant::now() < t);
+        waiting.then(|| {
+            CallError::new(
+                CallErrorKind::Connect,
+                format!(
+                    "database `{}` is unreachable{}",
+                    self.name,
+                    h.error
+                        .as_deref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                ),
+            )
+        })
+    }
+
+    fn mark_down(self: &Arc<Self>, why: String) {
+        {
+            let mut h = lock(&self.health);
+            let min = self.cfg.reconnect_min.0;
+            h.backoff = if h.down {
+                (h.backoff * 2).clamp(min, self.cfg.reconnect_max.0)
+            } else {
+                min
+            };
+            h.down = true;
+            h.retry_at = Some(Instant::now() + h.backoff);
+            h.error = Some(why);
+        }
+        // Idle connections of a database that went away are no good either.
+        let stale: Vec<Conn> = std::mem::take(&mut *lock(&self.idle));
+        for c in stale {
+            drop(c);
+            self.closed_one();
+        }
+        self.spawn_reconnect();
+    }
+
+    fn mark_up(&self) {
+        let mut h = lock(&self.health);
+        if h.down {
+            tracing::info!(database = %self.name, "database reachable again");
+        }
+        h.down = false;
+        h.error = None;
+        h.retry_at = None;
+        h.connected_once = true;
+    }
+
+    /// Open a connection (counted in `open`; the caller holds a slot for it).
+    async fn connect(self: &Arc<Self>, end: Instant) -> Result<Conn, CallError> {
+        let attempt = async {
+            match &self.connector {
+                Connector::Plain => {
+                    self.pg
+                        .connect(tokio_postgres::NoTls)
+                        .await
+                        .map(|(c, conn)| {
+                            tokio::spawn(conn);
+                            c
+                        })
+                }
+                Connector::Tls(t) => self.pg.connect(t.clone()).await.map(|(c, conn)| {
+                    tokio::spawn(conn);
+                    c
+                }),
+            }
+        };
+        let until = end.min(Instant::now() + self.connect_timeout);
+        let result = tokio::time::timeout_at(until, attempt).await;
+        match result {
+            Ok(Ok(client)) => {
+                self.counters.connects.fetch_add(1, Ordering::Relaxed);
+                self.open.fetch_add(1, Ordering::Relaxed);
+                self.mark_up();
+                Ok(Conn {
+                    client,
+                    prepared: HashMap::new(),
+                    idle_since: Instant::now(),
+                })
+            }
+            Ok(Err(e)) => {
+                self.counters
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                let why = e.to_string();
+                self.mark_down(why.clone());
+                Err(CallError::new(
+                    CallErrorKind::Connect,
+                    format!("database `{}`: cannot connect: {why}", self.name),
+                )
+                .with_source(e))
+            }
+            Err(_) => {
+                self.counters
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                let why = "connecting timed out".to_string();
+                if until < end {
+                    self.mark_down(why.clone());
+                }
+                Err(CallError::new(
+                    CallErrorKind::Connect,
+                    format!("database `{}`: {why}", self.name),
+                ))
+            }
+        }
+    }
+
+    /// Reconnect in the background while the database is down (one task per pool at a time),
+    /// so readiness turns green and calls stop failing fast as soon as it is back.
+    fn spawn_reconnect(self: &Arc<Self>) {
+        if self.reconnecting.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.reconnecting.store(false, Ordering::Release);
+            return;
+        };
+        let pool = Arc::downgrade(self);
+        rt.spawn(async move {
+            loop {
+                let Some(p) = pool.upgrade() else { return };
+                let (down, retry_at) = {
+                    let h = lock(&p.health);
+                    (h.down, h.retry_at)
+                };
+                if !down {
+                    p.reconnecting.store(false, Ordering::Release);
+                    return;
+                }
+                if let Some(t) = retry_at {
+                    let _ = tokio::time::timeout_at(t, p.wake.notified()).await;
+                }
+                // Take a slot, so the pool never opens more than max_size connections.
+                let Ok(slot) = p.slots.clone().try_acquire_owned() else {
+                    drop(p);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let far = Instant::now() + Duration::from_secs(3600);
+                if let Ok(conn) = p.connect(far).await {
+                    lock(&p.idle).push(conn);
+                }
+                drop(slot);
+                let pending = lock(&p.unchecked).take();
+                if let Some((cfg, checks)) = pending
+                    && !lock(&p.health).down
+                {
+                    match p.check(&cfg, &checks).await {
+                        Ok(errs) if !errs.is_empty() => {
+                            for e in &errs {
+                                tracing::error!(database = %p.name, "{e}");
+                            }
+                            *lock(&p.refused) = Some(format!(
+                                "database `{}`: {} statement(s) refused (see the log); fix them and reload",
+                                p.name,
+                                errs.len()
+                            ));
+                        }
+                        Ok(_) => {}
+                        Err(_) => *lock(&p.unchecked) = Some((cfg, checks)),
+                    }
+                }
+            }
+        });
+    }
+
+    /// Connect (when the database is reachable) and prepare every statement: `Ok(errors)` names
+    /// each statement Postgres refuses, a parameter count that does not match, a type the `sql`
+    /// step cannot read or write; `Err`: the database could not be reached (readiness says so
+    /// and the pool keeps retrying in the background).
+    pub async fn check(
+        self: &Arc<Self>,
+        cfg: &fanout_config::Config,
+        statements: &[StatementCheck],
+    ) -> Result<Vec<ConfigError>, String> {
+        let busy = self.connect_timeout.max(self.cfg.max_wait.0) + Duration::from_secs(5);
+        let slot = match tokio::time::timeout(busy, self.slots.clone().acquire_owned()).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                return Err(format!(
+                    "database `{}`: no connection free to check the statements",
+                    self.name
+                ));
+            }
+        };
+        let end = Instant::now() + self.connect_timeout;
+        let mut conn = match self.take_idle() {
+            Some(c) => c,
+            None => self.connect(end).await.map_err(|e| e.message)?,
+        };
+        *lock(&self.unchecked) = None;
+        let mut errs = Vec::new();
+        for s in statements {
+            let at = |msg: String| ConfigError {
+                file: cfg.file.clone(),
+                pos: Some(s.query.pos),
+                message: format!("{}: {msg}", s.owner),
+                hint: None,
+            };
+            match conn.client.prepare(&s.query.value).await {
+                Ok(stmt) => {
+                    if stmt.params().len() != s.params {
+                        errs.push(
+                            at(format!(
+                                "the statement has {} parameter(s) ($1…) but the step passes {}",
+                                stmt.params().len(),
+                                s.params
+                            ))
+                            .hint("`params:` lists one expression per `$n`, in order"),
+                        );
+                    }
+                    for (i, ty) in stmt.params().iter().enumerate() {
+                        if !types::supported(ty) {
+                            errs.push(
+                                at(format!(
+                                    "parameter ${} has type {}, which sql steps cannot send",
+                                    i + 1,
+                                    ty.name()
+                                ))
+                                .hint("cast it in the statement, e.g. `$1::text::inet`"),
+                            );
+                        }
+                    }
+                    for c in stmt.columns() {
+                        if !types::supported(c.type_()) {
+                            errs.push(
+                                at(format!(
+                                    "column `{}` has type {}, which sql steps cannot read",
+                                    c.name(),
+                                    c.type_().name()
+                                ))
+                                .hint("cast it in the statement, e.g. `col::text`"),
+                            );
+                        }
+                    }
+                    conn.prepared.insert(s.query.value.as_str().into(), stmt);
+                }
+                Err(e) => match e.as_db_error() {
+                    Some(db) => {
+                        let mut msg = format!("Postgres refused the statement: {}", db.message());
+                        let mut pos = Some(s.query.pos);
+                        if let Some(tokio_postgres::error::ErrorPosition::Original(p)) =
+                            db.position()
+                        {
+                            // 1-based character offset into the statement.
+                            let chars = (*p as usize).saturating_sub(1);
+                            let offset: usize =
+                                s.query.value.chars().take(chars).map(char::len_utf8).sum();
+                            msg.push_str(&format!(" (at character {p} of the statement)"));
+                            pos = Some(cfg.pos_in_scalar(s.query.pos, &s.query.value, offset));
+                        }
+                        errs.push(ConfigError {
+                            file: cfg.file.clone(),
+                            pos,
+                            message: format!("{}: {msg}", s.owner),
+                            hint: db.hint().map(str::to_string),
+                        });
+                    }
+                    None => {
+                        drop(conn);
+                        self.closed_one();
+                        drop(slot);
+                        return Err(format!("database `{}`: {e}", self.name));
+                    }
+                },
+            }
+        }
+        conn.idle_since = Instant::now();
+        lock(&self.idle).push(conn);
+        drop(slot);
+        Ok(errs)
+    }
+
+    /// Run one call: a slot (or a refusal), a connection, the statement.
+    async fn run(self: Arc<Self>, call: SqlCall, end: Instant) -> Result<CallResponse, CallError> {
+        if let Some(e) = self.fail_fast() {
+            return Err(e);
+        }
+        let permit = self.acquire(end).await?;
+        let conn = match self.take_idle() {
+            Some(c) => c,
+            None => self.connect(end).await?,
+        };
+        let mut in_use = InUse {
+            pool: self.clone(),
+            conn: Some(conn),
+            permit: Some(permit),
+        };
+        let Some(conn) = in_use.conn.as_mut() else {
+            return Err(CallError::new(CallErrorKind::Invalid, "no connection"));
+        };
+        let max = self.max_response_bytes;
+        let done = tokio::time::timeout_at(end, execute(conn, &call, max, &self.counters)).await;
+        match done {
+            Ok(Ok(body)) => {
+                in_use.release();
+                Ok(response(StatusCode::OK, body))
+            }
+            Ok(Err(ExecError::Param(n, problem))) => {
+                in_use.release();
+                let body = format!(r#"{{"param":{n},"problem":{}}}"#, json_str(&problem));
+                Ok(response(StatusCode::BAD_REQUEST, body))
+            }
+            Ok(Err(ExecError::Column(problem))) => {
+                // Not idle: dropping `in_use` cancels the rest and checks the connection.
+                drop(in_use);
+                let body = format!(r#"{{"sqlstate":"XX000","message":{}}}"#, json_str(&problem));
+                Ok(response(StatusCode::INTERNAL_SERVER_ERROR, body))
+            }
+            Ok(Err(ExecError::TooLarge)) => {
+                // The rest of the rows are still coming: the connection is not idle.
+                drop(in_use);
+                Err(CallError::new(
+                    CallErrorKind::BodyTooLarge,
+                    format!(
+                        "database `{}`: the rows are larger than max_response_bytes ({max})",
+                        self.name
+                    ),
+                ))
+            }
+            Ok(Err(ExecError::Db(e))) => {
+                let Some(db) = e.as_db_error() else {
+                    in_use.discard();
+                    return Err(CallError::new(CallErrorKind::Reset, e.to_string()));
+                };
+                let state = db.code().code();
+                self.counters.sql_error(state);
+                match sql_status(state) {
+                    Ok(status) => {
+                        in_use.release();
+                        let mut body = format!(
+                            r#"{{"sqlstate":{},"message":{}"#,
+                            json_str(state),
+                            json_str(db.message())
+                        );
+                        if let Some(c) = db.constraint() {
+                            body.push_str(&format!(r#","constraint":{}"#, json_str(c)));
+                        }
+                        body.push('}');
+                        Ok(response(status, body))
+                    }
+                    Err(kind) => {
+                        if kind == CallErrorKind::Timeout {
+                            in_use.release();
+                        } else {
+                            in_use.discard();
+                            self.mark_down(db.message().to_string());
+                        }
+                        Err(CallError::new(
+                            kind,
+                            format!(
+                                "database `{}`: {} (SQLSTATE {state})",
+                                self.name,
+                                db.message()
+                            ),
+                        ))
+                    }
+                }
+            }
+            Ok(Err(ExecError::Broken(e))) => {
+                in_use.discard();
+                let closed = e.is_closed();
+                self.mark_down(e.to_string());
+                Err(CallError::new(
+                    if closed {
+                        CallErrorKind::Reset
+                    } else {
+                        CallErrorKind::Connect
+                    },
+                    format!("database `{}`: connection lost: {e}", self.name),
+                )
+                .with_source(e))
+            }
+            // Out of time: dropping `in_use` cancels the statement at the server.
+            Err(_) => {
+                drop(in_use);
+                Err(CallError::new(
+                    CallErrorKind::Timeout,
+                    format!(
+                        "database `{}`: the statement was cancelled at its deadline",
+                        self.name
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// Prepare (once per connection), bind, run, and write the answer's JSON.
+async fn execute(
+    conn: &mut Conn,
+    call: &SqlCall,
+    max_bytes: usize,
+    counters: &PoolCounters,
+) -> Result<Vec<u8>, ExecError> {
+    let stmt = match conn.prepared.get(&call.statement) {
+        Some(s) => s.clone(),
+        None => {
+            let s = conn.client.prepare(&call.statement).await?;
+            conn.prepared.insert(call.statement.clone(), s.clone());
+            s
+        }
+    };
+    if stmt.params().len() != call.params.len() {
+        return Err(ExecError::Param(
+            0,
+            format!(
+                "the statement takes {} parameters, the step passes {}",
+                stmt.params().len(),
+                call.params.len()
+            ),
+        ));
+    }
+    let mut params = Vec::with_capacity(call.params.len());
+    for (i, (v, ty)) in call.params.iter().zip(stmt.params()).enumerate() {
+        params.push(types::param(v, ty).map_err(|p| ExecError::Param(i + 1, p))?);
+    }
+    counters.statements.fetch_add(1, Ordering::Relaxed);
+    let rows = conn.client.query_raw(&stmt, params.iter()).await?;
+    pin_mut!(rows);
+    let cols = stmt.columns();
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"rows\":[");
+    let mut first = true;
+    let mut name_buf = Vec::new();
+    let mut count = 0u64;
+    while let Some(row) = rows.next().await {
+        let row = row?;
+        count += 1;
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.push(b'{');
+        for (i, c) in cols.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            name_buf.clear();
+            fanout_expr::json::write(&fanout_expr::Val::from(c.name().to_string()), &mut name_buf);
+            out.extend_from_slice(&name_buf);
+            out.push(b':');
+            let raw: Raw<'_> = row.try_get(i)?;
+            types::write_value(c.type_(), raw.0, &mut out)
+                .map_err(|p| ExecError::Column(format!("column `{}`: {p}", c.name())))?;
+        }
+        out.push(b'}');
+        if out.len() > max_bytes {
+            return Err(ExecError::TooLarge);
+        }
+    }
+    counters.rows.fetch_add(count, Ordering::Relaxed);
+    counters.rows.fetch_add(count, Ordering::Relaxed);
+    out.extend_from_slice(b"],\"rows_affected\":");
+    let n = rows.rows_affected().unwrap_or(0);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.push(b'}');
+    Ok(out)
+}
+
+impl std::fmt::Debug for PgBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgBackend({})", self.pool.name)
+    }
+}
+
+/// Every statement of `cfg`'s `sql` steps, by backend name.
+pub fn statements(cfg: &fanout_config::Config) -> HashMap<String, Vec<StatementCheck>> {
+    let mut out: HashMap<String, Vec<StatementCheck>> = HashMap::new();
+    for r in &cfg.routes {
+        for (name, step) in &r.flow {
+            if let Some(sql) = &step.sql {
+                out.entry(sql.backend.value.clone())
+                    .or_default()
+                    .push(StatementCheck {
+                        query: sql.query.clone(),
+                        params: sql.params.len(),
+                        owner: format!(
+                            "route {} {}, step `{}`",
+                            r.method.value, r.path.value, name.value
+                        ),
+                    });
+            }
+        }
+    }
+    out
+}
