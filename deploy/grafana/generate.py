@@ -195,7 +195,7 @@ def build():
     L.add(timeseries("Calls by backend and outcome",
                      "Backend calls per second by outcome class (ok, timeout, refused, reset, "
                      "bad_answer, status_4xx, status_5xx, rejected_bulkhead, rejected_breaker, "
-                     "invalid_call, other).",
+                     "invalid_call, rejected_pool, other).",
                      [(f"sum by (backend, outcome) (rate(fanout_backend_calls_total{{{BACKEND}}}{RI}))",
                        "{{backend}} {{outcome}}")], "reqps", stack=True), 12, 8)
     L.add(timeseries("Failed call ratio by backend", "Share of calls whose outcome is not ok.",
@@ -229,6 +229,34 @@ def build():
     L.add(timeseries("Retry budget refusals", "Retries not sent because the budget was spent.",
                      [(f"sum by (backend) (rate(fanout_retry_budget_refusals_total{{{BACKEND}}}{RI}))",
                        "{{backend}}")], "ops"), 12, 8)
+
+    L.row("Databases")
+    L.add(timeseries("Database pool connections", "Connections in use and idle per database, and its max_size.",
+                     [(f"sum by (backend, state) (fanout_db_pool_connections{{{BACKEND}}})",
+                       "{{backend}} {{state}}"),
+                      (f"max by (backend) (fanout_db_pool_max_connections{{{BACKEND}}})",
+                       "{{backend}} max")], decimals=0), 8, 8)
+    L.add(timeseries("Waiting for a connection", "Calls waiting for a connection now, and the wait (p50/p95/p99).",
+                     [(f"sum by (backend) (fanout_db_pool_waiting{{{BACKEND}}})", "waiting {{backend}}")]
+                     + quantiles("fanout_db_pool_wait_seconds", BACKEND, "backend", "wait {{backend}}")),
+          8, 8)
+    L.add(timeseries("Database up", "1 while the database is reachable (lowest over instances).",
+                     [(f"min by (backend) (fanout_db_up{{{BACKEND}}})", "{{backend}}")], decimals=0,
+                     thresholds={"mode": "absolute", "steps": [{"color": "red", "value": None},
+                                                               {"color": "green", "value": 1}]}), 8, 8)
+    L.add(timeseries("Pool refusals and cancellations",
+                     "Calls refused with 503 pool_exhausted (full: max_waiters waiting; wait: no connection in "
+                     "time), and statements cancelled at the server at their deadline, per second.",
+                     [(f"sum by (backend, reason) (rate(fanout_db_pool_rejections_total{{{BACKEND}}}{RI}))",
+                       "refused {{backend}} {{reason}}"),
+                      (f"sum by (backend) (rate(fanout_db_cancellations_total{{{BACKEND}}}{RI}))",
+                       "cancelled {{backend}}")], "ops"), 8, 8)
+    L.add(timeseries("SQL errors by class", "SQL errors per second by SQLSTATE class.",
+                     [(f"sum by (backend, class) (rate(fanout_db_errors_total{{{BACKEND}}}{RI}))",
+                       "{{backend}} {{class}}")], "ops", stack=True), 8, 8)
+    L.add(timeseries("Rows returned", "Rows returned by statements per second.",
+                     [(f"sum by (backend) (rate(fanout_db_rows_total{{{BACKEND}}}{RI}))", "{{backend}}")],
+                     "ops"), 8, 8)
 
     L.row("Admission and shedding")
     L.add(timeseries("Admission limit and in flight", "Concurrency limit and admitted requests per class.",

@@ -41,6 +41,15 @@ const CATALOG: &[&str] = &[
     "fanout_retry_budget_refusals_total",
     "fanout_hedges_total",
     "fanout_hedges_won_total",
+    "fanout_db_up",
+    "fanout_db_pool_max_connections",
+    "fanout_db_pool_connections",
+    "fanout_db_pool_waiting",
+    "fanout_db_pool_wait_seconds",
+    "fanout_db_pool_rejections_total",
+    "fanout_db_cancellations_total",
+    "fanout_db_rows_total",
+    "fanout_db_errors_total",
     "fanout_admission_limit",
     "fanout_admission_in_flight",
     "fanout_admission_queue_length",
@@ -347,6 +356,10 @@ backends:
   plain:
     url: "http://127.0.0.1:1"
     timeout: 200ms
+  # A database nobody listens for: its pool's series exist from the start all the same.
+  db:
+    protocol: postgres
+    url: "postgres://postgres@127.0.0.1:1/postgres"
 reference:
   masks:
     http: { backend: down, path: '"/masks"' }
@@ -387,7 +400,9 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         "status_5xx",
         "rejected_bulkhead",
         "rejected_breaker",
+        "invalid_call",
         "other",
+        "rejected_pool",
     ];
     const BACKENDS: &[&str] = &["down", "plain"];
     const ADMISSION: &[&str] = &["critical", "normal", "sheddable"];
@@ -488,6 +503,49 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         (
             "fanout_dedup_saved_calls_total",
             product(&[("backend", BACKENDS)]),
+        ),
+        ("fanout_db_up", product(&[("backend", &["db"])])),
+        (
+            "fanout_db_pool_max_connections",
+            product(&[("backend", &["db"])]),
+        ),
+        (
+            "fanout_db_pool_connections",
+            product(&[("backend", &["db"]), ("state", &["idle", "in_use"])]),
+        ),
+        ("fanout_db_pool_waiting", product(&[("backend", &["db"])])),
+        (
+            "fanout_db_pool_wait_seconds",
+            product(&[("backend", &["db"])]),
+        ),
+        (
+            "fanout_db_pool_rejections_total",
+            product(&[("backend", &["db"]), ("reason", &["full", "wait"])]),
+        ),
+        (
+            "fanout_db_cancellations_total",
+            product(&[("backend", &["db"])]),
+        ),
+        ("fanout_db_rows_total", product(&[("backend", &["db"])])),
+        (
+            "fanout_db_errors_total",
+            product(&[
+                ("backend", &["db"]),
+                (
+                    "class",
+                    &[
+                        "data_exception",
+                        "integrity_constraint_violation",
+                        "transaction_rollback",
+                        "syntax_error_or_access_rule_violation",
+                        "insufficient_resources",
+                        "object_not_in_prerequisite_state",
+                        "operator_intervention",
+                        "connection_exception",
+                        "other",
+                    ],
+                ),
+            ]),
         ),
         ("fanout_admission_limit", product(&[("class", ADMISSION)])),
         (
