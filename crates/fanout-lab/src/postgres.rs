@@ -33,6 +33,7 @@ pub struct PgCluster {
     dir: PathBuf,
     addr: SocketAddr,
     as_postgres: bool,
+    tls: bool,
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -72,6 +73,16 @@ impl PgCluster {
     /// `initdb` a new cluster in a fresh temporary directory and start it on a free port. The
     /// superuser is `postgres`, authentication `trust` (loopback only).
     pub fn start() -> Result<PgCluster, PgError> {
+        PgCluster::start_inner(None)
+    }
+
+    /// [`PgCluster::start`] with TLS on (`ssl = on`; plain connections are still accepted):
+    /// `cert_pem` and `key_pem` are the server's certificate chain and key.
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<PgCluster, PgError> {
+        PgCluster::start_inner(Some((cert_pem, key_pem)))
+    }
+
+    fn start_inner(tls: Option<(&str, &str)>) -> Result<PgCluster, PgError> {
         let bin = bin_dir().ok_or(PgError::NoBinaries)?;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -84,6 +95,7 @@ impl PgCluster {
             dir,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             as_postgres,
+            tls: tls.is_some(),
         };
         if as_postgres {
             c.run(
@@ -103,6 +115,21 @@ impl PgCluster {
             "--no-sync",
         ]);
         c.run("initdb", &mut initdb)?;
+        if let Some((cert, key)) = tls {
+            for (name, text) in [("server.crt", cert), ("server.key", key)] {
+                let path = data.join(name);
+                std::fs::write(&path, text).map_err(|e| PgError::Io(name.into(), e))?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| PgError::Io(name.into(), e))?;
+                if as_postgres {
+                    c.run(
+                        "chown",
+                        Command::new("chown").arg("postgres:postgres").arg(&path),
+                    )?;
+                }
+            }
+        }
         // A port free a moment ago may be taken by the time the server binds it: try a few.
         let mut last = None;
         for _ in 0..5 {
@@ -168,11 +195,14 @@ impl PgCluster {
     }
 
     fn start_server(&self) -> Result<(), PgError> {
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
             self.addr.port(),
             self.dir.display()
         );
+        if self.tls {
+            opts.push_str(" -c ssl=on");
+        }
         let mut cmd = self.server_cmd("pg_ctl");
         cmd.arg("-D")
             .arg(self.data_dir())

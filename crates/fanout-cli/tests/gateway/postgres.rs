@@ -569,3 +569,51 @@ routes:
         "both serialization failures counted:\n{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslmode_require_and_verify_full_speak_tls_and_verify_full_checks_the_certificate() {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (ck.cert.pem(), ck.signing_key.serialize_pem());
+    let pg = tokio::task::spawn_blocking(move || {
+        PgCluster::start_with_tls(&cert, &key).unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await
+    .unwrap();
+    let ca = pg.dir().join("ca.pem");
+    std::fs::write(&ca, ck.cert.pem()).unwrap();
+    let yaml = |mode: &str, ca_file: &str| {
+        format!(
+            r#"
+backends:
+  db:
+    protocol: postgres
+    url: "${{DB_URL}}"
+    {ca_file}
+    postgres: {{ {mode} reconnect_min: 1s, reconnect_max: 1s }}
+routes:
+  - path: /ssl
+    flow:
+      s: {{ sql: {{ backend: db, mode: one, query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()" }} }}
+    respond: {{ body: '$s.ssl' }}
+"#
+        )
+    };
+    async fn ssl_of(gw: &RunningGateway) -> (u16, String) {
+        let r = get(&format!("http://{}/ssl", gw.addr)).await;
+        (r.status.as_u16(), r.text())
+    }
+    // A loopback host: plain TCP by default.
+    let plain = start(&yaml("", ""), &pg).await;
+    assert_eq!(ssl_of(&plain).await, (200, "false".to_string()));
+    let require = start(&yaml("sslmode: require,", ""), &pg).await;
+    assert_eq!(ssl_of(&require).await, (200, "true".to_string()));
+    let ca_line = format!("tls: {{ ca_file: \"{}\" }}", ca.display());
+    let verified = start(&yaml("sslmode: verify-full,", &ca_line), &pg).await;
+    assert_eq!(ssl_of(&verified).await, (200, "true".to_string()));
+    // The web PKI roots do not know the self-signed certificate: no connection is made.
+    let untrusted = start(&yaml("sslmode: verify-full,", ""), &pg).await;
+    assert!(untrusted.gateway.readiness().is_err());
+    let r = get(&format!("http://{}/ssl", untrusted.addr)).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "database_unavailable");
+}
