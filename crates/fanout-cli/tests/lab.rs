@@ -319,6 +319,52 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
 }
 
 #[test]
+fn lab_pool_overload_quick_runs_against_a_real_postgres() {
+    let _one_at_a_time = serial();
+    let out = out_dir("pool");
+    let (rep, stdout) = run_lab_text("pool-overload", "fanout,java-threads", &out);
+    for target in ["fanout", "java-threads"] {
+        let t = &rep["targets"][target];
+        let phases = t["phases"].as_array().expect("phases").clone();
+        let names: Vec<&str> = phases
+            .iter()
+            .map(|p| p["name"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            names,
+            ["0.5x", "ramp to 3x", "3x", "back to 0.5x"],
+            "{target}"
+        );
+        let offered: Vec<f64> = phases
+            .iter()
+            .map(|p| p["offered_rate"].as_f64().unwrap_or(0.0))
+            .collect();
+        assert!(
+            offered[2] > offered[0] * 4.0 && offered[3] < offered[2] / 4.0,
+            "{target}: 0.5x, 3x, then 0.5x again: {offered:?}"
+        );
+        assert!(
+            phases[2]["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
+            "{target}: goodput at 3x (the database answered)"
+        );
+        let checks = acceptance(&rep, target);
+        for want in ["goodput at 3×", "rejection p99 at 3×", "recovery"] {
+            assert!(
+                checks.iter().any(|(c, _)| c.contains(want)),
+                "{target}: acceptance line `{want}` in {checks:?}"
+            );
+        }
+    }
+    // 3× of its capacity: fanout refuses the excess (counted), it does not queue it.
+    let three = &rep["targets"]["fanout"]["phases"][2];
+    assert!(
+        three["rejected"].as_u64().is_some_and(|n| n > 0),
+        "fanout rejects at 3x: {three}"
+    );
+    assert_printed_acceptance(&rep, &stdout);
+}
+
+#[test]
 fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
     require_chromium();
     let _one_at_a_time = serial();

@@ -13,6 +13,10 @@ use std::time::SystemTime;
 /// deployments with big thread pools set (400 pool threads here).
 pub const JVM_FLAGS: [&str; 3] = ["-Xss256k", "-XX:+UseSerialGC", "-Xmx512m"];
 
+/// Debian's PostgreSQL JDBC driver (package `libpostgresql-jdbc-java`), put on the class path when
+/// it is installed: the `pool-overload` scenario's route uses it.
+pub const JDBC_DRIVER: &str = "/usr/share/java/postgresql.jar";
+
 /// The class with `main`.
 pub const MAIN_CLASS: &str = "Main";
 
@@ -167,9 +171,15 @@ pub fn ensure_built(src: &Path, dir: &Path) -> Result<PathBuf, JavaError> {
 /// Arguments of `java` for the baseline listening on `listen`.
 pub fn args(classes: &Path, listen: SocketAddr) -> Vec<String> {
     let mut a: Vec<String> = JVM_FLAGS.iter().map(|s| s.to_string()).collect();
+    // The PostgreSQL JDBC driver, when installed, for `GET /report/{id}` (pool-overload).
+    let mut cp = classes.display().to_string();
+    if Path::new(JDBC_DRIVER).is_file() {
+        cp.push(':');
+        cp.push_str(JDBC_DRIVER);
+    }
     a.extend([
         "-cp".into(),
-        classes.display().to_string(),
+        cp,
         MAIN_CLASS.into(),
         "--listen".into(),
         listen.to_string(),

@@ -225,7 +225,8 @@ struct Target {
 
 struct Stubs {
     services: Vec<(String, SocketAddr)>,
-    proc: Proc,
+    /// The `fanout stub` process (none for a scenario without stub services).
+    proc: Option<Proc>,
 }
 
 impl Stubs {
@@ -366,7 +367,9 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     let grpc_direct = scenario.prepare(&opts.out).map_err(LabError::Scenario)?;
 
     // Addresses for the stub services and the targets, published as NAME_ADDR like the examples.
-    let names: Vec<String> = {
+    let names: Vec<String> = if scenario.stubs.trim().is_empty() {
+        Vec::new()
+    } else {
         let any = |n: &str| n.ends_with("_ADDR").then(|| "127.0.0.1:0".to_string());
         fanout_stub::load_in("stubs.yaml", scenario.stubs, &any, Some(&opts.out))
             .map_err(|e| LabError::Load(e.to_string()))?
@@ -382,27 +385,44 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         env.insert(addr_var(n), a.to_string());
         services.push((n.clone(), a));
     }
+    // A scenario with a database gets a PostgreSQL cluster of its own, with its schema and data,
+    // published to the targets as DB_URL (postgres://) and DB_JDBC_URL (jdbc:postgresql://).
+    let database = match scenario.database {
+        Some(db) => Some(start_database(db).await?),
+        None => None,
+    };
+    if let Some(pg) = &database {
+        env.insert("DB_URL".to_string(), pg.url("postgres"));
+        env.insert(
+            "DB_JDBC_URL".to_string(),
+            format!("jdbc:postgresql://{}/postgres?user=postgres", pg.addr()),
+        );
+    }
     let stubs_file = opts.out.join("stubs.yaml");
     let gw_file = opts.out.join("fanout.yaml");
     std::fs::write(&stubs_file, scenario.stubs).map_err(io(&stubs_file))?;
     std::fs::write(&gw_file, scenario.gateway).map_err(io(&gw_file))?;
 
-    let mut stub_proc = Proc::spawn(
-        "stubs",
-        &opts.fanout_bin,
-        &[
-            "stub".into(),
-            "--config".into(),
-            stubs_file.display().to_string(),
-        ],
-        &env,
-        &opts.out.join("stubs.log"),
-    )?;
-    for (_, a) in &services {
-        stub_proc
-            .wait_ready(*a, "/__stub/stats", Duration::from_secs(15))
-            .await?;
-    }
+    let stub_proc = if services.is_empty() {
+        None
+    } else {
+        let mut p = Proc::spawn(
+            "stubs",
+            &opts.fanout_bin,
+            &[
+                "stub".into(),
+                "--config".into(),
+                stubs_file.display().to_string(),
+            ],
+            &env,
+            &opts.out.join("stubs.log"),
+        )?;
+        for (_, a) in &services {
+            p.wait_ready(*a, "/__stub/stats", Duration::from_secs(15))
+                .await?;
+        }
+        Some(p)
+    };
     let stubs = Stubs {
         services,
         proc: stub_proc,
@@ -510,7 +530,10 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         t.proc.stop().await;
     }
     let direct = lab.direct().await;
-    lab.stubs.proc.stop().await;
+    if let Some(p) = lab.stubs.proc.take() {
+        p.stop().await;
+    }
+    drop(database);
     let capacities = result?;
     let rep = report::build(
         &lab.opts,
@@ -523,6 +546,19 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     );
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
+}
+
+/// Start a scenario's database: a throw-away cluster (`postgres::PgCluster`) with `db.schema`
+/// run in it, off the runtime's workers.
+async fn start_database(db: scenario::Database) -> Result<postgres::PgCluster, LabError> {
+    tokio::task::spawn_blocking(move || {
+        let pg = postgres::PgCluster::start().map_err(|e| LabError::Load(e.to_string()))?;
+        pg.psql("postgres", db.schema)
+            .map_err(|e| LabError::Load(format!("the scenario's schema: {e}")))?;
+        Ok(pg)
+    })
+    .await
+    .map_err(|e| LabError::Load(format!("starting the database: {e}")))?
 }
 
 /// The executable of `which` when `target` is among the targets (found or built, see
@@ -726,7 +762,7 @@ impl Lab {
         let target_ok = |t: &Trial| {
             t.error_rate <= 0.01 && t.p99_ms <= slo && t.achieved_rate >= 0.95 * t.offered_rate
         };
-        let overload = matches!(self.scenario.mode, Mode::Overload);
+        let overload = matches!(self.scenario.mode, Mode::Overload { .. });
         let tolerable = |t: &Trial| overload && t.lag_p99_ms <= OVERLOAD_SEARCH_LAG_MS;
         if !t.passed_slo && !t.valid && target_ok(&t) && !tolerable(&t) {
             t = self
@@ -771,6 +807,20 @@ impl Lab {
                 break;
             }
         }
+        // A capacity below the first step: halve until a step passes (database-bound scenarios
+        // serve tens of requests per second, not hundreds).
+        if pass == 0.0 {
+            let mut lo = fail.unwrap_or(rate);
+            for _ in 0..6 {
+                lo /= 2.0;
+                let (_, passed) = self.search_step(ti, lo).await?;
+                if passed {
+                    pass = lo;
+                    break;
+                }
+                fail = Some(lo);
+            }
+        }
         if let Some(mut hi) = fail {
             for _ in 0..self.plan.bisect {
                 let mid = (pass + hi) / 2.0;
@@ -794,6 +844,13 @@ impl Lab {
                 (200.0, self.plan.jvm_warmup_s)
             } else {
                 (100.0, 1.0)
+            };
+            // A database-bound scenario serves tens of requests per second: a warm-up above that
+            // would leave a backlog behind in a target that queues.
+            let rate = if self.scenario.database.is_some() {
+                10.0
+            } else {
+                rate
             };
             self.trial(ti, "warmup", 0, Self::schedule(rate, secs))
                 .await?;
@@ -829,7 +886,7 @@ impl Lab {
                     }
                 }
             }
-            Mode::Overload => {
+            Mode::Overload { .. } => {
                 for ti in order(self.targets.len(), 0) {
                     let c = cap_of(&self.targets[ti].name);
                     self.overload(ti, c).await?;
@@ -864,6 +921,15 @@ impl Lab {
     /// open-model load it would see from real clients.
     async fn overload(&mut self, ti: usize, c: f64) -> Result<(), LabError> {
         let [d1, d2, d3, d4] = self.plan.overload;
+        let tail = match self.scenario.mode {
+            Mode::Overload { tail, .. } => tail,
+            _ => 0.7,
+        };
+        let tail_name = if tail == 0.5 {
+            "back to 0.5x".to_string()
+        } else {
+            format!("{tail}x")
+        };
         let ms = |d: f64| (d * 1000.0) as u64;
         let schedule = format!(
             "const({:.1},{}ms) line({:.1},{:.1},{}ms) const({:.1},{}ms) const({:.1},{}ms)",
@@ -874,22 +940,27 @@ impl Lab {
             ms(d2),
             3.0 * c,
             ms(d3),
-            0.7 * c,
+            tail * c,
             ms(d4)
         );
         let mut at = 0.0;
-        let bounds: Vec<PhaseBound> = [("0.5x", d1), ("ramp to 3x", d2), ("3x", d3), ("0.7x", d4)]
-            .into_iter()
-            .map(|(name, d)| {
-                let b = PhaseBound {
-                    name: name.into(),
-                    from_s: at,
-                    to_s: at + d,
-                };
-                at += d;
-                b
-            })
-            .collect();
+        let bounds: Vec<PhaseBound> = [
+            ("0.5x", d1),
+            ("ramp to 3x", d2),
+            ("3x", d3),
+            (tail_name.as_str(), d4),
+        ]
+        .into_iter()
+        .map(|(name, d)| {
+            let b = PhaseBound {
+                name: name.into(),
+                from_s: at,
+                to_s: at + d,
+            };
+            at += d;
+            b
+        })
+        .collect();
         let load = Load {
             route: None,
             requests: self.scenario.requests.clone(),
@@ -978,6 +1049,9 @@ impl Lab {
     /// trials: an idle stub wakes up later for each timer and would make the floor look higher),
     /// latency from each sequence's intended start, after a warm-up.
     async fn direct(&self) -> Option<report::Direct> {
+        if self.scenario.critical_path.is_empty() && self.grpc_direct.is_empty() {
+            return None;
+        }
         let n = if self.opts.quick { 300 } else { 1500 };
         let addr_of = |svc: &str| {
             self.stubs

@@ -31,6 +31,7 @@ import java.util.function.Supplier;
  *
  * Backends (host:port) come from SEARCH_ADDR, VACANCIES_ADDR, MASKS_ADDR, RECOMMENDATIONS_ADDR,
  * PRICE_ADDR, STOCK_ADDR, MEDIA_ADDR with the examples' defaults — as for hyper-aggregator.
+ * GET /report/{id} (the pool-overload scenario) is {@link Report}: blocking JDBC on a pool of 4.
  */
 public final class Main {
     static final String DEADLINE_HEADER = "x-request-timeout";
@@ -145,6 +146,12 @@ public final class Main {
                 long deadline = deadline(ex, start, 300);
                 byte[] body = readBody(ex, deadline);
                 answer = ProductPage.run(this, body, deadline);
+            } else if (path.startsWith("/report/")) {
+                if (!method.equals("GET")) {
+                    throw notAllowed(method, path, "GET");
+                }
+                drain(ex, deadline(ex, start, 1000));
+                answer = Report.run(path.substring("/report/".length()));
             } else {
                 throw new Failure(404, "not_found", "no route for " + path);
             }

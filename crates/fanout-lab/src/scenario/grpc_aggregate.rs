@@ -51,5 +51,6 @@ pub(super) fn scenario() -> Scenario {
                 r#"{"user_id":"u1","limit":3}"#,
             )],
         }),
+        database: None,
     }
 }

@@ -35,6 +35,7 @@ pub(super) fn scenario() -> Scenario {
         ],
         baselines: &[],
         grpc: None,
+        database: None,
         default_targets: &["no-hedge", "hedge"],
     }
 }

@@ -41,6 +41,7 @@ pub(super) fn scenario() -> Scenario {
         variants: vec![("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}"))],
         baselines: &["hyper-baseline", "java-threads"],
         grpc: None,
+        database: None,
         default_targets: &["fanout"],
     }
 }

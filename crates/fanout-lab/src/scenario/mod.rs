@@ -12,6 +12,7 @@ mod grpc_aggregate;
 mod hedging;
 mod hh_vacancies;
 mod overload;
+mod pool_overload;
 mod product_page;
 mod product_page_merging;
 mod slow_backend;
@@ -19,6 +20,7 @@ mod slow_backend;
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
+pub use pool_overload::{POOL_GATEWAY, POOL_SCHEMA};
 pub use slow_backend::{SLOW_GATEWAY, SLOW_STUBS, slow_backend_phases};
 
 use crate::report::{Acceptance, TargetSummary};
@@ -34,8 +36,14 @@ pub enum Mode {
     /// Capacity search per target, then interleaved fixed-rate trials at fractions of capacity.
     Compare,
     /// Capacity search, then one continuous run per target: 0.5× of its capacity, a ramp to 3×,
-    /// 3×, then 0.7× — goodput, rejections, accepted latency per phase and time to recover.
-    Overload,
+    /// 3×, then `tail`× — goodput, rejections, accepted latency per phase and time to recover.
+    Overload {
+        /// The rate of the last phase, as a fraction of capacity (0.7 for `overload`, 0.5 for
+        /// `pool-overload`: back to where it started).
+        tail: f64,
+        /// Seconds after the drop within which full service must be back (acceptance).
+        recover_s: f64,
+    },
     /// Capacity search, then fixed rate (half of capacity) over several routes at once while one
     /// stub route is normal, `factor`× slower, failing (503), normal again.
     SlowBackend(SlowBackend),
@@ -107,6 +115,16 @@ pub struct Scenario {
     /// A gRPC scenario: its requests are unary gRPC calls (`requests` is empty until
     /// [`Scenario::prepare`] builds them from the `.proto` files), sent over h2c.
     pub grpc: Option<Grpc>,
+    /// A scenario with a database: the lab starts a PostgreSQL cluster, runs `schema` in it and
+    /// gives the targets `DB_URL` and `DB_JDBC_URL`.
+    pub database: Option<Database>,
+}
+
+/// A scenario's database (see [`Scenario::database`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Database {
+    /// SQL run once in database `postgres` before the targets start: tables and their data.
+    pub schema: &'static str,
 }
 
 /// What a gRPC scenario needs besides its configs.
@@ -198,7 +216,7 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
@@ -206,6 +224,7 @@ pub const NAMES: [&str; 7] = [
     "overload",
     "hedging",
     "grpc-aggregate",
+    "pool-overload",
 ];
 
 /// Look up a built-in scenario.
@@ -218,6 +237,7 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "overload" => overload::scenario(),
         "hedging" => hedging::scenario(),
         "grpc-aggregate" => grpc_aggregate::scenario(),
+        "pool-overload" => pool_overload::scenario(),
         _ => return None,
     })
 }
@@ -226,10 +246,12 @@ pub fn builtin(name: &str) -> Option<Scenario> {
 /// gRPC scenario's configs name its `.proto` files ([`Scenario::files`]), which must be written
 /// next to them.
 pub fn configs(s: &Scenario) -> Vec<(String, String)> {
-    let mut out = vec![
-        ("stubs.yaml".to_string(), s.stubs.to_string()),
-        ("fanout.yaml".to_string(), s.gateway.to_string()),
-    ];
+    let mut out = Vec::new();
+    // A scenario without stub services (its backend is a database) has no stubs config.
+    if !s.stubs.trim().is_empty() {
+        out.push(("stubs.yaml".to_string(), s.stubs.to_string()));
+    }
+    out.push(("fanout.yaml".to_string(), s.gateway.to_string()));
     for (name, yaml) in &s.variants {
         out.push((format!("{name}.yaml"), yaml.clone()));
     }
@@ -249,7 +271,9 @@ impl Mode {
         for name in order {
             let Some(t) = targets.get(name) else { continue };
             match self {
-                Mode::Overload => out.extend(overload::acceptance(name, t)),
+                Mode::Overload { recover_s, .. } => {
+                    out.extend(overload::acceptance(name, t, *recover_s))
+                }
                 Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
                 Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
                 Mode::Compare => {}
@@ -265,7 +289,7 @@ impl Mode {
         targets: &BTreeMap<String, TargetSummary>,
     ) -> Vec<String> {
         match self {
-            Mode::Overload => overload::warnings(targets),
+            Mode::Overload { .. } => overload::warnings(targets),
             _ => vec![],
         }
     }

@@ -37,6 +37,7 @@ pub(super) fn scenario() -> Scenario {
         variants: vec![],
         baselines: &["hyper-baseline", "java-threads"],
         grpc: None,
+        database: None,
         default_targets: &["fanout"],
     }
 }

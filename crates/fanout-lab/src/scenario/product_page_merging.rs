@@ -64,6 +64,7 @@ pub(super) fn scenario() -> Scenario {
         ],
         baselines: &[],
         grpc: None,
+        database: None,
         default_targets: &["naive", "variant1", "variant2"],
     }
 }

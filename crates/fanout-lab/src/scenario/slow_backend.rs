@@ -62,6 +62,7 @@ pub(super) fn scenario() -> Scenario {
         variants: vec![],
         baselines: &[],
         grpc: None,
+        database: None,
         default_targets: &["fanout"],
     }
 }
