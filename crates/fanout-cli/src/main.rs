@@ -175,12 +175,14 @@ enum Cmd {
     /// Run a lab scenario against one or more targets and write report.html / report.json.
     Lab {
         /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
-        /// hedging, grpc-aggregate, pool-overload (starts its own PostgreSQL).
+        /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
+        /// PostgreSQL).
         scenario: String,
-        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, grpc-baseline, or the
-        /// scenario's variants. Default: the scenario's own (overload, pool-overload:
-        /// fanout,java-threads; hedging: no-hedge,hedge; product-page-merging:
-        /// naive,variant1,variant2; grpc-aggregate: fanout,grpc-baseline; others: fanout).
+        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, grpc-baseline,
+        /// pg-baseline, or the scenario's variants. Default: the scenario's own (overload,
+        /// pool-overload: fanout,java-threads; hedging: no-hedge,hedge; product-page-merging:
+        /// naive,variant1,variant2; grpc-aggregate: fanout,grpc-baseline; pg-one-query:
+        /// fanout,pg-baseline; others: fanout).
         #[arg(long, value_delimiter = ',')]
         targets: Vec<String>,
         /// Reduced run (< 60 s).

@@ -35,6 +35,13 @@ pub const GRPC: Baseline = Baseline {
     what: "gRPC baseline",
 };
 
+/// `pg-baseline`: a one-query Postgres route on hyper + tokio-postgres.
+pub const PG: Baseline = Baseline {
+    package: "pg-query",
+    member: "bench/baselines/pg-query",
+    what: "Postgres baseline",
+};
+
 /// Lines of cargo's output kept for the error message of a failed build.
 const TAIL_LINES: usize = 40;
 

@@ -33,7 +33,13 @@ pub const LAG_THRESHOLD: Duration = Duration::from_millis(2);
 
 /// Target names the lab knows (besides a scenario's variants). A scenario lists the baselines
 /// that serve its routes in `Scenario::baselines`.
-pub const TARGETS: [&str; 4] = ["fanout", "hyper-baseline", "java-threads", "grpc-baseline"];
+pub const TARGETS: [&str; 5] = [
+    "fanout",
+    "hyper-baseline",
+    "java-threads",
+    "grpc-baseline",
+    "pg-baseline",
+];
 
 /// Generator lag (p99, ms) the overload scenario's capacity search tolerates in a step whose
 /// target met the SLO (see `Lab::search_step`).
@@ -320,6 +326,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     // cost a started lab. A target that needs nothing built triggers nothing.
     let hyper_bin = rust_baseline(&opts, "hyper-baseline", baseline::HYPER).await?;
     let grpc_bin = rust_baseline(&opts, "grpc-baseline", baseline::GRPC).await?;
+    let pg_bin = rust_baseline(&opts, "pg-baseline", baseline::PG).await?;
     let io = |path: &std::path::Path| {
         let path = path.display().to_string();
         move |source| LabError::Io { path, source }
@@ -467,6 +474,11 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             // Its backends come from USERS_ADDR, ORDERS_ADDR, RECS_ADDR (in `env`, like every
             // stub service's address). It also answers HTTP/1.1, so the probe below works.
             "grpc-baseline" => match &grpc_bin {
+                Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
+                None => unreachable_target(name)?,
+            },
+            // Its database comes from DB_URL (in `env`), like fanout's.
+            "pg-baseline" => match &pg_bin {
                 Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
                 None => unreachable_target(name)?,
             },

@@ -12,6 +12,7 @@ mod grpc_aggregate;
 mod hedging;
 mod hh_vacancies;
 mod overload;
+mod pg_one_query;
 mod pool_overload;
 mod product_page;
 mod product_page_merging;
@@ -20,6 +21,7 @@ mod slow_backend;
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
+pub use pg_one_query::{PG_ONE_GATEWAY, PG_ONE_SCHEMA};
 pub use pool_overload::{POOL_GATEWAY, POOL_SCHEMA};
 pub use slow_backend::{SLOW_GATEWAY, SLOW_STUBS, slow_backend_phases};
 
@@ -107,8 +109,9 @@ pub struct Scenario {
     /// Extra targets: other `fanout serve` configs of the same flow, by name.
     pub variants: Vec<(&'static str, String)>,
     /// The hand-written baselines that serve this scenario's routes: `hyper-baseline` and
-    /// `java-threads` implement the examples' two flows, `grpc-baseline` the `grpc-aggregate`
-    /// flow; none serve the others.
+    /// `java-threads` implement the examples' two flows (and `java-threads` `pool-overload`'s),
+    /// `grpc-baseline` the `grpc-aggregate` flow, `pg-baseline` `pg-one-query`'s; none serve the
+    /// others.
     pub baselines: &'static [&'static str],
     /// Targets when none are given.
     pub default_targets: &'static [&'static str],
@@ -216,7 +219,7 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
@@ -225,6 +228,7 @@ pub const NAMES: [&str; 8] = [
     "hedging",
     "grpc-aggregate",
     "pool-overload",
+    "pg-one-query",
 ];
 
 /// Look up a built-in scenario.
@@ -238,6 +242,7 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "hedging" => hedging::scenario(),
         "grpc-aggregate" => grpc_aggregate::scenario(),
         "pool-overload" => pool_overload::scenario(),
+        "pg-one-query" => pg_one_query::scenario(),
         _ => return None,
     })
 }
