@@ -82,8 +82,9 @@ const EVAL_STACK_GROW: usize = 4 << 20;
 
 #[derive(Clone)]
 enum Kind {
-    /// Evaluated without the interpreter.
-    Native(native::Native),
+    /// Evaluated without the interpreter; the second field is the interpreted form for the
+    /// inputs the native form leaves to it (`x | tonumber` on an odd string).
+    Native(native::Native, Option<Arc<JaqFilter>>),
     /// Anything else; `vars` are the scope indices passed as jaq globals, in compile order.
     Jaq { filter: Arc<JaqFilter> },
 }
@@ -157,9 +158,17 @@ impl Expr {
         vars.dedup();
 
         if let Some(n) = load::parse(src, |p| p.term()).and_then(|t| native::from_term(&t, scope)) {
+            let fallback = if n.may_fall_back() {
+                match Self::compile_jaq(src, scope, hidden, vars.clone(), depth)?.kind {
+                    Kind::Jaq { filter } => Some(filter),
+                    Kind::Native(..) => None,
+                }
+            } else {
+                None
+            };
             return Ok(Expr {
                 src: src.into(),
-                kind: Kind::Native(n),
+                kind: Kind::Native(n, fallback),
                 vars,
                 syntax_depth: depth,
             });
@@ -262,12 +271,12 @@ impl Expr {
 
     /// Whether this expression is evaluated natively (no interpreter).
     pub fn is_native(&self) -> bool {
-        matches!(self.kind, Kind::Native(_))
+        matches!(self.kind, Kind::Native(..))
     }
 
     /// Whether this expression is a plain path such as `$found.ids` (the cheapest native case).
     pub fn is_path(&self) -> bool {
-        matches!(&self.kind, Kind::Native(n) if n.is_path())
+        matches!(&self.kind, Kind::Native(n, _) if n.is_path())
     }
 
     /// Evaluate to the first output. `lookup(i)` returns the value of scope variable `i`.
@@ -317,29 +326,71 @@ impl Expr {
         budget: Option<(&Budget, Mode)>,
     ) -> Result<Val, EvalError> {
         match &self.kind {
-            Kind::Native(n) => {
-                let limits = match budget {
-                    Some((b, _)) if b.is_cancelled() => {
-                        return Err(budget::stop_error(
-                            jaq_core::budget::Stop::Cancelled,
-                            b.limits(),
-                        ));
+            Kind::Native(n, fallback) => {
+                match (self.eval_native(n, input, lookup, budget), fallback) {
+                    (Err(e), Some(filter)) if e.0 == native::NOT_NATIVE => {
+                        self.first_of_jaq(filter, input, lookup, budget)
                     }
-                    Some((b, _)) => *b.limits(),
-                    None => EvalLimits::default(),
-                };
-                n.eval(input, lookup, &limits)
-            }
-            Kind::Jaq { filter } => self.run_jaq(filter, input, lookup, budget, |run, outs| {
-                match outs.next() {
-                    Some(Ok(v)) => Ok(v),
-                    Some(Err(e)) => Err(exn_error(e, run)),
-                    None => Err(run.stopped().unwrap_or_else(|| {
-                        EvalError::failed(format!("expression `{}` produced no value", self.src))
-                    })),
+                    (r, _) => r,
                 }
-            }),
+            }
+            Kind::Jaq { filter } => self.first_of_jaq(filter, input, lookup, budget),
         }
+    }
+
+    fn eval_native(
+        &self,
+        n: &native::Native,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        budget: Option<(&Budget, Mode)>,
+    ) -> Result<Val, EvalError> {
+        let limits = match budget {
+            Some((b, _)) if b.is_cancelled() => {
+                return Err(budget::stop_error(
+                    jaq_core::budget::Stop::Cancelled,
+                    b.limits(),
+                ));
+            }
+            Some((b, _)) => *b.limits(),
+            None => EvalLimits::default(),
+        };
+        n.eval(input, lookup, &limits)
+    }
+
+    fn first_of_jaq(
+        &self,
+        filter: &Arc<JaqFilter>,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        budget: Option<(&Budget, Mode)>,
+    ) -> Result<Val, EvalError> {
+        self.run_jaq(filter, input, lookup, budget, |run, outs| {
+            match outs.next() {
+                Some(Ok(v)) => Ok(v),
+                Some(Err(e)) => Err(exn_error(e, run)),
+                None => Err(run.stopped().unwrap_or_else(|| {
+                    EvalError::failed(format!("expression `{}` produced no value", self.src))
+                })),
+            }
+        })
+    }
+
+    fn all_of_jaq(
+        &self,
+        filter: &Arc<JaqFilter>,
+        input: &Val,
+        lookup: &dyn Fn(usize) -> Val,
+        budget: Option<(&Budget, Mode)>,
+    ) -> Result<Vec<Val>, EvalError> {
+        self.run_jaq(filter, input, lookup, budget, |run, outs| {
+            let mut all = Vec::new();
+            for r in outs {
+                run.output(all.len() + 1)?;
+                all.push(r.map_err(|e| exn_error(e, run))?);
+            }
+            Ok(all)
+        })
     }
 
     fn eval_every(
@@ -349,20 +400,18 @@ impl Expr {
         budget: Option<(&Budget, Mode)>,
     ) -> Result<Vec<Val>, EvalError> {
         match &self.kind {
-            Kind::Native(_) => self.eval_first(input, lookup, budget).map(|v| vec![v]),
-            Kind::Jaq { filter } => self.run_jaq(filter, input, lookup, budget, |run, outs| {
-                let mut all = Vec::new();
-                for r in outs {
-                    run.output(all.len() + 1)?;
-                    all.push(r.map_err(|e| exn_error(e, run))?);
+            Kind::Native(n, fallback) => {
+                match (self.eval_native(n, input, lookup, budget), fallback) {
+                    (Err(e), Some(filter)) if e.0 == native::NOT_NATIVE => {
+                        self.all_of_jaq(filter, input, lookup, budget)
+                    }
+                    (r, _) => r.map(|v| vec![v]),
                 }
-                Ok(all)
-            }),
+            }
+            Kind::Jaq { filter } => self.all_of_jaq(filter, input, lookup, budget),
         }
     }
 
-    /// Run the interpreter in a budget scope; `take` consumes its outputs. A stop of the
-    /// scope (a limit hit) overrides whatever `take` made of the outputs.
     fn run_jaq<T>(
         &self,
         filter: &JaqFilter,
@@ -548,6 +597,52 @@ mod tests {
     }
 
     #[test]
+    fn tonumber_is_native_and_agrees_with_jaq_on_every_kind_of_string() {
+        let native = Expr::compile("$x | tonumber", &["x"]).unwrap();
+        assert!(native.is_native());
+        let jaq = Expr::compile_interpreted("$x | tonumber", &["x"]).unwrap();
+        let long = format!("{}", "9".repeat(100));
+        let texts = [
+            "12",
+            " 12 ",
+            "1.50",
+            "1e3",
+            "-0",
+            "-12.5e-3",
+            "01",
+            "1 2",
+            "",
+            " ",
+            "abc",
+            "[1]",
+            "{}",
+            "9007199254740993",
+            "123456789012345678901234567890",
+            "1e400",
+            "true",
+            "null",
+            "\"5\"",
+            "0x10",
+            "+1",
+            "1.",
+            ".5",
+            "NaN",
+            &long,
+        ];
+        let mut inputs: Vec<Val> = texts.iter().map(|t| json::str_val(t)).collect();
+        inputs.extend([v("7"), v("2.50"), v("null"), v("true"), v("[1]"), v("{}")]);
+        for x in inputs {
+            let a = native.eval_all(&Val::Null, |_| x.clone());
+            let b = jaq.eval_all(&Val::Null, |_| x.clone());
+            let show = |r: Result<Vec<Val>, EvalError>| {
+                r.map(|vs| vs.iter().map(json::to_string).collect::<Vec<_>>())
+                    .map_err(|e| e.0)
+            };
+            assert_eq!(show(a), show(b), "{}", json::to_string(&x));
+        }
+    }
+
+    #[test]
     fn native_and_jaq_agree() {
         let scope = ["request", "search", "item"];
         let vals = [
@@ -584,6 +679,12 @@ mod tests {
             "$search.n // []",
             "$search.n.x // \"fallback\"",
             "$request.n // $request.missing // 0",
+            "$search.n | tonumber",
+            "$search.s | tonumber",
+            "$item.name | tonumber",
+            "$request.n | tonumber",
+            "$search.items | tonumber",
+            "{n: ($search.f | tonumber)}",
         ];
         for src in cases {
             let native = Expr::compile(src, &scope).unwrap();

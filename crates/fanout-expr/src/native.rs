@@ -30,7 +30,19 @@ pub(crate) enum Native {
     Arr(Vec<Native>),
     /// `l // r`.
     Alt(Box<Native>, Box<Native>),
+    /// `x | tonumber` (a path parameter or header made a number): a number as it is, a short
+    /// string holding one JSON number as that number; anything else is the interpreter's to
+    /// answer ([`NOT_NATIVE`]), so the semantics — errors and jq's odd cases included — stay
+    /// jaq's.
+    ToNumber(Box<Native>),
 }
+
+/// The message of the error that sends one evaluation to the interpreter (see
+/// [`Native::ToNumber`]); never shown: the caller runs the expression's interpreted form instead.
+pub(crate) const NOT_NATIVE: &str = "\u{0}not native";
+
+/// Longest string `tonumber` parses natively (a number's text; longer ones go to the interpreter).
+const MAX_NATIVE_NUMBER: usize = 64;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Piece {
@@ -127,6 +139,12 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
             Box::new(from_term(l, scope)?),
             Box::new(from_term(r, scope)?),
         ),
+        Term::BinOp(l, BinaryOp::Pipe(None), r) => match &**r {
+            Term::Call("tonumber", args) if args.is_empty() => {
+                Native::ToNumber(Box::new(from_term(l, scope)?))
+            }
+            _ => return None,
+        },
         _ => return None,
     })
 }
@@ -164,6 +182,20 @@ impl Native {
     /// Whether this is a bare path (the cheapest case).
     pub(crate) fn is_path(&self) -> bool {
         matches!(self, Native::Path { .. })
+    }
+
+    /// Whether some inputs send an evaluation to the interpreter ([`NOT_NATIVE`]).
+    pub(crate) fn may_fall_back(&self) -> bool {
+        match self {
+            Native::ToNumber(_) => true,
+            Native::Lit(_) | Native::Path { .. } => false,
+            Native::Interp(pieces) => pieces
+                .iter()
+                .any(|p| matches!(p, Piece::Expr(e) if e.may_fall_back())),
+            Native::Obj(entries) => entries.iter().any(|(_, v)| v.may_fall_back()),
+            Native::Arr(items) => items.iter().any(Native::may_fall_back),
+            Native::Alt(l, r) => l.may_fall_back() || r.may_fall_back(),
+        }
     }
 
     /// Evaluate. The work is bounded by the expression (no ops are charged), but what it
@@ -246,8 +278,28 @@ impl Native {
                 v if truthy(&v) => Ok(v),
                 _ => r.eval_at(input, lookup, limits, level),
             },
+            Native::ToNumber(inner) => match inner.eval_at(input, lookup, limits, level)? {
+                v @ Val::Num(_) => Ok(v),
+                Val::TStr(b) | Val::BStr(b)
+                    if b.len() <= MAX_NATIVE_NUMBER
+                        && !b.iter().any(|c| *c == b'[' || *c == b'{') =>
+                {
+                    // jq's `tonumber` is `fromjson` for strings: the same reader; exactly one
+                    // number is ours, anything else (several values, an error) the interpreter's.
+                    let mut values = jaq_json::read::parse_many(&b);
+                    match (values.next(), values.next()) {
+                        (Some(Ok(v @ Val::Num(_))), None) => Ok(v),
+                        _ => Err(not_native()),
+                    }
+                }
+                _ => Err(not_native()),
+            },
         }
     }
+}
+
+fn not_native() -> EvalError {
+    EvalError(NOT_NATIVE.into(), EvalErrorKind::Failed)
 }
 
 fn too_deep(limits: &EvalLimits) -> EvalError {
