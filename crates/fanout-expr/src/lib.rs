@@ -601,7 +601,7 @@ mod tests {
         let native = Expr::compile("$x | tonumber", &["x"]).unwrap();
         assert!(native.is_native());
         let jaq = Expr::compile_interpreted("$x | tonumber", &["x"]).unwrap();
-        let long = format!("{}", "9".repeat(100));
+        let long = "9".repeat(100);
         let texts = [
             "12",
             " 12 ",
