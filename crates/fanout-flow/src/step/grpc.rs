@@ -60,20 +60,7 @@ impl StepKind for GrpcStep {
         items: Option<Arc<Vec<Val>>>,
         deadline: Instant,
     ) -> Result<Prepared, Yielded> {
-        let Some(items) = items else {
-            return Ok(match self.build(step, env, None, deadline)? {
-                Ok(r) => Prepared::Call(r),
-                Err(e) => Prepared::Done(Err(e)),
-            });
-        };
-        let mut reqs = Vec::with_capacity(items.len());
-        for (k, item) in items.iter().enumerate() {
-            match self.build(step, env, Some((item, k)), deadline)? {
-                Ok(r) => reqs.push((r, item.clone(), k)),
-                Err(e) => return Ok(Prepared::Done(Err(e))),
-            }
-        }
-        Ok(Prepared::Calls(reqs))
+        super::prepare_calls(items, |item| self.build(step, env, item, deadline))
     }
 
     fn call<'a>(

@@ -39,20 +39,10 @@ impl StepKind for HttpStep {
         deadline: Instant,
     ) -> Result<Prepared, Yielded> {
         let h = &self.0;
-        let Some(items) = items else {
-            return Ok(match yielded(build_call(h, env, None, deadline))? {
-                Ok(r) => Prepared::Call(r),
-                Err(e) => Prepared::Done(Err(e.in_step(step.name, &h.backend_name))),
-            });
-        };
-        let mut reqs = Vec::with_capacity(items.len());
-        for (k, item) in items.iter().enumerate() {
-            match yielded(build_call(h, env, Some((item, k)), deadline))? {
-                Ok(r) => reqs.push((r, item.clone(), k)),
-                Err(e) => return Ok(Prepared::Done(Err(e.in_step(step.name, &h.backend_name)))),
-            }
-        }
-        Ok(Prepared::Calls(reqs))
+        super::prepare_calls(items, |item| {
+            Ok(yielded(build_call(h, env, item, deadline))?
+                .map_err(|e| e.in_step(step.name, &h.backend_name)))
+        })
     }
 
     fn call<'a>(

@@ -124,6 +124,29 @@ pub(crate) enum Prepared {
     Keys(Arc<BatchPlan>, Vec<(String, Val)>),
 }
 
+/// The `prepare` of a kind that makes one call per step, or one per `for_each` element
+/// (`items`): `build(None)` or `build(Some((element, index)))` builds each; the first failure
+/// ends the step.
+pub(crate) fn prepare_calls(
+    items: Option<Arc<Vec<Val>>>,
+    mut build: impl FnMut(Option<(&Val, usize)>) -> Result<Result<CallRequest, FlowError>, Yielded>,
+) -> Result<Prepared, Yielded> {
+    let Some(items) = items else {
+        return Ok(match build(None)? {
+            Ok(r) => Prepared::Call(r),
+            Err(e) => Prepared::Done(Err(e)),
+        });
+    };
+    let mut reqs = Vec::with_capacity(items.len());
+    for (k, item) in items.iter().enumerate() {
+        match build(Some((item, k)))? {
+            Ok(r) => reqs.push((r, item.clone(), k)),
+            Err(e) => return Ok(Prepared::Done(Err(e))),
+        }
+    }
+    Ok(Prepared::Calls(reqs))
+}
+
 /// What a step does, as `fanout explain` describes it: its kind and the facts of it that matter
 /// for timing (which backend, which method, how keyed lookups are batched).
 #[derive(Debug, Clone, PartialEq, Eq)]
