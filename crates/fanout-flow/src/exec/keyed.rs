@@ -4,6 +4,7 @@
 
 use super::StepFuture;
 use super::answer::{map_result_on, missing_on, needs_env, snapshot};
+use super::inflight::InFlight;
 use crate::batch::{BatchPlan, Found};
 use crate::call::Env;
 use crate::error::{ErrorKind, FlowError};
@@ -11,7 +12,6 @@ use crate::observe::Observer;
 use crate::plan::{Missing, RoutePlan, StepPlan};
 use fanout_expr::Val;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
-use futures_util::stream::FuturesUnordered;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -28,7 +28,7 @@ pub(crate) fn flush_keyed<'a>(
     keyed: Vec<KeyedLookup>,
     env: &Env,
     deadline: Instant,
-    inflight: &mut FuturesUnordered<StepFuture<'a>>,
+    inflight: &mut InFlight<StepFuture<'a>>,
     obs: &'a dyn Observer,
 ) {
     let mut groups: Vec<(Arc<BatchPlan>, Vec<String>)> = Vec::new();

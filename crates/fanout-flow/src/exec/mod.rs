@@ -16,12 +16,14 @@ use answer::{map_result_on, missing_on, needs_env, pool_error, snapshot};
 use keyed::{KeyedLookup, flush_keyed, keyed_alone};
 
 mod answer;
+mod inflight;
 mod keyed;
+
+use inflight::InFlight;
 
 use fanout_config::StatusAction;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, Mode, Val, truthy};
 use futures_util::Future;
-use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -119,7 +121,7 @@ impl RoutePlan {
             done: 0,
             started: vec![None; n],
         };
-        let mut inflight: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
+        let mut inflight: InFlight<StepFuture<'_>> = InFlight::new();
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
         loop {
@@ -147,7 +149,7 @@ impl RoutePlan {
     fn start_ready<'a>(
         &'a self,
         s: &mut Sched,
-        inflight: &mut FuturesUnordered<StepFuture<'a>>,
+        inflight: &mut InFlight<StepFuture<'a>>,
         deadline: Instant,
         obs: &'a dyn Observer,
     ) -> Result<(), FlowError> {
@@ -357,25 +359,26 @@ impl RoutePlan {
         obs: &dyn Observer,
     ) -> (usize, Result<Val, FlowError>, bool) {
         let a = &args(step);
-        let out = stream::iter(reqs)
-            .map(|(req, item, k)| async move {
-                let item = Some((&item, k));
-                let call = step.kind.call(a, req, deadline, &self.deadline_header);
-                match observed(step, obs, call).await {
-                    Ok(body) => {
-                        crate::activity::enter(i);
-                        let v = map_result_on(self, step, env, body, item).await?;
-                        Ok((Some(v), false))
-                    }
-                    Err(e) if is_not_found(&e) && !matches!(step.missing, Missing::Fail) => {
-                        Ok((missing_on(self, step, env, item).await?, true))
-                    }
-                    Err(e) => Err(e),
+        let one = |(req, item, k): (CallRequest, Val, usize)| async move {
+            let item = Some((&item, k));
+            let call = step.kind.call(a, req, deadline, &self.deadline_header);
+            match observed(step, obs, call).await {
+                Ok(body) => {
+                    crate::activity::enter(i);
+                    let v = map_result_on(self, step, env, body, item).await?;
+                    Ok((Some(v), false))
                 }
-            })
-            .buffered(step.concurrency)
-            .try_collect::<Vec<(Option<Val>, bool)>>()
-            .await;
+                Err(e) if is_not_found(&e) && !matches!(step.missing, Missing::Fail) => {
+                    Ok((missing_on(self, step, env, item).await?, true))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let out = in_order(reqs, step.concurrency, |(n, r)| {
+            let f = one(r);
+            Box::pin(async move { (n, f.await) })
+        })
+        .await;
         match out {
             Ok(v) => {
                 let incomplete = v.iter().any(|(_, m)| *m);
@@ -406,6 +409,61 @@ impl RoutePlan {
                 }
             }
         }
+    }
+}
+
+/// Run `items` through `run`, at most `limit` at a time (at least one), and collect their
+/// values in input order; the failure of the first element (in input order) that fails ends it,
+/// as `buffered(limit)` + `try_collect` would, without its self-waking poll ([`InFlight`]) or its
+/// head-of-line window: `limit` counts the futures running, not the answers waiting for an
+/// earlier one.
+async fn in_order<I, T, E, F>(
+    items: Vec<I>,
+    limit: usize,
+    mut run: impl FnMut((usize, I)) -> Pin<Box<F>>,
+) -> Result<Vec<T>, E>
+where
+    F: Future<Output = (usize, Result<T, E>)> + ?Sized,
+{
+    let total = items.len();
+    let mut values: Vec<Option<T>> = Vec::with_capacity(total);
+    values.resize_with(total, || None);
+    let mut failed: Option<(usize, E)> = None;
+    let mut todo = items.into_iter().enumerate();
+    let mut running = InFlight::new();
+    let limit = limit.max(1);
+    loop {
+        while running.len() < limit && failed.is_none() {
+            match todo.next() {
+                Some(x) => running.push(run(x)),
+                None => break,
+            }
+        }
+        // After a failure, only the elements before it can still change the outcome.
+        let Some((n, result)) = running.next().await else {
+            break;
+        };
+        match result {
+            Ok(v) => {
+                if let Some(slot) = values.get_mut(n) {
+                    *slot = Some(v);
+                }
+            }
+            Err(e) => {
+                if failed.as_ref().is_none_or(|(m, _)| n < *m) {
+                    failed = Some((n, e));
+                }
+            }
+        }
+        if let Some((m, _)) = &failed
+            && values.iter().take(*m).all(Option::is_some)
+        {
+            break;
+        }
+    }
+    match failed {
+        Some((_, e)) => Err(e),
+        None => Ok(values.into_iter().flatten().collect()),
     }
 }
 

@@ -1,0 +1,240 @@
+//! The futures of one request that are in flight: polled only when woken, each through a waker of
+//! its own, on the request's task.
+//!
+//! `futures_util`'s `FuturesUnordered` does the same, but after it has polled as many futures as
+//! it holds (one, for a route with one call) it wakes its own task and returns `Pending` — a
+//! cooperative yield. On tokio's multi-thread scheduler a task woken while it runs is re-queued as
+//! a yield, which also wakes an idle worker to steal it: a futex call, a context switch on the
+//! other core and one more poll of the whole request, for every step that waits on I/O
+//! (measured: ≈2 futex calls per request of a one-call route, none without). [`InFlight`] yields
+//! only when a future woke itself while it was being polled (tokio's cooperative budget, a
+//! `yield_now`), so a flow waiting on its backends costs one poll per answer.
+
+use futures_util::task::AtomicWaker;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// The indices woken since they were last polled, and the task to wake for them.
+#[derive(Default)]
+struct Shared {
+    ready: Mutex<Vec<usize>>,
+    task: AtomicWaker,
+}
+
+fn lock(m: &Mutex<Vec<usize>>) -> std::sync::MutexGuard<'_, Vec<usize>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The waker of one slot: queues its index (once until it is polled) and wakes the task.
+struct SlotWaker {
+    shared: Arc<Shared>,
+    index: usize,
+    queued: AtomicBool,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            lock(&self.shared.ready).push(self.index);
+            self.shared.task.wake();
+        }
+    }
+}
+
+struct Slot<F> {
+    fut: Option<F>,
+    state: Arc<SlotWaker>,
+    waker: Waker,
+}
+
+/// A set of futures, each polled when its own waker was woken; outputs in completion order.
+pub(crate) struct InFlight<F> {
+    slots: Vec<Slot<F>>,
+    free: Vec<usize>,
+    len: usize,
+    shared: Arc<Shared>,
+    /// Woken indices taken from `shared`, still to be polled (first to last).
+    local: Vec<usize>,
+    at: usize,
+}
+
+impl<F: Future + Unpin> InFlight<F> {
+    pub(crate) fn new() -> Self {
+        InFlight {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            shared: Arc::new(Shared::default()),
+            local: Vec::new(),
+            at: 0,
+        }
+    }
+
+    /// Futures in the set.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Add a future; it is polled at the next [`InFlight::poll_next`].
+    pub(crate) fn push(&mut self, fut: F) {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let state = Arc::new(SlotWaker {
+                    shared: self.shared.clone(),
+                    index: self.slots.len(),
+                    queued: AtomicBool::new(false),
+                });
+                self.slots.push(Slot {
+                    fut: None,
+                    waker: Waker::from(state.clone()),
+                    state,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        slot.fut = Some(fut);
+        // Polled first thing: as if woken (a wake queued before by a waker of the slot's previous
+        // future only polls it once more, which futures allow).
+        if !slot.state.queued.swap(true, Ordering::AcqRel) {
+            lock(&self.shared.ready).push(index);
+        }
+        self.len += 1;
+    }
+
+    /// The next output, `Ready(None)` when the set is empty.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        if self.len == 0 {
+            return Poll::Ready(None);
+        }
+        self.shared.task.register(cx.waker());
+        if self.at >= self.local.len() {
+            self.local.clear();
+            self.at = 0;
+            std::mem::swap(&mut self.local, &mut *lock(&self.shared.ready));
+        }
+        while let Some(&i) = self.local.get(self.at) {
+            self.at += 1;
+            let Some(slot) = self.slots.get_mut(i) else {
+                continue;
+            };
+            let Some(fut) = slot.fut.as_mut() else {
+                continue; // a late wake of a future that already finished
+            };
+            slot.state.queued.store(false, Ordering::Release);
+            let mut scx = Context::from_waker(&slot.waker);
+            if let Poll::Ready(out) = Pin::new(fut).poll(&mut scx) {
+                slot.fut = None;
+                self.free.push(i);
+                self.len -= 1;
+                return Poll::Ready(Some(out));
+            }
+        }
+        // A future woken again while this pass polled it (or meanwhile, from another thread) has
+        // woken the task through `shared.task` (registered above): it runs on the task's next
+        // turn, after the others waiting for this worker.
+        Poll::Pending
+    }
+
+    /// The next output (`None` when the set is empty).
+    pub(crate) async fn next(&mut self) -> Option<F::Output> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts how often the task it runs in is woken.
+    struct CountWake(AtomicUsize);
+    impl Wake for CountWake {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_pending_future_does_not_wake_the_task_and_a_woken_one_is_polled() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let mut set: InFlight<Pin<Box<dyn Future<Output = u32> + Send>>> = InFlight::new();
+        set.push(Box::pin(async move { rx.await.unwrap_or(0) }));
+        set.push(Box::pin(async { 7 }));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(7)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        assert_eq!(count.0.load(Ordering::Relaxed), 0, "no self-wake");
+        assert_eq!(set.len(), 1);
+        let _ = tx.send(5);
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            1,
+            "the answer wakes the task"
+        );
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(5)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_future_that_wakes_itself_yields_the_task() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut polls = 0;
+        let fut = std::future::poll_fn(move |cx| {
+            polls += 1;
+            if polls < 3 {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready(polls)
+            }
+        });
+        let mut set = InFlight::new();
+        set.push(Box::pin(fut));
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(3)));
+    }
+
+    #[test]
+    fn slots_are_reused_and_many_futures_finish_in_any_order() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut set: InFlight<Pin<Box<dyn Future<Output = usize> + Send>>> = InFlight::new();
+        let mut senders = Vec::new();
+        for _ in 0..100 {
+            let (tx, rx) = tokio::sync::oneshot::channel::<usize>();
+            senders.push(tx);
+            set.push(Box::pin(async move { rx.await.unwrap_or(usize::MAX) }));
+        }
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        let mut got = Vec::new();
+        for (k, tx) in senders.into_iter().enumerate().rev() {
+            let _ = tx.send(k);
+            if let Poll::Ready(Some(v)) = set.poll_next(&mut cx) {
+                got.push(v);
+            }
+        }
+        assert_eq!(got, (0..100).rev().collect::<Vec<_>>());
+        assert_eq!(set.len(), 0);
+        set.push(Box::pin(async { 1 }));
+        assert_eq!(set.slots.len(), 100, "a free slot is reused");
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(1)));
+    }
+}
