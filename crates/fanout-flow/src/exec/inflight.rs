@@ -104,11 +104,12 @@ impl<F: Future + Unpin> InFlight<F> {
             return;
         };
         slot.fut = Some(fut);
-        // Polled first thing: as if woken (a wake queued before by a waker of the slot's previous
-        // future only polls it once more, which futures allow).
-        if !slot.state.queued.swap(true, Ordering::AcqRel) {
-            lock(&self.shared.ready).push(index);
-        }
+        // Polled at the next pass, as if woken: queued on the owner's side, so that a pass that
+        // still has earlier wakes to poll polls it too. Always queued, whatever `queued` says: a
+        // wake of the slot's previous future may still be on its way (it only polls the new one
+        // once more, which futures allow).
+        slot.state.queued.store(true, Ordering::Release);
+        self.local.push(index);
         self.len += 1;
     }
 
@@ -121,17 +122,23 @@ impl<F: Future + Unpin> InFlight<F> {
         if self.at >= self.local.len() {
             self.local.clear();
             self.at = 0;
-            std::mem::swap(&mut self.local, &mut *lock(&self.shared.ready));
+        }
+        // Everything woken so far is polled in this pass, after what an earlier pass left (it
+        // returned an output before it reached them): a wake that only sat in `shared` while this
+        // pass ended `Pending` would be lost, its task woken before and not again.
+        {
+            let mut woken = lock(&self.shared.ready);
+            self.local.extend(woken.drain(..));
         }
         while let Some(&i) = self.local.get(self.at) {
             self.at += 1;
             let Some(slot) = self.slots.get_mut(i) else {
                 continue;
             };
+            slot.state.queued.store(false, Ordering::Release);
             let Some(fut) = slot.fut.as_mut() else {
                 continue; // a late wake of a future that already finished
             };
-            slot.state.queued.store(false, Ordering::Release);
             let mut scx = Context::from_waker(&slot.waker);
             if let Poll::Ready(out) = Pin::new(fut).poll(&mut scx) {
                 slot.fut = None;
@@ -209,6 +216,50 @@ mod tests {
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
         assert_eq!(set.poll_next(&mut cx), Poll::Pending);
         assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(3)));
+    }
+
+    #[test]
+    fn a_future_added_after_an_early_output_is_polled_even_if_the_rest_waits() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut set: InFlight<Pin<Box<dyn Future<Output = u32> + Send>>> = InFlight::new();
+        let (_tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        set.push(Box::pin(async { 1 }));
+        set.push(Box::pin(async move { rx.await.unwrap_or(0) }));
+        // The first output returns before the pass reaches the second (pending) future.
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(1)));
+        // A step that became runnable is added; the next pass polls it although the one left from
+        // the last pass is still pending, and nothing will wake the task for it.
+        set.push(Box::pin(async { 2 }));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(2)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn a_slot_whose_finished_future_woke_itself_still_runs_its_next_future() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut set: InFlight<Pin<Box<dyn Future<Output = u32> + Send>>> = InFlight::new();
+        // Wakes itself and finishes in the same poll: a late wake of a free slot.
+        set.push(Box::pin(std::future::poll_fn(|cx| {
+            cx.waker().wake_by_ref();
+            Poll::Ready(1)
+        })));
+        let (_tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        set.push(Box::pin(async move { rx.await.unwrap_or(0) }));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(1)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        // The free slot is reused; its new future is polled and then woken by its answer.
+        let (tx2, rx2) = tokio::sync::oneshot::channel::<u32>();
+        set.push(Box::pin(async move { rx2.await.unwrap_or(0) }));
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        let before = count.0.load(Ordering::Relaxed);
+        let _ = tx2.send(5);
+        assert_eq!(count.0.load(Ordering::Relaxed), before + 1);
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(5)));
     }
 
     #[test]
