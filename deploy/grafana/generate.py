@@ -257,6 +257,12 @@ def build():
     L.add(timeseries("Rows returned", "Rows returned by statements per second.",
                      [(f"sum by (backend) (rate(fanout_db_rows_total{{{BACKEND}}}{RI}))", "{{backend}}")],
                      "ops"), 8, 8)
+    L.add(timeseries("SQL errors by step", "SQL errors per second received by each sql step, by SQLSTATE class.",
+                     [(f"sum by (backend, step, class) (rate(fanout_db_step_errors_total{{{BACKEND}}}{RI}))",
+                       "{{step}} {{class}}")], "ops", stack=True), 8, 8)
+    L.add(timeseries("Rows by step", "Rows per second received by each sql step (cached and shared answers included).",
+                     [(f"sum by (backend, step) (rate(fanout_db_step_rows_total{{{BACKEND}}}{RI}))",
+                       "{{backend}} {{step}}")], "ops"), 8, 8)
 
     L.row("Admission and shedding")
     L.add(timeseries("Admission limit and in flight", "Concurrency limit and admitted requests per class.",

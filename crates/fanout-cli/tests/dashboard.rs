@@ -50,6 +50,8 @@ const CATALOG: &[&str] = &[
     "fanout_db_cancellations_total",
     "fanout_db_rows_total",
     "fanout_db_errors_total",
+    "fanout_db_step_rows_total",
+    "fanout_db_step_errors_total",
     "fanout_admission_limit",
     "fanout_admission_in_flight",
     "fanout_admission_queue_length",
@@ -380,6 +382,10 @@ routes:
         http: { backend: plain, method: POST, path: '"/orders"', body: '$request.body' }
         on_status: { 409: 409, 410: { status: 404, code: order_archived } }
     respond: { body: '$save' }
+  - path: /db
+    flow:
+      row: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
+    respond: { body: '$row' }
 "#;
 
 /// The series a gateway running [`CONFIG`] has before it serves any request, by metric: every
@@ -405,6 +411,17 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         "rejected_pool",
     ];
     const BACKENDS: &[&str] = &["down", "plain"];
+    const SQL_CLASSES: &[&str] = &[
+        "data_exception",
+        "integrity_constraint_violation",
+        "transaction_rollback",
+        "syntax_error_or_access_rule_violation",
+        "insufficient_resources",
+        "object_not_in_prerequisite_state",
+        "operator_intervention",
+        "connection_exception",
+        "other",
+    ];
     const ADMISSION: &[&str] = &["critical", "normal", "sheddable"];
     // A selection of the gateway's and the flow's codes, and every code of the config.
     const CODES: &[&str] = &[
@@ -427,6 +444,7 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         ("/hello", "GET"),
         ("/down/{id}", "GET"),
         ("/orders", "POST"),
+        ("/db", "GET"),
     ];
     let route_methods: LabelSets = routes
         .iter()
@@ -447,10 +465,15 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         })
         .collect();
     let route_names: Vec<&str> = routes.iter().map(|(r, _)| *r).collect();
-    let steps: LabelSets = [("down", "one"), ("down", "many"), ("plain", "save")]
-        .iter()
-        .map(|(b, s)| vec![("backend", b.to_string()), ("step", s.to_string())])
-        .collect();
+    let steps: LabelSets = [
+        ("down", "one"),
+        ("down", "many"),
+        ("plain", "save"),
+        ("db", "row"),
+    ]
+    .iter()
+    .map(|(b, s)| vec![("backend", b.to_string()), ("step", s.to_string())])
+    .collect();
     let calls: LabelSets = steps
         .iter()
         .flat_map(|bs| {
@@ -528,24 +551,20 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         ),
         ("fanout_db_rows_total", product(&[("backend", &["db"])])),
         (
-            "fanout_db_errors_total",
+            "fanout_db_step_rows_total",
+            product(&[("backend", &["db"]), ("step", &["row"])]),
+        ),
+        (
+            "fanout_db_step_errors_total",
             product(&[
                 ("backend", &["db"]),
-                (
-                    "class",
-                    &[
-                        "data_exception",
-                        "integrity_constraint_violation",
-                        "transaction_rollback",
-                        "syntax_error_or_access_rule_violation",
-                        "insufficient_resources",
-                        "object_not_in_prerequisite_state",
-                        "operator_intervention",
-                        "connection_exception",
-                        "other",
-                    ],
-                ),
+                ("step", &["row"]),
+                ("class", SQL_CLASSES),
             ]),
+        ),
+        (
+            "fanout_db_errors_total",
+            product(&[("backend", &["db"]), ("class", SQL_CLASSES)]),
         ),
         ("fanout_admission_limit", product(&[("class", ADMISSION)])),
         (

@@ -269,6 +269,16 @@ impl Expr {
         &self.vars
     }
 
+    /// The parts of `$request` this expression reads (everything when the analysis cannot
+    /// narrow it; nothing when it does not read `$request`). Compile-time only: it lexes the
+    /// source again.
+    pub fn request_use(&self) -> request::RequestUse {
+        match load::Lexer::new(&self.src).lex() {
+            Ok(tokens) => request::RequestUse::of_tokens(&tokens, "request"),
+            Err(_) => request::RequestUse::all(),
+        }
+    }
+
     /// Whether this expression is evaluated natively (no interpreter).
     pub fn is_native(&self) -> bool {
         matches!(self.kind, Kind::Native(..))

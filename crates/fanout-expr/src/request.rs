@@ -2,10 +2,171 @@
 //! request. Knows nothing of HTTP libraries: callers pass plain strings and bytes. Also the
 //! strict percent-decoding of path parameters ([`decode_path_param`]), which callers apply before
 //! they pass them.
+//!
+//! A route builds only the parts its expressions read ([`RequestUse`], found at compile time
+//! by [`Expr::request_use`](crate::Expr::request_use)): a flow that reads `$request.params.id`
+//! gets `{params: {id}}` — the same answer for every expression of it, without the headers and
+//! query turned into values for every request.
 
 use crate::{Val, json::str_val};
+use jaq_core::load::lex::{StrPart, Tok, Token};
 use jaq_json::Map;
 use std::borrow::Cow;
+
+/// Which headers of `$request.headers` are read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum HeaderUse {
+    /// None.
+    #[default]
+    None,
+    /// These names only, as written (`$request.headers["x-user"]`; the object's keys are
+    /// lower-case, so a name with capitals reads `null`, as it would from the whole object).
+    Named(Vec<String>),
+    /// The whole object (`$request.headers`, `$request.headers | keys`, `$request`).
+    All,
+}
+
+/// The parts of `$request` that expressions read. Found from each expression's tokens: a read
+/// is `$request.FIELD` (or `$request["FIELD"]`, `$request."FIELD"`), and for `headers` also the
+/// header's name; any other use of `$request` (passed whole, bound, indexed by a computed key)
+/// reads all of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestUse {
+    /// `$request.method`.
+    pub method: bool,
+    /// `$request.path`.
+    pub path: bool,
+    /// `$request.params`.
+    pub params: bool,
+    /// `$request.query`.
+    pub query: bool,
+    /// `$request.headers`.
+    pub headers: HeaderUse,
+    /// `$request.body`.
+    pub body: bool,
+}
+
+impl RequestUse {
+    /// Every part (a use the analysis cannot narrow).
+    pub fn all() -> RequestUse {
+        RequestUse {
+            method: true,
+            path: true,
+            params: true,
+            query: true,
+            headers: HeaderUse::All,
+            body: true,
+        }
+    }
+
+    /// Whether every part is read.
+    pub fn is_all(&self) -> bool {
+        *self == RequestUse::all()
+    }
+
+    /// Add what `other` reads.
+    pub fn add(&mut self, other: &RequestUse) {
+        self.method |= other.method;
+        self.path |= other.path;
+        self.params |= other.params;
+        self.query |= other.query;
+        self.body |= other.body;
+        self.headers = match (std::mem::take(&mut self.headers), &other.headers) {
+            (HeaderUse::All, _) | (_, HeaderUse::All) => HeaderUse::All,
+            (HeaderUse::None, o) => o.clone(),
+            (h, HeaderUse::None) => h,
+            (HeaderUse::Named(mut a), HeaderUse::Named(b)) => {
+                a.extend(b.iter().cloned());
+                a.sort_unstable();
+                a.dedup();
+                HeaderUse::Named(a)
+            }
+        };
+    }
+
+    /// The parts read in `$name` by an expression's `tokens`.
+    pub(crate) fn of_tokens(tokens: &[Token<&str>], name: &str) -> RequestUse {
+        let mut out = RequestUse::default();
+        scan(tokens, name, &mut out);
+        out
+    }
+
+    fn field(&mut self, field: &str) {
+        match field {
+            "method" => self.method = true,
+            "path" => self.path = true,
+            "params" => self.params = true,
+            "query" => self.query = true,
+            "body" => self.body = true,
+            // Any other key is `null` in the whole value as in the parts.
+            _ => {}
+        }
+    }
+
+    fn header(&mut self, h: HeaderUse) {
+        self.add(&RequestUse {
+            headers: h,
+            ..RequestUse::default()
+        });
+    }
+}
+
+/// The text of a string token without interpolation.
+fn literal(t: &Token<&str>) -> Option<String> {
+    let Tok::Str(parts) = &t.1 else {
+        return None;
+    };
+    let mut out = String::new();
+    for p in parts {
+        match p {
+            StrPart::Str(s) => out.push_str(s),
+            StrPart::Char(c) => out.push(*c),
+            StrPart::Term(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// A literal key read at `tokens[i]` — `.name`, `."name"` (two tokens) or `["name"]` — and the
+/// index of the token after it.
+fn key_at(tokens: &[Token<&str>], i: usize) -> Option<(String, usize)> {
+    let Token(s, tok) = tokens.get(i)?;
+    match tok {
+        Tok::Sym if *s == "." => literal(tokens.get(i + 1)?).map(|k| (k, i + 2)),
+        Tok::Sym if s.len() > 1 && s.starts_with('.') && !s.starts_with("..") => {
+            Some((s[1..].to_string(), i + 1))
+        }
+        Tok::Block(inner) if s.starts_with('[') => match inner.as_slice() {
+            [key, close] if close.0 == "]" => literal(key).map(|k| (k, i + 1)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn scan(tokens: &[Token<&str>], name: &str, out: &mut RequestUse) {
+    for (i, Token(s, tok)) in tokens.iter().enumerate() {
+        match tok {
+            Tok::Var if s.strip_prefix('$') == Some(name) => match key_at(tokens, i + 1) {
+                Some((field, j)) if field == "headers" => match key_at(tokens, j) {
+                    Some((h, _)) => out.header(HeaderUse::Named(vec![h])),
+                    None => out.header(HeaderUse::All),
+                },
+                Some((field, _)) => out.field(&field),
+                None => *out = RequestUse::all(),
+            },
+            Tok::Block(inner) => scan(inner, name, out),
+            Tok::Str(parts) => {
+                for p in parts {
+                    if let StrPart::Term(t) = p {
+                        scan(std::slice::from_ref(t), name, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 /// Parts of an inbound request.
 pub struct RequestParts<'a, P, H> {
@@ -34,37 +195,68 @@ where
     P: IntoIterator<Item = (&'a str, &'a str)>,
     H: IntoIterator<Item = (&'a str, &'a [u8])>,
 {
+    request_val_reading(parts, &RequestUse::all())
+}
+
+/// Build the parts of `$request` that `reads` names (the others are left out of the object:
+/// reading them gives `null`, which only an expression that `reads` does not describe could
+/// tell).
+pub fn request_val_reading<'a, P, H>(parts: RequestParts<'a, P, H>, reads: &RequestUse) -> Val
+where
+    P: IntoIterator<Item = (&'a str, &'a str)>,
+    H: IntoIterator<Item = (&'a str, &'a [u8])>,
+{
     let mut m = Map::default();
-    m.insert(key("method"), str_val(parts.method));
-    m.insert(key("path"), str_val(parts.path));
-    let params: Map = parts
-        .params
-        .into_iter()
-        .map(|(k, v)| (key(k), str_val(v)))
-        .collect();
-    m.insert(key("params"), Val::obj(params));
-    m.insert(
-        key("query"),
-        Val::obj(parse_query(parts.query.unwrap_or(""))),
-    );
-    let mut headers = Map::default();
-    for (k, v) in parts.headers {
-        let v = String::from_utf8_lossy(v);
-        let kv = key(k);
-        match headers.get_mut(&kv) {
-            Some(Val::TStr(prev)) => {
-                let mut s = String::from_utf8_lossy(prev).into_owned();
-                s.push_str(", ");
-                s.push_str(&v);
-                **prev = s.into_bytes().into();
+    if reads.method {
+        m.insert(key("method"), str_val(parts.method));
+    }
+    if reads.path {
+        m.insert(key("path"), str_val(parts.path));
+    }
+    if reads.params {
+        let params: Map = parts
+            .params
+            .into_iter()
+            .map(|(k, v)| (key(k), str_val(v)))
+            .collect();
+        m.insert(key("params"), Val::obj(params));
+    }
+    if reads.query {
+        m.insert(
+            key("query"),
+            Val::obj(parse_query(parts.query.unwrap_or(""))),
+        );
+    }
+    let wanted = |name: &str| match &reads.headers {
+        HeaderUse::None => false,
+        HeaderUse::All => true,
+        HeaderUse::Named(names) => names.iter().any(|n| n == name),
+    };
+    if reads.headers != HeaderUse::None {
+        let mut headers = Map::default();
+        for (k, v) in parts.headers {
+            if !wanted(k) {
+                continue;
             }
-            _ => {
-                headers.insert(kv, str_val(&v));
+            let v = String::from_utf8_lossy(v);
+            let kv = key(k);
+            match headers.get_mut(&kv) {
+                Some(Val::TStr(prev)) => {
+                    let mut s = String::from_utf8_lossy(prev).into_owned();
+                    s.push_str(", ");
+                    s.push_str(&v);
+                    **prev = s.into_bytes().into();
+                }
+                _ => {
+                    headers.insert(kv, str_val(&v));
+                }
             }
         }
+        m.insert(key("headers"), Val::obj(headers));
     }
-    m.insert(key("headers"), Val::obj(headers));
-    m.insert(key("body"), parts.body);
+    if reads.body {
+        m.insert(key("body"), parts.body);
+    }
     Val::obj(m)
 }
 
@@ -177,6 +369,103 @@ mod tests {
         assert_eq!(
             to_string(&v),
             r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null}"#
+        );
+    }
+
+    fn reads(src: &str) -> RequestUse {
+        crate::Expr::compile(src, &["request", "x"])
+            .unwrap()
+            .request_use()
+    }
+
+    fn named(h: &[&str]) -> HeaderUse {
+        HeaderUse::Named(h.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn the_parts_of_the_request_an_expression_reads() {
+        let params = RequestUse {
+            params: true,
+            ..RequestUse::default()
+        };
+        for src in [
+            "$request.params.id",
+            "$request.params.id | tonumber",
+            "$request[\"params\"].id",
+            "$request.\"params\"",
+            "\"/u/\\($request.params.id)\"",
+            "[$x, {a: $request.params}]",
+            "$request.params?",
+        ] {
+            assert_eq!(reads(src), params, "{src}");
+        }
+        assert_eq!(reads("$x.a"), RequestUse::default());
+        assert_eq!(reads("$request.nothing"), RequestUse::default());
+        for src in [
+            "$request",
+            "$request | .params",
+            "$request[$x]",
+            "$request[\"pa\\(1)\"]",
+            "$x as $request | 1",
+            "[$request][0].params",
+        ] {
+            assert!(reads(src).is_all(), "{src}");
+        }
+        let h = |src: &str| reads(src).headers;
+        assert_eq!(h("$request.headers[\"x-user\"]"), named(&["x-user"]));
+        assert_eq!(h("$request.headers.\"x-user\""), named(&["x-user"]));
+        assert_eq!(
+            h("$request.headers.authorization"),
+            named(&["authorization"])
+        );
+        assert_eq!(
+            h("[$request.headers.b, $request.headers[\"a\"], $request.headers.b]"),
+            named(&["a", "b"])
+        );
+        assert_eq!(h("$request.headers"), HeaderUse::All);
+        assert_eq!(h("$request.headers | keys"), HeaderUse::All);
+        assert_eq!(h("$request.headers[$x]"), HeaderUse::All);
+        assert_eq!(h("$request.headers.a, $request.headers"), HeaderUse::All);
+        let mut u = reads("{q: $request.query.q, m: $request.method}");
+        assert!(u.query && u.method && !u.params && !u.body && !u.path);
+        u.add(&reads("$request.body.a + ($request.path | length)"));
+        assert!(u.query && u.method && u.body && u.path && !u.params);
+    }
+
+    #[test]
+    fn a_request_built_for_its_reads_answers_those_reads_alike() {
+        let parts = || RequestParts {
+            method: "POST",
+            path: "/a/1",
+            query: Some("q=1&q=2"),
+            params: [("id", "1")],
+            headers: [
+                ("x-user", &b"ann"[..]),
+                ("x-user", &b"bob"[..]),
+                ("x-request-id", &b"r-1"[..]),
+            ],
+            body: Val::from(true),
+        };
+        let whole = request_val(parts());
+        for src in [
+            "$request.params.id",
+            "$request.headers[\"x-user\"]",
+            "$request.headers[\"X-User\"]",
+            "[$request.query.q, $request.method, $request.path, $request.body]",
+            "$request.headers | keys",
+            "$request | keys",
+        ] {
+            let e = crate::Expr::compile(src, &["request"]).unwrap();
+            let part = request_val_reading(parts(), &e.request_use());
+            let a = e.eval(&Val::Null, |_| whole.clone()).unwrap();
+            let b = e.eval(&Val::Null, |_| part.clone()).unwrap();
+            assert_eq!(to_string(&a), to_string(&b), "{src}");
+        }
+        let e = crate::Expr::compile("$request.headers[\"x-user\"]", &["request"]).unwrap();
+        assert_eq!(
+            to_string(&request_val_reading(parts(), &e.request_use())),
+            r#"{"headers":{"x-user":"ann, bob"}}"#,
+            "only the header read"
         );
     }
 

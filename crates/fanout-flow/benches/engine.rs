@@ -43,6 +43,7 @@ impl Backend for Canned {
             Ok(CallResponse {
                 status: StatusCode::OK,
                 body,
+                value: None,
             })
         })
     }

@@ -73,6 +73,10 @@ pub struct SqlCall {
     pub params: Vec<fanout_expr::Val>,
     /// Whether the statement only reads (`read_only`): shared by dedup and cached like a GET.
     pub read_only: bool,
+    /// Deepest nesting of the answer as a value (`server.expressions.max_depth`): a json/jsonb
+    /// column nested deeper is refused like a backend's answer would be. Not part of the call's
+    /// identity (one setting for the whole config).
+    pub max_depth: usize,
 }
 
 /// The identity of a call: everything it sends — for HTTP, the method, path with query, every
@@ -237,8 +241,28 @@ impl SqlCall {
 pub struct CallResponse {
     /// Status code.
     pub status: StatusCode,
-    /// Body bytes (already size-limited by the backend).
+    /// Body bytes (already size-limited by the backend); empty when the protocol answered a
+    /// value instead ([`CallResponse::value`]).
     pub body: Bytes,
+    /// The answer as a value, when the protocol client built one from its wire format (the
+    /// `postgres` protocol's rows): the step takes it as is instead of parsing JSON text. Caches
+    /// and dedup share it like bytes; what must store bytes (the shared cache) asks
+    /// [`CallResponse::bytes`].
+    pub value: Option<fanout_expr::Val>,
+}
+
+impl CallResponse {
+    /// The answer as JSON bytes: the body, or the value's JSON text when the answer is a value.
+    pub fn bytes(&self) -> Bytes {
+        match &self.value {
+            Some(v) if self.body.is_empty() => {
+                let mut out = Vec::with_capacity(256);
+                fanout_expr::json::write(v, &mut out);
+                Bytes::from(out)
+            }
+            _ => self.body.clone(),
+        }
+    }
 }
 
 /// Why a call failed, at the transport level.

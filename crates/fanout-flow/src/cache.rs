@@ -436,6 +436,7 @@ mod tests {
                 Ok(CallResponse {
                     status: http::StatusCode::OK,
                     body: Bytes::from(format!("{{\"n\":{n}}}")),
+                    value: None,
                 })
             })
         }

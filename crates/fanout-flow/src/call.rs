@@ -358,11 +358,25 @@ pub(crate) async fn fetch_json(
 pub(crate) async fn fetch_body(
     step_name: &Arc<str>,
     h: &impl CallTarget,
-    mut req: CallRequest,
+    req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
     deadline_header: &HeaderName,
 ) -> Result<Bytes, FlowError> {
+    fetch_answer(step_name, h, req, step_timeout, deadline, deadline_header)
+        .await
+        .map(|r| r.bytes())
+}
+
+/// [`fetch_body`], keeping an answer the protocol gave as a value ([`CallResponse::value`]).
+pub(crate) async fn fetch_answer(
+    step_name: &Arc<str>,
+    h: &impl CallTarget,
+    mut req: CallRequest,
+    step_timeout: std::time::Duration,
+    deadline: Instant,
+    deadline_header: &HeaderName,
+) -> Result<CallResponse, FlowError> {
     let now = Instant::now();
     let remaining = deadline.saturating_duration_since(now);
     let timeout = step_timeout.min(remaining);
@@ -381,7 +395,7 @@ pub(crate) async fn fetch_body(
     if !resp.status.is_success() {
         return Err(error_status(step_name, h, &resp));
     }
-    Ok(resp.body)
+    Ok(resp)
 }
 
 /// No answer in `timeout`: the request's deadline (when it cut the step's own timeout short) or

@@ -15,6 +15,12 @@ pub(crate) struct Ctx<'a> {
     pub(crate) protos: Arc<fanout_grpc::ProtoSet>,
     pub(crate) errs: Vec<ConfigError>,
     pub(crate) compute: Arc<ComputePool>,
+    /// The parts of `$request` read by the expressions compiled since the route's compile began.
+    pub(crate) request_use: fanout_expr::request::RequestUse,
+    /// What the `sql` steps of the previous plan received ([`crate::plan::Carry::sql_stats`]).
+    pub(crate) sql_stats: std::collections::HashMap<String, Arc<crate::sqlstats::SqlStats>>,
+    /// `METHOD PATH` of the route being compiled (the start of its steps' keys).
+    pub(crate) route_key: String,
 }
 
 impl Ctx<'_> {
@@ -31,7 +37,12 @@ impl Ctx<'_> {
         hidden: &[&str],
     ) -> Option<Expr> {
         match Expr::compile_hinting(&src.value, scope, hidden) {
-            Ok(e) => Some(e),
+            Ok(e) => {
+                if scope.contains(&"request") {
+                    self.request_use.add(&e.request_use());
+                }
+                Some(e)
+            }
             Err(e) => {
                 let pos = self.cfg.pos_in_scalar(src.pos, &src.value, e.offset);
                 let mut err = ConfigError::at(

@@ -94,6 +94,7 @@ mod tests {
                 Ok(CallResponse {
                     status: http::StatusCode::OK,
                     body: Bytes::from_static(b"{}"),
+                    value: None,
                 })
             })
         }

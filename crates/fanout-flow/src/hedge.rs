@@ -467,6 +467,7 @@ mod tests {
                 Ok(CallResponse {
                     status: StatusCode::OK,
                     body: Bytes::from(format!("{n}")),
+                    value: None,
                 })
             })
         }

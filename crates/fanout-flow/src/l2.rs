@@ -393,7 +393,8 @@ impl L2Cache {
 
     /// Queue a write of `resp` under `key`, to expire after `ttl`; never waits.
     pub fn put(&self, key: &L2Key, resp: &CallResponse, ttl: Duration) {
-        if HEADER + resp.body.len() > self.l2.inner.policy.max_value_bytes {
+        let body = resp.bytes();
+        if HEADER + body.len() > self.l2.inner.policy.max_value_bytes {
             self.stats.too_large.fetch_add(1, Relaxed);
             return;
         }
@@ -427,14 +428,15 @@ fn unix_ms() -> u64 {
 
 /// The stored form of an answer fetched at `now_ms`, for the key with `digest`.
 pub fn encode(resp: &CallResponse, digest: &[u8; 32], now_ms: u64) -> Bytes {
-    let mut out = BytesMut::with_capacity(HEADER + resp.body.len());
+    let body = resp.bytes();
+    let mut out = BytesMut::with_capacity(HEADER + body.len());
     out.put_slice(MAGIC);
     out.put_u8(VERSION);
     out.put_u16(resp.status.as_u16());
     out.put_u64(now_ms);
     out.put_slice(digest);
-    out.put_u32(u32::try_from(resp.body.len()).unwrap_or(u32::MAX));
-    out.put_slice(&resp.body);
+    out.put_u32(u32::try_from(body.len()).unwrap_or(u32::MAX));
+    out.put_slice(&body);
     out.freeze()
 }
 
@@ -460,6 +462,7 @@ pub fn decode(value: &Bytes, digest: &[u8; 32], now_ms: u64) -> Option<L2Entry> 
         resp: CallResponse {
             status,
             body: value.slice(HEADER..),
+            value: None,
         },
         age: Duration::from_millis(now_ms.saturating_sub(at)),
     })
@@ -527,6 +530,7 @@ mod tests {
         CallResponse {
             status: http::StatusCode::OK,
             body: Bytes::from_static(body.as_bytes()),
+            value: None,
         }
     }
 
@@ -586,6 +590,7 @@ mod tests {
         let err = CallResponse {
             status: http::StatusCode::INTERNAL_SERVER_ERROR,
             body: Bytes::new(),
+            value: None,
         };
         assert!(decode(&encode(&err, &d, 0), &d, 0).is_none(), "only 2xx");
         assert!(decode(&Bytes::from_static(b"garbage"), &d, 0).is_none());
@@ -614,6 +619,7 @@ mod tests {
         let big = CallResponse {
             status: http::StatusCode::OK,
             body: Bytes::from(vec![b' '; 1000]),
+            value: None,
         };
         c.put(&c.key(&call_key("/big")), &big, Duration::from_secs(1));
         while c.stats().counters().writes == 0 {

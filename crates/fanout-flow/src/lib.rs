@@ -31,6 +31,7 @@ pub mod reference;
 mod respond;
 pub mod retry;
 pub mod singleflight;
+pub mod sqlstats;
 mod step;
 pub mod trace;
 mod uri;

@@ -245,6 +245,7 @@ mod tests {
         Ok(CallResponse {
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
             body: Bytes::new(),
+            value: None,
         })
     }
 

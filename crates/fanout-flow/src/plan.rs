@@ -75,6 +75,8 @@ pub struct RoutePlan {
     pub compute: Arc<ComputePool>,
     /// The gRPC method the route serves, if it is a `grpc:` route.
     pub grpc: Option<GrpcRoute>,
+    /// The parts of `$request` the route's expressions read: the only parts built per request.
+    pub request_use: fanout_expr::request::RequestUse,
 }
 
 /// One compiled step.
@@ -121,6 +123,12 @@ impl StepPlan {
     /// The backend the step calls, if it calls one (for metrics, traces and `Server-Timing`).
     pub fn backend(&self) -> Option<&Arc<str>> {
         self.kind.backend()
+    }
+
+    /// What the step received from its database, if it is a `sql` step (rows, SQL errors by
+    /// class; for metrics).
+    pub fn sql_stats(&self) -> Option<&Arc<crate::sqlstats::SqlStats>> {
+        self.kind.sql_stats()
     }
 
     /// The `error.code`s the config makes this step answer with: its `fail` code and those of
@@ -192,6 +200,9 @@ pub struct Carry {
     /// The config's `.proto` files, compiled by the caller (the flow compiler reads no file);
     /// none for a config without `protos:`.
     pub protos: Option<Arc<fanout_grpc::ProtoSet>>,
+    /// What the `sql` steps of the previous plan received, by [`RoutePlan::step_key`]: a step
+    /// kept by the new config counts on (its metric series continue).
+    pub sql_stats: HashMap<String, Arc<crate::sqlstats::SqlStats>>,
 }
 
 /// Compile a config against the given backends (name → implementation). Reports every error it
@@ -218,6 +229,9 @@ pub fn compile_with(
         protos: carry.protos.unwrap_or_default(),
         errs: Vec::new(),
         compute,
+        request_use: Default::default(),
+        sql_stats: carry.sql_stats,
+        route_key: String::new(),
     };
     let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
         Ok(h) => h,
@@ -390,7 +404,11 @@ fn compile_route(
     deadline_header: &HeaderName,
 ) -> Option<RoutePlan> {
     let errs_before = cx.errs.len();
+    cx.request_use = Default::default();
     let method = cx.method(&r.method);
+    if let Some(m) = &method {
+        cx.route_key = format!("{m} {}", r.path.value);
+    }
     let names: Vec<&str> = r.flow.keys().map(|k| k.value.as_str()).collect();
     let mut scope: Vec<&str> = vec!["request", "item", "index", "ref"];
     scope.extend(names.iter().copied());
@@ -451,6 +469,7 @@ fn compile_route(
         reference: reference.clone(),
         compute: cx.compute.clone(),
         grpc,
+        request_use: std::mem::take(&mut cx.request_use),
     })
 }
 

@@ -380,6 +380,7 @@ mod tests {
                 Ok(CallResponse {
                     status,
                     body: Bytes::new(),
+                    value: None,
                 })
             })
         }

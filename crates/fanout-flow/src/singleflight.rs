@@ -233,6 +233,7 @@ mod tests {
                 Ok(CallResponse {
                     status: http::StatusCode::OK,
                     body: Bytes::from_static(b"{}"),
+                    value: None,
                 })
             })
         }

@@ -318,6 +318,7 @@ async fn exchange(
     Ok(CallResponse {
         status: parts.status,
         body,
+        value: None,
     })
 }
 
@@ -392,6 +393,7 @@ async fn grpc_exchange(
     Ok(CallResponse {
         status: http::StatusCode::OK,
         body: message,
+        value: None,
     })
 }
 
@@ -405,6 +407,7 @@ fn grpc_failure(code: fanout_grpc::Code, message: &str) -> CallResponse {
     CallResponse {
         status: code.http_status(),
         body: Bytes::from(text),
+        value: None,
     }
 }
 

@@ -106,6 +106,17 @@ pub struct Live {
     grpc: Option<Arc<grpc::GrpcServices>>,
     /// The services the gRPC routes serve (health checks answer for them).
     grpc_services: Vec<String>,
+    /// The `sql` steps: (backend, step, [`RoutePlan::step_key`], what it received), in config
+    /// order.
+    sql_steps: Vec<SqlStep>,
+}
+
+/// A `sql` step's counters, with its names (see [`Live`]).
+pub(crate) struct SqlStep {
+    pub(crate) backend: Arc<str>,
+    pub(crate) step: Arc<str>,
+    pub(crate) key: String,
+    pub(crate) stats: Arc<fanout_flow::sqlstats::SqlStats>,
 }
 
 impl Gateway {

@@ -128,6 +128,11 @@ pub(crate) fn build_live(
                 carry.batches.insert(name.clone(), b.clone());
             }
         }
+        carry.sql_stats = prev
+            .sql_steps
+            .iter()
+            .map(|s| (s.key.clone(), s.stats.clone()))
+            .collect();
         if reference_unchanged(&prev.config, &cfg, &report) {
             carry.reference = Some(prev.reference.clone());
             report.reference_kept = true;
@@ -158,6 +163,20 @@ pub(crate) fn build_live(
         .collect();
     error_codes.sort();
     error_codes.dedup();
+    let sql_steps = plan
+        .routes
+        .iter()
+        .flat_map(|r| {
+            r.steps.iter().filter_map(|s| {
+                Some(crate::SqlStep {
+                    backend: s.backend()?.clone(),
+                    step: s.name.clone(),
+                    key: r.step_key(s),
+                    stats: s.sql_stats()?.clone(),
+                })
+            })
+        })
+        .collect();
     let live = Live {
         router,
         reference: plan.reference.clone(),
@@ -172,6 +191,7 @@ pub(crate) fn build_live(
         config: Arc::new(cfg),
         grpc,
         grpc_services,
+        sql_steps,
     };
     Ok(Built {
         live,

@@ -11,7 +11,7 @@ use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::{Failure, RequestTelemetry};
 use crate::{Gateway, Live};
 use bytes::Bytes;
-use fanout_expr::request::{RequestParts, decode_path_param, request_val};
+use fanout_expr::request::{RequestParts, RequestUse, decode_path_param, request_val_reading};
 use fanout_expr::{Val, json};
 use fanout_flow::{Outcome, RoutePlan};
 use futures_util::FutureExt;
@@ -153,6 +153,7 @@ impl Gateway {
             parts,
             params.iter().map(|(k, v)| (*k, v.as_ref())),
             body_val,
+            &route.request_use,
         );
         self.run_flow(live, route, deadline, request, rid, rec, tel)
             .await
@@ -476,18 +477,22 @@ pub(crate) fn build_request<'a>(
     parts: &'a Parts,
     params: impl IntoIterator<Item = (&'a str, &'a str)>,
     body: Val,
+    reads: &RequestUse,
 ) -> Val {
-    request_val(RequestParts {
-        method: parts.method.as_str(),
-        path: parts.uri.path(),
-        query: parts.uri.query(),
-        params,
-        headers: parts
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_bytes())),
-        body,
-    })
+    request_val_reading(
+        RequestParts {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            params,
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            body,
+        },
+        reads,
+    )
 }
 
 /// Refuse a body: drain a bounded part of the rest first when the refusal says so

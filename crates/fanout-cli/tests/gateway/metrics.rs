@@ -527,6 +527,8 @@ const CATALOG: &[(&str, &[&str])] = &[
     ("fanout_db_cancellations_total", &["backend"]),
     ("fanout_db_rows_total", &["backend"]),
     ("fanout_db_errors_total", &["backend", "class"]),
+    ("fanout_db_step_rows_total", &["backend", "step"]),
+    ("fanout_db_step_errors_total", &["backend", "step", "class"]),
     ("fanout_backend_address_up", &["backend", "address"]),
     ("fanout_outlier_ejections_total", &["backend", "address"]),
     ("fanout_breaker_state", &["backend"]),
@@ -598,6 +600,10 @@ routes:
       a: { http: { backend: api, path: '"/ok"' } }
       k: { http: { backend: api, key: '"x"' } }
     respond: { body: '{a: $a, k: $k, r: $ref.small}' }
+  - path: /db
+    flow:
+      row: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
+    respond: { body: '$row' }
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -882,6 +888,7 @@ async fn not_ready_until_required_reference_data_has_loaded() {
     // Without the unreachable database, which would keep it not ready for its own reason.
     let (head, rest) = EVERYTHING.split_once("  # A database nobody").unwrap();
     let (_, tail) = rest.split_once("reference:").unwrap();
+    let (tail, _) = tail.split_once("  - path: /db").unwrap();
     let config = format!("{head}reference:{tail}");
     let gw = std::sync::Arc::new(fanout::load_gateway("fanout.yaml", &config, &lookup).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -419,6 +419,18 @@ async fn pool_status(gw: &RunningGateway) -> Value {
     st["backends"]["db"].clone()
 }
 
+/// The value of the series `name{labels}` (labels exactly as exposed, in order) on `/metrics`.
+async fn metric(gw: &RunningGateway, series: &str) -> Option<f64> {
+    let text = get(&format!(
+        "http://{}/metrics",
+        gw.admin_addr.expect("admin listener")
+    ))
+    .await
+    .text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_statements_are_shared_and_cached_writes_never() {
     let pg = cluster().await;
@@ -466,6 +478,17 @@ routes:
     }
     assert_eq!(psql(&pg, "SELECT count(*) FROM log").await, "4");
     assert_eq!(statements(&pool_status(&gw).await) - before, 6);
+    // Rows: the database returned two (one per read statement; the inserts return none); each
+    // step counts the rows it received, shared and cached answers included (a and b of three
+    // reads).
+    assert_eq!(
+        metric(&gw, r#"fanout_db_rows_total{backend="db"}"#).await,
+        Some(2.0)
+    );
+    for step in ["a", "b"] {
+        let series = format!(r#"fanout_db_step_rows_total{{backend="db",step="{step}"}}"#);
+        assert_eq!(metric(&gw, &series).await, Some(3.0), "{series}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,6 +515,11 @@ routes:
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(get(&format!("{base}/q")).await.json(), json!({"n": 2}));
+    // The step is kept by the new config: its counters go on across the reload.
+    assert_eq!(
+        metric(&gw, r#"fanout_db_step_rows_total{backend="db",step="s"}"#).await,
+        Some(2.0)
+    );
     let e = gw
         .gateway
         .reload(config_of(&yaml("SELEC 3 AS n"), &pg))
@@ -568,6 +596,15 @@ routes:
             && l.ends_with(" 2")),
         "both serialization failures counted:\n{m}"
     );
+    // The step saw one of them: the other was retried below it, and it received the answer.
+    let series = |class: &str| {
+        format!(r#"fanout_db_step_errors_total{{backend="db",step="s",class="{class}"}}"#)
+    };
+    assert_eq!(
+        metric(&gw, &series("transaction_rollback")).await,
+        Some(1.0)
+    );
+    assert_eq!(metric(&gw, &series("other")).await, Some(0.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,6 +70,11 @@ enum Started<'a> {
 }
 
 impl RoutePlan {
+    /// `METHOD PATH STEP`: a step's identity across reloads ([`crate::plan::Carry::sql_stats`]).
+    pub fn step_key(&self, step: &StepPlan) -> String {
+        format!("{} {} {}", self.method, self.path, step.name)
+    }
+
     /// Run the flow for one request. `request` is the `$request` value; `deadline` the request's
     /// effective deadline (route maximum, possibly shortened by the client).
     pub async fn run(&self, request: Val, deadline: Instant) -> Result<Outcome, FlowError> {

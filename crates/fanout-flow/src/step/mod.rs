@@ -62,6 +62,10 @@ pub(crate) trait StepKind: Send + Sync + 'static {
     fn backend(&self) -> Option<&Arc<str>> {
         None
     }
+    /// What the step received from its database, if it is a `sql` step (for metrics).
+    fn sql_stats(&self) -> Option<&Arc<crate::sqlstats::SqlStats>> {
+        None
+    }
     /// What the step does, described for people (`fanout explain`).
     fn work(&self) -> StepWork;
     /// Whether the step starts before the other ready steps of its round (guards such as

@@ -10,12 +10,13 @@
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall};
 use crate::call::{
-    CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_body, parse_answer,
+    CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_answer, parse_answer,
     yielded,
 };
 use crate::compute::ComputePool;
 use crate::ctx::unknown_backend;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
+use crate::sqlstats::SqlStats;
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
 use fanout_expr::{Expr, Val};
 use futures_util::future::BoxFuture;
@@ -36,6 +37,8 @@ struct SqlStep {
     idempotent: bool,
     compute: Arc<ComputePool>,
     max_depth: usize,
+    /// What this step received (for metrics).
+    stats: Arc<SqlStats>,
 }
 
 impl CallTarget for SqlStep {
@@ -70,6 +73,10 @@ impl StepKind for SqlStep {
         Some(&self.backend_name)
     }
 
+    fn sql_stats(&self) -> Option<&Arc<SqlStats>> {
+        Some(&self.stats)
+    }
+
     fn work(&self) -> StepWork {
         StepWork::Sql {
             backend: self.backend_name.to_string(),
@@ -97,7 +104,7 @@ impl StepKind for SqlStep {
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
         Box::pin(async move {
-            let body = fetch_body(
+            let resp = fetch_answer(
                 step.name,
                 self,
                 req,
@@ -106,8 +113,19 @@ impl StepKind for SqlStep {
                 deadline_header,
             )
             .await
-            .map_err(|e| self.sql_error(step.name, e))?;
-            let answer = parse_answer(step.name, self, body).await?;
+            .map_err(|e| {
+                self.stats.add_error(&e);
+                self.sql_error(step.name, e)
+            })?;
+            let answer = match resp.value {
+                Some(v) => v,
+                None => parse_answer(step.name, self, resp.body).await?,
+            };
+            if let Val::Obj(o) = &answer
+                && let Some(Val::Arr(rows)) = o.get(&Val::from("rows".to_string()))
+            {
+                self.stats.add_rows(rows.len() as u64);
+            }
             self.shape(step.name, answer)
         })
     }
@@ -139,6 +157,7 @@ impl SqlStep {
             statement: self.statement.clone(),
             params,
             read_only: self.read_only,
+            max_depth: self.max_depth,
         }));
         req.deadline = deadline;
         req.idempotent = self.idempotent;
@@ -321,5 +340,11 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         idempotent: q.is_idempotent(),
         compute: sc.cx.compute.clone(),
         max_depth: cfg.server.expressions.max_depth,
+        stats: sc
+            .cx
+            .sql_stats
+            .get(&format!("{} {}", sc.cx.route_key, sc.name.value)) // RoutePlan::step_key
+            .cloned()
+            .unwrap_or_default(),
     })))
 }

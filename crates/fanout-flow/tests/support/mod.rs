@@ -283,6 +283,7 @@ impl Scripted {
             Ok((code, body)) => Ok(CallResponse {
                 status: StatusCode::from_u16(code).expect("scripted status"),
                 body,
+                value: None,
             }),
             Err(kind) => Err(CallError::new(kind, "scripted transport failure")),
         }

@@ -225,6 +225,9 @@ fn backends(live: &Live, out: &mut Out<'_>) -> fmt::Result {
 
 /// Database pools (`protocol: postgres` backends): connections, waiters, waits, refusals,
 /// cancellations, rows and SQL errors by SQLSTATE class — every series from the start.
+/// A step's rows and its SQL errors by class.
+type StepSums = (u64, Vec<(&'static str, u64)>);
+
 fn databases(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     use std::sync::atomic::Ordering::Relaxed;
     let pools: Vec<(&str, &Arc<crate::postgres::Pool>)> = live
@@ -331,9 +334,48 @@ fn databases(live: &Live, out: &mut Out<'_>) -> fmt::Result {
         Counter,
         pools.iter().flat_map(|(b, p)| {
             p.counters
-                .errors_by_class()
+                .errors
+                .by_class()
                 .into_iter()
                 .map(move |(class, n)| ([("backend", *b), ("class", class)], Value::Counter(n)))
+        }),
+    )?;
+    // Per step, summed over the routes that have a step of that name on that database (the
+    // labels of the other per-step families).
+    let mut steps: BTreeMap<(&str, &str), StepSums> = BTreeMap::new();
+    for s in &live.sql_steps {
+        let e = steps
+            .entry((&*s.backend, &*s.step))
+            .or_insert_with(|| (0, Vec::new()));
+        e.0 += s.stats.rows();
+        let errors = s.stats.errors().by_class();
+        if e.1.is_empty() {
+            e.1 = errors;
+        } else {
+            for (sum, (_, n)) in e.1.iter_mut().zip(errors) {
+                sum.1 += n;
+            }
+        }
+    }
+    out.family(
+        "fanout_db_step_rows",
+        "Rows received by each sql step (a cached or shared answer counts for every step it reaches)",
+        Counter,
+        steps.iter().map(|((b, s), (rows, _))| {
+            ([("backend", *b), ("step", *s)], Value::Counter(*rows))
+        }),
+    )?;
+    out.family(
+        "fanout_db_step_errors",
+        "SQL errors received by each sql step, by SQLSTATE class",
+        Counter,
+        steps.iter().flat_map(|((b, s), (_, errors))| {
+            errors.iter().map(move |(class, n)| {
+                (
+                    [("backend", *b), ("step", *s), ("class", *class)],
+                    Value::Counter(*n),
+                )
+            })
         }),
     )
 }

@@ -10,8 +10,9 @@
 //!   or it is closed. `statement_timeout` is set on every connection as the server's backstop.
 //! - **A database that cannot be reached** fails calls at once (`database_unavailable`) while a
 //!   background task reconnects with backoff; readiness says which database is down.
-//! - **Answers** are JSON text `{"rows": [...], "rows_affected": N}` written from the wire format
-//!   (`types`), so caches and dedup hold them like HTTP answers. SQL errors become statuses the
+//! - **Answers** are values `{"rows": [...], "rows_affected": N}` built from the wire format
+//!   (`types::to_val`) and handed to the step as they are (no JSON text written and parsed
+//!   again); caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
@@ -19,7 +20,10 @@ pub mod types;
 
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresConfig, SslMode};
+use fanout_expr::json::str_val;
+use fanout_expr::{Map, Val};
 use fanout_flow::backend::{Call, SqlCall};
+use fanout_flow::sqlstats::ErrorsByClass;
 use fanout_flow::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, pin_mut};
@@ -72,19 +76,6 @@ pub struct StatementCheck {
     pub owner: String,
 }
 
-/// The SQLSTATE classes counted separately in `fanout_db_errors_total` (the first two characters
-/// of the code); every other class is `other`.
-pub const SQLSTATE_CLASSES: [(&str, &str); 8] = [
-    ("22", "data_exception"),
-    ("23", "integrity_constraint_violation"),
-    ("40", "transaction_rollback"),
-    ("42", "syntax_error_or_access_rule_violation"),
-    ("53", "insufficient_resources"),
-    ("55", "object_not_in_prerequisite_state"),
-    ("57", "operator_intervention"),
-    ("08", "connection_exception"),
-];
-
 /// The pool's counters (for the status endpoint and metrics).
 #[derive(Debug)]
 pub struct PoolCounters {
@@ -110,8 +101,8 @@ pub struct PoolCounters {
     pub rows: AtomicU64,
     /// Statements sent to the database (prepared ones included once per run).
     pub statements: AtomicU64,
-    /// SQL errors by class ([`SQLSTATE_CLASSES`], then `other`).
-    pub errors: [AtomicU64; SQLSTATE_CLASSES.len() + 1],
+    /// SQL errors by class.
+    pub errors: ErrorsByClass,
 }
 
 impl Default for PoolCounters {
@@ -130,27 +121,6 @@ impl Default for PoolCounters {
             statements: AtomicU64::new(0),
             errors: Default::default(),
         }
-    }
-}
-
-impl PoolCounters {
-    /// Count a SQL error of SQLSTATE `state`.
-    fn sql_error(&self, state: &str) {
-        let i = SQLSTATE_CLASSES
-            .iter()
-            .position(|(c, _)| state.starts_with(c))
-            .unwrap_or(SQLSTATE_CLASSES.len());
-        self.errors[i].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// SQL errors by class name (every class, zero until counted).
-    pub fn errors_by_class(&self) -> Vec<(&'static str, u64)> {
-        SQLSTATE_CLASSES
-            .iter()
-            .map(|(_, name)| *name)
-            .chain(["other"])
-            .zip(self.errors.iter().map(|a| a.load(Ordering::Relaxed)))
-            .collect()
     }
 }
 
@@ -489,6 +459,7 @@ fn response(status: StatusCode, body: impl Into<Bytes>) -> CallResponse {
     CallResponse {
         status,
         body: body.into(),
+        value: None,
     }
 }
 
@@ -965,9 +936,13 @@ impl Pool {
         let max = self.max_response_bytes;
         let done = tokio::time::timeout_at(end, execute(conn, &call, max, &self.counters)).await;
         match done {
-            Ok(Ok(body)) => {
+            Ok(Ok(answer)) => {
                 in_use.release();
-                Ok(response(StatusCode::OK, body))
+                Ok(CallResponse {
+                    status: StatusCode::OK,
+                    body: Bytes::new(),
+                    value: Some(answer),
+                })
             }
             Ok(Err(ExecError::Param(n, problem))) => {
                 in_use.release();
@@ -997,7 +972,7 @@ impl Pool {
                     return Err(CallError::new(CallErrorKind::Reset, e.to_string()));
                 };
                 let state = db.code().code();
-                self.counters.sql_error(state);
+                self.counters.errors.count(state);
                 match sql_status(state) {
                     Ok(status) => {
                         in_use.release();
@@ -1059,13 +1034,14 @@ impl Pool {
     }
 }
 
-/// Prepare (once per connection), bind, run, and write the answer's JSON.
+/// Prepare (once per connection), bind, run, and build the answer `{rows: [...], rows_affected}`
+/// as a value (the step takes it without a JSON round trip).
 async fn execute(
     conn: &mut Conn,
     call: &SqlCall,
     max_bytes: usize,
     counters: &PoolCounters,
-) -> Result<Vec<u8>, ExecError> {
+) -> Result<Val, ExecError> {
     let stmt = match conn.prepared.get(&call.statement) {
         Some(s) => s.clone(),
         None => {
@@ -1092,43 +1068,38 @@ async fn execute(
     let rows = conn.client.query_raw(&stmt, params.iter()).await?;
     pin_mut!(rows);
     let cols = stmt.columns();
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"{\"rows\":[");
-    let mut first = true;
-    let mut name_buf = Vec::new();
-    let mut count = 0u64;
+    let names: Vec<Val> = cols.iter().map(|c| str_val(c.name())).collect();
+    // A json/jsonb column sits three levels down in the answer `{rows: [{col: …}]}`.
+    let depth = call.max_depth.saturating_sub(3);
+    let mut out: Vec<Val> = Vec::new();
+    let mut scratch = Vec::new();
+    // The answer's size, counted as its JSON text would be (names, values' wire bytes, quotes
+    // and separators), so `max_response_bytes` bounds it before it is built.
+    let mut size = 32usize;
     while let Some(row) = rows.next().await {
         let row = row?;
-        count += 1;
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.push(b'{');
-        for (i, c) in cols.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            name_buf.clear();
-            fanout_expr::json::write(&fanout_expr::Val::from(c.name().to_string()), &mut name_buf);
-            out.extend_from_slice(&name_buf);
-            out.push(b':');
+        let mut obj = Map::default();
+        for (i, (c, name)) in cols.iter().zip(&names).enumerate() {
             let raw: Raw<'_> = row.try_get(i)?;
-            types::write_value(c.type_(), raw.0, &mut out)
+            size = size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
+            let v = types::to_val(c.type_(), raw.0, depth, &mut scratch)
                 .map_err(|p| ExecError::Column(format!("column `{}`: {p}", c.name())))?;
+            obj.insert(name.clone(), v);
         }
-        out.push(b'}');
-        if out.len() > max_bytes {
+        out.push(Val::obj(obj));
+        if size > max_bytes {
             return Err(ExecError::TooLarge);
         }
     }
-    counters.rows.fetch_add(count, Ordering::Relaxed);
-    counters.rows.fetch_add(count, Ordering::Relaxed);
-    out.extend_from_slice(b"],\"rows_affected\":");
+    counters.rows.fetch_add(out.len() as u64, Ordering::Relaxed);
     let n = rows.rows_affected().unwrap_or(0);
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    out.push(b'}');
-    Ok(out)
+    let mut answer = Map::default();
+    answer.insert(str_val("rows"), out.into_iter().collect());
+    answer.insert(
+        str_val("rows_affected"),
+        Val::from(usize::try_from(n).unwrap_or(usize::MAX)),
+    );
+    Ok(Val::obj(answer))
 }
 
 impl std::fmt::Debug for PgBackend {

@@ -442,6 +442,46 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
     fanout_expr::json::write(&Val::from(s.to_string()), out);
 }
 
+/// One column value (`raw`: its binary wire form, `None` for NULL) of type `ty` as a value: the
+/// same value its JSON ([`write_value`]) parses to — built directly for the common scalar types,
+/// through that JSON (in `scratch`) for the others (numeric keeps its text, json/jsonb nested at
+/// most `max_depth` deep).
+pub fn to_val(
+    ty: &Type,
+    raw: Option<&[u8]>,
+    max_depth: usize,
+    scratch: &mut Vec<u8>,
+) -> Result<Val, String> {
+    use postgres_protocol::types as t;
+    let Some(raw) = raw else {
+        return Ok(Val::Null);
+    };
+    let e = |x: BoxError| x.to_string();
+    // Integers of up to 18 digits are what the JSON parser keeps as plain integers too.
+    let int = |i: i64| {
+        (i.unsigned_abs() < 1_000_000_000_000_000_000)
+            .then(|| isize::try_from(i).ok())
+            .flatten()
+    };
+    let direct = match *ty {
+        Type::BOOL => Some(Val::Bool(t::bool_from_sql(raw).map_err(e)?)),
+        Type::INT2 => int(i64::from(t::int2_from_sql(raw).map_err(e)?)).map(Val::from),
+        Type::INT4 => int(i64::from(t::int4_from_sql(raw).map_err(e)?)).map(Val::from),
+        Type::INT8 => int(t::int8_from_sql(raw).map_err(e)?).map(Val::from),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => Some(fanout_expr::json::str_val(
+            t::text_from_sql(raw).map_err(e)?,
+        )),
+        _ => None,
+    };
+    if let Some(v) = direct {
+        return Ok(v);
+    }
+    scratch.clear();
+    write_value(ty, Some(raw), scratch)?;
+    fanout_expr::json::parse_limited(scratch, max_depth)
+        .map_err(|e| format!("the value is not valid JSON or nests too deep: {e}"))
+}
+
 /// Write the JSON of one column value (`raw`: its binary wire form, `None` for NULL) of type
 /// `ty`. `Err`: the value could not be read (a type [`supported`] rejects, or malformed bytes).
 pub fn write_value(ty: &Type, raw: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(), String> {
@@ -611,6 +651,81 @@ fn write_float(f: f64, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_column_as_a_value_is_what_its_json_parses_to() {
+        use postgres_protocol::types as t;
+        let mut cases: Vec<(Type, Vec<u8>)> = Vec::new();
+        let mut b = BytesMut::new();
+        for i in [
+            0i64,
+            1,
+            -1,
+            999_999_999_999_999_999,
+            1_000_000_000_000_000_000,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            b.clear();
+            t::int8_to_sql(i, &mut b);
+            cases.push((Type::INT8, b.to_vec()));
+        }
+        for i in [i32::MIN, -7, 0, i32::MAX] {
+            b.clear();
+            t::int4_to_sql(i, &mut b);
+            cases.push((Type::INT4, b.to_vec()));
+        }
+        b.clear();
+        t::int2_to_sql(-3, &mut b);
+        cases.push((Type::INT2, b.to_vec()));
+        for x in [true, false] {
+            b.clear();
+            t::bool_to_sql(x, &mut b);
+            cases.push((Type::BOOL, b.to_vec()));
+        }
+        for text in [
+            "",
+            "plain",
+            "quote \" and \\ slash",
+            "пр\u{1F600}",
+            "'; DROP TABLE x; --",
+        ] {
+            for ty in [Type::TEXT, Type::VARCHAR, Type::NAME, Type::BPCHAR] {
+                cases.push((ty, text.as_bytes().to_vec()));
+            }
+        }
+        for f in [0.5f64, -1e300, 1.0 / 3.0] {
+            b.clear();
+            t::float8_to_sql(f, &mut b);
+            cases.push((Type::FLOAT8, b.to_vec()));
+        }
+        for n in ["0.00010", "123456789012345678901234567890.5"] {
+            b.clear();
+            numeric_to_sql(n, &mut b).unwrap();
+            cases.push((Type::NUMERIC, b.to_vec()));
+        }
+        cases.push((Type::JSONB, b"\x01{\"a\": [1, 2.50, null]}".to_vec()));
+        cases.push((Type::JSON, b"[{\"b\": \"c\"}]".to_vec()));
+        let mut scratch = Vec::new();
+        for (ty, raw) in &cases {
+            let mut json = Vec::new();
+            write_value(ty, Some(raw), &mut json).unwrap();
+            let want = fanout_expr::json::parse(&json).unwrap();
+            let got = to_val(ty, Some(raw), 64, &mut scratch).unwrap();
+            assert_eq!(
+                fanout_expr::json::to_string(&got),
+                fanout_expr::json::to_string(&want),
+                "{ty}"
+            );
+            assert_eq!(got, want, "{ty}");
+        }
+        assert_eq!(
+            to_val(&Type::TEXT, None, 64, &mut scratch).unwrap(),
+            Val::Null
+        );
+        let deep = format!("\x01{}{}", "[".repeat(10), "]".repeat(10));
+        assert!(to_val(&Type::JSONB, Some(deep.as_bytes()), 5, &mut scratch).is_err());
+    }
 
     fn numeric_round_trip(text: &str) -> String {
         let mut b = BytesMut::new();
