@@ -67,6 +67,40 @@ pub fn str_val(s: &str) -> Val {
     Val::utf8_str(s.to_string().into_bytes())
 }
 
+/// A string value from text that lives as long as the program (a key such as `"rows"`): its bytes
+/// are not copied.
+pub fn static_str_val(s: &'static str) -> Val {
+    Val::utf8_str(bytes::Bytes::from_static(s.as_bytes()))
+}
+
+/// The value of key `name` in object `o`, without building a key value: a scan of a small
+/// object (the keys' bytes compared), a hash lookup of a large one.
+pub fn obj_get<'a>(o: &'a jaq_json::Map, name: &str) -> Option<&'a Val> {
+    if o.len() <= SCAN_MAX {
+        scan(o, name.as_bytes())
+    } else {
+        o.get(&str_val(name))
+    }
+}
+
+/// [`obj_get`] with the key as a value (a path's segment): a scan of a small object when the
+/// key is a string, else a hash lookup.
+pub fn obj_get_val<'a>(o: &'a jaq_json::Map, key: &Val) -> Option<&'a Val> {
+    match key {
+        Val::TStr(b) | Val::BStr(b) if o.len() <= SCAN_MAX => scan(o, b),
+        _ => o.get(key),
+    }
+}
+
+/// Objects up to this size are searched by comparing keys, which is cheaper than hashing one.
+const SCAN_MAX: usize = 8;
+
+fn scan<'a>(o: &'a jaq_json::Map, name: &[u8]) -> Option<&'a Val> {
+    o.iter()
+        .find(|(k, _)| matches!(k, Val::TStr(b) | Val::BStr(b) if b.as_ref() == name))
+        .map(|(_, v)| v)
+}
+
 /// Serialize to a JSON string.
 pub fn to_string(v: &Val) -> String {
     let mut out = Vec::with_capacity(64);
@@ -178,6 +212,14 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn write_str(b: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
+    // Fast path: printable ASCII without quotes or backslashes is written as it is.
+    if b.iter()
+        .all(|&c| (0x20..0x80).contains(&c) && c != b'"' && c != b'\\')
+    {
+        out.extend_from_slice(b);
+        out.push(b'"');
+        return;
+    }
     let text = match std::str::from_utf8(b) {
         Ok(s) => std::borrow::Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(b),
@@ -217,6 +259,34 @@ fn write_str(b: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_found_alike_in_small_and_large_objects() {
+        for n in [1usize, 8, 9, 40] {
+            let o: jaq_json::Map = (0..n)
+                .map(|i| (str_val(&format!("k{i}")), Val::from(i)))
+                .collect();
+            let last = format!("k{}", n - 1);
+            assert_eq!(obj_get(&o, &last), Some(&Val::from(n - 1)), "{n}");
+            assert_eq!(obj_get_val(&o, &str_val("k0")), Some(&Val::from(0usize)));
+            assert_eq!(obj_get(&o, "absent"), None);
+            assert_eq!(obj_get_val(&o, &Val::from(0usize)), None);
+        }
+        assert_eq!(to_string(&static_str_val("rows")), r#""rows""#);
+    }
+
+    #[test]
+    fn strings_needing_no_escape_and_those_needing_one_are_written_right() {
+        for (s, want) in [
+            ("plain text", r#""plain text""#),
+            ("", r#""""#),
+            ("q\"", r#""q\"""#),
+            ("tab\t", r#""tab\t""#),
+            ("é\u{7f}", "\"é\u{7f}\""),
+        ] {
+            assert_eq!(to_string(&str_val(s)), want, "{s:?}");
+        }
+    }
 
     #[test]
     fn round_trip() {

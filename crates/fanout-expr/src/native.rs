@@ -349,7 +349,7 @@ fn walk(v: &Val, segs: &[Seg]) -> Result<Val, EvalError> {
     for seg in segs {
         match (cur, seg) {
             (Val::Null, _) => return Ok(Val::Null),
-            (Val::Obj(m), Seg::Key(k)) => match m.get(k) {
+            (Val::Obj(m), Seg::Key(k)) => match json::obj_get_val(m, k) {
                 Some(x) => cur = x,
                 None => return Ok(Val::Null),
             },

@@ -189,6 +189,11 @@ fn key(s: &str) -> Val {
     str_val(s)
 }
 
+/// The name of a part of `$request` (its bytes are not copied).
+fn part(s: &'static str) -> Val {
+    crate::json::static_str_val(s)
+}
+
 /// Build `$request`. Query parameters that repeat become arrays.
 pub fn request_val<'a, P, H>(parts: RequestParts<'a, P, H>) -> Val
 where
@@ -206,12 +211,23 @@ where
     P: IntoIterator<Item = (&'a str, &'a str)>,
     H: IntoIterator<Item = (&'a str, &'a [u8])>,
 {
-    let mut m = Map::default();
+    let parts_read = [
+        reads.method,
+        reads.path,
+        reads.params,
+        reads.query,
+        reads.body,
+    ]
+    .iter()
+    .filter(|&&r| r)
+    .count()
+        + usize::from(reads.headers != HeaderUse::None);
+    let mut m = Map::with_capacity_and_hasher(parts_read, Default::default());
     if reads.method {
-        m.insert(key("method"), str_val(parts.method));
+        m.insert(part("method"), str_val(parts.method));
     }
     if reads.path {
-        m.insert(key("path"), str_val(parts.path));
+        m.insert(part("path"), str_val(parts.path));
     }
     if reads.params {
         let params: Map = parts
@@ -219,11 +235,11 @@ where
             .into_iter()
             .map(|(k, v)| (key(k), str_val(v)))
             .collect();
-        m.insert(key("params"), Val::obj(params));
+        m.insert(part("params"), Val::obj(params));
     }
     if reads.query {
         m.insert(
-            key("query"),
+            part("query"),
             Val::obj(parse_query(parts.query.unwrap_or(""))),
         );
     }
@@ -252,10 +268,10 @@ where
                 }
             }
         }
-        m.insert(key("headers"), Val::obj(headers));
+        m.insert(part("headers"), Val::obj(headers));
     }
     if reads.body {
-        m.insert(key("body"), parts.body);
+        m.insert(part("body"), parts.body);
     }
     Val::obj(m)
 }

@@ -64,7 +64,7 @@ pub(crate) fn respond_with(
             Err(e) => return Ok(Err(expr_failure("respond.status", e))),
         },
     };
-    let mut headers = Vec::with_capacity(plan.headers.len() + 1);
+    let mut headers = Vec::new();
     for (name, e) in &plan.headers {
         let v = match yielded(eval(e, env, &Val::Null))? {
             Ok(v) => v,

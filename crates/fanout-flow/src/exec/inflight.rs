@@ -66,13 +66,22 @@ pub(crate) struct InFlight<F> {
 }
 
 impl<F: Future + Unpin> InFlight<F> {
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// A set with room for `n` futures (no allocation until `n` are in flight at once).
+    pub(crate) fn with_capacity(n: usize) -> Self {
         InFlight {
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Vec::with_capacity(n),
+            free: Vec::with_capacity(n),
             len: 0,
-            shared: Arc::new(Shared::default()),
-            local: Vec::new(),
+            shared: Arc::new(Shared {
+                ready: Mutex::new(Vec::with_capacity(n)),
+                task: AtomicWaker::new(),
+            }),
+            local: Vec::with_capacity(n),
             at: 0,
         }
     }

@@ -126,7 +126,7 @@ impl RoutePlan {
             done: 0,
             started: vec![None; n],
         };
-        let mut inflight: InFlight<StepFuture<'_>> = InFlight::new();
+        let mut inflight: InFlight<StepFuture<'_>> = InFlight::with_capacity(n);
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
         loop {
@@ -435,8 +435,8 @@ where
     values.resize_with(total, || None);
     let mut failed: Option<(usize, E)> = None;
     let mut todo = items.into_iter().enumerate();
-    let mut running = InFlight::new();
     let limit = limit.max(1);
+    let mut running = InFlight::with_capacity(limit.min(total));
     loop {
         while running.len() < limit && failed.is_none() {
             match todo.next() {

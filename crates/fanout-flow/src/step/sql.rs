@@ -18,6 +18,7 @@ use crate::ctx::unknown_backend;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
 use crate::sqlstats::SqlStats;
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
+use fanout_expr::json::obj_get;
 use fanout_expr::{Expr, Val};
 use futures_util::future::BoxFuture;
 use http::HeaderName;
@@ -122,7 +123,7 @@ impl StepKind for SqlStep {
                 None => parse_answer(step.name, self, resp.body).await?,
             };
             if let Val::Obj(o) = &answer
-                && let Some(Val::Arr(rows)) = o.get(&Val::from("rows".to_string()))
+                && let Some(Val::Arr(rows)) = obj_get(o, "rows")
             {
                 self.stats.add_rows(rows.len() as u64);
             }
@@ -229,10 +230,7 @@ impl SqlStep {
     fn shape(&self, step: &Arc<str>, answer: Val) -> Result<Val, FlowError> {
         let field = |name: &str| -> Val {
             match &answer {
-                Val::Obj(o) => o
-                    .get(&Val::from(name.to_string()))
-                    .cloned()
-                    .unwrap_or(Val::Null),
+                Val::Obj(o) => obj_get(o, name).cloned().unwrap_or(Val::Null),
                 _ => Val::Null,
             }
         };

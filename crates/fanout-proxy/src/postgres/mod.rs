@@ -20,7 +20,7 @@ pub mod types;
 
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresConfig, SslMode};
-use fanout_expr::json::str_val;
+use fanout_expr::json::static_str_val;
 use fanout_expr::{Map, Val};
 use fanout_flow::backend::{Call, SqlCall};
 use fanout_flow::sqlstats::ErrorsByClass;
@@ -44,10 +44,23 @@ enum Connector {
     Tls(tokio_postgres_rustls::MakeRustlsConnect),
 }
 
+/// A statement prepared on a connection, with its columns' names as values (built once: a row
+/// takes clones, which share the bytes).
+type Prepared = (Statement, Arc<[Val]>);
+
+fn prepared(stmt: Statement) -> Prepared {
+    let names: Arc<[Val]> = stmt
+        .columns()
+        .iter()
+        .map(|c| Val::utf8_str(bytes::Bytes::copy_from_slice(c.name().as_bytes())))
+        .collect();
+    (stmt, names)
+}
+
 /// A pooled connection with the statements it has prepared.
 struct Conn {
     client: Client,
-    prepared: HashMap<Arc<str>, Statement>,
+    prepared: HashMap<Arc<str>, Prepared>,
     idle_since: Instant,
 }
 
@@ -877,7 +890,8 @@ impl Pool {
                             );
                         }
                     }
-                    conn.prepared.insert(s.query.value.as_str().into(), stmt);
+                    conn.prepared
+                        .insert(s.query.value.as_str().into(), prepared(stmt));
                 }
                 Err(e) => match e.as_db_error() {
                     Some(db) => {
@@ -923,7 +937,9 @@ impl Pool {
         let permit = self.acquire(end).await?;
         let conn = match self.take_idle() {
             Some(c) => c,
-            None => self.connect(end).await?,
+            // Boxed: connecting (TLS included) is a large future that a call on an idle
+            // connection would otherwise carry, and move, every time.
+            None => Box::pin(self.connect(end)).await?,
         };
         let mut in_use = InUse {
             pool: self.clone(),
@@ -1042,10 +1058,11 @@ async fn execute(
     max_bytes: usize,
     counters: &PoolCounters,
 ) -> Result<Val, ExecError> {
-    let stmt = match conn.prepared.get(&call.statement) {
+    let (stmt, stmt_names) = match conn.prepared.get(&call.statement) {
         Some(s) => s.clone(),
         None => {
-            let s = conn.client.prepare(&call.statement).await?;
+            // Boxed: rare (statements are prepared when a connection opens), and large.
+            let s = prepared(Box::pin(conn.client.prepare(&call.statement)).await?);
             conn.prepared.insert(call.statement.clone(), s.clone());
             s
         }
@@ -1068,7 +1085,7 @@ async fn execute(
     let rows = conn.client.query_raw(&stmt, params.iter()).await?;
     pin_mut!(rows);
     let cols = stmt.columns();
-    let names: Vec<Val> = cols.iter().map(|c| str_val(c.name())).collect();
+    let names = &stmt_names;
     // A json/jsonb column sits three levels down in the answer `{rows: [{col: …}]}`.
     let depth = call.max_depth.saturating_sub(3);
     let mut out: Vec<Val> = Vec::new();
@@ -1078,8 +1095,8 @@ async fn execute(
     let mut size = 32usize;
     while let Some(row) = rows.next().await {
         let row = row?;
-        let mut obj = Map::default();
-        for (i, (c, name)) in cols.iter().zip(&names).enumerate() {
+        let mut obj = Map::with_capacity_and_hasher(cols.len(), Default::default());
+        for (i, (c, name)) in cols.iter().zip(names.iter()).enumerate() {
             let raw: Raw<'_> = row.try_get(i)?;
             size = size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
             let v = types::to_val(c.type_(), raw.0, depth, &mut scratch)
@@ -1093,10 +1110,10 @@ async fn execute(
     }
     counters.rows.fetch_add(out.len() as u64, Ordering::Relaxed);
     let n = rows.rows_affected().unwrap_or(0);
-    let mut answer = Map::default();
-    answer.insert(str_val("rows"), out.into_iter().collect());
+    let mut answer = Map::with_capacity_and_hasher(2, Default::default());
+    answer.insert(static_str_val("rows"), out.into_iter().collect());
     answer.insert(
-        str_val("rows_affected"),
+        static_str_val("rows_affected"),
         Val::from(usize::try_from(n).unwrap_or(usize::MAX)),
     );
     Ok(Val::obj(answer))
