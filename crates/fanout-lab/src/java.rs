@@ -204,10 +204,33 @@ pub fn java_version(java: &Path) -> Option<(u32, String)> {
     parse_version(&text)
 }
 
+/// The release of `javac` (`$JAVA_HOME/bin/javac`, else from `PATH`), the compiler the lab
+/// builds the baseline with: (feature release, version text); `None` without one.
+pub fn javac_version() -> Option<(u32, String)> {
+    let out = Command::new(jdk_tool("javac"))
+        .arg("-version")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("javac "))?
+        .trim()
+        .to_string();
+    parse_version(&format!("version \"{v}\""))
+}
+
 /// The quoted version of `java -version`'s first line that has one: `"25.0.3"` → 25,
 /// `"1.8.0_402"` → 8, `"21-ea"` → 21.
 fn parse_version(text: &str) -> Option<(u32, String)> {
-    let line = text.lines().find(|l| l.contains(" version \""))?;
+    let line = text.lines().find(|l| l.contains("version \""))?;
     let v = line.split('"').nth(1)?.to_string();
     let mut parts = v.split(|c: char| !c.is_ascii_digit());
     let first: u32 = parts.next()?.parse().ok()?;
@@ -220,7 +243,7 @@ fn parse_version(text: &str) -> Option<(u32, String)> {
 }
 
 /// Where [`find_jdk`] looks, in order: `$JAVA21_HOME`, `$JAVA_HOME`, then every `bin/java` under
-/// `jvm_dir` (`/usr/lib/jvm`).
+/// `jvm_dir` (`$FANOUT_LAB_JVM_DIR`, else `/usr/lib/jvm`).
 #[derive(Debug, Clone)]
 pub struct JdkSearch {
     /// `$JAVA21_HOME`.
@@ -232,7 +255,8 @@ pub struct JdkSearch {
 }
 
 impl JdkSearch {
-    /// From the environment and `/usr/lib/jvm`.
+    /// From the environment: `$JAVA21_HOME`, `$JAVA_HOME` and `$FANOUT_LAB_JVM_DIR` (default
+    /// `/usr/lib/jvm`, where Debian and Ubuntu install JDKs).
     pub fn from_env() -> JdkSearch {
         let var = |n: &str| {
             std::env::var_os(n)
@@ -242,7 +266,7 @@ impl JdkSearch {
         JdkSearch {
             java21_home: var("JAVA21_HOME"),
             java_home: var("JAVA_HOME"),
-            jvm_dir: PathBuf::from("/usr/lib/jvm"),
+            jvm_dir: var("FANOUT_LAB_JVM_DIR").unwrap_or_else(|| PathBuf::from("/usr/lib/jvm")),
         }
     }
 }

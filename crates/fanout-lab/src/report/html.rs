@@ -42,8 +42,8 @@ fn head(h: &mut String, rep: &LabReport) {
     let _ = write!(
         h,
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>fanout lab: {s}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111;max-width:1100px}}table{{border-collapse:collapse;margin:12px 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#f0f0f0}}td:first-child,th:first-child{{text-align:left}}.mm{{color:#777;font-size:90%}}tr.pass td:last-child{{background:#d4edda}}tr.fail td:last-child{{background:#f8d7da}}.acceptance td,.acceptance th,td.note{{text-align:left}}.why{{text-align:left;font-size:90%;color:#842029;max-width:320px}}.warn{{background:#fff3cd;border:1px solid #e0c060;padding:8px;margin:8px 0}}figure{{margin:16px 0}}figcaption{{font-weight:600;margin-bottom:4px}}code{{background:#f4f4f4;padding:1px 4px}}</style></head><body>
-<h1>fanout lab — {s}</h1><p>{about}</p><p>Command: <code>{cmd}</code> · {cpus} CPUs · {quick} · capacity SLO: p99 ≤ {slo} ms, errors ≤ 1 %, achieved ≥ 95 % of offered</p>"#,
+<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111;max-width:1100px}}table{{border-collapse:collapse;margin:12px 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#f0f0f0}}td:first-child,th:first-child{{text-align:left}}.mm{{color:#777;font-size:90%}}tr.pass td:last-child{{background:#d4edda}}tr.fail td:last-child{{background:#f8d7da}}.acceptance td,.acceptance th,td.note{{text-align:left}}.why{{text-align:left;font-size:90%;color:#842029;max-width:320px}}.warn{{background:#fff3cd;border:1px solid #e0c060;padding:8px;margin:8px 0}}figure{{margin:16px 0}}figcaption{{font-weight:600;margin-bottom:4px}}code{{background:#f4f4f4;padding:1px 4px}}table.small{{font-size:85%}}</style></head><body>
+<h1>fanout lab — {s}</h1><p>{about}</p><p>Command: <code>{cmd}</code> · {cpus} CPUs · {quick}{slo}</p>"#,
         s = esc(&rep.scenario),
         about = esc(&rep.about),
         cmd = esc(&rep.command),
@@ -53,7 +53,15 @@ fn head(h: &mut String, rep: &LabReport) {
         } else {
             "full run"
         },
-        slo = rep.slo_p99_ms
+        // A closed-loop run has no capacity search.
+        slo = if rep.closed_loop.is_some() {
+            String::new()
+        } else {
+            format!(
+                " · capacity SLO: p99 ≤ {} ms, errors ≤ 1 %, achieved ≥ 95 % of offered",
+                rep.slo_p99_ms
+            )
+        }
     );
     for w in &rep.warnings {
         let _ = write!(h, r#"<div class="warn">⚠ {}</div>"#, esc(w));
@@ -352,7 +360,8 @@ fn closed_loop_tables(h: &mut String, rep: &LabReport) {
     for c in &clients {
         if let Some((a, same)) = article_row(rep.cpus, *c) {
             differ |= !same;
-            let pm = |v: (f64, f64)| format!("{} ± {}", f(v.0), f(v.1));
+            // As published: one decimal.
+            let pm = |v: (f64, f64)| format!("{:.1} ± {:.1}", v.0, v.1);
             let _ = write!(
                 h,
                 "<tr><td>article: {} core{} / {} JMH thread{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -376,7 +385,7 @@ fn closed_loop_tables(h: &mut String, rep: &LabReport) {
         );
     }
     // Every cell in detail.
-    h.push_str("<h3>Every cell (all rounds)</h3><table><tr><th>route / clients / target</th><th>operations</th><th>ops/s</th><th>mean ms ± error</th><th>iterations</th><th>p50 ms</th><th>p99 ms</th><th>errors</th><th>stub calls / op</th><th>CPU ms / op (target)</th><th>CPU ms / op (stub)</th><th>CPU ms / op (clients)</th><th>machine busy (others)</th><th>threads max</th><th>RSS max MB</th></tr>");
+    h.push_str("<h3>Every cell (all rounds)</h3><table class=\"small\"><tr><th>route / clients / target</th><th>operations</th><th>ops/s</th><th>mean ms ± error</th><th>iterations</th><th>p50 ms</th><th>p99 ms</th><th>errors</th><th>stub calls / op</th><th>CPU ms / op (target)</th><th>CPU ms / op (stub)</th><th>CPU ms / op (clients)</th><th>machine busy (others)</th><th>threads max</th><th>RSS max MB</th></tr>");
     for route in &routes {
         for c in &clients {
             for n in &names {

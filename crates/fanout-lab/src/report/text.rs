@@ -87,6 +87,9 @@ fn closed_loop_lines(s: &mut String, rep: &LabReport) {
             );
         }
     }
+    for (t, v) in &cl.jvm {
+        let _ = writeln!(s, "{t}: Java {v}");
+    }
     let clients: std::collections::BTreeSet<usize> = cl.runs.iter().map(|r| r.clients).collect();
     for c in clients {
         if let Some((a, same)) = crate::scenario::article_row(rep.cpus, c) {
