@@ -176,19 +176,21 @@ enum Cmd {
     Lab {
         /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
         /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
-        /// PostgreSQL).
+        /// PostgreSQL), parallel-calls (closed-loop clients).
         scenario: String,
-        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, grpc-baseline,
-        /// pg-baseline, or the scenario's variants. Default: the scenario's own (overload,
-        /// pool-overload: fanout,java-threads; hedging: no-hedge,hedge; product-page-merging:
-        /// naive,variant1,variant2; grpc-aggregate: fanout,grpc-baseline; pg-one-query:
-        /// fanout,pg-baseline; others: fanout).
+        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
+        /// java-virtual, grpc-baseline, pg-baseline, or the scenario's variants. Default: the
+        /// scenario's own (overload, pool-overload: fanout,java-threads; hedging:
+        /// no-hedge,hedge; product-page-merging: naive,variant1,variant2; grpc-aggregate:
+        /// fanout,grpc-baseline; pg-one-query: fanout,pg-baseline; parallel-calls:
+        /// fanout,java-blocking,java-virtual; others: fanout).
         #[arg(long, value_delimiter = ',')]
         targets: Vec<String>,
         /// Reduced run (< 60 s).
         #[arg(long)]
         quick: bool,
-        /// Rounds of interleaved trials (default 3 with --quick, else 5).
+        /// Rounds of interleaved trials (default 3 with --quick, else 5; parallel-calls: 1 with
+        /// --quick, else 3).
         #[arg(long)]
         trials: Option<usize>,
         /// Output directory.

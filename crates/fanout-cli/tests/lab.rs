@@ -1,7 +1,8 @@
 //! The lab end to end through the real binary: `fanout lab … --quick` writes report.json with the
 //! documented per-target figures and a report.html that renders in headless Chromium with its
 //! charts (product-page, overload with the Java baseline, slow-backend, hedging; grpc-aggregate
-//! with the tonic baseline, every answer a gRPC OK); every
+//! with the tonic baseline, every answer a gRPC OK; parallel-calls closed loop with the Java
+//! blocking and virtual-thread targets, 100 stub calls per operation); every
 //! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
 //! exactly like fanout and the hyper baseline; `fanout load` exits non-zero on crossed
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
@@ -592,6 +593,183 @@ fn lab_hedging_quick_compares_no_hedge_and_hedge() {
     assert_printed_acceptance(&rep, &stdout);
     let dom = assert_renders(&out, 6);
     assert!(dom.contains("Hedging (all trials merged)"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The Java targets of `parallel-calls` this machine can run: `java-blocking` with a `javac` ≥ 17
+/// (the lab compiles the baseline with it), `java-virtual` besides with a Java runtime ≥ 21 (found
+/// as the lab finds it). A missing one is printed, not failed.
+fn parallel_calls_java_targets() -> Vec<&'static str> {
+    let mut out = Vec::new();
+    match fanout_lab::java::javac_version() {
+        Some((major, _)) if major >= 17 => out.push("java-blocking"),
+        other => {
+            eprintln!(
+                "note: java-blocking and java-virtual skipped: no javac ≥ 17 ({other:?}; Debian: apt-get install default-jdk-headless)"
+            );
+            return out;
+        }
+    }
+    match fanout_lab::java::find_jdk(
+        &fanout_lab::java::JdkSearch::from_env(),
+        fanout_lab::java::VIRTUAL_THREADS,
+    ) {
+        Ok(_) => out.push("java-virtual"),
+        Err(why) => eprintln!("note: java-virtual skipped: {why}"),
+    }
+    out
+}
+
+/// `parallel-calls`: every cell (sequential and parallel × 1 and 6 closed-loop clients) of every
+/// target measured, no operation failed, and each operation made exactly 100 stub calls (the
+/// stub's counters over the measured window, every operation whole). Counts and shapes only.
+#[test]
+fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
+    require_chromium();
+    let _one_at_a_time = serial();
+    let mut targets = vec!["fanout"];
+    targets.extend(parallel_calls_java_targets());
+    let out = out_dir("parallel");
+    let (rep, stdout) = run_lab_text("parallel-calls", &targets.join(","), &out);
+    let cl = &rep["closed_loop"];
+    assert_eq!(cl["calls_per_op"], 100);
+    assert_eq!(cl["rounds"], 1, "quick: one round");
+    let cells_wanted = [
+        ("sequential", 1),
+        ("sequential", 6),
+        ("parallel", 1),
+        ("parallel", 6),
+    ];
+    for t in &targets {
+        let cells = rep["targets"][t]["cells"].as_array().expect("cells");
+        let shape: Vec<(&str, u64)> = cells
+            .iter()
+            .map(|c| {
+                (
+                    c["route"].as_str().unwrap_or(""),
+                    c["clients"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(shape, cells_wanted.map(|(r, c)| (r, c as u64)), "{t}");
+        for c in cells {
+            let what = format!("{t} {} × {}", c["route"], c["clients"]);
+            let ops = c["ops"].as_u64().unwrap_or(0);
+            assert!(ops > 0, "{what}: {c}");
+            assert_eq!(c["errors"], 0, "{what}: {c}");
+            assert_eq!(c["stub_calls_per_op"].as_f64(), Some(100.0), "{what}: {c}");
+            for field in ["mean_ms", "p50_ms", "p99_ms", "ops_per_s", "rss_max_mb"] {
+                assert!(
+                    c[field].as_f64().is_some_and(|v| v > 0.0),
+                    "{what}.{field}: {c}"
+                );
+            }
+            assert!(
+                c["cpu_ms_per_op"]["median"]
+                    .as_f64()
+                    .is_some_and(|v| v >= 0.0)
+            );
+            assert!(c["threads_max"].as_u64().is_some_and(|n| n > 0), "{what}");
+        }
+    }
+    // Every run: whole operations only, so the stub's counter is exactly 100 per operation.
+    let runs = cl["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 4 * targets.len());
+    for r in runs {
+        let ops = r["ops"].as_u64().unwrap_or(0);
+        assert_eq!(r["stub_calls"].as_u64(), Some(100 * ops), "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+    }
+    // Interleaved: within a cell the targets take turns, the next cell the other way round.
+    if targets.len() > 1 {
+        let order = |i: usize| -> Vec<&str> {
+            runs[i * targets.len()..(i + 1) * targets.len()]
+                .iter()
+                .map(|r| r["target"].as_str().unwrap_or(""))
+                .collect()
+        };
+        let mut reversed = order(1);
+        reversed.reverse();
+        assert_eq!(order(0), reversed, "ABBA across targets");
+    }
+    // The floor the lab measured itself: one call, and 100 of them.
+    let floor = &cl["floor"];
+    let one = floor["one_call_mean_ms"].as_f64().unwrap_or(0.0);
+    assert!(one > 0.0, "{floor}");
+    assert_eq!(floor["parallel_ms"].as_f64(), Some(one));
+    assert!(
+        floor["sequential_ms"]
+            .as_f64()
+            .is_some_and(|s| (s - 100.0 * one).abs() < 1e-6),
+        "{floor}"
+    );
+    assert_eq!(cl["article"].as_array().map(Vec::len), Some(6));
+    for t in targets.iter().filter(|t| t.starts_with("java-")) {
+        assert!(cl["jvm"][t].is_string(), "{t}: {}", cl["jvm"]);
+    }
+    // The summary: the floor, one line per target and cell, the article's rows.
+    assert!(
+        stdout.contains("floor (the lab calling items /item/0 itself)"),
+        "{stdout}"
+    );
+    for t in &targets {
+        let lines = stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("{t} ")))
+            .count();
+        assert_eq!(lines, 4, "{t}:\n{stdout}");
+    }
+    assert!(stdout.contains("article, 2 cores"), "{stdout}");
+    let dom = assert_renders(&out, 4);
+    assert!(dom.contains("Closed loop: ms per operation"));
+    assert!(dom.contains("article: 2 cores / 6 JMH threads"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Without a Java runtime ≥ 21, `java-virtual` does not run and the report says why; the run
+/// itself succeeds.
+#[test]
+fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
+    let _one_at_a_time = serial();
+    let out = out_dir("parallel-nojdk");
+    let o = Command::new(bin())
+        .args([
+            "lab",
+            "parallel-calls",
+            "--targets",
+            "fanout,java-virtual",
+            "--quick",
+            "--out",
+        ])
+        .arg(&out)
+        .env_remove("JAVA21_HOME")
+        .env_remove("JAVA_HOME")
+        .env("FANOUT_LAB_JVM_DIR", out.join("no-jdks-here"))
+        .output()
+        .expect("run fanout lab");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    let why = rep["closed_loop"]["not_run"]["java-virtual"]
+        .as_str()
+        .unwrap_or("");
+    assert!(why.contains("no Java 21 or later found"), "{why}");
+    assert!(rep["targets"]["java-virtual"].is_null());
+    assert_eq!(
+        rep["targets"]["fanout"]["cells"].as_array().map(Vec::len),
+        Some(4)
+    );
+    assert!(
+        stdout.contains("WARNING: java-virtual: not run — no Java 21"),
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 

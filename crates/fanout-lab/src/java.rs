@@ -17,6 +17,9 @@ pub const JVM_FLAGS: [&str; 3] = ["-Xss256k", "-XX:+UseSerialGC", "-Xmx512m"];
 /// it is installed: the `pool-overload` scenario's route uses it.
 pub const JDBC_DRIVER: &str = "/usr/share/java/postgresql.jar";
 
+/// The first Java release with virtual threads (`java-virtual`).
+pub const VIRTUAL_THREADS: u32 = 21;
+
 /// The class with `main`.
 pub const MAIN_CLASS: &str = "Main";
 
@@ -168,6 +171,175 @@ pub fn ensure_built(src: &Path, dir: &Path) -> Result<PathBuf, JavaError> {
     Ok(classes)
 }
 
+/// A Java runtime found on this machine.
+#[derive(Debug, Clone)]
+pub struct Jdk {
+    /// Its `java` executable.
+    pub java: PathBuf,
+    /// Feature release (`25` for 25.0.3, `8` for 1.8.0).
+    pub major: u32,
+    /// The version as `java -version` prints it (`25.0.3`).
+    pub version: String,
+}
+
+impl Jdk {
+    /// `25.0.3 (/usr/lib/jvm/…/bin/java)`, for the report.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.version, self.java.display())
+    }
+}
+
+/// The version `java -version` reports (`openjdk version "25.0.3" 2026-04-21 LTS`, on stderr):
+/// (feature release, version text); `None` when it does not run or says something else.
+pub fn java_version(java: &Path) -> Option<(u32, String)> {
+    let out = Command::new(java).arg("-version").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    parse_version(&text)
+}
+
+/// The release of `javac` (`$JAVA_HOME/bin/javac`, else from `PATH`), the compiler the lab
+/// builds the baseline with: (feature release, version text); `None` without one.
+pub fn javac_version() -> Option<(u32, String)> {
+    let out = Command::new(jdk_tool("javac"))
+        .arg("-version")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("javac "))?
+        .trim()
+        .to_string();
+    parse_version(&format!("version \"{v}\""))
+}
+
+/// The quoted version of `java -version`'s first line that has one: `"25.0.3"` → 25,
+/// `"1.8.0_402"` → 8, `"21-ea"` → 21.
+fn parse_version(text: &str) -> Option<(u32, String)> {
+    let line = text.lines().find(|l| l.contains("version \""))?;
+    let v = line.split('"').nth(1)?.to_string();
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let first: u32 = parts.next()?.parse().ok()?;
+    let major = if first == 1 {
+        parts.next()?.parse().ok()?
+    } else {
+        first
+    };
+    Some((major, v))
+}
+
+/// Where [`find_jdk`] looks, in order: `$JAVA21_HOME`, `$JAVA_HOME`, then every `bin/java` under
+/// `jvm_dir` (`$FANOUT_LAB_JVM_DIR`, else `/usr/lib/jvm`).
+#[derive(Debug, Clone)]
+pub struct JdkSearch {
+    /// `$JAVA21_HOME`.
+    pub java21_home: Option<PathBuf>,
+    /// `$JAVA_HOME`.
+    pub java_home: Option<PathBuf>,
+    /// The directory of installed JDKs.
+    pub jvm_dir: PathBuf,
+}
+
+impl JdkSearch {
+    /// From the environment: `$JAVA21_HOME`, `$JAVA_HOME` and `$FANOUT_LAB_JVM_DIR` (default
+    /// `/usr/lib/jvm`, where Debian and Ubuntu install JDKs).
+    pub fn from_env() -> JdkSearch {
+        let var = |n: &str| {
+            std::env::var_os(n)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        JdkSearch {
+            java21_home: var("JAVA21_HOME"),
+            java_home: var("JAVA_HOME"),
+            jvm_dir: var("FANOUT_LAB_JVM_DIR").unwrap_or_else(|| PathBuf::from("/usr/lib/jvm")),
+        }
+    }
+}
+
+/// A Java runtime of release `min` or later: `$JAVA21_HOME`, else `$JAVA_HOME` if recent enough,
+/// else the newest `bin/java` under the JVM directory that is. `Err` says what was looked at and
+/// why none fits (for the report of a target that did not run).
+pub fn find_jdk(search: &JdkSearch, min: u32) -> Result<Jdk, String> {
+    let mut seen = Vec::new();
+    let check = |seen: &mut Vec<String>, what: String, java: PathBuf| -> Option<Jdk> {
+        match java_version(&java) {
+            Some((major, version)) if major >= min => Some(Jdk {
+                java,
+                major,
+                version,
+            }),
+            Some((_, version)) => {
+                seen.push(format!("{what}: {version}"));
+                None
+            }
+            None => {
+                seen.push(format!("{what}: no runnable {}", java.display()));
+                None
+            }
+        }
+    };
+    for (name, home) in [
+        ("$JAVA21_HOME", &search.java21_home),
+        ("$JAVA_HOME", &search.java_home),
+    ] {
+        match home {
+            Some(h) => {
+                if let Some(j) = check(
+                    &mut seen,
+                    format!("{name}={}", h.display()),
+                    h.join("bin/java"),
+                ) {
+                    return Ok(j);
+                }
+            }
+            None => seen.push(format!("{name} unset")),
+        }
+    }
+    let mut found: Vec<Jdk> = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&search.jvm_dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    for d in dirs {
+        let java = d.join("bin/java");
+        if java.is_file()
+            && let Some(j) = check(&mut seen, d.display().to_string(), java)
+        {
+            found.push(j);
+        }
+    }
+    if found.is_empty() && !search.jvm_dir.is_dir() {
+        seen.push(format!("no {}", search.jvm_dir.display()));
+    }
+    // The newest: highest release, then the longest version text (25.0.3 over 25).
+    found
+        .into_iter()
+        .max_by(|a, b| {
+            (a.major, a.version.len(), &a.version).cmp(&(b.major, b.version.len(), &b.version))
+        })
+        .ok_or_else(|| {
+            format!(
+                "no Java {min} or later found ({}); java-virtual needs virtual threads (Java 21+): set JAVA21_HOME to a JDK ≥ 21",
+                seen.join("; ")
+            )
+        })
+}
+
 /// Arguments of `java` for the baseline listening on `listen`.
 pub fn args(classes: &Path, listen: SocketAddr) -> Vec<String> {
     let mut a: Vec<String> = JVM_FLAGS.iter().map(|s| s.to_string()).collect();
@@ -231,6 +403,92 @@ mod tests {
             ensure_built(&src, &root.join("out")),
             Err(JavaError::Compile(_))
         ));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn java_versions_are_parsed() {
+        let v = |t: &str| parse_version(t);
+        assert_eq!(
+            v("openjdk version \"25.0.3\" 2026-04-21 LTS\nOpenJDK Runtime"),
+            Some((25, "25.0.3".into()))
+        );
+        assert_eq!(
+            v("openjdk version \"17.0.15\" 2025-04-15"),
+            Some((17, "17.0.15".into()))
+        );
+        assert_eq!(
+            v("java version \"1.8.0_402\""),
+            Some((8, "1.8.0_402".into()))
+        );
+        assert_eq!(v("openjdk version \"21-ea\""), Some((21, "21-ea".into())));
+        assert_eq!(
+            v("Picked up JAVA_TOOL_OPTIONS: -Xmx1g\nopenjdk version \"21.0.2\" 2024-01-16"),
+            Some((21, "21.0.2".into()))
+        );
+        assert_eq!(v("command not found"), None);
+    }
+
+    /// A fake JDK at `dir` whose `java -version` prints `version`.
+    fn fake_jdk(dir: &Path, version: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap_or_default();
+        let java = bin.join("java");
+        std::fs::write(
+            &java,
+            format!("#!/bin/sh\necho 'openjdk version \"{version}\" 2026-01-01' >&2\n"),
+        )
+        .unwrap_or_default();
+        std::fs::set_permissions(&java, std::fs::Permissions::from_mode(0o755)).unwrap_or_default();
+    }
+
+    #[test]
+    fn the_jdk_search_prefers_java21_home_then_java_home_then_the_newest_installed() {
+        let root = std::env::temp_dir().join(format!("fanout-jdk-search-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let jvm = root.join("jvm");
+        fake_jdk(&jvm.join("java-17"), "17.0.15");
+        fake_jdk(&jvm.join("jdk-21"), "21.0.2");
+        fake_jdk(&jvm.join("temurin-25"), "25.0.3");
+        fake_jdk(&root.join("home17"), "17.0.1");
+        fake_jdk(&root.join("home22"), "22.0.1");
+        std::fs::create_dir_all(jvm.join("not-a-jdk")).unwrap_or_default();
+        let search = |j21: Option<&str>, home: Option<&str>, dir: &Path| JdkSearch {
+            java21_home: j21.map(|h| root.join(h)),
+            java_home: home.map(|h| root.join(h)),
+            jvm_dir: dir.to_path_buf(),
+        };
+        let found = |s: JdkSearch| find_jdk(&s, 21).map(|j| (j.major, j.version));
+        // The newest installed one.
+        assert_eq!(
+            found(search(None, Some("home17"), &jvm)),
+            Ok((25, "25.0.3".into()))
+        );
+        // $JAVA_HOME when it is recent enough.
+        assert_eq!(
+            found(search(None, Some("home22"), &jvm)),
+            Ok((22, "22.0.1".into()))
+        );
+        // $JAVA21_HOME first.
+        assert_eq!(
+            found(search(Some("jvm/jdk-21"), Some("home22"), &jvm)),
+            Ok((21, "21.0.2".into()))
+        );
+        // A $JAVA21_HOME that is too old is passed over, and said so when nothing fits.
+        let none = root.join("empty");
+        std::fs::create_dir_all(&none).unwrap_or_default();
+        let e = find_jdk(&search(Some("home17"), None, &none), 21).unwrap_err();
+        assert!(
+            e.contains("17.0.1") && e.contains("$JAVA_HOME unset") && e.contains("JAVA21_HOME"),
+            "{e}"
+        );
+        // Only JDK 17 installed: not found, never a panic.
+        let only17 = root.join("only17");
+        fake_jdk(&only17.join("java-17"), "17.0.15");
+        let e = find_jdk(&search(None, None, &only17), 21).unwrap_err();
+        assert!(e.contains("17.0.15"), "{e}");
+        assert!(find_jdk(&search(None, None, &root.join("nope")), 21).is_err());
         let _ = std::fs::remove_dir_all(&root);
     }
 

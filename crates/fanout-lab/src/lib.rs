@@ -5,6 +5,7 @@
 //! reported as medians with min–max.
 
 pub mod baseline;
+pub mod closed_loop;
 pub mod http;
 pub mod java;
 pub mod postgres;
@@ -33,13 +34,21 @@ pub const LAG_THRESHOLD: Duration = Duration::from_millis(2);
 
 /// Target names the lab knows (besides a scenario's variants). A scenario lists the baselines
 /// that serve its routes in `Scenario::baselines`.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 7] = [
     "fanout",
     "hyper-baseline",
     "java-threads",
     "grpc-baseline",
     "pg-baseline",
+    "java-blocking",
+    "java-virtual",
 ];
+
+/// The targets that run the Java baseline (`bench/baselines/java-threads`), each in its own
+/// style: `java-threads` (200 request threads, parallel calls on a 200-thread pool),
+/// `java-blocking` (parallel calls on a pool of as many threads as cores: the Kotlin article's
+/// sync version), `java-virtual` (virtual threads, Java 21+).
+pub const JAVA_TARGETS: [&str; 3] = ["java-threads", "java-blocking", "java-virtual"];
 
 /// Generator lag (p99, ms) the overload scenario's capacity search tolerates in a step whose
 /// target met the SLO (see `Lab::search_step`).
@@ -276,6 +285,8 @@ struct Plan {
     hedge_trial_s: f64,
     /// Warm-up of the JVM target (at 200 req/s).
     jvm_warmup_s: f64,
+    /// Closed-loop cells: (warm-up, measured window), seconds.
+    closed: (f64, f64),
 }
 
 /// The lab run.
@@ -290,6 +301,8 @@ struct Lab {
     targets: Vec<Target>,
     trials: Vec<Trial>,
     warnings: Vec<String>,
+    /// Closed-loop cells measured (`parallel-calls`).
+    closed_runs: Vec<report::ClosedRun>,
 }
 
 /// Run the lab and write `report.json` and `report.html` into `opts.out`.
@@ -342,6 +355,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             slow_phase_s: 3.0,
             hedge_trial_s: 3.0,
             jvm_warmup_s: 4.0,
+            closed: (0.5, 1.5),
         }
     } else {
         Plan {
@@ -353,11 +367,64 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             slow_phase_s: 15.0,
             hedge_trial_s: 15.0,
             jvm_warmup_s: 20.0,
+            closed: (3.0, 10.0),
         }
     };
+    // `java-virtual` needs a Java runtime with virtual threads (21+); without one it does not
+    // run, and the report says why — it never fails the run. `java-blocking` runs on the same
+    // runtime when there is one (the two then differ only in their threads), else on `java`.
+    let mut not_run = BTreeMap::new();
+    let mut jvm = BTreeMap::new();
+    let jdk21 = if opts
+        .targets
+        .iter()
+        .any(|t| t == "java-virtual" || t == "java-blocking")
+    {
+        let found = tokio::task::spawn_blocking(|| {
+            java::find_jdk(&java::JdkSearch::from_env(), java::VIRTUAL_THREADS)
+        })
+        .await
+        .map_err(|e| LabError::Load(format!("looking for a JDK: {e}")))?;
+        match found {
+            Ok(j) => Some(j),
+            Err(why) => {
+                if opts.targets.iter().any(|t| t == "java-virtual") {
+                    tracing::warn!("java-virtual will not run: {why}");
+                    not_run.insert("java-virtual".to_string(), why);
+                    opts.targets.retain(|t| t != "java-virtual");
+                }
+                None
+            }
+        }
+    } else {
+        None
+    };
+    for t in &opts.targets {
+        let described = match (t.as_str(), &jdk21) {
+            ("java-virtual" | "java-blocking", Some(j)) => j.describe(),
+            ("java-threads" | "java-blocking", _) => {
+                let bin = java::java_bin();
+                let b = bin.clone();
+                tokio::task::spawn_blocking(move || java::java_version(&b))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map_or_else(
+                        || format!("unknown ({})", bin.display()),
+                        |(_, v)| format!("{v} ({})", bin.display()),
+                    )
+            }
+            _ => continue,
+        };
+        jvm.insert(t.clone(), described);
+    }
     // Build the Java baseline first: a compile error should not cost a started lab. `javac`
     // runs on the blocking pool, not on a runtime worker.
-    let java_classes = if opts.targets.iter().any(|t| t == "java-threads") {
+    let java_classes = if opts
+        .targets
+        .iter()
+        .any(|t| JAVA_TARGETS.contains(&t.as_str()))
+    {
         let dir = java::build_dir(&opts.fanout_bin, &opts.out);
         let built =
             tokio::task::spawn_blocking(move || java::ensure_built(&java::source_dir(), &dir))
@@ -467,6 +534,27 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 Some(classes) => (java::java_bin(), java::args(classes, addr)),
                 None => unreachable_target(name)?,
             },
+            // The article's sync version: parallel calls on a pool of as many threads as cores.
+            "java-blocking" => match &java_classes {
+                Some(classes) => {
+                    let mut a = java::args(classes, addr);
+                    a.extend(["--call-threads".into(), "cpus".into()]);
+                    let bin = jdk21
+                        .as_ref()
+                        .map_or_else(java::java_bin, |j| j.java.clone());
+                    (bin, a)
+                }
+                None => unreachable_target(name)?,
+            },
+            // Request threads and parallel calls on virtual threads.
+            "java-virtual" => match (&java_classes, &jdk21) {
+                (Some(classes), Some(j)) => {
+                    let mut a = java::args(classes, addr);
+                    a.push("--virtual".into());
+                    (j.java.clone(), a)
+                }
+                _ => unreachable_target(name)?,
+            },
             "hyper-baseline" => match &hyper_bin {
                 Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
                 None => unreachable_target(name)?,
@@ -532,6 +620,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         targets,
         trials: Vec::new(),
         warnings: Vec::new(),
+        closed_runs: Vec::new(),
     };
     let result = lab.measure().await;
     // Stop the targets first (timelines end here): a target still working off a backlog would
@@ -542,12 +631,16 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         t.proc.stop().await;
     }
     let direct = lab.direct().await;
+    let floor = match &lab.scenario.mode {
+        Mode::ClosedLoop(cl) => lab.closed_floor(cl).await,
+        _ => None,
+    };
     if let Some(p) = lab.stubs.proc.take() {
         p.stop().await;
     }
     drop(database);
     let capacities = result?;
-    let rep = report::build(
+    let mut rep = report::build(
         &lab.opts,
         &lab.scenario,
         direct,
@@ -556,6 +649,25 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         timelines,
         std::mem::take(&mut lab.warnings),
     );
+    if let Mode::ClosedLoop(cl) = &lab.scenario.mode {
+        let (warmup_s, measure_s) = lab.plan.closed;
+        report::attach_closed_loop(
+            &mut rep,
+            report::ClosedLoopReport {
+                warmup_s,
+                measure_s,
+                iteration_s: closed_loop::ITERATION_S,
+                rounds: lab.closed_rounds(),
+                calls_per_op: cl.calls_per_op,
+                error_method: report::CLOSED_ERROR_METHOD.to_string(),
+                floor,
+                jvm,
+                not_run,
+                article: scenario::ARTICLE.to_vec(),
+                runs: std::mem::take(&mut lab.closed_runs),
+            },
+        );
+    }
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
 }
@@ -622,7 +734,7 @@ fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
         .map(|(_, y)| y.clone())
 }
 
-fn order(targets: usize, round: usize) -> Vec<usize> {
+pub(crate) fn order(targets: usize, round: usize) -> Vec<usize> {
     // A B, B A, A B, … (ABBA interleaving).
     let mut v: Vec<usize> = (0..targets).collect();
     if round % 2 == 1 {
@@ -848,6 +960,11 @@ impl Lab {
     }
 
     async fn measure(&mut self) -> Result<BTreeMap<String, f64>, LabError> {
+        // A closed-loop scenario warms up and measures in its own way: no capacity search.
+        if let Mode::ClosedLoop(cl) = self.scenario.mode.clone() {
+            self.closed_loop(&cl).await?;
+            return Ok(BTreeMap::new());
+        }
         // Warm up every target (connections, caches) without recording. The JVM gets longer:
         // its JIT compiles the hot paths during the first thousands of requests, and the
         // compiler threads would otherwise compete with the first search steps.
@@ -910,6 +1027,7 @@ impl Lab {
                     self.slow_backend(ti, &sb, c).await?;
                 }
             }
+            Mode::ClosedLoop(_) => {}
             Mode::Hedging { rate } => {
                 for round in 0..self.plan.rounds {
                     for ti in order(self.targets.len(), round) {

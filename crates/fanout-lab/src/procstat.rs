@@ -21,7 +21,8 @@ pub struct ProcSample {
     pub fds: u64,
 }
 
-fn clock_ticks() -> u64 {
+/// Clock ticks per second (`USER_HZ`: the unit of `/proc/stat` and `/proc/PID/stat` times).
+pub(crate) fn clock_ticks() -> u64 {
     // SAFETY: sysconf has no preconditions; it returns -1 on error.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 { t as u64 } else { 100 }
@@ -112,6 +113,20 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// The CPU time (user+sys, µs) a process has used so far, **threads that exited included**:
+/// `utime + stime` of `/proc/PID/stat`, which the kernel keeps for the whole thread group. Ticks
+/// (10 ms) are coarser than [`sample`]'s per-thread scheduler time, but that sum forgets a thread
+/// once it exits — a JVM whose pools retire idle threads (the JDK HttpClient's cached executor
+/// after 60 s) would seem to use less CPU over a window, even none. For windows of seconds.
+pub fn cpu_total_us(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) * 1_000_000 / clock_ticks())
+}
+
 /// Samples a process periodically in a background task until dropped or stopped.
 pub struct Sampler {
     samples: std::sync::Arc<std::sync::Mutex<Vec<ProcSample>>>,
@@ -163,5 +178,14 @@ mod tests {
         assert!(s.rss_bytes > 0);
         assert!(s.fds > 0);
         assert!(sample(u32::MAX - 1).is_none());
+        // Spin a little so the process has used at least one tick.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(cpu_total_us(std::process::id()).is_some_and(|us| us > 0));
+        assert!(cpu_total_us(u32::MAX - 1).is_none());
     }
 }

@@ -27,11 +27,15 @@ import java.util.function.Supplier;
  * the flow makes in parallel run on a second fixed pool of 200 threads ("calls"), and the
  * request thread waits for them. No framework, no libraries.
  *
- * <pre>java -Xss256k -XX:+UseSerialGC -Xmx512m -cp CLASSES Main [--listen ADDR] [--threads N] [--call-threads N]</pre>
+ * <pre>java -Xss256k -XX:+UseSerialGC -Xmx512m -cp CLASSES Main [--listen ADDR] [--threads N] [--call-threads N|cpus] [--virtual]</pre>
  *
  * Backends (host:port) come from SEARCH_ADDR, VACANCIES_ADDR, MASKS_ADDR, RECOMMENDATIONS_ADDR,
  * PRICE_ADDR, STOCK_ADDR, MEDIA_ADDR with the examples' defaults — as for hyper-aggregator.
  * GET /report/{id} (the pool-overload scenario) is {@link Report}: blocking JDBC on a pool of 4.
+ * GET /sequential and GET /parallel (the parallel-calls scenario) are {@link ParallelCalls}: 100
+ * blocking calls to ITEMS_ADDR per request. {@code --call-threads cpus} sizes the calls pool by
+ * the CPU count (the lab's java-blocking); {@code --virtual} runs requests and calls on virtual
+ * threads instead of the two pools (java-virtual; Java 21+).
  */
 public final class Main {
     static final String DEADLINE_HEADER = "x-request-timeout";
@@ -46,20 +50,25 @@ public final class Main {
         {"PRICE_ADDR", "127.0.0.1:9203"},
         {"STOCK_ADDR", "127.0.0.1:9204"},
         {"MEDIA_ADDR", "127.0.0.1:9205"},
+        {"ITEMS_ADDR", "127.0.0.1:9501"},
     };
 
     private static final String USAGE = String.join("\n",
-            "usage: java -cp CLASSES Main [--listen ADDR] [--threads N] [--call-threads N]",
+            "usage: java -cp CLASSES Main [--listen ADDR] [--threads N] [--call-threads N|cpus] [--virtual]",
             "",
-            "Serves GET /vacancies and POST /product-page (the hh-vacancies and product-page examples)",
+            "Serves GET /vacancies and POST /product-page (the hh-vacancies and product-page examples),",
+            "GET /report/{id} (pool-overload), GET /sequential and GET /parallel (parallel-calls)",
             "thread-per-request with blocking backend calls, as the load lab's Java baseline.",
             "",
-            "  --listen ADDR       listen address (default: $LISTEN, else 127.0.0.1:8090)",
-            "  --threads N         request threads (default 200)",
-            "  --call-threads N    threads for parallel backend calls (default 200)",
+            "  --listen ADDR            listen address (default: $LISTEN, else 127.0.0.1:8090)",
+            "  --threads N              request threads (default 200)",
+            "  --call-threads N|cpus    threads for parallel backend calls (default 200; cpus: as many",
+            "                           as the JVM sees processors)",
+            "  --virtual                a virtual thread per request and per parallel call instead of",
+            "                           the two pools (Java 21+)",
             "",
             "Backends (host:port): SEARCH_ADDR VACANCIES_ADDR MASKS_ADDR RECOMMENDATIONS_ADDR",
-            "PRICE_ADDR STOCK_ADDR MEDIA_ADDR, defaults as in the examples.");
+            "PRICE_ADDR STOCK_ADDR MEDIA_ADDR ITEMS_ADDR, defaults as in the examples.");
 
     final Backend search;
     final Backend vacancies;
@@ -68,6 +77,7 @@ public final class Main {
     final Backend price;
     final Backend stock;
     final Backend media;
+    final Backend items;
     private final ExecutorService calls;
 
     Main(HttpClient client, ExecutorService calls) {
@@ -79,6 +89,8 @@ public final class Main {
         price = new Backend("price", addr(4), 100, client);
         stock = new Backend("stock", addr(5), 100, client);
         media = new Backend("media", addr(6), 100, client);
+        // 2 s, as fanout's parallel-calls config: a loaded machine slows calls, it should not fail them.
+        items = new Backend("items", addr(7), 2000, client);
     }
 
     private static String addr(int i) {
@@ -152,6 +164,15 @@ public final class Main {
                 }
                 drain(ex, deadline(ex, start, 1000));
                 answer = Report.run(path.substring("/report/".length()));
+            } else if (path.equals("/sequential") || path.equals("/parallel")) {
+                if (!method.equals("GET")) {
+                    throw notAllowed(method, path, "GET");
+                }
+                long deadline = deadline(ex, start, 10_000);
+                drain(ex, deadline);
+                answer = path.equals("/sequential")
+                        ? ParallelCalls.sequential(this, deadline)
+                        : ParallelCalls.parallel(this, deadline);
             } else {
                 throw new Failure(404, "not_found", "no route for " + path);
             }
@@ -275,6 +296,20 @@ public final class Main {
         return new InetSocketAddress(host, port);
     }
 
+    /**
+     * {@code Executors.newVirtualThreadPerTaskExecutor()} (Java 21+): one new virtual thread per
+     * task. Looked up at run time, so the baseline still compiles with (and runs the other
+     * targets on) JDK 17; on an older runtime {@code --virtual} stops with this message.
+     */
+    static ExecutorService virtualThreads() {
+        try {
+            return (ExecutorService) Executors.class.getMethod("newVirtualThreadPerTaskExecutor").invoke(null);
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalArgumentException("--virtual needs Java 21 or later (virtual threads); this is Java "
+                    + Runtime.version());
+        }
+    }
+
     private static int positive(String name, String v) {
         try {
             int n = Integer.parseInt(v);
@@ -298,6 +333,7 @@ public final class Main {
         }
         int threads = 200;
         int callThreads = 200;
+        boolean virtual = false;
         InetSocketAddress addr;
         try {
             for (int i = 0; i < args.length; i++) {
@@ -311,6 +347,10 @@ public final class Main {
                 if (a.equals("-h") || a.equals("--help")) {
                     System.out.println(USAGE);
                     return;
+                }
+                if (a.equals("--virtual") && value == null) {
+                    virtual = true;
+                    continue;
                 }
                 if (!a.equals("--listen") && !a.equals("--threads") && !a.equals("--call-threads")) {
                     throw new IllegalArgumentException("unknown argument `" + a + "`");
@@ -329,7 +369,9 @@ public final class Main {
                         threads = positive(a, value);
                         break;
                     default:
-                        callThreads = positive(a, value);
+                        callThreads = value.equals("cpus")
+                                ? Runtime.getRuntime().availableProcessors()
+                                : positive(a, value);
                 }
             }
             addr = parseListen(listen);
@@ -342,7 +384,16 @@ public final class Main {
                 .version(HttpClient.Version.HTTP_1_1)
                 .connectTimeout(Duration.ofMillis(500))
                 .build();
-        ExecutorService callPool = Executors.newFixedThreadPool(callThreads, named("calls"));
+        ExecutorService callPool;
+        ExecutorService requestPool;
+        try {
+            callPool = virtual ? virtualThreads() : Executors.newFixedThreadPool(callThreads, named("calls"));
+            requestPool = virtual ? virtualThreads() : Executors.newFixedThreadPool(threads, named("request"));
+        } catch (IllegalArgumentException e) {
+            System.err.println("error: " + e.getMessage());
+            System.exit(2);
+            return;
+        }
         Main app = new Main(client, callPool);
         HttpServer server;
         try {
@@ -355,10 +406,12 @@ public final class Main {
             return;
         }
         server.createContext("/", app::handle);
-        server.setExecutor(Executors.newFixedThreadPool(threads, named("request")));
+        server.setExecutor(requestPool);
         server.start();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> server.stop(1)));
-        System.err.println("java-threads listening on " + server.getAddress() + " (" + threads
-                + " request threads, " + callThreads + " call threads)");
+        System.err.println("java-threads listening on " + server.getAddress() + " (Java " + Runtime.version()
+                + ", " + (virtual
+                        ? "virtual threads for requests and calls"
+                        : threads + " request threads, " + callThreads + " call threads") + ")");
     }
 }

@@ -66,7 +66,7 @@ pub fn build(
     warnings.extend(scenario.mode.acceptance_warnings(&targets));
     let acceptance = scenario.mode.acceptance(&targets, &opts.targets);
     LabReport {
-        version: 2,
+        version: 3,
         scenario: scenario.name.into(),
         about: scenario.about.into(),
         command: opts.command.clone(),
@@ -81,6 +81,7 @@ pub fn build(
         trials,
         timelines,
         warnings,
+        closed_loop: None,
     }
 }
 
@@ -126,6 +127,7 @@ fn target_summary(
         recovery,
         routes,
         hedging,
+        cells: vec![],
     }
 }
 

@@ -7,6 +7,9 @@ use crate::svg::{Series, line_chart};
 
 /// Every chart of the report, in page order.
 pub(super) fn charts(rep: &LabReport) -> Vec<String> {
+    if rep.closed_loop.is_some() {
+        return closed_loop_charts(rep);
+    }
     let c = Charts::new(rep);
     let mut out = vec![c.rate(), c.latency_over_time(), c.latency_vs_throughput()];
     if c.over_time {
@@ -367,6 +370,60 @@ impl<'a> Charts<'a> {
             &s,
         )
     }
+}
+
+/// A closed-loop run's charts: ms and CPU per operation against the number of clients (one line
+/// per target and route), threads and RSS over the run.
+fn closed_loop_charts(rep: &LabReport) -> Vec<String> {
+    let per_clients = |f: fn(&super::ClosedCell) -> f64| -> Vec<Series> {
+        let mut s = Vec::new();
+        for (n, t) in &rep.targets {
+            let mut routes: Vec<&str> = Vec::new();
+            for c in &t.cells {
+                if !routes.contains(&c.route.as_str()) {
+                    routes.push(&c.route);
+                }
+            }
+            for r in routes {
+                let pts = sorted(
+                    t.cells
+                        .iter()
+                        .filter(|c| c.route == r)
+                        .map(|c| (c.clients as f64, f(c)))
+                        .collect(),
+                );
+                let name = format!("{n} {r}");
+                s.push(if r == "sequential" {
+                    Series::dashed(name, pts)
+                } else {
+                    Series::new(name, pts)
+                });
+            }
+        }
+        s
+    };
+    vec![
+        line_chart(
+            "closed-mean",
+            "Mean ms per operation vs closed-loop clients (dashed: sequential)",
+            "clients",
+            "ms per operation",
+            &per_clients(|c| c.mean_ms),
+        ),
+        line_chart(
+            "closed-cpu",
+            "Target CPU ms per operation vs clients (dashed: sequential)",
+            "clients",
+            "CPU ms per operation",
+            &per_clients(|c| c.cpu_ms_per_op.median),
+        ),
+        timeline_chart(rep, "threads", "Threads over time", "threads", |x| {
+            x.threads as f64
+        }),
+        timeline_chart(rep, "rss", "RSS over time", "MB", |x| {
+            x.rss_bytes as f64 / 1e6
+        }),
+    ]
 }
 
 /// 5. One line per target of a `/proc` figure over the run (threads, RSS).

@@ -3,8 +3,9 @@
 
 use super::charts::charts;
 use super::format::{f, recovery_text};
-use super::{LabReport, Stat};
+use super::{ClosedCell, LabReport, Stat};
 use crate::Trial;
+use crate::scenario::article_row;
 use crate::svg::esc;
 use std::fmt::Write;
 
@@ -12,7 +13,11 @@ use std::fmt::Write;
 pub fn html(rep: &LabReport, json: &str) -> String {
     let mut h = String::new();
     head(&mut h, rep);
-    summary_table(&mut h, rep);
+    if rep.closed_loop.is_some() {
+        closed_loop_tables(&mut h, rep);
+    } else {
+        summary_table(&mut h, rep);
+    }
     acceptance_table(&mut h, rep);
     direct_line(&mut h, rep);
     levels_table(&mut h, rep);
@@ -37,8 +42,8 @@ fn head(h: &mut String, rep: &LabReport) {
     let _ = write!(
         h,
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>fanout lab: {s}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111;max-width:1100px}}table{{border-collapse:collapse;margin:12px 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#f0f0f0}}td:first-child,th:first-child{{text-align:left}}.mm{{color:#777;font-size:90%}}tr.pass td:last-child{{background:#d4edda}}tr.fail td:last-child{{background:#f8d7da}}.acceptance td,.acceptance th,td.note{{text-align:left}}.why{{text-align:left;font-size:90%;color:#842029;max-width:320px}}.warn{{background:#fff3cd;border:1px solid #e0c060;padding:8px;margin:8px 0}}figure{{margin:16px 0}}figcaption{{font-weight:600;margin-bottom:4px}}code{{background:#f4f4f4;padding:1px 4px}}</style></head><body>
-<h1>fanout lab — {s}</h1><p>{about}</p><p>Command: <code>{cmd}</code> · {cpus} CPUs · {quick} · capacity SLO: p99 ≤ {slo} ms, errors ≤ 1 %, achieved ≥ 95 % of offered</p>"#,
+<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111;max-width:1100px}}table{{border-collapse:collapse;margin:12px 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#f0f0f0}}td:first-child,th:first-child{{text-align:left}}.mm{{color:#777;font-size:90%}}tr.pass td:last-child{{background:#d4edda}}tr.fail td:last-child{{background:#f8d7da}}.acceptance td,.acceptance th,td.note{{text-align:left}}.why{{text-align:left;font-size:90%;color:#842029;max-width:320px}}.warn{{background:#fff3cd;border:1px solid #e0c060;padding:8px;margin:8px 0}}figure{{margin:16px 0}}figcaption{{font-weight:600;margin-bottom:4px}}code{{background:#f4f4f4;padding:1px 4px}}table.small{{font-size:85%}}</style></head><body>
+<h1>fanout lab — {s}</h1><p>{about}</p><p>Command: <code>{cmd}</code> · {cpus} CPUs · {quick}{slo}</p>"#,
         s = esc(&rep.scenario),
         about = esc(&rep.about),
         cmd = esc(&rep.command),
@@ -48,7 +53,15 @@ fn head(h: &mut String, rep: &LabReport) {
         } else {
             "full run"
         },
-        slo = rep.slo_p99_ms
+        // A closed-loop run has no capacity search.
+        slo = if rep.closed_loop.is_some() {
+            String::new()
+        } else {
+            format!(
+                " · capacity SLO: p99 ≤ {} ms, errors ≤ 1 %, achieved ≥ 95 % of offered",
+                rep.slo_p99_ms
+            )
+        }
     );
     for w in &rep.warnings {
         let _ = write!(h, r#"<div class="warn">⚠ {}</div>"#, esc(w));
@@ -252,8 +265,203 @@ fn hedging_table(h: &mut String, rep: &LabReport) {
     }
 }
 
+/// `mean ± error` of a closed-loop cell, ms.
+fn mean_err(c: &ClosedCell) -> String {
+    match c.error_ms {
+        Some(e) => format!("{} ± {}", f(c.mean_ms), f(e)),
+        None => format!("{} <span class=\"mm\">(± n/a)</span>", f(c.mean_ms)),
+    }
+}
+
+/// The closed-loop run: the article-shaped table, the article's own rows, every cell in detail,
+/// the floor, the runtimes and every round.
+fn closed_loop_tables(h: &mut String, rep: &LabReport) {
+    let Some(cl) = &rep.closed_loop else { return };
+    let names: Vec<&String> = rep.targets.keys().collect();
+    // Routes and client counts in the order run.
+    let mut routes: Vec<&str> = Vec::new();
+    let mut clients: Vec<usize> = Vec::new();
+    for r in &cl.runs {
+        if !routes.contains(&r.route.as_str()) {
+            routes.push(&r.route);
+        }
+        if !clients.contains(&r.clients) {
+            clients.push(r.clients);
+        }
+    }
+    let cell = |t: &str, route: &str, c: usize| {
+        rep.targets
+            .get(t)
+            .and_then(|s| s.cells.iter().find(|x| x.route == route && x.clients == c))
+    };
+    let _ = write!(
+        h,
+        "<h2>Closed loop: ms per operation</h2><p>Each operation makes {calls} stub calls: <code>sequential</code> one after the other, <code>parallel</code> all at once. C clients, each on its own keep-alive HTTP/1.1 connection, send their next request as soon as the previous answer arrived (the article's JMH threads). Per cell: {w} s warm-up, {m} s measured, {r} round(s), targets interleaved (A B, B A, …). {err}.</p>",
+        calls = cl.calls_per_op,
+        w = f(cl.warmup_s),
+        m = f(cl.measure_s),
+        r = cl.rounds,
+        err = esc(&cl.error_method)
+    );
+    if let Some(fl) = &cl.floor {
+        let _ = write!(
+            h,
+            "<p>Stub-call floor, measured by the lab (one call at a time on one connection, {n} calls to <code>{p}</code>): one call {mean} ms mean (p50 {p50}, p99 {p99}) → <b>sequential floor {seq} ms</b> ({calls} × the mean), <b>parallel floor {par} ms</b> (one call).</p>",
+            n = fl.calls,
+            p = esc(&fl.path),
+            mean = f(fl.one_call_mean_ms),
+            p50 = f(fl.one_call_p50_ms),
+            p99 = f(fl.one_call_p99_ms),
+            seq = f(fl.sequential_ms),
+            calls = cl.calls_per_op,
+            par = f(fl.parallel_ms)
+        );
+    }
+    // Ours, shaped like the article's table.
+    h.push_str("<table class=\"closed\"><tr><th></th>");
+    for route in &routes {
+        for (i, n) in names.iter().enumerate() {
+            let _ = write!(
+                h,
+                "<th>{}{}</th>",
+                if i == 0 {
+                    format!("{}: ", esc(route))
+                } else {
+                    String::new()
+                },
+                esc(n)
+            );
+        }
+    }
+    h.push_str("</tr>");
+    for c in &clients {
+        let _ = write!(
+            h,
+            "<tr><td>this machine: {} cores / {} client{}</td>",
+            rep.cpus,
+            c,
+            if *c == 1 { "" } else { "s" }
+        );
+        for route in &routes {
+            for n in &names {
+                let _ = write!(
+                    h,
+                    "<td>{}</td>",
+                    cell(n, route, *c).map_or_else(|| "—".to_string(), mean_err)
+                );
+            }
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</table>");
+    // The article's rows beside ours.
+    h.push_str("<p>The article (seed 002, JMH, avg ms per operation ± its error; sync = blocking calls — parallel ones on a pool sized by the CPU count; async = Kotlin coroutines):</p><table class=\"closed\"><tr><th></th><th>sequential: sync</th><th>async</th><th>parallel: sync</th><th>async</th></tr>");
+    let mut differ = false;
+    for c in &clients {
+        if let Some((a, same)) = article_row(rep.cpus, *c) {
+            differ |= !same;
+            // As published: one decimal.
+            let pm = |v: (f64, f64)| format!("{:.1} ± {:.1}", v.0, v.1);
+            let _ = write!(
+                h,
+                "<tr><td>article: {} core{} / {} JMH thread{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                a.cores,
+                if a.cores == 1 { "" } else { "s" },
+                a.clients,
+                if a.clients == 1 { "" } else { "s" },
+                pm(a.sequential_sync),
+                pm(a.sequential_async),
+                pm(a.parallel_sync),
+                pm(a.parallel_async)
+            );
+        }
+    }
+    h.push_str("</table>");
+    if differ {
+        let _ = write!(
+            h,
+            "<p class=\"warn\">The cores differ: this machine has {} CPUs, the article has no such row; its 2-core rows are shown.</p>",
+            rep.cpus
+        );
+    }
+    // Every cell in detail.
+    h.push_str("<h3>Every cell (all rounds)</h3><table class=\"small\"><tr><th>route / clients / target</th><th>operations</th><th>ops/s</th><th>mean ms ± error</th><th>iterations</th><th>p50 ms</th><th>p99 ms</th><th>errors</th><th>stub calls / op</th><th>CPU ms / op (target)</th><th>CPU ms / op (stub)</th><th>CPU ms / op (clients)</th><th>machine busy (others)</th><th>threads max</th><th>RSS max MB</th></tr>");
+    for route in &routes {
+        for c in &clients {
+            for n in &names {
+                let Some(x) = cell(n, route, *c) else {
+                    continue;
+                };
+                let _ = write!(
+                    h,
+                    "<tr><td>{} × {} — {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(route),
+                    c,
+                    esc(n),
+                    x.ops,
+                    f(x.ops_per_s),
+                    mean_err(x),
+                    x.iterations,
+                    f(x.p50_ms),
+                    f(x.p99_ms),
+                    if x.errors == 0 {
+                        "0".to_string()
+                    } else {
+                        format!("<b>{}</b>", x.errors)
+                    },
+                    f(x.stub_calls_per_op),
+                    stat(&x.cpu_ms_per_op),
+                    x.stub_cpu_ms_per_op.map_or_else(|| "—".into(), f),
+                    f(x.lab_cpu_ms_per_op),
+                    match (x.machine_busy_pct, x.others_busy_pct) {
+                        (Some(b), Some(o)) => format!("{b:.0} % ({o:.0} %)"),
+                        _ => "—".into(),
+                    },
+                    x.threads_max,
+                    f(x.rss_max_mb)
+                );
+            }
+        }
+    }
+    h.push_str("</table>");
+    if !cl.jvm.is_empty() || !cl.not_run.is_empty() {
+        h.push_str("<ul>");
+        for (t, v) in &cl.jvm {
+            let _ = write!(h, "<li>{}: Java {}</li>", esc(t), esc(v));
+        }
+        for (t, why) in &cl.not_run {
+            let _ = write!(h, "<li><b>{}: not run</b> — {}</li>", esc(t), esc(why));
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("<h3>Every round</h3><table><tr><th>#</th><th>target</th><th>route</th><th>clients</th><th>round</th><th>ops</th><th>mean ms</th><th>p50 ms</th><th>p99 ms</th><th>errors</th><th>stub calls / op</th><th>CPU ms / op</th><th>threads</th><th>RSS MB</th></tr>");
+    for (i, r) in cl.runs.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.target),
+            esc(&r.route),
+            r.clients,
+            r.round,
+            r.ops,
+            f(r.mean_ms),
+            f(r.p50_ms),
+            f(r.p99_ms),
+            r.errors,
+            f(r.stub_calls_per_op),
+            f(r.cpu_ms_per_op),
+            r.threads_max,
+            f(r.rss_max_mb)
+        );
+    }
+    h.push_str("</table>");
+}
+
 /// Every trial, in the order run.
 fn trials_table(h: &mut String, rep: &LabReport) {
+    if rep.trials.is_empty() && rep.closed_loop.is_some() {
+        return;
+    }
     h.push_str("<h2>All trials</h2><table><tr><th>#</th><th>target</th><th>phase</th><th>round</th><th>offered</th><th>achieved</th><th>p50 ms</th><th>p99 ms</th><th>CPU-µs/req</th><th>gen CPU-µs/req</th><th>calls/req</th><th>ctx sw/req</th><th>lag p99 ms</th><th>valid</th></tr>");
     for (i, t) in rep.trials.iter().enumerate() {
         let _ = write!(

@@ -3,6 +3,7 @@
 //! This file holds the report's model (the types serialized to `report.json`) and the module's
 //! public surface. The work is split by job:
 //! - `analysis.rs` — trials → per-target summaries (medians, phases, recovery, routes, hedging);
+//! - `closed_loop.rs` — closed-loop cells over rounds → mean ± error (JMH-like), percentiles;
 //! - `max_rate.rs` — why a target has no measured capacity;
 //! - `html.rs` — the HTML page, `charts.rs` — its SVG charts;
 //! - `text.rs` — the text summary the CLI prints;
@@ -12,6 +13,7 @@
 
 mod analysis;
 mod charts;
+mod closed_loop;
 pub(crate) mod format;
 mod html;
 mod max_rate;
@@ -20,6 +22,7 @@ mod tests;
 mod text;
 
 pub use analysis::build;
+pub use closed_loop::{ERROR_METHOD as CLOSED_ERROR_METHOD, attach_closed_loop, t999};
 pub use html::html;
 pub use text::text_summary;
 
@@ -248,6 +251,164 @@ pub struct TargetSummary {
     pub routes: Vec<RouteSummary>,
     /// Merged latency over the trials (hedging).
     pub hedging: Option<HedgingSummary>,
+    /// Per route and client count, the rounds together (closed loop: `parallel-calls`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<ClosedCell>,
+}
+
+/// One closed-loop cell of one round: a target, a route and a number of clients for the measured
+/// window (`report.json` → `closed_loop.runs[]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClosedRun {
+    /// Target.
+    pub target: String,
+    /// Route name (`sequential`, `parallel`).
+    pub route: String,
+    /// Closed-loop clients, each on its own connection.
+    pub clients: usize,
+    /// Round (0-based).
+    pub round: usize,
+    /// Seconds since the lab started.
+    pub t_start: f64,
+    /// The measured window, s (no operation starts after it).
+    pub measure_s: f64,
+    /// From the window's start until the last operation ended, s.
+    pub elapsed_s: f64,
+    /// Operations started in the window (every one ended).
+    pub ops: u64,
+    /// Operations that failed: a status other than 200, a connection error, a timeout or an
+    /// answer without the expected `count`.
+    pub errors: u64,
+    /// Failures by kind.
+    pub error_kinds: BTreeMap<String, u64>,
+    /// The first failure.
+    pub first_error: Option<String>,
+    /// Operations per second (`ops` ÷ `elapsed_s`).
+    pub ops_per_s: f64,
+    /// Mean ms per operation.
+    pub mean_ms: f64,
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Slowest operation, ms.
+    pub max_ms: f64,
+    /// Mean ms of the operations that ended in each 1-s iteration of the window.
+    pub iterations_ms: Vec<f64>,
+    /// The target's CPU time (user+sys, threads that exited included) over the window ÷ `ops`, ms.
+    pub cpu_ms_per_op: f64,
+    /// Requests the stub received during the window.
+    pub stub_calls: u64,
+    /// `stub_calls` ÷ `ops`.
+    pub stub_calls_per_op: f64,
+    /// The stub process's CPU time ÷ `ops`, ms.
+    pub stub_cpu_ms_per_op: Option<f64>,
+    /// The lab's (the clients') CPU time ÷ `ops`, ms.
+    pub lab_cpu_ms_per_op: f64,
+    /// Busy share of the whole machine (all cores) during the window, %.
+    pub machine_busy_pct: Option<f64>,
+    /// The part of `machine_busy_pct` that was not the target, the stub or the clients (other
+    /// tenants of the machine, the other targets at rest), %.
+    pub others_busy_pct: Option<f64>,
+    /// Context switches of the target (all threads) ÷ `ops`.
+    pub ctx_switches_per_op: f64,
+    /// Most threads of the target during the window.
+    pub threads_max: u64,
+    /// Largest RSS of the target during the window, MB.
+    pub rss_max_mb: f64,
+    /// Every operation's latency, µs, sorted (merged over rounds for the percentiles).
+    #[serde(skip)]
+    pub latencies_us: Vec<u64>,
+}
+
+/// A target's cell (route × clients) over every round (`targets.<name>.cells[]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClosedCell {
+    /// Route name.
+    pub route: String,
+    /// Closed-loop clients.
+    pub clients: usize,
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Operations over the rounds.
+    pub ops: u64,
+    /// Failed operations over the rounds.
+    pub errors: u64,
+    /// Operations per second, over the rounds.
+    pub ops_per_s: f64,
+    /// Mean ms per operation: the mean of the iterations' means (JMH's score).
+    pub mean_ms: f64,
+    /// Half-width of the 99.9 % confidence interval of `mean_ms`: t(0.9995, n−1) · s / √n over
+    /// the n iterations (JMH's `Error`); `None` with fewer than 2 iterations.
+    pub error_ms: Option<f64>,
+    /// Iterations (1-s windows with at least one operation) over the rounds.
+    pub iterations: usize,
+    /// Median over every operation of the rounds, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// The target's CPU ms per operation, over the rounds.
+    pub cpu_ms_per_op: Stat,
+    /// Stub calls ÷ operations over the rounds (100 for a target that made every call).
+    pub stub_calls_per_op: f64,
+    /// The stub's CPU ms per operation (median over the rounds).
+    pub stub_cpu_ms_per_op: Option<f64>,
+    /// The lab's CPU ms per operation (median over the rounds).
+    pub lab_cpu_ms_per_op: f64,
+    /// Machine busy share (median over the rounds), %.
+    pub machine_busy_pct: Option<f64>,
+    /// Of which other processes (median over the rounds), %.
+    pub others_busy_pct: Option<f64>,
+    /// Most threads of the target.
+    pub threads_max: u64,
+    /// Largest RSS of the target, MB.
+    pub rss_max_mb: f64,
+}
+
+/// The floor the lab measures itself: one stub call at a time on one keep-alive connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct Floor {
+    /// `service path`.
+    pub path: String,
+    /// Calls measured.
+    pub calls: u64,
+    /// One call: mean, ms.
+    pub one_call_mean_ms: f64,
+    /// One call: median, ms.
+    pub one_call_p50_ms: f64,
+    /// One call: 99th percentile, ms.
+    pub one_call_p99_ms: f64,
+    /// The sequential route's floor: calls per operation × the mean call, ms.
+    pub sequential_ms: f64,
+    /// The parallel route's floor: one call, ms.
+    pub parallel_ms: f64,
+}
+
+/// A closed-loop run (`report.json` → `closed_loop`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClosedLoopReport {
+    /// Warm-up of every cell, s.
+    pub warmup_s: f64,
+    /// Measured window of every cell, s.
+    pub measure_s: f64,
+    /// Iteration length, s.
+    pub iteration_s: f64,
+    /// Rounds.
+    pub rounds: usize,
+    /// Stub calls per operation.
+    pub calls_per_op: u64,
+    /// How `mean_ms ± error_ms` is computed.
+    pub error_method: String,
+    /// The stub-call floor, measured by the lab.
+    pub floor: Option<Floor>,
+    /// The Java runtime each Java target ran on.
+    pub jvm: BTreeMap<String, String>,
+    /// Targets that were asked for (or are the default) but did not run, and why.
+    pub not_run: BTreeMap<String, String>,
+    /// The article's table.
+    pub article: Vec<crate::scenario::ArticleRow>,
+    /// Every cell of every round, in the order run.
+    pub runs: Vec<ClosedRun>,
 }
 
 /// Calling the critical path's stubs directly.
@@ -290,6 +451,9 @@ pub struct LabReport {
     pub timelines: BTreeMap<String, Vec<ProcSample>>,
     /// Things to know when reading the figures (generator lag, …).
     pub warnings: Vec<String>,
+    /// The closed-loop run (`parallel-calls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed_loop: Option<ClosedLoopReport>,
 }
 
 /// Write `report.json` and `report.html` into `dir`.

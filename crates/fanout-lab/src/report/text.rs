@@ -8,7 +8,10 @@ use std::fmt::Write;
 /// figures, the acceptance lines and the warnings.
 pub fn text_summary(rep: &LabReport) -> String {
     let mut s = String::new();
-    for (name, t) in &rep.targets {
+    if rep.closed_loop.is_some() {
+        closed_loop_lines(&mut s, rep);
+    }
+    for (name, t) in rep.targets.iter().filter(|_| rep.closed_loop.is_none()) {
         target_line(&mut s, name, t);
         if let Some(why) = &t.max_rate_reason {
             let _ = writeln!(s, "  max_rate: {why}");
@@ -50,6 +53,63 @@ pub fn text_summary(rep: &LabReport) -> String {
         let _ = writeln!(s, "WARNING: {w}");
     }
     s
+}
+
+/// A closed-loop run: the floor, one line per target and cell, the article's rows.
+fn closed_loop_lines(s: &mut String, rep: &LabReport) {
+    let Some(cl) = &rep.closed_loop else { return };
+    if let Some(fl) = &cl.floor {
+        let _ = writeln!(
+            s,
+            "floor (the lab calling {} itself): one call {:.2} ms mean (p99 {:.2}) → sequential {:.1} ms, parallel {:.2} ms",
+            fl.path, fl.one_call_mean_ms, fl.one_call_p99_ms, fl.sequential_ms, fl.parallel_ms
+        );
+    }
+    for (name, t) in &rep.targets {
+        for c in &t.cells {
+            let _ = writeln!(
+                s,
+                "{name:<14} {:<10} ×{:<2} ops {:>6}  {:>7.1}/s  mean {:>8.2} ± {:<7} ms  p50 {:>8.2}  p99 {:>8.2} ms  errors {}  calls/op {:.2}  CPU {:>6.2} ms/op  threads {:>4}  RSS {:.0} MB",
+                c.route,
+                c.clients,
+                c.ops,
+                c.ops_per_s,
+                c.mean_ms,
+                c.error_ms
+                    .map_or_else(|| "n/a".into(), |e| format!("{e:.2}")),
+                c.p50_ms,
+                c.p99_ms,
+                c.errors,
+                c.stub_calls_per_op,
+                c.cpu_ms_per_op.median,
+                c.threads_max,
+                c.rss_max_mb
+            );
+        }
+    }
+    for (t, v) in &cl.jvm {
+        let _ = writeln!(s, "{t}: Java {v}");
+    }
+    let clients: std::collections::BTreeSet<usize> = cl.runs.iter().map(|r| r.clients).collect();
+    for c in clients {
+        if let Some((a, same)) = crate::scenario::article_row(rep.cpus, c) {
+            let _ = writeln!(
+                s,
+                "article, {} cores{} / {} JMH thread(s): sequential sync {} ± {}, async {} ± {}; parallel sync {} ± {}, async {} ± {} ms",
+                a.cores,
+                if same { "" } else { " (not this machine's)" },
+                a.clients,
+                a.sequential_sync.0,
+                a.sequential_sync.1,
+                a.sequential_async.0,
+                a.sequential_async.1,
+                a.parallel_sync.0,
+                a.parallel_sync.1,
+                a.parallel_async.0,
+                a.parallel_async.1
+            );
+        }
+    }
 }
 
 /// A target's headline figures on one line.

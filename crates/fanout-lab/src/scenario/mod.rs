@@ -12,6 +12,7 @@ mod grpc_aggregate;
 mod hedging;
 mod hh_vacancies;
 mod overload;
+mod parallel_calls;
 mod pg_one_query;
 mod pool_overload;
 mod product_page;
@@ -21,6 +22,9 @@ mod slow_backend;
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
+pub use parallel_calls::{
+    ARTICLE, ArticleRow, CALLS, PARALLEL_GATEWAY, PARALLEL_STUBS, article_row,
+};
 pub use pg_one_query::{PG_ONE_GATEWAY, PG_ONE_SCHEMA};
 pub use pool_overload::{POOL_GATEWAY, POOL_SCHEMA};
 pub use slow_backend::{SLOW_GATEWAY, SLOW_STUBS, slow_backend_phases};
@@ -55,6 +59,26 @@ pub enum Mode {
         /// Offered rate, req/s.
         rate: f64,
     },
+    /// No capacity search, no open-model load: `clients` closed-loop clients per cell (each sends
+    /// its next request when the previous answer arrived, on its own keep-alive connection), for
+    /// every route × client count × target, interleaved (ABBA across targets) over rounds; mean
+    /// ms per operation ± error, percentiles, CPU per operation, threads, RSS.
+    ClosedLoop(ClosedLoop),
+}
+
+/// The closed-loop mode (`parallel-calls`): the routes driven and how many clients drive them.
+#[derive(Debug, Clone)]
+pub struct ClosedLoop {
+    /// (name, path) of each route, `GET`.
+    pub routes: &'static [(&'static str, &'static str)],
+    /// Client counts, one cell each.
+    pub clients: &'static [usize],
+    /// Stub calls every operation makes; an answer is correct when its `count` is this.
+    pub calls_per_op: u64,
+    /// The stub service the calls go to.
+    pub service: &'static str,
+    /// One call's path at that service, for the floor the lab measures directly.
+    pub call_path: &'static str,
 }
 
 /// The `slow-backend` mode: which stub route changes, and the routes measured separately.
@@ -219,7 +243,7 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
@@ -229,6 +253,7 @@ pub const NAMES: [&str; 9] = [
     "grpc-aggregate",
     "pool-overload",
     "pg-one-query",
+    "parallel-calls",
 ];
 
 /// Look up a built-in scenario.
@@ -243,6 +268,7 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "grpc-aggregate" => grpc_aggregate::scenario(),
         "pool-overload" => pool_overload::scenario(),
         "pg-one-query" => pg_one_query::scenario(),
+        "parallel-calls" => parallel_calls::scenario(),
         _ => return None,
     })
 }
@@ -281,7 +307,7 @@ impl Mode {
                 }
                 Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
                 Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
-                Mode::Compare => {}
+                Mode::Compare | Mode::ClosedLoop(_) => {}
             }
         }
         out
