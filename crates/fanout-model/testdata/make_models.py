@@ -48,7 +48,7 @@ def main():
         RandomForestClassifier,
         RandomForestRegressor,
     )
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -79,6 +79,7 @@ def main():
         "rf_clf": (RandomForestClassifier(n_estimators=8, max_depth=5, random_state=SEED), X3, y3, True),
         "gbdt_reg": (GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=SEED), Xr, yr, False),
         "rf_reg": (RandomForestRegressor(n_estimators=8, max_depth=5, random_state=SEED), Xr, yr, False),
+        "linreg": (make_pipeline(StandardScaler(), LinearRegression()), Xr, yr, False),
     }
 
     rng = np.random.default_rng(SEED)
@@ -128,7 +129,36 @@ def main():
         grid = np.array([np.nan, -2, -1, 0, 0.5, 1, 2, 3], dtype=np.float32)
         rows = grid[rng.integers(0, len(grid), (40, 6))]
         write(name, onx, rows, [0, 1] if "clf" in name else None)
+
+    # Hand-made dense graph for the default-domain ops the MLP export does not use.
+    write("dense_ops", hand_made_dense(np.random.default_rng(SEED)), rng.normal(0, 2, (32, 4)).astype(np.float32), None)
     print(json.dumps(versions))
+
+
+def hand_made_dense(rng):
+    """X[N,4] → Flatten → Gemm(transB, alpha, beta) → Tanh → Sub → Mul → Div → Sigmoid → Softmax → Y[N,3]."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def const(name, shape):
+        return numpy_helper.from_array(rng.normal(0, 1, shape).astype(np.float32), name)
+
+    inits = [const("W", (3, 4)), const("C", (3,)), const("S", (1, 3)), const("M", (3,)), const("D", (1, 1))]
+    inits[-1] = numpy_helper.from_array(np.array([[1.5]], dtype=np.float32), "D")
+    nodes = [
+        helper.make_node("Flatten", ["X"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "W", "C"], ["g"], transB=1, alpha=0.5, beta=2.0),
+        helper.make_node("Tanh", ["g"], ["t"]),
+        helper.make_node("Sub", ["t", "S"], ["s"]),
+        helper.make_node("Mul", ["s", "M"], ["m"]),
+        helper.make_node("Div", ["m", "D"], ["d"]),
+        helper.make_node("Sigmoid", ["d"], ["sg"]),
+        helper.make_node("Softmax", ["sg"], ["Y"], axis=1),
+    ]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 3])
+    graph = helper.make_graph(nodes, "dense_ops", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def hand_made_trees():
