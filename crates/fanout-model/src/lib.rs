@@ -1,0 +1,590 @@
+//! ONNX models of fanout: load a model file once, evaluate it on rows of features.
+//!
+//! [`Model::load`] decodes an ONNX file (hand-written prost types, [`onnx`]), checks it against
+//! the supported operators and the limits below, and builds an evaluation plan: the graph's
+//! nodes in order, each with its attributes parsed once. [`Model::run`] evaluates a batch of
+//! rows on the calling thread (plain CPU work: no async, no threads, no allocation beyond the
+//! tensors of the batch).
+//!
+//! Supported: what scikit-learn exports through skl2onnx for linear and logistic models, MLPs
+//! and tree ensembles — ai.onnx.ml `TreeEnsembleClassifier`, `TreeEnsembleRegressor`,
+//! `LinearClassifier`, `LinearRegressor`, `Scaler`, `Normalizer`, `ArrayFeatureExtractor`, and
+//! `Identity`, `Cast`, `Reshape`, `Flatten`, `MatMul`, `Gemm`, `Add`, `Sub`, `Mul`, `Div`,
+//! `Relu`, `Sigmoid`, `Tanh`, `Softmax`, `ArgMax` of the default domain. Exported with
+//! `zipmap=False` (a `ZipMap` node is refused as unsupported). Numerics follow onnxruntime's CPU
+//! kernels: the committed test models agree with it to 1e-5 (tests/models.rs).
+
+mod attrs;
+pub mod onnx;
+mod ops;
+mod tensor;
+mod tree;
+
+use std::collections::HashMap;
+
+use prost::Message;
+
+use attrs::Attrs;
+use ops::Op;
+use tensor::{Data, Tensor};
+use tree::TreeEnsemble;
+
+/// Largest model file [`Model::load`] reads.
+pub const MAX_MODEL_BYTES: usize = 256 << 20;
+/// Most nodes in a graph.
+pub const MAX_GRAPH_NODES: usize = 4096;
+/// Most trees in one tree-ensemble node.
+pub const MAX_TREES: usize = 100_000;
+/// Most nodes (branches and leaves) of all trees of one tree-ensemble node.
+pub const MAX_TREE_NODES: usize = 4_000_000;
+/// Deepest tree: a root-to-leaf path has at most this many branches.
+pub const MAX_TREE_DEPTH: usize = 1000;
+/// Most elements in one initializer or attribute tensor.
+pub const MAX_TENSOR_ELEMENTS: usize = 1 << 26;
+
+/// Why a model did not load or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The bytes are not an ONNX model (truncated, or not protobuf).
+    #[error("model {model}: not a valid ONNX file: {source}")]
+    Decode {
+        /// The model's name.
+        model: String,
+        /// What the protobuf decoder found.
+        source: prost::DecodeError,
+    },
+    /// The graph uses an operator this crate does not evaluate.
+    #[error("model {model}: operator {op} is not supported")]
+    Unsupported {
+        /// The operator (`op_type`, prefixed by its domain outside the default and ai.onnx.ml ones).
+        op: String,
+        /// The model's name.
+        model: String,
+    },
+    /// The model breaks a limit of this crate (see the `MAX_*` constants).
+    #[error("model {model}: {what} is {count}, more than the limit {limit}")]
+    TooLarge {
+        /// The model's name.
+        model: String,
+        /// What was counted.
+        what: &'static str,
+        /// The count.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The model decodes but is not usable: inconsistent attributes, shapes or graph.
+    #[error("model {model}: {reason}")]
+    Invalid {
+        /// The model's name.
+        model: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// [`Model::run`] was given a number of values that is not a multiple of the input width.
+    #[error("model {model}: {len} input values are not rows of {width}")]
+    InputWidth {
+        /// The model's name.
+        model: String,
+        /// Values given.
+        len: usize,
+        /// The model's input width.
+        width: usize,
+    },
+    /// An operator failed while evaluating a batch.
+    #[error("model {model}: {op} failed: {reason}")]
+    Eval {
+        /// The model's name.
+        model: String,
+        /// The node's operator.
+        op: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// What a model computes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelKind {
+    /// A classifier: a label and one probability (or score) per class, in `labels` order.
+    Classifier {
+        /// The class labels.
+        labels: Vec<i64>,
+    },
+    /// A regressor: `targets` values per row.
+    Regressor {
+        /// Values per row.
+        targets: usize,
+    },
+}
+
+/// The result of [`Model::run`] for a batch of rows.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// A classifier's labels and probabilities.
+    Classifier {
+        /// One label per row.
+        labels: Vec<i64>,
+        /// `rows × classes` probabilities (or scores), row-major.
+        probabilities: Vec<f32>,
+        /// Columns of `probabilities`.
+        classes: usize,
+    },
+    /// A regressor's values.
+    Regressor {
+        /// `rows × targets` values, row-major.
+        values: Vec<f32>,
+        /// Values per row.
+        targets: usize,
+    },
+}
+
+impl Output {
+    /// Rows in the batch.
+    pub fn rows(&self) -> usize {
+        match self {
+            Output::Classifier { labels, .. } => labels.len(),
+            Output::Regressor { values, targets } => values.len() / (*targets).max(1),
+        }
+    }
+
+    /// The label of row `i` (classifiers).
+    pub fn label(&self, i: usize) -> Option<i64> {
+        match self {
+            Output::Classifier { labels, .. } => labels.get(i).copied(),
+            Output::Regressor { .. } => None,
+        }
+    }
+
+    /// Row `i`'s probabilities (classifiers) or values (regressors).
+    pub fn row(&self, i: usize) -> &[f32] {
+        let (v, w) = match self {
+            Output::Classifier {
+                probabilities,
+                classes,
+                ..
+            } => (probabilities, *classes),
+            Output::Regressor { values, targets } => (values, *targets),
+        };
+        v.get(i * w..(i + 1) * w).unwrap_or(&[])
+    }
+}
+
+/// An operator's failure, turned into a [`ModelError`] with the model's name.
+#[derive(Debug)]
+pub(crate) struct OpError(pub String);
+
+/// How a node is evaluated.
+#[derive(Debug)]
+enum Kernel {
+    Op(Op),
+    Trees(TreeEnsemble),
+}
+
+/// One node of the plan: its kernel and value slots.
+#[derive(Debug)]
+struct Step {
+    op_type: String,
+    kernel: Kernel,
+    /// `None` for an omitted optional input.
+    inputs: Vec<Option<usize>>,
+    outputs: Vec<usize>,
+}
+
+/// A loaded model: an evaluation plan built once, run many times (`&self`, so it can be shared
+/// between threads).
+#[derive(Debug)]
+pub struct Model {
+    name: String,
+    width: usize,
+    kind: ModelKind,
+    steps: Vec<Step>,
+    /// Initializers by slot; `None` for computed values.
+    consts: Vec<Option<Tensor>>,
+    input: usize,
+    outputs: Vec<usize>,
+}
+
+impl Model {
+    /// Decodes ONNX `bytes` and builds the evaluation plan; `name` is used in errors.
+    ///
+    /// Checks the operators and the limits, then runs one row of zeros to learn the outputs'
+    /// shapes: a model that loads runs.
+    pub fn load(bytes: &[u8], name: &str) -> Result<Model, ModelError> {
+        let model = name.to_owned();
+        let invalid = |reason: String| ModelError::Invalid {
+            model: model.clone(),
+            reason,
+        };
+        if bytes.len() > MAX_MODEL_BYTES {
+            return Err(ModelError::TooLarge {
+                model,
+                what: "file size",
+                count: bytes.len(),
+                limit: MAX_MODEL_BYTES,
+            });
+        }
+        let proto = onnx::ModelProto::decode(bytes).map_err(|source| ModelError::Decode {
+            model: model.clone(),
+            source,
+        })?;
+        let graph = proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| invalid("the file has no graph".into()))?;
+        if graph.node.is_empty() {
+            return Err(invalid("the graph has no nodes".into()));
+        }
+        if graph.node.len() > MAX_GRAPH_NODES {
+            return Err(ModelError::TooLarge {
+                model,
+                what: "graph nodes",
+                count: graph.node.len(),
+                limit: MAX_GRAPH_NODES,
+            });
+        }
+        let opset = proto
+            .opset_import
+            .iter()
+            .find(|o| matches!(o.domain.as_deref(), None | Some("" | "ai.onnx")))
+            .and_then(|o| o.version)
+            .unwrap_or(21);
+
+        // Every domain used has an opset (as the ONNX checker requires): a file cut before its
+        // opset_import, which follows the graph, is refused rather than read with defaults.
+        for node in &graph.node {
+            let domain = match node.domain.as_deref().unwrap_or("") {
+                "ai.onnx" => "",
+                d => d,
+            };
+            let imported =
+                proto
+                    .opset_import
+                    .iter()
+                    .any(|o| match o.domain.as_deref().unwrap_or("") {
+                        "ai.onnx" => domain.is_empty(),
+                        d => d == domain,
+                    });
+            if !imported && matches!(domain, "" | "ai.onnx.ml") {
+                return Err(invalid(format!(
+                    "no opset_import for the domain {domain:?} of operator {}",
+                    node.op_type.as_deref().unwrap_or("")
+                )));
+            }
+        }
+
+        let mut slots: HashMap<&str, usize> = HashMap::new();
+        let mut consts: Vec<Option<Tensor>> = Vec::new();
+        for t in &graph.initializer {
+            let n = t.name.as_deref().unwrap_or("");
+            let tensor = Tensor::from_proto(t)
+                .map_err(|e| invalid(format!("initializer {n:?}: {}", e.0)))?;
+            if slots.insert(n, consts.len()).is_some() {
+                return Err(invalid(format!("initializer {n:?} is defined twice")));
+            }
+            consts.push(Some(tensor));
+        }
+
+        // The one input that is not an initializer: `[N, width]` floats.
+        let inputs: Vec<_> = graph
+            .input
+            .iter()
+            .filter(|i| !slots.contains_key(i.name.as_deref().unwrap_or("")))
+            .collect();
+        let [input] = inputs.as_slice() else {
+            return Err(invalid(format!(
+                "the graph has {} inputs; one is supported",
+                inputs.len()
+            )));
+        };
+        let tensor_type = input.r#type.as_ref().and_then(|t| t.tensor_type.as_ref());
+        if tensor_type.and_then(|t| t.elem_type) != Some(onnx::data_type::FLOAT) {
+            return Err(invalid("the input is not a float tensor".into()));
+        }
+        let dims = tensor_type
+            .and_then(|t| t.shape.as_ref())
+            .map(|s| s.dim.as_slice())
+            .unwrap_or(&[]);
+        let width = match dims {
+            [_, w] => w
+                .dim_value
+                .and_then(|w| usize::try_from(w).ok())
+                .filter(|&w| w > 0),
+            _ => None,
+        }
+        .ok_or_else(|| invalid("the input is not of shape [N, width] with a fixed width".into()))?;
+        let input_slot = consts.len();
+        slots.insert(input.name.as_deref().unwrap_or(""), input_slot);
+        consts.push(None);
+
+        let mut steps = Vec::with_capacity(graph.node.len());
+        for node in &graph.node {
+            let op_type = node.op_type.clone().unwrap_or_default();
+            let domain = node.domain.as_deref().unwrap_or("");
+            let a = Attrs::of(node);
+            let what = |e: OpError| {
+                invalid(format!(
+                    "node {:?} ({op_type}): {}",
+                    node.name.as_deref().unwrap_or(""),
+                    e.0
+                ))
+            };
+            let kernel = match domain {
+                "" | "ai.onnx" => Op::standard(&op_type, &a, opset)
+                    .map_err(what)?
+                    .map(Kernel::Op),
+                "ai.onnx.ml" => match op_type.as_str() {
+                    "TreeEnsembleClassifier" => {
+                        Some(Kernel::Trees(TreeEnsemble::parse(&a, true).map_err(what)?))
+                    }
+                    "TreeEnsembleRegressor" => {
+                        Some(Kernel::Trees(TreeEnsemble::parse(&a, false).map_err(what)?))
+                    }
+                    _ => Op::ml(&op_type, &a).map_err(what)?.map(Kernel::Op),
+                },
+                _ => None,
+            };
+            let Some(kernel) = kernel else {
+                let op = if matches!(domain, "" | "ai.onnx" | "ai.onnx.ml") {
+                    op_type
+                } else {
+                    format!("{domain}:{op_type}")
+                };
+                return Err(ModelError::Unsupported { op, model });
+            };
+            let mut ins = Vec::with_capacity(node.input.len());
+            for i in &node.input {
+                ins.push(match i.as_str() {
+                    "" => None,
+                    i => Some(*slots.get(i).ok_or_else(|| {
+                        invalid(format!("node {op_type} reads {i:?} before it is computed (nodes must be in topological order)"))
+                    })?),
+                });
+            }
+            let produced = match &kernel {
+                Kernel::Op(op) => op.outputs(),
+                Kernel::Trees(t) => {
+                    if t.labels().is_some() {
+                        2
+                    } else {
+                        1
+                    }
+                }
+            };
+            if node.output.len() != produced {
+                return Err(invalid(format!(
+                    "node {op_type} has {} outputs, not {produced}",
+                    node.output.len()
+                )));
+            }
+            let mut outs = Vec::with_capacity(produced);
+            for o in &node.output {
+                if slots.insert(o.as_str(), consts.len()).is_some() {
+                    return Err(invalid(format!("value {o:?} is computed twice")));
+                }
+                outs.push(consts.len());
+                consts.push(None);
+            }
+            steps.push(Step {
+                op_type,
+                kernel,
+                inputs: ins,
+                outputs: outs,
+            });
+        }
+        let outputs = graph
+            .output
+            .iter()
+            .map(|o| {
+                let n = o.name.as_deref().unwrap_or("");
+                slots
+                    .get(n)
+                    .copied()
+                    .ok_or_else(|| invalid(format!("output {n:?} is not computed")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let mut m = Model {
+            name: model.clone(),
+            width,
+            kind: ModelKind::Regressor { targets: 1 },
+            steps,
+            consts,
+            input: input_slot,
+            outputs,
+        };
+        // Outputs: `label` (int) and `probabilities` for a classifier, one float tensor for a regressor.
+        let probe = m.eval(&vec![0.0; width], 1)?;
+        m.kind = match probe.as_slice() {
+            [l, p] if matches!(l.data, Data::I64(_)) && matches!(p.data, Data::F32(_)) => {
+                let classes = p.len();
+                let labels = m
+                    .class_labels()
+                    .unwrap_or_else(|| (0..classes as i64).collect());
+                if labels.len() != classes {
+                    return Err(invalid(format!(
+                        "{} class labels for {classes} probabilities",
+                        labels.len()
+                    )));
+                }
+                ModelKind::Classifier { labels }
+            }
+            [v] if matches!(v.data, Data::F32(_)) => ModelKind::Regressor { targets: v.len() },
+            _ => {
+                return Err(invalid(
+                    "outputs are neither (label, probabilities) nor one float tensor (export with zipmap=False)".into(),
+                ));
+            }
+        };
+        Ok(m)
+    }
+
+    /// The model's name, as given to [`Model::load`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Features per row (from the graph's input shape).
+    pub fn input_width(&self) -> usize {
+        self.width
+    }
+
+    /// What the model computes.
+    pub fn kind(&self) -> &ModelKind {
+        &self.kind
+    }
+
+    /// Evaluates `rows` (`n × input_width()` values, row-major) as one batch.
+    pub fn run(&self, rows: &[f32]) -> Result<Output, ModelError> {
+        if !rows.len().is_multiple_of(self.width) {
+            return Err(ModelError::InputWidth {
+                model: self.name.clone(),
+                len: rows.len(),
+                width: self.width,
+            });
+        }
+        let n = rows.len() / self.width;
+        let invalid = |what: &str| ModelError::Eval {
+            model: self.name.clone(),
+            op: "output".into(),
+            reason: what.into(),
+        };
+        if n == 0 {
+            return Ok(match &self.kind {
+                ModelKind::Classifier { labels } => Output::Classifier {
+                    labels: vec![],
+                    probabilities: vec![],
+                    classes: labels.len(),
+                },
+                ModelKind::Regressor { targets } => Output::Regressor {
+                    values: vec![],
+                    targets: *targets,
+                },
+            });
+        }
+        let mut out = self.eval(rows, n)?.into_iter();
+        match &self.kind {
+            ModelKind::Classifier { labels: classes } => {
+                let (Some(l), Some(p)) = (out.next(), out.next()) else {
+                    return Err(invalid("missing"));
+                };
+                match (l.data, p.data) {
+                    (Data::I64(labels), Data::F32(probabilities))
+                        if labels.len() == n && probabilities.len() == n * classes.len() =>
+                    {
+                        Ok(Output::Classifier {
+                            labels,
+                            probabilities,
+                            classes: classes.len(),
+                        })
+                    }
+                    _ => Err(invalid("labels or probabilities of an unexpected size")),
+                }
+            }
+            ModelKind::Regressor { targets } => match out.next().map(|v| v.data) {
+                Some(Data::F32(values)) if values.len() == n * targets => Ok(Output::Regressor {
+                    values,
+                    targets: *targets,
+                }),
+                _ => Err(invalid("values of an unexpected size")),
+            },
+        }
+    }
+
+    /// Runs the plan on `n` rows; returns the graph's outputs.
+    fn eval(&self, rows: &[f32], n: usize) -> Result<Vec<Tensor>, ModelError> {
+        let mut values: Vec<Option<Tensor>> = vec![None; self.consts.len()];
+        values[self.input] = Some(Tensor::f32(vec![n, self.width], rows.to_vec()));
+        for step in &self.steps {
+            let fail = |reason: String| ModelError::Eval {
+                model: self.name.clone(),
+                op: step.op_type.clone(),
+                reason,
+            };
+            let ins: Vec<Option<&Tensor>> = step
+                .inputs
+                .iter()
+                .map(|s| s.and_then(|s| self.consts[s].as_ref().or(values[s].as_ref())))
+                .collect();
+            if ins.len() != step.inputs.len() {
+                return Err(fail("an input is missing".into()));
+            }
+            let outs = match &step.kernel {
+                Kernel::Op(op) => op.eval(&ins),
+                Kernel::Trees(t) => match ins.first().copied().flatten() {
+                    Some(x) => t.eval(x),
+                    None => Err(OpError("input 0 is missing".into())),
+                },
+            }
+            .map_err(|e| fail(e.0))?;
+            if outs.len() != step.outputs.len() {
+                return Err(fail(format!(
+                    "{} outputs, not {}",
+                    outs.len(),
+                    step.outputs.len()
+                )));
+            }
+            for (slot, t) in step.outputs.iter().zip(outs) {
+                values[*slot] = Some(t);
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|&s| {
+                self.consts[s]
+                    .clone()
+                    .or_else(|| values[s].take())
+                    .ok_or_else(|| ModelError::Eval {
+                        model: self.name.clone(),
+                        op: "output".into(),
+                        reason: "an output was not computed".into(),
+                    })
+            })
+            .collect()
+    }
+
+    /// The class labels, traced from the label output back through `Identity`, `Cast` and
+    /// `Reshape` to the classifier node or the `ArrayFeatureExtractor` of a constant.
+    fn class_labels(&self) -> Option<Vec<i64>> {
+        let mut slot = *self.outputs.first()?;
+        for _ in 0..=self.steps.len() {
+            let step = self.steps.iter().find(|s| s.outputs.contains(&slot))?;
+            match &step.kernel {
+                Kernel::Trees(t) => return t.labels().map(<[i64]>::to_vec),
+                Kernel::Op(Op::LinearClassifier { labels, .. }) => return Some(labels.clone()),
+                Kernel::Op(Op::ArrayFeatureExtractor) => {
+                    return self.consts[(*step.inputs.first()?)?]
+                        .as_ref()?
+                        .ints()
+                        .ok()
+                        .map(<[i64]>::to_vec);
+                }
+                Kernel::Op(Op::Identity | Op::Cast(_) | Op::Reshape { .. }) => {
+                    slot = (*step.inputs.first()?)?
+                }
+                Kernel::Op(_) => return None,
+            }
+        }
+        None
+    }
+}
