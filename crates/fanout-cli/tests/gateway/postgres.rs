@@ -193,6 +193,39 @@ fn percent(s: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_larger_than_max_response_bytes_fail_the_call_and_the_pool_goes_on() {
+    let pg = cluster().await;
+    let yaml = r#"
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    max_response_bytes: 2000
+    postgres: { max_size: 1 }
+routes:
+  - path: /rows/{n}
+    flow:
+      s: { sql: { backend: db, mode: many, query: "SELECT g AS i, repeat('x', 100) AS pad FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '$s | length' }
+  - path: /wide
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT repeat('y', 100000) AS big" } }
+    respond: { body: '$s.big | length' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    assert_eq!(get(&format!("{base}/rows/5")).await.json(), json!(5));
+    // Many rows past the limit, and one column alone past it: refused before they are built.
+    for path in ["/rows/1000", "/wide"] {
+        let r = get(&format!("{base}{path}")).await;
+        assert_eq!(r.status, 502, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "bad_backend_answer", "{path}");
+    }
+    // The one connection was closed with its unread rows; the next call gets a fresh one.
+    assert_eq!(get(&format!("{base}/rows/3")).await.json(), json!(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_errors_become_answers_a_client_can_act_on() {
     let pg = cluster().await;
     psql(&pg, SCHEMA).await;

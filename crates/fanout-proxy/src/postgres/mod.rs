@@ -1099,14 +1099,14 @@ async fn execute(
         for (i, (c, name)) in cols.iter().zip(names.iter()).enumerate() {
             let raw: Raw<'_> = row.try_get(i)?;
             size = size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
+            if size > max_bytes {
+                return Err(ExecError::TooLarge);
+            }
             let v = types::to_val(c.type_(), raw.0, depth, &mut scratch)
                 .map_err(|p| ExecError::Column(format!("column `{}`: {p}", c.name())))?;
             obj.insert(name.clone(), v);
         }
         out.push(Val::obj(obj));
-        if size > max_bytes {
-            return Err(ExecError::TooLarge);
-        }
     }
     counters.rows.fetch_add(out.len() as u64, Ordering::Relaxed);
     let n = rows.rows_affected().unwrap_or(0);
