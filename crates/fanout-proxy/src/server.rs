@@ -34,6 +34,10 @@ use tokio::time::Instant;
 /// The gateway's error answers by code live with the other answers; named here for `Gateway`.
 pub(crate) use crate::answer::ErrorCounts;
 
+/// The gRPC deadline header (a name made once: looking a header up by `&str` parses the name
+/// on every request).
+static GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+
 /// Response body type of the server.
 pub use crate::body::Body;
 
@@ -207,7 +211,7 @@ impl Gateway {
                 })?;
             budget = budget.min(Duration::from_millis(ms));
         }
-        if let Some(v) = headers.get("grpc-timeout") {
+        if let Some(v) = headers.get(&GRPC_TIMEOUT) {
             let d = v
                 .to_str()
                 .ok()
