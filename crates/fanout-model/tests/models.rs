@@ -321,34 +321,6 @@ fn a_truncated_or_garbage_file_is_an_error_not_a_panic() {
     assert!(Model::load(&noise, "noise").is_err());
 }
 
-#[test]
-#[ignore = "timing print, not an assertion: cargo test -p fanout-model --release -- --ignored --nocapture"]
-fn timing() {
-    for name in MODELS {
-        let (model, reference) = load(name);
-        let (rows, width) = inputs(&reference);
-        let one = &rows[..width];
-        let batch = &rows[..32 * width];
-        let time = |input: &[f32]| {
-            let iters = 20_000;
-            let start = std::time::Instant::now();
-            for _ in 0..iters {
-                std::hint::black_box(model.run(std::hint::black_box(input)).unwrap());
-            }
-            start.elapsed().as_secs_f64() * 1e6 / f64::from(iters)
-        };
-        let started = std::time::Instant::now();
-        let bytes = std::fs::read(testdata(&format!("{name}.onnx"))).unwrap();
-        let _ = Model::load(&bytes, name).unwrap();
-        let load_us = started.elapsed().as_secs_f64() * 1e6;
-        println!(
-            "{name:>10}: 1 row {:>7.2} µs, 32 rows {:>8.2} µs, load {load_us:>8.0} µs",
-            time(one),
-            time(batch)
-        );
-    }
-}
-
 /// X[N,4] → TreeEnsembleRegressor with the given nodes `(id, feature, mode, true, false)` of
 /// tree 0, weight 1.0 on every leaf.
 fn tree_model(nodes: &[(i64, i64, &str, i64, i64)]) -> Vec<u8> {
