@@ -271,6 +271,7 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
     let kinds = step.http.is_some() as u8
         + step.grpc.is_some() as u8
         + step.sql.is_some() as u8
+        + step.model.is_some() as u8
         + step.value.is_some() as u8
         + step.fail.is_some() as u8;
     if kinds != 1 {
@@ -278,11 +279,11 @@ fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) 
             ConfigError::at(
                 name.pos,
                 format!(
-                    "step `{}` must have exactly one of `http`, `grpc`, `sql`, `value` or `fail` (has {kinds})",
+                    "step `{}` must have exactly one of `http`, `grpc`, `sql`, `model`, `value` or `fail` (has {kinds})",
                     name.value
                 ),
             )
-            .hint("a step calls a backend (`http:`, `grpc:` or `sql:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
+            .hint("a step calls a backend (`http:`, `grpc:` or `sql:`), runs a model (`model:`), computes a value (`value:`) or ends the request with a client answer (`fail:`)"),
         );
     }
     if let Some(f) = &step.fail {

@@ -16,6 +16,7 @@ mod error;
 mod hints;
 mod load;
 mod located;
+mod models;
 mod postgres;
 mod protos;
 mod redis;
@@ -45,6 +46,7 @@ pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
     read_limited, schema,
 };
+pub use models::{ModelBatch, ModelBatchOverride, ModelCall, ModelsConfig};
 pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
@@ -91,6 +93,9 @@ pub struct Config {
     /// A Redis shared by the gateway's instances: the second level of the answer caches of the
     /// backends with `cache: {l2: true}`. Default: none (caches are in memory only).
     pub redis: Option<RedisConfig>,
+    /// The ONNX models `model` steps run (docs/models.md). Default: none.
+    #[serde(default)]
+    pub models: ModelsConfig,
     /// Routes: each matches a method and path and runs a flow.
     pub routes: Vec<Route>,
     /// Traces (OpenTelemetry over OTLP) and the JSON access log; both off by default.

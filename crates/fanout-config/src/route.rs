@@ -110,6 +110,8 @@ pub struct Step {
     pub grpc: Option<GrpcCall>,
     /// Run one SQL statement on a `protocol: postgres` backend (docs/postgres.md).
     pub sql: Option<crate::SqlCall>,
+    /// Run an ONNX model of `models.dir` on features computed from the flow (docs/models.md).
+    pub model: Option<crate::ModelCall>,
     /// Compute a value from other steps without any call.
     pub value: Option<ExprSrc>,
     /// Evaluate this step's `value`/`result` on the compute pool (for large transforms), so the

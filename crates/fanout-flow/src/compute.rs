@@ -157,6 +157,43 @@ impl ComputePool {
         done_rx.await.map_err(|_| ComputeError::Stopped)
     }
 
+    /// Queue `f` on the pool without waiting for it (run inline if the pool is not started).
+    /// Refused when the queue is full; `f` then never runs.
+    pub fn spawn<F>(&self, f: F) -> Result<(), ComputeError>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let Some(tx) = self.tx.get() else {
+            f();
+            return Ok(());
+        };
+        let (queued, done, running) =
+            (self.queued.clone(), self.done.clone(), self.running.clone());
+        let run_time = self.run_time.clone();
+        queued.fetch_add(1, Relaxed);
+        let job: Job = Box::new(move || {
+            queued.fetch_sub(1, Relaxed);
+            running.fetch_add(1, Relaxed);
+            let t = std::time::Instant::now();
+            f();
+            run_time.record_duration(t.elapsed());
+            running.fetch_sub(1, Relaxed);
+            done.fetch_add(1, Relaxed);
+        });
+        match tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.queued.fetch_sub(1, Relaxed);
+                self.refused.fetch_add(1, Relaxed);
+                Err(ComputeError::QueueFull(self.queue))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(1, Relaxed);
+                Err(ComputeError::Stopped)
+            }
+        }
+    }
+
     /// Jobs waiting in the queue now.
     pub fn queued(&self) -> usize {
         self.queued.load(Relaxed)

@@ -21,6 +21,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) sql_stats: std::collections::HashMap<String, Arc<crate::sqlstats::SqlStats>>,
     /// `METHOD PATH` of the route being compiled (the start of its steps' keys).
     pub(crate) route_key: String,
+    /// The models of `models.dir`, by name.
+    pub(crate) models: std::collections::HashMap<String, Arc<crate::models::ModelSlot>>,
 }
 
 impl Ctx<'_> {

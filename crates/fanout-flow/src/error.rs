@@ -63,14 +63,19 @@ pub enum ErrorKind {
     /// The database's connection pool is exhausted: every connection busy and its waiters full,
     /// or none free in the time allowed (503 `pool_exhausted`).
     PoolExhausted,
-    /// A statement parameter built from the request does not fit its type (400 `bad_parameter`).
+    /// A statement parameter or a model feature built from the request does not fit its type
+    /// (400 `bad_parameter`).
     BadParameter,
+    /// A model's queue of waiting rows is full (503 `model_queue_full`, `model` steps).
+    ModelQueueFull,
+    /// A model failed to evaluate its input (500 `model_failed`).
+    ModelFailed,
 }
 
 impl ErrorKind {
     /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
     /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 21] = [
+    pub const ALL: [ErrorKind; 23] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -95,6 +100,8 @@ impl ErrorKind {
         ErrorKind::DatabaseUnavailable,
         ErrorKind::PoolExhausted,
         ErrorKind::BadParameter,
+        ErrorKind::ModelQueueFull,
+        ErrorKind::ModelFailed,
     ];
 
     /// HTTP status code for the client.
@@ -112,13 +119,17 @@ impl ErrorKind {
             ErrorKind::Rejected
             | ErrorKind::Overloaded
             | ErrorKind::DatabaseUnavailable
-            | ErrorKind::PoolExhausted => 503,
+            | ErrorKind::PoolExhausted
+            | ErrorKind::ModelQueueFull => 503,
             ErrorKind::Database { status } => match status {
                 409 | 422 | 503 => status,
                 _ => 502,
             },
             ErrorKind::BadParameter => 400,
-            ErrorKind::Expression | ErrorKind::ExpressionLimit | ErrorKind::InvalidCall => 500,
+            ErrorKind::Expression
+            | ErrorKind::ExpressionLimit
+            | ErrorKind::InvalidCall
+            | ErrorKind::ModelFailed => 500,
             ErrorKind::KeyNotFound | ErrorKind::NotFound => 404,
             ErrorKind::Answered => 400,
         }
@@ -147,6 +158,8 @@ impl ErrorKind {
             ErrorKind::DatabaseUnavailable => "database_unavailable",
             ErrorKind::PoolExhausted => "pool_exhausted",
             ErrorKind::BadParameter => "bad_parameter",
+            ErrorKind::ModelQueueFull => "model_queue_full",
+            ErrorKind::ModelFailed => "model_failed",
         }
     }
 }
@@ -347,7 +360,9 @@ mod tests {
             | ErrorKind::Database { .. }
             | ErrorKind::DatabaseUnavailable
             | ErrorKind::PoolExhausted
-            | ErrorKind::BadParameter => true,
+            | ErrorKind::BadParameter
+            | ErrorKind::ModelQueueFull
+            | ErrorKind::ModelFailed => true,
         });
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
         assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");

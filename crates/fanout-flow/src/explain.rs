@@ -303,7 +303,7 @@ fn timeout_of(
 ) -> Option<Timeout> {
     let backend_timeout = |b: &str| cfg.backends.get(b).and_then(|b| b.timeout);
     let (value, from) = match work {
-        StepWork::Value | StepWork::Fail { .. } => return None,
+        StepWork::Value | StepWork::Fail { .. } | StepWork::Model { .. } => return None,
         StepWork::Keyed {
             backend, timeout, ..
         } => match backend_timeout(backend) {
@@ -357,7 +357,7 @@ fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
         } => (backend, *idempotent, *read_only),
         // Batch lookups are idempotent; values are cached per key whatever the method.
         StepWork::Keyed { backend, .. } => (backend, true, true),
-        StepWork::Value | StepWork::Fail { .. } => return None,
+        StepWork::Value | StepWork::Fail { .. } | StepWork::Model { .. } => return None,
     };
     let b = cfg.backends.get(name)?;
     let resilient = b.retry.is_some() || b.hedge.is_some();

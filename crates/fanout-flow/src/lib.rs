@@ -24,6 +24,7 @@ pub mod hedge;
 pub mod hist;
 pub mod isolation;
 pub mod l2;
+pub mod models;
 pub mod observe;
 pub mod outcome;
 pub mod plan;

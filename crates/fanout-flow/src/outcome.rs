@@ -199,13 +199,14 @@ impl CallClass {
                 _ => CallClass::Status5xx,
             },
             ErrorKind::DatabaseUnavailable => CallClass::Refused,
-            ErrorKind::PoolExhausted => CallClass::RejectedPool,
+            ErrorKind::PoolExhausted | ErrorKind::ModelQueueFull => CallClass::RejectedPool,
             ErrorKind::InvalidCall => CallClass::InvalidCall,
             ErrorKind::Rejected
             | ErrorKind::KeyNotFound
             | ErrorKind::Expression
             | ErrorKind::ExpressionLimit
             | ErrorKind::Overloaded
+            | ErrorKind::ModelFailed
             | ErrorKind::Answered => CallClass::Other,
         }
     }

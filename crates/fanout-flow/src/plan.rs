@@ -38,6 +38,8 @@ pub struct Plan {
     pub compute: Arc<ComputePool>,
     /// The `.proto` files the plan was compiled with (gRPC routes, steps, server reflection).
     pub protos: Arc<fanout_grpc::ProtoSet>,
+    /// The models of `models.dir` (watched by the server: [`crate::models::ModelSet::watch`]).
+    pub models: Arc<crate::models::ModelSet>,
 }
 
 /// What a gRPC route (`grpc:`) serves: the method, its request and answer types.
@@ -203,6 +205,9 @@ pub struct Carry {
     /// What the `sql` steps of the previous plan received, by [`RoutePlan::step_key`]: a step
     /// kept by the new config counts on (its metric series continue).
     pub sql_stats: HashMap<String, Arc<crate::sqlstats::SqlStats>>,
+    /// The models of `models.dir`, opened by the caller ([`crate::models::ModelSet::open`]);
+    /// none: no models.
+    pub models: Option<Arc<crate::models::ModelSet>>,
 }
 
 /// Compile a config against the given backends (name → implementation). Reports every error it
@@ -232,7 +237,13 @@ pub fn compile_with(
         request_use: Default::default(),
         sql_stats: carry.sql_stats,
         route_key: String::new(),
+        models: carry
+            .models
+            .as_deref()
+            .map(crate::models::slots)
+            .unwrap_or_default(),
     };
+    let models = carry.models.unwrap_or_default();
     let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
         Ok(h) => h,
         Err(_) => {
@@ -276,6 +287,7 @@ pub fn compile_with(
             reference,
             compute: cx.compute.clone(),
             protos: cx.protos.clone(),
+            models,
         })
     } else {
         Err(ConfigErrors(

@@ -186,7 +186,7 @@ impl Code {
             }
             (_, "message_too_large") => Code::ResourceExhausted,
             (_, "bad_header") => Code::InvalidArgument,
-            (503, "overloaded" | "pool_exhausted") => Code::ResourceExhausted,
+            (503, "overloaded" | "pool_exhausted" | "model_queue_full") => Code::ResourceExhausted,
             (400 | 422, _) => Code::InvalidArgument,
             (401, _) => Code::Unauthenticated,
             (403, _) => Code::PermissionDenied,

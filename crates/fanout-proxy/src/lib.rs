@@ -109,6 +109,8 @@ pub struct Live {
     /// The `sql` steps: (backend, step, [`RoutePlan::step_key`], what it received), in config
     /// order.
     sql_steps: Vec<SqlStep>,
+    /// The models of `models.dir` (kept by reloads that do not change `models:`).
+    models: Arc<fanout_flow::models::ModelSet>,
 }
 
 /// A `sql` step's counters, with its names (see [`Live`]).
@@ -208,6 +210,10 @@ impl Gateway {
             .start()
             .map_err(|e| format!("starting the compute pool: {e}"))?;
         self.telemetry.start()?;
+        self.live()
+            .models
+            .watch()
+            .map_err(|e| format!("starting the models.dir watcher: {e}"))?;
         check_databases(&self.live())
             .await
             .map_err(|e| e.to_string())?;
@@ -276,8 +282,15 @@ impl Gateway {
             .iter()
             .map(|(n, r)| (n.clone(), r.status_json()))
             .collect();
+        let models: serde_json::Map<String, serde_json::Value> = live
+            .models
+            .status()
+            .into_iter()
+            .map(|m| (m.name.to_string(), model_json(&m, now)))
+            .collect();
         serde_json::json!({
             "reference": reference,
+            "models": models,
             "caches": caches,
             "backends": backends,
             "runtime": runtime,
@@ -290,6 +303,38 @@ impl Gateway {
             "telemetry": self.telemetry.status_json(),
         })
     }
+}
+
+/// One model in `/__fanout/status`: its version, loads and inference counters.
+fn model_json(
+    m: &fanout_flow::models::ModelStatus,
+    now: std::time::SystemTime,
+) -> serde_json::Value {
+    let (version, age, width, kind) = match &m.version {
+        Some((hash, at, width, kind)) => (
+            Some(hash.clone()),
+            now.duration_since(*at).ok().map(|d| d.as_secs_f64()),
+            Some(*width),
+            Some(*kind),
+        ),
+        None => (None, None, None, None),
+    };
+    serde_json::json!({
+        "version": version,
+        "age_s": age,
+        "input_width": width,
+        "kind": kind,
+        "loads": m.loads,
+        "load_failures": m.load_failures,
+        "last_error": m.last_error,
+        "rows": m.rows,
+        "batches": m.batches,
+        "mean_batch": if m.batches > 0 { m.rows as f64 / m.batches as f64 } else { 0.0 },
+        "pending": m.pending,
+        "refused_queue_full": m.refused,
+        "expired": m.expired,
+        "failed": m.failed,
+    })
 }
 
 /// Load a reference set (a required dataset that fails to load is an error naming it), then

@@ -117,9 +117,21 @@ pub(crate) fn build_live(
     crate::telemetry::Telemetry::new(&cfg)?;
     let (services, stacks, l2) = build_stacks(&cfg, prev, &mut report)?;
     let protos = crate::grpc::load_protos(&cfg)?;
+    let models = match prev {
+        // The same `models:` keeps the set: its versions, queues, counters and watcher.
+        Some(p) if p.config.models == cfg.models && p.config.file == cfg.file => p.models.clone(),
+        _ => Arc::new(
+            fanout_flow::models::ModelSet::open(
+                &cfg.models,
+                fanout_config::config_dir(&cfg.file).as_deref(),
+            )
+            .map_err(|e| ConfigErrors(vec![e.in_file(&cfg.file)]))?,
+        ),
+    };
     let mut carry = Carry {
         compute,
         protos,
+        models: Some(models),
         ..Carry::default()
     };
     if let Some(prev) = prev {
@@ -192,6 +204,7 @@ pub(crate) fn build_live(
         grpc,
         grpc_services,
         sql_steps,
+        models: plan.models.clone(),
     };
     Ok(Built {
         live,
@@ -346,6 +359,9 @@ impl Gateway {
         report.needs_restart = needs_restart;
         let live = Arc::new(built.live);
         self.live.store(live.clone());
+        if let Err(e) = live.models.watch() {
+            tracing::error!(error = %e, "models.dir: the watcher thread did not start; replaced files are not picked up");
+        }
         // The series of routes and steps the new config does not have leave `/metrics`.
         self.retain_route_series(&live);
         self.reloads.succeeded();

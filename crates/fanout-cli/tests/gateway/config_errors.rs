@@ -68,7 +68,7 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "step with two kinds",
         "backends:\n  b: { url: 'http://127.0.0.1:1' }\nroutes:\n  - path: /a\n    flow:\n      s:\n        value: '1'\n        http: { backend: b, path: '\"/\"' }\n    respond: { body: '$s' }\n",
         "6:7",
-        "exactly one of `http`, `grpc`, `sql`, `value` or `fail`",
+        "exactly one of `http`, `grpc`, `sql`, `model`, `value` or `fail`",
     ),
     (
         "missing environment variable",

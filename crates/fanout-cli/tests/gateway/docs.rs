@@ -1,6 +1,7 @@
 //! Every complete YAML example in the docs loads: blocks with a top-level `routes:` as gateway
 //! configs, blocks with a top-level `services:` as stub configs. Fragments are not checked.
-//! Examples with `protos: {include: [protos]}` load the grpc-gateway example's `.proto` files.
+//! Examples with `protos: {include: [protos]}` load the grpc-gateway example's `.proto` files,
+//! those with `models: {dir: ./models}` the antispam example's models.
 
 use std::path::Path;
 
@@ -38,10 +39,13 @@ fn doc_examples_load() {
         let protos = root.join("examples/grpc-gateway/protos");
         for (line, block) in yaml_blocks(&text) {
             let at = format!("{name}:{line}");
-            let block = block.replace(
-                "include: [protos]",
-                &format!("include: [\"{}\"]", protos.display()),
-            );
+            let models = root.join("examples/antispam/models");
+            let block = block
+                .replace(
+                    "include: [protos]",
+                    &format!("include: [\"{}\"]", protos.display()),
+                )
+                .replace("dir: ./models", &format!("dir: \"{}\"", models.display()));
             if block.lines().any(|l| l.starts_with("routes:")) {
                 fanout::load_gateway(&at, &block, &no_env).unwrap_or_else(|e| panic!("{at}:\n{e}"));
                 checked += 1;

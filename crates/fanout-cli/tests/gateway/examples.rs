@@ -28,13 +28,20 @@ async fn examples_answer_as_documented() {
         for f in ["fanout.yaml", "stubs.yaml", "cases.yaml", "README.md"] {
             assert!(dir.join(f).exists(), "{name}: missing {f}");
         }
-        // Configs are loaded as text: their `.proto` include directory is made absolute.
+        // Configs are loaded as text: their `.proto` include and models directories are made
+        // absolute.
         let protos = dir.join("protos");
         let read = |f: &str| {
-            std::fs::read_to_string(dir.join(f)).unwrap().replace(
-                "include: [protos]",
-                &format!("include: [\"{}\"]", protos.display()),
-            )
+            std::fs::read_to_string(dir.join(f))
+                .unwrap()
+                .replace(
+                    "include: [protos]",
+                    &format!("include: [\"{}\"]", protos.display()),
+                )
+                .replace(
+                    "dir: models",
+                    &format!("dir: \"{}\"", dir.join("models").display()),
+                )
         };
         let stubs = stubs(&read("stubs.yaml")).await;
         let config = read("fanout.yaml");

@@ -39,6 +39,7 @@ mod grpc_keepalive;
 mod hostile_config;
 mod isolation;
 mod metrics;
+mod models;
 mod numbers;
 mod outlier;
 mod postgres;

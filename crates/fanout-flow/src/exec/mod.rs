@@ -339,6 +339,19 @@ impl RoutePlan {
                     (i, out, false)
                 }))
             }
+            Prepared::Task(work, items) => {
+                let env = needs_env(step).then(|| snapshot(env, step));
+                Started::Pending(Box::pin(async move {
+                    let out = match observed(step, obs, work).await {
+                        Ok(values) => {
+                            crate::activity::enter(i);
+                            self.task_values(step, values, items, env.as_ref()).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    (i, out, false)
+                }))
+            }
             Prepared::Calls(mut reqs) => {
                 for (req, _, _) in &mut reqs {
                     req.trace = obs.call_trace(step);
@@ -350,6 +363,26 @@ impl RoutePlan {
                 }))
             }
         }
+    }
+
+    /// The values of a [`Prepared::Task`] through the step's `result`: one value, or one per
+    /// `for_each` element (an array).
+    async fn task_values(
+        &self,
+        step: &StepPlan,
+        values: Vec<Val>,
+        items: Option<Arc<Vec<Val>>>,
+        env: Option<&Env>,
+    ) -> Result<Val, FlowError> {
+        let Some(items) = items else {
+            let v = values.into_iter().next().unwrap_or(Val::Null);
+            return map_result_on(self, step, env, v, None).await;
+        };
+        let mut out = Vec::with_capacity(values.len());
+        for (k, (v, item)) in values.into_iter().zip(items.iter()).enumerate() {
+            out.push(map_result_on(self, step, env, v, Some((item, k))).await?);
+        }
+        Ok(Val::Arr(out.into()))
     }
 
     /// A `for_each` step's calls, at most `concurrency` at a time, values in input order. A 404

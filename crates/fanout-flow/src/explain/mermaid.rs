@@ -103,6 +103,9 @@ fn label(s: &StepExplain) -> String {
         StepWork::Keyed {
             backend, max_keys, ..
         } => format!("keyed {backend} · batch ≤ {max_keys}"),
+        StepWork::Model {
+            model, kind, width, ..
+        } => format!("model {model} · {kind} · {width} features"),
         StepWork::Value => "value".to_string(),
         StepWork::Fail { status, code } => format!("fail {status} {code}"),
     };

@@ -122,6 +122,14 @@ fn kind(s: &StepExplain) -> String {
             k.push(')');
             k
         }
+        StepWork::Model {
+            model,
+            kind,
+            width,
+            version,
+        } => format!(
+            "model {model} ({kind}, {width} features, version {version}) on the compute pool, batched with other requests' rows"
+        ),
         StepWork::Value => "value (no I/O)".to_string(),
         StepWork::Fail { status, code } => {
             format!("fail {status} `{code}` (a guard: starts before the other steps of its round)")
@@ -132,6 +140,7 @@ fn kind(s: &StepExplain) -> String {
             let _ = write!(k, ", one call per for_each element, ≤ {c} in flight");
         }
         (StepWork::Keyed { .. }, Some(_)) => k.push_str(", one key per for_each element"),
+        (StepWork::Model { .. }, Some(_)) => k.push_str(", one row per for_each element"),
         (_, Some(_)) => k.push_str(", per for_each element"),
         _ => {}
     }

@@ -12,6 +12,7 @@
 //! | lookup    | `keyed`    | `http: {key}`           | keys, merged per round into batch calls |
 //! | gRPC call | `grpc`     | `grpc: {method, …}`     | builds messages, performs unary calls  |
 //! | SQL       | `sql`      | `sql: {query, params}`  | binds parameters, runs one statement   |
+//! | model     | `model`    | `model: {name, features}` | builds rows, queues them on the model |
 //! | value     | `value`    | `value:`                | computes a value, no I/O               |
 //! | fail      | `fail`     | `fail:`                 | ends the request with a client answer  |
 
@@ -20,6 +21,7 @@ mod grpc;
 mod grpc_fields;
 mod http;
 mod keyed;
+mod model;
 mod sql;
 mod value;
 
@@ -47,6 +49,7 @@ const KINDS: &[Compile] = &[
     http::compile,
     grpc::compile,
     sql::compile,
+    model::compile,
     fail::compile,
     value::compile,
 ];
@@ -126,6 +129,12 @@ pub(crate) enum Prepared {
     Calls(Vec<(CallRequest, Val, usize)>),
     /// Keyed lookups (key, `for_each` element), merged with the round's others per batch form.
     Keys(Arc<BatchPlan>, Vec<(String, Val)>),
+    /// Work done elsewhere (a model's batch on the compute pool): one value per `for_each`
+    /// element (the elements given), or one value.
+    Task(
+        BoxFuture<'static, Result<Vec<Val>, FlowError>>,
+        Option<Arc<Vec<Val>>>,
+    ),
 }
 
 /// The `prepare` of a kind that makes one call per step, or one per `for_each` element
@@ -198,6 +207,18 @@ pub enum StepWork {
         read_only: bool,
         /// Whether it may be retried.
         idempotent: bool,
+    },
+    /// An inference of an ONNX model (`model:`) on the compute pool, batched with other
+    /// requests' rows; one row per element with `for_each`.
+    Model {
+        /// The model's name.
+        model: String,
+        /// `classifier` or `regressor` (empty when no version is loaded).
+        kind: String,
+        /// Features per row.
+        width: usize,
+        /// The version serving (its hash).
+        version: String,
     },
     /// A value computed from the request and other steps (`value:`); no I/O.
     Value,

@@ -1,0 +1,397 @@
+//! Model steps (M1): the committed models answer through a real gateway as onnxruntime does;
+//! a step naming a missing model or the wrong number of features is a config error at its line;
+//! a replaced file is swapped in, and a broken, half-written or incompatible one never replaces
+//! the version serving; a full queue answers 503 `model_queue_full`.
+
+use crate::support::gateway_with;
+use fanout_testkit::*;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Every committed model (crates/fanout-model/testdata).
+const MODELS: &[&str] = &[
+    "logreg",
+    "logreg_bin",
+    "mlp",
+    "gbdt_clf",
+    "gbdt_bin",
+    "rf_clf",
+    "gbdt_reg",
+    "rf_reg",
+    "linreg",
+    "trees_avg2",
+    "trees_max",
+    "trees_bin_clf",
+    "dense_ops",
+];
+
+fn testdata(file: &str) -> PathBuf {
+    repo_root().join("crates/fanout-model/testdata").join(file)
+}
+
+fn reference(name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(testdata(&format!("{name}.ref.json"))).unwrap()).unwrap()
+}
+
+fn copy_model(from: &str, dir: &Path, to: &str) {
+    std::fs::copy(
+        testdata(&format!("{from}.onnx")),
+        dir.join(format!("{to}.onnx")),
+    )
+    .unwrap();
+}
+
+/// Replace `dir/NAME.onnx` the documented way: write a hidden temporary file, rename it over.
+fn replace_model(dir: &Path, name: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!(".{name}.onnx.tmp"));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, dir.join(format!("{name}.onnx"))).unwrap();
+}
+
+/// Whether `got` (a step's values, one per row) is the reference's outputs to 1e-5 (relative
+/// above 1).
+fn check(name: &str, reference: &Value, got: &[Value]) {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1.0);
+    let rows = reference["inputs"].as_array().unwrap().len();
+    assert_eq!(got.len(), rows, "{name}: one value per row");
+    for (r, g) in got.iter().enumerate() {
+        if let Some(labels) = reference.get("labels") {
+            assert_eq!(g["label"], labels[r], "{name} row {r}: label");
+            let classes = reference["classes"].as_array().unwrap();
+            for (c, class) in classes.iter().enumerate() {
+                let want = reference["probabilities"][r][c].as_f64().unwrap();
+                let have = g["probabilities"][class.to_string()].as_f64().unwrap();
+                assert!(
+                    close(have, want),
+                    "{name} row {r} class {class}: {have} vs {want}"
+                );
+            }
+        } else {
+            let want: Vec<f64> = reference["values"][r]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            let have: Vec<f64> = match want.len() {
+                1 => vec![g["value"].as_f64().unwrap()],
+                _ => g["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect(),
+            };
+            assert_eq!(have.len(), want.len(), "{name} row {r}: targets");
+            for (h, w) in have.iter().zip(&want) {
+                assert!(close(*h, *w), "{name} row {r}: {h} vs {w}");
+            }
+        }
+    }
+}
+
+async fn no_stubs() -> fanout_stub::StubServer {
+    // No backend is called; a gateway is started beside a stub like every other.
+    stubs("services:\n  unused:\n    listen: \"${UNUSED_ADDR}\"\n    routes: [{path: /, body: '1'}]\n").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_committed_model_answers_like_onnxruntime_through_the_gateway() {
+    let dir = TempDir::new("models-all");
+    let mut routes = String::new();
+    for name in MODELS {
+        copy_model(name, dir.path(), name);
+        let width = reference(name)["inputs"][0].as_array().unwrap().len();
+        let features: Vec<String> = (0..width)
+            .map(|i| format!("'$request.body.row[{i}]'"))
+            .collect();
+        // Every row in one request (`for_each`: one batch), and one row by `features`.
+        routes.push_str(&format!(
+            r#"
+  - path: /rows/{name}
+    method: POST
+    flow:
+      scores:
+        for_each: '$request.body.rows'
+        model: {{ name: {name}, input: '$item' }}
+    respond: {{ body: '$scores' }}
+  - path: /row/{name}
+    method: POST
+    flow:
+      score:
+        model: {{ name: {name}, features: [{}] }}
+    respond: {{ body: '$score' }}
+"#,
+            features.join(", ")
+        ));
+    }
+    let yaml = format!("models:\n  dir: ${{MODELS_DIR}}\nroutes:{routes}");
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        &yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    for name in MODELS {
+        let r = reference(name);
+        let rows = &r["inputs"];
+        let all = post(
+            &format!("http://{}/rows/{name}", gw.addr),
+            &json!({ "rows": rows }).to_string(),
+        )
+        .await;
+        assert_eq!(all.status, 200, "{name}: {}", all.text());
+        check(name, &r, all.json().as_array().unwrap());
+        // One row at a time: the same values.
+        let mut one = Vec::new();
+        for row in rows.as_array().unwrap().iter().take(3) {
+            let a = post(
+                &format!("http://{}/row/{name}", gw.addr),
+                &json!({ "row": row }).to_string(),
+            )
+            .await;
+            assert_eq!(a.status, 200, "{name}: {}", a.text());
+            one.push(a.json());
+        }
+        let mut first3 = r.clone();
+        for key in ["inputs", "labels", "probabilities", "values"] {
+            if let Some(list) = first3.get_mut(key).and_then(Value::as_array_mut) {
+                list.truncate(3);
+            }
+        }
+        check(name, &first3, &one);
+    }
+    // The status endpoint shows each model's version, and the batches run.
+    let status = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json();
+    for name in MODELS {
+        let m = &status["models"][name];
+        assert_eq!(m["version"].as_str().map(str::len), Some(16), "{name}: {m}");
+        assert_eq!(m["loads"], 1, "{name}");
+        assert!(m["rows"].as_u64().unwrap() >= 35, "{name}: {m}");
+        assert!(
+            m["batches"].as_u64().unwrap() < m["rows"].as_u64().unwrap(),
+            "{name}: the rows of one request share evaluations: {m}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_a_wrong_feature_is_answered_400_naming_it() {
+    let dir = TempDir::new("models-bad-input");
+    copy_model("dense_ops", dir.path(), "d");
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}" }
+routes:
+  - path: /by-row
+    method: POST
+    flow:
+      s: { model: { name: d, input: '$request.body.row' } }
+    respond: { body: '$s' }
+  - path: /by-features
+    method: POST
+    flow:
+      s: { model: { name: d, features: ['$request.body.a', '$request.body.b', 1, true] } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let url = |p: &str| format!("http://{}{p}", gw.addr);
+    let ok = post(&url("/by-features"), r#"{"a": 1.5, "b": null}"#).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.json()["values"].as_array().map(Vec::len), Some(3));
+    let short = post(&url("/by-row"), r#"{"row": [1, 2, 3]}"#).await;
+    assert_eq!(short.status, 400, "{}", short.text());
+    assert_eq!(short.code(), "bad_parameter");
+    assert!(short.text().contains("takes 4"), "{}", short.text());
+    let text = post(&url("/by-features"), r#"{"a": "x", "b": 1}"#).await;
+    assert_eq!(text.status, 400, "{}", text.text());
+    assert!(text.text().contains("feature 1"), "{}", text.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_naming_a_missing_model_or_giving_the_wrong_width_is_a_config_error_at_its_line() {
+    let dir = TempDir::new("models-config");
+    copy_model("logreg", dir.path(), "logreg");
+    std::fs::write(dir.path().join("broken.onnx"), b"not a model").unwrap();
+    let yaml = r#"models:
+  dir: ${MODELS_DIR}
+routes:
+  - path: /a
+    flow:
+      a: { model: { name: logreq, input: '[1]' } }
+      b: { model: { name: logreg, features: ['1', '2'] } }
+      c: { model: { name: broken, input: '[1]' } }
+    respond: { body: '[$a, $b, $c]' }
+"#;
+    let vars = [("MODELS_DIR", dir.path().display().to_string())];
+    let lookup = |n: &str| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+    let err = match fanout::load_gateway("fanout.yaml", yaml, &lookup) {
+        Ok(_) => panic!("the config loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("fanout.yaml:6:"), "{err}");
+    assert!(err.contains("no model `logreq`"), "{err}");
+    assert!(err.contains("did you mean `logreg`"), "{err}");
+    assert!(err.contains("fanout.yaml:7:"), "{err}");
+    assert!(err.contains("takes 20 features; the step gives 2"), "{err}");
+    assert!(err.contains("fanout.yaml:8:"), "{err}");
+    assert!(err.contains("model `broken` did not load"), "{err}");
+}
+
+/// The model's version hash in the status endpoint.
+async fn version(status_url: &str) -> (String, u64, Option<String>) {
+    let s = get(status_url).await.json();
+    let m = &s["models"]["m"];
+    (
+        m["version"].as_str().unwrap_or_default().to_string(),
+        m["load_failures"].as_u64().unwrap_or(0),
+        m["last_error"].as_str().map(str::to_string),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_file_is_swapped_in_and_a_broken_or_incompatible_one_never_replaces_it() {
+    let dir = TempDir::new("models-swap");
+    copy_model("logreg_bin", dir.path(), "m");
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}", poll: 20ms, settle: 40ms }
+routes:
+  - path: /score
+    method: POST
+    flow:
+      s: { model: { name: m, input: '$request.body.row' } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let (url, status_url) = (
+        format!("http://{}/score", gw.addr),
+        format!("http://{}/__fanout/status", gw.addr),
+    );
+    let row = |name: &str| reference(name)["inputs"][0].clone();
+    let prob = |name: &str| reference(name)["probabilities"][0][1].as_f64().unwrap();
+    let score = |body: Value| {
+        let url = url.clone();
+        async move {
+            let a = post(&url, &json!({ "row": body }).to_string()).await;
+            assert_eq!(a.status, 200, "{}", a.text());
+            a.json()["probabilities"]["1"].as_f64().unwrap()
+        }
+    };
+    let (v1, _, _) = version(&status_url).await;
+    assert!((score(row("logreg_bin")).await - prob("logreg_bin")).abs() < 1e-5);
+
+    // A new version, written then renamed: picked up, and answers as the new model.
+    let gbdt = std::fs::read(testdata("gbdt_bin.onnx")).unwrap();
+    replace_model(dir.path(), "m", &gbdt);
+    let v2 = wait_for_async("the new version", Duration::from_secs(20), || {
+        let (status_url, v1) = (status_url.clone(), v1.clone());
+        async move {
+            let (v, _, _) = version(&status_url).await;
+            (v != v1).then_some(v)
+        }
+    })
+    .await;
+    assert!((score(row("gbdt_bin")).await - prob("gbdt_bin")).abs() < 1e-5);
+
+    // Half-written (a truncated copy of another model), not a model, incompatible (a
+    // regressor; another width): each is refused and the version serving goes on.
+    let mlp = std::fs::read(testdata("mlp.onnx")).unwrap();
+    let trees = std::fs::read(testdata("trees_bin_clf.onnx")).unwrap();
+    let linreg = std::fs::read(testdata("linreg.onnx")).unwrap();
+    let bad: [(&str, &[u8], &str); 4] = [
+        ("half-written", &mlp[..mlp.len() / 2], ""),
+        (
+            "garbage",
+            b"\x0a\xff\xff\xff\xff\x0f",
+            "not a valid ONNX file",
+        ),
+        ("another width", &trees, "takes 6 features"),
+        ("a regressor", &linreg, "refused"),
+    ];
+    for (i, (what, bytes, error)) in bad.into_iter().enumerate() {
+        replace_model(dir.path(), "m", bytes);
+        let (v, _, err) = wait_for_async(what, Duration::from_secs(20), || {
+            let status_url = status_url.clone();
+            async move {
+                let got = version(&status_url).await;
+                (got.1 > i as u64).then_some(got)
+            }
+        })
+        .await;
+        assert_eq!(v, v2, "{what}: the version serving stays");
+        assert!(
+            err.as_deref().unwrap_or_default().contains(error),
+            "{what}: {err:?}"
+        );
+        assert!(
+            (score(row("gbdt_bin")).await - prob("gbdt_bin")).abs() < 1e-5,
+            "{what}: still answers as the version serving"
+        );
+    }
+
+    // A good file again: swapped in, the error cleared.
+    replace_model(
+        dir.path(),
+        "m",
+        &std::fs::read(testdata("logreg_bin.onnx")).unwrap(),
+    );
+    wait_for_async("the good file again", Duration::from_secs(20), || {
+        let (status_url, v1) = (status_url.clone(), v1.clone());
+        async move {
+            let (v, _, err) = version(&status_url).await;
+            (v == v1 && err.is_none()).then_some(())
+        }
+    })
+    .await;
+    assert!((score(row("logreg_bin")).await - prob("logreg_bin")).abs() < 1e-5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_rows_than_the_queue_holds_are_refused_503_model_queue_full() {
+    let dir = TempDir::new("models-queue");
+    copy_model("dense_ops", dir.path(), "d");
+    let yaml = r#"
+models:
+  dir: "${MODELS_DIR}"
+  per_model: { d: { queue: 2 } }
+routes:
+  - path: /rows
+    method: POST
+    flow:
+      s: { for_each: '$request.body.rows', model: { name: d, input: '$item' } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let url = format!("http://{}/rows", gw.addr);
+    let two = post(&url, r#"{"rows": [[1,2,3,4],[5,6,7,8]]}"#).await;
+    assert_eq!(two.status, 200, "{}", two.text());
+    let three = post(&url, r#"{"rows": [[1,2,3,4],[5,6,7,8],[9,10,11,12]]}"#).await;
+    assert_eq!(three.status, 503, "{}", three.text());
+    assert_eq!(three.code(), "model_queue_full");
+    assert_eq!(three.header("retry-after"), Some("1"));
+    let status = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json();
+    assert_eq!(status["models"]["d"]["refused_queue_full"], 3);
+}

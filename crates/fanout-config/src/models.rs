@@ -1,0 +1,113 @@
+//! Models: `models:` (the directory of ONNX files, how it is watched, how inferences are
+//! batched) and `model:` steps.
+
+use crate::{Dur, ExprSrc, Located};
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The models `model` steps run: every `NAME.onnx` file of one directory, loaded at start and
+/// reloaded while the gateway runs when a file is added or replaced (docs/models.md).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsConfig {
+    /// The directory holding the models (`NAME.onnx`; the model's name is the file's stem),
+    /// relative to the config file's directory. Default: none (no `model` steps).
+    pub dir: Option<Located<String>>,
+    /// How often the directory is scanned for added or replaced files, besides file-system
+    /// events (which may be missing: network file systems, some container volumes). Default 1s.
+    pub poll: Dur,
+    /// A changed file is loaded once its size and modification time stayed the same for this
+    /// long (a file still being copied is not read half-written). Default 200ms. Replace a model
+    /// by writing a temporary file and renaming it over the old one.
+    pub settle: Dur,
+    /// Largest model file read, in bytes. Default 64 MiB.
+    pub max_file_bytes: u64,
+    /// Most models in the directory. Default 100.
+    pub max_models: usize,
+    /// How inferences are batched, for every model (see `per_model`).
+    pub batch: ModelBatch,
+    /// Per model (by name): what differs from `batch`.
+    #[serde(default)]
+    pub per_model: IndexMap<String, ModelBatchOverride>,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        ModelsConfig {
+            dir: None,
+            poll: Dur::secs(1),
+            settle: Dur::millis(200),
+            max_file_bytes: 64 << 20,
+            max_models: 100,
+            batch: ModelBatch::default(),
+            per_model: IndexMap::new(),
+        }
+    }
+}
+
+impl ModelsConfig {
+    /// The batching of the model `name`: `batch` with its `per_model` entry applied.
+    pub fn batch_of(&self, name: &str) -> ModelBatch {
+        let mut b = self.batch;
+        if let Some(o) = self.per_model.get(name) {
+            b.queue = o.queue.unwrap_or(b.queue);
+            b.max_batch = o.max_batch.unwrap_or(b.max_batch);
+            b.max_delay = o.max_delay.unwrap_or(b.max_delay);
+        }
+        b
+    }
+}
+
+/// How the inferences of one model are run on the compute pool.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelBatch {
+    /// Most rows waiting for the model; one more is refused at once with 503
+    /// `model_queue_full`. Default 1024.
+    pub queue: usize,
+    /// Most rows evaluated in one batch. Default 64.
+    pub max_batch: usize,
+    /// How long the first waiting row may wait for others before its batch starts. Default 0:
+    /// no added delay — rows that arrive while the model is busy are run together when it is
+    /// free (as Triton and TF Serving do by default).
+    pub max_delay: Dur,
+}
+
+impl Default for ModelBatch {
+    fn default() -> Self {
+        ModelBatch {
+            queue: 1024,
+            max_batch: 64,
+            max_delay: Dur::millis(0),
+        }
+    }
+}
+
+/// `per_model.NAME`: the batching settings of one model that differ from `models.batch`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelBatchOverride {
+    /// See `models.batch.queue`.
+    pub queue: Option<usize>,
+    /// See `models.batch.max_batch`.
+    pub max_batch: Option<usize>,
+    /// See `models.batch.max_delay`.
+    pub max_delay: Option<Dur>,
+}
+
+/// A `model` step: one inference of a model of `models.dir` (one per element with `for_each`,
+/// run as one batch).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCall {
+    /// The model's name (its file `NAME.onnx` in `models.dir`).
+    pub name: Located<String>,
+    /// One expression per feature, in the model's input order: their count must be the model's
+    /// input width (checked at load). Each gives a number (or a boolean: 1 or 0).
+    #[serde(default)]
+    pub features: Vec<ExprSrc>,
+    /// Instead of `features`: one expression giving the whole row, an array of numbers (its
+    /// length is checked per request: a wrong one fails the step).
+    pub input: Option<ExprSrc>,
+}

@@ -1,0 +1,913 @@
+//! Models (M1): the ONNX models of `models.dir`, each behind a [`ModelSlot`] — its current
+//! version, swapped atomically when its file is replaced, and its batch queue on the compute pool.
+//!
+//! - **Loading.** [`ModelSet::open`] reads every `NAME.onnx` of the directory once (the flow
+//!   compiler reads no file: the caller opens the set and hands it to the compiler in
+//!   [`crate::Carry`]). [`ModelSet::watch`] starts one thread that rescans the directory every
+//!   `models.poll`; a file whose size, modification time and inode stayed the same for
+//!   `models.settle` is loaded (decoded, planned and run once on zeros by
+//!   [`fanout_model::Model::load`]) and swapped in. A file that fails to load, or whose input
+//!   width or kind (classifier, regressor) differs from the version serving, never replaces it:
+//!   the error is kept in the slot's status and the file is tried again when it changes. A
+//!   removed file changes nothing (the model keeps serving until a config without the steps that
+//!   use it is loaded).
+//! - **Batching.** A `model` step [`ModelSlot::submit`]s its rows with the version it read when
+//!   it started. Rows wait in the slot's bounded queue (full: 503 `model_queue_full`); one
+//!   drain job at a time runs on the compute pool and evaluates the waiting rows of one version
+//!   together, up to `max_batch`, so rows that arrive while the model is busy share one
+//!   evaluation without any added delay (`max_delay` may add one). A row whose deadline passed
+//!   or whose request has gone is dropped from the queue, never evaluated.
+//! - **Lifetime.** A version is an `Arc`: requests in flight finish on the version they started
+//!   with, and the old version is freed when the last of them ends.
+
+use crate::compute::ComputePool;
+use crate::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
+use arc_swap::ArcSwapOption;
+use fanout_config::{ConfigError, ModelBatch, ModelsConfig};
+use fanout_expr::{Map, Val};
+use fanout_model::{Model, ModelKind, Output};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::oneshot;
+
+/// Bounds of the batch-size histogram (rows per evaluation).
+const BATCH_ROWS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+/// Bounds of the queue- and compute-time histograms, in nanoseconds: 10 µs … 1 s.
+const MODEL_TIME_NS: &[u64] = &[
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    1_000_000_000,
+];
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One loaded version of a model.
+#[derive(Debug)]
+pub struct Version {
+    /// The evaluation plan.
+    pub model: Model,
+    /// The first 16 hex digits of the file's SHA-256.
+    pub hash: String,
+    /// When it was loaded.
+    pub loaded_at: SystemTime,
+    /// The file's size.
+    pub bytes: u64,
+}
+
+/// The file identity that decides whether a file changed: size, modification time, inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileSig {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+impl FileSig {
+    fn of(meta: &std::fs::Metadata) -> FileSig {
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        FileSig {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+        }
+    }
+}
+
+/// Loads of one model: what the status endpoint shows.
+#[derive(Debug, Default)]
+struct LoadState {
+    /// The file of the version serving (or of the last failure when none serves).
+    sig: Option<FileSig>,
+    /// A file that failed to load: not tried again until it changes.
+    failed_sig: Option<FileSig>,
+    /// A changed file waiting to settle: its identity and when it was first seen so.
+    settling: Option<(FileSig, Instant)>,
+    last_error: Option<String>,
+    loads: u64,
+    failures: u64,
+}
+
+/// Counters of one model's inferences.
+struct Stats {
+    rows: AtomicU64,
+    batches: AtomicU64,
+    refused: AtomicU64,
+    expired: AtomicU64,
+    failed: AtomicU64,
+    batch_rows: AtomicHistogram,
+    queue_time: AtomicHistogram,
+    compute_time: AtomicHistogram,
+}
+
+/// A snapshot of one model, for the status endpoint, metrics and `explain`.
+#[derive(Debug, Clone)]
+pub struct ModelStatus {
+    /// The model's name.
+    pub name: Arc<str>,
+    /// The version serving: (hash, loaded at, input width, kind), if any.
+    pub version: Option<(String, SystemTime, usize, &'static str)>,
+    /// The last load error, if the last attempt failed.
+    pub last_error: Option<String>,
+    /// Successful loads (the first one and swaps).
+    pub loads: u64,
+    /// Failed loads.
+    pub load_failures: u64,
+    /// Rows evaluated.
+    pub rows: u64,
+    /// Evaluations (batches): `rows / batches` is the mean batch.
+    pub batches: u64,
+    /// Rows refused because the queue was full.
+    pub refused: u64,
+    /// Rows dropped from the queue because their deadline passed.
+    pub expired: u64,
+    /// Rows whose evaluation failed.
+    pub failed: u64,
+    /// Rows waiting now.
+    pub pending: u64,
+    /// Rows per evaluation.
+    pub batch_rows: HistogramSnapshot,
+    /// Seconds rows waited in the queue.
+    pub queue_time: HistogramSnapshot,
+    /// Seconds per evaluation.
+    pub compute_time: HistogramSnapshot,
+}
+
+/// What became of submitted rows.
+#[derive(Debug)]
+pub enum RunError {
+    /// The queue was full (rows waiting: the queue's size).
+    QueueFull(usize),
+    /// The deadline passed while the rows waited.
+    Expired,
+    /// The compute pool refused the drain job or stopped.
+    Pool(crate::compute::ComputeError),
+    /// The model failed on the batch.
+    Failed(String),
+}
+
+/// Rows of one request waiting in a queue.
+struct Item {
+    version: Arc<Version>,
+    rows: Vec<f32>,
+    n: usize,
+    deadline: Instant,
+    enqueued: Instant,
+    tx: oneshot::Sender<Result<Vec<Val>, RunError>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Item>,
+    rows: usize,
+    /// A drain job is queued or running on the compute pool.
+    running: bool,
+    /// A `max_delay` timer is armed for this generation.
+    timer: Option<u64>,
+    generation: u64,
+}
+
+/// One model: the version serving, its batch queue and counters.
+pub struct ModelSlot {
+    name: Arc<str>,
+    current: ArcSwapOption<Version>,
+    batch: ModelBatch,
+    queue: Mutex<Queue>,
+    load: Mutex<LoadState>,
+    stats: Stats,
+}
+
+impl ModelSlot {
+    fn new(name: &str, batch: ModelBatch) -> ModelSlot {
+        ModelSlot {
+            name: name.into(),
+            current: ArcSwapOption::empty(),
+            batch: ModelBatch {
+                queue: batch.queue.max(1),
+                max_batch: batch.max_batch.max(1),
+                max_delay: batch.max_delay,
+            },
+            queue: Mutex::new(Queue::default()),
+            load: Mutex::new(LoadState::default()),
+            stats: Stats {
+                rows: AtomicU64::new(0),
+                batches: AtomicU64::new(0),
+                refused: AtomicU64::new(0),
+                expired: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
+                batch_rows: AtomicHistogram::new(BATCH_ROWS, 1.0),
+                queue_time: AtomicHistogram::new(MODEL_TIME_NS, NS_PER_S),
+                compute_time: AtomicHistogram::new(MODEL_TIME_NS, NS_PER_S),
+            },
+        }
+    }
+
+    /// The model's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The version serving, if one loaded.
+    pub fn current(&self) -> Option<Arc<Version>> {
+        self.current.load_full()
+    }
+
+    /// The last load error, if the last attempt failed.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.load).last_error.clone()
+    }
+
+    /// Queue `n` rows (`rows`: `n × width` values) for `version`; the answer is one value per
+    /// row (see [`output_value`]). Refused at once when the queue cannot take them.
+    pub fn submit(
+        self: &Arc<Self>,
+        version: Arc<Version>,
+        rows: Vec<f32>,
+        n: usize,
+        deadline: Instant,
+        compute: &Arc<ComputePool>,
+    ) -> Result<oneshot::Receiver<Result<Vec<Val>, RunError>>, RunError> {
+        let (tx, rx) = oneshot::channel();
+        let now = Instant::now();
+        let start = {
+            let mut q = lock(&self.queue);
+            if q.rows + n > self.batch.queue {
+                drop(q);
+                self.stats.refused.fetch_add(n as u64, Relaxed);
+                return Err(RunError::QueueFull(self.batch.queue));
+            }
+            q.items.push_back(Item {
+                version,
+                rows,
+                n,
+                deadline,
+                enqueued: now,
+                tx,
+            });
+            q.rows += n;
+            if q.running {
+                Start::Nothing
+            } else if self.batch.max_delay.0.is_zero() || q.rows >= self.batch.max_batch {
+                q.running = true;
+                q.timer = None;
+                Start::Drain
+            } else if q.timer.is_none() {
+                q.generation += 1;
+                q.timer = Some(q.generation);
+                Start::Timer(q.generation)
+            } else {
+                Start::Nothing
+            }
+        };
+        match start {
+            Start::Nothing => {}
+            Start::Drain => self.start_drain(compute),
+            Start::Timer(generation) => {
+                let (slot, pool) = (self.clone(), compute.clone());
+                let delay = self.batch.max_delay.0;
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let go = {
+                        let mut q = lock(&slot.queue);
+                        if q.timer == Some(generation) && !q.running {
+                            q.timer = None;
+                            q.running = true;
+                            true
+                        } else {
+                            false
+                        }
+                    };
+                    if go {
+                        slot.start_drain(&pool);
+                    }
+                });
+            }
+        }
+        Ok(rx)
+    }
+
+    /// Queue the drain job; if the pool refuses it, every waiting row fails with the pool's
+    /// error (nothing would run them).
+    fn start_drain(self: &Arc<Self>, compute: &Arc<ComputePool>) {
+        let slot = self.clone();
+        if let Err(e) = compute.spawn(move || slot.drain()) {
+            let items: Vec<Item> = {
+                let mut q = lock(&self.queue);
+                q.running = false;
+                q.rows = 0;
+                q.items.drain(..).collect()
+            };
+            for it in items {
+                let _ = it.tx.send(Err(RunError::Pool(e)));
+            }
+        }
+    }
+
+    /// On the compute pool: evaluate waiting rows, a batch at a time, until none wait.
+    fn drain(self: Arc<Self>) {
+        // Should an evaluation panic, the queue is not left "running" with nobody draining it.
+        struct Reset<'a>(&'a ModelSlot, bool);
+        impl Drop for Reset<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    lock(&self.0.queue).running = false;
+                }
+            }
+        }
+        let mut guard = Reset(&self, false);
+        loop {
+            let Some((version, batch)) = self.next_batch() else {
+                guard.1 = true;
+                return;
+            };
+            let now = Instant::now();
+            let rows: usize = batch.iter().map(|it| it.n).sum();
+            let mut input = Vec::with_capacity(rows * version.model.input_width());
+            for it in &batch {
+                self.stats
+                    .queue_time
+                    .record_duration(now.saturating_duration_since(it.enqueued));
+                input.extend_from_slice(&it.rows);
+            }
+            let out = version.model.run(&input);
+            self.stats.compute_time.record_duration(now.elapsed());
+            self.stats.batches.fetch_add(1, Relaxed);
+            self.stats.rows.fetch_add(rows as u64, Relaxed);
+            self.stats.batch_rows.record(rows as u64);
+            match out {
+                Ok(out) => {
+                    let mut at = 0;
+                    for it in batch {
+                        let vals = (at..at + it.n)
+                            .map(|r| output_value(&version.model, &out, r))
+                            .collect();
+                        at += it.n;
+                        let _ = it.tx.send(Ok(vals));
+                    }
+                }
+                Err(e) => {
+                    self.stats.failed.fetch_add(rows as u64, Relaxed);
+                    let msg = e.to_string();
+                    for it in batch {
+                        let _ = it.tx.send(Err(RunError::Failed(msg.clone())));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Take the next batch: waiting rows of the version at the head of the queue, up to
+    /// `max_batch` (at least one item), dropping those whose request has gone or whose deadline
+    /// passed. `None` (and the queue idle again) when nothing waits.
+    fn next_batch(&self) -> Option<(Arc<Version>, Vec<Item>)> {
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        let mut q = lock(&self.queue);
+        let mut batch: Vec<Item> = Vec::new();
+        let mut rows = 0;
+        while let Some(head) = q.items.front() {
+            if head.tx.is_closed() || head.deadline <= now {
+                if let Some(it) = q.items.pop_front() {
+                    q.rows -= it.n;
+                    if !it.tx.is_closed() {
+                        expired.push(it);
+                    }
+                }
+                continue;
+            }
+            if let Some(first) = batch.first()
+                && (!Arc::ptr_eq(&first.version, &head.version)
+                    || rows + head.n > self.batch.max_batch)
+            {
+                break;
+            }
+            if let Some(it) = q.items.pop_front() {
+                q.rows -= it.n;
+                rows += it.n;
+                batch.push(it);
+            }
+        }
+        let version = batch.first().map(|it| it.version.clone());
+        if version.is_none() {
+            q.running = false;
+        }
+        drop(q);
+        for it in expired {
+            self.stats.expired.fetch_add(it.n as u64, Relaxed);
+            let _ = it.tx.send(Err(RunError::Expired));
+        }
+        Some((version?, batch))
+    }
+
+    /// Rows waiting now.
+    fn pending(&self) -> u64 {
+        lock(&self.queue).rows as u64
+    }
+
+    /// The slot's state for the status endpoint and metrics.
+    pub fn status(&self) -> ModelStatus {
+        let v = self.current();
+        let l = lock(&self.load);
+        ModelStatus {
+            name: self.name.clone(),
+            version: v.map(|v| {
+                (
+                    v.hash.clone(),
+                    v.loaded_at,
+                    v.model.input_width(),
+                    kind_name(v.model.kind()),
+                )
+            }),
+            last_error: l.last_error.clone(),
+            loads: l.loads,
+            load_failures: l.failures,
+            rows: self.stats.rows.load(Relaxed),
+            batches: self.stats.batches.load(Relaxed),
+            refused: self.stats.refused.load(Relaxed),
+            expired: self.stats.expired.load(Relaxed),
+            failed: self.stats.failed.load(Relaxed),
+            pending: self.pending(),
+            batch_rows: self.stats.batch_rows.snapshot(),
+            queue_time: self.stats.queue_time.snapshot(),
+            compute_time: self.stats.compute_time.snapshot(),
+        }
+    }
+
+    /// Load `bytes` (the file `sig`) as the next version, unless it does not load or does not
+    /// fit the version serving. Returns whether it was swapped in.
+    fn offer(&self, bytes: &[u8], sig: FileSig) -> bool {
+        let loaded = Model::load(bytes, &self.name).map_err(|e| e.to_string());
+        let loaded = loaded.and_then(|model| {
+            if let Some(cur) = self.current() {
+                compatible(&cur.model, &model)?;
+            }
+            Ok(model)
+        });
+        let mut l = lock(&self.load);
+        l.settling = None;
+        match loaded {
+            Ok(model) => {
+                let hash = Sha256::digest(bytes);
+                let hash: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                self.current.store(Some(Arc::new(Version {
+                    model,
+                    hash,
+                    loaded_at: SystemTime::now(),
+                    bytes: bytes.len() as u64,
+                })));
+                l.sig = Some(sig);
+                l.failed_sig = None;
+                l.last_error = None;
+                l.loads += 1;
+                tracing::info!(model = %self.name, "model loaded");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(model = %self.name, error = %e, "model file not loaded; the version serving (if any) goes on");
+                l.failed_sig = Some(sig);
+                l.last_error = Some(e);
+                l.failures += 1;
+                false
+            }
+        }
+    }
+
+    fn fail(&self, sig: FileSig, error: String) {
+        let mut l = lock(&self.load);
+        tracing::warn!(model = %self.name, error = %error, "model file not loaded; the version serving (if any) goes on");
+        l.settling = None;
+        l.failed_sig = Some(sig);
+        l.last_error = Some(error);
+        l.failures += 1;
+    }
+}
+
+enum Start {
+    Nothing,
+    Drain,
+    Timer(u64),
+}
+
+/// `classifier` or `regressor`.
+pub fn kind_name(k: &ModelKind) -> &'static str {
+    match k {
+        ModelKind::Classifier { .. } => "classifier",
+        ModelKind::Regressor { .. } => "regressor",
+    }
+}
+
+/// Whether `new` may replace `old`: same input width, same kind, same number of outputs.
+fn compatible(old: &Model, new: &Model) -> Result<(), String> {
+    if old.input_width() != new.input_width() {
+        return Err(format!(
+            "the new file takes {} features where the version serving takes {}: refused (the steps using the model give {})",
+            new.input_width(),
+            old.input_width(),
+            old.input_width()
+        ));
+    }
+    let shape = |k: &ModelKind| match k {
+        ModelKind::Classifier { labels } => ("classifier", labels.len()),
+        ModelKind::Regressor { targets } => ("regressor", *targets),
+    };
+    let (a, b) = (shape(old.kind()), shape(new.kind()));
+    if a != b {
+        return Err(format!(
+            "the new file is a {} with {} outputs where the version serving is a {} with {}: refused",
+            b.0, b.1, a.0, a.1
+        ));
+    }
+    Ok(())
+}
+
+/// A number as JSON: the shortest text that reads back as the same `f32` (`null` for NaN and
+/// infinities).
+fn num(x: f32) -> Val {
+    if !x.is_finite() {
+        return Val::Null;
+    }
+    Val::from(format!("{x}").parse::<f64>().unwrap_or(f64::from(x)))
+}
+
+/// Row `r` of `out` as the step's value: a classifier's `{label, probabilities: {LABEL: p}}`,
+/// a regressor's `{value}` (one target) or `{values: [...]}`.
+pub fn output_value(model: &Model, out: &Output, r: usize) -> Val {
+    let mut m = Map::default();
+    match (model.kind(), out) {
+        (ModelKind::Classifier { labels }, Output::Classifier { .. }) => {
+            let label = out.label(r).unwrap_or_default();
+            m.insert(Val::from("label".to_string()), Val::from(label as isize));
+            let mut p = Map::default();
+            for (l, v) in labels.iter().zip(out.row(r)) {
+                p.insert(Val::from(l.to_string()), num(*v));
+            }
+            m.insert(Val::from("probabilities".to_string()), Val::obj(p));
+        }
+        (_, out) => {
+            let row = out.row(r);
+            if let [v] = row {
+                m.insert(Val::from("value".to_string()), num(*v));
+            } else {
+                let vals = row.iter().map(|v| num(*v)).collect::<Vec<_>>();
+                m.insert(Val::from("values".to_string()), Val::Arr(vals.into()));
+            }
+        }
+    }
+    Val::obj(m)
+}
+
+/// Every model of `models.dir`, by name.
+pub struct ModelSet {
+    cfg: ModelsConfig,
+    dir: Option<PathBuf>,
+    slots: Mutex<BTreeMap<String, Arc<ModelSlot>>>,
+    watching: AtomicBool,
+    scans: AtomicU64,
+}
+
+impl Default for ModelSet {
+    fn default() -> Self {
+        ModelSet {
+            cfg: ModelsConfig::default(),
+            dir: None,
+            slots: Mutex::new(BTreeMap::new()),
+            watching: AtomicBool::new(false),
+            scans: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ModelSet {
+    /// Load every model of `cfg.dir` (relative to `base`, the config file's directory). A file
+    /// that does not load is kept as a slot without a version (its error in the status; a step
+    /// naming it is a config error). An unreadable directory is a config error.
+    pub fn open(cfg: &ModelsConfig, base: Option<&Path>) -> Result<ModelSet, ConfigError> {
+        let mut set = ModelSet {
+            cfg: cfg.clone(),
+            ..ModelSet::default()
+        };
+        let Some(dir) = &cfg.dir else {
+            return Ok(set);
+        };
+        let path = base.map_or_else(|| PathBuf::from(&dir.value), |b| b.join(&dir.value));
+        if let Err(e) = std::fs::read_dir(&path) {
+            return Err(ConfigError::at(
+                dir.pos,
+                format!("models.dir `{}` cannot be read: {e}", dir.value),
+            )
+            .hint("a directory of NAME.onnx files, relative to the config file"));
+        }
+        set.dir = Some(path);
+        set.scan(true);
+        Ok(set)
+    }
+
+    /// The config the set was opened with (a reload with another one opens a new set).
+    pub fn config(&self) -> &ModelsConfig {
+        &self.cfg
+    }
+
+    /// The model `name`, if its file exists (loaded or not).
+    pub fn get(&self, name: &str) -> Option<Arc<ModelSlot>> {
+        lock(&self.slots).get(name).cloned()
+    }
+
+    /// Names of the models, sorted.
+    pub fn names(&self) -> Vec<String> {
+        lock(&self.slots).keys().cloned().collect()
+    }
+
+    /// Every model's state, by name.
+    pub fn status(&self) -> Vec<ModelStatus> {
+        lock(&self.slots).values().map(|s| s.status()).collect()
+    }
+
+    /// Directory scans so far (tests wait for one to pass).
+    pub fn scans(&self) -> u64 {
+        self.scans.load(Relaxed)
+    }
+
+    /// Start the thread that watches the directory (once; it ends when the set is dropped).
+    pub fn watch(self: &Arc<Self>) -> std::io::Result<()> {
+        if self.dir.is_none() || self.watching.swap(true, Relaxed) {
+            return Ok(());
+        }
+        let weak: Weak<ModelSet> = Arc::downgrade(self);
+        let poll = self.cfg.poll.0.max(Duration::from_millis(10));
+        std::thread::Builder::new()
+            .name("fanout-models".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(poll);
+                    let Some(set) = weak.upgrade() else { return };
+                    set.scan(false);
+                }
+            })?;
+        Ok(())
+    }
+
+    /// Look at every `*.onnx` file of the directory and load what is new or changed (at start:
+    /// at once; later: once settled).
+    fn scan(&self, at_start: bool) {
+        let Some(dir) = &self.dir else { return };
+        let files = match list(dir) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "models.dir cannot be read");
+                self.scans.fetch_add(1, Relaxed);
+                return;
+            }
+        };
+        let settle = self.cfg.settle.0;
+        for (name, path, meta) in files {
+            let sig = FileSig::of(&meta);
+            let slot = {
+                let mut slots = lock(&self.slots);
+                match slots.get(&name) {
+                    Some(s) => s.clone(),
+                    None => {
+                        if slots.len() >= self.cfg.max_models {
+                            tracing::warn!(model = %name, max = self.cfg.max_models, "models.max_models reached: file ignored");
+                            continue;
+                        }
+                        let s = Arc::new(ModelSlot::new(&name, self.cfg.batch_of(&name)));
+                        slots.insert(name.clone(), s.clone());
+                        s
+                    }
+                }
+            };
+            let ready = {
+                let mut l = lock(&slot.load);
+                if l.sig == Some(sig) || l.failed_sig == Some(sig) {
+                    l.settling = None;
+                    false
+                } else if at_start || settle.is_zero() {
+                    true
+                } else {
+                    match l.settling {
+                        Some((s, since)) if s == sig => since.elapsed() >= settle,
+                        _ => {
+                            l.settling = Some((sig, Instant::now()));
+                            false
+                        }
+                    }
+                }
+            };
+            if !ready {
+                continue;
+            }
+            if sig.len > self.cfg.max_file_bytes {
+                slot.fail(
+                    sig,
+                    format!(
+                        "the file has {} bytes, more than models.max_file_bytes ({})",
+                        sig.len, self.cfg.max_file_bytes
+                    ),
+                );
+                continue;
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    slot.offer(&bytes, sig);
+                }
+                Err(e) => slot.fail(sig, format!("the file cannot be read: {e}")),
+            }
+        }
+        self.scans.fetch_add(1, Relaxed);
+    }
+}
+
+/// The `NAME.onnx` files of `dir` (hidden files, such as a temporary file being written, are
+/// not models), with their metadata.
+fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, std::fs::Metadata)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(stem) = name.strip_suffix(".onnx") else {
+            continue;
+        };
+        if stem.is_empty() || stem.starts_with('.') {
+            continue;
+        }
+        // Follows symlinks (Kubernetes mounts ConfigMaps and volumes through them).
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_file() {
+            out.push((stem.to_string(), path, meta));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Slots by name for the compiler (a plain map: compiling touches no lock per step).
+pub(crate) fn slots(set: &ModelSet) -> HashMap<String, Arc<ModelSlot>> {
+    lock(&set.slots)
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::ComputePool;
+    use fanout_config::Dur;
+
+    const MODEL: &[u8] = include_bytes!("../../fanout-model/testdata/dense_ops.onnx");
+
+    fn version() -> Arc<Version> {
+        Arc::new(Version {
+            model: Model::load(MODEL, "d").unwrap(),
+            hash: "h".into(),
+            loaded_at: SystemTime::now(),
+            bytes: MODEL.len() as u64,
+        })
+    }
+
+    fn slot(queue: usize, max_delay: Dur) -> Arc<ModelSlot> {
+        Arc::new(ModelSlot::new(
+            "d",
+            ModelBatch {
+                queue,
+                max_batch: 64,
+                max_delay,
+            },
+        ))
+    }
+
+    fn rows(n: usize) -> Vec<f32> {
+        (0..n * 4).map(|i| i as f32).collect()
+    }
+
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    /// Occupy the pool's only thread until the returned sender is used.
+    async fn block(pool: &Arc<ComputePool>) -> std::sync::mpsc::Sender<()> {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = oneshot::channel::<()>();
+        pool.spawn(move || {
+            let _ = started_tx.send(());
+            let _ = wait.recv();
+        })
+        .unwrap();
+        started.await.unwrap();
+        release
+    }
+
+    #[tokio::test]
+    async fn rows_that_wait_while_the_model_is_busy_run_as_one_batch_and_a_full_queue_refuses() {
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        let s = slot(3, Dur::millis(0));
+        let release = block(&pool).await;
+        let v = version();
+        let a = s.submit(v.clone(), rows(1), 1, later(), &pool).unwrap();
+        let b = s.submit(v.clone(), rows(2), 2, later(), &pool).unwrap();
+        assert!(matches!(
+            s.submit(v.clone(), rows(1), 1, later(), &pool),
+            Err(RunError::QueueFull(3))
+        ));
+        assert_eq!(s.status().pending, 3);
+        release.send(()).unwrap();
+        assert_eq!(a.await.unwrap().unwrap().len(), 1);
+        assert_eq!(b.await.unwrap().unwrap().len(), 2);
+        let st = s.status();
+        assert_eq!((st.rows, st.batches, st.refused, st.pending), (3, 1, 1, 0));
+        // Idle again: the next row runs at once.
+        let c = s.submit(v, rows(1), 1, later(), &pool).unwrap();
+        assert_eq!(c.await.unwrap().unwrap().len(), 1);
+        assert_eq!(s.status().batches, 2);
+    }
+
+    #[tokio::test]
+    async fn a_row_whose_deadline_passed_or_whose_caller_left_is_never_computed() {
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        let s = slot(16, Dur::millis(0));
+        let release = block(&pool).await;
+        let v = version();
+        let late = s
+            .submit(v.clone(), rows(1), 1, Instant::now(), &pool)
+            .unwrap();
+        let gone = s.submit(v.clone(), rows(2), 2, later(), &pool).unwrap();
+        drop(gone);
+        let ok = s.submit(v, rows(1), 1, later(), &pool).unwrap();
+        release.send(()).unwrap();
+        assert!(matches!(late.await.unwrap(), Err(RunError::Expired)));
+        assert_eq!(ok.await.unwrap().unwrap().len(), 1);
+        let st = s.status();
+        assert_eq!((st.rows, st.batches, st.expired, st.pending), (1, 1, 1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_batch_holds_rows_of_one_version() {
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        let s = slot(16, Dur::millis(0));
+        let release = block(&pool).await;
+        let (v1, v2) = (version(), version());
+        let waits = [
+            s.submit(v1.clone(), rows(1), 1, later(), &pool).unwrap(),
+            s.submit(v1.clone(), rows(1), 1, later(), &pool).unwrap(),
+            s.submit(v2, rows(1), 1, later(), &pool).unwrap(),
+            s.submit(v1, rows(1), 1, later(), &pool).unwrap(),
+        ];
+        release.send(()).unwrap();
+        for w in waits {
+            assert_eq!(w.await.unwrap().unwrap().len(), 1);
+        }
+        let st = s.status();
+        assert_eq!((st.rows, st.batches), (4, 3), "[v1 v1] [v2] [v1]");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_delay_holds_the_first_row_for_the_others() {
+        let pool = Arc::new(ComputePool::new(1, 8, 0)); // not started: jobs run inline
+        let s = slot(16, Dur::millis(5));
+        let v = version();
+        let a = s.submit(v.clone(), rows(1), 1, later(), &pool).unwrap();
+        let b = s.submit(v, rows(1), 1, later(), &pool).unwrap();
+        assert_eq!(s.status().batches, 0, "nothing runs before max_delay");
+        assert_eq!(a.await.unwrap().unwrap().len(), 1);
+        assert_eq!(b.await.unwrap().unwrap().len(), 1);
+        assert_eq!((s.status().rows, s.status().batches), (2, 1));
+    }
+
+    #[test]
+    fn outputs_are_json_in_their_documented_shape() {
+        let v = version();
+        let out = v.model.run(&rows(1)).unwrap();
+        let val = output_value(&v.model, &out, 0);
+        let text = fanout_expr::json::to_string(&val);
+        assert!(text.starts_with("{\"values\":["), "{text}");
+        assert_eq!(num(0.1), Val::from(0.1f64), "the shortest exact form");
+        assert_eq!(num(f32::NAN), Val::Null);
+    }
+}

@@ -1,0 +1,346 @@
+//! The model step (`model: {name, features | input}`): evaluates the features (jq) into one row
+//! of numbers — one row per element with `for_each` — and queues the rows on the model's slot
+//! ([`crate::models`]), which evaluates them in batches on the compute pool. The value is
+//! [`crate::models::output_value`]'s: `{label, probabilities}` or `{value}` / `{values}`.
+
+use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
+use crate::call::{Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, yielded};
+use crate::compute::ComputePool;
+use crate::error::{ErrorKind, FlowError};
+use crate::models::{ModelSlot, RunError, kind_name};
+use fanout_config::{ConfigError, Step};
+use fanout_expr::{Expr, Val};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// How a row is built.
+enum Features {
+    /// One expression per feature (the count checked against the model's width at load).
+    Each(Vec<(Expr, bool)>),
+    /// One expression giving the whole row (an array; its length checked per request).
+    Row(Expr, bool),
+}
+
+/// A compiled `model` step.
+struct ModelStep {
+    slot: Arc<ModelSlot>,
+    features: Features,
+    compute: Arc<ComputePool>,
+}
+
+impl StepKind for ModelStep {
+    fn work(&self) -> StepWork {
+        let v = self.slot.current();
+        StepWork::Model {
+            model: self.slot.name().to_string(),
+            kind: v.as_ref().map_or("", |v| kind_name(v.model.kind())).into(),
+            width: v.as_ref().map_or(0, |v| v.model.input_width()),
+            version: v.as_ref().map(|v| v.hash.clone()).unwrap_or_default(),
+        }
+    }
+
+    fn prepare(
+        &self,
+        step: &StepArgs<'_>,
+        env: &Env,
+        items: Option<Arc<Vec<Val>>>,
+        deadline: Instant,
+    ) -> Result<Prepared, Yielded> {
+        let name = step.name;
+        // The version read now is the one the request runs on, whatever is swapped in later.
+        let Some(version) = self.slot.current() else {
+            return Ok(Prepared::Done(Err(FlowError::new(
+                ErrorKind::ModelFailed,
+                format!("model `{}` has no loaded version", self.slot.name()),
+            )
+            .in_step(name))));
+        };
+        let width = version.model.input_width();
+        let n = items.as_ref().map_or(1, |i| i.len());
+        let mut rows = Vec::with_capacity(n * width);
+        let one = |item: Option<(&Val, usize)>, rows: &mut Vec<f32>| {
+            self.row(name, env, item, width, rows)
+        };
+        match &items {
+            None => {
+                if let Err(e) = one(None, &mut rows)? {
+                    return Ok(Prepared::Done(Err(e)));
+                }
+            }
+            Some(list) => {
+                for (k, it) in list.iter().enumerate() {
+                    if let Err(e) = one(Some((it, k)), &mut rows)? {
+                        return Ok(Prepared::Done(Err(e)));
+                    }
+                }
+            }
+        }
+        if n == 0 {
+            return Ok(Prepared::Done(Ok(Val::Arr(Vec::new().into()))));
+        }
+        let (slot, compute, name) = (self.slot.clone(), self.compute.clone(), name.clone());
+        let run = async move {
+            // Queued from the worker that runs the step (never from a compute thread: a
+            // `max_delay` timer needs the runtime).
+            let rx = slot
+                .submit(version, rows, n, deadline.into_std(), &compute)
+                .map_err(|e| run_error(&slot, &name, e))?;
+            match rx.await {
+                Ok(Ok(vals)) => Ok(vals),
+                Ok(Err(e)) => Err(run_error(&slot, &name, e)),
+                Err(_) => Err(run_error(
+                    &slot,
+                    &name,
+                    RunError::Pool(crate::compute::ComputeError::Stopped),
+                )),
+            }
+        };
+        Ok(Prepared::Task(Box::pin(run), items))
+    }
+}
+
+impl ModelStep {
+    /// Append one row's features to `rows`.
+    fn row(
+        &self,
+        name: &Arc<str>,
+        env: &Env,
+        item: Option<(&Val, usize)>,
+        width: usize,
+        rows: &mut Vec<f32>,
+    ) -> Result<Result<(), FlowError>, Yielded> {
+        let ev = |e: &Expr| match item {
+            Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
+            None => eval(e, env, &Val::Null),
+        };
+        match &self.features {
+            Features::Each(list) => {
+                for (i, (e, from_request)) in list.iter().enumerate() {
+                    let v = match yielded(ev(e))? {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let what = format!("feature {}", i + 1);
+                            return Ok(Err(expr_err(name, &what, e)));
+                        }
+                    };
+                    match number(&v) {
+                        Some(x) => rows.push(x),
+                        None => {
+                            return Ok(Err(bad_feature(
+                                name,
+                                *from_request,
+                                format!("feature {} is {}, not a number", i + 1, what(&v)),
+                            )));
+                        }
+                    }
+                }
+            }
+            Features::Row(e, from_request) => {
+                let v = match yielded(ev(e))? {
+                    Ok(v) => v,
+                    Err(e) => return Ok(Err(expr_err(name, "input", e))),
+                };
+                let Val::Arr(list) = &v else {
+                    return Ok(Err(bad_feature(
+                        name,
+                        *from_request,
+                        format!("input is {}, not an array of {width} numbers", what(&v)),
+                    )));
+                };
+                if list.len() != width {
+                    return Ok(Err(bad_feature(
+                        name,
+                        *from_request,
+                        format!(
+                            "input has {} values; model `{}` takes {width}",
+                            list.len(),
+                            self.slot.name()
+                        ),
+                    )));
+                }
+                for (i, x) in list.iter().enumerate() {
+                    match number(x) {
+                        Some(x) => rows.push(x),
+                        None => {
+                            return Ok(Err(bad_feature(
+                                name,
+                                *from_request,
+                                format!("input[{i}] is {}, not a number", what(x)),
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+}
+
+/// A feature's number: numbers, booleans as 1 or 0, and `null` as a missing value (NaN: tree
+/// ensembles take their missing-value branches; other models answer `null`).
+fn number(v: &Val) -> Option<f32> {
+    match v {
+        Val::Null => Some(f32::NAN),
+        Val::Num(n) => {
+            let x = match n.as_isize() {
+                Some(i) => i as f32,
+                None => n.to_string().parse::<f64>().ok()? as f32,
+            };
+            x.is_finite().then_some(x)
+        }
+        Val::Bool(b) => Some(f32::from(u8::from(*b))),
+        _ => None,
+    }
+}
+
+fn what(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "a boolean",
+        Val::Num(_) => "a number out of range",
+        Val::TStr(_) | Val::BStr(_) => "a string",
+        Val::Arr(_) => "an array",
+        Val::Obj(_) => "an object",
+    }
+}
+
+/// A feature that is not a number: the client's fault (400) when it came from the request
+/// alone, else the flow's (500).
+fn bad_feature(name: &Arc<str>, from_request: bool, message: String) -> FlowError {
+    let kind = if from_request {
+        ErrorKind::BadParameter
+    } else {
+        ErrorKind::Expression
+    };
+    FlowError::new(kind, message).in_step(name)
+}
+
+fn run_error(slot: &ModelSlot, step: &Arc<str>, e: RunError) -> FlowError {
+    let model = slot.name();
+    match e {
+        RunError::QueueFull(n) => FlowError::new(
+            ErrorKind::ModelQueueFull,
+            format!("model `{model}` has {n} rows waiting (models.batch.queue); try again"),
+        ),
+        RunError::Expired => FlowError::new(
+            ErrorKind::DeadlineExceeded,
+            format!("the deadline passed while waiting for model `{model}`"),
+        ),
+        RunError::Pool(e) => FlowError::new(ErrorKind::Overloaded, e.to_string()),
+        RunError::Failed(detail) => {
+            let mut e = FlowError::new(
+                ErrorKind::ModelFailed,
+                format!("model `{model}` failed to evaluate the input"),
+            );
+            e.detail = Some(detail);
+            e
+        }
+    }
+    .in_step(step)
+}
+
+/// `model:`.
+pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
+    let m = step.model.as_ref()?;
+    let step_name = sc.name.value.clone();
+    let item_ok = sc.in_each;
+    let mut ok = true;
+    let from_request =
+        |e: &Expr| !e.vars().is_empty() && e.vars().iter().all(|&v| v == SLOT_REQUEST);
+    let features = match (&m.input, m.features.is_empty()) {
+        (Some(src), true) => match sc.expr(Some(src), item_ok) {
+            Some(e) => {
+                let r = from_request(&e);
+                Some(Features::Row(e, r))
+            }
+            None => None,
+        },
+        (None, false) => {
+            let mut list = Vec::with_capacity(m.features.len());
+            for f in &m.features {
+                match sc.expr(Some(f), item_ok) {
+                    Some(e) => {
+                        let r = from_request(&e);
+                        list.push((e, r));
+                    }
+                    None => ok = false,
+                }
+            }
+            Some(Features::Each(list))
+        }
+        _ => {
+            sc.cx.errs.push(
+                ConfigError::at(
+                    m.name.pos,
+                    format!("step `{step_name}`: a `model` step needs exactly one of `features` and `input`"),
+                )
+                .hint("`features: [.a, .b]` (one expression per feature) or `input: .row` (an array)"),
+            );
+            None
+        }
+    };
+    let slot = match sc.cx.models.get(&m.name.value) {
+        None => {
+            let known: Vec<&str> = sc.cx.models.keys().map(String::as_str).collect();
+            let close = fanout_config::closest(&m.name.value, known.iter().copied());
+            let hint = match (&sc.cx.cfg.models.dir, close) {
+                (None, _) => "set `models.dir` to the directory of the NAME.onnx files".to_string(),
+                (Some(_), Some(c)) => format!("did you mean `{c}`?"),
+                (Some(d), None) if known.is_empty() => format!("`{}` holds no .onnx file", d.value),
+                (Some(_), None) => format!("the models are: {}", known.join(", ")),
+            };
+            sc.cx.errs.push(
+                ConfigError::at(
+                    m.name.pos,
+                    format!(
+                        "step `{step_name}`: no model `{}` in models.dir",
+                        m.name.value
+                    ),
+                )
+                .hint(hint),
+            );
+            None
+        }
+        Some(slot) => match slot.current() {
+            None => {
+                let err = slot.last_error().unwrap_or_default();
+                sc.cx.errs.push(ConfigError::at(
+                    m.name.pos,
+                    format!(
+                        "step `{step_name}`: model `{}` did not load: {err}",
+                        m.name.value
+                    ),
+                ));
+                None
+            }
+            Some(v) => {
+                if let Some(Features::Each(list)) = &features
+                    && list.len() != v.model.input_width()
+                {
+                    sc.cx.errs.push(
+                        ConfigError::at(
+                            m.name.pos,
+                            format!(
+                                "step `{step_name}`: model `{}` takes {} features; the step gives {}",
+                                m.name.value,
+                                v.model.input_width(),
+                                list.len()
+                            ),
+                        )
+                        .hint("one expression per feature, in the order the model was trained on"),
+                    );
+                    ok = false;
+                }
+                Some(slot.clone())
+            }
+        },
+    };
+    let (Some(features), Some(slot), true) = (features, slot, ok) else {
+        return Some(None);
+    };
+    Some(Some(Box::new(ModelStep {
+        slot,
+        features,
+        compute: sc.cx.compute.clone(),
+    })))
+}
