@@ -264,6 +264,35 @@ def build():
                      [(f"sum by (backend, step) (rate(fanout_db_step_rows_total{{{BACKEND}}}{RI}))",
                        "{{backend}} {{step}}")], "ops"), 8, 8)
 
+    L.row("Models")
+    L.add(timeseries("Model rows and batches", "Rows evaluated and evaluations (batches) per second per model; "
+                     "rows / batches is the mean batch.",
+                     [(f"sum by (model) (rate(fanout_model_rows_total{{{SEL}}}{RI}))", "rows {{model}}"),
+                      (f"sum by (model) (rate(fanout_model_batches_total{{{SEL}}}{RI}))", "batches {{model}}")],
+                     "ops"), 8, 8)
+    L.add(timeseries("Model batch size (p50/p95/p99)", "Rows per evaluation: grows with the load.",
+                     quantiles("fanout_model_batch_rows", SEL, "model", "{{model}}")), 8, 8)
+    L.add(timeseries("Model queue and compute time (p99)",
+                     "How long rows waited for their model, and how long one evaluation took.",
+                     [(f"histogram_quantile(0.99, sum by (le, model) "
+                       f"(rate(fanout_model_queue_seconds_bucket{{{SEL}}}{RI})))", "queue {{model}}"),
+                      (f"histogram_quantile(0.99, sum by (le, model) "
+                       f"(rate(fanout_model_compute_seconds_bucket{{{SEL}}}{RI})))", "compute {{model}}")],
+                     "s"), 8, 8)
+    L.add(timeseries("Model rows waiting", "Rows in each model's queue now.",
+                     [(f"sum by (model) (fanout_model_pending_rows{{{SEL}}})", "{{model}}")], decimals=0), 8, 8)
+    L.add(timeseries("Model rows dropped", "Rows refused (queue_full: 503 model_queue_full), dropped past their "
+                     "deadline (expired) or whose evaluation failed, per second.",
+                     [(f"sum by (model, reason) (rate(fanout_model_dropped_rows_total{{{SEL}}}{RI}))",
+                       "{{model}} {{reason}}")], "ops", stack=True), 8, 8)
+    L.add(timeseries("Model loads", "Model files loaded (ok: swapped in) or refused (error: the version serving "
+                     "goes on), in each interval.",
+                     [(f"sum by (model, result) (increase(fanout_model_loads_total{{{SEL}}}{RI}))",
+                       "{{model}} {{result}}")], "short"), 8, 8)
+    L.add(timeseries("Model version age", "Seconds since the version serving was loaded.",
+                     [(f"max by (model) (fanout_model_version_age_seconds{{{SEL}}})", "{{model}}")], "s"),
+          8, 8)
+
     L.row("Admission and shedding")
     L.add(timeseries("Admission limit and in flight", "Concurrency limit and admitted requests per class.",
                      [(f"sum by (class) (fanout_admission_limit{{{SEL}}})", "limit {{class}}"),

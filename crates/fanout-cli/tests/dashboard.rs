@@ -66,6 +66,15 @@ const CATALOG: &[&str] = &[
     "fanout_batch_saved_calls_total",
     "fanout_reference_age_seconds",
     "fanout_reference_loads_total",
+    "fanout_model_rows_total",
+    "fanout_model_batches_total",
+    "fanout_model_batch_rows",
+    "fanout_model_queue_seconds",
+    "fanout_model_compute_seconds",
+    "fanout_model_pending_rows",
+    "fanout_model_dropped_rows_total",
+    "fanout_model_loads_total",
+    "fanout_model_version_age_seconds",
     "fanout_compute_queue_length",
     "fanout_compute_run_seconds",
     "fanout_runtime_stalls_total",
@@ -386,6 +395,11 @@ routes:
     flow:
       row: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
     respond: { body: '$row' }
+  - path: /model
+    flow:
+      m: { model: { name: spam_lr, input: '[range(20)]' } }
+    respond: { body: '$m' }
+models: { dir: "${MODELS_DIR}" }
 "#;
 
 /// The series a gateway running [`CONFIG`] has before it serves any request, by metric: every
@@ -411,6 +425,8 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         "rejected_pool",
     ];
     const BACKENDS: &[&str] = &["down", "plain"];
+    // Every model of the directory has its series, used by a step or not.
+    const MODELS: &[&str] = &["spam_gbdt", "spam_lr", "topic_mlp"];
     const SQL_CLASSES: &[&str] = &[
         "data_exception",
         "integrity_constraint_violation",
@@ -618,6 +634,30 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
             "fanout_reference_loads_total",
             product(&[("dataset", &["masks"]), ("result", &["ok", "error"])]),
         ),
+        ("fanout_model_rows_total", product(&[("model", MODELS)])),
+        ("fanout_model_batches_total", product(&[("model", MODELS)])),
+        ("fanout_model_batch_rows", product(&[("model", MODELS)])),
+        ("fanout_model_queue_seconds", product(&[("model", MODELS)])),
+        (
+            "fanout_model_compute_seconds",
+            product(&[("model", MODELS)]),
+        ),
+        ("fanout_model_pending_rows", product(&[("model", MODELS)])),
+        (
+            "fanout_model_dropped_rows_total",
+            product(&[
+                ("model", MODELS),
+                ("reason", &["queue_full", "expired", "failed"]),
+            ]),
+        ),
+        (
+            "fanout_model_loads_total",
+            product(&[("model", MODELS), ("result", &["ok", "error"])]),
+        ),
+        (
+            "fanout_model_version_age_seconds",
+            product(&[("model", MODELS)]),
+        ),
         ("fanout_compute_queue_length", none()),
         ("fanout_compute_run_seconds", none()),
         ("fanout_runtime_stalls_total", none()),
@@ -740,6 +780,7 @@ async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
     let log = dir.join("stderr.log");
     let mut gw = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_fanout"))
+            .env("MODELS_DIR", root().join("examples/antispam/models"))
             .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
             .args(["--admin-listen", "127.0.0.1:0", "--config"])
             .arg(&file)

@@ -617,7 +617,7 @@ impl ModelSet {
             .hint("a directory of NAME.onnx files, relative to the config file"));
         }
         set.dir = Some(path);
-        set.scan(true);
+        let _ = set.scan(true);
         Ok(set)
     }
 
@@ -646,37 +646,69 @@ impl ModelSet {
         self.scans.load(Relaxed)
     }
 
-    /// Start the thread that watches the directory (once; it ends when the set is dropped).
+    /// Start the thread that watches the directory (once; it ends when the set is dropped):
+    /// it rescans on file-system events (inotify on Linux) and every `models.poll` whatever
+    /// happens (events can be missing: network file systems, some volume mounts), and sooner
+    /// while a changed file settles.
     pub fn watch(self: &Arc<Self>) -> std::io::Result<()> {
-        if self.dir.is_none() || self.watching.swap(true, Relaxed) {
+        let Some(dir) = self.dir.clone() else {
+            return Ok(());
+        };
+        if self.watching.swap(true, Relaxed) {
             return Ok(());
         }
         let weak: Weak<ModelSet> = Arc::downgrade(self);
         let poll = self.cfg.poll.0.max(Duration::from_millis(10));
+        let settle = self.cfg.settle.0.max(Duration::from_millis(10));
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        // Events only wake the thread; a full channel means a wake-up is pending already.
+        let events = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
+            let _ = tx.try_send(());
+        })
+        .and_then(|mut w| {
+            notify::Watcher::watch(&mut w, &dir, notify::RecursiveMode::NonRecursive)?;
+            Ok(w)
+        });
+        let events = match events {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "models.dir: no file-system events; polling every models.poll");
+                None
+            }
+        };
         std::thread::Builder::new()
             .name("fanout-models".into())
             .spawn(move || {
+                let _events = events; // dropped (unwatched) when the thread ends
+                let mut wait = poll;
                 loop {
-                    std::thread::sleep(poll);
+                    match rx.recv_timeout(wait) {
+                        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                            std::thread::sleep(wait)
+                        }
+                    }
                     let Some(set) = weak.upgrade() else { return };
-                    set.scan(false);
+                    let settling = set.scan(false);
+                    wait = if settling { settle.min(poll) } else { poll };
                 }
             })?;
         Ok(())
     }
 
     /// Look at every `*.onnx` file of the directory and load what is new or changed (at start:
-    /// at once; later: once settled).
-    fn scan(&self, at_start: bool) {
-        let Some(dir) = &self.dir else { return };
+    /// at once; later: once settled). Returns whether a changed file is still settling.
+    fn scan(&self, at_start: bool) -> bool {
+        let Some(dir) = &self.dir else { return false };
         let files = match list(dir) {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "models.dir cannot be read");
                 self.scans.fetch_add(1, Relaxed);
-                return;
+                return false;
             }
         };
+        let mut settling = false;
         let settle = self.cfg.settle.0;
         for (name, path, meta) in files {
             let sig = FileSig::of(&meta);
@@ -713,6 +745,7 @@ impl ModelSet {
                 }
             };
             if !ready {
+                settling |= lock(&slot.load).settling.is_some();
                 continue;
             }
             if sig.len > self.cfg.max_file_bytes {
@@ -733,6 +766,7 @@ impl ModelSet {
             }
         }
         self.scans.fetch_add(1, Relaxed);
+        settling
     }
 }
 

@@ -550,6 +550,15 @@ const CATALOG: &[(&str, &[&str])] = &[
     ("fanout_batch_saved_calls_total", &["backend"]),
     ("fanout_reference_age_seconds", &["dataset"]),
     ("fanout_reference_loads_total", &["dataset", "result"]),
+    ("fanout_model_rows_total", &["model"]),
+    ("fanout_model_batches_total", &["model"]),
+    ("fanout_model_batch_rows", &["model"]),
+    ("fanout_model_queue_seconds", &["model"]),
+    ("fanout_model_compute_seconds", &["model"]),
+    ("fanout_model_pending_rows", &["model"]),
+    ("fanout_model_dropped_rows_total", &["model", "reason"]),
+    ("fanout_model_loads_total", &["model", "result"]),
+    ("fanout_model_version_age_seconds", &["model"]),
     ("fanout_compute_queue_length", &[]),
     ("fanout_compute_run_seconds", &[]),
     ("fanout_runtime_stalls_total", &[]),
@@ -604,6 +613,12 @@ routes:
     flow:
       row: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
     respond: { body: '$row' }
+  - path: /model
+    flow:
+      m: { model: { name: spam_lr, input: '[range(20)]' } }
+    respond: { body: '$m' }
+# Relative to the test's working directory (the crate's): the antispam example's models.
+models: { dir: ../../examples/antispam/models }
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

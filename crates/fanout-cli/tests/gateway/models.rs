@@ -395,3 +395,50 @@ routes:
         .json();
     assert_eq!(status["models"]["d"]["refused_queue_full"], 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_file_is_picked_up_from_file_system_events_without_waiting_for_the_poll() {
+    let dir = TempDir::new("models-events");
+    copy_model("logreg_bin", dir.path(), "m");
+    // A poll of an hour: only an event can make the swap happen within the test.
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}", poll: 1h, settle: 20ms }
+routes:
+  - path: /score
+    method: POST
+    flow:
+      s: { model: { name: m, input: '$request.body.row' } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let status_url = format!("http://{}/__fanout/status", gw.addr);
+    let (v1, _, _) = version(&status_url).await;
+    replace_model(
+        dir.path(),
+        "m",
+        &std::fs::read(testdata("gbdt_bin.onnx")).unwrap(),
+    );
+    wait_for_async("the swap on the event", Duration::from_secs(20), || {
+        let (status_url, v1) = (status_url.clone(), v1.clone());
+        async move {
+            let (v, _, _) = version(&status_url).await;
+            (v != v1).then_some(())
+        }
+    })
+    .await;
+    let a = post(
+        &format!("http://{}/score", gw.addr),
+        &json!({ "row": reference("gbdt_bin")["inputs"][0] }).to_string(),
+    )
+    .await;
+    let want = reference("gbdt_bin")["probabilities"][0][1]
+        .as_f64()
+        .unwrap();
+    assert!((a.json()["probabilities"]["1"].as_f64().unwrap() - want).abs() < 1e-5);
+}
