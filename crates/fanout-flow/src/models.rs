@@ -25,7 +25,7 @@ use crate::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use arc_swap::ArcSwapOption;
 use fanout_config::{ConfigError, ModelBatch, ModelsConfig};
 use fanout_expr::{Map, Val};
-use fanout_model::{Model, ModelKind, Output};
+pub use fanout_model::{ModelKind, Output};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -58,11 +58,60 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A loaded model of some format: what evaluates its rows. Implementations are immutable and
+/// shared by the threads of the compute pool.
+pub trait Evaluator: Send + Sync + std::fmt::Debug + 'static {
+    /// Features per row.
+    fn input_width(&self) -> usize;
+    /// What the model computes (its outputs' shape).
+    fn kind(&self) -> &ModelKind;
+    /// Evaluate `rows` (`n × input_width()` values, row-major) as one batch.
+    fn run(&self, rows: &[f32]) -> Result<Output, String>;
+}
+
+/// A model file format: files `NAME.EXTENSION` of `models.dir` are loaded by `load` (bytes,
+/// name), which plans the model and runs it once (a model that loads runs).
+pub struct Format {
+    /// The file name's extension, without the dot.
+    pub extension: &'static str,
+    /// Decode and plan a file.
+    pub load: fn(&[u8], &str) -> Result<Box<dyn Evaluator>, String>,
+}
+
+/// Every format `models.dir` reads. A new format or runtime: a module with its [`Format`], and
+/// its line here.
+pub const FORMATS: &[Format] = &[onnx::FORMAT];
+
+/// ONNX files, evaluated by `fanout-model` (pure Rust).
+mod onnx {
+    use super::{Evaluator, Format, ModelKind, Output};
+
+    pub(super) const FORMAT: Format = Format {
+        extension: "onnx",
+        load: |bytes, name| {
+            let m = fanout_model::Model::load(bytes, name).map_err(|e| e.to_string())?;
+            Ok(Box::new(m))
+        },
+    };
+
+    impl Evaluator for fanout_model::Model {
+        fn input_width(&self) -> usize {
+            fanout_model::Model::input_width(self)
+        }
+        fn kind(&self) -> &ModelKind {
+            fanout_model::Model::kind(self)
+        }
+        fn run(&self, rows: &[f32]) -> Result<Output, String> {
+            fanout_model::Model::run(self, rows).map_err(|e| e.to_string())
+        }
+    }
+}
+
 /// One loaded version of a model.
 #[derive(Debug)]
 pub struct Version {
     /// The evaluation plan.
-    pub model: Model,
+    pub model: Box<dyn Evaluator>,
     /// The first 16 hex digits of the file's SHA-256.
     pub hash: String,
     /// When it was loaded.
@@ -358,15 +407,14 @@ impl ModelSlot {
                     let mut at = 0;
                     for it in batch {
                         let vals = (at..at + it.n)
-                            .map(|r| output_value(&version.model, &out, r))
+                            .map(|r| output_value(&*version.model, &out, r))
                             .collect();
                         at += it.n;
                         let _ = it.tx.send(Ok(vals));
                     }
                 }
-                Err(e) => {
+                Err(msg) => {
                     self.stats.failed.fetch_add(rows as u64, Relaxed);
-                    let msg = e.to_string();
                     for it in batch {
                         let _ = it.tx.send(Err(RunError::Failed(msg.clone())));
                     }
@@ -454,11 +502,10 @@ impl ModelSlot {
 
     /// Load `bytes` (the file `sig`) as the next version, unless it does not load or does not
     /// fit the version serving. Returns whether it was swapped in.
-    fn offer(&self, bytes: &[u8], sig: FileSig) -> bool {
-        let loaded = Model::load(bytes, &self.name).map_err(|e| e.to_string());
-        let loaded = loaded.and_then(|model| {
+    fn offer(&self, format: &Format, bytes: &[u8], sig: FileSig) -> bool {
+        let loaded = (format.load)(bytes, &self.name).and_then(|model| {
             if let Some(cur) = self.current() {
-                compatible(&cur.model, &model)?;
+                compatible(&*cur.model, &*model)?;
             }
             Ok(model)
         });
@@ -516,7 +563,7 @@ pub fn kind_name(k: &ModelKind) -> &'static str {
 }
 
 /// Whether `new` may replace `old`: same input width, same kind, same number of outputs.
-fn compatible(old: &Model, new: &Model) -> Result<(), String> {
+fn compatible(old: &dyn Evaluator, new: &dyn Evaluator) -> Result<(), String> {
     if old.input_width() != new.input_width() {
         return Err(format!(
             "the new file takes {} features where the version serving takes {}: refused (the steps using the model give {})",
@@ -550,7 +597,7 @@ fn num(x: f32) -> Val {
 
 /// Row `r` of `out` as the step's value: a classifier's `{label, probabilities: {LABEL: p}}`,
 /// a regressor's `{value}` (one target) or `{values: [...]}`.
-pub fn output_value(model: &Model, out: &Output, r: usize) -> Val {
+pub fn output_value(model: &dyn Evaluator, out: &Output, r: usize) -> Val {
     let mut m = Map::default();
     match (model.kind(), out) {
         (ModelKind::Classifier { labels }, Output::Classifier { .. }) => {
@@ -710,7 +757,7 @@ impl ModelSet {
         };
         let mut settling = false;
         let settle = self.cfg.settle.0;
-        for (name, path, meta) in files {
+        for (name, path, format, meta) in files {
             let sig = FileSig::of(&meta);
             let slot = {
                 let mut slots = lock(&self.slots);
@@ -760,7 +807,7 @@ impl ModelSet {
             }
             match std::fs::read(&path) {
                 Ok(bytes) => {
-                    slot.offer(&bytes, sig);
+                    slot.offer(format, &bytes, sig);
                 }
                 Err(e) => slot.fail(sig, format!("the file cannot be read: {e}")),
             }
@@ -770,9 +817,9 @@ impl ModelSet {
     }
 }
 
-/// The `NAME.onnx` files of `dir` (hidden files, such as a temporary file being written, are
-/// not models), with their metadata.
-fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, std::fs::Metadata)>> {
+/// The model files of `dir` — `NAME.EXT` for each extension of [`FORMATS`]; hidden files, such
+/// as a temporary file being written, are not models — with their format and metadata.
+fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, &'static Format, std::fs::Metadata)>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -780,7 +827,10 @@ fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, std::fs::Metadata)>
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        let Some(stem) = name.strip_suffix(".onnx") else {
+        let Some((stem, format)) = FORMATS.iter().find_map(|f| {
+            let stem = name.strip_suffix(f.extension)?.strip_suffix('.')?;
+            Some((stem, f))
+        }) else {
             continue;
         };
         if stem.is_empty() || stem.starts_with('.') {
@@ -791,10 +841,12 @@ fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, std::fs::Metadata)>
             continue;
         };
         if meta.is_file() {
-            out.push((stem.to_string(), path, meta));
+            out.push((stem.to_string(), path, format, meta));
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    // One file per name (another extension of the same name is ignored).
+    out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    out.dedup_by(|b, a| a.0 == b.0);
     Ok(out)
 }
 
@@ -816,7 +868,7 @@ mod tests {
 
     fn version() -> Arc<Version> {
         Arc::new(Version {
-            model: Model::load(MODEL, "d").unwrap(),
+            model: Box::new(fanout_model::Model::load(MODEL, "d").unwrap()),
             hash: "h".into(),
             loaded_at: SystemTime::now(),
             bytes: MODEL.len() as u64,
@@ -938,7 +990,7 @@ mod tests {
     fn outputs_are_json_in_their_documented_shape() {
         let v = version();
         let out = v.model.run(&rows(1)).unwrap();
-        let val = output_value(&v.model, &out, 0);
+        let val = output_value(&*v.model, &out, 0);
         let text = fanout_expr::json::to_string(&val);
         assert!(text.starts_with("{\"values\":["), "{text}");
         assert_eq!(num(0.1), Val::from(0.1f64), "the shortest exact form");
