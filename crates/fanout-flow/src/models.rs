@@ -69,13 +69,16 @@ pub trait Evaluator: Send + Sync + std::fmt::Debug + 'static {
     fn run(&self, rows: &[f32]) -> Result<Output, String>;
 }
 
+/// A format's loader: (file bytes, model name) → the planned model, or why not.
+pub type Load = fn(&[u8], &str) -> Result<Box<dyn Evaluator>, String>;
+
 /// A model file format: files `NAME.EXTENSION` of `models.dir` are loaded by `load` (bytes,
 /// name), which plans the model and runs it once (a model that loads runs).
 pub struct Format {
     /// The file name's extension, without the dot.
     pub extension: &'static str,
     /// Decode and plan a file.
-    pub load: fn(&[u8], &str) -> Result<Box<dyn Evaluator>, String>,
+    pub load: Load,
 }
 
 /// Every format `models.dir` reads. A new format or runtime: a module with its [`Format`], and
