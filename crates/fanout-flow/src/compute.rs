@@ -104,6 +104,11 @@ impl ComputePool {
         Ok(())
     }
 
+    /// Threads of the pool.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// Whether the threads run.
     pub fn started(&self) -> bool {
         self.tx.get().is_some()

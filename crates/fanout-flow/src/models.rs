@@ -246,11 +246,88 @@ pub struct ModelSlot {
     queue: Mutex<Queue>,
     load: Mutex<LoadState>,
     stats: Stats,
+    sched: Arc<Scheduler>,
+}
+
+/// The models' shared run list: slots with waiting rows, taken in turn (one batch each) by at
+/// most one compute job per compute thread — so the ten model steps of one request cost one
+/// wake-up of a compute thread, not ten, and a busy model does not starve the others.
+#[derive(Default)]
+pub(crate) struct Scheduler {
+    /// (slots with rows waiting, compute jobs running now).
+    state: Mutex<(VecDeque<Arc<ModelSlot>>, usize)>,
+}
+
+impl Scheduler {
+    /// `slot` has rows to run (it is marked running: it is on the list or in a job's hands).
+    fn ready(self: &Arc<Self>, slot: Arc<ModelSlot>, compute: &Arc<ComputePool>) {
+        let start = {
+            let mut st = lock(&self.state);
+            st.0.push_back(slot);
+            let start = st.1 < compute.threads();
+            if start {
+                st.1 += 1;
+            }
+            start
+        };
+        if !start {
+            return;
+        }
+        let sched = self.clone();
+        if let Err(e) = compute.spawn(move || sched.run()) {
+            // Nothing would run the listed slots: their rows fail with the pool's error.
+            let slots: Vec<Arc<ModelSlot>> = {
+                let mut st = lock(&self.state);
+                st.1 -= 1;
+                if st.1 > 0 {
+                    return; // another job runs and will take them
+                }
+                st.0.drain(..).collect()
+            };
+            for slot in slots {
+                let items: Vec<Item> = {
+                    let mut q = lock(&slot.queue);
+                    q.running = false;
+                    q.rows = 0;
+                    q.items.drain(..).collect()
+                };
+                for it in items {
+                    let _ = it.tx.send(Err(RunError::Pool(e)));
+                }
+            }
+        }
+    }
+
+    /// A compute job: run one batch of each listed slot in turn, until the list is empty.
+    fn run(&self) {
+        loop {
+            let slot = {
+                let mut st = lock(&self.state);
+                match st.0.pop_front() {
+                    Some(s) => s,
+                    None => {
+                        st.1 -= 1;
+                        return;
+                    }
+                }
+            };
+            // A panicking evaluation must not leave the slot "running" with nobody to run it.
+            let more = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.turn()))
+                .unwrap_or_else(|_| {
+                    lock(&slot.queue).running = false;
+                    false
+                });
+            if more {
+                lock(&self.state).0.push_back(slot);
+            }
+        }
+    }
 }
 
 impl ModelSlot {
-    fn new(name: &str, batch: ModelBatch) -> ModelSlot {
+    fn new(name: &str, batch: ModelBatch, sched: Arc<Scheduler>) -> ModelSlot {
         ModelSlot {
+            sched,
             name: name.into(),
             current: ArcSwapOption::empty(),
             batch: ModelBatch {
@@ -357,73 +434,50 @@ impl ModelSlot {
         Ok(rx)
     }
 
-    /// Queue the drain job; if the pool refuses it, every waiting row fails with the pool's
-    /// error (nothing would run them).
+    /// Put the slot on the scheduler's ready list (its rows are run by a compute job).
     fn start_drain(self: &Arc<Self>, compute: &Arc<ComputePool>) {
-        let slot = self.clone();
-        if let Err(e) = compute.spawn(move || slot.drain()) {
-            let items: Vec<Item> = {
-                let mut q = lock(&self.queue);
-                q.running = false;
-                q.rows = 0;
-                q.items.drain(..).collect()
-            };
-            for it in items {
-                let _ = it.tx.send(Err(RunError::Pool(e)));
-            }
-        }
+        self.sched.ready(self.clone(), compute);
     }
 
-    /// On the compute pool: evaluate waiting rows, a batch at a time, until none wait.
-    fn drain(self: Arc<Self>) {
-        // Should an evaluation panic, the queue is not left "running" with nobody draining it.
-        struct Reset<'a>(&'a ModelSlot, bool);
-        impl Drop for Reset<'_> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    lock(&self.0.queue).running = false;
+    /// On the compute pool: evaluate one batch of waiting rows. `false` (and the queue idle
+    /// again) when none wait.
+    fn turn(&self) -> bool {
+        let Some((version, batch)) = self.next_batch() else {
+            return false;
+        };
+        let now = Instant::now();
+        let rows: usize = batch.iter().map(|it| it.n).sum();
+        let mut input = Vec::with_capacity(rows * version.model.input_width());
+        for it in &batch {
+            self.stats
+                .queue_time
+                .record_duration(now.saturating_duration_since(it.enqueued));
+            input.extend_from_slice(&it.rows);
+        }
+        let out = version.model.run(&input);
+        self.stats.compute_time.record_duration(now.elapsed());
+        self.stats.batches.fetch_add(1, Relaxed);
+        self.stats.rows.fetch_add(rows as u64, Relaxed);
+        self.stats.batch_rows.record(rows as u64);
+        match out {
+            Ok(out) => {
+                let mut at = 0;
+                for it in batch {
+                    let vals = (at..at + it.n)
+                        .map(|r| output_value(&*version.model, &out, r))
+                        .collect();
+                    at += it.n;
+                    let _ = it.tx.send(Ok(vals));
+                }
+            }
+            Err(msg) => {
+                self.stats.failed.fetch_add(rows as u64, Relaxed);
+                for it in batch {
+                    let _ = it.tx.send(Err(RunError::Failed(msg.clone())));
                 }
             }
         }
-        let mut guard = Reset(&self, false);
-        loop {
-            let Some((version, batch)) = self.next_batch() else {
-                guard.1 = true;
-                return;
-            };
-            let now = Instant::now();
-            let rows: usize = batch.iter().map(|it| it.n).sum();
-            let mut input = Vec::with_capacity(rows * version.model.input_width());
-            for it in &batch {
-                self.stats
-                    .queue_time
-                    .record_duration(now.saturating_duration_since(it.enqueued));
-                input.extend_from_slice(&it.rows);
-            }
-            let out = version.model.run(&input);
-            self.stats.compute_time.record_duration(now.elapsed());
-            self.stats.batches.fetch_add(1, Relaxed);
-            self.stats.rows.fetch_add(rows as u64, Relaxed);
-            self.stats.batch_rows.record(rows as u64);
-            match out {
-                Ok(out) => {
-                    let mut at = 0;
-                    for it in batch {
-                        let vals = (at..at + it.n)
-                            .map(|r| output_value(&*version.model, &out, r))
-                            .collect();
-                        at += it.n;
-                        let _ = it.tx.send(Ok(vals));
-                    }
-                }
-                Err(msg) => {
-                    self.stats.failed.fetch_add(rows as u64, Relaxed);
-                    for it in batch {
-                        let _ = it.tx.send(Err(RunError::Failed(msg.clone())));
-                    }
-                }
-            }
-        }
+        true
     }
 
     /// Take the next batch: waiting rows of the version at the head of the queue, up to
@@ -628,6 +682,7 @@ pub fn output_value(model: &dyn Evaluator, out: &Output, r: usize) -> Val {
 /// Every model of `models.dir`, by name.
 pub struct ModelSet {
     cfg: ModelsConfig,
+    sched: Arc<Scheduler>,
     dir: Option<PathBuf>,
     slots: Mutex<BTreeMap<String, Arc<ModelSlot>>>,
     watching: AtomicBool,
@@ -638,6 +693,7 @@ impl Default for ModelSet {
     fn default() -> Self {
         ModelSet {
             cfg: ModelsConfig::default(),
+            sched: Arc::default(),
             dir: None,
             slots: Mutex::new(BTreeMap::new()),
             watching: AtomicBool::new(false),
@@ -712,7 +768,11 @@ impl ModelSet {
         let settle = self.cfg.settle.0.max(Duration::from_millis(10));
         let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
         // Events only wake the thread; a full channel means a wake-up is pending already.
-        let events = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
+        // Accesses are not changes — and the scan's own reads of the directory are accesses.
+        let events = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+            if e.is_ok_and(|e| matches!(e.kind, notify::EventKind::Access(_))) {
+                return;
+            }
             let _ = tx.try_send(());
         })
         .and_then(|mut w| {
@@ -771,7 +831,11 @@ impl ModelSet {
                             tracing::warn!(model = %name, max = self.cfg.max_models, "models.max_models reached: file ignored");
                             continue;
                         }
-                        let s = Arc::new(ModelSlot::new(&name, self.cfg.batch_of(&name)));
+                        let s = Arc::new(ModelSlot::new(
+                            &name,
+                            self.cfg.batch_of(&name),
+                            self.sched.clone(),
+                        ));
                         slots.insert(name.clone(), s.clone());
                         s
                     }
@@ -886,6 +950,7 @@ mod tests {
                 max_batch: 64,
                 max_delay,
             },
+            Arc::default(),
         ))
     }
 
@@ -987,6 +1052,44 @@ mod tests {
         assert_eq!(a.await.unwrap().unwrap().len(), 1);
         assert_eq!(b.await.unwrap().unwrap().len(), 1);
         assert_eq!((s.status().rows, s.status().batches), (2, 1));
+    }
+
+    #[test]
+    fn the_watcher_rescans_on_changes_only_not_on_reads_of_the_directory() {
+        let dir = std::env::temp_dir().join(format!("fanout-models-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.onnx"), MODEL).unwrap();
+        let cfg = ModelsConfig {
+            dir: Some(fanout_config::Located::unknown(dir.display().to_string())),
+            poll: Dur::secs(3600),
+            settle: Dur::millis(0),
+            ..ModelsConfig::default()
+        };
+        let set = Arc::new(ModelSet::open(&cfg, None).unwrap());
+        set.watch().unwrap();
+        // Reads of the directory (as every scan makes) are no change.
+        for _ in 0..50 {
+            let _ = std::fs::read_dir(&dir).unwrap().count();
+            let _ = std::fs::read(dir.join("a.onnx")).unwrap();
+        }
+        // A change is: the new model is loaded on its event (the poll is an hour away).
+        std::fs::write(dir.join(".b.tmp"), MODEL).unwrap();
+        std::fs::rename(dir.join(".b.tmp"), dir.join("b.onnx")).unwrap();
+        let t = Instant::now();
+        while set.get("b").and_then(|s| s.current()).is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "b.onnx was not loaded"
+            );
+            std::thread::yield_now();
+        }
+        let scans = set.scans();
+        // The scan at open, and a few for the temporary file's events and the rename (events
+        // that arrive while a scan runs are merged into one wake-up): never one per read, and
+        // never a scan woken by the previous scan's own reads (that loop makes dozens here).
+        assert!(scans <= 8, "{scans} scans");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

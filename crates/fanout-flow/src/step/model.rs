@@ -9,7 +9,7 @@ use crate::compute::ComputePool;
 use crate::error::{ErrorKind, FlowError};
 use crate::models::{ModelSlot, RunError, kind_name};
 use fanout_config::{ConfigError, Step};
-use fanout_expr::{Expr, Val};
+use fanout_expr::{Expr, Num, Val};
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -182,9 +182,12 @@ fn number(v: &Val) -> Option<f32> {
     match v {
         Val::Null => Some(f32::NAN),
         Val::Num(n) => {
-            let x = match n.as_isize() {
-                Some(i) => i as f32,
-                None => n.to_string().parse::<f64>().ok()? as f32,
+            let x = match n {
+                Num::Int(i) => *i as f32,
+                Num::Float(f) => *f as f32,
+                // A literal kept as written: parsed from its text, without formatting it.
+                Num::Dec(s) => s.parse::<f64>().ok()? as f32,
+                Num::BigInt(_) => n.to_string().parse::<f64>().ok()? as f32,
             };
             x.is_finite().then_some(x)
         }
