@@ -300,6 +300,9 @@ impl Scheduler {
 
     /// A compute job: run one batch of each listed slot in turn, until the list is empty.
     fn run(&self) {
+        // Answers are sent when the list is empty (or many are ready): the steps of one request
+        // that ran in this job wake their request once, not once per model.
+        let mut replies: Vec<Reply> = Vec::new();
         loop {
             let slot = {
                 let mut st = lock(&self.state);
@@ -307,20 +310,42 @@ impl Scheduler {
                     Some(s) => s,
                     None => {
                         st.1 -= 1;
+                        drop(st);
+                        send(replies);
                         return;
                     }
                 }
             };
             // A panicking evaluation must not leave the slot "running" with nobody to run it.
-            let more = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.turn()))
-                .unwrap_or_else(|_| {
-                    lock(&slot.queue).running = false;
-                    false
-                });
+            let more = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                slot.turn(&mut replies)
+            }))
+            .unwrap_or_else(|_| {
+                lock(&slot.queue).running = false;
+                false
+            });
             if more {
                 lock(&self.state).0.push_back(slot);
             }
+            if replies.len() >= MAX_HELD_REPLIES {
+                send(std::mem::take(&mut replies));
+            }
         }
+    }
+}
+
+/// Most answers a compute job holds before sending them.
+const MAX_HELD_REPLIES: usize = 256;
+
+/// An answer for the rows of one request, and where it goes.
+type Reply = (
+    oneshot::Sender<Result<Vec<Val>, RunError>>,
+    Result<Vec<Val>, RunError>,
+);
+
+fn send(replies: Vec<Reply>) {
+    for (tx, r) in replies {
+        let _ = tx.send(r);
     }
 }
 
@@ -439,9 +464,9 @@ impl ModelSlot {
         self.sched.ready(self.clone(), compute);
     }
 
-    /// On the compute pool: evaluate one batch of waiting rows. `false` (and the queue idle
-    /// again) when none wait.
-    fn turn(&self) -> bool {
+    /// On the compute pool: evaluate one batch of waiting rows, their answers added to
+    /// `replies`. `false` (and the queue idle again) when none wait.
+    fn turn(&self, replies: &mut Vec<Reply>) -> bool {
         let Some((version, batch)) = self.next_batch() else {
             return false;
         };
@@ -467,13 +492,13 @@ impl ModelSlot {
                         .map(|r| output_value(&*version.model, &out, r))
                         .collect();
                     at += it.n;
-                    let _ = it.tx.send(Ok(vals));
+                    replies.push((it.tx, Ok(vals)));
                 }
             }
             Err(msg) => {
                 self.stats.failed.fetch_add(rows as u64, Relaxed);
                 for it in batch {
-                    let _ = it.tx.send(Err(RunError::Failed(msg.clone())));
+                    replies.push((it.tx, Err(RunError::Failed(msg.clone()))));
                 }
             }
         }
