@@ -225,6 +225,8 @@ struct Item {
     deadline: Instant,
     enqueued: Instant,
     tx: oneshot::Sender<Result<Vec<Val>, RunError>>,
+    /// The step's trace context, when its request is traced (the batch's span links to it).
+    trace: Option<crate::trace::CallTrace>,
 }
 
 #[derive(Default)]
@@ -317,13 +319,12 @@ impl Scheduler {
                 }
             };
             // A panicking evaluation must not leave the slot "running" with nobody to run it.
-            let more = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                slot.turn(&mut replies)
-            }))
-            .unwrap_or_else(|_| {
-                lock(&slot.queue).running = false;
-                false
-            });
+            let more =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.turn(&mut replies)))
+                    .unwrap_or_else(|_| {
+                        lock(&slot.queue).running = false;
+                        false
+                    });
             if more {
                 lock(&self.state).0.push_back(slot);
             }
@@ -399,6 +400,7 @@ impl ModelSlot {
         n: usize,
         deadline: Instant,
         compute: &Arc<ComputePool>,
+        trace: Option<crate::trace::CallTrace>,
     ) -> Result<oneshot::Receiver<Result<Vec<Val>, RunError>>, RunError> {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
@@ -416,6 +418,7 @@ impl ModelSlot {
                 deadline,
                 enqueued: now,
                 tx,
+                trace,
             });
             q.rows += n;
             if q.running {
@@ -479,7 +482,28 @@ impl ModelSlot {
                 .record_duration(now.saturating_duration_since(it.enqueued));
             input.extend_from_slice(&it.rows);
         }
+        // One span per evaluation, linked to the steps of the traced requests in the batch.
+        let traces: Vec<&crate::trace::CallTrace> =
+            batch.iter().filter_map(|it| it.trace.as_ref()).collect();
+        let span = traces.first().and_then(|t| {
+            t.tracer.shared(
+                &format!("model {}", self.name),
+                vec![
+                    ("fanout.model", self.name.to_string()),
+                    ("fanout.model.version", version.hash.clone()),
+                    ("fanout.batch_rows", rows.to_string()),
+                ],
+                &traces,
+            )
+        });
         let out = version.model.run(&input);
+        if let Some(span) = span {
+            let status = match out {
+                Ok(_) => http::StatusCode::OK,
+                Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            span.end(Ok(status));
+        }
         self.stats.compute_time.record_duration(now.elapsed());
         self.stats.batches.fetch_add(1, Relaxed);
         self.stats.rows.fetch_add(rows as u64, Relaxed);
@@ -1007,10 +1031,14 @@ mod tests {
         let s = slot(3, Dur::millis(0));
         let release = block(&pool).await;
         let v = version();
-        let a = s.submit(v.clone(), rows(1), 1, later(), &pool).unwrap();
-        let b = s.submit(v.clone(), rows(2), 2, later(), &pool).unwrap();
+        let a = s
+            .submit(v.clone(), rows(1), 1, later(), &pool, None)
+            .unwrap();
+        let b = s
+            .submit(v.clone(), rows(2), 2, later(), &pool, None)
+            .unwrap();
         assert!(matches!(
-            s.submit(v.clone(), rows(1), 1, later(), &pool),
+            s.submit(v.clone(), rows(1), 1, later(), &pool, None),
             Err(RunError::QueueFull(3))
         ));
         assert_eq!(s.status().pending, 3);
@@ -1020,7 +1048,7 @@ mod tests {
         let st = s.status();
         assert_eq!((st.rows, st.batches, st.refused, st.pending), (3, 1, 1, 0));
         // Idle again: the next row runs at once.
-        let c = s.submit(v, rows(1), 1, later(), &pool).unwrap();
+        let c = s.submit(v, rows(1), 1, later(), &pool, None).unwrap();
         assert_eq!(c.await.unwrap().unwrap().len(), 1);
         assert_eq!(s.status().batches, 2);
     }
@@ -1033,11 +1061,13 @@ mod tests {
         let release = block(&pool).await;
         let v = version();
         let late = s
-            .submit(v.clone(), rows(1), 1, Instant::now(), &pool)
+            .submit(v.clone(), rows(1), 1, Instant::now(), &pool, None)
             .unwrap();
-        let gone = s.submit(v.clone(), rows(2), 2, later(), &pool).unwrap();
+        let gone = s
+            .submit(v.clone(), rows(2), 2, later(), &pool, None)
+            .unwrap();
         drop(gone);
-        let ok = s.submit(v, rows(1), 1, later(), &pool).unwrap();
+        let ok = s.submit(v, rows(1), 1, later(), &pool, None).unwrap();
         release.send(()).unwrap();
         assert!(matches!(late.await.unwrap(), Err(RunError::Expired)));
         assert_eq!(ok.await.unwrap().unwrap().len(), 1);
@@ -1053,10 +1083,12 @@ mod tests {
         let release = block(&pool).await;
         let (v1, v2) = (version(), version());
         let waits = [
-            s.submit(v1.clone(), rows(1), 1, later(), &pool).unwrap(),
-            s.submit(v1.clone(), rows(1), 1, later(), &pool).unwrap(),
-            s.submit(v2, rows(1), 1, later(), &pool).unwrap(),
-            s.submit(v1, rows(1), 1, later(), &pool).unwrap(),
+            s.submit(v1.clone(), rows(1), 1, later(), &pool, None)
+                .unwrap(),
+            s.submit(v1.clone(), rows(1), 1, later(), &pool, None)
+                .unwrap(),
+            s.submit(v2, rows(1), 1, later(), &pool, None).unwrap(),
+            s.submit(v1, rows(1), 1, later(), &pool, None).unwrap(),
         ];
         release.send(()).unwrap();
         for w in waits {
@@ -1071,8 +1103,10 @@ mod tests {
         let pool = Arc::new(ComputePool::new(1, 8, 0)); // not started: jobs run inline
         let s = slot(16, Dur::millis(5));
         let v = version();
-        let a = s.submit(v.clone(), rows(1), 1, later(), &pool).unwrap();
-        let b = s.submit(v, rows(1), 1, later(), &pool).unwrap();
+        let a = s
+            .submit(v.clone(), rows(1), 1, later(), &pool, None)
+            .unwrap();
+        let b = s.submit(v, rows(1), 1, later(), &pool, None).unwrap();
         assert_eq!(s.status().batches, 0, "nothing runs before max_delay");
         assert_eq!(a.await.unwrap().unwrap().len(), 1);
         assert_eq!(b.await.unwrap().unwrap().len(), 1);

@@ -119,6 +119,24 @@ pub trait CallTracer: Send + Sync {
 
     /// `call` is served without an attempt of its own (a cache hit, a joined shared call).
     fn served(&self, call: &CallTrace) -> Box<dyn AttemptSpan>;
+
+    /// Work done once for the calls of many requests (a model's batch): a span of its own,
+    /// named `name`, linked to the step of each of `calls`. `None`: nothing is recorded.
+    fn shared(
+        &self,
+        name: &str,
+        attributes: Vec<(&'static str, String)>,
+        calls: &[&CallTrace],
+    ) -> Option<Box<dyn AttemptSpan>> {
+        let _ = (name, attributes, calls);
+        None
+    }
+
+    /// The tracer itself (an implementation reads the other tracers of [`CallTracer::shared`]
+    /// through it).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// The span of one attempt (or of a call served without one).

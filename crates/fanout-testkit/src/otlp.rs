@@ -36,6 +36,8 @@ pub struct RecvSpan {
     pub attributes: BTreeMap<String, String>,
     /// The resource's `service.name`.
     pub service_name: String,
+    /// Links to other spans: (trace id, span id), hex.
+    pub links: Vec<(String, String)>,
 }
 
 impl RecvSpan {
@@ -130,6 +132,11 @@ async fn receive(
                     span_id: hex(&s.span_id),
                     parent_span_id: hex(&s.parent_span_id),
                     kind: s.kind,
+                    links: s
+                        .links
+                        .iter()
+                        .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                        .collect(),
                     attributes: s
                         .attributes
                         .iter()

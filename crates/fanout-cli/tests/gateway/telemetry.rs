@@ -608,3 +608,58 @@ routes: []
     assert!(err.contains("telemetry.tracing.sampling_ratio"), "{err}");
     assert!(err.contains("telemetry.access_log.sample_ratio"), "{err}");
 }
+
+#[tokio::test]
+async fn a_model_batch_has_a_span_linked_to_the_steps_of_its_requests() {
+    let otlp = OtlpReceiver::start().await;
+    let stubs = stubs(STUBS).await;
+    let models = TempDir::new("telemetry-models");
+    std::fs::copy(
+        repo_root().join("crates/fanout-model/testdata/dense_ops.onnx"),
+        models.join("d.onnx"),
+    )
+    .unwrap();
+    let yaml = format!(
+        r#"
+telemetry: {}
+models: {{ dir: "{}" }}
+routes:
+  - path: /score
+    flow:
+      s: {{ for_each: '[[1,2,3,4],[5,6,7,8]]', model: {{ name: d, input: '$item' }} }}
+    respond: {{ body: '$s' }}
+"#,
+        tracing_on(1.0),
+        models.path().display()
+    )
+    .replace("${OTLP}", &otlp.endpoint());
+    let gw = gateway(&yaml, &stubs).await;
+    let r = request(
+        &format!("http://{}/score", gw.addr),
+        &[("x-request-id", "model-span-1")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let server = server_span(&otlp, "model-span-1").await;
+    // The request's trace: its server span and the model step's span.
+    let trace = trace_of(&otlp, &server.trace_id, 2).await;
+    let step = trace
+        .iter()
+        .find(|s| s.attr("fanout.step") == Some("s"))
+        .unwrap_or_else(|| panic!("no step span in {trace:?}"))
+        .clone();
+    // The batch's own span (a root of its own trace), linked to that step.
+    let find = || {
+        otlp.spans().into_iter().find(|s| {
+            s.name == "model d"
+                && s.links
+                    .contains(&(server.trace_id.clone(), step.span_id.clone()))
+        })
+    };
+    wait_until("the model batch span", || find().is_some()).await;
+    let batch = find().unwrap();
+    assert_eq!(batch.parent_span_id, "", "a root span");
+    assert_eq!(batch.attr("fanout.model"), Some("d"));
+    assert_eq!(batch.attr("fanout.batch_rows"), Some("2"));
+    assert_eq!(batch.attr("fanout.model.version").map(str::len), Some(16));
+}

@@ -341,6 +341,7 @@ impl RoutePlan {
             }
             Prepared::Task(work, items) => {
                 let env = needs_env(step).then(|| snapshot(env, step));
+                let work = work(obs.call_trace(step));
                 Started::Pending(Box::pin(async move {
                     let out = match observed(step, obs, work).await {
                         Ok(values) => {

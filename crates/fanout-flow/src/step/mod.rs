@@ -129,13 +129,16 @@ pub(crate) enum Prepared {
     Calls(Vec<(CallRequest, Val, usize)>),
     /// Keyed lookups (key, `for_each` element), merged with the round's others per batch form.
     Keys(Arc<BatchPlan>, Vec<(String, Val)>),
-    /// Work done elsewhere (a model's batch on the compute pool): one value per `for_each`
-    /// element (the elements given), or one value.
-    Task(
-        BoxFuture<'static, Result<Vec<Val>, FlowError>>,
-        Option<Arc<Vec<Val>>>,
-    ),
+    /// Work done elsewhere (a model's batch on the compute pool), started with the step's
+    /// trace context: one value per `for_each` element (the elements given), or one value.
+    Task(Task, Option<Arc<Vec<Val>>>),
 }
+
+/// See [`Prepared::Task`].
+pub(crate) type Task = Box<
+    dyn FnOnce(Option<crate::trace::CallTrace>) -> BoxFuture<'static, Result<Vec<Val>, FlowError>>
+        + Send,
+>;
 
 /// The `prepare` of a kind that makes one call per step, or one per `for_each` element
 /// (`items`): `build(None)` or `build(Some((element, index)))` builds each; the first failure

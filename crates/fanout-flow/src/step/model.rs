@@ -10,6 +10,7 @@ use crate::error::{ErrorKind, FlowError};
 use crate::models::{ModelSlot, RunError, kind_name};
 use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Num, Val};
+use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -79,23 +80,25 @@ impl StepKind for ModelStep {
             return Ok(Prepared::Done(Ok(Val::Arr(Vec::new().into()))));
         }
         let (slot, compute, name) = (self.slot.clone(), self.compute.clone(), name.clone());
-        let run = async move {
-            // Queued from the worker that runs the step (never from a compute thread: a
-            // `max_delay` timer needs the runtime).
-            let rx = slot
-                .submit(version, rows, n, deadline.into_std(), &compute)
-                .map_err(|e| run_error(&slot, &name, e))?;
-            match rx.await {
-                Ok(Ok(vals)) => Ok(vals),
-                Ok(Err(e)) => Err(run_error(&slot, &name, e)),
-                Err(_) => Err(run_error(
-                    &slot,
-                    &name,
-                    RunError::Pool(crate::compute::ComputeError::Stopped),
-                )),
-            }
+        let run = move |trace| -> BoxFuture<'static, Result<Vec<Val>, FlowError>> {
+            Box::pin(async move {
+                // Queued from the worker that runs the step (never from a compute thread: a
+                // `max_delay` timer needs the runtime).
+                let rx = slot
+                    .submit(version, rows, n, deadline.into_std(), &compute, trace)
+                    .map_err(|e| run_error(&slot, &name, e))?;
+                match rx.await {
+                    Ok(Ok(vals)) => Ok(vals),
+                    Ok(Err(e)) => Err(run_error(&slot, &name, e)),
+                    Err(_) => Err(run_error(
+                        &slot,
+                        &name,
+                        RunError::Pool(crate::compute::ComputeError::Stopped),
+                    )),
+                }
+            })
         };
-        Ok(Prepared::Task(Box::pin(run), items))
+        Ok(Prepared::Task(Box::new(run), items))
     }
 }
 

@@ -19,7 +19,7 @@ use fanout_flow::plan::StepPlan;
 use fanout_flow::trace::{AttemptSpan, CallTrace, CallTracer};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
     Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
@@ -392,6 +392,47 @@ impl CallTracer for StepTracer {
 
     fn served(&self, call: &CallTrace) -> Box<dyn AttemptSpan> {
         Box::new(self.call_span(call, None))
+    }
+
+    /// A root span (the work belongs to no single request) linked to the step span of every
+    /// call that is sampled; none when none is.
+    fn shared(
+        &self,
+        name: &str,
+        attributes: Vec<(&'static str, String)>,
+        calls: &[&CallTrace],
+    ) -> Option<Box<dyn AttemptSpan>> {
+        let steps: Vec<&StepTracer> = calls
+            .iter()
+            .filter_map(|c| c.tracer.as_any()?.downcast_ref::<StepTracer>())
+            .filter(|t| t.recording)
+            .collect();
+        let first = steps.first()?;
+        let links = steps
+            .iter()
+            .map(|t| Link::with_context(t.cx.span().span_context().clone()))
+            .collect();
+        let mut attrs: Vec<KeyValue> = attributes
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
+        attrs.push(KeyValue::new("fanout.linked_requests", calls.len() as i64));
+        let span = first
+            .tracer
+            .span_builder(name.to_string())
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attrs)
+            .with_links(links)
+            .start_with_context(&first.tracer, &Context::new());
+        Some(Box::new(CallSpan {
+            cx: Some(Context::new().with_span(span)),
+            unsampled: None,
+            ended: false,
+        }))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 
