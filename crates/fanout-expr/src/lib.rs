@@ -34,7 +34,7 @@ use jaq_core::{Compiler, Ctx, Vars, data::JustLut};
 use std::fmt;
 use std::sync::Arc;
 
-pub use jaq_json::{Map, Val};
+pub use jaq_json::{Map, Num, Val};
 
 type JaqFilter = jaq_core::Filter<JustLut<Val>>;
 
