@@ -190,6 +190,15 @@ def build():
                      [(f"sum by (route) (fanout_requests_in_flight{{{ROUTE}}})", "in flight {{route}}"),
                       (f"sum by (route) (rate(fanout_partial_responses_total{{{ROUTE}}}{RI}))",
                        "partial/s {{route}}")]), 12, 8)
+    L.add(timeseries("Coalesced requests by route",
+                     "Requests per second answered by a run of the flow that an identical "
+                     "concurrent request started (whole-request coalescing), and their share of "
+                     "the route's requests; flow runs are the rest.",
+                     [(f"sum by (route) (rate(fanout_requests_coalesced_total{{{ROUTE}}}{RI}))",
+                       "coalesced/s {{route}}"),
+                      (f"sum by (route) (rate(fanout_requests_coalesced_total{{{ROUTE}}}{RI})) "
+                       f"/ sum by (route) (rate(fanout_requests_total{{{ROUTE}}}{RI}))",
+                       "share {{route}}")]), 12, 8)
 
     L.row("Backends")
     L.add(timeseries("Calls by backend and outcome",

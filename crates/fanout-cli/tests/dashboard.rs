@@ -30,6 +30,7 @@ const CATALOG: &[&str] = &[
     "fanout_request_duration_seconds",
     "fanout_requests_in_flight",
     "fanout_partial_responses_total",
+    "fanout_requests_coalesced_total",
     "fanout_errors_total",
     "fanout_backend_calls_total",
     "fanout_backend_call_duration_seconds",
@@ -481,6 +482,11 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         })
         .collect();
     let route_names: Vec<&str> = routes.iter().map(|(r, _)| *r).collect();
+    let coalescing: Vec<&str> = route_names
+        .iter()
+        .copied()
+        .filter(|r| *r != "/orders")
+        .collect();
     let steps: LabelSets = [
         ("down", "one"),
         ("down", "many"),
@@ -521,6 +527,11 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         (
             "fanout_partial_responses_total",
             product(&[("route", &route_names)]),
+        ),
+        // Routes that coalesce: all but `/orders`, whose `save` step POSTs.
+        (
+            "fanout_requests_coalesced_total",
+            product(&[("route", &coalescing)]),
         ),
         ("fanout_errors_total", product(&[("code", CODES)])),
         ("fanout_backend_calls_total", calls),
@@ -684,6 +695,7 @@ const REQUEST_COUNTS: &[&str] = &[
     "fanout_request_duration_seconds_sum",
     "fanout_requests_in_flight",
     "fanout_partial_responses_total",
+    "fanout_requests_coalesced_total",
     "fanout_errors_total",
     "fanout_backend_calls_total",
     "fanout_backend_call_duration_seconds_count",

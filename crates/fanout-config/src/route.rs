@@ -71,6 +71,12 @@ pub struct Route {
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]
     pub server_timing: bool,
+    /// Whole-request coalescing: concurrent requests that would compute the same answer (equal
+    /// in every part of the request the flow's expressions read) share one run of the flow.
+    /// Default: on when every step only reads (GET/HEAD `http`, gRPC methods without side
+    /// effects, read-only `sql`, keyed lookups, `model`, `value`, `fail`); `false` turns it off;
+    /// `true` on a route with a step that writes is an error. See docs/config.md#coalescing.
+    pub coalesce: Option<Located<bool>>,
 }
 
 fn no_path() -> Located<String> {

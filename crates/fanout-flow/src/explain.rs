@@ -57,6 +57,39 @@ pub struct RouteExplain {
     pub critical: Vec<usize>,
     /// The critical path's worst case: the sum of its steps' worst cases (an upper bound).
     pub worst: Duration,
+    /// Whole-request coalescing: on, off by the config, or not eligible (a step writes).
+    pub coalesce: crate::plan::Coalesce,
+    /// The parts of the request that key coalesced runs — exactly what the flow reads of
+    /// `$request` (e.g. `$request.params`, `$request.headers["authorization"]`); empty when it
+    /// reads nothing (every concurrent request shares a run).
+    pub key: Vec<String>,
+}
+
+/// The parts of `$request` that `u` names, as a flow reads them.
+pub fn key_parts(u: &fanout_expr::request::RequestUse) -> Vec<String> {
+    use fanout_expr::request::HeaderUse;
+    let mut out = Vec::new();
+    for (read, name) in [
+        (u.method, "method"),
+        (u.path, "path"),
+        (u.params, "params"),
+        (u.query, "query"),
+    ] {
+        if read {
+            out.push(format!("$request.{name}"));
+        }
+    }
+    match &u.headers {
+        HeaderUse::None => {}
+        HeaderUse::All => out.push("$request.headers (all of them)".to_string()),
+        HeaderUse::Named(names) => {
+            out.extend(names.iter().map(|n| format!("$request.headers[\"{n}\"]")));
+        }
+    }
+    if u.body {
+        out.push("$request.body".to_string());
+    }
+    out
 }
 
 /// One step, described.
@@ -291,6 +324,8 @@ fn explain_route(
         levels,
         critical,
         worst,
+        coalesce: route.coalesce.clone(),
+        key: key_parts(&route.request_use),
     }
 }
 

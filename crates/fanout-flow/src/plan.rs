@@ -79,6 +79,63 @@ pub struct RoutePlan {
     pub grpc: Option<GrpcRoute>,
     /// The parts of `$request` the route's expressions read: the only parts built per request.
     pub request_use: fanout_expr::request::RequestUse,
+    /// Whether concurrent requests that would compute the same answer share one run of the flow
+    /// (the gateway keys them by the parts of `$request` in [`RoutePlan::request_use`]).
+    pub coalesce: Coalesce,
+}
+
+impl RoutePlan {
+    /// Whether concurrent identical requests share one run of the flow.
+    pub fn coalesces(&self) -> bool {
+        matches!(self.coalesce, Coalesce::On)
+    }
+}
+
+/// A route's whole-request coalescing (`coalesce:`), as compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coalesce {
+    /// On: every step only reads, and the config does not turn it off.
+    On,
+    /// Off by the config (`coalesce: false`).
+    Off,
+    /// Not eligible: a step writes (named, with what it does), so requests never share a run.
+    Writes {
+        /// The first step that writes.
+        step: String,
+        /// What it does, e.g. "a POST call to `orders`".
+        what: String,
+    },
+}
+
+/// The first step of `steps` whose calls are not safe to share (they may write), with what it
+/// does; `None` when every step only reads: GET/HEAD `http` calls, gRPC methods without side
+/// effects, read-only `sql`, keyed lookups (batch forms are read-only), models, values, guards.
+pub fn first_writer(steps: &[Arc<StepPlan>]) -> Option<(String, String)> {
+    steps.iter().find_map(|s| {
+        let what = match s.work() {
+            StepWork::Http {
+                backend, method, ..
+            } if method != "GET" && method != "HEAD" => {
+                format!("an HTTP {method} call to `{backend}`")
+            }
+            StepWork::Grpc {
+                backend,
+                method,
+                safe: false,
+                ..
+            } => format!(
+                "the gRPC method `{method}` of `{backend}`, which may have side effects (its \
+                 .proto does not say `idempotency_level = NO_SIDE_EFFECTS`)"
+            ),
+            StepWork::Sql {
+                backend,
+                read_only: false,
+                ..
+            } => format!("a SQL statement on `{backend}` that is not read-only"),
+            _ => return None,
+        };
+        Some((s.name.to_string(), what))
+    })
 }
 
 /// One compiled step.
@@ -464,13 +521,32 @@ fn compile_route(
         return None;
     }
     let roots = (0..n).filter(|&i| steps[i].deps.is_empty()).collect();
+    let steps: Vec<Arc<StepPlan>> = steps.into_iter().map(Arc::new).collect();
+    let coalesce = match (first_writer(&steps), &r.coalesce) {
+        (None, Some(c)) if !c.value => Coalesce::Off,
+        (None, _) => Coalesce::On,
+        (Some((step, what)), Some(c)) if c.value => {
+            cx.errs.push(
+                ConfigError::at(
+                    c.pos,
+                    format!("`coalesce: true`, but step `{step}` of this route may write: {what}"),
+                )
+                .hint(
+                    "only routes whose steps all just read can share one run between requests; \
+                     remove `coalesce`, or make the step read-only",
+                ),
+            );
+            return None;
+        }
+        (Some((step, what)), _) => Coalesce::Writes { step, what },
+    };
     Some(RoutePlan {
         index: 0, // set by `compile`
         method: method?,
         path: r.path.value.clone(),
         deadline: r.deadline.unwrap_or(defaults.deadline).0,
         server_timing: r.server_timing,
-        steps: steps.into_iter().map(Arc::new).collect(),
+        steps,
         roots,
         respond: Arc::new(RespondPlan {
             partial_in_body: r.grpc.is_none(),
@@ -482,6 +558,7 @@ fn compile_route(
         compute: cx.compute.clone(),
         grpc,
         request_use: std::mem::take(&mut cx.request_use),
+        coalesce,
     })
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub const PARTIAL_HEADER: &str = "x-fanout-partial";
 
 /// A finished response.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Outcome {
     /// Status code.
     pub status: u16,

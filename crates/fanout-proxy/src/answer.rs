@@ -68,6 +68,7 @@ impl ErrorCounts {
 }
 
 /// A client-side error (bad request) or a flow failure, rendered as JSON.
+#[derive(Clone)]
 pub(crate) struct ApiError {
     pub status: StatusCode,
     pub code: Cow<'static, str>,

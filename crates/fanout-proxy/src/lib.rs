@@ -9,6 +9,7 @@ pub mod balance;
 pub mod bodies;
 pub mod body;
 pub mod client;
+pub(crate) mod coalesce;
 pub mod conn;
 pub mod errlog;
 mod grpc;
@@ -111,6 +112,11 @@ pub struct Live {
     sql_steps: Vec<SqlStep>,
     /// The models of `models.dir` (kept by reloads that do not change `models:`).
     models: Arc<fanout_flow::models::ModelSet>,
+    /// The live runs of each route that coalesces, by route index (`coalesce.rs`): a table per
+    /// loaded config, so a request never shares a run of another config.
+    coalesce: Vec<Option<coalesce::Runs>>,
+    /// `METHOD path` of each route, by route index (the status endpoint's names).
+    route_names: Vec<String>,
 }
 
 /// A `sql` step's counters, with its names (see [`Live`]).
@@ -301,7 +307,27 @@ impl Gateway {
             "errors": self.errors.json(),
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
+            "coalesce": live.coalesce_json(),
         })
+    }
+}
+
+impl Live {
+    /// `{routes: {"METHOD path": {runs, coalesced, reruns, in_flight}}, coalesced}` for the
+    /// routes that coalesce (counts since this config was loaded).
+    fn coalesce_json(&self) -> serde_json::Value {
+        let mut total = 0;
+        let routes: serde_json::Map<String, serde_json::Value> = self
+            .coalesce
+            .iter()
+            .zip(&self.route_names)
+            .filter_map(|(runs, name)| {
+                let c = runs.as_ref()?.counters();
+                total += c.coalesced;
+                Some((name.clone(), serde_json::to_value(c).unwrap_or_default()))
+            })
+            .collect();
+        serde_json::json!({ "coalesced": total, "routes": routes })
     }
 }
 

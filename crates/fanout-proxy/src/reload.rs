@@ -205,6 +205,12 @@ pub(crate) fn build_live(
         grpc_services,
         sql_steps,
         models: plan.models.clone(),
+        coalesce: crate::coalesce::tables(&plan.routes),
+        route_names: plan
+            .routes
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect(),
     };
     Ok(Built {
         live,

@@ -6,6 +6,7 @@
 use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
+use crate::coalesce::{self, Role};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
 use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::{Failure, RequestTelemetry};
@@ -13,7 +14,7 @@ use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_expr::request::{RequestParts, RequestUse, decode_path_param, request_val_reading};
 use fanout_expr::{Val, json};
-use fanout_flow::{Outcome, RoutePlan};
+use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
 use futures_util::FutureExt;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
@@ -164,10 +165,63 @@ impl Gateway {
     }
 
     /// Admit, run, observe, complete: the part of the lifecycle that HTTP and gRPC requests
-    /// share once their request value is built. The admission slot is held while the flow runs;
-    /// the flow's latency is a sample for the adaptive limit.
+    /// share once their request value is built. On a route that coalesces (`coalesce.rs`), a
+    /// request whose `$request` equals that of a live run which ends within its deadline takes
+    /// that run's answer instead; otherwise it runs the flow ([`Gateway::run_once`]) and hands
+    /// its answer to the requests that joined it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_flow<'a, 'r: 'a>(
+        &'a self,
+        live: &'r Live,
+        route: &'a RoutePlan,
+        deadline: Instant,
+        request: Val,
+        rid: &'a HeaderValue,
+        rec: &mut RequestRecord<'r>,
+        tel: &mut RequestTelemetry<'a>,
+    ) -> Result<Outcome, ApiError> {
+        let Some(runs) = live.coalesce.get(route.index).and_then(Option::as_ref) else {
+            return self
+                .run_once(live, route, deadline, request, rid, rec, tel)
+                .await;
+        };
+        let key = coalesce::key_of(&request);
+        loop {
+            match runs.role(&key, deadline, || tel.span_context()) {
+                Role::Lead(leader) => {
+                    let out = self
+                        .run_once(live, route, deadline, request, rid, rec, tel)
+                        .await;
+                    leader.finish(&out);
+                    return out;
+                }
+                Role::Join(answer, leader) => match coalesce::wait(answer, deadline).await {
+                    Ok(Some(answer)) => {
+                        let out = (*answer).clone();
+                        rec.coalesced();
+                        rec.ran(&out);
+                        tel.coalesced(leader.as_ref());
+                        tel.ran(&out);
+                        return out;
+                    }
+                    // The leader's client went away: run again (lead, or join the next run).
+                    Ok(None) => runs.rerun(),
+                    Err(()) => {
+                        return Err(ApiError::from(FlowError::new(
+                            ErrorKind::DeadlineExceeded,
+                            "route deadline exceeded while waiting for the run this request \
+                             shares",
+                        )));
+                    }
+                },
+            }
+        }
+    }
+
+    /// Admit, run, observe, complete: one run of the flow for this request. The admission slot
+    /// is held while the flow runs; the flow's latency is a sample for the adaptive limit.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_once<'a, 'r: 'a>(
         &'a self,
         live: &'r Live,
         route: &'a RoutePlan,

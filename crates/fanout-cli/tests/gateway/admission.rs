@@ -1,5 +1,8 @@
 //! R2: at the concurrency limit, requests wait briefly in a bounded queue or are rejected at once
 //! with 503 + Retry-After — never queued until they time out.
+//!
+//! The routes say `coalesce: false`: concurrent identical requests must each run their flow here
+//! (coalescing has its own tests in `coalesce.rs`).
 
 use crate::support::gateway;
 use fanout_testkit::*;
@@ -20,6 +23,7 @@ backends:
   a: { url: "http://${A_ADDR}", dedup: false }
 routes:
   - path: /slow
+    coalesce: false
     deadline: 5s
     flow:
       s: { http: { backend: a, path: '"/slow"' } }
@@ -149,12 +153,14 @@ backends:
   a: { url: "http://${A_ADDR}", dedup: false }
 routes:
   - path: /critical
+    coalesce: false
     deadline: 10s
     admission: { priority: critical }
     flow:
       s: { http: { backend: a, path: '"/slow"' } }
     respond: { body: '$s' }
   - path: /sheddable
+    coalesce: false
     deadline: 10s
     admission: { priority: sheddable }
     flow:
@@ -220,12 +226,14 @@ backends:
   a: { url: "http://${A_ADDR}", dedup: false }
 routes:
   - path: /one
+    coalesce: false
     deadline: 10s
     admission: { max_concurrency: 1 }
     flow:
       s: { http: { backend: a, path: '"/slow"' } }
     respond: { body: '$s' }
   - path: /other
+    coalesce: false
     deadline: 10s
     flow:
       s: { http: { backend: a, path: '"/slow"' } }
@@ -271,6 +279,7 @@ backends:
   a: { url: "http://${A_ADDR}", dedup: false }
 routes:
   - path: /slow
+    coalesce: false
     deadline: 10s
     flow:
       s: { http: { backend: a, path: '"/slow"' } }
@@ -338,6 +347,7 @@ backends:
   a: { url: "http://${A_ADDR}", dedup: false }
 routes:
   - path: /fast
+    coalesce: false
     deadline: 10s
     flow:
       s: { http: { backend: a, path: '"/fast"' } }

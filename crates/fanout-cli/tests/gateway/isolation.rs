@@ -1,5 +1,8 @@
 //! R3: a backend's circuit breaker opens after failures (optional steps then use their default
 //! without calling it); a full bulkhead fails fast. Proven with the stub's counters.
+//!
+//! The routes say `coalesce: false`: concurrent identical requests must each run their flow here
+//! (coalescing has its own tests in `coalesce.rs`).
 
 use crate::support::gateway;
 use fanout_testkit::*;
@@ -27,10 +30,12 @@ backends:
     dedup: false
 routes:
   - path: /page
+    coalesce: false
     flow:
       extra: { optional: true, default: "fallback", http: { backend: broken, path: '"/broken"' } }
     respond: { body: '{extra: $extra}' }
   - path: /narrow
+    coalesce: false
     flow:
       s: { optional: true, default: "busy", http: { backend: narrow, path: '"/slow"' } }
     respond: { body: '$s' }

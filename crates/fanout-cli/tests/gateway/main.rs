@@ -26,6 +26,7 @@ mod batching;
 mod caching;
 mod cli;
 mod client_contract;
+mod coalesce;
 mod config_errors;
 mod config_hints;
 mod config_reference;

@@ -431,6 +431,7 @@ async fn with_metrics_off_the_request_families_are_absent() {
         "fanout_request_duration_seconds",
         "fanout_requests_in_flight",
         "fanout_partial_responses",
+        "fanout_requests_coalesced",
         "fanout_backend_calls",
         "fanout_backend_call_duration_seconds",
     ] {
@@ -511,6 +512,7 @@ const CATALOG: &[(&str, &[&str])] = &[
     ("fanout_request_duration_seconds", &["route", "method"]),
     ("fanout_requests_in_flight", &["route"]),
     ("fanout_partial_responses_total", &["route"]),
+    ("fanout_requests_coalesced_total", &["route"]),
     ("fanout_errors_total", &["code"]),
     (
         "fanout_backend_calls_total",

@@ -2,6 +2,9 @@
 //! `consecutive_failures` calls while retries hide its failures from clients (research test #8);
 //! a probe re-admits it once it is healthy; local rejections never eject an address (#11).
 //! Proven with the stubs' counters and `/__fanout/status` — no wall-clock assertions.
+//!
+//! The routes say `coalesce: false`: concurrent identical requests must each run their flow here
+//! (coalescing has its own tests in `coalesce.rs`).
 
 use crate::support::gateway;
 use fanout_testkit::*;
@@ -43,10 +46,12 @@ backends:
     max_concurrency: 1
 routes:
   - path: /item/{{id}}
+    coalesce: false
     flow:
       one: {{ http: {{ backend: items, path: '"/item"', query: {{ id: '$request.params.id' }} }} }}
     respond: {{ body: '$one' }}
   - path: /narrow
+    coalesce: false
     flow:
       s: {{ optional: true, default: "busy", http: {{ backend: narrow, path: '"/slow"' }} }}
     respond: {{ body: '$s' }}

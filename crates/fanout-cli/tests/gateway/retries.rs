@@ -6,6 +6,9 @@
 //! - a connect error (closed port) is retried on another address;
 //! - hedges stay within `max_extra` of the calls, losers are cancelled at the backend, answers
 //!   are correct, and non-idempotent calls are never hedged.
+//!
+//! The routes say `coalesce: false`: concurrent identical requests must each run their flow here
+//! (coalescing has its own tests in `coalesce.rs`).
 
 use crate::support::gateway;
 use fanout_testkit::*;
@@ -69,6 +72,7 @@ backends:
     retry: { attempts: 3, budget: { ratio: 0.2, min_per_second: 0 } }
 routes:
   - path: /x
+    coalesce: false
     flow:
       x: { http: { backend: down, path: '"/x"' } }
     respond: { body: '$x' }
@@ -111,11 +115,13 @@ backends:
     retry: { attempts: 3 }
 routes:
   - path: /post
+    coalesce: false
     method: POST
     flow:
       x: { http: { backend: down, method: POST, path: '"/x"', body: '{n: 1}' } }
     respond: { body: '$x' }
   - path: /post-idempotent
+    coalesce: false
     method: POST
     flow:
       x: { http: { backend: down, method: POST, path: '"/x"', body: '{n: 1}', idempotent: true } }
@@ -160,6 +166,7 @@ backends:
     retry: {{}}
 routes:
   - path: /x/{{id}}
+    coalesce: false
     flow:
       x: {{ http: {{ backend: svc, path: '"/x"', query: {{ id: '$request.params.id' }} }} }}
     respond: {{ body: '$x' }}
@@ -211,10 +218,12 @@ backends:
     hedge: { delay: 10ms, max_extra: 0.1 }
 routes:
   - path: /x/{id}
+    coalesce: false
     flow:
       x: { http: { backend: tail, path: '"/x"', query: { id: '$request.params.id' } } }
     respond: { body: '$x' }
   - path: /p/{id}
+    coalesce: false
     method: POST
     flow:
       x: { http: { backend: tail, method: POST, path: '"/x"', query: { id: '$request.params.id' } } }

@@ -70,6 +70,7 @@ routes:
       c: {{ http: {{ backend: cached, path: '"/a"' }} }}
     respond: {{ body: '$c' }}
   - path: /slow
+    coalesce: false
     flow:
       s: {{ http: {{ backend: svc, path: '"/slow"' }} }}
     respond: {{ body: '$s' }}

@@ -4,7 +4,7 @@
 use super::{
     BackendExplain, HedgeExplain, RouteExplain, StepExplain, Timeout, TimeoutFrom, fmt_dur,
 };
-use crate::plan::StepWork;
+use crate::plan::{Coalesce, StepWork};
 use std::fmt::Write as _;
 
 /// Every route in `routes`, separated by a blank line.
@@ -22,6 +22,7 @@ fn route(r: &RouteExplain) -> String {
          is shorter)",
         fmt_dur(r.deadline)
     );
+    coalesce(&mut out, r);
     let _ = writeln!(
         out,
         "  {} in {}; steps of one level can run in parallel, and each step starts as soon as \
@@ -45,6 +46,25 @@ fn route(r: &RouteExplain) -> String {
     let _ = writeln!(out, "  respond: when every step is done");
     critical(&mut out, r);
     out
+}
+
+/// Whether concurrent identical requests share one run, and what makes them identical.
+fn coalesce(out: &mut String, r: &RouteExplain) {
+    let text = match &r.coalesce {
+        Coalesce::On if r.key.is_empty() => "coalesced: concurrent requests share one run of the \
+             flow (it reads nothing of the request)"
+            .to_string(),
+        Coalesce::On => format!(
+            "coalesced: concurrent requests equal in {} share one run of the flow (nothing \
+             else of the request splits them)",
+            r.key.join(", ")
+        ),
+        Coalesce::Off => "not coalesced: `coalesce: false`".to_string(),
+        Coalesce::Writes { step, what } => {
+            format!("not coalesced: step `{step}` may write ({what})")
+        }
+    };
+    let _ = writeln!(out, "  {text}");
 }
 
 fn step(out: &mut String, r: &RouteExplain, s: &StepExplain) {

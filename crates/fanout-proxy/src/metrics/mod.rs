@@ -98,6 +98,7 @@ pub struct Metrics {
     request_duration: HistFamily<2>,
     requests_in_flight: Family<Labels<1>, Gauge>,
     partial: Family<Labels<1>, Counter>,
+    coalesced: Family<Labels<1>, Counter>,
     backend_calls: Family<Labels<3>, Counter>,
     backend_call_duration: HistFamily<2>,
     config_reloads: Family<Labels<1>, Counter>,
@@ -116,6 +117,8 @@ struct Series {
     durations: HashSet<Labels<2>>,
     /// `fanout_requests_in_flight` and `fanout_partial_responses`.
     routes: HashSet<Labels<1>>,
+    /// `fanout_requests_coalesced` (routes that coalesce).
+    coalesced: HashSet<Labels<1>>,
     /// `fanout_backend_calls`.
     calls: HashSet<Labels<3>>,
     /// `fanout_backend_call_duration_seconds`.
@@ -127,6 +130,7 @@ impl Series {
         self.requests.extend(other.requests.iter().cloned());
         self.durations.extend(other.durations.iter().cloned());
         self.routes.extend(other.routes.iter().cloned());
+        self.coalesced.extend(other.coalesced.iter().cloned());
         self.calls.extend(other.calls.iter().cloned());
         self.call_durations
             .extend(other.call_durations.iter().cloned());
@@ -149,6 +153,7 @@ impl Metrics {
             request_duration: Family::new_with_constructor(Hist::new),
             requests_in_flight: Family::default(),
             partial: Family::default(),
+            coalesced: Family::default(),
             backend_calls: Family::default(),
             backend_call_duration: Family::new_with_constructor(Hist::new),
             config_reloads: Family::default(),
@@ -184,6 +189,12 @@ impl Metrics {
             "fanout_partial_responses",
             "Answers in which optional steps fell back to their default, by route pattern",
             self.partial.clone(),
+        );
+        r.register(
+            "fanout_requests_coalesced",
+            "Requests answered by a run of the flow that another identical request started \
+             (whole-request coalescing), by route pattern",
+            self.coalesced.clone(),
         );
         r.register(
             "fanout_backend_calls",
@@ -256,6 +267,9 @@ impl Metrics {
             self.requests_in_flight.remove(l);
             self.partial.remove(l);
         }
+        for l in created.coalesced.difference(&keep.coalesced) {
+            self.coalesced.remove(l);
+        }
         for l in created.calls.difference(&keep.calls) {
             self.backend_calls.remove(l);
         }
@@ -288,6 +302,10 @@ impl Metrics {
             requests: self.requests_of(&r.path, r.method.as_str(), series),
             in_flight: self.requests_in_flight.get_or_create_owned(&route),
             partial: self.partial.get_or_create_owned(&route),
+            coalesced: r.coalesces().then(|| {
+                series.coalesced.insert(route.clone());
+                self.coalesced.get_or_create_owned(&route)
+            }),
             steps: r.steps.iter().map(|s| self.step(s, series)).collect(),
         };
         series.routes.insert(route);
@@ -344,6 +362,8 @@ pub struct RouteMetrics {
     requests: RequestCounters,
     in_flight: Gauge,
     partial: Counter,
+    /// Requests answered by another request's run (`None`: the route does not coalesce).
+    coalesced: Option<Counter>,
     /// By step index; `None` for steps that call no backend.
     steps: Vec<Option<StepMetrics>>,
 }
@@ -452,6 +472,14 @@ impl<'a> RequestRecord<'a> {
             && !o.partial.is_empty()
         {
             m.partial.inc();
+        }
+    }
+
+    /// The request was answered by another request's run of the flow (coalesced).
+    #[inline]
+    pub fn coalesced(&self) {
+        if let Some(c) = self.route.and_then(|m| m.coalesced.as_ref()) {
+            c.inc();
         }
     }
 

@@ -183,8 +183,21 @@ impl<'a> RequestTelemetry<'a> {
         }
     }
 
+    /// The request takes the answer of another request's run of the flow (coalesced, `leader`
+    /// the span of the request that ran it): its span says so and links to it.
+    pub fn coalesced(&mut self, leader: Option<&opentelemetry::trace::SpanContext>) {
+        if let Some(t) = &self.trace {
+            t.coalesced(leader);
+        }
+    }
+
+    /// The request's span, when tracing is on (the requests that join its run link to it).
+    pub fn span_context(&self) -> Option<opentelemetry::trace::SpanContext> {
+        self.trace.as_ref().map(RequestTrace::span_context)
+    }
+
     /// The flow answered: keep its degraded steps.
-    pub fn ran(&mut self, out: &Result<Outcome, fanout_flow::FlowError>) {
+    pub fn ran<E>(&mut self, out: &Result<Outcome, E>) {
         if let Ok(o) = out
             && !o.partial.is_empty()
             && (self.trace.is_some() || self.log.is_some())

@@ -215,6 +215,24 @@ impl RequestTrace {
         span.set_attribute(KeyValue::new("http.route", pattern.to_string()));
     }
 
+    /// The request's span (for the requests that join its run of the flow).
+    pub fn span_context(&self) -> SpanContext {
+        self.cx.span().span_context().clone()
+    }
+
+    /// The request takes the answer of another request's run of the flow: `fanout.coalesced`
+    /// on its span, and a link to the span of the request that ran it (`leader`).
+    pub fn coalesced(&self, leader: Option<&SpanContext>) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("fanout.coalesced", true));
+        if let Some(sc) = leader.filter(|sc| sc.is_valid()) {
+            span.add_link(
+                sc.clone(),
+                vec![KeyValue::new("fanout.link", "coalesced_run")],
+            );
+        }
+    }
+
     /// The request ended: status, request id, outcome (`ok`, `partial` or the error code).
     pub fn end(&self, status: StatusCode, request_id: &str, error: Option<&str>, partial: bool) {
         let span = self.cx.span();
