@@ -161,6 +161,11 @@ enum Cmd {
         /// Maximum connections (HTTP/1.1: one request in flight per connection).
         #[arg(long, default_value_t = 512)]
         connections: usize,
+        /// HTTP/2 and gRPC: open N connections before the run and send the requests over them
+        /// in turn (N clients, each on a connection of its own; default: connections open on
+        /// demand, up to 100 streams each).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        open_connections: usize,
         /// Per-request timeout, e.g. `10s`, `500ms`, `1m30s`; a bare number is milliseconds.
         #[arg(long, default_value = "10s")]
         timeout: String,
@@ -456,6 +461,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             proto,
             import_path,
             connections,
+            open_connections,
             timeout,
             threshold,
             json,
@@ -471,6 +477,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 protos: proto,
                 import_paths: import_path,
                 connections,
+                open_connections,
                 timeout,
                 thresholds: threshold,
                 json,

@@ -215,6 +215,8 @@ struct Load {
 struct LoadOpts {
     timeout: Duration,
     max_connections: usize,
+    /// HTTP/2 and gRPC: connections opened before the run and used in turn (0: on demand).
+    open_connections: usize,
     drain: Duration,
     /// Sample the target's /proc during the run (per-phase threads and RSS).
     sample: bool,
@@ -225,6 +227,7 @@ impl Default for LoadOpts {
         LoadOpts {
             timeout: Duration::from_secs(2),
             max_connections: 512,
+            open_connections: 0,
             drain: Duration::from_secs(2),
             sample: false,
         }
@@ -796,6 +799,7 @@ impl Lab {
                 schedule: sched,
                 protocol: self.scenario.protocol(),
                 max_connections: opts.max_connections,
+                open_connections: opts.open_connections,
                 timeout: opts.timeout,
                 lag_threshold: LAG_THRESHOLD,
                 drain: opts.drain,
@@ -1099,6 +1103,7 @@ impl Lab {
         let opts = LoadOpts {
             timeout: Duration::from_secs(1),
             max_connections: 8192,
+            open_connections: 0,
             drain: Duration::from_secs(1),
             sample: true,
         };

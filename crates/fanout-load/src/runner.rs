@@ -23,6 +23,7 @@
 use crate::conn::ConnCounters;
 use crate::conn::{
     Body, Driver, H2_STREAMS_PER_CONN, H2Lease, H2Pool, Prepared, Target, classify, connect_h1,
+    connect_h2,
 };
 use crate::grpc::{GRPC_STATUS, code_of, judge, status_map};
 use crate::recorder::{Outcome, Recorder};
@@ -212,6 +213,11 @@ impl Shared {
                 Ok(())
             }
             Protocol::Http2 | Protocol::Grpc => {
+                // Pre-opened connections: every request takes the next one in turn.
+                if let Some(l) = self.h2.round_robin() {
+                    *conn = Conn::H2(l);
+                    return Ok(());
+                }
                 if let Conn::H2(l) = conn
                     && !l.is_closed()
                 {
@@ -557,6 +563,11 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     if spec.timeout.is_zero() {
         return Err(LoadError::Spec("timeout must be greater than zero"));
     }
+    if spec.open_connections > 0 && !spec.protocol.is_http2() {
+        return Err(LoadError::Spec(
+            "open_connections needs HTTP/2 or gRPC (HTTP/1.1 connections open on demand)",
+        ));
+    }
     let handle = Handle::try_current().map_err(|_| LoadError::NoRuntime)?;
     let target = Target::resolve(&spec.target).await?;
     let requests = spec
@@ -569,12 +580,30 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     let duration = schedule.duration();
     let total = schedule.total_requests();
     let high_us = us(duration + spec.drain + spec.timeout).saturating_add(1_000_000);
+    let max_connections = spec.max_connections.max(spec.open_connections);
     let max_workers = match spec.protocol {
-        Protocol::Http1 => spec.max_connections,
-        Protocol::Http2 | Protocol::Grpc => {
-            spec.max_connections.saturating_mul(H2_STREAMS_PER_CONN)
-        }
+        Protocol::Http1 => max_connections,
+        Protocol::Http2 | Protocol::Grpc => max_connections.saturating_mul(H2_STREAMS_PER_CONN),
     };
+    // Pre-opened connections (HTTP/2, gRPC): all of them before the schedule's time zero, 64
+    // handshakes at a time. One that fails to open is left out (the report's
+    // `connections_opened` says how many did).
+    let conns = Arc::new(ConnCounters::default());
+    let mut opened = Vec::with_capacity(spec.open_connections);
+    let mut drivers = Vec::with_capacity(spec.open_connections);
+    let mut pending = JoinSet::new();
+    let mut to_open = spec.open_connections;
+    while to_open > 0 || !pending.is_empty() {
+        while to_open > 0 && pending.len() < 64 {
+            to_open -= 1;
+            let (addr, counters) = (target.addr, conns.clone());
+            pending.spawn(async move { connect_h2(addr, &counters).await });
+        }
+        if let Some(Ok(Ok((sender, driver)))) = pending.join_next().await {
+            opened.push(sender);
+            drivers.push(driver);
+        }
+    }
     let t0 = Instant::now() + START_DELAY;
     let shared = Arc::new(Shared {
         schedule,
@@ -582,7 +611,7 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         t0,
         timeout: spec.timeout,
         protocol: spec.protocol,
-        max_connections: spec.max_connections,
+        max_connections,
         max_workers,
         grow_after: (spec.lag_threshold / 4).clamp(MIN_GROW_AFTER, MAX_GROW_AFTER),
         target,
@@ -597,10 +626,14 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         tasks: Mutex::new(JoinSet::new()),
         rec: Mutex::new(Recorder::new(high_us, spec.lag_threshold)),
         all_done: Notify::new(),
-        conns: Arc::new(ConnCounters::default()),
+        conns,
         h2: H2Pool::default(),
     });
     let guard = StopGuard(shared.clone());
+    for d in drivers {
+        shared.spawn(d);
+    }
+    shared.h2.set_fixed(opened);
     {
         let s = shared.clone();
         std::thread::Builder::new()
@@ -688,7 +721,7 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         let cause = if shared.saturated.load(Ordering::Relaxed) {
             format!(
                 " (connection pool exhausted: all {} {} busy; raise max_connections or lower the rate)",
-                spec.max_connections,
+                max_connections,
                 if spec.protocol.is_http2() {
                     "connections' streams"
                 } else {
