@@ -939,12 +939,18 @@ impl Lab {
         self.stubs.reset().await?;
         let pid = target.proc.pid().unwrap_or(0);
         let me = std::process::id();
-        let before = procstat::sample(pid).unwrap_or_default();
-        let gen_before = procstat::sample(me).unwrap_or_default();
         let t_start = self.t0.elapsed().as_secs_f64();
         let mut runs = Vec::new();
         let mut meta = Vec::new();
+        // With pre-opened connections, CPU counts from the moment they are open (the schedule's
+        // start), not from their handshakes.
+        let mut started = Vec::new();
         for load in loads {
+            let on_start = (opts.open_connections > 0).then(|| {
+                let n = std::sync::Arc::new(tokio::sync::Notify::new());
+                started.push(n.clone());
+                n
+            });
             let sched =
                 Schedule::parse(&load.schedule).map_err(|e| LabError::Load(e.to_string()))?;
             let spec = LoadSpec {
@@ -954,6 +960,7 @@ impl Lab {
                 protocol: self.scenario.protocol(),
                 max_connections: opts.max_connections,
                 open_connections: opts.open_connections,
+                on_start,
                 timeout: opts.timeout,
                 lag_threshold: LAG_THRESHOLD,
                 drain: opts.drain,
@@ -963,6 +970,12 @@ impl Lab {
                 async move { fanout_load::run(&spec, None).await },
             ));
         }
+        for n in &started {
+            // (A run that failed to start never notifies: its error comes from its task below.)
+            let _ = tokio::time::timeout(Duration::from_secs(30), n.notified()).await;
+        }
+        let before = procstat::sample(pid).unwrap_or_default();
+        let gen_before = procstat::sample(me).unwrap_or_default();
         let sampler = opts
             .sample
             .then(|| procstat::Sampler::start(pid, Duration::from_millis(100)));
@@ -1068,6 +1081,9 @@ impl Lab {
             }
         }
         let passed = t.passed_slo || tolerated;
+        if !passed && matches!(self.scenario.mode, Mode::Models(_)) {
+            self.wait_idle(ti, Duration::from_secs(30)).await;
+        }
         Ok((t, passed))
     }
 
@@ -1246,10 +1262,27 @@ impl Lab {
                 for (phase, rate) in &levels {
                     self.trial(ti, phase, round, Self::schedule(*rate, self.plan.trial_s))
                         .await?;
+                    // An overloaded target may still work off a backlog (calls the client gave up
+                    // on): the next trial, maybe of another target, must not share the CPU with it.
+                    self.wait_idle(ti, Duration::from_secs(30)).await;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Wait (up to `within`) until target `ti` used less than 5 % of a core over 250 ms.
+    async fn wait_idle(&self, ti: usize, within: Duration) {
+        let pid = self.targets[ti].proc.pid().unwrap_or(0);
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let a = procstat::sample(pid).map_or(0, |s| s.cpu_us);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let b = procstat::sample(pid).map_or(0, |s| s.cpu_us);
+            if b.saturating_sub(a) < 12_500 {
+                return;
+            }
+        }
     }
 
     /// One continuous run: 0.5× capacity, ramp to 3×, 3×, 0.7×. The generator's timeout is the

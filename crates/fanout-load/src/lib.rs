@@ -79,6 +79,10 @@ pub struct LoadSpec {
     /// connections open on demand, each carrying up to 100 streams). The pool may still grow on
     /// demand up to `max(max_connections, open_connections)`. HTTP/1.1: an error.
     pub open_connections: usize,
+    /// Notified once, right before the schedule's time zero, after the pre-opened connections
+    /// are open and their handshakes settled — a caller measuring the target's CPU over the
+    /// schedule starts there, so 1 000 handshakes are not charged to the requests.
+    pub on_start: Option<std::sync::Arc<tokio::sync::Notify>>,
     /// Per-request timeout (default 10 s), counted from the dispatch (a new connection's
     /// connect time included). Timeouts are counted as errors and recorded at the timeout value.
     pub timeout: Duration,
@@ -108,6 +112,7 @@ impl LoadSpec {
             protocol: Protocol::Http1,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             open_connections: 0,
+            on_start: None,
             timeout: Self::DEFAULT_TIMEOUT,
             lag_threshold: Self::DEFAULT_LAG_THRESHOLD,
             drain: Self::DEFAULT_TIMEOUT,

@@ -41,6 +41,8 @@ use tokio::task::JoinSet;
 
 /// Delay between `run` being called and the schedule's time zero (lets the pacer start).
 const START_DELAY: Duration = Duration::from_millis(20);
+/// Pause between opening the pre-opened connections and the schedule's time zero.
+const SETTLE: Duration = Duration::from_millis(300);
 /// The pacer sleeps until this long before the next due time (≈ nanosleep overshoot).
 const SLEEP_EARLY: Duration = Duration::from_micros(100);
 /// Longest single sleep of the pacer (bounds its reaction to a stop).
@@ -590,7 +592,8 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     // `connections_opened` says how many did).
     let conns = Arc::new(ConnCounters::default());
     let mut opened = Vec::with_capacity(spec.open_connections);
-    let mut drivers = Vec::with_capacity(spec.open_connections);
+    // Their drivers run from now on, owned by the run's task set (aborted when it ends).
+    let mut tasks = JoinSet::new();
     let mut pending = JoinSet::new();
     let mut to_open = spec.open_connections;
     while to_open > 0 || !pending.is_empty() {
@@ -601,8 +604,13 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         }
         if let Some(Ok(Ok((sender, driver)))) = pending.join_next().await {
             opened.push(sender);
-            drivers.push(driver);
+            tasks.spawn_on(driver, &handle);
         }
+    }
+    // Let the pre-opened connections finish their handshakes (SETTINGS both ways, the server
+    // accepting them) before time zero: otherwise the first requests wait behind them.
+    if !opened.is_empty() {
+        tokio::time::sleep(SETTLE).await;
     }
     let t0 = Instant::now() + START_DELAY;
     let shared = Arc::new(Shared {
@@ -623,17 +631,17 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         starting: AtomicUsize::new(0),
         saturated: AtomicBool::new(false),
         stopped: AtomicBool::new(false),
-        tasks: Mutex::new(JoinSet::new()),
+        tasks: Mutex::new(tasks),
         rec: Mutex::new(Recorder::new(high_us, spec.lag_threshold)),
         all_done: Notify::new(),
         conns,
         h2: H2Pool::default(),
     });
     let guard = StopGuard(shared.clone());
-    for d in drivers {
-        shared.spawn(d);
-    }
     shared.h2.set_fixed(opened);
+    if let Some(n) = &spec.on_start {
+        n.notify_one();
+    }
     {
         let s = shared.clone();
         std::thread::Builder::new()
