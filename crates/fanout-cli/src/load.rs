@@ -30,6 +30,8 @@ pub struct LoadArgs {
     pub import_paths: Vec<String>,
     /// Connection cap.
     pub connections: usize,
+    /// HTTP/2 and gRPC: connections opened before the run and used in turn (0: on demand).
+    pub open_connections: usize,
     /// Per-request timeout (a bare number is milliseconds).
     pub timeout: String,
     /// Thresholds.
@@ -70,7 +72,11 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     } else {
         Protocol::Http1
     };
+    if a.open_connections > 0 && !a.http2 {
+        bail!("--open-connections needs --http2 or --grpc (HTTP/1.1 connections open on demand)");
+    }
     spec.max_connections = a.connections.max(1);
+    spec.open_connections = a.open_connections;
     spec.timeout = timeout;
     spec.drain = timeout;
     execute(&spec, &a.url, &thresholds, a.json.as_deref()).await
@@ -123,6 +129,7 @@ async fn run_grpc(a: LoadArgs) -> anyhow::Result<i32> {
     spec.requests = vec![template];
     spec.protocol = Protocol::Grpc;
     spec.max_connections = a.connections.max(1);
+    spec.open_connections = a.open_connections;
     spec.timeout = timeout;
     spec.drain = timeout;
     let shown = format!("{}/{}", url.trim_end_matches('/'), method);

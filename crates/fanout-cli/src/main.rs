@@ -161,6 +161,11 @@ enum Cmd {
         /// Maximum connections (HTTP/1.1: one request in flight per connection).
         #[arg(long, default_value_t = 512)]
         connections: usize,
+        /// HTTP/2 and gRPC: open N connections before the run and send the requests over them
+        /// in turn (N clients, each on a connection of its own; default: connections open on
+        /// demand, up to 100 streams each).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        open_connections: usize,
         /// Per-request timeout, e.g. `10s`, `500ms`, `1m30s`; a bare number is milliseconds.
         #[arg(long, default_value = "10s")]
         timeout: String,
@@ -176,14 +181,16 @@ enum Cmd {
     Lab {
         /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
         /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
-        /// PostgreSQL), parallel-calls (closed-loop clients).
+        /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
+        /// per gRPC call, a model file swapped every 10 s, 1000 client connections).
         scenario: String,
         /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
-        /// java-virtual, grpc-baseline, pg-baseline, or the scenario's variants. Default: the
+        /// java-virtual, grpc-baseline, pg-baseline, antispam-py, or the scenario's variants. Default: the
         /// scenario's own (overload, pool-overload: fanout,java-threads; hedging:
         /// no-hedge,hedge; product-page-merging: naive,variant1,variant2; grpc-aggregate:
         /// fanout,grpc-baseline; pg-one-query: fanout,pg-baseline; parallel-calls:
-        /// fanout,java-blocking,java-virtual; others: fanout).
+        /// fanout,java-blocking,java-virtual; antispam-models: fanout,antispam-py; others:
+        /// fanout).
         #[arg(long, value_delimiter = ',')]
         targets: Vec<String>,
         /// Reduced run (< 60 s).
@@ -202,6 +209,10 @@ enum Cmd {
         /// this binary was built from.
         #[arg(long)]
         baseline_bin: Option<String>,
+        /// antispam-models: instead of the interleaved levels, one long run per target at half
+        /// of fanout's capacity, e.g. `10m` (RSS after its warm-up and at the end).
+        #[arg(long)]
+        duration: Option<String>,
     },
     /// Quick start: example stubs + gateway in one process, with a ready curl line.
     Demo {
@@ -456,6 +467,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             proto,
             import_path,
             connections,
+            open_connections,
             timeout,
             threshold,
             json,
@@ -471,6 +483,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 protos: proto,
                 import_paths: import_path,
                 connections,
+                open_connections,
                 timeout,
                 thresholds: threshold,
                 json,
@@ -487,7 +500,15 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             trials,
             out,
             baseline_bin,
+            duration,
         } => {
+            let duration = duration
+                .map(|d| {
+                    fanout_load::Schedule::parse(&format!("const(1,{d})"))
+                        .map(|s| s.duration())
+                        .map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))
+                })
+                .transpose()?;
             let exe = std::env::current_exe().context("locating the fanout executable")?;
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             let opts = fanout_lab::LabOptions {
@@ -499,6 +520,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 fanout_bin: exe,
                 baseline_bin: baseline_bin.map(Into::into),
                 command,
+                duration,
             };
             let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;
             out!("{}", fanout_lab::report::text_summary(&rep));

@@ -834,6 +834,91 @@ fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `antispam-models` without Python: fanout alone serves 10 models per gRPC call over 1 000
+/// client connections while one model's file is replaced every 3 s (`--quick`).
+#[test]
+fn lab_antispam_models_quick_serves_ten_models_through_swaps() {
+    let _one_at_a_time = serial();
+    let out = out_dir("antispam");
+    let (rep, text) = run_lab_text("antispam-models", "fanout", &out);
+    assert!(out.join("antispam.proto").is_file());
+    assert!(out.join("models/spam_swap.onnx").is_file());
+    assert_eq!(
+        std::fs::read_dir(out.join("models")).unwrap().count(),
+        10,
+        "10 models, no temp file left behind"
+    );
+    let m = &rep["models"];
+    assert_eq!(m["connections"], 1000);
+    let swaps = m["swaps_at_s"].as_array().expect("swaps").len();
+    assert!(swaps >= 1, "at least one swap: {m}");
+    let t = &m["targets"]["fanout"];
+    // Requests succeeded, none failed, none during the swaps.
+    assert!(t["requests"].as_u64().is_some_and(|n| n > 0), "{t}");
+    assert_eq!(t["failed"], 0, "{t}");
+    assert_eq!(t["failed_in_swap_windows_within_slo"], 0, "{t}");
+    assert!(
+        t["requests_in_swap_windows"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{t}"
+    );
+    assert_eq!(t["connections_used"], 1000, "{t}");
+    // fanout picked the new files up: loads > 1 for the swapped model, every version loaded.
+    let st = &t["model_status"];
+    assert_eq!(st.as_object().map(|o| o.len()), Some(10), "{st}");
+    let swapped = &st["spam_swap"];
+    assert!(
+        swapped["loads"].as_u64().is_some_and(|n| n > 1),
+        "{swapped}"
+    );
+    assert_eq!(swapped["load_failures"], 0, "{swapped}");
+    assert_eq!(st["spam_lr"]["loads"], 1, "{st}");
+    // Threads constant once started (a start-up thread of tokio's blocking pool leaves after 10 s).
+    assert_eq!(t["threads_steady_min"], t["threads_steady_max"], "{t}");
+    assert!(t["threads_steady_max"].as_u64().is_some_and(|n| n > 0));
+    // Every trial's answers are gRPC OK.
+    for tr in rep["trials"].as_array().unwrap() {
+        if tr["phase"] == "at-fanout-half" {
+            let codes = tr["load"]["grpc_status"].as_object().expect("grpc_status");
+            assert_eq!(codes.keys().collect::<Vec<_>>(), ["OK"], "{codes:?}");
+        }
+    }
+    let levels: Vec<&str> = t["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert_eq!(levels, ["at-fanout-half", "at-fanout-max"]);
+    for l in t["levels"].as_array().unwrap() {
+        assert!(
+            l["requests_per_cpu_s"]["median"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{l}"
+        );
+        assert!(
+            l["p99_ms"]["median"].as_f64().is_some_and(|v| v > 0.0),
+            "{l}"
+        );
+    }
+    // The acceptance lines are printed (their pass depends on the machine, not checked here,
+    // except the ones about failures).
+    let checks = acceptance(&rep, "fanout");
+    assert!(
+        checks
+            .iter()
+            .any(|(c, pass)| c == "failed requests during swaps" && *pass),
+        "{checks:?}"
+    );
+    assert!(
+        text.contains("models: spam_swap swapped every 3 s"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
     let out = out_dir("no-baseline");
@@ -940,7 +1025,7 @@ async fn lab_scenario_configs_load() {
             );
         }
     }
-    assert!(checked >= 17, "only {checked} configs");
+    assert!(checked >= 18, "only {checked} configs");
 }
 
 /// A child process killed when the test ends, however it ends.

@@ -4,6 +4,7 @@
 //! `report.html`. Targets are compared **interleaved** (A B B A …) over several trials, and
 //! reported as medians with min–max.
 
+pub mod antispam;
 pub mod baseline;
 pub mod closed_loop;
 pub mod http;
@@ -34,8 +35,9 @@ pub const LAG_THRESHOLD: Duration = Duration::from_millis(2);
 
 /// Target names the lab knows (besides a scenario's variants). A scenario lists the baselines
 /// that serve its routes in `Scenario::baselines`.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "fanout",
+    "antispam-py",
     "hyper-baseline",
     "java-threads",
     "grpc-baseline",
@@ -79,6 +81,8 @@ pub struct LabOptions {
     pub baseline_bin: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
+    /// `antispam-models`: one long run per target of this length instead of the levels.
+    pub duration: Option<Duration>,
 }
 
 /// Why a lab run failed.
@@ -145,6 +149,8 @@ pub struct Trial {
     pub round: usize,
     /// Seconds since the lab started.
     pub t_start: f64,
+    /// When the generator returned, seconds since the lab started.
+    pub t_end: f64,
     /// The schedule (Tank syntax).
     pub schedule: String,
     /// Offered rate (requests/s; the mean over the schedule).
@@ -215,6 +221,8 @@ struct Load {
 struct LoadOpts {
     timeout: Duration,
     max_connections: usize,
+    /// HTTP/2 and gRPC: connections opened before the run and used in turn (0: on demand).
+    open_connections: usize,
     drain: Duration,
     /// Sample the target's /proc during the run (per-phase threads and RSS).
     sample: bool,
@@ -225,6 +233,7 @@ impl Default for LoadOpts {
         LoadOpts {
             timeout: Duration::from_secs(2),
             max_connections: 512,
+            open_connections: 0,
             drain: Duration::from_secs(2),
             sample: false,
         }
@@ -236,6 +245,10 @@ struct Target {
     addr: SocketAddr,
     proc: Proc,
     sampler: procstat::Sampler,
+    /// A fanout target's admin listener (`/__fanout/status`), when the lab chose its address.
+    admin: Option<SocketAddr>,
+    /// When the sampler started, seconds since the lab started.
+    started_at: f64,
 }
 
 struct Stubs {
@@ -303,6 +316,8 @@ struct Lab {
     warnings: Vec<String>,
     /// Closed-loop cells measured (`parallel-calls`).
     closed_runs: Vec<report::ClosedRun>,
+    /// When the warm-up ended, seconds since the lab started.
+    warmup_end: f64,
 }
 
 /// Run the lab and write `report.json` and `report.html` into `opts.out`.
@@ -439,6 +454,35 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     // them relative to their own directory; a gRPC scenario's requests are built from them.
     scenario.write_files(&opts.out).map_err(io(&opts.out))?;
     let grpc_direct = scenario.prepare(&opts.out).map_err(LabError::Scenario)?;
+    // A models scenario: its models next to the configs (both targets read the same directory),
+    // and the Python baseline's venv and stubs — without them it does not run, and the report
+    // says why (never a failed run).
+    let models_dir = opts.out.join("models");
+    let mut python = None;
+    if let Mode::Models(_) = scenario.mode {
+        // (`write_files` wrote the models.)
+        if opts.targets.iter().any(|t| t == "antispam-py") {
+            let proto = opts.out.join(scenario::ANTISPAM_PROTO.0);
+            let stubs = opts.out.join("antispam-py");
+            let server = stubs.join("server.py");
+            let found = tokio::task::spawn_blocking(move || {
+                let py = antispam::ensure_python(&proto, &stubs)?;
+                std::fs::write(&server, antispam::PY_SERVER)
+                    .map_err(|e| format!("{}: {e}", server.display()))?;
+                Ok::<_, String>((py, server, stubs))
+            })
+            .await
+            .map_err(|e| LabError::Load(format!("preparing antispam-py: {e}")))?;
+            match found {
+                Ok(p) => python = Some(p),
+                Err(why) => {
+                    tracing::warn!("antispam-py will not run: {why}");
+                    not_run.insert("antispam-py".to_string(), why);
+                    opts.targets.retain(|t| t != "antispam-py");
+                }
+            }
+        }
+    }
 
     // Addresses for the stub services and the targets, published as NAME_ADDR like the examples.
     let names: Vec<String> = if scenario.stubs.trim().is_empty() {
@@ -511,6 +555,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         .unwrap_or_else(|| "/".into());
     for name in &opts.targets {
         let addr = free_addr().map_err(io(&opts.out))?;
+        let mut admin = None;
         let variant = lab_variant(&scenario, name);
         if let Some(yaml) = &variant {
             let f = opts.out.join(format!("{name}.yaml"));
@@ -570,6 +615,25 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 Some(b) => (b.clone(), vec!["--listen".into(), addr.to_string()]),
                 None => unreachable_target(name)?,
             },
+            // The Python baseline of antispam-models: its venv's python, the server written into
+            // the run directory, the models directory fanout reads too.
+            "antispam-py" => match &python {
+                Some((py, server, stubs)) => (
+                    py.clone(),
+                    vec![
+                        server.display().to_string(),
+                        "--listen".into(),
+                        addr.to_string(),
+                        "--models".into(),
+                        models_dir.display().to_string(),
+                        "--stubs".into(),
+                        stubs.display().to_string(),
+                        "--workers".into(),
+                        antispam::PY_WORKERS.to_string(),
+                    ],
+                ),
+                None => unreachable_target(name)?,
+            },
             // `fanout`, or another fanout build given as `NAME=PATH` (which may predate
             // `--admin-listen`: it gets only the flags every build knows).
             n => {
@@ -583,7 +647,15 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 match external_fanout(n) {
                     Some((_, b)) => (PathBuf::from(b), args),
                     None => {
-                        args.extend(["--admin-listen".into(), "127.0.0.1:0".into()]);
+                        // A models run reads the models' status from the admin listener.
+                        let a = if matches!(scenario.mode, Mode::Models(_)) {
+                            let a = free_addr().map_err(io(&opts.out))?;
+                            admin = Some(a);
+                            a.to_string()
+                        } else {
+                            "127.0.0.1:0".into()
+                        };
+                        args.extend(["--admin-listen".into(), a]);
                         (opts.fanout_bin.clone(), args)
                     }
                 }
@@ -600,13 +672,20 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 external_fanout(name).map_or(name.as_str(), |(n, _)| n)
             )),
         )?;
-        p.wait_ready(addr, &probe, Duration::from_secs(15)).await?;
+        if name == "antispam-py" {
+            // A grpcio server answers no HTTP/1.1 probe; it listens once its models are loaded.
+            p.wait_listening(addr, Duration::from_secs(60)).await?;
+        } else {
+            p.wait_ready(addr, &probe, Duration::from_secs(15)).await?;
+        }
         let pid = p.pid().unwrap_or(0);
         targets.push(Target {
             name: name.clone(),
             addr,
             proc: p,
             sampler: procstat::Sampler::start(pid, Duration::from_millis(200)),
+            admin,
+            started_at: t0.elapsed().as_secs_f64(),
         });
     }
 
@@ -621,14 +700,42 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         trials: Vec::new(),
         warnings: Vec::new(),
         closed_runs: Vec::new(),
+        warmup_end: 0.0,
+    };
+    // A models run replaces one model's file every few seconds from now to the end.
+    let swapper = match lab.scenario.mode {
+        Mode::Models(m) => Some(antispam::Swapper::start(
+            models_dir.clone(),
+            Duration::from_secs_f64(if opts.quick {
+                m.quick_swap_every_s
+            } else {
+                m.swap_every_s
+            }),
+            t0,
+        )),
+        _ => None,
     };
     let result = lab.measure().await;
+    let swaps = swapper.map(antispam::Swapper::finish);
     // Stop the targets first (timelines end here): a target still working off a backlog would
     // disturb the direct measurement of the stubs.
     let mut timelines = BTreeMap::new();
+    let mut model_status = BTreeMap::new();
+    let mut started_at = BTreeMap::new();
     for t in lab.targets.drain(..) {
         timelines.insert(t.name.clone(), t.sampler.finish());
+        started_at.insert(t.name.clone(), t.started_at);
+        if let Some(a) = t.admin
+            && let Ok((200, body)) = http::get(a, "/__fanout/status").await
+        {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            model_status.insert(t.name.clone(), v["models"].clone());
+        }
         t.proc.stop().await;
+        if t.name == "antispam-py" {
+            let log = std::fs::read_to_string(opts.out.join("antispam-py.log")).unwrap_or_default();
+            model_status.insert(t.name.clone(), antispam::python_loads(&log));
+        }
     }
     let direct = lab.direct().await;
     let floor = match &lab.scenario.mode {
@@ -662,11 +769,48 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 error_method: report::CLOSED_ERROR_METHOD.to_string(),
                 floor,
                 jvm,
-                not_run,
+                not_run: std::mem::take(&mut not_run),
                 article: scenario::ARTICLE.to_vec(),
                 runs: std::mem::take(&mut lab.closed_runs),
             },
         );
+    }
+    if let (Mode::Models(m), Some(swaps)) = (&lab.scenario.mode, swaps) {
+        let mut targets = BTreeMap::new();
+        for (name, timeline) in &rep.timelines {
+            let run = antispam::TargetRun {
+                max_rate: rep.targets.get(name).and_then(|t| t.max_rate),
+                trials: &rep.trials,
+                timeline,
+                started_at: started_at.get(name).copied().unwrap_or(0.0),
+                warmup_end: lab.warmup_end,
+                model_status: model_status.remove(name).unwrap_or_default(),
+                slo_p99_ms: lab.scenario.slo_p99_ms,
+            };
+            targets.insert(name.clone(), antispam::summarize(name, &run, &swaps));
+        }
+        let models = antispam::ModelsReport {
+            swap_model: antispam::SWAP_MODEL.into(),
+            swap_files: vec!["gbdt_bin".into(), "logreg_bin".into()],
+            swap_every_s: if lab.opts.quick {
+                m.quick_swap_every_s
+            } else {
+                m.swap_every_s
+            },
+            swaps_at_s: swaps,
+            swap_window_s: antispam::SWAP_WINDOW_S,
+            connections: m.connections,
+            models: antispam::MODELS
+                .iter()
+                .map(|(n, what, _)| (n.to_string(), what.to_string()))
+                .collect(),
+            long_run_s: lab.opts.duration.map(|d| d.as_secs_f64()),
+            not_run: std::mem::take(&mut not_run),
+            targets,
+        };
+        rep.acceptance
+            .extend(antispam::acceptance(&models, lab.scenario.slo_p99_ms));
+        rep.models = Some(models);
     }
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
@@ -744,6 +888,18 @@ pub(crate) fn order(targets: usize, round: usize) -> Vec<usize> {
 }
 
 impl Lab {
+    /// The generator's settings of a trial: the defaults, with a models scenario's client
+    /// connections opened before it.
+    fn load_opts(&self) -> LoadOpts {
+        match self.scenario.mode {
+            Mode::Models(m) => LoadOpts {
+                open_connections: m.connections,
+                ..LoadOpts::default()
+            },
+            _ => LoadOpts::default(),
+        }
+    }
+
     fn schedule(rate: f64, secs: f64) -> String {
         format!("const({:.1},{}ms)", rate.max(1.0), (secs * 1000.0) as u64)
     }
@@ -760,8 +916,9 @@ impl Lab {
             requests: self.scenario.requests.clone(),
             schedule,
         };
+        let opts = self.load_opts();
         let mut v = self
-            .run_loads(ti, phase, round, None, vec![load], LoadOpts::default())
+            .run_loads(ti, phase, round, None, vec![load], opts)
             .await?;
         v.pop()
             .ok_or_else(|| LabError::Load("internal: a trial produced no result".into()))
@@ -782,12 +939,18 @@ impl Lab {
         self.stubs.reset().await?;
         let pid = target.proc.pid().unwrap_or(0);
         let me = std::process::id();
-        let before = procstat::sample(pid).unwrap_or_default();
-        let gen_before = procstat::sample(me).unwrap_or_default();
         let t_start = self.t0.elapsed().as_secs_f64();
         let mut runs = Vec::new();
         let mut meta = Vec::new();
+        // With pre-opened connections, CPU counts from the moment they are open (the schedule's
+        // start), not from their handshakes.
+        let mut started = Vec::new();
         for load in loads {
+            let on_start = (opts.open_connections > 0).then(|| {
+                let n = std::sync::Arc::new(tokio::sync::Notify::new());
+                started.push(n.clone());
+                n
+            });
             let sched =
                 Schedule::parse(&load.schedule).map_err(|e| LabError::Load(e.to_string()))?;
             let spec = LoadSpec {
@@ -796,6 +959,8 @@ impl Lab {
                 schedule: sched,
                 protocol: self.scenario.protocol(),
                 max_connections: opts.max_connections,
+                open_connections: opts.open_connections,
+                on_start,
                 timeout: opts.timeout,
                 lag_threshold: LAG_THRESHOLD,
                 drain: opts.drain,
@@ -805,6 +970,12 @@ impl Lab {
                 async move { fanout_load::run(&spec, None).await },
             ));
         }
+        for n in &started {
+            // (A run that failed to start never notifies: its error comes from its task below.)
+            let _ = tokio::time::timeout(Duration::from_secs(30), n.notified()).await;
+        }
+        let before = procstat::sample(pid).unwrap_or_default();
+        let gen_before = procstat::sample(me).unwrap_or_default();
         let sampler = opts
             .sample
             .then(|| procstat::Sampler::start(pid, Duration::from_millis(100)));
@@ -817,6 +988,7 @@ impl Lab {
             reports.push(rep);
         }
         let samples = sampler.map(procstat::Sampler::finish).unwrap_or_default();
+        let t_end = self.t0.elapsed().as_secs_f64();
         let after = procstat::sample(pid).unwrap_or_default();
         let gen_after = procstat::sample(me).unwrap_or_default();
         let (backend_total, overshoot) = self.stubs.totals().await?;
@@ -839,6 +1011,7 @@ impl Lab {
                 phase: phase.into(),
                 round,
                 t_start,
+                t_end,
                 schedule,
                 offered_rate,
                 achieved_rate,
@@ -908,6 +1081,9 @@ impl Lab {
             }
         }
         let passed = t.passed_slo || tolerated;
+        if !passed && matches!(self.scenario.mode, Mode::Models(_)) {
+            self.wait_idle(ti, Duration::from_secs(30)).await;
+        }
         Ok((t, passed))
     }
 
@@ -985,6 +1161,7 @@ impl Lab {
                 .await?;
         }
         self.trials.retain(|t| t.phase != "warmup");
+        self.warmup_end = self.t0.elapsed().as_secs_f64();
         let mut caps = BTreeMap::new();
         if !matches!(self.scenario.mode, Mode::Hedging { .. }) {
             for ti in 0..self.targets.len() {
@@ -1028,6 +1205,7 @@ impl Lab {
                 }
             }
             Mode::ClosedLoop(_) => {}
+            Mode::Models(_) => self.models_levels(&caps).await?,
             Mode::Hedging { rate } => {
                 for round in 0..self.plan.rounds {
                     for ti in order(self.targets.len(), round) {
@@ -1043,6 +1221,68 @@ impl Lab {
             }
         }
         Ok(caps)
+    }
+
+    /// The measured trials of a models run, interleaved (A B, B A, …) over the rounds: every
+    /// target at the baseline's capacity (when it ran and has one: the highest rate both serve,
+    /// where requests per CPU-second compare), at half of fanout's and at all of it (the highest
+    /// rate fanout sustains with p99 within the SLO; the baseline at the same rates). With
+    /// `--duration`: one long trial per target at half of fanout's capacity instead.
+    async fn models_levels(&mut self, caps: &BTreeMap<String, f64>) -> Result<(), LabError> {
+        let fanout_cap = caps
+            .iter()
+            .filter(|(n, _)| *n != "antispam-py")
+            .map(|(_, c)| *c)
+            .fold(0.0, f64::max);
+        let fanout_cap = if fanout_cap > 0.0 { fanout_cap } else { 100.0 };
+        if let Some(d) = self.opts.duration {
+            for ti in order(self.targets.len(), 0) {
+                let load = Load {
+                    route: None,
+                    requests: self.scenario.requests.clone(),
+                    schedule: Self::schedule(0.5 * fanout_cap, d.as_secs_f64()),
+                };
+                let opts = LoadOpts {
+                    sample: true,
+                    ..self.load_opts()
+                };
+                self.run_loads(ti, "long", 0, None, vec![load], opts)
+                    .await?;
+            }
+            return Ok(());
+        }
+        let mut levels = Vec::new();
+        if let Some(b) = caps.get("antispam-py").copied().filter(|c| *c > 0.0) {
+            levels.push(("at-baseline-max", b));
+        }
+        levels.push(("at-fanout-half", 0.5 * fanout_cap));
+        levels.push(("at-fanout-max", fanout_cap));
+        for round in 0..self.plan.rounds {
+            for ti in order(self.targets.len(), round) {
+                for (phase, rate) in &levels {
+                    self.trial(ti, phase, round, Self::schedule(*rate, self.plan.trial_s))
+                        .await?;
+                    // An overloaded target may still work off a backlog (calls the client gave up
+                    // on): the next trial, maybe of another target, must not share the CPU with it.
+                    self.wait_idle(ti, Duration::from_secs(30)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait (up to `within`) until target `ti` used less than 5 % of a core over 250 ms.
+    async fn wait_idle(&self, ti: usize, within: Duration) {
+        let pid = self.targets[ti].proc.pid().unwrap_or(0);
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let a = procstat::sample(pid).map_or(0, |s| s.cpu_us);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let b = procstat::sample(pid).map_or(0, |s| s.cpu_us);
+            if b.saturating_sub(a) < 12_500 {
+                return;
+            }
+        }
     }
 
     /// One continuous run: 0.5× capacity, ramp to 3×, 3×, 0.7×. The generator's timeout is the
@@ -1099,6 +1339,7 @@ impl Lab {
         let opts = LoadOpts {
             timeout: Duration::from_secs(1),
             max_connections: 8192,
+            open_connections: 0,
             drain: Duration::from_secs(1),
             sample: true,
         };

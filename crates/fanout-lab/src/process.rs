@@ -104,6 +104,30 @@ impl Proc {
         })
     }
 
+    /// Wait until `addr` accepts a TCP connection (a server that answers no HTTP/1.1 probe).
+    pub async fn wait_listening(
+        &mut self,
+        addr: SocketAddr,
+        within: Duration,
+    ) -> Result<(), ProcessError> {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(ProcessError::NotReady {
+            name: self.name.clone(),
+            addr,
+            secs: within.as_secs(),
+            exited: matches!(self.child.try_wait(), Ok(Some(_))),
+        })
+    }
+
     /// Stop the process (SIGKILL) and reap it.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;

@@ -280,6 +280,10 @@ impl Drop for H2Lease {
 #[derive(Default)]
 pub(crate) struct H2Pool {
     conns: tokio::sync::Mutex<Vec<Arc<H2Conn>>>,
+    /// Connections opened before the run ([`LoadSpec::open_connections`](crate::LoadSpec)),
+    /// taken in turn by every request.
+    fixed: std::sync::OnceLock<Vec<Arc<H2Conn>>>,
+    next: AtomicUsize,
 }
 
 impl H2Pool {
@@ -322,6 +326,39 @@ impl H2Pool {
             sender: chosen.sender.clone(),
             conn: chosen,
         })
+    }
+
+    /// Install the connections opened before the run; every request then takes the next one in
+    /// turn ([`H2Pool::round_robin`]). Called once, before any request.
+    pub fn set_fixed(&self, senders: Vec<http2::SendRequest<Body>>) {
+        let conns = senders
+            .into_iter()
+            .map(|sender| {
+                Arc::new(H2Conn {
+                    sender,
+                    leases: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        let _ = self.fixed.set(conns);
+    }
+
+    /// The next open pre-opened connection in turn (skipping closed ones); `None` without
+    /// pre-opened connections or when all of them closed (the caller then leases on demand).
+    pub fn round_robin(&self) -> Option<H2Lease> {
+        let fixed = self.fixed.get()?;
+        for _ in 0..fixed.len() {
+            let i = self.next.fetch_add(1, Ordering::Relaxed) % fixed.len();
+            let c = &fixed[i];
+            if !c.sender.is_closed() {
+                c.leases.fetch_add(1, Ordering::Relaxed);
+                return Some(H2Lease {
+                    sender: c.sender.clone(),
+                    conn: c.clone(),
+                });
+            }
+        }
+        None
     }
 
     /// Forget every connection (their drivers are aborted separately).

@@ -11,7 +11,8 @@
 //!   The lag `dispatch − intended` is measured for every request; when its p99 exceeds
 //!   [`LoadSpec::lag_threshold`] the run is reported **invalid** instead of as a fantasy rate.
 //! * **Connections** grow on demand up to [`LoadSpec::max_connections`] (HTTP/1.1: one request
-//!   in flight per connection; HTTP/2: many streams per connection). Beyond the cap requests
+//!   in flight per connection; HTTP/2: many streams per connection); HTTP/2 and gRPC can instead
+//!   open [`LoadSpec::open_connections`] up front and spread the requests over all of them. Beyond the cap requests
 //!   queue — their intended time keeps ticking — and whatever is still queued after the drain
 //!   is counted as `not_sent`, never dropped silently.
 //! * **Results**: [`LoadReport`] (the `--json` schema, see README.md) with HdrHistogram
@@ -72,6 +73,16 @@ pub struct LoadSpec {
     /// Cap of the connection pool (default 512). HTTP/1.1: one request in flight per
     /// connection. HTTP/2: the number of connections, each carrying up to 100 streams.
     pub max_connections: usize,
+    /// HTTP/2 and gRPC: open this many connections before the schedule starts and send the
+    /// requests over them round robin, one request per connection in turn — many clients, each
+    /// with a connection of its own, as a server behind a fleet of callers sees them (default 0:
+    /// connections open on demand, each carrying up to 100 streams). The pool may still grow on
+    /// demand up to `max(max_connections, open_connections)`. HTTP/1.1: an error.
+    pub open_connections: usize,
+    /// Notified once, right before the schedule's time zero, after the pre-opened connections
+    /// are open and their handshakes settled — a caller measuring the target's CPU over the
+    /// schedule starts there, so 1 000 handshakes are not charged to the requests.
+    pub on_start: Option<std::sync::Arc<tokio::sync::Notify>>,
     /// Per-request timeout (default 10 s), counted from the dispatch (a new connection's
     /// connect time included). Timeouts are counted as errors and recorded at the timeout value.
     pub timeout: Duration,
@@ -100,6 +111,8 @@ impl LoadSpec {
             schedule,
             protocol: Protocol::Http1,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            open_connections: 0,
+            on_start: None,
             timeout: Self::DEFAULT_TIMEOUT,
             lag_threshold: Self::DEFAULT_LAG_THRESHOLD,
             drain: Self::DEFAULT_TIMEOUT,

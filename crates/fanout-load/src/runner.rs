@@ -23,6 +23,7 @@
 use crate::conn::ConnCounters;
 use crate::conn::{
     Body, Driver, H2_STREAMS_PER_CONN, H2Lease, H2Pool, Prepared, Target, classify, connect_h1,
+    connect_h2,
 };
 use crate::grpc::{GRPC_STATUS, code_of, judge, status_map};
 use crate::recorder::{Outcome, Recorder};
@@ -40,6 +41,8 @@ use tokio::task::JoinSet;
 
 /// Delay between `run` being called and the schedule's time zero (lets the pacer start).
 const START_DELAY: Duration = Duration::from_millis(20);
+/// Pause between opening the pre-opened connections and the schedule's time zero.
+const SETTLE: Duration = Duration::from_millis(300);
 /// The pacer sleeps until this long before the next due time (≈ nanosleep overshoot).
 const SLEEP_EARLY: Duration = Duration::from_micros(100);
 /// Longest single sleep of the pacer (bounds its reaction to a stop).
@@ -212,6 +215,11 @@ impl Shared {
                 Ok(())
             }
             Protocol::Http2 | Protocol::Grpc => {
+                // Pre-opened connections: every request takes the next one in turn.
+                if let Some(l) = self.h2.round_robin() {
+                    *conn = Conn::H2(l);
+                    return Ok(());
+                }
                 if let Conn::H2(l) = conn
                     && !l.is_closed()
                 {
@@ -557,6 +565,11 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     if spec.timeout.is_zero() {
         return Err(LoadError::Spec("timeout must be greater than zero"));
     }
+    if spec.open_connections > 0 && !spec.protocol.is_http2() {
+        return Err(LoadError::Spec(
+            "open_connections needs HTTP/2 or gRPC (HTTP/1.1 connections open on demand)",
+        ));
+    }
     let handle = Handle::try_current().map_err(|_| LoadError::NoRuntime)?;
     let target = Target::resolve(&spec.target).await?;
     let requests = spec
@@ -569,12 +582,36 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     let duration = schedule.duration();
     let total = schedule.total_requests();
     let high_us = us(duration + spec.drain + spec.timeout).saturating_add(1_000_000);
+    let max_connections = spec.max_connections.max(spec.open_connections);
     let max_workers = match spec.protocol {
-        Protocol::Http1 => spec.max_connections,
-        Protocol::Http2 | Protocol::Grpc => {
-            spec.max_connections.saturating_mul(H2_STREAMS_PER_CONN)
-        }
+        Protocol::Http1 => max_connections,
+        Protocol::Http2 | Protocol::Grpc => max_connections.saturating_mul(H2_STREAMS_PER_CONN),
     };
+    // Pre-opened connections (HTTP/2, gRPC): all of them before the schedule's time zero, 64
+    // handshakes at a time. One that fails to open is left out (the report's
+    // `connections_opened` says how many did).
+    let conns = Arc::new(ConnCounters::default());
+    let mut opened = Vec::with_capacity(spec.open_connections);
+    // Their drivers run from now on, owned by the run's task set (aborted when it ends).
+    let mut tasks = JoinSet::new();
+    let mut pending = JoinSet::new();
+    let mut to_open = spec.open_connections;
+    while to_open > 0 || !pending.is_empty() {
+        while to_open > 0 && pending.len() < 64 {
+            to_open -= 1;
+            let (addr, counters) = (target.addr, conns.clone());
+            pending.spawn(async move { connect_h2(addr, &counters).await });
+        }
+        if let Some(Ok(Ok((sender, driver)))) = pending.join_next().await {
+            opened.push(sender);
+            tasks.spawn_on(driver, &handle);
+        }
+    }
+    // Let the pre-opened connections finish their handshakes (SETTINGS both ways, the server
+    // accepting them) before time zero: otherwise the first requests wait behind them.
+    if !opened.is_empty() {
+        tokio::time::sleep(SETTLE).await;
+    }
     let t0 = Instant::now() + START_DELAY;
     let shared = Arc::new(Shared {
         schedule,
@@ -582,7 +619,7 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         t0,
         timeout: spec.timeout,
         protocol: spec.protocol,
-        max_connections: spec.max_connections,
+        max_connections,
         max_workers,
         grow_after: (spec.lag_threshold / 4).clamp(MIN_GROW_AFTER, MAX_GROW_AFTER),
         target,
@@ -594,13 +631,17 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         starting: AtomicUsize::new(0),
         saturated: AtomicBool::new(false),
         stopped: AtomicBool::new(false),
-        tasks: Mutex::new(JoinSet::new()),
+        tasks: Mutex::new(tasks),
         rec: Mutex::new(Recorder::new(high_us, spec.lag_threshold)),
         all_done: Notify::new(),
-        conns: Arc::new(ConnCounters::default()),
+        conns,
         h2: H2Pool::default(),
     });
     let guard = StopGuard(shared.clone());
+    shared.h2.set_fixed(opened);
+    if let Some(n) = &spec.on_start {
+        n.notify_one();
+    }
     {
         let s = shared.clone();
         std::thread::Builder::new()
@@ -688,7 +729,7 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         let cause = if shared.saturated.load(Ordering::Relaxed) {
             format!(
                 " (connection pool exhausted: all {} {} busy; raise max_connections or lower the rate)",
-                spec.max_connections,
+                max_connections,
                 if spec.protocol.is_http2() {
                     "connections' streams"
                 } else {

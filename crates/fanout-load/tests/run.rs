@@ -343,6 +343,29 @@ async fn http2_multiplexes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_connections_are_opened_first_and_used_in_turn() {
+    let _serial = SERIAL.lock().await;
+    let stub = stub("latency: 1ms").await;
+    let mut spec = spec(&stub, "const(400,1s)");
+    spec.protocol = Protocol::Http2;
+    spec.open_connections = 200;
+    spec.max_connections = 4;
+    spec.lag_threshold = Duration::from_millis(5);
+    let r = go(&spec).await;
+    assert_eq!(r.ok, 400);
+    // All 200 before the first request, none more: 400 requests took them in turn (the pool
+    // would otherwise have carried them on one connection, like `http2_multiplexes`).
+    assert_eq!(r.connections_opened, 200);
+    assert_eq!(r.max_connections_used, 200);
+    check_accounting(&r);
+    // HTTP/1.1 connections open on demand only.
+    let mut h1 = spec.clone();
+    h1.protocol = Protocol::Http1;
+    let e = run(&h1, None).await.err().map(|e| e.to_string());
+    assert!(e.unwrap_or_default().contains("open_connections"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ramp_and_round_robin() {
     let _serial = SERIAL.lock().await;
     let yaml = "services:\n  a:\n    listen: 127.0.0.1:0\n    routes:\n      - {path: /x}\n      - {path: /y, status: 404}\n";

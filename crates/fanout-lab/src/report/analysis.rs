@@ -82,6 +82,7 @@ pub fn build(
         timelines,
         warnings,
         closed_loop: None,
+        models: None,
     }
 }
 

@@ -454,6 +454,9 @@ pub struct LabReport {
     /// The closed-loop run (`parallel-calls`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub closed_loop: Option<ClosedLoopReport>,
+    /// The models run (`antispam-models`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<crate::antispam::ModelsReport>,
 }
 
 /// Write `report.json` and `report.html` into `dir`.

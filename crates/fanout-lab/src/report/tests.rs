@@ -58,6 +58,7 @@ fn trial(target: &str, phase: &str, rate: f64, p99_ms: f64, lag_p99_ms: f64) -> 
         phase: phase.into(),
         round: 0,
         t_start: 0.0,
+        t_end: 1.0,
         schedule: load.schedule.clone(),
         offered_rate: rate,
         achieved_rate: rate,
@@ -88,6 +89,7 @@ fn report(targets: &[&str], caps: &[(&str, f64)], trials: Vec<Trial>) -> LabRepo
         panic!("the product-page scenario exists");
     };
     let opts = LabOptions {
+        duration: None,
         scenario: "product-page".into(),
         targets: targets.iter().map(|t| t.to_string()).collect(),
         quick: true,

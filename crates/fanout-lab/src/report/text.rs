@@ -11,7 +11,11 @@ pub fn text_summary(rep: &LabReport) -> String {
     if rep.closed_loop.is_some() {
         closed_loop_lines(&mut s, rep);
     }
-    for (name, t) in rep.targets.iter().filter(|_| rep.closed_loop.is_none()) {
+    if let Some(m) = &rep.models {
+        s.push_str(&crate::antispam::text(m));
+    }
+    let own_lines = rep.closed_loop.is_none() && rep.models.is_none();
+    for (name, t) in rep.targets.iter().filter(|_| own_lines) {
         target_line(&mut s, name, t);
         if let Some(why) = &t.max_rate_reason {
             let _ = writeln!(s, "  max_rate: {why}");

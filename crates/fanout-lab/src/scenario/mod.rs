@@ -8,6 +8,7 @@
 //! carries its `.proto` files and messages in [`Grpc`]: its requests are built once the files
 //! are written next to the configs ([`Scenario::prepare`]).
 
+mod antispam_models;
 mod grpc_aggregate;
 mod hedging;
 mod hh_vacancies;
@@ -19,6 +20,7 @@ mod product_page;
 mod product_page_merging;
 mod slow_backend;
 
+pub use antispam_models::{ANTISPAM_GATEWAY, ANTISPAM_PROTO};
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
@@ -64,6 +66,22 @@ pub enum Mode {
     /// every route × client count × target, interleaved (ABBA across targets) over rounds; mean
     /// ms per operation ± error, percentiles, CPU per operation, threads, RSS.
     ClosedLoop(ClosedLoop),
+    /// Models swapped while they serve (`antispam-models`): a capacity search per target (the
+    /// SLO is p99 < 10 ms), then interleaved fixed-rate trials at the baseline's capacity and at
+    /// half and all of fanout's; a model file replaced every `swap_every_s` the whole time;
+    /// `connections` client connections opened before every trial (see `crate::antispam`).
+    Models(Models),
+}
+
+/// The `antispam-models` mode (see [`Mode::Models`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Models {
+    /// Seconds between two replacements of the swapped model's file.
+    pub swap_every_s: f64,
+    /// The same with `--quick` (a short run still sees swaps).
+    pub quick_swap_every_s: f64,
+    /// Client connections (gRPC), opened before every trial and used in turn.
+    pub connections: usize,
 }
 
 /// The closed-loop mode (`parallel-calls`): the routes driven and how many clients drive them.
@@ -188,13 +206,17 @@ impl Scenario {
             .unwrap_or_default()
     }
 
-    /// Write [`Scenario::files`] into `dir` (which exists); returns their paths.
+    /// Write [`Scenario::files`] into `dir` (which exists), and a models scenario's models into
+    /// `dir/models/`; returns the paths of the files.
     pub fn write_files(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for (name, text) in self.files() {
             let p = dir.join(name);
             std::fs::write(&p, text)?;
             out.push(p);
+        }
+        if let Mode::Models(_) = self.mode {
+            crate::antispam::write_models(&dir.join("models"))?;
         }
         Ok(out)
     }
@@ -243,7 +265,7 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
@@ -254,6 +276,7 @@ pub const NAMES: [&str; 10] = [
     "pool-overload",
     "pg-one-query",
     "parallel-calls",
+    "antispam-models",
 ];
 
 /// Look up a built-in scenario.
@@ -269,6 +292,7 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "pool-overload" => pool_overload::scenario(),
         "pg-one-query" => pg_one_query::scenario(),
         "parallel-calls" => parallel_calls::scenario(),
+        "antispam-models" => antispam_models::scenario(),
         _ => return None,
     })
 }
@@ -307,7 +331,8 @@ impl Mode {
                 }
                 Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
                 Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
-                Mode::Compare | Mode::ClosedLoop(_) => {}
+                // Computed with the run's models report (`crate::antispam::acceptance`).
+                Mode::Compare | Mode::ClosedLoop(_) | Mode::Models(_) => {}
             }
         }
         out
@@ -346,7 +371,12 @@ mod tests {
                 let written = s.write_files(&dir).unwrap();
                 assert!(!written.is_empty(), "{name}: .proto files");
                 let direct = s.prepare(&dir).unwrap_or_else(|e| panic!("{e}"));
-                assert!(!direct.is_empty(), "{name}: direct critical path");
+                // A scenario without stubs (the models run in the target) has no direct path.
+                assert_eq!(
+                    direct.is_empty(),
+                    s.stubs.trim().is_empty(),
+                    "{name}: direct critical path"
+                );
                 let _ = std::fs::remove_dir_all(&dir);
                 for r in &s.requests {
                     assert_eq!(r.method, Method::POST);
