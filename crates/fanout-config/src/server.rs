@@ -378,6 +378,10 @@ pub struct Defaults {
     pub connect_timeout: Dur,
     /// `for_each` concurrency bound when a step sets none; default 16.
     pub concurrency: usize,
+    /// Whole-request coalescing of the routes that do not set `coalesce` and whose steps only
+    /// read; default true. `false` makes every such route compute each request itself (the lab
+    /// sets it so that fanout does the same work as the baselines it is compared with).
+    pub coalesce: bool,
 }
 
 impl Default for Defaults {
@@ -387,6 +391,7 @@ impl Default for Defaults {
             timeout: Dur::secs(1),
             connect_timeout: Dur::millis(500),
             concurrency: 16,
+            coalesce: true,
         }
     }
 }

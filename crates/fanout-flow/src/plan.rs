@@ -524,6 +524,7 @@ fn compile_route(
     let steps: Vec<Arc<StepPlan>> = steps.into_iter().map(Arc::new).collect();
     let coalesce = match (first_writer(&steps), &r.coalesce) {
         (None, Some(c)) if !c.value => Coalesce::Off,
+        (None, None) if !cx.cfg.defaults.coalesce => Coalesce::Off,
         (None, _) => Coalesce::On,
         (Some((step, what)), Some(c)) if c.value => {
             cx.errs.push(

@@ -519,7 +519,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     let stubs_file = opts.out.join("stubs.yaml");
     let gw_file = opts.out.join("fanout.yaml");
     std::fs::write(&stubs_file, scenario.stubs).map_err(io(&stubs_file))?;
-    std::fs::write(&gw_file, scenario.gateway).map_err(io(&gw_file))?;
+    std::fs::write(&gw_file, equal_work(scenario.gateway)).map_err(io(&gw_file))?;
 
     let stub_proc = if services.is_empty() {
         None
@@ -875,7 +875,22 @@ fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
     s.variants
         .iter()
         .find(|(n, _)| *n == target)
-        .map(|(_, y)| y.clone())
+        .map(|(_, y)| equal_work(y))
+}
+
+/// A fanout config as the lab runs it: whole-request coalescing off (`defaults.coalesce:
+/// false`), so fanout computes every request as the baselines do — what sharing saves is not
+/// mixed into a comparison of CPU per request. (The lab's configs have no top-level
+/// `defaults:`; one in block style gets the line inserted.)
+pub fn equal_work(yaml: &str) -> String {
+    match yaml.lines().position(|l| l.trim_end() == "defaults:") {
+        Some(i) => {
+            let mut lines: Vec<&str> = yaml.lines().collect();
+            lines.insert(i + 1, "  coalesce: false");
+            lines.join("\n") + "\n"
+        }
+        None => format!("{yaml}\ndefaults:\n  coalesce: false\n"),
+    }
 }
 
 pub(crate) fn order(targets: usize, round: usize) -> Vec<usize> {
@@ -1535,5 +1550,24 @@ impl Lab {
             p50_ms: pick(0.5),
             p99_ms: pick(0.99),
         })
+    }
+}
+
+#[cfg(test)]
+mod equal_work_tests {
+    use super::equal_work;
+
+    #[test]
+    fn the_lab_turns_whole_request_coalescing_off() {
+        let appended = equal_work("routes: []\n");
+        assert!(
+            appended.ends_with("\ndefaults:\n  coalesce: false\n"),
+            "{appended}"
+        );
+        let inserted = equal_work("defaults:\n  timeout: 2s\nroutes: []\n");
+        assert_eq!(
+            inserted,
+            "defaults:\n  coalesce: false\n  timeout: 2s\nroutes: []\n"
+        );
     }
 }

@@ -410,4 +410,16 @@ async fn a_route_with_a_step_that_writes_is_never_coalesced() {
     let gw = gateway_at(&off, &gate).await;
     assert!(status(&gw, "GET /me").is_null());
     assert!(!status(&gw, "GET /slow").is_null());
+    // `defaults: {coalesce: false}` turns it off for every route that does not say (the lab's
+    // equal-work setting); a route's own `coalesce: true` still turns it on.
+    let on = "  - path: /slow\n    coalesce: true\n";
+    let defaults_off = GATEWAY
+        .replace(
+            "defaults: { deadline: 10s }",
+            "defaults: { deadline: 10s, coalesce: false }",
+        )
+        .replace("  - path: /slow\n", on);
+    let gw = gateway_at(&defaults_off, &gate).await;
+    assert!(status(&gw, "GET /me").is_null());
+    assert!(!status(&gw, "GET /slow").is_null());
 }
