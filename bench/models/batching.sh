@@ -27,6 +27,7 @@ for variant in batched:64 unbatched:1; do
     echo "routes:"
     echo "  - path: /check"
     echo "    method: POST"
+    echo "    coalesce: false   # every request evaluated (identical bodies would share a run)"
     echo "    flow:"
     for m in "${models[@]}"; do echo "      $m: { model: { name: $m, input: '\$request.body.f' } }"; done
     echo "    respond: { body: '{n: 10}' }"
