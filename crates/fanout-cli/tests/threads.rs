@@ -38,6 +38,8 @@ backends:
 routes:
   - path: /slow
     deadline: 120s
+    # 5 000 identical requests must each be in flight (not share one run of the flow).
+    coalesce: false
     flow:
       s: { http: { backend: slow, path: '"/slow"' } }
     respond: { body: '$s' }

@@ -776,19 +776,9 @@ impl ModelSet {
         Ok(set)
     }
 
-    /// The config the set was opened with (a reload with another one opens a new set).
-    pub fn config(&self) -> &ModelsConfig {
-        &self.cfg
-    }
-
     /// The model `name`, if its file exists (loaded or not).
     pub fn get(&self, name: &str) -> Option<Arc<ModelSlot>> {
         lock(&self.slots).get(name).cloned()
-    }
-
-    /// Names of the models, sorted.
-    pub fn names(&self) -> Vec<String> {
-        lock(&self.slots).keys().cloned().collect()
     }
 
     /// Every model's state, by name.

@@ -48,6 +48,8 @@ routes:
     respond: {{ body: '{{ok: true}}' }}
   - path: /slow
     deadline: 10s
+    # Each slow request holds its own connection and backend call (no sharing of identical ones).
+    coalesce: false
     flow:
       s: {{ http: {{ backend: a, path: '"/slow"' }}, timeout: 10s }}
     respond: {{ body: '$s' }}
