@@ -363,6 +363,10 @@ fn watch_reloads_when_the_file_changes() {
             .filter(|a| a.contains(r#"{"pong":7}"#))
             .map(|_| ())
     });
+    // The new config answers as soon as it is swapped in; the reload's log line follows it.
+    wait_for("the reload's log line", &gw.lines, || {
+        (count_logs(&gw, RELOADED) >= 1).then_some(())
+    });
     assert_eq!(count_logs(&gw, RELOADED), 1, "one reload per change");
 }
 
