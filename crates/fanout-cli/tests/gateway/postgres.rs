@@ -195,13 +195,16 @@ fn percent(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_larger_than_max_response_bytes_fail_the_call_and_the_pool_goes_on() {
     let pg = cluster().await;
+    // Generous time: the point is the refusal, and the call after a refused answer waits for a
+    // new connection (the one with unread rows is closed), which a loaded machine makes slow.
     let yaml = r#"
+defaults: { deadline: 15s, timeout: 10s }
 backends:
   db:
     protocol: postgres
     url: "${DB_URL}"
     max_response_bytes: 2000
-    postgres: { max_size: 1 }
+    postgres: { max_size: 1, max_wait: 10s }
 routes:
   - path: /rows/{n}
     flow:
