@@ -695,6 +695,7 @@ mod tests {
             "$request.n | tonumber",
             "$search.items | tonumber",
             "{n: ($search.f | tonumber)}",
+            "$search.items | length",
         ];
         for src in cases {
             let native = Expr::compile(src, &scope).unwrap();
@@ -717,12 +718,106 @@ mod tests {
             assert!(jaq.eval(&input, |i| vals[i].clone()).is_err(), "{src}");
         }
         for src in [
-            "$search.items | length",
             "[$search.items[].id]",
             "\"\\($item.id | tostring)\"",
             ".[0:1]",
             "$search.n?",
             "@uri \"\\(.)\"",
+        ] {
+            assert!(
+                !Expr::compile(src, &scope).unwrap().is_native(),
+                "{src} is for the interpreter"
+            );
+        }
+    }
+
+    /// Operators, `if`, `as`, definitions and builtins: the native form answers like the
+    /// interpreter on every kind of operand (the odd ones through its fallback), errors included.
+    #[test]
+    fn native_operators_agree_with_jaq_on_every_kind_of_value() {
+        let scope = ["a", "b"];
+        let kinds = [
+            "null",
+            "true",
+            "false",
+            "0",
+            "1",
+            "-2",
+            "2.5",
+            "1e308",
+            "3.000",
+            "\"x\"",
+            "\"12\"",
+            "\"é\"",
+            "[]",
+            "[1,2.5,null]",
+            "[\"a\",\"b\"]",
+            "[[1],[2]]",
+            "{}",
+            "{\"k\":1,\"l\":2}",
+            "{\"k\":\"s\"}",
+        ];
+        let exprs = [
+            "$a + $b",
+            "$a - $b",
+            "$a * $b",
+            "$a / $b",
+            "$a % $b",
+            "$a == $b",
+            "$a != $b",
+            "$a < $b",
+            "$a >= $b",
+            "$a and $b",
+            "$a or $b",
+            "-$a",
+            "$a | length",
+            "$a | add",
+            "$a | not",
+            "$a | exp",
+            "$a | log",
+            "$a | sqrt",
+            "[$a[]]",
+            "if $a then $b else 0 end",
+            "if $a then 1 elif $b then 2 end",
+            "$a as $x | [$x, $b, .]",
+            "$a as $b | $b",
+            "def f: . + 1; $a | f",
+            "def sq: 1 / (1 + ((0 - . / 100) | exp)); {s: ($a | sq), t: ($b | sq)}",
+            "def f: $a; $b as $a | [f, $a]",
+            "def length: 7; $a | length",
+            "([$a[]] | add / length) as $p | {p: $p, big: ($p > 0.5)}",
+            "{x: $a, y: $b} as $s | [$s[]] | add",
+        ];
+        let input = v(r#"{"in":1}"#);
+        for src in exprs {
+            let native = Expr::compile(src, &scope).unwrap();
+            assert!(native.is_native(), "{src} should be native");
+            let jaq = Expr::compile_interpreted(src, &scope).unwrap();
+            for a in kinds {
+                for b in kinds {
+                    let vals = [v(a), v(b)];
+                    let x = native.eval(&input, |i| vals[i].clone());
+                    let y = jaq.eval(&input, |i| vals[i].clone());
+                    assert_eq!(
+                        x.map(|x| json::to_string(&x)).map_err(|e| e.0),
+                        y.map(|x| json::to_string(&x)).map_err(|e| e.0),
+                        "{src} with $a = {a}, $b = {b}"
+                    );
+                }
+            }
+        }
+        // What stays the interpreter's: recursion, definitions with arguments, iteration that
+        // yields several values, and anything too large to evaluate without a budget.
+        let chain: String = (0..20)
+            .map(|i| format!("def f{}: f{i} + f{i}; ", i + 1))
+            .collect();
+        for src in [
+            "def f: f; f",
+            "def f(g): g; f(1)",
+            "def add(f): 1; add",
+            "$a[]",
+            "[$a[] | . + 1]",
+            &format!("def f0: 1; {chain}f20"),
         ] {
             assert!(
                 !Expr::compile(src, &scope).unwrap().is_native(),

@@ -1,12 +1,32 @@
 //! The native evaluator: the subset of jq that flows use most — paths, literals, string
-//! interpolation, object and array construction, `//` — evaluated directly over [`Val`] with jq's
+//! interpolation, object and array construction, `//`, arithmetic and comparisons, `if`,
+//! `and`/`or`, `x as $v | …`, `def f: …;` without arguments, `[x[]]` and a few builtins
+//! (`length`, `add`, `not`, `exp`, `log`, `sqrt`) — evaluated directly over [`Val`] with jq's
 //! semantics. Recognised from jaq's own parse tree; anything else goes to the interpreter.
+//!
+//! Every native form yields exactly one value or an error. Where jq's answer depends on cases
+//! this evaluator does not model (arithmetic on non-numbers, `length` of a string, an error
+//! raised by an operator), the evaluation returns [`NOT_NATIVE`] and the expression's
+//! interpreted form answers instead, so errors and odd cases stay jaq's. The work of a native
+//! evaluation is bounded by the expression ([`MAX_NATIVE_COST`] nodes, definitions expanded) and
+//! by the data it reads (`add`, `[x[]]`: one pass over an array already within the value
+//! limits); its recursion by [`MAX_NATIVE_DEPTH`].
 
 use crate::{EvalError, EvalErrorKind, EvalLimits, Val, json, truthy};
 use jaq_core::load::lex::StrPart;
-use jaq_core::load::parse::{BinaryOp, Term};
+use jaq_core::load::parse::{BinaryOp, Pattern, Term};
+use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
 use jaq_json::Map;
+use jaq_std::ValT as _;
+use std::sync::Arc;
+
+/// Most nodes a native expression may evaluate (definitions expanded at each call); a larger
+/// one runs on the interpreter, under the evaluation budget.
+pub(crate) const MAX_NATIVE_COST: usize = 4096;
+/// Deepest nesting of a native expression (definitions expanded); deeper ones run on the
+/// interpreter, which grows its stack.
+pub(crate) const MAX_NATIVE_DEPTH: usize = 64;
 
 /// One segment of a path.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +55,88 @@ pub(crate) enum Native {
     /// answer ([`NOT_NATIVE`]), so the semantics — errors and jq's odd cases included — stay
     /// jaq's.
     ToNumber(Box<Native>),
+    /// `l + r`, `l - r`, … on two numbers (jaq's own arithmetic); other operands go to the
+    /// interpreter.
+    Math(Box<Native>, Math, Box<Native>),
+    /// `l == r`, `l < r`, … (jaq's total order of values).
+    Cmp(Box<Native>, Cmp, Box<Native>),
+    /// `l and r` (true) / `l or r` (false), short-circuiting as jq does.
+    Logic(Box<Native>, bool, Box<Native>),
+    /// `-x` of a number.
+    Neg(Box<Native>),
+    /// `l | r`.
+    Pipe(Box<Native>, Box<Native>),
+    /// `l as $x | r`: `r` sees `$x` as the variable at index `.2`, its input is `.`.
+    Bind(Box<Native>, Box<Native>, usize),
+    /// `if c then a elif … else b end` (no `else`: `.`).
+    If(Vec<(Native, Native)>, Option<Box<Native>>),
+    /// A call of `def f: body;` (no arguments), its body compiled where it is defined.
+    Call(Arc<Def>),
+    /// A builtin applied to `.`.
+    Builtin(Builtin),
+    /// `[x[]]`: the values of an array or object.
+    Values(Box<Native>),
+}
+
+/// A definition without arguments, compiled once; calls share it.
+#[derive(Debug)]
+pub(crate) struct Def {
+    body: Native,
+    cost: usize,
+    depth: usize,
+}
+
+/// The builtins evaluated natively (all of arity 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Builtin {
+    Length,
+    Add,
+    Not,
+    Exp,
+    Log,
+    Sqrt,
+}
+
+impl Builtin {
+    fn named(name: &str) -> Option<Builtin> {
+        Some(match name {
+            "length" => Builtin::Length,
+            "add" => Builtin::Add,
+            "not" => Builtin::Not,
+            "exp" => Builtin::Exp,
+            "log" => Builtin::Log,
+            "sqrt" => Builtin::Sqrt,
+            _ => return None,
+        })
+    }
+}
+
+/// The variables an evaluation sees: the flow's (`lookup`, indices below `base`) and those
+/// bound by `as` (a chain on the stack, innermost first).
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'a> {
+    lookup: &'a dyn Fn(usize) -> Val,
+    local: Option<&'a Local<'a>>,
+}
+
+pub(crate) struct Local<'a> {
+    index: usize,
+    val: Val,
+    up: Option<&'a Local<'a>>,
+}
+
+impl Env<'_> {
+    /// Variable `i`: bound by `as` (indices from the flow's count up), else the flow's.
+    fn get(&self, i: usize) -> Val {
+        let mut l = self.local;
+        while let Some(x) = l {
+            if x.index == i {
+                return x.val.clone();
+            }
+            l = x.up;
+        }
+        (self.lookup)(i)
+    }
 }
 
 /// The message of the error that sends one evaluation to the interpreter (see
@@ -52,6 +154,25 @@ pub(crate) enum Piece {
 
 /// Try to compile a parsed term natively.
 pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
+    let mut cx = Cx {
+        scope: scope.iter().map(|s| s.to_string()).collect(),
+        defs: Vec::new(),
+    };
+    let n = compile(t, &mut cx)?;
+    let (cost, depth) = n.weight();
+    (cost <= MAX_NATIVE_COST && depth <= MAX_NATIVE_DEPTH).then_some(n)
+}
+
+/// What a term is compiled in: the variables in scope (the flow's first, then those bound by
+/// `as`), and the definitions in scope (`None`: one that is not native, e.g. with arguments or
+/// while its own body is compiled — a recursive call is the interpreter's).
+struct Cx {
+    scope: Vec<String>,
+    defs: Vec<(String, Option<Arc<Def>>)>,
+}
+
+fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
+    let bx = |t: &Term<&str>, cx: &mut Cx| compile(t, cx).map(Box::new);
     Some(match t {
         Term::Id => Native::Path {
             var: None,
@@ -60,7 +181,7 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
         Term::Num(n) => Native::Lit(json::parse(n.as_bytes()).ok()?),
         Term::Neg(inner) => match &**inner {
             Term::Num(n) => Native::Lit(json::parse(format!("-{n}").as_bytes()).ok()?),
-            _ => return None,
+            _ => Native::Neg(bx(inner, cx)?),
         },
         Term::Str(None, parts) => {
             let mut pieces = Vec::new();
@@ -68,7 +189,7 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
                 match p {
                     StrPart::Str(s) => push_text(&mut pieces, s),
                     StrPart::Char(c) => push_text(&mut pieces, c.encode_utf8(&mut [0; 4])),
-                    StrPart::Term(t) => pieces.push(Piece::Expr(from_term(t, scope)?)),
+                    StrPart::Term(t) => pieces.push(Piece::Expr(compile(t, cx)?)),
                 }
             }
             match pieces.as_slice() {
@@ -78,11 +199,15 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
             }
         }
         Term::Var(v) => Native::Path {
-            var: Some(scope.iter().position(|s| Some(*s) == v.strip_prefix('$'))?),
+            var: Some(
+                cx.scope
+                    .iter()
+                    .rposition(|s| Some(s.as_str()) == v.strip_prefix('$'))?,
+            ),
             segs: vec![],
         },
         Term::Path(head, path) => {
-            let Native::Path { var, mut segs } = from_term(head, scope)? else {
+            let Native::Path { var, mut segs } = compile(head, cx)? else {
                 return None;
             };
             for (part, opt) in &path.0 {
@@ -106,7 +231,7 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
             let mut out = Vec::with_capacity(entries.len());
             for (k, v) in entries {
                 let (key, value) = match (k, v) {
-                    (Term::Str(None, parts), Some(v)) => (plain_str(parts)?, from_term(v, scope)?),
+                    (Term::Str(None, parts), Some(v)) => (plain_str(parts)?, compile(v, cx)?),
                     (Term::Str(None, parts), None) => {
                         let key = plain_str(parts)?;
                         let path = Native::Path {
@@ -115,9 +240,7 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
                         };
                         (key, path)
                     }
-                    (Term::Var(x), None) => {
-                        (x.strip_prefix('$')?.to_string(), from_term(k, scope)?)
-                    }
+                    (Term::Var(x), None) => (x.strip_prefix('$')?.to_string(), compile(k, cx)?),
                     _ => return None,
                 };
                 out.push((json::str_val(&key), value));
@@ -125,28 +248,93 @@ pub(crate) fn from_term(t: &Term<&str>, scope: &[&str]) -> Option<Native> {
             Native::Obj(out)
         }
         Term::Arr(None) => Native::Lit(Val::Arr(Default::default())),
-        Term::Arr(Some(inner)) => {
-            let mut items = Vec::new();
-            flatten_commas(inner, &mut items);
-            Native::Arr(
-                items
-                    .into_iter()
-                    .map(|t| from_term(t, scope))
-                    .collect::<Option<_>>()?,
-            )
-        }
-        Term::BinOp(l, BinaryOp::Alt, r) => Native::Alt(
-            Box::new(from_term(l, scope)?),
-            Box::new(from_term(r, scope)?),
-        ),
-        Term::BinOp(l, BinaryOp::Pipe(None), r) => match &**r {
-            Term::Call("tonumber", args) if args.is_empty() => {
-                Native::ToNumber(Box::new(from_term(l, scope)?))
+        Term::Arr(Some(inner)) => match &**inner {
+            Term::Path(head, path)
+                if matches!(
+                    path.0.as_slice(),
+                    [(Part::Range(None, None), Opt::Essential)]
+                ) =>
+            {
+                Native::Values(bx(head, cx)?)
             }
-            _ => return None,
+            _ => {
+                let mut items = Vec::new();
+                flatten_commas(inner, &mut items);
+                Native::Arr(
+                    items
+                        .into_iter()
+                        .map(|t| compile(t, cx))
+                        .collect::<Option<_>>()?,
+                )
+            }
         },
+        Term::BinOp(l, BinaryOp::Alt, r) => Native::Alt(bx(l, cx)?, bx(r, cx)?),
+        Term::BinOp(l, BinaryOp::Pipe(None), r) => match &**r {
+            Term::Call("tonumber", args) if args.is_empty() && !cx.defined("tonumber") => {
+                Native::ToNumber(bx(l, cx)?)
+            }
+            _ => Native::Pipe(bx(l, cx)?, bx(r, cx)?),
+        },
+        Term::BinOp(l, BinaryOp::Pipe(Some(Pattern::Var(x))), r) => {
+            let value = bx(l, cx)?;
+            let name = x.strip_prefix('$').unwrap_or(x).to_string();
+            let index = cx.scope.len();
+            cx.scope.push(name);
+            let body = compile(r, cx);
+            cx.scope.pop();
+            Native::Bind(value, Box::new(body?), index)
+        }
+        Term::BinOp(l, BinaryOp::Math(op), r) => Native::Math(bx(l, cx)?, *op, bx(r, cx)?),
+        Term::BinOp(l, BinaryOp::Cmp(op), r) => Native::Cmp(bx(l, cx)?, *op, bx(r, cx)?),
+        Term::BinOp(l, BinaryOp::And, r) => Native::Logic(bx(l, cx)?, true, bx(r, cx)?),
+        Term::BinOp(l, BinaryOp::Or, r) => Native::Logic(bx(l, cx)?, false, bx(r, cx)?),
+        Term::IfThenElse(branches, otherwise) => {
+            let mut bs = Vec::with_capacity(branches.len());
+            for (c, then) in branches {
+                bs.push((compile(c, cx)?, compile(then, cx)?));
+            }
+            let otherwise = match otherwise {
+                Some(o) => Some(bx(o, cx)?),
+                None => None,
+            };
+            Native::If(bs, otherwise)
+        }
+        Term::Def(defs, rest) => {
+            let mark = cx.defs.len();
+            for d in defs {
+                // Poisoned while its body compiles: a recursive call is not native.
+                cx.defs.push((d.name.to_string(), None));
+                let def = if d.args.is_empty() {
+                    compile(&d.body, cx).map(|body| {
+                        let (cost, depth) = body.weight();
+                        Arc::new(Def { body, cost, depth })
+                    })
+                } else {
+                    None
+                };
+                if let Some(last) = cx.defs.last_mut() {
+                    last.1 = def;
+                }
+            }
+            let out = compile(rest, cx);
+            cx.defs.truncate(mark);
+            out?
+        }
+        Term::Call(name, args) if args.is_empty() => {
+            match cx.defs.iter().rev().find(|(n, _)| n == name) {
+                Some((_, Some(def))) => Native::Call(def.clone()),
+                Some((_, None)) => return None,
+                None => Native::Builtin(Builtin::named(name)?),
+            }
+        }
         _ => return None,
     })
+}
+
+impl Cx {
+    fn defined(&self, name: &str) -> bool {
+        self.defs.iter().any(|(n, _)| n == name)
+    }
 }
 
 fn push_text(pieces: &mut Vec<Piece>, s: &str) {
@@ -195,7 +383,49 @@ impl Native {
             Native::Obj(entries) => entries.iter().any(|(_, v)| v.may_fall_back()),
             Native::Arr(items) => items.iter().any(Native::may_fall_back),
             Native::Alt(l, r) => l.may_fall_back() || r.may_fall_back(),
+            // Operators, builtins and what contains them: their odd cases are jaq's.
+            Native::Math(..)
+            | Native::Cmp(..)
+            | Native::Logic(..)
+            | Native::Neg(_)
+            | Native::Pipe(..)
+            | Native::Bind(..)
+            | Native::If(..)
+            | Native::Call(_)
+            | Native::Builtin(_)
+            | Native::Values(_) => true,
         }
+    }
+
+    /// (nodes evaluated, nesting depth), definitions expanded at their calls (saturating).
+    fn weight(&self) -> (usize, usize) {
+        let many = |xs: &mut dyn Iterator<Item = &Native>| {
+            xs.map(Native::weight)
+                .fold((1usize, 0usize), |(c, d), (c1, d1)| {
+                    (c.saturating_add(c1), d.max(d1))
+                })
+        };
+        let (cost, depth) = match self {
+            Native::Lit(_) | Native::Path { .. } | Native::Builtin(_) => (1, 0),
+            Native::Call(def) => (def.cost, def.depth),
+            Native::Interp(pieces) => many(&mut pieces.iter().filter_map(|p| match p {
+                Piece::Expr(e) => Some(e),
+                Piece::Text(_) => None,
+            })),
+            Native::Obj(entries) => many(&mut entries.iter().map(|(_, v)| v)),
+            Native::Arr(items) => many(&mut items.iter()),
+            Native::If(bs, o) => many(&mut bs.iter().flat_map(|(c, t)| [c, t]).chain(o.as_deref())),
+            Native::ToNumber(x) | Native::Neg(x) | Native::Values(x) => {
+                many(&mut [&**x].into_iter())
+            }
+            Native::Alt(l, r)
+            | Native::Math(l, _, r)
+            | Native::Cmp(l, _, r)
+            | Native::Logic(l, _, r)
+            | Native::Pipe(l, r)
+            | Native::Bind(l, r, _) => many(&mut [&**l, &**r].into_iter()),
+        };
+        (cost.saturating_add(1), depth.saturating_add(1))
     }
 
     /// Evaluate. The work is bounded by the expression (no ops are charged), but what it
@@ -214,7 +444,13 @@ impl Native {
                 None => walk(input, segs),
             },
             Native::Lit(v) => Ok(v.clone()),
-            _ => self.eval_at(input, lookup, limits, 0),
+            _ => {
+                let env = Env {
+                    lookup,
+                    local: None,
+                };
+                self.eval_at(input, env, limits, 0)
+            }
         }
     }
 
@@ -222,7 +458,7 @@ impl Native {
     fn eval_at(
         &self,
         input: &Val,
-        lookup: &dyn Fn(usize) -> Val,
+        env: Env<'_>,
         limits: &EvalLimits,
         level: usize,
     ) -> Result<Val, EvalError> {
@@ -236,7 +472,7 @@ impl Native {
         match self {
             Native::Lit(v) => placed(v.clone()),
             Native::Path { var, segs } => placed(match var {
-                Some(i) => walk(&lookup(*i), segs)?,
+                Some(i) => walk(&env.get(*i), segs)?,
                 None => walk(input, segs)?,
             }),
             Native::Interp(pieces) => {
@@ -244,7 +480,7 @@ impl Native {
                 for p in pieces {
                     match p {
                         Piece::Text(t) => s.push_str(t),
-                        Piece::Expr(e) => match e.eval_at(input, lookup, limits, 0)? {
+                        Piece::Expr(e) => match e.eval_at(input, env, limits, 0)? {
                             Val::TStr(b) | Val::BStr(b) => s.push_str(&String::from_utf8_lossy(&b)),
                             // jq interpolates non-strings as their JSON text (`tojson`).
                             other => display_into(&mut s, &other, limits.max_string_bytes)?,
@@ -262,7 +498,7 @@ impl Native {
                 }
                 let mut m = Map::default();
                 for (k, v) in entries {
-                    m.insert(k.clone(), v.eval_at(input, lookup, limits, level + 1)?);
+                    m.insert(k.clone(), v.eval_at(input, env, limits, level + 1)?);
                 }
                 Ok(Val::obj(m))
             }
@@ -270,15 +506,15 @@ impl Native {
                 if level >= limits.max_depth {
                     return Err(too_deep(limits));
                 }
-                let eval = |x: &Native| x.eval_at(input, lookup, limits, level + 1);
+                let eval = |x: &Native| x.eval_at(input, env, limits, level + 1);
                 items.iter().map(eval).collect()
             }
             // As in jaq (our reference), an error on the left propagates.
-            Native::Alt(l, r) => match l.eval_at(input, lookup, limits, level)? {
+            Native::Alt(l, r) => match l.eval_at(input, env, limits, level)? {
                 v if truthy(&v) => Ok(v),
-                _ => r.eval_at(input, lookup, limits, level),
+                _ => r.eval_at(input, env, limits, level),
             },
-            Native::ToNumber(inner) => match inner.eval_at(input, lookup, limits, level)? {
+            Native::ToNumber(inner) => match inner.eval_at(input, env, limits, level)? {
                 v @ Val::Num(_) => Ok(v),
                 Val::TStr(b) | Val::BStr(b)
                     if b.len() <= MAX_NATIVE_NUMBER
@@ -294,6 +530,118 @@ impl Native {
                 }
                 _ => Err(not_native()),
             },
+            // Operands: both single values, so jq's order of evaluation only decides which of
+            // two errors is reported — the interpreter's call (`NOT_NATIVE`).
+            Native::Math(l, op, r) => match (
+                l.eval_at(input, env, limits, 0),
+                r.eval_at(input, env, limits, 0),
+            ) {
+                (Ok(x @ Val::Num(_)), Ok(y @ Val::Num(_))) => {
+                    op.run(x, y).map_err(|_| not_native()).and_then(placed)
+                }
+                _ => Err(not_native()),
+            },
+            Native::Cmp(l, op, r) => match (
+                l.eval_at(input, env, limits, 0),
+                r.eval_at(input, env, limits, 0),
+            ) {
+                (Ok(x), Ok(y)) => Ok(Val::Bool(op.run(&x, &y))),
+                _ => Err(not_native()),
+            },
+            Native::Logic(l, and, r) => {
+                let x = truthy(&l.eval_at(input, env, limits, 0)?);
+                if x != *and {
+                    return Ok(Val::Bool(x));
+                }
+                Ok(Val::Bool(truthy(&r.eval_at(input, env, limits, 0)?)))
+            }
+            Native::Neg(x) => match x.eval_at(input, env, limits, 0)? {
+                v @ Val::Num(_) => (-v).map_err(|_| not_native()),
+                _ => Err(not_native()),
+            },
+            Native::Pipe(l, r) => {
+                let v = l.eval_at(input, env, limits, 0)?;
+                r.eval_at(&v, env, limits, level)
+            }
+            Native::Bind(value, body, index) => {
+                let local = Local {
+                    index: *index,
+                    val: value.eval_at(input, env, limits, 0)?,
+                    up: env.local,
+                };
+                let inner = Env {
+                    lookup: env.lookup,
+                    local: Some(&local),
+                };
+                body.eval_at(input, inner, limits, level)
+            }
+            Native::If(branches, otherwise) => {
+                for (c, then) in branches {
+                    if truthy(&c.eval_at(input, env, limits, 0)?) {
+                        return then.eval_at(input, env, limits, level);
+                    }
+                }
+                match otherwise {
+                    Some(o) => o.eval_at(input, env, limits, level),
+                    None => placed(input.clone()),
+                }
+            }
+            Native::Call(def) => def.body.eval_at(input, env, limits, level),
+            Native::Builtin(b) => b.apply(input).and_then(placed),
+            Native::Values(x) => {
+                if level >= limits.max_depth {
+                    return Err(too_deep(limits));
+                }
+                match x.eval_at(input, env, limits, 0)? {
+                    Val::Arr(a) => placed(Val::Arr(a)),
+                    Val::Obj(o) => placed(o.values().cloned().collect()),
+                    _ => Err(not_native()),
+                }
+            }
+        }
+    }
+}
+
+impl Builtin {
+    fn apply(self, v: &Val) -> Result<Val, EvalError> {
+        let float = |f: fn(f64) -> f64| match v {
+            Val::Num(_) => v.as_f64().map(|x| Val::from(f(x))).ok_or_else(not_native),
+            _ => Err(not_native()),
+        };
+        match self {
+            Builtin::Not => Ok(Val::Bool(!truthy(v))),
+            Builtin::Exp => float(libm::exp),
+            Builtin::Log => float(libm::log),
+            Builtin::Sqrt => float(libm::sqrt),
+            Builtin::Length => match v {
+                Val::Null => Ok(Val::from(0usize)),
+                Val::Arr(a) => Ok(Val::from(a.len())),
+                Val::Obj(o) => Ok(Val::from(o.len())),
+                Val::BStr(b) => Ok(Val::from(b.len())),
+                // numbers (|x| per kind of number), text (characters) and errors: jaq's.
+                _ => Err(not_native()),
+            },
+            // `reduce .[] as $x (null; . + $x)` over numbers; anything else is jaq's (strings,
+            // arrays and objects added up are the interpreter's, under its budget).
+            Builtin::Add => {
+                let items: Box<dyn Iterator<Item = &Val>> = match v {
+                    Val::Arr(a) => Box::new(a.iter()),
+                    Val::Obj(o) => Box::new(o.values()),
+                    _ => return Err(not_native()),
+                };
+                let mut acc = Val::Null;
+                for x in items {
+                    acc = match (acc, x) {
+                        (Val::Null, x @ (Val::Num(_) | Val::Null)) => x.clone(),
+                        (a @ Val::Num(_), Val::Null) => a,
+                        (a @ Val::Num(_), x @ Val::Num(_)) => {
+                            (a + x.clone()).map_err(|_| not_native())?
+                        }
+                        _ => return Err(not_native()),
+                    };
+                }
+                Ok(acc)
+            }
         }
     }
 }

@@ -198,13 +198,15 @@ pub enum HedgeExplain {
 /// Compile `cfg` with placeholder backends (nothing is connected or called) and describe it.
 /// The config should have passed the gateway's own checks first (`fanout validate`).
 pub fn explain_config(cfg: &Config) -> Result<Explanation, ConfigErrors> {
-    explain_config_with(cfg, None)
+    explain_config_with(cfg, None, None)
 }
 
-/// [`explain_config`] for a config with `.proto` files (`protos:`), compiled by the caller.
+/// [`explain_config`] for a config with `.proto` files (`protos:`) and models (`models:`),
+/// loaded by the caller.
 pub fn explain_config_with(
     cfg: &Config,
     protos: Option<Arc<fanout_grpc::ProtoSet>>,
+    models: Option<Arc<crate::models::ModelSet>>,
 ) -> Result<Explanation, ConfigErrors> {
     let backends: HashMap<String, Arc<dyn Backend>> = cfg
         .backends
@@ -213,6 +215,7 @@ pub fn explain_config_with(
         .collect();
     let carry = crate::plan::Carry {
         protos,
+        models,
         ..Default::default()
     };
     let plan = crate::plan::compile_with(cfg, &backends, carry)?;

@@ -698,30 +698,57 @@ fn num(x: f32) -> Val {
     if !x.is_finite() {
         return Val::Null;
     }
-    Val::from(format!("{x}").parse::<f64>().unwrap_or(f64::from(x)))
+    let mut b = ryu::Buffer::new();
+    Val::from(b.format_finite(x).parse::<f64>().unwrap_or(f64::from(x)))
+}
+
+/// The keys of a step's value, made once (a `Val` string is shared, not copied).
+struct Keys {
+    label: Val,
+    probabilities: Val,
+    value: Val,
+    values: Val,
+    /// `"0"` … `"15"`: the usual class labels.
+    small: Vec<Val>,
+}
+
+static KEYS: std::sync::LazyLock<Keys> = std::sync::LazyLock::new(|| Keys {
+    label: Val::from("label".to_string()),
+    probabilities: Val::from("probabilities".to_string()),
+    value: Val::from("value".to_string()),
+    values: Val::from("values".to_string()),
+    small: (0..16).map(|i: i64| Val::from(i.to_string())).collect(),
+});
+
+fn label_key(l: i64) -> Val {
+    usize::try_from(l)
+        .ok()
+        .and_then(|i| KEYS.small.get(i).cloned())
+        .unwrap_or_else(|| Val::from(l.to_string()))
 }
 
 /// Row `r` of `out` as the step's value: a classifier's `{label, probabilities: {LABEL: p}}`,
 /// a regressor's `{value}` (one target) or `{values: [...]}`.
 pub fn output_value(model: &dyn Evaluator, out: &Output, r: usize) -> Val {
     let mut m = Map::default();
+    let keys = &*KEYS;
     match (model.kind(), out) {
         (ModelKind::Classifier { labels }, Output::Classifier { .. }) => {
             let label = out.label(r).unwrap_or_default();
-            m.insert(Val::from("label".to_string()), Val::from(label as isize));
+            m.insert(keys.label.clone(), Val::from(label as isize));
             let mut p = Map::default();
             for (l, v) in labels.iter().zip(out.row(r)) {
-                p.insert(Val::from(l.to_string()), num(*v));
+                p.insert(label_key(*l), num(*v));
             }
-            m.insert(Val::from("probabilities".to_string()), Val::obj(p));
+            m.insert(keys.probabilities.clone(), Val::obj(p));
         }
         (_, out) => {
             let row = out.row(r);
             if let [v] = row {
-                m.insert(Val::from("value".to_string()), num(*v));
+                m.insert(keys.value.clone(), num(*v));
             } else {
                 let vals = row.iter().map(|v| num(*v)).collect::<Vec<_>>();
-                m.insert(Val::from("values".to_string()), Val::Arr(vals.into()));
+                m.insert(keys.values.clone(), Val::Arr(vals.into()));
             }
         }
     }

@@ -253,3 +253,20 @@ fn load_where_nothing_listens_exits_non_zero_and_names_the_whole_url() {
     assert!(stdout.contains("NO REQUEST SUCCEEDED"), "{stdout}");
     assert!(stdout.contains("/some/path?q=1"), "{stdout}");
 }
+
+/// `validate` and `explain` load the models of `models.dir` as the server does: the example's
+/// model steps are valid and `explain` names each model's kind, width and version.
+#[test]
+fn validate_and_explain_read_the_models_directory() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/antispam/fanout.yaml"
+    );
+    let v = fanout().args(["validate", cfg]).output().unwrap();
+    assert!(v.status.success(), "validate: {v:?}");
+    let e = fanout().args(["explain", cfg]).output().unwrap();
+    assert!(e.status.success(), "explain: {e:?}");
+    let text = String::from_utf8_lossy(&e.stdout);
+    assert!(text.contains("features, version "), "{text}");
+    assert!(text.contains("on the compute pool"), "{text}");
+}

@@ -19,6 +19,7 @@ pub fn html(rep: &LabReport, json: &str) -> String {
         summary_table(&mut h, rep);
     }
     acceptance_table(&mut h, rep);
+    models_tables(&mut h, rep);
     direct_line(&mut h, rep);
     levels_table(&mut h, rep);
     phases_table(&mut h, rep);
@@ -487,6 +488,100 @@ fn trials_table(h: &mut String, rep: &LabReport) {
         );
     }
     h.push_str("</table>");
+}
+
+/// A models run (`antispam-models`): the swaps, per target its levels side by side, threads,
+/// RSS and failures around swaps, and each model's figures at the end.
+fn models_tables(h: &mut String, rep: &LabReport) {
+    let Some(m) = &rep.models else { return };
+    let _ = write!(
+        h,
+        "<h2>Models</h2><p><code>{}</code> replaced every {} s ({} swaps: {}); {} client connections opened before every trial; {}.</p>",
+        esc(&m.swap_model),
+        f(m.swap_every_s),
+        m.swaps_at_s.len(),
+        esc(&m.swap_files.join(" ↔ ")),
+        m.connections,
+        m.long_run_s.map_or_else(
+            || "interleaved levels".to_string(),
+            |s| format!("one long run of {} s per target", f(s))
+        )
+    );
+    h.push_str("<table><tr><th>target / level</th><th>offered req/s</th><th>ok req/s</th><th>requests per CPU-second</th><th>CPU-µs / request</th><th>p50 ms</th><th>p99 ms</th><th>failed</th><th>threads</th><th>RSS MB</th><th>generator lag p99 ms</th></tr>");
+    for (name, t) in &m.targets {
+        for l in t.levels.iter().chain(t.long_run.iter()) {
+            let _ = write!(
+                h,
+                "<tr><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td></tr>",
+                esc(name),
+                esc(&l.name),
+                f(l.offered_rate),
+                stat(&l.achieved_rate),
+                stat(&l.requests_per_cpu_s),
+                stat(&l.cpu_us_per_request),
+                stat(&l.p50_ms),
+                stat(&l.p99_ms),
+                l.failed,
+                l.threads_max,
+                f(l.rss_max_mb),
+                f(l.lag_p99_ms_max),
+                if l.all_valid { "" } else { " (behind)" }
+            );
+        }
+    }
+    h.push_str("</table><table><tr><th>target</th><th>max rate (p99 &lt; SLO)</th><th>failed / requests</th><th>failed during swaps</th><th>threads steady (whole run)</th><th>RSS after warm-up → end</th><th>connections</th></tr>");
+    for (name, t) in &m.targets {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{} / {}</td><td>{} / {}</td><td>{}–{} ({}–{})</td><td>{} → {} MB ({:+.1} %)</td><td>{}</td></tr>",
+            esc(name),
+            t.max_rate
+                .map_or_else(|| "n/a".to_string(), |r| format!("{} req/s", f(r))),
+            t.failed,
+            t.requests,
+            t.failed_in_swap_windows,
+            t.requests_in_swap_windows,
+            t.threads_steady_min,
+            t.threads_steady_max,
+            t.threads_min,
+            t.threads_max,
+            f(t.rss_after_warmup_mb),
+            f(t.rss_end_mb),
+            t.rss_growth_pct,
+            t.connections_used
+        );
+    }
+    h.push_str("</table>");
+    if !m.models.is_empty() {
+        h.push_str("<table class=\"small\"><tr><th>model</th><th>what</th></tr>");
+        for (n, what) in &m.models {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td class=\"note\">{}</td></tr>",
+                esc(n),
+                esc(what)
+            );
+        }
+        h.push_str("</table>");
+    }
+    for (name, t) in &m.targets {
+        if !t.model_status.is_null() {
+            let _ = write!(
+                h,
+                "<details><summary>{}: models at the end</summary><pre>{}</pre></details>",
+                esc(name),
+                esc(&serde_json::to_string_pretty(&t.model_status).unwrap_or_default())
+            );
+        }
+    }
+    for (name, why) in &m.not_run {
+        let _ = write!(
+            h,
+            "<p class=\"warn\">{} not run: {}</p>",
+            esc(name),
+            esc(why)
+        );
+    }
 }
 
 /// A median with its min–max, 0–2 decimals.
