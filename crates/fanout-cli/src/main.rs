@@ -182,7 +182,9 @@ enum Cmd {
         /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
         /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
         /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
-        /// per gRPC call, a model file swapped every 10 s, 1000 client connections).
+        /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
+        /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
+        /// table; takes only --quick and --out).
         scenario: String,
         /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
         /// java-virtual, grpc-baseline, pg-baseline, antispam-py, or the scenario's variants. Default: the
@@ -491,6 +493,30 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             if code != 0 {
                 std::process::exit(code);
             }
+            Ok(())
+        }
+        Cmd::Lab {
+            scenario,
+            targets,
+            quick,
+            trials,
+            out,
+            baseline_bin,
+            duration,
+        } if scenario == fanout_lab::threads::NAME => {
+            if !targets.is_empty()
+                || trials.is_some()
+                || baseline_bin.is_some()
+                || duration.is_some()
+            {
+                anyhow::bail!(
+                    "lab threads takes only --quick and --out (it runs one Java program, no targets)"
+                );
+            }
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let rep = fanout_lab::threads::run(quick, std::path::Path::new(&out), &command)?;
+            out!("{}", fanout_lab::threads::text_summary(&rep));
+            outln!("report: {out}/report.html  {out}/report.json");
             Ok(())
         }
         Cmd::Lab {

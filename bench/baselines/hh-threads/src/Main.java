@@ -32,6 +32,7 @@ public class Main {
         + " cpus=" + Runtime.getRuntime().availableProcessors()
         + " java=" + System.getProperty("java.version"));
     List<long[]> times = new ArrayList<>();
+    List<Double> cpuMs = new ArrayList<>();
     for (int numOfThreads : threadCounts) {
       System.out.println(numOfThreads + " threads.");
       ExecutorService executorService = Executors.newFixedThreadPool(numOfThreads);
@@ -43,6 +44,7 @@ public class Main {
 
       System.out.println("Testing...");
       long[] runs = new long[numOfTests];
+      long cpuStart = processCpuNanos();
       for (int i = 0; i < numOfTests; i++) {
         long start = currentTimeMillis();
         test(executorService);
@@ -50,12 +52,13 @@ public class Main {
         System.out.println(runs[i]);
       }
       times.add(runs);
+      cpuMs.add((processCpuNanos() - cpuStart) / 1e6 / numOfTests);
 
       executorService.shutdown();
       executorService.awaitTermination(1, TimeUnit.SECONDS);
       System.out.println();
     }
-    summary(times);
+    summary(times, cpuMs);
   }
 
   static void test(ExecutorService executorService) throws Exception {
@@ -82,9 +85,18 @@ public class Main {
 
   // ---- Not in the article: its table, computed from the runs above. ----
 
+  /// The CPU time of the whole JVM (every thread, user + system), ns; -1 when unknown.
+  static long processCpuNanos() {
+    java.lang.management.OperatingSystemMXBean os =
+        java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+    return os instanceof com.sun.management.OperatingSystemMXBean
+        ? ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime() : -1;
+  }
+
   /// One line per pool size, tab-separated after `RESULT`: threads, mean ms, standard deviation
-  /// (sample, n − 1; 0 with one run), difference from the fastest mean in %, the runs in ms.
-  static void summary(List<long[]> times) {
+  /// (sample, n − 1; 0 with one run), difference from the fastest mean in %, the JVM's CPU time
+  /// per timed run in ms (mean), the runs in ms.
+  static void summary(List<long[]> times, List<Double> cpuMs) {
     double[] means = new double[times.size()];
     double best = Double.MAX_VALUE;
     for (int k = 0; k < times.size(); k++) {
@@ -93,7 +105,7 @@ public class Main {
       means[k] = (double) sum / times.get(k).length;
       best = Math.min(best, means[k]);
     }
-    System.out.println("threads\tmean_ms\tstddev_ms\tvs_best_%\truns_ms");
+    System.out.println("threads\tmean_ms\tstddev_ms\tvs_best_%\tcpu_ms\truns_ms");
     for (int k = 0; k < times.size(); k++) {
       long[] runs = times.get(k);
       double ss = 0;
@@ -101,8 +113,8 @@ public class Main {
       double sd = runs.length > 1 ? Math.sqrt(ss / (runs.length - 1)) : 0;
       StringBuilder r = new StringBuilder();
       for (long t : runs) r.append(r.length() == 0 ? "" : ",").append(t);
-      System.out.println(String.format(java.util.Locale.ROOT, "RESULT\t%d\t%.1f\t%.1f\t%.2f\t%s",
-          threadCounts[k], means[k], sd, (means[k] - best) / best * 100, r));
+      System.out.println(String.format(java.util.Locale.ROOT, "RESULT\t%d\t%.1f\t%.1f\t%.2f\t%.0f\t%s",
+          threadCounts[k], means[k], sd, (means[k] - best) / best * 100, cpuMs.get(k), r));
     }
   }
 
