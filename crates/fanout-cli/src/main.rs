@@ -112,6 +112,11 @@ enum Cmd {
         /// Output: `text`, or `mermaid` (a flowchart for docs).
         #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
         format: ExplainFormat,
+        /// Also state Little's law at this rate (req/s) for each route: requests in flight at
+        /// the critical path's worst case, the threads a thread-per-request server would need
+        /// for them, and fanout's fixed threads (text only).
+        #[arg(long)]
+        rate: Option<f64>,
     },
     /// Print the JSON Schema of the gateway config (or, with --stubs, of the stubs config).
     Schema {
@@ -307,12 +312,25 @@ fn main() -> ExitCode {
             config,
             route,
             format,
+            rate,
         } => {
             let format = match format {
                 ExplainFormat::Text => explain::Format::Text,
                 ExplainFormat::Mermaid => explain::Format::Mermaid,
             };
-            match explain::explain_file(&config.path(), &env_lookup, route.as_deref(), format) {
+            if let Some(r) = rate
+                && (!(r.is_finite() && r > 0.0) || format == explain::Format::Mermaid)
+            {
+                errln!("--rate takes a rate above 0 (req/s), with --format text");
+                return ExitCode::from(1);
+            }
+            match explain::explain_file_at(
+                &config.path(),
+                &env_lookup,
+                route.as_deref(),
+                format,
+                rate,
+            ) {
                 Ok(text) => {
                     out!("{text}");
                     ExitCode::SUCCESS
