@@ -112,6 +112,11 @@ enum Cmd {
         /// Output: `text`, or `mermaid` (a flowchart for docs).
         #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
         format: ExplainFormat,
+        /// Also state Little's law at this rate (req/s) for each route: requests in flight at
+        /// the critical path's worst case, the threads a thread-per-request server would need
+        /// for them, and fanout's fixed threads (text only).
+        #[arg(long)]
+        rate: Option<f64>,
     },
     /// Print the JSON Schema of the gateway config (or, with --stubs, of the stubs config).
     Schema {
@@ -182,7 +187,9 @@ enum Cmd {
         /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
         /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
         /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
-        /// per gRPC call, a model file swapped every 10 s, 1000 client connections).
+        /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
+        /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
+        /// table; takes only --quick and --out).
         scenario: String,
         /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
         /// java-virtual, grpc-baseline, pg-baseline, antispam-py, or the scenario's variants. Default: the
@@ -305,12 +312,25 @@ fn main() -> ExitCode {
             config,
             route,
             format,
+            rate,
         } => {
             let format = match format {
                 ExplainFormat::Text => explain::Format::Text,
                 ExplainFormat::Mermaid => explain::Format::Mermaid,
             };
-            match explain::explain_file(&config.path(), &env_lookup, route.as_deref(), format) {
+            if let Some(r) = rate
+                && (!(r.is_finite() && r > 0.0) || format == explain::Format::Mermaid)
+            {
+                errln!("--rate takes a rate above 0 (req/s), with --format text");
+                return ExitCode::from(1);
+            }
+            match explain::explain_file_at(
+                &config.path(),
+                &env_lookup,
+                route.as_deref(),
+                format,
+                rate,
+            ) {
                 Ok(text) => {
                     out!("{text}");
                     ExitCode::SUCCESS
@@ -491,6 +511,30 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             if code != 0 {
                 std::process::exit(code);
             }
+            Ok(())
+        }
+        Cmd::Lab {
+            scenario,
+            targets,
+            quick,
+            trials,
+            out,
+            baseline_bin,
+            duration,
+        } if scenario == fanout_lab::threads::NAME => {
+            if !targets.is_empty()
+                || trials.is_some()
+                || baseline_bin.is_some()
+                || duration.is_some()
+            {
+                anyhow::bail!(
+                    "lab threads takes only --quick and --out (it runs one Java program, no targets)"
+                );
+            }
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let rep = fanout_lab::threads::run(quick, std::path::Path::new(&out), &command)?;
+            out!("{}", fanout_lab::threads::text_summary(&rep));
+            outln!("report: {out}/report.html  {out}/report.json");
             Ok(())
         }
         Cmd::Lab {

@@ -2,7 +2,8 @@
 //! documented per-target figures and a report.html that renders in headless Chromium with its
 //! charts (product-page, overload with the Java baseline, slow-backend, hedging; grpc-aggregate
 //! with the tonic baseline, every answer a gRPC OK; parallel-calls closed loop with the Java
-//! blocking and virtual-thread targets, 100 stub calls per operation); every
+//! blocking and virtual-thread targets, 100 stub calls per operation; threads, HeadHunter's Java
+//! thread benchmark beside the article's table, and `not run: no java` without a JDK); every
 //! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
 //! exactly like fanout and the hyper baseline; `fanout load` exits non-zero on crossed
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
@@ -770,6 +771,117 @@ fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
         stdout.contains("WARNING: java-virtual: not run — no Java 21"),
         "{stdout}"
     );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `fanout lab threads --quick`: HeadHunter's thread benchmark ran once per pool size (1, 2, 4,
+/// 64, 1024 threads; 1024 tasks, 2 timed runs each), its table beside the article's 13 rows in
+/// report.json, the printed text and report.html (rendered headless). Counts and shapes only.
+/// Skipped (with a note) only without `javac`.
+#[test]
+fn lab_threads_quick_prints_both_tables() {
+    if fanout_lab::java::javac_version().is_none() {
+        eprintln!(
+            "note: lab threads skipped: no javac (Debian: apt-get install default-jdk-headless)"
+        );
+        return;
+    }
+    require_chromium();
+    let _one_at_a_time = serial();
+    let out = out_dir("threads");
+    let o = Command::new(bin())
+        .args(["lab", "threads", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fanout lab threads");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    assert!(rep["not_run"].is_null(), "{}", rep["not_run"]);
+    assert_eq!(rep["quick"], true);
+    let sizes = [1u64, 2, 4, 64, 1024];
+    let rows = rep["rows"].as_array().expect("rows");
+    let threads: Vec<u64> = rows.iter().filter_map(|r| r["threads"].as_u64()).collect();
+    assert_eq!(threads, sizes, "one row per pool size");
+    for r in rows {
+        assert_eq!(r["runs_ms"].as_array().map(Vec::len), Some(2), "{r}");
+        assert!(r["mean_ms"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+        assert!(r["cpu_ms"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    }
+    // The fastest pool is the reference: one row at 0 %, none below.
+    assert!(rows.iter().any(|r| r["vs_best_pct"].as_f64() == Some(0.0)));
+    assert!(rows.iter().all(|r| r["vs_best_pct"].as_f64() >= Some(0.0)));
+    let params = &rep["params"];
+    assert_eq!(
+        (params["tasks"].as_u64(), params["tests"].as_u64()),
+        (Some(1024), Some(2))
+    );
+    let article = rep["article"]["rows"].as_array().expect("article rows");
+    assert_eq!(article.len(), 13, "the article's table");
+    assert_eq!(article[2]["mean_ms"].as_f64(), Some(28153.0));
+    assert_eq!(rep["article"]["params"]["tasks"], 16384);
+    assert_eq!(
+        rep["side_by_side"].as_array().map(Vec::len),
+        Some(sizes.len())
+    );
+    // The text: a header and one line per pool size of either table (13: the quick sizes are
+    // among the article's), both columns filled on the quick sizes.
+    let table: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            l.split('|')
+                .next()
+                .is_some_and(|t| t.trim().parse::<u64>().is_ok())
+        })
+        .collect();
+    assert_eq!(table.len(), 13, "{stdout}");
+    let both = table.iter().filter(|l| !l.contains('—')).count();
+    assert_eq!(both, sizes.len(), "{stdout}");
+    assert!(
+        stdout.contains("article ms") && stdout.contains("here ms"),
+        "{stdout}"
+    );
+    let dom = assert_renders(&out, 1);
+    assert!(dom.contains("This machine beside the article"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Without a Java runtime, `fanout lab threads` says so and still writes the article's table:
+/// never a crash.
+#[test]
+fn lab_threads_without_java_says_not_run() {
+    let out = out_dir("threads-nojava");
+    let empty = out.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = Command::new(bin())
+        .args(["lab", "threads", "--quick", "--out"])
+        .arg(&out)
+        .env_remove("JAVA_HOME")
+        .env("PATH", &empty)
+        .output()
+        .expect("run fanout lab threads");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("not run: no java"), "{stdout}");
+    let rep: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    assert!(rep["not_run"].as_str().unwrap_or("").starts_with("no java"));
+    assert_eq!(rep["rows"].as_array().map(Vec::len), Some(0));
+    assert_eq!(rep["article"]["rows"].as_array().map(Vec::len), Some(13));
+    assert!(out.join("report.html").is_file());
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -15,6 +15,7 @@ pub mod procstat;
 pub mod report;
 pub mod scenario;
 pub mod svg;
+pub mod threads;
 
 use fanout_load::{LoadReport, LoadSpec, RequestTemplate, Schedule};
 use fanout_stub::addr_var;
@@ -89,7 +90,7 @@ pub struct LabOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     /// Unknown scenario.
-    #[error("unknown scenario `{0}`; available: {list}", list = scenario::NAMES.join(", "))]
+    #[error("unknown scenario `{0}`; available: {list}, {own}", list = scenario::NAMES.join(", "), own = scenario::OWN_ENTRY.join(", "))]
     UnknownScenario(String),
     /// Unknown target, or one that does not serve the scenario's routes.
     #[error("target `{target}` is not available in scenario `{scenario}`; available: {available}")]

@@ -83,3 +83,42 @@ fn a_config_error_exits_1_with_its_position() {
     assert!(err.contains(".yaml:4:"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// `--rate R`: Little's law per route after the plan — hh-vacancies' critical path is 150 ms +
+/// 100 ms, so 1000 req/s hold 250 requests in flight (500 at the 500 ms deadline); a
+/// thread-per-request server needs ≥ 250 request threads, and 8 × 250 more for the `for_each`
+/// calls if each blocks a thread; fanout's threads do not depend on the rate.
+#[test]
+fn rate_states_littles_law_per_route() {
+    let cfg = root().join("examples/hh-vacancies/fanout.yaml");
+    let cfg = cfg.to_str().unwrap();
+    let plain = stdout(&explain(&["-c", cfg]));
+    let text = stdout(&explain(&["-c", cfg, "--rate", "1000"]));
+    assert!(
+        text.starts_with(&plain),
+        "the plan first, unchanged:\n{text}"
+    );
+    let law = &text[plain.len()..];
+    assert!(law.contains("Little's law at 1000 req/s"), "{law}");
+    assert!(law.contains("critical path's worst case"), "{law}");
+    assert!(
+        law.contains("GET /vacancies: W = 250ms → L = 1000 × 0.25 s = 250 requests in flight (500 if every request ran to the deadline 500ms)"),
+        "{law}"
+    );
+    assert!(law.contains("≥ 250 request threads"), "{law}");
+    assert!(law.contains("up to 8 parallel calls"), "{law}");
+    assert!(law.contains("up to 2000 call threads"), "{law}");
+    assert!(
+        law.contains("fanout: the same threads at any rate"),
+        "{law}"
+    );
+    // The rate must be positive, and the law is text.
+    for bad in [
+        &["-c", cfg, "--rate", "0"][..],
+        &["-c", cfg, "--rate", "100", "--format", "mermaid"],
+    ] {
+        let out = explain(bad);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
+    }
+}

@@ -279,6 +279,10 @@ pub const NAMES: [&str; 11] = [
     "antispam-models",
 ];
 
+/// Scenarios with their own entry point instead of a [`Scenario`] (no stubs, targets or load):
+/// `threads`, HeadHunter's thread benchmark ([`crate::threads::run`]).
+pub const OWN_ENTRY: [&str; 1] = [crate::threads::NAME];
+
 /// Look up a built-in scenario.
 pub fn builtin(name: &str) -> Option<Scenario> {
     Some(match name {
