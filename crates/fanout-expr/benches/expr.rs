@@ -68,6 +68,27 @@ fn bench(c: &mut Criterion) {
             b.iter(|| black_box(jaq.eval(&Val::Null, lookup).unwrap()))
         });
     }
+    // The antispam merge (crates/fanout-lab/src/scenarios/antispam-models.yaml, three models):
+    // a definition, arithmetic, `as` bindings, `[$s[]] | add / length`, a comparison.
+    let models = ["lr", "gbdt", "score"];
+    let outs = [
+        json::parse(br#"{"label":1,"probabilities":{"0":0.25,"1":0.75}}"#).unwrap(),
+        json::parse(br#"{"label":0,"probabilities":{"0":0.875,"1":0.125}}"#).unwrap(),
+        json::parse(br#"{"value":42.5}"#).unwrap(),
+    ];
+    let merge = r#"def sq: 1 / (1 + ((0 - . / 100) | exp));
+        {lr: $lr.probabilities."1", gbdt: $gbdt.probabilities."1", score: ($score.value | sq)} as $s
+        | ([$s[]] | add / length) as $p | {spam: ($p > 0.5), score: $p, scores: $s}"#;
+    let native = Expr::compile(merge, &models).unwrap();
+    assert!(native.is_native());
+    let jaq = Expr::compile_interpreted(merge, &models).unwrap();
+    let model_out = |i: usize| outs[i].clone();
+    g.bench_function("merge_scores/native", |b| {
+        b.iter(|| black_box(native.eval(&Val::Null, model_out).unwrap()))
+    });
+    g.bench_function("merge_scores/jaq", |b| {
+        b.iter(|| black_box(jaq.eval(&Val::Null, model_out).unwrap()))
+    });
     let bytes = json::to_string(&vals[1]).into_bytes();
     g.bench_function("parse_8kb_json", |b| {
         b.iter(|| black_box(json::parse(&bytes).unwrap()))

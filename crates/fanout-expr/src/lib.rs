@@ -7,8 +7,10 @@
 //!
 //! Two evaluation strategies, chosen at compile time:
 //! - **native** ([`native`]): paths (`$name.a.b[0]`, `.a`), literals, string interpolation, object
-//!   and array construction and `//` over those are evaluated directly over the value, with jq's
-//!   semantics (missing key → `null`, indexing a number → error);
+//!   and array construction, `//`, arithmetic and comparisons, `and`/`or`, `if`, `x as $v | …`,
+//!   definitions without arguments, `[x[]]` and a few builtins are evaluated directly over the
+//!   value, with jq's semantics (missing key → `null`, indexing a number → error; the cases it
+//!   does not model go to the interpreter);
 //! - **jaq**: everything else runs on the jaq interpreter with the standard library.
 //!
 //! Values are [`Val`] (jaq's JSON value, `Arc`-shared, cheap to clone). [`json`] converts between

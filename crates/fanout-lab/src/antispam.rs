@@ -507,19 +507,36 @@ pub fn acceptance(rep: &ModelsReport, slo_p99_ms: f64) -> Vec<Acceptance> {
             ));
         }
         if let Some(b) = base {
-            // The highest rate both serve: the baseline's capacity, else half of fanout's.
+            let level = |t: &ModelsTarget, n: &str| t.levels.iter().find(|l| l.name == n).cloned();
+            // Capacity per CPU (what sizing a fleet asks): each target at the highest rate it
+            // sustains within the SLO — fanout's max, the baseline's max.
+            if let (Some(f), Some(p)) = (level(t, "at-fanout-max"), level(b, "at-baseline-max")) {
+                let ratio = f.requests_per_cpu_s.median / p.requests_per_cpu_s.median.max(1e-9);
+                out.push(Acceptance::new(
+                    name,
+                    "requests per CPU-second vs antispam-py, each at the highest rate it sustains",
+                    "≥ 5×",
+                    format!(
+                        "{ratio:.1}× ({:.0} at {:.0} req/s vs {:.0} at {:.0} req/s)",
+                        f.requests_per_cpu_s.median,
+                        f.offered_rate,
+                        p.requests_per_cpu_s.median,
+                        p.offered_rate
+                    ),
+                    ratio >= 5.0,
+                ));
+            }
+            // The same rate for both: the baseline's capacity (else half of fanout's). At a
+            // low share of fanout's capacity its CPU per request holds the wake-ups of threads
+            // that sleep between requests; shown beside, as its own line.
             let pick = |t: &ModelsTarget| {
-                t.levels
-                    .iter()
-                    .find(|l| l.name == "at-baseline-max")
-                    .or_else(|| t.levels.iter().find(|l| l.name == "at-fanout-half"))
-                    .cloned()
+                level(t, "at-baseline-max").or_else(|| level(t, "at-fanout-half"))
             };
             if let (Some(f), Some(p)) = (pick(t), pick(b)) {
                 let ratio = f.requests_per_cpu_s.median / p.requests_per_cpu_s.median.max(1e-9);
                 out.push(Acceptance::new(
                     name,
-                    "requests per CPU-second vs antispam-py",
+                    "requests per CPU-second vs antispam-py, both at the same rate",
                     "≥ 5×",
                     format!(
                         "{ratio:.1}× ({:.0} vs {:.0} at {:.0} req/s)",

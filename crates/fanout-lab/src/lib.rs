@@ -1068,8 +1068,18 @@ impl Lab {
     /// send time, so the lag is charged to the target, never in its favour — and a capacity
     /// understated by the generator would make "3×" no overload at all.
     async fn search_step(&mut self, ti: usize, rate: f64) -> Result<(Trial, bool), LabError> {
+        self.search_step_of(ti, rate, self.plan.step_s).await
+    }
+
+    /// [`Self::search_step`] lasting `secs`.
+    async fn search_step_of(
+        &mut self,
+        ti: usize,
+        rate: f64,
+        secs: f64,
+    ) -> Result<(Trial, bool), LabError> {
         let mut t = self
-            .trial(ti, "search", 0, Self::schedule(rate, self.plan.step_s))
+            .trial(ti, "search", 0, Self::schedule(rate, secs))
             .await?;
         let slo = self.scenario.slo_p99_ms;
         let target_ok = |t: &Trial| {
@@ -1081,7 +1091,7 @@ impl Lab {
         let tolerable = |t: &Trial| lag_tolerated && t.lag_p99_ms <= OVERLOAD_SEARCH_LAG_MS;
         if !t.passed_slo && !t.valid && target_ok(&t) && !tolerable(&t) {
             t = self
-                .trial(ti, "search", 0, Self::schedule(rate, self.plan.step_s))
+                .trial(ti, "search", 0, Self::schedule(rate, secs))
                 .await?;
         }
         let tolerated = !t.passed_slo && target_ok(&t) && tolerable(&t);
@@ -1150,12 +1160,13 @@ impl Lab {
                 }
             }
         }
-        // Models: the highest rate the machine *sustains* — the rate found must pass once more
-        // (one step passing at the edge is luck on a shared machine), else 10 % lower.
+        // Models: the highest rate the machine *sustains* — the rate found must pass once more,
+        // for as long as a measured trial lasts (one short step passing at the edge is luck on a
+        // shared machine), else 10 % lower.
         if matches!(self.scenario.mode, Mode::Models(_)) && pass > 0.0 {
             let mut confirmed = false;
             for _ in 0..4 {
-                let (_, passed) = self.search_step(ti, pass).await?;
+                let (_, passed) = self.search_step_of(ti, pass, self.plan.trial_s).await?;
                 if passed {
                     confirmed = true;
                     break;
