@@ -11,24 +11,6 @@ use tokio::sync::oneshot;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-/// Bounds of the run-time histogram, in nanoseconds: 50 µs … 1 s (jobs are large parses and
-/// transforms).
-const RUN_TIME_NS: &[u64] = &[
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    50_000_000,
-    100_000_000,
-    250_000_000,
-    1_000_000_000,
-];
-
 /// Why a job did not run on the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ComputeError {
@@ -72,7 +54,7 @@ impl ComputePool {
             skipped: Arc::new(AtomicU64::new(0)),
             running: Arc::new(AtomicU64::new(0)),
             refused: AtomicU64::new(0),
-            run_time: Arc::new(AtomicHistogram::new(RUN_TIME_NS, NS_PER_S)),
+            run_time: Arc::new(AtomicHistogram::new(crate::hist::WORK_NS, NS_PER_S)),
         }
     }
 

@@ -29,6 +29,26 @@ pub const LATENCY_NS: &[u64] = &[
     10_000_000_000,
 ];
 
+/// Bounds of CPU work in nanoseconds: 10 µs … 1 s (the compute pool's jobs, model batches and
+/// their queue time; exposed in seconds with divisor 1e9).
+pub const WORK_NS: &[u64] = &[
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
 /// Nanoseconds per second: the divisor of [`LATENCY_NS`] histograms.
 pub const NS_PER_S: f64 = 1e9;
 

@@ -36,23 +36,6 @@ use tokio::sync::oneshot;
 
 /// Bounds of the batch-size histogram (rows per evaluation).
 const BATCH_ROWS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
-/// Bounds of the queue- and compute-time histograms, in nanoseconds: 10 µs … 1 s.
-const MODEL_TIME_NS: &[u64] = &[
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    50_000_000,
-    100_000_000,
-    1_000_000_000,
-];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -370,8 +353,8 @@ impl ModelSlot {
                 expired: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
                 batch_rows: AtomicHistogram::new(BATCH_ROWS, 1.0),
-                queue_time: AtomicHistogram::new(MODEL_TIME_NS, NS_PER_S),
-                compute_time: AtomicHistogram::new(MODEL_TIME_NS, NS_PER_S),
+                queue_time: AtomicHistogram::new(crate::hist::WORK_NS, NS_PER_S),
+                compute_time: AtomicHistogram::new(crate::hist::WORK_NS, NS_PER_S),
             },
         }
     }

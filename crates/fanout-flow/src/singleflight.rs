@@ -38,8 +38,8 @@ struct Flight {
 /// Live shared calls by key.
 pub struct Flights {
     table: Mutex<Table>,
-    /// Moving average of how long finished calls took, in µs (0: none yet).
-    typical_us: AtomicU64,
+    /// How long finished calls took.
+    typical: TypicalTime,
     started: AtomicU64,
     joined: AtomicU64,
     expired: AtomicU64,
@@ -61,6 +61,33 @@ pub struct FlightCounters {
     pub joined: u64,
     /// Shared calls that reached their own time limit.
     pub expired: u64,
+}
+
+/// How long shared work (a call, a request's run) usually takes — a moving average with
+/// weight 1/8 — and so how old a live one may be for a newcomer to join it: twice that plus
+/// 1 ms (no limit before the first one finished). Used by call dedup and request coalescing.
+#[derive(Debug, Default)]
+pub struct TypicalTime {
+    us: AtomicU64,
+}
+
+impl TypicalTime {
+    /// The oldest a live run may be to be joined.
+    pub fn join_age(&self) -> Duration {
+        match self.us.load(Relaxed) {
+            0 => Duration::MAX,
+            t => Duration::from_micros(t.saturating_mul(2).saturating_add(1000)),
+        }
+    }
+
+    /// Count one that took `took`.
+    pub fn record(&self, took: Duration) {
+        let us = (took.as_micros() as u64).max(1);
+        let old = self.us.load(Relaxed);
+        // Races between two updates lose one sample: harmless.
+        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
+        self.us.store(new.max(1), Relaxed);
+    }
 }
 
 impl Default for Flights {
@@ -85,28 +112,11 @@ impl Flights {
                 map: HashMap::new(),
                 sweep_at: 256,
             }),
-            typical_us: AtomicU64::new(0),
+            typical: TypicalTime::default(),
             started: AtomicU64::new(0),
             joined: AtomicU64::new(0),
             expired: AtomicU64::new(0),
         }
-    }
-
-    /// How old a live call may be for a new caller to join it: twice the usual call time plus
-    /// 1 ms (no limit before the first call finished).
-    fn join_age(&self) -> Duration {
-        match self.typical_us.load(Relaxed) {
-            0 => Duration::MAX,
-            t => Duration::from_micros(t.saturating_mul(2).saturating_add(1000)),
-        }
-    }
-
-    fn record(&self, took: Duration) {
-        let us = (took.as_micros() as u64).max(1);
-        let old = self.typical_us.load(Relaxed);
-        // EWMA with weight 1/8 (races between two updates lose one sample: harmless).
-        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
-        self.typical_us.store(new.max(1), Relaxed);
     }
 
     /// The counters.
@@ -142,7 +152,7 @@ impl Flights {
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = table.map.get(&key)
             && f.ends <= ends
-            && now.saturating_duration_since(f.started) <= self.join_age()
+            && now.saturating_duration_since(f.started) <= self.typical.join_age()
             && let Some(shared) = live(f, now)
         {
             self.joined.fetch_add(1, Relaxed);
@@ -159,7 +169,7 @@ impl Flights {
             match tokio::time::timeout_at(ends, call).await {
                 Ok(r) => {
                     if let Some(me) = me.upgrade() {
-                        me.record(now.elapsed());
+                        me.typical.record(now.elapsed());
                     }
                     r
                 }

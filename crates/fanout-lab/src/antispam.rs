@@ -304,32 +304,12 @@ pub struct ModelsLevel {
     pub all_valid: bool,
 }
 
-fn stat(mut v: Vec<f64>) -> Stat {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return Stat::default();
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    Stat {
-        median,
-        min: v[0],
-        max: v[n - 1],
-        n,
-    }
-}
-
 fn failed(t: &Trial) -> u64 {
     t.load.offered.saturating_sub(t.load.ok)
 }
 
 fn level(name: &str, ts: &[&Trial]) -> ModelsLevel {
-    let f = |g: &dyn Fn(&Trial) -> f64| stat(ts.iter().map(|t| g(t)).collect());
+    let f = |g: &dyn Fn(&Trial) -> f64| Stat::of(ts.iter().map(|t| g(t)).collect());
     ModelsLevel {
         name: name.into(),
         offered_rate: ts.first().map_or(0.0, |t| t.offered_rate),

@@ -34,11 +34,11 @@
 use crate::answer::ApiError;
 use fanout_expr::Val;
 use fanout_flow::Outcome;
+use fanout_flow::singleflight::TypicalTime;
 use opentelemetry::trace::SpanContext;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -51,8 +51,8 @@ type Shared = Option<Arc<Answer>>;
 pub(crate) struct Runs {
     table: Mutex<HashMap<Box<[u8]>, Run>>,
     next_id: AtomicU64,
-    /// Moving average of how long finished runs took, in µs (0: none yet).
-    typical_us: AtomicU64,
+    /// How long finished runs took.
+    typical: TypicalTime,
     counters: Counters,
 }
 
@@ -117,7 +117,7 @@ impl Runs {
         Runs {
             table: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
-            typical_us: AtomicU64::new(0),
+            typical: TypicalTime::default(),
             counters: Counters::default(),
         }
     }
@@ -138,23 +138,6 @@ impl Runs {
         self.counters.reruns.fetch_add(1, Relaxed);
     }
 
-    /// How old a live run may be for a new request to join it: twice the usual run time plus
-    /// 1 ms (no limit before the first run finished).
-    fn join_age(&self) -> Duration {
-        match self.typical_us.load(Relaxed) {
-            0 => Duration::MAX,
-            t => Duration::from_micros(t.saturating_mul(2).saturating_add(1000)),
-        }
-    }
-
-    fn record(&self, took: Duration) {
-        let us = (took.as_micros() as u64).max(1);
-        let old = self.typical_us.load(Relaxed);
-        // EWMA with weight 1/8 (two racing updates lose a sample: harmless).
-        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
-        self.typical_us.store(new.max(1), Relaxed);
-    }
-
     /// Join the live run of `key` if it ends by `deadline` (and is not far older than runs
     /// usually take), else lead a new one (which later requests of the same key join). `span`
     /// gives the request's span, asked for only when it leads.
@@ -168,7 +151,7 @@ impl Runs {
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(run) = table.get(key)
             && run.ends <= deadline
-            && now.saturating_duration_since(run.started) <= self.join_age()
+            && now.saturating_duration_since(run.started) <= self.typical.join_age()
             && run.answer.borrow().is_none()
         {
             self.counters.joined.fetch_add(1, Relaxed);
@@ -214,7 +197,7 @@ impl Leader<'_> {
     /// to the requests that joined it.
     pub(crate) fn finish(self, answer: &Answer) {
         self.runs.remove(&self.key, self.id);
-        self.runs.record(self.started.elapsed());
+        self.runs.typical.record(self.started.elapsed());
         // Receivers are made only from the table's entry, which is gone: the count is final.
         if self.answer.receiver_count() > 0 {
             self.answer.send_replace(Some(Arc::new(answer.clone())));
@@ -303,6 +286,7 @@ pub(crate) fn tables(routes: &[Arc<fanout_flow::RoutePlan>]) -> Vec<Option<Runs>
 mod tests {
     use super::*;
     use fanout_expr::json;
+    use std::time::Duration;
 
     fn key(text: &str) -> Vec<u8> {
         key_of(&json::parse(text.as_bytes()).unwrap())

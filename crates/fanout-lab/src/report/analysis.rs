@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 impl Stat {
     /// Median, min and max of the finite values of `v`.
-    pub(super) fn of(mut v: Vec<f64>) -> Stat {
+    pub(crate) fn of(mut v: Vec<f64>) -> Stat {
         v.retain(|x| x.is_finite());
         if v.is_empty() {
             return Stat::default();
@@ -64,6 +64,9 @@ pub fn build(
         targets.insert(name.clone(), summary);
     }
     warnings.extend(scenario.mode.acceptance_warnings(&targets));
+    if matches!(scenario.mode, Mode::Compare) && scenario.variants.is_empty() {
+        warnings.extend(unequal_work(&targets));
+    }
     let acceptance = scenario.mode.acceptance(&targets, &opts.targets);
     LabReport {
         version: 3,
@@ -84,6 +87,44 @@ pub fn build(
         closed_loop: None,
         models: None,
     }
+}
+
+/// Targets compared at a level must do the same work: the same backend calls per request. One
+/// that shares calls between requests (dedup, caches, coalescing) does less, and its CPU and
+/// latency describe other work — what sharing saves is its own figure. A warning per level
+/// whose targets' medians differ by more than 2 % (and 0.02 calls).
+pub(crate) fn unequal_work(targets: &BTreeMap<String, TargetSummary>) -> Vec<String> {
+    let mut names: Vec<&String> = Vec::new();
+    for t in targets.values() {
+        for l in &t.levels {
+            if !names.contains(&&l.name) {
+                names.push(&l.name);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for level in names {
+        let calls: Vec<(&String, f64)> = targets
+            .iter()
+            .filter_map(|(n, t)| {
+                t.levels
+                    .iter()
+                    .find(|l| &l.name == level)
+                    .map(|l| (n, l.backend_calls_per_request.median))
+            })
+            .filter(|(_, c)| c.is_finite())
+            .collect();
+        let lo = calls.iter().map(|(_, c)| *c).fold(f64::INFINITY, f64::min);
+        let hi = calls.iter().map(|(_, c)| *c).fold(0.0, f64::max);
+        if calls.len() >= 2 && hi - lo > 0.02 && hi - lo > 0.02 * hi {
+            let each: Vec<String> = calls.iter().map(|(n, c)| format!("{n} {c:.2}")).collect();
+            out.push(format!(
+                "unequal work at {level}: backend calls per request differ ({}) — the CPU and latency figures compare different work; vary the request data per request or turn sharing off (`defaults: {{coalesce: false}}`, no dedup or caches) to compare equal work",
+                each.join(", ")
+            ));
+        }
+    }
+    out
 }
 
 /// One target's summary from its recorded trials (`mine`) and its `/proc` timeline.

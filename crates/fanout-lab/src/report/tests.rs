@@ -209,3 +209,43 @@ fn a_zero_max_rate_names_its_cause() {
     );
     assert_eq!(rep.targets["fanout"].max_rate_reason, None);
 }
+
+/// Targets whose backend calls per request differ at a level did different work: the report
+/// says so (issue 25 §3); equal calls give no warning.
+#[test]
+fn unequal_backend_calls_per_request_are_warned_about() {
+    let run = |fanout_calls: f64| {
+        let mut trials = Vec::new();
+        for round in 0..3 {
+            let mut f = trial("fanout", "level-50", 50.0, 5.0, 0.2);
+            f.round = round;
+            f.backend_calls_per_request = fanout_calls;
+            trials.push(f);
+            trials.push(trial("hyper-baseline", "level-50", 50.0, 5.0, 0.2));
+        }
+        report(
+            &["fanout", "hyper-baseline"],
+            &[("fanout", 100.0), ("hyper-baseline", 100.0)],
+            trials,
+        )
+    };
+    let shared = run(0.5);
+    let w: Vec<&String> = shared
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("unequal work"))
+        .collect();
+    assert_eq!(w.len(), 1, "{:?}", shared.warnings);
+    assert!(w[0].contains("level-50"), "{}", w[0]);
+    assert!(
+        w[0].contains("fanout 0.50, hyper-baseline 8.00"),
+        "{}",
+        w[0]
+    );
+    let equal = run(8.0);
+    assert!(
+        !equal.warnings.iter().any(|w| w.starts_with("unequal work")),
+        "{:?}",
+        equal.warnings
+    );
+}
