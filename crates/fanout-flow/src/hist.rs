@@ -73,6 +73,25 @@ pub struct HistogramSnapshot {
     pub buckets: Vec<(f64, u64)>,
 }
 
+impl HistogramSnapshot {
+    /// The upper bound of the bucket holding the `q`-quantile (0 < q ≤ 1): the value is at most
+    /// this (`+Inf` past the last bound); `None` when empty.
+    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let want = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (bound, n) in &self.buckets {
+            seen += n;
+            if seen >= want {
+                return Some(*bound);
+            }
+        }
+        self.buckets.last().map(|(b, _)| *b)
+    }
+}
+
 impl AtomicHistogram {
     /// An empty histogram with these ascending upper `bounds`, exposed divided by `divisor`.
     pub fn new(bounds: &'static [u64], divisor: f64) -> AtomicHistogram {
@@ -144,6 +163,21 @@ mod tests {
             s.buckets,
             vec![(1.0, 2), (2.0, 1), (5.0, 2), (f64::INFINITY, 2)]
         );
+    }
+
+    #[test]
+    fn quantile_bounds_are_the_bucket_holding_the_quantile() {
+        static B: &[u64] = &[1, 2, 5];
+        let h = AtomicHistogram::new(B, 1.0);
+        assert_eq!(h.snapshot().quantile_bound(0.5), None);
+        for v in [1, 1, 2, 3, 4, 5, 5, 5, 5, 100] {
+            h.record(v);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.quantile_bound(0.2), Some(1.0));
+        assert_eq!(s.quantile_bound(0.5), Some(5.0));
+        assert_eq!(s.quantile_bound(0.9), Some(5.0));
+        assert_eq!(s.quantile_bound(0.99), Some(f64::INFINITY));
     }
 
     #[test]

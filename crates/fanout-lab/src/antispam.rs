@@ -625,15 +625,67 @@ pub fn text(rep: &ModelsReport) -> String {
             );
         }
     }
+    for (name, t) in &rep.targets {
+        for (model, lat) in model_latencies(&t.model_status) {
+            let _ = writeln!(s, "  {name} model {model:<12} {lat}");
+        }
+    }
     for (name, why) in &rep.not_run {
         let _ = writeln!(s, "{name:<12} not run: {why}");
     }
     s
 }
 
+/// Per model, from fanout's status: `queue p50 ≤ … p99 ≤ … ms, compute p50 ≤ … p99 ≤ … ms`
+/// (histogram bucket bounds). Nothing for a target without them.
+pub fn model_latencies(status: &serde_json::Value) -> Vec<(String, String)> {
+    let Some(models) = status.as_object() else {
+        return vec![];
+    };
+    let ms = |m: &serde_json::Value, k: &str| {
+        m[k].as_f64()
+            .map_or_else(|| "–".to_string(), |v| format!("{v}"))
+    };
+    models
+        .iter()
+        .filter(|(_, m)| m.get("compute_p99_ms").is_some())
+        .map(|(n, m)| {
+            (
+                n.clone(),
+                format!(
+                    "queue p50 ≤ {} ms p99 ≤ {} ms, compute p50 ≤ {} ms p99 ≤ {} ms, mean batch {:.2}",
+                    ms(m, "queue_p50_ms"),
+                    ms(m, "queue_p99_ms"),
+                    ms(m, "compute_p50_ms"),
+                    ms(m, "compute_p99_ms"),
+                    m["mean_batch"].as_f64().unwrap_or(0.0)
+                ),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_latencies_come_from_fanouts_status_only() {
+        let status = serde_json::json!({
+            "spam_lr": {"queue_p50_ms": 0.01, "queue_p99_ms": 0.1, "compute_p50_ms": 0.025,
+                        "compute_p99_ms": null, "mean_batch": 1.5},
+            "old": {"loads": 2}
+        });
+        let l = model_latencies(&status);
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].0, "spam_lr");
+        assert_eq!(
+            l[0].1,
+            "queue p50 ≤ 0.01 ms p99 ≤ 0.1 ms, compute p50 ≤ 0.025 ms p99 ≤ – ms, mean batch 1.50"
+        );
+        assert!(model_latencies(&serde_json::json!({"spam_lr": 3})).is_empty());
+        assert!(model_latencies(&serde_json::Value::Null).is_empty());
+    }
 
     #[test]
     fn python_loads_counts_reloads() {

@@ -360,7 +360,19 @@ fn model_json(
         "refused_queue_full": m.refused,
         "expired": m.expired,
         "failed": m.failed,
+        // At most (a bucket's upper bound), ms; null before the first row, or past 1 s.
+        "queue_p50_ms": ms_bound(&m.queue_time, 0.5),
+        "queue_p99_ms": ms_bound(&m.queue_time, 0.99),
+        "compute_p50_ms": ms_bound(&m.compute_time, 0.5),
+        "compute_p99_ms": ms_bound(&m.compute_time, 0.99),
     })
+}
+
+/// The `q`-quantile's bucket bound of a seconds histogram, in ms (`None`: empty or unbounded).
+fn ms_bound(h: &fanout_flow::hist::HistogramSnapshot, q: f64) -> Option<f64> {
+    h.quantile_bound(q)
+        .filter(|b| b.is_finite())
+        .map(|b| b * 1000.0)
 }
 
 /// Load a reference set (a required dataset that fails to load is an error naming it), then

@@ -176,6 +176,17 @@ async fn every_committed_model_answers_like_onnxruntime_through_the_gateway() {
             m["batches"].as_u64().unwrap() < m["rows"].as_u64().unwrap(),
             "{name}: the rows of one request share evaluations: {m}"
         );
+        // Per-model latency: bucket bounds in ms, p50 ≤ p99.
+        for (p50, p99) in [
+            ("queue_p50_ms", "queue_p99_ms"),
+            ("compute_p50_ms", "compute_p99_ms"),
+        ] {
+            let (a, b) = (m[p50].as_f64(), m[p99].as_f64());
+            assert!(
+                matches!((a, b), (Some(a), Some(b)) if a > 0.0 && a <= b),
+                "{name}: {p50} {p99}: {m}"
+            );
+        }
     }
 }
 

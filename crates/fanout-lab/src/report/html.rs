@@ -565,6 +565,23 @@ fn models_tables(h: &mut String, rep: &LabReport) {
         h.push_str("</table>");
     }
     for (name, t) in &m.targets {
+        let lat = crate::antispam::model_latencies(&t.model_status);
+        if !lat.is_empty() {
+            let _ = write!(
+                h,
+                "<table class=\"small\"><tr><th>{} model</th><th>latency (histogram bucket bounds)</th></tr>",
+                esc(name)
+            );
+            for (model, l) in lat {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td class=\"note\">{}</td></tr>",
+                    esc(&model),
+                    esc(&l)
+                );
+            }
+            h.push_str("</table>");
+        }
         if !t.model_status.is_null() {
             let _ = write!(
                 h,
