@@ -1153,6 +1153,92 @@ fn lab_seeds_quick_answers_every_article_or_says_why_not() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// Without Java, `fanout lab seeds` goes on: the thread benchmark is listed as not run, the
+/// Kotlin parallel calls run with fanout alone and name the Java target left out and why; an
+/// unknown `--scenarios` name and `--targets` are refused before anything runs.
+#[test]
+fn lab_seeds_without_java_lists_what_did_not_run() {
+    let _one_at_a_time = serial();
+    let out = out_dir("seeds-nojava");
+    let empty = out.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = Command::new(bin())
+        .args([
+            "lab",
+            "seeds",
+            "--quick",
+            "--scenarios",
+            "threads,parallel-calls",
+            "--out",
+        ])
+        .arg(&out)
+        .env_remove("JAVA_HOME")
+        .env("PATH", &empty)
+        .output()
+        .expect("run fanout lab seeds");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    let articles = rep["articles"].as_array().expect("articles");
+    assert_eq!(articles.len(), 4, "every article has its section");
+    let threads = &articles[0]["runs"][0];
+    assert_eq!(threads["scenario"], "threads");
+    assert_eq!(threads["ran"], false);
+    assert!(
+        threads["not_run"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("no java"),
+        "{threads}"
+    );
+    let pc = &articles[1]["runs"][0];
+    assert_eq!(pc["scenario"], "parallel-calls");
+    assert_eq!(pc["ran"], true, "{pc}");
+    assert_eq!(pc["targets"], serde_json::json!(["fanout"]));
+    assert!(
+        pc["targets_not_run"]["java-blocking"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no javac")),
+        "{pc}"
+    );
+    assert!(out.join("parallel-calls/report.html").is_file());
+    for a in &articles[2..] {
+        assert_eq!(a["runs"].as_array().map(Vec::len), Some(0), "{a}");
+    }
+    assert!(
+        stdout.contains("threads") && stdout.contains("not run: no java"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("java-blocking not run: no javac"),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert_eq!(html.matches("class=\"article\"").count(), 4);
+    assert!(html.contains("not run: no java"));
+    for bad in [
+        &["--scenarios", "nonsense"][..],
+        &["--targets", "fanout"][..],
+    ] {
+        let o = Command::new(bin())
+            .args(["lab", "seeds", "--quick", "--out"])
+            .arg(out.join("refused"))
+            .args(bad)
+            .output()
+            .expect("run fanout lab seeds");
+        assert!(!o.status.success(), "{bad:?} is refused");
+        assert!(!out.join("refused/report.json").exists());
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
     let out = out_dir("no-baseline");
