@@ -189,7 +189,8 @@ enum Cmd {
         /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
         /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
         /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
-        /// table; takes only --quick and --out).
+        /// table; takes only --quick and --out), seeds (every seed article's scenarios in turn,
+        /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
         scenario: String,
         /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
         /// java-virtual, grpc-baseline, pg-baseline, antispam-py, or the scenario's variants. Default: the
@@ -220,6 +221,9 @@ enum Cmd {
         /// of fanout's capacity, e.g. `10m` (RSS after its warm-up and at the end).
         #[arg(long)]
         duration: Option<String>,
+        /// seeds: run only these seed scenarios, comma-separated (default: all of them).
+        #[arg(long, value_delimiter = ',')]
+        scenarios: Vec<String>,
     },
     /// Quick start: example stubs + gateway in one process, with a ready curl line.
     Demo {
@@ -521,11 +525,46 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             out,
             baseline_bin,
             duration,
+            scenarios,
+        } if scenario == fanout_lab::seeds::NAME => {
+            if !targets.is_empty()
+                || trials.is_some()
+                || baseline_bin.is_some()
+                || duration.is_some()
+            {
+                anyhow::bail!(
+                    "lab seeds takes only --quick, --out and --scenarios (each scenario runs with the targets that answer its article)"
+                );
+            }
+            let exe = std::env::current_exe().context("locating the fanout executable")?;
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let opts = fanout_lab::seeds::SeedsOptions {
+                quick,
+                out: out.clone().into(),
+                only: scenarios,
+                fanout_bin: exe,
+                command,
+            };
+            let rep = runtime(None)?.block_on(fanout_lab::seeds::run(opts))?;
+            out!("{}", fanout_lab::seeds::text_summary(&rep));
+            outln!("report: {out}/report.html  {out}/report.json");
+            Ok(())
+        }
+        Cmd::Lab {
+            scenario,
+            targets,
+            quick,
+            trials,
+            out,
+            baseline_bin,
+            duration,
+            scenarios,
         } if scenario == fanout_lab::threads::NAME => {
             if !targets.is_empty()
                 || trials.is_some()
                 || baseline_bin.is_some()
                 || duration.is_some()
+                || !scenarios.is_empty()
             {
                 anyhow::bail!(
                     "lab threads takes only --quick and --out (it runs one Java program, no targets)"
@@ -545,7 +584,11 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             out,
             baseline_bin,
             duration,
+            scenarios,
         } => {
+            if !scenarios.is_empty() {
+                anyhow::bail!("--scenarios is for `fanout lab seeds` only");
+            }
             let duration = duration
                 .map(|d| {
                     fanout_load::Schedule::parse(&format!("const(1,{d})"))

@@ -3,7 +3,8 @@
 //! charts (product-page, overload with the Java baseline, slow-backend, hedging; grpc-aggregate
 //! with the tonic baseline, every answer a gRPC OK; parallel-calls closed loop with the Java
 //! blocking and virtual-thread targets, 100 stub calls per operation; threads, HeadHunter's Java
-//! thread benchmark beside the article's table, and `not run: no java` without a JDK); every
+//! thread benchmark beside the article's table, and `not run: no java` without a JDK; seeds, one
+//! report with every seed article's figures beside this machine's); every
 //! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
 //! exactly like fanout and the hyper baseline; `fanout load` exits non-zero on crossed
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
@@ -1028,6 +1029,213 @@ fn lab_antispam_models_quick_serves_ten_models_through_swaps() {
         text.contains("models: spam_swap swapped every 3 s"),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The seed scenarios the test runs: one per article. `fanout lab seeds --quick` with all eight
+/// took 5 min 38 s (debug build, under `nice -n 19` on the shared 2-core machine, 2026-11-24),
+/// more than CI should spend on one test, so this test runs a reduced set that still covers
+/// every article (`--scenarios`; ≈ 3.7 min in that run: threads 38 s, parallel-calls 30 s,
+/// product-page-merging 82 s, antispam-models 74 s; this test took 6 min 45 s in its first
+/// run, with the machine loaded by another measurement). The sections of the articles stay four
+/// either way.
+const SEEDS_TEST_SCENARIOS: &str = "threads,parallel-calls,product-page-merging,antispam-models";
+
+/// `fanout lab seeds --quick`: a section per article with the article's figures as data, every
+/// scenario either ran (its own report next to the top one, figures read from it) or says why
+/// not — never a crash — and the top report.html renders (with HeadHunter's chart when the
+/// thread benchmark ran). Counts and shapes only, never timings.
+#[test]
+fn lab_seeds_quick_answers_every_article_or_says_why_not() {
+    require_chromium();
+    let _one_at_a_time = serial();
+    let out = out_dir("seeds");
+    let o = Command::new(bin())
+        .args([
+            "lab",
+            "seeds",
+            "--quick",
+            "--scenarios",
+            SEEDS_TEST_SCENARIOS,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("run fanout lab seeds");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    assert_eq!(rep["scenario"], "seeds");
+    assert_eq!(rep["quick"], true);
+    let articles = rep["articles"].as_array().expect("articles");
+    let ids: Vec<&str> = articles.iter().filter_map(|a| a["id"].as_str()).collect();
+    assert_eq!(
+        ids,
+        ["000+001", "002", "003", "004"],
+        "a section per article"
+    );
+    let wanted: Vec<&str> = SEEDS_TEST_SCENARIOS.split(',').collect();
+    let mut seen = vec![];
+    let mut ran_threads = false;
+    for a in articles {
+        assert!(
+            a["article"].as_array().is_some_and(|f| !f.is_empty()),
+            "the article's figures: {a}"
+        );
+        let runs = a["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 1, "one scenario per article in this set: {a}");
+        for r in runs {
+            let name = r["scenario"].as_str().expect("scenario");
+            seen.push(name);
+            let line = stdout
+                .lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("a line for {name}:\n{stdout}"));
+            if r["ran"] == true {
+                assert!(r["not_run"].is_null(), "{r}");
+                assert!(r["ours"].as_array().is_some_and(|f| !f.is_empty()), "{r}");
+                let dir = out.join(r["dir"].as_str().expect("dir"));
+                assert!(dir.join("report.html").is_file(), "{}", dir.display());
+                assert!(dir.join("report.json").is_file(), "{}", dir.display());
+                assert!(line.contains("ran in"), "{line}");
+                ran_threads |= name == "threads";
+            } else {
+                let why = r["not_run"].as_str().expect("not run: why");
+                assert!(!why.is_empty(), "{r}");
+                assert!(line.contains("not run: "), "{line}");
+            }
+        }
+    }
+    assert_eq!(seen, wanted, "every scenario asked for, in order");
+    // HeadHunter's table (13 pool sizes) and the Kotlin JMH table (6 rows × 4 cells) as data.
+    let pools = |a: &serde_json::Value| {
+        a["article"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| {
+                f["label"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("pool of "))
+            })
+            .count()
+    };
+    assert_eq!(pools(&articles[0]), 13);
+    let jmh = articles[1]["article"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            f["value"]
+                .as_str()
+                .is_some_and(|v| v.ends_with("ms per operation"))
+        })
+        .count();
+    assert_eq!(jmh, 24);
+    let dom = assert_renders(&out, usize::from(ran_threads));
+    assert_eq!(
+        dom.matches("class=\"article\"").count(),
+        4,
+        "a section per article"
+    );
+    assert_eq!(
+        dom.matches("class=\"run\"").count(),
+        wanted.len(),
+        "a block per scenario"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Without Java, `fanout lab seeds` goes on: the thread benchmark is listed as not run, the
+/// Kotlin parallel calls run with fanout alone and name the Java target left out and why; an
+/// unknown `--scenarios` name and `--targets` are refused before anything runs.
+#[test]
+fn lab_seeds_without_java_lists_what_did_not_run() {
+    let _one_at_a_time = serial();
+    let out = out_dir("seeds-nojava");
+    let empty = out.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = Command::new(bin())
+        .args([
+            "lab",
+            "seeds",
+            "--quick",
+            "--scenarios",
+            "threads,parallel-calls",
+            "--out",
+        ])
+        .arg(&out)
+        .env_remove("JAVA_HOME")
+        .env("PATH", &empty)
+        .output()
+        .expect("run fanout lab seeds");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rep: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    let articles = rep["articles"].as_array().expect("articles");
+    assert_eq!(articles.len(), 4, "every article has its section");
+    let threads = &articles[0]["runs"][0];
+    assert_eq!(threads["scenario"], "threads");
+    assert_eq!(threads["ran"], false);
+    assert!(
+        threads["not_run"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("no java"),
+        "{threads}"
+    );
+    let pc = &articles[1]["runs"][0];
+    assert_eq!(pc["scenario"], "parallel-calls");
+    assert_eq!(pc["ran"], true, "{pc}");
+    assert_eq!(pc["targets"], serde_json::json!(["fanout"]));
+    assert!(
+        pc["targets_not_run"]["java-blocking"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no javac")),
+        "{pc}"
+    );
+    assert!(out.join("parallel-calls/report.html").is_file());
+    for a in &articles[2..] {
+        assert_eq!(a["runs"].as_array().map(Vec::len), Some(0), "{a}");
+    }
+    assert!(
+        stdout.contains("threads") && stdout.contains("not run: no java"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("java-blocking not run: no javac"),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert_eq!(html.matches("class=\"article\"").count(), 4);
+    assert!(html.contains("not run: no java"));
+    for bad in [
+        &["--scenarios", "nonsense"][..],
+        &["--targets", "fanout"][..],
+    ] {
+        let o = Command::new(bin())
+            .args(["lab", "seeds", "--quick", "--out"])
+            .arg(out.join("refused"))
+            .args(bad)
+            .output()
+            .expect("run fanout lab seeds");
+        assert!(!o.status.success(), "{bad:?} is refused");
+        assert!(!out.join("refused/report.json").exists());
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 

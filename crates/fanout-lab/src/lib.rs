@@ -14,6 +14,7 @@ pub mod process;
 pub mod procstat;
 pub mod report;
 pub mod scenario;
+pub mod seeds;
 pub mod svg;
 pub mod threads;
 

@@ -280,8 +280,9 @@ pub const NAMES: [&str; 11] = [
 ];
 
 /// Scenarios with their own entry point instead of a [`Scenario`] (no stubs, targets or load):
-/// `threads`, HeadHunter's thread benchmark ([`crate::threads::run`]).
-pub const OWN_ENTRY: [&str; 1] = [crate::threads::NAME];
+/// `threads`, HeadHunter's thread benchmark ([`crate::threads::run`]); `seeds`, every seed
+/// article's scenarios in turn ([`crate::seeds::run`]).
+pub const OWN_ENTRY: [&str; 2] = [crate::threads::NAME, crate::seeds::NAME];
 
 /// Look up a built-in scenario.
 pub fn builtin(name: &str) -> Option<Scenario> {
