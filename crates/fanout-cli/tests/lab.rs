@@ -79,21 +79,29 @@ fn run_lab_text(scenario: &str, targets: &str, out: &Path) -> (serde_json::Value
     if targets.split(',').any(|t| t == "grpc-baseline") {
         cmd.arg("--baseline-bin").arg(grpc_baseline());
     }
-    let o = cmd.output().expect("run fanout lab");
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success(),
-        "fanout lab failed:\nstdout:\n{}\nstderr:\n{stderr}",
-        String::from_utf8_lossy(&o.stdout),
-    );
+    let (rep, stdout, stderr) = lab_report(&mut cmd, out);
     assert!(
         !stderr.contains(BUILDING),
         "nothing to build for {targets}:\n{stderr}"
     );
+    (rep, stdout)
+}
+
+/// Run a `fanout lab …` command writing into `out`; it must succeed. Returns report.json, the
+/// text it printed and its stderr.
+fn lab_report(cmd: &mut Command, out: &Path) -> (serde_json::Value, String, String) {
+    let o = cmd.output().expect("run fanout lab");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        o.status.success(),
+        "fanout lab failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
     (
         serde_json::from_str(&text).expect("report.json is JSON"),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
+        stdout,
+        stderr,
     )
 }
 
@@ -734,31 +742,22 @@ fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
 fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
     let _one_at_a_time = serial();
     let out = out_dir("parallel-nojdk");
-    let o = Command::new(bin())
-        .args([
-            "lab",
-            "parallel-calls",
-            "--targets",
-            "fanout,java-virtual",
-            "--quick",
-            "--out",
-        ])
-        .arg(&out)
-        .env_remove("JAVA21_HOME")
-        .env_remove("JAVA_HOME")
-        .env("FANOUT_LAB_JVM_DIR", out.join("no-jdks-here"))
-        .output()
-        .expect("run fanout lab");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args([
+                "lab",
+                "parallel-calls",
+                "--targets",
+                "fanout,java-virtual",
+                "--quick",
+                "--out",
+            ])
+            .arg(&out)
+            .env_remove("JAVA21_HOME")
+            .env_remove("JAVA_HOME")
+            .env("FANOUT_LAB_JVM_DIR", out.join("no-jdks-here")),
+        &out,
     );
-    let rep: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
-    )
-    .expect("JSON");
     let why = rep["closed_loop"]["not_run"]["java-virtual"]
         .as_str()
         .unwrap_or("");
@@ -790,21 +789,12 @@ fn lab_threads_quick_prints_both_tables() {
     require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("threads");
-    let o = Command::new(bin())
-        .args(["lab", "threads", "--quick", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run fanout lab threads");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args(["lab", "threads", "--quick", "--out"])
+            .arg(&out),
+        &out,
     );
-    let rep: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
-    )
-    .expect("JSON");
     assert!(rep["not_run"].is_null(), "{}", rep["not_run"]);
     assert_eq!(rep["quick"], true);
     let sizes = [1u64, 2, 4, 64, 1024];
@@ -861,24 +851,15 @@ fn lab_threads_without_java_says_not_run() {
     let out = out_dir("threads-nojava");
     let empty = out.join("empty-path");
     std::fs::create_dir_all(&empty).unwrap();
-    let o = Command::new(bin())
-        .args(["lab", "threads", "--quick", "--out"])
-        .arg(&out)
-        .env_remove("JAVA_HOME")
-        .env("PATH", &empty)
-        .output()
-        .expect("run fanout lab threads");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args(["lab", "threads", "--quick", "--out"])
+            .arg(&out)
+            .env_remove("JAVA_HOME")
+            .env("PATH", &empty),
+        &out,
     );
     assert!(stdout.contains("not run: no java"), "{stdout}");
-    let rep: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
-    )
-    .expect("JSON");
     assert!(rep["not_run"].as_str().unwrap_or("").starts_with("no java"));
     assert_eq!(rep["rows"].as_array().map(Vec::len), Some(0));
     assert_eq!(rep["article"]["rows"].as_array().map(Vec::len), Some(13));
@@ -1050,28 +1031,19 @@ fn lab_seeds_quick_answers_every_article_or_says_why_not() {
     require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("seeds");
-    let o = Command::new(bin())
-        .args([
-            "lab",
-            "seeds",
-            "--quick",
-            "--scenarios",
-            SEEDS_TEST_SCENARIOS,
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .expect("run fanout lab seeds");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args([
+                "lab",
+                "seeds",
+                "--quick",
+                "--scenarios",
+                SEEDS_TEST_SCENARIOS,
+                "--out",
+            ])
+            .arg(&out),
+        &out,
     );
-    let rep: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
-    )
-    .expect("JSON");
     assert_eq!(rep["scenario"], "seeds");
     assert_eq!(rep["quick"], true);
     let articles = rep["articles"].as_array().expect("articles");
@@ -1162,30 +1134,21 @@ fn lab_seeds_without_java_lists_what_did_not_run() {
     let out = out_dir("seeds-nojava");
     let empty = out.join("empty-path");
     std::fs::create_dir_all(&empty).unwrap();
-    let o = Command::new(bin())
-        .args([
-            "lab",
-            "seeds",
-            "--quick",
-            "--scenarios",
-            "threads,parallel-calls",
-            "--out",
-        ])
-        .arg(&out)
-        .env_remove("JAVA_HOME")
-        .env("PATH", &empty)
-        .output()
-        .expect("run fanout lab seeds");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args([
+                "lab",
+                "seeds",
+                "--quick",
+                "--scenarios",
+                "threads,parallel-calls",
+                "--out",
+            ])
+            .arg(&out)
+            .env_remove("JAVA_HOME")
+            .env("PATH", &empty),
+        &out,
     );
-    let rep: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
-    )
-    .expect("JSON");
     let articles = rep["articles"].as_array().expect("articles");
     assert_eq!(articles.len(), 4, "every article has its section");
     let threads = &articles[0]["runs"][0];

@@ -488,22 +488,31 @@ pub fn acceptance(rep: &ModelsReport, slo_p99_ms: f64) -> Vec<Acceptance> {
         }
         if let Some(b) = base {
             let level = |t: &ModelsTarget, n: &str| t.levels.iter().find(|l| l.name == n).cloned();
+            let ratio_line = |check: &str, f: &ModelsLevel, p: &ModelsLevel, at: String| {
+                let ratio = f.requests_per_cpu_s.median / p.requests_per_cpu_s.median.max(1e-9);
+                Acceptance::new(
+                    name,
+                    check,
+                    "≥ 5×",
+                    format!("{ratio:.1}× ({at})"),
+                    ratio >= 5.0,
+                )
+            };
             // Capacity per CPU (what sizing a fleet asks): each target at the highest rate it
             // sustains within the SLO — fanout's max, the baseline's max.
             if let (Some(f), Some(p)) = (level(t, "at-fanout-max"), level(b, "at-baseline-max")) {
-                let ratio = f.requests_per_cpu_s.median / p.requests_per_cpu_s.median.max(1e-9);
-                out.push(Acceptance::new(
-                    name,
+                let at = format!(
+                    "{:.0} at {:.0} req/s vs {:.0} at {:.0} req/s",
+                    f.requests_per_cpu_s.median,
+                    f.offered_rate,
+                    p.requests_per_cpu_s.median,
+                    p.offered_rate
+                );
+                out.push(ratio_line(
                     "requests per CPU-second vs antispam-py, each at the highest rate it sustains",
-                    "≥ 5×",
-                    format!(
-                        "{ratio:.1}× ({:.0} at {:.0} req/s vs {:.0} at {:.0} req/s)",
-                        f.requests_per_cpu_s.median,
-                        f.offered_rate,
-                        p.requests_per_cpu_s.median,
-                        p.offered_rate
-                    ),
-                    ratio >= 5.0,
+                    &f,
+                    &p,
+                    at,
                 ));
             }
             // The same rate for both: the baseline's capacity (else half of fanout's). At a
@@ -513,16 +522,15 @@ pub fn acceptance(rep: &ModelsReport, slo_p99_ms: f64) -> Vec<Acceptance> {
                 level(t, "at-baseline-max").or_else(|| level(t, "at-fanout-half"))
             };
             if let (Some(f), Some(p)) = (pick(t), pick(b)) {
-                let ratio = f.requests_per_cpu_s.median / p.requests_per_cpu_s.median.max(1e-9);
-                out.push(Acceptance::new(
-                    name,
+                let at = format!(
+                    "{:.0} vs {:.0} at {:.0} req/s",
+                    f.requests_per_cpu_s.median, p.requests_per_cpu_s.median, f.offered_rate
+                );
+                out.push(ratio_line(
                     "requests per CPU-second vs antispam-py, both at the same rate",
-                    "≥ 5×",
-                    format!(
-                        "{ratio:.1}× ({:.0} vs {:.0} at {:.0} req/s)",
-                        f.requests_per_cpu_s.median, p.requests_per_cpu_s.median, f.offered_rate
-                    ),
-                    ratio >= 5.0,
+                    &f,
+                    &p,
+                    at,
                 ));
             }
         }
