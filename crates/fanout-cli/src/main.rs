@@ -189,7 +189,9 @@ enum Cmd {
         /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
         /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
         /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
-        /// table; takes only --quick and --out), seeds (every seed article's scenarios in turn,
+        /// table; takes only --quick and --out), hop (the latency one gateway hop adds: a 1 ms
+        /// stub at 2 000 req/s, directly and through fanout; takes --quick, --trials, --duration
+        /// and --out), seeds (every seed article's scenarios in turn,
         /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
         scenario: String,
         /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
@@ -547,6 +549,38 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             };
             let rep = runtime(None)?.block_on(fanout_lab::seeds::run(opts))?;
             out!("{}", fanout_lab::seeds::text_summary(&rep));
+            outln!("report: {out}/report.html  {out}/report.json");
+            Ok(())
+        }
+        Cmd::Lab {
+            scenario,
+            targets,
+            quick,
+            trials,
+            out,
+            baseline_bin,
+            duration,
+            scenarios,
+        } if scenario == fanout_lab::hop::NAME => {
+            if !targets.is_empty() || baseline_bin.is_some() || !scenarios.is_empty() {
+                anyhow::bail!(
+                    "lab hop takes only --quick, --trials, --duration and --out (its two paths are fixed: direct and through fanout)"
+                );
+            }
+            let exe = std::env::current_exe().context("locating the fanout executable")?;
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let mut opts =
+                fanout_lab::hop::HopOptions::new(quick, out.clone().into(), exe, command);
+            if let Some(t) = trials {
+                opts.rounds = t.max(1);
+            }
+            if let Some(d) = duration {
+                opts.trial = fanout_load::Schedule::parse(&format!("const(1,{d})"))
+                    .map(|s| s.duration())
+                    .map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))?;
+            }
+            let rep = runtime(None)?.block_on(fanout_lab::hop::run(opts))?;
+            out!("{}", fanout_lab::hop::text_summary(&rep));
             outln!("report: {out}/report.html  {out}/report.json");
             Ok(())
         }

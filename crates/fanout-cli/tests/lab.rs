@@ -774,6 +774,44 @@ fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `fanout lab hop --quick`: both paths in every round (ABBA), every request answered, the
+/// added latency paired per round and both acceptance lines reported — counts and shapes only,
+/// never the figures (a loaded machine decides those).
+#[test]
+fn lab_hop_quick_measures_direct_and_through_fanout_in_every_round() {
+    let _one_at_a_time = serial();
+    let out = out_dir("hop");
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args(["lab", "hop", "--quick", "--duration", "2s", "--out"])
+            .arg(&out),
+        &out,
+    );
+    let trials = rep["trials"].as_array().expect("trials");
+    let paths: Vec<&str> = trials.iter().filter_map(|t| t["path"].as_str()).collect();
+    assert_eq!(paths, ["direct", "fanout", "fanout", "direct"], "ABBA");
+    for t in trials {
+        assert_eq!(t["offered"].as_u64(), Some(4000), "2 s at 2 000 req/s: {t}");
+        assert_eq!(t["ok"], t["offered"], "every request answered: {t}");
+        assert!(
+            t["p50_ms"].as_f64().is_some_and(|v| v >= 1.0),
+            "the stub's 1 ms: {t}"
+        );
+        assert_eq!(
+            t["fanout_cpu_us_per_req"].is_null(),
+            t["path"] == "direct",
+            "CPU is fanout's: {t}"
+        );
+    }
+    assert_eq!(rep["added"].as_array().map(Vec::len), Some(2));
+    assert_eq!(rep["failed"], 0);
+    let lines = rep["acceptance"].as_array().expect("acceptance");
+    assert_eq!(lines.len(), 2);
+    assert!(stdout.contains("added by the hop"), "{stdout}");
+    assert!(out.join("report.html").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// `fanout lab threads --quick`: HeadHunter's thread benchmark ran once per pool size (1, 2, 4,
 /// 64, 1024 threads; 1024 tasks, 2 timed runs each), its table beside the article's 13 rows in
 /// report.json, the printed text and report.html (rendered headless). Counts and shapes only.

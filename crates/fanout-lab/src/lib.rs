@@ -7,6 +7,7 @@
 pub mod antispam;
 pub mod baseline;
 pub mod closed_loop;
+pub mod hop;
 pub mod http;
 pub mod java;
 pub mod postgres;

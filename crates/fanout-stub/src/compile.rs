@@ -3,7 +3,7 @@
 //! every `grpc:` method looked up in them. Every error carries `FILE:LINE:COL` (a `.proto`
 //! error: the `.proto` file's own).
 
-use crate::config::{RouteConfig, ServiceConfig, StubConfig};
+use crate::config::{RouteConfig, ServiceConfig, StubConfig, TimerKind};
 use crate::fault::Fault;
 use crate::latency::Latency;
 use bytes::Bytes;
@@ -171,6 +171,8 @@ pub(crate) struct CompiledService {
     pub(crate) table: Arc<RouteTable>,
     pub(crate) routes: Arc<Vec<CompiledRoute>>,
     pub(crate) concurrency: Option<usize>,
+    /// Delays on the precise timer (`timer: precise`).
+    pub(crate) precise: bool,
 }
 
 /// A loaded and checked stub config, ready to [`start`](CompiledStubs::start) (any number of
@@ -245,7 +247,8 @@ pub(crate) fn compile(
         });
     }
     for (name, svc) in &cfg.services {
-        if let Some(s) = compile_service(name, svc, source, &protos, &mut errs) {
+        if let Some(mut s) = compile_service(name, svc, source, &protos, &mut errs) {
+            s.precise = cfg.timer == TimerKind::Precise;
             services.push(s);
         }
     }
@@ -341,6 +344,7 @@ fn compile_service(
         table: Arc::new(RouteTable { router, paths }),
         routes: Arc::new(routes),
         concurrency: svc.concurrency.map(|c| c.max(1)),
+        precise: false,
     })
 }
 

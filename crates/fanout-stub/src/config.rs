@@ -25,6 +25,23 @@ pub struct StubConfig {
     pub protos: Option<ProtosConfig>,
     /// Simulated backends by name.
     pub services: IndexMap<String, ServiceConfig>,
+    /// The timer delays are slept on: `tokio` (default; 1 ms granularity — a delay ends on the
+    /// first millisecond tick at or after its deadline) or `precise` (a timer thread, delays of
+    /// up to 1 s end within tens of microseconds of their deadline: for measuring
+    /// sub-millisecond differences, such as the latency one gateway hop adds).
+    #[serde(default)]
+    pub timer: TimerKind,
+}
+
+/// The timer a stub's delays are slept on (see [`StubConfig::timer`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TimerKind {
+    /// tokio's timer, 1 ms granularity.
+    #[default]
+    Tokio,
+    /// A timer thread with microsecond precision for delays up to 1 s.
+    Precise,
 }
 
 /// One simulated backend: an address and its routes.

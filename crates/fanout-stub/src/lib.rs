@@ -61,6 +61,7 @@ mod config;
 mod conn;
 mod fault;
 mod latency;
+mod precise;
 mod server;
 mod stats;
 
@@ -69,7 +70,7 @@ pub use compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledStubs};
 pub use config::{
     FaultAction, FaultConfig, GrpcCode, LatencyConfig, LatencyModel, LognormalLatency, MixtureArm,
     NoArgs, NormalLatency, RouteConfig, ServiceConfig, SlowBodyConfig, StallLatency, StubConfig,
-    UniformLatency,
+    TimerKind, UniformLatency,
 };
 pub use fault::{Fault, FaultKind, MAX_SLOW_BODY_CHUNKS};
 pub use latency::{

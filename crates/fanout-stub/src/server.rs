@@ -514,7 +514,7 @@ async fn handle(
     let delay = delay.min(MAX_DELAY);
     if !delay.is_zero() {
         let deadline = now + delay;
-        tokio::time::sleep_until(deadline).await;
+        crate::precise::sleep_until(deadline, state.compiled.precise).await;
         route
             .counters
             .record_overshoot(Instant::now().saturating_duration_since(deadline));
