@@ -20,7 +20,8 @@ use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, HeaderName, HeaderValue, Request};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -37,6 +38,62 @@ struct Base {
     origin: String,
     /// Base path without trailing `/` (may be empty).
     path: String,
+    /// The scheme and authority parsed once (`None` if they do not parse: the request is then
+    /// built from the text, and refused as invalid there).
+    parsed: Option<(Scheme, Authority)>,
+    /// The `Host` header of an HTTP/1 request to this address (`host[:port]`, the port only
+    /// when it is not the scheme's default), made once — as hyper's client would make it for
+    /// every request.
+    host: Option<HeaderValue>,
+}
+
+impl Base {
+    fn new(scheme: &str, authority: &str, path: &str) -> Base {
+        let origin = format!("{scheme}://{authority}");
+        let parsed = match (Scheme::try_from(scheme), Authority::try_from(authority)) {
+            (Ok(s), Ok(a)) => Some((s, a)),
+            _ => None,
+        };
+        let host = parsed.as_ref().and_then(|(s, a)| {
+            let default_port = match s.as_str() {
+                "https" => 443,
+                _ => 80,
+            };
+            let text = match a.port_u16() {
+                Some(p) if p != default_port => format!("{}:{p}", a.host()),
+                _ => a.host().to_string(),
+            };
+            HeaderValue::from_str(&text).ok()
+        });
+        Base {
+            origin,
+            path: path.to_string(),
+            parsed,
+            host,
+        }
+    }
+
+    /// The URI of a call to `path_and_query` at this address, or (the address, why not).
+    fn uri(&self, path_and_query: String) -> Result<Uri, (String, String)> {
+        let Some((scheme, authority)) = &self.parsed else {
+            let text = format!("{}{}{path_and_query}", self.origin, self.path);
+            return Err((text, "not a valid URI".into()));
+        };
+        let pq = if self.path.is_empty() {
+            path_and_query
+        } else {
+            format!("{}{path_and_query}", self.path)
+        };
+        // (The text of an invalid path is not kept: the message names the address.)
+        let invalid = || format!("{}{} (with an invalid path)", self.origin, self.path);
+        let pq = PathAndQuery::from_maybe_shared(Bytes::from(pq))
+            .map_err(|e| (invalid(), e.to_string()))?;
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(scheme.clone());
+        parts.authority = Some(authority.clone());
+        parts.path_and_query = Some(pq);
+        Uri::from_parts(parts).map_err(|e| (invalid(), e.to_string()))
+    }
 }
 
 /// An HTTP backend.
@@ -48,6 +105,8 @@ pub struct HttpBackend {
     max_response_bytes: usize,
     /// `protocol: grpc`: the largest answer message accepted.
     grpc: Option<usize>,
+    /// HTTP/1 (the `Host` header is ours to set).
+    http1: bool,
 }
 
 impl HttpBackend {
@@ -65,10 +124,7 @@ impl HttpBackend {
                 Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
                 None => (rest, ""),
             };
-            bases.push(Base {
-                origin: format!("{scheme}://{authority}"),
-                path: path.to_string(),
-            });
+            bases.push(Base::new(scheme, authority, path));
         }
         let mut headers = HeaderMap::new();
         for (k, v) in &cfg.headers {
@@ -140,6 +196,7 @@ impl HttpBackend {
             headers,
             max_response_bytes: cfg.max_response_bytes,
             grpc: (cfg.protocol == Protocol::Grpc).then_some(cfg.max_message_bytes),
+            http1: !cfg.protocol.is_http2(),
         })
     }
 }
@@ -295,7 +352,7 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 async fn exchange(
     client: HttpClient,
     request: Request<Full<Bytes>>,
-    uri: String,
+    uri: Uri,
     limit: usize,
     grpc: Option<usize>,
 ) -> Result<CallResponse, CallError> {
@@ -344,7 +401,7 @@ fn read_failure(
 async fn grpc_exchange(
     client: HttpClient,
     request: Request<Full<Bytes>>,
-    uri: String,
+    uri: Uri,
     max_message: usize,
 ) -> Result<CallResponse, CallError> {
     use fanout_grpc::{Code, frame, status};
@@ -479,8 +536,8 @@ impl Backend for HttpBackend {
         });
         let base = pick.and_then(|p| self.bases.get(p.index));
         let uri = match base {
-            Some(b) => format!("{}{}{}", b.origin, b.path, http_call.path_and_query),
-            None => String::new(),
+            Some(b) => b.uri(http_call.path_and_query),
+            None => Err((String::new(), "no address".into())),
         };
         // Traced calls: a span per attempt, its context sent to the backend.
         let span = req.trace.as_ref().map(|t| {
@@ -494,7 +551,10 @@ impl Backend for HttpBackend {
         } else {
             http_call.method
         };
-        let mut builder = Request::builder().method(method).uri(&uri);
+        let mut builder = Request::builder().method(method);
+        if let Ok(u) = &uri {
+            builder = builder.uri(u.clone());
+        }
         if let Some(h) = builder.headers_mut() {
             for (k, v) in &self.headers {
                 h.insert(k.clone(), v.clone());
@@ -520,9 +580,25 @@ impl Backend for HttpBackend {
                 h.insert(name, http::HeaderValue::from(ms));
             }
         }
-        let request = match builder.body(Full::new(http_call.body)) {
+        // HTTP/1: the `Host` header made once per address (hyper's client would format it for
+        // every request that lacks one).
+        if self.http1
+            && let Some(host) = base.and_then(|b| b.host.as_ref())
+            && let Some(h) = builder.headers_mut()
+            && !h.contains_key(http::header::HOST)
+        {
+            h.insert(http::header::HOST, host.clone());
+        }
+        let built = match uri {
+            Ok(u) => match builder.body(Full::new(http_call.body)) {
+                Ok(r) => Ok((r, u)),
+                Err(e) => Err((u.to_string(), e.to_string())),
+            },
+            Err(e) => Err(e),
+        };
+        let (request, uri) = match built {
             Ok(r) => r,
-            Err(e) => {
+            Err((uri, e)) => {
                 // Not a valid request (the URI is too long, …): never sent, the fault of the flow
                 // that built it — not the address's, nor the backend's.
                 if let Some(c) = &mut claim {

@@ -49,7 +49,9 @@ type Shared = Option<Arc<Answer>>;
 
 /// The live runs of one route of one loaded config, by key.
 pub(crate) struct Runs {
-    table: Mutex<HashMap<Box<[u8]>, Run>>,
+    /// Keys are shared with their leaders (`Arc`: one copy of the key per run); each operation
+    /// hashes a key once (the `entry` API).
+    table: Mutex<HashMap<Arc<[u8]>, Run>>,
     next_id: AtomicU64,
     /// How long finished runs took.
     typical: TypicalTime,
@@ -86,10 +88,12 @@ pub(crate) enum Role<'a> {
 /// away), it removes its entry and its joiners run again.
 pub(crate) struct Leader<'a> {
     runs: &'a Runs,
-    key: Box<[u8]>,
+    key: Arc<[u8]>,
     id: u64,
     started: Instant,
     answer: watch::Sender<Shared>,
+    /// `finish` removed the entry already (the drop then has nothing to do).
+    removed: bool,
 }
 
 /// The counters of one route's [`Runs`] (the status endpoint).
@@ -147,31 +151,40 @@ impl Runs {
         deadline: Instant,
         span: impl FnOnce() -> Option<SpanContext>,
     ) -> Role<'_> {
+        use std::collections::hash_map::Entry;
         let now = Instant::now();
+        let key: Arc<[u8]> = key.into();
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(run) = table.get(key)
-            && run.ends <= deadline
-            && now.saturating_duration_since(run.started) <= self.typical.join_age()
-            && run.answer.borrow().is_none()
-        {
-            self.counters.joined.fetch_add(1, Relaxed);
-            return Role::Join(run.answer.clone(), run.span.clone());
+        let entry = table.entry(key.clone());
+        if let Entry::Occupied(e) = &entry {
+            let run = e.get();
+            if run.ends <= deadline
+                && now.saturating_duration_since(run.started) <= self.typical.join_age()
+                && run.answer.borrow().is_none()
+            {
+                self.counters.joined.fetch_add(1, Relaxed);
+                return Role::Join(run.answer.clone(), run.span.clone());
+            }
         }
         let id = self.next_id.fetch_add(1, Relaxed);
         let (tx, rx) = watch::channel(None);
-        let key: Box<[u8]> = key.into();
+        let run = Run {
+            id,
+            started: now,
+            ends: deadline,
+            answer: rx,
+            span: span(),
+        };
         // A run that did not fit replaces the entry: the new one serves the requests after it
         // (the old run still answers its own joiners).
-        table.insert(
-            key.clone(),
-            Run {
-                id,
-                started: now,
-                ends: deadline,
-                answer: rx,
-                span: span(),
-            },
-        );
+        match entry {
+            Entry::Occupied(mut e) => {
+                e.insert(run);
+            }
+            Entry::Vacant(e) => {
+                e.insert(run);
+            }
+        }
         drop(table);
         self.counters.runs.fetch_add(1, Relaxed);
         Role::Lead(Leader {
@@ -180,14 +193,18 @@ impl Runs {
             id,
             started: now,
             answer: tx,
+            removed: false,
         })
     }
 
     /// Remove the entry of run `id` (if it is still the key's entry).
-    fn remove(&self, key: &[u8], id: u64) {
+    fn remove(&self, key: &Arc<[u8]>, id: u64) {
+        use std::collections::hash_map::Entry;
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if table.get(key).is_some_and(|r| r.id == id) {
-            table.remove(key);
+        if let Entry::Occupied(e) = table.entry(key.clone())
+            && e.get().id == id
+        {
+            e.remove();
         }
     }
 }
@@ -195,8 +212,9 @@ impl Runs {
 impl Leader<'_> {
     /// The run answered: remove its entry (nothing is kept after the run), then hand the answer
     /// to the requests that joined it.
-    pub(crate) fn finish(self, answer: &Answer) {
+    pub(crate) fn finish(mut self, answer: &Answer) {
         self.runs.remove(&self.key, self.id);
+        self.removed = true;
         self.runs.typical.record(self.started.elapsed());
         // Receivers are made only from the table's entry, which is gone: the count is final.
         if self.answer.receiver_count() > 0 {
@@ -207,9 +225,11 @@ impl Leader<'_> {
 
 impl Drop for Leader<'_> {
     fn drop(&mut self) {
-        // After `finish` this finds another run's entry or none; before it (the leader's client
-        // went away), it removes the entry, and dropping the sender tells the joiners.
-        self.runs.remove(&self.key, self.id);
+        // Before `finish` (the leader's client went away) it removes the entry, and dropping
+        // the sender tells the joiners.
+        if !self.removed {
+            self.runs.remove(&self.key, self.id);
+        }
     }
 }
 
