@@ -111,9 +111,9 @@ pub struct Backend {
     /// then merged automatically into batch calls.
     pub batch: Option<BatchConfig>,
     /// Share identical GET/HEAD calls that are in flight at the same time (within a request or
-    /// across requests): one call, one answer for all. Default true.
-    #[serde(default = "default_true")]
-    pub dedup: bool,
+    /// across requests): one call, one answer for all. Default: `defaults.dedup` (true).
+    #[serde(default)]
+    pub dedup: Option<bool>,
     /// Cache successful GET/HEAD answers (keyed by method, path and query, body) and, with a
     /// `batch` form, values per key — a batch then asks only for the keys that missed.
     pub cache: Option<CacheConfig>,
@@ -338,10 +338,6 @@ fn default_max_entries() -> u64 {
 
 fn zero_dur() -> Dur {
     Dur::millis(0)
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// The batch form of a backend: how N keys are fetched in one call and how the answer is split.

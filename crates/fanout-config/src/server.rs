@@ -382,6 +382,10 @@ pub struct Defaults {
     /// read; default true. `false` makes every such route compute each request itself (the lab
     /// sets it so that fanout does the same work as the baselines it is compared with).
     pub coalesce: bool,
+    /// In-flight dedup of the backends that do not set `dedup`; default true. `false` makes
+    /// every call its own (with `coalesce: false`, what the lab sets so that fanout makes every
+    /// backend call the baselines make).
+    pub dedup: bool,
 }
 
 impl Default for Defaults {
@@ -392,6 +396,7 @@ impl Default for Defaults {
             connect_timeout: Dur::millis(500),
             concurrency: 16,
             coalesce: true,
+            dedup: true,
         }
     }
 }

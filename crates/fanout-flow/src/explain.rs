@@ -407,7 +407,7 @@ fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
             stale_while_revalidate: c.stale_while_revalidate.0,
             stale_if_error: c.stale_if_error.0,
         }),
-        dedup: b.dedup && get,
+        dedup: b.dedup.unwrap_or(cfg.defaults.dedup) && get,
         breaker: b.breaker.is_some(),
         max_concurrency: b.max_concurrency,
         retry: b

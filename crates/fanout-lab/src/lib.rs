@@ -522,7 +522,11 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     let stubs_file = opts.out.join("stubs.yaml");
     let gw_file = opts.out.join("fanout.yaml");
     std::fs::write(&stubs_file, scenario.stubs).map_err(io(&stubs_file))?;
-    std::fs::write(&gw_file, equal_work(scenario.gateway)).map_err(io(&gw_file))?;
+    std::fs::write(
+        &gw_file,
+        equal_work(scenario.gateway, !scenario.baselines.is_empty()),
+    )
+    .map_err(io(&gw_file))?;
 
     let stub_proc = if services.is_empty() {
         None
@@ -878,21 +882,31 @@ fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
     s.variants
         .iter()
         .find(|(n, _)| *n == target)
-        .map(|(_, y)| equal_work(y))
+        .map(|(_, y)| equal_work(y, !s.baselines.is_empty()))
 }
 
 /// A fanout config as the lab runs it: whole-request coalescing off (`defaults.coalesce:
-/// false`), so fanout computes every request as the baselines do — what sharing saves is not
-/// mixed into a comparison of CPU per request. (The lab's configs have no top-level
-/// `defaults:`; one in block style gets the line inserted.)
-pub fn equal_work(yaml: &str) -> String {
+/// false`), so fanout computes every request as the baselines do; and, in a scenario compared
+/// with hand-written baselines (`dedup_off`), in-flight dedup off too (`defaults.dedup: false`),
+/// so fanout makes every backend call the baselines make — what sharing saves is not mixed into
+/// a comparison of CPU per request (it has scenarios of its own). Scenarios that compare fanout
+/// configs with each other (product-page-merging, hedging, slow-backend) keep dedup. A backend
+/// or route that states `dedup`/`coalesce` itself keeps its setting. (The lab's configs have no
+/// top-level `defaults:`; one in block style gets the lines inserted.)
+pub fn equal_work(yaml: &str, dedup_off: bool) -> String {
+    let mut add = vec!["  coalesce: false"];
+    if dedup_off {
+        add.push("  dedup: false");
+    }
     match yaml.lines().position(|l| l.trim_end() == "defaults:") {
         Some(i) => {
             let mut lines: Vec<&str> = yaml.lines().collect();
-            lines.insert(i + 1, "  coalesce: false");
+            for (k, l) in add.into_iter().enumerate() {
+                lines.insert(i + 1 + k, l);
+            }
             lines.join("\n") + "\n"
         }
-        None => format!("{yaml}\ndefaults:\n  coalesce: false\n"),
+        None => format!("{yaml}\ndefaults:\n{}\n", add.join("\n")),
     }
 }
 
@@ -1594,15 +1608,29 @@ mod equal_work_tests {
 
     #[test]
     fn the_lab_turns_whole_request_coalescing_off() {
-        let appended = equal_work("routes: []\n");
+        let appended = equal_work("routes: []\n", false);
         assert!(
             appended.ends_with("\ndefaults:\n  coalesce: false\n"),
             "{appended}"
         );
-        let inserted = equal_work("defaults:\n  timeout: 2s\nroutes: []\n");
+        let inserted = equal_work("defaults:\n  timeout: 2s\nroutes: []\n", false);
         assert_eq!(
             inserted,
             "defaults:\n  coalesce: false\n  timeout: 2s\nroutes: []\n"
+        );
+    }
+
+    #[test]
+    fn against_baselines_the_lab_turns_dedup_off_too() {
+        let appended = equal_work("routes: []\n", true);
+        assert!(
+            appended.ends_with("\ndefaults:\n  coalesce: false\n  dedup: false\n"),
+            "{appended}"
+        );
+        let inserted = equal_work("defaults:\n  timeout: 2s\nroutes: []\n", true);
+        assert_eq!(
+            inserted,
+            "defaults:\n  coalesce: false\n  dedup: false\n  timeout: 2s\nroutes: []\n"
         );
     }
 }

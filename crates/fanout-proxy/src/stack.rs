@@ -104,7 +104,7 @@ pub fn build(
         stats.breaker = Some(breaker.view());
         s = Arc::new(breaker);
     }
-    if b.dedup {
+    if b.dedup.unwrap_or(defaults.dedup) {
         let dedup = Dedup::new(s);
         stats.dedup = Some(dedup.flights());
         s = Arc::new(dedup);

@@ -178,6 +178,44 @@ async fn identical_calls_in_flight_are_sent_once() {
     );
 }
 
+/// `defaults.dedup: false` (what the lab sets against hand-written baselines): every call is
+/// its own — 20 identical lookups, 20 calls, coalescing off as well — and a backend that states
+/// `dedup: true` keeps sharing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_off_by_default_makes_every_call_unless_a_backend_says_otherwise() {
+    let s = stubs(STUBS).await;
+    for (backend_says, shared) in [("", false), ("\n    dedup: true", true)] {
+        let cfg = GATEWAY
+            .replace(
+                "defaults: { timeout: 30s,",
+                "defaults: { dedup: false, coalesce: false, timeout: 30s,",
+            )
+            .replacen(
+                "  attrs:\n    url: \"http://${ATTRS_ADDR}\"",
+                &format!("  attrs:\n    url: \"http://${{ATTRS_ADDR}}\"{backend_says}"),
+                1,
+            );
+        assert!(cfg.contains("dedup: false"), "{cfg}");
+        let gw = gateway(&cfg, &s).await;
+        let c = client(false);
+        s.reset_stats();
+        let reqs = (0..10).map(|_| {
+            let c = c.clone();
+            let url = format!("http://{}/same", gw.addr);
+            async move { send(&c, Method::GET, &url, &[], "").await }
+        });
+        for r in join_all(reqs).await {
+            assert_eq!(r.status, 200);
+        }
+        let calls = s.stats("attrs").unwrap().routes["GET /one/{id}"].requests;
+        if shared {
+            assert!(calls < 20, "dedup: true kept: {calls} calls");
+        } else {
+            assert_eq!(calls, 20, "every lookup its own call");
+        }
+    }
+}
+
 const PAGE_STUBS: &str = r#"
 services:
   recommendations:
