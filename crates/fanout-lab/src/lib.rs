@@ -54,6 +54,18 @@ pub const TARGETS: [&str; 8] = [
 /// sync version), `java-virtual` (virtual threads, Java 21+).
 pub const JAVA_TARGETS: [&str; 3] = ["java-threads", "java-blocking", "java-virtual"];
 
+/// Whether `target` runs the Java baseline: one of [`JAVA_TARGETS`] or a `java-threads-N` pool
+/// target ([`java::pool_size`]).
+pub fn is_java_target(target: &str) -> bool {
+    JAVA_TARGETS.contains(&target) || java::pool_size(target).is_some()
+}
+
+/// Whether `target` may run in scenario `s`: a `java-threads-N` target wherever `java-threads`
+/// serves the routes.
+fn pool_target_available(s: &Scenario, target: &str) -> bool {
+    java::pool_size(target).is_some() && s.baselines.contains(&"java-threads")
+}
+
 /// Generator lag (p99, ms) the overload scenario's capacity search tolerates in a step whose
 /// target met the SLO (see `Lab::search_step`).
 pub const OVERLOAD_SEARCH_LAG_MS: f64 = 10.0;
@@ -344,11 +356,19 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             }
             continue;
         }
-        if !available.contains(t) {
+        if !available.contains(t) && !pool_target_available(&scenario, t) {
             return Err(LabError::UnknownTarget {
                 target: t.clone(),
                 scenario: scenario.name.into(),
-                available: available.join(", "),
+                available: format!(
+                    "{}{}",
+                    available.join(", "),
+                    if scenario.baselines.contains(&"java-threads") {
+                        ", java-threads-N (pools of N threads)"
+                    } else {
+                        ""
+                    }
+                ),
             });
         }
     }
@@ -392,6 +412,32 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     // runtime when there is one (the two then differ only in their threads), else on `java`.
     let mut not_run = BTreeMap::new();
     let mut jvm = BTreeMap::new();
+    // `java-threads-N` targets need `javac` and `java`; without them they do not run, and the
+    // report says why (`not run: no java …`) — never a failed run.
+    if opts.targets.iter().any(|t| java::pool_size(t).is_some()) {
+        let missing = tokio::task::spawn_blocking(|| {
+            if java::javac_version().is_none() {
+                Some(
+                    "no java: no javac (a JDK ≥ 17; Debian: apt-get install default-jdk-headless)"
+                        .to_string(),
+                )
+            } else {
+                let bin = java::java_bin();
+                java::java_version(&bin)
+                    .is_none()
+                    .then(|| format!("no java: `{}` does not run", bin.display()))
+            }
+        })
+        .await
+        .map_err(|e| LabError::Load(format!("looking for Java: {e}")))?;
+        if let Some(why) = missing {
+            for t in opts.targets.iter().filter(|t| java::pool_size(t).is_some()) {
+                tracing::warn!("{t} will not run: {why}");
+                not_run.insert(t.clone(), why.clone());
+            }
+            opts.targets.retain(|t| java::pool_size(t).is_none());
+        }
+    }
     let jdk21 = if opts
         .targets
         .iter()
@@ -419,7 +465,9 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     for t in &opts.targets {
         let described = match (t.as_str(), &jdk21) {
             ("java-virtual" | "java-blocking", Some(j)) => j.describe(),
-            ("java-threads" | "java-blocking", _) => {
+            (n, _)
+                if n == "java-threads" || n == "java-blocking" || java::pool_size(n).is_some() =>
+            {
                 let bin = java::java_bin();
                 let b = bin.clone();
                 tokio::task::spawn_blocking(move || java::java_version(&b))
@@ -437,11 +485,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     }
     // Build the Java baseline first: a compile error should not cost a started lab. `javac`
     // runs on the blocking pool, not on a runtime worker.
-    let java_classes = if opts
-        .targets
-        .iter()
-        .any(|t| JAVA_TARGETS.contains(&t.as_str()))
-    {
+    let java_classes = if opts.targets.iter().any(|t| is_java_target(t)) {
         let dir = java::build_dir(&opts.fanout_bin, &opts.out);
         let built =
             tokio::task::spawn_blocking(move || java::ensure_built(&java::source_dir(), &dir))
@@ -580,6 +624,15 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             "java-threads" => match &java_classes {
                 Some(classes) => (java::java_bin(), java::args(classes, addr)),
                 None => unreachable_target(name)?,
+            },
+            // Both pools of N threads (`hh-pools`).
+            n if java::pool_size(n).is_some() => match (&java_classes, java::pool_size(n)) {
+                (Some(classes), Some(size)) => {
+                    let mut a = java::args(classes, addr);
+                    a.extend(java::pool_args(size));
+                    (java::java_bin(), a)
+                }
+                _ => unreachable_target(name)?,
             },
             // The article's sync version: parallel calls on a pool of as many threads as cores.
             "java-blocking" => match &java_classes {
@@ -1194,7 +1247,8 @@ impl Lab {
         // its JIT compiles the hot paths during the first thousands of requests, and the
         // compiler threads would otherwise compete with the first search steps.
         for ti in 0..self.targets.len() {
-            let (rate, secs) = if self.targets[ti].name == "java-threads" {
+            let name = &self.targets[ti].name;
+            let (rate, secs) = if name == "java-threads" || java::pool_size(name).is_some() {
                 (200.0, self.plan.jvm_warmup_s)
             } else {
                 (100.0, 1.0)
