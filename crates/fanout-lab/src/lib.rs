@@ -9,6 +9,7 @@ pub mod baseline;
 pub mod closed_loop;
 pub mod http;
 pub mod java;
+pub mod pools;
 pub mod postgres;
 pub mod process;
 pub mod procstat;
@@ -62,7 +63,7 @@ pub fn is_java_target(target: &str) -> bool {
 
 /// Whether `target` may run in scenario `s`: a `java-threads-N` target wherever `java-threads`
 /// serves the routes.
-fn pool_target_available(s: &Scenario, target: &str) -> bool {
+pub(crate) fn pool_target_available(s: &Scenario, target: &str) -> bool {
     java::pool_size(target).is_some() && s.baselines.contains(&"java-threads")
 }
 
@@ -314,6 +315,8 @@ struct Plan {
     jvm_warmup_s: f64,
     /// Closed-loop cells: (warm-up, measured window), seconds.
     closed: (f64, f64),
+    /// `hh-pools`: (trial length s, rounds, longest wait for a target's backlog to drain s).
+    pools: (f64, usize, f64),
 }
 
 /// The lab run.
@@ -332,6 +335,8 @@ struct Lab {
     closed_runs: Vec<report::ClosedRun>,
     /// When the warm-up ended, seconds since the lab started.
     warmup_end: f64,
+    /// `hh-pools`: how long each trial's backend calls went on after its load ended.
+    drains: Vec<pools::Drain>,
 }
 
 /// Run the lab and write `report.json` and `report.html` into `opts.out`.
@@ -393,6 +398,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             hedge_trial_s: 3.0,
             jvm_warmup_s: 4.0,
             closed: (0.5, 1.5),
+            pools: (2.5, opts.trials.unwrap_or(1), 5.0),
         }
     } else {
         Plan {
@@ -405,6 +411,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             hedge_trial_s: 15.0,
             jvm_warmup_s: 20.0,
             closed: (3.0, 10.0),
+            pools: (10.0, opts.trials.unwrap_or(3), 60.0),
         }
     };
     // `java-virtual` needs a Java runtime with virtual threads (21+); without one it does not
@@ -756,6 +763,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         warnings: Vec::new(),
         closed_runs: Vec::new(),
         warmup_end: 0.0,
+        drains: Vec::new(),
     };
     // A models run replaces one model's file every few seconds from now to the end.
     let swapper = match lab.scenario.mode {
@@ -823,7 +831,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 calls_per_op: cl.calls_per_op,
                 error_method: report::CLOSED_ERROR_METHOD.to_string(),
                 floor,
-                jvm,
+                jvm: std::mem::take(&mut jvm),
                 not_run: std::mem::take(&mut not_run),
                 article: scenario::ARTICLE.to_vec(),
                 runs: std::mem::take(&mut lab.closed_runs),
@@ -866,6 +874,21 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         rep.acceptance
             .extend(antispam::acceptance(&models, lab.scenario.slo_p99_ms));
         rep.models = Some(models);
+    }
+    if let Mode::Pools(p) = &lab.scenario.mode {
+        let (trial_s, rounds, _) = lab.plan.pools;
+        let pools = pools::summarize(
+            p,
+            &rep,
+            trial_s,
+            rounds,
+            &lab.opts.targets,
+            std::mem::take(&mut lab.drains),
+            std::mem::take(&mut not_run),
+            jvm,
+        );
+        rep.warnings.extend(pools.warnings());
+        rep.pools = Some(pools);
     }
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
@@ -1266,7 +1289,7 @@ impl Lab {
         self.trials.retain(|t| t.phase != "warmup");
         self.warmup_end = self.t0.elapsed().as_secs_f64();
         let mut caps = BTreeMap::new();
-        if !matches!(self.scenario.mode, Mode::Hedging { .. }) {
+        if !matches!(self.scenario.mode, Mode::Hedging { .. } | Mode::Pools(_)) {
             for ti in 0..self.targets.len() {
                 let c = self.capacity(ti).await?;
                 caps.insert(self.targets[ti].name.clone(), c);
@@ -1308,6 +1331,7 @@ impl Lab {
                 }
             }
             Mode::ClosedLoop(_) => {}
+            Mode::Pools(p) => self.pools(&p).await?,
             Mode::Models(_) => self.models_levels(&caps).await?,
             Mode::Hedging { rate } => {
                 for round in 0..self.plan.rounds {
@@ -1372,6 +1396,107 @@ impl Lab {
             }
         }
         Ok(())
+    }
+
+    /// `hh-pools`: per phase (the stub route healthy, then `factor`× slower), every target at
+    /// the same fixed rate, interleaved (A B, B A, …) over the rounds; after each trial, wait
+    /// until the target's backend calls stop (a thread pool's queue drains: its requests are
+    /// still served after their clients gave up) and record how long that took. The route is
+    /// healthy again at the end (for the direct measurement).
+    async fn pools(&mut self, p: &scenario::Pools) -> Result<(), LabError> {
+        let Some(addr) = self
+            .stubs
+            .services
+            .iter()
+            .find(|(n, _)| n == p.service)
+            .map(|(_, a)| *a)
+        else {
+            return Err(LabError::Load(format!(
+                "the scenario's stubs have no service `{}`",
+                p.service
+            )));
+        };
+        let (trial_s, rounds, drain_cap) = self.plan.pools;
+        let phases = scenario::pools_phases(p);
+        for (stage, latency_ms) in phases.iter().copied().chain([("restore", p.base_ms)]) {
+            let body = serde_json::json!({
+                "route": p.route,
+                "latency": format!("{latency_ms}ms"),
+                "faults": [],
+            });
+            match http::call(
+                ::http::Method::PUT,
+                addr,
+                "/__stub/routes",
+                Some(body.to_string()),
+            )
+            .await
+            {
+                Ok((200, _)) => {}
+                other => self.warnings.push(format!(
+                    "switching {} `{}` to {latency_ms} ms failed: {other:?}",
+                    p.service, p.route
+                )),
+            }
+            if stage == "restore" {
+                break;
+            }
+            for round in 0..rounds {
+                for ti in order(self.targets.len(), round) {
+                    let load = Load {
+                        route: None,
+                        requests: self.scenario.requests.clone(),
+                        schedule: Self::schedule(p.rate, trial_s),
+                    };
+                    let opts = LoadOpts {
+                        sample: true,
+                        ..LoadOpts::default()
+                    };
+                    self.run_loads(ti, "pools", round, Some(stage), vec![load], opts)
+                        .await?;
+                    let (drain_s, calls, capped) =
+                        self.wait_quiet(Duration::from_secs_f64(drain_cap)).await?;
+                    self.drains.push(pools::Drain {
+                        target: self.targets[ti].name.clone(),
+                        phase: stage.to_string(),
+                        round,
+                        drain_s,
+                        backend_calls: calls,
+                        capped,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait (up to `within`) until the stubs receive no call for 500 ms: (seconds waited, calls
+    /// received meanwhile, whether `within` ran out first).
+    async fn wait_quiet(&self, within: Duration) -> Result<(f64, u64, bool), LabError> {
+        let start = Instant::now();
+        let (first, _) = self.stubs.totals().await?;
+        let mut last = first;
+        let mut still = 0;
+        while start.elapsed() < within {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let (now, _) = self.stubs.totals().await?;
+            if now == last {
+                still += 1;
+                if still >= 2 {
+                    // The calls stopped at the first of the two quiet polls.
+                    let waited = (start.elapsed().as_secs_f64() - 0.5).max(0.0);
+                    return Ok((waited, now.saturating_sub(first), false));
+                }
+            } else {
+                still = 0;
+                last = now;
+            }
+        }
+        Ok((
+            start.elapsed().as_secs_f64(),
+            last.saturating_sub(first),
+            true,
+        ))
     }
 
     /// Wait (up to `within`) until target `ti` used less than 5 % of a core over 250 ms.
