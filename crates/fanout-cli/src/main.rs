@@ -184,7 +184,7 @@ enum Cmd {
     },
     /// Run a lab scenario against one or more targets and write report.html / report.json.
     Lab {
-        /// Scenario: hh-vacancies, hh-pools (hh-vacancies at 400 req/s on fanout and Java pools
+        /// Scenario: hh-vacancies, hh-pools (hh-vacancies at 200 req/s on fanout and Java pools
         /// of 8, 64, 512, 4096 threads, healthy then the vacancy backend 10× slower),
         /// product-page, product-page-merging, slow-backend, overload,
         /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own

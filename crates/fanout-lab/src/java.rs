@@ -357,15 +357,19 @@ pub fn pool_size(target: &str) -> Option<u32> {
     n.parse().ok().filter(|n| (1..=MAX_POOL).contains(n))
 }
 
-/// The extra arguments of a `java-threads-N` target: both pools of N threads. A team sizing by
-/// Little's law sizes the pools for the same concurrency; the simplest honest choice is the same
-/// N for the request threads and the threads that make the parallel calls.
+/// The extra arguments of a `java-threads-N` target: both pools of N threads, every thread
+/// started at once (`--prestart`: a fixed pool creates a thread per task until it has N and
+/// never retires one, so a server past its first N requests has them all; the comparison measures
+/// that steady state, not thread creation during the first trials). A team sizing by Little's law
+/// sizes the pools for the same concurrency; the simplest honest choice is the same N for the
+/// request threads and the threads that make the parallel calls.
 pub fn pool_args(n: u32) -> Vec<String> {
     vec![
         "--threads".into(),
         n.to_string(),
         "--call-threads".into(),
         n.to_string(),
+        "--prestart".into(),
     ]
 }
 
@@ -536,7 +540,10 @@ mod tests {
         ] {
             assert_eq!(pool_size(bad), None, "{bad}");
         }
-        assert_eq!(pool_args(64), ["--threads", "64", "--call-threads", "64"]);
+        assert_eq!(
+            pool_args(64),
+            ["--threads", "64", "--call-threads", "64", "--prestart"]
+        );
     }
 
     #[test]

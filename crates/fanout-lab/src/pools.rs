@@ -107,7 +107,7 @@ pub struct PoolsReport {
 }
 
 /// What a team sizing by Little's law does with the two pools (see [`java::pool_args`]).
-pub const SIZING: &str = "java-threads-N: a request pool of N threads and a calls pool of N threads (the search call on the request thread, the 3 vacancy calls on the calls pool); both fixed, unbounded queues";
+pub const SIZING: &str = "java-threads-N: a request pool of N threads and a calls pool of N threads (the search call on the request thread, the 3 vacancy calls on the calls pool); both fixed, unbounded queues, every thread started at once";
 
 fn goodput(t: &Trial, slo_ms: f64) -> u64 {
     let slo_us = (slo_ms * 1000.0) as u64;

@@ -48,7 +48,7 @@ pub(super) fn scenario() -> Scenario {
             route: "GET /vacancies/{id}",
             base_ms: 3.0,
             factor: 10.0,
-            rate: 400.0,
+            rate: 200.0,
         }),
         slo_p99_ms: 50.0,
         critical_path: vec![
