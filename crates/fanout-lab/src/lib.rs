@@ -745,7 +745,13 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             name: name.clone(),
             addr,
             proc: p,
-            sampler: procstat::Sampler::start(pid, Duration::from_millis(200)),
+            // A pools run's JVMs have thousands of threads: sample them without the per-thread
+            // files, or the lab (which runs the generator) spends its time reading /proc.
+            sampler: if matches!(scenario.mode, Mode::Pools(_)) {
+                procstat::Sampler::start_light(pid, Duration::from_millis(200))
+            } else {
+                procstat::Sampler::start(pid, Duration::from_millis(200))
+            },
             admin,
             started_at: t0.elapsed().as_secs_f64(),
         });
@@ -1069,9 +1075,13 @@ impl Lab {
         }
         let before = procstat::sample(pid).unwrap_or_default();
         let gen_before = procstat::sample(me).unwrap_or_default();
-        let sampler = opts
-            .sample
-            .then(|| procstat::Sampler::start(pid, Duration::from_millis(100)));
+        let sampler = opts.sample.then(|| {
+            if matches!(self.scenario.mode, Mode::Pools(_)) {
+                procstat::Sampler::start_light(pid, Duration::from_millis(100))
+            } else {
+                procstat::Sampler::start(pid, Duration::from_millis(100))
+            }
+        });
         let mut reports = Vec::new();
         for r in runs {
             let rep = r
