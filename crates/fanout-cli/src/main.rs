@@ -184,7 +184,9 @@ enum Cmd {
     },
     /// Run a lab scenario against one or more targets and write report.html / report.json.
     Lab {
-        /// Scenario: hh-vacancies, product-page, product-page-merging, slow-backend, overload,
+        /// Scenario: hh-vacancies, hh-pools (hh-vacancies at 200 req/s on fanout and Java pools
+        /// of 8, 64, 512, 4096 threads, healthy then the vacancy backend 10× slower),
+        /// product-page, product-page-merging, slow-backend, overload,
         /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
         /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
         /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
@@ -195,11 +197,13 @@ enum Cmd {
         /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
         scenario: String,
         /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
-        /// java-virtual, grpc-baseline, pg-baseline, antispam-py, or the scenario's variants. Default: the
+        /// java-virtual, java-threads-N (both Java pools of N threads), grpc-baseline,
+        /// pg-baseline, antispam-py, or the scenario's variants. Default: the
         /// scenario's own (overload, pool-overload: fanout,java-threads; hedging:
         /// no-hedge,hedge; product-page-merging: naive,variant1,variant2; grpc-aggregate:
         /// fanout,grpc-baseline; pg-one-query: fanout,pg-baseline; parallel-calls:
-        /// fanout,java-blocking,java-virtual; antispam-models: fanout,antispam-py; others:
+        /// fanout,java-blocking,java-virtual; antispam-models: fanout,antispam-py; hh-pools:
+        /// fanout,java-threads-8,java-threads-64,java-threads-512,java-threads-4096; others:
         /// fanout).
         #[arg(long, value_delimiter = ',')]
         targets: Vec<String>,

@@ -882,6 +882,142 @@ fn lab_threads_quick_prints_both_tables() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `fanout lab hh-pools --quick`: fanout and the Java baseline with pools of 8, 64, 512 and 4 096
+/// threads, healthy then with the vacancy backend 10× slower: one row per target and phase in
+/// report.json, the printed table and report.html (rendered headless), every offered request
+/// either a 2xx or counted as failed. Counts and shapes only, never timings. Skipped (with a
+/// note) only without `javac`.
+#[test]
+fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
+    if fanout_lab::java::javac_version().is_none() {
+        eprintln!(
+            "note: lab hh-pools skipped: no javac (Debian: apt-get install default-jdk-headless)"
+        );
+        return;
+    }
+    require_chromium();
+    let _one_at_a_time = serial();
+    let out = out_dir("hh-pools");
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args(["lab", "hh-pools", "--quick", "--out"])
+            .arg(&out),
+        &out,
+    );
+    let pools = &rep["pools"];
+    let targets = [
+        "fanout",
+        "java-threads-8",
+        "java-threads-64",
+        "java-threads-512",
+        "java-threads-4096",
+    ];
+    assert_eq!(pools["not_run"].as_object().map(|m| m.len()), Some(0));
+    assert_eq!(pools["rate"].as_f64(), Some(200.0));
+    let rows = pools["rows"].as_array().expect("rows");
+    let keys: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["phase"].as_str().unwrap_or("").to_string(),
+                r["target"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = ["healthy", "slow"]
+        .iter()
+        .flat_map(|p| targets.iter().map(|t| (p.to_string(), t.to_string())))
+        .collect();
+    assert_eq!(keys, expected, "a row per phase and target, in order");
+    for r in rows {
+        let n = |f: &str| r[f].as_u64().unwrap_or(u64::MAX);
+        assert_eq!(n("trials"), 1, "{r}");
+        assert!(n("offered") > 0, "{r}");
+        assert_eq!(n("failed"), n("offered") - n("ok").min(n("offered")), "{r}");
+        assert!(n("within_slo") <= n("ok"), "{r}");
+        assert!(n("threads_max") > 0 && n("threads_max") < u64::MAX, "{r}");
+        assert!(r["rss_max_mb"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+        for f in ["cpu_us_per_request", "p50_ms", "p99_ms", "goodput_rps"] {
+            assert_eq!(r[f]["n"].as_u64(), Some(1), "{f}: {r}");
+        }
+        let pool = r["pool"].as_u64();
+        match r["target"].as_str() {
+            Some("fanout") => assert_eq!(pool, None),
+            Some(t) => assert_eq!(
+                pool.map(|n| format!("java-threads-{n}")).as_deref(),
+                Some(t)
+            ),
+            None => panic!("{r}"),
+        }
+    }
+    // A drain per trial: 5 targets × 2 phases × 1 round.
+    assert_eq!(pools["drains"].as_array().map(Vec::len), Some(10));
+    // The JVM of every Java target is named.
+    assert_eq!(pools["jvm"].as_object().map(|m| m.len()), Some(4));
+    // The text: one line per row.
+    for phase in ["healthy", "slow"] {
+        let lines = stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("{phase} ")))
+            .count();
+        assert_eq!(lines, targets.len(), "{phase}:\n{stdout}");
+    }
+    assert!(stdout.contains("goodput/s"), "{stdout}");
+    let dom = assert_renders(&out, 3);
+    let table = dom
+        .split("Pools: fanout and the Java thread-per-request baseline")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("the pools table");
+    assert_eq!(table.matches("<tr>").count(), 11, "a header and 10 rows");
+    assert_eq!(table.matches("<td>java-threads-").count(), 8, "Java rows");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Without Java, `fanout lab hh-pools` runs fanout alone and says why the pools did not run:
+/// never a crash.
+#[test]
+fn lab_hh_pools_without_java_says_not_run() {
+    let _one_at_a_time = serial();
+    let out = out_dir("hh-pools-nojava");
+    let empty = out.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (rep, stdout, _) = lab_report(
+        Command::new(bin())
+            .args([
+                "lab",
+                "hh-pools",
+                "--quick",
+                "--targets",
+                "fanout,java-threads-8",
+                "--out",
+            ])
+            .arg(&out)
+            .env_remove("JAVA_HOME")
+            .env("PATH", &empty),
+        &out,
+    );
+    assert!(
+        stdout.contains("java-threads-8: not run: no java"),
+        "{stdout}"
+    );
+    let pools = &rep["pools"];
+    assert!(
+        pools["not_run"]["java-threads-8"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no java")),
+        "{pools}"
+    );
+    let targets: Vec<&str> = pools["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["target"].as_str())
+        .collect();
+    assert_eq!(targets, ["fanout", "fanout"], "fanout, healthy and slow");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Without a Java runtime, `fanout lab threads` says so and still writes the article's table:
 /// never a crash.
 #[test]

@@ -340,6 +340,39 @@ pub fn find_jdk(search: &JdkSearch, min: u32) -> Result<Jdk, String> {
         })
 }
 
+/// Lab targets `java-threads-N`: the baseline with a request pool of N threads and a calls pool
+/// of N (`--threads N --call-threads N`), for comparing pool sizes (`hh-pools`).
+pub const POOL_PREFIX: &str = "java-threads-";
+
+/// The largest pool a `java-threads-N` target may ask for.
+pub const MAX_POOL: u32 = 16_384;
+
+/// The pool size of a `java-threads-N` target (1 ≤ N ≤ [`MAX_POOL`], digits only); `None` for
+/// any other name.
+pub fn pool_size(target: &str) -> Option<u32> {
+    let n = target.strip_prefix(POOL_PREFIX)?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok().filter(|n| (1..=MAX_POOL).contains(n))
+}
+
+/// The extra arguments of a `java-threads-N` target: both pools of N threads, every thread
+/// started at once (`--prestart`: a fixed pool creates a thread per task until it has N and
+/// never retires one, so a server past its first N requests has them all; the comparison measures
+/// that steady state, not thread creation during the first trials). A team sizing by Little's law
+/// sizes the pools for the same concurrency; the simplest honest choice is the same N for the
+/// request threads and the threads that make the parallel calls.
+pub fn pool_args(n: u32) -> Vec<String> {
+    vec![
+        "--threads".into(),
+        n.to_string(),
+        "--call-threads".into(),
+        n.to_string(),
+        "--prestart".into(),
+    ]
+}
+
 /// Arguments of `java` for the baseline listening on `listen`.
 pub fn args(classes: &Path, listen: SocketAddr) -> Vec<String> {
     let mut a: Vec<String> = JVM_FLAGS.iter().map(|s| s.to_string()).collect();
@@ -490,6 +523,27 @@ mod tests {
         assert!(e.contains("17.0.15"), "{e}");
         assert!(find_jdk(&search(None, None, &root.join("nope")), 21).is_err());
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn pool_targets_are_parsed() {
+        assert_eq!(pool_size("java-threads-8"), Some(8));
+        assert_eq!(pool_size("java-threads-4096"), Some(4096));
+        for bad in [
+            "java-threads",
+            "java-threads-",
+            "java-threads-0",
+            "java-threads-+8",
+            "java-threads-8x",
+            "java-threads-99999",
+            "java-blocking-8",
+        ] {
+            assert_eq!(pool_size(bad), None, "{bad}");
+        }
+        assert_eq!(
+            pool_args(64),
+            ["--threads", "64", "--call-threads", "64", "--prestart"]
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod closed_loop;
 pub mod hop;
 pub mod http;
 pub mod java;
+pub mod pools;
 pub mod postgres;
 pub mod process;
 pub mod procstat;
@@ -54,6 +55,18 @@ pub const TARGETS: [&str; 8] = [
 /// `java-blocking` (parallel calls on a pool of as many threads as cores: the Kotlin article's
 /// sync version), `java-virtual` (virtual threads, Java 21+).
 pub const JAVA_TARGETS: [&str; 3] = ["java-threads", "java-blocking", "java-virtual"];
+
+/// Whether `target` runs the Java baseline: one of [`JAVA_TARGETS`] or a `java-threads-N` pool
+/// target ([`java::pool_size`]).
+pub fn is_java_target(target: &str) -> bool {
+    JAVA_TARGETS.contains(&target) || java::pool_size(target).is_some()
+}
+
+/// Whether `target` may run in scenario `s`: a `java-threads-N` target wherever `java-threads`
+/// serves the routes.
+pub(crate) fn pool_target_available(s: &Scenario, target: &str) -> bool {
+    java::pool_size(target).is_some() && s.baselines.contains(&"java-threads")
+}
 
 /// Generator lag (p99, ms) the overload scenario's capacity search tolerates in a step whose
 /// target met the SLO (see `Lab::search_step`).
@@ -303,6 +316,8 @@ struct Plan {
     jvm_warmup_s: f64,
     /// Closed-loop cells: (warm-up, measured window), seconds.
     closed: (f64, f64),
+    /// `hh-pools`: (trial length s, rounds, longest wait for a target's backlog to drain s).
+    pools: (f64, usize, f64),
 }
 
 /// The lab run.
@@ -321,6 +336,8 @@ struct Lab {
     closed_runs: Vec<report::ClosedRun>,
     /// When the warm-up ended, seconds since the lab started.
     warmup_end: f64,
+    /// `hh-pools`: how long each trial's backend calls went on after its load ended.
+    drains: Vec<pools::Drain>,
 }
 
 /// Run the lab and write `report.json` and `report.html` into `opts.out`.
@@ -345,11 +362,19 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             }
             continue;
         }
-        if !available.contains(t) {
+        if !available.contains(t) && !pool_target_available(&scenario, t) {
             return Err(LabError::UnknownTarget {
                 target: t.clone(),
                 scenario: scenario.name.into(),
-                available: available.join(", "),
+                available: format!(
+                    "{}{}",
+                    available.join(", "),
+                    if scenario.baselines.contains(&"java-threads") {
+                        ", java-threads-N (pools of N threads)"
+                    } else {
+                        ""
+                    }
+                ),
             });
         }
     }
@@ -374,6 +399,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             hedge_trial_s: 3.0,
             jvm_warmup_s: 4.0,
             closed: (0.5, 1.5),
+            pools: (2.5, opts.trials.unwrap_or(1), 5.0),
         }
     } else {
         Plan {
@@ -386,6 +412,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             hedge_trial_s: 15.0,
             jvm_warmup_s: 20.0,
             closed: (3.0, 10.0),
+            pools: (10.0, opts.trials.unwrap_or(3), 60.0),
         }
     };
     // `java-virtual` needs a Java runtime with virtual threads (21+); without one it does not
@@ -393,6 +420,32 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     // runtime when there is one (the two then differ only in their threads), else on `java`.
     let mut not_run = BTreeMap::new();
     let mut jvm = BTreeMap::new();
+    // `java-threads-N` targets need `javac` and `java`; without them they do not run, and the
+    // report says why (`not run: no java …`) — never a failed run.
+    if opts.targets.iter().any(|t| java::pool_size(t).is_some()) {
+        let missing = tokio::task::spawn_blocking(|| {
+            if java::javac_version().is_none() {
+                Some(
+                    "no java: no javac (a JDK ≥ 17; Debian: apt-get install default-jdk-headless)"
+                        .to_string(),
+                )
+            } else {
+                let bin = java::java_bin();
+                java::java_version(&bin)
+                    .is_none()
+                    .then(|| format!("no java: `{}` does not run", bin.display()))
+            }
+        })
+        .await
+        .map_err(|e| LabError::Load(format!("looking for Java: {e}")))?;
+        if let Some(why) = missing {
+            for t in opts.targets.iter().filter(|t| java::pool_size(t).is_some()) {
+                tracing::warn!("{t} will not run: {why}");
+                not_run.insert(t.clone(), why.clone());
+            }
+            opts.targets.retain(|t| java::pool_size(t).is_none());
+        }
+    }
     let jdk21 = if opts
         .targets
         .iter()
@@ -420,7 +473,9 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     for t in &opts.targets {
         let described = match (t.as_str(), &jdk21) {
             ("java-virtual" | "java-blocking", Some(j)) => j.describe(),
-            ("java-threads" | "java-blocking", _) => {
+            (n, _)
+                if n == "java-threads" || n == "java-blocking" || java::pool_size(n).is_some() =>
+            {
                 let bin = java::java_bin();
                 let b = bin.clone();
                 tokio::task::spawn_blocking(move || java::java_version(&b))
@@ -438,11 +493,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
     }
     // Build the Java baseline first: a compile error should not cost a started lab. `javac`
     // runs on the blocking pool, not on a runtime worker.
-    let java_classes = if opts
-        .targets
-        .iter()
-        .any(|t| JAVA_TARGETS.contains(&t.as_str()))
-    {
+    let java_classes = if opts.targets.iter().any(|t| is_java_target(t)) {
         let dir = java::build_dir(&opts.fanout_bin, &opts.out);
         let built =
             tokio::task::spawn_blocking(move || java::ensure_built(&java::source_dir(), &dir))
@@ -586,6 +637,15 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 Some(classes) => (java::java_bin(), java::args(classes, addr)),
                 None => unreachable_target(name)?,
             },
+            // Both pools of N threads (`hh-pools`).
+            n if java::pool_size(n).is_some() => match (&java_classes, java::pool_size(n)) {
+                (Some(classes), Some(size)) => {
+                    let mut a = java::args(classes, addr);
+                    a.extend(java::pool_args(size));
+                    (java::java_bin(), a)
+                }
+                _ => unreachable_target(name)?,
+            },
             // The article's sync version: parallel calls on a pool of as many threads as cores.
             "java-blocking" => match &java_classes {
                 Some(classes) => {
@@ -690,7 +750,13 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             name: name.clone(),
             addr,
             proc: p,
-            sampler: procstat::Sampler::start(pid, Duration::from_millis(200)),
+            // A pools run's JVMs have thousands of threads: sample them without the per-thread
+            // files, or the lab (which runs the generator) spends its time reading /proc.
+            sampler: if matches!(scenario.mode, Mode::Pools(_)) {
+                procstat::Sampler::start_light(pid, Duration::from_millis(200))
+            } else {
+                procstat::Sampler::start(pid, Duration::from_millis(200))
+            },
             admin,
             started_at: t0.elapsed().as_secs_f64(),
         });
@@ -708,6 +774,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         warnings: Vec::new(),
         closed_runs: Vec::new(),
         warmup_end: 0.0,
+        drains: Vec::new(),
     };
     // A models run replaces one model's file every few seconds from now to the end.
     let swapper = match lab.scenario.mode {
@@ -775,7 +842,7 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 calls_per_op: cl.calls_per_op,
                 error_method: report::CLOSED_ERROR_METHOD.to_string(),
                 floor,
-                jvm,
+                jvm: std::mem::take(&mut jvm),
                 not_run: std::mem::take(&mut not_run),
                 article: scenario::ARTICLE.to_vec(),
                 runs: std::mem::take(&mut lab.closed_runs),
@@ -818,6 +885,21 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         rep.acceptance
             .extend(antispam::acceptance(&models, lab.scenario.slo_p99_ms));
         rep.models = Some(models);
+    }
+    if let Mode::Pools(p) = &lab.scenario.mode {
+        let (trial_s, rounds, _) = lab.plan.pools;
+        let pools = pools::summarize(
+            p,
+            &rep,
+            trial_s,
+            rounds,
+            &lab.opts.targets,
+            std::mem::take(&mut lab.drains),
+            std::mem::take(&mut not_run),
+            jvm,
+        );
+        rep.warnings.extend(pools.warnings());
+        rep.pools = Some(pools);
     }
     report::write(&lab.opts.out, &rep).map_err(io(&lab.opts.out))?;
     Ok(rep)
@@ -1008,9 +1090,13 @@ impl Lab {
         }
         let before = procstat::sample(pid).unwrap_or_default();
         let gen_before = procstat::sample(me).unwrap_or_default();
-        let sampler = opts
-            .sample
-            .then(|| procstat::Sampler::start(pid, Duration::from_millis(100)));
+        let sampler = opts.sample.then(|| {
+            if matches!(self.scenario.mode, Mode::Pools(_)) {
+                procstat::Sampler::start_light(pid, Duration::from_millis(100))
+            } else {
+                procstat::Sampler::start(pid, Duration::from_millis(100))
+            }
+        });
         let mut reports = Vec::new();
         for r in runs {
             let rep = r
@@ -1209,7 +1295,8 @@ impl Lab {
         // its JIT compiles the hot paths during the first thousands of requests, and the
         // compiler threads would otherwise compete with the first search steps.
         for ti in 0..self.targets.len() {
-            let (rate, secs) = if self.targets[ti].name == "java-threads" {
+            let name = &self.targets[ti].name;
+            let (rate, secs) = if name == "java-threads" || java::pool_size(name).is_some() {
                 (200.0, self.plan.jvm_warmup_s)
             } else {
                 (100.0, 1.0)
@@ -1227,7 +1314,7 @@ impl Lab {
         self.trials.retain(|t| t.phase != "warmup");
         self.warmup_end = self.t0.elapsed().as_secs_f64();
         let mut caps = BTreeMap::new();
-        if !matches!(self.scenario.mode, Mode::Hedging { .. }) {
+        if !matches!(self.scenario.mode, Mode::Hedging { .. } | Mode::Pools(_)) {
             for ti in 0..self.targets.len() {
                 let c = self.capacity(ti).await?;
                 caps.insert(self.targets[ti].name.clone(), c);
@@ -1269,6 +1356,7 @@ impl Lab {
                 }
             }
             Mode::ClosedLoop(_) => {}
+            Mode::Pools(p) => self.pools(&p).await?,
             Mode::Models(_) => self.models_levels(&caps).await?,
             Mode::Hedging { rate } => {
                 for round in 0..self.plan.rounds {
@@ -1333,6 +1421,107 @@ impl Lab {
             }
         }
         Ok(())
+    }
+
+    /// `hh-pools`: per phase (the stub route healthy, then `factor`× slower), every target at
+    /// the same fixed rate, interleaved (A B, B A, …) over the rounds; after each trial, wait
+    /// until the target's backend calls stop (a thread pool's queue drains: its requests are
+    /// still served after their clients gave up) and record how long that took. The route is
+    /// healthy again at the end (for the direct measurement).
+    async fn pools(&mut self, p: &scenario::Pools) -> Result<(), LabError> {
+        let Some(addr) = self
+            .stubs
+            .services
+            .iter()
+            .find(|(n, _)| n == p.service)
+            .map(|(_, a)| *a)
+        else {
+            return Err(LabError::Load(format!(
+                "the scenario's stubs have no service `{}`",
+                p.service
+            )));
+        };
+        let (trial_s, rounds, drain_cap) = self.plan.pools;
+        let phases = scenario::pools_phases(p);
+        for (stage, latency_ms) in phases.iter().copied().chain([("restore", p.base_ms)]) {
+            let body = serde_json::json!({
+                "route": p.route,
+                "latency": format!("{latency_ms}ms"),
+                "faults": [],
+            });
+            match http::call(
+                ::http::Method::PUT,
+                addr,
+                "/__stub/routes",
+                Some(body.to_string()),
+            )
+            .await
+            {
+                Ok((200, _)) => {}
+                other => self.warnings.push(format!(
+                    "switching {} `{}` to {latency_ms} ms failed: {other:?}",
+                    p.service, p.route
+                )),
+            }
+            if stage == "restore" {
+                break;
+            }
+            for round in 0..rounds {
+                for ti in order(self.targets.len(), round) {
+                    let load = Load {
+                        route: None,
+                        requests: self.scenario.requests.clone(),
+                        schedule: Self::schedule(p.rate, trial_s),
+                    };
+                    let opts = LoadOpts {
+                        sample: true,
+                        ..LoadOpts::default()
+                    };
+                    self.run_loads(ti, "pools", round, Some(stage), vec![load], opts)
+                        .await?;
+                    let (drain_s, calls, capped) =
+                        self.wait_quiet(Duration::from_secs_f64(drain_cap)).await?;
+                    self.drains.push(pools::Drain {
+                        target: self.targets[ti].name.clone(),
+                        phase: stage.to_string(),
+                        round,
+                        drain_s,
+                        backend_calls: calls,
+                        capped,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait (up to `within`) until the stubs receive no call for 500 ms: (seconds waited, calls
+    /// received meanwhile, whether `within` ran out first).
+    async fn wait_quiet(&self, within: Duration) -> Result<(f64, u64, bool), LabError> {
+        let start = Instant::now();
+        let (first, _) = self.stubs.totals().await?;
+        let mut last = first;
+        let mut still = 0;
+        while start.elapsed() < within {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let (now, _) = self.stubs.totals().await?;
+            if now == last {
+                still += 1;
+                if still >= 2 {
+                    // The calls stopped at the first of the two quiet polls.
+                    let waited = (start.elapsed().as_secs_f64() - 0.5).max(0.0);
+                    return Ok((waited, now.saturating_sub(first), false));
+                }
+            } else {
+                still = 0;
+                last = now;
+            }
+        }
+        Ok((
+            start.elapsed().as_secs_f64(),
+            last.saturating_sub(first),
+            true,
+        ))
     }
 
     /// Wait (up to `within`) until target `ti` used less than 5 % of a core over 250 ms.

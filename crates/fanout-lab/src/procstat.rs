@@ -113,6 +113,34 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// [`sample`] without the per-thread files: threads, RSS and CPU time (`utime + stime`, 10 ms
+/// ticks) from `/proc/PID/stat` and `status` only; no context switches, no descriptors. For
+/// sampling a process of thousands of threads often (`hh-pools`): [`sample`] reads two files per
+/// thread, 16 000 reads for a JVM of 8 000 threads, on the generator's runtime.
+pub fn sample_light(pid: u32) -> Option<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    let threads: u64 = f.get(17)?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some(ProcSample {
+        t: 0.0,
+        cpu_us: (utime + stime) * 1_000_000 / clock_ticks(),
+        rss_bytes: rss_kb * 1024,
+        threads,
+        ctx_switches: 0,
+        fds: 0,
+    })
+}
+
 /// The CPU time (user+sys, µs) a process has used so far, **threads that exited included**:
 /// `utime + stime` of `/proc/PID/stat`, which the kernel keeps for the whole thread group. Ticks
 /// (10 ms) are coarser than [`sample`]'s per-thread scheduler time, but that sum forgets a thread
@@ -136,6 +164,15 @@ pub struct Sampler {
 impl Sampler {
     /// Start sampling `pid` every `every`.
     pub fn start(pid: u32, every: Duration) -> Sampler {
+        Sampler::start_with(pid, every, sample)
+    }
+
+    /// Start sampling `pid` every `every` with [`sample_light`].
+    pub fn start_light(pid: u32, every: Duration) -> Sampler {
+        Sampler::start_with(pid, every, sample_light)
+    }
+
+    fn start_with(pid: u32, every: Duration, sample: fn(u32) -> Option<ProcSample>) -> Sampler {
         let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let out = samples.clone();
         let task = tokio::spawn(async move {
@@ -187,5 +224,8 @@ mod tests {
         assert!(x > 0);
         assert!(cpu_total_us(std::process::id()).is_some_and(|us| us > 0));
         assert!(cpu_total_us(u32::MAX - 1).is_none());
+        let light = sample_light(std::process::id()).expect("own /proc entry");
+        assert!(light.threads >= 1 && light.rss_bytes > 0);
+        assert!(sample_light(u32::MAX - 1).is_none());
     }
 }

@@ -33,7 +33,7 @@ pub struct Entry {
 }
 
 /// Every seed scenario, in the order run.
-pub const ENTRIES: [Entry; 8] = [
+pub const ENTRIES: [Entry; 9] = [
     Entry {
         article: 0,
         scenario: threads::NAME,
@@ -51,6 +51,14 @@ pub const ENTRIES: [Entry; 8] = [
         scenario: "slow-backend",
         full: &["fanout"],
         quick: &["fanout"],
+    },
+    // Issue 26 §1, second part: the Java pools of 8 … 4 096 threads beside fanout, healthy and
+    // with the vacancy backend 10× slower.
+    Entry {
+        article: 0,
+        scenario: "hh-pools",
+        full: &scenario::POOL_TARGETS,
+        quick: &scenario::POOL_TARGETS,
     },
     Entry {
         article: 1,
@@ -513,6 +521,10 @@ async fn run_one(
                 run.targets_not_run
                     .extend(m.not_run.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
+            if let Some(p) = &rep.pools {
+                run.targets_not_run
+                    .extend(p.not_run.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
         }
         Err(err) => run.not_run = Some(format!("failed: {err}")),
     }
@@ -605,7 +617,7 @@ fn lab_figures(rep: &LabReport) -> Vec<Figure> {
                 phases.join(", "),
             ));
         }
-        if rep.models.is_none() {
+        if rep.models.is_none() && rep.pools.is_none() {
             v.push(fig(
                 name.clone(),
                 format!(
@@ -623,6 +635,24 @@ fn lab_figures(rep: &LabReport) -> Vec<Figure> {
                         .unwrap_or_else(|| "—".into()),
                     t.threads_max,
                     t.rss_max_mb
+                ),
+            ));
+        }
+    }
+    if let Some(p) = &rep.pools {
+        for r in &p.rows {
+            v.push(fig(
+                format!("{} @ {:.0}/s, {}", r.target, p.rate, r.phase),
+                format!(
+                    "CPU {:.0} µs per request, p50 {:.2} ms, p99 {:.2} ms, goodput {:.1}/s (2xx within {:.0} ms), {} failed, {} threads, {:.0} MB",
+                    r.cpu_us_per_request.median,
+                    r.p50_ms.median,
+                    r.p99_ms.median,
+                    r.goodput_rps.median,
+                    p.slo_ms,
+                    r.failed,
+                    r.threads_max,
+                    r.rss_max_mb
                 ),
             ));
         }

@@ -14,6 +14,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -54,7 +55,7 @@ public final class Main {
     };
 
     private static final String USAGE = String.join("\n",
-            "usage: java -cp CLASSES Main [--listen ADDR] [--threads N] [--call-threads N|cpus] [--virtual]",
+            "usage: java -cp CLASSES Main [--listen ADDR] [--threads N] [--call-threads N|cpus] [--virtual] [--prestart]",
             "",
             "Serves GET /vacancies and POST /product-page (the hh-vacancies and product-page examples),",
             "GET /report/{id} (pool-overload), GET /sequential and GET /parallel (parallel-calls)",
@@ -66,6 +67,8 @@ public final class Main {
             "                           as the JVM sees processors)",
             "  --virtual                a virtual thread per request and per parallel call instead of",
             "                           the two pools (Java 21+)",
+            "  --prestart               start every pool thread at once (the steady state of a server",
+            "                           that has served its first N requests)",
             "",
             "Backends (host:port): SEARCH_ADDR VACANCIES_ADDR MASKS_ADDR RECOMMENDATIONS_ADDR",
             "PRICE_ADDR STOCK_ADDR MEDIA_ADDR ITEMS_ADDR, defaults as in the examples.");
@@ -334,6 +337,7 @@ public final class Main {
         int threads = 200;
         int callThreads = 200;
         boolean virtual = false;
+        boolean prestart = false;
         InetSocketAddress addr;
         try {
             for (int i = 0; i < args.length; i++) {
@@ -350,6 +354,10 @@ public final class Main {
                 }
                 if (a.equals("--virtual") && value == null) {
                     virtual = true;
+                    continue;
+                }
+                if (a.equals("--prestart") && value == null) {
+                    prestart = true;
                     continue;
                 }
                 if (!a.equals("--listen") && !a.equals("--threads") && !a.equals("--call-threads")) {
@@ -389,6 +397,13 @@ public final class Main {
         try {
             callPool = virtual ? virtualThreads() : Executors.newFixedThreadPool(callThreads, named("calls"));
             requestPool = virtual ? virtualThreads() : Executors.newFixedThreadPool(threads, named("request"));
+            // Every pool thread started now, as they all are after a long-running server's first
+            // N requests (a fixed pool never retires its threads): the lab's pool comparison
+            // measures that steady state, not thread creation.
+            if (prestart && !virtual) {
+                ((ThreadPoolExecutor) callPool).prestartAllCoreThreads();
+                ((ThreadPoolExecutor) requestPool).prestartAllCoreThreads();
+            }
         } catch (IllegalArgumentException e) {
             System.err.println("error: " + e.getMessage());
             System.exit(2);

@@ -86,6 +86,7 @@ pub fn build(
         warnings,
         closed_loop: None,
         models: None,
+        pools: None,
     }
 }
 

@@ -15,6 +15,8 @@ pub fn html(rep: &LabReport, json: &str) -> String {
     head(&mut h, rep);
     if rep.closed_loop.is_some() {
         closed_loop_tables(&mut h, rep);
+    } else if let Some(p) = &rep.pools {
+        crate::pools::html(&mut h, p);
     } else {
         summary_table(&mut h, rep);
     }

@@ -457,6 +457,9 @@ pub struct LabReport {
     /// The models run (`antispam-models`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub models: Option<crate::antispam::ModelsReport>,
+    /// The pools run (`hh-pools`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pools: Option<crate::pools::PoolsReport>,
 }
 
 /// Write `report.json` and `report.html` into `dir`.

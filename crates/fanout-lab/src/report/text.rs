@@ -14,7 +14,10 @@ pub fn text_summary(rep: &LabReport) -> String {
     if let Some(m) = &rep.models {
         s.push_str(&crate::antispam::text(m));
     }
-    let own_lines = rep.closed_loop.is_none() && rep.models.is_none();
+    if let Some(p) = &rep.pools {
+        s.push_str(&crate::pools::text(p));
+    }
+    let own_lines = rep.closed_loop.is_none() && rep.models.is_none() && rep.pools.is_none();
     for (name, t) in rep.targets.iter().filter(|_| own_lines) {
         target_line(&mut s, name, t);
         if let Some(why) = &t.max_rate_reason {

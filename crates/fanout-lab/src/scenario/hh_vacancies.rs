@@ -6,8 +6,8 @@ use bytes::Bytes;
 use fanout_load::RequestTemplate;
 use http::Method;
 
-const HH_STUBS: &str = include_str!("../../../../examples/hh-vacancies/stubs.yaml");
-const HH_GATEWAY: &str = include_str!("../../../../examples/hh-vacancies/fanout.yaml");
+pub(super) const HH_STUBS: &str = include_str!("../../../../examples/hh-vacancies/stubs.yaml");
+pub(super) const HH_GATEWAY: &str = include_str!("../../../../examples/hh-vacancies/fanout.yaml");
 
 /// Appended to the example's config for the `fanout-nometrics` target.
 const NO_METRICS: &str = "\nadmin:\n  metrics: false\n";

@@ -11,6 +11,7 @@
 mod antispam_models;
 mod grpc_aggregate;
 mod hedging;
+mod hh_pools;
 mod hh_vacancies;
 mod overload;
 mod parallel_calls;
@@ -23,6 +24,7 @@ mod slow_backend;
 pub use antispam_models::{ANTISPAM_GATEWAY, ANTISPAM_PROTO};
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
+pub use hh_pools::{POOL_TARGETS, POOLS_GATEWAY, pools_phases};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
 pub use parallel_calls::{
     ARTICLE, ArticleRow, CALLS, PARALLEL_GATEWAY, PARALLEL_STUBS, article_row,
@@ -71,6 +73,26 @@ pub enum Mode {
     /// half and all of fanout's; a model file replaced every `swap_every_s` the whole time;
     /// `connections` client connections opened before every trial (see `crate::antispam`).
     Models(Models),
+    /// One fixed rate for every target (`hh-pools`), no capacity search: interleaved trials
+    /// (ABBA) of every target with the stub route healthy, then `factor`× slower; /proc sampled
+    /// during each trial (threads and RSS at their peak), and after each trial the lab waits
+    /// until the target's backend calls stop (a queue left behind drains before the next trial).
+    Pools(Pools),
+}
+
+/// The `hh-pools` mode (see [`Mode::Pools`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Pools {
+    /// Stub service that becomes slower.
+    pub service: &'static str,
+    /// Route key at that stub (`GET /vacancies/{id}`).
+    pub route: &'static str,
+    /// Its normal latency, ms.
+    pub base_ms: f64,
+    /// Slowdown factor of the `slow` phase.
+    pub factor: f64,
+    /// Offered rate of every trial, req/s.
+    pub rate: f64,
 }
 
 /// The `antispam-models` mode (see [`Mode::Models`]).
@@ -265,8 +287,9 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "hh-vacancies",
+    "hh-pools",
     "product-page",
     "product-page-merging",
     "slow-backend",
@@ -288,6 +311,7 @@ pub const OWN_ENTRY: [&str; 2] = [crate::threads::NAME, crate::seeds::NAME];
 pub fn builtin(name: &str) -> Option<Scenario> {
     Some(match name {
         "hh-vacancies" => hh_vacancies::scenario(),
+        "hh-pools" => hh_pools::scenario(),
         "product-page-merging" => product_page_merging::scenario(),
         "product-page" => product_page::scenario(),
         "slow-backend" => slow_backend::scenario(),
@@ -337,7 +361,7 @@ impl Mode {
                 Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
                 Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
                 // Computed with the run's models report (`crate::antispam::acceptance`).
-                Mode::Compare | Mode::ClosedLoop(_) | Mode::Models(_) => {}
+                Mode::Compare | Mode::ClosedLoop(_) | Mode::Models(_) | Mode::Pools(_) => {}
             }
         }
         out
@@ -398,6 +422,7 @@ mod tests {
                 assert!(
                     *t == "fanout"
                         || (s.baselines.contains(t) && crate::TARGETS.contains(t))
+                        || crate::pool_target_available(&s, t)
                         || s.variants.iter().any(|(n, _)| n == t),
                     "{name}: default target {t} is not available"
                 );
