@@ -12,6 +12,7 @@ mod antispam_models;
 mod grpc_aggregate;
 mod hedging;
 mod hh_vacancies;
+mod n_plus_one;
 mod overload;
 mod parallel_calls;
 mod pg_one_query;
@@ -23,6 +24,9 @@ mod slow_backend;
 pub use antispam_models::{ANTISPAM_GATEWAY, ANTISPAM_PROTO};
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
+pub use n_plus_one::{
+    N_PLUS_ONE_GATEWAY, N_PLUS_ONE_STUBS, coalescing_config, distinct_requests, identical_requests,
+};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
 pub use parallel_calls::{
     ARTICLE, ArticleRow, CALLS, PARALLEL_GATEWAY, PARALLEL_STUBS, article_row,
@@ -43,6 +47,12 @@ use std::path::{Path, PathBuf};
 pub enum Mode {
     /// Capacity search per target, then interleaved fixed-rate trials at fractions of capacity.
     Compare,
+    /// [`Mode::Compare`], plus an interleaved trial per target and round at a fixed offered
+    /// `rate` (phase `fixed-rate`) before the two levels.
+    CompareAt {
+        /// Offered rate, req/s.
+        rate: f64,
+    },
     /// Capacity search, then one continuous run per target: 0.5× of its capacity, a ramp to 3×,
     /// 3×, then `tail`× — goodput, rejections, accepted latency per phase and time to recover.
     Overload {
@@ -265,7 +275,7 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 13] = [
     "hh-vacancies",
     "product-page",
     "product-page-merging",
@@ -277,6 +287,8 @@ pub const NAMES: [&str; 11] = [
     "pg-one-query",
     "parallel-calls",
     "antispam-models",
+    "n-plus-one",
+    "n-plus-one-identical",
 ];
 
 /// Scenarios with their own entry point instead of a [`Scenario`] (no stubs, targets or load):
@@ -298,6 +310,8 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "pg-one-query" => pg_one_query::scenario(),
         "parallel-calls" => parallel_calls::scenario(),
         "antispam-models" => antispam_models::scenario(),
+        "n-plus-one" => n_plus_one::scenario(),
+        "n-plus-one-identical" => n_plus_one::identical(),
         _ => return None,
     })
 }
@@ -337,7 +351,7 @@ impl Mode {
                 Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
                 Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
                 // Computed with the run's models report (`crate::antispam::acceptance`).
-                Mode::Compare | Mode::ClosedLoop(_) | Mode::Models(_) => {}
+                Mode::Compare | Mode::CompareAt { .. } | Mode::ClosedLoop(_) | Mode::Models(_) => {}
             }
         }
         out
