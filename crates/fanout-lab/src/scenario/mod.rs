@@ -48,7 +48,7 @@ pub enum Mode {
     /// Capacity search per target, then interleaved fixed-rate trials at fractions of capacity.
     Compare,
     /// [`Mode::Compare`], plus an interleaved trial per target and round at a fixed offered
-    /// `rate` (phase `fixed-rate`) before the two levels.
+    /// `rate` (phase `fixed-rate`) before the two levels (`--quick`: at most the 80 % level).
     CompareAt {
         /// Offered rate, req/s.
         rate: f64,
