@@ -1538,6 +1538,13 @@ impl Lab {
             } else {
                 100.0
             };
+            // A quick run (a debug build whose 50 % level may be a few requests per second) takes
+            // its direct samples at 50/s at least, so it ends in seconds, not minutes.
+            let rate = if self.opts.quick {
+                rate.max(50.0)
+            } else {
+                rate
+            };
             let warmup = n / 10;
             let every = Duration::from_secs_f64(1.0 / rate);
             let t0 = tokio::time::Instant::now();
