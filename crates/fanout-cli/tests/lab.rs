@@ -3,10 +3,13 @@
 //! charts (product-page, overload with the Java baseline, slow-backend, hedging; grpc-aggregate
 //! with the tonic baseline, every answer a gRPC OK; parallel-calls closed loop with the Java
 //! blocking and virtual-thread targets, 100 stub calls per operation; threads, HeadHunter's Java
-//! thread benchmark beside the article's table, and `not run: no java` without a JDK; seeds, one
+//! thread benchmark beside the article's table, and `not run: no java` without a JDK; n-plus-one,
+//! equal work against the hyper baseline at 300 req/s, and its identical-request form counting
+//! flow runs with and without coalescing; seeds, one
 //! report with every seed article's figures beside this machine's); every
 //! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
-//! exactly like fanout and the hyper baseline; `fanout load` exits non-zero on crossed
+//! exactly like fanout and the hyper baseline, and the hyper baseline the N+1 route like fanout;
+//! `fanout load` exits non-zero on crossed
 //! thresholds and on generator lag. No test here asserts performance figures: only that they
 //! are measured and reported.
 
@@ -327,6 +330,183 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
         "screenshot rendered"
     );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
+    let _one_at_a_time = serial();
+    let out = out_dir("n1");
+    let (rep, stdout) = run_lab_text("n-plus-one", "fanout,hyper-baseline", &out);
+    for target in ["fanout", "hyper-baseline"] {
+        let t = &rep["targets"][target];
+        for field in ["cpu_us_per_request", "p50_ms", "rss_max_mb"] {
+            let v = t[field].as_f64().unwrap_or(-1.0);
+            assert!(v > 0.0, "{target}.{field} = {v}");
+        }
+        let names: Vec<&str> = t["levels"]
+            .as_array()
+            .expect("levels")
+            .iter()
+            .map(|l| l["name"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["fixed-rate", "level-50", "level-80"], "{target}");
+        // 300 req/s in a full run; `--quick` caps it at the 80 % level (a debug build).
+        let fixed = &t["levels"][0];
+        assert!(
+            fixed["offered_rate"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0 && r <= 300.0),
+            "{target}: {fixed}"
+        );
+        assert!(
+            fixed["cpu_us_per_request"]["n"]
+                .as_u64()
+                .is_some_and(|n| n >= 3),
+            "{target}: ≥ 3 interleaved trials at 300 req/s"
+        );
+        // 1 posts call + one per distinct user (10): a different page per request, so nothing is
+        // shared between requests; fanout's dedup merges its 100 per-post calls into 10 (an
+        // extra call now and then when a user's call ends before a later post asks for it).
+        let level50 = &t["levels"][1];
+        assert!(
+            level50["error_rate"]["median"]
+                .as_f64()
+                .is_some_and(|e| e < 0.05),
+            "{target}: {level50}"
+        );
+        let calls = level50["backend_calls_per_request"]["median"]
+            .as_f64()
+            .unwrap_or(0.0);
+        let expected = if target == "fanout" {
+            10.5..=12.0
+        } else {
+            10.5..=11.5
+        };
+        assert!(
+            expected.contains(&calls),
+            "{target} backend calls per request: {calls}"
+        );
+    }
+    assert!(stdout.contains("calls/req"), "{stdout}");
+    assert!(
+        out.join("fanout.status.json").exists(),
+        "the fanout target's status at the end of the run"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn lab_n_plus_one_identical_quick_counts_flow_runs_with_and_without_coalescing() {
+    let _one_at_a_time = serial();
+    let out = out_dir("n1-identical");
+    let rep = run_lab("n-plus-one-identical", "fanout,coalesce", &out);
+    for target in ["fanout", "coalesce"] {
+        let t = &rep["targets"][target];
+        assert!(
+            t["cpu_us_per_request"].as_f64().is_some_and(|v| v > 0.0),
+            "{target}: {t}"
+        );
+        assert!(
+            t["error_rate"].as_f64().is_some_and(|e| e < 0.05),
+            "{target} errors: {}",
+            t["error_rate"]
+        );
+    }
+    let status = |target: &str| -> serde_json::Value {
+        let f = out.join(format!("{target}.status.json"));
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        serde_json::from_str(&text).expect("status is JSON")
+    };
+    // `fanout` runs with coalescing off (the lab's equal-work rule): no route coalesces.
+    let off = status("fanout");
+    assert_eq!(off["coalesce"]["coalesced"], 0, "{}", off["coalesce"]);
+    assert!(
+        off["coalesce"]["routes"]
+            .as_object()
+            .is_some_and(|r| r.is_empty()),
+        "{}",
+        off["coalesce"]
+    );
+    // `coalesce` keeps it on: its flow runs are counted (how many requests joined one depends on
+    // timing; only that the counters are there).
+    let on = status("coalesce");
+    let route = &on["coalesce"]["routes"]["GET /posts"];
+    assert!(route["runs"].as_u64().is_some_and(|n| n > 0), "{route}");
+    assert!(route["coalesced"].as_u64().is_some(), "{route}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// fanout's `n-plus-one` route and the hand-written one answer the same bytes for the same stubs:
+/// every page asked, with or without a request id; the baseline makes 1 + 10 calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_plus_one_answers_like_the_hyper_baseline() {
+    let s = stubs(fanout_lab::scenario::N_PLUS_ONE_STUBS).await;
+    let gw = gateway(fanout_lab::scenario::N_PLUS_ONE_GATEWAY, &s).await;
+    let hyper_addr = fanout_testkit::free_addr();
+    let mut hyper = Killed(
+        Command::new(baseline())
+            .args(["--listen", &hyper_addr.to_string()])
+            .envs(stub_vars(&s))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("hyper-aggregator starts"),
+    );
+    wait_listening(hyper_addr, &mut hyper.0, "hyper-aggregator").await;
+    let c = client(false);
+    let requests = fanout_lab::scenario::distinct_requests()
+        .into_iter()
+        .step_by(97)
+        .chain(
+            fanout_lab::scenario::identical_requests()
+                .into_iter()
+                .take(2),
+        )
+        .chain([fanout_load::RequestTemplate::get("/posts")]);
+    let mut compared = 0;
+    for r in requests {
+        let headers: Vec<(&str, &str)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        s.reset_stats();
+        let h = send(
+            &c,
+            Method::GET,
+            &format!("http://{hyper_addr}{}", r.path),
+            &headers,
+            "",
+        )
+        .await;
+        let baseline_calls = (calls(&s, "posts"), calls(&s, "users"));
+        let f = send(
+            &c,
+            Method::GET,
+            &format!("http://{}{}", gw.addr, r.path),
+            &headers,
+            "",
+        )
+        .await;
+        assert_eq!(
+            (f.status.as_u16(), h.status.as_u16()),
+            (200, 200),
+            "{}",
+            r.path
+        );
+        assert_eq!(f.json().as_array().map(Vec::len), Some(100), "{}", r.path);
+        assert_eq!(
+            f.text(),
+            h.text(),
+            "{}: fanout vs hyper-aggregator bytes",
+            r.path
+        );
+        assert_eq!(baseline_calls, (1, 10), "{}: the baseline's calls", r.path);
+        compared += 1;
+    }
+    assert!(compared >= 12, "compared {compared}");
+    let _ = gw.shutdown().await;
+    s.shutdown().await;
 }
 
 #[test]

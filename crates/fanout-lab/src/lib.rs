@@ -620,19 +620,24 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             std::fs::write(&f, yaml).map_err(io(&f))?;
         }
         let (bin, args) = match name.as_str() {
-            _ if variant.is_some() => (
-                opts.fanout_bin.clone(),
-                vec![
-                    "serve".into(),
-                    "--config".into(),
-                    opts.out.join(format!("{name}.yaml")).display().to_string(),
-                    "--listen".into(),
-                    addr.to_string(),
-                    // Targets run side by side: each admin listener on a port of its own.
-                    "--admin-listen".into(),
-                    "127.0.0.1:0".into(),
-                ],
-            ),
+            _ if variant.is_some() => {
+                // Targets run side by side: each admin listener on a port of its own (read for
+                // `NAME.status.json` at the end).
+                let a = free_addr().map_err(io(&opts.out))?;
+                admin = Some(a);
+                (
+                    opts.fanout_bin.clone(),
+                    vec![
+                        "serve".into(),
+                        "--config".into(),
+                        opts.out.join(format!("{name}.yaml")).display().to_string(),
+                        "--listen".into(),
+                        addr.to_string(),
+                        "--admin-listen".into(),
+                        a.to_string(),
+                    ],
+                )
+            }
             "java-threads" => match &java_classes {
                 Some(classes) => (java::java_bin(), java::args(classes, addr)),
                 None => unreachable_target(name)?,
@@ -714,15 +719,11 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
                 match external_fanout(n) {
                     Some((_, b)) => (PathBuf::from(b), args),
                     None => {
-                        // A models run reads the models' status from the admin listener.
-                        let a = if matches!(scenario.mode, Mode::Models(_)) {
-                            let a = free_addr().map_err(io(&opts.out))?;
-                            admin = Some(a);
-                            a.to_string()
-                        } else {
-                            "127.0.0.1:0".into()
-                        };
-                        args.extend(["--admin-listen".into(), a]);
+                        // The lab reads the status from the admin listener at the end (a
+                        // models run: the models'; every run: `NAME.status.json`).
+                        let a = free_addr().map_err(io(&opts.out))?;
+                        admin = Some(a);
+                        args.extend(["--admin-listen".into(), a.to_string()]);
                         (opts.fanout_bin.clone(), args)
                     }
                 }
@@ -804,6 +805,12 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
         {
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
             model_status.insert(t.name.clone(), v["models"].clone());
+            // The whole status as the run left it (coalescing's flow runs, dedup, backends);
+            // best effort: the measurements are done.
+            let f = opts.out.join(format!("{}.status.json", t.name));
+            if let Err(e) = std::fs::write(&f, &body) {
+                tracing::warn!("writing {}: {e}", f.display());
+            }
         }
         t.proc.stop().await;
         if t.name == "antispam-py" {
@@ -975,7 +982,13 @@ fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
 /// configs with each other (product-page-merging, hedging, slow-backend) keep dedup. A backend
 /// or route that states `dedup`/`coalesce` itself keeps its setting. (The lab's configs have no
 /// top-level `defaults:`; one in block style gets the lines inserted.)
+///
+/// A config that turns coalescing on itself (a top-level `defaults:` with `coalesce: true`) is
+/// kept as it is: it is a scenario's "what sharing saves" target (`n-plus-one-identical`).
 pub fn equal_work(yaml: &str, dedup_off: bool) -> String {
+    if states_coalescing(yaml) {
+        return yaml.to_string();
+    }
     let mut add = vec!["  coalesce: false"];
     if dedup_off {
         add.push("  dedup: false");
@@ -990,6 +1003,15 @@ pub fn equal_work(yaml: &str, dedup_off: bool) -> String {
         }
         None => format!("{yaml}\ndefaults:\n{}\n", add.join("\n")),
     }
+}
+
+/// Whether `yaml`'s top-level `defaults:` (block style) says `coalesce: true`.
+fn states_coalescing(yaml: &str) -> bool {
+    let mut lines = yaml.lines().skip_while(|l| l.trim_end() != "defaults:");
+    lines.next().is_some()
+        && lines
+            .take_while(|l| l.is_empty() || l.starts_with(' '))
+            .any(|l| l.trim() == "coalesce: true")
 }
 
 pub(crate) fn order(targets: usize, round: usize) -> Vec<usize> {
@@ -1328,9 +1350,25 @@ impl Lab {
         };
         let cap_of = |name: &str| caps.get(name).copied().filter(|c| *c > 0.0).unwrap_or(base);
         match self.scenario.mode.clone() {
-            Mode::Compare => {
+            Mode::Compare | Mode::CompareAt { .. } => {
+                // `--quick` (a debug build in the test suite) caps the fixed rate at the 80 %
+                // level: its trials check the shape, and an overloaded target answers nothing.
+                let fixed = match self.scenario.mode {
+                    Mode::CompareAt { rate } if self.opts.quick => Some(rate.min(base * 0.8)),
+                    Mode::CompareAt { rate } => Some(rate),
+                    _ => None,
+                };
                 for round in 0..self.plan.rounds {
                     for ti in order(self.targets.len(), round) {
+                        if let Some(rate) = fixed {
+                            self.trial(
+                                ti,
+                                "fixed-rate",
+                                round,
+                                Self::schedule(rate, self.plan.trial_s),
+                            )
+                            .await?;
+                        }
                         for (phase, f) in [("level-50", 0.5), ("level-80", 0.8)] {
                             self.trial(
                                 ti,
@@ -1707,6 +1745,13 @@ impl Lab {
             } else {
                 100.0
             };
+            // A quick run (a debug build whose 50 % level may be a few requests per second) takes
+            // its direct samples at 50/s at least, so it ends in seconds, not minutes.
+            let rate = if self.opts.quick {
+                rate.max(50.0)
+            } else {
+                rate
+            };
             let warmup = n / 10;
             let every = Duration::from_secs_f64(1.0 / rate);
             let t0 = tokio::time::Instant::now();
@@ -1807,6 +1852,12 @@ mod equal_work_tests {
             inserted,
             "defaults:\n  coalesce: false\n  timeout: 2s\nroutes: []\n"
         );
+        // A config that turns coalescing on itself is kept (a "what sharing saves" target).
+        let on = "routes: []\ndefaults:\n  timeout: 2s\n  coalesce: true\n";
+        assert_eq!(equal_work(on, true), on);
+        // ... but not a route's own `coalesce: true` (only the top-level defaults count).
+        let route = "routes:\n  - path: /x\n    coalesce: true\n";
+        assert!(equal_work(route, false).ends_with("\ndefaults:\n  coalesce: false\n"));
     }
 
     #[test]

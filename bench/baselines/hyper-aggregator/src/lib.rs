@@ -7,12 +7,14 @@
 //!
 //! - `GET /vacancies?text=…` — search, then each vacancy (at most 8 in flight, in search order).
 //! - `POST /product-page` — masks, recommendations (optional) and attribute batches, merged per id.
+//! - `GET /posts?page=N` — the lab's `n-plus-one` scenario: 100 posts, each joined with its user.
 //!
 //! The library holds everything runnable; the binary only parses arguments. Tests call [`serve`]
 //! with a [`Config`] pointing at in-process stubs.
 
 mod backend;
 mod error;
+mod posts;
 mod product_page;
 mod vacancies;
 
@@ -71,11 +73,15 @@ pub struct Config {
     pub stock: String,
     /// `MEDIA_ADDR`, default `127.0.0.1:9205`.
     pub media: String,
+    /// `POSTS_ADDR`, default `127.0.0.1:9601` (the lab's `n-plus-one` stubs).
+    pub posts: String,
+    /// `USERS_ADDR`, default `127.0.0.1:9602`.
+    pub users: String,
 }
 
 impl Config {
     /// Every variable with its default address, in field order.
-    pub const VARS: [(&'static str, &'static str); 7] = [
+    pub const VARS: [(&'static str, &'static str); 9] = [
         ("SEARCH_ADDR", "127.0.0.1:9101"),
         ("VACANCIES_ADDR", "127.0.0.1:9102"),
         ("MASKS_ADDR", "127.0.0.1:9201"),
@@ -83,6 +89,8 @@ impl Config {
         ("PRICE_ADDR", "127.0.0.1:9203"),
         ("STOCK_ADDR", "127.0.0.1:9204"),
         ("MEDIA_ADDR", "127.0.0.1:9205"),
+        ("POSTS_ADDR", "127.0.0.1:9601"),
+        ("USERS_ADDR", "127.0.0.1:9602"),
     ];
 
     /// Addresses from `lookup` (variable name → value); unset or empty variables take their
@@ -96,6 +104,8 @@ impl Config {
             price,
             stock,
             media,
+            posts,
+            users,
         ] = Self::VARS.map(|(var, default)| {
             lookup(var)
                 .filter(|v| !v.is_empty())
@@ -109,6 +119,8 @@ impl Config {
             price,
             stock,
             media,
+            posts,
+            users,
         }
     }
 
@@ -134,6 +146,8 @@ struct App {
     price: Backend,
     stock: Backend,
     media: Backend,
+    posts: Backend,
+    users: Backend,
 }
 
 impl App {
@@ -147,6 +161,8 @@ impl App {
             price: Backend::new("price", &cfg.price, ms(100)),
             stock: Backend::new("stock", &cfg.stock, ms(100)),
             media: Backend::new("media", &cfg.media, ms(100)),
+            posts: Backend::new("posts", &cfg.posts, ms(200)),
+            users: Backend::new("users", &cfg.users, ms(200)),
         }
     }
 
@@ -158,6 +174,8 @@ impl App {
             ("/vacancies", _) => Err(Error::method_not_allowed(&req, "GET")),
             ("/product-page", &Method::POST) => self.product_page(req, start).await,
             ("/product-page", _) => Err(Error::method_not_allowed(&req, "POST")),
+            ("/posts", &Method::GET) => self.posts(req, start).await,
+            ("/posts", _) => Err(Error::method_not_allowed(&req, "GET")),
             (path, _) => Err(Error::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -174,6 +192,11 @@ impl App {
     ) -> Result<Response<Body>, Error> {
         let deadline = deadline(req.headers(), start, Duration::from_millis(500))?;
         within(deadline, vacancies::run(self, req.uri().query(), deadline)).await
+    }
+
+    async fn posts(&self, req: Request<Incoming>, start: Instant) -> Result<Response<Body>, Error> {
+        let deadline = deadline(req.headers(), start, Duration::from_secs(1))?;
+        within(deadline, posts::run(self, req.uri().query(), deadline)).await
     }
 
     async fn product_page(

@@ -64,7 +64,9 @@ pub fn build(
         targets.insert(name.clone(), summary);
     }
     warnings.extend(scenario.mode.acceptance_warnings(&targets));
-    if matches!(scenario.mode, Mode::Compare) && scenario.variants.is_empty() {
+    if matches!(scenario.mode, Mode::Compare | Mode::CompareAt { .. })
+        && scenario.variants.is_empty()
+    {
         warnings.extend(unequal_work(&targets));
     }
     let acceptance = scenario.mode.acceptance(&targets, &opts.targets);
@@ -177,7 +179,7 @@ fn target_summary(
 /// Medians over the interleaved trials of each load level.
 fn levels(mine: &[&Trial]) -> Vec<Level> {
     let mut levels = Vec::new();
-    for level in ["level-50", "level-80"] {
+    for level in ["fixed-rate", "level-50", "level-80"] {
         let ts: Vec<&&Trial> = mine.iter().filter(|t| t.phase == level).collect();
         if ts.is_empty() {
             continue;

@@ -13,6 +13,7 @@ mod grpc_aggregate;
 mod hedging;
 mod hh_pools;
 mod hh_vacancies;
+mod n_plus_one;
 mod overload;
 mod parallel_calls;
 mod pg_one_query;
@@ -25,6 +26,9 @@ pub use antispam_models::{ANTISPAM_GATEWAY, ANTISPAM_PROTO};
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
 pub use hh_pools::{POOL_TARGETS, POOLS_GATEWAY, pools_phases};
+pub use n_plus_one::{
+    N_PLUS_ONE_GATEWAY, N_PLUS_ONE_STUBS, coalescing_config, distinct_requests, identical_requests,
+};
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
 pub use parallel_calls::{
     ARTICLE, ArticleRow, CALLS, PARALLEL_GATEWAY, PARALLEL_STUBS, article_row,
@@ -45,6 +49,12 @@ use std::path::{Path, PathBuf};
 pub enum Mode {
     /// Capacity search per target, then interleaved fixed-rate trials at fractions of capacity.
     Compare,
+    /// [`Mode::Compare`], plus an interleaved trial per target and round at a fixed offered
+    /// `rate` (phase `fixed-rate`) before the two levels (`--quick`: at most the 80 % level).
+    CompareAt {
+        /// Offered rate, req/s.
+        rate: f64,
+    },
     /// Capacity search, then one continuous run per target: 0.5× of its capacity, a ramp to 3×,
     /// 3×, then `tail`× — goodput, rejections, accepted latency per phase and time to recover.
     Overload {
@@ -287,7 +297,7 @@ fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
 }
 
 /// Names of the built-in scenarios.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 14] = [
     "hh-vacancies",
     "hh-pools",
     "product-page",
@@ -300,6 +310,8 @@ pub const NAMES: [&str; 12] = [
     "pg-one-query",
     "parallel-calls",
     "antispam-models",
+    "n-plus-one",
+    "n-plus-one-identical",
 ];
 
 /// Scenarios with their own entry point instead of a [`Scenario`] (no stubs, targets or load):
@@ -322,6 +334,8 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "pg-one-query" => pg_one_query::scenario(),
         "parallel-calls" => parallel_calls::scenario(),
         "antispam-models" => antispam_models::scenario(),
+        "n-plus-one" => n_plus_one::scenario(),
+        "n-plus-one-identical" => n_plus_one::identical(),
         _ => return None,
     })
 }
@@ -361,7 +375,11 @@ impl Mode {
                 Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
                 Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
                 // Computed with the run's models report (`crate::antispam::acceptance`).
-                Mode::Compare | Mode::ClosedLoop(_) | Mode::Models(_) | Mode::Pools(_) => {}
+                Mode::Compare
+                | Mode::CompareAt { .. }
+                | Mode::ClosedLoop(_)
+                | Mode::Models(_)
+                | Mode::Pools(_) => {}
             }
         }
         out
