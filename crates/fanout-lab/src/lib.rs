@@ -958,6 +958,13 @@ pub fn available_targets(s: &Scenario) -> Vec<String> {
             .map(|t| t.to_string()),
     );
     v.extend(s.variants.iter().map(|(n, _)| n.to_string()));
+    // A scenario's own `java-threads-N` targets (`hh-pools`); any other N runs too.
+    v.extend(
+        s.default_targets
+            .iter()
+            .filter(|t| pool_target_available(s, t))
+            .map(|t| t.to_string()),
+    );
     v
 }
 
