@@ -304,17 +304,8 @@ fn trial(round: usize, path: &str, r: &LoadReport, cpu: Option<f64>) -> Trial {
 }
 
 /// The median of `v` (0 when empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+fn median(v: Vec<f64>) -> f64 {
+    crate::report::Stat::of(v).median
 }
 
 /// Pair each round's trials, take the medians, check the acceptance lines.
