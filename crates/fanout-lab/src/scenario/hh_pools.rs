@@ -6,9 +6,7 @@
 
 use super::hh_vacancies::HH_STUBS;
 use super::{Mode, Pools, Scenario};
-use bytes::Bytes;
 use fanout_load::RequestTemplate;
-use http::Method;
 
 /// The example's gateway config with in-flight dedup off on both backends (equal work).
 pub const POOLS_GATEWAY: &str = include_str!("../scenarios/hh-pools.yaml");
@@ -26,12 +24,7 @@ pub const POOL_TARGETS: [&str; 5] = [
 /// vacancy calls are the same ids for every text; fanout's dedup is off for those).
 fn pools_requests() -> Vec<RequestTemplate> {
     (1..=64)
-        .map(|i| RequestTemplate {
-            method: Method::GET,
-            path: format!("/vacancies?text=q{i}"),
-            headers: vec![],
-            body: Bytes::new(),
-        })
+        .map(|i| RequestTemplate::get(format!("/vacancies?text=q{i}")))
         .collect()
 }
 

@@ -38,9 +38,7 @@ pub use pool_overload::{POOL_GATEWAY, POOL_SCHEMA};
 pub use slow_backend::{SLOW_GATEWAY, SLOW_STUBS, slow_backend_phases};
 
 use crate::report::{Acceptance, TargetSummary};
-use bytes::Bytes;
 use fanout_load::{Protocol, RequestTemplate};
-use http::Method;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -287,12 +285,7 @@ impl Scenario {
 /// identical calls (fanout's in-flight dedup would merge those).
 fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
     (first..first + 64)
-        .map(|i| RequestTemplate {
-            method: Method::GET,
-            path: format!("{path}?id={i}"),
-            headers: vec![],
-            body: Bytes::new(),
-        })
+        .map(|i| RequestTemplate::get(format!("{path}?id={i}")))
         .collect()
 }
 
@@ -426,7 +419,7 @@ mod tests {
                 );
                 let _ = std::fs::remove_dir_all(&dir);
                 for r in &s.requests {
-                    assert_eq!(r.method, Method::POST);
+                    assert_eq!(r.method, http::Method::POST);
                     assert!(r.path.starts_with('/') && r.body.len() > 5, "{name}: {r:?}");
                 }
             } else {

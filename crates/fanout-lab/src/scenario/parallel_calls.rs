@@ -7,9 +7,7 @@
 //! acceptance lines: the table is the result, beside the article's own figures.
 
 use super::{ClosedLoop, Mode, Scenario};
-use bytes::Bytes;
 use fanout_load::RequestTemplate;
-use http::Method;
 use serde::Serialize;
 
 /// The stub: one route, a fixed 1.5 ms.
@@ -100,15 +98,6 @@ pub fn article_row(cpus: usize, clients: usize) -> Option<(ArticleRow, bool)> {
     }
 }
 
-fn get(path: &str) -> RequestTemplate {
-    RequestTemplate {
-        method: Method::GET,
-        path: path.into(),
-        headers: vec![],
-        body: Bytes::new(),
-    }
-}
-
 /// The scenario.
 pub(super) fn scenario() -> Scenario {
     Scenario {
@@ -116,7 +105,10 @@ pub(super) fn scenario() -> Scenario {
         about: "the Kotlin article's experiment: 100 calls to a 1.5 ms stub per operation, sequential (one after the other) or parallel (all at once), 1 and 6 closed-loop clients; fanout vs Java blocking threads and Java virtual threads",
         stubs: PARALLEL_STUBS,
         gateway: PARALLEL_GATEWAY,
-        requests: vec![get("/sequential"), get("/parallel")],
+        requests: vec![
+            RequestTemplate::get("/sequential"),
+            RequestTemplate::get("/parallel"),
+        ],
         mode: Mode::ClosedLoop(ClosedLoop {
             routes: &[("sequential", "/sequential"), ("parallel", "/parallel")],
             clients: &[1, 6],

@@ -4,9 +4,7 @@
 //! interleaved like `hh-vacancies`.
 
 use super::{Database, Mode, Scenario};
-use bytes::Bytes;
 use fanout_load::RequestTemplate;
-use http::Method;
 
 /// The fanout config.
 pub const PG_ONE_GATEWAY: &str = include_str!("../scenarios/pg-one-query.yaml");
@@ -22,12 +20,7 @@ pub(super) fn scenario() -> Scenario {
         gateway: PG_ONE_GATEWAY,
         // 1000 different users: concurrent requests rarely ask for the same one.
         requests: (1..=1000)
-            .map(|i| RequestTemplate {
-                method: Method::GET,
-                path: format!("/users/{i}"),
-                headers: vec![],
-                body: Bytes::new(),
-            })
+            .map(|i| RequestTemplate::get(format!("/users/{i}")))
             .collect(),
         mode: Mode::Compare,
         slo_p99_ms: 50.0,

@@ -8,9 +8,7 @@
 //! `overload` scenario's (goodput at 3×, accepted p99, rejections at once, recovery).
 
 use super::{Database, Mode, Scenario};
-use bytes::Bytes;
 use fanout_load::RequestTemplate;
-use http::Method;
 
 /// The fanout config.
 pub const POOL_GATEWAY: &str = include_str!("../scenarios/pool-overload.yaml");
@@ -25,12 +23,7 @@ pub(super) fn scenario() -> Scenario {
         stubs: "",
         gateway: POOL_GATEWAY,
         requests: (0..64)
-            .map(|i| RequestTemplate {
-                method: Method::GET,
-                path: format!("/report/{i}"),
-                headers: vec![],
-                body: Bytes::new(),
-            })
+            .map(|i| RequestTemplate::get(format!("/report/{i}")))
             .collect(),
         // The acceptance: full service within 1 s after the load drops.
         mode: Mode::Overload {
