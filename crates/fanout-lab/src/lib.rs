@@ -744,7 +744,15 @@ pub async fn run(mut opts: LabOptions) -> Result<report::LabReport, LabError> {
             // A grpcio server answers no HTTP/1.1 probe; it listens once its models are loaded.
             p.wait_listening(addr, Duration::from_secs(60)).await?;
         } else {
-            p.wait_ready(addr, &probe, Duration::from_secs(15)).await?;
+            // A `java-threads-N` target starts its 2 × N pool threads before it listens
+            // (`--prestart`): 8 192 threads for N = 4 096 take well over 15 s on a loaded
+            // 2-core machine.
+            let within = if java::pool_size(name).is_some() {
+                Duration::from_secs(120)
+            } else {
+                Duration::from_secs(15)
+            };
+            p.wait_ready(addr, &probe, within).await?;
         }
         let pid = p.pid().unwrap_or(0);
         targets.push(Target {
