@@ -1029,6 +1029,22 @@ fn states_coalescing(yaml: &str) -> bool {
             .any(|l| l.trim() == "coalesce: true")
 }
 
+/// Replace a stub route's behaviour through the stub's admin API (`PUT /__stub/routes`); the
+/// error is the call's outcome when it was not a 200.
+async fn put_stub_route(addr: SocketAddr, body: &serde_json::Value) -> Result<(), String> {
+    match http::call(
+        ::http::Method::PUT,
+        addr,
+        "/__stub/routes",
+        Some(body.to_string()),
+    )
+    .await
+    {
+        Ok((200, _)) => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
 pub(crate) fn order(targets: usize, round: usize) -> Vec<usize> {
     // A B, B A, A B, … (ABBA interleaving).
     let mut v: Vec<usize> = (0..targets).collect();
@@ -1502,19 +1518,11 @@ impl Lab {
                 "latency": format!("{latency_ms}ms"),
                 "faults": [],
             });
-            match http::call(
-                ::http::Method::PUT,
-                addr,
-                "/__stub/routes",
-                Some(body.to_string()),
-            )
-            .await
-            {
-                Ok((200, _)) => {}
-                other => self.warnings.push(format!(
-                    "switching {} `{}` to {latency_ms} ms failed: {other:?}",
+            if let Err(e) = put_stub_route(addr, &body).await {
+                self.warnings.push(format!(
+                    "switching {} `{}` to {latency_ms} ms failed: {e}",
                     p.service, p.route
-                )),
+                ));
             }
             if stage == "restore" {
                 break;
@@ -1681,19 +1689,11 @@ impl Lab {
         for (stage, update) in scenario::slow_backend_phases(sb) {
             let mut body = update;
             body["route"] = serde_json::Value::from(sb.route);
-            match http::call(
-                ::http::Method::PUT,
-                addr,
-                "/__stub/routes",
-                Some(body.to_string()),
-            )
-            .await
-            {
-                Ok((200, _)) => {}
-                other => self.warnings.push(format!(
-                    "switching {} `{}` to `{stage}` failed: {other:?}",
+            if let Err(e) = put_stub_route(addr, &body).await {
+                self.warnings.push(format!(
+                    "switching {} `{}` to `{stage}` failed: {e}",
                     sb.service, sb.route
-                )),
+                ));
             }
             let loads = sb
                 .routes

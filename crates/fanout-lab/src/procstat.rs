@@ -71,8 +71,8 @@ fn task_ctx_switches(pid: u32) -> Option<u64> {
     Some(total)
 }
 
-/// Read a process's current figures; `None` when it is gone.
-pub fn sample(pid: u32) -> Option<ProcSample> {
+/// `(utime + stime in ticks, threads)` from `/proc/PID/stat`; `None` when the process is gone.
+fn read_stat(pid: u32) -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which is in parentheses and may contain spaces).
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -81,20 +81,29 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
     let threads: u64 = f.get(17)?.parse().ok()?;
+    Some((utime + stime, threads))
+}
+
+/// A `NAME: value …` line of `/proc/PID/status` as a number (0 when absent).
+fn status_field(status: &str, name: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Read a process's current figures; `None` when it is gone.
+pub fn sample(pid: u32) -> Option<ProcSample> {
+    let (ticks, threads) = read_stat(pid)?;
     // Prefer the scheduler's nanosecond run time summed over threads; ticks are 10 ms coarse.
     let cpu_us = schedstat_ns(pid)
         .map(|ns| ns / 1000)
-        .unwrap_or((utime + stime) * 1_000_000 / clock_ticks());
+        .unwrap_or(ticks * 1_000_000 / clock_ticks());
 
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let field = |name: &str| status_field(&status, name);
     let rss_bytes = field("VmRSS:") * 1024;
     // /proc/PID/status counts the main thread's switches only; sum over every thread.
     let ctx_switches = task_ctx_switches(pid).unwrap_or_else(|| {
@@ -118,23 +127,12 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
 /// sampling a process of thousands of threads often (`hh-pools`): [`sample`] reads two files per
 /// thread, 16 000 reads for a JVM of 8 000 threads, on the generator's runtime.
 pub fn sample_light(pid: u32) -> Option<ProcSample> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    let threads: u64 = f.get(17)?.parse().ok()?;
+    let (ticks, threads) = read_stat(pid)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     Some(ProcSample {
         t: 0.0,
-        cpu_us: (utime + stime) * 1_000_000 / clock_ticks(),
-        rss_bytes: rss_kb * 1024,
+        cpu_us: ticks * 1_000_000 / clock_ticks(),
+        rss_bytes: status_field(&status, "VmRSS:") * 1024,
         threads,
         ctx_switches: 0,
         fds: 0,
@@ -147,12 +145,8 @@ pub fn sample_light(pid: u32) -> Option<ProcSample> {
 /// once it exits — a JVM whose pools retire idle threads (the JDK HttpClient's cached executor
 /// after 60 s) would seem to use less CPU over a window, even none. For windows of seconds.
 pub fn cpu_total_us(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) * 1_000_000 / clock_ticks())
+    let (ticks, _) = read_stat(pid)?;
+    Some(ticks * 1_000_000 / clock_ticks())
 }
 
 /// Samples a process periodically in a background task until dropped or stopped.
