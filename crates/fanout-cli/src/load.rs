@@ -34,6 +34,8 @@ pub struct LoadArgs {
     pub open_connections: usize,
     /// Per-request timeout (a bare number is milliseconds).
     pub timeout: String,
+    /// Every request with its own `x-request-id` ([`DISTINCT_REQUEST_IDS`] values in turn).
+    pub distinct_request_ids: bool,
     /// Thresholds.
     pub thresholds: Vec<String>,
     /// JSON output file.
@@ -61,12 +63,17 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
         .map_err(|_| anyhow::anyhow!("--method `{}` is not an HTTP method", a.method))?;
     let timeout = parse_timeout(&a.timeout)?;
     let mut spec = LoadSpec::new(scheme_host, schedule);
-    spec.requests = vec![RequestTemplate {
+    let template = RequestTemplate {
         method,
         path,
         headers,
         body: bytes::Bytes::from(a.body.unwrap_or_default()),
-    }];
+    };
+    spec.requests = if a.distinct_request_ids {
+        with_request_ids(&template)?
+    } else {
+        vec![template]
+    };
     spec.protocol = if a.http2 {
         Protocol::Http2
     } else {
@@ -80,6 +87,29 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     spec.timeout = timeout;
     spec.drain = timeout;
     execute(&spec, &a.url, &thresholds, a.json.as_deref()).await
+}
+
+/// How many `x-request-id` values `--distinct-request-ids` sends in turn: far more than the
+/// requests one run keeps in flight, so concurrent requests never share one.
+pub const DISTINCT_REQUEST_IDS: usize = 1024;
+
+/// `--distinct-request-ids`: the template [`DISTINCT_REQUEST_IDS`] times, each with its own
+/// `x-request-id` (`load-0001` …); an `x-request-id` given with -H is an error (which one wins?).
+fn with_request_ids(t: &RequestTemplate) -> anyhow::Result<Vec<RequestTemplate>> {
+    if t.headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("x-request-id"))
+    {
+        bail!("--distinct-request-ids sets x-request-id itself: leave -H 'x-request-id: …' out");
+    }
+    Ok((1..=DISTINCT_REQUEST_IDS)
+        .map(|n| {
+            let mut r = t.clone();
+            r.headers
+                .push(("x-request-id".into(), format!("load-{n:04}")));
+            r
+        })
+        .collect())
 }
 
 /// `--grpc`: the same run with one unary gRPC call built from the `.proto` files.

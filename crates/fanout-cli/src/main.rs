@@ -174,6 +174,10 @@ enum Cmd {
         /// Per-request timeout, e.g. `10s`, `500ms`, `1m30s`; a bare number is milliseconds.
         #[arg(long, default_value = "10s")]
         timeout: String,
+        /// Give every request its own `x-request-id` (`load-0001` … `load-1024`, in turn), as
+        /// distinct clients would: a gateway that keys shared work by all headers cannot share.
+        #[arg(long)]
+        distinct_request_ids: bool,
         /// Pass/fail threshold, e.g. `p99<50ms`, `errors<1%`, `rate>=950` (repeatable; exit 2 on
         /// failure). A latency limit without a unit is in milliseconds.
         #[arg(long)]
@@ -499,6 +503,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             connections,
             open_connections,
             timeout,
+            distinct_request_ids,
             threshold,
             json,
         } => {
@@ -515,6 +520,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 connections,
                 open_connections,
                 timeout,
+                distinct_request_ids,
                 thresholds: threshold,
                 json,
             }))?;
