@@ -1,6 +1,8 @@
-//! The outbound HTTP client: one pooled hyper client per backend (HTTP/1.1 keep-alive or HTTP/2,
-//! TLS via rustls); each call's address is chosen by the backend's balancer (P2C peak-EWMA or
-//! round robin, with outlier ejection: [`crate::balance`]). Implements [`Backend`].
+//! The outbound HTTP client: each call's address is chosen by the backend's balancer (P2C
+//! peak-EWMA or round robin, with outlier ejection: [`crate::balance`]); a plain `http://` address
+//! of an HTTP/1.1 backend has fanout's own keep-alive pool ([`crate::h1pool`]: no per-call pool
+//! key, no task per answer), `https://` and HTTP/2 ones one pooled hyper-util client per backend
+//! (TLS via rustls, ALPN, multiplexing). Implements [`Backend`].
 //!
 //! `protocol: grpc` backends use the same client over HTTP/2 with keepalive PINGs (a frozen peer
 //! closes its connection after `keepalive.interval + keepalive.timeout`, failing its calls at
@@ -16,6 +18,7 @@
 //! timeout failure of the address, one dropped earlier as cancelled.
 
 use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
+use crate::h1pool::H1Pool;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
@@ -45,6 +48,9 @@ struct Base {
     /// when it is not the scheme's default), made once — as hyper's client would make it for
     /// every request.
     host: Option<HeaderValue>,
+    /// An HTTP/1 `http://` address: fanout's own keep-alive pool ([`H1Pool`]); `None`: the
+    /// legacy client (TLS, HTTP/2).
+    h1: Option<Arc<H1Pool>>,
 }
 
 impl Base {
@@ -70,10 +76,12 @@ impl Base {
             path: path.to_string(),
             parsed,
             host,
+            h1: None,
         }
     }
 
     /// The URI of a call to `path_and_query` at this address, or (the address, why not).
+    /// Requests on an [`H1Pool`] carry it in origin form ([`origin_form`]).
     fn uri(&self, path_and_query: String) -> Result<Uri, (String, String)> {
         let Some((scheme, authority)) = &self.parsed else {
             let text = format!("{}{}{path_and_query}", self.origin, self.path);
@@ -94,6 +102,13 @@ impl Base {
         parts.path_and_query = Some(pq);
         Uri::from_parts(parts).map_err(|e| (invalid(), e.to_string()))
     }
+}
+
+/// The origin form of `uri` (its path and query), as an HTTP/1 request line carries it.
+fn origin_form(uri: &Uri) -> Uri {
+    let mut parts = http::uri::Parts::default();
+    parts.path_and_query = uri.path_and_query().cloned();
+    Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
 }
 
 /// An HTTP backend.
@@ -186,6 +201,21 @@ impl HttpBackend {
             cb.http2_keep_alive_interval(Some(k.interval.0))
                 .http2_keep_alive_timeout(k.timeout.0)
                 .http2_keep_alive_while_idle(k.while_idle);
+        }
+        if cfg.protocol == Protocol::Http1 {
+            let connect_timeout = cfg.connect_timeout.unwrap_or(defaults.connect_timeout).0;
+            for b in &mut bases {
+                if let Some((scheme, authority)) = &b.parsed
+                    && *scheme == Scheme::HTTP
+                {
+                    b.h1 = Some(H1Pool::new(
+                        authority,
+                        cfg.pool_max_idle,
+                        cfg.pool_idle_timeout.0,
+                        connect_timeout,
+                    ));
+                }
+            }
         }
         let policy = BalancePolicy::from_config(&cfg.balance, &cfg.outlier);
         let balancer = BalanceState::new(bases.len(), policy, Instant::now());
@@ -345,6 +375,40 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         src = inner.source();
     }
     s
+}
+
+/// Send one request on fanout's own HTTP/1 pool and read its answer, at most `limit` bytes of
+/// body; the connection goes back to the pool once the answer is read to the end.
+async fn exchange_h1(
+    pool: Arc<H1Pool>,
+    request: Request<Full<Bytes>>,
+    uri: Uri,
+    limit: usize,
+) -> Result<CallResponse, CallError> {
+    let (resp, conn) = pool.send(request).await.map_err(|e| {
+        let kind = if e.is_connect() {
+            CallErrorKind::Connect
+        } else {
+            CallErrorKind::Reset
+        };
+        CallError::new(kind, format!("{uri}: {}", describe(&e))).with_source(e)
+    })?;
+    let (parts, body) = resp.into_parts();
+    let body = Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| {
+            read_failure(&*e, || {
+                format!("answer larger than max_response_bytes ({limit})")
+            })
+        })?
+        .to_bytes();
+    pool.put(conn);
+    Ok(CallResponse {
+        status: parts.status,
+        body,
+        value: None,
+    })
 }
 
 /// Send one request and read its answer, at most `limit` bytes of body (gRPC: one message of
@@ -551,9 +615,13 @@ impl Backend for HttpBackend {
         } else {
             http_call.method
         };
+        let h1 = base.and_then(|b| b.h1.clone()).filter(|_| grpc.is_none());
         let mut builder = Request::builder().method(method);
         if let Ok(u) = &uri {
-            builder = builder.uri(u.clone());
+            builder = builder.uri(match h1 {
+                Some(_) => origin_form(u),
+                None => u.clone(),
+            });
         }
         if let Some(h) = builder.headers_mut() {
             for (k, v) in &self.headers {
@@ -614,13 +682,19 @@ impl Backend for HttpBackend {
                 return Box::pin(async move { Err(e) });
             }
         };
-        let exchange = exchange(
-            self.client.clone(),
-            request,
-            uri,
-            self.max_response_bytes,
-            grpc,
-        );
+        let limit = self.max_response_bytes;
+        let exchange = match h1 {
+            Some(pool) => {
+                futures_util::future::Either::Left(exchange_h1(pool, request, uri, limit))
+            }
+            None => futures_util::future::Either::Right(exchange(
+                self.client.clone(),
+                request,
+                uri,
+                limit,
+                grpc,
+            )),
+        };
         Box::pin(async move {
             let result = exchange.await;
             if let Some(span) = span {

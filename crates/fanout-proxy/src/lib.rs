@@ -13,6 +13,7 @@ pub(crate) mod coalesce;
 pub mod conn;
 pub mod errlog;
 mod grpc;
+mod h1pool;
 pub mod health;
 pub mod l2;
 pub mod limiter;

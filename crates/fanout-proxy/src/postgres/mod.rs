@@ -6,8 +6,8 @@
 //!   once: `pool_exhausted`) and by min(the call's time, `max_wait`).
 //! - **A call past its time** (its deadline, or its request gone) has its statement cancelled at
 //!   the server (a CancelRequest on a new connection); the connection keeps its pool slot until an
-//!   empty statement after the cancelled one has come back — then it is known idle and reused —
-//!   or it is closed. `statement_timeout` is set on every connection as the server's backstop.
+//!   empty statement after the cancelled one has come back — then it is known idle, and reused if
+//!   the server confirmed the cancel by closing its connection — or it is closed. `statement_timeout` is set on every connection as the server's backstop.
 //! - **A database that cannot be reached** fails calls at once (`database_unavailable`) while a
 //!   background task reconnects with backoff; readiness says which database is down.
 //! - **Answers** are values `{"rows": [...], "rows_affected": N}` built from the wire format
@@ -434,27 +434,39 @@ impl Drop for InUse {
         rt.spawn(async move {
             let _slot = permit;
             let token = conn.client.cancel_token();
-            let sent = match &pool.connector {
-                Connector::Plain => {
-                    tokio::time::timeout(
-                        pool.connect_timeout,
-                        token.cancel_query(tokio_postgres::NoTls),
-                    )
-                    .await
+            // Confirmed: the server closed the cancel request's connection, so the backend has
+            // been signalled already — a signal still on its way could otherwise cancel the
+            // *next* statement on this connection (a statement that had just finished when the
+            // request arrived). Unconfirmed cancels (TLS, several or Unix-socket hosts, or no
+            // close in time) leave the connection to be closed.
+            let cancel = tokio::time::timeout(pool.connect_timeout, async {
+                match &pool.connector {
+                    Connector::Plain => match single_tcp_host(&pool.pg) {
+                        Some((host, port)) => cancel_confirmed(&token, host, port).await,
+                        None => token.cancel_query(tokio_postgres::NoTls).await.map(|()| false).map_err(|e| e.to_string()),
+                    },
+                    Connector::Tls(t) => token.cancel_query(t.clone()).await.map(|()| false).map_err(|e| e.to_string()),
                 }
-                Connector::Tls(t) => {
-                    tokio::time::timeout(pool.connect_timeout, token.cancel_query(t.clone())).await
+            })
+            .await;
+            let confirmed = match cancel {
+                Ok(Ok(confirmed)) => confirmed,
+                Ok(Err(e)) => {
+                    tracing::warn!(database = %pool.name, error = %e, "could not send the cancel request of a statement past its deadline; closing its connection");
+                    false
+                }
+                Err(_) => {
+                    tracing::warn!(database = %pool.name, "the cancel request of a statement past its deadline was not done within connect_timeout; closing its connection");
+                    false
                 }
             };
-            if !matches!(sent, Ok(Ok(()))) {
-                tracing::warn!(database = %pool.name, "could not send the cancel request of a statement past its deadline; closing its connection");
-            }
             // An empty statement answers after the cancelled one has ended: then the connection
-            // is idle. If it does not come back soon, close the connection (the server ends the
-            // statement itself: statement_timeout).
+            // is idle (and, with the cancel confirmed, safe to reuse). If it does not come back
+            // soon, close the connection (the server ends the statement itself:
+            // statement_timeout). The slot is held until then either way.
             let grace = pool.connect_timeout.max(Duration::from_secs(1));
             match tokio::time::timeout(grace, conn.client.simple_query("")).await {
-                Ok(Ok(_)) if matches!(sent, Ok(Ok(()))) => {
+                Ok(Ok(_)) if confirmed => {
                     let mut conn = conn;
                     conn.idle_since = Instant::now();
                     lock(&pool.idle).push(conn);
@@ -465,6 +477,40 @@ impl Drop for InUse {
                 }
             }
         });
+    }
+}
+
+/// The host and port of a config naming exactly one TCP host (`None`: several, or a Unix socket).
+fn single_tcp_host(pg: &tokio_postgres::Config) -> Option<(&str, u16)> {
+    match pg.get_hosts() {
+        [tokio_postgres::config::Host::Tcp(h)] => {
+            Some((h.as_str(), pg.get_ports().first().copied().unwrap_or(5432)))
+        }
+        _ => None,
+    }
+}
+
+/// Send a CancelRequest over plain TCP and wait until the server closes that connection, which
+/// it does after signalling the statement's backend: `Ok(true)`.
+async fn cancel_confirmed(
+    token: &tokio_postgres::CancelToken,
+    host: &str,
+    port: u16,
+) -> Result<bool, String> {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| e.to_string())?;
+    token
+        .cancel_query_raw(&mut stream, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return Ok(true),
+            Ok(_) => {}
+        }
     }
 }
 
