@@ -516,10 +516,15 @@ impl Native {
             },
             Native::ToNumber(inner) => match inner.eval_at(input, env, limits, level)? {
                 v @ Val::Num(_) => Ok(v),
-                Val::TStr(b) | Val::BStr(b)
-                    if b.len() <= MAX_NATIVE_NUMBER
-                        && !b.iter().any(|c| *c == b'[' || *c == b'{') =>
-                {
+                Val::TStr(b) | Val::BStr(b) => {
+                    // The common case, a path parameter or header holding a plain integer,
+                    // without the JSON reader (what it would make of it: an `Int`).
+                    if let Some(i) = plain_int(&b) {
+                        return Ok(Val::Num(jaq_json::Num::Int(i)));
+                    }
+                    if b.len() > MAX_NATIVE_NUMBER || b.iter().any(|c| *c == b'[' || *c == b'{') {
+                        return Err(not_native());
+                    }
                     // jq's `tonumber` is `fromjson` for strings: the same reader; exactly one
                     // number is ours, anything else (several values, an error) the interpreter's.
                     let mut values = jaq_json::read::parse_many(&b);
@@ -690,6 +695,28 @@ fn type_name(v: &Val) -> &'static str {
         Val::Arr(_) => "array",
         Val::Obj(_) => "object",
     }
+}
+
+/// `text` as an integer when it is one in canonical JSON form (`0`, or an optional `-` and 1 to
+/// 18 digits without a leading zero — `-0` excepted, which keeps its text): the `Int` the JSON
+/// reader would make of it.
+fn plain_int(text: &[u8]) -> Option<isize> {
+    let (neg, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let ok = match digits {
+        [b'0'] => !neg,
+        [b'1'..=b'9', rest @ ..] => rest.len() < 18 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !ok {
+        return None;
+    }
+    let n = digits
+        .iter()
+        .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+    isize::try_from(if neg { -n } else { n }).ok()
 }
 
 fn walk(v: &Val, segs: &[Seg]) -> Result<Val, EvalError> {

@@ -683,24 +683,13 @@ impl Backend for HttpBackend {
             }
         };
         let limit = self.max_response_bytes;
-        let exchange = match h1 {
-            Some(pool) => {
-                futures_util::future::Either::Left(exchange_h1(pool, request, uri, limit))
-            }
-            None => futures_util::future::Either::Right(exchange(
-                self.client.clone(),
-                request,
-                uri,
-                limit,
-                grpc,
-            )),
-        };
-        Box::pin(async move {
-            let result = exchange.await;
+        // How the call ended, for the span and the balancer (a call dropped before it ends is
+        // reported by `Claim`'s drop).
+        let done = move |result: Result<CallResponse, CallError>| {
             if let Some(span) = span {
                 span.end(result.as_ref().map(|r| r.status));
             }
-            if let Some(claim) = &mut claim {
+            if let Some(mut claim) = claim {
                 let outcome = match CallOutcome::of(&result) {
                     // A budget used up elsewhere: not the address's fault.
                     CallOutcome::Failed(CallErrorKind::Timeout)
@@ -717,6 +706,16 @@ impl Backend for HttpBackend {
                 claim.finish(outcome);
             }
             result
-        })
+        };
+        // The exchange's future is made inside the boxed one (not made here and moved in).
+        match h1 {
+            Some(pool) => {
+                Box::pin(async move { done(exchange_h1(pool, request, uri, limit).await) })
+            }
+            None => {
+                let client = self.client.clone();
+                Box::pin(async move { done(exchange(client, request, uri, limit, grpc).await) })
+            }
+        }
     }
 }
