@@ -7,7 +7,8 @@
 //! - **A call past its time** (its deadline, or its request gone) has its statement cancelled at
 //!   the server (a CancelRequest on a new connection); the connection keeps its pool slot until an
 //!   empty statement after the cancelled one has come back — then it is known idle, and reused if
-//!   the server confirmed the cancel by closing its connection — or it is closed. `statement_timeout` is set on every connection as the server's backstop.
+//!   the server confirmed the cancel by closing its connection — or it is closed.
+//!   `statement_timeout` is set on every connection as the server's backstop.
 //! - **A database that cannot be reached** fails calls at once (`database_unavailable`) while a
 //!   background task reconnects with backoff; readiness says which database is down.
 //! - **Answers** are values `{"rows": [...], "rows_affected": N}` built from the wire format
@@ -440,23 +441,30 @@ impl Drop for InUse {
             // request arrived). Unconfirmed cancels (TLS, several or Unix-socket hosts, or no
             // close in time) leave the connection to be closed.
             let cancel = tokio::time::timeout(pool.connect_timeout, async {
-                match &pool.connector {
+                let sent = match &pool.connector {
                     Connector::Plain => match single_tcp_host(&pool.pg) {
-                        Some((host, port)) => cancel_confirmed(&token, host, port).await,
-                        None => token.cancel_query(tokio_postgres::NoTls).await.map(|()| false).map_err(|e| e.to_string()),
+                        Some((host, port)) => return cancel_confirmed(&token, host, port).await,
+                        None => token.cancel_query(tokio_postgres::NoTls).await,
                     },
-                    Connector::Tls(t) => token.cancel_query(t.clone()).await.map(|()| false).map_err(|e| e.to_string()),
-                }
+                    Connector::Tls(t) => token.cancel_query(t.clone()).await,
+                };
+                sent.map(|()| false).map_err(|e| e.to_string())
             })
             .await;
             let confirmed = match cancel {
                 Ok(Ok(confirmed)) => confirmed,
                 Ok(Err(e)) => {
-                    tracing::warn!(database = %pool.name, error = %e, "could not send the cancel request of a statement past its deadline; closing its connection");
+                    tracing::warn!(
+                        database = %pool.name, error = %e,
+                        "could not send the cancel request of a statement past its deadline; closing its connection"
+                    );
                     false
                 }
                 Err(_) => {
-                    tracing::warn!(database = %pool.name, "the cancel request of a statement past its deadline was not done within connect_timeout; closing its connection");
+                    tracing::warn!(
+                        database = %pool.name,
+                        "the cancel request of a statement past its deadline was not done within connect_timeout; closing its connection"
+                    );
                     false
                 }
             };
