@@ -394,15 +394,7 @@ async fn exchange_h1(
         CallError::new(kind, format!("{uri}: {}", describe(&e))).with_source(e)
     })?;
     let (parts, body) = resp.into_parts();
-    let body = Limited::new(body, limit)
-        .collect()
-        .await
-        .map_err(|e| {
-            read_failure(&*e, || {
-                format!("answer larger than max_response_bytes ({limit})")
-            })
-        })?
-        .to_bytes();
+    let body = read_body(body, limit).await?;
     pool.put(conn);
     Ok(CallResponse {
         status: parts.status,
@@ -427,7 +419,17 @@ async fn exchange(
         CallError::new(classify(&e), format!("{uri}: {}", describe(&e))).with_source(e)
     })?;
     let (parts, body) = resp.into_parts();
-    let body = Limited::new(body, limit)
+    let body = read_body(body, limit).await?;
+    Ok(CallResponse {
+        status: parts.status,
+        body,
+        value: None,
+    })
+}
+
+/// An answer's whole body, at most `limit` bytes (`max_response_bytes`).
+async fn read_body(body: hyper::body::Incoming, limit: usize) -> Result<Bytes, CallError> {
+    Ok(Limited::new(body, limit)
         .collect()
         .await
         .map_err(|e| {
@@ -435,12 +437,7 @@ async fn exchange(
                 format!("answer larger than max_response_bytes ({limit})")
             })
         })?
-        .to_bytes();
-    Ok(CallResponse {
-        status: parts.status,
-        body,
-        value: None,
-    })
+        .to_bytes())
 }
 
 /// The error of an answer body that could not be read: too large (`too_large` says by which
