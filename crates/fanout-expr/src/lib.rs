@@ -769,6 +769,11 @@ mod tests {
             "{}",
             "{\"k\":1,\"l\":2}",
             "{\"k\":\"s\"}",
+            "[[1,2],null,[3]]",
+            "[null]",
+            "[[],[]]",
+            "{\"p\":[1],\"q\":[2,3]}",
+            "[[1],\"s\"]",
         ];
         let exprs = [
             "$a + $b",
@@ -800,6 +805,14 @@ mod tests {
             "def length: 7; $a | length",
             "([$a[]] | add / length) as $p | {p: $p, big: ($p > 0.5)}",
             "{x: $a, y: $b} as $s | [$s[]] | add",
+            "$a | map(. + 1)",
+            "$a | map({v: ., b: $b})",
+            "$a | map(length)",
+            "$a | map(map(.))",
+            "$a | transpose",
+            "[$a, $b] | transpose",
+            "[$a, $b] | transpose | map({x: .[0], y: .[1]})",
+            "def transpose: 6; $a | transpose",
         ];
         let input = v(r#"{"in":1}"#);
         for src in exprs {
@@ -828,6 +841,7 @@ mod tests {
             "def f: f; f",
             "def f(g): g; f(1)",
             "def add(f): 1; add",
+            "def map(f): 5; $a | map(.)",
             "$a[]",
             "[$a[] | . + 1]",
             &format!("def f0: 1; {chain}f20"),
@@ -837,6 +851,45 @@ mod tests {
                 "{src} is for the interpreter"
             );
         }
+    }
+
+    /// `map` does work in proportion to its data: past `inline_ops` the native form hands the
+    /// evaluation to the interpreter, which yields to the compute pool inline and answers there.
+    #[test]
+    fn native_map_beyond_the_inline_cap_is_the_interpreters() {
+        let e = Expr::compile("$a | map($a | map(. + 1) | length)", &["a"]).unwrap();
+        assert!(e.is_native());
+        let a = v(&format!(
+            "[{}]",
+            (0..300)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+        let limits = EvalLimits {
+            inline_ops: 50_000,
+            ..EvalLimits::default()
+        };
+        let budget = Budget::unlimited_time(limits);
+        let inline = e.eval_in(&Val::Null, |_| a.clone(), &budget, Mode::Inline);
+        assert_eq!(inline.map_err(|e| e.kind()), Err(EvalErrorKind::Yield));
+        let used = budget.used_ops();
+        assert!(used > 0, "the interpreter charged the request's budget");
+        let out = e
+            .eval_in(&Val::Null, |_| a.clone(), &budget, Mode::Offload)
+            .unwrap();
+        assert_eq!(
+            json::to_string(&out),
+            format!("[{}]", vec!["300"; 300].join(","))
+        );
+        // small enough: native, nothing charged
+        let small = v("[1,2,3]");
+        let budget = Budget::unlimited_time(limits);
+        let out = e
+            .eval_in(&Val::Null, |_| small.clone(), &budget, Mode::Inline)
+            .unwrap();
+        assert_eq!(json::to_string(&out), "[3,3,3]");
+        assert_eq!(budget.used_ops(), 0);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
 use jaq_json::Map;
 use jaq_std::ValT as _;
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// Most nodes a native expression may evaluate (definitions expanded at each call); a larger
@@ -76,6 +77,9 @@ pub(crate) enum Native {
     Builtin(Builtin),
     /// `[x[]]`: the values of an array or object.
     Values(Box<Native>),
+    /// `map(f)` (jq's `[.[] | f]`) over an array or an object's values, `f` native. Its work
+    /// (elements × `f`'s nodes) is counted against the evaluation's native work cap.
+    Map(Box<Native>, usize),
 }
 
 /// A definition without arguments, compiled once; calls share it.
@@ -95,11 +99,15 @@ pub(crate) enum Builtin {
     Exp,
     Log,
     Sqrt,
+    /// jq's `transpose` of an array of arrays (or nulls), short rows padded with `null`; other
+    /// inputs are the interpreter's. Its output's size is counted against the native work cap.
+    Transpose,
 }
 
 impl Builtin {
     fn named(name: &str) -> Option<Builtin> {
         Some(match name {
+            "transpose" => Builtin::Transpose,
             "length" => Builtin::Length,
             "add" => Builtin::Add,
             "not" => Builtin::Not,
@@ -117,6 +125,10 @@ impl Builtin {
 pub(crate) struct Env<'a> {
     lookup: &'a dyn Fn(usize) -> Val,
     local: Option<&'a Local<'a>>,
+    /// Data-proportional work done so far (`map` elements × nodes, `transpose` cells), capped
+    /// by `server.expressions.inline_ops`: beyond it the evaluation is the interpreter's, which
+    /// charges the request's budget and moves to the compute pool.
+    work: &'a Cell<u64>,
 }
 
 pub(crate) struct Local<'a> {
@@ -320,6 +332,11 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
             cx.defs.truncate(mark);
             out?
         }
+        Term::Call("map", args) if args.len() == 1 && !cx.defined("map") => {
+            let f = compile(&args[0], cx)?;
+            let (cost, _) = f.weight();
+            Native::Map(Box::new(f), cost)
+        }
         Term::Call(name, args) if args.is_empty() => {
             match cx.defs.iter().rev().find(|(n, _)| n == name) {
                 Some((_, Some(def))) => Native::Call(def.clone()),
@@ -393,7 +410,8 @@ impl Native {
             | Native::If(..)
             | Native::Call(_)
             | Native::Builtin(_)
-            | Native::Values(_) => true,
+            | Native::Values(_)
+            | Native::Map(..) => true,
         }
     }
 
@@ -415,7 +433,7 @@ impl Native {
             Native::Obj(entries) => many(&mut entries.iter().map(|(_, v)| v)),
             Native::Arr(items) => many(&mut items.iter()),
             Native::If(bs, o) => many(&mut bs.iter().flat_map(|(c, t)| [c, t]).chain(o.as_deref())),
-            Native::ToNumber(x) | Native::Neg(x) | Native::Values(x) => {
+            Native::ToNumber(x) | Native::Neg(x) | Native::Values(x) | Native::Map(x, _) => {
                 many(&mut [&**x].into_iter())
             }
             Native::Alt(l, r)
@@ -445,9 +463,11 @@ impl Native {
             },
             Native::Lit(v) => Ok(v.clone()),
             _ => {
+                let work = Cell::new(0);
                 let env = Env {
                     lookup,
                     local: None,
+                    work: &work,
                 };
                 self.eval_at(input, env, limits, 0)
             }
@@ -577,6 +597,7 @@ impl Native {
                 let inner = Env {
                     lookup: env.lookup,
                     local: Some(&local),
+                    work: env.work,
                 };
                 body.eval_at(input, inner, limits, level)
             }
@@ -592,7 +613,31 @@ impl Native {
                 }
             }
             Native::Call(def) => def.body.eval_at(input, env, limits, level),
+            Native::Builtin(Builtin::Transpose) => {
+                if level >= limits.max_depth {
+                    return Err(too_deep(limits));
+                }
+                transpose(input, env, limits).and_then(placed)
+            }
             Native::Builtin(b) => b.apply(input).and_then(placed),
+            Native::Map(f, cost) => {
+                if level >= limits.max_depth {
+                    return Err(too_deep(limits));
+                }
+                let each = |x: &Val| f.eval_at(x, env, limits, level + 1);
+                match input {
+                    Val::Arr(a) => {
+                        charge(env, limits, a.len(), *cost)?;
+                        a.iter().map(each).collect()
+                    }
+                    Val::Obj(o) => {
+                        charge(env, limits, o.len(), *cost)?;
+                        o.values().map(each).collect()
+                    }
+                    // jq's error for iterating a scalar is the interpreter's to word.
+                    _ => Err(not_native()),
+                }
+            }
             Native::Values(x) => {
                 if level >= limits.max_depth {
                     return Err(too_deep(limits));
@@ -615,6 +660,8 @@ impl Builtin {
         };
         match self {
             Builtin::Not => Ok(Val::Bool(!truthy(v))),
+            // evaluated in `eval_at`, where the work is counted
+            Builtin::Transpose => Err(not_native()),
             Builtin::Exp => float(libm::exp),
             Builtin::Log => float(libm::log),
             Builtin::Sqrt => float(libm::sqrt),
@@ -649,6 +696,52 @@ impl Builtin {
             }
         }
     }
+}
+
+/// Count `n × per` units of data-proportional work; beyond `inline_ops` the evaluation goes to
+/// the interpreter ([`NOT_NATIVE`]), which charges the request's budget for it.
+fn charge(env: Env<'_>, limits: &EvalLimits, n: usize, per: usize) -> Result<(), EvalError> {
+    let add = u64::try_from(n.saturating_mul(per.max(1))).unwrap_or(u64::MAX);
+    let total = env.work.get().saturating_add(add);
+    env.work.set(total);
+    if total > limits.inline_ops {
+        return Err(not_native());
+    }
+    Ok(())
+}
+
+/// jq's `def transpose: [range([.[] | length] | max) as $i | [.[][$i]]];` for an array (or an
+/// object's values) of arrays and nulls, at least one row; anything else is the interpreter's.
+fn transpose(input: &Val, env: Env<'_>, limits: &EvalLimits) -> Result<Val, EvalError> {
+    let rows: Vec<&Val> = match input {
+        Val::Arr(a) => a.iter().collect(),
+        Val::Obj(o) => o.values().collect(),
+        _ => return Err(not_native()),
+    };
+    let mut width = 0;
+    for r in &rows {
+        match r {
+            Val::Arr(a) => width = width.max(a.len()),
+            Val::Null => {}
+            // `length` of a string, number or object, then indexing it by number: jaq's.
+            _ => return Err(not_native()),
+        }
+    }
+    // `max` of no lengths is `null`, and `range(null)` is jaq's to answer.
+    if rows.is_empty() {
+        return Err(not_native());
+    }
+    charge(env, limits, width, rows.len())?;
+    Ok((0..width)
+        .map(|i| {
+            rows.iter()
+                .map(|r| match r {
+                    Val::Arr(a) => a.get(i).cloned().unwrap_or(Val::Null),
+                    _ => Val::Null,
+                })
+                .collect()
+        })
+        .collect())
 }
 
 fn not_native() -> EvalError {
