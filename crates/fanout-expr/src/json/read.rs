@@ -47,6 +47,8 @@ pub(crate) fn parse(bytes: &[u8], max: usize) -> Result<Val, ParseError> {
         b: bytes,
         i: 0,
         max,
+        vals: Vec::new(),
+        entries: Vec::new(),
     };
     p.ws();
     let v = p.value(max)?;
@@ -61,6 +63,11 @@ struct Parser<'a> {
     b: &'a [u8],
     i: usize,
     max: usize,
+    /// The elements of the arrays being read (a stack: an inner array's above its parent's),
+    /// so each array is made once at its final size instead of grown.
+    vals: Vec<Val>,
+    /// Likewise the entries of the objects being read: each map is sized once.
+    entries: Vec<(Val, Val)>,
 }
 
 /// Bytes a JSON string cannot hold unescaped, or that end its plain run.
@@ -139,14 +146,15 @@ impl<'a> Parser<'a> {
     fn array(&mut self, left: usize) -> Result<Val, ParseError> {
         let inner = self.down(left)?;
         self.i += 1;
-        let mut out = Vec::new();
         self.ws();
         if self.peek() == Some(b']') {
             self.i += 1;
-            return Ok(Val::Arr(out.into()));
+            return Ok(Val::Arr(Vec::new().into()));
         }
+        let base = self.vals.len();
         loop {
-            out.push(self.value(inner)?);
+            let v = self.value(inner)?;
+            self.vals.push(v);
             self.ws();
             match self.peek() {
                 Some(b',') => {
@@ -158,6 +166,7 @@ impl<'a> Parser<'a> {
                 }
                 Some(b']') => {
                     self.i += 1;
+                    let out: Vec<Val> = self.vals.drain(base..).collect();
                     return Ok(Val::Arr(out.into()));
                 }
                 Some(_) => return Err(self.err("expected `,` or `]`")),
@@ -170,12 +179,12 @@ impl<'a> Parser<'a> {
     fn object(&mut self, left: usize) -> Result<Val, ParseError> {
         let inner = self.down(left)?;
         self.i += 1;
-        let mut out = Map::default();
         self.ws();
         if self.peek() == Some(b'}') {
             self.i += 1;
-            return Ok(Val::obj(out));
+            return Ok(Val::obj(Map::default()));
         }
+        let base = self.entries.len();
         loop {
             match self.peek() {
                 Some(b'"') => self.i += 1,
@@ -191,7 +200,7 @@ impl<'a> Parser<'a> {
             }
             self.ws();
             let v = self.value(inner)?;
-            out.insert(Val::utf8_str(k), v);
+            self.entries.push((Val::utf8_str(k), v));
             self.ws();
             match self.peek() {
                 Some(b',') => {
@@ -203,6 +212,12 @@ impl<'a> Parser<'a> {
                 }
                 Some(b'}') => {
                     self.i += 1;
+                    let n = self.entries.len() - base;
+                    let mut out = Map::with_capacity_and_hasher(n, Default::default());
+                    // a repeated key keeps its first place and its last value, as before
+                    for (k, v) in self.entries.drain(base..) {
+                        out.insert(k, v);
+                    }
                     return Ok(Val::obj(out));
                 }
                 Some(_) => return Err(self.err("expected `,` or `}`")),
