@@ -44,6 +44,7 @@ impl Backend for Canned {
                 status: StatusCode::OK,
                 body,
                 value: None,
+                parsed: None,
             })
         })
     }

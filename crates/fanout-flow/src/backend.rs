@@ -249,7 +249,16 @@ pub struct CallResponse {
     /// and dedup share it like bytes; what must store bytes (the shared cache) asks
     /// [`CallResponse::bytes`].
     pub value: Option<fanout_expr::Val>,
+    /// The answer's parsed value, made once for every caller that shares this answer: set (empty)
+    /// by the dedup layer on a shared call, filled by the first caller that parses the body, then
+    /// taken by the others instead of parsing it again. `None` (nothing to share) elsewhere;
+    /// never kept by the caches (they count bytes, not values).
+    pub parsed: Option<Arc<ParsedOnce>>,
 }
+
+/// See [`CallResponse::parsed`]: the value and the depth limit it was parsed under (a caller
+/// with another limit parses for itself).
+pub type ParsedOnce = std::sync::OnceLock<(usize, fanout_expr::Val)>;
 
 impl CallResponse {
     /// The answer as JSON bytes: the body, or the value's JSON text when the answer is a value.

@@ -267,7 +267,9 @@ impl Shared {
     }
 
     /// Keep `resp`, fetched `age` ago, in memory.
-    async fn remember(&self, key: Key, resp: CallResponse, age: Duration) {
+    async fn remember(&self, key: Key, mut resp: CallResponse, age: Duration) {
+        // the cache's size counts bytes: a parsed value shared by a dedup flight is not kept
+        resp.parsed = None;
         if let Some(at) = Instant::now().checked_sub(age) {
             self.cache.insert(key, Entry { resp, at }).await;
         }
@@ -437,6 +439,7 @@ mod tests {
                     status: http::StatusCode::OK,
                     body: Bytes::from(format!("{{\"n\":{n}}}")),
                     value: None,
+                    parsed: None,
                 })
             })
         }

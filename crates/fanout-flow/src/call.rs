@@ -347,11 +347,24 @@ pub(crate) async fn fetch_json(
     deadline: Instant,
     deadline_header: &HeaderName,
 ) -> Result<Val, FlowError> {
-    let body = fetch_body(step_name, h, req, step_timeout, deadline, deadline_header).await?;
+    let resp = fetch_answer(step_name, h, req, step_timeout, deadline, deadline_header).await?;
+    // An answer shared by dedup is parsed once for all who share it (the value is immutable).
+    let depth = h.max_depth();
+    if let Some((d, v)) = resp.parsed.as_deref().and_then(|c| c.get())
+        && *d == depth
+    {
+        return Ok(v.clone());
+    }
+    let body = resp.bytes();
     if body.is_empty() {
         return Ok(Val::Null);
     }
-    parse_answer(step_name, h, body).await
+    let v = parse_answer(step_name, h, body).await?;
+    if let Some(cell) = &resp.parsed {
+        // a caller that parsed at the same time may have set it first: either value is the same
+        let _ = cell.set((depth, v.clone()));
+    }
+    Ok(v)
 }
 
 /// [`fetch_json`] up to the answer's body: perform the call within its time, check the status.

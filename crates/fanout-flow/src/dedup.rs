@@ -51,14 +51,17 @@ impl Backend for Dedup {
         let timeout = req.timeout;
         let inner = self.inner.clone();
         let Some(trace) = req.trace.clone() else {
-            return Box::pin(self.flights.run(key, timeout, move || inner.call(req)));
+            return Box::pin(
+                self.flights
+                    .run(key, timeout, move || shareable(inner.call(req))),
+            );
         };
         let (call, joined) = self.flights.join_or_start(key, timeout, move || {
             let mut req = req;
             if let Some(t) = &mut req.trace {
                 t.dedup = Some(DedupRole::Leader);
             }
-            inner.call(req)
+            shareable(inner.call(req))
         });
         if !joined {
             return Box::pin(call);
@@ -69,6 +72,16 @@ impl Backend for Dedup {
         };
         Box::pin(served(Some(&trace), call))
     }
+}
+
+/// The shared call's answer, with an empty [`CallResponse::parsed`] cell that every caller
+/// sharing it sees: the first to parse the body fills it.
+fn shareable(call: Call) -> Call {
+    Box::pin(async move {
+        let mut resp = call.await?;
+        resp.parsed = Some(Arc::default());
+        Ok(resp)
+    })
 }
 
 #[cfg(test)]
@@ -95,6 +108,7 @@ mod tests {
                     status: http::StatusCode::OK,
                     body: Bytes::from_static(b"{}"),
                     value: None,
+                    parsed: None,
                 })
             })
         }
@@ -178,5 +192,26 @@ mod tests {
             before,
             "abandoned call was cancelled"
         );
+    }
+
+    /// Callers sharing one answer share one cell for its parsed value (the first to parse fills
+    /// it); a call that is not shared has none.
+    #[tokio::test(start_paused = true)]
+    async fn sharers_get_one_parse_cell() {
+        let d = Dedup::new(Arc::new(Slow {
+            calls: Arc::default(),
+            done: Arc::default(),
+        }));
+        let (a, b) = tokio::join!(
+            d.call(req(Method::GET, "/x")),
+            d.call(req(Method::GET, "/x"))
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let (pa, pb) = (a.parsed.unwrap(), b.parsed.unwrap());
+        assert!(Arc::ptr_eq(&pa, &pb));
+        assert!(pa.set((1, fanout_expr::Val::Null)).is_ok());
+        assert!(pb.get().is_some(), "filled once, seen by both");
+        let post = d.call(req(Method::POST, "/x")).await.unwrap();
+        assert!(post.parsed.is_none());
     }
 }

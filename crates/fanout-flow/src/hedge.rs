@@ -468,6 +468,7 @@ mod tests {
                     status: StatusCode::OK,
                     body: Bytes::from(format!("{n}")),
                     value: None,
+                    parsed: None,
                 })
             })
         }

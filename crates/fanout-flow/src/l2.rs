@@ -463,6 +463,7 @@ pub fn decode(value: &Bytes, digest: &[u8; 32], now_ms: u64) -> Option<L2Entry> 
             status,
             body: value.slice(HEADER..),
             value: None,
+            parsed: None,
         },
         age: Duration::from_millis(now_ms.saturating_sub(at)),
     })
@@ -531,6 +532,7 @@ mod tests {
             status: http::StatusCode::OK,
             body: Bytes::from_static(body.as_bytes()),
             value: None,
+            parsed: None,
         }
     }
 
@@ -591,6 +593,7 @@ mod tests {
             status: http::StatusCode::INTERNAL_SERVER_ERROR,
             body: Bytes::new(),
             value: None,
+            parsed: None,
         };
         assert!(decode(&encode(&err, &d, 0), &d, 0).is_none(), "only 2xx");
         assert!(decode(&Bytes::from_static(b"garbage"), &d, 0).is_none());
@@ -620,6 +623,7 @@ mod tests {
             status: http::StatusCode::OK,
             body: Bytes::from(vec![b' '; 1000]),
             value: None,
+            parsed: None,
         };
         c.put(&c.key(&call_key("/big")), &big, Duration::from_secs(1));
         while c.stats().counters().writes == 0 {

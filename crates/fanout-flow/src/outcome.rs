@@ -247,6 +247,7 @@ mod tests {
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
             body: Bytes::new(),
             value: None,
+            parsed: None,
         })
     }
 

@@ -381,6 +381,7 @@ mod tests {
                     status,
                     body: Bytes::new(),
                     value: None,
+                    parsed: None,
                 })
             })
         }

@@ -244,6 +244,7 @@ mod tests {
                     status: http::StatusCode::OK,
                     body: Bytes::from_static(b"{}"),
                     value: None,
+                    parsed: None,
                 })
             })
         }

@@ -400,6 +400,7 @@ async fn exchange_h1(
         status: parts.status,
         body,
         value: None,
+        parsed: None,
     })
 }
 
@@ -424,6 +425,7 @@ async fn exchange(
         status: parts.status,
         body,
         value: None,
+        parsed: None,
     })
 }
 
@@ -512,6 +514,7 @@ async fn grpc_exchange(
         status: http::StatusCode::OK,
         body: message,
         value: None,
+        parsed: None,
     })
 }
 
@@ -526,6 +529,7 @@ fn grpc_failure(code: fanout_grpc::Code, message: &str) -> CallResponse {
         status: code.http_status(),
         body: Bytes::from(text),
         value: None,
+        parsed: None,
     }
 }
 

@@ -284,6 +284,7 @@ impl Scripted {
                 status: StatusCode::from_u16(code).expect("scripted status"),
                 body,
                 value: None,
+                parsed: None,
             }),
             Err(kind) => Err(CallError::new(kind, "scripted transport failure")),
         }

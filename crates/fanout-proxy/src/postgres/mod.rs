@@ -527,6 +527,7 @@ fn response(status: StatusCode, body: impl Into<Bytes>) -> CallResponse {
         status,
         body: body.into(),
         value: None,
+        parsed: None,
     }
 }
 
@@ -1012,6 +1013,7 @@ impl Pool {
                     status: StatusCode::OK,
                     body: Bytes::new(),
                     value: Some(answer),
+                    parsed: None,
                 })
             }
             Ok(Err(ExecError::Param(n, problem))) => {
