@@ -813,6 +813,19 @@ mod tests {
             "[$a, $b] | transpose",
             "[$a, $b] | transpose | map({x: .[0], y: .[1]})",
             "def transpose: 6; $a | transpose",
+            "$a | join(\",\")",
+            "$a | join($b)",
+            "$a | index($b)",
+            "$a | index(\"x\")",
+            "[$a[] as $x | {x: $x, b: $b}]",
+            "[$a.k[] as $x | $x]",
+            "[$a[] as $x | $b[$x]]",
+            "$a[$b]",
+            "$a[$b].k",
+            "$a[\"k\"][$b]",
+            "{k: 0} + $a",
+            "$a + {l: 1}",
+            "($a[$b] // {}) + ($b[$a] // {})",
         ];
         let input = v(r#"{"in":1}"#);
         for src in exprs {
@@ -842,6 +855,7 @@ mod tests {
             "def f(g): g; f(1)",
             "def add(f): 1; add",
             "def map(f): 5; $a | map(.)",
+            "def join(f): 1; $a | join(\",\")",
             "$a[]",
             "[$a[] | . + 1]",
             &format!("def f0: 1; {chain}f20"),

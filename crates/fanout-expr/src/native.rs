@@ -77,6 +77,17 @@ pub(crate) enum Native {
     Builtin(Builtin),
     /// `[x[]]`: the values of an array or object.
     Values(Box<Native>),
+    /// `[src[] as $x | body]`: `body` (input `.`) once per value of `src` (an array or an
+    /// object's values), `$x` bound to it at index `.1`. Its work is counted like `map`'s.
+    ForAs(Box<Native>, usize, Box<Native>, usize),
+    /// `base[key]` with a computed key (`$price[$id]`): both evaluated with the input `.`; an
+    /// object by a string, an array by an integer, `null` by either; anything else is jaq's.
+    Lookup(Box<Native>, Box<Native>),
+    /// `join(sep)` of an array of strings by a string; anything else is jaq's.
+    Join(Box<Native>),
+    /// `index(x)` of an array by a value that is not an array (the first position of an equal
+    /// element, or `null`); strings and arrays as `x` are jaq's.
+    IndexOf(Box<Native>),
     /// `map(f)` (jq's `[.[] | f]`) over an array or an object's values, `f` native. Its work
     /// (elements × `f`'s nodes) is counted against the evaluation's native work cap.
     Map(Box<Native>, usize),
@@ -218,6 +229,27 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
             ),
             segs: vec![],
         },
+        Term::Path(head, path)
+            if path
+                .0
+                .iter()
+                .any(|(p, _)| matches!(p, Part::Index(k) if static_seg(k).is_none())) =>
+        {
+            let mut base = compile(head, cx)?;
+            for (part, opt) in &path.0 {
+                if !matches!(opt, Opt::Essential) {
+                    return None;
+                }
+                let Part::Index(key) = part else { return None };
+                let key = match static_seg(key) {
+                    Some(Seg::Key(k)) => Native::Lit(k),
+                    Some(Seg::Index(i)) => Native::Lit(Val::Num(jaq_json::Num::Int(i))),
+                    None => compile(key, cx)?,
+                };
+                base = Native::Lookup(Box::new(base), Box::new(key));
+            }
+            base
+        }
         Term::Path(head, path) => {
             let Native::Path { var, mut segs } = compile(head, cx)? else {
                 return None;
@@ -227,15 +259,7 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
                     return None;
                 }
                 let Part::Index(key) = part else { return None };
-                segs.push(match key {
-                    Term::Str(None, parts) => Seg::Key(json::str_val(&plain_str(parts)?)),
-                    Term::Num(n) => Seg::Index(n.parse().ok()?),
-                    Term::Neg(inner) => match &**inner {
-                        Term::Num(n) => Seg::Index(-n.parse::<isize>().ok()?),
-                        _ => return None,
-                    },
-                    _ => return None,
-                });
+                segs.push(static_seg(key)?);
             }
             Native::Path { var, segs }
         }
@@ -261,6 +285,29 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
         }
         Term::Arr(None) => Native::Lit(Val::Arr(Default::default())),
         Term::Arr(Some(inner)) => match &**inner {
+            Term::BinOp(src, BinaryOp::Pipe(Some(Pattern::Var(x))), body)
+                if matches!(&**src, Term::Path(_, path)
+                    if matches!(path.0.last(), Some((Part::Range(None, None), Opt::Essential)))) =>
+            {
+                let Term::Path(head, path) = &**src else {
+                    return None;
+                };
+                let prefix = &path.0[..path.0.len() - 1];
+                let source = if prefix.is_empty() {
+                    bx(head, cx)?
+                } else {
+                    let t = Term::Path(head.clone(), jaq_core::path::Path(prefix.to_vec()));
+                    bx(&t, cx)?
+                };
+                let name = x.strip_prefix('$').unwrap_or(x).to_string();
+                let index = cx.scope.len();
+                cx.scope.push(name);
+                let body = compile(body, cx);
+                cx.scope.pop();
+                let body = body?;
+                let (cost, _) = body.weight();
+                Native::ForAs(source, index, Box::new(body), cost)
+            }
             Term::Path(head, path)
                 if matches!(
                     path.0.as_slice(),
@@ -332,6 +379,12 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
             cx.defs.truncate(mark);
             out?
         }
+        Term::Call("join", args) if args.len() == 1 && !cx.defined("join") => {
+            Native::Join(bx(&args[0], cx)?)
+        }
+        Term::Call("index", args) if args.len() == 1 && !cx.defined("index") => {
+            Native::IndexOf(bx(&args[0], cx)?)
+        }
         Term::Call("map", args) if args.len() == 1 && !cx.defined("map") => {
             let f = compile(&args[0], cx)?;
             let (cost, _) = f.weight();
@@ -373,6 +426,19 @@ fn plain_str(parts: &[StrPart<&str, Term<&str>>]) -> Option<String> {
     Some(s)
 }
 
+/// A path segment written as a literal: `.a`, `["a"]`, `[0]`, `[-1]`.
+fn static_seg(key: &Term<&str>) -> Option<Seg> {
+    Some(match key {
+        Term::Str(None, parts) => Seg::Key(json::str_val(&plain_str(parts)?)),
+        Term::Num(n) => Seg::Index(n.parse().ok()?),
+        Term::Neg(inner) => match &**inner {
+            Term::Num(n) => Seg::Index(-n.parse::<isize>().ok()?),
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
 fn flatten_commas<'a, 's>(t: &'a Term<&'s str>, out: &mut Vec<&'a Term<&'s str>>) {
     match t {
         Term::BinOp(l, BinaryOp::Comma, r) => {
@@ -411,7 +477,11 @@ impl Native {
             | Native::Call(_)
             | Native::Builtin(_)
             | Native::Values(_)
-            | Native::Map(..) => true,
+            | Native::Map(..)
+            | Native::ForAs(..)
+            | Native::Lookup(..)
+            | Native::Join(_)
+            | Native::IndexOf(_) => true,
         }
     }
 
@@ -433,15 +503,20 @@ impl Native {
             Native::Obj(entries) => many(&mut entries.iter().map(|(_, v)| v)),
             Native::Arr(items) => many(&mut items.iter()),
             Native::If(bs, o) => many(&mut bs.iter().flat_map(|(c, t)| [c, t]).chain(o.as_deref())),
-            Native::ToNumber(x) | Native::Neg(x) | Native::Values(x) | Native::Map(x, _) => {
-                many(&mut [&**x].into_iter())
-            }
+            Native::ToNumber(x)
+            | Native::Neg(x)
+            | Native::Values(x)
+            | Native::Map(x, _)
+            | Native::Join(x)
+            | Native::IndexOf(x) => many(&mut [&**x].into_iter()),
             Native::Alt(l, r)
             | Native::Math(l, _, r)
             | Native::Cmp(l, _, r)
             | Native::Logic(l, _, r)
             | Native::Pipe(l, r)
-            | Native::Bind(l, r, _) => many(&mut [&**l, &**r].into_iter()),
+            | Native::Lookup(l, r)
+            | Native::Bind(l, r, _)
+            | Native::ForAs(l, _, r, _) => many(&mut [&**l, &**r].into_iter()),
         };
         (cost.saturating_add(1), depth.saturating_add(1))
     }
@@ -516,7 +591,7 @@ impl Native {
                 if level >= limits.max_depth {
                     return Err(too_deep(limits));
                 }
-                let mut m = Map::default();
+                let mut m = Map::with_capacity_and_hasher(entries.len(), Default::default());
                 for (k, v) in entries {
                     m.insert(k.clone(), v.eval_at(input, env, limits, level + 1)?);
                 }
@@ -563,6 +638,17 @@ impl Native {
             ) {
                 (Ok(x @ Val::Num(_)), Ok(y @ Val::Num(_))) => {
                     op.run(x, y).map_err(|_| not_native()).and_then(placed)
+                }
+                // `null` is neutral for `+`; objects merge shallowly (the right's keys win,
+                // new keys after the left's), as jaq adds them
+                (Ok(Val::Null), Ok(x)) | (Ok(x), Ok(Val::Null)) if *op == Math::Add => placed(x),
+                (Ok(Val::Obj(mut l)), Ok(Val::Obj(r))) if *op == Math::Add => {
+                    charge(env, limits, l.len().saturating_add(r.len()), 1)?;
+                    if l.len().saturating_add(r.len()) > limits.max_elements {
+                        return Err(not_native());
+                    }
+                    Arc::make_mut(&mut l).extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    placed(Val::Obj(l))
                 }
                 _ => Err(not_native()),
             },
@@ -620,6 +706,104 @@ impl Native {
                 transpose(input, env, limits).and_then(placed)
             }
             Native::Builtin(b) => b.apply(input).and_then(placed),
+            Native::ForAs(source, index, body, cost) => {
+                if level >= limits.max_depth {
+                    return Err(too_deep(limits));
+                }
+                // errors (their wording) are the interpreter's
+                let src = source
+                    .eval_at(input, env, limits, 0)
+                    .map_err(|_| not_native())?;
+                let each = |x: &Val| {
+                    let local = Local {
+                        index: *index,
+                        val: x.clone(),
+                        up: env.local,
+                    };
+                    let inner = Env {
+                        lookup: env.lookup,
+                        local: Some(&local),
+                        work: env.work,
+                    };
+                    body.eval_at(input, inner, limits, level + 1)
+                        .map_err(|_| not_native())
+                };
+                match &src {
+                    Val::Arr(a) => {
+                        charge(env, limits, a.len(), *cost)?;
+                        a.iter().map(each).collect()
+                    }
+                    Val::Obj(o) => {
+                        charge(env, limits, o.len(), *cost)?;
+                        o.values().map(each).collect()
+                    }
+                    _ => Err(not_native()),
+                }
+            }
+            Native::Lookup(base, key) => {
+                let b = base
+                    .eval_at(input, env, limits, 0)
+                    .map_err(|_| not_native())?;
+                let k = key
+                    .eval_at(input, env, limits, 0)
+                    .map_err(|_| not_native())?;
+                let found = match (&b, &k) {
+                    (Val::Null, Val::TStr(_) | Val::Num(jaq_json::Num::Int(_))) => Val::Null,
+                    (Val::Obj(m), Val::TStr(_)) => {
+                        json::obj_get_val(m, &k).cloned().unwrap_or(Val::Null)
+                    }
+                    (Val::Arr(a), Val::Num(jaq_json::Num::Int(i))) => {
+                        let idx = if *i < 0 {
+                            a.len().checked_sub(i.unsigned_abs())
+                        } else {
+                            Some(i.unsigned_abs())
+                        };
+                        idx.and_then(|i| a.get(i)).cloned().unwrap_or(Val::Null)
+                    }
+                    _ => return Err(not_native()),
+                };
+                placed(found)
+            }
+            Native::Join(sep) => {
+                let sep = sep
+                    .eval_at(input, env, limits, 0)
+                    .map_err(|_| not_native())?;
+                let (Val::Arr(a), Val::TStr(sep)) = (input, &sep) else {
+                    return Err(not_native());
+                };
+                let mut len = 0usize;
+                for x in a.iter() {
+                    let Val::TStr(b) = x else {
+                        return Err(not_native());
+                    };
+                    len = len.saturating_add(b.len()).saturating_add(sep.len());
+                }
+                if len > limits.max_string_bytes {
+                    return Err(not_native());
+                }
+                charge(env, limits, a.len(), 1)?;
+                let mut out = Vec::with_capacity(len);
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(sep);
+                    }
+                    if let Val::TStr(b) = x {
+                        out.extend_from_slice(b);
+                    }
+                }
+                Ok(Val::utf8_str(out))
+            }
+            Native::IndexOf(x) => {
+                let x = x.eval_at(input, env, limits, 0).map_err(|_| not_native())?;
+                match (input, &x) {
+                    (Val::Arr(_), Val::Arr(_)) => Err(not_native()),
+                    (Val::Arr(a), x) => {
+                        charge(env, limits, a.len(), 1)?;
+                        Ok(a.iter().position(|y| y == x).map_or(Val::Null, Val::from))
+                    }
+                    _ => Err(not_native()),
+                }
+            }
             Native::Map(f, cost) => {
                 if level >= limits.max_depth {
                     return Err(too_deep(limits));

@@ -261,7 +261,12 @@ pub(crate) fn build_call(
             path.push_str(&q);
         }
     }
-    let mut headers = HeaderMap::with_capacity(h.headers.len() + 2);
+    // `HeaderMap::new` allocates nothing until a header is set (most calls set none)
+    let mut headers = if h.headers.is_empty() && h.body.is_none() {
+        HeaderMap::new()
+    } else {
+        HeaderMap::with_capacity(h.headers.len() + 2)
+    };
     for (name, e) in &h.headers {
         let v = ev(e)?;
         if matches!(v, Val::Null) {
