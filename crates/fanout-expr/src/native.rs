@@ -1,8 +1,10 @@
 //! The native evaluator: the subset of jq that flows use most — paths, literals, string
 //! interpolation, object and array construction, `//`, arithmetic and comparisons, `if`,
-//! `and`/`or`, `x as $v | …`, `def f: …;` without arguments, `[x[]]` and a few builtins
-//! (`length`, `add`, `not`, `exp`, `log`, `sqrt`) — evaluated directly over [`Val`] with jq's
-//! semantics. Recognised from jaq's own parse tree; anything else goes to the interpreter.
+//! `and`/`or`, `x as $v | …`, `def f: …;` without arguments, `[x[]]`, `[x[] as $v | …]`,
+//! computed keys (`$price[$id]`), `+` of objects and `null`, `map(f)`, `join(s)`, `index(x)`,
+//! `transpose` and a few builtins (`length`, `add`, `not`, `exp`, `log`, `sqrt`) — evaluated
+//! directly over [`Val`] with jq's semantics. Recognised from jaq's own parse tree; anything
+//! else goes to the interpreter.
 //!
 //! Every native form yields exactly one value or an error. Where jq's answer depends on cases
 //! this evaluator does not model (arithmetic on non-numbers, `length` of a string, an error
@@ -10,7 +12,10 @@
 //! interpreted form answers instead, so errors and odd cases stay jaq's. The work of a native
 //! evaluation is bounded by the expression ([`MAX_NATIVE_COST`] nodes, definitions expanded) and
 //! by the data it reads (`add`, `[x[]]`: one pass over an array already within the value
-//! limits); its recursion by [`MAX_NATIVE_DEPTH`].
+//! limits); what iterates over data (`map`, `[x[] as $v | …]`, `transpose`, `join`, `index`,
+//! object `+`) counts its work, and past `server.expressions.inline_ops` units the evaluation
+//! is the interpreter's (which charges the request's budget and moves to the compute pool);
+//! its recursion by [`MAX_NATIVE_DEPTH`].
 
 use crate::{EvalError, EvalErrorKind, EvalLimits, Val, json, truthy};
 use jaq_core::load::lex::StrPart;
