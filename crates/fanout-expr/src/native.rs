@@ -582,6 +582,10 @@ impl Native {
                         Piece::Text(t) => s.push_str(t),
                         Piece::Expr(e) => match e.eval_at(input, env, limits, 0)? {
                             Val::TStr(b) | Val::BStr(b) => s.push_str(&String::from_utf8_lossy(&b)),
+                            // an integer's text is its digits (what `{v}` would write, faster)
+                            Val::Num(jaq_json::Num::Int(i)) => {
+                                s.push_str(itoa::Buffer::new().format(i))
+                            }
                             // jq interpolates non-strings as their JSON text (`tojson`).
                             other => display_into(&mut s, &other, limits.max_string_bytes)?,
                         },

@@ -398,13 +398,19 @@ impl RoutePlan {
         obs: &dyn Observer,
     ) -> (usize, Result<Val, FlowError>, bool) {
         let a = &args(step);
+        let memo = ResultMemo::for_step(step);
+        let memo = &memo;
         let one = |(req, item, k): (CallRequest, Val, usize)| async move {
             let item = Some((&item, k));
             let call = step.kind.call(a, req, deadline, &self.deadline_header);
             match observed(step, obs, call).await {
                 Ok(body) => {
                     crate::activity::enter(i);
-                    let v = map_result_on(self, step, env, body, item).await?;
+                    if let Some(v) = memo.get(&body) {
+                        return Ok((Some(v), false));
+                    }
+                    let v = map_result_on(self, step, env, body.clone(), item).await?;
+                    memo.put(body, &v);
                     Ok((Some(v), false))
                 }
                 Err(e) if is_not_found(&e) && !matches!(step.missing, Missing::Fail) => {
@@ -629,5 +635,54 @@ fn release(step: &StepPlan, waiting: &mut [usize], ready: &mut Vec<usize>) {
         if waiting[d] == 0 {
             ready.push(d);
         }
+    }
+}
+
+/// A `for_each` step's `result` values by answer, within one run of the step: elements whose
+/// calls were shared (dedup) hold the very same parsed answer, and a `result` that reads neither
+/// `$item` nor `$index` (nor runs on the compute pool) gives them the same value, so it is
+/// evaluated once per distinct answer. Answers are told apart by identity (the memo holds them,
+/// so an address is never reused while it is looked up); at most [`ResultMemo::MAX`] are kept.
+struct ResultMemo(Option<std::sync::Mutex<Vec<(Val, Val)>>>);
+
+impl ResultMemo {
+    const MAX: usize = 64;
+
+    fn for_step(step: &StepPlan) -> ResultMemo {
+        let pure = step.result.as_ref().is_some_and(|r| {
+            !step.compute
+                && !r
+                    .vars()
+                    .iter()
+                    .any(|&v| v == crate::call::SLOT_ITEM || v == crate::call::SLOT_INDEX)
+        });
+        ResultMemo(pure.then(|| std::sync::Mutex::new(Vec::new())))
+    }
+
+    fn get(&self, answer: &Val) -> Option<Val> {
+        let m = self.0.as_ref()?.lock().ok()?;
+        m.iter()
+            .find(|(a, _)| same_container(a, answer))
+            .map(|(_, v)| v.clone())
+    }
+
+    fn put(&self, answer: Val, result: &Val) {
+        if !matches!(answer, Val::Arr(_) | Val::Obj(_)) {
+            return;
+        }
+        if let Some(Ok(mut m)) = self.0.as_ref().map(|m| m.lock())
+            && m.len() < Self::MAX
+        {
+            m.push((answer, result.clone()));
+        }
+    }
+}
+
+/// Whether `a` and `b` are the same array or object (not merely equal).
+fn same_container(a: &Val, b: &Val) -> bool {
+    match (a, b) {
+        (Val::Arr(x), Val::Arr(y)) => Arc::ptr_eq(x, y),
+        (Val::Obj(x), Val::Obj(y)) => Arc::ptr_eq(x, y),
+        _ => false,
     }
 }
