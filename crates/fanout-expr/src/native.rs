@@ -384,6 +384,15 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
             cx.defs.truncate(mark);
             out?
         }
+        // `null`, `true`, `false` are calls in jq's grammar
+        Term::Call(name @ ("null" | "true" | "false"), args)
+            if args.is_empty() && !cx.defined(name) =>
+        {
+            Native::Lit(match *name {
+                "null" => Val::Null,
+                n => Val::Bool(n == "true"),
+            })
+        }
         Term::Call("join", args) if args.len() == 1 && !cx.defined("join") => {
             Native::Join(bx(&args[0], cx)?)
         }
