@@ -213,21 +213,13 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Whether `b` is printable ASCII without `"` or `\\`, checked a word at a time.
 #[inline]
 fn plain_ascii(b: &[u8]) -> bool {
-    const W: usize = std::mem::size_of::<usize>();
-    const ONES: usize = usize::MAX / 255;
-    const HIGH: usize = ONES << 7;
-    let mut chunks = b.chunks_exact(W);
+    let mut chunks = b.chunks_exact(read::W);
     for chunk in &mut chunks {
-        let mut word = [0u8; W];
+        let mut word = [0u8; read::W];
         word.copy_from_slice(chunk);
         let x = usize::from_le_bytes(word);
-        // a byte below 0x20, one equal to `"` or `\\`, or one with its high bit set
-        let ctrl = x.wrapping_sub(ONES * 0x20) & !x;
-        let q = x ^ (ONES * usize::from(b'"'));
-        let quote = q.wrapping_sub(ONES) & !q;
-        let bs = x ^ (ONES * usize::from(b'\\'));
-        let backslash = bs.wrapping_sub(ONES) & !bs;
-        if (ctrl | quote | backslash | x) & HIGH != 0 {
+        // a special byte, or one with its high bit set (not ASCII)
+        if read::special_bytes(x) | (x & read::HIGH) != 0 {
             return false;
         }
     }

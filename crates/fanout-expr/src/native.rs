@@ -746,17 +746,7 @@ impl Native {
                     body.eval_at(input, inner, limits, level + 1)
                         .map_err(|_| not_native())
                 };
-                match &src {
-                    Val::Arr(a) => {
-                        charge(env, limits, a.len(), *cost)?;
-                        a.iter().map(each).collect()
-                    }
-                    Val::Obj(o) => {
-                        charge(env, limits, o.len(), *cost)?;
-                        o.values().map(each).collect()
-                    }
-                    _ => Err(not_native()),
-                }
+                collect_each(&src, env, limits, *cost, each)
             }
             Native::Lookup(base, key) => {
                 let b = base
@@ -827,18 +817,7 @@ impl Native {
                     return Err(too_deep(limits));
                 }
                 let each = |x: &Val| f.eval_at(x, env, limits, level + 1);
-                match input {
-                    Val::Arr(a) => {
-                        charge(env, limits, a.len(), *cost)?;
-                        a.iter().map(each).collect()
-                    }
-                    Val::Obj(o) => {
-                        charge(env, limits, o.len(), *cost)?;
-                        o.values().map(each).collect()
-                    }
-                    // jq's error for iterating a scalar is the interpreter's to word.
-                    _ => Err(not_native()),
-                }
+                collect_each(input, env, limits, *cost, each)
             }
             Native::Values(x) => {
                 if level >= limits.max_depth {
@@ -897,6 +876,29 @@ impl Builtin {
                 Ok(acc)
             }
         }
+    }
+}
+
+/// `each` over an array's elements or an object's values, collected into an array, its work
+/// (`cost` per element) counted; iterating anything else is the interpreter's (jq words that
+/// error).
+fn collect_each(
+    v: &Val,
+    env: Env<'_>,
+    limits: &EvalLimits,
+    cost: usize,
+    each: impl FnMut(&Val) -> Result<Val, EvalError>,
+) -> Result<Val, EvalError> {
+    match v {
+        Val::Arr(a) => {
+            charge(env, limits, a.len(), cost)?;
+            a.iter().map(each).collect()
+        }
+        Val::Obj(o) => {
+            charge(env, limits, o.len(), cost)?;
+            o.values().map(each).collect()
+        }
+        _ => Err(not_native()),
     }
 }
 

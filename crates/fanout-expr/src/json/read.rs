@@ -70,6 +70,25 @@ struct Parser<'a> {
     entries: Vec<(Val, Val)>,
 }
 
+/// Bytes in a word (the string scans read a word at a time).
+pub(crate) const W: usize = std::mem::size_of::<usize>();
+const ONES: usize = usize::MAX / 255;
+/// The high bit of every byte of a word.
+pub(crate) const HIGH: usize = ONES << 7;
+
+/// The high bit set in the bytes of word `x` that are [`special`] (below 0x20, `"` or `\\`) —
+/// at least the lowest such byte exactly (higher flags may be spurious), none when there is
+/// none.
+#[inline]
+pub(crate) fn special_bytes(x: usize) -> usize {
+    let ctrl = x.wrapping_sub(ONES * 0x20) & !x;
+    let q = x ^ (ONES * usize::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q;
+    let bs = x ^ (ONES * usize::from(b'\\'));
+    let backslash = bs.wrapping_sub(ONES) & !bs;
+    (ctrl | quote | backslash) & HIGH
+}
+
 /// Bytes a JSON string cannot hold unescaped, or that end its plain run.
 #[inline]
 fn special(c: u8) -> bool {
@@ -231,20 +250,12 @@ impl<'a> Parser<'a> {
     /// it needs no UTF-8 check).
     #[inline]
     fn skip_plain(&mut self) -> bool {
-        const W: usize = std::mem::size_of::<usize>();
-        const ONES: usize = usize::MAX / 255;
-        const HIGH: usize = ONES << 7;
         let mut seen = 0usize;
         while let Some(chunk) = self.b.get(self.i..self.i + W) {
             let mut word = [0u8; W];
             word.copy_from_slice(chunk);
             let x = usize::from_le_bytes(word);
-            let ctrl = x.wrapping_sub(ONES * 0x20) & !x;
-            let q = x ^ (ONES * usize::from(b'"'));
-            let quote = q.wrapping_sub(ONES) & !q;
-            let bs = x ^ (ONES * usize::from(b'\\'));
-            let backslash = bs.wrapping_sub(ONES) & !bs;
-            let hit = (ctrl | quote | backslash) & HIGH;
+            let hit = special_bytes(x);
             if hit != 0 {
                 // the lowest flagged byte is exactly the first special one
                 let n = (hit.trailing_zeros() / 8) as usize;
