@@ -621,8 +621,13 @@ pub fn eval_limits(c: &fanout_config::ExpressionLimits) -> fanout_expr::EvalLimi
     }
 }
 
+/// Whether `e` reads `$item` or `$index` (a `for_each` element's own values).
+pub(crate) fn reads_item(e: &Expr) -> bool {
+    e.vars().iter().any(|&v| v == SLOT_ITEM || v == SLOT_INDEX)
+}
+
 fn check_no_item(cx: &mut Ctx<'_>, e: &Expr, src: &ExprSrc, what: &str) {
-    if e.vars().iter().any(|&v| v == SLOT_ITEM || v == SLOT_INDEX) {
+    if reads_item(e) {
         cx.errs.push(
             ConfigError::at(
                 cx.at(src),

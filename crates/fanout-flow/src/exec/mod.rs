@@ -649,13 +649,11 @@ impl ResultMemo {
     const MAX: usize = 64;
 
     fn for_step(step: &StepPlan) -> ResultMemo {
-        let pure = step.result.as_ref().is_some_and(|r| {
-            !step.compute
-                && !r
-                    .vars()
-                    .iter()
-                    .any(|&v| v == crate::call::SLOT_ITEM || v == crate::call::SLOT_INDEX)
-        });
+        let pure = !step.compute
+            && step
+                .result
+                .as_ref()
+                .is_some_and(|r| !crate::plan::reads_item(r));
         ResultMemo(pure.then(|| std::sync::Mutex::new(Vec::new())))
     }
 
