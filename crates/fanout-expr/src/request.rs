@@ -261,7 +261,7 @@ where
                     let mut s = String::from_utf8_lossy(prev).into_owned();
                     s.push_str(", ");
                     s.push_str(&v);
-                    **prev = s.into_bytes().into();
+                    *prev = jaq_json::Rc::new(s.into_bytes().into());
                 }
                 _ => {
                     headers.insert(kv, str_val(&v));

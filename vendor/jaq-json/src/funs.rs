@@ -93,7 +93,7 @@ impl Val {
                 .and_then(|i| u8::try_from(i).ok())
                 .map(|u| Bytes::from(Vec::from([u])))
                 .ok_or_else(|| self.clone()),
-            Val::BStr(b) | Val::TStr(b) => Ok(*b.clone()),
+            Val::BStr(b) | Val::TStr(b) => Ok(Bytes::clone(b)),
             Val::Arr(a) => {
                 let mut buf = BytesMut::new();
                 for x in a.iter() {
@@ -111,7 +111,7 @@ impl Val {
 
     fn as_bytes_owned(&self) -> Option<Bytes> {
         match self {
-            Self::BStr(b) | Self::TStr(b) => Some(*b.clone()),
+            Self::BStr(b) | Self::TStr(b) => Some(Bytes::clone(b)),
             _ => None,
         }
     }

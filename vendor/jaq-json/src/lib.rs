@@ -40,6 +40,12 @@ pub use alloc::sync::Arc as Rc;
 #[cfg(feature = "serde")]
 mod serde;
 
+/// fanout: the bytes of a string value, without copying them (a shared string's bytes are
+/// shared, which for `Bytes` is a reference count).
+fn unrc(b: Rc<Bytes>) -> Bytes {
+    Rc::try_unwrap(b).unwrap_or_else(|b| Bytes::clone(&b))
+}
+
 /// JSON superset with binary data and non-string object keys.
 ///
 /// This is the default value type for jaq.
@@ -53,14 +59,14 @@ pub enum Val {
     /// Number
     Num(Num),
     /// Byte string
-    BStr(Box<Bytes>),
+    BStr(Rc<Bytes>),
     /// Text string (interpreted as UTF-8)
     ///
     /// Note that this does not require the actual bytes to be all valid UTF-8;
     /// this just means that the bytes are interpreted as UTF-8.
     /// An effort is made to preserve invalid UTF-8 as is, else
     /// replace invalid UTF-8 by the Unicode replacement character.
-    TStr(Box<Bytes>),
+    TStr(Rc<Bytes>),
     /// Array
     Arr(Rc<Vec<Val>>),
     /// Object
@@ -206,8 +212,8 @@ impl jaq_core::ValT for Val {
                 .map(|(skip, take)| b.slice(skip..skip + take))
         };
         match self {
-            Val::BStr(b) => fs(*b, range, skip_take_bytes).map(Val::byte_str),
-            Val::TStr(b) => fs(*b, range, skip_take_chars).map(Val::utf8_str),
+            Val::BStr(b) => fs(unrc(b), range, skip_take_bytes).map(Val::byte_str),
+            Val::TStr(b) => fs(unrc(b), range, skip_take_chars).map(Val::utf8_str),
             Val::Arr(a) => {
                 let (skip, take) = Self::range_int(range).map(|r| skip_take(r, a.len()))?;
                 budget::charge_units(take, 8).map_err(Stop::error)?; // fanout
@@ -348,8 +354,8 @@ impl jaq_core::ValT for Val {
                 Rc::make_mut(a).splice(skip..skip + take, (*y).clone());
                 Ok(self)
             }
-            Val::BStr(b) => fs(*b, range, stb, Val::into_byte_str, Val::byte_str),
-            Val::TStr(b) => fs(*b, range, stc, Val::into_utf8_str, Val::utf8_str),
+            Val::BStr(b) => fs(unrc(b), range, stb, Val::into_byte_str, Val::byte_str),
+            Val::TStr(b) => fs(unrc(b), range, stc, Val::into_utf8_str, Val::utf8_str),
             _ => opt.fail(self, |v| Exn::from(Error::typ(v, Type::Arr.as_str()))),
         }
     }
@@ -511,14 +517,14 @@ impl Val {
 
     fn into_byte_str(self) -> Result<Bytes, Error> {
         match self {
-            Self::BStr(b) => Ok(*b),
+            Self::BStr(b) => Ok(unrc(b)),
             _ => Err(Error::typ(self, Type::Str.as_str())),
         }
     }
 
     fn into_utf8_str(self) -> Result<Bytes, Error> {
         match self {
-            Self::TStr(b) => Ok(*b),
+            Self::TStr(b) => Ok(unrc(b)),
             _ => Err(Error::typ(self, Type::Str.as_str())),
         }
     }
@@ -685,11 +691,11 @@ impl core::ops::Add for Val {
             // fanout: sizes are checked before anything is allocated
             (BStr(l), BStr(r)) => {
                 check_str(l.len() + r.len())?;
-                Ok(Val::byte_str(concat_bytes(*l, r)))
+                Ok(Val::byte_str(concat_bytes(unrc(l), unrc(r))))
             }
             (TStr(l), TStr(r)) => {
                 check_str(l.len() + r.len())?;
-                Ok(Val::utf8_str(concat_bytes(*l, r)))
+                Ok(Val::utf8_str(concat_bytes(unrc(l), unrc(r))))
             }
             (Arr(mut l), Arr(r)) => {
                 //std::dbg!(Rc::strong_count(&l));
@@ -813,8 +819,8 @@ impl core::ops::Div for Val {
         };
         match (self, rhs) {
             (Self::Num(x), Self::Num(y)) => Ok(Self::Num(x / y)),
-            (Self::TStr(x), Self::TStr(y)) => fs(*x, *y, Val::utf8_str),
-            (Self::BStr(x), Self::BStr(y)) => fs(*x, *y, Val::byte_str),
+            (Self::TStr(x), Self::TStr(y)) => fs(unrc(x), unrc(y), Val::utf8_str),
+            (Self::BStr(x), Self::BStr(y)) => fs(unrc(x), unrc(y), Val::byte_str),
             (l, r) => Err(Error::math(l, ops::Math::Div, r)),
         }
     }
