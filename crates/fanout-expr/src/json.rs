@@ -164,7 +164,7 @@ fn write_num(n: &Num, out: &mut Vec<u8>) {
                 // Integral floats print as integers, like jq.
                 out.extend_from_slice(itoa::Buffer::new().format(*f as i64).as_bytes())
             } else {
-                out.extend_from_slice(ryu::Buffer::new().format_finite(*f).as_bytes())
+                write_shortest(*f, out)
             }
         }
         Num::Float(_) => out.extend_from_slice(b"null"),
@@ -177,6 +177,21 @@ fn write_num(n: &Num, out: &mut Vec<u8>) {
 }
 
 /// Whether `b` is a number in JSON syntax (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`).
+/// A finite `f64` as the shortest text that reads back as it (`1.5`, `1e-7`, `1.2e22`): zmij's
+/// digits, which are ryu's (and jq's) with the exponent's `+` left out. `.0` stays on integral
+/// values; callers that print those as integers do so before.
+pub fn write_shortest(f: f64, out: &mut Vec<u8>) {
+    let mut b = zmij::Buffer::new();
+    let s = b.format_finite(f).as_bytes();
+    match s.iter().position(|&c| c == b'+') {
+        Some(i) => {
+            out.extend_from_slice(&s[..i]);
+            out.extend_from_slice(&s[i + 1..]);
+        }
+        None => out.extend_from_slice(s),
+    }
+}
+
 fn is_json_number(b: &[u8]) -> bool {
     fn digits(b: &[u8]) -> (usize, &[u8]) {
         let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
@@ -276,6 +291,49 @@ fn write_str(b: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Floats are written as ryu writes them (the digits jq and earlier fanout printed), for
+    /// random bit patterns and for the decimals prices and scores are made of.
+    #[test]
+    fn shortest_floats_are_ryus() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut check = |f: f64| {
+            if !f.is_finite() {
+                return;
+            }
+            let mut ours = Vec::new();
+            write_shortest(f, &mut ours);
+            assert_eq!(
+                std::str::from_utf8(&ours).ok(),
+                Some(ryu::Buffer::new().format_finite(f)),
+                "{f:e}"
+            );
+        };
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            check(f64::from_bits(x));
+            check((x % 1_000_000) as f64 / 100.0);
+            check((x % 1000) as f64 * 0.1);
+        }
+        for f in [
+            0.0,
+            -0.0,
+            0.1,
+            1e15,
+            1e16,
+            1e20,
+            1e21,
+            1e22,
+            1e-7,
+            5e-324,
+            f64::MAX,
+            f64::MIN,
+        ] {
+            check(f);
+        }
+    }
 
     /// The word-at-a-time check agrees with the byte-at-a-time one for every byte at every
     /// position of strings of several lengths (a word and a remainder).

@@ -636,9 +636,11 @@ fn write_dims(
 
 fn write_float(f: f64, out: &mut Vec<u8>) {
     if f.is_finite() {
-        let mut b = ryu::Buffer::new();
-        let s = b.format_finite(f);
-        out.extend_from_slice(s.strip_suffix(".0").unwrap_or(s).as_bytes());
+        let start = out.len();
+        fanout_expr::json::write_shortest(f, out);
+        if out[start..].ends_with(b".0") {
+            out.truncate(out.len() - 2);
+        }
     } else if f.is_nan() {
         write_str("NaN", out);
     } else if f > 0.0 {
