@@ -43,15 +43,35 @@ pub(crate) const SER: SerializeOptions = SerializeOptions::new()
 const DE: DeserializeOptions = DeserializeOptions::new().deny_unknown_fields(true);
 
 /// Converts one message type between protobuf and JSON (module docs). Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MessageCodec {
     desc: MessageDescriptor,
+    /// What the value path reads of this type and the types it contains, made on first use
+    /// (shared by clones).
+    plans: std::sync::Arc<std::sync::OnceLock<crate::value::Plans>>,
 }
+
+impl PartialEq for MessageCodec {
+    fn eq(&self, other: &Self) -> bool {
+        self.desc == other.desc
+    }
+}
+
+impl Eq for MessageCodec {}
 
 impl MessageCodec {
     /// The codec of a message type.
     pub fn new(desc: MessageDescriptor) -> MessageCodec {
-        MessageCodec { desc }
+        MessageCodec {
+            desc,
+            plans: Default::default(),
+        }
+    }
+
+    /// The value path's plans ([`crate::value::Plans`]), made on first use.
+    pub(crate) fn plans(&self) -> &crate::value::Plans {
+        self.plans
+            .get_or_init(|| crate::value::Plans::new(&self.desc))
     }
 
     /// The message type's full name (`pkg.User`).

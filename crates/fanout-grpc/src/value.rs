@@ -22,7 +22,7 @@ use prost_reflect::{
 impl MessageCodec {
     /// Protobuf → value (at most `max_depth` levels of objects and arrays).
     pub fn decode_val(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
-        wire::decode(self.descriptor(), proto, max_depth).map_err(|detail| CodecError::Proto {
+        wire::decode(self.plans(), 0, proto, max_depth).map_err(|detail| CodecError::Proto {
             message: self.name().to_string(),
             detail,
         })
@@ -31,7 +31,7 @@ impl MessageCodec {
     /// Value → protobuf, appended to `out`; a key the type does not have is an error naming it
     /// (`unrecognized field name 'x'`, as the JSON path says).
     pub fn encode_val(&self, v: &Val, out: &mut Vec<u8>) -> Result<(), CodecError> {
-        wire::encode(self.descriptor(), v, 0, out).map_err(|detail| CodecError::Json {
+        wire::encode(self.plans(), 0, v, 0, out).map_err(|detail| CodecError::Json {
             message: self.name().to_string(),
             detail,
         })
@@ -205,7 +205,13 @@ fn num_text(v: &Val) -> Option<String> {
     }
 }
 
-fn int<T: std::str::FromStr>(v: &Val, what: &str) -> Result<T, String> {
+fn int<T: std::str::FromStr + TryFrom<isize>>(v: &Val, what: &str) -> Result<T, String> {
+    // The common case without text: an integer that fits.
+    if let Val::Num(Num::Int(i)) = v
+        && let Ok(n) = T::try_from(*i)
+    {
+        return Ok(n);
+    }
     let t = num_text(v).ok_or_else(|| format!("expected {what}, got {}", type_name(v)))?;
     if let Ok(n) = t.parse::<T>() {
         return Ok(n);
@@ -234,6 +240,183 @@ fn float(v: &Val) -> Result<f64, String> {
     }
 }
 
+/// What the value path reads of a message type, from its descriptor, once (a codec's first
+/// use): its fields with their numbers, names (also as shared key values), kinds, defaults, and
+/// the plans of the message types they hold — so a message decoded or encoded per request
+/// touches no descriptor lookups, hashes no field names and allocates no keys.
+pub(crate) struct Plans(Vec<MsgPlan>);
+
+impl std::fmt::Debug for Plans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plans({} message types)", self.0.len())
+    }
+}
+
+struct MsgPlan {
+    desc: MessageDescriptor,
+    /// `google.protobuf.*`: through `DynamicMessage` and the serde mapping.
+    well_known: bool,
+    fields: Vec<FieldPlan>,
+    /// (number, index in `fields`), sorted by number.
+    by_number: Vec<(u32, usize)>,
+    /// Proto names, then JSON names, to indices in `fields` (types of many fields; a few are
+    /// scanned).
+    by_name: Option<std::collections::HashMap<Box<str>, usize>>,
+}
+
+struct FieldPlan {
+    number: u32,
+    name: Box<str>,
+    json_name: Box<str>,
+    /// The name as a value (an object key), shared by every message decoded.
+    key: Val,
+    kind: Kind,
+    /// The plan of the message type of a message field or list (not of a map's entry).
+    msg: Option<usize>,
+    map: Option<MapPlan>,
+    list: bool,
+    presence: bool,
+    /// The value of an absent singular field without presence.
+    default: Val,
+}
+
+struct MapPlan {
+    key: Kind,
+    value: Kind,
+    /// The plan of the values' message type.
+    value_msg: Option<usize>,
+}
+
+impl Plans {
+    /// The plans of `root` (index 0) and of every message type reachable from it.
+    pub(crate) fn new(root: &MessageDescriptor) -> Plans {
+        let mut index: std::collections::HashMap<String, usize> = Default::default();
+        let mut todo = vec![root.clone()];
+        index.insert(root.full_name().to_string(), 0);
+        let mut out: Vec<MsgPlan> = Vec::new();
+        let id = |m: &MessageDescriptor,
+                  todo: &mut Vec<MessageDescriptor>,
+                  index: &mut std::collections::HashMap<String, usize>|
+         -> usize {
+            if let Some(i) = index.get(m.full_name()) {
+                return *i;
+            }
+            let i = index.len();
+            index.insert(m.full_name().to_string(), i);
+            todo.push(m.clone());
+            i
+        };
+        // Breadth-first in index order: `todo` holds the types numbered but not yet planned.
+        let mut next = 0;
+        while next < todo.len() {
+            let desc = todo[next].clone();
+            next += 1;
+            let well_known = is_well_known(&desc);
+            let mut fields = Vec::new();
+            if !well_known {
+                for f in desc.fields() {
+                    let kind = f.kind();
+                    let (msg, map) = match &kind {
+                        Kind::Message(e) if f.is_map() => {
+                            let (kf, vf) = (e.map_entry_key_field(), e.map_entry_value_field());
+                            let value = vf.kind();
+                            let value_msg = match &value {
+                                Kind::Message(m) => Some(id(m, &mut todo, &mut index)),
+                                _ => None,
+                            };
+                            let key = kf.kind();
+                            (
+                                None,
+                                Some(MapPlan {
+                                    key,
+                                    value,
+                                    value_msg,
+                                }),
+                            )
+                        }
+                        Kind::Message(m) => (Some(id(m, &mut todo, &mut index)), None),
+                        _ => (None, None),
+                    };
+                    fields.push(FieldPlan {
+                        number: f.number(),
+                        name: f.name().into(),
+                        json_name: f.json_name().into(),
+                        key: key(f.name()),
+                        default: wire::default_of(&kind),
+                        kind,
+                        msg,
+                        map,
+                        list: f.is_list(),
+                        presence: f.supports_presence(),
+                    });
+                }
+            }
+            let mut by_number: Vec<(u32, usize)> = fields
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (f.number, i))
+                .collect();
+            by_number.sort_unstable();
+            let by_name = (fields.len() > SCAN_FIELDS).then(|| {
+                let mut m: std::collections::HashMap<Box<str>, usize> = Default::default();
+                for (i, f) in fields.iter().enumerate() {
+                    m.entry(f.name.clone()).or_insert(i);
+                }
+                for (i, f) in fields.iter().enumerate() {
+                    m.entry(f.json_name.clone()).or_insert(i);
+                }
+                m
+            });
+            out.push(MsgPlan {
+                desc,
+                well_known,
+                fields,
+                by_number,
+                by_name,
+            });
+        }
+        Plans(out)
+    }
+
+    fn get(&self, i: usize) -> Result<&MsgPlan, String> {
+        self.0
+            .get(i)
+            .ok_or_else(|| "a message type without a plan".to_string())
+    }
+}
+
+impl MsgPlan {
+    fn by_number(&self, n: u32) -> Option<usize> {
+        if self.by_number.len() <= SCAN_FIELDS {
+            return self
+                .by_number
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, i)| *i);
+        }
+        self.by_number
+            .binary_search_by_key(&n, |(k, _)| *k)
+            .ok()
+            .and_then(|j| self.by_number.get(j))
+            .map(|(_, i)| *i)
+    }
+
+    /// A field by proto name, else by JSON name (as prost-reflect's lookups, in that order).
+    fn by_name(&self, name: &str) -> Option<&FieldPlan> {
+        match &self.by_name {
+            Some(m) => m.get(name).and_then(|i| self.fields.get(*i)),
+            None => self
+                .fields
+                .iter()
+                .find(|f| &*f.name == name)
+                .or_else(|| self.fields.iter().find(|f| &*f.json_name == name)),
+        }
+    }
+}
+
+/// Message types of up to this many fields are searched by scanning them.
+const SCAN_FIELDS: usize = 16;
+
 /// The direct protobuf wire codec: values read and written field by field from the
 /// descriptor, no `DynamicMessage` (the well-known types excepted).
 mod wire {
@@ -246,81 +429,99 @@ mod wire {
         msg_to_val(&msg, depth)
     }
 
-    /// Decode one message.
+    /// What a field collects while its message is read.
+    #[derive(Clone)]
+    enum Slot {
+        Unset,
+        One(Val),
+        List(Vec<Val>),
+        Map(Map),
+    }
+
+    /// Decode one message of the type `plans[p]`.
     pub(super) fn decode(
-        desc: &MessageDescriptor,
+        plans: &Plans,
+        p: usize,
         mut buf: &[u8],
         depth: usize,
     ) -> Result<Val, String> {
         if depth == 0 {
             return Err("the message is nested too deeply".into());
         }
-        if is_well_known(desc) {
-            return dyn_wkt_decode(desc, buf, depth);
+        let mp = plans.get(p)?;
+        if mp.well_known {
+            return dyn_wkt_decode(&mp.desc, buf, depth);
         }
-        let fields: Vec<FieldDescriptor> = desc.fields().collect();
-        let mut slots: Vec<Option<Val>> = vec![None; fields.len()];
-        let mut lists: Vec<Vec<Val>> = vec![Vec::new(); fields.len()];
-        let mut maps: Vec<Option<Map>> = vec![None; fields.len()];
+        let fields = &mp.fields;
+        let mut slots: Vec<Slot> = vec![Slot::Unset; fields.len()];
         while buf.has_remaining() {
             let key = decode_varint(&mut buf).map_err(|e| e.to_string())?;
             let number = (key >> 3) as u32;
             let wt = (key & 7) as u8;
-            let Some(i) = fields.iter().position(|f| f.number() == number) else {
+            let Some(i) = mp.by_number(number) else {
                 skip(wt, &mut buf)?;
                 continue;
             };
-            let f = &fields[i];
-            let kind = f.kind();
-            if f.is_map() {
+            let (Some(f), Some(slot)) = (fields.get(i), slots.get_mut(i)) else {
+                skip(wt, &mut buf)?;
+                continue;
+            };
+            if let Some(mplan) = &f.map {
                 let entry = len_delimited(wt, &mut buf)?;
-                let Kind::Message(e) = &kind else {
-                    return Err("a map without an entry type".into());
+                let (k, v) = map_entry(plans, mplan, entry, depth)?;
+                if !matches!(slot, Slot::Map(_)) {
+                    *slot = Slot::Map(Map::default());
+                }
+                if let Slot::Map(m) = slot {
+                    m.insert(k, v);
+                }
+            } else if f.list {
+                if !matches!(slot, Slot::List(_)) {
+                    *slot = Slot::List(Vec::new());
+                }
+                let Slot::List(list) = slot else {
+                    continue;
                 };
-                let (k, v) = map_entry(e, entry, depth)?;
-                maps[i].get_or_insert_with(Map::default).insert(k, v);
-            } else if f.is_list() {
-                if wt == 2 && packable(&kind) {
+                if wt == 2 && packable(&f.kind) {
                     let mut packed = len_delimited(wt, &mut buf)?;
+                    let w = if matches!(f.kind, Kind::Fixed32 | Kind::Sfixed32 | Kind::Float) {
+                        5
+                    } else if matches!(f.kind, Kind::Fixed64 | Kind::Sfixed64 | Kind::Double) {
+                        1
+                    } else {
+                        0
+                    };
                     while packed.has_remaining() {
-                        let w = if matches!(kind, Kind::Fixed32 | Kind::Sfixed32 | Kind::Float) {
-                            5
-                        } else if matches!(kind, Kind::Fixed64 | Kind::Sfixed64 | Kind::Double) {
-                            1
-                        } else {
-                            0
-                        };
-                        lists[i].push(element(&kind, w, &mut packed, depth)?);
+                        list.push(element(plans, &f.kind, f.msg, w, &mut packed, depth)?);
                     }
                 } else {
-                    lists[i].push(element(&kind, wt, &mut buf, depth)?);
+                    list.push(element(plans, &f.kind, f.msg, wt, &mut buf, depth)?);
                 }
             } else {
-                slots[i] = Some(element(&kind, wt, &mut buf, depth)?);
+                *slot = Slot::One(element(plans, &f.kind, f.msg, wt, &mut buf, depth)?);
             }
         }
-        let mut out = Map::default();
-        for (i, f) in fields.iter().enumerate() {
-            let v = if f.is_map() {
-                // Keys in order, as the `DynamicMessage` path gives them (a map has none).
-                let mut m = maps[i].take().unwrap_or_default();
-                m.sort_unstable_by(|a, _, b, _| a.cmp(b));
-                Val::obj(m)
-            } else if f.is_list() {
-                std::mem::take(&mut lists[i]).into_iter().collect()
-            } else if let Some(v) = slots[i].take() {
-                v
-            } else if f.supports_presence() {
-                continue;
-            } else {
-                default_of(&f.kind())
+        let mut out = Map::with_capacity_and_hasher(fields.len(), Default::default());
+        for (f, slot) in fields.iter().zip(slots) {
+            let v = match slot {
+                Slot::Map(mut m) => {
+                    // Keys in order, as the `DynamicMessage` path gives them.
+                    m.sort_unstable_by(|a, _, b, _| a.cmp(b));
+                    Val::obj(m)
+                }
+                Slot::List(l) => l.into_iter().collect(),
+                Slot::One(v) => v,
+                Slot::Unset if f.map.is_some() => Val::obj(Map::default()),
+                Slot::Unset if f.list => Val::Arr(Default::default()),
+                Slot::Unset if f.presence => continue,
+                Slot::Unset => f.default.clone(),
             };
-            out.insert(key(f.name()), v);
+            out.insert(f.key.clone(), v);
         }
         Ok(Val::obj(out))
     }
 
-    fn default_of(kind: &Kind) -> Val {
+    pub(super) fn default_of(kind: &Kind) -> Val {
         match kind {
             Kind::Bool => Val::Bool(false),
             Kind::String | Kind::Bytes => key(""),
@@ -389,7 +590,15 @@ mod wire {
         Ok(a)
     }
 
-    fn element(kind: &Kind, wt: u8, buf: &mut &[u8], depth: usize) -> Result<Val, String> {
+    /// One value of a field of kind `kind` (`msg`: the plan of its message type).
+    fn element(
+        plans: &Plans,
+        kind: &Kind,
+        msg: Option<usize>,
+        wt: u8,
+        buf: &mut &[u8],
+        depth: usize,
+    ) -> Result<Val, String> {
         let want = match kind {
             Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => 5,
             Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => 1,
@@ -433,7 +642,10 @@ mod wire {
                 key(s)
             }
             Kind::Bytes => key(&base64_encode(len_delimited(wt, buf)?)),
-            Kind::Message(m) => decode(m, len_delimited(wt, buf)?, depth - 1)?,
+            Kind::Message(_) => {
+                let i = msg.ok_or("a message field without a plan")?;
+                decode(plans, i, len_delimited(wt, buf)?, depth - 1)?
+            }
         })
     }
 
@@ -441,29 +653,33 @@ mod wire {
         decode_varint(buf).map_err(|e| e.to_string())
     }
 
-    fn map_entry(e: &MessageDescriptor, mut b: &[u8], depth: usize) -> Result<(Val, Val), String> {
-        let (kf, vf) = (e.map_entry_key_field(), e.map_entry_value_field());
-        let (kk, vk) = (kf.kind(), vf.kind());
+    fn map_entry(
+        plans: &Plans,
+        e: &MapPlan,
+        mut b: &[u8],
+        depth: usize,
+    ) -> Result<(Val, Val), String> {
+        let (kk, vk) = (&e.key, &e.value);
         let mut k = None;
         let mut v = None;
         while b.has_remaining() {
             let tag = varint(&mut b)?;
             let (number, wt) = ((tag >> 3) as u32, (tag & 7) as u8);
             match number {
-                1 => k = Some(element(&kk, wt, &mut b, depth)?),
-                2 => v = Some(element(&vk, wt, &mut b, depth)?),
+                1 => k = Some(element(plans, kk, None, wt, &mut b, depth)?),
+                2 => v = Some(element(plans, vk, e.value_msg, wt, &mut b, depth)?),
                 _ => skip(wt, &mut b)?,
             }
         }
-        let k = match k.unwrap_or_else(|| default_of(&kk)) {
+        let k = match k.unwrap_or_else(|| default_of(kk)) {
             s @ (Val::TStr(_) | Val::BStr(_)) => s,
             other => key(&fanout_expr::json::to_string(&other)),
         };
         let v = match v {
             Some(v) => v,
-            None => match &vk {
-                Kind::Message(m) => decode(m, &[], depth)?,
-                other => default_of(other),
+            None => match e.value_msg {
+                Some(i) => decode(plans, i, &[], depth)?,
+                None => default_of(vk),
             },
         };
         Ok((k, v))
@@ -478,9 +694,10 @@ mod wire {
         out.extend_from_slice(body);
     }
 
-    /// Encode one message (an object value; null is the empty message).
+    /// Encode one message of the type `plans[p]` (an object value; null is the empty message).
     pub(super) fn encode(
-        desc: &MessageDescriptor,
+        plans: &Plans,
+        p: usize,
         v: &Val,
         depth: usize,
         out: &mut Vec<u8>,
@@ -488,8 +705,9 @@ mod wire {
         if depth > MAX_NESTING {
             return Err("the message is nested too deeply".into());
         }
-        if is_well_known(desc) {
-            let msg = wkt_from_val(desc, v)?;
+        let mp = plans.get(p)?;
+        if mp.well_known {
+            let msg = wkt_from_val(&mp.desc, v)?;
             let _ = msg.encode(out);
             return Ok(());
         }
@@ -499,7 +717,7 @@ mod wire {
             other => {
                 return Err(format!(
                     "expected an object for {}, got {}",
-                    desc.full_name(),
+                    mp.desc.full_name(),
                     type_name(other)
                 ));
             }
@@ -508,31 +726,30 @@ mod wire {
             let Some(name) = text(k).and_then(|b| std::str::from_utf8(b).ok()) else {
                 return Err("a key that is not a string".into());
             };
-            let Some(f) = desc
-                .get_field_by_name(name)
-                .or_else(|| desc.get_field_by_json_name(name))
-            else {
+            let Some(f) = mp.by_name(name) else {
                 return Err(format!("unrecognized field name '{name}'"));
             };
             if matches!(fv, Val::Null) {
                 continue;
             }
-            field(&f, fv, depth, out).map_err(|e| format!("field `{name}`: {e}"))?;
+            field(plans, f, fv, depth, out).map_err(|e| format!("field `{name}`: {e}"))?;
         }
         Ok(())
     }
 
-    fn field(f: &FieldDescriptor, v: &Val, depth: usize, out: &mut Vec<u8>) -> Result<(), String> {
-        let kind = f.kind();
-        if f.is_map() {
+    fn field(
+        plans: &Plans,
+        f: &FieldPlan,
+        v: &Val,
+        depth: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        let kind = &f.kind;
+        if let Some(mplan) = &f.map {
             let Val::Obj(o) = v else {
                 return Err(format!("expected an object (a map), got {}", type_name(v)));
             };
-            let Kind::Message(entry) = &kind else {
-                return Err("a map field without an entry type".into());
-            };
-            let (kf, vf) = (entry.map_entry_key_field(), entry.map_entry_value_field());
-            let (kk, vk) = (kf.kind(), vf.kind());
+            let (kk, vk) = (&mplan.key, &mplan.value);
             let mut body = Vec::new();
             for (mk, mv) in o.iter() {
                 let ks = text(mk)
@@ -548,42 +765,44 @@ mod wire {
                     // integer keys by their text: exact for all 64 bits
                     _ => mk.clone(),
                 };
-                value(&kk, 1, &key_val, depth, &mut body)?;
+                value(plans, kk, None, 1, &key_val, depth, &mut body)?;
                 if !matches!(mv, Val::Null) {
-                    value(&vk, 2, mv, depth, &mut body)?;
+                    value(plans, vk, mplan.value_msg, 2, mv, depth, &mut body)?;
                 }
-                put_key(f.number(), 2, out);
+                put_key(f.number, 2, out);
                 put_len(&body, out);
             }
             return Ok(());
         }
-        if f.is_list() {
+        if f.list {
             let Val::Arr(a) = v else {
                 return Err(format!("expected an array, got {}", type_name(v)));
             };
-            if packable(&kind) {
+            if packable(kind) {
                 if a.is_empty() {
                     return Ok(());
                 }
                 let mut body = Vec::with_capacity(a.len() * 4);
                 for x in a.iter() {
-                    raw(&kind, x, &mut body)?;
+                    raw(kind, x, &mut body)?;
                 }
-                put_key(f.number(), 2, out);
+                put_key(f.number, 2, out);
                 put_len(&body, out);
             } else {
                 for x in a.iter() {
-                    value(&kind, f.number(), x, depth, out)?;
+                    value(plans, kind, f.msg, f.number, x, depth, out)?;
                 }
             }
             return Ok(());
         }
-        value(&kind, f.number(), v, depth, out)
+        value(plans, kind, f.msg, f.number, v, depth, out)
     }
 
     /// One tagged value.
     fn value(
+        plans: &Plans,
         kind: &Kind,
+        msg: Option<usize>,
         number: u32,
         v: &Val,
         depth: usize,
@@ -608,9 +827,10 @@ mod wire {
                 put_key(number, 2, out);
                 put_len(&raw, out);
             }
-            Kind::Message(m) => {
+            Kind::Message(_) => {
+                let i = msg.ok_or("a message field without a plan")?;
                 let mut body = Vec::new();
-                encode(m, v, depth + 1, &mut body)?;
+                encode(plans, i, v, depth + 1, &mut body)?;
                 put_key(number, 2, out);
                 put_len(&body, out);
             }
