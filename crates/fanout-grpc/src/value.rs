@@ -12,7 +12,7 @@ use crate::codec::{CodecError, MessageCodec, SER};
 use bytes::Bytes;
 use fanout_expr::json::u64_num;
 use fanout_expr::{Map, Val};
-use jaq_json::Num;
+use jaq_json::{Num, Rc};
 use prost::Message;
 use prost_reflect::{
     DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor,
@@ -262,6 +262,11 @@ struct MsgPlan {
     /// Proto names, then JSON names, to indices in `fields` (types of many fields; a few are
     /// scanned).
     by_name: Option<std::collections::HashMap<Box<str>, usize>>,
+    /// Every field (its key) with the value it has when absent: its default, `[]`, `{}`, or
+    /// [`wire::unset`] for a field with presence; decoding starts from a copy.
+    template: Map,
+    /// Some field has presence (an absent one is left out of the value).
+    presence: bool,
 }
 
 struct FieldPlan {
@@ -367,12 +372,30 @@ impl Plans {
                 }
                 m
             });
+            let mut template = Map::with_capacity_and_hasher(fields.len(), Default::default());
+            for f in &fields {
+                let absent = if f.map.is_some() {
+                    Val::obj(Map::default())
+                } else if f.list {
+                    Val::Arr(Default::default())
+                } else if f.presence {
+                    wire::unset()
+                } else {
+                    f.default.clone()
+                };
+                template.insert(f.key.clone(), absent);
+            }
+            let presence = fields
+                .iter()
+                .any(|f| f.presence && f.map.is_none() && !f.list);
             out.push(MsgPlan {
                 desc,
                 well_known,
                 fields,
                 by_number,
                 by_name,
+                template,
+                presence,
             });
         }
         Plans(out)
@@ -429,16 +452,9 @@ mod wire {
         msg_to_val(&msg, depth)
     }
 
-    /// What a field collects while its message is read.
-    #[derive(Clone)]
-    enum Slot {
-        Unset,
-        One(Val),
-        List(Vec<Val>),
-        Map(Map),
-    }
-
-    /// Decode one message of the type `plans[p]`.
+    /// Decode one message of the type `plans[p]`: into a copy of the type's template (every
+    /// field with its default, in field order), each field found replacing its value in place
+    /// (by position: no key is hashed); absent fields with presence are then left out.
     pub(super) fn decode(
         plans: &Plans,
         p: usize,
@@ -453,7 +469,8 @@ mod wire {
             return dyn_wkt_decode(&mp.desc, buf, depth);
         }
         let fields = &mp.fields;
-        let mut slots: Vec<Slot> = vec![Slot::Unset; fields.len()];
+        let mut out = mp.template.clone();
+        let mut maps = false;
         while buf.has_remaining() {
             let key = decode_varint(&mut buf).map_err(|e| e.to_string())?;
             let number = (key >> 3) as u32;
@@ -462,26 +479,22 @@ mod wire {
                 skip(wt, &mut buf)?;
                 continue;
             };
-            let (Some(f), Some(slot)) = (fields.get(i), slots.get_mut(i)) else {
+            let (Some(f), Some((_, slot))) = (fields.get(i), out.get_index_mut(i)) else {
                 skip(wt, &mut buf)?;
                 continue;
             };
             if let Some(mplan) = &f.map {
                 let entry = len_delimited(wt, &mut buf)?;
                 let (k, v) = map_entry(plans, mplan, entry, depth)?;
-                if !matches!(slot, Slot::Map(_)) {
-                    *slot = Slot::Map(Map::default());
-                }
-                if let Slot::Map(m) = slot {
-                    m.insert(k, v);
+                if let Val::Obj(m) = slot {
+                    Rc::make_mut(m).insert(k, v);
+                    maps = true;
                 }
             } else if f.list {
-                if !matches!(slot, Slot::List(_)) {
-                    *slot = Slot::List(Vec::new());
-                }
-                let Slot::List(list) = slot else {
+                let Val::Arr(list) = slot else {
                     continue;
                 };
+                let list = Rc::make_mut(list);
                 if wt == 2 && packable(&f.kind) {
                     let mut packed = len_delimited(wt, &mut buf)?;
                     let w = if matches!(f.kind, Kind::Fixed32 | Kind::Sfixed32 | Kind::Float) {
@@ -498,27 +511,31 @@ mod wire {
                     list.push(element(plans, &f.kind, f.msg, wt, &mut buf, depth)?);
                 }
             } else {
-                *slot = Slot::One(element(plans, &f.kind, f.msg, wt, &mut buf, depth)?);
+                *slot = element(plans, &f.kind, f.msg, wt, &mut buf, depth)?;
             }
         }
-        let mut out = Map::with_capacity_and_hasher(fields.len(), Default::default());
-        for (f, slot) in fields.iter().zip(slots) {
-            let v = match slot {
-                Slot::Map(mut m) => {
-                    // Keys in order, as the `DynamicMessage` path gives them.
-                    m.sort_unstable_by(|a, _, b, _| a.cmp(b));
-                    Val::obj(m)
+        if maps {
+            // Keys in order, as the `DynamicMessage` path gives them.
+            for (f, (_, v)) in fields.iter().zip(out.iter_mut()) {
+                if let (Some(_), Val::Obj(m)) = (&f.map, v) {
+                    Rc::make_mut(m).sort_unstable_by(|a, _, b, _| a.cmp(b));
                 }
-                Slot::List(l) => l.into_iter().collect(),
-                Slot::One(v) => v,
-                Slot::Unset if f.map.is_some() => Val::obj(Map::default()),
-                Slot::Unset if f.list => Val::Arr(Default::default()),
-                Slot::Unset if f.presence => continue,
-                Slot::Unset => f.default.clone(),
-            };
-            out.insert(f.key.clone(), v);
+            }
+        }
+        if mp.presence {
+            out.retain(|_, v| !is_unset(v));
         }
         Ok(Val::obj(out))
+    }
+
+    /// The template's value of an absent field with presence: a byte string, which decoding
+    /// never makes (strings and bytes decode to text strings).
+    pub(super) fn unset() -> Val {
+        Val::BStr(Rc::new(Bytes::new()))
+    }
+
+    fn is_unset(v: &Val) -> bool {
+        matches!(v, Val::BStr(_))
     }
 
     pub(super) fn default_of(kind: &Kind) -> Val {
