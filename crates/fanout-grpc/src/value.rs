@@ -261,7 +261,7 @@ struct MsgPlan {
     by_number: Vec<(u32, usize)>,
     /// Proto names, then JSON names, to indices in `fields` (types of many fields; a few are
     /// scanned).
-    by_name: Option<std::collections::HashMap<Box<str>, usize>>,
+    by_name: Option<std::collections::HashMap<Box<[u8]>, usize>>,
     /// Every field (its key) with the value it has when absent: its default, `[]`, `{}`, or
     /// [`wire::unset`] for a field with presence; decoding starts from a copy.
     template: Map,
@@ -363,12 +363,12 @@ impl Plans {
                 .collect();
             by_number.sort_unstable();
             let by_name = (fields.len() > SCAN_FIELDS).then(|| {
-                let mut m: std::collections::HashMap<Box<str>, usize> = Default::default();
+                let mut m: std::collections::HashMap<Box<[u8]>, usize> = Default::default();
                 for (i, f) in fields.iter().enumerate() {
-                    m.entry(f.name.clone()).or_insert(i);
+                    m.entry(f.name.as_bytes().into()).or_insert(i);
                 }
                 for (i, f) in fields.iter().enumerate() {
-                    m.entry(f.json_name.clone()).or_insert(i);
+                    m.entry(f.json_name.as_bytes().into()).or_insert(i);
                 }
                 m
             });
@@ -425,14 +425,14 @@ impl MsgPlan {
     }
 
     /// A field by proto name, else by JSON name (as prost-reflect's lookups, in that order).
-    fn by_name(&self, name: &str) -> Option<&FieldPlan> {
+    fn by_name(&self, name: &[u8]) -> Option<&FieldPlan> {
         match &self.by_name {
             Some(m) => m.get(name).and_then(|i| self.fields.get(*i)),
             None => self
                 .fields
                 .iter()
-                .find(|f| &*f.name == name)
-                .or_else(|| self.fields.iter().find(|f| &*f.json_name == name)),
+                .find(|f| f.name.as_bytes() == name)
+                .or_else(|| self.fields.iter().find(|f| f.json_name.as_bytes() == name)),
         }
     }
 }
@@ -740,16 +740,21 @@ mod wire {
             }
         };
         for (k, fv) in obj.iter() {
-            let Some(name) = text(k).and_then(|b| std::str::from_utf8(b).ok()) else {
+            let Some(name) = text(k) else {
                 return Err("a key that is not a string".into());
             };
+            // Field names are UTF-8: a key that is not matches none.
             let Some(f) = mp.by_name(name) else {
-                return Err(format!("unrecognized field name '{name}'"));
+                return Err(match std::str::from_utf8(name) {
+                    Ok(name) => format!("unrecognized field name '{name}'"),
+                    Err(_) => "a key that is not a string".into(),
+                });
             };
             if matches!(fv, Val::Null) {
                 continue;
             }
-            field(plans, f, fv, depth, out).map_err(|e| format!("field `{name}`: {e}"))?;
+            field(plans, f, fv, depth, out)
+                .map_err(|e| format!("field `{}`: {e}", String::from_utf8_lossy(name)))?;
         }
         Ok(())
     }
@@ -846,10 +851,20 @@ mod wire {
             }
             Kind::Message(_) => {
                 let i = msg.ok_or("a message field without a plan")?;
-                let mut body = Vec::new();
-                encode(plans, i, v, depth + 1, &mut body)?;
                 put_key(number, 2, out);
-                put_len(&body, out);
+                // The body in place after a one-byte length, which a body of 128 bytes or more
+                // makes room for afterwards (copying as much as writing it elsewhere would).
+                let at = out.len();
+                out.push(0);
+                encode(plans, i, v, depth + 1, out)?;
+                let len = out.len() - at - 1;
+                if len < 128 {
+                    out[at] = len as u8;
+                } else {
+                    let mut prefix = Vec::with_capacity(10);
+                    encode_varint(len as u64, &mut prefix);
+                    out.splice(at..at + 1, prefix);
+                }
             }
             Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => {
                 put_key(number, 5, out);
