@@ -111,6 +111,9 @@ fn origin_form(uri: &Uri) -> Uri {
     Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
 }
 
+/// The `grpc-timeout` header's name (made once).
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+
 /// An HTTP backend.
 pub struct HttpBackend {
     bases: Vec<Base>,
@@ -617,56 +620,50 @@ impl Backend for HttpBackend {
             http_call.method
         };
         let h1 = base.and_then(|b| b.h1.clone()).filter(|_| grpc.is_none());
-        let mut builder = Request::builder().method(method);
-        if let Ok(u) = &uri {
-            builder = builder.uri(match h1 {
-                Some(_) => origin_form(u),
-                None => u.clone(),
-            });
-        }
-        if let Some(h) = builder.headers_mut() {
-            for (k, v) in &self.headers {
-                h.insert(k.clone(), v.clone());
-            }
-            h.extend(http_call.headers);
-            if let Some(span) = &span {
-                span.inject(h);
-            }
-            if grpc.is_some() {
-                h.insert(
-                    http::header::CONTENT_TYPE,
-                    HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
-                );
-                h.insert(http::header::TE, HeaderValue::from_static("trailers"));
-                if let Ok(v) = HeaderValue::from_str(&fanout_grpc::timeout::format(timeout)) {
-                    h.insert(HeaderName::from_static("grpc-timeout"), v);
+        let (request, uri) = match uri {
+            Ok(u) => {
+                // Made in place (a `Request::builder()` chain moves the request's parts at
+                // every step).
+                let mut r = Request::new(Full::new(http_call.body));
+                *r.method_mut() = method;
+                *r.uri_mut() = match h1 {
+                    Some(_) => origin_form(&u),
+                    None => u.clone(),
+                };
+                let h = r.headers_mut();
+                for (k, v) in &self.headers {
+                    h.insert(k.clone(), v.clone());
                 }
+                h.extend(http_call.headers);
+                if let Some(span) = &span {
+                    span.inject(h);
+                }
+                if grpc.is_some() {
+                    h.insert(
+                        http::header::CONTENT_TYPE,
+                        HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
+                    );
+                    h.insert(http::header::TE, HeaderValue::from_static("trailers"));
+                    if let Ok(v) = HeaderValue::from_str(&fanout_grpc::timeout::format(timeout)) {
+                        h.insert(GRPC_TIMEOUT, v);
+                    }
+                }
+                // The time this attempt may take, for the backend to stop early (written here,
+                // by the transport, so it is never part of a call's identity).
+                if let Some(name) = req.deadline_header.filter(|_| grpc.is_none()) {
+                    let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
+                    h.insert(name, http::HeaderValue::from(ms));
+                }
+                // HTTP/1: the `Host` header made once per address (hyper's client would format
+                // it for every request that lacks one).
+                if self.http1
+                    && let Some(host) = base.and_then(|b| b.host.as_ref())
+                    && !h.contains_key(http::header::HOST)
+                {
+                    h.insert(http::header::HOST, host.clone());
+                }
+                (r, u)
             }
-            // The time this attempt may take, for the backend to stop early (written here, by
-            // the transport, so it is never part of a call's identity).
-            if let Some(name) = req.deadline_header.filter(|_| grpc.is_none()) {
-                let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
-                h.insert(name, http::HeaderValue::from(ms));
-            }
-        }
-        // HTTP/1: the `Host` header made once per address (hyper's client would format it for
-        // every request that lacks one).
-        if self.http1
-            && let Some(host) = base.and_then(|b| b.host.as_ref())
-            && let Some(h) = builder.headers_mut()
-            && !h.contains_key(http::header::HOST)
-        {
-            h.insert(http::header::HOST, host.clone());
-        }
-        let built = match uri {
-            Ok(u) => match builder.body(Full::new(http_call.body)) {
-                Ok(r) => Ok((r, u)),
-                Err(e) => Err((u.to_string(), e.to_string())),
-            },
-            Err(e) => Err(e),
-        };
-        let (request, uri) = match built {
-            Ok(r) => r,
             Err((uri, e)) => {
                 // Not a valid request (the URI is too long, …): never sent, the fault of the flow
                 // that built it — not the address's, nor the backend's.
