@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn shortest_floats_are_ryus() {
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut check = |f: f64| {
+        let check = |f: f64| {
             if !f.is_finite() {
                 return;
             }

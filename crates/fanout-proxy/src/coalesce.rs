@@ -337,8 +337,8 @@ mod tests {
             }
         }
         // Strings that are not valid UTF-8 keep their bytes (JSON text would replace them).
-        let a = key_of(&Val::BStr(Box::new(bytes::Bytes::from_static(b"\xff\xfe"))));
-        let b = key_of(&Val::BStr(Box::new(bytes::Bytes::from_static(b"\xff\xfd"))));
+        let a = key_of(&Val::BStr(bytes::Bytes::from_static(b"\xff\xfe").into()));
+        let b = key_of(&Val::BStr(bytes::Bytes::from_static(b"\xff\xfd").into()));
         assert_ne!(a, b);
     }
 
