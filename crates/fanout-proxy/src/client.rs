@@ -113,6 +113,8 @@ fn origin_form(uri: &Uri) -> Uri {
 
 /// The `grpc-timeout` header's name (made once).
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// An HTTP backend.
 pub struct HttpBackend {
@@ -480,8 +482,6 @@ async fn grpc_exchange(
         let code = Code::for_http_status(parts.status.as_u16());
         return Ok(grpc_failure(code, &format!("HTTP status {}", parts.status)));
     }
-    let header_status = parts.headers.get("grpc-status").cloned();
-    let header_message = parts.headers.get("grpc-message").cloned();
     let collected = Limited::new(body, max_message + frame::HEADER_LEN)
         .collect()
         .await
@@ -490,17 +490,16 @@ async fn grpc_exchange(
                 format!("answer message larger than max_message_bytes ({max_message})")
             })
         })?;
-    let trailers = collected.trailers().cloned();
-    let (code_v, message_v) = match &trailers {
-        Some(t) if t.contains_key("grpc-status") => (
-            t.get("grpc-status").cloned(),
-            t.get("grpc-message").cloned(),
-        ),
-        _ => (header_status, header_message),
+    // The status is in the trailers, or (a trailers-only answer) in the headers; looked up by
+    // names made once, the trailers borrowed.
+    let (src, code_v) = match collected.trailers().and_then(|t| Some((t, t.get(&GRPC_STATUS)?))) {
+        Some((t, v)) => (t, Some(v)),
+        None => (&parts.headers, parts.headers.get(&GRPC_STATUS)),
     };
     let code = code_v.map_or(Code::Internal, |v| Code::from_header(v.as_bytes()));
     if code != Code::Ok {
-        let msg = message_v
+        let msg = src
+            .get(&GRPC_MESSAGE)
             .map(|m| status::decode_message(m.as_bytes()))
             .unwrap_or_default();
         return Ok(grpc_failure(code, &msg));
