@@ -492,7 +492,10 @@ async fn grpc_exchange(
         })?;
     // The status is in the trailers, or (a trailers-only answer) in the headers; looked up by
     // names made once, the trailers borrowed.
-    let (src, code_v) = match collected.trailers().and_then(|t| Some((t, t.get(&GRPC_STATUS)?))) {
+    let (src, code_v) = match collected
+        .trailers()
+        .and_then(|t| Some((t, t.get(&GRPC_STATUS)?)))
+    {
         Some((t, v)) => (t, Some(v)),
         None => (&parts.headers, parts.headers.get(&GRPC_STATUS)),
     };

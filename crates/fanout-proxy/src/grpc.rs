@@ -247,7 +247,7 @@ impl Gateway {
                 ),
             ));
         }
-        if let Some(enc) = parts.headers.get("grpc-encoding")
+        if let Some(enc) = parts.headers.get(&GRPC_ENCODING)
             && enc.as_bytes() != b"identity"
         {
             return Err(unimplemented(
@@ -411,13 +411,14 @@ fn too_large(max: usize) -> ApiError {
     )
 }
 
+/// Header names read or written per call, made once.
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
 /// A successful answer: the framed message, `grpc-status: 0` in the trailers.
 fn grpc_answer(framed: Bytes, headers: Vec<(HeaderName, HeaderValue)>) -> Response<Body> {
     let mut trailers = HeaderMap::with_capacity(1);
-    trailers.insert(
-        HeaderName::from_static("grpc-status"),
-        Code::Ok.header_value(),
-    );
+    trailers.insert(GRPC_STATUS, Code::Ok.header_value());
     let mut resp = Response::new(Body::with_trailers(Some(framed), trailers));
     let h = resp.headers_mut();
     h.insert(
