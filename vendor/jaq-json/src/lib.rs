@@ -59,6 +59,7 @@ pub enum Val {
     /// Number
     Num(Num),
     /// Byte string
+    // fanout: `Rc<Bytes>` (was `Box<Bytes>`): a clone is a reference count, not an allocation
     BStr(Rc<Bytes>),
     /// Text string (interpreted as UTF-8)
     ///
@@ -66,6 +67,7 @@ pub enum Val {
     /// this just means that the bytes are interpreted as UTF-8.
     /// An effort is made to preserve invalid UTF-8 as is, else
     /// replace invalid UTF-8 by the Unicode replacement character.
+    // fanout: `Rc<Bytes>` (was `Box<Bytes>`), as `BStr`
     TStr(Rc<Bytes>),
     /// Array
     Arr(Rc<Vec<Val>>),
