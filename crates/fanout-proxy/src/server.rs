@@ -673,8 +673,9 @@ pub async fn serve(
             let sh = on_conn.clone();
             async move {
                 let active = sh.request();
-                let resp = gw
-                    .handle(req)
+                // Boxed: the request's whole future (flow, calls, respond) is made once on the
+                // heap, and the per-stream future HTTP/2 spawns (and moves) stays small.
+                let resp = Box::pin(gw.handle(req))
                     .await
                     .map(|b| TrackedBody::new(b, sh.clone()));
                 drop(active);
