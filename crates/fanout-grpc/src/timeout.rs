@@ -24,24 +24,29 @@ pub fn parse(v: &str) -> Option<Duration> {
     })
 }
 
+/// The units of `grpc-timeout`, finest first: nanoseconds per unit, and its letter.
+const UNITS: [(u64, char); 6] = [
+    (1, 'n'),
+    (1_000, 'u'),
+    (1_000_000, 'm'),
+    (1_000_000_000, 'S'),
+    (60_000_000_000, 'M'),
+    (3_600_000_000_000, 'H'),
+];
+
+/// The largest count a `grpc-timeout` value holds (8 digits).
+const MAX: u64 = 99_999_999;
+
 /// Write a duration as a `grpc-timeout` value: the finest unit whose count fits in 8 digits,
 /// rounded up (a call is never told it has less time than it has, nor zero).
 pub fn format(d: Duration) -> String {
-    const MAX: u128 = 99_999_999;
     // Per call: 64-bit arithmetic and no formatting machinery when the nanoseconds fit (584
     // years).
     if let Ok(ns) = u64::try_from(d.as_nanos()) {
         let ns = ns.max(1);
-        for (per, unit) in [
-            (1, 'n'),
-            (1_000, 'u'),
-            (1_000_000, 'm'),
-            (1_000_000_000, 'S'),
-            (60_000_000_000, 'M'),
-            (3_600_000_000_000, 'H'),
-        ] {
+        for (per, unit) in UNITS {
             let n = ns.div_ceil(per);
-            if u128::from(n) <= MAX {
+            if n <= MAX {
                 let mut out = String::with_capacity(10);
                 out.push_str(itoa::Buffer::new().format(n));
                 out.push(unit);
@@ -54,19 +59,10 @@ pub fn format(d: Duration) -> String {
 
 /// [`format`] in 128-bit arithmetic: any duration.
 fn format_wide(d: Duration) -> String {
-    const MAX: u128 = 99_999_999;
     let ns = d.as_nanos().max(1);
-    let units: [(u128, char); 6] = [
-        (1, 'n'),
-        (1_000, 'u'),
-        (1_000_000, 'm'),
-        (1_000_000_000, 'S'),
-        (60_000_000_000, 'M'),
-        (3_600_000_000_000, 'H'),
-    ];
-    for (per, unit) in units {
-        let n = ns.div_ceil(per);
-        if n <= MAX {
+    for (per, unit) in UNITS {
+        let n = ns.div_ceil(u128::from(per));
+        if n <= u128::from(MAX) {
             return format!("{n}{unit}");
         }
     }
