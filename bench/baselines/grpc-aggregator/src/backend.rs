@@ -13,8 +13,11 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 
-/// The HTTP client every backend shares: HTTP/2 only with prior knowledge (h2c), `TCP_NODELAY`.
-/// Each backend address gets one multiplexed connection from its pool, as with a tonic `Channel`.
+/// The HTTP client every backend shares: HTTP/2 only with prior knowledge (h2c), `TCP_NODELAY`,
+/// and keepalive PINGs as fanout's gRPC backends have them by default (a PING after 1 s without
+/// a frame, 1 s to answer it, idle connections too: the lesson of seed 004, where a frozen peer
+/// hung calls for 20 s), so the two do the same work per call. Each backend address gets one
+/// multiplexed connection from its pool, as with a tonic `Channel`.
 pub(crate) type HttpClient = Client<HttpConnector, tonic::body::Body>;
 
 /// Build the shared client.
@@ -27,6 +30,9 @@ pub(crate) fn http_client() -> HttpClient {
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
+        .http2_keep_alive_interval(Some(Duration::from_secs(1)))
+        .http2_keep_alive_timeout(Duration::from_secs(1))
+        .http2_keep_alive_while_idle(true)
         .build(connector)
 }
 
