@@ -64,6 +64,11 @@ pub(crate) enum Native {
     /// `l + r`, `l - r`, … on two numbers (jaq's own arithmetic); other operands go to the
     /// interpreter.
     Math(Box<Native>, Math, Box<Native>),
+    /// `a + b + c …` (three or more operands): each evaluated once, then added left to right
+    /// exactly as [`Native::Math`] adds two. When the first is an object, its map is made (or
+    /// grown) once to hold the objects after it, instead of growing at every `+`
+    /// (`{id: $id} + ($price[$id] // {}) + ($stock[$id] // {})`).
+    Merge(Vec<Native>),
     /// `l == r`, `l < r`, … (jaq's total order of values).
     Cmp(Box<Native>, Cmp, Box<Native>),
     /// `l and r` (true) / `l or r` (false), short-circuiting as jq does.
@@ -348,6 +353,17 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
             cx.scope.pop();
             Native::Bind(value, Box::new(body?), index)
         }
+        Term::BinOp(l, BinaryOp::Math(Math::Add), r) => {
+            let (l, r) = (compile(l, cx)?, compile(r, cx)?);
+            match l {
+                Native::Math(a, Math::Add, b) => Native::Merge(vec![*a, *b, r]),
+                Native::Merge(mut operands) => {
+                    operands.push(r);
+                    Native::Merge(operands)
+                }
+                l => Native::Math(Box::new(l), Math::Add, Box::new(r)),
+            }
+        }
         Term::BinOp(l, BinaryOp::Math(op), r) => Native::Math(bx(l, cx)?, *op, bx(r, cx)?),
         Term::BinOp(l, BinaryOp::Cmp(op), r) => Native::Cmp(bx(l, cx)?, *op, bx(r, cx)?),
         Term::BinOp(l, BinaryOp::And, r) => Native::Logic(bx(l, cx)?, true, bx(r, cx)?),
@@ -482,6 +498,7 @@ impl Native {
             Native::Alt(l, r) => l.may_fall_back() || r.may_fall_back(),
             // Operators, builtins and what contains them: their odd cases are jaq's.
             Native::Math(..)
+            | Native::Merge(_)
             | Native::Cmp(..)
             | Native::Logic(..)
             | Native::Neg(_)
@@ -515,7 +532,7 @@ impl Native {
                 Piece::Text(_) => None,
             })),
             Native::Obj(entries) => many(&mut entries.iter().map(|(_, v)| v)),
-            Native::Arr(items) => many(&mut items.iter()),
+            Native::Arr(items) | Native::Merge(items) => many(&mut items.iter()),
             Native::If(bs, o) => many(&mut bs.iter().flat_map(|(c, t)| [c, t]).chain(o.as_deref())),
             Native::ToNumber(x)
             | Native::Neg(x)
@@ -605,16 +622,7 @@ impl Native {
                 }
                 Ok(Val::utf8_str(s.into_bytes()))
             }
-            Native::Obj(entries) => {
-                if level >= limits.max_depth {
-                    return Err(too_deep(limits));
-                }
-                let mut m = Map::with_capacity_and_hasher(entries.len(), Default::default());
-                for (k, v) in entries {
-                    m.insert(k.clone(), v.eval_at(input, env, limits, level + 1)?);
-                }
-                Ok(Val::obj(m))
-            }
+            Native::Obj(entries) => build_obj(entries, 0, input, env, limits, level),
             Native::Arr(items) => {
                 if level >= limits.max_depth {
                     return Err(too_deep(limits));
@@ -659,17 +667,44 @@ impl Native {
                 }
                 // `null` is neutral for `+`; objects merge shallowly (the right's keys win,
                 // new keys after the left's), as jaq adds them
-                (Ok(Val::Null), Ok(x)) | (Ok(x), Ok(Val::Null)) if *op == Math::Add => placed(x),
-                (Ok(Val::Obj(mut l)), Ok(Val::Obj(r))) if *op == Math::Add => {
-                    charge(env, limits, l.len().saturating_add(r.len()), 1)?;
-                    if l.len().saturating_add(r.len()) > limits.max_elements {
-                        return Err(not_native());
-                    }
-                    Arc::make_mut(&mut l).extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
-                    placed(Val::Obj(l))
-                }
+                (Ok(x), Ok(y)) if *op == Math::Add => add(x, y, env, limits).and_then(placed),
                 _ => Err(not_native()),
             },
+            Native::Merge(operands) => {
+                let [first, rest @ ..] = operands.as_slice() else {
+                    return Err(not_native());
+                };
+                let mut vals = Vec::with_capacity(rest.len());
+                for o in rest {
+                    vals.push(o.eval_at(input, env, limits, 0).map_err(|_| not_native())?);
+                }
+                // What the objects after the first add at most: the first is made this much
+                // larger (within the element limit; past it the adds below refuse anyway).
+                let more = vals
+                    .iter()
+                    .map(|v| match v {
+                        Val::Obj(o) => o.len(),
+                        _ => 0,
+                    })
+                    .fold(0usize, usize::saturating_add);
+                let more = if more <= limits.max_elements { more } else { 0 };
+                let mut acc = match first {
+                    Native::Obj(entries) => build_obj(entries, more, input, env, limits, 0),
+                    other => other.eval_at(input, env, limits, 0).map(|mut v| {
+                        if let Val::Obj(m) = &mut v
+                            && more > 0
+                        {
+                            grow(m, more);
+                        }
+                        v
+                    }),
+                }
+                .map_err(|_| not_native())?;
+                for v in vals {
+                    acc = add(acc, v, env, limits)?;
+                }
+                placed(acc)
+            }
             Native::Cmp(l, op, r) => match (
                 l.eval_at(input, env, limits, 0),
                 r.eval_at(input, env, limits, 0),
@@ -904,6 +939,59 @@ fn collect_each(
 
 /// Count `n × per` units of data-proportional work; beyond `inline_ops` the evaluation goes to
 /// the interpreter ([`NOT_NATIVE`]), which charges the request's budget for it.
+/// `{k: v, …}` placed `level` deep, with room for `more` entries besides its own.
+fn build_obj(
+    entries: &[(Val, Native)],
+    more: usize,
+    input: &Val,
+    env: Env<'_>,
+    limits: &EvalLimits,
+    level: usize,
+) -> Result<Val, EvalError> {
+    if level >= limits.max_depth {
+        return Err(too_deep(limits));
+    }
+    let cap = entries.len().saturating_add(more);
+    let mut m = Map::with_capacity_and_hasher(cap, Default::default());
+    for (k, v) in entries {
+        m.insert(k.clone(), v.eval_at(input, env, limits, level + 1)?);
+    }
+    Ok(Val::obj(m))
+}
+
+/// Make room for `more` entries in the object `m` (a copy of it if it is shared, made at the
+/// size it will have, as the first `+` would copy it).
+fn grow(m: &mut Arc<Map>, more: usize) {
+    match Arc::get_mut(m) {
+        Some(own) => own.reserve(more),
+        None => {
+            let cap = m.len().saturating_add(more);
+            let mut copy = Map::with_capacity_and_hasher(cap, Default::default());
+            copy.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+            *m = Arc::new(copy);
+        }
+    }
+}
+
+/// jq's `x + y` for the operands the native evaluator models — two numbers (jaq's arithmetic),
+/// `null` and anything (the other), two objects (a shallow merge: the right's keys win, new
+/// keys after the left's, as jaq adds them); anything else is the interpreter's.
+fn add(x: Val, y: Val, env: Env<'_>, limits: &EvalLimits) -> Result<Val, EvalError> {
+    match (x, y) {
+        (x @ Val::Num(_), y @ Val::Num(_)) => Math::Add.run(x, y).map_err(|_| not_native()),
+        (Val::Null, x) | (x, Val::Null) => Ok(x),
+        (Val::Obj(mut l), Val::Obj(r)) => {
+            charge(env, limits, l.len().saturating_add(r.len()), 1)?;
+            if l.len().saturating_add(r.len()) > limits.max_elements {
+                return Err(not_native());
+            }
+            Arc::make_mut(&mut l).extend(r.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Ok(Val::Obj(l))
+        }
+        _ => Err(not_native()),
+    }
+}
+
 fn charge(env: Env<'_>, limits: &EvalLimits, n: usize, per: usize) -> Result<(), EvalError> {
     let add = u64::try_from(n.saturating_mul(per.max(1))).unwrap_or(u64::MAX);
     let total = env.work.get().saturating_add(add);
