@@ -111,7 +111,7 @@ fn origin_form(uri: &Uri) -> Uri {
     Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"))
 }
 
-/// Header names of gRPC calls, made once.
+// Header names of gRPC calls, made once.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
