@@ -46,22 +46,20 @@ impl EvalLimits {
     }
 }
 
-struct Inner {
+/// A request's evaluation budget: shared by every expression the request evaluates (cheap
+/// clone, Send + Sync). `max_ops` is for the whole request.
+#[derive(Clone)]
+pub struct Budget {
     limits: EvalLimits,
     shared: Arc<Shared>,
 }
 
-/// A request's evaluation budget: shared by every expression the request evaluates (cheap
-/// clone, Send + Sync). `max_ops` is for the whole request.
-#[derive(Clone)]
-pub struct Budget(Arc<Inner>);
-
 impl std::fmt::Debug for Budget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Budget")
-            .field("limits", &self.0.limits)
+            .field("limits", &self.limits)
             .field("used_ops", &self.used_ops())
-            .field("deadline", &self.0.shared.deadline())
+            .field("deadline", &self.shared.deadline())
             .field("cancelled", &self.is_cancelled())
             .finish()
     }
@@ -70,10 +68,10 @@ impl std::fmt::Debug for Budget {
 impl Budget {
     /// A budget of `limits`, until `deadline` if given.
     pub fn new(limits: EvalLimits, deadline: Option<Instant>) -> Budget {
-        Budget(Arc::new(Inner {
+        Budget {
             limits,
             shared: Arc::new(Shared::new(limits.max_ops, deadline)),
-        }))
+        }
     }
 
     /// A budget without a deadline.
@@ -83,26 +81,26 @@ impl Budget {
 
     /// The limits.
     pub fn limits(&self) -> &EvalLimits {
-        &self.0.limits
+        &self.limits
     }
 
     /// Any evaluation using this budget stops at its next check ([`EvalErrorKind::Cancelled`]).
     pub fn cancel(&self) {
-        self.0.shared.cancel()
+        self.shared.cancel()
     }
 
     /// Whether [`Self::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
-        self.0.shared.is_cancelled()
+        self.shared.is_cancelled()
     }
 
     /// Ops used so far by all evaluations with this budget (and its clones).
     pub fn used_ops(&self) -> u64 {
-        self.0.shared.used_ops()
+        self.shared.used_ops()
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.0.shared
+        &self.shared
     }
 }
 

@@ -189,9 +189,31 @@ fn key(s: &str) -> Val {
     str_val(s)
 }
 
-/// The name of a part of `$request` (its bytes are not copied).
+/// The name of a part of `$request`: made once, each request takes a reference count.
 fn part(s: &'static str) -> Val {
-    crate::json::static_str_val(s)
+    use std::sync::LazyLock;
+    type Name = LazyLock<Val>;
+    static NAMES: [(&str, Name); 6] = [
+        (
+            "method",
+            Name::new(|| crate::json::static_str_val("method")),
+        ),
+        ("path", Name::new(|| crate::json::static_str_val("path"))),
+        (
+            "params",
+            Name::new(|| crate::json::static_str_val("params")),
+        ),
+        ("query", Name::new(|| crate::json::static_str_val("query"))),
+        (
+            "headers",
+            Name::new(|| crate::json::static_str_val("headers")),
+        ),
+        ("body", Name::new(|| crate::json::static_str_val("body"))),
+    ];
+    match NAMES.iter().find(|(n, _)| *n == s) {
+        Some((_, v)) => Val::clone(v),
+        None => crate::json::static_str_val(s),
+    }
 }
 
 /// Build `$request`. Query parameters that repeat become arrays.

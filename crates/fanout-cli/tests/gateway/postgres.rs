@@ -100,6 +100,11 @@ routes:
       rows:
         sql: { backend: db, query: "SELECT name FROM things ORDER BY name" }
     respond: { body: '$rows | map(.name)' }
+  - path: /dup
+    flow:
+      row:
+        sql: { backend: db, mode: one, query: "SELECT 1 AS a, 2 AS b, 3 AS a" }
+    respond: { body: '$row' }
   - path: /qty/{id}
     flow:
       q:
@@ -176,6 +181,11 @@ async fn values_of_every_type_go_in_and_come_back_out() {
     assert_eq!(
         get(&format!("{base}/all")).await.json(),
         json!(["nulls", inject])
+    );
+    // Two columns with one name: the later value, as in an object built key by key.
+    assert_eq!(
+        get(&format!("{base}/dup")).await.json(),
+        json!({"a": 3, "b": 2})
     );
     let r = get(&format!("{base}/things/nope")).await;
     assert_eq!(r.status, 404, "{}", r.text());

@@ -11,6 +11,7 @@
 //! `yield_now`), so a flow waiting on its backends costs one poll per answer.
 
 use futures_util::task::AtomicWaker;
+use smallvec::SmallVec;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,11 +21,14 @@ use std::task::{Context, Poll, Wake, Waker};
 /// The indices woken since they were last polled, and the task to wake for them.
 #[derive(Default)]
 struct Shared {
-    ready: Mutex<Vec<usize>>,
+    ready: Mutex<Indices>,
     task: AtomicWaker,
 }
 
-fn lock(m: &Mutex<Vec<usize>>) -> std::sync::MutexGuard<'_, Vec<usize>> {
+/// Slot indices: a flow has few steps, so they are kept inline (no allocation per request).
+type Indices = SmallVec<[usize; 8]>;
+
+fn lock(m: &Mutex<Indices>) -> std::sync::MutexGuard<'_, Indices> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -57,11 +61,11 @@ struct Slot<F> {
 /// A set of futures, each polled when its own waker was woken; outputs in completion order.
 pub(crate) struct InFlight<F> {
     slots: Vec<Slot<F>>,
-    free: Vec<usize>,
+    free: Indices,
     len: usize,
     shared: Arc<Shared>,
     /// Woken indices taken from `shared`, still to be polled (first to last).
-    local: Vec<usize>,
+    local: Indices,
     at: usize,
 }
 
@@ -75,13 +79,13 @@ impl<F: Future + Unpin> InFlight<F> {
     pub(crate) fn with_capacity(n: usize) -> Self {
         InFlight {
             slots: Vec::with_capacity(n),
-            free: Vec::with_capacity(n),
+            free: Indices::with_capacity(n),
             len: 0,
             shared: Arc::new(Shared {
-                ready: Mutex::new(Vec::with_capacity(n)),
+                ready: Mutex::new(Indices::with_capacity(n)),
                 task: AtomicWaker::new(),
             }),
-            local: Vec::with_capacity(n),
+            local: Indices::with_capacity(n),
             at: 0,
         }
     }

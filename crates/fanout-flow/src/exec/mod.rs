@@ -52,13 +52,21 @@ impl Drop for CancelOnDrop {
 /// that fell back to their default.
 struct Sched {
     env: Env,
-    waiting: Vec<usize>,
+    /// Per step, in one allocation.
+    steps: Vec<StepState>,
     ready: Vec<usize>,
-    running: Vec<bool>,
     partial: Vec<Arc<str>>,
     done: usize,
-    /// When each step started (for the observer).
-    started: Vec<Option<Instant>>,
+}
+
+/// Where one step of a run is.
+#[derive(Clone, Copy)]
+struct StepState {
+    /// Dependencies not yet finished.
+    waiting: usize,
+    running: bool,
+    /// When the step started (for the observer).
+    started: Option<Instant>,
 }
 
 /// How a step continues after its start: finished, running, or keyed lookups to be merged with
@@ -119,12 +127,18 @@ impl RoutePlan {
                 budget,
                 mode: Mode::Inline,
             },
-            waiting: self.steps.iter().map(|s| s.deps.len()).collect(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| StepState {
+                    waiting: s.deps.len(),
+                    running: false,
+                    started: None,
+                })
+                .collect(),
             ready: self.roots.clone(),
-            running: vec![false; n],
             partial: Vec::new(),
             done: 0,
-            started: vec![None; n],
         };
         let mut inflight: InFlight<StepFuture<'_>> = InFlight::with_capacity(n);
         let sleep = tokio::time::sleep_until(deadline);
@@ -140,9 +154,9 @@ impl RoutePlan {
                     Some(x) => x,
                     None => break, // unreachable: a dependency graph without cycles always drains
                 },
-                _ = &mut sleep => return Err(self.deadline_error(&s.running)),
+                _ = &mut sleep => return Err(self.deadline_error(&s.steps)),
             };
-            s.running[i] = false;
+            s.steps[i].running = false;
             self.finish(&mut s, i, result, incomplete, obs)?;
         }
         drop(inflight);
@@ -160,16 +174,16 @@ impl RoutePlan {
     ) -> Result<(), FlowError> {
         let mut keyed: Vec<KeyedLookup> = Vec::new();
         while let Some(i) = next_ready(&self.steps, &mut s.ready) {
-            s.started[i] = Some(Instant::now());
+            s.steps[i].started = Some(Instant::now());
             obs.step_started(&self.steps[i]);
             match self.start(&self.steps[i], i, &s.env, deadline, obs) {
                 Started::Done(result) => self.finish(s, i, result, false, obs)?,
                 Started::Pending(fut) => {
-                    s.running[i] = true;
+                    s.steps[i].running = true;
                     inflight.push(fut);
                 }
                 Started::Keyed(batch, keys) => {
-                    s.running[i] = true;
+                    s.steps[i].running = true;
                     keyed.push((i, batch, keys));
                 }
             }
@@ -190,18 +204,18 @@ impl RoutePlan {
         obs: &dyn Observer,
     ) -> Result<(), FlowError> {
         let step = &self.steps[i];
-        let started = s.started[i].unwrap_or_else(Instant::now);
+        let started = s.steps[i].started.unwrap_or_else(Instant::now);
         let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
         let v = self.settle(step, result, incomplete, &mut s.partial, end)?;
         s.env.slots[FIRST_STEP_SLOT + i] = v;
         s.done += 1;
-        release(step, &mut s.waiting, &mut s.ready);
+        release(step, &mut s.steps, &mut s.ready);
         Ok(())
     }
 
-    fn deadline_error(&self, running: &[bool]) -> FlowError {
-        let pending: Vec<&StepPlan> = (0..running.len())
-            .filter(|&i| running[i])
+    fn deadline_error(&self, states: &[StepState]) -> FlowError {
+        let pending: Vec<&StepPlan> = (0..states.len())
+            .filter(|&i| states[i].running)
             .map(|i| &*self.steps[i])
             .collect();
         let waiting_for = match pending.as_slice() {
@@ -629,10 +643,10 @@ fn next_ready(steps: &[Arc<StepPlan>], ready: &mut Vec<usize>) -> Option<usize> 
     }
 }
 
-fn release(step: &StepPlan, waiting: &mut [usize], ready: &mut Vec<usize>) {
+fn release(step: &StepPlan, states: &mut [StepState], ready: &mut Vec<usize>) {
     for &d in &step.dependents {
-        waiting[d] -= 1;
-        if waiting[d] == 0 {
+        states[d].waiting -= 1;
+        if states[d].waiting == 0 {
             ready.push(d);
         }
     }

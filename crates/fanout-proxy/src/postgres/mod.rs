@@ -45,23 +45,46 @@ enum Connector {
     Tls(tokio_postgres_rustls::MakeRustlsConnect),
 }
 
-/// A statement prepared on a connection, with its columns' names as values (built once: a row
-/// takes clones, which share the bytes).
-type Prepared = (Statement, Arc<[Val]>);
+/// A statement prepared on a connection, with the object its rows are made from: the columns'
+/// names as keys (built once), each row a clone whose values are set by position — no key is
+/// hashed or allocated per row. Shared: a call takes a reference count.
+type Prepared = Arc<PreparedStatement>;
+
+struct PreparedStatement {
+    stmt: Statement,
+    /// The columns' names as values, for rows built by inserting (two columns with one name).
+    names: Box<[Val]>,
+    /// `{name: null, ...}` in column order, when the names are distinct.
+    row: Option<Map>,
+}
 
 fn prepared(stmt: Statement) -> Prepared {
-    let names: Arc<[Val]> = stmt
+    let names: Box<[Val]> = stmt
         .columns()
         .iter()
         .map(|c| Val::utf8_str(bytes::Bytes::copy_from_slice(c.name().as_bytes())))
         .collect();
-    (stmt, names)
+    let mut row = Map::with_capacity_and_hasher(names.len(), Default::default());
+    for n in names.iter() {
+        row.insert(n.clone(), Val::Null);
+    }
+    let row = (row.len() == names.len()).then_some(row);
+    Arc::new(PreparedStatement { stmt, names, row })
 }
+
+/// `{"rows": null, "rows_affected": null}`: every answer is a clone with the two values set.
+static ANSWER: std::sync::LazyLock<Map> = std::sync::LazyLock::new(|| {
+    let mut m = Map::with_capacity_and_hasher(2, Default::default());
+    m.insert(static_str_val("rows"), Val::Null);
+    m.insert(static_str_val("rows_affected"), Val::Null);
+    m
+});
 
 /// A pooled connection with the statements it has prepared.
 struct Conn {
     client: Client,
-    prepared: HashMap<Arc<str>, Prepared>,
+    /// By statement text (from the config, not from requests: a fast hash is safe).
+    prepared: HashMap<Arc<str>, Prepared, foldhash::fast::RandomState>,
     idle_since: Instant,
 }
 
@@ -784,7 +807,7 @@ impl Pool {
                 self.mark_up();
                 Ok(Conn {
                     client,
-                    prepared: HashMap::new(),
+                    prepared: HashMap::default(),
                     idle_since: Instant::now(),
                 })
             }
@@ -1114,7 +1137,7 @@ async fn execute(
     max_bytes: usize,
     counters: &PoolCounters,
 ) -> Result<Val, ExecError> {
-    let (stmt, stmt_names) = match conn.prepared.get(&call.statement) {
+    let prep = match conn.prepared.get(&call.statement) {
         Some(s) => s.clone(),
         None => {
             // Boxed: rare (statements are prepared when a connection opens), and large.
@@ -1123,6 +1146,7 @@ async fn execute(
             s
         }
     };
+    let stmt = &prep.stmt;
     if stmt.params().len() != call.params.len() {
         return Err(ExecError::Param(
             0,
@@ -1138,10 +1162,9 @@ async fn execute(
         params.push(types::param(v, ty).map_err(|p| ExecError::Param(i + 1, p))?);
     }
     counters.statements.fetch_add(1, Ordering::Relaxed);
-    let rows = conn.client.query_raw(&stmt, params.iter()).await?;
+    let rows = conn.client.query_raw(stmt, params.iter()).await?;
     pin_mut!(rows);
     let cols = stmt.columns();
-    let names = &stmt_names;
     // A json/jsonb column sits three levels down in the answer `{rows: [{col: …}]}`.
     let depth = call.max_depth.saturating_sub(3);
     let mut out: Vec<Val> = Vec::new();
@@ -1151,8 +1174,11 @@ async fn execute(
     let mut size = 32usize;
     while let Some(row) = rows.next().await {
         let row = row?;
-        let mut obj = Map::with_capacity_and_hasher(cols.len(), Default::default());
-        for (i, (c, name)) in cols.iter().zip(names.iter()).enumerate() {
+        let mut obj = match &prep.row {
+            Some(template) => template.clone(),
+            None => Map::with_capacity_and_hasher(cols.len(), Default::default()),
+        };
+        for (i, (c, name)) in cols.iter().zip(prep.names.iter()).enumerate() {
             let raw: Raw<'_> = row.try_get(i)?;
             size = size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
             if size > max_bytes {
@@ -1160,18 +1186,24 @@ async fn execute(
             }
             let v = types::to_val(c.type_(), raw.0, depth, &mut scratch)
                 .map_err(|p| ExecError::Column(format!("column `{}`: {p}", c.name())))?;
-            obj.insert(name.clone(), v);
+            match (prep.row.is_some(), obj.get_index_mut(i)) {
+                (true, Some((_, slot))) => *slot = v,
+                _ => {
+                    obj.insert(name.clone(), v);
+                }
+            }
         }
         out.push(Val::obj(obj));
     }
     counters.rows.fetch_add(out.len() as u64, Ordering::Relaxed);
     let n = rows.rows_affected().unwrap_or(0);
-    let mut answer = Map::with_capacity_and_hasher(2, Default::default());
-    answer.insert(static_str_val("rows"), out.into_iter().collect());
-    answer.insert(
-        static_str_val("rows_affected"),
-        Val::from(usize::try_from(n).unwrap_or(usize::MAX)),
-    );
+    let mut answer = ANSWER.clone();
+    if let Some((_, v)) = answer.get_index_mut(0) {
+        *v = out.into_iter().collect();
+    }
+    if let Some((_, v)) = answer.get_index_mut(1) {
+        *v = Val::from(usize::try_from(n).unwrap_or(usize::MAX));
+    }
     Ok(Val::obj(answer))
 }
 

@@ -215,7 +215,7 @@ pub fn param(v: &Val, ty: &Type) -> Result<Param, String> {
         _ => None,
     };
     let int = |min: i64, max: i64| -> Result<i64, String> {
-        let Val::Num(_) = v else {
+        let Val::Num(num) = v else {
             let hint = if text().is_some_and(|t| t.trim().parse::<i64>().is_ok()) {
                 " (convert it with `tonumber`)"
             } else {
@@ -223,6 +223,14 @@ pub fn param(v: &Val, ty: &Type) -> Result<Param, String> {
             };
             return Err(bad(hint));
         };
+        // A machine integer needs no text round trip.
+        if let fanout_expr::Num::Int(i) = num {
+            let n = *i as i64;
+            if n < min || n > max {
+                return Err(format!("{} is out of the range of {}", n, ty.name()));
+            }
+            return Ok(n);
+        }
         let t = number_text(v);
         let n: i64 = t
             .parse()
@@ -653,6 +661,60 @@ fn write_float(f: f64, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn int_param(json: &str, ty: &Type) -> Result<i64, String> {
+        let v = fanout_expr::json::parse(json.as_bytes()).expect("test JSON");
+        match param(&v, ty)? {
+            Param::I16(n) => Ok(n.into()),
+            Param::I32(n) => Ok(n.into()),
+            Param::I64(n) => Ok(n),
+            _ => Err("not an integer parameter".into()),
+        }
+    }
+
+    #[test]
+    fn integer_parameters_are_checked_against_their_type_s_range() {
+        for (json, ty, want) in [
+            ("5", Type::INT4, Ok(5)),
+            ("-32768", Type::INT2, Ok(-32768)),
+            ("2147483647", Type::INT4, Ok(2_147_483_647)),
+            ("9223372036854775807", Type::INT8, Ok(i64::MAX)),
+            ("4294967295", Type::OID, Ok(4_294_967_295)),
+            // An integral float is its integer; big integers and fractions are not.
+            ("5.0", Type::INT4, Ok(5)),
+            ("1e3", Type::INT8, Ok(1000)),
+            (
+                "32768",
+                Type::INT2,
+                Err("32768 is out of the range of int2"),
+            ),
+            (
+                "-2147483649",
+                Type::INT4,
+                Err("-2147483649 is out of the range of int4"),
+            ),
+            ("-1", Type::OID, Err("-1 is out of the range of oid")),
+            (
+                "5.5",
+                Type::INT4,
+                Err("expected an integer (int4), got a number that is not one"),
+            ),
+            (
+                "1e30",
+                Type::INT8,
+                Err("expected an integer (int8), got a number that is not one"),
+            ),
+        ] {
+            let got = int_param(json, &ty);
+            match want {
+                Ok(n) => assert_eq!(got, Ok(n), "{json} as {ty}"),
+                Err(m) => assert!(
+                    got.as_ref().is_err_and(|e| e.contains(m)),
+                    "{json} as {ty}: {got:?}"
+                ),
+            }
+        }
+    }
 
     #[test]
     fn a_column_as_a_value_is_what_its_json_parses_to() {
