@@ -1028,9 +1028,12 @@ impl Pool {
             return Err(CallError::new(CallErrorKind::Invalid, "no connection"));
         };
         let max = self.max_response_bytes;
-        let done = tokio::time::timeout_at(end, execute(conn, &call, max, &self.counters)).await;
+        // No timer of its own: like every backend call, the caller bounds it (the step's
+        // timeout, a shared call's limit), and dropping this future at that bound drops
+        // `in_use`, which cancels the statement at the server.
+        let done = execute(conn, &call, max, &self.counters).await;
         match done {
-            Ok(Ok(answer)) => {
+            Ok(answer) => {
                 in_use.release();
                 Ok(CallResponse {
                     status: StatusCode::OK,
@@ -1039,18 +1042,18 @@ impl Pool {
                     parsed: None,
                 })
             }
-            Ok(Err(ExecError::Param(n, problem))) => {
+            Err(ExecError::Param(n, problem)) => {
                 in_use.release();
                 let body = format!(r#"{{"param":{n},"problem":{}}}"#, json_str(&problem));
                 Ok(response(StatusCode::BAD_REQUEST, body))
             }
-            Ok(Err(ExecError::Column(problem))) => {
+            Err(ExecError::Column(problem)) => {
                 // Not idle: dropping `in_use` cancels the rest and checks the connection.
                 drop(in_use);
                 let body = format!(r#"{{"sqlstate":"XX000","message":{}}}"#, json_str(&problem));
                 Ok(response(StatusCode::INTERNAL_SERVER_ERROR, body))
             }
-            Ok(Err(ExecError::TooLarge)) => {
+            Err(ExecError::TooLarge) => {
                 // The rest of the rows are still coming: the connection is not idle.
                 drop(in_use);
                 Err(CallError::new(
@@ -1061,7 +1064,7 @@ impl Pool {
                     ),
                 ))
             }
-            Ok(Err(ExecError::Db(e))) => {
+            Err(ExecError::Db(e)) => {
                 let Some(db) = e.as_db_error() else {
                     in_use.discard();
                     return Err(CallError::new(CallErrorKind::Reset, e.to_string()));
@@ -1100,7 +1103,7 @@ impl Pool {
                     }
                 }
             }
-            Ok(Err(ExecError::Broken(e))) => {
+            Err(ExecError::Broken(e)) => {
                 in_use.discard();
                 let closed = e.is_closed();
                 self.mark_down(e.to_string());
@@ -1113,17 +1116,6 @@ impl Pool {
                     format!("database `{}`: connection lost: {e}", self.name),
                 )
                 .with_source(e))
-            }
-            // Out of time: dropping `in_use` cancels the statement at the server.
-            Err(_) => {
-                drop(in_use);
-                Err(CallError::new(
-                    CallErrorKind::Timeout,
-                    format!(
-                        "database `{}`: the statement was cancelled at its deadline",
-                        self.name
-                    ),
-                ))
             }
         }
     }
