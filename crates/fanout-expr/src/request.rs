@@ -191,27 +191,11 @@ fn key(s: &str) -> Val {
 
 /// The name of a part of `$request`: made once, each request takes a reference count.
 fn part(s: &'static str) -> Val {
-    use std::sync::LazyLock;
-    type Name = LazyLock<Val>;
-    static NAMES: [(&str, Name); 6] = [
-        (
-            "method",
-            Name::new(|| crate::json::static_str_val("method")),
-        ),
-        ("path", Name::new(|| crate::json::static_str_val("path"))),
-        (
-            "params",
-            Name::new(|| crate::json::static_str_val("params")),
-        ),
-        ("query", Name::new(|| crate::json::static_str_val("query"))),
-        (
-            "headers",
-            Name::new(|| crate::json::static_str_val("headers")),
-        ),
-        ("body", Name::new(|| crate::json::static_str_val("body"))),
-    ];
-    match NAMES.iter().find(|(n, _)| *n == s) {
-        Some((_, v)) => Val::clone(v),
+    const PARTS: [&str; 6] = ["method", "path", "params", "query", "headers", "body"];
+    static NAMES: std::sync::LazyLock<[Val; 6]> =
+        std::sync::LazyLock::new(|| PARTS.map(crate::json::static_str_val));
+    match PARTS.iter().position(|p| *p == s) {
+        Some(i) => NAMES[i].clone(),
         None => crate::json::static_str_val(s),
     }
 }

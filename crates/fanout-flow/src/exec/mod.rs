@@ -214,9 +214,11 @@ impl RoutePlan {
     }
 
     fn deadline_error(&self, states: &[StepState]) -> FlowError {
-        let pending: Vec<&StepPlan> = (0..states.len())
-            .filter(|&i| states[i].running)
-            .map(|i| &*self.steps[i])
+        let pending: Vec<&StepPlan> = states
+            .iter()
+            .zip(&self.steps)
+            .filter(|(s, _)| s.running)
+            .map(|(_, step)| &**step)
             .collect();
         let waiting_for = match pending.as_slice() {
             [] => "the flow".to_string(),

@@ -52,10 +52,17 @@ type Prepared = Arc<PreparedStatement>;
 
 struct PreparedStatement {
     stmt: Statement,
-    /// The columns' names as values, for rows built by inserting (two columns with one name).
-    names: Box<[Val]>,
-    /// `{name: null, ...}` in column order, when the names are distinct.
-    row: Option<Map>,
+    row: RowShape,
+}
+
+/// How a row becomes an object.
+enum RowShape {
+    /// `{name: null, ...}` in column order (the names are distinct): each row is a clone with its
+    /// values set by position.
+    Template(Map),
+    /// The columns' names as values (two columns share a name): each row is built by inserting,
+    /// so the later column wins, as in an object built key by key.
+    Names(Box<[Val]>),
 }
 
 fn prepared(stmt: Statement) -> Prepared {
@@ -64,12 +71,16 @@ fn prepared(stmt: Statement) -> Prepared {
         .iter()
         .map(|c| Val::utf8_str(bytes::Bytes::copy_from_slice(c.name().as_bytes())))
         .collect();
-    let mut row = Map::with_capacity_and_hasher(names.len(), Default::default());
+    let mut template = Map::with_capacity_and_hasher(names.len(), Default::default());
     for n in names.iter() {
-        row.insert(n.clone(), Val::Null);
+        template.insert(n.clone(), Val::Null);
     }
-    let row = (row.len() == names.len()).then_some(row);
-    Arc::new(PreparedStatement { stmt, names, row })
+    let row = if template.len() == names.len() {
+        RowShape::Template(template)
+    } else {
+        RowShape::Names(names)
+    };
+    Arc::new(PreparedStatement { stmt, row })
 }
 
 /// `{"rows": null, "rows_affected": null}`: every answer is a clone with the two values set.
@@ -1167,10 +1178,10 @@ async fn execute(
     while let Some(row) = rows.next().await {
         let row = row?;
         let mut obj = match &prep.row {
-            Some(template) => template.clone(),
-            None => Map::with_capacity_and_hasher(cols.len(), Default::default()),
+            RowShape::Template(template) => template.clone(),
+            RowShape::Names(_) => Map::with_capacity_and_hasher(cols.len(), Default::default()),
         };
-        for (i, (c, name)) in cols.iter().zip(prep.names.iter()).enumerate() {
+        for (i, c) in cols.iter().enumerate() {
             let raw: Raw<'_> = row.try_get(i)?;
             size = size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
             if size > max_bytes {
@@ -1178,10 +1189,16 @@ async fn execute(
             }
             let v = types::to_val(c.type_(), raw.0, depth, &mut scratch)
                 .map_err(|p| ExecError::Column(format!("column `{}`: {p}", c.name())))?;
-            match (prep.row.is_some(), obj.get_index_mut(i)) {
-                (true, Some((_, slot))) => *slot = v,
-                _ => {
-                    obj.insert(name.clone(), v);
+            match &prep.row {
+                RowShape::Template(_) => {
+                    if let Some((_, slot)) = obj.get_index_mut(i) {
+                        *slot = v;
+                    }
+                }
+                RowShape::Names(names) => {
+                    if let Some(name) = names.get(i) {
+                        obj.insert(name.clone(), v);
+                    }
                 }
             }
         }

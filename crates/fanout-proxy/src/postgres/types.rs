@@ -224,25 +224,24 @@ pub fn param(v: &Val, ty: &Type) -> Result<Param, String> {
             return Err(bad(hint));
         };
         // A machine integer needs no text round trip.
-        if let fanout_expr::Num::Int(i) = num {
-            let n = *i as i64;
-            if n < min || n > max {
-                return Err(format!("{} is out of the range of {}", n, ty.name()));
-            }
-            return Ok(n);
-        }
-        let t = number_text(v);
-        let n: i64 = t
-            .parse()
-            .ok()
-            .or_else(|| {
-                // 5.0 is the integer 5; 5.5 is not an integer.
-                t.parse::<f64>()
+        let n: i64 = match num {
+            fanout_expr::Num::Int(i) => *i as i64,
+            _ => {
+                let t = number_text(v);
+                t.parse()
                     .ok()
-                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
-                    .map(|f| f as i64)
-            })
-            .ok_or_else(|| format!("expected {}, got a number that is not one", wants(ty)))?;
+                    .or_else(|| {
+                        // 5.0 is the integer 5; 5.5 is not an integer.
+                        t.parse::<f64>()
+                            .ok()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                            .map(|f| f as i64)
+                    })
+                    .ok_or_else(|| {
+                        format!("expected {}, got a number that is not one", wants(ty))
+                    })?
+            }
+        };
         if n < min || n > max {
             return Err(format!("{} is out of the range of {}", n, ty.name()));
         }
