@@ -11,9 +11,10 @@ use fanout_config::env_lookup;
 use std::process::ExitCode;
 
 // glibc malloc spends a quarter of the engine's time in the flow benchmark and grows per-thread
-// arenas under load (the Mail.ru seed); mimalloc is faster and returns memory.
+// arenas under load (the Mail.ru seed); mimalloc is faster and returns memory. `fanout-alloc`
+// calls it without its aligned entry points where they would only cost (see that crate).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fanout_alloc::MiMalloc = fanout_alloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(

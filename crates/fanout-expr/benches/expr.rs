@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 // The production allocator (see crates/fanout-cli/src/main.rs).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fanout_alloc::MiMalloc = fanout_alloc::MiMalloc;
 
 mod json_docs;
 

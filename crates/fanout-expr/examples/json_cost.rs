@@ -7,7 +7,7 @@ use fanout_expr::json;
 use std::hint::black_box;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fanout_alloc::MiMalloc = fanout_alloc::MiMalloc;
 
 #[path = "../benches/json_docs/mod.rs"]
 mod json_docs;

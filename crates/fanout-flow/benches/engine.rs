@@ -17,7 +17,7 @@ use std::time::Duration;
 
 // The production allocator (see crates/fanout-cli/src/main.rs); both sides of the comparison use it.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fanout_alloc::MiMalloc = fanout_alloc::MiMalloc;
 
 /// Answers instantly with a canned body chosen by path prefix.
 struct Canned {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fanout_alloc::MiMalloc = fanout_alloc::MiMalloc;
 
 const ELAPSED: Duration = Duration::from_micros(1234);
 

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 
 // Same allocator as the fanout binary, so the comparison is about the code, not malloc.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fanout_alloc::MiMalloc = fanout_alloc::MiMalloc;
 
 const USAGE: &str = "usage: hyper-aggregator [--listen ADDR] [--workers N]
 
