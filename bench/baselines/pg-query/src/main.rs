@@ -184,7 +184,7 @@ async fn route(
         return Err(Failure {
             status: StatusCode::BAD_REQUEST,
             code: "bad_parameter",
-            message: "parameter $1 is not an int4",
+            message: "parameter $1: the request's value does not fit it",
             step: Some(STEP),
         });
     };

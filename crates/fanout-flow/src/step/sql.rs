@@ -141,7 +141,7 @@ impl SqlStep {
         deadline: Instant,
     ) -> Result<Result<CallRequest, FlowError>, Yielded> {
         let mut params = Vec::with_capacity(self.params.len());
-        for (i, (e, _)) in self.params.iter().enumerate() {
+        for (i, (e, from_request)) in self.params.iter().enumerate() {
             let v = match item {
                 Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
                 None => eval(e, env, &Val::Null),
@@ -150,7 +150,15 @@ impl SqlStep {
                 Ok(v) => params.push(v),
                 Err(e) => {
                     let what = format!("parameter ${}", i + 1);
-                    return Ok(Err(expr_err(step.name, &what, e)));
+                    let mut err = expr_err(step.name, &what, e);
+                    // An expression over the request alone that fails (`"abc" | tonumber`) was
+                    // given a value it cannot take: the client's error, like a value of the
+                    // wrong type (limits such as the evaluation budget keep their own kind).
+                    if *from_request && err.kind == ErrorKind::Expression {
+                        err.kind = ErrorKind::BadParameter;
+                        err.message = format!("{what}: the request's value does not fit it");
+                    }
+                    return Ok(Err(err));
                 }
             }
         }
