@@ -398,6 +398,12 @@ pub(crate) async fn fetch_answer(
     let now = Instant::now();
     let remaining = deadline.saturating_duration_since(now);
     let timeout = step_timeout.min(remaining);
+    if timeout.is_zero() {
+        // No time left (a client's `x-request-timeout: 0`, or a deadline spent by earlier
+        // steps): fail without calling, rather than race a zero-length timer against the
+        // backend (the timer's granularity would let a fast backend win now and then).
+        return Err(timed_out(step_name, h, timeout, step_timeout));
+    }
     req.timeout = timeout;
     req.deadline_header = Some(deadline_header.clone());
     let fut = h.backend().call(req);

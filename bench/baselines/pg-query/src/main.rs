@@ -87,11 +87,12 @@ struct Db {
 }
 
 impl Db {
-    /// The user's row as JSON, or `None`; bounded by the call timeout and the time left.
-    async fn user(&self, id: i32, deadline: Instant) -> Result<Option<Bytes>, Failure> {
+    /// The user's row as JSON, or `None`; bounded by the call timeout and the time `left`
+    /// before the route's deadline.
+    async fn user(&self, id: i32, left: Duration) -> Result<Option<Bytes>, Failure> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let (client, stmt) = &self.conns[i];
-        let timeout = QUERY_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
+        let timeout = QUERY_TIMEOUT.min(left);
         let row = match tokio::time::timeout(timeout, client.query_opt(stmt, &[&id])).await {
             Ok(Ok(row)) => row,
             Ok(Err(_)) => {
@@ -188,15 +189,21 @@ async fn route(
             step: Some(STEP),
         });
     };
+    let deadline_exceeded = || Failure {
+        status: StatusCode::GATEWAY_TIMEOUT,
+        code: "deadline_exceeded",
+        message: "route deadline exceeded while waiting for the flow",
+        step: None,
+    };
+    // A client that left no time (`x-request-timeout: 0`) is answered without a query.
+    let now = Instant::now();
+    if deadline <= now {
+        return Err(deadline_exceeded());
+    }
     // The route's deadline: past it, the query in flight is dropped.
-    let found = tokio::time::timeout_at(deadline, db.user(id, deadline))
+    let found = tokio::time::timeout_at(deadline, db.user(id, deadline - now))
         .await
-        .unwrap_or(Err(Failure {
-            status: StatusCode::GATEWAY_TIMEOUT,
-            code: "deadline_exceeded",
-            message: "route deadline exceeded while waiting for the flow",
-            step: None,
-        }))?;
+        .unwrap_or_else(|_| Err(deadline_exceeded()))?;
     match found {
         Some(body) => Ok(answer(StatusCode::OK, body)),
         None => Err(Failure {

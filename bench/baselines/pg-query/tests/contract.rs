@@ -81,8 +81,8 @@ async fn the_baseline_answers_like_fanout() {
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.code(), "bad_header");
 
-    // A client that allows no time at all: the route's deadline has passed before the query
-    // can answer.
+    // A client that allows no time at all: the deadline has passed when the request is routed,
+    // and it is answered without a query.
     let late = get(&base, "/users/1", &[("x-request-timeout", "0")]).await;
     assert_eq!(late.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(late.code(), "deadline_exceeded");

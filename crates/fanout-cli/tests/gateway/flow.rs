@@ -256,6 +256,36 @@ async fn calls_are_built_from_expressions_and_budget_is_forwarded() {
     }
 }
 
+/// A client that leaves no time (`x-request-timeout: 0`) is answered 504 `deadline_exceeded`
+/// every time, and no backend call is made for it (a zero-length timer raced against a fast
+/// backend used to let some of them through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_time_left_is_a_504_without_a_backend_call() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let before = calls(&s, "a");
+    for h2 in [false, true] {
+        for _ in 0..20 {
+            let r = send(
+                &client(h2),
+                Method::POST,
+                &format!("http://{}/echo/42", gw.addr),
+                &[("x-request-timeout", "0")],
+                r#"{"got": 5}"#,
+            )
+            .await;
+            assert_eq!(r.status, 504, "{}", r.text());
+            assert_eq!(r.code(), "deadline_exceeded");
+            assert_eq!(r.json()["error"]["step"], "e");
+        }
+    }
+    assert_eq!(
+        calls(&s, "a"),
+        before,
+        "no call was made for a request without time"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn for_each_keeps_input_order_within_its_bound() {
     let s = stubs(STUBS).await;
