@@ -235,6 +235,11 @@ enum Cmd {
         /// seeds: run only these seed scenarios, comma-separated (default: all of them).
         #[arg(long, value_delimiter = ',')]
         scenarios: Vec<String>,
+        /// Skip the capacity search and take this rate (requests per second) as every
+        /// target's capacity: the levels are fractions of it. For a machine whose noise cuts
+        /// the search short; the report says the capacity was given.
+        #[arg(long)]
+        capacity: Option<f64>,
     },
     /// Quick start: example stubs + gateway in one process, with a ready curl line.
     Demo {
@@ -539,11 +544,13 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             baseline_bin,
             duration,
             scenarios,
+            capacity,
         } if scenario == fanout_lab::seeds::NAME => {
             if !targets.is_empty()
                 || trials.is_some()
                 || baseline_bin.is_some()
                 || duration.is_some()
+                || capacity.is_some()
             {
                 anyhow::bail!(
                     "lab seeds takes only --quick, --out and --scenarios (each scenario runs with the targets that answer its article)"
@@ -572,8 +579,13 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             baseline_bin,
             duration,
             scenarios,
+            capacity,
         } if scenario == fanout_lab::hop::NAME => {
-            if !targets.is_empty() || baseline_bin.is_some() || !scenarios.is_empty() {
+            if !targets.is_empty()
+                || baseline_bin.is_some()
+                || !scenarios.is_empty()
+                || capacity.is_some()
+            {
                 anyhow::bail!(
                     "lab hop takes only --quick, --trials, --duration and --out (its two paths are fixed: direct and through fanout)"
                 );
@@ -604,12 +616,14 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             baseline_bin,
             duration,
             scenarios,
+            capacity,
         } if scenario == fanout_lab::threads::NAME => {
             if !targets.is_empty()
                 || trials.is_some()
                 || baseline_bin.is_some()
                 || duration.is_some()
                 || !scenarios.is_empty()
+                || capacity.is_some()
             {
                 anyhow::bail!(
                     "lab threads takes only --quick and --out (it runs one Java program, no targets)"
@@ -630,7 +644,13 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             baseline_bin,
             duration,
             scenarios,
+            capacity,
         } => {
+            if let Some(c) = capacity
+                && !(c.is_finite() && c > 0.0)
+            {
+                anyhow::bail!("--capacity must be a positive number of requests per second");
+            }
             if !scenarios.is_empty() {
                 anyhow::bail!("--scenarios is for `fanout lab seeds` only");
             }
@@ -653,6 +673,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 baseline_bin: baseline_bin.map(Into::into),
                 command,
                 duration,
+                capacity,
             };
             let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;
             out!("{}", fanout_lab::report::text_summary(&rep));

@@ -1909,3 +1909,59 @@ fn load_exit_codes_for_thresholds_and_lag() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a URL"));
 }
+
+/// `--capacity` replaces the capacity search: no `search` trial runs, the levels are 50 % and
+/// 80 % of the given rate, and the report says the capacity was given.
+#[test]
+fn lab_capacity_given_skips_the_search_and_sets_the_levels() {
+    let _one_at_a_time = serial();
+    let out = out_dir("capacity");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "lab",
+        "hh-vacancies",
+        "--targets",
+        "fanout",
+        "--quick",
+        "--trials",
+        "1",
+        "--capacity",
+        "60",
+        "--out",
+    ])
+    .arg(&out);
+    let (rep, _, _) = lab_report(&mut cmd, &out);
+    let trials = rep["trials"].as_array().expect("trials");
+    assert!(
+        trials.iter().all(|t| t["phase"] != "search"),
+        "no capacity search: {trials:?}"
+    );
+    for (phase, rate) in [("level-50", 30.0), ("level-80", 48.0)] {
+        let offered: Vec<f64> = trials
+            .iter()
+            .filter(|t| t["phase"] == phase)
+            .filter_map(|t| t["offered_rate"].as_f64())
+            .collect();
+        assert!(!offered.is_empty(), "{phase} ran: {trials:?}");
+        assert!(
+            offered.iter().all(|r| (r - rate).abs() < 0.5),
+            "{phase} at {rate} req/s: {offered:?}"
+        );
+    }
+    let warnings = rep["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("capacity given"))),
+        "{warnings:?}"
+    );
+    // A capacity that is not a positive rate is refused before anything runs.
+    let o = Command::new(bin())
+        .args(["lab", "hh-vacancies", "--quick", "--capacity", "0", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fanout lab");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--capacity must be a positive"));
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -12,6 +12,7 @@
 pub mod activity;
 pub mod backend;
 pub mod batch;
+pub mod boxed;
 pub mod cache;
 pub mod call;
 pub mod compute;

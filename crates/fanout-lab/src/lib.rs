@@ -99,6 +99,11 @@ pub struct LabOptions {
     pub command: String,
     /// `antispam-models`: one long run per target of this length instead of the levels.
     pub duration: Option<Duration>,
+    /// `--capacity`: no capacity search; the levels (50 %, 80 %, the overload ramp) are taken
+    /// from this rate, in requests per second, for every target. For a machine whose noise
+    /// stops the search short (a generator that lags its schedule at low rates); the report
+    /// says the capacity was given.
+    pub capacity: Option<f64>,
 }
 
 /// Why a lab run failed.
@@ -1367,7 +1372,14 @@ impl Lab {
         self.trials.retain(|t| t.phase != "warmup");
         self.warmup_end = self.t0.elapsed().as_secs_f64();
         let mut caps = BTreeMap::new();
-        if !matches!(self.scenario.mode, Mode::Hedging { .. } | Mode::Pools(_)) {
+        if let Some(c) = self.opts.capacity {
+            self.warnings.push(format!(
+                "capacity given (--capacity {c:.0}): no capacity search; the levels are fractions of {c:.0} req/s for every target"
+            ));
+            for t in &self.targets {
+                caps.insert(t.name.clone(), c);
+            }
+        } else if !matches!(self.scenario.mode, Mode::Hedging { .. } | Mode::Pools(_)) {
             for ti in 0..self.targets.len() {
                 let c = self.capacity(ti).await?;
                 caps.insert(self.targets[ti].name.clone(), c);

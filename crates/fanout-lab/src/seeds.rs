@@ -501,6 +501,7 @@ async fn run_one(
         baseline_bin: None,
         command,
         duration: None,
+        capacity: None,
     };
     let res = crate::run(lab).await;
     run.wall_s = t0.elapsed().as_secs_f64();

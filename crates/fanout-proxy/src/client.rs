@@ -709,12 +709,14 @@ impl Backend for HttpBackend {
         };
         // The exchange's future is made inside the boxed one (not made here and moved in).
         match h1 {
-            Some(pool) => {
-                Box::pin(async move { done(exchange_h1(pool, request, uri, limit).await) })
-            }
+            Some(pool) => fanout_flow::boxed::pinned(|| async move {
+                done(exchange_h1(pool, request, uri, limit).await)
+            }),
             None => {
                 let client = self.client.clone();
-                Box::pin(async move { done(exchange(client, request, uri, limit, grpc).await) })
+                fanout_flow::boxed::pinned(|| async move {
+                    done(exchange(client, request, uri, limit, grpc).await)
+                })
             }
         }
     }

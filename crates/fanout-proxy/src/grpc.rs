@@ -127,7 +127,7 @@ pub(crate) fn services(
     Ok(Some(Arc::new(GrpcServices {
         reflection_v1: Arc::new(move |req| {
             let mut s = v1.clone();
-            Box::pin(async move {
+            fanout_flow::boxed::pinned(|| async move {
                 use tonic::codegen::Service;
                 match s.call(req).await {
                     Ok(r) => r,
@@ -137,7 +137,7 @@ pub(crate) fn services(
         }),
         reflection_v1alpha: Arc::new(move |req| {
             let mut s = v1alpha.clone();
-            Box::pin(async move {
+            fanout_flow::boxed::pinned(|| async move {
                 use tonic::codegen::Service;
                 match s.call(req).await {
                     Ok(r) => r,

@@ -678,8 +678,9 @@ pub async fn serve(
             async move {
                 let active = sh.request();
                 // Boxed: the request's whole future (flow, calls, respond) is made once on the
-                // heap, and the per-stream future HTTP/2 spawns (and moves) stays small.
-                let resp = Box::pin(gw.handle(req))
+                // heap — in place, not built on the stack and copied (`pinned`) — and the
+                // per-stream future HTTP/2 spawns (and moves) stays small.
+                let resp = fanout_flow::boxed::pinned(|| gw.handle(req))
                     .await
                     .map(|b| TrackedBody::new(b, sh.clone()));
                 drop(active);

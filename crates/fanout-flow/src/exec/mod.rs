@@ -301,7 +301,7 @@ impl RoutePlan {
     ) -> Started<'a> {
         let env = snapshot(env, step);
         let (s, snap, pool) = (step.clone(), env.clone().offloaded(), self.compute.clone());
-        Started::Pending(Box::pin(async move {
+        Started::Pending(crate::boxed::pinned(|| async move {
             let p = match pool.run(move || prepare(&s, &snap, deadline)).await {
                 Ok(Ok(p)) => p,
                 Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
@@ -337,7 +337,7 @@ impl RoutePlan {
             Prepared::Call(mut req) => {
                 req.trace = obs.call_trace(step);
                 let env = step.result.as_ref().map(|_| snapshot(env, step));
-                Started::Pending(Box::pin(async move {
+                Started::Pending(crate::boxed::pinned(|| async move {
                     let a = args(step);
                     let out = match observed(
                         step,
@@ -358,7 +358,7 @@ impl RoutePlan {
             Prepared::Task(work, items) => {
                 let env = needs_env(step).then(|| snapshot(env, step));
                 let work = work(obs.call_trace(step));
-                Started::Pending(Box::pin(async move {
+                Started::Pending(crate::boxed::pinned(|| async move {
                     let out = match observed(step, obs, work).await {
                         Ok(values) => {
                             crate::activity::enter(i);
@@ -374,7 +374,7 @@ impl RoutePlan {
                     req.trace = obs.call_trace(step);
                 }
                 let env = needs_env(step).then(|| snapshot(env, step));
-                Started::Pending(Box::pin(async move {
+                Started::Pending(crate::boxed::pinned(|| async move {
                     self.run_calls(step, i, reqs, env.as_ref(), deadline, obs)
                         .await
                 }))
@@ -436,8 +436,7 @@ impl RoutePlan {
             }
         };
         let out = in_order(reqs, step.concurrency, |(n, r)| {
-            let f = one(r);
-            Box::pin(async move { (n, f.await) })
+            crate::boxed::pinned(|| async move { (n, one(r).await) })
         })
         .await;
         match out {

@@ -70,7 +70,7 @@ impl StepKind for GrpcStep {
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        Box::pin(async move {
+        crate::boxed::pinned(|| async move {
             let body = fetch_body(
                 step.name,
                 &self.call,

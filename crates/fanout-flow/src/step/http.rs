@@ -52,14 +52,16 @@ impl StepKind for HttpStep {
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        Box::pin(fetch_json(
-            step.name,
-            &self.0,
-            req,
-            step.timeout,
-            deadline,
-            deadline_header,
-        ))
+        crate::boxed::pinned(|| {
+            fetch_json(
+                step.name,
+                &self.0,
+                req,
+                step.timeout,
+                deadline,
+                deadline_header,
+            )
+        })
     }
 }
 

@@ -81,7 +81,7 @@ impl StepKind for ModelStep {
         }
         let (slot, compute, name) = (self.slot.clone(), self.compute.clone(), name.clone());
         let run = move |trace| -> BoxFuture<'static, Result<Vec<Val>, FlowError>> {
-            Box::pin(async move {
+            crate::boxed::pinned(|| async move {
                 // Queued from the worker that runs the step (never from a compute thread: a
                 // `max_delay` timer needs the runtime).
                 let rx = slot

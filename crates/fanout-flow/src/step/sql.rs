@@ -104,7 +104,7 @@ impl StepKind for SqlStep {
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        Box::pin(async move {
+        crate::boxed::pinned(|| async move {
             let resp = fetch_answer(
                 step.name,
                 self,

@@ -90,6 +90,7 @@ fn report(targets: &[&str], caps: &[(&str, f64)], trials: Vec<Trial>) -> LabRepo
     };
     let opts = LabOptions {
         duration: None,
+        capacity: None,
         scenario: "product-page".into(),
         targets: targets.iter().map(|t| t.to_string()).collect(),
         quick: true,

@@ -364,7 +364,7 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 impl Backend for PgBackend {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let pool = self.pool.clone();
-        Box::pin(async move {
+        fanout_flow::boxed::pinned(|| async move {
             let Call::Sql(call) = req.call else {
                 return Err(CallError::new(
                     CallErrorKind::Invalid,
