@@ -1372,14 +1372,15 @@ impl Lab {
         self.trials.retain(|t| t.phase != "warmup");
         self.warmup_end = self.t0.elapsed().as_secs_f64();
         let mut caps = BTreeMap::new();
-        if let Some(c) = self.opts.capacity {
+        let searches = !matches!(self.scenario.mode, Mode::Hedging { .. } | Mode::Pools(_));
+        if let Some(c) = self.opts.capacity.filter(|_| searches) {
             self.warnings.push(format!(
                 "capacity given (--capacity {c:.0}): no capacity search; the levels are fractions of {c:.0} req/s for every target"
             ));
             for t in &self.targets {
                 caps.insert(t.name.clone(), c);
             }
-        } else if !matches!(self.scenario.mode, Mode::Hedging { .. } | Mode::Pools(_)) {
+        } else if searches {
             for ti in 0..self.targets.len() {
                 let c = self.capacity(ti).await?;
                 caps.insert(self.targets[ti].name.clone(), c);
