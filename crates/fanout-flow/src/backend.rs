@@ -63,14 +63,17 @@ pub struct HttpCall {
     pub body: Bytes,
 }
 
+/// The parameters of a [`SqlCall`].
+pub type SqlParams = smallvec::SmallVec<[fanout_expr::Val; 4]>;
+
 /// A SQL statement of a call: the text is the config's (never built from request data), the
 /// parameters are values, typed by the prepared statement when they are sent.
 #[derive(Debug, Clone)]
 pub struct SqlCall {
     /// The statement, exactly as written in the config.
     pub statement: Arc<str>,
-    /// `$1`, `$2`, …: JSON values of the flow.
-    pub params: Vec<fanout_expr::Val>,
+    /// `$1`, `$2`, …: JSON values of the flow (inline up to four: no allocation per call).
+    pub params: SqlParams,
     /// Whether the statement only reads (`read_only`): shared by dedup and cached like a GET.
     pub read_only: bool,
     /// Deepest nesting of the answer as a value (`server.expressions.max_depth`): a json/jsonb

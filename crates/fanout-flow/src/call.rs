@@ -51,12 +51,16 @@ pub struct HttpPlan {
     pub status_passthrough: bool,
 }
 
+/// The scope slots of an [`Env`]: inline for a flow of up to four steps (no allocation per
+/// request).
+pub(crate) type Slots = smallvec::SmallVec<[Val; FIRST_STEP_SLOT + 4]>;
+
 /// What expressions of one evaluation context see: the scope slots, the request's evaluation
 /// budget, and whether they run on an I/O worker (inline: short, then yield) or on the compute
 /// pool.
 #[derive(Clone)]
 pub(crate) struct Env {
-    pub(crate) slots: Vec<Val>,
+    pub(crate) slots: Slots,
     pub(crate) budget: Budget,
     pub(crate) mode: Mode,
 }
@@ -72,7 +76,7 @@ impl Env {
     /// limits.
     pub(crate) fn with_slots(slots: Vec<Val>) -> Env {
         Env {
-            slots,
+            slots: Slots::from_vec(slots),
             budget: Budget::unlimited_time(EvalLimits::default()),
             mode: Mode::Offload,
         }

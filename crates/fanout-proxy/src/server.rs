@@ -18,7 +18,7 @@ use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
 use futures_util::FutureExt;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -39,6 +39,27 @@ pub(crate) use crate::answer::ErrorCounts;
 /// on every request).
 static GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
 
+/// The first value of each of `names` in `headers`. A small map (most requests carry a few
+/// headers) is scanned once, comparing names; a lookup by a name that is not a standard header
+/// would hash it byte by byte, per name.
+fn find_headers<'h, const N: usize>(
+    headers: &'h HeaderMap,
+    names: [&HeaderName; N],
+) -> [Option<&'h HeaderValue>; N] {
+    if headers.len() > 8 {
+        return names.map(|n| headers.get(n));
+    }
+    let mut found = [None; N];
+    for (name, value) in headers {
+        for (slot, want) in found.iter_mut().zip(names) {
+            if slot.is_none() && name == want {
+                *slot = Some(value);
+            }
+        }
+    }
+    found
+}
+
 /// Response body type of the server.
 pub use crate::body::Body;
 
@@ -46,9 +67,8 @@ impl Gateway {
     /// Handle one request (never fails: every error becomes a JSON response, and a panic while
     /// handling it becomes a 500 `internal_error` for this request only).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        let rid = self
-            .request_ids
-            .for_request(req.headers().get(&self.request_id_header));
+        let [client_rid] = find_headers(req.headers(), [&self.request_id_header]);
+        let rid = self.request_ids.for_request(client_rid);
         // The config's live part for this request: a reload meanwhile does not change it.
         let live = self.live();
         let mut rec =
@@ -255,7 +275,8 @@ impl Gateway {
         start: Instant,
     ) -> Result<Instant, Refusal<'a>> {
         let mut budget = route.deadline;
-        if let Some(v) = headers.get(&self.deadline_header) {
+        let [asked, grpc_timeout] = find_headers(headers, [&self.deadline_header, &GRPC_TIMEOUT]);
+        if let Some(v) = asked {
             let ms = v
                 .to_str()
                 .ok()
@@ -265,7 +286,7 @@ impl Gateway {
                 })?;
             budget = budget.min(Duration::from_millis(ms));
         }
-        if let Some(v) = headers.get(&GRPC_TIMEOUT) {
+        if let Some(v) = grpc_timeout {
             let d = v
                 .to_str()
                 .ok()

@@ -16,7 +16,7 @@ pub(crate) fn needs_env(step: &StepPlan) -> bool {
 
 /// The values a step's `result` expression may read, captured when the step starts.
 pub(crate) fn snapshot(env: &Env, step: &StepPlan) -> Env {
-    let mut slots = vec![Val::Null; env.slots.len()];
+    let mut slots: crate::call::Slots = smallvec::smallvec![Val::Null; env.slots.len()];
     slots[SLOT_REQUEST] = env.get(SLOT_REQUEST);
     slots[SLOT_REF] = env.get(SLOT_REF);
     for &d in &step.deps {

@@ -54,19 +54,29 @@ impl Wake for SlotWaker {
 
 struct Slot<F> {
     fut: Option<F>,
-    state: Arc<SlotWaker>,
-    waker: Waker,
+    /// The slot's own waker, made the first time the slot is polled while other futures are in
+    /// flight (a future alone in the set is polled with the task's waker: no allocation).
+    waker: Option<(Arc<SlotWaker>, Waker)>,
 }
 
 /// A set of futures, each polled when its own waker was woken; outputs in completion order.
+///
+/// A future alone in the set is polled with the task's own waker (`direct`): a flow whose steps
+/// run one at a time needs no per-future wakers, no shared queue and no lock. Once another
+/// future joins it, the direct one is polled again through its own waker (it may have woken the
+/// task meanwhile without a trace in the queue: polling it once more is allowed, losing it is
+/// not).
 pub(crate) struct InFlight<F> {
-    slots: Vec<Slot<F>>,
+    slots: SmallVec<[Slot<F>; 4]>,
     free: Indices,
     len: usize,
-    shared: Arc<Shared>,
+    /// The queue of woken slots and the task to wake; made with the first slot waker.
+    shared: Option<Arc<Shared>>,
     /// Woken indices taken from `shared`, still to be polled (first to last).
     local: Indices,
     at: usize,
+    /// The slot last polled with the task's own waker, while it was alone in the set.
+    direct: Option<usize>,
 }
 
 impl<F: Future + Unpin> InFlight<F> {
@@ -75,18 +85,17 @@ impl<F: Future + Unpin> InFlight<F> {
         Self::with_capacity(0)
     }
 
-    /// A set with room for `n` futures (no allocation until `n` are in flight at once).
+    /// A set with room for `n` futures (no allocation until `n` are in flight at once, nor for
+    /// up to four).
     pub(crate) fn with_capacity(n: usize) -> Self {
         InFlight {
-            slots: Vec::with_capacity(n),
-            free: Indices::with_capacity(n),
+            slots: SmallVec::with_capacity(n),
+            free: Indices::new(),
             len: 0,
-            shared: Arc::new(Shared {
-                ready: Mutex::new(Indices::with_capacity(n)),
-                task: AtomicWaker::new(),
-            }),
-            local: Indices::with_capacity(n),
+            shared: None,
+            local: Indices::new(),
             at: 0,
+            direct: None,
         }
     }
 
@@ -100,15 +109,9 @@ impl<F: Future + Unpin> InFlight<F> {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                let state = Arc::new(SlotWaker {
-                    shared: self.shared.clone(),
-                    index: self.slots.len(),
-                    queued: AtomicBool::new(false),
-                });
                 self.slots.push(Slot {
                     fut: None,
-                    waker: Waker::from(state.clone()),
-                    state,
+                    waker: None,
                 });
                 self.slots.len() - 1
             }
@@ -121,26 +124,35 @@ impl<F: Future + Unpin> InFlight<F> {
         // still has earlier wakes to poll polls it too. Always queued, whatever `queued` says: a
         // wake of the slot's previous future may still be on its way (it only polls the new one
         // once more, which futures allow).
-        slot.state.queued.store(true, Ordering::Release);
+        if let Some((state, _)) = &slot.waker {
+            state.queued.store(true, Ordering::Release);
+        }
         self.local.push(index);
         self.len += 1;
     }
 
     /// The next output, `Ready(None)` when the set is empty.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
-        if self.len == 0 {
-            return Poll::Ready(None);
+        match self.len {
+            0 => return Poll::Ready(None),
+            1 => return self.poll_alone(cx),
+            _ => {}
         }
-        self.shared.task.register(cx.waker());
+        let shared = self.shared.get_or_insert_with(Default::default).clone();
+        shared.task.register(cx.waker());
         if self.at >= self.local.len() {
             self.local.clear();
             self.at = 0;
+        }
+        // The future polled alone with the task's waker may have woken the task for itself.
+        if let Some(d) = self.direct.take() {
+            self.local.push(d);
         }
         // Everything woken so far is polled in this pass, after what an earlier pass left (it
         // returned an output before it reached them): a wake that only sat in `shared` while this
         // pass ended `Pending` would be lost, its task woken before and not again.
         {
-            let mut woken = lock(&self.shared.ready);
+            let mut woken = lock(&shared.ready);
             self.local.extend(woken.drain(..));
         }
         while let Some(&i) = self.local.get(self.at) {
@@ -148,11 +160,23 @@ impl<F: Future + Unpin> InFlight<F> {
             let Some(slot) = self.slots.get_mut(i) else {
                 continue;
             };
-            slot.state.queued.store(false, Ordering::Release);
-            let Some(fut) = slot.fut.as_mut() else {
+            if slot.fut.is_none() {
                 continue; // a late wake of a future that already finished
+            }
+            let (state, waker) = slot.waker.get_or_insert_with(|| {
+                let state = Arc::new(SlotWaker {
+                    shared: shared.clone(),
+                    index: i,
+                    queued: AtomicBool::new(false),
+                });
+                let waker = Waker::from(state.clone());
+                (state, waker)
+            });
+            state.queued.store(false, Ordering::Release);
+            let Some(fut) = slot.fut.as_mut() else {
+                continue;
             };
-            let mut scx = Context::from_waker(&slot.waker);
+            let mut scx = Context::from_waker(waker);
             if let Poll::Ready(out) = Pin::new(fut).poll(&mut scx) {
                 slot.fut = None;
                 self.free.push(i);
@@ -163,6 +187,39 @@ impl<F: Future + Unpin> InFlight<F> {
         // A future woken again while this pass polled it (or meanwhile, from another thread) has
         // woken the task through `shared.task` (registered above): it runs on the task's next
         // turn, after the others waiting for this worker.
+        Poll::Pending
+    }
+
+    /// The only future in the set, polled with the task's own waker. Whatever was queued refers
+    /// to it or to finished futures: the queues are emptied (a wake still on its way through a
+    /// slot waker only polls a future once more later).
+    fn poll_alone(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        self.local.clear();
+        self.at = 0;
+        if let Some(shared) = &self.shared {
+            lock(&shared.ready).clear();
+        }
+        let Some(i) = self.slots.iter().position(|s| s.fut.is_some()) else {
+            self.len = 0;
+            return Poll::Ready(None);
+        };
+        let Some(slot) = self.slots.get_mut(i) else {
+            return Poll::Ready(None);
+        };
+        if let Some((state, _)) = &slot.waker {
+            state.queued.store(false, Ordering::Release);
+        }
+        let Some(fut) = slot.fut.as_mut() else {
+            return Poll::Ready(None);
+        };
+        self.direct = Some(i);
+        if let Poll::Ready(out) = Pin::new(fut).poll(cx) {
+            slot.fut = None;
+            self.free.push(i);
+            self.len -= 1;
+            self.direct = None;
+            return Poll::Ready(Some(out));
+        }
         Poll::Pending
     }
 
@@ -273,6 +330,49 @@ mod tests {
         let _ = tx2.send(5);
         assert_eq!(count.0.load(Ordering::Relaxed), before + 1);
         assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(5)));
+    }
+
+    #[test]
+    fn a_future_polled_alone_and_woken_meanwhile_is_polled_when_another_joins() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut set: InFlight<Pin<Box<dyn Future<Output = u32> + Send>>> = InFlight::new();
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        set.push(Box::pin(async move { rx.await.unwrap_or(0) }));
+        // Alone: polled with the task's own waker, which its answer wakes directly.
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        let _ = tx.send(4);
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            1,
+            "the answer wakes the task"
+        );
+        // Before the task runs, another step starts: the pass must still poll the first one,
+        // although nothing queued it.
+        let (_tx2, rx2) = tokio::sync::oneshot::channel::<u32>();
+        set.push(Box::pin(async move { rx2.await.unwrap_or(0) }));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(4)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn futures_that_run_one_at_a_time_need_no_slot_wakers() {
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut set: InFlight<Pin<Box<dyn Future<Output = u32> + Send>>> = InFlight::new();
+        for k in 0..3 {
+            let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+            set.push(Box::pin(async move { rx.await.unwrap_or(0) }));
+            assert_eq!(set.poll_next(&mut cx), Poll::Pending);
+            let _ = tx.send(k);
+            assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(k)));
+        }
+        assert!(set.shared.is_none(), "no queue was needed");
+        assert!(set.slots.iter().all(|s| s.waker.is_none()));
+        assert_eq!(count.0.load(Ordering::Relaxed), 3, "one wake per answer");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! fails with 504. A required step's failure ends the request the same way.
 
 use crate::backend::CallRequest;
-use crate::call::{Env, Yielded, eval, expr_err, short_json, yielded};
+use crate::call::{Env, Slots, Yielded, eval, expr_err, short_json, yielded};
 use crate::error::{Answer, ErrorKind, FlowError, answer_code};
 use crate::observe::{NoObserver, Observer, StepEnd};
 use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, StepPlan};
@@ -25,6 +25,7 @@ use fanout_config::StatusAction;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, Mode, Val, truthy};
 use futures_util::Future;
 
+use smallvec::SmallVec;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -52,12 +53,19 @@ impl Drop for CancelOnDrop {
 /// that fell back to their default.
 struct Sched {
     env: Env,
-    /// Per step, in one allocation.
-    steps: Vec<StepState>,
-    ready: Vec<usize>,
+    /// Per step: inline for flows of up to [`INLINE_STEPS`] steps (no allocation per request).
+    steps: SmallVec<[StepState; INLINE_STEPS]>,
+    ready: Ready,
     partial: Vec<Arc<str>>,
     done: usize,
 }
+
+/// Steps of a flow whose run state is kept inline in the request's future (most flows have a
+/// few steps); larger flows allocate.
+const INLINE_STEPS: usize = 8;
+
+/// Steps ready to start.
+type Ready = SmallVec<[usize; INLINE_STEPS]>;
 
 /// Where one step of a run is.
 #[derive(Clone, Copy)]
@@ -118,7 +126,7 @@ impl RoutePlan {
         let n = self.steps.len();
         let budget = Budget::new(self.limits, Some(deadline.into_std()));
         let _cancel = CancelOnDrop(budget.clone());
-        let mut slots = vec![Val::Null; FIRST_STEP_SLOT + n];
+        let mut slots: Slots = smallvec::smallvec![Val::Null; FIRST_STEP_SLOT + n];
         slots[SLOT_REQUEST] = request;
         slots[SLOT_REF] = self.reference.snapshot();
         let mut s = Sched {
@@ -136,7 +144,7 @@ impl RoutePlan {
                     started: None,
                 })
                 .collect(),
-            ready: self.roots.clone(),
+            ready: self.roots.iter().copied().collect(),
             partial: Vec::new(),
             done: 0,
         };
@@ -637,14 +645,14 @@ fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
 
 /// The next ready step to start: guards (`fail` steps) first, so a guard that refuses the request does
 /// so before any call of the same round is sent.
-fn next_ready(steps: &[Arc<StepPlan>], ready: &mut Vec<usize>) -> Option<usize> {
+fn next_ready(steps: &[Arc<StepPlan>], ready: &mut Ready) -> Option<usize> {
     match ready.iter().position(|&i| steps[i].kind.starts_first()) {
         Some(p) => Some(ready.swap_remove(p)),
         None => ready.pop(),
     }
 }
 
-fn release(step: &StepPlan, states: &mut [StepState], ready: &mut Vec<usize>) {
+fn release(step: &StepPlan, states: &mut [StepState], ready: &mut Ready) {
     for &d in &step.dependents {
         states[d].waiting -= 1;
         if states[d].waiting == 0 {

@@ -8,7 +8,7 @@
 //! `invalid_call`), through the step's `on_status` like HTTP statuses.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall};
+use crate::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
 use crate::call::{
     CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_answer, parse_answer,
     yielded,
@@ -140,7 +140,7 @@ impl SqlStep {
         item: Option<(&Val, usize)>,
         deadline: Instant,
     ) -> Result<Result<CallRequest, FlowError>, Yielded> {
-        let mut params = Vec::with_capacity(self.params.len());
+        let mut params = SqlParams::with_capacity(self.params.len());
         for (i, (e, from_request)) in self.params.iter().enumerate() {
             let v = match item {
                 Some((it, k)) => eval_item(e, env, &Val::Null, it, k),

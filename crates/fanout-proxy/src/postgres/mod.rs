@@ -1160,7 +1160,8 @@ async fn execute(
             ),
         ));
     }
-    let mut params = Vec::with_capacity(call.params.len());
+    let mut params: smallvec::SmallVec<[types::Param; 4]> =
+        smallvec::SmallVec::with_capacity(call.params.len());
     for (i, (v, ty)) in call.params.iter().zip(stmt.params()).enumerate() {
         params.push(types::param(v, ty).map_err(|p| ExecError::Param(i + 1, p))?);
     }
