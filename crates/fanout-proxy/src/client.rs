@@ -18,6 +18,7 @@
 //! timeout failure of the address, one dropped earlier as cancelled.
 
 use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
+use crate::body::CallBody;
 use crate::h1pool::H1Pool;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
@@ -25,7 +26,7 @@ use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, C
 use futures_util::future::BoxFuture;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -34,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = Client<HttpsConnector<HttpConnector>, CallBody>;
 
 struct Base {
     /// `scheme://authority`
@@ -386,7 +387,7 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 /// body; the connection goes back to the pool once the answer is read to the end.
 async fn exchange_h1(
     pool: Arc<H1Pool>,
-    request: Request<Full<Bytes>>,
+    request: Request<CallBody>,
     uri: Uri,
     limit: usize,
 ) -> Result<CallResponse, CallError> {
@@ -413,7 +414,7 @@ async fn exchange_h1(
 /// at most `grpc` bytes).
 async fn exchange(
     client: HttpClient,
-    request: Request<Full<Bytes>>,
+    request: Request<CallBody>,
     uri: Uri,
     limit: usize,
     grpc: Option<usize>,
@@ -468,7 +469,7 @@ fn read_failure(
 /// A gRPC call: the answer's status from `grpc-status`, its body the one answer message.
 async fn grpc_exchange(
     client: HttpClient,
-    request: Request<Full<Bytes>>,
+    request: Request<CallBody>,
     uri: Uri,
     max_message: usize,
 ) -> Result<CallResponse, CallError> {
@@ -626,7 +627,11 @@ impl Backend for HttpBackend {
             Ok(u) => {
                 // Made in place (a `Request::builder()` chain moves the request's parts at
                 // every step).
-                let mut r = Request::new(Full::new(http_call.body));
+                let mut r = Request::new(if grpc.is_some() {
+                    CallBody::without_length(http_call.body)
+                } else {
+                    CallBody::new(http_call.body)
+                });
                 *r.method_mut() = method;
                 *r.uri_mut() = match h1 {
                     Some(_) => origin_form(&u),

@@ -20,10 +20,9 @@
 //!   runs only while connections are idle);
 //! - connecting (name resolution and TCP) is bounded by `connect_timeout`.
 
-use bytes::Bytes;
+use crate::body::CallBody;
 use http::uri::Authority;
 use http::{Request, Response};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -58,7 +57,7 @@ impl H1Error {
 
 /// An idle connection and when it became idle.
 struct Idle {
-    conn: SendRequest<Full<Bytes>>,
+    conn: SendRequest<CallBody>,
     since: Instant,
 }
 
@@ -76,7 +75,7 @@ pub(crate) struct H1Pool {
 }
 
 /// A connection taken from (or made for) the pool; [`H1Pool::put`] gives it back.
-pub(crate) struct H1Conn(SendRequest<Full<Bytes>>);
+pub(crate) struct H1Conn(SendRequest<CallBody>);
 
 impl H1Pool {
     /// The pool of an `http://` address (its port 80 when the authority names none).
@@ -110,7 +109,7 @@ impl H1Pool {
     /// body; the caller reads the body and then gives the connection back with [`H1Pool::put`].
     pub(crate) async fn send(
         self: &Arc<Self>,
-        mut req: Request<Full<Bytes>>,
+        mut req: Request<CallBody>,
     ) -> Result<(Response<Incoming>, H1Conn), H1Error> {
         if let Some(mut conn) = self.take() {
             if !conn.is_ready() && conn.ready().await.is_err() {
@@ -135,7 +134,7 @@ impl H1Pool {
     }
 
     /// The most recently idle connection still open and young enough.
-    fn take(&self) -> Option<SendRequest<Full<Bytes>>> {
+    fn take(&self) -> Option<SendRequest<CallBody>> {
         let mut idle = self.idle();
         while let Some(i) = idle.pop() {
             if !i.conn.is_closed() && i.since.elapsed() < self.idle_timeout {
@@ -170,7 +169,7 @@ impl H1Pool {
     }
 
     /// A new connection (resolution and TCP within `connect_timeout`), its task spawned.
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, H1Error> {
+    async fn connect(&self) -> Result<SendRequest<CallBody>, H1Error> {
         let fail = |detail: String| H1Error::Connect {
             address: format!("{}:{}", self.host, self.port),
             detail,
@@ -220,6 +219,7 @@ async fn reap(pool: Weak<H1Pool>, every: Duration) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
     use super::*;
+    use bytes::Bytes;
     use http_body_util::BodyExt;
     use std::sync::atomic::AtomicUsize;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -297,7 +297,7 @@ mod tests {
         let req = Request::builder()
             .uri("/")
             .header("host", "test")
-            .body(Full::new(Bytes::new()))
+            .body(CallBody::new(Bytes::new()))
             .unwrap();
         let (resp, conn) = p.send(req).await?;
         let body = resp.into_body().collect().await.unwrap().to_bytes();

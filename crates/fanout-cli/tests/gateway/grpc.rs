@@ -371,6 +371,9 @@ async fn hostile_frames_get_a_grpc_status_and_the_gateway_serves_on() {
     let ok_msg = [0x0a, 0x02, b'u', b'1'];
     let (s, h, t) = raw(gw.addr, GET_PROFILE, &grpc, framed(0, 4, &ok_msg)).await;
     assert_eq!((s, grpc_code(&h, &t)), (200, 0), "a valid raw call works");
+    // Like every gRPC server, no `content-length`: the message is framed with its length, and
+    // trailers follow the data.
+    assert!(h.get("content-length").is_none(), "{h:?}");
 
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<u8>, i32);
     let cases: Vec<Case> = vec![
@@ -496,7 +499,7 @@ services:
     routes:
       - grpc: demo.v1.Users/GetUser
         latency: 1ms
-        body: '{{id: $request.body.id, name: ($request.headers["grpc-timeout"] // "none")}}'
+        body: '{{id: $request.body.id, name: (($request.headers["grpc-timeout"] // "none") + " " + ($request.headers["content-length"] // "no-length"))}}'
   bad:
     listen: "${{BAD_ADDR}}"
     routes:
@@ -566,12 +569,15 @@ async fn retries_caches_deadlines_and_admission_apply_to_grpc_calls() {
     for i in 0..10 {
         let r = send(&c, Method::GET, &url(&format!("/user/u{i}")), &[], "").await;
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-        let name = r.json()["name"].as_str().unwrap().to_string();
+        let sent = r.json()["name"].as_str().unwrap().to_string();
+        let (name, length) = sent.split_once(' ').unwrap();
         let unit = name.chars().last().unwrap();
         assert!(
             "numSMH".contains(unit) && name.len() >= 2,
             "grpc-timeout sent: {name}"
         );
+        // A gRPC message is framed with its length: like gRPC clients, no `content-length`.
+        assert_eq!(length, "no-length");
     }
     assert_eq!(calls(&stubs, "good"), 10);
     // Round robin counts retries too: after the first request every first attempt is the bad
