@@ -21,7 +21,9 @@ pub enum Body {
         /// The data, `None` once sent (or when there is none).
         data: Option<Bytes>,
         /// Trailers sent after the data (`grpc-status`, `grpc-message`).
-        trailers: Option<HeaderMap>,
+        /// (Boxed: a response is moved through several layers, and only gRPC answers have
+        /// trailers.)
+        trailers: Option<Box<HeaderMap>>,
     },
     /// A streamed body that ends (without trailers) when its deadline passes.
     Stream {
@@ -54,7 +56,7 @@ impl Body {
     pub fn with_trailers(data: Option<Bytes>, trailers: HeaderMap) -> Body {
         Body::Full {
             data: data.filter(|d| !d.is_empty()),
-            trailers: Some(trailers),
+            trailers: Some(Box::new(trailers)),
         }
     }
 
@@ -80,7 +82,7 @@ impl hyper::body::Body for Body {
                 if let Some(d) = data.take() {
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
-                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(*t))))
             }
             Body::Stream { inner, until } => {
                 if until.as_mut().poll(cx).is_ready() {

@@ -14,7 +14,9 @@ pub(crate) fn needs_env(step: &StepPlan) -> bool {
     step.result.is_some() || matches!(step.missing, Missing::Value(_))
 }
 
-/// The values a step's `result` expression may read, captured when the step starts.
+/// The values a step's `result` expression may read, captured when the step starts (boxed by the
+/// callers that keep it in a step's future: the scope slots are inline, and a step without a
+/// `result` should not carry their room).
 pub(crate) fn snapshot(env: &Env, step: &StepPlan) -> Env {
     let mut slots: crate::call::Slots = smallvec::smallvec![Val::Null; env.slots.len()];
     slots[SLOT_REQUEST] = env.get(SLOT_REQUEST);

@@ -344,7 +344,7 @@ impl RoutePlan {
             Prepared::Keys(batch, keys) => Started::Keyed(batch, keys),
             Prepared::Call(mut req) => {
                 req.trace = obs.call_trace(step);
-                let env = step.result.as_ref().map(|_| snapshot(env, step));
+                let env = step.result.as_ref().map(|_| Box::new(snapshot(env, step)));
                 Started::Pending(crate::boxed::pinned(|| async move {
                     let a = args(step);
                     let out = match observed(
@@ -356,7 +356,7 @@ impl RoutePlan {
                     {
                         Ok(body) => {
                             crate::activity::enter(i);
-                            map_result_on(self, step, env.as_ref(), body, None).await
+                            map_result_on(self, step, env.as_deref(), body, None).await
                         }
                         Err(e) => Err(e),
                     };
@@ -364,13 +364,13 @@ impl RoutePlan {
                 }))
             }
             Prepared::Task(work, items) => {
-                let env = needs_env(step).then(|| snapshot(env, step));
+                let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
                 let work = work(obs.call_trace(step));
                 Started::Pending(crate::boxed::pinned(|| async move {
                     let out = match observed(step, obs, work).await {
                         Ok(values) => {
                             crate::activity::enter(i);
-                            self.task_values(step, values, items, env.as_ref()).await
+                            self.task_values(step, values, items, env.as_deref()).await
                         }
                         Err(e) => Err(e),
                     };
@@ -381,9 +381,9 @@ impl RoutePlan {
                 for (req, _, _) in &mut reqs {
                     req.trace = obs.call_trace(step);
                 }
-                let env = needs_env(step).then(|| snapshot(env, step));
+                let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
                 Started::Pending(crate::boxed::pinned(|| async move {
-                    self.run_calls(step, i, reqs, env.as_ref(), deadline, obs)
+                    self.run_calls(step, i, reqs, env.as_deref(), deadline, obs)
                         .await
                 }))
             }
