@@ -242,10 +242,10 @@ impl Gateway {
             .status()
             .into_iter()
             .map(|(name, s)| {
+                // A load that landed after `now` was read is 0 s old, not of unknown age.
                 let age = s
                     .loaded_at
-                    .and_then(|t| now.duration_since(t).ok())
-                    .map(|d| d.as_secs_f64());
+                    .map(|t| now.duration_since(t).unwrap_or_default().as_secs_f64());
                 (
                     name.to_string(),
                     serde_json::json!({
@@ -340,7 +340,7 @@ fn model_json(
     let (version, age, width, kind) = match &m.version {
         Some((hash, at, width, kind)) => (
             Some(hash.clone()),
-            now.duration_since(*at).ok().map(|d| d.as_secs_f64()),
+            Some(now.duration_since(*at).unwrap_or_default().as_secs_f64()),
             Some(*width),
             Some(*kind),
         ),
