@@ -32,7 +32,7 @@ fn vacancy(id: &str) -> Bytes {
 
 impl Backend for Canned {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
-        let path = &req.as_http().expect("an HTTP call").path_and_query;
+        let path = req.as_http().expect("an HTTP call").path_and_query.as_str();
         let body = if path.starts_with("/search") {
             self.search.clone()
         } else {
@@ -111,7 +111,7 @@ fn bench(c: &mut Criterion) {
                 let mk = |p: String| CallRequest {
                     call: fanout_flow::backend::Call::Http(fanout_flow::backend::HttpCall {
                         method: http::Method::GET,
-                        path_and_query: p,
+                        path_and_query: p.parse().expect("a valid path"),
                         headers: http::HeaderMap::new(),
                         body: Bytes::new(),
                     }),

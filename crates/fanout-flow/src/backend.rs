@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
+pub use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ pub struct CallRequest {
     /// The call's trace context, when the request is traced (set by the executor, annotated by
     /// the layers, recorded by the protocol client). Not part of the call's identity: a shared
     /// call carries its first caller's context.
-    pub trace: Option<crate::trace::CallTrace>,
+    pub trace: Option<Box<crate::trace::CallTrace>>,
 }
 
 /// What a call sends, per protocol. Each shape defines its identity ([`Call::key`]) and whether
@@ -55,8 +56,9 @@ pub enum Call {
 pub struct HttpCall {
     /// HTTP method.
     pub method: Method,
-    /// Path and query, starting with `/`, relative to the backend's base URL.
-    pub path_and_query: String,
+    /// Path and query, starting with `/`, relative to the backend's base URL: checked once when
+    /// the call is built (a constant path once per config), cloned without copying.
+    pub path_and_query: PathAndQuery,
     /// Headers set by the step (the backend adds its static headers).
     pub headers: HeaderMap,
     /// Request body (empty for none).
@@ -109,10 +111,10 @@ pub fn query_method() -> Method {
 impl CallRequest {
     /// An HTTP call with the given parts; no time budget yet (the executor sets it when the call
     /// starts), not idempotent, no trace.
-    pub fn http(method: Method, path_and_query: impl Into<String>) -> CallRequest {
+    pub fn http(method: Method, path_and_query: PathAndQuery) -> CallRequest {
         CallRequest::new(Call::Http(HttpCall {
             method,
-            path_and_query: path_and_query.into(),
+            path_and_query,
             headers: HeaderMap::new(),
             body: Bytes::new(),
         }))
@@ -203,7 +205,7 @@ impl HttpCall {
             .collect();
         headers.sort_unstable();
         let len = self.method.as_str().len()
-            + self.path_and_query.len()
+            + self.path_and_query.as_str().len()
             + headers
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 16)
@@ -212,7 +214,7 @@ impl HttpCall {
             + 32;
         let mut out = Vec::with_capacity(len);
         field(&mut out, self.method.as_str().as_bytes());
-        field(&mut out, self.path_and_query.as_bytes());
+        field(&mut out, self.path_and_query.as_str().as_bytes());
         field(&mut out, &(headers.len() as u64).to_le_bytes());
         for (k, v) in headers {
             field(&mut out, k.as_bytes());

@@ -4,7 +4,7 @@
 //! where it must be: `crate::uri`) and [`fetch_json`] (timeout, status, parse). It depends on no
 //! step kind and no scheduler: `exec`, `batch` and `reference` use it, it uses none of them.
 
-use crate::backend::{Backend, CallErrorKind, CallRequest, CallResponse};
+use crate::backend::{Backend, CallErrorKind, CallRequest, CallResponse, PathAndQuery};
 use crate::compute::ComputePool;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
 use bytes::Bytes;
@@ -34,6 +34,9 @@ pub struct HttpPlan {
     pub method: Method,
     /// Path expression.
     pub path: Expr,
+    /// The path when it is a constant (a string literal, a gRPC method's path), encoded and
+    /// checked once: a call without query parameters clones it instead of evaluating `path`.
+    pub const_path: Option<PathAndQuery>,
     /// Query parameters.
     pub query: Vec<(String, Expr)>,
     /// Headers.
@@ -237,34 +240,10 @@ pub(crate) fn build_call(
         Some((it, k)) => eval_item(e, env, &Val::Null, it, k),
         None => eval(e, env, &Val::Null),
     };
-    let mut path = json::to_display(&ev(&h.path)?);
-    if let std::borrow::Cow::Owned(encoded) = crate::uri::encode_path_and_query(&path) {
-        path = encoded;
-    }
-    if !path.starts_with('/') {
-        path.insert(0, '/');
-    }
-    if !h.query.is_empty() {
-        let mut ser = form_urlencoded::Serializer::new(String::new());
-        for (k, e) in &h.query {
-            match ev(e)? {
-                Val::Null => {}
-                Val::Arr(a) => {
-                    for x in a.iter() {
-                        ser.append_pair(k, &json::to_display(x));
-                    }
-                }
-                v => {
-                    ser.append_pair(k, &json::to_display(&v));
-                }
-            }
-        }
-        let q = ser.finish();
-        if !q.is_empty() {
-            path.push(if path.contains('?') { '&' } else { '?' });
-            path.push_str(&q);
-        }
-    }
+    let path = match &h.const_path {
+        Some(p) if h.query.is_empty() => p.clone(),
+        _ => build_path(h, &ev)?,
+    };
     // `HeaderMap::new` allocates nothing until a header is set (most calls set none)
     let mut headers = if h.headers.is_empty() && h.body.is_none() {
         HeaderMap::new()
@@ -309,6 +288,64 @@ pub(crate) fn build_call(
         idempotent: h.idempotent,
         deadline_header: None, // set when the call starts
         trace: None,           // set when the call starts
+    })
+}
+
+/// The path and query of a call whose path is not a constant (or that has query parameters):
+/// `path` evaluated, what a URI may not hold percent-encoded, a leading `/` added, the query
+/// parameters appended form-encoded (`null` leaves a parameter out, an array repeats it).
+fn build_path(
+    h: &HttpPlan,
+    ev: &impl Fn(&Expr) -> Result<Val, EvalError>,
+) -> Result<PathAndQuery, BuildError> {
+    let mut path = json::to_display(&ev(&h.path)?);
+    if let std::borrow::Cow::Owned(encoded) = crate::uri::encode_path_and_query(&path) {
+        path = encoded;
+    }
+    if !path.starts_with('/') {
+        path.insert(0, '/');
+    }
+    if !h.query.is_empty() {
+        let mut ser = form_urlencoded::Serializer::new(String::new());
+        for (k, e) in &h.query {
+            match ev(e)? {
+                Val::Null => {}
+                Val::Arr(a) => {
+                    for x in a.iter() {
+                        ser.append_pair(k, &json::to_display(x));
+                    }
+                }
+                v => {
+                    ser.append_pair(k, &json::to_display(&v));
+                }
+            }
+        }
+        let q = ser.finish();
+        if !q.is_empty() {
+            path.push(if path.contains('?') { '&' } else { '?' });
+            path.push_str(&q);
+        }
+    }
+    path_and_query(path)
+}
+
+/// A constant path (a string literal's value), made as [`build_path`] would make it from
+/// that value; `None` when it is not a valid one (then it is built, and refused, per call).
+pub(crate) fn const_path(path: &str) -> Option<PathAndQuery> {
+    let mut path = crate::uri::encode_path_and_query(path).into_owned();
+    if !path.starts_with('/') {
+        path.insert(0, '/');
+    }
+    path_and_query(path).ok()
+}
+
+/// `path` (already percent-encoded) as a URI's path and query; too long a one is refused.
+pub(crate) fn path_and_query(path: String) -> Result<PathAndQuery, BuildError> {
+    let len = path.len();
+    PathAndQuery::from_maybe_shared(Bytes::from(path)).map_err(|e| {
+        BuildError::Invalid(format!(
+            "the path and query built ({len} bytes) is not a valid URI path: {e}"
+        ))
     })
 }
 

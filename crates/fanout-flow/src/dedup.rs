@@ -68,7 +68,7 @@ impl Backend for Dedup {
         }
         let trace = CallTrace {
             dedup: Some(DedupRole::Joined),
-            ..trace
+            ..*trace
         };
         Box::pin(served(Some(&trace), call))
     }
@@ -118,7 +118,7 @@ mod tests {
         CallRequest {
             call: crate::backend::Call::Http(crate::backend::HttpCall {
                 method,
-                path_and_query: path.into(),
+                path_and_query: path.parse().expect("a test path"),
                 headers: Default::default(),
                 body: Bytes::new(),
             }),

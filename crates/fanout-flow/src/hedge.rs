@@ -478,7 +478,7 @@ mod tests {
         CallRequest {
             call: crate::backend::Call::Http(crate::backend::HttpCall {
                 method: Method::GET,
-                path_and_query: "/x".into(),
+                path_and_query: http::uri::PathAndQuery::from_static("/x"),
                 headers: Default::default(),
                 body: Bytes::new(),
             }),

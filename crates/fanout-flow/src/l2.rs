@@ -540,7 +540,7 @@ mod tests {
         crate::backend::CallRequest {
             call: crate::backend::Call::Http(crate::backend::HttpCall {
                 method: http::Method::GET,
-                path_and_query: path.into(),
+                path_and_query: path.parse().expect("a test path"),
                 headers: Default::default(),
                 body: Bytes::new(),
             }),

@@ -213,7 +213,7 @@ mod tests {
         let req = crate::backend::CallRequest {
             call: crate::backend::Call::Http(crate::backend::HttpCall {
                 method: http::Method::GET,
-                path_and_query: s.into(),
+                path_and_query: s.parse().expect("a test path"),
                 headers: Default::default(),
                 body: Bytes::new(),
             }),

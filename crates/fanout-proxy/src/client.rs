@@ -83,20 +83,20 @@ impl Base {
 
     /// The URI of a call to `path_and_query` at this address, or (the address, why not).
     /// Requests on an [`H1Pool`] carry it in origin form ([`origin_form`]).
-    fn uri(&self, path_and_query: String) -> Result<Uri, (String, String)> {
+    fn uri(&self, path_and_query: PathAndQuery) -> Result<Uri, (String, String)> {
         let Some((scheme, authority)) = &self.parsed else {
             let text = format!("{}{}{path_and_query}", self.origin, self.path);
             return Err((text, "not a valid URI".into()));
         };
+        // (The text of an invalid path is not kept: the message names the address.)
+        let invalid = || format!("{}{} (with an invalid path)", self.origin, self.path);
         let pq = if self.path.is_empty() {
             path_and_query
         } else {
-            format!("{}{path_and_query}", self.path)
+            let joined = format!("{}{path_and_query}", self.path);
+            PathAndQuery::from_maybe_shared(Bytes::from(joined))
+                .map_err(|e| (invalid(), e.to_string()))?
         };
-        // (The text of an invalid path is not kept: the message names the address.)
-        let invalid = || format!("{}{} (with an invalid path)", self.origin, self.path);
-        let pq = PathAndQuery::from_maybe_shared(Bytes::from(pq))
-            .map_err(|e| (invalid(), e.to_string()))?;
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(scheme.clone());
         parts.authority = Some(authority.clone());

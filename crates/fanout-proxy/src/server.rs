@@ -85,6 +85,11 @@ impl Gateway {
             .get::<crate::grpc::EffectiveStatus>()
             .map_or(resp.status(), |s| s.0);
         rec.finish(status);
+        // Never indexed by HPACK (HTTP/2): every answer's id is new, and indexing each one
+        // would only evict what is worth keeping from the connection's table and make every
+        // encoder compare against a growing list of stale ids.
+        let mut rid = rid;
+        rid.set_sensitive(true);
         resp.headers_mut()
             .insert(self.request_id_header.clone(), rid);
         resp

@@ -725,3 +725,158 @@ async fn shutdown_with_only_idle_connections_is_quick() {
     );
     drop((silent, partial, h1, raw_h2, h2c));
 }
+
+// --- HPACK: how an answer's header fields are represented ---
+
+/// How an HPACK field is represented (RFC 7541 §6).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Field {
+    Indexed,
+    WithIndexing,
+    WithoutIndexing,
+    NeverIndexed,
+}
+
+/// An HPACK integer with an `n`-bit prefix at `b[*i]` (RFC 7541 §5.1).
+fn hpack_int(b: &[u8], i: &mut usize, n: u8) -> usize {
+    let mask = (1usize << n) - 1;
+    let mut v = b[*i] as usize & mask;
+    *i += 1;
+    if v == mask {
+        let mut shift = 0;
+        loop {
+            let x = b[*i];
+            *i += 1;
+            v += ((x & 0x7f) as usize) << shift;
+            shift += 7;
+            if x & 0x80 == 0 {
+                break;
+            }
+        }
+    }
+    v
+}
+
+/// An HPACK string literal: its bytes as sent and whether they are Huffman-coded.
+fn hpack_str(b: &[u8], i: &mut usize) -> (Vec<u8>, bool) {
+    let huffman = b[*i] & 0x80 != 0;
+    let len = hpack_int(b, i, 7);
+    let s = b[*i..*i + len].to_vec();
+    *i += len;
+    (s, huffman)
+}
+
+/// The fields of a header block: how each is represented and its value as sent (empty for an
+/// indexed field).
+fn hpack_fields(b: &[u8]) -> Vec<(Field, Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let first = b[i];
+        let (kind, prefix) = if first & 0x80 != 0 {
+            hpack_int(b, &mut i, 7);
+            out.push((Field::Indexed, Vec::new(), false));
+            continue;
+        } else if first & 0xc0 == 0x40 {
+            (Field::WithIndexing, 6)
+        } else if first & 0xe0 == 0x20 {
+            hpack_int(b, &mut i, 5); // a table size update
+            continue;
+        } else if first & 0xf0 == 0x10 {
+            (Field::NeverIndexed, 4)
+        } else {
+            (Field::WithoutIndexing, 4)
+        };
+        if hpack_int(b, &mut i, prefix) == 0 {
+            hpack_str(b, &mut i); // a literal name
+        }
+        let (value, huffman) = hpack_str(b, &mut i);
+        out.push((kind, value, huffman));
+    }
+    out
+}
+
+/// `s` Huffman-coded as HPACK codes it (RFC 7541 Appendix B), for the few characters the ids
+/// below use.
+fn hpack_huffman(s: &str) -> Vec<u8> {
+    let (mut out, mut acc, mut bits) = (Vec::new(), 0u64, 0u32);
+    for c in s.chars() {
+        let (code, len) = match c {
+            '0' => (0x0, 5),
+            '1' => (0x1, 5),
+            '2' => (0x2, 5),
+            '@' => (0x1ffa, 13),
+            _ => panic!("no code for {c:?} here"),
+        };
+        acc = acc << len | code;
+        bits += len;
+        while bits >= 8 {
+            out.push((acc >> (bits - 8)) as u8);
+            bits -= 8;
+        }
+    }
+    if bits > 0 {
+        // Padded with the most significant bits of EOS (all ones).
+        out.push(((acc << (8 - bits)) as u8) | ((1u8 << (8 - bits)) - 1));
+    }
+    out
+}
+
+/// Every answer's request id is new: HTTP/2 answers send it as a literal HPACK never indexes,
+/// so ids do not fill the connection's table (evicting the fields worth keeping) and the
+/// encoder does not compare each answer against a growing list of stale ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_answers_send_their_request_id_unindexed() {
+    let s = stub_server(10).await;
+    let g = gw("  request_id_header: x-request-id", &s).await;
+    let sock = h2_connect(g.addr, &[]).await;
+    let (mut r, mut w) = sock.into_split();
+    let ids = ["@@@@@@@@@@0", "@@@@@@@@@@1", "@@@@@@@@@@2"];
+    for (n, id) in ids.iter().enumerate() {
+        let stream = 1 + 2 * n as u32;
+        // `GET /small` with the client's id: `x-request-id` as a literal without indexing.
+        let mut block = vec![0x82, 0x86, 0x04, 6];
+        block.extend_from_slice(b"/small");
+        block.extend_from_slice(&[0x01, 1, b'x', 0x00, 12]);
+        block.extend_from_slice(b"x-request-id");
+        block.push(id.len() as u8);
+        block.extend_from_slice(id.as_bytes());
+        w.write_all(&frame(HEADERS, 0x1 | 0x4, stream, &block))
+            .await
+            .unwrap();
+        let fields = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let (kind, flags, on, payload) = read_frame(&mut r).await.expect("an answer");
+                if kind == SETTINGS && flags & 1 == 0 {
+                    w.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
+                }
+                if kind == HEADERS && on == stream {
+                    assert_eq!(flags & 0x4, 0x4, "one HEADERS frame, no CONTINUATION");
+                    // No PADDED or PRIORITY flag: the payload is the header block.
+                    assert_eq!(flags & 0x28, 0);
+                    return hpack_fields(&payload);
+                }
+            }
+        })
+        .await
+        .expect("the answer's HEADERS");
+        let coded = hpack_huffman(id);
+        let sent: Vec<_> = fields
+            .iter()
+            .filter(|(_, v, huffman)| {
+                if *huffman {
+                    *v == coded
+                } else {
+                    v.as_slice() == id.as_bytes()
+                }
+            })
+            .collect();
+        assert_eq!(
+            sent.len(),
+            1,
+            "answer {n}: the request id `{id}` once, as a literal: {fields:?}"
+        );
+        assert_eq!(sent[0].0, Field::NeverIndexed, "answer {n}: {fields:?}");
+    }
+    drop((r, w));
+}

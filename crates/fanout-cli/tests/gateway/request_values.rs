@@ -26,6 +26,10 @@ backends:
     url: "http://${A_ADDR}"
     breaker: { consecutive_failures: 2, open_for: 60s }
     retry: { attempts: 3, backoff: 1ms }
+  based:
+    url: "http://${A_ADDR}/echo"
+    breaker: { consecutive_failures: 2, open_for: 60s }
+    retry: { attempts: 3, backoff: 1ms }
 routes:
   - path: /x/{id}
     flow: {}
@@ -41,6 +45,11 @@ routes:
     flow:
       e: { http: { backend: a, path: '"/echo/q?q=\($request.params.id)"' } }
     respond: { body: '$e' }
+  - path: /const
+    flow:
+      e: { http: { backend: a, path: '"/echo/a b|\u00e9"' } }
+      f: { http: { backend: a, path: '"echo/no-slash"', query: { q: '"x y"' } } }
+    respond: { body: '[$e.path, $f.path, $f.q]' }
   - path: /header
     method: POST
     flow:
@@ -51,6 +60,11 @@ routes:
     flow:
       long: { http: { backend: a, path: '"/echo/\($request.body.p)"' } }
     respond: { body: '$long' }
+  - path: /based
+    method: POST
+    flow:
+      based: { http: { backend: based, path: '"/\($request.body.p)"' } }
+    respond: { body: '$based' }
 "#;
 
 /// The sum of the samples of `name` whose labels include every one of `labels`; `None` when
@@ -182,6 +196,21 @@ async fn characters_a_uri_may_not_hold_are_percent_encoded_on_the_way_to_the_bac
         assert_eq!(r.json()["q"], value, "{sent}");
     }
     assert_eq!(calls(&s, "a"), 2 * cases.len() as u64);
+    // A constant path (made once, when the config is compiled) is encoded the same way, gets
+    // its leading `/`, and takes query parameters.
+    let r = send(
+        &c,
+        Method::GET,
+        &format!("http://{}/const", gw.addr),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!(["/echo/a%20b%7C%C3%A9", "/echo/no-slash", "x y"])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,9 +226,11 @@ async fn a_call_that_cannot_be_built_is_the_flows_fault_never_the_backends() {
             send(&c, Method::POST, &url, &headers, body.to_string()).await
         }
     };
-    // A header value with a newline (rejected while the call is built), and a path longer than
-    // any URI (rejected by the HTTP client): 5 of each, more than the breaker's threshold of 2.
+    // A header value with a newline and a path longer than any URI (both rejected while the
+    // call is built), and a path that becomes too long only behind the backend's base path
+    // (rejected by the HTTP client): 5 of each, more than the breakers' threshold of 2.
     let long = "a".repeat(70_000);
+    let almost = "a".repeat(65_530);
     for i in 0..5 {
         for (path, body, step, detail) in [
             (
@@ -209,6 +240,7 @@ async fn a_call_that_cannot_be_built_is_the_flows_fault_never_the_backends() {
                 "is not a valid header value",
             ),
             ("/long", json!({ "p": long }), "long", "uri too long"),
+            ("/based", json!({ "p": almost }), "based", "uri too long"),
         ] {
             let rid = format!("reqvalues-{step}-{i}");
             let r = post(path, body, rid.clone()).await;
@@ -235,23 +267,27 @@ async fn a_call_that_cannot_be_built_is_the_flows_fault_never_the_backends() {
     assert_eq!(calls(&s, "a"), 0);
     let m = metrics(gw.admin_addr).await;
     let invalid = sample(&m, "fanout_errors_total", &[("code", "invalid_call")]);
-    assert_eq!(invalid, Some(10.0));
-    let retries = sample(&m, "fanout_retries_total", &[("backend", "a")]);
-    assert_eq!(retries, Some(0.0), "no retry");
-    let breaker = sample(&m, "fanout_breaker_state", &[("backend", "a")]);
-    assert_eq!(breaker, Some(0.0), "the breaker is closed");
-    let class = |step: &str, outcome: &str| {
+    assert_eq!(invalid, Some(15.0));
+    for backend in ["a", "based"] {
+        let retries = sample(&m, "fanout_retries_total", &[("backend", backend)]);
+        assert_eq!(retries, Some(0.0), "no retry of {backend}");
+        let breaker = sample(&m, "fanout_breaker_state", &[("backend", backend)]);
+        assert_eq!(breaker, Some(0.0), "the breaker of {backend} is closed");
+    }
+    let class = |backend: &str, step: &str, outcome: &str| {
         sample(
             &m,
             "fanout_backend_calls_total",
-            &[("backend", "a"), ("step", step), ("outcome", outcome)],
+            &[("backend", backend), ("step", step), ("outcome", outcome)],
         )
         .unwrap_or(0.0)
     };
-    // The call the HTTP client refused is counted in its own class; the one refused while it
-    // was built was never a call.
-    assert_eq!(class("long", "invalid_call"), 5.0);
-    for step in ["long", "note"] {
+    // The call the HTTP client refused is counted in its own class; the ones refused while
+    // they were built were never calls.
+    assert_eq!(class("based", "based", "invalid_call"), 5.0);
+    assert_eq!(class("a", "long", "invalid_call"), 0.0);
+    assert_eq!(class("a", "note", "invalid_call"), 0.0);
+    for (backend, step) in [("a", "long"), ("a", "note"), ("based", "based")] {
         for outcome in [
             "ok",
             "timeout",
@@ -263,7 +299,7 @@ async fn a_call_that_cannot_be_built_is_the_flows_fault_never_the_backends() {
             "rejected_breaker",
             "other",
         ] {
-            assert_eq!(class(step, outcome), 0.0, "{step} {outcome}");
+            assert_eq!(class(backend, step, outcome), 0.0, "{step} {outcome}");
         }
     }
     // The breaker is closed: the next good call goes through.

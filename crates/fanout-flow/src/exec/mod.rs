@@ -343,7 +343,7 @@ impl RoutePlan {
             Prepared::Done(r) => Started::Done(r),
             Prepared::Keys(batch, keys) => Started::Keyed(batch, keys),
             Prepared::Call(mut req) => {
-                req.trace = obs.call_trace(step);
+                req.trace = obs.call_trace(step).map(Box::new);
                 let env = step.result.as_ref().map(|_| Box::new(snapshot(env, step)));
                 Started::Pending(crate::boxed::pinned(|| async move {
                     let a = args(step);
@@ -379,7 +379,7 @@ impl RoutePlan {
             }
             Prepared::Calls(mut reqs) => {
                 for (req, _, _) in &mut reqs {
-                    req.trace = obs.call_trace(step);
+                    req.trace = obs.call_trace(step).map(Box::new);
                 }
                 let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
                 Started::Pending(crate::boxed::pinned(|| async move {

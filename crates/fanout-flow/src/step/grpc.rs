@@ -299,6 +299,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         backend,
         backend_name: g.backend.value.as_str().into(),
         method: if safe { query_method() } else { Method::POST },
+        const_path: crate::call::const_path(&method.path),
         path,
         query: Vec::new(),
         headers,

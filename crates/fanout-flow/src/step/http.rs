@@ -175,6 +175,10 @@ pub(crate) fn compile_call(
             .idempotent
             .unwrap_or(method == Method::GET || method == Method::HEAD),
         method,
+        const_path: src
+            .path
+            .and_then(|p| serde_json::from_str::<String>(&p.value).ok())
+            .and_then(|p| crate::call::const_path(&p)),
         path,
         query,
         headers,

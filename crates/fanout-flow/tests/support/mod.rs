@@ -220,7 +220,7 @@ impl World {
         st.calls.push(Call {
             backend: backend.into(),
             method: req.as_http().unwrap().method.to_string(),
-            path: req.as_http().unwrap().path_and_query.clone(),
+            path: req.as_http().unwrap().path_and_query.to_string(),
             body: String::from_utf8_lossy(&req.as_http().unwrap().body).into_owned(),
             timeout: req.timeout,
             started: now,
@@ -275,7 +275,7 @@ impl Scripted {
         name: String,
         req: CallRequest,
     ) -> Result<CallResponse, CallError> {
-        let reply = world.reply_for(&name, &req.as_http().unwrap().path_and_query);
+        let reply = world.reply_for(&name, req.as_http().unwrap().path_and_query.as_str());
         let mut guard = world.start(&name, &req);
         tokio::time::sleep(reply.latency).await;
         guard.answered = true;
