@@ -597,7 +597,7 @@ service Rich2 { rpc Echo(Rich) returns (Rich); }
         let m = set.method("demo.v1.Rich2/Echo").unwrap();
         let json = br#"{"counts":{"a":1,"b":-2},"nums":[1,-5,300],"blob":"aGVsbG8=","s":-77,
             "f":4000000000,"d":1.5,"users":{"7":{"id":"u7","kind":"ADMIN"},"-1":{}},
-            "list":[{"id":"x","tags":["t"]},{}],"maybe":"","b":0,"fl":0.25,"flag":true,
+            "list":[{"id":"x","tags":["t","\u0442\u044d\u0433 \u2713"]},{}],"maybe":"","b":0,"fl":0.25,"flag":true,
             "big":"18446744073709551615","ds":[0.5,-2],"sf":"-9000000000","flags":{"true":"y"},
             "kinds":["ADMIN","KIND_UNSPECIFIED"]}"#;
         let bytes = m.input.json_to_proto(json).unwrap();
@@ -626,8 +626,41 @@ service Rich2 { rpc Echo(Rich) returns (Rich); }
                 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
             ],
             &[0x3a, 0x02, 0x0a, 0x05],
+            // `maybe` (a string): not UTF-8, and a non-ASCII letter cut in half.
+            &[0x4a, 0x02, 0xc3, 0x28],
+            &[0x4a, 0x03, b'a', 0xd1, 0x82][..4],
+            &[0x4a, 0x02, b'a', 0xd1],
         ] {
             assert!(m.output.decode_val(bad, 64).is_err(), "{bad:?}");
+        }
+        // Keys in any order, by proto or JSON name, encode the same message.
+        let encoded = |t: &str| {
+            let mut out = Vec::new();
+            let v = fanout_expr::json::parse(t.as_bytes()).unwrap();
+            m.input.encode_val(&v, &mut out).unwrap();
+            m.output.decode_val(&out, 64).unwrap()
+        };
+        let in_order = encoded(
+            r#"{"nums":[1],"maybe":"x","flag":true,"users":{"7":{"id":"u","display_name":"d"}}}"#,
+        );
+        for other in [
+            r#"{"users":{"7":{"displayName":"d","id":"u"}},"flag":true,"maybe":"x","nums":[1]}"#,
+            r#"{"flag":true,"nums":[1],"users":{"7":{"display_name":"d","id":"u"}},"maybe":"x"}"#,
+        ] {
+            assert_eq!(encoded(other), in_order, "{other}");
+        }
+        // A text string that is not UTF-8 is not encoded as a protobuf string.
+        for bytes in [vec![0xc3, 0x28], vec![b'a', 0xd1], vec![0xff; 20]] {
+            let mut o = fanout_expr::Map::default();
+            o.insert(
+                fanout_expr::Val::utf8_str("maybe"),
+                fanout_expr::Val::utf8_str(bytes.clone()),
+            );
+            let v = fanout_expr::Val::obj(o);
+            assert!(
+                m.input.encode_val(&v, &mut Vec::new()).is_err(),
+                "{bytes:?}"
+            );
         }
         let val = |t: &str| fanout_expr::json::parse(t.as_bytes()).unwrap();
         for bad in [

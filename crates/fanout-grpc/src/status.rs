@@ -107,6 +107,10 @@ impl Code {
 
     /// The code of a `grpc-status` header value (`UNKNOWN` for a malformed one).
     pub fn from_header(v: &[u8]) -> Code {
+        // "0" and the other one-digit codes, as every server sends them.
+        if let [d @ b'0'..=b'9'] = v {
+            return Code::from_i32(i32::from(d - b'0'));
+        }
         std::str::from_utf8(v)
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok())
@@ -276,6 +280,10 @@ mod tests {
         assert_eq!(Code::from_i32(17), Code::Unknown);
         assert_eq!(Code::from_i32(-1), Code::Unknown);
         assert_eq!(Code::from_header(b"x"), Code::Unknown);
+        assert_eq!(Code::from_header(b" 14 "), Code::Unavailable);
+        assert_eq!(Code::from_header(b"07"), Code::PermissionDenied);
+        assert_eq!(Code::from_header(b"17"), Code::Unknown);
+        assert_eq!(Code::from_header(b""), Code::Unknown);
         assert_eq!(Code::from_name("unavailable"), Some(Code::Unavailable));
         assert_eq!(Code::from_name("14"), Some(Code::Unavailable));
         assert_eq!(Code::from_name("nope"), None);

@@ -495,10 +495,10 @@ async fn grpc_exchange(
     // names made once, the trailers borrowed.
     let (src, code_v) = match collected
         .trailers()
-        .and_then(|t| Some((t, t.get(&GRPC_STATUS)?)))
+        .and_then(|t| Some((t, small_get(t, &GRPC_STATUS)?)))
     {
         Some((t, v)) => (t, Some(v)),
-        None => (&parts.headers, parts.headers.get(&GRPC_STATUS)),
+        None => (&parts.headers, small_get(&parts.headers, &GRPC_STATUS)),
     };
     let code = code_v.map_or(Code::Internal, |v| Code::from_header(v.as_bytes()));
     if code != Code::Ok {
@@ -522,6 +522,15 @@ async fn grpc_exchange(
         value: None,
         parsed: None,
     })
+}
+
+/// The first value of `name` in `map`: a small map (trailers hold one or two fields) is scanned
+/// comparing names, cheaper than hashing a name that is not a standard header.
+fn small_get<'m>(map: &'m http::HeaderMap, name: &HeaderName) -> Option<&'m HeaderValue> {
+    if map.len() > 8 {
+        return map.get(name);
+    }
+    map.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
 }
 
 /// A gRPC failure as a call answer: the code's HTTP status, and a body for the log.
@@ -641,7 +650,9 @@ impl Backend for HttpBackend {
                 for (k, v) in &self.headers {
                     h.insert(k.clone(), v.clone());
                 }
-                h.extend(http_call.headers);
+                if !http_call.headers.is_empty() {
+                    h.extend(http_call.headers);
+                }
                 if let Some(span) = &span {
                     span.inject(h);
                 }
