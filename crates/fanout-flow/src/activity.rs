@@ -44,9 +44,11 @@ pub fn max_stall_ms() -> f64 {
 /// counter read — twice per poll of every request.
 const COARSE_ENOUGH_US: u64 = 50_000;
 
-/// Microseconds on the monotonic clock, the coarse one when `coarse` (Linux; elsewhere always
-/// the precise one).
-fn now_us(coarse: bool) -> u64 {
+/// Nanoseconds on the kernel's monotonic clock (`CLOCK_MONOTONIC`, the clock of
+/// `std::time::Instant` on Linux), or its coarse variant when `coarse`; `None` where the clock
+/// cannot be read directly (not Linux). One vDSO call: cheaper than `Instant::now` and the
+/// `Duration` arithmetic around it, for the hot paths that only need a number.
+pub fn monotonic_ns(coarse: bool) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         let clock = if coarse {
@@ -60,10 +62,19 @@ fn now_us(coarse: bool) -> u64 {
         };
         // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
         if unsafe { libc::clock_gettime(clock, &mut ts) } == 0 {
-            return (ts.tv_sec as u64).saturating_mul(1_000_000) + ts.tv_nsec as u64 / 1_000;
+            return Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64);
         }
     }
     let _ = coarse;
+    None
+}
+
+/// Microseconds on the monotonic clock, the coarse one when `coarse` (Linux; elsewhere always
+/// the precise one).
+fn now_us(coarse: bool) -> u64 {
+    if let Some(ns) = monotonic_ns(coarse) {
+        return ns / 1_000;
+    }
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
 }

@@ -64,14 +64,28 @@ const PROTO_H1: u8 = 1;
 const PROTO_H2: u8 = 2;
 
 /// Milliseconds since the process's epoch, never 0 (0 means "not set" in the atomics below).
+/// Read on every socket read and write and several times per request: the kernel's monotonic
+/// clock read directly, counted from the epoch's reading of the same clock (`Instant`'s), in
+/// integers.
 fn now_ms() -> u64 {
-    let e = epoch();
-    Instant::now().saturating_duration_since(e).as_millis() as u64 + 1
+    let (e, e_ns) = epoch_ns();
+    match fanout_flow::activity::monotonic_ns(false) {
+        Some(ns) => ns.saturating_sub(e_ns) / 1_000_000 + 1,
+        None => Instant::now().saturating_duration_since(e).as_millis() as u64 + 1,
+    }
 }
 
 fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+    epoch_ns().0
+}
+
+/// The epoch, and the monotonic clock's nanoseconds at it.
+fn epoch_ns() -> (Instant, u64) {
+    static EPOCH: OnceLock<(Instant, u64)> = OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let at = Instant::now();
+        (at, fanout_flow::activity::monotonic_ns(false).unwrap_or(0))
+    })
 }
 
 fn at_ms(ms: u64) -> tokio::time::Instant {
