@@ -298,13 +298,7 @@ fn build_path(
     h: &HttpPlan,
     ev: &impl Fn(&Expr) -> Result<Val, EvalError>,
 ) -> Result<PathAndQuery, BuildError> {
-    let mut path = json::to_display(&ev(&h.path)?);
-    if let std::borrow::Cow::Owned(encoded) = crate::uri::encode_path_and_query(&path) {
-        path = encoded;
-    }
-    if !path.starts_with('/') {
-        path.insert(0, '/');
-    }
+    let mut path = encoded_path(json::to_display(&ev(&h.path)?));
     if !h.query.is_empty() {
         let mut ser = form_urlencoded::Serializer::new(String::new());
         for (k, e) in &h.query {
@@ -332,11 +326,18 @@ fn build_path(
 /// A constant path (a string literal's value), made as [`build_path`] would make it from
 /// that value; `None` when it is not a valid one (then it is built, and refused, per call).
 pub(crate) fn const_path(path: &str) -> Option<PathAndQuery> {
-    let mut path = crate::uri::encode_path_and_query(path).into_owned();
+    path_and_query(encoded_path(path.to_string())).ok()
+}
+
+/// `path` with what a URI may not hold percent-encoded (`crate::uri`) and a leading `/`.
+fn encoded_path(mut path: String) -> String {
+    if let std::borrow::Cow::Owned(encoded) = crate::uri::encode_path_and_query(&path) {
+        path = encoded;
+    }
     if !path.starts_with('/') {
         path.insert(0, '/');
     }
-    path_and_query(path).ok()
+    path
 }
 
 /// `path` (already percent-encoded) as a URI's path and query; too long a one is refused.

@@ -20,6 +20,7 @@
 use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
 use crate::body::CallBody;
 use crate::h1pool::H1Pool;
+use crate::server::find_header;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
@@ -495,10 +496,10 @@ async fn grpc_exchange(
     // names made once, the trailers borrowed.
     let (src, code_v) = match collected
         .trailers()
-        .and_then(|t| Some((t, small_get(t, &GRPC_STATUS)?)))
+        .and_then(|t| Some((t, find_header(t, &GRPC_STATUS)?)))
     {
         Some((t, v)) => (t, Some(v)),
-        None => (&parts.headers, small_get(&parts.headers, &GRPC_STATUS)),
+        None => (&parts.headers, find_header(&parts.headers, &GRPC_STATUS)),
     };
     let code = code_v.map_or(Code::Internal, |v| Code::from_header(v.as_bytes()));
     if code != Code::Ok {
@@ -522,15 +523,6 @@ async fn grpc_exchange(
         value: None,
         parsed: None,
     })
-}
-
-/// The first value of `name` in `map`: a small map (trailers hold one or two fields) is scanned
-/// comparing names, cheaper than hashing a name that is not a standard header.
-fn small_get<'m>(map: &'m http::HeaderMap, name: &HeaderName) -> Option<&'m HeaderValue> {
-    if map.len() > 8 {
-        return map.get(name);
-    }
-    map.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
 }
 
 /// A gRPC failure as a call answer: the code's HTTP status, and a body for the log.

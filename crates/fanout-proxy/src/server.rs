@@ -42,7 +42,7 @@ static GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-time
 /// The first value of each of `names` in `headers`. A small map (most requests carry a few
 /// headers) is scanned once, comparing names; a lookup by a name that is not a standard header
 /// would hash it byte by byte, per name.
-fn find_headers<'h, const N: usize>(
+pub(crate) fn find_headers<'h, const N: usize>(
     headers: &'h HeaderMap,
     names: [&HeaderName; N],
 ) -> [Option<&'h HeaderValue>; N] {
@@ -58,6 +58,16 @@ fn find_headers<'h, const N: usize>(
         }
     }
     found
+}
+
+/// The first value of `name` in `headers`, as [`find_headers`] finds it (trailers hold one or
+/// two fields: a scan, no hashing of a name that is not a standard header).
+pub(crate) fn find_header<'h>(
+    headers: &'h HeaderMap,
+    name: &HeaderName,
+) -> Option<&'h HeaderValue> {
+    let [v] = find_headers(headers, [name]);
+    v
 }
 
 /// Response body type of the server.
