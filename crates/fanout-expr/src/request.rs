@@ -189,6 +189,48 @@ fn key(s: &str) -> Val {
     str_val(s)
 }
 
+/// A path parameter's name as `$request.params` keys it: text, made into a value per request, or
+/// a value made once (a route's parameter names, made when its config is compiled), which each
+/// request takes a reference count of.
+pub trait ParamKey {
+    /// The key.
+    fn into_key(self) -> Val;
+}
+
+impl ParamKey for &str {
+    fn into_key(self) -> Val {
+        key(self)
+    }
+}
+
+impl ParamKey for Val {
+    fn into_key(self) -> Val {
+        self
+    }
+}
+
+/// The names of the path parameters in a route pattern (`/users/{id}/files/{*rest}` → `id`,
+/// `rest`), as keys made once: [`ParamKey`].
+pub fn param_keys(pattern: &str) -> Vec<(Box<str>, Val)> {
+    let mut out = Vec::new();
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        // `{{` is a literal brace.
+        if let Some(tail) = after.strip_prefix('{') {
+            rest = tail;
+            continue;
+        }
+        let Some(close) = after.find('}') else { break };
+        let name = after[..close].trim_start_matches('*');
+        if !name.is_empty() && !out.iter().any(|(n, _): &(Box<str>, Val)| &**n == name) {
+            out.push((name.into(), key(name)));
+        }
+        rest = &after[close + 1..];
+    }
+    out
+}
+
 /// The name of a part of `$request`: made once, each request takes a reference count.
 fn part(s: &'static str) -> Val {
     const PARTS: [&str; 6] = ["method", "path", "params", "query", "headers", "body"];
@@ -201,9 +243,10 @@ fn part(s: &'static str) -> Val {
 }
 
 /// Build `$request`. Query parameters that repeat become arrays.
-pub fn request_val<'a, P, H>(parts: RequestParts<'a, P, H>) -> Val
+pub fn request_val<'a, P, H, K>(parts: RequestParts<'a, P, H>) -> Val
 where
-    P: IntoIterator<Item = (&'a str, &'a str)>,
+    P: IntoIterator<Item = (K, &'a str)>,
+    K: ParamKey,
     H: IntoIterator<Item = (&'a str, &'a [u8])>,
 {
     request_val_reading(parts, &RequestUse::all())
@@ -212,9 +255,10 @@ where
 /// Build the parts of `$request` that `reads` names (the others are left out of the object:
 /// reading them gives `null`, which only an expression that `reads` does not describe could
 /// tell).
-pub fn request_val_reading<'a, P, H>(parts: RequestParts<'a, P, H>, reads: &RequestUse) -> Val
+pub fn request_val_reading<'a, P, H, K>(parts: RequestParts<'a, P, H>, reads: &RequestUse) -> Val
 where
-    P: IntoIterator<Item = (&'a str, &'a str)>,
+    P: IntoIterator<Item = (K, &'a str)>,
+    K: ParamKey,
     H: IntoIterator<Item = (&'a str, &'a [u8])>,
 {
     let parts_read = [
@@ -239,7 +283,7 @@ where
         let params: Map = parts
             .params
             .into_iter()
-            .map(|(k, v)| (key(k), str_val(v)))
+            .map(|(k, v)| (k.into_key(), str_val(v)))
             .collect();
         m.insert(part("params"), Val::obj(params));
     }
@@ -489,6 +533,36 @@ mod tests {
             r#"{"headers":{"x-user":"ann, bob"}}"#,
             "only the header read"
         );
+    }
+
+    #[test]
+    fn a_routes_parameter_names_are_keys_made_once() {
+        let names =
+            |p: &str| -> Vec<String> { param_keys(p).into_iter().map(|(n, _)| n.into()).collect() };
+        assert_eq!(names("/users/{id}/files/{*rest}"), ["id", "rest"]);
+        assert_eq!(names("/a/{{literal}}/{x}"), ["x"]);
+        assert_eq!(names("/{x}/{x}"), ["x"]);
+        assert!(names("/plain").is_empty());
+        assert!(names("/broken/{x").is_empty());
+        // A made key and a key made from text build the same `$request`.
+        let keys = param_keys("/users/{id}");
+        let made = request_val(RequestParts {
+            method: "GET",
+            path: "/users/7",
+            query: None,
+            params: keys.iter().map(|(_, k)| (k.clone(), "7")),
+            headers: std::iter::empty(),
+            body: Val::Null,
+        });
+        let text = request_val(RequestParts {
+            method: "GET",
+            path: "/users/7",
+            query: None,
+            params: [("id", "7")],
+            headers: std::iter::empty(),
+            body: Val::Null,
+        });
+        assert_eq!(to_string(&made), to_string(&text));
     }
 
     #[test]

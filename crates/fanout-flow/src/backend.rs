@@ -78,6 +78,10 @@ pub struct SqlCall {
     pub params: SqlParams,
     /// Whether the statement only reads (`read_only`): shared by dedup and cached like a GET.
     pub read_only: bool,
+    /// The answer is the rows alone (`[...]`) instead of `{"rows": [...], "rows_affected": N}`:
+    /// what every mode but `exec` takes, without a wrapper object made and taken apart per call.
+    /// Part of the call's identity (the answers differ).
+    pub rows_only: bool,
     /// Deepest nesting of the answer as a value (`server.expressions.max_depth`): a json/jsonb
     /// column nested deeper is refused like a backend's answer would be. Not part of the call's
     /// identity (one setting for the whole config).
@@ -231,6 +235,14 @@ impl SqlCall {
         // A tag no HTTP method can be (methods are tokens: no spaces).
         field(&mut out, b"SQL statement");
         field(&mut out, self.statement.as_bytes());
+        field(
+            &mut out,
+            if self.rows_only {
+                &b"rows"[..]
+            } else {
+                b"answer"
+            },
+        );
         let mut params = Vec::with_capacity(32);
         for p in &self.params {
             params.clear();
@@ -350,4 +362,35 @@ impl CallError {
 pub trait Backend: Send + Sync + 'static {
     /// Perform one call. Dropping the future cancels the call (the connection or stream is closed).
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fanout_expr::Val;
+
+    fn sql(params: &[Val], rows_only: bool) -> CallKey {
+        Call::Sql(SqlCall {
+            statement: "SELECT name FROM users WHERE id = $1".into(),
+            params: params.iter().cloned().collect(),
+            read_only: true,
+            rows_only,
+            max_depth: 64,
+        })
+        .key(None)
+    }
+
+    #[test]
+    fn a_statements_identity_is_its_text_its_typed_parameters_and_the_answer_it_asks_for() {
+        let one = [Val::from(1usize)];
+        assert_eq!(sql(&one, true), sql(&one, true));
+        // The rows alone and `{rows, rows_affected}` are different answers: never shared.
+        assert_ne!(sql(&one, true), sql(&one, false));
+        assert_ne!(sql(&one, true), sql(&[Val::from(2usize)], true));
+        // 1 and "1" are different parameters.
+        assert_ne!(
+            sql(&one, true),
+            sql(&[fanout_expr::json::str_val("1")], true)
+        );
+    }
 }

@@ -79,6 +79,8 @@ pub struct RoutePlan {
     pub grpc: Option<GrpcRoute>,
     /// The parts of `$request` the route's expressions read: the only parts built per request.
     pub request_use: fanout_expr::request::RequestUse,
+    /// The path parameters' names as `$request.params` keys, made once ([`RoutePlan::param_key`]).
+    pub param_keys: Vec<(Box<str>, Val)>,
     /// Whether concurrent requests that would compute the same answer share one run of the flow
     /// (the gateway keys them by the parts of `$request` in [`RoutePlan::request_use`]).
     pub coalesce: Coalesce,
@@ -88,6 +90,15 @@ impl RoutePlan {
     /// Whether concurrent identical requests share one run of the flow.
     pub fn coalesces(&self) -> bool {
         matches!(self.coalesce, Coalesce::On)
+    }
+
+    /// Path parameter `name`'s key in `$request.params`: the route's, made once (a reference
+    /// count per request), or made now for a name the route's pattern does not have.
+    pub fn param_key(&self, name: &str) -> Val {
+        match self.param_keys.iter().find(|(n, _)| &**n == name) {
+            Some((_, k)) => k.clone(),
+            None => json::str_val(name),
+        }
     }
 }
 
@@ -559,6 +570,7 @@ fn compile_route(
         compute: cx.compute.clone(),
         grpc,
         request_use: std::mem::take(&mut cx.request_use),
+        param_keys: fanout_expr::request::param_keys(&r.path.value),
         coalesce,
     })
 }

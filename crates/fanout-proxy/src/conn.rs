@@ -25,6 +25,7 @@
 
 use bytes::Bytes;
 use fanout_config::ServerConfig;
+use futures_util::task::AtomicWaker;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::server::graceful::GracefulConnection;
 use std::collections::HashMap;
@@ -36,7 +37,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 /// How long a connection that is being closed gracefully (idle, shutdown) and has nothing in
 /// flight may take to close by itself before it is dropped: time for the GOAWAY to reach the
@@ -118,7 +119,11 @@ pub struct ConnShared {
     head_started_ms: AtomicU64,
     /// Asked to close because of the connection cap.
     evicting: AtomicBool,
-    evict: Notify,
+    /// The supervisor ([`drive`]) is asked to look at `evicting` (set with a wake of `waker`).
+    evict_asked: AtomicBool,
+    /// Wakes the connection's supervisor task for what happens outside it (eviction, shutdown):
+    /// one atomic per poll to register, where a `Notify` and a `watch` took a lock each.
+    waker: AtomicWaker,
     /// Reset (not FIN) when the socket is dropped: unsent data is discarded at once.
     reset_on_close: AtomicBool,
 }
@@ -138,7 +143,8 @@ impl ConnShared {
             write_blocked_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(0),
             evicting: AtomicBool::new(false),
-            evict: Notify::new(),
+            evict_asked: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
             reset_on_close: AtomicBool::new(false),
         }
     }
@@ -404,12 +410,13 @@ enum Kind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Phase {
-    Serving,
+    Serving = 0,
     /// Shutdown: close gracefully, drop quiet connections after the linger.
-    Draining,
+    Draining = 1,
     /// The shutdown grace ran out: drop everything.
-    Abort,
+    Abort = 2,
 }
 
 #[derive(Default)]
@@ -444,7 +451,8 @@ pub struct Connections {
     nothing_idle_until: AtomicU64,
     next_id: AtomicU64,
     table: Mutex<HashMap<u64, Arc<ConnShared>>>,
-    phase: watch::Sender<Phase>,
+    /// [`Phase`] as a number ([`Connections::phase`]); a change wakes every connection.
+    phase: AtomicU8,
     closed: Notify,
     counters: Counters,
     accept_log: Mutex<AcceptLog>,
@@ -472,7 +480,7 @@ impl Connections {
             nothing_idle_until: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             table: Mutex::new(HashMap::new()),
-            phase: watch::channel(Phase::Serving).0,
+            phase: AtomicU8::new(Phase::Serving as u8),
             closed: Notify::new(),
             counters: Counters::default(),
             accept_log: Mutex::new(AcceptLog::default()),
@@ -567,7 +575,8 @@ impl Connections {
         for (_, sh) in &idle {
             sh.evicting.store(true, Ordering::Release);
             self.evicting.fetch_add(1, Ordering::AcqRel);
-            sh.evict.notify_one();
+            sh.evict_asked.store(true, Ordering::Release);
+            sh.waker.wake();
         }
         idle.len()
     }
@@ -607,7 +616,7 @@ impl Connections {
     /// Shutdown: every connection closes gracefully (quiet ones are dropped after [`LINGER`]);
     /// after `grace` whatever is left is dropped.
     pub async fn shutdown(&self, grace: Duration) {
-        self.phase.send_replace(Phase::Draining);
+        self.set_phase(Phase::Draining);
         if tokio::time::timeout(grace, self.all_closed())
             .await
             .is_err()
@@ -616,8 +625,26 @@ impl Connections {
                 open = self.open(),
                 "shutdown grace period elapsed with requests still in flight; closing their connections"
             );
-            self.phase.send_replace(Phase::Abort);
+            self.set_phase(Phase::Abort);
             let _ = tokio::time::timeout(Duration::from_secs(1), self.all_closed()).await;
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Serving,
+            1 => Phase::Draining,
+            _ => Phase::Abort,
+        }
+    }
+
+    /// Enter `phase` and wake every connection's supervisor to act on it (each registers its
+    /// waker before it reads the phase, so none misses the change).
+    fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        for sh in table.values() {
+            sh.waker.wake();
         }
     }
 
@@ -733,59 +760,69 @@ where
         }
     }
     let _registered = Registered(&conns, &sh);
-    let mut phase_rx = conns.phase.subscribe();
     tokio::pin!(conn);
     let mut linger = Linger::default();
     // Fires at once: the first look arms the timer at the earliest limit.
     let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
     tokio::pin!(sleep);
-    let mut phase = *phase_rx.borrow_and_update();
+    let mut phase = conns.phase();
     if phase != Phase::Serving {
         linger.closing = true;
         conn.as_mut().graceful_shutdown();
     }
-    loop {
-        tokio::select! {
-            biased;
-            res = conn.as_mut() => {
+    // Polled by hand rather than by `select!`: the connection first; then, registered for a
+    // wake from outside before reading them, the eviction request and the phase; then the
+    // timer. After any of the three, the limits are looked at again (`look`).
+    std::future::poll_fn(|cx| {
+        loop {
+            if let Poll::Ready(res) = conn.as_mut().poll(cx) {
                 if let Err(e) = res {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
-                return;
+                return Poll::Ready(());
             }
-            _ = sh.evict.notified() => {
+            sh.waker.register(cx.waker());
+            let now_phase = conns.phase();
+            if sh.evict_asked.swap(false, Ordering::AcqRel) {
                 if sh.evictable().is_some() {
-                    conns.counters.closed_idle_for_pressure.fetch_add(1, Ordering::Relaxed);
+                    conns
+                        .counters
+                        .closed_idle_for_pressure
+                        .fetch_add(1, Ordering::Relaxed);
                     conn.as_mut().graceful_shutdown();
                     // One poll writes the GOAWAY if the socket takes it; then the descriptor
                     // is released at once.
-                    let _ = futures_util::poll!(conn.as_mut());
-                    return;
+                    let _ = conn.as_mut().poll(cx);
+                    return Poll::Ready(());
                 }
                 // Became busy since it was picked: it stays.
                 if sh.evicting.swap(false, Ordering::AcqRel) {
                     conns.evicting.fetch_sub(1, Ordering::AcqRel);
                 }
-            }
-            changed = phase_rx.changed() => {
-                phase = if changed.is_ok() { *phase_rx.borrow_and_update() } else { Phase::Abort };
+            } else if now_phase != phase {
+                phase = now_phase;
                 if phase == Phase::Abort {
-                    conns.counters.closed_at_shutdown.fetch_add(1, Ordering::Relaxed);
+                    conns
+                        .counters
+                        .closed_at_shutdown
+                        .fetch_add(1, Ordering::Relaxed);
                     sh.reset_on_close.store(true, Ordering::Relaxed);
-                    return;
+                    return Poll::Ready(());
                 }
                 if !linger.closing {
                     linger.closing = true;
                     conn.as_mut().graceful_shutdown();
                 }
+            } else if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
-            _ = &mut sleep => {}
+            match look(conn.as_mut(), &sh, &conns, &mut linger, phase) {
+                Some(next) => sleep.as_mut().reset(at_ms(next)),
+                None => return Poll::Ready(()),
+            }
         }
-        match look(conn.as_mut(), &sh, &conns, &mut linger, phase) {
-            Some(next) => sleep.as_mut().reset(at_ms(next)),
-            None => return,
-        }
-    }
+    })
+    .await
 }
 
 /// A connection's graceful close: whether it started (idle, shutdown), and since when the

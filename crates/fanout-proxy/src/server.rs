@@ -12,7 +12,9 @@ use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::{Failure, RequestTelemetry};
 use crate::{Gateway, Live};
 use bytes::Bytes;
-use fanout_expr::request::{RequestParts, RequestUse, decode_path_param, request_val_reading};
+use fanout_expr::request::{
+    ParamKey, RequestParts, RequestUse, decode_path_param, request_val_reading,
+};
 use fanout_expr::{Val, json};
 use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
 use futures_util::FutureExt;
@@ -191,7 +193,7 @@ impl Gateway {
             .await?;
         let request = build_request(
             parts,
-            params.iter().map(|(k, v)| (*k, v.as_ref())),
+            params.iter().map(|(k, v)| (route.param_key(k), v.as_ref())),
             body_val,
             &route.request_use,
         );
@@ -567,9 +569,9 @@ pub(crate) fn path_params<'a>(
 
 /// Build `$request`: `{method, path, params, query, headers, body}`; `params` as the route
 /// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent.
-pub(crate) fn build_request<'a>(
+pub(crate) fn build_request<'a, K: ParamKey>(
     parts: &'a Parts,
-    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+    params: impl IntoIterator<Item = (K, &'a str)>,
     body: Val,
     reads: &RequestUse,
 ) -> Val {

@@ -122,10 +122,16 @@ impl StepKind for SqlStep {
                 Some(v) => v,
                 None => parse_answer(step.name, self, resp.body).await?,
             };
-            if let Val::Obj(o) = &answer
-                && let Some(Val::Arr(rows)) = obj_get(o, "rows")
-            {
-                self.stats.add_rows(rows.len() as u64);
+            let rows = match (&answer, self.mode) {
+                (Val::Arr(rows), m) if m != SqlMode::Exec => Some(rows.len()),
+                (Val::Obj(o), SqlMode::Exec) => match obj_get(o, "rows") {
+                    Some(Val::Arr(rows)) => Some(rows.len()),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(n) = rows {
+                self.stats.add_rows(n as u64);
             }
             self.shape(step.name, answer)
         })
@@ -166,6 +172,7 @@ impl SqlStep {
             statement: self.statement.clone(),
             params,
             read_only: self.read_only,
+            rows_only: self.mode != SqlMode::Exec,
             max_depth: self.max_depth,
         }));
         req.deadline = deadline;
@@ -234,22 +241,25 @@ impl SqlStep {
         }
     }
 
-    /// `{"rows": [...], "rows_affected": N}` → the step's answer by `mode`.
+    /// The database's answer → the step's answer by `mode`: `exec` takes
+    /// `{"rows": [...], "rows_affected": N}` as it is, the other modes the rows alone (the call
+    /// asked for them: [`SqlCall::rows_only`]).
     fn shape(&self, step: &Arc<str>, answer: Val) -> Result<Val, FlowError> {
-        let field = |name: &str| -> Val {
-            match &answer {
-                Val::Obj(o) => obj_get(o, name).cloned().unwrap_or(Val::Null),
-                _ => Val::Null,
-            }
-        };
-        let rows = field("rows");
-        let Val::Arr(list) = &rows else {
-            return Err(FlowError::new(
+        let no_rows = || {
+            FlowError::new(
                 ErrorKind::BadBackendAnswer,
                 "the database's answer has no rows",
             )
             .in_step(step)
-            .with_backend(&self.backend_name));
+            .with_backend(&self.backend_name)
+        };
+        let list = match (&answer, self.mode) {
+            (Val::Obj(o), SqlMode::Exec) if matches!(obj_get(o, "rows"), Some(Val::Arr(_))) => {
+                return Ok(answer);
+            }
+            (Val::Arr(_), SqlMode::Many) => return Ok(answer),
+            (Val::Arr(list), SqlMode::One | SqlMode::Optional) => list,
+            _ => return Err(no_rows()),
         };
         let too_many = |n: usize| {
             FlowError::new(
@@ -263,8 +273,6 @@ impl SqlStep {
             .with_backend(&self.backend_name)
         };
         match self.mode {
-            SqlMode::Many => Ok(rows.clone()),
-            SqlMode::Exec => Ok(answer.clone()),
             SqlMode::Optional => match list.len() {
                 0 => Ok(Val::Null),
                 1 => Ok(list[0].clone()),
@@ -280,6 +288,7 @@ impl SqlStep {
                 1 => Ok(list[0].clone()),
                 n => Err(too_many(n)),
             },
+            SqlMode::Many | SqlMode::Exec => Ok(answer.clone()),
         }
     }
 }

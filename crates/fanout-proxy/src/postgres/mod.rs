@@ -11,7 +11,9 @@
 //!   `statement_timeout` is set on every connection as the server's backstop.
 //! - **A database that cannot be reached** fails calls at once (`database_unavailable`) while a
 //!   background task reconnects with backoff; readiness says which database is down.
-//! - **Answers** are values `{"rows": [...], "rows_affected": N}` built from the wire format
+//! - **Answers** are values built from the wire format — the rows alone (`[...]`) when the call
+//!   asks for them ([`SqlCall::rows_only`]: every mode but `exec`), else
+//!   `{"rows": [...], "rows_affected": N}` —
 //!   (`types::to_val`) and handed to the step as they are (no JSON text written and parsed
 //!   again); caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
@@ -1132,8 +1134,8 @@ impl Pool {
     }
 }
 
-/// Prepare (once per connection), bind, run, and build the answer `{rows: [...], rows_affected}`
-/// as a value (the step takes it without a JSON round trip).
+/// Prepare (once per connection), bind, run, and build the answer (`[...]`, or
+/// `{rows: [...], rows_affected}`) as a value (the step takes it without a JSON round trip).
 async fn execute(
     conn: &mut Conn,
     call: &SqlCall,
@@ -1169,7 +1171,8 @@ async fn execute(
     let rows = conn.client.query_raw(stmt, params.iter()).await?;
     pin_mut!(rows);
     let cols = stmt.columns();
-    // A json/jsonb column sits three levels down in the answer `{rows: [{col: …}]}`.
+    // A json/jsonb column sits three levels down in the answer `{rows: [{col: …}]}` (two in
+    // the rows alone; the same limit for both, as the step's answer is the same).
     let depth = call.max_depth.saturating_sub(3);
     let mut out: Vec<Val> = Vec::new();
     let mut scratch = Vec::new();
@@ -1206,6 +1209,9 @@ async fn execute(
         out.push(Val::obj(obj));
     }
     counters.rows.fetch_add(out.len() as u64, Ordering::Relaxed);
+    if call.rows_only {
+        return Ok(Val::Arr(out.into()));
+    }
     let n = rows.rows_affected().unwrap_or(0);
     let mut answer = ANSWER.clone();
     if let Some((_, v)) = answer.get_index_mut(0) {
