@@ -1,7 +1,8 @@
 //! Every connection ends, and slow or large bodies cannot starve admission or memory: the
 //! connection timeouts (first byte, header read, idle, send), the connection cap with idle-first
 //! eviction, bodies read before admission (reader cap, read timeout), the memory budget, and a
-//! quick shutdown when only idle connections are open. Real gateway, real sockets; short limits
+//! quick shutdown when only idle connections are open (and the end of the grace dropping what is
+//! still in flight). Real gateway, real sockets; short limits
 //! in the configs and generous overall timeouts, asserting states and counters, never elapsed
 //! times (except the shutdown bound, far below its configured grace).
 
@@ -724,6 +725,59 @@ async fn shutdown_with_only_idle_connections_is_quick() {
         "idle connections do not wait for the 30 s grace: {took:?}"
     );
     drop((silent, partial, h1, raw_h2, h2c));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drops_what_is_still_in_flight_when_the_grace_runs_out() {
+    // A backend that answers only after a minute: the request cannot finish within the grace.
+    let s = stubs(
+        r#"
+services:
+  a:
+    listen: "${A_ADDR}"
+    routes:
+      - { path: /stuck, latency: 60s, body: '{ok: true}' }
+"#,
+    )
+    .await;
+    let g = gateway(
+        r#"
+server:
+  shutdown_grace: 1s
+backends:
+  a: { url: "http://${A_ADDR}", dedup: false }
+routes:
+  - path: /stuck
+    deadline: 120s
+    coalesce: false
+    flow:
+      s: { http: { backend: a, path: '"/stuck"' }, timeout: 120s }
+    respond: { body: '$s' }
+"#,
+        &s,
+    )
+    .await;
+    let addr = g.addr;
+    let mut h1 = TcpStream::connect(addr).await.unwrap();
+    h1.write_all(b"GET /stuck HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    wait_status(addr, "the request in flight", |st| {
+        counter(st, &["admission", "in_flight"]) == 1
+    })
+    .await;
+    // Without the abort after the grace, shutdown would wait for the backend's minute.
+    tokio::time::timeout(PATIENCE, g.shutdown())
+        .await
+        .expect("shutdown ends after its grace, not after the request")
+        .expect("shutdown without error");
+    let rest = tokio::time::timeout(PATIENCE, read_until_closed(&mut h1))
+        .await
+        .expect("the client's connection is closed");
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("200 OK"),
+        "no answer for a request dropped at the end of the grace"
+    );
 }
 
 // --- HPACK: how an answer's header fields are represented ---
