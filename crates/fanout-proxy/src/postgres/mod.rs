@@ -93,13 +93,18 @@ static ANSWER: std::sync::LazyLock<Map> = std::sync::LazyLock::new(|| {
     m
 });
 
-/// A pooled connection with the statements it has prepared.
+/// A pooled connection with the statements it has prepared. Boxed wherever it is kept
+/// ([`PooledConn`]): the client is a few hundred bytes, and a connection moves from the idle list
+/// to the call and back on every statement.
 struct Conn {
     client: Client,
     /// By statement text (from the config, not from requests: a fast hash is safe).
     prepared: HashMap<Arc<str>, Prepared, foldhash::fast::RandomState>,
     idle_since: Instant,
 }
+
+/// A connection as the pool keeps it.
+type PooledConn = Box<Conn>;
 
 /// Whether the database can be reached, as far as the pool knows.
 #[derive(Debug, Clone, Default)]
@@ -187,7 +192,7 @@ pub struct Pool {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     open: AtomicUsize,
-    idle: Mutex<Vec<Conn>>,
+    idle: Mutex<Vec<PooledConn>>,
     health: Mutex<Health>,
     wake: Notify,
     reconnecting: std::sync::atomic::AtomicBool,
@@ -434,7 +439,7 @@ impl From<tokio_postgres::Error> for ExecError {
 /// the slot until the connection is known idle again or closed.
 struct InUse {
     pool: Arc<Pool>,
-    conn: Option<Conn>,
+    conn: Option<PooledConn>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -727,7 +732,7 @@ impl Pool {
     }
 
     /// An idle connection that is still open (closing those idle past `idle_timeout`).
-    fn take_idle(&self) -> Option<Conn> {
+    fn take_idle(&self) -> Option<PooledConn> {
         let mut idle = lock(&self.idle);
         while let Some(c) = idle.pop() {
             if c.client.is_closed() || c.idle_since.elapsed() > self.cfg.idle_timeout.0 {
@@ -773,7 +778,7 @@ impl Pool {
             h.error = Some(why);
         }
         // Idle connections of a database that went away are no good either.
-        let stale: Vec<Conn> = std::mem::take(&mut *lock(&self.idle));
+        let stale: Vec<PooledConn> = std::mem::take(&mut *lock(&self.idle));
         for c in stale {
             drop(c);
             self.closed_one();
@@ -793,7 +798,7 @@ impl Pool {
     }
 
     /// Open a connection (counted in `open`; the caller holds a slot for it).
-    async fn connect(self: &Arc<Self>, end: Instant) -> Result<Conn, CallError> {
+    async fn connect(self: &Arc<Self>, end: Instant) -> Result<PooledConn, CallError> {
         let attempt = async {
             match &self.connector {
                 Connector::Plain => {
@@ -818,11 +823,11 @@ impl Pool {
                 self.counters.connects.fetch_add(1, Ordering::Relaxed);
                 self.open.fetch_add(1, Ordering::Relaxed);
                 self.mark_up();
-                Ok(Conn {
+                Ok(Box::new(Conn {
                     client,
                     prepared: HashMap::default(),
                     idle_since: Instant::now(),
-                })
+                }))
             }
             Ok(Err(e)) => {
                 self.counters
