@@ -122,16 +122,8 @@ impl StepKind for SqlStep {
                 Some(v) => v,
                 None => parse_answer(step.name, self, resp.body).await?,
             };
-            let rows = match (&answer, self.mode) {
-                (Val::Arr(rows), m) if m != SqlMode::Exec => Some(rows.len()),
-                (Val::Obj(o), SqlMode::Exec) => match obj_get(o, "rows") {
-                    Some(Val::Arr(rows)) => Some(rows.len()),
-                    _ => None,
-                },
-                _ => None,
-            };
-            if let Some(n) = rows {
-                self.stats.add_rows(n as u64);
+            if let Some(rows) = self.rows(&answer) {
+                self.stats.add_rows(rows.len() as u64);
             }
             self.shape(step.name, answer)
         })
@@ -241,54 +233,45 @@ impl SqlStep {
         }
     }
 
-    /// The database's answer → the step's answer by `mode`: `exec` takes
-    /// `{"rows": [...], "rows_affected": N}` as it is, the other modes the rows alone (the call
-    /// asked for them: [`SqlCall::rows_only`]).
+    /// The rows of the database's answer, in the shape this step's call asked for: the rows
+    /// alone ([`SqlCall::rows_only`]), or `{"rows": [...], "rows_affected": N}` for `exec`.
+    fn rows<'v>(&self, answer: &'v Val) -> Option<&'v [Val]> {
+        match (answer, self.mode) {
+            (Val::Arr(rows), m) if m != SqlMode::Exec => Some(rows),
+            (Val::Obj(o), SqlMode::Exec) => match obj_get(o, "rows") {
+                Some(Val::Arr(rows)) => Some(rows),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The database's answer → the step's answer by `mode`: `exec` and `many` take it as it
+    /// is, `one` and `optional` its only row.
     fn shape(&self, step: &Arc<str>, answer: Val) -> Result<Val, FlowError> {
-        let no_rows = || {
-            FlowError::new(
-                ErrorKind::BadBackendAnswer,
-                "the database's answer has no rows",
-            )
-            .in_step(step)
-            .with_backend(&self.backend_name)
-        };
-        let list = match (&answer, self.mode) {
-            (Val::Obj(o), SqlMode::Exec) if matches!(obj_get(o, "rows"), Some(Val::Arr(_))) => {
-                return Ok(answer);
-            }
-            (Val::Arr(_), SqlMode::Many) => return Ok(answer),
-            (Val::Arr(list), SqlMode::One | SqlMode::Optional) => list,
-            _ => return Err(no_rows()),
-        };
-        let too_many = |n: usize| {
-            FlowError::new(
-                ErrorKind::BadBackendAnswer,
-                format!(
-                    "the statement returned {n} rows where `mode: {}` takes at most one",
-                    mode_name(self.mode)
-                ),
-            )
-            .in_step(step)
-            .with_backend(&self.backend_name)
-        };
-        match self.mode {
-            SqlMode::Optional => match list.len() {
-                0 => Ok(Val::Null),
-                1 => Ok(list[0].clone()),
-                n => Err(too_many(n)),
-            },
-            SqlMode::One => match list.len() {
-                0 => Err(FlowError::new(
-                    ErrorKind::Database { status: 404 },
-                    "the statement returned no row",
-                )
+        let fail = |message: String| {
+            FlowError::new(ErrorKind::BadBackendAnswer, message)
                 .in_step(step)
-                .with_backend(&self.backend_name)),
-                1 => Ok(list[0].clone()),
-                n => Err(too_many(n)),
-            },
-            SqlMode::Many | SqlMode::Exec => Ok(answer.clone()),
+                .with_backend(&self.backend_name)
+        };
+        let Some(rows) = self.rows(&answer) else {
+            return Err(fail("the database's answer has no rows".into()));
+        };
+        match (self.mode, rows) {
+            (SqlMode::Many | SqlMode::Exec, _) => Ok(answer),
+            (SqlMode::Optional, []) => Ok(Val::Null),
+            (SqlMode::One, []) => Err(FlowError::new(
+                ErrorKind::Database { status: 404 },
+                "the statement returned no row",
+            )
+            .in_step(step)
+            .with_backend(&self.backend_name)),
+            (SqlMode::One | SqlMode::Optional, [row]) => Ok(row.clone()),
+            (_, rows) => Err(fail(format!(
+                "the statement returned {} rows where `mode: {}` takes at most one",
+                rows.len(),
+                mode_name(self.mode)
+            ))),
         }
     }
 }
