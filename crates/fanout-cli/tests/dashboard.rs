@@ -608,7 +608,13 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
                 ("class", ADMISSION),
                 (
                     "reason",
-                    &["queue_full", "evicted", "queue_timeout", "codel"],
+                    &[
+                        "queue_full",
+                        "evicted",
+                        "queue_timeout",
+                        "codel",
+                        "expected_wait",
+                    ],
                 ),
             ]),
         ),

@@ -201,6 +201,13 @@ pub struct Admission {
     /// request only gets `target` before it is rejected, and the queue is served newest first
     /// (adaptive LIFO) until it has stayed empty for `target`. Default target 5ms, interval 100ms.
     pub codel: Codel,
+    /// Refuse at once (503 `overloaded`, reason `expected_wait`) a request that would have to
+    /// wait longer than it may (`queue_timeout`, `codel.target` under a standing queue, or its
+    /// deadline), judged from the mean time a request holds a slot (per route with its own
+    /// `max_concurrency`, else over all routes), the age of the oldest request running and the
+    /// waiters ahead — instead of queueing it only for it to give up. No estimate until requests
+    /// have completed. Default true.
+    pub predict_wait: bool,
     /// Adaptive limit: instead of a fixed `max_concurrency`, a gradient limit that follows the
     /// measured latency (`max_concurrency` is then its ceiling). Default: off (static limit).
     pub adaptive: Option<AdaptiveLimit>,
@@ -216,6 +223,7 @@ impl Default for Admission {
             queue: 256,
             queue_timeout: Dur::millis(50),
             codel: Codel::default(),
+            predict_wait: true,
             adaptive: None,
             shares: PriorityShares::default(),
         }

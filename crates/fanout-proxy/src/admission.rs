@@ -54,17 +54,29 @@ enum Reason {
     QueueTimeout = 2,
     /// Waited for `codel.target` under a standing queue.
     Codel = 3,
+    /// Not queued: its expected wait was longer than it may wait (`predict_wait`).
+    ExpectedWait = 4,
 }
 
-const REASONS: usize = 4;
+const REASONS: usize = 5;
 /// The label of each rejection reason (`fanout_admission_rejections_total{reason}`).
-pub const REASON_NAMES: [&str; REASONS] = ["queue_full", "evicted", "queue_timeout", "codel"];
+pub const REASON_NAMES: [&str; REASONS] = [
+    "queue_full",
+    "evicted",
+    "queue_timeout",
+    "codel",
+    "expected_wait",
+];
+
+/// Weight of the newest sample in the mean time a request holds a slot.
+const HOLD_ALPHA: f64 = 0.2;
 
 impl Reason {
     fn rejection(self) -> Rejection {
         match self {
             Reason::QueueFull | Reason::Evicted => Rejection::QueueFull,
             Reason::QueueTimeout | Reason::Codel => Rejection::Waited,
+            Reason::ExpectedWait => Rejection::WouldWait,
         }
     }
 }
@@ -123,6 +135,8 @@ pub enum Rejection {
     /// Waited in the queue longer than allowed (`queue_timeout`, `codel.target` under a standing
     /// queue, or its own deadline).
     Waited,
+    /// Not queued: a slot would not have freed within the time it may wait (`predict_wait`).
+    WouldWait,
 }
 
 /// A slot: held while the request runs; dropping it frees the slot (and hands it to the next
@@ -176,6 +190,8 @@ struct Inner {
     codel_interval: Duration,
     /// Share of the limit per class (critical is always 1).
     shares: [f64; CLASSES],
+    /// `predict_wait`: refuse at once a request whose expected wait is longer than it may wait.
+    predict: bool,
     state: Mutex<State>,
 }
 
@@ -184,6 +200,16 @@ struct RouteSlot {
     max: usize,
     in_flight: usize,
     rejected: u64,
+    /// Mean time (s) a request of this route holds its slot, over requests that ran their flow
+    /// (`None` before the first; tracked with `predict_wait`).
+    hold: Option<f64>,
+    /// When each request of this route holding a slot got it (tracked with `predict_wait`).
+    running: Vec<Instant>,
+}
+
+/// The exponentially weighted mean of `old` and a new sample.
+fn ewma(old: Option<f64>, sample: f64) -> f64 {
+    old.map_or(sample, |m| m + HOLD_ALPHA * (sample - m))
 }
 
 struct Waiter {
@@ -203,6 +229,7 @@ struct Counters {
     queue_full: u64,
     waited: u64,
     codel: u64,
+    expected_wait: u64,
     evicted: u64,
     abandoned: u64,
     /// Rejections by class and reason.
@@ -226,6 +253,8 @@ struct State {
     standing: bool,
     next_id: u64,
     limiter: Option<GradientLimit>,
+    /// Mean time (s) a request holds a slot, over all routes (`None` before the first sample).
+    hold: Option<f64>,
     c: Counters,
 }
 
@@ -278,6 +307,48 @@ impl State {
     fn route_fits(&self, route: Option<usize>) -> bool {
         route.is_none_or(|r| self.routes.get(r).is_none_or(|rs| rs.in_flight < rs.max))
     }
+
+    /// How long a request of `class` on `route` queued now would likely wait for a slot, or
+    /// `None` without an estimate yet. When its route is full: the oldest running request of
+    /// the route is expected to end once it has held its slot the route's mean time, and each
+    /// waiter of the route ahead takes one more mean time ÷ the route's slots. Otherwise (the
+    /// class's cap is reached): (waiters ahead + 1) × the mean time over all routes ÷ the cap.
+    /// Waiters ahead are those of higher classes and, served first-in-first-out (`lifo` false),
+    /// of its own.
+    fn expected_wait(
+        &self,
+        class: usize,
+        route: Option<usize>,
+        lifo: bool,
+        cap: usize,
+        now: Instant,
+    ) -> Option<Duration> {
+        let classes = if lifo { 0..class } else { 0..class + 1 };
+        let full_route = route
+            .and_then(|r| self.routes.get(r).map(|rs| (r, rs)))
+            .filter(|(_, rs)| rs.in_flight >= rs.max);
+        let secs = if let Some((r, rs)) = full_route {
+            let hold = rs.hold?;
+            let ahead = self.queues[classes]
+                .iter()
+                .flatten()
+                .filter(|w| w.route == Some(r))
+                .count() as f64;
+            let per_slot = hold / rs.max.max(1) as f64;
+            match rs.running.iter().min() {
+                Some(&oldest) => {
+                    let age = now.saturating_duration_since(oldest).as_secs_f64();
+                    (hold - age).max(0.0) + ahead * per_slot
+                }
+                None => (ahead + 1.0) * per_slot,
+            }
+        } else {
+            let hold = self.hold?;
+            let ahead: usize = self.queues[classes].iter().map(VecDeque::len).sum();
+            (ahead as f64 + 1.0) * hold / cap.max(1) as f64
+        };
+        Duration::try_from_secs_f64(secs).ok()
+    }
 }
 
 impl Admission {
@@ -306,6 +377,7 @@ impl Admission {
                 codel_target: cfg.codel.target.0,
                 codel_interval: cfg.codel.interval.0,
                 shares: [1.0, share(cfg.shares.normal), share(cfg.shares.sheddable)],
+                predict: cfg.predict_wait,
                 state: Mutex::new(State {
                     limit,
                     in_flight: 0,
@@ -318,6 +390,7 @@ impl Admission {
                     standing: false,
                     next_id: 0,
                     limiter,
+                    hold: None,
                     c: Counters::default(),
                 }),
             }),
@@ -342,6 +415,8 @@ impl Admission {
                 max: max.max(1),
                 in_flight: 0,
                 rejected: 0,
+                hold: None,
+                running: Vec::new(),
             });
             s.routes.len() - 1
         });
@@ -370,7 +445,9 @@ impl Admission {
             if class == SHEDDABLE && (s.queues[CRITICAL].len() + s.queues[NORMAL].len()) > 0 {
                 return Err(inner.reject(&mut s, class, rc.route, Reason::QueueFull));
             }
-            if s.queued >= inner.queue_max && !inner.evict(&mut s, class) {
+            let full = s.queued >= inner.queue_max;
+            if full && !s.queues[class + 1..].iter().any(|q| !q.is_empty()) {
+                // Nobody of a lower class to evict.
                 return Err(inner.reject(&mut s, class, rc.route, Reason::QueueFull));
             }
             let standing = s.refresh_standing(now, inner.codel_interval, inner.codel_target);
@@ -380,6 +457,18 @@ impl Admission {
                 inner.queue_timeout
             };
             let until = now.checked_add(wait).map_or(deadline, |t| t.min(deadline));
+            if inner.predict {
+                let cap = inner.cap(s.limit, class);
+                let may_wait = until.saturating_duration_since(now);
+                if s.expected_wait(class, rc.route, standing, cap, now)
+                    .is_some_and(|w| w > may_wait)
+                {
+                    return Err(inner.reject(&mut s, class, rc.route, Reason::ExpectedWait));
+                }
+            }
+            if full && !inner.evict(&mut s, class) {
+                return Err(inner.reject(&mut s, class, rc.route, Reason::QueueFull));
+            }
             let (tx, rx) = oneshot::channel();
             let id = s.next_id;
             s.next_id += 1;
@@ -487,6 +576,7 @@ impl Admission {
             "rejected_queue_full": s.c.queue_full,
             "rejected_waited_too_long": s.c.waited,
             "rejected_codel": s.c.codel,
+            "rejected_expected_wait": s.c.expected_wait,
             "evicted": s.c.evicted,
             "abandoned_in_queue": s.c.abandoned,
             "admitted_by_priority": by_class(s.c.admitted),
@@ -543,6 +633,9 @@ impl Inner {
         s.in_flight_by[class] += 1;
         if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
             r.in_flight += 1;
+            if self.predict {
+                r.running.push(now);
+            }
         }
         let in_flight = s.in_flight;
         if let Some(l) = s.limiter.as_mut() {
@@ -558,9 +651,9 @@ impl Inner {
         }
     }
 
-    /// Free a slot of `class`: a released permit, or one never handed out (`uncount`: its
-    /// admission is un-counted too).
-    fn free(s: &mut State, route: Option<usize>, class: usize, uncount: bool) {
+    /// Free a slot of `class` granted at `started`: a released permit, or one never handed out
+    /// (`uncount`: its admission is un-counted too).
+    fn free(s: &mut State, route: Option<usize>, class: usize, started: Instant, uncount: bool) {
         if uncount {
             s.c.admitted[class] = s.c.admitted[class].saturating_sub(1);
         }
@@ -568,6 +661,10 @@ impl Inner {
         s.in_flight = s.in_flight.saturating_sub(1);
         if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
             r.in_flight = r.in_flight.saturating_sub(1);
+            // Start times are interchangeable: any entry equal to `started` is this slot's.
+            if let Some(i) = r.running.iter().position(|t| *t == started) {
+                r.running.swap_remove(i);
+            }
         }
     }
 
@@ -584,6 +681,7 @@ impl Inner {
                 s.c.waited += 1;
                 s.c.codel += 1;
             }
+            Reason::ExpectedWait => s.c.expected_wait += 1,
         }
         why.rejection()
     }
@@ -665,7 +763,7 @@ impl Inner {
             if let Err(mut permit) = w.tx.send(permit) {
                 // The waiter is gone: the slot stays free for the next one.
                 permit.armed = false;
-                Self::free(s, w.route, class, true);
+                Self::free(s, w.route, class, now, true);
                 s.c.abandoned += 1;
             }
         }
@@ -681,9 +779,19 @@ impl Inner {
     ) {
         let now = Instant::now();
         let mut s = self.lock();
-        Self::free(&mut s, route, class, false);
-        if sample && let Some(l) = s.limiter.as_mut() {
-            l.on_sample(now.saturating_duration_since(started));
+        Self::free(&mut s, route, class, started, false);
+        if sample {
+            let held = now.saturating_duration_since(started);
+            if let Some(l) = s.limiter.as_mut() {
+                l.on_sample(held);
+            }
+            if self.predict {
+                let secs = held.as_secs_f64();
+                s.hold = Some(ewma(s.hold, secs));
+                if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
+                    r.hold = Some(ewma(r.hold, secs));
+                }
+            }
         }
         self.tick(&mut s, now);
         self.dispatch(&mut s, now);
@@ -1067,5 +1175,131 @@ mod tests {
         assert!(st["adaptive"]["updates"].as_u64().unwrap_or(0) > 0, "{st}");
         assert_eq!(st["in_flight"], 0, "{st}");
         assert!(matches!(st["limit"], Value::Number(_)));
+    }
+
+    /// A route limit of 1, a queue of 4 that may be waited in 100 ms.
+    fn route_cfg(predict: bool) -> fanout_config::Admission {
+        fanout_config::Admission {
+            queue_timeout: Dur::millis(100),
+            predict_wait: predict,
+            ..cfg(10, 4)
+        }
+    }
+
+    /// Hold a permit of `rc` for `ms` (paused clock) and release it as completed.
+    async fn run_for(adm: &Admission, rc: RouteClass, ms: u64) {
+        let mut p = adm.admit(rc, far()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        p.completed();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_whose_wait_would_outlast_the_queue_timeout_is_refused_at_once() {
+        let adm = Arc::new(Admission::new(&route_cfg(true)));
+        let rc = class(&adm, Priority::Normal, Some(1));
+        // No estimate yet: the first request to find the route busy waits (and gives up).
+        let busy = adm.admit(rc, far()).await.unwrap();
+        let t0 = Instant::now();
+        assert_eq!(adm.admit(rc, far()).await.unwrap_err(), Rejection::Waited);
+        assert_eq!(t0.elapsed(), Duration::from_millis(100));
+        drop(busy);
+        // Requests of this route hold their slot 300 ms.
+        run_for(&adm, rc, 300).await;
+        let mut running = adm.admit(rc, far()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The running one is expected to end in ~290 ms, past the 100 ms it may wait: refused
+        // without waiting.
+        let t1 = Instant::now();
+        assert_eq!(
+            adm.admit(rc, far()).await.unwrap_err(),
+            Rejection::WouldWait
+        );
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+        // 250 ms in, ~50 ms are left: queued, and served when the slot frees.
+        tokio::time::sleep(Duration::from_millis(240)).await;
+        let next = spawn_admit(&adm, rc);
+        until_queued(&adm, 1).await;
+        // A second waiter would wait for both: 50 ms + 300 ms.
+        assert_eq!(
+            adm.admit(rc, far()).await.unwrap_err(),
+            Rejection::WouldWait
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        running.completed();
+        drop(running);
+        let served = next.await.unwrap().unwrap();
+        drop(served);
+        let st = adm.status();
+        assert_eq!(st["rejected_expected_wait"], 2, "{st}");
+        assert_eq!(st["rejected_waited_too_long"], 1, "{st}");
+        assert_eq!(st["rejected_queue_full"], 0, "{st}");
+        assert_eq!(st["routes"]["GET /r"]["rejected"], 3, "{st}");
+        assert_eq!(st["in_flight"], 0, "{st}");
+        let normal = adm.classes().remove(NORMAL);
+        assert_eq!(normal.rejected, [0, 0, 1, 0, 2], "{st}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_a_request_may_have_is_also_bounded_by_its_deadline() {
+        // The wait it may have is the shorter of queue_timeout and its deadline: a request with
+        // 30 ms left is refused at once when a slot is ~50 ms away.
+        let adm = Arc::new(Admission::new(&route_cfg(true)));
+        let rc = class(&adm, Priority::Normal, Some(1));
+        run_for(&adm, rc, 300).await;
+        let running = adm.admit(rc, far()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let soon = Instant::now() + Duration::from_millis(30);
+        assert_eq!(adm.admit(rc, soon).await.unwrap_err(), Rejection::WouldWait);
+        let later = Instant::now() + Duration::from_secs(1);
+        let queued = {
+            let adm = adm.clone();
+            tokio::spawn(async move { adm.admit(rc, later).await })
+        };
+        until_queued(&adm, 1).await;
+        drop(running);
+        assert!(queued.await.unwrap().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_predict_wait_a_request_waits_out_its_queue_timeout() {
+        let adm = Arc::new(Admission::new(&route_cfg(false)));
+        let rc = class(&adm, Priority::Normal, Some(1));
+        run_for(&adm, rc, 300).await;
+        let _running = adm.admit(rc, far()).await.unwrap();
+        let t0 = Instant::now();
+        assert_eq!(adm.admit(rc, far()).await.unwrap_err(), Rejection::Waited);
+        assert_eq!(t0.elapsed(), Duration::from_millis(100));
+        assert_eq!(adm.status()["rejected_expected_wait"], 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_route_limit_the_wait_is_judged_from_the_mean_over_all_slots() {
+        // Two slots, requests hold them 300 ms: a slot frees every ~150 ms on average, longer
+        // than the 100 ms a request may wait. With ten slots, every ~30 ms: queued.
+        for (slots, refused) in [(2, true), (10, false)] {
+            let adm = Arc::new(Admission::new(&fanout_config::Admission {
+                max_concurrency: slots,
+                ..route_cfg(true)
+            }));
+            // `critical` may use every slot.
+            run_for(&adm, CRIT, 300).await;
+            let held: Vec<_> =
+                futures_util::future::join_all((0..slots).map(|_| adm.admit(CRIT, far())))
+                    .await
+                    .into_iter()
+                    .map(Result::unwrap)
+                    .collect();
+            if refused {
+                assert_eq!(
+                    adm.admit(CRIT, far()).await.unwrap_err(),
+                    Rejection::WouldWait
+                );
+            } else {
+                let waiter = spawn_admit(&adm, CRIT);
+                until_queued(&adm, 1).await;
+                drop(held);
+                assert!(waiter.await.unwrap().is_ok());
+            }
+        }
     }
 }

@@ -169,6 +169,9 @@ impl From<Rejection> for ApiError {
                 Rejection::Waited => {
                     "the gateway is at its concurrency limit and the request waited too long; retry later"
                 }
+                Rejection::WouldWait => {
+                    "the gateway is at its concurrency limit and no slot would free within the time the request may wait; retry later"
+                }
             },
         )
     }
