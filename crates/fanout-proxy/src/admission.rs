@@ -68,8 +68,10 @@ pub const REASON_NAMES: [&str; REASONS] = [
     "expected_wait",
 ];
 
-/// Weight of the newest sample in the mean time a request holds a slot.
-const HOLD_ALPHA: f64 = 0.2;
+/// Weight of the newest sample in the mean time a request holds a slot (TCP's SRTT: 1/8).
+const HOLD_ALPHA: f64 = 0.125;
+/// Weight of the newest sample in the mean deviation of that time (TCP's RTTVAR: 1/4).
+const HOLD_BETA: f64 = 0.25;
 
 impl Reason {
     fn rejection(self) -> Rejection {
@@ -200,16 +202,40 @@ struct RouteSlot {
     max: usize,
     in_flight: usize,
     rejected: u64,
-    /// Mean time (s) a request of this route holds its slot, over requests that ran their flow
+    /// How long a request of this route holds its slot, over requests that ran their flow
     /// (`None` before the first; tracked with `predict_wait`).
-    hold: Option<f64>,
+    hold: Option<Hold>,
     /// When each request of this route holding a slot got it (tracked with `predict_wait`).
     running: Vec<Instant>,
 }
 
-/// The exponentially weighted mean of `old` and a new sample.
-fn ewma(old: Option<f64>, sample: f64) -> f64 {
-    old.map_or(sample, |m| m + HOLD_ALPHA * (sample - m))
+/// How long requests hold a slot: exponentially weighted mean and mean deviation, in seconds, as
+/// TCP estimates a round trip (RFC 6298).
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    mean: f64,
+    dev: f64,
+}
+
+impl Hold {
+    fn update(old: Option<Hold>, sample: f64) -> Hold {
+        match old {
+            None => Hold {
+                mean: sample,
+                dev: sample / 2.0,
+            },
+            Some(h) => Hold {
+                dev: h.dev + HOLD_BETA * ((sample - h.mean).abs() - h.dev),
+                mean: h.mean + HOLD_ALPHA * (sample - h.mean),
+            },
+        }
+    }
+
+    /// A hold that has lasted this long is very likely over by then: mean + 4 × deviation (TCP's
+    /// retransmission timeout).
+    fn likely_max(&self) -> f64 {
+        self.mean + 4.0 * self.dev
+    }
 }
 
 struct Waiter {
@@ -253,8 +279,8 @@ struct State {
     standing: bool,
     next_id: u64,
     limiter: Option<GradientLimit>,
-    /// Mean time (s) a request holds a slot, over all routes (`None` before the first sample).
-    hold: Option<f64>,
+    /// How long a request holds a slot, over all routes (`None` before the first sample).
+    hold: Option<Hold>,
     c: Counters,
 }
 
@@ -310,11 +336,11 @@ impl State {
 
     /// How long a request of `class` on `route` queued now would likely wait for a slot, or
     /// `None` without an estimate yet. When its route is full: the oldest running request of
-    /// the route is expected to end once it has held its slot the route's mean time, and each
-    /// waiter of the route ahead takes one more mean time ÷ the route's slots. Otherwise (the
-    /// class's cap is reached): (waiters ahead + 1) × the mean time over all routes ÷ the cap.
-    /// Waiters ahead are those of higher classes and, served first-in-first-out (`lifo` false),
-    /// of its own.
+    /// the route is taken to end by the time it has held its slot the route's mean hold time
+    /// plus four times its mean deviation (a hold that varies is waited for with a margin), and each
+    /// waiter of the route ahead adds the mean ÷ the route's slots. Otherwise (the class's cap is
+    /// reached): (waiters ahead + 1) × the mean hold over all routes ÷ the cap. Waiters ahead are
+    /// those of higher classes and, served first-in-first-out (`lifo` false), of its own.
     fn expected_wait(
         &self,
         class: usize,
@@ -334,18 +360,18 @@ impl State {
                 .flatten()
                 .filter(|w| w.route == Some(r))
                 .count() as f64;
-            let per_slot = hold / rs.max.max(1) as f64;
+            let per_slot = hold.mean / rs.max.max(1) as f64;
             match rs.running.iter().min() {
                 Some(&oldest) => {
                     let age = now.saturating_duration_since(oldest).as_secs_f64();
-                    (hold - age).max(0.0) + ahead * per_slot
+                    (hold.likely_max() - age).max(0.0) + ahead * per_slot
                 }
                 None => (ahead + 1.0) * per_slot,
             }
         } else {
             let hold = self.hold?;
             let ahead: usize = self.queues[classes].iter().map(VecDeque::len).sum();
-            (ahead as f64 + 1.0) * hold / cap.max(1) as f64
+            (ahead as f64 + 1.0) * hold.mean / cap.max(1) as f64
         };
         Duration::try_from_secs_f64(secs).ok()
     }
@@ -560,6 +586,10 @@ impl Admission {
                         "max_concurrency": r.max,
                         "in_flight": r.in_flight,
                         "rejected": r.rejected,
+                        "hold_ms": r.hold.map(|h| serde_json::json!({
+                            "mean": h.mean * 1e3,
+                            "deviation": h.dev * 1e3,
+                        })),
                     }),
                 )
             })
@@ -787,9 +817,9 @@ impl Inner {
             }
             if self.predict {
                 let secs = held.as_secs_f64();
-                s.hold = Some(ewma(s.hold, secs));
+                s.hold = Some(Hold::update(s.hold, secs));
                 if let Some(r) = route.and_then(|r| s.routes.get_mut(r)) {
-                    r.hold = Some(ewma(r.hold, secs));
+                    r.hold = Some(Hold::update(r.hold, secs));
                 }
             }
         }
@@ -1204,7 +1234,9 @@ mod tests {
         assert_eq!(t0.elapsed(), Duration::from_millis(100));
         drop(busy);
         // Requests of this route hold their slot 300 ms.
-        run_for(&adm, rc, 300).await;
+        for _ in 0..10 {
+            run_for(&adm, rc, 300).await;
+        }
         let mut running = adm.admit(rc, far()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
         // The running one is expected to end in ~290 ms, past the 100 ms it may wait: refused
@@ -1245,7 +1277,9 @@ mod tests {
         // 30 ms left is refused at once when a slot is ~50 ms away.
         let adm = Arc::new(Admission::new(&route_cfg(true)));
         let rc = class(&adm, Priority::Normal, Some(1));
-        run_for(&adm, rc, 300).await;
+        for _ in 0..10 {
+            run_for(&adm, rc, 300).await;
+        }
         let running = adm.admit(rc, far()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(250)).await;
         let soon = Instant::now() + Duration::from_millis(30);
@@ -1258,6 +1292,32 @@ mod tests {
         until_queued(&adm, 1).await;
         drop(running);
         assert!(queued.await.unwrap().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_that_varies_is_waited_for_with_a_margin() {
+        // Holds of 100 and 500 ms in turn: a mean of ~300 ms, but a request running for 250 ms
+        // may well run 250 ms more. Not queued for a 100 ms wait, unlike with steady 300 ms holds.
+        let adm = Arc::new(Admission::new(&route_cfg(true)));
+        let rc = class(&adm, Priority::Normal, Some(1));
+        for _ in 0..10 {
+            run_for(&adm, rc, 100).await;
+            run_for(&adm, rc, 500).await;
+        }
+        let st = adm.status();
+        let hold = &st["routes"]["GET /r"]["hold_ms"];
+        let (mean, dev) = (
+            hold["mean"].as_f64().unwrap(),
+            hold["deviation"].as_f64().unwrap(),
+        );
+        assert!((250.0..=350.0).contains(&mean), "{st}");
+        assert!(dev >= 150.0, "{st}");
+        let _running = adm.admit(rc, far()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            adm.admit(rc, far()).await.unwrap_err(),
+            Rejection::WouldWait
+        );
     }
 
     #[tokio::test(start_paused = true)]
