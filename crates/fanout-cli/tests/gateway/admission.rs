@@ -338,39 +338,16 @@ async fn under_a_standing_queue_requests_wait_only_the_codel_target() {
     assert_eq!(a["standing_queue"], false, "the queue drained: {a}");
 }
 
-const PREDICT_STUBS: &str = r#"
-services:
-  a:
-    listen: "${A_ADDR}"
-    routes: [{ path: /slow, latency: 2s, body: '{ok: true}' }]
-"#;
-
-const PREDICT_GATEWAY: &str = r#"
-server:
-  admission: { max_concurrency: 100, queue: 16, queue_timeout: 50ms }
-defaults: { timeout: 8s }
-backends:
-  a: { url: "http://${A_ADDR}", dedup: false }
-routes:
-  - path: /one
-    coalesce: false
-    deadline: 10s
-    admission: { max_concurrency: 1 }
-    flow:
-      s: { http: { backend: a, path: '"/slow"' } }
-    respond: { body: '$s' }
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_could_not_get_a_slot_within_its_allowed_wait_is_refused_without_waiting() {
-    let s = stubs(PREDICT_STUBS).await;
-    let gw = gateway(PREDICT_GATEWAY, &s).await;
+    let s = stubs(SLOW_STUBS).await;
+    let gw = gateway(ROUTE_LIMIT_GATEWAY, &s).await;
     let addr = gw.addr.to_string();
     let c = client(false);
     let url = format!("http://{addr}/one");
-    // One request teaches the route that its requests hold the slot ~2 s.
+    // One request teaches the route that its requests hold the slot ~3 s.
     assert_eq!(outcomes(spawn_gets(&c, &url, 1)).await, (1, 0));
-    // The next one holds it ~2 s from now; a request arriving meanwhile could not get it within
+    // The next one holds it ~3 s from now; a request arriving meanwhile could not get it within
     // its 50 ms queue_timeout, so it is answered at once rather than after waiting 50 ms.
     let running = spawn_gets(&c, &url, 1);
     until_status(&addr, "one admitted", |a| a["in_flight"] == 1).await;
