@@ -193,6 +193,23 @@ pub struct ReloadTriggers {
     pub path: String,
     /// Look at the file this often (`None`: SIGHUP only).
     pub watch: Option<Duration>,
+    /// The digest of the file's content taken *before* the serving config was read from it
+    /// ([`config_digest`]): a change made at any time after that is seen by the first look,
+    /// even one made before serving began (`None`: the file's digest when serving begins).
+    pub loaded: Option<u64>,
+}
+
+/// The digest of a config file's content now (blocking: call it before the runtime starts, and
+/// before the config is read, for [`ReloadTriggers::loaded`]). `None` when unreadable.
+pub fn config_digest(path: &str) -> Option<u64> {
+    std::fs::read(path).ok().map(|b| digest(&b))
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// Serve until Ctrl-C or SIGTERM, reloading `gateway`'s config on the [`ReloadTriggers`]. A
@@ -201,7 +218,10 @@ pub async fn run_until_stopped(gateway: Arc<Gateway>, triggers: ReloadTriggers) 
     let stop = stop_signal_from_now();
     tokio::pin!(stop);
     let mut hup = hangups();
-    let mut last = file_digest(&triggers.path).await;
+    let mut last = match triggers.loaded {
+        Some(d) => Some(d),
+        None => file_digest(&triggers.path).await,
+    };
     let mut tick = triggers.watch.map(|every| {
         let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -235,15 +255,12 @@ pub async fn run_until_stopped(gateway: Arc<Gateway>, triggers: ReloadTriggers) 
 
 /// A digest of the file's content (read on the blocking pool), `None` when unreadable.
 async fn file_digest(path: &str) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
     let path = path.to_string();
     let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
         .await
         .ok()?
         .ok()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    Some(h.finish())
+    Some(digest(&bytes))
 }
 
 #[cfg(unix)]

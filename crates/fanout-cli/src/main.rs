@@ -3,8 +3,8 @@
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use fanout::{
-    ReloadTriggers, demo, explain, load_gateway_file, run_until_stopped, shutdown_signal,
-    start_gateway,
+    ReloadTriggers, config_digest, demo, explain, load_gateway_file, run_until_stopped,
+    shutdown_signal, start_gateway,
 };
 use fanout_config::BareNumber;
 use fanout_config::env_lookup;
@@ -434,6 +434,8 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                     "{config} is a stubs config (top-level `services:`): run it with `fanout stub {config}`"
                 );
             }
+            // Before reading the config: a change made from here on is seen by the watch.
+            let loaded = watch.then(|| config_digest(&config)).flatten();
             let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
             let addr = listen.unwrap_or_else(|| gw.listen.clone());
             let admin = match admin_listen {
@@ -450,6 +452,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             let triggers = ReloadTriggers {
                 path: config,
                 watch: watch.then_some(every.max(std::time::Duration::from_millis(10))),
+                loaded,
             };
             runtime(workers)?.block_on(async move {
                 let running = start_gateway(gw, &addr, admin.as_deref())
