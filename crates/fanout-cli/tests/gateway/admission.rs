@@ -105,6 +105,21 @@ fn spawn_gets(c: &TestClient, url: &str, n: usize) -> Vec<tokio::task::JoinHandl
         .collect()
 }
 
+/// Send `n` GETs to `url` at once; each answer with the number of `/slow` calls stub `a` had
+/// completed when it arrived (0 or 1 here: answered while the admitted requests still ran).
+async fn answered_while_running(
+    c: &TestClient,
+    url: &str,
+    stubs: &fanout_stub::StubServer,
+    n: usize,
+) -> Vec<(Resp, u64)> {
+    join_all((0..n).map(|_| async move {
+        let r = send(c, Method::GET, url, &[], "").await;
+        (r, stubs.stats("a").unwrap().routes["GET /slow"].completed)
+    }))
+    .await
+}
+
 /// Wait for every request and count `(200s, 503s)`; anything else fails the test.
 async fn outcomes(handles: Vec<tokio::task::JoinHandle<Resp>>) -> (usize, usize) {
     let (mut ok, mut rejected) = (0, 0);
@@ -302,15 +317,7 @@ async fn under_a_standing_queue_requests_wait_only_the_codel_target() {
     until_status(&addr, "a standing queue", |a| a["standing_queue"] == true).await;
     // Newcomers now get codel.target instead of queue_timeout: all rejected as waited too long,
     // before the running request finishes.
-    let stub = &s;
-    let newcomers = join_all((0..5).map(|_| {
-        let (c, url) = (c.clone(), url.clone());
-        async move {
-            let r = send(&c, Method::GET, &url, &[], "").await;
-            (r, stub.stats("a").unwrap().routes["GET /slow"].completed)
-        }
-    }))
-    .await;
+    let newcomers = answered_while_running(&c, &url, &s, 5).await;
     for (r, finished) in &newcomers {
         assert_eq!(r.status, 503);
         assert_eq!(r.code(), "overloaded");
@@ -351,15 +358,7 @@ async fn a_request_that_could_not_get_a_slot_within_its_allowed_wait_is_refused_
     // its 50 ms queue_timeout, so it is answered at once rather than after waiting 50 ms.
     let running = spawn_gets(&c, &url, 1);
     until_status(&addr, "one admitted", |a| a["in_flight"] == 1).await;
-    let stub = &s;
-    let refused = join_all((0..3).map(|_| {
-        let (c, url) = (c.clone(), url.clone());
-        async move {
-            let r = send(&c, Method::GET, &url, &[], "").await;
-            (r, stub.stats("a").unwrap().routes["GET /slow"].completed)
-        }
-    }))
-    .await;
+    let refused = answered_while_running(&c, &url, &s, 3).await;
     for (r, finished) in &refused {
         assert_eq!(r.status, 503);
         assert_eq!(r.code(), "overloaded");
