@@ -406,7 +406,7 @@ pub(crate) async fn fetch_json(
     if body.is_empty() {
         return Ok(Val::Null);
     }
-    let v = parse_answer(step_name, h, body).await?;
+    let v = parse_answer(step_name, h, body, deadline).await?;
     if let Some(cell) = &resp.parsed {
         // a caller that parsed at the same time may have set it first: either value is the same
         let _ = cell.set((depth, v.clone()));
@@ -522,17 +522,28 @@ pub(crate) async fn parse_answer(
     step_name: &Arc<str>,
     h: &impl CallTarget,
     body: Bytes,
+    deadline: Instant,
 ) -> Result<Val, FlowError> {
     let parsed = if body.len() >= h.compute().offload_bytes && h.compute().started() {
         let depth = h.max_depth();
-        h.compute()
-            .run(move || json::parse_limited(&body, depth))
-            .await
-            .map_err(|e| {
+        // Bounded by the request's deadline like the call before it, so that a call and its
+        // parse together end by the deadline ([`crate::step::StepKind::call_ends_by_deadline`]).
+        let parse = h.compute().run(move || json::parse_limited(&body, depth));
+        match tokio::time::timeout_at(deadline, parse).await {
+            Ok(parsed) => parsed.map_err(|e| {
                 FlowError::new(ErrorKind::Overloaded, e.to_string())
                     .in_step(step_name)
                     .with_backend(h.backend_name())
-            })?
+            })?,
+            Err(_) => {
+                return Err(FlowError::new(
+                    ErrorKind::DeadlineExceeded,
+                    "the request deadline passed while the backend's answer waited to be parsed",
+                )
+                .in_step(step_name)
+                .with_backend(h.backend_name()));
+            }
+        }
     } else {
         json::parse_limited(&body, h.max_depth())
     };

@@ -124,6 +124,9 @@ impl RoutePlan {
         obs: &dyn Observer,
     ) -> Result<Outcome, FlowError> {
         let n = self.steps.len();
+        if n == 1 {
+            return self.run_one(request, deadline, obs).await;
+        }
         let budget = Budget::new(self.limits, Some(deadline.into_std()));
         let _cancel = CancelOnDrop(budget.clone());
         let mut slots: Slots = smallvec::smallvec![Val::Null; FIRST_STEP_SLOT + n];
@@ -169,6 +172,99 @@ impl RoutePlan {
         }
         drop(inflight);
         self.respond(s.env, s.partial).await
+    }
+
+    /// [`RoutePlan::run_flow`] for a flow of one step (the most common shape): the same stages —
+    /// start, race the deadline, settle, respond — without the scheduler's bookkeeping for steps
+    /// that wait for others, and with a single call awaited in place instead of boxed into the
+    /// in-flight set.
+    async fn run_one(
+        &self,
+        request: Val,
+        deadline: Instant,
+        obs: &dyn Observer,
+    ) -> Result<Outcome, FlowError> {
+        let budget = Budget::new(self.limits, Some(deadline.into_std()));
+        let _cancel = CancelOnDrop(budget.clone());
+        let mut slots: Slots = smallvec::smallvec![Val::Null; FIRST_STEP_SLOT + 1];
+        slots[SLOT_REQUEST] = request;
+        slots[SLOT_REF] = self.reference.snapshot();
+        let mut env = Env {
+            slots,
+            budget,
+            mode: Mode::Inline,
+        };
+        let step = &self.steps[0];
+        let started = Instant::now();
+        obs.step_started(step);
+        crate::activity::enter(0);
+        let started_step = match prepare(step, &env, deadline) {
+            // A call that ends by the deadline by itself (its kind's call is timed by the time
+            // left) needs no second timer: one is armed only for a `result` evaluated after it.
+            Ok(Prepared::Call(mut req)) if step.kind.call_ends_by_deadline() => {
+                req.trace = obs.call_trace(step).map(Box::new);
+                let a = args(step);
+                let call = step.kind.call(&a, req, deadline, &self.deadline_header);
+                match observed(step, obs, call).await {
+                    Ok(body) if step.result.is_some() => {
+                        crate::activity::enter(0);
+                        let result = map_result_on(self, step, Some(&env), body, None);
+                        match tokio::time::timeout_at(deadline, result).await {
+                            Ok(out) => Started::Done(out),
+                            Err(_) => return Err(self.deadline_error_in([&**step])),
+                        }
+                    }
+                    out => Started::Done(out),
+                }
+            }
+            Ok(Prepared::Call(mut req)) => {
+                req.trace = obs.call_trace(step).map(Box::new);
+                let a = args(step);
+                let env = &env;
+                let run = async move {
+                    let body = observed(
+                        step,
+                        obs,
+                        step.kind.call(&a, req, deadline, &self.deadline_header),
+                    )
+                    .await?;
+                    crate::activity::enter(0);
+                    map_result_on(self, step, Some(env), body, None).await
+                };
+                let sleep = tokio::time::sleep_until(deadline);
+                tokio::select! {
+                    biased;
+                    out = run => Started::Done(out),
+                    _ = sleep => return Err(self.deadline_error_in([&**step])),
+                }
+            }
+            Ok(p) => self.launch(step, 0, p, &env, deadline, obs),
+            Err(Yielded) => self.start_on_pool(step, 0, &env, deadline, obs),
+        };
+        let (result, incomplete) = match started_step {
+            Started::Done(r) => (r, false),
+            Started::Pending(fut) => {
+                let sleep = tokio::time::sleep_until(deadline);
+                tokio::select! {
+                    biased;
+                    (_, r, incomplete) = fut => (r, incomplete),
+                    _ = sleep => return Err(self.deadline_error_in([&**step])),
+                }
+            }
+            Started::Keyed(batch, keys) => {
+                let sleep = tokio::time::sleep_until(deadline);
+                let fut = keyed_alone(self, step, 0, batch, keys, &env, deadline, obs);
+                tokio::select! {
+                    biased;
+                    (_, r, incomplete) = fut => (r, incomplete),
+                    _ = sleep => return Err(self.deadline_error_in([&**step])),
+                }
+            }
+        };
+        let mut partial = Vec::new();
+        let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
+        env.slots[FIRST_STEP_SLOT] = self.settle(step, result, incomplete, &mut partial, end)?;
+        self.respond(env, partial).await
     }
 
     /// Start every ready step (synchronous steps finish at once and may free others), then
@@ -222,12 +318,18 @@ impl RoutePlan {
     }
 
     fn deadline_error(&self, states: &[StepState]) -> FlowError {
-        let pending: Vec<&StepPlan> = states
-            .iter()
-            .zip(&self.steps)
-            .filter(|(s, _)| s.running)
-            .map(|(_, step)| &**step)
-            .collect();
+        self.deadline_error_in(
+            states
+                .iter()
+                .zip(&self.steps)
+                .filter(|(s, _)| s.running)
+                .map(|(_, step)| &**step),
+        )
+    }
+
+    /// The request's deadline passed while `pending` were running.
+    fn deadline_error_in<'s>(&self, pending: impl IntoIterator<Item = &'s StepPlan>) -> FlowError {
+        let pending: Vec<&StepPlan> = pending.into_iter().collect();
         let waiting_for = match pending.as_slice() {
             [] => "the flow".to_string(),
             steps => {

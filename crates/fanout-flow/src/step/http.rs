@@ -45,6 +45,10 @@ impl StepKind for HttpStep {
         })
     }
 
+    fn call_ends_by_deadline(&self) -> bool {
+        true
+    }
+
     fn call<'a>(
         &'a self,
         step: &'a StepArgs<'a>,

@@ -76,6 +76,13 @@ pub(crate) trait StepKind: Send + Sync + 'static {
     fn starts_first(&self) -> bool {
         false
     }
+    /// Whether the future of [`StepKind::call`] always ends by the `deadline` it is given (its
+    /// backend call is timed by min(step timeout, time left), and anything it awaits after the
+    /// call is bounded by the deadline too): a flow of one such step then needs no timer of its
+    /// own for the call.
+    fn call_ends_by_deadline(&self) -> bool {
+        false
+    }
     /// Whether the step does no I/O, so `compute: true` moves all of its work to the compute
     /// pool (for calling kinds, `compute` concerns only `result`).
     fn is_pure(&self) -> bool {

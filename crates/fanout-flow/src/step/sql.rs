@@ -74,6 +74,10 @@ impl StepKind for SqlStep {
         Some(&self.backend_name)
     }
 
+    fn call_ends_by_deadline(&self) -> bool {
+        true
+    }
+
     fn sql_stats(&self) -> Option<&Arc<SqlStats>> {
         Some(&self.stats)
     }
@@ -120,7 +124,7 @@ impl StepKind for SqlStep {
             })?;
             let answer = match resp.value {
                 Some(v) => v,
-                None => parse_answer(step.name, self, resp.body).await?,
+                None => parse_answer(step.name, self, resp.body, deadline).await?,
             };
             if let Some(rows) = self.rows(&answer) {
                 self.stats.add_rows(rows.len() as u64);
