@@ -560,3 +560,84 @@ pub(crate) async fn parse_answer(
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CallError;
+    use futures_util::future::BoxFuture;
+    use std::time::Duration;
+
+    /// A backend that is never called: `parse_answer` only reads the target's pool and limits.
+    struct Unused;
+
+    impl Backend for Unused {
+        fn call(&self, _: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    struct Target {
+        backend: Arc<dyn Backend>,
+        name: Arc<str>,
+        pool: Arc<ComputePool>,
+    }
+
+    impl CallTarget for Target {
+        fn backend(&self) -> &Arc<dyn Backend> {
+            &self.backend
+        }
+        fn backend_name(&self) -> &Arc<str> {
+            &self.name
+        }
+        fn status_passthrough(&self) -> bool {
+            false
+        }
+        fn compute(&self) -> &Arc<ComputePool> {
+            &self.pool
+        }
+        fn max_depth(&self) -> usize {
+            64
+        }
+    }
+
+    /// A large answer waits for the compute pool to be parsed; the pool is busy: the wait ends at
+    /// the request's deadline (504), not whenever a pool thread frees — so a call and its parse
+    /// together end by the deadline, which lets a one-step flow run without a timer of its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_parse_waiting_for_the_compute_pool_ends_at_the_deadline() {
+        // Every answer is parsed on the pool (offload threshold 0); its only thread is taken.
+        let pool = Arc::new(ComputePool::new(1, 4, 0));
+        pool.start().unwrap();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let blocker = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run(move || {
+                    let _ = started_tx.send(());
+                    let _ = release_rx.recv();
+                })
+                .await
+            }
+        });
+        started_rx.await.unwrap();
+        let target = Target {
+            backend: Arc::new(Unused),
+            name: Arc::from("db"),
+            pool: pool.clone(),
+        };
+        let step: Arc<str> = Arc::from("user");
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let body = Bytes::from_static(br#"{"id": 1}"#);
+        let e = parse_answer(&step, &target, body, deadline)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::DeadlineExceeded);
+        assert_eq!(e.step.as_deref(), Some("user"));
+        assert_eq!(e.backend.as_deref(), Some("db"));
+        assert!(Instant::now() >= deadline);
+        release_tx.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+    }
+}
