@@ -609,19 +609,7 @@ mod tests {
         // Every answer is parsed on the pool (offload threshold 0); its only thread is taken.
         let pool = Arc::new(ComputePool::new(1, 4, 0));
         pool.start().unwrap();
-        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-        let blocker = tokio::spawn({
-            let pool = pool.clone();
-            async move {
-                pool.run(move || {
-                    let _ = started_tx.send(());
-                    let _ = release_rx.recv();
-                })
-                .await
-            }
-        });
-        started_rx.await.unwrap();
+        let (release_tx, blocker) = crate::compute::block_the_thread(&pool).await;
         let target = Target {
             backend: Arc::new(Unused),
             name: Arc::from("db"),

@@ -225,31 +225,32 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
 }
 
 #[cfg(test)]
+/// Occupy the pool's only thread until the returned sender is used; returns once it runs.
+pub(crate) async fn block_the_thread(
+    pool: &Arc<ComputePool>,
+) -> (
+    std::sync::mpsc::Sender<()>,
+    tokio::task::JoinHandle<Result<(), ComputeError>>,
+) {
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let blocker = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            pool.run(move || {
+                let _ = started_tx.send(());
+                let _ = release_rx.recv();
+            })
+            .await
+        }
+    });
+    started_rx.await.unwrap();
+    (release_tx, blocker)
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Occupy the pool's only thread until the returned sender is used; returns once it runs.
-    async fn block_the_thread(
-        pool: &Arc<ComputePool>,
-    ) -> (
-        std::sync::mpsc::Sender<()>,
-        tokio::task::JoinHandle<Result<(), ComputeError>>,
-    ) {
-        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-        let blocker = tokio::spawn({
-            let pool = pool.clone();
-            async move {
-                pool.run(move || {
-                    let _ = started_tx.send(());
-                    let _ = release_rx.recv();
-                })
-                .await
-            }
-        });
-        started_rx.await.unwrap();
-        (release_tx, blocker)
-    }
 
     #[tokio::test]
     async fn runs_jobs_off_the_caller_thread_and_bounds_the_queue() {

@@ -199,43 +199,21 @@ impl RoutePlan {
         obs.step_started(step);
         crate::activity::enter(0);
         let started_step = match prepare(step, &env, deadline) {
-            // A call that ends by the deadline by itself (its kind's call is timed by the time
-            // left) needs no second timer: one is armed only for a `result` evaluated after it.
-            Ok(Prepared::Call(mut req)) if step.kind.call_ends_by_deadline() => {
-                req.trace = obs.call_trace(step).map(Box::new);
-                let a = args(step);
-                let call = step.kind.call(&a, req, deadline, &self.deadline_header);
-                match observed(step, obs, call).await {
-                    Ok(body) if step.result.is_some() => {
-                        crate::activity::enter(0);
-                        let result = map_result_on(self, step, Some(&env), body, None);
-                        match tokio::time::timeout_at(deadline, result).await {
-                            Ok(out) => Started::Done(out),
-                            Err(_) => return Err(self.deadline_error_in([&**step])),
-                        }
-                    }
-                    out => Started::Done(out),
-                }
-            }
             Ok(Prepared::Call(mut req)) => {
                 req.trace = obs.call_trace(step).map(Box::new);
                 let a = args(step);
-                let env = &env;
-                let run = async move {
-                    let body = observed(
-                        step,
-                        obs,
-                        step.kind.call(&a, req, deadline, &self.deadline_header),
-                    )
-                    .await?;
-                    crate::activity::enter(0);
-                    map_result_on(self, step, Some(env), body, None).await
-                };
-                let sleep = tokio::time::sleep_until(deadline);
-                tokio::select! {
-                    biased;
-                    out = run => Started::Done(out),
-                    _ = sleep => return Err(self.deadline_error_in([&**step])),
+                let call = step.kind.call(&a, req, deadline, &self.deadline_header);
+                // A call that ends by the deadline by itself (its kind's call is timed by the
+                // time left) needs no timer of its own; one is armed for a `result` after it.
+                if step.kind.call_ends_by_deadline() && step.result.is_none() {
+                    Started::Done(observed(step, obs, call).await)
+                } else {
+                    let run = async {
+                        let body = observed(step, obs, call).await?;
+                        crate::activity::enter(0);
+                        map_result_on(self, step, Some(&env), body, None).await
+                    };
+                    Started::Done(self.by_deadline(step, deadline, run).await?)
                 }
             }
             Ok(p) => self.launch(step, 0, p, &env, deadline, obs),
@@ -244,27 +222,32 @@ impl RoutePlan {
         let (result, incomplete) = match started_step {
             Started::Done(r) => (r, false),
             Started::Pending(fut) => {
-                let sleep = tokio::time::sleep_until(deadline);
-                tokio::select! {
-                    biased;
-                    (_, r, incomplete) = fut => (r, incomplete),
-                    _ = sleep => return Err(self.deadline_error_in([&**step])),
-                }
+                let (_, r, incomplete) = self.by_deadline(step, deadline, fut).await?;
+                (r, incomplete)
             }
             Started::Keyed(batch, keys) => {
-                let sleep = tokio::time::sleep_until(deadline);
                 let fut = keyed_alone(self, step, 0, batch, keys, &env, deadline, obs);
-                tokio::select! {
-                    biased;
-                    (_, r, incomplete) = fut => (r, incomplete),
-                    _ = sleep => return Err(self.deadline_error_in([&**step])),
-                }
+                let (_, r, incomplete) = self.by_deadline(step, deadline, fut).await?;
+                (r, incomplete)
             }
         };
         let mut partial = Vec::new();
         let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
         env.slots[FIRST_STEP_SLOT] = self.settle(step, result, incomplete, &mut partial, end)?;
         self.respond(env, partial).await
+    }
+
+    /// `fut`, or the deadline error of `step` (the flow's only step) if the deadline passes first
+    /// (`fut` is polled first, as the scheduler polls its steps before its timer).
+    async fn by_deadline<T>(
+        &self,
+        step: &StepPlan,
+        deadline: Instant,
+        fut: impl Future<Output = T>,
+    ) -> Result<T, FlowError> {
+        tokio::time::timeout_at(deadline, fut)
+            .await
+            .map_err(|_| self.deadline_error_in([step]))
     }
 
     /// Start every ready step (synchronous steps finish at once and may free others), then
