@@ -34,5 +34,6 @@ pub use otlp::{OtlpReceiver, RecvSpan};
 pub use redis_server::RedisServer;
 pub use stubs::{calls, load_stubs, no_vars, route_calls, start_stubs, stubs};
 pub use wait::{
-    PATIENCE, poll_blocking, wait_for, wait_for_async, wait_until, wait_until_async, wait_within,
+    PATIENCE, poll_blocking, wait_for, wait_for_async, wait_until, wait_until_async,
+    wait_until_async_showing, wait_within,
 };

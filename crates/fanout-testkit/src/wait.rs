@@ -49,6 +49,25 @@ where
     .await
 }
 
+/// [`wait_until_async`] for a condition over a state worth showing when it never holds: `look`
+/// gives `Ok(())` when it holds, else `Err` with what it saw (e.g. the counters), which the
+/// failure prints beside `what`.
+pub async fn wait_until_async_showing<F, Fut>(what: &str, mut look: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut seen = String::new();
+    for _ in 0..polls(PATIENCE, SLOW_POLL) {
+        match look().await {
+            Ok(()) => return,
+            Err(s) => seen = s,
+        }
+        tokio::time::sleep(SLOW_POLL).await;
+    }
+    panic!("timed out waiting for: {what}; last seen: {seen}");
+}
+
 /// [`wait_for`] for a look that needs `.await` (a request, a connection): polls `f` every 20 ms
 /// until it gives a value; panics (naming `what`) after `limit` worth of polls.
 pub async fn wait_for_async<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
