@@ -82,6 +82,10 @@ pub struct SqlCall {
     /// what every mode but `exec` takes, without a wrapper object made and taken apart per call.
     /// Part of the call's identity (the answers differ).
     pub rows_only: bool,
+    /// With `rows_only`: an answer of exactly one row is that row alone (an object), not an
+    /// array of one — what `one` and `optional` take, without an array made and taken apart per
+    /// call; none or several rows are still the array. Part of the call's identity.
+    pub single_row: bool,
     /// Deepest nesting of the answer as a value (`server.expressions.max_depth`): a json/jsonb
     /// column nested deeper is refused like a backend's answer would be. Not part of the call's
     /// identity (one setting for the whole config).
@@ -237,10 +241,10 @@ impl SqlCall {
         field(&mut out, self.statement.as_bytes());
         field(
             &mut out,
-            if self.rows_only {
-                &b"rows"[..]
-            } else {
-                b"answer"
+            match (self.rows_only, self.single_row) {
+                (true, true) => &b"row"[..],
+                (true, false) => b"rows",
+                (false, _) => b"answer",
             },
         );
         let mut params = Vec::with_capacity(32);
@@ -370,11 +374,16 @@ mod tests {
     use fanout_expr::Val;
 
     fn sql(params: &[Val], rows_only: bool) -> CallKey {
+        sql_shaped(params, rows_only, false)
+    }
+
+    fn sql_shaped(params: &[Val], rows_only: bool, single_row: bool) -> CallKey {
         Call::Sql(SqlCall {
             statement: "SELECT name FROM users WHERE id = $1".into(),
             params: params.iter().cloned().collect(),
             read_only: true,
             rows_only,
+            single_row,
             max_depth: 64,
         })
         .key(None)
@@ -386,6 +395,9 @@ mod tests {
         assert_eq!(sql(&one, true), sql(&one, true));
         // The rows alone and `{rows, rows_affected}` are different answers: never shared.
         assert_ne!(sql(&one, true), sql(&one, false));
+        // Nor the one row alone and the rows.
+        assert_ne!(sql_shaped(&one, true, true), sql(&one, true));
+        assert_eq!(sql_shaped(&one, true, true), sql_shaped(&one, true, true));
         assert_ne!(sql(&one, true), sql(&[Val::from(2usize)], true));
         // 1 and "1" are different parameters.
         assert_ne!(

@@ -449,7 +449,8 @@ pub(crate) async fn fetch_answer(
     req.timeout = timeout;
     req.deadline_header = Some(deadline_header.clone());
     let fut = h.backend().call(req);
-    let resp: CallResponse = match tokio::time::timeout(timeout, fut).await {
+    // At `now + timeout`: the clock read above, not a second one.
+    let resp: CallResponse = match tokio::time::timeout_at(now + timeout, fut).await {
         Ok(Ok(r)) => r,
         // A timeout inside the layers (a shared call's own limit, a retry's last attempt) is
         // classified like our own timer: the request's deadline or the backend's timeout.

@@ -247,6 +247,8 @@ pub struct RespondPlan {
     /// routes, whose answer is a typed message encoded from the value ([`crate::Outcome`]'s
     /// `value`; their partial list is the `x-fanout-partial` metadata only).
     pub partial_in_body: bool,
+    /// The size class of the route's last JSON body, where the next one's buffer starts.
+    pub body_size: crate::respond::BodySizeHint,
 }
 
 /// `respond.status`.
@@ -619,6 +621,7 @@ fn compile_respond(
         status: status?,
         headers,
         partial_in_body: true,
+        body_size: Default::default(),
     })
 }
 

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use fanout_expr::{Val, json};
 use http::{HeaderName, HeaderValue};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// Header naming the optional steps that fell back to their default.
 pub const PARTIAL_HEADER: &str = "x-fanout-partial";
@@ -26,6 +27,32 @@ pub struct Outcome {
     pub value: Option<fanout_expr::Val>,
     /// Optional steps that failed and used their default.
     pub partial: Vec<Arc<str>>,
+}
+
+/// The size class (a power of two) of a route's last JSON body: the next body is written into a
+/// buffer of that capacity, so that it is at most twice the body and the allocator shrinks it to
+/// the body's size in place — a `Bytes` made from a buffer of exactly its size needs no shared
+/// header allocated beside it (one allocation and one atomic count less per answer). Stored
+/// only when the class changes: the plan is read by every worker.
+#[derive(Debug, Default)]
+pub struct BodySizeHint(AtomicUsize);
+
+impl BodySizeHint {
+    /// Smallest and largest starting capacity (a larger body grows its buffer as before).
+    const MIN: usize = 64;
+    const MAX: usize = 64 << 10;
+
+    fn capacity(&self) -> usize {
+        self.0.load(Relaxed).clamp(Self::MIN, Self::MAX)
+    }
+
+    fn observe(&self, len: usize) {
+        let class = len.checked_next_power_of_two().unwrap_or(Self::MAX);
+        let class = class.clamp(Self::MIN, Self::MAX);
+        if self.0.load(Relaxed) != class {
+            self.0.store(class, Relaxed);
+        }
+    }
 }
 
 /// A status code (100–599) from an expression's value.
@@ -105,12 +132,14 @@ pub(crate) fn respond_with(
             partial: partial.to_vec(),
         }));
     }
-    let mut out = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(plan.body_size.capacity());
     json::write(&body, &mut out);
+    plan.body_size.observe(out.len());
     Ok(Ok(Outcome {
         status,
         headers,
-        body: Bytes::from(out),
+        // Exactly its size ([`BodySizeHint`]): no header for the `Bytes` to share.
+        body: Bytes::from(out.into_boxed_slice()),
         value: None,
         partial: partial.to_vec(),
     }))

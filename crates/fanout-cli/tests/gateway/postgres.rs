@@ -100,6 +100,16 @@ routes:
       rows:
         sql: { backend: db, query: "SELECT name FROM things ORDER BY name" }
     respond: { body: '$rows | map(.name)' }
+  - path: /two/one
+    flow:
+      one:
+        sql: { backend: db, mode: one, query: "SELECT g AS n FROM generate_series(1, 2) g" }
+    respond: { body: '$one' }
+  - path: /two/optional
+    flow:
+      maybe:
+        sql: { backend: db, mode: optional, query: "SELECT g AS n FROM generate_series(1, 2) g" }
+    respond: { body: '$maybe' }
   - path: /dup
     flow:
       row:
@@ -191,6 +201,13 @@ async fn values_of_every_type_go_in_and_come_back_out() {
     assert_eq!(r.status, 404, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "not_found");
     assert_eq!(r.json()["error"]["step"], "one", "{}", r.text());
+    // `one` and `optional` given two rows: the database's answer does not fit the step.
+    for (mode, step) in [("one", "one"), ("optional", "maybe")] {
+        let r = get(&format!("{base}/two/{mode}")).await;
+        assert_eq!(r.status, 502, "{mode}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "bad_backend_answer", "{mode}");
+        assert_eq!(r.json()["error"]["step"], step, "{mode}");
+    }
 }
 
 fn percent(s: &str) -> String {

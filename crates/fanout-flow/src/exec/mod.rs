@@ -206,10 +206,10 @@ impl RoutePlan {
                 // A call that ends by the deadline by itself (its kind's call is timed by the
                 // time left) needs no timer of its own; one is armed for a `result` after it.
                 if step.kind.call_ends_by_deadline() && step.result.is_none() {
-                    Started::Done(observed(step, obs, call).await)
+                    Started::Done(observed_from(step, obs, started, call).await)
                 } else {
                     let run = async {
-                        let body = observed(step, obs, call).await?;
+                        let body = observed_from(step, obs, started, call).await?;
                         crate::activity::enter(0);
                         map_result_on(self, step, Some(&env), body, None).await
                     };
@@ -660,7 +660,17 @@ async fn observed<T>(
     obs: &dyn Observer,
     call: impl Future<Output = Result<T, FlowError>>,
 ) -> Result<T, FlowError> {
-    let t = Instant::now();
+    observed_from(step, obs, Instant::now(), call).await
+}
+
+/// [`observed`] for a call that started at `t` (a time already read when the step started in
+/// the same poll: one clock read less).
+async fn observed_from<T>(
+    step: &StepPlan,
+    obs: &dyn Observer,
+    t: Instant,
+    call: impl Future<Output = Result<T, FlowError>>,
+) -> Result<T, FlowError> {
     let r = call.await;
     obs.call_finished(step, t.elapsed(), r.as_ref().map(|_| ()));
     r

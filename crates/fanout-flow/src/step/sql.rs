@@ -169,6 +169,7 @@ impl SqlStep {
             params,
             read_only: self.read_only,
             rows_only: self.mode != SqlMode::Exec,
+            single_row: matches!(self.mode, SqlMode::One | SqlMode::Optional),
             max_depth: self.max_depth,
         }));
         req.deadline = deadline;
@@ -242,6 +243,8 @@ impl SqlStep {
     fn rows<'v>(&self, answer: &'v Val) -> Option<&'v [Val]> {
         match (answer, self.mode) {
             (Val::Arr(rows), m) if m != SqlMode::Exec => Some(rows),
+            // The one row alone ([`SqlCall::single_row`]).
+            (Val::Obj(_), SqlMode::One | SqlMode::Optional) => Some(std::slice::from_ref(answer)),
             (Val::Obj(o), SqlMode::Exec) => match obj_get(o, "rows") {
                 Some(Val::Arr(rows)) => Some(rows),
                 _ => None,
@@ -258,6 +261,9 @@ impl SqlStep {
                 .in_step(step)
                 .with_backend(&self.backend_name)
         };
+        if let (Val::Obj(_), SqlMode::One | SqlMode::Optional) = (&answer, self.mode) {
+            return Ok(answer);
+        }
         let Some(rows) = self.rows(&answer) else {
             return Err(fail("the database's answer has no rows".into()));
         };

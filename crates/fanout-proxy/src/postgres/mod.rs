@@ -12,7 +12,8 @@
 //! - **A database that cannot be reached** fails calls at once (`database_unavailable`) while a
 //!   background task reconnects with backoff; readiness says which database is down.
 //! - **Answers** are values built from the wire format — the rows alone (`[...]`) when the call
-//!   asks for them ([`SqlCall::rows_only`]: every mode but `exec`), else
+//!   asks for them ([`SqlCall::rows_only`]: every mode but `exec`; exactly one row alone, not in
+//!   an array, when it asks for that too: [`SqlCall::single_row`], `one` and `optional`), else
 //!   `{"rows": [...], "rows_affected": N}` —
 //!   (`types::to_val`) and handed to the step as they are (no JSON text written and parsed
 //!   again); caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
@@ -1180,6 +1181,9 @@ async fn execute(
     // the rows alone; the same limit for both, as the step's answer is the same).
     let depth = call.max_depth.saturating_sub(3);
     let mut out: Vec<Val> = Vec::new();
+    // The first row, kept alone while it is the only one (`single_row`).
+    let mut first: Option<Val> = None;
+    let single = call.rows_only && call.single_row;
     let mut scratch = Vec::new();
     // The answer's size, counted as its JSON text would be (names, values' wire bytes, quotes
     // and separators), so `max_response_bytes` bounds it before it is built.
@@ -1211,9 +1215,19 @@ async fn execute(
                 }
             }
         }
-        out.push(Val::obj(obj));
+        let row = Val::obj(obj);
+        if single && first.is_none() && out.is_empty() {
+            first = Some(row);
+        } else {
+            out.extend(first.take());
+            out.push(row);
+        }
     }
-    counters.rows.fetch_add(out.len() as u64, Ordering::Relaxed);
+    let n_rows = out.len() + usize::from(first.is_some());
+    counters.rows.fetch_add(n_rows as u64, Ordering::Relaxed);
+    if let Some(row) = first {
+        return Ok(row);
+    }
     if call.rows_only {
         return Ok(Val::Arr(out.into()));
     }
