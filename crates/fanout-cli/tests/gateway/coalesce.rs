@@ -314,9 +314,11 @@ async fn errors_and_partial_answers_are_shared_and_not_kept_after_the_run() {
     let gate = Gate::start().await;
     let gw = gateway_at(GATEWAY, &gate).await;
     const N: usize = 4;
-    let tasks = spawn_all(&gw, "/fail", N, |i| {
-        vec![("x-request-id".into(), format!("coalesce-fail-{i}"))]
-    });
+    let ids = |i: usize| vec![("x-request-id".into(), format!("coalesce-fail-{i}"))];
+    // The leader first, the joiners once its run is in flight (see `spawn_some`).
+    let mut tasks = spawn_some(&gw, "/fail", 0..1, ids);
+    wait_until("the failing run called the backend", || gate.calls() == 1).await;
+    tasks.extend(spawn_some(&gw, "/fail", 1..N, ids));
     wait_until("one failing run, joined", || {
         gate.calls() == 1 && count(&gw, "GET /fail", "coalesced") == N as u64 - 1
     })
@@ -346,7 +348,12 @@ async fn errors_and_partial_answers_are_shared_and_not_kept_after_the_run() {
     // A partial answer is partial for every request that shares it.
     gate.set(false);
     let before = gate.calls();
-    let tasks = spawn_all(&gw, "/partial", N, |_| Vec::new());
+    let mut tasks = spawn_some(&gw, "/partial", 0..1, |_| Vec::new());
+    wait_until("the partial run called the backend twice", || {
+        gate.calls() == before + 2
+    })
+    .await;
+    tasks.extend(spawn_some(&gw, "/partial", 1..N, |_| Vec::new()));
     wait_until("one partial run, joined", || {
         gate.calls() == before + 2 && count(&gw, "GET /partial", "coalesced") == N as u64 - 1
     })
