@@ -223,8 +223,11 @@ impl Shared {
         let me = self.clone();
         let timeout = req.timeout;
         let k = key.clone();
-        self.flights
-            .run(key, timeout, move || Box::pin(me.load(k, req)))
+        self.flights.run(key, timeout, move |limit| {
+            let mut req = req;
+            req.timeout = limit;
+            Box::pin(me.load(k, req))
+        })
     }
 
     async fn load(

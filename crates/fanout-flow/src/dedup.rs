@@ -5,8 +5,11 @@
 //! reaches another user whose call differs in any header (e.g. `authorization`).
 //!
 //! The shared call has its own time limit, fixed when it starts ([`crate::singleflight`]): a hung
-//! call ends at that limit however many callers join it, and callers join only a call that will
-//! end within their own time.
+//! call ends at that limit however many callers join it. Every caller keeps its own time: it
+//! waits for a shared call until its own end at most, never joins a call that would end before
+//! it is expected to finish, and runs the call again when the call it joined ended at a shorter
+//! limit while it still has more time — a client's short `x-request-timeout` never fails the
+//! callers that share its call.
 
 use crate::backend::{Backend, CallError, CallRequest, CallResponse};
 use crate::singleflight::{FlightCounters, Flights};
@@ -50,21 +53,25 @@ impl Backend for Dedup {
         let key = req.key();
         let timeout = req.timeout;
         let inner = self.inner.clone();
+        // `limit`: the time this call may take — `timeout`, or what a joiner has left when it
+        // runs a call again after the one it joined ended at a shorter limit.
         let Some(trace) = req.trace.clone() else {
-            return Box::pin(
-                self.flights
-                    .run(key, timeout, move || shareable(inner.call(req))),
-            );
+            return self.flights.run(key, timeout, move |limit| {
+                let mut req = req;
+                req.timeout = limit;
+                shareable(inner.call(req))
+            });
         };
-        let (call, joined) = self.flights.join_or_start(key, timeout, move || {
+        let (call, joined) = self.flights.join_or_start(key, timeout, move |limit| {
             let mut req = req;
+            req.timeout = limit;
             if let Some(t) = &mut req.trace {
                 t.dedup = Some(DedupRole::Leader);
             }
             shareable(inner.call(req))
         });
         if !joined {
-            return Box::pin(call);
+            return call;
         }
         let trace = CallTrace {
             dedup: Some(DedupRole::Joined),

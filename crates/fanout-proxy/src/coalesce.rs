@@ -11,11 +11,19 @@
 //! and the config generation are not in the key: each route of each loaded config ([`crate::Live`])
 //! has a table of its own ([`Runs`]), so a reload never shares a run with the old config.
 //!
-//! **Bounded sharing** (the rule of `fanout_flow::singleflight` for calls): a run ends at its
-//! leader's deadline at the latest. A request joins a live run only when that end is within its
-//! own deadline, and only while the run is younger than twice the route's usual run time plus
-//! 1 ms (a run far older is probably hung); otherwise it runs the flow itself (and later requests
-//! join that run). So no request waits past its own deadline for a hung run.
+//! **Every request keeps its own deadline** (the rule of `fanout_flow::singleflight` for calls).
+//! A run ends at its leader's deadline at the latest. A request joins a live run that is younger
+//! than twice the route's usual run time plus 1 ms (a run far older is probably hung) and that
+//! either ends no earlier than the request's own deadline or has at least that usual time to
+//! finish (`TypicalTime::fits`); it waits for the answer until its own deadline at most, then
+//! answers its own `deadline_exceeded`. A run that ends before it is expected to finish (a
+//! client's `x-request-timeout: 100` on a route whose runs take 600 ms) is not joined by a
+//! request with more time: that request runs the flow itself and its run takes the key's place,
+//! so later requests join the longer run; a shorter run never replaces a live longer one. When a
+//! joined run's answer was cut short by its leader's deadline (it answered at that deadline, or
+//! its leader was refused admission), a joiner that has more time left than that run's whole
+//! budget runs the flow again (leading, or joining the next run) rather than take it. So no
+//! request waits past its own deadline, and no client's short deadline becomes another's failure.
 //!
 //! **Each request stays its own**: the answer (status, body, `respond.headers`, `_partial`, or
 //! the error) is computed once and shared as it is; every joined request still gets its own
@@ -25,8 +33,9 @@
 //!
 //! **The leader's client goes away**: the run belongs to the leader's request, so it is
 //! cancelled with it (its backend calls too, as for any request). Its joiners then run again:
-//! one of them becomes the next leader and the others join it, each still within its own
-//! deadline. A dropped leader costs the joiners the time already spent, never a wrong answer.
+//! one of them becomes the next leader (one rerun, counted in `reruns`) and the others join it,
+//! each still within its own deadline. A dropped leader costs the joiners the time already
+//! spent, never a wrong answer.
 //!
 //! **Nothing is kept**: the table entry is removed when the run finishes, before its answer is
 //! handed out; a request arriving after that runs the flow again.
@@ -45,7 +54,15 @@ use tokio::time::Instant;
 /// A run's answer, shared by its leader and joiners.
 pub(crate) type Answer = Result<Outcome, ApiError>;
 
-type Shared = Option<Arc<Answer>>;
+/// A finished run's answer, and whether its leader's deadline shaped it.
+pub(crate) struct Finished {
+    pub answer: Answer,
+    /// The run answered at its deadline, or its leader was refused admission: a joiner with
+    /// more time might get another answer.
+    pub cut: bool,
+}
+
+type Shared = Option<Arc<Finished>>;
 
 /// The live runs of one route of one loaded config, by key.
 pub(crate) struct Runs {
@@ -62,6 +79,7 @@ pub(crate) struct Runs {
 struct Counters {
     runs: AtomicU64,
     joined: AtomicU64,
+    coalesced: AtomicU64,
     reruns: AtomicU64,
 }
 
@@ -80,8 +98,28 @@ struct Run {
 pub(crate) enum Role<'a> {
     /// Run the flow; [`Leader::finish`] shares the answer.
     Lead(Leader<'a>),
-    /// Wait for this run's answer ([`wait`]); the leader's span, if traced.
-    Join(watch::Receiver<Shared>, Option<SpanContext>),
+    /// Wait for this run's answer ([`Joined::wait`]).
+    Join(Joined),
+}
+
+/// A request waiting for another request's run.
+pub(crate) struct Joined {
+    answer: watch::Receiver<Shared>,
+    /// The leader's span, if traced.
+    pub span: Option<SpanContext>,
+    /// The run's whole budget (its leader's deadline − its start).
+    budget: std::time::Duration,
+}
+
+/// What a joined request gets ([`Joined::wait`]).
+pub(crate) enum Waited {
+    /// The run's answer: the request's own.
+    Answer(Arc<Finished>),
+    /// Run the flow again (lead, or join the next run): the leader went away before answering,
+    /// or its answer was cut short by its deadline while this request has more time.
+    Again,
+    /// The request's own deadline passed while it waited, after this long.
+    Deadline(std::time::Duration),
 }
 
 /// The request that runs the flow for a key. Dropped without [`Leader::finish`] (its client went
@@ -91,6 +129,8 @@ pub(crate) struct Leader<'a> {
     key: Arc<[u8]>,
     id: u64,
     started: Instant,
+    /// The leader's deadline.
+    ends: Instant,
     answer: watch::Sender<Shared>,
     /// `finish` removed the entry already (the drop then has nothing to do).
     removed: bool,
@@ -99,11 +139,14 @@ pub(crate) struct Leader<'a> {
 /// The counters of one route's [`Runs`] (the status endpoint).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub(crate) struct RunCounters {
-    /// Runs of the flow started (each request that did not join one).
+    /// Runs of the flow started (each request that did not join one, and each rerun).
     pub runs: u64,
+    /// Requests that joined a live run (most are then answered by it: `coalesced`).
+    pub joined: u64,
     /// Requests answered by another request's run.
     pub coalesced: u64,
-    /// Joined requests whose leader went away before answering, so they ran again.
+    /// Runs started by a request that had joined a run which could not answer it (its leader
+    /// went away, or its answer was cut short by the leader's deadline).
     pub reruns: u64,
     /// Runs in the table now.
     pub in_flight: u64,
@@ -131,24 +174,28 @@ impl Runs {
         let in_flight = self.table.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         RunCounters {
             runs: self.counters.runs.load(Relaxed),
-            coalesced: self.counters.joined.load(Relaxed),
+            joined: self.counters.joined.load(Relaxed),
+            coalesced: self.counters.coalesced.load(Relaxed),
             reruns: self.counters.reruns.load(Relaxed),
             in_flight,
         }
     }
 
-    /// Count a joined request that runs again (its leader went away).
-    pub(crate) fn rerun(&self) {
-        self.counters.reruns.fetch_add(1, Relaxed);
+    /// Count a joined request answered by the run it joined.
+    pub(crate) fn coalesced(&self) {
+        self.counters.coalesced.fetch_add(1, Relaxed);
     }
 
-    /// Join the live run of `key` if it ends by `deadline` (and is not far older than runs
-    /// usually take), else lead a new one (which later requests of the same key join). `span`
-    /// gives the request's span, asked for only when it leads.
+    /// Join the live run of `key` if this request may (module docs: young, and it ends no
+    /// earlier than `deadline` or has the time runs usually take), else lead a new one (which
+    /// later requests of the same key join). `again`: the request joined a run before that could
+    /// not answer it (a run it leads now is a rerun). `span` gives the request's span, asked for
+    /// only when it leads.
     pub(crate) fn role(
         &self,
         key: &[u8],
         deadline: Instant,
+        again: bool,
         span: impl FnOnce() -> Option<SpanContext>,
     ) -> Role<'_> {
         use std::collections::hash_map::Entry;
@@ -156,14 +203,24 @@ impl Runs {
         let key: Arc<[u8]> = key.into();
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let entry = table.entry(key.clone());
+        let mut keep = false;
         if let Entry::Occupied(e) = &entry {
             let run = e.get();
-            if run.ends <= deadline
-                && now.saturating_duration_since(run.started) <= self.typical.join_age()
+            if now.saturating_duration_since(run.started) <= self.typical.join_age()
                 && run.answer.borrow().is_none()
             {
-                self.counters.joined.fetch_add(1, Relaxed);
-                return Role::Join(run.answer.clone(), run.span.clone());
+                if run.ends >= deadline || self.typical.fits(run.started, run.ends) {
+                    self.counters.joined.fetch_add(1, Relaxed);
+                    return Role::Join(Joined {
+                        answer: run.answer.clone(),
+                        span: run.span.clone(),
+                        budget: run.ends.saturating_duration_since(run.started),
+                    });
+                }
+                // It ends before it is expected to finish, and before this request's deadline:
+                // this request's longer run takes its place (a live longer run is never
+                // replaced by a shorter one).
+                keep = run.ends > deadline;
             }
         }
         let id = self.next_id.fetch_add(1, Relaxed);
@@ -175,23 +232,29 @@ impl Runs {
             answer: rx,
             span: span(),
         };
-        // A run that did not fit replaces the entry: the new one serves the requests after it
-        // (the old run still answers its own joiners).
+        // A run that may not be joined (probably hung, or cut short before it is expected to
+        // finish) is replaced: the new one serves the requests after it (the old run still
+        // answers its own joiners).
         match entry {
-            Entry::Occupied(mut e) => {
+            Entry::Occupied(mut e) if !keep => {
                 e.insert(run);
             }
+            Entry::Occupied(_) => {}
             Entry::Vacant(e) => {
                 e.insert(run);
             }
         }
         drop(table);
         self.counters.runs.fetch_add(1, Relaxed);
+        if again {
+            self.counters.reruns.fetch_add(1, Relaxed);
+        }
         Role::Lead(Leader {
             runs: self,
             key,
             id,
             started: now,
+            ends: deadline,
             answer: tx,
             removed: false,
         })
@@ -211,14 +274,22 @@ impl Runs {
 
 impl Leader<'_> {
     /// The run answered: remove its entry (nothing is kept after the run), then hand the answer
-    /// to the requests that joined it.
-    pub(crate) fn finish(mut self, answer: &Answer) {
+    /// to the requests that joined it. `refused`: the leader was refused admission (whether it
+    /// would wait depends on its deadline).
+    pub(crate) fn finish(mut self, answer: &Answer, refused: bool) {
         self.runs.remove(&self.key, self.id);
         self.removed = true;
-        self.runs.typical.record(self.started.elapsed());
+        let cut = refused || Instant::now() >= self.ends;
+        if !cut {
+            // A run cut short by its deadline says nothing of how long runs take.
+            self.runs.typical.record(self.started.elapsed());
+        }
         // Receivers are made only from the table's entry, which is gone: the count is final.
         if self.answer.receiver_count() > 0 {
-            self.answer.send_replace(Some(Arc::new(answer.clone())));
+            self.answer.send_replace(Some(Arc::new(Finished {
+                answer: answer.clone(),
+                cut,
+            })));
         }
     }
 }
@@ -233,20 +304,31 @@ impl Drop for Leader<'_> {
     }
 }
 
-/// Wait for a joined run's answer until `deadline`: `Ok(Some)` the answer, `Ok(None)` the
-/// leader went away before answering (run again), `Err(())` the deadline passed.
-pub(crate) async fn wait(
-    mut answer: watch::Receiver<Shared>,
-    deadline: Instant,
-) -> Result<Option<Arc<Answer>>, ()> {
-    let got = tokio::time::timeout_at(deadline, async {
-        match answer.wait_for(Option::is_some).await {
-            Ok(a) => a.clone(),
-            Err(_) => None,
+impl Joined {
+    /// Wait for the joined run's answer until this request's own `deadline` ([`Waited`]).
+    pub(crate) async fn wait(mut self, deadline: Instant) -> Waited {
+        let began = Instant::now();
+        let got = tokio::time::timeout_at(deadline, async {
+            match self.answer.wait_for(Option::is_some).await {
+                Ok(a) => a.clone(),
+                Err(_) => None,
+            }
+        })
+        .await;
+        match got {
+            Err(_) => Waited::Deadline(began.elapsed()),
+            Ok(None) => Waited::Again,
+            Ok(Some(f)) => {
+                // Cut short by the leader's deadline while this request has more time left than
+                // that run's whole budget: its own run may answer.
+                if f.cut && deadline.saturating_duration_since(Instant::now()) > self.budget {
+                    Waited::Again
+                } else {
+                    Waited::Answer(f)
+                }
+            }
         }
-    })
-    .await;
-    got.map_err(|_| ())
+    }
 }
 
 /// The key of a `$request` value: an encoding without loss (a tag per kind, every string's
@@ -342,55 +424,147 @@ mod tests {
         assert_ne!(a, b);
     }
 
-    fn ok() -> Arc<Answer> {
-        Arc::new(Ok(Outcome {
-            status: 200,
+    #[allow(clippy::result_large_err)] // the answer type the gateway shares
+    fn answer(status: u16) -> Answer {
+        Ok(Outcome {
+            status,
             headers: Vec::new(),
             body: bytes::Bytes::from_static(b"{}"),
             value: None,
             partial: Vec::new(),
-        }))
+        })
+    }
+
+    fn lead<'a>(runs: &'a Runs, key: &[u8], deadline: Instant) -> Leader<'a> {
+        match runs.role(key, deadline, false, || None) {
+            Role::Lead(l) => l,
+            Role::Join(_) => panic!("expected to lead"),
+        }
+    }
+
+    fn join(runs: &Runs, key: &[u8], deadline: Instant) -> Joined {
+        match runs.role(key, deadline, false, || None) {
+            Role::Join(j) => j,
+            Role::Lead(_) => panic!("expected to join"),
+        }
+    }
+
+    fn status(w: Waited) -> u16 {
+        match w {
+            Waited::Answer(f) => f.answer.as_ref().map(|o| o.status).unwrap_or(0),
+            Waited::Again => panic!("ran again"),
+            Waited::Deadline(_) => panic!("deadline"),
+        }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn requests_join_a_run_that_ends_within_their_deadline_and_only_then() {
+    async fn requests_join_a_live_run_and_wait_for_it_within_their_own_deadline() {
         let runs = Runs::new();
         let now = Instant::now();
         let s = Duration::from_secs(1);
-        let Role::Lead(leader) = runs.role(b"k", now + s, || None) else {
-            panic!("the first request leads");
-        };
-        let Role::Join(joined, _) = runs.role(b"k", now + 2 * s, || None) else {
-            panic!("a later deadline joins");
-        };
-        assert!(matches!(runs.role(b"k2", now + s, || None), Role::Lead(_)));
-        // A shorter deadline runs its own (and replaces the entry).
-        let Role::Lead(short) = runs.role(b"k", now + s / 2, || None) else {
-            panic!("a shorter deadline leads");
-        };
-        leader.finish(&ok());
-        let got = wait(joined, now + 2 * s).await.unwrap().unwrap();
-        assert!(matches!(got.as_ref(), Ok(o) if o.status == 200));
-        // The short run's entry was not removed by the first leader; then it ends.
-        assert!(matches!(runs.role(b"k", now + s, || None), Role::Join(..)));
-        drop(short);
+        let leader = lead(&runs, b"k", now + s);
+        // A later deadline joins (nothing is known of how long runs take yet), and so does a
+        // shorter one: it waits within its own deadline.
+        let later = join(&runs, b"k", now + 2 * s);
+        let shorter = join(&runs, b"k", now + s / 2);
+        assert!(matches!(
+            runs.role(b"k2", now + s, false, || None),
+            Role::Lead(_)
+        ));
+        tokio::time::sleep(s / 4).await;
+        leader.finish(&answer(200), false);
+        assert_eq!(status(later.wait(now + 2 * s).await), 200);
+        assert_eq!(status(shorter.wait(now + s / 2).await), 200);
+        // Joined requests are counted as coalesced only once answered.
         let c = runs.counters();
-        assert_eq!((c.runs, c.coalesced, c.in_flight), (3, 2, 0));
+        assert_eq!((c.runs, c.joined, c.in_flight), (2, 2, 0));
         // Nothing is kept: after the run a request leads again.
-        assert!(matches!(runs.role(b"k", now + s, || None), Role::Lead(_)));
+        assert!(matches!(
+            runs.role(b"k", now + s, false, || None),
+            Role::Lead(_)
+        ));
+
+        // A joiner whose deadline passes first answers its own deadline, after its own wait.
+        let long = lead(&runs, b"slow", now + 10 * s);
+        let t = Instant::now();
+        match join(&runs, b"slow", t + s / 2).wait(t + s / 2).await {
+            Waited::Deadline(waited) => assert_eq!(waited, s / 2),
+            _ => panic!("expected its own deadline"),
+        }
+        drop(long);
+    }
+
+    /// Issue 46's hostile client: a run led by a request with a short deadline must not fail
+    /// the requests with more time. Runs take 600 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_short_deadline_never_fails_the_requests_with_more_time() {
+        let runs = Runs::new();
+        let ms = Duration::from_millis;
+        // Nothing known yet: a 2 s request joins a 300 ms one, whose run is cut at its deadline;
+        // the joiner, with more time left than that whole run had, runs again.
+        let t0 = Instant::now();
+        let short = lead(&runs, b"k", t0 + ms(300));
+        tokio::time::sleep(ms(50)).await;
+        let joiner = join(&runs, b"k", Instant::now() + ms(2000));
+        let waiting = tokio::spawn(joiner.wait(t0 + ms(2050)));
+        tokio::time::sleep(ms(250)).await;
+        short.finish(&answer(504), false);
+        assert!(matches!(waiting.await.unwrap(), Waited::Again));
+        let again = match runs.role(b"k", t0 + ms(2050), true, || None) {
+            Role::Lead(l) => l,
+            Role::Join(_) => panic!("leads its rerun"),
+        };
+        tokio::time::sleep(ms(600)).await;
+        again.finish(&answer(200), false);
+        let c = runs.counters();
+        assert_eq!((c.runs, c.reruns), (2, 1));
+        // Now runs are known to take 600 ms: a 2 s request does not join a 100 ms run — it
+        // leads, and its run takes the key's place; the short requests after it join the long
+        // run (a short run never replaces a live longer one).
+        let t = Instant::now();
+        let attacker = lead(&runs, b"k", t + ms(100));
+        let long = lead(&runs, b"k", t + ms(2000));
+        let next_short = tokio::spawn(join(&runs, b"k", t + ms(100)).wait(t + ms(100)));
+        let next_long = tokio::spawn(join(&runs, b"k", t + ms(2000)).wait(t + ms(2000)));
+        tokio::time::sleep(ms(100)).await;
+        attacker.finish(&answer(504), false);
+        tokio::time::sleep(ms(500)).await;
+        long.finish(&answer(200), false);
+        assert!(matches!(next_short.await.unwrap(), Waited::Deadline(_)));
+        assert_eq!(status(next_long.await.unwrap()), 200);
+        // A refusal of the leader's admission is not shared with a joiner that has more time.
+        let t = Instant::now();
+        let refused = lead(&runs, b"r", t + ms(1500));
+        let j = join(&runs, b"r", t + ms(2000));
+        refused.finish(&answer(503), true);
+        assert!(matches!(j.wait(t + ms(2000)).await, Waited::Again));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn joiners_of_a_leader_that_went_away_run_again() {
+    async fn joiners_of_a_leader_that_went_away_run_again_once() {
         let runs = Runs::new();
         let d = Instant::now() + Duration::from_secs(1);
-        let leader = runs.role(b"k", d, || None);
-        let Role::Join(joined, _) = runs.role(b"k", d, || None) else {
-            panic!("joins");
-        };
+        let leader = lead(&runs, b"k", d);
+        let joined: Vec<Joined> = (0..5).map(|_| join(&runs, b"k", d)).collect();
         drop(leader);
-        assert!(wait(joined, d).await.unwrap().is_none(), "run again");
-        assert!(matches!(runs.role(b"k", d, || None), Role::Lead(_)));
+        let mut waits = Vec::new();
+        for j in joined {
+            waits.push(j.wait(d).await);
+        }
+        assert!(
+            waits.iter().all(|w| matches!(w, Waited::Again)),
+            "run again"
+        );
+        // The first leads the rerun, the others join it.
+        let Role::Lead(next) = runs.role(b"k", d, true, || None) else {
+            panic!("leads");
+        };
+        for _ in 0..4 {
+            assert!(matches!(runs.role(b"k", d, true, || None), Role::Join(_)));
+        }
+        next.finish(&answer(200), false);
+        let c = runs.counters();
+        assert_eq!((c.runs, c.reruns, c.joined), (2, 1, 9));
     }
 
     #[tokio::test(start_paused = true)]
@@ -398,16 +572,20 @@ mod tests {
         let runs = Runs::new();
         let d = || Instant::now() + Duration::from_secs(10);
         for _ in 0..3 {
-            let Role::Lead(l) = runs.role(b"k", d(), || None) else {
-                panic!("leads");
-            };
+            let l = lead(&runs, b"k", d());
             tokio::time::sleep(Duration::from_millis(10)).await;
-            l.finish(&ok());
+            l.finish(&answer(200), false);
         }
-        let hung = runs.role(b"k", d(), || None);
-        assert!(matches!(runs.role(b"k", d(), || None), Role::Join(..)));
+        let hung = runs.role(b"k", d(), false, || None);
+        assert!(matches!(
+            runs.role(b"k", d(), false, || None),
+            Role::Join(..)
+        ));
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(matches!(runs.role(b"k", d(), || None), Role::Lead(_)));
+        assert!(matches!(
+            runs.role(b"k", d(), false, || None),
+            Role::Lead(_)
+        ));
         drop(hung);
     }
 }

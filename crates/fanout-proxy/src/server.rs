@@ -6,7 +6,7 @@
 use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, BodyRefusal, Refusal, outcome_response};
 use crate::bodies::{Reservation, parsed_size_estimate, value_overhead};
-use crate::coalesce::{self, Role};
+use crate::coalesce::{self, Role, Waited};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
 use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::{Failure, RequestTelemetry};
@@ -219,38 +219,48 @@ impl Gateway {
     ) -> Result<Outcome, ApiError> {
         let Some(runs) = live.coalesce.get(route.index).and_then(Option::as_ref) else {
             return self
-                .run_once(live, route, deadline, request, rid, rec, tel)
+                .run_once(live, route, deadline, request, rid, rec, tel, &mut false)
                 .await;
         };
         let key = coalesce::key_of(&request);
+        let mut again = false;
         loop {
-            match runs.role(&key, deadline, || tel.span_context()) {
+            match runs.role(&key, deadline, again, || tel.span_context()) {
                 Role::Lead(leader) => {
+                    let mut refused = false;
                     let out = self
-                        .run_once(live, route, deadline, request, rid, rec, tel)
+                        .run_once(live, route, deadline, request, rid, rec, tel, &mut refused)
                         .await;
-                    leader.finish(&out);
+                    leader.finish(&out, refused);
                     return out;
                 }
-                Role::Join(answer, leader) => match coalesce::wait(answer, deadline).await {
-                    Ok(Some(answer)) => {
-                        let out = (*answer).clone();
-                        rec.coalesced();
-                        rec.ran(&out);
-                        tel.coalesced(leader.as_ref());
-                        tel.ran(&out);
-                        return out;
+                Role::Join(joined) => {
+                    let span = joined.span.clone();
+                    match joined.wait(deadline).await {
+                        Waited::Answer(f) => {
+                            let out = f.answer.clone();
+                            runs.coalesced();
+                            rec.coalesced();
+                            rec.ran(&out);
+                            tel.coalesced(span.as_ref());
+                            tel.ran(&out);
+                            return out;
+                        }
+                        // The leader's client went away, or its deadline cut the run short while
+                        // this request has more time: run again (lead, or join the next run).
+                        Waited::Again => again = true,
+                        Waited::Deadline(waited) => {
+                            return Err(ApiError::from(FlowError::new(
+                                ErrorKind::DeadlineExceeded,
+                                format!(
+                                    "the request deadline passed after waiting {:.1} ms for the \
+                                     run of an identical request that it shares",
+                                    waited.as_secs_f64() * 1000.0
+                                ),
+                            )));
+                        }
                     }
-                    // The leader's client went away: run again (lead, or join the next run).
-                    Ok(None) => runs.rerun(),
-                    Err(()) => {
-                        return Err(ApiError::from(FlowError::new(
-                            ErrorKind::DeadlineExceeded,
-                            "route deadline exceeded while waiting for the run this request \
-                             shares",
-                        )));
-                    }
-                },
+                }
             }
         }
     }
@@ -267,8 +277,11 @@ impl Gateway {
         rid: &'a HeaderValue,
         rec: &mut RequestRecord<'r>,
         tel: &mut RequestTelemetry<'a>,
+        refused: &mut bool,
     ) -> Result<Outcome, ApiError> {
-        let mut slot = self.admit(live, route, deadline).await?;
+        let mut slot = self.admit(live, route, deadline).await.inspect_err(|_| {
+            *refused = true;
+        })?;
         let mut obs = tel.observer();
         obs.metrics = rec.route_metrics();
         obs.degraded = Some(crate::observe::DegradedLog {

@@ -193,7 +193,7 @@ async fn two_users_whose_flow_reads_authorization_never_share_a_run() {
     wait_until("one run per user", || gate.calls() == 2).await;
     tasks.extend(spawn_some(&gw, "/me", 2..8, headers));
     wait_until("one run per user, the others joined", || {
-        gate.calls() == 2 && count(&gw, "GET /me", "coalesced") == 6
+        gate.calls() == 2 && count(&gw, "GET /me", "joined") == 6
     })
     .await;
     gate.set(true);
@@ -228,7 +228,7 @@ async fn a_header_the_flow_does_not_read_never_splits_a_run() {
     wait_until("the first request's run is in flight", || gate.calls() == 1).await;
     tasks.extend(spawn_some(&gw, "/items/7", 1..N, headers));
     wait_until("one run, every other request joined it", || {
-        gate.calls() == 1 && count(&gw, "GET /items/{id}", "coalesced") == N as u64 - 1
+        gate.calls() == 1 && count(&gw, "GET /items/{id}", "joined") == N as u64 - 1
     })
     .await;
     gate.set(true);
@@ -263,7 +263,7 @@ async fn a_header_the_flow_does_not_read_never_splits_a_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_joiner_whose_deadline_is_shorter_than_the_run_gets_its_own_run() {
+async fn a_joiner_with_a_shorter_deadline_shares_the_run_and_answers_by_its_own_deadline() {
     let gate = Gate::start().await;
     let gw = gateway_at(GATEWAY, &gate).await;
     let url = format!("http://{}/slow", gw.addr);
@@ -274,39 +274,218 @@ async fn a_joiner_whose_deadline_is_shorter_than_the_run_gets_its_own_run() {
         tokio::spawn(async move { send(&c, Method::GET, &url, &[], "").await })
     };
     wait_until("the first run called the backend", || gate.calls() == 1).await;
-    // 5 s is shorter than what the first run may still take: a run of its own.
-    let short = {
-        let (c, url) = (c.clone(), url.clone());
-        tokio::spawn(async move {
-            send(&c, Method::GET, &url, &[("x-request-timeout", "5000")], "").await
-        })
-    };
-    wait_until("the short request ran the flow itself", || {
-        gate.calls() == 2
-    })
-    .await;
-    assert_eq!(count(&gw, "GET /slow", "coalesced"), 0);
-    // A request with the full deadline joins a run that ends within it.
-    let joiner = {
-        let (c, url) = (c.clone(), url.clone());
-        tokio::spawn(async move { send(&c, Method::GET, &url, &[], "").await })
-    };
-    wait_until("the third request joined", || {
-        count(&gw, "GET /slow", "coalesced") == 1
-    })
-    .await;
-    gate.set(true);
-    let (a, b, j) = (
-        first.await.unwrap(),
-        short.await.unwrap(),
-        joiner.await.unwrap(),
+    // A request that may wait 300 ms joins that run, and answers its own 504 at its own
+    // deadline, quoting its own wait.
+    let short = send(&c, Method::GET, &url, &[("x-request-timeout", "300")], "").await;
+    assert_eq!(
+        short.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "{}",
+        short.text()
     );
-    for r in [&a, &b, &j] {
-        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(short.code(), "deadline_exceeded");
+    let message = short.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("run of an identical request"), "{message}");
+    assert_eq!(
+        gate.calls(),
+        1,
+        "it joined the run rather than start its own"
+    );
+    let s = status(&gw, "GET /slow");
+    assert_eq!(
+        (s["runs"].as_u64(), s["joined"].as_u64()),
+        (Some(1), Some(1))
+    );
+    gate.set(true);
+    let a = first.await.unwrap();
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(gate.calls(), 1);
+    let s = status(&gw, "GET /slow");
+    assert_eq!(
+        (s["runs"].as_u64(), s["coalesced"].as_u64()),
+        (Some(1), Some(0))
+    );
+}
+
+/// Issue 46: a client whose short deadline leads a run must not fail the requests with more
+/// time that joined it — with whole-request coalescing (`/slow`) and with in-flight dedup alone
+/// (`/dedup`, a route that does not coalesce, on a backend that dedups).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_with_more_time_than_a_run_cut_short_by_its_leaders_deadline_runs_again() {
+    let gate = Gate::start().await;
+    let yaml = format!(
+        "{GATEWAY}  - path: /dedup\n    coalesce: false\n    flow:\n      d: {{ http: {{ backend: gate, path: '\"/dedup\"' }} }}\n    respond: {{ body: '{{call: $d.call}}' }}\n"
+    );
+    let gw = gateway_at(&yaml, &gate).await;
+    let c = client(false);
+    for path in ["/slow", "/dedup"] {
+        gate.set(false);
+        let before = gate.calls();
+        let url = format!("http://{}{path}", gw.addr);
+        // The leader may wait 2 s; the joiner has the route's 10 s.
+        let leader = {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move {
+                send(&c, Method::GET, &url, &[("x-request-timeout", "2000")], "").await
+            })
+        };
+        wait_until("the leader called the backend", || {
+            gate.calls() == before + 1
+        })
+        .await;
+        let joiner = {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move { send(&c, Method::GET, &url, &[], "").await })
+        };
+        // The leader's run (or call) ends at its 2 s; the joiner, with ~8 s left, runs again.
+        let l = leader.await.unwrap();
+        assert_eq!(
+            l.status,
+            StatusCode::GATEWAY_TIMEOUT,
+            "{path}: {}",
+            l.text()
+        );
+        wait_until("the joiner ran again", || gate.calls() == before + 2).await;
+        gate.set(true);
+        let j = joiner.await.unwrap();
+        assert_eq!(j.status, StatusCode::OK, "{path}: {}", j.text());
+        assert_eq!(j.json()["call"], before + 2, "{path}: its own run's call");
     }
-    assert_ne!(a.json()["call"], b.json()["call"], "two runs, two calls");
-    assert_eq!(gate.calls(), 2);
-    assert_eq!(count(&gw, "GET /slow", "runs"), 2);
+    let s = status(&gw, "GET /slow");
+    assert_eq!(
+        (
+            s["runs"].as_u64(),
+            s["joined"].as_u64(),
+            s["reruns"].as_u64(),
+            s["coalesced"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1), Some(0)),
+        "{s}"
+    );
+    let dedup = &gw.gateway.status_json()["backends"]["gate"]["dedup"];
+    assert_eq!(
+        (dedup["joined"].as_u64(), dedup["reruns"].as_u64()),
+        (Some(1), Some(1)),
+        "{dedup}"
+    );
+}
+
+/// A backend that answers `{"call": n}` 300 ms after each call (a real delay: the requests
+/// overlap as they would in production).
+async fn slow_backend() -> (SocketAddr, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let c = c.clone();
+            let svc = hyper::service::service_fn(move |_req: http::Request<Incoming>| {
+                let call = c.fetch_add(1, SeqCst) + 1;
+                async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    let body = serde_json::json!({ "call": call }).to_string();
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        bytes::Bytes::from(body),
+                    )))
+                }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc),
+            );
+        }
+    });
+    (addr, calls)
+}
+
+/// Issue 46's attack: one client sends a hot path with `x-request-timeout: 100` every 40 ms
+/// while six clients with the full budget ask for the same path; not one of theirs fails —
+/// with coalescing (`/hot`), and with in-flight dedup alone (`/hot-dedup`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_short_deadlines_on_a_hot_path_fails_no_one_else() {
+    let (addr, calls) = slow_backend().await;
+    let yaml = r#"
+backends:
+  slow: { url: "http://${GATE_ADDR}", timeout: 10s }
+defaults: { deadline: 10s }
+routes:
+  - path: /hot
+    flow:
+      h: { http: { backend: slow, path: '"/hot"' } }
+    respond: { body: '$h' }
+  - path: /hot-dedup
+    coalesce: false
+    flow:
+      h: { http: { backend: slow, path: '"/hot-dedup"' } }
+    respond: { body: '$h' }
+"#;
+    let a = addr.to_string();
+    let lookup = |n: &str| (n == "GATE_ADDR").then(|| a.clone());
+    let gw = start_gateway(
+        load_gateway("fanout.yaml", yaml, &lookup).unwrap(),
+        "127.0.0.1:0",
+        Some("127.0.0.1:0"),
+    )
+    .await
+    .unwrap();
+    for path in ["/hot", "/hot-dedup"] {
+        let url = format!("http://{}{path}", gw.addr);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let attacker = {
+            let (url, stop) = (url.clone(), stop.clone());
+            tokio::spawn(async move {
+                let c = client(false);
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(40));
+                let mut sent = Vec::new();
+                while !stop.load(SeqCst) && sent.len() < 200 {
+                    tick.tick().await;
+                    let (c, url) = (c.clone(), url.clone());
+                    sent.push(tokio::spawn(async move {
+                        send(&c, Method::GET, &url, &[("x-request-timeout", "100")], "").await
+                    }));
+                }
+                for s in sent {
+                    let _ = s.await;
+                }
+            })
+        };
+        let clients: Vec<_> = (0..6)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move {
+                    let c = client(false);
+                    let mut statuses = Vec::new();
+                    for _ in 0..4 {
+                        let r = send(&c, Method::GET, &url, &[], "").await;
+                        statuses.push((r.status, r.text()));
+                    }
+                    statuses
+                })
+            })
+            .collect();
+        let mut failed = Vec::new();
+        for c in clients {
+            for (status, text) in c.await.unwrap() {
+                if status != StatusCode::OK {
+                    failed.push(format!("{status}: {text}"));
+                }
+            }
+        }
+        stop.store(true, SeqCst);
+        attacker.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "{path}: full-budget requests failed: {failed:?}"
+        );
+    }
+    assert!(calls.load(SeqCst) > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,7 +499,7 @@ async fn errors_and_partial_answers_are_shared_and_not_kept_after_the_run() {
     wait_until("the failing run called the backend", || gate.calls() == 1).await;
     tasks.extend(spawn_some(&gw, "/fail", 1..N, ids));
     wait_until("one failing run, joined", || {
-        gate.calls() == 1 && count(&gw, "GET /fail", "coalesced") == N as u64 - 1
+        gate.calls() == 1 && count(&gw, "GET /fail", "joined") == N as u64 - 1
     })
     .await;
     gate.set(true);
@@ -355,7 +534,7 @@ async fn errors_and_partial_answers_are_shared_and_not_kept_after_the_run() {
     .await;
     tasks.extend(spawn_some(&gw, "/partial", 1..N, |_| Vec::new()));
     wait_until("one partial run, joined", || {
-        gate.calls() == before + 2 && count(&gw, "GET /partial", "coalesced") == N as u64 - 1
+        gate.calls() == before + 2 && count(&gw, "GET /partial", "joined") == N as u64 - 1
     })
     .await;
     gate.set(true);
@@ -372,7 +551,7 @@ async fn errors_and_partial_answers_are_shared_and_not_kept_after_the_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn joiners_of_a_request_whose_client_went_away_run_again() {
+async fn joiners_of_a_request_whose_client_went_away_run_again_once() {
     let gate = Gate::start().await;
     let gw = gateway_at(GATEWAY, &gate).await;
     // The first request on a connection of its own, which the test then closes.
@@ -381,20 +560,50 @@ async fn joiners_of_a_request_whose_client_went_away_run_again() {
         .await
         .unwrap();
     wait_until("the first run called the backend", || gate.calls() == 1).await;
-    let joiner = spawn_all(&gw, "/items/1", 1, |_| Vec::new());
-    wait_until("the second request joined", || {
-        count(&gw, "GET /items/{id}", "coalesced") == 1
+    const N: usize = 5;
+    let joiners = spawn_all(&gw, "/items/1", N, |_| Vec::new());
+    wait_until("the others joined", || {
+        count(&gw, "GET /items/{id}", "joined") == N as u64
     })
     .await;
     drop(conn);
-    wait_until("the joiner ran again", || {
-        count(&gw, "GET /items/{id}", "reruns") == 1 && gate.calls() == 2
+    // One of them runs the flow again; the others join that run.
+    wait_until("one joiner ran again, the others joined it", || {
+        count(&gw, "GET /items/{id}", "reruns") == 1
+            && gate.calls() == 2
+            && count(&gw, "GET /items/{id}", "joined") == 2 * N as u64 - 1
     })
     .await;
     gate.set(true);
-    let r = answers(joiner).await.remove(0);
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
-    assert_eq!(r.json()["call"], 2, "answered by its own run");
+    for r in answers(joiners).await {
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(r.json()["call"], 2, "answered by the one rerun");
+    }
+    assert_eq!(
+        gate.calls(),
+        2,
+        "backend calls: the first run and one rerun"
+    );
+    let s = status(&gw, "GET /items/{id}");
+    assert_eq!(
+        (
+            s["runs"].as_u64(),
+            s["reruns"].as_u64(),
+            s["coalesced"].as_u64()
+        ),
+        (Some(2), Some(1), Some(N as u64 - 1)),
+        "{s}"
+    );
+    // The metric agrees with the status: requests answered by another request's run.
+    let admin = gw.admin_addr.unwrap();
+    let metrics = get(&format!("http://{admin}/metrics")).await.text();
+    assert!(
+        metrics.contains(&format!(
+            "fanout_requests_coalesced_total{{route=\"/items/{{id}}\"}} {}",
+            N - 1
+        )),
+        "{metrics}"
+    );
 }
 
 const WRITES: &str = r#"
