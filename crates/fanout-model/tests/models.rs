@@ -443,7 +443,7 @@ fn hostile_trees_are_refused_at_load() {
                 (1, 0, "LEAF", 0, 0),
                 (2, 0, "LEAF", 0, 0),
             ]),
-            "column 9",
+            "input[9]",
         ),
     ];
     for (name, bytes, want) in cases {
@@ -462,4 +462,112 @@ fn hostile_trees_are_refused_at_load() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("deeper than"), "{err}");
+}
+
+/// X[dims] → Relu → Y, with `initializers` (name, dims, no values) added to the graph.
+fn shaped_model(dims: &[Option<i64>], initializers: &[(&str, &[i64])]) -> Vec<u8> {
+    let mut model = ModelProto::decode(one_node_model("Relu", "").as_slice()).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    graph.input = vec![tensor_info("X", 1, dims)];
+    graph.initializer = initializers
+        .iter()
+        .map(|(name, dims)| fanout_model::onnx::TensorProto {
+            name: Some((*name).into()),
+            dims: dims.to_vec(),
+            data_type: Some(1),
+            ..Default::default()
+        })
+        .collect();
+    model.encode_to_vec()
+}
+
+#[test]
+fn declared_shapes_over_the_limits_are_refused_before_allocating() {
+    // The three files: a width past usize arithmetic, one of 4 GB, one of 400 MB.
+    let cases: &[(&str, Vec<u8>, &str)] = &[
+        (
+            "huge",
+            shaped_model(&[Some(1), Some(1 << 62)], &[]),
+            "[1, 4611686018427387904]",
+        ),
+        (
+            "giga",
+            shaped_model(&[None, Some(1_000_000_000)], &[]),
+            "[N, 1000000000]",
+        ),
+        (
+            "hundred_m",
+            shaped_model(&[Some(1), Some(100_000_000)], &[]),
+            "[1, 100000000]",
+        ),
+    ];
+    for (name, bytes, shape) in cases {
+        assert!(bytes.len() < 200, "{name}: {} bytes", bytes.len());
+        let err = Model::load(bytes, name).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::Shape { limit, .. } if *limit == fanout_model::MAX_INPUT_WIDTH),
+            "{name}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(name)
+                && text.contains(shape)
+                && text.contains(&fanout_model::MAX_INPUT_WIDTH.to_string()),
+            "{text}"
+        );
+    }
+
+    // The widest input allowed loads and runs.
+    let w = fanout_model::MAX_INPUT_WIDTH;
+    let model = Model::load(&shaped_model(&[None, Some(w as i64)], &[]), "wide").unwrap();
+    assert_eq!(model.input_width(), w);
+    assert_eq!(model.run(&vec![-1.0; w]).unwrap().row(0), vec![0.0; w]);
+
+    // Initializers: over the element limit, overflowing, or hiding a huge dimension behind a 0.
+    for (name, dims, shape) in [
+        ("square", &[1i64 << 14, 1 << 14][..], "[16384, 16384]"),
+        (
+            "overflow",
+            &[1 << 40, 1 << 40][..],
+            "[1099511627776, 1099511627776]",
+        ),
+        ("empty", &[0, 1 << 40][..], "[0, 1099511627776]"),
+    ] {
+        let bytes = shaped_model(&[None, Some(4)], &[("W", dims)]);
+        let err = Model::load(&bytes, name).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, ModelError::Shape { limit, .. } if *limit == fanout_model::MAX_TENSOR_ELEMENTS)
+                && text.contains(shape)
+                && text.contains("initializer \"W\""),
+            "{name}: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_graph_that_grows_a_row_past_the_limit_is_refused_at_load() {
+    // X[N,4] → ArrayFeatureExtractor with 2^21 indices of one column: the warm-up would make
+    // 2^21 values of one row; it is refused before they are allocated.
+    let mut model =
+        ModelProto::decode(one_node_model("ArrayFeatureExtractor", "ai.onnx.ml").as_slice())
+            .unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    graph.node[0].attribute.clear();
+    graph.node[0].input.push("I".into());
+    let n = fanout_model::MAX_ROW_ELEMENTS * 2;
+    graph.initializer = vec![fanout_model::onnx::TensorProto {
+        name: Some("I".into()),
+        dims: vec![n as i64],
+        data_type: Some(7),
+        raw_data: Some(vec![0; n * 8]),
+        ..Default::default()
+    }];
+    let err = Model::load(&model.encode_to_vec(), "grows")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("grows") && err.contains(&fanout_model::MAX_ROW_ELEMENTS.to_string()),
+        "{err}"
+    );
 }
