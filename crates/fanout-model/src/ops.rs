@@ -530,7 +530,10 @@ impl Op {
                         Norm::L1 => row.iter().map(|v| v.abs()).sum(),
                         Norm::L2 => row.iter().map(|v| v * v).sum::<f32>().sqrt(),
                     };
-                    row.iter_mut().for_each(|v| *v /= n);
+                    // A norm of 0 leaves the row as it is, as in onnxruntime (NaN stays NaN).
+                    if n != 0.0 {
+                        row.iter_mut().for_each(|v| *v /= n);
+                    }
                 }
                 Tensor::f32(x.shape.clone(), out)
             }
