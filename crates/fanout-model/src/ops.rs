@@ -326,6 +326,11 @@ impl Op {
                     targets,
                     Post::parse(&a.string("post_transform", "NONE")?)?,
                 )?;
+                if targets == 1 && labels.len() == 2 && linear.post == Post::Probit {
+                    return Err(OpError(
+                        "a binary classifier of one score row with post_transform PROBIT is not supported".into(),
+                    ));
+                }
                 if targets > 1 && labels.len() != targets {
                     return Err(OpError(format!(
                         "{} class labels for {targets} score rows",
@@ -854,7 +859,9 @@ fn array_feature_extractor(x: &Tensor, indices: &[i64], limit: usize) -> Result<
 }
 
 /// onnxruntime's `LinearClassifier`: the label is the best raw score; one score row with two
-/// labels is a binary model whose second class is added as `[1 - s, s]`.
+/// labels is a binary model whose first class is added: `[1 - s, s]`, or `[1 - σ(s), σ(s)]`
+/// with LOGISTIC (SOFTMAX and SOFTMAX_ZERO leave the score raw there, as onnxruntime does;
+/// PROBIT is refused at load: onnxruntime writes one value per row into two columns).
 fn linear_classifier(linear: &Linear, labels: &[i64], x: &Tensor) -> Result<Vec<Tensor>, OpError> {
     let (rows, mut scores) = linear.scores(x)?;
     let t = linear.targets;
@@ -870,7 +877,10 @@ fn linear_classifier(linear: &Linear, labels: &[i64], x: &Tensor) -> Result<Vec<
             let two: Vec<f32> = scores
                 .iter()
                 .flat_map(|&s| match linear.post {
-                    Post::Probit => [probit(s), 0.0],
+                    Post::Logistic => {
+                        let p = logistic(s);
+                        [1.0 - p, p]
+                    }
                     _ => [1.0 - s, s],
                 })
                 .collect();

@@ -182,6 +182,9 @@ def main():
     write("nan_ops", hand_made_nan(), grid[rng2.integers(0, len(grid), (40, 4))], [0, 1, 2, 3])
     # Hand-made: the three Normalizer norms side by side (Concat), on rows of zeros, negatives and NaN.
     write("norm_ops", hand_made_norms(), grid[rng2.integers(0, len(grid), (40, 4))], None)
+    # Hand-made: LinearClassifier of one coefficient row and two labels (the binary case
+    # onnxruntime expands to two columns), with the post-transforms NONE, LOGISTIC and SOFTMAX.
+    write("linear_bin", hand_made_linear_bin(), grid[rng2.integers(0, len(grid), (40, 4))], None)
     print(json.dumps(versions))
 
 
@@ -241,6 +244,35 @@ def hand_made_norms():
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 12])
     graph = helper.make_graph(nodes, "norm_ops", [x], [y])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)], ir_version=8
+    )
+
+
+def hand_made_linear_bin():
+    """X[N,4] → three binary LinearClassifiers (one coefficient row, labels 3 and 7) → Y[N,7]:
+    the first one's label (as a float), then the three's two probability columns."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    nodes = []
+    for post in ("NONE", "LOGISTIC", "SOFTMAX"):
+        nodes.append(
+            helper.make_node(
+                "LinearClassifier", ["X"], [f"l_{post}", f"p_{post}"], domain="ai.onnx.ml",
+                coefficients=[0.5, -1.0, 0.25, 2.0], intercepts=[0.1], classlabels_ints=[3, 7],
+                post_transform=post,
+            )
+        )
+    nodes += [
+        helper.make_node("Cast", ["l_NONE"], ["lf"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["lf", "col"], ["lr"]),
+        helper.make_node("Concat", ["lr", "p_NONE", "p_LOGISTIC", "p_SOFTMAX"], ["Y"], axis=1),
+    ]
+    col = numpy_helper.from_array(np.array([-1, 1], dtype=np.int64), "col")
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 7])
+    graph = helper.make_graph(nodes, "linear_bin", [x], [y], [col])
     return helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)], ir_version=8
     )

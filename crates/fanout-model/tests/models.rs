@@ -38,6 +38,7 @@ const MODELS: &[&str] = &[
     "mlp_reg",
     "nan_ops",
     "norm_ops",
+    "linear_bin",
 ];
 /// Largest difference from onnxruntime: 1e-5, relative above 1 — outputs are f32, whose spacing
 /// near 500 (regression values) is 6e-5, and onnxruntime's GEMM sums in another order.
