@@ -10,9 +10,16 @@
 //! and tree ensembles — ai.onnx.ml `TreeEnsembleClassifier`, `TreeEnsembleRegressor`,
 //! `LinearClassifier`, `LinearRegressor`, `Scaler`, `Normalizer`, `ArrayFeatureExtractor`, and
 //! `Identity`, `Cast`, `Reshape`, `Flatten`, `MatMul`, `Gemm`, `Add`, `Sub`, `Mul`, `Div`,
-//! `Relu`, `Sigmoid`, `Tanh`, `Softmax`, `ArgMax` of the default domain. Exported with
-//! `zipmap=False` (a `ZipMap` node is refused as unsupported). Numerics follow onnxruntime's CPU
-//! kernels: the committed test models agree with it to 1e-5 (tests/models.rs).
+//! `Relu`, `Sigmoid`, `Tanh`, `Exp`, `Reciprocal`, `Softmax`, `ArgMax`, `Concat`, `ReduceSum`,
+//! `Not` of the default domain. Exported with `zipmap=False` (a `ZipMap` node is refused as
+//! unsupported). Numerics follow onnxruntime's CPU kernels, NaN (a missing value) included: the
+//! committed test models agree with it to 1e-5 (tests/models.rs).
+//!
+//! Every shape the file declares is checked against the limits before anything of that size
+//! is allocated: the input's width ([`MAX_INPUT_WIDTH`]), the initializers
+//! ([`MAX_TENSOR_ELEMENTS`]), and each tensor an operator computes (at most
+//! [`MAX_TENSOR_ELEMENTS`]; in the warm-up run at load, [`MAX_ROW_ELEMENTS`] for all the tensors
+//! of its one row). Errors number the features of a row from 0, as `input[3]`.
 
 mod attrs;
 pub mod onnx;
