@@ -609,3 +609,126 @@ fn a_graph_that_grows_a_row_past_the_limit_is_refused_at_load() {
         "{err}"
     );
 }
+
+#[test]
+fn mutated_files_are_errors_or_models_never_panics() {
+    // Bytes of every committed model changed at pseudo-random places (a varint made huge, a
+    // length or a dimension changed): loading and running is an error or a model, never a
+    // panic or an allocation sized by the file.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for name in MODELS {
+        let bytes = std::fs::read(testdata(&format!("{name}.onnx"))).unwrap();
+        let (_, reference) = load(name);
+        let (rows, _) = inputs(&reference);
+        for _ in 0..300 {
+            let mut b = bytes.clone();
+            for _ in 0..1 + next() % 3 {
+                let i = (next() % b.len() as u64) as usize;
+                b[i] = match next() % 4 {
+                    0 => 0xff,
+                    1 => 0x7f,
+                    2 => 0,
+                    _ => next() as u8,
+                };
+            }
+            if let Ok(m) = Model::load(&b, name) {
+                let w = m.input_width();
+                let _ = m.run(&rows[..rows.len() / w * w]);
+            }
+        }
+    }
+}
+
+#[test]
+fn extreme_numbers_in_a_model_are_errors_or_models_never_panics() {
+    // A dimension, an attribute integer or a shape value of every committed model set to an
+    // extreme value, one at a time: an error or a model, never a panic or a huge allocation.
+    const EXTREMES: [i64; 8] = [0, 1, -1, 2, 1 << 20, 1 << 31, 1 << 62, i64::MAX];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for name in MODELS {
+        let bytes = std::fs::read(testdata(&format!("{name}.onnx"))).unwrap();
+        let (_, reference) = load(name);
+        let (rows, _) = inputs(&reference);
+        let proto = ModelProto::decode(bytes.as_slice()).unwrap();
+        for _ in 0..200 {
+            let mut p = proto.clone();
+            let g = p.graph.as_mut().unwrap();
+            let v = EXTREMES[(next() % 8) as usize];
+            match next() % 4 {
+                0 if !g.initializer.is_empty() => {
+                    let i = (next() as usize) % g.initializer.len();
+                    let t = &mut g.initializer[i];
+                    if t.dims.is_empty() {
+                        t.dims.push(v);
+                    } else {
+                        let d = (next() as usize) % t.dims.len();
+                        t.dims[d] = v;
+                    }
+                }
+                1 => {
+                    let n = (next() as usize) % g.node.len();
+                    let attrs = &mut g.node[n].attribute;
+                    if attrs.is_empty() {
+                        continue;
+                    }
+                    let a = (next() as usize) % attrs.len();
+                    let a = &mut attrs[a];
+                    if a.i.is_some() {
+                        a.i = Some(v);
+                    } else if !a.ints.is_empty() {
+                        let k = (next() as usize) % a.ints.len();
+                        a.ints[k] = v;
+                    } else {
+                        a.i = Some(v);
+                    }
+                }
+                2 if !g.initializer.is_empty() => {
+                    // An integer initializer's value (a Reshape's shape, indices, axes).
+                    let i = (next() as usize) % g.initializer.len();
+                    let t = &mut g.initializer[i];
+                    if let Some(raw) = t.raw_data.as_mut().filter(|r| r.len() >= 8) {
+                        if t.data_type == Some(7) {
+                            let k = (next() as usize) % (raw.len() / 8);
+                            raw[k * 8..k * 8 + 8].copy_from_slice(&v.to_le_bytes());
+                        }
+                    } else if !t.int64_data.is_empty() {
+                        let k = (next() as usize) % t.int64_data.len();
+                        t.int64_data[k] = v;
+                    }
+                }
+                _ => {
+                    let input = &mut g.input[0];
+                    let dims = &mut input
+                        .r#type
+                        .as_mut()
+                        .unwrap()
+                        .tensor_type
+                        .as_mut()
+                        .unwrap()
+                        .shape
+                        .as_mut()
+                        .unwrap()
+                        .dim;
+                    let d = (next() as usize) % dims.len();
+                    dims[d].dim_value = Some(v);
+                }
+            }
+            if let Ok(m) = Model::load(&p.encode_to_vec(), name) {
+                let w = m.input_width();
+                let _ = m.run(&rows[..rows.len() / w * w]);
+            }
+        }
+    }
+}
