@@ -10,9 +10,16 @@
 //! and tree ensembles — ai.onnx.ml `TreeEnsembleClassifier`, `TreeEnsembleRegressor`,
 //! `LinearClassifier`, `LinearRegressor`, `Scaler`, `Normalizer`, `ArrayFeatureExtractor`, and
 //! `Identity`, `Cast`, `Reshape`, `Flatten`, `MatMul`, `Gemm`, `Add`, `Sub`, `Mul`, `Div`,
-//! `Relu`, `Sigmoid`, `Tanh`, `Softmax`, `ArgMax` of the default domain. Exported with
-//! `zipmap=False` (a `ZipMap` node is refused as unsupported). Numerics follow onnxruntime's CPU
-//! kernels: the committed test models agree with it to 1e-5 (tests/models.rs).
+//! `Relu`, `Sigmoid`, `Tanh`, `Exp`, `Reciprocal`, `Softmax`, `ArgMax`, `Concat`, `ReduceSum`,
+//! `Not` of the default domain. Exported with `zipmap=False` (a `ZipMap` node is refused as
+//! unsupported). Numerics follow onnxruntime's CPU kernels, NaN (a missing value) included: the
+//! committed test models agree with it to 1e-5 (tests/models.rs).
+//!
+//! Every shape the file declares is checked against the limits before anything of that size
+//! is allocated: the input's width ([`MAX_INPUT_WIDTH`]), the initializers
+//! ([`MAX_TENSOR_ELEMENTS`]), and each tensor an operator computes (at most
+//! [`MAX_TENSOR_ELEMENTS`]; in the warm-up run at load, [`MAX_ROW_ELEMENTS`] for all the tensors
+//! of its one row). Errors number the features of a row from 0, as `input[3]`.
 
 mod attrs;
 pub mod onnx;
@@ -39,8 +46,13 @@ pub const MAX_TREES: usize = 100_000;
 pub const MAX_TREE_NODES: usize = 4_000_000;
 /// Deepest tree: a root-to-leaf path has at most this many branches.
 pub const MAX_TREE_DEPTH: usize = 1000;
-/// Most elements in one initializer or attribute tensor.
+/// Most elements in one tensor: an initializer, and any tensor computed while running a batch.
 pub const MAX_TENSOR_ELEMENTS: usize = 1 << 26;
+/// Most features per row: the width declared by the graph's input (`[N, width]`).
+pub const MAX_INPUT_WIDTH: usize = 1 << 16;
+/// Most elements of all the tensors computed for one row (the warm-up run at load, input
+/// included): a graph whose tensors grow beyond the row it was given is refused at load.
+pub const MAX_ROW_ELEMENTS: usize = 1 << 20;
 
 /// Why a model did not load or run.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +84,20 @@ pub enum ModelError {
         count: usize,
         /// The limit.
         limit: usize,
+    },
+    /// A declared shape breaks a limit; refused before anything of that size is allocated.
+    #[error("model {model}: {what} has shape {shape}, more than the limit of {limit} {unit}")]
+    Shape {
+        /// The model's name.
+        model: String,
+        /// What declares the shape (the input, an initializer), with its name.
+        what: String,
+        /// The shape as declared (`N` for a dimension without a value).
+        shape: String,
+        /// The limit broken.
+        limit: usize,
+        /// What the limit counts.
+        unit: &'static str,
     },
     /// The model decodes but is not usable: inconsistent attributes, shapes or graph.
     #[error("model {model}: {reason}")]
@@ -203,6 +229,17 @@ pub struct Model {
     consts: Vec<Option<Tensor>>,
     input: usize,
     outputs: Vec<usize>,
+    /// How the first class's column is made when a binary classifier's graph gives one column.
+    binary: Option<Binary>,
+}
+
+/// The first class's column of a binary classifier whose graph gives only the second's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Binary {
+    /// Raw scores (a linear classifier without post-transform): `[-s, s]`.
+    Negate,
+    /// Probabilities: `[1 - p, p]`.
+    Complement,
 }
 
 impl Model {
@@ -277,6 +314,21 @@ impl Model {
         let mut consts: Vec<Option<Tensor>> = Vec::new();
         for t in &graph.initializer {
             let n = t.name.as_deref().unwrap_or("");
+            // The declared shape first: nothing is allocated for a tensor over the limit.
+            if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
+                return Err(invalid(format!(
+                    "initializer {n:?}: negative dimension {d}"
+                )));
+            }
+            if elements_within(&t.dims, MAX_TENSOR_ELEMENTS).is_none() {
+                return Err(ModelError::Shape {
+                    model,
+                    what: format!("initializer {n:?}"),
+                    shape: shape_text(t.dims.iter().map(|&d| Some(d))),
+                    limit: MAX_TENSOR_ELEMENTS,
+                    unit: "elements",
+                });
+            }
             let tensor = Tensor::from_proto(t)
                 .map_err(|e| invalid(format!("initializer {n:?}: {}", e.0)))?;
             if slots.insert(n, consts.len()).is_some() {
@@ -313,6 +365,21 @@ impl Model {
             _ => None,
         }
         .ok_or_else(|| invalid("the input is not of shape [N, width] with a fixed width".into()))?;
+        // The declared shape is checked before anything is allocated for a row or a batch.
+        let input_shape = |limit: usize, unit: &'static str| ModelError::Shape {
+            model: model.clone(),
+            what: format!("input {:?}", input.name.as_deref().unwrap_or("")),
+            shape: shape_text(dims.iter().map(|d| d.dim_value)),
+            limit,
+            unit,
+        };
+        if width > MAX_INPUT_WIDTH {
+            return Err(input_shape(MAX_INPUT_WIDTH, "features per row"));
+        }
+        let fixed: Vec<i64> = dims.iter().filter_map(|d| d.dim_value).collect();
+        if fixed.iter().any(|&d| d < 0) || elements_within(&fixed, MAX_TENSOR_ELEMENTS).is_none() {
+            return Err(input_shape(MAX_TENSOR_ELEMENTS, "elements"));
+        }
         let input_slot = consts.len();
         slots.insert(input.name.as_deref().unwrap_or(""), input_slot);
         consts.push(None);
@@ -412,16 +479,29 @@ impl Model {
             consts,
             input: input_slot,
             outputs,
+            binary: None,
         };
-        // Outputs: `label` (int) and `probabilities` for a classifier, one float tensor for a regressor.
-        let probe = m.eval(&vec![0.0; width], 1)?;
+        // Outputs: `label` (int) and `probabilities` for a classifier, one float tensor for a
+        // regressor. The warm-up row is `width` ≤ MAX_INPUT_WIDTH values, and every tensor it
+        // computes counts against MAX_ROW_ELEMENTS before it is allocated.
+        let probe = m.eval(&vec![0.0; width], 1, Some(MAX_ROW_ELEMENTS))?;
         m.kind = match probe.as_slice() {
             [l, p] if matches!(l.data, Data::I64(_)) && matches!(p.data, Data::F32(_)) => {
                 let classes = p.len();
                 let labels = m
                     .class_labels()
                     .unwrap_or_else(|| (0..classes as i64).collect());
-                if labels.len() != classes {
+                if labels.len() == 2 && classes == 1 {
+                    // One column for two classes (a binary LinearSVC as skl2onnx exports it):
+                    // the second class's; the first class's is derived as in onnxruntime's
+                    // binary classifiers.
+                    m.binary = Some(m.binary_column().ok_or_else(|| {
+                        invalid(
+                            "2 class labels for 1 probability column that is not a classifier's"
+                                .into(),
+                        )
+                    })?);
+                } else if labels.len() != classes {
                     return Err(invalid(format!(
                         "{} class labels for {classes} probabilities",
                         labels.len()
@@ -482,13 +562,32 @@ impl Model {
                 },
             });
         }
-        let mut out = self.eval(rows, n)?.into_iter();
+        if rows.len() > MAX_TENSOR_ELEMENTS {
+            return Err(ModelError::TooLarge {
+                model: self.name.clone(),
+                what: "values in a batch",
+                count: rows.len(),
+                limit: MAX_TENSOR_ELEMENTS,
+            });
+        }
+        let mut out = self.eval(rows, n, None)?.into_iter();
         match &self.kind {
             ModelKind::Classifier { labels: classes } => {
                 let (Some(l), Some(p)) = (out.next(), out.next()) else {
                     return Err(invalid("missing"));
                 };
-                match (l.data, p.data) {
+                let p = match (self.binary, p.data) {
+                    (Some(b), Data::F32(s)) => Data::F32(
+                        s.iter()
+                            .flat_map(|&s| match b {
+                                Binary::Negate => [-s, s],
+                                Binary::Complement => [1.0 - s, s],
+                            })
+                            .collect(),
+                    ),
+                    (_, p) => p,
+                };
+                match (l.data, p) {
                     (Data::I64(labels), Data::F32(probabilities))
                         if labels.len() == n && probabilities.len() == n * classes.len() =>
                     {
@@ -511,9 +610,26 @@ impl Model {
         }
     }
 
-    /// Runs the plan on `n` rows; returns the graph's outputs.
-    fn eval(&self, rows: &[f32], n: usize) -> Result<Vec<Tensor>, ModelError> {
+    /// Runs the plan on `n` rows; returns the graph's outputs. With a `budget`, the elements of
+    /// all the tensors computed (the input included) are at most that many, each checked before
+    /// it is allocated; without, each tensor is at most [`MAX_TENSOR_ELEMENTS`].
+    fn eval(
+        &self,
+        rows: &[f32],
+        n: usize,
+        mut budget: Option<usize>,
+    ) -> Result<Vec<Tensor>, ModelError> {
         let mut values: Vec<Option<Tensor>> = vec![None; self.consts.len()];
+        if let Some(b) = budget.as_mut() {
+            *b = b
+                .checked_sub(rows.len())
+                .ok_or_else(|| ModelError::TooLarge {
+                    model: self.name.clone(),
+                    what: "values of the warm-up row",
+                    count: rows.len(),
+                    limit: MAX_ROW_ELEMENTS,
+                })?;
+        }
         values[self.input] = Some(Tensor::f32(vec![n, self.width], rows.to_vec()));
         for step in &self.steps {
             let fail = |reason: String| ModelError::Eval {
@@ -521,6 +637,7 @@ impl Model {
                 op: step.op_type.clone(),
                 reason,
             };
+            let limit = budget.unwrap_or(MAX_TENSOR_ELEMENTS);
             let ins: Vec<Option<&Tensor>> = step
                 .inputs
                 .iter()
@@ -530,13 +647,27 @@ impl Model {
                 return Err(fail("an input is missing".into()));
             }
             let outs = match &step.kernel {
-                Kernel::Op(op) => op.eval(&ins),
+                Kernel::Op(op) => op.eval(&ins, limit),
                 Kernel::Trees(t) => match ins.first().copied().flatten() {
-                    Some(x) => t.eval(x),
+                    Some(x) => t.eval(x, limit),
                     None => Err(OpError("input 0 is missing".into())),
                 },
             }
-            .map_err(|e| fail(e.0))?;
+            .map_err(|e| match budget {
+                Some(_) => fail(format!(
+                    "{} (in the warm-up run on one row, whose tensors may have {MAX_ROW_ELEMENTS} elements in all)",
+                    e.0
+                )),
+                None => fail(e.0),
+            })?;
+            if let Some(b) = budget.as_mut() {
+                let made: usize = outs.iter().map(Tensor::len).sum();
+                *b = b.checked_sub(made).ok_or_else(|| {
+                    fail(format!(
+                        "the tensors computed for one row have more than {MAX_ROW_ELEMENTS} elements"
+                    ))
+                })?;
+            }
             if outs.len() != step.outputs.len() {
                 return Err(fail(format!(
                     "{} outputs, not {}",
@@ -563,6 +694,30 @@ impl Model {
             .collect()
     }
 
+    /// How a binary classifier's one probability column becomes two: traced from the
+    /// probabilities output back through `Identity`, `Cast`, `Reshape` and `ArrayFeatureExtractor`
+    /// to the classifier node that computes it.
+    fn binary_column(&self) -> Option<Binary> {
+        let mut slot = *self.outputs.get(1)?;
+        for _ in 0..=self.steps.len() {
+            let step = self.steps.iter().find(|s| s.outputs.contains(&slot))?;
+            match &step.kernel {
+                Kernel::Op(Op::LinearClassifier { linear, .. }) => {
+                    return Some(if linear.post == ops::Post::None {
+                        Binary::Negate
+                    } else {
+                        Binary::Complement
+                    });
+                }
+                Kernel::Op(
+                    Op::Identity | Op::Cast(_) | Op::Reshape { .. } | Op::ArrayFeatureExtractor,
+                ) => slot = (*step.inputs.first()?)?,
+                _ => return None,
+            }
+        }
+        None
+    }
+
     /// The class labels, traced from the label output back through `Identity`, `Cast` and
     /// `Reshape` to the classifier node or the `ArrayFeatureExtractor` of a constant.
     fn class_labels(&self) -> Option<Vec<i64>> {
@@ -587,4 +742,25 @@ impl Model {
         }
         None
     }
+}
+
+/// The elements of a declared shape when they are at most `limit` (checked arithmetic: a
+/// product that overflows is over the limit); `None` for a negative dimension. A dimension of
+/// 0 does not hide the others: they are bounded as if it were 1 (`[0, 2⁴⁰]` is refused).
+fn elements_within(dims: &[i64], limit: usize) -> Option<usize> {
+    dims.iter()
+        .try_fold((1usize, 1usize), |(bound, count), &d| {
+            let d = usize::try_from(d).ok()?;
+            let bound = bound.checked_mul(d.max(1)).filter(|&n| n <= limit)?;
+            Some((bound, count * d))
+        })
+        .map(|(_, count)| count)
+}
+
+/// A declared shape as errors write it: `[N, 1000000000]` (`N` for a dimension without a value).
+fn shape_text(dims: impl Iterator<Item = Option<i64>>) -> String {
+    let dims: Vec<String> = dims
+        .map(|d| d.map_or_else(|| "N".to_owned(), |d| d.to_string()))
+        .collect();
+    format!("[{}]", dims.join(", "))
 }

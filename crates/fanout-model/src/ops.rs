@@ -165,12 +165,19 @@ impl Linear {
     }
 }
 
+/// The element type a `Cast` makes; booleans are integer tensors of 0 and 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum CastTo {
+    Float,
+    Int,
+    Bool,
+}
+
 /// An operator other than the tree ensembles, with its attributes parsed.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
     Identity,
-    /// `Cast`: `true` to an integer type, `false` to float.
-    Cast(bool),
+    Cast(CastTo),
     Reshape {
         allow_zero: bool,
     },
@@ -188,6 +195,19 @@ pub(crate) enum Op {
     Relu,
     Sigmoid,
     Tanh,
+    Exp,
+    Reciprocal,
+    /// `Not` of a boolean (0/1 integer) tensor.
+    Not,
+    Concat {
+        axis: i64,
+    },
+    /// `ReduceSum`; `axes` from the attribute before opset 13, else from the second input.
+    ReduceSum {
+        axes: Option<Vec<i64>>,
+        keepdims: bool,
+        noop_with_empty_axes: bool,
+    },
     /// `Softmax`; `legacy` for opset < 13 (coerced to 2-D at `axis`).
     Softmax {
         axis: i64,
@@ -217,8 +237,9 @@ impl Op {
         Ok(Some(match op {
             "Identity" => Op::Identity,
             "Cast" => Op::Cast(match a.int("to", 0) {
-                1 | 11 => false,
-                6 | 7 => true,
+                1 | 11 => CastTo::Float,
+                6 | 7 => CastTo::Int,
+                9 => CastTo::Bool,
                 t => {
                     return Err(OpError(format!(
                         "Cast to element type {t} is not supported"
@@ -245,6 +266,22 @@ impl Op {
             "Relu" => Op::Relu,
             "Sigmoid" => Op::Sigmoid,
             "Tanh" => Op::Tanh,
+            "Exp" => Op::Exp,
+            "Reciprocal" => Op::Reciprocal,
+            "Not" => Op::Not,
+            "Concat" => {
+                if !a.has("axis") {
+                    return Err(OpError("Concat without an axis".into()));
+                }
+                Op::Concat {
+                    axis: a.int("axis", 0),
+                }
+            }
+            "ReduceSum" => Op::ReduceSum {
+                axes: (opset < 13).then(|| a.ints("axes").to_vec()),
+                keepdims: a.int("keepdims", 1) != 0,
+                noop_with_empty_axes: a.int("noop_with_empty_axes", 0) != 0,
+            },
             "Softmax" => Op::Softmax {
                 axis: a.int("axis", if opset >= 13 { -1 } else { 1 }),
                 legacy: opset < 13,
@@ -289,6 +326,11 @@ impl Op {
                     targets,
                     Post::parse(&a.string("post_transform", "NONE")?)?,
                 )?;
+                if targets == 1 && labels.len() == 2 && linear.post == Post::Probit {
+                    return Err(OpError(
+                        "a binary classifier of one score row with post_transform PROBIT is not supported".into(),
+                    ));
+                }
                 if targets > 1 && labels.len() != targets {
                     return Err(OpError(format!(
                         "{} class labels for {targets} score rows",
@@ -318,21 +360,33 @@ impl Op {
         }
     }
 
-    /// Evaluates the operator on its inputs (`None` for an omitted optional input).
-    pub fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    /// Evaluates the operator on its inputs (`None` for an omitted optional input); a tensor it
+    /// would compute of more than `limit` elements is an error, found before it is allocated.
+    pub fn eval(&self, inputs: &[Option<&Tensor>], limit: usize) -> Result<Vec<Tensor>, OpError> {
         let x = input(inputs, 0)?;
         Ok(vec![match self {
             Op::Identity => x.clone(),
-            Op::Cast(to_int) => match (&x.data, to_int) {
-                (Data::F32(v), true) => {
+            Op::Cast(to) => match (&x.data, to) {
+                (Data::F32(v), CastTo::Int) => {
                     Tensor::i64(x.shape.clone(), v.iter().map(|&f| f as i64).collect())
                 }
-                (Data::I64(v), false) => {
+                // NaN is true, as in C++.
+                (Data::F32(v), CastTo::Bool) => Tensor::i64(
+                    x.shape.clone(),
+                    v.iter().map(|&f| i64::from(f != 0.0)).collect(),
+                ),
+                (Data::I64(v), CastTo::Bool) => Tensor::i64(
+                    x.shape.clone(),
+                    v.iter().map(|&i| i64::from(i != 0)).collect(),
+                ),
+                (Data::I64(v), CastTo::Float) => {
                     Tensor::f32(x.shape.clone(), v.iter().map(|&i| i as f32).collect())
                 }
                 _ => x.clone(),
             },
-            Op::Reshape { allow_zero } => reshape(x, input(inputs, 1)?.ints()?, *allow_zero)?,
+            Op::Reshape { allow_zero } => {
+                reshape(x, input(inputs, 1)?.ints()?, *allow_zero, limit)?
+            }
             Op::Flatten { axis } => {
                 let axis = norm_axis(*axis, x.shape.len() + 1)?;
                 let outer = x.shape[..axis].iter().product();
@@ -365,7 +419,7 @@ impl Op {
                 }
                 Tensor::f32(
                     vec![m, n],
-                    matmul(x.floats()?, b.floats()?, m, k, n, false, false)?,
+                    matmul(x.floats()?, b.floats()?, (m, k, n), (false, false), limit)?,
                 )
             }
             Op::Gemm {
@@ -379,13 +433,37 @@ impl Op {
                 inputs.get(2).copied().flatten(),
                 *alpha,
                 *beta,
-                *trans_a,
-                *trans_b,
+                (*trans_a, *trans_b),
+                limit,
             )?,
-            Op::Binary(op) => broadcast(*op, x, input(inputs, 1)?)?,
-            Op::Relu => map(x, |v| v.max(0.0))?,
+            Op::Binary(op) => broadcast(*op, x, input(inputs, 1)?, limit)?,
+            // NaN stays NaN, as in onnxruntime (`f32::max` would make it 0).
+            Op::Relu => map(x, |v| if v < 0.0 { 0.0 } else { v })?,
             Op::Sigmoid => map(x, |v| 1.0 / (1.0 + (-v).exp()))?,
             Op::Tanh => map(x, f32::tanh)?,
+            Op::Exp => map(x, f32::exp)?,
+            Op::Reciprocal => map(x, |v| 1.0 / v)?,
+            Op::Not => Tensor::i64(
+                x.shape.clone(),
+                x.ints()?.iter().map(|&i| i64::from(i == 0)).collect(),
+            ),
+            Op::Concat { axis } => concat(inputs, *axis, limit)?,
+            Op::ReduceSum {
+                axes,
+                keepdims,
+                noop_with_empty_axes,
+            } => {
+                let axes = match (axes, inputs.get(1).copied().flatten()) {
+                    (Some(a), _) => a.as_slice(),
+                    (None, Some(t)) => t.ints()?,
+                    (None, None) => &[],
+                };
+                if axes.is_empty() && *noop_with_empty_axes {
+                    x.clone()
+                } else {
+                    reduce_sum(x, axes, *keepdims, limit)?
+                }
+            }
             Op::Softmax { axis, legacy } => {
                 let rank = x.shape.len();
                 let axis = norm_axis(*axis, rank)?;
@@ -426,7 +504,9 @@ impl Op {
                 keepdims,
                 last,
             } => argmax(x, *axis, *keepdims, *last)?,
-            Op::ArrayFeatureExtractor => array_feature_extractor(x, input(inputs, 1)?.ints()?)?,
+            Op::ArrayFeatureExtractor => {
+                array_feature_extractor(x, input(inputs, 1)?.ints()?, limit)?
+            }
             Op::Scaler { offset, scale } => {
                 let (_, cols) = x.as_matrix()?;
                 let pick = |v: &[f32], j: usize, d: f32| -> Result<f32, OpError> {
@@ -455,7 +535,10 @@ impl Op {
                         Norm::L1 => row.iter().map(|v| v.abs()).sum(),
                         Norm::L2 => row.iter().map(|v| v * v).sum::<f32>().sqrt(),
                     };
-                    row.iter_mut().for_each(|v| *v /= n);
+                    // A norm of 0 leaves the row as it is, as in onnxruntime (NaN stays NaN).
+                    if n != 0.0 {
+                        row.iter_mut().for_each(|v| *v /= n);
+                    }
                 }
                 Tensor::f32(x.shape.clone(), out)
             }
@@ -497,17 +580,21 @@ fn map(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor, OpError> {
     ))
 }
 
-/// The number of elements of `shape`, at most [`MAX_TENSOR_ELEMENTS`]: the bound on every
-/// tensor an operator computes.
-fn elements(shape: &[usize]) -> Result<usize, OpError> {
+/// The number of elements of `shape`, at most `limit` (at most [`MAX_TENSOR_ELEMENTS`]): the
+/// bound on every tensor an operator computes, checked before it is allocated. An empty
+/// tensor's other dimensions count too (`[0, 2⁴⁰]` is refused): a later operator may reduce
+/// the 0 away.
+pub(crate) fn elements(shape: &[usize], limit: usize) -> Result<usize, OpError> {
+    let limit = limit.min(MAX_TENSOR_ELEMENTS);
     shape
         .iter()
         .try_fold(1usize, |acc, &d| {
-            acc.checked_mul(d).filter(|&n| n <= MAX_TENSOR_ELEMENTS)
+            acc.checked_mul(d.max(1)).filter(|&n| n <= limit)
         })
+        .map(|_| shape.iter().product())
         .ok_or_else(|| {
             OpError(format!(
-                "a tensor of shape {shape:?} is larger than {MAX_TENSOR_ELEMENTS} elements"
+                "a tensor of shape {shape:?} is larger than {limit} elements"
             ))
         })
 }
@@ -525,13 +612,11 @@ fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
 fn matmul(
     a: &[f32],
     b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    ta: bool,
-    tb: bool,
+    (m, k, n): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    limit: usize,
 ) -> Result<Vec<f32>, OpError> {
-    let mut c = vec![0.0f32; elements(&[m, n])?];
+    let mut c = vec![0.0f32; elements(&[m, n], limit)?];
     for i in 0..m {
         let row = &mut c[i * n..(i + 1) * n];
         for p in 0..k {
@@ -556,8 +641,8 @@ fn gemm(
     c: Option<&Tensor>,
     alpha: f32,
     beta: f32,
-    ta: bool,
-    tb: bool,
+    (ta, tb): (bool, bool),
+    limit: usize,
 ) -> Result<Tensor, OpError> {
     let (ar, ac) = match a.shape.as_slice() {
         [r, c] => (*r, *c),
@@ -572,7 +657,7 @@ fn gemm(
     if k != k2 {
         return Err(OpError(format!("Gemm of {m}×{k} by {k2}×{n}")));
     }
-    let mut y = matmul(a.floats()?, b.floats()?, m, k, n, ta, tb)?;
+    let mut y = matmul(a.floats()?, b.floats()?, (m, k, n), (ta, tb), limit)?;
     y.iter_mut().for_each(|v| *v *= alpha);
     let mut out = Tensor::f32(vec![m, n], y);
     if let Some(c) = c {
@@ -580,7 +665,7 @@ fn gemm(
             c.shape.clone(),
             c.floats()?.iter().map(|v| v * beta).collect(),
         );
-        out = broadcast(Binary::Add, &out, &scaled)?;
+        out = broadcast(Binary::Add, &out, &scaled, limit)?;
         if out.shape != [m, n] {
             return Err(OpError(format!(
                 "Gemm bias of shape {:?} for {m}×{n}",
@@ -592,7 +677,7 @@ fn gemm(
 }
 
 /// Element-wise `a op b` with numpy broadcasting.
-fn broadcast(op: Binary, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+fn broadcast(op: Binary, a: &Tensor, b: &Tensor, limit: usize) -> Result<Tensor, OpError> {
     let (av, bv) = (a.floats()?, b.floats()?);
     let f = |x: f32, y: f32| match op {
         Binary::Add => x + y,
@@ -638,7 +723,7 @@ fn broadcast(op: Binary, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
         st
     };
     let (ta, tb) = (strides(&sa), strides(&sb));
-    let total = elements(&shape)?;
+    let total = elements(&shape, limit)?;
     let mut out = Vec::with_capacity(total);
     let mut idx = vec![0usize; rank];
     for _ in 0..total {
@@ -659,7 +744,7 @@ fn broadcast(op: Binary, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
     Ok(Tensor::f32(shape, out))
 }
 
-fn reshape(x: &Tensor, spec: &[i64], allow_zero: bool) -> Result<Tensor, OpError> {
+fn reshape(x: &Tensor, spec: &[i64], allow_zero: bool, limit: usize) -> Result<Tensor, OpError> {
     let mut shape = Vec::with_capacity(spec.len());
     let mut infer = None;
     for (i, &d) in spec.iter().enumerate() {
@@ -675,7 +760,7 @@ fn reshape(x: &Tensor, spec: &[i64], allow_zero: bool) -> Result<Tensor, OpError
             d => index(d, "Reshape dimension")?,
         });
     }
-    let known = elements(&shape)?;
+    let known = elements(&shape, limit)?;
     if let Some(i) = infer {
         if known == 0 || !x.len().is_multiple_of(known) {
             return Err(OpError(format!("cannot reshape {:?} to {spec:?}", x.shape)));
@@ -723,7 +808,7 @@ fn argmax(x: &Tensor, axis: i64, keepdims: bool, last: bool) -> Result<Tensor, O
 
 /// onnxruntime's `ArrayFeatureExtractor`: picks `indices` along the last axis of `x`; a 1-D `x`
 /// gives `[1, len(indices)]`.
-fn array_feature_extractor(x: &Tensor, indices: &[i64]) -> Result<Tensor, OpError> {
+fn array_feature_extractor(x: &Tensor, indices: &[i64], limit: usize) -> Result<Tensor, OpError> {
     let stride = *x
         .shape
         .last()
@@ -735,7 +820,9 @@ fn array_feature_extractor(x: &Tensor, indices: &[i64]) -> Result<Tensor, OpErro
                 if i < stride {
                     Ok(i)
                 } else {
-                    Err(OpError(format!("index {i} ≥ {stride}")))
+                    Err(OpError(format!(
+                        "index {i} is past the last column ({stride} columns)"
+                    )))
                 }
             })
         })
@@ -748,6 +835,8 @@ fn array_feature_extractor(x: &Tensor, indices: &[i64]) -> Result<Tensor, OpErro
     if let Some(l) = shape.last_mut() {
         *l = idx.len();
     }
+    // The rows of `x` times the indices: checked before the output grows.
+    elements(&shape, limit)?;
     let pick = |rows: &mut dyn FnMut(usize)| {
         for r in 0..x.len() / stride.max(1) {
             for &i in &idx {
@@ -770,7 +859,9 @@ fn array_feature_extractor(x: &Tensor, indices: &[i64]) -> Result<Tensor, OpErro
 }
 
 /// onnxruntime's `LinearClassifier`: the label is the best raw score; one score row with two
-/// labels is a binary model whose second class is added as `[1 - s, s]`.
+/// labels is a binary model whose first class is added: `[1 - s, s]`, or `[1 - σ(s), σ(s)]`
+/// with LOGISTIC (SOFTMAX and SOFTMAX_ZERO leave the score raw there, as onnxruntime does;
+/// PROBIT is refused at load: onnxruntime writes one value per row into two columns).
 fn linear_classifier(linear: &Linear, labels: &[i64], x: &Tensor) -> Result<Vec<Tensor>, OpError> {
     let (rows, mut scores) = linear.scores(x)?;
     let t = linear.targets;
@@ -786,7 +877,10 @@ fn linear_classifier(linear: &Linear, labels: &[i64], x: &Tensor) -> Result<Vec<
             let two: Vec<f32> = scores
                 .iter()
                 .flat_map(|&s| match linear.post {
-                    Post::Probit => [probit(s), 0.0],
+                    Post::Logistic => {
+                        let p = logistic(s);
+                        [1.0 - p, p]
+                    }
                     _ => [1.0 - s, s],
                 })
                 .collect();
@@ -814,4 +908,111 @@ fn linear_classifier(linear: &Linear, labels: &[i64], x: &Tensor) -> Result<Vec<
         Tensor::i64(vec![rows], out_labels),
         Tensor::f32(vec![rows, t], scores),
     ])
+}
+
+/// `Concat` along `axis` of tensors of one element type whose other dimensions are equal.
+fn concat(inputs: &[Option<&Tensor>], axis: i64, limit: usize) -> Result<Tensor, OpError> {
+    let parts = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| t.ok_or_else(|| OpError(format!("input {i} is missing"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = parts
+        .first()
+        .ok_or_else(|| OpError("Concat of no tensors".into()))?;
+    let rank = first.shape.len();
+    let axis = norm_axis(axis, rank)?;
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for p in &parts {
+        let same = p.shape.len() == rank
+            && (0..rank).all(|d| d == axis || p.shape[d] == first.shape[d])
+            && std::mem::discriminant(&p.data) == std::mem::discriminant(&first.data);
+        if !same {
+            return Err(OpError(format!(
+                "Concat of shapes {:?} and {:?} along axis {axis}",
+                first.shape, p.shape
+            )));
+        }
+        shape[axis] = shape[axis]
+            .checked_add(p.shape[axis])
+            .ok_or_else(|| OpError("Concat too large".into()))?;
+    }
+    let total = elements(&shape, limit)?;
+    let outer: usize = first.shape[..axis].iter().product();
+    // Each part contributes a chunk of `shape[axis..]` elements per outer index.
+    let chunk = |p: &Tensor| p.shape[axis..].iter().product::<usize>();
+    fn join<T: Copy>(parts: &[&[T]], chunks: &[usize], outer: usize, total: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(total);
+        for o in 0..outer {
+            for (p, &c) in parts.iter().zip(chunks) {
+                out.extend_from_slice(&p[o * c..(o + 1) * c]);
+            }
+        }
+        out
+    }
+    let chunks: Vec<usize> = parts.iter().map(|p| chunk(p)).collect();
+    Ok(match &first.data {
+        Data::F32(_) => {
+            let v = parts
+                .iter()
+                .map(|p| p.floats())
+                .collect::<Result<Vec<_>, _>>()?;
+            Tensor::f32(shape, join(&v, &chunks, outer, total))
+        }
+        Data::I64(_) => {
+            let v = parts
+                .iter()
+                .map(|p| p.ints())
+                .collect::<Result<Vec<_>, _>>()?;
+            Tensor::i64(shape, join(&v, &chunks, outer, total))
+        }
+    })
+}
+
+/// `ReduceSum` of a float tensor over `axes` (all of them when empty).
+fn reduce_sum(x: &Tensor, axes: &[i64], keepdims: bool, limit: usize) -> Result<Tensor, OpError> {
+    let rank = x.shape.len();
+    let mut reduced = vec![axes.is_empty(); rank];
+    for &a in axes {
+        reduced[norm_axis(a, rank)?] = true;
+    }
+    let kept: Vec<usize> = x
+        .shape
+        .iter()
+        .zip(&reduced)
+        .map(|(&d, &r)| if r { 1 } else { d })
+        .collect();
+    // Row-major strides of the output (with the reduced dimensions kept as 1).
+    let mut strides = vec![0usize; rank];
+    let mut acc = 1usize;
+    for d in (0..rank).rev() {
+        strides[d] = if reduced[d] { 0 } else { acc };
+        acc = acc.saturating_mul(kept[d]);
+    }
+    let xs = x.floats()?;
+    let mut out = vec![0.0f32; elements(&kept, limit)?];
+    let mut idx = vec![0usize; rank];
+    for &v in xs {
+        let o: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
+        out[o] += v;
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            if idx[d] < x.shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let shape = if keepdims {
+        kept
+    } else {
+        x.shape
+            .iter()
+            .zip(&reduced)
+            .filter(|(_, r)| !**r)
+            .map(|(&d, _)| d)
+            .collect()
+    };
+    Ok(Tensor::f32(shape, out))
 }

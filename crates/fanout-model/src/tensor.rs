@@ -77,19 +77,29 @@ impl Tensor {
                 "tensors stored in external files are not supported".into(),
             ));
         }
+        let raw = t.raw_data.as_deref();
         let mut shape = Vec::with_capacity(t.dims.len());
-        let mut count: usize = 1;
         for &d in &t.dims {
             let d = usize::try_from(d).map_err(|_| OpError(format!("negative dimension {d}")))?;
-            count = count
-                .checked_mul(d)
-                .filter(|&c| c <= MAX_TENSOR_ELEMENTS)
-                .ok_or_else(|| {
-                    OpError(format!("tensor larger than {MAX_TENSOR_ELEMENTS} elements"))
-                })?;
             shape.push(d);
         }
-        let raw = t.raw_data.as_deref();
+        let count = crate::ops::elements(&shape, MAX_TENSOR_ELEMENTS)
+            .map_err(|_| OpError(format!("tensor larger than {MAX_TENSOR_ELEMENTS} elements")))?;
+        // The values present must be the shape's before any is copied.
+        let present = match (t.data_type.unwrap_or(0), raw.is_some()) {
+            (_, true) => None,
+            (data_type::FLOAT, false) => Some(t.float_data.len()),
+            (data_type::DOUBLE, false) => Some(t.double_data.len()),
+            (data_type::INT64, false) => Some(t.int64_data.len()),
+            (data_type::INT32, false) => Some(t.int32_data.len()),
+            _ => None,
+        };
+        if let Some(p) = present.filter(|&p| p != count) {
+            return Err(OpError(format!(
+                "tensor {:?} has {p} elements, its shape {shape:?} needs {count}",
+                t.name.as_deref().unwrap_or("")
+            )));
+        }
         let data = match t.data_type.unwrap_or(0) {
             data_type::FLOAT => Data::F32(match raw {
                 Some(b) => le_chunks::<4>(b, count)?.map(f32::from_le_bytes).collect(),

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::attrs::{Attrs, index};
-use crate::ops::{Post, logistic, probit};
+use crate::ops::{Post, elements, logistic, probit};
 use crate::tensor::Tensor;
 use crate::{MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_TREES, OpError};
 
@@ -196,8 +196,9 @@ impl TreeEnsemble {
                 width = width.max(feature + 1);
             }
             nodes.push(Node {
-                feature: u32::try_from(feature)
-                    .map_err(|_| OpError(format!("feature id {feature} too large")))?,
+                feature: u32::try_from(feature).map_err(|_| {
+                    OpError(format!("a branch reads input[{feature}], past any row"))
+                })?,
                 value: values[i],
                 mode,
                 missing_true: missing.get(i).is_some_and(|&m| m == 1),
@@ -330,17 +331,19 @@ impl TreeEnsemble {
         node
     }
 
-    /// Evaluates rows `x` (`rows × cols`): labels (classifiers) and `rows × targets` scores.
-    pub fn eval(&self, x: &Tensor) -> Result<Vec<Tensor>, OpError> {
+    /// Evaluates rows `x` (`rows × cols`): labels (classifiers) and `rows × targets` scores,
+    /// at most `limit` of them (checked before they are allocated).
+    pub fn eval(&self, x: &Tensor, limit: usize) -> Result<Vec<Tensor>, OpError> {
         let (rows, cols) = x.as_matrix()?;
         if cols < self.width {
             return Err(OpError(format!(
-                "input has {cols} columns, the trees read column {}",
+                "rows have {cols} values, the trees read input[{}]",
                 self.width - 1
             )));
         }
         let xs = x.floats()?;
         let k = self.targets;
+        elements(&[rows, k], limit)?;
         let mut labels = Vec::with_capacity(if self.classes.is_some() { rows } else { 0 });
         let mut out = vec![0.0f32; rows * k];
         let mut scores = vec![0.0f32; k];

@@ -48,8 +48,9 @@ def main():
         RandomForestClassifier,
         RandomForestRegressor,
     )
-    from sklearn.linear_model import LinearRegression, LogisticRegression
-    from sklearn.neural_network import MLPClassifier
+    from sklearn.linear_model import LinearRegression, LogisticRegression, SGDClassifier
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.svm import LinearSVC
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -97,6 +98,9 @@ def main():
         (HERE / f"{name}.onnx").write_bytes(data)
         sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
         outs = sess.run(None, {sess.get_inputs()[0].name: rows})
+        def nulls(a):
+            return [[None if np.isnan(v) else float(v) for v in r] for r in a.astype(np.float64)]
+
         ref = {
             "model": name,
             "versions": versions,
@@ -106,9 +110,9 @@ def main():
         if classes is not None:
             ref["classes"] = [int(c) for c in classes]
             ref["labels"] = [int(v) for v in outs[0].reshape(-1)]
-            ref["probabilities"] = outs[1].astype(np.float64).tolist()
+            ref["probabilities"] = nulls(outs[1])
         else:
-            ref["values"] = outs[0].astype(np.float64).tolist()
+            ref["values"] = nulls(outs[0])
         (HERE / f"{name}.ref.json").write_text(json.dumps(ref, indent=None, allow_nan=False) + "\n")
         print(f"{name}: {len(data)} bytes, ops {ref['ops']}")
 
@@ -132,6 +136,55 @@ def main():
 
     # Hand-made dense graph for the default-domain ops the MLP export does not use.
     write("dense_ops", hand_made_dense(np.random.default_rng(SEED)), rng.normal(0, 2, (32, 4)).astype(np.float32), None)
+
+    # The binary and SGD classifiers skl2onnx exports with other graphs (one score column,
+    # Concat, Exp/Reciprocal/ReduceSum/Not), and MLPs given missing values (NaN through Relu).
+    # Their reference rows add NaN: a few single missing values and a row of them.
+    rng2 = np.random.default_rng(SEED + 2)
+    more = {
+        # Not in a pipeline: skl2onnx 1.20 asks a pipeline's LinearSVC for a zipmap option it has not.
+        "svc_bin": (LinearSVC(), X2, y2, True),
+        "sgd_bin": (SGDClassifier(random_state=SEED), X2, y2, True),
+        "mlp_bin": (
+            make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(8,), max_iter=2000, random_state=SEED)),
+            X2,
+            y2,
+            True,
+        ),
+        "sgd_log3": (
+            make_pipeline(StandardScaler(), SGDClassifier(loss="log_loss", random_state=SEED)),
+            X3,
+            y3,
+            True,
+        ),
+        "mlp_reg": (
+            make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(8,), max_iter=2000, random_state=SEED)),
+            Xr,
+            yr,
+            False,
+        ),
+    }
+    for name, (est, X, y, is_clf) in more.items():
+        est.fit(X, y)
+        last = est.steps[-1][1] if hasattr(est, "steps") else est
+        # LinearSVC exports scores and has no zipmap option.
+        options = {id(last): {"zipmap": False}} if is_clf and not isinstance(last, LinearSVC) else None
+        onx = to_onnx(est, X[:1], options=options, target_opset={"": 17, "ai.onnx.ml": 3})
+        rows = np.concatenate(
+            [X[rng2.choice(len(X), ROWS // 2, replace=False)], rng2.normal(0, 3, (ROWS // 2, FEATURES))]
+        ).astype(np.float32)
+        rows[1, 3] = rows[5, 0] = rows[9, 19] = rows[20, 7] = np.nan
+        rows[30, :] = np.nan
+        write(name, onx, rows, est.classes_ if is_clf else None)
+
+    # Hand-made: NaN through Relu, ArgMax and Normalizer(MAX), rows with some values missing.
+    grid = np.array([np.nan, -1, 0, 0.5, 2], dtype=np.float32)
+    write("nan_ops", hand_made_nan(), grid[rng2.integers(0, len(grid), (40, 4))], [0, 1, 2, 3])
+    # Hand-made: the three Normalizer norms side by side (Concat), on rows of zeros, negatives and NaN.
+    write("norm_ops", hand_made_norms(), grid[rng2.integers(0, len(grid), (40, 4))], None)
+    # Hand-made: LinearClassifier of one coefficient row and two labels (the binary case
+    # onnxruntime expands to two columns), with the post-transforms NONE, LOGISTIC and SOFTMAX.
+    write("linear_bin", hand_made_linear_bin(), grid[rng2.integers(0, len(grid), (40, 4))], None)
     print(json.dumps(versions))
 
 
@@ -159,6 +212,70 @@ def hand_made_dense(rng):
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 3])
     graph = helper.make_graph(nodes, "dense_ops", [x], [y], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def hand_made_nan():
+    """X[N,4] → Relu → r; label = ArgMax(r), probabilities = Normalizer(MAX)(r): a classifier of 4 classes."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["X"], ["r"]),
+        helper.make_node("ArgMax", ["r"], ["label"], axis=1, keepdims=0),
+        helper.make_node("Normalizer", ["r"], ["probabilities"], domain="ai.onnx.ml", norm="MAX"),
+    ]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
+    label = helper.make_tensor_value_info("label", TensorProto.INT64, [None])
+    proba = helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 4])
+    graph = helper.make_graph(nodes, "nan_ops", [x], [label, proba])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)], ir_version=8
+    )
+
+
+def hand_made_norms():
+    """X[N,4] → Normalizer MAX, L1, L2 → Concat(axis=1) → Y[N,12]."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Normalizer", ["X"], [f"n_{norm}"], domain="ai.onnx.ml", norm=norm)
+        for norm in ("MAX", "L1", "L2")
+    ]
+    nodes.append(helper.make_node("Concat", ["n_MAX", "n_L1", "n_L2"], ["Y"], axis=1))
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 12])
+    graph = helper.make_graph(nodes, "norm_ops", [x], [y])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)], ir_version=8
+    )
+
+
+def hand_made_linear_bin():
+    """X[N,4] → three binary LinearClassifiers (one coefficient row, labels 3 and 7) → Y[N,7]:
+    the first one's label (as a float), then the three's two probability columns."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    nodes = []
+    for post in ("NONE", "LOGISTIC", "SOFTMAX"):
+        nodes.append(
+            helper.make_node(
+                "LinearClassifier", ["X"], [f"l_{post}", f"p_{post}"], domain="ai.onnx.ml",
+                coefficients=[0.5, -1.0, 0.25, 2.0], intercepts=[0.1], classlabels_ints=[3, 7],
+                post_transform=post,
+            )
+        )
+    nodes += [
+        helper.make_node("Cast", ["l_NONE"], ["lf"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["lf", "col"], ["lr"]),
+        helper.make_node("Concat", ["lr", "p_NONE", "p_LOGISTIC", "p_SOFTMAX"], ["Y"], axis=1),
+    ]
+    col = numpy_helper.from_array(np.array([-1, 1], dtype=np.int64), "col")
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 7])
+    graph = helper.make_graph(nodes, "linear_bin", [x], [y], [col])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)], ir_version=8
+    )
 
 
 def hand_made_trees():
