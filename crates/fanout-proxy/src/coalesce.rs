@@ -20,8 +20,8 @@
 //! client's `x-request-timeout: 100` on a route whose runs take 600 ms) is not joined by a
 //! request with more time: that request runs the flow itself and its run takes the key's place,
 //! so later requests join the longer run; a shorter run never replaces a live longer one. When a
-//! joined run's answer was cut short by its leader's deadline (it answered at that deadline, or
-//! its leader was refused admission), a joiner that has more time left than that run's whole
+//! joined run's answer was cut short by its leader's deadline (it answered at that deadline or
+//! failed with `deadline_exceeded`, or its leader was refused admission), a joiner that has more time left than that run's whole
 //! budget runs the flow again (leading, or joining the next run) rather than take it. So no
 //! request waits past its own deadline, and no client's short deadline becomes another's failure.
 //!
@@ -57,8 +57,8 @@ pub(crate) type Answer = Result<Outcome, ApiError>;
 /// A finished run's answer, and whether its leader's deadline shaped it.
 pub(crate) struct Finished {
     pub answer: Answer,
-    /// The run answered at its deadline, or its leader was refused admission: a joiner with
-    /// more time might get another answer.
+    /// The run answered at its deadline or failed with `deadline_exceeded`, or its leader was
+    /// refused admission: a joiner with more time might get another answer.
     pub cut: bool,
 }
 
@@ -279,7 +279,10 @@ impl Leader<'_> {
     pub(crate) fn finish(mut self, answer: &Answer, refused: bool) {
         self.runs.remove(&self.key, self.id);
         self.removed = true;
-        let cut = refused || Instant::now() >= self.ends;
+        // A deadline failure is the leader's even when a layer below answered it early (a
+        // shared call that ended at another caller's shorter limit).
+        let deadline_failure = matches!(answer, Err(e) if e.code == "deadline_exceeded");
+        let cut = refused || deadline_failure || Instant::now() >= self.ends;
         if !cut {
             // A run cut short by its deadline says nothing of how long runs take.
             self.runs.typical.record(self.started.elapsed());

@@ -317,7 +317,12 @@ async fn a_joiner_with_a_shorter_deadline_shares_the_run_and_answers_by_its_own_
 async fn a_joiner_with_more_time_than_a_run_cut_short_by_its_leaders_deadline_runs_again() {
     let gate = Gate::start().await;
     let yaml = format!(
-        "{GATEWAY}  - path: /dedup\n    coalesce: false\n    flow:\n      d: {{ http: {{ backend: gate, path: '\"/dedup\"' }} }}\n    respond: {{ body: '{{call: $d.call}}' }}\n"
+        "{GATEWAY}  - path: /dedup\n    coalesce: false\n    flow:\n      d: {{ http: {{ backend: gate_dedup, path: '\"/dedup\"' }} }}\n    respond: {{ body: '{{call: $d.call}}' }}\n"
+    )
+    // A backend of its own for `/dedup`: its shared calls know nothing of `/slow`'s.
+    .replace(
+        "defaults:",
+        "  gate_dedup: { url: \"http://${GATE_ADDR}\", timeout: 10s }\ndefaults:",
     );
     let gw = gateway_at(&yaml, &gate).await;
     let c = client(false);
@@ -365,7 +370,7 @@ async fn a_joiner_with_more_time_than_a_run_cut_short_by_its_leaders_deadline_ru
         (Some(2), Some(1), Some(1), Some(0)),
         "{s}"
     );
-    let dedup = &gw.gateway.status_json()["backends"]["gate"]["dedup"];
+    let dedup = &gw.gateway.status_json()["backends"]["gate_dedup"]["dedup"];
     assert_eq!(
         (dedup["joined"].as_u64(), dedup["reruns"].as_u64()),
         (Some(1), Some(1)),
