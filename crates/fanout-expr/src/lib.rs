@@ -674,10 +674,7 @@ mod tests {
         // the number a longer text starts with.
         for (text, want) in [(" 12 ", Some("12")), ("-1.50", Some("-1.50"))]
             .into_iter()
-            .chain(
-                ["1abc", "1 OR 1=1", "0x10", "1 2", "12a", "1,2", "[1]", ""]
-                    .map(|t| (t, None)),
-            )
+            .chain(["1abc", "1 OR 1=1", "0x10", "1 2", "12a", "1,2", "[1]", ""].map(|t| (t, None)))
         {
             for e in [&native, &jaq] {
                 let got = e

@@ -444,7 +444,7 @@ pub(crate) async fn fetch_answer(
         // No time left (a client's `x-request-timeout: 0`, or a deadline spent by earlier
         // steps): fail without calling, rather than race a zero-length timer against the
         // backend (the timer's granularity would let a fast backend win now and then).
-        return Err(timed_out(step_name, h, timeout, step_timeout));
+        return Err(timed_out(step_name, h, timeout, step_timeout, timeout));
     }
     req.timeout = timeout;
     req.deadline_header = Some(deadline_header.clone());
@@ -452,12 +452,11 @@ pub(crate) async fn fetch_answer(
     // At `now + timeout`: the clock read above, not a second one.
     let resp: CallResponse = match tokio::time::timeout_at(now + timeout, fut).await {
         Ok(Ok(r)) => r,
-        // A timeout inside the layers (a shared call's own limit, a retry's last attempt) is
-        // classified like our own timer: the request's deadline or the backend's timeout.
         Ok(Err(e)) if e.kind != CallErrorKind::Timeout => {
             return Err(FlowError::from_call(e, step_name, h.backend_name()));
         }
-        Ok(Err(_)) | Err(_) => return Err(timed_out(step_name, h, timeout, step_timeout)),
+        Ok(Err(e)) => return Err(inner_timeout(step_name, h, e, now, timeout, step_timeout)),
+        Err(_) => return Err(timed_out(step_name, h, timeout, step_timeout, timeout)),
     };
     if !resp.status.is_success() {
         return Err(error_status(step_name, h, &resp));
@@ -465,20 +464,57 @@ pub(crate) async fn fetch_answer(
     Ok(resp)
 }
 
-/// No answer in `timeout`: the request's deadline (when it cut the step's own timeout short) or
-/// the backend's timeout.
+/// A timeout from inside the call (a layer's or the backend's own) before our timer fired: the
+/// backend's own stop ([`ServerTimeout`]: a database's `statement_timeout`) says so; a layer's
+/// (a shared call's own limit, a retry's last attempt) that came when our time was spent is
+/// classified like our timer, one that came earlier is the backend's timeout — with the time
+/// actually waited, never the time we would have waited.
+fn inner_timeout(
+    step_name: &Arc<str>,
+    h: &impl CallTarget,
+    e: crate::backend::CallError,
+    started: Instant,
+    timeout: std::time::Duration,
+    step_timeout: std::time::Duration,
+) -> FlowError {
+    let waited = started.elapsed();
+    let server = e
+        .source
+        .as_deref()
+        .and_then(|s| s.downcast_ref::<crate::backend::ServerTimeout>())
+        .map(|s| s.0.clone());
+    if let Some(message) = server {
+        let mut out = FlowError::from_call(e, step_name, h.backend_name());
+        out.message = message;
+        return out;
+    }
+    // Our timer's resolution is a millisecond: a layer's timer at the same instant is ours.
+    if waited + std::time::Duration::from_millis(1) >= timeout {
+        return timed_out(step_name, h, timeout, step_timeout, waited);
+    }
+    let mut out = FlowError::from_call(e, step_name, h.backend_name());
+    out.message = format!(
+        "the backend call timed out after {:.1} ms",
+        waited.as_secs_f64() * 1000.0
+    );
+    out
+}
+
+/// No answer in `timeout` (after `waited`): the request's deadline (when it cut the step's own
+/// timeout short) or the backend's timeout.
 fn timed_out(
     step_name: &Arc<str>,
     h: &impl CallTarget,
     timeout: std::time::Duration,
     step_timeout: std::time::Duration,
+    waited: std::time::Duration,
 ) -> FlowError {
     let kind = if timeout < step_timeout {
         ErrorKind::DeadlineExceeded
     } else {
         ErrorKind::BackendTimeout
     };
-    let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
+    let waited = format!("{:.1} ms", waited.as_secs_f64() * 1000.0);
     let message = if kind == ErrorKind::DeadlineExceeded {
         format!("the request deadline passed after waiting {waited} for the backend")
     } else {

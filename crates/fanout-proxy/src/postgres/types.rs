@@ -478,6 +478,15 @@ pub fn to_val(
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => Some(fanout_expr::json::str_val(
             t::text_from_sql(raw).map_err(e)?,
         )),
+        // The exact decimal text, whatever its length (the JSON parser would read a text of
+        // more than 1000 characters as a float: `1e1000` as infinity, `-1e-1000` as 0).
+        // NaN, ±Infinity and malformed values: below, as their JSON is.
+        Type::NUMERIC => {
+            let mut s = String::with_capacity(24);
+            numeric_text(raw, &mut s)
+                .ok()
+                .map(|()| Val::Num(fanout_expr::json::decimal_num(s)))
+        }
         _ => None,
     };
     if let Some(v) = direct {
@@ -538,7 +547,19 @@ pub fn write_value(ty: &Type, raw: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(
             out.extend_from_slice(buf.format(t::int8_from_sql(raw).map_err(e)?).as_bytes())
         }
         Type::OID => out.extend_from_slice(buf.format(t::oid_from_sql(raw).map_err(e)?).as_bytes()),
-        Type::FLOAT4 => write_float(f64::from(t::float4_from_sql(raw).map_err(e)?), out),
+        Type::FLOAT4 => {
+            let f = t::float4_from_sql(raw).map_err(e)?;
+            if f.is_finite() {
+                // The shortest text that is this f32 (`0.1`), as Postgres's to_json prints it.
+                let start = out.len();
+                fanout_expr::json::write_shortest_f32(f, out);
+                if out[start..].ends_with(b".0") {
+                    out.truncate(out.len() - 2);
+                }
+            } else {
+                write_float(f64::from(f), out);
+            }
+        }
         Type::FLOAT8 => write_float(t::float8_from_sql(raw).map_err(e)?, out),
         Type::NUMERIC => {
             let mut s = String::with_capacity(24);
