@@ -244,14 +244,14 @@ impl From<Refusal<'_>> for ApiError {
                 "bad_path",
                 format!("path parameter `{param}`: {why}"),
             ),
-            Refusal::NotText(why) => ApiError::new(
-                StatusCode::BAD_REQUEST,
-                match why {
-                    fanout_expr::request::RequestTextError::Query(_) => "bad_query",
-                    fanout_expr::request::RequestTextError::Header(_) => "bad_header",
-                },
-                why.to_string(),
-            ),
+            Refusal::NotText(why) => match why {
+                fanout_expr::request::RequestTextError::Query(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string())
+                }
+                fanout_expr::request::RequestTextError::Header(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "bad_header", why.to_string())
+                }
+            },
         }
     }
 }
