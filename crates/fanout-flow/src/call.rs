@@ -665,4 +665,69 @@ mod tests {
         release_tx.send(()).unwrap();
         blocker.await.unwrap().unwrap();
     }
+
+    /// A backend whose calls fail with a timeout of their own after `after` (a layer's limit,
+    /// or the server's own: `source`).
+    struct TimesOut {
+        after: Duration,
+        source: Option<crate::backend::ServerTimeout>,
+    }
+
+    impl Backend for TimesOut {
+        fn call(&self, _: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+            let (after, source) = (self.after, self.source.clone());
+            Box::pin(async move {
+                tokio::time::sleep(after).await;
+                let e =
+                    CallError::new(CallErrorKind::Timeout, "statement timeout (SQLSTATE 57014)");
+                Err(match source {
+                    Some(s) => e.with_source(s),
+                    None => e,
+                })
+            })
+        }
+    }
+
+    /// A timeout from inside the call, long before our timer and the deadline: neither "the
+    /// request deadline passed" nor a wait we did not do; the server's own says so.
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_from_inside_the_call_quotes_the_time_waited_not_ours() {
+        let pool = Arc::new(ComputePool::new(1, 4, 1 << 20));
+        let step: Arc<str> = Arc::from("user");
+        let header = HeaderName::from_static("x-request-timeout");
+        for (source, want) in [
+            (None, "the backend call timed out after 300.0 ms"),
+            (
+                Some(crate::backend::ServerTimeout(
+                    "the database stopped the statement at its statement_timeout (300 ms)".into(),
+                )),
+                "the database stopped the statement at its statement_timeout (300 ms)",
+            ),
+        ] {
+            let target = Target {
+                backend: Arc::new(TimesOut {
+                    after: Duration::from_millis(300),
+                    source,
+                }),
+                name: Arc::from("db"),
+                pool: pool.clone(),
+            };
+            // 3 s left of the request, a 5 s step timeout: our timer would fire at 3 s.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let req = CallRequest::http(Method::GET, http::uri::PathAndQuery::from_static("/u"));
+            let e = fetch_answer(
+                &step,
+                &target,
+                req,
+                Duration::from_secs(5),
+                deadline,
+                &header,
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BackendTimeout, "{e}");
+            assert_eq!(e.message, want);
+            assert_eq!(e.step.as_deref(), Some("user"));
+        }
+    }
 }
