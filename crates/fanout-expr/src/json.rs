@@ -39,6 +39,18 @@ pub fn u64_num(n: u64) -> Num {
     }
 }
 
+/// A number given as its exact decimal text in JSON number syntax (a database's `numeric`):
+/// what [`parse`] makes of that text, except that a text longer than
+/// [`jaq_json::Num::from_literal`] reads exactly (1000 characters) is kept as written too, not
+/// read as the float it is closest to — its length is the data's own, not a parser's input.
+pub fn decimal_num(text: String) -> Num {
+    if text.len() <= 1000 {
+        Num::from_literal(&text)
+    } else {
+        Num::Dec(jaq_json::Rc::new(text))
+    }
+}
+
 /// Convert a `serde_json::Value` (e.g. a default from the config) into a value.
 pub fn from_serde(v: &serde_json::Value) -> Val {
     use serde_json::Value as J;
@@ -181,6 +193,17 @@ fn write_num(n: &Num, out: &mut Vec<u8>) {
 /// digits, which are ryu's (and jq's) with the exponent's `+` left out. `.0` stays on integral
 /// values; callers that print those as integers do so before.
 pub fn write_shortest(f: f64, out: &mut Vec<u8>) {
+    shortest(f, out)
+}
+
+/// [`write_shortest`] for a finite `f32`: the shortest text that reads back as that `f32`
+/// (`0.1f32` is `0.1`, not the `0.10000000149011612` of its `f64`), as PostgreSQL's `to_json`
+/// prints a `real`.
+pub fn write_shortest_f32(f: f32, out: &mut Vec<u8>) {
+    shortest(f, out)
+}
+
+fn shortest<F: zmij::Float>(f: F, out: &mut Vec<u8>) {
     let mut b = zmij::Buffer::new();
     let s = b.format_finite(f).as_bytes();
     match s.iter().position(|&c| c == b'+') {

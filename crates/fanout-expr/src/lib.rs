@@ -650,6 +650,13 @@ mod tests {
             "1.",
             ".5",
             "NaN",
+            "1abc",
+            "1 OR 1=1",
+            "12 ",
+            "\t-3\n",
+            "1 2 3",
+            "[1] 2",
+            "2 [1]",
             &long,
         ];
         let mut inputs: Vec<Val> = texts.iter().map(|t| json::str_val(t)).collect();
@@ -662,6 +669,22 @@ mod tests {
                     .map_err(|e| e.0)
             };
             assert_eq!(show(a), show(b), "{}", json::to_string(&x));
+        }
+        // jq 1.7: the whole string must be one number (whitespace around it allowed), never
+        // the number a longer text starts with.
+        for (text, want) in [(" 12 ", Some("12")), ("-1.50", Some("-1.50"))]
+            .into_iter()
+            .chain(["1abc", "1 OR 1=1", "0x10", "1 2", "12a", "1,2", "[1]", ""].map(|t| (t, None)))
+        {
+            for e in [&native, &jaq] {
+                let got = e
+                    .eval_all(&Val::Null, |_| json::str_val(text))
+                    .map(|vs| vs.iter().map(json::to_string).collect::<Vec<_>>());
+                match want {
+                    Some(n) => assert_eq!(got.ok(), Some(vec![n.to_string()]), "{text:?}"),
+                    None => assert!(got.is_err(), "{text:?} | tonumber gave {got:?}"),
+                }
+            }
         }
     }
 

@@ -392,8 +392,65 @@ pub fn decode_path_param(s: &str) -> Result<Cow<'_, str>, PathParamError> {
         .map_err(|_| PathParamError::NotUtf8)
 }
 
-/// Percent-decode (`+` is a space), lossy on invalid UTF-8.
+/// A part of the request the flow reads that is not text: `$request` holds strings, and bytes
+/// that are not UTF-8 are refused — as a path parameter that does not decode is — never
+/// replaced by U+FFFD (`?q=a%FFb` would otherwise reach a backend or a database as another
+/// value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestTextError {
+    /// A query parameter (its name as sent, still percent-encoded) whose name or value is not
+    /// UTF-8 after percent-decoding.
+    #[error("query parameter `{0}`: not UTF-8 after percent-decoding")]
+    Query(String),
+    /// A header whose value is not UTF-8.
+    #[error("header {0}: not UTF-8")]
+    Header(String),
+}
+
+/// Check that the parts of a request that `reads` names are text, as [`request_val_reading`]
+/// needs them: the query's names and values after percent-decoding (when the flow reads
+/// `$request.query`), the value of each header it reads. A query without `%` and ASCII headers
+/// are checked without decoding.
+pub fn check_text<'a>(
+    query: Option<&str>,
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    reads: &RequestUse,
+) -> Result<(), RequestTextError> {
+    if reads.query
+        && let Some(q) = query.filter(|q| q.contains('%'))
+    {
+        for pair in q.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if std::str::from_utf8(&decode_bytes(k)).is_err()
+                || std::str::from_utf8(&decode_bytes(v)).is_err()
+            {
+                return Err(RequestTextError::Query(k.to_string()));
+            }
+        }
+    }
+    if reads.headers != HeaderUse::None {
+        for (k, v) in headers {
+            let wanted = match &reads.headers {
+                HeaderUse::None => false,
+                HeaderUse::All => true,
+                HeaderUse::Named(names) => names.iter().any(|n| n == k),
+            };
+            if wanted && !v.is_ascii() && std::str::from_utf8(v).is_err() {
+                return Err(RequestTextError::Header(k.to_string()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Percent-decode (`+` is a space), lossy on invalid UTF-8 (which [`check_text`] refuses
+/// before a request's query is decoded).
 pub fn decode(s: &str) -> String {
+    String::from_utf8_lossy(&decode_bytes(s)).into_owned()
+}
+
+/// Percent-decode (`+` is a space) to bytes; a `%` without two hex digits stays as it is.
+fn decode_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -414,7 +471,7 @@ pub fn decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]
@@ -563,6 +620,38 @@ mod tests {
             body: Val::Null,
         });
         assert_eq!(to_string(&made), to_string(&text));
+    }
+
+    #[test]
+    fn a_query_or_header_the_flow_reads_must_be_text() {
+        let query = RequestUse {
+            query: true,
+            ..RequestUse::default()
+        };
+        let header = RequestUse {
+            headers: named(&["x-name"]),
+            ..RequestUse::default()
+        };
+        let none: [(&str, &[u8]); 0] = [];
+        assert_eq!(check_text(Some("q=a%20b&r=%D0%BF"), none, &query), Ok(()));
+        assert_eq!(
+            check_text(Some("ok=1&q=a%FFb"), none, &query),
+            Err(RequestTextError::Query("q".into()))
+        );
+        assert_eq!(
+            check_text(Some("%C3=1"), none, &query),
+            Err(RequestTextError::Query("%C3".into()))
+        );
+        // Not read: not checked.
+        assert_eq!(check_text(Some("q=a%FFb"), none, &header), Ok(()));
+        let bad: [(&str, &[u8]); 2] = [("x-other", b"\xff"), ("x-name", b"a\xffb")];
+        assert_eq!(
+            check_text(None, bad, &header),
+            Err(RequestTextError::Header("x-name".into()))
+        );
+        assert_eq!(check_text(None, bad, &query), Ok(()));
+        let fine: [(&str, &[u8]); 1] = [("x-name", "при".as_bytes())];
+        assert_eq!(check_text(None, fine, &header), Ok(()));
     }
 
     #[test]

@@ -359,6 +359,14 @@ impl CallError {
     }
 }
 
+/// The source of a [`CallErrorKind::Timeout`] that the backend decided itself, not a timer of
+/// the gateway's (a database's `statement_timeout`): the message for the client, which says so
+/// (the step's 504 `backend_timeout` then quotes neither the request's deadline nor a wait the
+/// gateway did not do).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct ServerTimeout(pub String);
+
 /// Something that answers calls: a protocol client (HTTP/1.1, HTTP/2, gRPC) and the policy
 /// layers that wrap it. Implementations must be cheap to call concurrently. What a
 /// backend is called and how its statuses reach clients are properties of its stack (the

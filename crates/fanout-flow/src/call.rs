@@ -444,7 +444,7 @@ pub(crate) async fn fetch_answer(
         // No time left (a client's `x-request-timeout: 0`, or a deadline spent by earlier
         // steps): fail without calling, rather than race a zero-length timer against the
         // backend (the timer's granularity would let a fast backend win now and then).
-        return Err(timed_out(step_name, h, timeout, step_timeout));
+        return Err(timed_out(step_name, h, timeout, step_timeout, timeout));
     }
     req.timeout = timeout;
     req.deadline_header = Some(deadline_header.clone());
@@ -452,12 +452,11 @@ pub(crate) async fn fetch_answer(
     // At `now + timeout`: the clock read above, not a second one.
     let resp: CallResponse = match tokio::time::timeout_at(now + timeout, fut).await {
         Ok(Ok(r)) => r,
-        // A timeout inside the layers (a shared call's own limit, a retry's last attempt) is
-        // classified like our own timer: the request's deadline or the backend's timeout.
         Ok(Err(e)) if e.kind != CallErrorKind::Timeout => {
             return Err(FlowError::from_call(e, step_name, h.backend_name()));
         }
-        Ok(Err(_)) | Err(_) => return Err(timed_out(step_name, h, timeout, step_timeout)),
+        Ok(Err(e)) => return Err(inner_timeout(step_name, h, e, now, timeout, step_timeout)),
+        Err(_) => return Err(timed_out(step_name, h, timeout, step_timeout, timeout)),
     };
     if !resp.status.is_success() {
         return Err(error_status(step_name, h, &resp));
@@ -465,20 +464,57 @@ pub(crate) async fn fetch_answer(
     Ok(resp)
 }
 
-/// No answer in `timeout`: the request's deadline (when it cut the step's own timeout short) or
-/// the backend's timeout.
+/// A timeout from inside the call (a layer's or the backend's own) before our timer fired: the
+/// backend's own stop ([`ServerTimeout`]: a database's `statement_timeout`) says so; a layer's
+/// (a shared call's own limit, a retry's last attempt) that came when our time was spent is
+/// classified like our timer, one that came earlier is the backend's timeout — with the time
+/// actually waited, never the time we would have waited.
+fn inner_timeout(
+    step_name: &Arc<str>,
+    h: &impl CallTarget,
+    e: crate::backend::CallError,
+    started: Instant,
+    timeout: std::time::Duration,
+    step_timeout: std::time::Duration,
+) -> FlowError {
+    let waited = started.elapsed();
+    let server = e
+        .source
+        .as_deref()
+        .and_then(|s| s.downcast_ref::<crate::backend::ServerTimeout>())
+        .map(|s| s.0.clone());
+    if let Some(message) = server {
+        let mut out = FlowError::from_call(e, step_name, h.backend_name());
+        out.message = message;
+        return out;
+    }
+    // Our timer's resolution is a millisecond: a layer's timer at the same instant is ours.
+    if waited + std::time::Duration::from_millis(1) >= timeout {
+        return timed_out(step_name, h, timeout, step_timeout, waited);
+    }
+    let mut out = FlowError::from_call(e, step_name, h.backend_name());
+    out.message = format!(
+        "the backend call timed out after {:.1} ms",
+        waited.as_secs_f64() * 1000.0
+    );
+    out
+}
+
+/// No answer in `timeout` (after `waited`): the request's deadline (when it cut the step's own
+/// timeout short) or the backend's timeout.
 fn timed_out(
     step_name: &Arc<str>,
     h: &impl CallTarget,
     timeout: std::time::Duration,
     step_timeout: std::time::Duration,
+    waited: std::time::Duration,
 ) -> FlowError {
     let kind = if timeout < step_timeout {
         ErrorKind::DeadlineExceeded
     } else {
         ErrorKind::BackendTimeout
     };
-    let waited = format!("{:.1} ms", timeout.as_secs_f64() * 1000.0);
+    let waited = format!("{:.1} ms", waited.as_secs_f64() * 1000.0);
     let message = if kind == ErrorKind::DeadlineExceeded {
         format!("the request deadline passed after waiting {waited} for the backend")
     } else {
@@ -628,5 +664,70 @@ mod tests {
         assert!(Instant::now() >= deadline);
         release_tx.send(()).unwrap();
         blocker.await.unwrap().unwrap();
+    }
+
+    /// A backend whose calls fail with a timeout of their own after `after` (a layer's limit,
+    /// or the server's own: `source`).
+    struct TimesOut {
+        after: Duration,
+        source: Option<crate::backend::ServerTimeout>,
+    }
+
+    impl Backend for TimesOut {
+        fn call(&self, _: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+            let (after, source) = (self.after, self.source.clone());
+            Box::pin(async move {
+                tokio::time::sleep(after).await;
+                let e =
+                    CallError::new(CallErrorKind::Timeout, "statement timeout (SQLSTATE 57014)");
+                Err(match source {
+                    Some(s) => e.with_source(s),
+                    None => e,
+                })
+            })
+        }
+    }
+
+    /// A timeout from inside the call, long before our timer and the deadline: neither "the
+    /// request deadline passed" nor a wait we did not do; the server's own says so.
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_from_inside_the_call_quotes_the_time_waited_not_ours() {
+        let pool = Arc::new(ComputePool::new(1, 4, 1 << 20));
+        let step: Arc<str> = Arc::from("user");
+        let header = HeaderName::from_static("x-request-timeout");
+        for (source, want) in [
+            (None, "the backend call timed out after 300.0 ms"),
+            (
+                Some(crate::backend::ServerTimeout(
+                    "the database stopped the statement at its statement_timeout (300 ms)".into(),
+                )),
+                "the database stopped the statement at its statement_timeout (300 ms)",
+            ),
+        ] {
+            let target = Target {
+                backend: Arc::new(TimesOut {
+                    after: Duration::from_millis(300),
+                    source,
+                }),
+                name: Arc::from("db"),
+                pool: pool.clone(),
+            };
+            // 3 s left of the request, a 5 s step timeout: our timer would fire at 3 s.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let req = CallRequest::http(Method::GET, http::uri::PathAndQuery::from_static("/u"));
+            let e = fetch_answer(
+                &step,
+                &target,
+                req,
+                Duration::from_secs(5),
+                deadline,
+                &header,
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BackendTimeout, "{e}");
+            assert_eq!(e.message, want);
+            assert_eq!(e.step.as_deref(), Some("user"));
+        }
     }
 }

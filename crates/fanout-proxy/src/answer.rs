@@ -17,12 +17,13 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::ALL`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 19] = [
+pub(crate) const GATEWAY_CODES: [&str; 20] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
     "bad_header",
     "bad_path",
+    "bad_query",
     "body_too_large",
     "body_readers_full",
     "memory_budget_exhausted",
@@ -201,6 +202,9 @@ pub(crate) enum Refusal<'a> {
         param: &'a str,
         why: fanout_expr::request::PathParamError,
     },
+    /// A query parameter or header the flow reads is not UTF-8: 400 `bad_query` /
+    /// `bad_header`, naming it.
+    NotText(fanout_expr::request::RequestTextError),
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -240,6 +244,14 @@ impl From<Refusal<'_>> for ApiError {
                 "bad_path",
                 format!("path parameter `{param}`: {why}"),
             ),
+            Refusal::NotText(why) => match why {
+                fanout_expr::request::RequestTextError::Query(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string())
+                }
+                fanout_expr::request::RequestTextError::Header(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "bad_header", why.to_string())
+                }
+            },
         }
     }
 }

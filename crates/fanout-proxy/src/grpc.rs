@@ -316,7 +316,7 @@ impl Gateway {
                     input.name()
                 ))
             })?;
-        let request = build_request(parts, params.iter(), val, &route.request_use);
+        let request = build_request(parts, params.iter(), val, &route.request_use)?;
         let out = self
             .run_flow(live, route, deadline, request, rid, rec, tel)
             .await?;

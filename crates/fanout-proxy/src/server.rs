@@ -196,7 +196,7 @@ impl Gateway {
             params.iter().map(|(k, v)| (route.param_key(k), v.as_ref())),
             body_val,
             &route.request_use,
-        );
+        )?;
         self.run_flow(live, route, deadline, request, rid, rec, tel)
             .await
     }
@@ -585,14 +585,24 @@ pub(crate) fn path_params<'a>(
 pub(crate) type PathParams<'a> = smallvec::SmallVec<[(&'a str, Cow<'a, str>); 4]>;
 
 /// Build `$request`: `{method, path, params, query, headers, body}`; `params` as the route
-/// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent.
+/// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent. A query or header
+/// the flow reads that is not UTF-8 is refused (400 `bad_query` / `bad_header`), never replaced.
 pub(crate) fn build_request<'a, K: ParamKey>(
     parts: &'a Parts,
     params: impl IntoIterator<Item = (K, &'a str)>,
     body: Val,
     reads: &RequestUse,
-) -> Val {
-    request_val_reading(
+) -> Result<Val, Refusal<'a>> {
+    fanout_expr::request::check_text(
+        parts.uri.query(),
+        parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes())),
+        reads,
+    )
+    .map_err(Refusal::NotText)?;
+    Ok(request_val_reading(
         RequestParts {
             method: parts.method.as_str(),
             path: parts.uri.path(),
@@ -605,7 +615,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
             body,
         },
         reads,
-    )
+    ))
 }
 
 /// Refuse a body: drain a bounded part of the rest first when the refusal says so

@@ -43,6 +43,7 @@ mod metrics;
 mod models;
 mod numbers;
 mod outlier;
+mod pg_errors;
 mod postgres;
 mod redis_cache;
 mod reference;

@@ -37,6 +37,9 @@ routes:
   - path: /files/{*rest}
     flow: {}
     respond: { body: '{rest: $request.params.rest}' }
+  - path: /text
+    flow: {}
+    respond: { body: '{q: $request.query.q, name: $request.headers["x-name"]}' }
   - path: /built/{id}
     flow:
       e: { http: { backend: a, path: '"/echo/\($request.params.id)"', query: { q: '$request.params.id' } } }
@@ -145,6 +148,43 @@ async fn path_parameters_are_percent_decoded() {
     let m = metrics(gw.admin_addr).await;
     let bad_path = sample(&m, "fanout_errors_total", &[("code", "bad_path")]);
     assert_eq!(bad_path, Some(6.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_or_header_the_flow_reads_that_is_not_utf8_is_refused_like_a_path() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    // Raw header bytes: a request with a header value that is not UTF-8 (obs-text).
+    let send = |path: &str, name: &[u8]| {
+        let mut req = h1::request(Method::GET, path, "");
+        req.headers_mut().insert(
+            "x-name",
+            http::HeaderValue::from_bytes(name).expect("obs-text is a valid header value"),
+        );
+        h1::exchange(gw.addr, req)
+    };
+    let r = send("/text?q=a%20b%D0%BF", "при".as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"q": "a bп", "name": "при"}));
+    // Never U+FFFD in place of the bytes sent: refused, naming the part.
+    for (path, name, code, names) in [
+        ("/text?q=a%FFb", &b"ok"[..], "bad_query", "`q`"),
+        ("/text?ok=1&%C3=1", b"ok", "bad_query", "`%C3`"),
+        ("/text?q=fine", b"a\xffb", "bad_header", "x-name"),
+    ] {
+        let r = send(path, name).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.code(), code, "{path}");
+        let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            msg.contains(names) && msg.contains("not UTF-8"),
+            "{path}: {msg}"
+        );
+    }
+    // A part the flow does not read is not looked at.
+    let r = send("/x/7?q=a%FFb", b"a\xffb").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["id"], "7");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

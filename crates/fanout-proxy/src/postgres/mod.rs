@@ -596,6 +596,77 @@ fn sql_status(state: &str) -> Result<StatusCode, CallErrorKind> {
     })
 }
 
+/// Why a connection to `address` could not be made, for the operator (readiness, the status
+/// endpoint, the log): what failed — authentication failed, host not found, connection
+/// refused, TLS failed, timed out — and the error's chain of causes (tokio-postgres's own text
+/// is only its kind: "db error", "error connecting to server"). Neither holds the password or
+/// the URL: the server's messages name the user at most.
+fn connect_error(e: &tokio_postgres::Error, address: &str) -> String {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        let what = match code {
+            // invalid_password, invalid_authorization_specification (no pg_hba.conf entry,
+            // a role that may not log in)
+            "28P01" | "28000" => "authentication failed",
+            "3D000" => "the database does not exist",
+            "53300" => "the server has too many connections",
+            "57P03" => "the server is starting up or shutting down",
+            _ => "the server refused the connection",
+        };
+        return format!("{what}: {} (SQLSTATE {code})", db.message());
+    }
+    let chain = error_chain(e);
+    let mut io = None;
+    let mut src = std::error::Error::source(e);
+    while let Some(x) = src {
+        if x.is::<rustls::Error>() {
+            return format!("TLS failed with {address}: {chain}");
+        }
+        if let Some(i) = x.downcast_ref::<std::io::Error>() {
+            if i.get_ref().is_some_and(|r| r.is::<rustls::Error>()) {
+                return format!("TLS failed with {address}: {chain}");
+            }
+            io = io.or(Some(i));
+        }
+        src = x.source();
+    }
+    // tokio-postgres's kinds are not public; their texts are what it prints.
+    let top = e.to_string();
+    let what = match (top.as_str(), io) {
+        ("error performing TLS handshake", _) => "TLS failed",
+        ("authentication error", _) => "authentication failed",
+        ("timeout waiting for server", _) => "timed out",
+        (_, Some(i)) if i.kind() == std::io::ErrorKind::ConnectionRefused => "connection refused",
+        (_, Some(i)) if i.kind() == std::io::ErrorKind::TimedOut => "connection timed out",
+        // getaddrinfo's failure (std's text), or a name without addresses (tokio-postgres's)
+        (_, Some(i))
+            if i.to_string()
+                .starts_with("failed to lookup address information")
+                || i.to_string() == "could not resolve any addresses" =>
+        {
+            "host not found"
+        }
+        _ => "cannot connect",
+    };
+    format!("{what} ({address}): {chain}")
+}
+
+/// An error and its causes, `: `-separated (a cause whose text its parent already ends with is
+/// left out).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let t = x.to_string();
+        if !t.is_empty() && !out.ends_with(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        src = x.source();
+    }
+    out
+}
+
 fn json_str(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }
@@ -675,6 +746,20 @@ impl Pool {
             "discarded": n(&c.discarded),
             "statements": n(&c.statements),
             "rows": n(&c.rows),
+        })
+    }
+
+    /// What a client is told of a statement the server cancelled (SQLSTATE 57014) that the
+    /// gateway did not: its `statement_timeout` (the server's message says so) or another
+    /// session's cancel.
+    fn server_timeout(&self, message: &str) -> fanout_flow::backend::ServerTimeout {
+        fanout_flow::backend::ServerTimeout(if message.contains("statement timeout") {
+            format!(
+                "the database stopped the statement at its statement_timeout ({} ms)",
+                self.cfg.statement_timeout.0.as_millis()
+            )
+        } else {
+            "the database cancelled the statement".to_string()
         })
     }
 
@@ -774,6 +859,11 @@ impl Pool {
             } else {
                 min
             };
+            // The log says why when the database goes down or the cause changes (not at every
+            // retry of the same failure).
+            if !h.down || h.error.as_deref() != Some(why.as_str()) {
+                tracing::warn!(database = %self.name, error = %why, "database unreachable");
+            }
             h.down = true;
             h.retry_at = Some(Instant::now() + h.backoff);
             h.error = Some(why);
@@ -817,7 +907,8 @@ impl Pool {
                 }),
             }
         };
-        let until = end.min(Instant::now() + self.connect_timeout);
+        let attempt_started = Instant::now();
+        let until = end.min(attempt_started + self.connect_timeout);
         let result = tokio::time::timeout_at(until, attempt).await;
         match result {
             Ok(Ok(client)) => {
@@ -834,7 +925,7 @@ impl Pool {
                 self.counters
                     .connect_failures
                     .fetch_add(1, Ordering::Relaxed);
-                let why = e.to_string();
+                let why = connect_error(&e, &self.address);
                 self.mark_down(why.clone());
                 Err(CallError::new(
                     CallErrorKind::Connect,
@@ -846,7 +937,11 @@ impl Pool {
                 self.counters
                     .connect_failures
                     .fetch_add(1, Ordering::Relaxed);
-                let why = "connecting timed out".to_string();
+                let why = format!(
+                    "timed out: no connection to {} within {:.0} ms",
+                    self.address,
+                    (until - attempt_started).as_secs_f64() * 1000.0
+                );
                 if until < end {
                     self.mark_down(why.clone());
                 }
@@ -1015,7 +1110,7 @@ impl Pool {
                         drop(conn);
                         self.closed_one();
                         drop(slot);
-                        return Err(format!("database `{}`: {e}", self.name));
+                        return Err(format!("database `{}`: {}", self.name, error_chain(&e)));
                     }
                 },
             }
@@ -1086,7 +1181,7 @@ impl Pool {
             Err(ExecError::Db(e)) => {
                 let Some(db) = e.as_db_error() else {
                     in_use.discard();
-                    return Err(CallError::new(CallErrorKind::Reset, e.to_string()));
+                    return Err(CallError::new(CallErrorKind::Reset, error_chain(&e)));
                 };
                 let state = db.code().code();
                 self.counters.errors.count(state);
@@ -1109,23 +1204,30 @@ impl Pool {
                             in_use.release();
                         } else {
                             in_use.discard();
-                            self.mark_down(db.message().to_string());
+                            self.mark_down(format!("{} (SQLSTATE {state})", db.message()));
                         }
-                        Err(CallError::new(
+                        let err = CallError::new(
                             kind,
                             format!(
                                 "database `{}`: {} (SQLSTATE {state})",
                                 self.name,
                                 db.message()
                             ),
-                        ))
+                        );
+                        Err(if kind == CallErrorKind::Timeout {
+                            // The server stopped it: our own cancels are sent past the call's
+                            // time, which has then ended already.
+                            err.with_source(self.server_timeout(db.message()))
+                        } else {
+                            err
+                        })
                     }
                 }
             }
             Err(ExecError::Broken(e)) => {
                 in_use.discard();
                 let closed = e.is_closed();
-                self.mark_down(e.to_string());
+                self.mark_down(error_chain(&e));
                 Err(CallError::new(
                     if closed {
                         CallErrorKind::Reset

@@ -5,8 +5,9 @@
 //! | Postgres | JSON |
 //! |---|---|
 //! | int2, int4, int8, oid | number |
-//! | float4, float8 | number (`NaN`, `±Infinity`: the string) |
-//! | numeric | number with its exact decimal text (`NaN`, `±Infinity`: the string) |
+//! | float4 | number, the shortest text that reads back as that f32 (`0.1`, as `to_json`) |
+//! | float8 | number (`NaN`, `±Infinity`: the string; float4's too) |
+//! | numeric | number with its exact decimal text, any length (`NaN`, `±Infinity`: the string) |
 //! | bool | `true`/`false` |
 //! | text, varchar, char, name, citext, enums | string |
 //! | uuid | string (`8-4-4-4-12` hex) |
@@ -450,9 +451,9 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
 }
 
 /// One column value (`raw`: its binary wire form, `None` for NULL) of type `ty` as a value: the
-/// same value its JSON ([`write_value`]) parses to — built directly for the common scalar types,
-/// through that JSON (in `scratch`) for the others (numeric keeps its text, json/jsonb nested at
-/// most `max_depth` deep).
+/// same value its JSON ([`write_value`]) parses to — built directly for the common scalar types
+/// and numeric (its exact text, also beyond the 1000 characters the JSON parser reads exactly),
+/// through that JSON (in `scratch`) for the others (json/jsonb nested at most `max_depth` deep).
 pub fn to_val(
     ty: &Type,
     raw: Option<&[u8]>,
@@ -478,6 +479,15 @@ pub fn to_val(
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => Some(fanout_expr::json::str_val(
             t::text_from_sql(raw).map_err(e)?,
         )),
+        // The exact decimal text, whatever its length (the JSON parser would read a text of
+        // more than 1000 characters as a float: `1e1000` as infinity, `-1e-1000` as 0).
+        // NaN, ±Infinity and malformed values: below, as their JSON is.
+        Type::NUMERIC => {
+            let mut s = String::with_capacity(24);
+            numeric_text(raw, &mut s)
+                .ok()
+                .map(|()| Val::Num(fanout_expr::json::decimal_num(s)))
+        }
         _ => None,
     };
     if let Some(v) = direct {
@@ -538,7 +548,19 @@ pub fn write_value(ty: &Type, raw: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(
             out.extend_from_slice(buf.format(t::int8_from_sql(raw).map_err(e)?).as_bytes())
         }
         Type::OID => out.extend_from_slice(buf.format(t::oid_from_sql(raw).map_err(e)?).as_bytes()),
-        Type::FLOAT4 => write_float(f64::from(t::float4_from_sql(raw).map_err(e)?), out),
+        Type::FLOAT4 => {
+            let f = t::float4_from_sql(raw).map_err(e)?;
+            if f.is_finite() {
+                // The shortest text that is this f32 (`0.1`), as Postgres's to_json prints it.
+                let start = out.len();
+                fanout_expr::json::write_shortest_f32(f, out);
+                if out[start..].ends_with(b".0") {
+                    out.truncate(out.len() - 2);
+                }
+            } else {
+                write_float(f64::from(f), out);
+            }
+        }
         Type::FLOAT8 => write_float(t::float8_from_sql(raw).map_err(e)?, out),
         Type::NUMERIC => {
             let mut s = String::with_capacity(24);
@@ -817,6 +839,31 @@ mod tests {
             ("1.5e-3", "0.0015"),
         ] {
             assert_eq!(numeric_round_trip(input), want, "{input}");
+        }
+        // Any length, as a value too (the JSON parser reads more than 1000 characters as a
+        // float: 1e1000 would be null, -1e-1000 a 0).
+        let mut scratch = Vec::new();
+        for (input, want) in [
+            ("1e1000", format!("1{}", "0".repeat(1000))),
+            ("-1e-1000", format!("-0.{}1", "0".repeat(999))),
+        ] {
+            let mut b = BytesMut::new();
+            numeric_to_sql(input, &mut b).unwrap();
+            let v = to_val(&Type::NUMERIC, Some(&b), 64, &mut scratch).unwrap();
+            assert_eq!(fanout_expr::json::to_string(&v), want, "{input}");
+        }
+        // real: the shortest text of the f32, not of its f64.
+        for (f, want) in [
+            (0.1f32, "0.1"),
+            (1.0, "1"),
+            (-2.5, "-2.5"),
+            (3.4028235e38, "3.4028235e38"),
+        ] {
+            let mut b = BytesMut::new();
+            postgres_protocol::types::float4_to_sql(f, &mut b);
+            let mut out = Vec::new();
+            write_value(&Type::FLOAT4, Some(&b), &mut out).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), want);
         }
         let mut b = BytesMut::new();
         assert!(numeric_to_sql("1.2.3", &mut b).is_err());
