@@ -1606,6 +1606,187 @@ mod tests {
         assert_eq!(s.status().failed, 1);
     }
 
+    /// A dense MLP regressor as ONNX: `width` inputs, two hidden layers of `hidden` (ReLU), one
+    /// output — with `hidden` 1024, a few ms a row, as the heavy MLP of the issue.
+    fn mlp(width: usize, hidden: usize) -> Vec<u8> {
+        use fanout_model::onnx::*;
+        use prost::Message;
+        let info = |name: &str, cols: usize| ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: Some(1),
+                    shape: Some(TensorShapeProto {
+                        dim: vec![
+                            Dimension {
+                                dim_value: None,
+                                dim_param: Some("N".into()),
+                            },
+                            Dimension {
+                                dim_value: Some(cols as i64),
+                                dim_param: None,
+                            },
+                        ],
+                    }),
+                }),
+            }),
+        };
+        let weights = |name: &str, rows: usize, cols: usize| TensorProto {
+            dims: vec![rows as i64, cols as i64],
+            data_type: Some(1),
+            float_data: (0..rows * cols)
+                .map(|i| ((i % 17) as f32 - 8.0) / (8.0 * rows as f32))
+                .collect(),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let node = |op: &str, input: &[&str], out: &str| NodeProto {
+            input: input.iter().map(|s| s.to_string()).collect(),
+            output: vec![out.into()],
+            name: Some(out.into()),
+            op_type: Some(op.into()),
+            domain: None,
+            attribute: vec![],
+        };
+        ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(13),
+            }],
+            producer_name: None,
+            producer_version: None,
+            graph: Some(GraphProto {
+                node: vec![
+                    node("MatMul", &["X", "W1"], "H1"),
+                    node("Relu", &["H1"], "R1"),
+                    node("MatMul", &["R1", "W2"], "H2"),
+                    node("Relu", &["H2"], "R2"),
+                    node("MatMul", &["R2", "W3"], "Y"),
+                ],
+                name: None,
+                initializer: vec![
+                    weights("W1", width, hidden),
+                    weights("W2", hidden, hidden),
+                    weights("W3", hidden, 1),
+                ],
+                input: vec![info("X", width)],
+                output: vec![info("Y", 1)],
+            }),
+        }
+        .encode_to_vec()
+    }
+
+    fn loaded(
+        name: &str,
+        bytes: &[u8],
+        batch: ModelBatch,
+        sched: &Arc<Scheduler>,
+    ) -> Arc<ModelSlot> {
+        let slot = Arc::new(ModelSlot::new(name, batch, sched.clone()));
+        let sig = FileSig {
+            len: bytes.len() as u64,
+            modified: None,
+            inode: 0,
+        };
+        assert!(
+            slot.offer(&onnx::FORMAT, bytes, sig),
+            "{:?}",
+            slot.last_error()
+        );
+        slot
+    }
+
+    /// The isolation benchmark (docs/benchmarks.md, "Model isolation"): one compute thread (2
+    /// cores' default), a heavy MLP kept busy by 1 000-row requests one after another, and a
+    /// light model's single rows, one at a time every millisecond, timed from submit to
+    /// answer. Run in release:
+    /// `cargo test --release -p fanout-flow --lib model_isolation -- --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a benchmark: run in release with --ignored --nocapture"]
+    async fn model_isolation_benchmark() {
+        let heavy_bytes = mlp(256, 1024);
+        let light_bytes = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../fanout-model/testdata/logreg_bin.onnx"),
+        )
+        .unwrap();
+        let runs: [(&str, ModelBatch); 2] = [
+            ("default (max_batch 64, slice 2ms)", ModelBatch::default()),
+            (
+                "unsplit (max_batch 1000, slice 60s: as before chunking)",
+                ModelBatch {
+                    max_batch: 1000,
+                    slice: Dur::secs(60),
+                    ..ModelBatch::default()
+                },
+            ),
+        ];
+        for (what, heavy_batch) in runs {
+            let pool = Arc::new(ComputePool::new(1, 1024, 0));
+            pool.start().unwrap();
+            let sched = Arc::new(Scheduler::default());
+            let heavy = loaded("heavy", &heavy_bytes, heavy_batch, &sched);
+            let light = loaded("light", &light_bytes, ModelBatch::default(), &sched);
+            let stop = Arc::new(AtomicBool::new(false));
+            let heavy_done = Arc::new(AtomicU64::new(0));
+            let driver = tokio::spawn({
+                let (heavy, pool, stop, done) = (
+                    heavy.clone(),
+                    pool.clone(),
+                    stop.clone(),
+                    heavy_done.clone(),
+                );
+                async move {
+                    let v = heavy.current().unwrap();
+                    let mut took = Vec::new();
+                    while !stop.load(Relaxed) {
+                        let t = Instant::now();
+                        let rx = heavy
+                            .submit(v.clone(), vec![0.5; 1000 * 256], 1000, later(), &pool, None)
+                            .unwrap();
+                        assert_eq!(rx.await.unwrap().unwrap().len(), 1000);
+                        took.push(t.elapsed());
+                        done.fetch_add(1, Relaxed);
+                    }
+                    took
+                }
+            });
+            // Wait for the heavy model to be busy, then time the light rows.
+            while heavy.status().batches == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let v = light.current().unwrap();
+            let mut lat: Vec<Duration> = Vec::new();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(20) && lat.len() < 3000 {
+                let t = Instant::now();
+                let rx = light
+                    .submit(v.clone(), vec![0.1; 20], 1, later(), &pool, None)
+                    .unwrap();
+                rx.await.unwrap().unwrap();
+                lat.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            stop.store(true, Relaxed);
+            let heavy_took = driver.await.unwrap();
+            lat.sort();
+            let q = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+            let hs = heavy.status();
+            println!(
+                "{what}: light rows {} — p50 {:?}, p99 {:?}, max {:?}; heavy 1000-row requests {} (mean {:?}), {} evaluations, mean {:.1} rows",
+                lat.len(),
+                q(0.5),
+                q(0.99),
+                lat[lat.len() - 1],
+                heavy_took.len(),
+                heavy_took.iter().sum::<Duration>() / heavy_took.len().max(1) as u32,
+                hs.batches,
+                hs.rows as f64 / hs.batches.max(1) as f64
+            );
+        }
+    }
+
     fn watched_dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("fanout-models-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
