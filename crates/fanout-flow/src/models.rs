@@ -1607,7 +1607,7 @@ mod tests {
     }
 
     /// A dense MLP regressor as ONNX: `width` inputs, two hidden layers of `hidden` (ReLU), one
-    /// output — with `hidden` 1024, a few ms a row, as the heavy MLP of the issue.
+    /// output — with `hidden` 3072, about 1 ms a row in release: the heavy MLP of the issue.
     fn mlp(width: usize, hidden: usize) -> Vec<u8> {
         use fanout_model::onnx::*;
         use prost::Message;
@@ -1705,7 +1705,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "a benchmark: run in release with --ignored --nocapture"]
     async fn model_isolation_benchmark() {
-        let heavy_bytes = mlp(256, 1024);
+        let heavy_bytes = mlp(256, 3072);
         let light_bytes = std::fs::read(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../fanout-model/testdata/logreg_bin.onnx"),
