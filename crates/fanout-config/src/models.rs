@@ -54,6 +54,7 @@ impl ModelsConfig {
             b.queue = o.queue.unwrap_or(b.queue);
             b.max_batch = o.max_batch.unwrap_or(b.max_batch);
             b.max_delay = o.max_delay.unwrap_or(b.max_delay);
+            b.slice = o.slice.unwrap_or(b.slice);
         }
         b
     }
@@ -72,6 +73,11 @@ pub struct ModelBatch {
     /// no added delay — rows that arrive while the model is busy are run together when it is
     /// free (as Triton and TF Serving do by default).
     pub max_delay: Dur,
+    /// How long one evaluation of the model should take at most: a batch is cut to the rows the
+    /// model evaluates in about this long (from its measured time per row; at least one row,
+    /// at most `max_batch`), so a large request (a `for_each` of 1 000 rows) is evaluated in
+    /// chunks and the other models' rows run between them. Default 2ms.
+    pub slice: Dur,
 }
 
 impl Default for ModelBatch {
@@ -80,6 +86,7 @@ impl Default for ModelBatch {
             queue: 1024,
             max_batch: 64,
             max_delay: Dur::millis(0),
+            slice: Dur::millis(2),
         }
     }
 }
@@ -94,6 +101,8 @@ pub struct ModelBatchOverride {
     pub max_batch: Option<usize>,
     /// See `models.batch.max_delay`.
     pub max_delay: Option<Dur>,
+    /// See `models.batch.slice`.
+    pub slice: Option<Dur>,
 }
 
 /// A `model` step: one inference of a model of `models.dir` (one per element with `for_each`,

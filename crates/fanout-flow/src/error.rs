@@ -70,12 +70,16 @@ pub enum ErrorKind {
     ModelQueueFull,
     /// A model failed to evaluate its input (500 `model_failed`).
     ModelFailed,
+    /// A `model` step's row built from the client's data is not a row of numbers of the
+    /// model's width — a feature not a number, an input of the wrong length, also inside
+    /// `for_each` (400 `bad_model_input`).
+    BadModelInput,
 }
 
 impl ErrorKind {
     /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
     /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 23] = [
+    pub const ALL: [ErrorKind; 24] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -102,6 +106,7 @@ impl ErrorKind {
         ErrorKind::BadParameter,
         ErrorKind::ModelQueueFull,
         ErrorKind::ModelFailed,
+        ErrorKind::BadModelInput,
     ];
 
     /// HTTP status code for the client.
@@ -125,7 +130,7 @@ impl ErrorKind {
                 409 | 422 | 503 => status,
                 _ => 502,
             },
-            ErrorKind::BadParameter => 400,
+            ErrorKind::BadParameter | ErrorKind::BadModelInput => 400,
             ErrorKind::Expression
             | ErrorKind::ExpressionLimit
             | ErrorKind::InvalidCall
@@ -160,6 +165,7 @@ impl ErrorKind {
             ErrorKind::BadParameter => "bad_parameter",
             ErrorKind::ModelQueueFull => "model_queue_full",
             ErrorKind::ModelFailed => "model_failed",
+            ErrorKind::BadModelInput => "bad_model_input",
         }
     }
 }
@@ -362,7 +368,8 @@ mod tests {
             | ErrorKind::PoolExhausted
             | ErrorKind::BadParameter
             | ErrorKind::ModelQueueFull
-            | ErrorKind::ModelFailed => true,
+            | ErrorKind::ModelFailed
+            | ErrorKind::BadModelInput => true,
         });
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
         assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");

@@ -37,6 +37,44 @@ use tokio::sync::oneshot;
 /// Bounds of the batch-size histogram (rows per evaluation).
 const BATCH_ROWS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
+/// Bounds of a model's queue-time and compute-time histograms, in nanoseconds: 10 µs … 60 s (an
+/// evaluation of a large model, or a row waiting behind one, can take seconds; a quantile past
+/// the last bound has no upper bound to show).
+const MODEL_NS: &[u64] = &[
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+];
+
+/// A panic's message (its payload when it is a string).
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -66,7 +104,29 @@ pub struct Format {
 
 /// Every format `models.dir` reads. A new format or runtime: a module with its [`Format`], and
 /// its line here.
+#[cfg(not(any(test, feature = "test-hooks")))]
 pub const FORMATS: &[Format] = &[onnx::FORMAT];
+
+/// Every format `models.dir` reads; with the `test-hooks` feature (tests only), also
+/// `NAME.panics`, whose loader panics.
+#[cfg(any(test, feature = "test-hooks"))]
+pub const FORMATS: &[Format] = &[onnx::FORMAT, hooks::PANICS];
+
+/// What tests use to break the loading (feature `test-hooks`, never in a release build).
+#[cfg(any(test, feature = "test-hooks"))]
+mod hooks {
+    use super::Format;
+
+    /// `NAME.panics`: a loader that panics, as a bug in a format's code would on a hostile file.
+    pub(super) const PANICS: Format = Format {
+        extension: "panics",
+        load: |_, name| panic!("test hook: the loader of `{name}` panics"),
+    };
+
+    /// While `models.dir` holds this file, the watcher panics before each scan (outside any
+    /// load).
+    pub(super) const WATCHER_PANICS: &str = ".fanout-test-watcher-panics";
+}
 
 /// ONNX files, evaluated by `fanout-model` (pure Rust).
 mod onnx {
@@ -148,6 +208,7 @@ struct Stats {
     batches: AtomicU64,
     refused: AtomicU64,
     expired: AtomicU64,
+    cancelled: AtomicU64,
     failed: AtomicU64,
     batch_rows: AtomicHistogram,
     queue_time: AtomicHistogram,
@@ -175,6 +236,9 @@ pub struct ModelStatus {
     pub refused: u64,
     /// Rows dropped from the queue because their deadline passed.
     pub expired: u64,
+    /// Rows dropped from the queue because their request ended before (client gone, another
+    /// step failed).
+    pub cancelled: u64,
     /// Rows whose evaluation failed.
     pub failed: u64,
     /// Rows waiting now.
@@ -212,15 +276,34 @@ struct Item {
     trace: Option<crate::trace::CallTrace>,
 }
 
+/// A request with more rows than one evaluation takes, evaluated in chunks: the rows done so
+/// far and their values. It is the head of its model's queue until its last chunk ran.
+struct Partial {
+    item: Item,
+    done: usize,
+    vals: Vec<Val>,
+}
+
 #[derive(Default)]
 struct Queue {
     items: VecDeque<Item>,
+    /// Rows waiting: those of `items`, and those of the request being chunked not taken yet.
     rows: usize,
+    /// The request being evaluated in chunks, between two of its chunks.
+    head: Option<Partial>,
     /// A drain job is queued or running on the compute pool.
     running: bool,
     /// A `max_delay` timer is armed for this generation.
     timer: Option<u64>,
     generation: u64,
+}
+
+/// What a compute job evaluates next for one model.
+enum Work {
+    /// Whole requests' rows, of one version.
+    Items(Arc<Version>, Vec<Item>),
+    /// Rows `from..to` of a request too large for one evaluation.
+    Chunk(Partial, usize, usize),
 }
 
 /// One model: the version serving, its batch queue and counters.
@@ -231,17 +314,27 @@ pub struct ModelSlot {
     queue: Mutex<Queue>,
     load: Mutex<LoadState>,
     stats: Stats,
+    /// Nanoseconds per row, a moving average of the last evaluations (0: not measured yet):
+    /// sizes the batches to `batch.slice`.
+    row_ns: AtomicU64,
     sched: Arc<Scheduler>,
 }
 
 /// The models' shared run list: slots with waiting rows, taken in turn (one batch each) by at
 /// most one compute job per compute thread — so the ten model steps of one request cost one
-/// wake-up of a compute thread, not ten, and a busy model does not starve the others.
+/// wake-up of a compute thread, not ten, and a busy model does not starve the others: a slot is
+/// on the list once, so one model is evaluated by one thread at a time, and it goes to the back
+/// of the list after each batch, which is cut to `batch.slice` (a large request in chunks).
 #[derive(Default)]
 pub(crate) struct Scheduler {
     /// (slots with rows waiting, compute jobs running now).
     state: Mutex<(VecDeque<Arc<ModelSlot>>, usize)>,
 }
+
+/// How long a compute job runs models' batches before it lets the pool's other waiting jobs
+/// (parsing, `compute: true` expressions) have the thread: it goes on as a new job at the back of
+/// the pool's queue.
+const YIELD_AFTER: Duration = Duration::from_millis(10);
 
 impl Scheduler {
     /// `slot` has rows to run (it is marked running: it is on the list or in a job's hands).
@@ -258,8 +351,8 @@ impl Scheduler {
         if !start {
             return;
         }
-        let sched = self.clone();
-        if let Err(e) = compute.spawn(move || sched.run()) {
+        let (sched, pool) = (self.clone(), compute.clone());
+        if let Err(e) = compute.spawn(move || sched.run(&pool)) {
             // Nothing would run the listed slots: their rows fail with the pool's error.
             let slots: Vec<Arc<ModelSlot>> = {
                 let mut st = lock(&self.state);
@@ -274,7 +367,8 @@ impl Scheduler {
                     let mut q = lock(&slot.queue);
                     q.running = false;
                     q.rows = 0;
-                    q.items.drain(..).collect()
+                    let head = q.head.take().map(|p| p.item);
+                    head.into_iter().chain(q.items.drain(..)).collect()
                 };
                 for it in items {
                     let _ = it.tx.send(Err(RunError::Pool(e)));
@@ -284,10 +378,14 @@ impl Scheduler {
     }
 
     /// A compute job: run one batch of each listed slot in turn, until the list is empty.
-    fn run(&self) {
-        // Answers are sent when the list is empty (or many are ready): the steps of one request
-        // that ran in this job wake their request once, not once per model.
+    fn run(self: &Arc<Self>, compute: &Arc<ComputePool>) {
+        // Answers are held for one round of the list (or until many are ready): the steps of one
+        // request that ran in this round wake their request once, not once per model. A slot
+        // that comes round again (a busy model's next batch or chunk) sends them first: no
+        // answer waits for more than one batch of each model.
         let mut replies: Vec<Reply> = Vec::new();
+        let mut round: Vec<usize> = Vec::new();
+        let started = Instant::now();
         loop {
             let slot = {
                 let mut st = lock(&self.state);
@@ -301,18 +399,31 @@ impl Scheduler {
                     }
                 }
             };
+            let id = Arc::as_ptr(&slot) as usize;
+            if round.contains(&id) {
+                send(std::mem::take(&mut replies));
+                round.clear();
+            }
+            round.push(id);
             // A panicking evaluation must not leave the slot "running" with nobody to run it.
             let more =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.turn(&mut replies)))
-                    .unwrap_or_else(|_| {
-                        lock(&slot.queue).running = false;
-                        false
-                    });
+                    .unwrap_or_else(|_| slot.recover());
             if more {
                 lock(&self.state).0.push_back(slot);
             }
             if replies.len() >= MAX_HELD_REPLIES {
                 send(std::mem::take(&mut replies));
+                round.clear();
+            }
+            if started.elapsed() >= YIELD_AFTER && compute.queued() > 0 {
+                // Other jobs wait for the pool: go on behind them (this job's count carries
+                // over to the new one). When the queue is full, go on here.
+                send(std::mem::take(&mut replies));
+                let (sched, pool) = (self.clone(), compute.clone());
+                if compute.spawn(move || sched.run(&pool)).is_ok() {
+                    return;
+                }
             }
         }
     }
@@ -343,6 +454,7 @@ impl ModelSlot {
                 queue: batch.queue.max(1),
                 max_batch: batch.max_batch.max(1),
                 max_delay: batch.max_delay,
+                slice: batch.slice,
             },
             queue: Mutex::new(Queue::default()),
             load: Mutex::new(LoadState::default()),
@@ -351,11 +463,13 @@ impl ModelSlot {
                 batches: AtomicU64::new(0),
                 refused: AtomicU64::new(0),
                 expired: AtomicU64::new(0),
+                cancelled: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
                 batch_rows: AtomicHistogram::new(BATCH_ROWS, 1.0),
-                queue_time: AtomicHistogram::new(crate::hist::WORK_NS, NS_PER_S),
-                compute_time: AtomicHistogram::new(crate::hist::WORK_NS, NS_PER_S),
+                queue_time: AtomicHistogram::new(MODEL_NS, NS_PER_S),
+                compute_time: AtomicHistogram::new(MODEL_NS, NS_PER_S),
             },
+            row_ns: AtomicU64::new(0),
         }
     }
 
@@ -450,24 +564,87 @@ impl ModelSlot {
         self.sched.ready(self.clone(), compute);
     }
 
-    /// On the compute pool: evaluate one batch of waiting rows, their answers added to
-    /// `replies`. `false` (and the queue idle again) when none wait.
+    /// On the compute pool: evaluate one batch of waiting rows (or one chunk of a large
+    /// request), their answers added to `replies`. `false` (and the queue idle again) when none
+    /// wait.
     fn turn(&self, replies: &mut Vec<Reply>) -> bool {
-        let Some((version, batch)) = self.next_batch() else {
+        let Some(work) = self.next_batch() else {
             return false;
         };
-        let now = Instant::now();
-        let rows: usize = batch.iter().map(|it| it.n).sum();
-        let mut input = Vec::with_capacity(rows * version.model.input_width());
-        for it in &batch {
-            self.stats
-                .queue_time
-                .record_duration(now.saturating_duration_since(it.enqueued));
-            input.extend_from_slice(&it.rows);
+        match work {
+            Work::Items(version, batch) => {
+                let rows: usize = batch.iter().map(|it| it.n).sum();
+                let mut input = Vec::with_capacity(rows * version.model.input_width());
+                for it in &batch {
+                    input.extend_from_slice(&it.rows);
+                }
+                let traces: Vec<&crate::trace::CallTrace> =
+                    batch.iter().filter_map(|it| it.trace.as_ref()).collect();
+                match self.evaluate(&version, &input, rows, &traces) {
+                    Ok(out) => {
+                        let mut at = 0;
+                        for it in batch {
+                            let vals = (at..at + it.n)
+                                .map(|r| output_value(&*version.model, &out, r))
+                                .collect();
+                            at += it.n;
+                            replies.push((it.tx, Ok(vals)));
+                        }
+                    }
+                    Err(msg) => {
+                        self.stats.failed.fetch_add(rows as u64, Relaxed);
+                        for it in batch {
+                            replies.push((it.tx, Err(RunError::Failed(msg.clone()))));
+                        }
+                    }
+                }
+            }
+            Work::Chunk(mut p, from, to) => {
+                let version = p.item.version.clone();
+                let width = version.model.input_width();
+                let input = p
+                    .item
+                    .rows
+                    .get(from * width..to * width)
+                    .unwrap_or_default();
+                let traces: Vec<&crate::trace::CallTrace> = p.item.trace.iter().collect();
+                match self.evaluate(&version, input, to - from, &traces) {
+                    Ok(out) => {
+                        p.vals
+                            .extend((0..to - from).map(|r| output_value(&*version.model, &out, r)));
+                        p.done = to;
+                        if to >= p.item.n {
+                            replies.push((p.item.tx, Ok(p.vals)));
+                        } else {
+                            lock(&self.queue).head = Some(p);
+                        }
+                    }
+                    Err(msg) => {
+                        // The request's rows not evaluated yet are not evaluated at all.
+                        let left = p.item.n - to;
+                        lock(&self.queue).rows -= left;
+                        self.stats
+                            .failed
+                            .fetch_add((p.item.n - from) as u64, Relaxed);
+                        replies.push((p.item.tx, Err(RunError::Failed(msg))));
+                    }
+                }
+            }
         }
+        true
+    }
+
+    /// Evaluate `rows` rows (`input`) on `version`, counted: one evaluation, its time (which
+    /// also updates the time per row that sizes the next batches), its span when requests in it
+    /// are traced. A panicking model is a failed evaluation.
+    fn evaluate(
+        &self,
+        version: &Version,
+        input: &[f32],
+        rows: usize,
+        traces: &[&crate::trace::CallTrace],
+    ) -> Result<Output, String> {
         // One span per evaluation, linked to the steps of the traced requests in the batch.
-        let traces: Vec<&crate::trace::CallTrace> =
-            batch.iter().filter_map(|it| it.trace.as_ref()).collect();
         let span = traces.first().and_then(|t| {
             t.tracer.shared(
                 &format!("model {}", self.name),
@@ -476,10 +653,14 @@ impl ModelSlot {
                     ("fanout.model.version", version.hash.clone()),
                     ("fanout.batch_rows", rows.to_string()),
                 ],
-                &traces,
+                traces,
             )
         });
-        let out = version.model.run(&input);
+        let t = Instant::now();
+        let out =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| version.model.run(input)))
+                .unwrap_or_else(|p| Err(format!("the model panicked: {}", panic_text(&*p))));
+        let took = t.elapsed();
         if let Some(span) = span {
             let status = match out {
                 Ok(_) => http::StatusCode::OK,
@@ -487,72 +668,140 @@ impl ModelSlot {
             };
             span.end(Ok(status));
         }
-        self.stats.compute_time.record_duration(now.elapsed());
+        self.stats.compute_time.record_duration(took);
         self.stats.batches.fetch_add(1, Relaxed);
         self.stats.rows.fetch_add(rows as u64, Relaxed);
         self.stats.batch_rows.record(rows as u64);
-        match out {
-            Ok(out) => {
-                let mut at = 0;
-                for it in batch {
-                    let vals = (at..at + it.n)
-                        .map(|r| output_value(&*version.model, &out, r))
-                        .collect();
-                    at += it.n;
-                    replies.push((it.tx, Ok(vals)));
-                }
-            }
-            Err(msg) => {
-                self.stats.failed.fetch_add(rows as u64, Relaxed);
-                for it in batch {
-                    replies.push((it.tx, Err(RunError::Failed(msg.clone()))));
-                }
-            }
-        }
-        true
+        self.measured(took, rows);
+        out
     }
 
-    /// Take the next batch: waiting rows of the version at the head of the queue, up to
-    /// `max_batch` (at least one item), dropping those whose request has gone or whose deadline
-    /// passed. `None` (and the queue idle again) when nothing waits.
-    fn next_batch(&self) -> Option<(Arc<Version>, Vec<Item>)> {
-        let now = Instant::now();
-        let mut expired = Vec::new();
+    /// Update the time per row (a moving average; one job runs the slot at a time).
+    fn measured(&self, took: Duration, rows: usize) {
+        let per_row = u64::try_from(took.as_nanos() / rows.max(1) as u128)
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let old = self.row_ns.load(Relaxed);
+        let new = if old == 0 {
+            per_row
+        } else {
+            (old / 4).saturating_mul(3).saturating_add(per_row / 4)
+        };
+        self.row_ns.store(new.max(1), Relaxed);
+    }
+
+    /// Most rows of one evaluation: those the model evaluates in about `batch.slice` (from its
+    /// time per row), at least one, at most `max_batch` (`max_batch` until it is measured).
+    fn batch_limit(&self) -> usize {
+        let max = self.batch.max_batch;
+        let per_row = self.row_ns.load(Relaxed);
+        if per_row == 0 {
+            return max;
+        }
+        let slice = u64::try_from(self.batch.slice.0.as_nanos()).unwrap_or(u64::MAX);
+        usize::try_from(slice / per_row)
+            .unwrap_or(max)
+            .clamp(1, max)
+    }
+
+    /// After a panic in a compute job's turn: the rows it held are gone (their callers see the
+    /// pool stopped); count what still waits. Returns whether rows wait (the slot stays running).
+    fn recover(&self) -> bool {
         let mut q = lock(&self.queue);
-        let mut batch: Vec<Item> = Vec::new();
-        let mut rows = 0;
-        while let Some(head) = q.items.front() {
-            if head.tx.is_closed() || head.deadline <= now {
-                if let Some(it) = q.items.pop_front() {
-                    q.rows -= it.n;
-                    if !it.tx.is_closed() {
-                        expired.push(it);
+        let head = q.head.as_ref().map_or(0, |p| p.item.n - p.done);
+        q.rows = q.items.iter().map(|it| it.n).sum::<usize>() + head;
+        let more = q.rows > 0;
+        if !more {
+            q.running = false;
+        }
+        more
+    }
+
+    /// Take the next work: the next chunk of the request being chunked; or waiting rows of the
+    /// version at the head of the queue, up to [`ModelSlot::batch_limit`] — a request with more
+    /// rows than that is chunked. Requests whose caller has gone or whose deadline passed are
+    /// dropped and counted (`expired` when the deadline passed, whether or not the caller still
+    /// waits; `cancelled` when the caller left before). `None` (and the queue idle again) when
+    /// nothing waits.
+    fn next_batch(&self) -> Option<Work> {
+        let now = Instant::now();
+        let limit = self.batch_limit();
+        let mut dropped: Vec<(Item, usize)> = Vec::new();
+        let mut taken: Vec<Instant> = Vec::new();
+        let mut q = lock(&self.queue);
+        let mut work = None;
+        if let Some(p) = q.head.take() {
+            let left = p.item.n - p.done;
+            if p.item.tx.is_closed() || p.item.deadline <= now {
+                q.rows -= left;
+                dropped.push((p.item, left));
+            } else {
+                let k = left.min(limit);
+                q.rows -= k;
+                let from = p.done;
+                work = Some(Work::Chunk(p, from, from + k));
+            }
+        }
+        if work.is_none() {
+            let mut batch: Vec<Item> = Vec::new();
+            let mut rows = 0;
+            while let Some(head) = q.items.front() {
+                if head.tx.is_closed() || head.deadline <= now {
+                    if let Some(it) = q.items.pop_front() {
+                        q.rows -= it.n;
+                        let n = it.n;
+                        dropped.push((it, n));
                     }
+                    continue;
                 }
-                continue;
-            }
-            if let Some(first) = batch.first()
-                && (!Arc::ptr_eq(&first.version, &head.version)
-                    || rows + head.n > self.batch.max_batch)
-            {
-                break;
-            }
-            if let Some(it) = q.items.pop_front() {
+                if let Some(first) = batch.first()
+                    && (!Arc::ptr_eq(&first.version, &head.version) || rows + head.n > limit)
+                {
+                    break;
+                }
+                let Some(it) = q.items.pop_front() else { break };
+                taken.push(it.enqueued);
+                if batch.is_empty() && it.n > limit {
+                    // More rows than one evaluation takes: in chunks, the other models'
+                    // rows evaluated between them.
+                    q.rows -= limit;
+                    let vals = Vec::with_capacity(it.n);
+                    let p = Partial {
+                        item: it,
+                        done: 0,
+                        vals,
+                    };
+                    work = Some(Work::Chunk(p, 0, limit));
+                    break;
+                }
                 q.rows -= it.n;
                 rows += it.n;
                 batch.push(it);
             }
+            if work.is_none()
+                && let Some(version) = batch.first().map(|it| it.version.clone())
+            {
+                work = Some(Work::Items(version, batch));
+            }
         }
-        let version = batch.first().map(|it| it.version.clone());
-        if version.is_none() {
+        if work.is_none() {
             q.running = false;
         }
         drop(q);
-        for it in expired {
-            self.stats.expired.fetch_add(it.n as u64, Relaxed);
-            let _ = it.tx.send(Err(RunError::Expired));
+        for at in taken {
+            self.stats
+                .queue_time
+                .record_duration(now.saturating_duration_since(at));
         }
-        Some((version?, batch))
+        for (it, n) in dropped {
+            if it.deadline <= now {
+                self.stats.expired.fetch_add(n as u64, Relaxed);
+                let _ = it.tx.send(Err(RunError::Expired));
+            } else {
+                self.stats.cancelled.fetch_add(n as u64, Relaxed);
+            }
+        }
+        work
     }
 
     /// Rows waiting now.
@@ -581,6 +830,7 @@ impl ModelSlot {
             batches: self.stats.batches.load(Relaxed),
             refused: self.stats.refused.load(Relaxed),
             expired: self.stats.expired.load(Relaxed),
+            cancelled: self.stats.cancelled.load(Relaxed),
             failed: self.stats.failed.load(Relaxed),
             pending: self.pending(),
             batch_rows: self.stats.batch_rows.snapshot(),
@@ -591,17 +841,26 @@ impl ModelSlot {
 
     /// Load `bytes` (the file `sig`) as the next version, unless it does not load or does not
     /// fit the version serving. Returns whether it was swapped in.
+    /// A loader that panics (a bug in a format's code on a hostile file) refuses the file like
+    /// any load error: the watcher goes on.
     fn offer(&self, format: &Format, bytes: &[u8], sig: FileSig) -> bool {
-        let loaded = (format.load)(bytes, &self.name).and_then(|model| {
+        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let model = (format.load)(bytes, &self.name)?;
             if let Some(cur) = self.current() {
                 compatible(&*cur.model, &*model)?;
             }
-            Ok(model)
-        });
+            // One row timed: the first batches are sized to `batch.slice` from it.
+            let t = Instant::now();
+            model.run(&vec![0.0; model.input_width()])?;
+            Ok((model, t.elapsed()))
+        }))
+        .unwrap_or_else(|p| Err(format!("the loader panicked: {}", panic_text(&*p))));
         let mut l = lock(&self.load);
         l.settling = None;
         match loaded {
-            Ok(model) => {
+            Ok((model, row_time)) => {
+                self.row_ns.store(0, Relaxed);
+                self.measured(row_time, 1);
                 let hash = Sha256::digest(bytes);
                 let hash: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
                 self.current.store(Some(Arc::new(Version {
@@ -746,7 +1005,27 @@ pub struct ModelSet {
     slots: Mutex<BTreeMap<String, Arc<ModelSlot>>>,
     watching: AtomicBool,
     scans: AtomicU64,
+    watcher: Mutex<WatcherStatus>,
 }
+
+/// The state of the thread that watches `models.dir`, for `/readyz` and the status endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatcherStatus {
+    /// Whether the watcher was started (a set without `models.dir`, or not serving, has none).
+    pub started: bool,
+    /// Whether it watches now: `false` from a panic until its restart.
+    pub running: bool,
+    /// Times it was restarted after a panic.
+    pub restarts: u64,
+    /// The message of its last panic, if any.
+    pub last_panic: Option<String>,
+}
+
+/// The first wait before a panicked watcher is restarted; it doubles on each panic in a row, up
+/// to [`RESTART_MAX`], and is back to this after a scan that completes.
+const RESTART_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait before a panicked watcher is restarted.
+const RESTART_MAX: Duration = Duration::from_secs(5);
 
 impl Default for ModelSet {
     fn default() -> Self {
@@ -757,6 +1036,7 @@ impl Default for ModelSet {
             slots: Mutex::new(BTreeMap::new()),
             watching: AtomicBool::new(false),
             scans: AtomicU64::new(0),
+            watcher: Mutex::new(WatcherStatus::default()),
         }
     }
 }
@@ -782,7 +1062,17 @@ impl ModelSet {
             .hint("a directory of NAME.onnx files, relative to the config file"));
         }
         set.dir = Some(path);
-        let _ = set.scan(true);
+        // A load that panics is a refused file (`offer`); this is a panic anywhere else.
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| set.scan(true))) {
+            return Err(ConfigError::at(
+                dir.pos,
+                format!(
+                    "models.dir `{}` could not be scanned: {}",
+                    dir.value,
+                    panic_text(&*p)
+                ),
+            ));
+        }
         Ok(set)
     }
 
@@ -799,6 +1089,25 @@ impl ModelSet {
     /// Directory scans so far (tests wait for one to pass).
     pub fn scans(&self) -> u64 {
         self.scans.load(Relaxed)
+    }
+
+    /// The watcher's state.
+    pub fn watcher(&self) -> WatcherStatus {
+        lock(&self.watcher).clone()
+    }
+
+    /// `Err` (why) while the watcher, once started, is stopped: no added or replaced model file
+    /// would be loaded (`/readyz` answers not ready). It is restarted on its own.
+    pub fn readiness(&self) -> Result<(), String> {
+        let w = lock(&self.watcher);
+        if !w.started || w.running {
+            return Ok(());
+        }
+        Err(format!(
+            "the models.dir watcher stopped ({}); it is being restarted (restarts so far: {})",
+            w.last_panic.as_deref().unwrap_or("it panicked"),
+            w.restarts
+        ))
     }
 
     /// Start the thread that watches the directory (once; it ends when the set is dropped):
@@ -835,23 +1144,50 @@ impl ModelSet {
                 None
             }
         };
-        std::thread::Builder::new()
+        {
+            let mut w = lock(&self.watcher);
+            w.started = true;
+            w.running = true;
+        }
+        let spawned = std::thread::Builder::new()
             .name("fanout-models".into())
             .spawn(move || {
                 let _events = events; // dropped (unwatched) when the thread ends
-                let mut wait = poll;
+                // Supervised: a panic ends the watch loop, not the thread; the loop is restarted
+                // (at once scanning) after a wait that grows while it keeps panicking.
+                let mut backoff = RESTART_FIRST;
+                let mut first_wait = poll;
                 loop {
-                    match rx.recv_timeout(wait) {
-                        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                            std::thread::sleep(wait)
+                    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        watch_loop(&weak, &rx, first_wait, poll, settle, &mut backoff)
+                    }));
+                    let Err(panic) = run else { return }; // the set was dropped
+                    let message = panic_text(&*panic);
+                    match weak.upgrade() {
+                        Some(set) => {
+                            tracing::error!(error = %message, restart_in = ?backoff, "the models.dir watcher panicked; restarting it");
+                            let mut w = lock(&set.watcher);
+                            w.running = false;
+                            w.last_panic = Some(message);
                         }
+                        None => return,
                     }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(RESTART_MAX);
                     let Some(set) = weak.upgrade() else { return };
-                    let settling = set.scan(false);
-                    wait = if settling { settle.min(poll) } else { poll };
+                    let mut w = lock(&set.watcher);
+                    w.running = true;
+                    w.restarts += 1;
+                    first_wait = Duration::ZERO;
                 }
-            })?;
+            });
+        if let Err(e) = spawned {
+            let mut w = lock(&self.watcher);
+            w.started = false;
+            w.running = false;
+            self.watching.store(false, Relaxed);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -933,6 +1269,35 @@ impl ModelSet {
     }
 }
 
+/// The watcher's loop: scan on file-system events (`rx`) and every `poll`, sooner while a file
+/// settles; the first scan after `first_wait`. Returns when the set is dropped.
+fn watch_loop(
+    weak: &Weak<ModelSet>,
+    rx: &std::sync::mpsc::Receiver<()>,
+    first_wait: Duration,
+    poll: Duration,
+    settle: Duration,
+    backoff: &mut Duration,
+) {
+    let mut wait = first_wait;
+    loop {
+        match rx.recv_timeout(wait) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+        }
+        let Some(set) = weak.upgrade() else { return };
+        #[cfg(any(test, feature = "test-hooks"))]
+        if let Some(dir) = &set.dir
+            && dir.join(hooks::WATCHER_PANICS).exists()
+        {
+            panic!("test hook: {} is in models.dir", hooks::WATCHER_PANICS);
+        }
+        let settling = set.scan(false);
+        *backoff = RESTART_FIRST;
+        wait = if settling { settle.min(poll) } else { poll };
+    }
+}
+
 /// The model files of `dir` — `NAME.EXT` for each extension of [`FORMATS`]; hidden files, such
 /// as a temporary file being written, are not models — with their format and metadata.
 fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, &'static Format, std::fs::Metadata)>> {
@@ -998,9 +1363,505 @@ mod tests {
                 queue,
                 max_batch: 64,
                 max_delay,
+                slice: Dur::millis(2),
             },
             Arc::default(),
         ))
+    }
+
+    /// A one-feature regressor for the scheduling tests: each row's value is its feature; an
+    /// evaluation reports its rows on `calls`, then waits for one message on `gate` (if any),
+    /// then sleeps `per_row` per row.
+    #[derive(Debug)]
+    struct TestModel {
+        kind: ModelKind,
+        per_row: Duration,
+        gate: Option<Mutex<std::sync::mpsc::Receiver<()>>>,
+        calls: Mutex<Option<std::sync::mpsc::Sender<usize>>>,
+    }
+
+    impl Evaluator for TestModel {
+        fn input_width(&self) -> usize {
+            1
+        }
+        fn kind(&self) -> &ModelKind {
+            &self.kind
+        }
+        fn run(&self, rows: &[f32]) -> Result<Output, String> {
+            if let Some(tx) = &*lock(&self.calls) {
+                let _ = tx.send(rows.len());
+            }
+            if let Some(gate) = &self.gate {
+                let _ = lock(gate).recv();
+            }
+            std::thread::sleep(self.per_row * rows.len() as u32);
+            Ok(Output::Regressor {
+                values: rows.to_vec(),
+                targets: 1,
+            })
+        }
+    }
+
+    fn test_version(
+        per_row: Duration,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+        calls: Option<std::sync::mpsc::Sender<usize>>,
+    ) -> Arc<Version> {
+        Arc::new(Version {
+            model: Box::new(TestModel {
+                kind: ModelKind::Regressor { targets: 1 },
+                per_row,
+                gate: gate.map(Mutex::new),
+                calls: Mutex::new(calls),
+            }),
+            hash: "t".into(),
+            loaded_at: SystemTime::now(),
+            bytes: 0,
+        })
+    }
+
+    fn test_slot(name: &str, max_batch: usize, sched: &Arc<Scheduler>) -> Arc<ModelSlot> {
+        Arc::new(ModelSlot::new(
+            name,
+            ModelBatch {
+                queue: 10_000,
+                max_batch,
+                max_delay: Dur::millis(0),
+                slice: Dur::millis(2),
+            },
+            sched.clone(),
+        ))
+    }
+
+    fn values(vals: &[Val]) -> Vec<f64> {
+        vals.iter()
+            .map(|v| match v {
+                Val::Obj(m) => m
+                    .get(&Val::from("value".to_string()))
+                    .and_then(|x| fanout_expr::json::to_string(x).parse().ok())
+                    .unwrap_or(f64::NAN),
+                _ => f64::NAN,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_large_request_is_evaluated_in_chunks_and_another_models_rows_run_between_them() {
+        let pool = Arc::new(ComputePool::new(1, 64, 0));
+        pool.start().unwrap();
+        let sched = Arc::new(Scheduler::default());
+        let (heavy, light) = (
+            test_slot("heavy", 2, &sched),
+            test_slot("light", 64, &sched),
+        );
+        let (gate_tx, gate) = std::sync::mpsc::channel::<()>();
+        let (calls_tx, calls) = std::sync::mpsc::channel::<usize>();
+        let hv = test_version(Duration::ZERO, Some(gate), Some(calls_tx));
+        let lv = test_version(Duration::ZERO, None, None);
+        // Ten rows on the heavy model (two per evaluation): its first chunk starts and waits.
+        let big = heavy
+            .submit(
+                hv,
+                (0..10).map(|i| i as f32).collect(),
+                10,
+                later(),
+                &pool,
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            calls.recv().unwrap(),
+            2,
+            "the first chunk is max_batch rows"
+        );
+        // A light model's row arrives while the heavy request runs.
+        let mut small = light
+            .submit(lv, vec![42.0], 1, later(), &pool, None)
+            .unwrap();
+        // One chunk of the heavy model ends: the light row runs next, before the heavy
+        // request's other chunks.
+        gate_tx.send(()).unwrap();
+        let got = loop {
+            tokio::task::yield_now().await;
+            if let Ok(r) = small.try_recv() {
+                break r;
+            }
+        };
+        assert_eq!(values(&got.unwrap()), vec![42.0]);
+        // Its third chunk at least was not taken yet (the second may just have been).
+        let pending = heavy.status().pending;
+        assert!(
+            pending >= 6,
+            "the heavy request's other chunks wait: {pending}"
+        );
+        // The next chunks (sized from the time measured: the first one's, gate included).
+        for _ in 0..10 {
+            let _ = gate_tx.send(()); // refused once the request is done and the model dropped
+        }
+        let vals = big.await.unwrap().unwrap();
+        assert_eq!(
+            values(&vals),
+            (0..10).map(f64::from).collect::<Vec<_>>(),
+            "one value per row, in order"
+        );
+        let st = heavy.status();
+        assert_eq!((st.rows, st.pending), (10, 0));
+        assert!(st.batches >= 5, "{} evaluations", st.batches);
+    }
+
+    #[tokio::test]
+    async fn batches_are_cut_to_the_slice_from_the_measured_time_per_row() {
+        let pool = Arc::new(ComputePool::new(1, 64, 0));
+        pool.start().unwrap();
+        let sched = Arc::new(Scheduler::default());
+        let s = test_slot("slow", 64, &sched);
+        // 3 ms a row, a slice of 2 ms: once measured, one row per evaluation.
+        let v = test_version(Duration::from_millis(3), None, None);
+        let first = s
+            .submit(v.clone(), vec![0.0; 4], 4, later(), &pool, None)
+            .unwrap();
+        assert_eq!(first.await.unwrap().unwrap().len(), 4);
+        assert_eq!(s.status().batches, 1, "not measured yet: max_batch");
+        let second = s.submit(v, vec![0.0; 4], 4, later(), &pool, None).unwrap();
+        assert_eq!(second.await.unwrap().unwrap().len(), 4);
+        assert_eq!(s.status().batches, 5, "then one row per evaluation");
+    }
+
+    #[tokio::test]
+    async fn rows_dropped_at_their_deadline_are_counted_expired_even_when_the_caller_left() {
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        let s = slot(64, Dur::millis(0));
+        let release = block(&pool).await;
+        let v = version();
+        // As a request does at its deadline: the step's future (and its receiver) is dropped.
+        let deadline = Instant::now() + Duration::from_millis(1);
+        for _ in 0..10 {
+            drop(
+                s.submit(v.clone(), rows(1), 1, deadline, &pool, None)
+                    .unwrap(),
+            );
+        }
+        // A caller that left before its deadline: not expired.
+        drop(
+            s.submit(v.clone(), rows(2), 2, later(), &pool, None)
+                .unwrap(),
+        );
+        while Instant::now() <= deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.send(()).unwrap();
+        let ok = s.submit(v, rows(1), 1, later(), &pool, None).unwrap();
+        assert_eq!(ok.await.unwrap().unwrap().len(), 1);
+        let st = s.status();
+        assert_eq!((st.expired, st.cancelled, st.rows), (10, 2, 1));
+    }
+
+    #[tokio::test]
+    async fn an_evaluation_longer_than_a_second_has_a_compute_time_quantile() {
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        let s = test_slot("slow", 64, &Arc::default());
+        let v = test_version(Duration::from_millis(1100), None, None);
+        let r = s.submit(v, vec![1.0], 1, later(), &pool, None).unwrap();
+        assert_eq!(r.await.unwrap().unwrap().len(), 1);
+        let st = s.status();
+        for q in [0.5, 0.99] {
+            let b = st.compute_time.quantile_bound(q);
+            assert!(b.is_some_and(|b| b.is_finite() && b >= 1.1), "q{q}: {b:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_model_fails_its_rows_and_the_slot_goes_on() {
+        #[derive(Debug)]
+        struct Panics(ModelKind);
+        impl Evaluator for Panics {
+            fn input_width(&self) -> usize {
+                1
+            }
+            fn kind(&self) -> &ModelKind {
+                &self.0
+            }
+            fn run(&self, _: &[f32]) -> Result<Output, String> {
+                panic!("boom")
+            }
+        }
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        let s = test_slot("p", 64, &Arc::default());
+        let v = Arc::new(Version {
+            model: Box::new(Panics(ModelKind::Regressor { targets: 1 })),
+            hash: "p".into(),
+            loaded_at: SystemTime::now(),
+            bytes: 0,
+        });
+        let r = s
+            .submit(v.clone(), vec![1.0], 1, later(), &pool, None)
+            .unwrap();
+        assert!(matches!(r.await.unwrap(), Err(RunError::Failed(m)) if m.contains("boom")));
+        let ok = test_version(Duration::ZERO, None, None);
+        let r = s.submit(ok, vec![1.0], 1, later(), &pool, None).unwrap();
+        assert_eq!(r.await.unwrap().unwrap().len(), 1);
+        assert_eq!(s.status().failed, 1);
+    }
+
+    /// A dense MLP regressor as ONNX: `width` inputs, two hidden layers of `hidden` (ReLU), one
+    /// output — with `hidden` 3072, about 1 ms a row in release: the heavy MLP of the issue.
+    fn mlp(width: usize, hidden: usize) -> Vec<u8> {
+        use fanout_model::onnx::*;
+        use prost::Message;
+        let info = |name: &str, cols: usize| ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: Some(1),
+                    shape: Some(TensorShapeProto {
+                        dim: vec![
+                            Dimension {
+                                dim_value: None,
+                                dim_param: Some("N".into()),
+                            },
+                            Dimension {
+                                dim_value: Some(cols as i64),
+                                dim_param: None,
+                            },
+                        ],
+                    }),
+                }),
+            }),
+        };
+        let weights = |name: &str, rows: usize, cols: usize| TensorProto {
+            dims: vec![rows as i64, cols as i64],
+            data_type: Some(1),
+            float_data: (0..rows * cols)
+                .map(|i| ((i % 17) as f32 - 8.0) / (8.0 * rows as f32))
+                .collect(),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let node = |op: &str, input: &[&str], out: &str| NodeProto {
+            input: input.iter().map(|s| s.to_string()).collect(),
+            output: vec![out.into()],
+            name: Some(out.into()),
+            op_type: Some(op.into()),
+            domain: None,
+            attribute: vec![],
+        };
+        ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(13),
+            }],
+            producer_name: None,
+            producer_version: None,
+            graph: Some(GraphProto {
+                node: vec![
+                    node("MatMul", &["X", "W1"], "H1"),
+                    node("Relu", &["H1"], "R1"),
+                    node("MatMul", &["R1", "W2"], "H2"),
+                    node("Relu", &["H2"], "R2"),
+                    node("MatMul", &["R2", "W3"], "Y"),
+                ],
+                name: None,
+                initializer: vec![
+                    weights("W1", width, hidden),
+                    weights("W2", hidden, hidden),
+                    weights("W3", hidden, 1),
+                ],
+                input: vec![info("X", width)],
+                output: vec![info("Y", 1)],
+            }),
+        }
+        .encode_to_vec()
+    }
+
+    fn loaded(
+        name: &str,
+        bytes: &[u8],
+        batch: ModelBatch,
+        sched: &Arc<Scheduler>,
+    ) -> Arc<ModelSlot> {
+        let slot = Arc::new(ModelSlot::new(name, batch, sched.clone()));
+        let sig = FileSig {
+            len: bytes.len() as u64,
+            modified: None,
+            inode: 0,
+        };
+        assert!(
+            slot.offer(&onnx::FORMAT, bytes, sig),
+            "{:?}",
+            slot.last_error()
+        );
+        slot
+    }
+
+    /// The isolation benchmark (docs/benchmarks.md, "Model isolation"): one compute thread (2
+    /// cores' default), a heavy MLP kept busy by 1 000-row requests one after another, and a
+    /// light model's single rows, one at a time every millisecond, timed from submit to
+    /// answer. Run in release:
+    /// `cargo test --release -p fanout-flow --lib model_isolation -- --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a benchmark: run in release with --ignored --nocapture"]
+    async fn model_isolation_benchmark() {
+        let heavy_bytes = mlp(256, 3072);
+        let light_bytes = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../fanout-model/testdata/logreg_bin.onnx"),
+        )
+        .unwrap();
+        let runs: [(&str, ModelBatch); 2] = [
+            ("default (max_batch 64, slice 2ms)", ModelBatch::default()),
+            (
+                "unsplit (max_batch 1000, slice 60s: as before chunking)",
+                ModelBatch {
+                    max_batch: 1000,
+                    slice: Dur::secs(60),
+                    ..ModelBatch::default()
+                },
+            ),
+        ];
+        for (what, heavy_batch) in runs {
+            let pool = Arc::new(ComputePool::new(1, 1024, 0));
+            pool.start().unwrap();
+            let sched = Arc::new(Scheduler::default());
+            let heavy = loaded("heavy", &heavy_bytes, heavy_batch, &sched);
+            let light = loaded("light", &light_bytes, ModelBatch::default(), &sched);
+            let stop = Arc::new(AtomicBool::new(false));
+            let heavy_done = Arc::new(AtomicU64::new(0));
+            let driver = tokio::spawn({
+                let (heavy, pool, stop, done) = (
+                    heavy.clone(),
+                    pool.clone(),
+                    stop.clone(),
+                    heavy_done.clone(),
+                );
+                async move {
+                    let v = heavy.current().unwrap();
+                    let mut took = Vec::new();
+                    while !stop.load(Relaxed) {
+                        let t = Instant::now();
+                        let rx = heavy
+                            .submit(v.clone(), vec![0.5; 1000 * 256], 1000, later(), &pool, None)
+                            .unwrap();
+                        assert_eq!(rx.await.unwrap().unwrap().len(), 1000);
+                        took.push(t.elapsed());
+                        done.fetch_add(1, Relaxed);
+                    }
+                    took
+                }
+            });
+            // Wait for the heavy model to be busy, then time the light rows.
+            while heavy.status().batches == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let v = light.current().unwrap();
+            let mut lat: Vec<Duration> = Vec::new();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(20) && lat.len() < 3000 {
+                let t = Instant::now();
+                let rx = light
+                    .submit(v.clone(), vec![0.1; 20], 1, later(), &pool, None)
+                    .unwrap();
+                rx.await.unwrap().unwrap();
+                lat.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            stop.store(true, Relaxed);
+            let heavy_took = driver.await.unwrap();
+            lat.sort();
+            let q = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+            let hs = heavy.status();
+            println!(
+                "{what}: light rows {} — p50 {:?}, p99 {:?}, max {:?}; heavy 1000-row requests {} (mean {:?}), {} evaluations, mean {:.1} rows",
+                lat.len(),
+                q(0.5),
+                q(0.99),
+                lat[lat.len() - 1],
+                heavy_took.len(),
+                heavy_took.iter().sum::<Duration>() / heavy_took.len().max(1) as u32,
+                hs.batches,
+                hs.rows as f64 / hs.batches.max(1) as f64
+            );
+        }
+    }
+
+    fn watched_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("fanout-models-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn watched(dir: &Path) -> Arc<ModelSet> {
+        let cfg = ModelsConfig {
+            dir: Some(fanout_config::Located::unknown(dir.display().to_string())),
+            poll: Dur::millis(20),
+            settle: Dur::millis(20),
+            ..ModelsConfig::default()
+        };
+        let set = Arc::new(ModelSet::open(&cfg, None).unwrap());
+        set.watch().unwrap();
+        set
+    }
+
+    fn wait(what: &str, mut ok: impl FnMut() -> bool) {
+        let t = Instant::now();
+        while !ok() {
+            assert!(t.elapsed() < Duration::from_secs(30), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_loader_that_panics_refuses_its_file_and_the_next_file_loads() {
+        let dir = watched_dir("loader-panics");
+        // At open: refused, counted.
+        std::fs::write(dir.join("a.panics"), b"x").unwrap();
+        let set = watched(&dir);
+        let a = set.get("a").unwrap().status();
+        assert_eq!((a.loads, a.load_failures), (0, 1));
+        assert!(
+            a.last_error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("panicked"),
+            "{a:?}"
+        );
+        // In the watcher: refused, and a good file dropped after it is loaded.
+        std::fs::write(dir.join("b.panics"), b"x").unwrap();
+        wait("b refused", || {
+            set.get("b").is_some_and(|s| s.status().load_failures == 1)
+        });
+        std::fs::write(dir.join("c.onnx"), MODEL).unwrap();
+        wait("c loaded", || {
+            set.get("c").and_then(|s| s.current()).is_some()
+        });
+        assert_eq!(set.watcher().restarts, 0);
+        assert_eq!(set.readiness(), Ok(()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_watcher_that_panics_is_not_ready_until_it_is_restarted() {
+        let dir = watched_dir("watcher-panics");
+        let set = watched(&dir);
+        assert_eq!(set.readiness(), Ok(()));
+        std::fs::write(dir.join(hooks::WATCHER_PANICS), b"").unwrap();
+        wait("not ready", || set.readiness().is_err());
+        let why = set.readiness().unwrap_err();
+        assert!(why.contains("models.dir watcher"), "{why}");
+        assert!(why.contains("test hook"), "{why}");
+        std::fs::remove_file(dir.join(hooks::WATCHER_PANICS)).unwrap();
+        wait("ready again", || set.readiness().is_ok());
+        assert!(set.watcher().restarts >= 1);
+        // It loads files again.
+        std::fs::write(dir.join("m.onnx"), MODEL).unwrap();
+        wait("m loaded", || {
+            set.get("m").and_then(|s| s.current()).is_some()
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn rows(n: usize) -> Vec<f32> {

@@ -193,7 +193,9 @@ impl CallClass {
                 500..=599 => CallClass::Status5xx,
                 _ => CallClass::Other,
             },
-            ErrorKind::NotFound | ErrorKind::BadParameter => CallClass::Status4xx,
+            ErrorKind::NotFound | ErrorKind::BadParameter | ErrorKind::BadModelInput => {
+                CallClass::Status4xx
+            }
             ErrorKind::Database { status } => match status {
                 400..=499 => CallClass::Status4xx,
                 _ => CallClass::Status5xx,

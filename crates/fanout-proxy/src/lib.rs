@@ -197,6 +197,7 @@ impl Gateway {
     pub fn readiness(&self) -> Result<(), String> {
         let live = self.live();
         self.health.readiness(&live.reference)?;
+        live.models.readiness()?;
         for (_, s) in &live.stacks {
             if let Some(pool) = s.client.pool() {
                 pool.readiness()?;
@@ -295,9 +296,18 @@ impl Gateway {
             .into_iter()
             .map(|m| (m.name.to_string(), model_json(&m, now)))
             .collect();
+        let w = live.models.watcher();
+        let models_watcher = serde_json::json!({
+            "started": w.started,
+            "running": w.running,
+            "restarts": w.restarts,
+            "last_panic": w.last_panic,
+            "scans": live.models.scans(),
+        });
         serde_json::json!({
             "reference": reference,
             "models": models,
+            "models_watcher": models_watcher,
             "caches": caches,
             "backends": backends,
             "runtime": runtime,
@@ -360,8 +370,9 @@ fn model_json(
         "pending": m.pending,
         "refused_queue_full": m.refused,
         "expired": m.expired,
+        "cancelled": m.cancelled,
         "failed": m.failed,
-        // At most (a bucket's upper bound), ms; null before the first row, or past 1 s.
+        // At most (a bucket's upper bound), ms; null before the first row, or past 60 s.
         "queue_p50_ms": ms_bound(&m.queue_time, 0.5),
         "queue_p99_ms": ms_bound(&m.queue_time, 0.99),
         "compute_p50_ms": ms_bound(&m.compute_time, 0.5),

@@ -221,11 +221,220 @@ routes:
     assert_eq!(ok.json()["values"].as_array().map(Vec::len), Some(3));
     let short = post(&url("/by-row"), r#"{"row": [1, 2, 3]}"#).await;
     assert_eq!(short.status, 400, "{}", short.text());
-    assert_eq!(short.code(), "bad_parameter");
+    assert_eq!(short.code(), "bad_model_input");
     assert!(short.text().contains("takes 4"), "{}", short.text());
     let text = post(&url("/by-features"), r#"{"a": "x", "b": 1}"#).await;
     assert_eq!(text.status, 400, "{}", text.text());
-    assert!(text.text().contains("feature 1"), "{}", text.text());
+    assert_eq!(text.code(), "bad_model_input");
+    // Numbered from 0, as `input[i]` and the model's own messages are.
+    assert!(text.text().contains("features[0]"), "{}", text.text());
+    let text = post(&url("/by-row"), r#"{"row": [1, 2, 3, "x"]}"#).await;
+    assert_eq!(text.status, 400, "{}", text.text());
+    assert!(text.text().contains("input[3]"), "{}", text.text());
+}
+
+/// The antispam example's `/check-batch`: one row per message of the request, through
+/// `for_each`. A message with a bad row is the client's bad data — 400 `bad_model_input`
+/// naming the element and the feature — not the flow's failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_row_inside_for_each_is_the_clients_bad_data_400_bad_model_input() {
+    let dir = TempDir::new("models-bad-batch-row");
+    std::fs::copy(
+        repo_root().join("examples/antispam/models/spam_gbdt.onnx"),
+        dir.path().join("spam_gbdt.onnx"),
+    )
+    .unwrap();
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}" }
+routes:
+  - path: /check-batch
+    method: POST
+    flow:
+      gbdt:
+        for_each: '$request.body.messages'
+        model: { name: spam_gbdt, input: '$item.features' }
+        result: '.label == 1'
+    respond: { body: '{spam: $gbdt}' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let url = format!("http://{}/check-batch", gw.addr);
+    let good: Vec<f64> = (0..20).map(|i| i as f64 / 10.0).collect();
+    let mut text = good.iter().map(|x| json!(x)).collect::<Vec<_>>();
+    text[3] = json!("high");
+    let ok = post(
+        &url,
+        &json!({"messages": [{"features": good}, {"features": good}]}).to_string(),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let bad = post(
+        &url,
+        &json!({"messages": [{"features": good}, {"features": text}]}).to_string(),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    assert_eq!(bad.code(), "bad_model_input");
+    assert!(bad.text().contains("element 1"), "{}", bad.text());
+    assert!(bad.text().contains("input[3]"), "{}", bad.text());
+    let short = post(
+        &url,
+        &json!({"messages": [{"features": [1, 2, 3]}]}).to_string(),
+    )
+    .await;
+    assert_eq!(short.status, 400, "{}", short.text());
+    assert_eq!(short.code(), "bad_model_input");
+    assert!(short.text().contains("takes 20"), "{}", short.text());
+    let missing = post(&url, &json!({"messages": [{"other": 1}]}).to_string()).await;
+    assert_eq!(missing.status, 400, "{}", missing.text());
+    assert_eq!(missing.code(), "bad_model_input");
+}
+
+/// A loader that panics (a bug in a format's code on a hostile file; here the `test-hooks`
+/// feature's `NAME.panics` format) refuses its file like any load error — counted, its panic in
+/// the status — and the watcher goes on: a good file dropped after it is loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loader_that_panics_refuses_its_file_and_the_next_good_file_is_loaded() {
+    let dir = TempDir::new("models-loader-panics");
+    copy_model("logreg_bin", dir.path(), "m");
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}", poll: 20ms, settle: 40ms }
+routes:
+  - path: /score
+    method: POST
+    flow:
+      s: { model: { name: m, input: '$request.body.row' } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let status_url = format!("http://{}/__fanout/status", gw.addr);
+    std::fs::write(dir.path().join("hostile.panics"), b"\x08\x80\x80").unwrap();
+    let hostile = wait_for_async(
+        "the panicking file refused",
+        Duration::from_secs(20),
+        || {
+            let status_url = status_url.clone();
+            async move {
+                let s = get(&status_url).await.json();
+                let m = s["models"]["hostile"].clone();
+                (m["load_failures"] == 1).then_some(m)
+            }
+        },
+    )
+    .await;
+    assert_eq!(hostile["loads"], 0, "{hostile}");
+    let err = hostile["last_error"].as_str().unwrap_or_default();
+    assert!(err.contains("panicked"), "{hostile}");
+    // The next good file is loaded (within poll + settle; the wait allows a loaded machine).
+    copy_model("gbdt_bin", dir.path(), "next");
+    let next = wait_for_async("the next good file loaded", Duration::from_secs(20), || {
+        let status_url = status_url.clone();
+        async move {
+            let s = get(&status_url).await.json();
+            let m = s["models"]["next"].clone();
+            (m["loads"] == 1).then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(
+        next["models_watcher"]["restarts"], 0,
+        "{}",
+        next["models_watcher"]
+    );
+    assert_eq!(next["models_watcher"]["running"], true);
+    let admin = gw.admin_addr.expect("admin listener");
+    assert_eq!(get(&format!("http://{admin}/readyz")).await.status, 200);
+}
+
+/// The watcher panicking outside a load (the `test-hooks` feature's marker file makes it panic
+/// before each scan): `/readyz` answers not ready naming it while it is down, it is restarted
+/// (counted in the status), and once it runs again, files are loaded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_panics_is_not_ready_in_readyz_and_is_restarted() {
+    let dir = TempDir::new("models-watcher-panics");
+    copy_model("logreg_bin", dir.path(), "m");
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}", poll: 20ms, settle: 20ms }
+routes:
+  - path: /score
+    method: POST
+    flow:
+      s: { model: { name: m, input: '$request.body.row' } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let admin = gw.admin_addr.expect("admin listener");
+    let readyz = format!("http://{admin}/readyz");
+    assert_eq!(get(&readyz).await.status, 200);
+    let marker = dir.path().join(".fanout-test-watcher-panics");
+    std::fs::write(&marker, b"").unwrap();
+    let not_ready = wait_for_async("readyz not ready", Duration::from_secs(20), || {
+        let readyz = readyz.clone();
+        async move {
+            let r = get(&readyz).await;
+            (r.status == 503).then_some(r)
+        }
+    })
+    .await;
+    let reason = not_ready.json()["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(reason.contains("models.dir watcher"), "{reason}");
+    // Requests are still served by the loaded models.
+    let row = json!({ "row": reference("logreg_bin")["inputs"][0] }).to_string();
+    assert_eq!(
+        post(&format!("http://{}/score", gw.addr), &row)
+            .await
+            .status,
+        200
+    );
+    std::fs::remove_file(&marker).unwrap();
+    wait_for_async("readyz ready again", Duration::from_secs(30), || {
+        let readyz = readyz.clone();
+        async move { (get(&readyz).await.status == 200).then_some(()) }
+    })
+    .await;
+    let status_url = format!("http://{}/__fanout/status", gw.addr);
+    let w = get(&status_url).await.json()["models_watcher"].clone();
+    assert!(w["restarts"].as_u64().unwrap_or(0) >= 1, "{w}");
+    assert!(
+        w["last_panic"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("test hook"),
+        "{w}"
+    );
+    copy_model("gbdt_bin", dir.path(), "after");
+    wait_for_async(
+        "a file loaded after the restart",
+        Duration::from_secs(20),
+        || {
+            let status_url = status_url.clone();
+            async move {
+                let s = get(&status_url).await.json();
+                (s["models"]["after"]["loads"] == 1).then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

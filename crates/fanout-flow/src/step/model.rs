@@ -4,7 +4,9 @@
 //! [`crate::models::output_value`]'s: `{label, probabilities}` or `{value}` / `{values}`.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::call::{Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, yielded};
+use crate::call::{
+    Env, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, yielded,
+};
 use crate::compute::ComputePool;
 use crate::error::{ErrorKind, FlowError};
 use crate::models::{ModelSlot, RunError, kind_name};
@@ -14,7 +16,9 @@ use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// How a row is built.
+/// How a row is built; with each expression, whether what it gives is the client's data (it
+/// reads only `$request`, or `$item`/`$index` of a `for_each` over `$request` alone): a bad
+/// value is then the client's fault (400 `bad_model_input`), else the flow's (500).
 enum Features {
     /// One expression per feature (the count checked against the model's width at load).
     Each(Vec<(Expr, bool)>),
@@ -122,7 +126,7 @@ impl ModelStep {
                     let v = match yielded(ev(e))? {
                         Ok(v) => v,
                         Err(e) => {
-                            let what = format!("feature {}", i + 1);
+                            let what = format!("features[{i}]");
                             return Ok(Err(expr_err(name, &what, e)));
                         }
                     };
@@ -132,7 +136,8 @@ impl ModelStep {
                             return Ok(Err(bad_feature(
                                 name,
                                 *from_request,
-                                format!("feature {} is {}, not a number", i + 1, what(&v)),
+                                item,
+                                format!("features[{i}] is {}, not a number", what(&v)),
                             )));
                         }
                     }
@@ -147,6 +152,7 @@ impl ModelStep {
                     return Ok(Err(bad_feature(
                         name,
                         *from_request,
+                        item,
                         format!("input is {}, not an array of {width} numbers", what(&v)),
                     )));
                 };
@@ -154,6 +160,7 @@ impl ModelStep {
                     return Ok(Err(bad_feature(
                         name,
                         *from_request,
+                        item,
                         format!(
                             "input has {} values; model `{}` takes {width}",
                             list.len(),
@@ -168,6 +175,7 @@ impl ModelStep {
                             return Ok(Err(bad_feature(
                                 name,
                                 *from_request,
+                                item,
                                 format!("input[{i}] is {}, not a number", what(x)),
                             )));
                         }
@@ -210,13 +218,23 @@ fn what(v: &Val) -> &'static str {
     }
 }
 
-/// A feature that is not a number: the client's fault (400) when it came from the request
-/// alone, else the flow's (500).
-fn bad_feature(name: &Arc<str>, from_request: bool, message: String) -> FlowError {
+/// A row that is not numbers of the model's width: the client's fault (400 `bad_model_input`)
+/// when it came from the client's data, else the flow's (500). Inside `for_each`, the message
+/// names the element (`$item` number `k`, from 0, as features and inputs are).
+fn bad_feature(
+    name: &Arc<str>,
+    from_request: bool,
+    item: Option<(&Val, usize)>,
+    message: String,
+) -> FlowError {
     let kind = if from_request {
-        ErrorKind::BadParameter
+        ErrorKind::BadModelInput
     } else {
         ErrorKind::Expression
+    };
+    let message = match item {
+        Some((_, k)) => format!("element {k} of for_each: {message}"),
+        None => message,
     };
     FlowError::new(kind, message).in_step(name)
 }
@@ -251,8 +269,21 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
     let step_name = sc.name.value.clone();
     let item_ok = sc.in_each;
     let mut ok = true;
-    let from_request =
+    // `$item`/`$index` are the client's data when the step's `for_each` reads `$request` alone.
+    let only_request =
         |e: &Expr| !e.vars().is_empty() && e.vars().iter().all(|&v| v == SLOT_REQUEST);
+    let items_from_request = step.for_each.as_ref().is_some_and(|src| {
+        sc.exprs
+            .iter()
+            .find(|(_, s, _)| s.pos == src.pos && s.value == src.value)
+            .is_some_and(|(e, _, _)| only_request(e))
+    });
+    let from_request = |e: &Expr| {
+        !e.vars().is_empty()
+            && e.vars().iter().all(|&v| {
+                v == SLOT_REQUEST || (items_from_request && (v == SLOT_ITEM || v == SLOT_INDEX))
+            })
+    };
     let features = match (&m.input, m.features.is_empty()) {
         (Some(src), true) => match sc.expr(Some(src), item_ok) {
             Some(e) => {

@@ -663,12 +663,13 @@ fn models(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     )?;
     out.family(
         "fanout_model_dropped_rows",
-        "Rows not evaluated, by reason: queue_full (refused, 503 model_queue_full), expired (their deadline passed while waiting), failed (the evaluation failed)",
+        "Rows not evaluated, by reason: queue_full (refused, 503 model_queue_full), expired (their deadline passed while waiting), cancelled (their request ended before: client gone, another step failed), failed (the evaluation failed)",
         Counter,
         status.iter().flat_map(|m| {
             [
                 ("queue_full", m.refused),
                 ("expired", m.expired),
+                ("cancelled", m.cancelled),
                 ("failed", m.failed),
             ]
             .map(|(r, v)| -> (L2<'_>, Value) {
