@@ -2,9 +2,10 @@
 def totype(p; e): if p then . else fromjson | if p then . else e end end;
 # fanout: a string is a number only when all of it is one JSON number (surrounding whitespace
 # allowed), as jq 1.7's `jv_parse` reads it: `"1abc"`, `"1 2"`, `"0x10"` are errors, not 1, 0.
-def tonumber : if isstring then
-    [try fromjson catch error("cannot parse as number")]
-    | if length == 1 and (.[0] | isnumber) then .[0] else error("cannot parse as number") end
+# The error names the text (for the log), as `fromjson`'s own does.
+def tonumber : if isstring then . as $s
+    | [fromjson]
+    | if length == 1 and (.[0] | isnumber) then .[0] else error("cannot parse \($s) as number") end
   else totype(isnumber ; error("cannot parse as number")) end;
 def toboolean: totype(isboolean; error("cannot parse as boolean"));
 
