@@ -70,12 +70,16 @@ pub enum ErrorKind {
     ModelQueueFull,
     /// A model failed to evaluate its input (500 `model_failed`).
     ModelFailed,
+    /// The gateway's memory budget for in-flight data (`server.bodies.memory_budget_bytes`) had
+    /// no room for a backend's answer as it arrived (a database statement's rows): 503
+    /// `memory_budget_exhausted`, the code of a request body refused by the same budget.
+    MemoryBudget,
 }
 
 impl ErrorKind {
     /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
     /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 23] = [
+    pub const ALL: [ErrorKind; 24] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -102,6 +106,7 @@ impl ErrorKind {
         ErrorKind::BadParameter,
         ErrorKind::ModelQueueFull,
         ErrorKind::ModelFailed,
+        ErrorKind::MemoryBudget,
     ];
 
     /// HTTP status code for the client.
@@ -120,7 +125,8 @@ impl ErrorKind {
             | ErrorKind::Overloaded
             | ErrorKind::DatabaseUnavailable
             | ErrorKind::PoolExhausted
-            | ErrorKind::ModelQueueFull => 503,
+            | ErrorKind::ModelQueueFull
+            | ErrorKind::MemoryBudget => 503,
             ErrorKind::Database { status } => match status {
                 409 | 422 | 503 => status,
                 _ => 502,
@@ -160,6 +166,7 @@ impl ErrorKind {
             ErrorKind::BadParameter => "bad_parameter",
             ErrorKind::ModelQueueFull => "model_queue_full",
             ErrorKind::ModelFailed => "model_failed",
+            ErrorKind::MemoryBudget => "memory_budget_exhausted",
         }
     }
 }
@@ -253,6 +260,10 @@ impl FlowError {
             CallErrorKind::Rejected(crate::backend::RejectReason::Pool) => (
                 ErrorKind::PoolExhausted,
                 "the database's connection pool is exhausted",
+            ),
+            CallErrorKind::Rejected(crate::backend::RejectReason::Memory) => (
+                ErrorKind::MemoryBudget,
+                "the memory budget for in-flight data (server.bodies.memory_budget_bytes) has no room for the backend's answer; retry later",
             ),
             CallErrorKind::Rejected(_) => (
                 ErrorKind::Rejected,
@@ -362,7 +373,8 @@ mod tests {
             | ErrorKind::PoolExhausted
             | ErrorKind::BadParameter
             | ErrorKind::ModelQueueFull
-            | ErrorKind::ModelFailed => true,
+            | ErrorKind::ModelFailed
+            | ErrorKind::MemoryBudget => true,
         });
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
         assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");

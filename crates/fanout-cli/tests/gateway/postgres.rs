@@ -255,6 +255,145 @@ routes:
     assert_eq!(get(&format!("{base}/rows/3")).await.json(), json!(3));
 }
 
+/// `bodies.memory` of `/__fanout/status`.
+async fn memory_status(gw: &RunningGateway) -> Value {
+    let st = get(&format!(
+        "http://{}/__fanout/status",
+        gw.admin_addr.expect("admin listener")
+    ))
+    .await
+    .json();
+    st["bodies"]["memory"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_million_rows_stop_at_the_cap_as_they_arrive_and_the_statement_is_cancelled() {
+    let pg = cluster().await;
+    let yaml = r#"
+defaults: { deadline: 60s, timeout: 50s }
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    max_response_bytes: 1048576
+    postgres: { max_size: 1, max_wait: 30s }
+routes:
+  - path: /series/{n}
+    flow:
+      s: { sql: { backend: db, mode: many, query: "SELECT g FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '$s | length' }
+  - path: /wide/{n}
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '$s.big | length' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    // Under the cap, past the rows kept as values: the answer is whole and right.
+    assert_eq!(
+        get(&format!("{base}/series/50000")).await.json(),
+        json!(50000)
+    );
+    assert_eq!(
+        get(&format!("{base}/wide/500000")).await.json(),
+        json!(500000)
+    );
+    let r = get(&format!("{base}/series/10000000")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "bad_backend_answer");
+    let msg = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("max_response_bytes (1048576 bytes)"),
+        "the message names the cap: {msg}"
+    );
+    // Stopped at the cap, not run to its end: the statement is gone from the server.
+    wait_for_async("the refused statement to end", Duration::from_secs(30), || async {
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT g FROM generate_series%' AND state = 'active'").await == "0").then_some(())
+    })
+    .await;
+    // The answer took its share of the memory budget while it grew — about its JSON size,
+    // never much more than the cap — and gave it back.
+    let mem = memory_status(&gw).await;
+    let peak = mem["peak_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        peak >= 1 << 20 && peak <= 4 << 20,
+        "the answer counted against the memory budget at its JSON size: {mem}"
+    );
+    assert_eq!(mem["in_use_bytes"], 0, "{mem}");
+    // One value alone larger than the cap: refused before it is converted, with the cap named.
+    let r = get(&format!("{base}/wide/4000000")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_response_bytes (1048576 bytes)")),
+        "{}",
+        r.text()
+    );
+    // The pool goes on.
+    assert_eq!(get(&format!("{base}/series/3")).await.json(), json!(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statements_answer_takes_from_the_memory_budget_and_is_refused_when_it_is_full() {
+    let pg = cluster().await;
+    let yaml = r#"
+defaults: { deadline: 60s, timeout: 50s }
+server: { bodies: { memory_budget_bytes: 524288 } }
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    postgres: { max_size: 1, max_wait: 30s }
+routes:
+  - path: /series/{n}
+    flow:
+      s: { sql: { backend: db, mode: many, query: "SELECT g, 'row ' || g AS name FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '[($s | length), ($s | map(.g) | add), $s[-1].name]' }
+  - path: /exec/{n}
+    flow:
+      s: { sql: { backend: db, mode: exec, query: "SELECT g FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '[($s.rows | length), $s.rows_affected]' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    // Within the budget: whole and right (written as text past the first rows, then parsed).
+    assert_eq!(
+        get(&format!("{base}/series/5000")).await.json(),
+        json!([5000, 12502500, "row 5000"])
+    );
+    assert_eq!(
+        get(&format!("{base}/exec/8000")).await.json(),
+        json!([8000, 8000])
+    );
+    // About 1.2 MiB of JSON with a 512 KiB budget: refused with the budget named.
+    let r = get(&format!("{base}/series/40000")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "memory_budget_exhausted");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server.bodies.memory_budget_bytes")),
+        "{}",
+        r.text()
+    );
+    let mem = memory_status(&gw).await;
+    assert!(mem["refused"].as_u64().unwrap_or(0) >= 1, "{mem}");
+    assert_eq!(mem["in_use_bytes"], 0, "given back: {mem}");
+    // The refused statement is cancelled at the server, and the budget serves the next one.
+    wait_for_async("the refused statement to end", Duration::from_secs(30), || async {
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT g, %' AND state = 'active'").await == "0").then_some(())
+    })
+    .await;
+    assert_eq!(
+        get(&format!("{base}/series/3")).await.json(),
+        json!([3, 6, "row 3"])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_errors_become_answers_a_client_can_act_on() {
     let pg = cluster().await;
