@@ -856,3 +856,66 @@ routes:
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "database_unavailable");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_longer_than_the_cap_is_refused_from_its_header_over_tcp_and_tls() {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (ck.cert.pem(), ck.signing_key.serialize_pem());
+    let pg = tokio::task::spawn_blocking(move || {
+        PgCluster::start_with_tls(&cert, &key).unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await
+    .unwrap();
+    let yaml = |mode: &str| {
+        format!(
+            r#"
+defaults: {{ deadline: 60s, timeout: 50s }}
+server: {{ expose_error_details: true }}
+backends:
+  db:
+    protocol: postgres
+    url: "${{DB_URL}}"
+    max_response_bytes: 1048576
+    postgres: {{ {mode} max_size: 1, max_wait: 30s }}
+routes:
+  - path: /wide/{{n}}
+    flow:
+      s: {{ sql: {{ backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] }} }}
+    respond: {{ body: '$s.big | length' }}
+"#
+        )
+    };
+    for mode in ["", "sslmode: require,"] {
+        let gw = start(&yaml(mode), &pg).await;
+        let base = format!("http://{}", gw.addr);
+        assert_eq!(
+            get(&format!("{base}/wide/1000")).await.json(),
+            json!(1000),
+            "{mode}"
+        );
+        // 8 MB in one row: the guard reads the DataRow's length and closes the connection
+        // before the driver buffers the row (the detail says so; it used to say "the rows").
+        let r = get(&format!("{base}/wide/8000000")).await;
+        assert_eq!(r.status, 502, "{mode}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["code"], "bad_backend_answer", "{mode}");
+        let detail = e["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("a row of 8000")
+                && detail.contains("larger than max_response_bytes (1048576)"),
+            "{mode}: {e}"
+        );
+        // Not a lost database: ready, and the next call gets a new connection.
+        assert!(gw.gateway.readiness().is_ok(), "{mode}");
+        assert_eq!(
+            get(&format!("{base}/wide/10")).await.json(),
+            json!(10),
+            "{mode}"
+        );
+        let pool = pool_status(&gw).await;
+        assert!(
+            pool["discarded"].as_u64().unwrap_or(0) >= 1,
+            "{mode}: {pool}"
+        );
+    }
+}

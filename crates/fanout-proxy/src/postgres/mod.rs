@@ -20,6 +20,7 @@
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
+mod guard;
 pub mod types;
 
 use bytes::Bytes;
@@ -102,6 +103,9 @@ struct Conn {
     /// By statement text (from the config, not from requests: a fast hash is safe).
     prepared: HashMap<Arc<str>, Prepared, foldhash::fast::RandomState>,
     idle_since: Instant,
+    /// Set by the connection's guard when it refused a row longer than `max_response_bytes`
+    /// (the connection is then closed): the row's length.
+    tripped: guard::Tripped,
 }
 
 /// A connection as the pool keeps it.
@@ -460,6 +464,13 @@ impl InUse {
         self.permit.take();
     }
 
+    /// The length of the row the connection's guard refused (0: none).
+    fn tripped(&self) -> usize {
+        self.conn
+            .as_ref()
+            .map_or(0, |c| c.tripped.load(Ordering::Relaxed))
+    }
+
     /// Close the connection (it broke) and free the slot.
     fn discard(mut self) {
         if self.conn.take().is_some() {
@@ -812,21 +823,48 @@ impl Pool {
 
     /// Open a connection (counted in `open`; the caller holds a slot for it).
     async fn connect(self: &Arc<Self>, end: Instant) -> Result<PooledConn, CallError> {
+        // Every row is read through a guard that refuses one longer than the answer's cap from
+        // its header (`guard.rs`). Plain TCP to one host: our socket, handed to the driver; TLS:
+        // the decrypted stream; several hosts or a Unix socket: the driver's socket, unguarded.
+        let tripped = guard::Tripped::default();
+        let limit = self.max_response_bytes;
         let attempt = async {
             match &self.connector {
                 Connector::Plain => {
-                    self.pg
-                        .connect(tokio_postgres::NoTls)
-                        .await
-                        .map(|(c, conn)| {
-                            tokio::spawn(conn);
-                            c
-                        })
+                    let tcp = match single_tcp_host(&self.pg) {
+                        Some((host, port)) => guard::tcp(host, port).await.ok(),
+                        None => None,
+                    };
+                    match tcp {
+                        Some(tcp) => {
+                            let stream = guard::Guarded::new(tcp, limit, tripped.clone());
+                            self.pg
+                                .connect_raw(stream, tokio_postgres::NoTls)
+                                .await
+                                .map(|(c, conn)| {
+                                    tokio::spawn(conn);
+                                    c
+                                })
+                        }
+                        // No socket of our own (or it could not be opened: the driver's attempt
+                        // then says why, in its terms).
+                        None => self
+                            .pg
+                            .connect(tokio_postgres::NoTls)
+                            .await
+                            .map(|(c, conn)| {
+                                tokio::spawn(conn);
+                                c
+                            }),
+                    }
                 }
-                Connector::Tls(t) => self.pg.connect(t.clone()).await.map(|(c, conn)| {
-                    tokio::spawn(conn);
-                    c
-                }),
+                Connector::Tls(t) => {
+                    let tls = guard::GuardTls::new(t.clone(), limit, tripped.clone());
+                    self.pg.connect(tls).await.map(|(c, conn)| {
+                        tokio::spawn(conn);
+                        c
+                    })
+                }
             }
         };
         let until = end.min(Instant::now() + self.connect_timeout);
@@ -840,6 +878,7 @@ impl Pool {
                     client,
                     prepared: HashMap::default(),
                     idle_since: Instant::now(),
+                    tripped,
                 }))
             }
             Ok(Err(e)) => {
@@ -1149,6 +1188,19 @@ impl Pool {
                         ))
                     }
                 }
+            }
+            Err(ExecError::Broken(_)) if in_use.tripped() > 0 => {
+                // The guard refused a row longer than the cap from its header and closed the
+                // connection; the statement may still run at the server: cancel it there.
+                let len = in_use.tripped();
+                drop(in_use);
+                Err(CallError::new(
+                    CallErrorKind::BodyTooLarge,
+                    format!(
+                        "database `{}`: a row of {len} bytes is larger than max_response_bytes ({max})",
+                        self.name
+                    ),
+                ))
             }
             Err(ExecError::Broken(e)) => {
                 in_use.discard();
