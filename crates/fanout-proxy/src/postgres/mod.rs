@@ -1365,6 +1365,7 @@ impl<'a> Rows<'a> {
         self.n += 1;
         match &mut self.text {
             Some(t) => {
+                room(t, estimate.saturating_add(1), max_bytes);
                 Self::write_row(t, &row, self.n, self.single);
                 drop(row);
                 self.size = t.len();
@@ -1462,6 +1463,20 @@ impl<'a> Rows<'a> {
         }
         Answer::Value(Val::obj(answer))
     }
+}
+
+/// Room in `t` for `more` bytes: its capacity doubles, but not past the cap (and the row being
+/// written), so an answer refused at the cap has held about the cap, not up to twice it.
+fn room(t: &mut Vec<u8>, more: usize, max_bytes: usize) {
+    if t.capacity() - t.len() >= more {
+        return;
+    }
+    let want = t
+        .capacity()
+        .saturating_mul(2)
+        .min(max_bytes.saturating_add(more))
+        .max(t.len().saturating_add(more));
+    t.reserve_exact(want - t.len());
 }
 
 /// An answer's JSON text with its share of the memory budget, released when the text is
