@@ -1334,7 +1334,7 @@ struct Rows<'a> {
     vals: Vec<Val>,
     /// Once the answer passed [`VALUE_ROWS_MAX_BYTES`]: its JSON text so far (without the
     /// closing part). For a single row, its first byte is a space, made `[` at the second row.
-    text: Option<Vec<u8>>,
+    text: Option<Text>,
     /// Rows so far.
     n: usize,
     /// The answer's JSON size so far: estimated from the wire while values, exact once text.
@@ -1365,8 +1365,7 @@ impl<'a> Rows<'a> {
         self.n += 1;
         match &mut self.text {
             Some(t) => {
-                room(t, estimate.saturating_add(1), max_bytes);
-                Self::write_row(t, &row, self.n, self.single);
+                Self::write_row(t, &row, estimate, self.n, self.single);
                 drop(row);
                 self.size = t.len();
             }
@@ -1390,30 +1389,34 @@ impl<'a> Rows<'a> {
     }
 
     /// Append row number `n` (1-based) to the text.
-    fn write_row(t: &mut Vec<u8>, row: &Val, n: usize, single: bool) {
-        if n > 1 {
-            if single && n == 2 {
-                // A second row of a single-row call: the answer is a list after all.
-                if let Some(b) = t.first_mut() {
-                    *b = b'[';
-                }
+    fn write_row(t: &mut Text, row: &Val, estimate: usize, n: usize, single: bool) {
+        if single && n == 2 {
+            // A second row of a single-row call: the answer is a list after all.
+            if let Some(b) = t.first_byte() {
+                *b = b'[';
             }
-            t.push(b',');
         }
-        fanout_expr::json::write(row, t);
+        // The estimate is from the wire: a number's text may be longer (an int4 is 4 bytes
+        // there, up to 11 here), a string's escapes too.
+        let buf = t.buf(estimate.saturating_mul(2).saturating_add(64));
+        if n > 1 {
+            buf.push(b',');
+        }
+        fanout_expr::json::write(row, buf);
     }
 
     /// Turn the values so far into JSON text.
     fn spill(&mut self) {
-        let mut t = Vec::with_capacity(self.size.saturating_mul(2));
-        t.extend_from_slice(match (self.rows_only, self.single) {
-            (false, _) => br#"{"rows":["#.as_slice(),
-            (true, true) => b" ",
-            (true, false) => b"[",
-        });
+        let mut t = Text::default();
+        t.buf(16)
+            .extend_from_slice(match (self.rows_only, self.single) {
+                (false, _) => br#"{"rows":["#.as_slice(),
+                (true, true) => b" ",
+                (true, false) => b"[",
+            });
         let vals = std::mem::take(&mut self.vals);
         for (i, row) in self.first.take().iter().chain(vals.iter()).enumerate() {
-            Self::write_row(&mut t, row, i + 1, self.single);
+            Self::write_row(&mut t, row, 4096, i + 1, self.single);
         }
         self.size = t.len();
         self.text = Some(t);
@@ -1424,7 +1427,7 @@ impl<'a> Rows<'a> {
         let Some(gate) = self.memory else {
             return Ok(());
         };
-        let holds = self.text.as_ref().map_or(self.size, Vec::capacity);
+        let holds = self.text.as_ref().map_or(self.size, Text::capacity);
         let r = self.reserved.get_or_insert_with(|| gate.reservation());
         if let Some(more) = holds.checked_sub(r.bytes()).filter(|&m| m > 0) {
             r.grow(more).map_err(|_| ExecError::Memory(gate.budget()))?;
@@ -1435,15 +1438,16 @@ impl<'a> Rows<'a> {
     /// The answer: `[...]` (one row alone for a single-row call), or `{rows, rows_affected}`.
     fn finish(mut self, affected: Option<u64>) -> Answer {
         if let Some(mut t) = self.text.take() {
+            let end = t.buf(64);
             if !self.rows_only {
-                t.extend_from_slice(br#"],"rows_affected":"#);
-                t.extend_from_slice(affected.unwrap_or(0).to_string().as_bytes());
-                t.push(b'}');
+                end.extend_from_slice(br#"],"rows_affected":"#);
+                end.extend_from_slice(affected.unwrap_or(0).to_string().as_bytes());
+                end.push(b'}');
             } else if !(self.single && self.n == 1) {
-                t.push(b']');
+                end.push(b']');
             }
             return Answer::Text(Bytes::from_owner(Held {
-                text: t,
+                text: t.into_vec(),
                 _memory: self.reserved.take(),
             }));
         }
@@ -1465,18 +1469,65 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// Room in `t` for `more` bytes: its capacity doubles, but not past the cap (and the row being
-/// written), so an answer refused at the cap has held about the cap, not up to twice it.
-fn room(t: &mut Vec<u8>, more: usize, max_bytes: usize) {
-    if t.capacity() - t.len() >= more {
-        return;
+/// The chunks of an answer's JSON text.
+const TEXT_CHUNK: usize = 256 << 10;
+
+/// An answer's JSON text as it is written, in chunks of about [`TEXT_CHUNK`] bytes: growing it
+/// never copies what is written (one buffer would be copied at every doubling, and hold up to
+/// twice the answer), so an answer refused at the cap has held about the cap. Made one buffer
+/// once complete.
+#[derive(Default)]
+struct Text {
+    full: Vec<Vec<u8>>,
+    cur: Vec<u8>,
+    full_len: usize,
+    full_cap: usize,
+}
+
+impl Text {
+    /// The chunk to write the next `need` bytes into (a new one when the current one has not the
+    /// room: a full chunk is never grown, which would double it).
+    fn buf(&mut self, need: usize) -> &mut Vec<u8> {
+        if self.cur.capacity() - self.cur.len() < need {
+            let size = need.max(TEXT_CHUNK);
+            if self.cur.is_empty() {
+                self.cur.reserve_exact(size);
+            } else {
+                let done = std::mem::replace(&mut self.cur, Vec::with_capacity(size));
+                self.full_len += done.len();
+                self.full_cap += done.capacity();
+                self.full.push(done);
+            }
+        }
+        &mut self.cur
     }
-    let want = t
-        .capacity()
-        .saturating_mul(2)
-        .min(max_bytes.saturating_add(more))
-        .max(t.len().saturating_add(more));
-    t.reserve_exact(want - t.len());
+
+    fn len(&self) -> usize {
+        self.full_len + self.cur.len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.full_cap + self.cur.capacity()
+    }
+
+    fn first_byte(&mut self) -> Option<&mut u8> {
+        match self.full.first_mut() {
+            Some(c) => c.first_mut(),
+            None => self.cur.first_mut(),
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        if self.full.is_empty() {
+            return self.cur;
+        }
+        let mut out = Vec::with_capacity(self.len());
+        for c in self.full {
+            out.extend_from_slice(&c);
+        }
+        out.extend_from_slice(&self.cur);
+        out
+    }
 }
 
 /// An answer's JSON text with its share of the memory budget, released when the text is
