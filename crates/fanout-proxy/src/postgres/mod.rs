@@ -16,7 +16,12 @@
 //!   an array, when it asks for that too: [`SqlCall::single_row`], `one` and `optional`), else
 //!   `{"rows": [...], "rows_affected": N}` —
 //!   (`types::to_val`) and handed to the step as they are (no JSON text written and parsed
-//!   again); caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
+//!   again) while the answer is small; past 64 KiB of JSON the rows are written as JSON text as
+//!   they arrive, which the step parses (a value costs 10–30× its JSON). Rows are counted against
+//!   `max_response_bytes` and the in-flight memory budget as they arrive, and a row longer than
+//!   the cap is refused from its message header (`guard.rs`) — in every case the statement is
+//!   cancelled at the server;
+//!   caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
