@@ -323,6 +323,9 @@ pub enum RejectReason {
     /// A database's connection pool: every connection busy and `max_waiters` calls already
     /// waiting, or no connection free within the wait allowed.
     Pool,
+    /// The gateway's memory budget for in-flight data (`server.bodies.memory_budget_bytes`)
+    /// had no room left for the answer (a database statement's rows as they arrive).
+    Memory,
 }
 
 /// A failed call: its kind, a human-readable cause (for the log), and the underlying error.

@@ -74,12 +74,16 @@ pub enum ErrorKind {
     /// model's width — a feature not a number, an input of the wrong length, also inside
     /// `for_each` (400 `bad_model_input`).
     BadModelInput,
+    /// The gateway's memory budget for in-flight data (`server.bodies.memory_budget_bytes`) had
+    /// no room for a backend's answer as it arrived (a database statement's rows): 503
+    /// `memory_budget_exhausted`, the code of a request body refused by the same budget.
+    MemoryBudget,
 }
 
 impl ErrorKind {
     /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
     /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 24] = [
+    pub const ALL: [ErrorKind; 25] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -107,6 +111,7 @@ impl ErrorKind {
         ErrorKind::ModelQueueFull,
         ErrorKind::ModelFailed,
         ErrorKind::BadModelInput,
+        ErrorKind::MemoryBudget,
     ];
 
     /// HTTP status code for the client.
@@ -125,7 +130,8 @@ impl ErrorKind {
             | ErrorKind::Overloaded
             | ErrorKind::DatabaseUnavailable
             | ErrorKind::PoolExhausted
-            | ErrorKind::ModelQueueFull => 503,
+            | ErrorKind::ModelQueueFull
+            | ErrorKind::MemoryBudget => 503,
             ErrorKind::Database { status } => match status {
                 409 | 422 | 503 => status,
                 _ => 502,
@@ -166,6 +172,7 @@ impl ErrorKind {
             ErrorKind::ModelQueueFull => "model_queue_full",
             ErrorKind::ModelFailed => "model_failed",
             ErrorKind::BadModelInput => "bad_model_input",
+            ErrorKind::MemoryBudget => "memory_budget_exhausted",
         }
     }
 }
@@ -259,6 +266,10 @@ impl FlowError {
             CallErrorKind::Rejected(crate::backend::RejectReason::Pool) => (
                 ErrorKind::PoolExhausted,
                 "the database's connection pool is exhausted",
+            ),
+            CallErrorKind::Rejected(crate::backend::RejectReason::Memory) => (
+                ErrorKind::MemoryBudget,
+                "the memory budget for in-flight data (server.bodies.memory_budget_bytes) has no room for the backend's answer; retry later",
             ),
             CallErrorKind::Rejected(_) => (
                 ErrorKind::Rejected,
@@ -369,7 +380,8 @@ mod tests {
             | ErrorKind::BadParameter
             | ErrorKind::ModelQueueFull
             | ErrorKind::ModelFailed
-            | ErrorKind::BadModelInput => true,
+            | ErrorKind::BadModelInput
+            | ErrorKind::MemoryBudget => true,
         });
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
         assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");

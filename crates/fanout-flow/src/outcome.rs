@@ -180,6 +180,7 @@ impl CallClass {
                 CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
                 CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
                 CallErrorKind::Rejected(RejectReason::Pool) => CallClass::RejectedPool,
+                CallErrorKind::Rejected(RejectReason::Memory) => CallClass::Other,
                 CallErrorKind::Invalid => CallClass::InvalidCall,
             };
         }
@@ -208,6 +209,7 @@ impl CallClass {
             | ErrorKind::Expression
             | ErrorKind::ExpressionLimit
             | ErrorKind::Overloaded
+            | ErrorKind::MemoryBudget
             | ErrorKind::ModelFailed
             | ErrorKind::Answered => CallClass::Other,
         }

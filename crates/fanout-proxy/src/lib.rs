@@ -148,6 +148,8 @@ impl Gateway {
         let adm = admission::Admission::new(&cfg.server.admission);
         let record = cfg.admin.metrics.then_some(&*metrics);
         let built = reload::build_live(cfg.clone(), None, None, &adm, record)?;
+        let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
+        share_memory_budget(&built.live, &bodies);
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
             reloads: reload::Reloads::default(),
@@ -157,7 +159,7 @@ impl Gateway {
             compute: built.compute,
             admission: adm,
             conns: Arc::new(conn::Connections::new(&cfg.server)),
-            bodies: Arc::new(bodies::BodyGate::new(&cfg.server.bodies)),
+            bodies,
             panics: std::sync::atomic::AtomicU64::new(0),
             errors: server::ErrorCounts::default(),
             request_ids: request_id::RequestIds::new(),
@@ -450,6 +452,16 @@ fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
             .hint("e.g. `x-request-id` or `x-correlation-id`"),
         ])
     })
+}
+
+/// The databases' answers take from the gateway's budget for in-flight data, like request
+/// bodies (`server.bodies.memory_budget_bytes`).
+pub(crate) fn share_memory_budget(live: &Live, gate: &Arc<bodies::BodyGate>) {
+    for (_, s) in &live.stacks {
+        if let Some(pool) = s.client.pool() {
+            pool.share_memory_budget(gate);
+        }
+    }
 }
 
 /// Prepare every `sql` step's statement against its database (`protocol: postgres` backends):

@@ -350,6 +350,7 @@ impl Gateway {
             Ok(Err(e)) => return Err(self.refused(ReloadError::Config(e))),
             Err(e) => return Err(self.refused(ReloadError::Internal(e.to_string()))),
         };
+        crate::share_memory_budget(&built.live, &self.bodies);
         if let Err(e) = crate::check_databases(&built.live).await {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));

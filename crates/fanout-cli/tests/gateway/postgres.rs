@@ -255,6 +255,145 @@ routes:
     assert_eq!(get(&format!("{base}/rows/3")).await.json(), json!(3));
 }
 
+/// `bodies.memory` of `/__fanout/status`.
+async fn memory_status(gw: &RunningGateway) -> Value {
+    let st = get(&format!(
+        "http://{}/__fanout/status",
+        gw.admin_addr.expect("admin listener")
+    ))
+    .await
+    .json();
+    st["bodies"]["memory"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_million_rows_stop_at_the_cap_as_they_arrive_and_the_statement_is_cancelled() {
+    let pg = cluster().await;
+    let yaml = r#"
+defaults: { deadline: 60s, timeout: 50s }
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    max_response_bytes: 1048576
+    postgres: { max_size: 1, max_wait: 30s }
+routes:
+  - path: /series/{n}
+    flow:
+      s: { sql: { backend: db, mode: many, query: "SELECT g FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '$s | length' }
+  - path: /wide/{n}
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '$s.big | length' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    // Under the cap, past the rows kept as values: the answer is whole and right.
+    assert_eq!(
+        get(&format!("{base}/series/50000")).await.json(),
+        json!(50000)
+    );
+    assert_eq!(
+        get(&format!("{base}/wide/500000")).await.json(),
+        json!(500000)
+    );
+    let r = get(&format!("{base}/series/10000000")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "bad_backend_answer");
+    let msg = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("max_response_bytes (1048576 bytes)"),
+        "the message names the cap: {msg}"
+    );
+    // Stopped at the cap, not run to its end: the statement is gone from the server.
+    wait_for_async("the refused statement to end", Duration::from_secs(30), || async {
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT g FROM generate_series%' AND state = 'active'").await == "0").then_some(())
+    })
+    .await;
+    // The answer took its share of the memory budget while it grew — about its JSON size,
+    // never much more than the cap — and gave it back.
+    let mem = memory_status(&gw).await;
+    let peak = mem["peak_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        ((1 << 20)..=(4 << 20)).contains(&peak),
+        "the answer counted against the memory budget at its JSON size: {mem}"
+    );
+    assert_eq!(mem["in_use_bytes"], 0, "{mem}");
+    // One value alone larger than the cap: refused before it is converted, with the cap named.
+    let r = get(&format!("{base}/wide/4000000")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_response_bytes (1048576 bytes)")),
+        "{}",
+        r.text()
+    );
+    // The pool goes on.
+    assert_eq!(get(&format!("{base}/series/3")).await.json(), json!(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statements_answer_takes_from_the_memory_budget_and_is_refused_when_it_is_full() {
+    let pg = cluster().await;
+    let yaml = r#"
+defaults: { deadline: 60s, timeout: 50s }
+server: { bodies: { memory_budget_bytes: 524288 } }
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    postgres: { max_size: 1, max_wait: 30s }
+routes:
+  - path: /series/{n}
+    flow:
+      s: { sql: { backend: db, mode: many, query: "SELECT g, 'row ' || g AS name FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '[($s | length), ($s | map(.g) | add), $s[-1].name]' }
+  - path: /exec/{n}
+    flow:
+      s: { sql: { backend: db, mode: exec, query: "SELECT g FROM generate_series(1, $1::int) g", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '[($s.rows | length), $s.rows_affected]' }
+"#;
+    let gw = start(yaml, &pg).await;
+    let base = format!("http://{}", gw.addr);
+    // Within the budget: whole and right (written as text past the first rows, then parsed).
+    assert_eq!(
+        get(&format!("{base}/series/5000")).await.json(),
+        json!([5000, 12502500, "row 5000"])
+    );
+    assert_eq!(
+        get(&format!("{base}/exec/8000")).await.json(),
+        json!([8000, 8000])
+    );
+    // About 1.2 MiB of JSON with a 512 KiB budget: refused with the budget named.
+    let r = get(&format!("{base}/series/40000")).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "memory_budget_exhausted");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server.bodies.memory_budget_bytes")),
+        "{}",
+        r.text()
+    );
+    let mem = memory_status(&gw).await;
+    assert!(mem["refused"].as_u64().unwrap_or(0) >= 1, "{mem}");
+    assert_eq!(mem["in_use_bytes"], 0, "given back: {mem}");
+    // The refused statement is cancelled at the server, and the budget serves the next one.
+    wait_for_async("the refused statement to end", Duration::from_secs(30), || async {
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT g, %' AND state = 'active'").await == "0").then_some(())
+    })
+    .await;
+    assert_eq!(
+        get(&format!("{base}/series/3")).await.json(),
+        json!([3, 6, "row 3"])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_errors_become_answers_a_client_can_act_on() {
     let pg = cluster().await;
@@ -716,4 +855,67 @@ routes:
     let r = get(&format!("http://{}/ssl", untrusted.addr)).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "database_unavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_longer_than_the_cap_is_refused_from_its_header_over_tcp_and_tls() {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (ck.cert.pem(), ck.signing_key.serialize_pem());
+    let pg = tokio::task::spawn_blocking(move || {
+        PgCluster::start_with_tls(&cert, &key).unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await
+    .unwrap();
+    let yaml = |mode: &str| {
+        format!(
+            r#"
+defaults: {{ deadline: 60s, timeout: 50s }}
+server: {{ expose_error_details: true }}
+backends:
+  db:
+    protocol: postgres
+    url: "${{DB_URL}}"
+    max_response_bytes: 1048576
+    postgres: {{ {mode} max_size: 1, max_wait: 30s }}
+routes:
+  - path: /wide/{{n}}
+    flow:
+      s: {{ sql: {{ backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] }} }}
+    respond: {{ body: '$s.big | length' }}
+"#
+        )
+    };
+    for mode in ["", "sslmode: require,"] {
+        let gw = start(&yaml(mode), &pg).await;
+        let base = format!("http://{}", gw.addr);
+        assert_eq!(
+            get(&format!("{base}/wide/1000")).await.json(),
+            json!(1000),
+            "{mode}"
+        );
+        // 8 MB in one row: the guard reads the DataRow's length and closes the connection
+        // before the driver buffers the row (the detail says so; it used to say "the rows").
+        let r = get(&format!("{base}/wide/8000000")).await;
+        assert_eq!(r.status, 502, "{mode}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["code"], "bad_backend_answer", "{mode}");
+        let detail = e["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("a row of 8000")
+                && detail.contains("larger than max_response_bytes (1048576)"),
+            "{mode}: {e}"
+        );
+        // Not a lost database: ready, and the next call gets a new connection.
+        assert!(gw.gateway.readiness().is_ok(), "{mode}");
+        assert_eq!(
+            get(&format!("{base}/wide/10")).await.json(),
+            json!(10),
+            "{mode}"
+        );
+        let pool = pool_status(&gw).await;
+        assert!(
+            pool["discarded"].as_u64().unwrap_or(0) >= 1,
+            "{mode}: {pool}"
+        );
+    }
 }

@@ -38,6 +38,8 @@ struct SqlStep {
     idempotent: bool,
     compute: Arc<ComputePool>,
     max_depth: usize,
+    /// The backend's `max_response_bytes` (named when an answer passes it).
+    max_response_bytes: usize,
     /// What this step received (for metrics).
     stats: Arc<SqlStats>,
 }
@@ -187,6 +189,13 @@ impl SqlStep {
             (_, Some(CallErrorKind::Connect | CallErrorKind::Reset)) => FlowError {
                 kind: ErrorKind::DatabaseUnavailable,
                 message: "the database could not be reached".into(),
+                ..e
+            },
+            (_, Some(CallErrorKind::BodyTooLarge)) => FlowError {
+                message: format!(
+                    "the statement's rows are larger than the backend's max_response_bytes ({} bytes)",
+                    self.max_response_bytes
+                ),
                 ..e
             },
             (ErrorKind::BackendStatus { status: 400, .. }, _) => {
@@ -348,6 +357,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         idempotent: q.is_idempotent(),
         compute: sc.cx.compute.clone(),
         max_depth: cfg.server.expressions.max_depth,
+        max_response_bytes: backend_cfg.map_or(0, |b| b.max_response_bytes),
         stats: sc
             .cx
             .sql_stats

@@ -16,10 +16,16 @@
 //!   an array, when it asks for that too: [`SqlCall::single_row`], `one` and `optional`), else
 //!   `{"rows": [...], "rows_affected": N}` —
 //!   (`types::to_val`) and handed to the step as they are (no JSON text written and parsed
-//!   again); caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
+//!   again) while the answer is small; past 64 KiB of JSON the rows are written as JSON text as
+//!   they arrive, which the step parses (a value costs 10–30× its JSON). Rows are counted against
+//!   `max_response_bytes` and the in-flight memory budget as they arrive, and a row longer than
+//!   the cap is refused from its message header (`guard.rs`) — in every case the statement is
+//!   cancelled at the server;
+//!   caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
+mod guard;
 pub mod types;
 
 use bytes::Bytes;
@@ -102,6 +108,9 @@ struct Conn {
     /// By statement text (from the config, not from requests: a fast hash is safe).
     prepared: HashMap<Arc<str>, Prepared, foldhash::fast::RandomState>,
     idle_since: Instant,
+    /// Set by the connection's guard when it refused a row longer than `max_response_bytes`
+    /// (the connection is then closed): the row's length.
+    tripped: guard::Tripped,
 }
 
 /// A connection as the pool keeps it.
@@ -202,6 +211,9 @@ pub struct Pool {
     unchecked: Mutex<Option<(Arc<fanout_config::Config>, Vec<StatementCheck>)>>,
     /// Why statements were refused when they were checked late (readiness reports it).
     refused: Mutex<Option<String>>,
+    /// The gateway's budget for in-flight data, which statements' answers take from as their
+    /// rows arrive (set by the gateway once the pool is built).
+    memory: std::sync::OnceLock<Arc<crate::bodies::BodyGate>>,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -299,6 +311,7 @@ impl PgBackend {
                 reconnecting: std::sync::atomic::AtomicBool::new(false),
                 unchecked: Mutex::new(None),
                 refused: Mutex::new(None),
+                memory: std::sync::OnceLock::new(),
                 counters: PoolCounters::default(),
                 cfg,
             }),
@@ -418,6 +431,8 @@ enum ExecError {
     Param(usize, String),
     /// The answer is larger than `max_response_bytes`.
     TooLarge,
+    /// The memory budget (of this many bytes) has no room for the answer.
+    Memory(usize),
     /// A column value could not be read (its type changed since the statement was checked):
     /// the rest of the rows are still coming.
     Column(String),
@@ -452,6 +467,13 @@ impl InUse {
             lock(&self.pool.idle).push(c);
         }
         self.permit.take();
+    }
+
+    /// The length of the row the connection's guard refused (0: none).
+    fn tripped(&self) -> usize {
+        self.conn
+            .as_ref()
+            .map_or(0, |c| c.tripped.load(Ordering::Relaxed))
     }
 
     /// Close the connection (it broke) and free the slot.
@@ -697,6 +719,12 @@ impl Pool {
         &self.cfg
     }
 
+    /// Count statements' answers against `gate`'s memory budget (`server.bodies`); the first
+    /// gate given stays (the gateway's, for as long as the process).
+    pub fn share_memory_budget(&self, gate: &Arc<crate::bodies::BodyGate>) {
+        let _ = self.memory.set(gate.clone());
+    }
+
     /// The statements of the config now in force: checked by [`Pool::check`] now, or when the
     /// database is reached if it is not now.
     pub fn set_statements(&self, cfg: Arc<fanout_config::Config>, checks: Vec<StatementCheck>) {
@@ -890,21 +918,48 @@ impl Pool {
 
     /// Open a connection (counted in `open`; the caller holds a slot for it).
     async fn connect(self: &Arc<Self>, end: Instant) -> Result<PooledConn, CallError> {
+        // Every row is read through a guard that refuses one longer than the answer's cap from
+        // its header (`guard.rs`). Plain TCP to one host: our socket, handed to the driver; TLS:
+        // the decrypted stream; several hosts or a Unix socket: the driver's socket, unguarded.
+        let tripped = guard::Tripped::default();
+        let limit = self.max_response_bytes;
         let attempt = async {
             match &self.connector {
                 Connector::Plain => {
-                    self.pg
-                        .connect(tokio_postgres::NoTls)
-                        .await
-                        .map(|(c, conn)| {
-                            tokio::spawn(conn);
-                            c
-                        })
+                    let tcp = match single_tcp_host(&self.pg) {
+                        Some((host, port)) => guard::tcp(host, port).await.ok(),
+                        None => None,
+                    };
+                    match tcp {
+                        Some(tcp) => {
+                            let stream = guard::Guarded::new(tcp, limit, tripped.clone());
+                            self.pg
+                                .connect_raw(stream, tokio_postgres::NoTls)
+                                .await
+                                .map(|(c, conn)| {
+                                    tokio::spawn(conn);
+                                    c
+                                })
+                        }
+                        // No socket of our own (or it could not be opened: the driver's attempt
+                        // then says why, in its terms).
+                        None => self
+                            .pg
+                            .connect(tokio_postgres::NoTls)
+                            .await
+                            .map(|(c, conn)| {
+                                tokio::spawn(conn);
+                                c
+                            }),
+                    }
                 }
-                Connector::Tls(t) => self.pg.connect(t.clone()).await.map(|(c, conn)| {
-                    tokio::spawn(conn);
-                    c
-                }),
+                Connector::Tls(t) => {
+                    let tls = guard::GuardTls::new(t.clone(), limit, tripped.clone());
+                    self.pg.connect(tls).await.map(|(c, conn)| {
+                        tokio::spawn(conn);
+                        c
+                    })
+                }
             }
         };
         let attempt_started = Instant::now();
@@ -919,6 +974,7 @@ impl Pool {
                     client,
                     prepared: HashMap::default(),
                     idle_since: Instant::now(),
+                    tripped,
                 }))
             }
             Ok(Err(e)) => {
@@ -1145,9 +1201,9 @@ impl Pool {
         // No timer of its own: like every backend call, the caller bounds it (the step's
         // timeout, a shared call's limit), and dropping this future at that bound drops
         // `in_use`, which cancels the statement at the server.
-        let done = execute(conn, &call, max, &self.counters).await;
+        let done = execute(conn, &call, max, &self.counters, self.memory.get()).await;
         match done {
-            Ok(answer) => {
+            Ok(Answer::Value(answer)) => {
                 in_use.release();
                 Ok(CallResponse {
                     status: StatusCode::OK,
@@ -1155,6 +1211,22 @@ impl Pool {
                     value: Some(answer),
                     parsed: None,
                 })
+            }
+            Ok(Answer::Text(text)) => {
+                in_use.release();
+                Ok(response(StatusCode::OK, text))
+            }
+            Err(ExecError::Memory(budget)) => {
+                // The rest of the rows are still coming: the connection is not idle.
+                drop(in_use);
+                Err(CallError::new(
+                    CallErrorKind::Rejected(RejectReason::Memory),
+                    format!(
+                        "database `{}`: the rows passed the memory budget for in-flight data \
+                         (server.bodies.memory_budget_bytes: {budget})",
+                        self.name
+                    ),
+                ))
             }
             Err(ExecError::Param(n, problem)) => {
                 in_use.release();
@@ -1224,6 +1296,19 @@ impl Pool {
                     }
                 }
             }
+            Err(ExecError::Broken(_)) if in_use.tripped() > 0 => {
+                // The guard refused a row longer than the cap from its header and closed the
+                // connection; the statement may still run at the server: cancel it there.
+                let len = in_use.tripped();
+                drop(in_use);
+                Err(CallError::new(
+                    CallErrorKind::BodyTooLarge,
+                    format!(
+                        "database `{}`: a row of {len} bytes is larger than max_response_bytes ({max})",
+                        self.name
+                    ),
+                ))
+            }
             Err(ExecError::Broken(e)) => {
                 in_use.discard();
                 let closed = e.is_closed();
@@ -1249,7 +1334,8 @@ async fn execute(
     call: &SqlCall,
     max_bytes: usize,
     counters: &PoolCounters,
-) -> Result<Val, ExecError> {
+    memory: Option<&Arc<crate::bodies::BodyGate>>,
+) -> Result<Answer, ExecError> {
     let prep = match conn.prepared.get(&call.statement) {
         Some(s) => s.clone(),
         None => {
@@ -1282,26 +1368,31 @@ async fn execute(
     // A json/jsonb column sits three levels down in the answer `{rows: [{col: …}]}` (two in
     // the rows alone; the same limit for both, as the step's answer is the same).
     let depth = call.max_depth.saturating_sub(3);
-    let mut out: Vec<Val> = Vec::new();
-    // The first row, kept alone while it is the only one (`single_row`).
-    let mut first: Option<Val> = None;
-    let single = call.rows_only && call.single_row;
+    let mut acc = Rows::new(call, memory);
     let mut scratch = Vec::new();
-    // The answer's size, counted as its JSON text would be (names, values' wire bytes, quotes
-    // and separators), so `max_response_bytes` bounds it before it is built.
-    let mut size = 32usize;
     while let Some(row) = rows.next().await {
+        // Rows already buffered come back without the stream ever waiting: a long answer would
+        // hold this worker for as long as it takes to convert. Tokio's cooperative budget makes
+        // this task yield every so many rows, so the worker's other tasks get their turn.
+        tokio::task::consume_budget().await;
         let row = row?;
+        // The row's size, counted as its JSON text would be (names, values' wire bytes, quotes
+        // and separators) before any value is converted: a row that would pass the cap is
+        // refused without a copy of its values being made.
+        let mut row_size = 2usize;
+        for (i, c) in cols.iter().enumerate() {
+            let raw: Raw<'_> = row.try_get(i)?;
+            row_size = row_size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
+        }
+        if acc.size.saturating_add(row_size) > max_bytes {
+            return Err(ExecError::TooLarge);
+        }
         let mut obj = match &prep.row {
             RowShape::Template(template) => template.clone(),
             RowShape::Names(_) => Map::with_capacity_and_hasher(cols.len(), Default::default()),
         };
         for (i, c) in cols.iter().enumerate() {
             let raw: Raw<'_> = row.try_get(i)?;
-            size = size.saturating_add(c.name().len() + 6 + raw.0.map_or(4, <[u8]>::len));
-            if size > max_bytes {
-                return Err(ExecError::TooLarge);
-            }
             let v = types::to_val(c.type_(), raw.0, depth, &mut scratch)
                 .map_err(|p| ExecError::Column(format!("column `{}`: {p}", c.name())))?;
             match &prep.row {
@@ -1317,31 +1408,246 @@ async fn execute(
                 }
             }
         }
-        let row = Val::obj(obj);
-        if single && first.is_none() && out.is_empty() {
-            first = Some(row);
-        } else {
-            out.extend(first.take());
-            out.push(row);
+        acc.push(Val::obj(obj), row_size, max_bytes)?;
+    }
+    counters.rows.fetch_add(acc.n as u64, Ordering::Relaxed);
+    let affected = rows.rows_affected();
+    Ok(acc.finish(affected))
+}
+
+/// Rows kept as values while the answer's JSON would be at most this many bytes (every answer
+/// of a `one`/`optional` step or a short list: no JSON text is written and parsed again); past
+/// it the rows are written as JSON text as they arrive — a row as a value costs 10–30 times
+/// its JSON size (a map, its table, the `Arc`s, a number or string each), which is what made a
+/// statement stopped at a 16 MiB cap hold 400 MiB.
+const VALUE_ROWS_MAX_BYTES: usize = 64 << 10;
+
+/// A statement's answer as it was built.
+enum Answer {
+    /// Built as a value (small answers).
+    Value(Val),
+    /// Written as JSON text (large answers); the step parses it like an HTTP backend's answer
+    /// (a large one on the compute pool). Holds its share of the memory budget until dropped.
+    Text(Bytes),
+}
+
+/// The rows of an answer as they arrive: values while small, then JSON text.
+struct Rows<'a> {
+    /// Only the rows (`[...]`), not `{rows, rows_affected}`.
+    rows_only: bool,
+    /// The one row alone while it is the only one ([`SqlCall::single_row`]).
+    single: bool,
+    first: Option<Val>,
+    vals: Vec<Val>,
+    /// Once the answer passed [`VALUE_ROWS_MAX_BYTES`]: its JSON text so far (without the
+    /// closing part). For a single row, its first byte is a space, made `[` at the second row.
+    text: Option<Text>,
+    /// Rows so far.
+    n: usize,
+    /// The answer's JSON size so far: estimated from the wire while values, exact once text.
+    size: usize,
+    memory: Option<&'a Arc<crate::bodies::BodyGate>>,
+    /// The share of the memory budget taken (`size`, or the text's capacity).
+    reserved: Option<crate::bodies::Reservation>,
+}
+
+impl<'a> Rows<'a> {
+    fn new(call: &SqlCall, memory: Option<&'a Arc<crate::bodies::BodyGate>>) -> Self {
+        Rows {
+            rows_only: call.rows_only,
+            single: call.rows_only && call.single_row,
+            first: None,
+            vals: Vec::new(),
+            text: None,
+            n: 0,
+            size: 32,
+            memory,
+            reserved: None,
         }
     }
-    let n_rows = out.len() + usize::from(first.is_some());
-    counters.rows.fetch_add(n_rows as u64, Ordering::Relaxed);
-    if let Some(row) = first {
-        return Ok(row);
+
+    /// Add a row (`estimate`: its JSON size from the wire), refusing the answer past `max_bytes`
+    /// or when the memory budget has no room for it.
+    fn push(&mut self, row: Val, estimate: usize, max_bytes: usize) -> Result<(), ExecError> {
+        self.n += 1;
+        match &mut self.text {
+            Some(t) => {
+                Self::write_row(t, &row, estimate, self.n, self.single);
+                drop(row);
+                self.size = t.len();
+            }
+            None => {
+                self.size = self.size.saturating_add(estimate);
+                if self.single && self.first.is_none() && self.vals.is_empty() {
+                    self.first = Some(row);
+                } else {
+                    self.vals.extend(self.first.take());
+                    self.vals.push(row);
+                }
+                if self.size > VALUE_ROWS_MAX_BYTES {
+                    self.spill();
+                }
+            }
+        }
+        if self.size > max_bytes {
+            return Err(ExecError::TooLarge);
+        }
+        self.reserve()
     }
-    if call.rows_only {
-        return Ok(Val::Arr(out.into()));
+
+    /// Append row number `n` (1-based) to the text.
+    fn write_row(t: &mut Text, row: &Val, estimate: usize, n: usize, single: bool) {
+        if single && n == 2 {
+            // A second row of a single-row call: the answer is a list after all.
+            if let Some(b) = t.first_byte() {
+                *b = b'[';
+            }
+        }
+        // The estimate is from the wire: a number's text may be longer (an int4 is 4 bytes
+        // there, up to 11 here), a string's escapes too.
+        let buf = t.buf(estimate.saturating_mul(2).saturating_add(64));
+        if n > 1 {
+            buf.push(b',');
+        }
+        fanout_expr::json::write(row, buf);
     }
-    let n = rows.rows_affected().unwrap_or(0);
-    let mut answer = ANSWER.clone();
-    if let Some((_, v)) = answer.get_index_mut(0) {
-        *v = out.into_iter().collect();
+
+    /// Turn the values so far into JSON text.
+    fn spill(&mut self) {
+        let mut t = Text::default();
+        t.buf(16)
+            .extend_from_slice(match (self.rows_only, self.single) {
+                (false, _) => br#"{"rows":["#.as_slice(),
+                (true, true) => b" ",
+                (true, false) => b"[",
+            });
+        let vals = std::mem::take(&mut self.vals);
+        for (i, row) in self.first.take().iter().chain(vals.iter()).enumerate() {
+            Self::write_row(&mut t, row, 4096, i + 1, self.single);
+        }
+        self.size = t.len();
+        self.text = Some(t);
     }
-    if let Some((_, v)) = answer.get_index_mut(1) {
-        *v = Val::from(usize::try_from(n).unwrap_or(usize::MAX));
+
+    /// Grow the reservation to what the answer holds now.
+    fn reserve(&mut self) -> Result<(), ExecError> {
+        let Some(gate) = self.memory else {
+            return Ok(());
+        };
+        let holds = self.text.as_ref().map_or(self.size, Text::capacity);
+        let r = self.reserved.get_or_insert_with(|| gate.reservation());
+        if let Some(more) = holds.checked_sub(r.bytes()).filter(|&m| m > 0) {
+            r.grow(more).map_err(|_| ExecError::Memory(gate.budget()))?;
+        }
+        Ok(())
     }
-    Ok(Val::obj(answer))
+
+    /// The answer: `[...]` (one row alone for a single-row call), or `{rows, rows_affected}`.
+    fn finish(mut self, affected: Option<u64>) -> Answer {
+        if let Some(mut t) = self.text.take() {
+            let end = t.buf(64);
+            if !self.rows_only {
+                end.extend_from_slice(br#"],"rows_affected":"#);
+                end.extend_from_slice(affected.unwrap_or(0).to_string().as_bytes());
+                end.push(b'}');
+            } else if !(self.single && self.n == 1) {
+                end.push(b']');
+            }
+            return Answer::Text(Bytes::from_owner(Held {
+                text: t.into_vec(),
+                _memory: self.reserved.take(),
+            }));
+        }
+        if let Some(row) = self.first.take() {
+            return Answer::Value(row);
+        }
+        let out = std::mem::take(&mut self.vals);
+        if self.rows_only {
+            return Answer::Value(Val::Arr(out.into()));
+        }
+        let mut answer = ANSWER.clone();
+        if let Some((_, v)) = answer.get_index_mut(0) {
+            *v = out.into_iter().collect();
+        }
+        if let Some((_, v)) = answer.get_index_mut(1) {
+            *v = Val::from(usize::try_from(affected.unwrap_or(0)).unwrap_or(usize::MAX));
+        }
+        Answer::Value(Val::obj(answer))
+    }
+}
+
+/// The chunks of an answer's JSON text.
+const TEXT_CHUNK: usize = 256 << 10;
+
+/// An answer's JSON text as it is written, in chunks of about [`TEXT_CHUNK`] bytes: growing it
+/// never copies what is written (one buffer would be copied at every doubling, and hold up to
+/// twice the answer), so an answer refused at the cap has held about the cap. Made one buffer
+/// once complete.
+#[derive(Default)]
+struct Text {
+    full: Vec<Vec<u8>>,
+    cur: Vec<u8>,
+    full_len: usize,
+    full_cap: usize,
+}
+
+impl Text {
+    /// The chunk to write the next `need` bytes into (a new one when the current one has not the
+    /// room: a full chunk is never grown, which would double it).
+    fn buf(&mut self, need: usize) -> &mut Vec<u8> {
+        if self.cur.capacity() - self.cur.len() < need {
+            let size = need.max(TEXT_CHUNK);
+            if self.cur.is_empty() {
+                self.cur.reserve_exact(size);
+            } else {
+                let done = std::mem::replace(&mut self.cur, Vec::with_capacity(size));
+                self.full_len += done.len();
+                self.full_cap += done.capacity();
+                self.full.push(done);
+            }
+        }
+        &mut self.cur
+    }
+
+    fn len(&self) -> usize {
+        self.full_len + self.cur.len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.full_cap + self.cur.capacity()
+    }
+
+    fn first_byte(&mut self) -> Option<&mut u8> {
+        match self.full.first_mut() {
+            Some(c) => c.first_mut(),
+            None => self.cur.first_mut(),
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        if self.full.is_empty() {
+            return self.cur;
+        }
+        let mut out = Vec::with_capacity(self.len());
+        for c in self.full {
+            out.extend_from_slice(&c);
+        }
+        out.extend_from_slice(&self.cur);
+        out
+    }
+}
+
+/// An answer's JSON text with its share of the memory budget, released when the text is
+/// dropped (once the step has parsed it).
+struct Held {
+    text: Vec<u8>,
+    _memory: Option<crate::bodies::Reservation>,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.text
+    }
 }
 
 impl std::fmt::Debug for PgBackend {
