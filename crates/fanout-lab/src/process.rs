@@ -134,8 +134,34 @@ impl Proc {
     }
 }
 
-/// A free 127.0.0.1 port (bound then released; good enough on a lab machine).
+/// A free 127.0.0.1 port for a child to listen on (bound then released). Taken below the
+/// kernel's ephemeral range (`net.ipv4.ip_local_port_range`) when it can be: a port from that
+/// range, released, can be taken by any outgoing connection on the machine (the load generator
+/// opens many) before the child binds it — the child then exits with "address in use". Below the
+/// range only another listener can take it, and the port is tried by binding first.
 pub fn free_addr() -> std::io::Result<SocketAddr> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    const FROM: u16 = 10_000;
+    if low > FROM + 1000 {
+        let span = u64::from(low - FROM);
+        // Different processes and calls start at different points (the standard library's
+        // random hasher keys); consecutive tries walk on from there.
+        let seed = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.finish()
+        };
+        for i in 0..64u64 {
+            let port = FROM + ((seed.wrapping_add(i.wrapping_mul(7919))) % span) as u16;
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                return l.local_addr();
+            }
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     l.local_addr()
 }
