@@ -91,6 +91,29 @@ fn check(name: &str, reference: &Value, got: &[Value]) {
     }
 }
 
+/// A gateway whose `POST /score` evaluates model `m` of `dir` on `$request.body.row`, the
+/// directory watched every `poll` with `settle` (and the stub server started beside it).
+async fn scoring_gateway(
+    dir: &Path,
+    poll: &str,
+    settle: &str,
+) -> (fanout::RunningGateway, fanout_stub::StubServer) {
+    let yaml = format!(
+        r#"
+models: {{ dir: "${{MODELS_DIR}}", poll: {poll}, settle: {settle} }}
+routes:
+  - path: /score
+    method: POST
+    flow:
+      s: {{ model: {{ name: m, input: '$request.body.row' }} }}
+    respond: {{ body: '$s' }}
+"#
+    );
+    let s = no_stubs().await;
+    let gw = gateway_with(&yaml, &s, &[("MODELS_DIR", dir.display().to_string())]).await;
+    (gw, s)
+}
+
 async fn no_stubs() -> fanout_stub::StubServer {
     // No backend is called; a gateway is started beside a stub like every other.
     stubs("services:\n  unused:\n    listen: \"${UNUSED_ADDR}\"\n    routes: [{path: /, body: '1'}]\n").await
@@ -302,22 +325,7 @@ routes:
 async fn a_loader_that_panics_refuses_its_file_and_the_next_good_file_is_loaded() {
     let dir = TempDir::new("models-loader-panics");
     copy_model("logreg_bin", dir.path(), "m");
-    let yaml = r#"
-models: { dir: "${MODELS_DIR}", poll: 20ms, settle: 40ms }
-routes:
-  - path: /score
-    method: POST
-    flow:
-      s: { model: { name: m, input: '$request.body.row' } }
-    respond: { body: '$s' }
-"#;
-    let s = no_stubs().await;
-    let gw = gateway_with(
-        yaml,
-        &s,
-        &[("MODELS_DIR", dir.path().display().to_string())],
-    )
-    .await;
+    let (gw, _s) = scoring_gateway(dir.path(), "20ms", "40ms").await;
     let status_url = format!("http://{}/__fanout/status", gw.addr);
     std::fs::write(dir.path().join("hostile.panics"), b"\x08\x80\x80").unwrap();
     let hostile = wait_for_async(
@@ -364,22 +372,7 @@ routes:
 async fn a_watcher_that_panics_is_not_ready_in_readyz_and_is_restarted() {
     let dir = TempDir::new("models-watcher-panics");
     copy_model("logreg_bin", dir.path(), "m");
-    let yaml = r#"
-models: { dir: "${MODELS_DIR}", poll: 20ms, settle: 20ms }
-routes:
-  - path: /score
-    method: POST
-    flow:
-      s: { model: { name: m, input: '$request.body.row' } }
-    respond: { body: '$s' }
-"#;
-    let s = no_stubs().await;
-    let gw = gateway_with(
-        yaml,
-        &s,
-        &[("MODELS_DIR", dir.path().display().to_string())],
-    )
-    .await;
+    let (gw, _s) = scoring_gateway(dir.path(), "20ms", "20ms").await;
     let admin = gw.admin_addr.expect("admin listener");
     let readyz = format!("http://{admin}/readyz");
     assert_eq!(get(&readyz).await.status, 200);
@@ -482,22 +475,7 @@ async fn version(status_url: &str) -> (String, u64, Option<String>) {
 async fn a_replaced_file_is_swapped_in_and_a_broken_or_incompatible_one_never_replaces_it() {
     let dir = TempDir::new("models-swap");
     copy_model("logreg_bin", dir.path(), "m");
-    let yaml = r#"
-models: { dir: "${MODELS_DIR}", poll: 20ms, settle: 40ms }
-routes:
-  - path: /score
-    method: POST
-    flow:
-      s: { model: { name: m, input: '$request.body.row' } }
-    respond: { body: '$s' }
-"#;
-    let s = no_stubs().await;
-    let gw = gateway_with(
-        yaml,
-        &s,
-        &[("MODELS_DIR", dir.path().display().to_string())],
-    )
-    .await;
+    let (gw, _s) = scoring_gateway(dir.path(), "20ms", "40ms").await;
     let (url, status_url) = (
         format!("http://{}/score", gw.addr),
         format!("http://{}/__fanout/status", gw.addr),
@@ -621,22 +599,7 @@ async fn a_replaced_file_is_picked_up_from_file_system_events_without_waiting_fo
     let dir = TempDir::new("models-events");
     copy_model("logreg_bin", dir.path(), "m");
     // A poll of an hour: only an event can make the swap happen within the test.
-    let yaml = r#"
-models: { dir: "${MODELS_DIR}", poll: 1h, settle: 20ms }
-routes:
-  - path: /score
-    method: POST
-    flow:
-      s: { model: { name: m, input: '$request.body.row' } }
-    respond: { body: '$s' }
-"#;
-    let s = no_stubs().await;
-    let gw = gateway_with(
-        yaml,
-        &s,
-        &[("MODELS_DIR", dir.path().display().to_string())],
-    )
-    .await;
+    let (gw, _s) = scoring_gateway(dir.path(), "1h", "20ms").await;
     let status_url = format!("http://{}/__fanout/status", gw.addr);
     let (v1, _, _) = version(&status_url).await;
     replace_model(
