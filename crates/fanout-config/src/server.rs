@@ -111,10 +111,11 @@ pub struct BodyLimits {
     /// Requests reading a body at once; more get 503 `body_readers_full`. Requests without a
     /// body do not count. Default 256.
     pub max_readers: usize,
-    /// Memory all in-flight request data may use, in bytes: each body is counted at the
-    /// estimated size of its parsed value (two bytes per byte plus 64 per `,` `:` `[` `{`) from
-    /// the moment it is read until its request ends. A request that would exceed it gets 503
-    /// `memory_budget_exhausted`. Default 256 MiB.
+    /// Memory all in-flight data may use, in bytes, counted at the estimated size of the parsed
+    /// value (two bytes per byte plus 96 per `,` `:` `[` `{`): each request body from the moment
+    /// it is read until its request ends; each backend answer from before it is parsed until its
+    /// request's run ends (a `sql` step's rows at their JSON size as they arrive). A request that
+    /// would exceed it gets 503 `memory_budget_exhausted`. Default 256 MiB.
     pub memory_budget_bytes: usize,
 }
 

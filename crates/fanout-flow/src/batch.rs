@@ -252,6 +252,8 @@ impl BatchPlan {
             self.timeout,
             deadline,
             &self.deadline_header,
+            // Shared by the requests of the batch: in no one request's account.
+            crate::memory::RequestMemory::unlimited(),
         )
         .await
         .map_err(FlowError::without_step)?;

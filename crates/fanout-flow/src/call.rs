@@ -7,6 +7,7 @@
 use crate::backend::{Backend, CallErrorKind, CallRequest, CallResponse, PathAndQuery};
 use crate::compute::ComputePool;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
+use crate::memory::{RequestMemory, parsed_size_estimate};
 use bytes::Bytes;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, EvalLimits, Expr, Mode, Val, json};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
@@ -393,6 +394,7 @@ pub(crate) async fn fetch_json(
     step_timeout: std::time::Duration,
     deadline: Instant,
     deadline_header: &HeaderName,
+    memory: &RequestMemory<'_>,
 ) -> Result<Val, FlowError> {
     let resp = fetch_answer(step_name, h, req, step_timeout, deadline, deadline_header).await?;
     // An answer shared by dedup is parsed once for all who share it (the value is immutable).
@@ -406,7 +408,7 @@ pub(crate) async fn fetch_json(
     if body.is_empty() {
         return Ok(Val::Null);
     }
-    let v = parse_answer(step_name, h, body, deadline).await?;
+    let v = parse_answer(step_name, h, body, deadline, memory).await?;
     if let Some(cell) = &resp.parsed {
         // a caller that parsed at the same time may have set it first: either value is the same
         let _ = cell.set((depth, v.clone()));
@@ -554,13 +556,29 @@ fn error_status(step_name: &Arc<str>, h: &impl CallTarget, resp: &CallResponse) 
     ))
 }
 
-/// Parse an answer (a large one on the compute pool, not on this worker).
+/// Parse an answer (a large one on the compute pool, not on this worker), first holding what
+/// its value will cost in the request's account of the memory budget ([`crate::memory`]).
 pub(crate) async fn parse_answer(
     step_name: &Arc<str>,
     h: &impl CallTarget,
     body: Bytes,
     deadline: Instant,
+    memory: &RequestMemory<'_>,
 ) -> Result<Val, FlowError> {
+    let cost = parsed_size_estimate(&body);
+    if let Err(budget) = memory.hold(cost) {
+        return Err(FlowError::new(
+            ErrorKind::MemoryBudget,
+            format!(
+                "the backend's answer ({} bytes, about {} once parsed) has no room in the memory \
+                 budget for in-flight data (server.bodies.memory_budget_bytes: {budget}); retry later",
+                body.len(),
+                cost
+            ),
+        )
+        .in_step(step_name)
+        .with_backend(h.backend_name()));
+    }
     let parsed = if body.len() >= h.compute().offload_bytes && h.compute().started() {
         let depth = h.max_depth();
         // Bounded by the request's deadline like the call before it, so that a call and its
@@ -655,7 +673,7 @@ mod tests {
         let step: Arc<str> = Arc::from("user");
         let deadline = Instant::now() + Duration::from_millis(50);
         let body = Bytes::from_static(br#"{"id": 1}"#);
-        let e = parse_answer(&step, &target, body, deadline)
+        let e = parse_answer(&step, &target, body, deadline, RequestMemory::unlimited())
             .await
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::DeadlineExceeded);

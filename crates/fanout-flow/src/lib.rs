@@ -25,6 +25,7 @@ pub mod hedge;
 pub mod hist;
 pub mod isolation;
 pub mod l2;
+pub mod memory;
 pub mod models;
 pub mod observe;
 pub mod outcome;

@@ -7,6 +7,7 @@
 //! Hooks run on the request's task, inline: they must be cheap and must not block.
 
 use crate::error::FlowError;
+use crate::memory::RequestMemory;
 use crate::plan::StepPlan;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -47,6 +48,13 @@ pub trait Observer: Send + Sync {
     /// `step` ended: it started at `started` (the request's clock).
     fn step_finished(&self, step: &StepPlan, started: Instant, end: StepEnd<'_>) {
         let _ = (step, started, end);
+    }
+
+    /// The request's account in the gateway's memory budget: the backend answers parsed for the
+    /// run are held there until it ends ([`crate::memory`]). Not an event but the one
+    /// per-request resource the executor takes from outside, so it travels with the hooks.
+    fn memory(&self) -> &RequestMemory<'_> {
+        RequestMemory::unlimited()
     }
 }
 

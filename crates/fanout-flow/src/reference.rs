@@ -134,6 +134,8 @@ impl ReferenceSet {
             d.timeout,
             deadline,
             &self.deadline_header,
+            // Refreshed in the background, held by the snapshot: in no request's account.
+            crate::memory::RequestMemory::unlimited(),
         )
         .await?;
         match &d.result {

@@ -4,9 +4,12 @@
 //! A body is read completely before its request asks for an admission slot, so a body that
 //! trickles in holds a *reader* permit (bounded by `server.bodies.max_readers`), never a flow
 //! slot. Every body byte read is counted against the memory budget at the estimated size of the
-//! parsed value ([`parsed_size_estimate`]) until the request ends.
+//! parsed value ([`parsed_size_estimate`]) until the request ends. The same budget holds the rows
+//! of database statements as they arrive and the backend answers parsed for a request
+//! ([`fanout_flow::memory`]).
 
 use fanout_config::BodyLimits;
+use fanout_flow::memory::MemoryBudget;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -23,26 +26,7 @@ pub struct BodyGate {
     timeouts: AtomicU64,
 }
 
-/// Estimated memory of a body once parsed, counted per received piece: every byte twice (the
-/// raw buffer and the strings it becomes) and 64 bytes per `,` `:` `[` `{` (each marks one more
-/// value, array or object entry: a 16-byte value, its slot in a growing vector, map and `Arc`
-/// overhead). Measured on 1 MiB bodies with the workspace's parser, the real size (raw buffer +
-/// parsed value) is 2× to 36× the body depending on its shape (`[1,1,…]` 17×, objects of short
-/// fields 13×, `[{},{},…]` 36×, one long string 2×); this estimate is 1.0× to 2.6× of it, never
-/// below.
-pub fn parsed_size_estimate(data: &[u8]) -> usize {
-    data.len()
-        .saturating_mul(2)
-        .saturating_add(value_overhead(data))
-}
-
-/// The per-value part of [`parsed_size_estimate`]: 64 bytes per `,` `:` `[` `{`.
-pub fn value_overhead(data: &[u8]) -> usize {
-    data.iter()
-        .filter(|&&b| matches!(b, b',' | b':' | b'[' | b'{'))
-        .count()
-        .saturating_mul(64)
-}
+pub use fanout_flow::memory::{parsed_size_estimate, value_overhead};
 
 impl BodyGate {
     /// A gate with the limits of `server.bodies`.
@@ -140,22 +124,11 @@ pub struct BudgetExhausted;
 impl Reservation {
     /// Take `n` more bytes of the budget, or fail without taking any.
     pub fn grow(&mut self, n: usize) -> Result<(), BudgetExhausted> {
-        let g = &self.gate;
-        match g
-            .in_use
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(n).filter(|&t| t <= g.budget)
-            }) {
-            Ok(before) => {
-                self.bytes += n;
-                g.peak.fetch_max(before + n, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(_) => {
-                g.refused_memory.fetch_add(1, Ordering::Relaxed);
-                Err(BudgetExhausted)
-            }
+        if !self.gate.take(n) {
+            return Err(BudgetExhausted);
         }
+        self.bytes += n;
+        Ok(())
     }
 
     /// Bytes held.
@@ -167,8 +140,37 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            self.gate.in_use.fetch_sub(self.bytes, Ordering::AcqRel);
+            self.gate.give(self.bytes);
         }
+    }
+}
+
+/// Backend answers parsed for a request are held in the same budget
+/// ([`fanout_flow::memory::RequestMemory`]).
+impl MemoryBudget for BodyGate {
+    fn take(&self, n: usize) -> bool {
+        match self
+            .in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&t| t <= self.budget)
+            }) {
+            Ok(before) => {
+                self.peak.fetch_max(before + n, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                self.refused_memory.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    fn give(&self, n: usize) {
+        self.in_use.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    fn limit(&self) -> usize {
+        self.budget
     }
 }
 

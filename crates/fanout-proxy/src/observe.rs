@@ -9,6 +9,7 @@ use crate::metrics::RouteMetrics;
 use crate::telemetry::server_timing::Timeline;
 use crate::telemetry::trace::RequestTrace;
 use fanout_flow::FlowError;
+use fanout_flow::memory::RequestMemory;
 use fanout_flow::observe::{Observer, StepEnd};
 use fanout_flow::plan::StepPlan;
 use fanout_flow::trace::CallTrace;
@@ -26,6 +27,8 @@ pub struct RequestObserver<'a> {
     pub timing: Option<&'a Timeline>,
     /// Where an optional step that failed is logged (`None`: not logged).
     pub degraded: Option<DegradedLog<'a>>,
+    /// The request's account in the memory budget (`None`: none is kept).
+    pub memory: Option<&'a RequestMemory<'a>>,
 }
 
 /// The log line of an optional step that failed and gave its default (the answer is partial):
@@ -60,6 +63,10 @@ impl DegradedLog<'_> {
 }
 
 impl Observer for RequestObserver<'_> {
+    fn memory(&self) -> &RequestMemory<'_> {
+        self.memory.unwrap_or(RequestMemory::unlimited())
+    }
+
     fn step_started(&self, step: &StepPlan) {
         if let Some(t) = self.trace {
             t.step_started(step);

@@ -16,6 +16,7 @@ use fanout_expr::request::{
     ParamKey, RequestParts, RequestUse, decode_path_param, request_val_reading,
 };
 use fanout_expr::{Val, json};
+use fanout_flow::memory::RequestMemory;
 use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
 use futures_util::FutureExt;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -282,8 +283,11 @@ impl Gateway {
         let mut slot = self.admit(live, route, deadline).await.inspect_err(|_| {
             *refused = true;
         })?;
+        // The backend answers parsed for this run are held in the memory budget until it ends.
+        let memory = RequestMemory::new(&*self.bodies);
         let mut obs = tel.observer();
         obs.metrics = rec.route_metrics();
+        obs.memory = Some(&memory);
         obs.degraded = Some(crate::observe::DegradedLog {
             request_id: rid,
             throttle: &self.error_log,

@@ -687,6 +687,69 @@ async fn the_memory_budget_answers_its_own_503_under_concurrent_large_bodies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_answer_is_held_in_the_memory_budget_at_its_parsed_size_until_the_request_ends() {
+    // Rows `{"g":N}`: ~10 bytes of JSON each, ~230 bytes once parsed. 12 000 of them are
+    // ~130 KB of JSON, far under any size cap, and ~3 MiB as a value: more than the 2 MiB budget.
+    let rows = |n: usize| {
+        let r: Vec<String> = (0..n).map(|i| format!(r#"{{"g":{i}}}"#)).collect();
+        format!("[{}]", r.join(","))
+    };
+    let s = stubs(&format!(
+        r#"
+services:
+  a:
+    listen: "${{A_ADDR}}"
+    routes:
+      - {{ path: /many, raw_body: '{}' }}
+      - {{ path: /few, raw_body: '{}' }}
+"#,
+        rows(12_000),
+        rows(500)
+    ))
+    .await;
+    let yaml = r#"
+server:
+  bodies: { memory_budget_bytes: 2097152 }
+backends:
+  a: { url: "http://${A_ADDR}", dedup: false }
+routes:
+  - path: /many
+    flow: { r: { http: { backend: a, path: '"/many"' } } }
+    respond: { body: '$r | length' }
+  - path: /few
+    flow: { r: { http: { backend: a, path: '"/few"' } } }
+    respond: { body: '$r | length' }
+"#;
+    let g = gateway(yaml, &s).await;
+    let few = get(&format!("http://{}/few", g.addr)).await;
+    assert_eq!(few.status, 200, "{}", String::from_utf8_lossy(&few.body));
+    assert_eq!(few.json(), 500);
+    let many = get(&format!("http://{}/many", g.addr)).await;
+    assert_eq!(many.status, 503, "{}", String::from_utf8_lossy(&many.body));
+    assert_eq!(many.code(), "memory_budget_exhausted");
+    let msg = many.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("server.bodies.memory_budget_bytes: 2097152") && msg.contains("once parsed"),
+        "{msg}"
+    );
+    let st = wait_status(g.addr, "the memory released", |st| {
+        counter(st, &["bodies", "memory", "in_use_bytes"]) == 0
+    })
+    .await;
+    assert!(counter(&st, &["bodies", "memory", "refused"]) >= 1, "{st}");
+    let peak = counter(&st, &["bodies", "memory", "peak_bytes"]);
+    assert!(
+        peak > 0 && peak <= 2097152,
+        "the small answer was held: {st}"
+    );
+    // The budget serves the next request.
+    assert_eq!(get(&format!("http://{}/few", g.addr)).await.json(), 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_only_idle_connections_is_quick() {
     let s = stub_server(10).await;
     let g = gw(

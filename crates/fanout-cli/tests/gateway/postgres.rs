@@ -289,15 +289,6 @@ routes:
 "#;
     let gw = start(yaml, &pg).await;
     let base = format!("http://{}", gw.addr);
-    // Under the cap, past the rows kept as values: the answer is whole and right.
-    assert_eq!(
-        get(&format!("{base}/series/50000")).await.json(),
-        json!(50000)
-    );
-    assert_eq!(
-        get(&format!("{base}/wide/500000")).await.json(),
-        json!(500000)
-    );
     let r = get(&format!("{base}/series/10000000")).await;
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "bad_backend_answer");
@@ -323,6 +314,16 @@ routes:
         "the answer counted against the memory budget at its JSON size: {mem}"
     );
     assert_eq!(mem["in_use_bytes"], 0, "{mem}");
+    // Under the cap, past the rows kept as values: the answer is whole and right (after the
+    // peak above is read: their parsed values are held in the budget too).
+    assert_eq!(
+        get(&format!("{base}/series/50000")).await.json(),
+        json!(50000)
+    );
+    assert_eq!(
+        get(&format!("{base}/wide/500000")).await.json(),
+        json!(500000)
+    );
     // One value alone larger than the cap: refused before it is converted, with the cap named.
     let r = get(&format!("{base}/wide/4000000")).await;
     assert_eq!(r.status, 502, "{}", r.text());
@@ -342,7 +343,7 @@ async fn a_statements_answer_takes_from_the_memory_budget_and_is_refused_when_it
     let pg = cluster().await;
     let yaml = r#"
 defaults: { deadline: 60s, timeout: 50s }
-server: { bodies: { memory_budget_bytes: 524288 } }
+server: { bodies: { memory_budget_bytes: 4194304 } }
 backends:
   db:
     protocol: postgres
@@ -369,14 +370,31 @@ routes:
         get(&format!("{base}/exec/8000")).await.json(),
         json!([8000, 8000])
     );
-    // About 1.2 MiB of JSON with a 512 KiB budget: refused with the budget named.
+    let refused = |r: &Resp, what: &str| {
+        assert_eq!(r.status, 503, "{what}: {}", r.text());
+        assert_eq!(
+            r.json()["error"]["code"],
+            "memory_budget_exhausted",
+            "{what}"
+        );
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("server.bodies.memory_budget_bytes")),
+            "{what}: {}",
+            r.text()
+        );
+    };
+    // About 6 MiB of JSON with a 4 MiB budget: refused as the rows arrive.
+    refused(&get(&format!("{base}/series/200000")).await, "rows");
+    // About 1.2 MiB of JSON: the text fits, the value it would be parsed into (~25 MiB) does
+    // not: refused before it is parsed, with the sizes named.
     let r = get(&format!("{base}/series/40000")).await;
-    assert_eq!(r.status, 503, "{}", r.text());
-    assert_eq!(r.json()["error"]["code"], "memory_budget_exhausted");
+    refused(&r, "parsed value");
     assert!(
         r.json()["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("server.bodies.memory_budget_bytes")),
+            .is_some_and(|m| m.contains("once parsed")),
         "{}",
         r.text()
     );

@@ -201,7 +201,7 @@ impl RoutePlan {
         let started_step = match prepare(step, &env, deadline) {
             Ok(Prepared::Call(mut req)) => {
                 req.trace = obs.call_trace(step).map(Box::new);
-                let a = args(step);
+                let a = args(step, obs);
                 let call = step.kind.call(&a, req, deadline, &self.deadline_header);
                 // A call that ends by the deadline by itself (its kind's call is timed by the
                 // time left) needs no timer of its own; one is armed for a `result` after it.
@@ -431,7 +431,7 @@ impl RoutePlan {
                 req.trace = obs.call_trace(step).map(Box::new);
                 let env = step.result.as_ref().map(|_| Box::new(snapshot(env, step)));
                 Started::Pending(crate::boxed::pinned(|| async move {
-                    let a = args(step);
+                    let a = args(step, obs);
                     let out = match observed(
                         step,
                         obs,
@@ -506,7 +506,7 @@ impl RoutePlan {
         deadline: Instant,
         obs: &dyn Observer,
     ) -> (usize, Result<Val, FlowError>, bool) {
-        let a = &args(step);
+        let a = &args(step, obs);
         let memo = ResultMemo::for_step(step);
         let memo = &memo;
         let one = |(req, item, k): (CallRequest, Val, usize)| async move {
@@ -651,7 +651,8 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
             Err(e) => return Ok(Done(Err(expr_err(&step.name, "`for_each`", e)))),
         },
     };
-    step.kind.prepare(&args(step), env, items, deadline)
+    step.kind
+        .prepare(&args(step, &NoObserver), env, items, deadline)
 }
 
 /// A step's backend call, its end reported to `obs` (before the step's `result` runs).
@@ -676,12 +677,13 @@ async fn observed_from<T>(
     r
 }
 
-/// What a step's kind sees of the step.
-fn args(step: &StepPlan) -> StepArgs<'_> {
+/// What a step's kind sees of the step (`obs`: the request's, for its memory account).
+fn args<'a>(step: &'a StepPlan, obs: &'a dyn Observer) -> StepArgs<'a> {
     StepArgs {
         name: &step.name,
         result: step.result.as_ref(),
         timeout: step.timeout,
+        memory: obs.memory(),
     }
 }
 

@@ -64,6 +64,7 @@ impl StepKind for HttpStep {
                 step.timeout,
                 deadline,
                 deadline_header,
+                step.memory,
             )
         })
     }

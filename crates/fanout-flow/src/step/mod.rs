@@ -123,6 +123,8 @@ pub(crate) struct StepArgs<'a> {
     pub(crate) result: Option<&'a Expr>,
     /// The step's per-call timeout.
     pub(crate) timeout: Duration,
+    /// The request's account in the memory budget: answers parsed for the step are held there.
+    pub(crate) memory: &'a crate::memory::RequestMemory<'a>,
 }
 
 /// A step's prepared work: what the scheduler runs. Plain data (`Send + 'static`), so it can be

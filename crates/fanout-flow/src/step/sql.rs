@@ -126,7 +126,7 @@ impl StepKind for SqlStep {
             })?;
             let answer = match resp.value {
                 Some(v) => v,
-                None => parse_answer(step.name, self, resp.body, deadline).await?,
+                None => parse_answer(step.name, self, resp.body, deadline, step.memory).await?,
             };
             if let Some(rows) = self.rows(&answer) {
                 self.stats.add_rows(rows.len() as u64);

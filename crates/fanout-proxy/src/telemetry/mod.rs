@@ -180,6 +180,7 @@ impl<'a> RequestTelemetry<'a> {
             trace: self.trace.as_ref(),
             timing: self.timeline.as_ref(),
             degraded: None,
+            memory: None,
         }
     }
 
