@@ -216,6 +216,6 @@ mod tests {
     #[test]
     fn estimate_counts_values_not_just_bytes() {
         assert_eq!(parsed_size_estimate(b"\"xxxx\""), 12);
-        assert_eq!(parsed_size_estimate(b"[{},{}]"), 14 + 4 * 64);
+        assert_eq!(parsed_size_estimate(b"[{},{}]"), 14 + 4 * 96);
     }
 }
