@@ -25,6 +25,10 @@ pub struct ModelsConfig {
     pub max_file_bytes: u64,
     /// Most models in the directory. Default 100.
     pub max_models: usize,
+    /// The watcher is *stalled* when it has not finished a scan for `poll` plus this long (a hung
+    /// file system, a read that never returns): `/readyz` answers not ready, naming what it was
+    /// doing, until it finishes one. Default 60s.
+    pub stall_timeout: Dur,
     /// How inferences are batched, for every model (see `per_model`).
     pub batch: ModelBatch,
     /// Per model (by name): what differs from `batch`.
@@ -40,6 +44,7 @@ impl Default for ModelsConfig {
             settle: Dur::millis(200),
             max_file_bytes: 64 << 20,
             max_models: 100,
+            stall_timeout: Dur::secs(60),
             batch: ModelBatch::default(),
             per_model: IndexMap::new(),
         }

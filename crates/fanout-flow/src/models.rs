@@ -126,6 +126,10 @@ mod hooks {
     /// While `models.dir` holds this file, the watcher panics before each scan (outside any
     /// load).
     pub(super) const WATCHER_PANICS: &str = ".fanout-test-watcher-panics";
+
+    /// While `models.dir` holds this file, the watcher's scan blocks (as a read on a hung file
+    /// system would).
+    pub(super) const WATCHER_HANGS: &str = ".fanout-test-watcher-hangs";
 }
 
 /// ONNX files, evaluated by `fanout-model` (pure Rust).
@@ -1006,6 +1010,8 @@ pub struct ModelSet {
     watching: AtomicBool,
     scans: AtomicU64,
     watcher: Mutex<WatcherStatus>,
+    /// When the watcher last finished a scan or started to wait, and what it does since.
+    beat: Mutex<(Instant, &'static str)>,
 }
 
 /// The state of the thread that watches `models.dir`, for `/readyz` and the status endpoint.
@@ -1037,6 +1043,7 @@ impl Default for ModelSet {
             watching: AtomicBool::new(false),
             scans: AtomicU64::new(0),
             watcher: Mutex::new(WatcherStatus::default()),
+            beat: Mutex::new((Instant::now(), "starting")),
         }
     }
 }
@@ -1096,11 +1103,26 @@ impl ModelSet {
         lock(&self.watcher).clone()
     }
 
-    /// `Err` (why) while the watcher, once started, is stopped: no added or replaced model file
-    /// would be loaded (`/readyz` answers not ready). It is restarted on its own.
+    /// `Err` (why) while the watcher, once started, is stopped or stalled: no added or replaced
+    /// model file would be loaded (`/readyz` answers not ready). A stopped (panicked) watcher is
+    /// restarted on its own; a stalled one is waited for — it is blocked in the system (a hung
+    /// file system), where a replacement would block too.
     pub fn readiness(&self) -> Result<(), String> {
         let w = lock(&self.watcher);
-        if !w.started || w.running {
+        if !w.started {
+            return Ok(());
+        }
+        if w.running {
+            let (at, doing) = *lock(&self.beat);
+            let quiet = at.elapsed();
+            if quiet > self.cfg.poll.0 + self.cfg.stall_timeout.0 {
+                return Err(format!(
+                    "the models.dir watcher has not finished a scan for {:.0} s (models.poll + \
+                     models.stall_timeout: {:.0} s); it is {doing}",
+                    quiet.as_secs_f64(),
+                    (self.cfg.poll.0 + self.cfg.stall_timeout.0).as_secs_f64()
+                ));
+            }
             return Ok(());
         }
         Err(format!(
@@ -1191,6 +1213,11 @@ impl ModelSet {
         Ok(())
     }
 
+    /// The watcher is alive and about to do `what` (reading files, waiting).
+    fn beat(&self, what: &'static str) {
+        *lock(&self.beat) = (Instant::now(), what);
+    }
+
     /// Look at every `*.onnx` file of the directory and load what is new or changed (at start:
     /// at once; later: once settled). Returns whether a changed file is still settling.
     fn scan(&self, at_start: bool) -> bool {
@@ -1257,6 +1284,7 @@ impl ModelSet {
                 );
                 continue;
             }
+            self.beat("reading and loading a model file");
             match std::fs::read(&path) {
                 Ok(bytes) => {
                     slot.offer(format, &bytes, sig);
@@ -1281,6 +1309,9 @@ fn watch_loop(
 ) {
     let mut wait = first_wait;
     loop {
+        if let Some(set) = weak.upgrade() {
+            set.beat("waiting for a change or the next poll");
+        }
         match rx.recv_timeout(wait) {
             Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
@@ -1291,6 +1322,13 @@ fn watch_loop(
             && dir.join(hooks::WATCHER_PANICS).exists()
         {
             panic!("test hook: {} is in models.dir", hooks::WATCHER_PANICS);
+        }
+        set.beat("scanning the directory");
+        #[cfg(any(test, feature = "test-hooks"))]
+        while let Some(dir) = &set.dir
+            && dir.join(hooks::WATCHER_HANGS).exists()
+        {
+            std::thread::sleep(Duration::from_millis(5));
         }
         let settling = set.scan(false);
         *backoff = RESTART_FIRST;
@@ -1697,6 +1735,17 @@ mod tests {
         slot
     }
 
+    /// Writes the isolation benchmark's heavy MLP (256 inputs, two hidden layers of 3 072) to
+    /// the file named by `FANOUT_HEAVY_MLP`, for the end-to-end run through a gateway
+    /// (`scripts/model-isolation-e2e`). Run:
+    /// `FANOUT_HEAVY_MLP=/tmp/heavy.onnx cargo test -p fanout-flow --lib write_heavy_mlp -- --ignored`.
+    #[test]
+    #[ignore = "writes a file for scripts/model-isolation-e2e"]
+    fn write_heavy_mlp() {
+        let path = std::env::var("FANOUT_HEAVY_MLP").expect("FANOUT_HEAVY_MLP names the file");
+        std::fs::write(path, mlp(256, 3072)).unwrap();
+    }
+
     /// The isolation benchmark (docs/benchmarks.md, "Model isolation"): one compute thread (2
     /// cores' default), a heavy MLP kept busy by 1 000-row requests one after another, and a
     /// light model's single rows, one at a time every millisecond, timed from submit to
@@ -1843,6 +1892,40 @@ mod tests {
         });
         assert_eq!(set.watcher().restarts, 0);
         assert_eq!(set.readiness(), Ok(()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_watcher_blocked_in_a_scan_is_not_ready_until_it_finishes_one() {
+        let dir = watched_dir("watcher-hangs");
+        let cfg = ModelsConfig {
+            dir: Some(fanout_config::Located::unknown(dir.display().to_string())),
+            poll: Dur::millis(20),
+            settle: Dur::millis(10),
+            stall_timeout: Dur::millis(300),
+            ..ModelsConfig::default()
+        };
+        let set = Arc::new(ModelSet::open(&cfg, None).unwrap());
+        set.watch().unwrap();
+        let scans = set.scans();
+        wait("a scan", || set.scans() > scans);
+        assert_eq!(set.readiness(), Ok(()));
+        std::fs::write(dir.join(hooks::WATCHER_HANGS), b"").unwrap();
+        wait("not ready", || set.readiness().is_err());
+        let why = set.readiness().unwrap_err();
+        assert!(why.contains("has not finished a scan"), "{why}");
+        assert!(why.contains("scanning the directory"), "{why}");
+        assert_eq!(
+            set.watcher().restarts,
+            0,
+            "a blocked watcher is not replaced"
+        );
+        std::fs::remove_file(dir.join(hooks::WATCHER_HANGS)).unwrap();
+        wait("ready again", || set.readiness().is_ok());
+        std::fs::write(dir.join("m.onnx"), MODEL).unwrap();
+        wait("m loaded", || {
+            set.get("m").and_then(|s| s.current()).is_some()
+        });
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -305,6 +305,8 @@ impl Gateway {
             "restarts": w.restarts,
             "last_panic": w.last_panic,
             "scans": live.models.scans(),
+            // Why it is not ready (stopped, or stalled and what it is doing), else null.
+            "problem": live.models.readiness().err(),
         });
         serde_json::json!({
             "reference": reference,

@@ -160,3 +160,41 @@ fn validate_reports_all_semantic_errors_at_once() {
         "{err}"
     );
 }
+
+/// Issue 46 §3 saw the `coalesce: true … may write` error printed twice for one mistake; not
+/// reproduced since (HTTP, SQL and gRPC routes, defaults, a models directory). Each mistake is
+/// one error, whatever kinds of routes and steps the config has.
+#[test]
+fn a_coalesce_on_a_writing_route_is_one_error() {
+    let yaml = r#"
+defaults: { coalesce: true }
+backends:
+  a: { url: "http://127.0.0.1:9" }
+  db: { protocol: postgres, url: "postgres://u@127.0.0.1:9/db" }
+routes:
+  - path: /x
+    method: POST
+    coalesce: true
+    flow:
+      s: { http: { backend: a, method: POST, path: '"/y"' } }
+      t: { sql: { backend: db, mode: exec, query: "UPDATE t SET a = 1" } }
+      u: { http: { backend: a, path: '"/z"' }, for_each: '[1, 2]' }
+    respond: { body: '$s' }
+  - path: /z
+    coalesce: true
+    flow:
+      s: { sql: { backend: db, mode: exec, query: "UPDATE t SET a = 1" } }
+    respond: { body: '$s' }
+"#;
+    let err = load_gateway("f.yaml", yaml, &|_: &str| None)
+        .err()
+        .expect("errors")
+        .to_string();
+    assert_eq!(
+        err.matches("`coalesce: true`, but step").count(),
+        2,
+        "{err}"
+    );
+    assert_eq!(err.matches("f.yaml:9:15:").count(), 1, "{err}");
+    assert_eq!(err.matches("f.yaml:16:15:").count(), 1, "{err}");
+}

@@ -365,6 +365,76 @@ async fn a_loader_that_panics_refuses_its_file_and_the_next_good_file_is_loaded(
     assert_eq!(get(&format!("http://{admin}/readyz")).await.status, 200);
 }
 
+/// The watcher blocked in a scan (the `test-hooks` feature's marker file blocks it, as a read on
+/// a hung file system would): after `poll + stall_timeout`, `/readyz` answers not ready saying
+/// what it is doing, the status shows the same, requests are still served; once the scan ends it
+/// is ready again and loads files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_blocked_in_a_scan_is_not_ready_in_readyz_until_it_finishes() {
+    let dir = TempDir::new("models-watcher-hangs");
+    copy_model("logreg_bin", dir.path(), "m");
+    let (gw, _s) = scoring_gateway(dir.path(), "20ms, stall_timeout: 300ms", "20ms").await;
+    let admin = gw.admin_addr.expect("admin listener");
+    let readyz = format!("http://{admin}/readyz");
+    assert_eq!(get(&readyz).await.status, 200);
+    let marker = dir.path().join(".fanout-test-watcher-hangs");
+    std::fs::write(&marker, b"").unwrap();
+    let not_ready = wait_for_async("readyz not ready", Duration::from_secs(20), || {
+        let readyz = readyz.clone();
+        async move {
+            let r = get(&readyz).await;
+            (r.status == 503).then_some(r)
+        }
+    })
+    .await;
+    let reason = not_ready.json()["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains("has not finished a scan") && reason.contains("models.stall_timeout"),
+        "{reason}"
+    );
+    let status_url = format!("http://{}/__fanout/status", gw.addr);
+    let w = get(&status_url).await.json()["models_watcher"].clone();
+    assert!(
+        w["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("scanning the directory")),
+        "{w}"
+    );
+    let row = json!({ "row": reference("logreg_bin")["inputs"][0] }).to_string();
+    assert_eq!(
+        post(&format!("http://{}/score", gw.addr), &row)
+            .await
+            .status,
+        200
+    );
+    std::fs::remove_file(&marker).unwrap();
+    wait_for_async("readyz ready again", Duration::from_secs(30), || {
+        let readyz = readyz.clone();
+        async move { (get(&readyz).await.status == 200).then_some(()) }
+    })
+    .await;
+    copy_model("gbdt_bin", dir.path(), "after");
+    wait_for_async(
+        "a file loaded after the stall",
+        Duration::from_secs(20),
+        || {
+            let status_url = status_url.clone();
+            async move {
+                let s = get(&status_url).await.json();
+                (s["models"]["after"]["loads"] == 1).then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        get(&status_url).await.json()["models_watcher"]["problem"],
+        serde_json::Value::Null
+    );
+}
+
 /// The watcher panicking outside a load (the `test-hooks` feature's marker file makes it panic
 /// before each scan): `/readyz` answers not ready naming it while it is down, it is restarted
 /// (counted in the status), and once it runs again, files are loaded again.
