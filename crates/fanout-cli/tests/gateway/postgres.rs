@@ -937,3 +937,70 @@ routes:
         );
     }
 }
+
+/// The row guard covers every plain connection, not only a URL naming one TCP host: a Unix
+/// socket, several hosts (the first one closed: the next is tried, as the driver would), and
+/// `target_session_attrs=read-write` (checked on our connection as the driver checks it). An
+/// 8 MB row is refused from its header each time, and the pool goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_row_is_refused_from_its_header_over_a_unix_socket_and_several_hosts() {
+    let pg = cluster().await;
+    let port = pg.addr().port();
+    let closed = free_addr().port();
+    let urls = [
+        format!(
+            "postgres://postgres@/postgres?host={}&port={port}",
+            pg.dir().display()
+        ),
+        format!("postgres://postgres@127.0.0.1:{closed},127.0.0.1:{port}/postgres"),
+        format!("postgres://postgres@127.0.0.1:{port}/postgres?target_session_attrs=read-write"),
+    ];
+    let yaml = r#"
+defaults: { deadline: 60s, timeout: 50s }
+server: { expose_error_details: true }
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    max_response_bytes: 1048576
+    postgres: { max_size: 1, max_wait: 30s }
+routes:
+  - path: /wide/{n}
+    flow:
+      s: { sql: { backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] } }
+    respond: { body: '$s.big | length' }
+"#;
+    for url in urls {
+        let lookup = {
+            let url = url.clone();
+            move |n: &str| (n == "DB_URL").then(|| url.clone())
+        };
+        let gw = load_gateway("fanout.yaml", yaml, &lookup)
+            .unwrap_or_else(|e| panic!("{url}: gateway config:\n{e}"));
+        let gw = start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let base = format!("http://{}", gw.addr);
+        assert_eq!(
+            get(&format!("{base}/wide/1000")).await.json(),
+            json!(1000),
+            "{url}"
+        );
+        let r = get(&format!("{base}/wide/8000000")).await;
+        assert_eq!(r.status, 502, "{url}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["code"], "bad_backend_answer", "{url}");
+        let detail = e["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("a row of 8000")
+                && detail.contains("larger than max_response_bytes (1048576)"),
+            "{url}: {e}"
+        );
+        assert!(gw.gateway.readiness().is_ok(), "{url}");
+        assert_eq!(
+            get(&format!("{base}/wide/10")).await.json(),
+            json!(10),
+            "{url}"
+        );
+    }
+}

@@ -111,6 +111,9 @@ struct Conn {
     /// Set by the connection's guard when it refused a row longer than `max_response_bytes`
     /// (the connection is then closed): the row's length.
     tripped: guard::Tripped,
+    /// The server it was opened to, when the pool opened the socket itself (plain connections):
+    /// its cancel requests go there and are confirmed.
+    peer: Option<Peer>,
 }
 
 /// A connection as the pool keeps it.
@@ -502,15 +505,13 @@ impl Drop for InUse {
             // Confirmed: the server closed the cancel request's connection, so the backend has
             // been signalled already — a signal still on its way could otherwise cancel the
             // *next* statement on this connection (a statement that had just finished when the
-            // request arrived). Unconfirmed cancels (TLS, several or Unix-socket hosts, or no
-            // close in time) leave the connection to be closed.
+            // request arrived). Unconfirmed cancels (TLS, or no close in time) leave the
+            // connection to be closed.
             let cancel = tokio::time::timeout(pool.connect_timeout, async {
-                let sent = match &pool.connector {
-                    Connector::Plain => match single_tcp_host(&pool.pg) {
-                        Some((host, port)) => return cancel_confirmed(&token, host, port).await,
-                        None => token.cancel_query(tokio_postgres::NoTls).await,
-                    },
-                    Connector::Tls(t) => token.cancel_query(t.clone()).await,
+                let sent = match (&pool.connector, &conn.peer) {
+                    (Connector::Plain, Some(peer)) => return cancel_confirmed(&token, peer).await,
+                    (Connector::Plain, None) => token.cancel_query(tokio_postgres::NoTls).await,
+                    (Connector::Tls(t), _) => token.cancel_query(t.clone()).await,
                 };
                 sent.map(|()| false).map_err(|e| e.to_string())
             })
@@ -552,27 +553,154 @@ impl Drop for InUse {
     }
 }
 
-/// The host and port of a config naming exactly one TCP host (`None`: several, or a Unix socket).
-fn single_tcp_host(pg: &tokio_postgres::Config) -> Option<(&str, u16)> {
-    match pg.get_hosts() {
-        [tokio_postgres::config::Host::Tcp(h)] => {
-            Some((h.as_str(), pg.get_ports().first().copied().unwrap_or(5432)))
+/// A server a plain connection is opened to: a TCP host or a Unix socket directory, with its
+/// port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Peer {
+    Tcp(String, u16),
+    Unix(std::path::PathBuf, u16),
+}
+
+/// The servers of `pg` in the order the driver tries them (shuffled with
+/// `load_balance_hosts=random`), each with its port; a `hostaddr` stands for its host. Empty when
+/// the URL's lists do not match (the driver's own attempt then says why).
+fn peers(pg: &tokio_postgres::Config) -> Vec<Peer> {
+    use tokio_postgres::config::{Host, LoadBalanceHosts};
+    let (hosts, addrs, ports) = (pg.get_hosts(), pg.get_hostaddrs(), pg.get_ports());
+    if !hosts.is_empty() && !addrs.is_empty() && hosts.len() != addrs.len() {
+        return Vec::new();
+    }
+    let n = hosts.len().max(addrs.len());
+    if ports.len() > 1 && ports.len() != n {
+        return Vec::new();
+    }
+    let mut out: Vec<Peer> = (0..n)
+        .filter_map(|i| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match (addrs.get(i), hosts.get(i)) {
+                (Some(ip), _) => Some(Peer::Tcp(ip.to_string(), port)),
+                (None, Some(Host::Tcp(h))) => Some(Peer::Tcp(h.clone(), port)),
+                (None, Some(Host::Unix(dir))) => Some(Peer::Unix(dir.clone(), port)),
+                (None, None) => None,
+            }
+        })
+        .collect();
+    if pg.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        use rand::seq::SliceRandom;
+        out.shuffle(&mut rand::rng());
+    }
+    out
+}
+
+/// The socket file of a server listening in `dir` on `port`, as libpq names it.
+fn unix_socket(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    dir.join(format!(".s.PGSQL.{port}"))
+}
+
+/// A plain connection through the row guard (`guard.rs`): each server of the URL in turn, as
+/// the driver tries them — our socket handed to it, and `target_session_attrs` checked as it
+/// checks it. `None` when no socket could be opened to any (the caller lets the driver's own
+/// attempt say why); else the connection and its server, or the last server's refusal.
+async fn connect_plain(
+    pg: &tokio_postgres::Config,
+    limit: usize,
+    tripped: &guard::Tripped,
+) -> Option<Result<(Client, Peer), tokio_postgres::Error>> {
+    let mut refused = None;
+    for peer in peers(pg) {
+        let client = match &peer {
+            Peer::Tcp(host, port) => {
+                let Ok(tcp) = guard::tcp(host, *port).await else {
+                    continue;
+                };
+                let stream = guard::Guarded::new(tcp, limit, tripped.clone());
+                pg.connect_raw(stream, tokio_postgres::NoTls)
+                    .await
+                    .map(|(c, conn)| {
+                        tokio::spawn(conn);
+                        c
+                    })
+            }
+            Peer::Unix(dir, port) => {
+                let Ok(unix) = tokio::net::UnixStream::connect(unix_socket(dir, *port)).await
+                else {
+                    continue;
+                };
+                let stream = guard::Guarded::new(unix, limit, tripped.clone());
+                pg.connect_raw(stream, tokio_postgres::NoTls)
+                    .await
+                    .map(|(c, conn)| {
+                        tokio::spawn(conn);
+                        c
+                    })
+            }
+        };
+        match client {
+            Ok(c) => match session_fits(pg, &c).await {
+                Ok(true) => return Some(Ok((c, peer))),
+                Ok(false) => continue,
+                Err(e) => refused = Some(e),
+            },
+            Err(e) => refused = Some(e),
         }
-        _ => None,
+    }
+    refused.map(Err)
+}
+
+/// Whether a new session is what the URL's `target_session_attrs` asks for (`read-write`: a
+/// server that accepts writes), as the driver checks it.
+async fn session_fits(
+    pg: &tokio_postgres::Config,
+    c: &Client,
+) -> Result<bool, tokio_postgres::Error> {
+    use tokio_postgres::config::TargetSessionAttrs;
+    let wanted = pg.get_target_session_attrs();
+    if wanted == TargetSessionAttrs::Any {
+        return Ok(true);
+    }
+    let read_only = c
+        .simple_query("SHOW transaction_read_only")
+        .await?
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(|v| v == "on"),
+            _ => None,
+        });
+    Ok(match wanted {
+        TargetSessionAttrs::ReadWrite => read_only == Some(false),
+        TargetSessionAttrs::ReadOnly => read_only == Some(true),
+        _ => true,
+    })
+}
+
+/// Send a CancelRequest to `peer` (plain TCP or a Unix socket) and wait until the server closes
+/// that connection, which it does after signalling the statement's backend: `Ok(true)`.
+async fn cancel_confirmed(
+    token: &tokio_postgres::CancelToken,
+    peer: &Peer,
+) -> Result<bool, String> {
+    match peer {
+        Peer::Tcp(host, port) => {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map_err(|e| e.to_string())?;
+            cancel_over(token, stream).await
+        }
+        Peer::Unix(dir, port) => {
+            let stream = tokio::net::UnixStream::connect(unix_socket(dir, *port))
+                .await
+                .map_err(|e| e.to_string())?;
+            cancel_over(token, stream).await
+        }
     }
 }
 
-/// Send a CancelRequest over plain TCP and wait until the server closes that connection, which
-/// it does after signalling the statement's backend: `Ok(true)`.
-async fn cancel_confirmed(
-    token: &tokio_postgres::CancelToken,
-    host: &str,
-    port: u16,
-) -> Result<bool, String> {
+/// [`cancel_confirmed`] over an open stream.
+async fn cancel_over<S>(token: &tokio_postgres::CancelToken, mut stream: S) -> Result<bool, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::AsyncReadExt;
-    let mut stream = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| e.to_string())?;
     token
         .cancel_query_raw(&mut stream, tokio_postgres::NoTls)
         .await
@@ -919,45 +1047,32 @@ impl Pool {
     /// Open a connection (counted in `open`; the caller holds a slot for it).
     async fn connect(self: &Arc<Self>, end: Instant) -> Result<PooledConn, CallError> {
         // Every row is read through a guard that refuses one longer than the answer's cap from
-        // its header (`guard.rs`). Plain TCP to one host: our socket, handed to the driver; TLS:
-        // the decrypted stream; several hosts or a Unix socket: the driver's socket, unguarded.
+        // its header (`guard.rs`). Plain connections: our socket (TCP or Unix, each server of
+        // the URL in turn, as the driver tries them), handed to the driver; TLS: the decrypted
+        // stream.
         let tripped = guard::Tripped::default();
         let limit = self.max_response_bytes;
         let attempt = async {
             match &self.connector {
-                Connector::Plain => {
-                    let tcp = match single_tcp_host(&self.pg) {
-                        Some((host, port)) => guard::tcp(host, port).await.ok(),
-                        None => None,
-                    };
-                    match tcp {
-                        Some(tcp) => {
-                            let stream = guard::Guarded::new(tcp, limit, tripped.clone());
-                            self.pg
-                                .connect_raw(stream, tokio_postgres::NoTls)
-                                .await
-                                .map(|(c, conn)| {
-                                    tokio::spawn(conn);
-                                    c
-                                })
-                        }
-                        // No socket of our own (or it could not be opened: the driver's attempt
-                        // then says why, in its terms).
-                        None => self
-                            .pg
-                            .connect(tokio_postgres::NoTls)
-                            .await
-                            .map(|(c, conn)| {
-                                tokio::spawn(conn);
-                                c
-                            }),
-                    }
-                }
+                Connector::Plain => match connect_plain(&self.pg, limit, &tripped).await {
+                    Some(Ok((client, to))) => Ok((client, Some(to))),
+                    Some(Err(e)) => Err(e),
+                    // No socket could be opened to any server: the driver's own attempt says
+                    // why, in its terms.
+                    None => self
+                        .pg
+                        .connect(tokio_postgres::NoTls)
+                        .await
+                        .map(|(c, conn)| {
+                            tokio::spawn(conn);
+                            (c, None)
+                        }),
+                },
                 Connector::Tls(t) => {
                     let tls = guard::GuardTls::new(t.clone(), limit, tripped.clone());
                     self.pg.connect(tls).await.map(|(c, conn)| {
                         tokio::spawn(conn);
-                        c
+                        (c, None)
                     })
                 }
             }
@@ -966,7 +1081,7 @@ impl Pool {
         let until = end.min(attempt_started + self.connect_timeout);
         let result = tokio::time::timeout_at(until, attempt).await;
         match result {
-            Ok(Ok(client)) => {
+            Ok(Ok((client, peer))) => {
                 self.counters.connects.fetch_add(1, Ordering::Relaxed);
                 self.open.fetch_add(1, Ordering::Relaxed);
                 self.mark_up();
@@ -975,6 +1090,7 @@ impl Pool {
                     prepared: HashMap::default(),
                     idle_since: Instant::now(),
                     tripped,
+                    peer,
                 }))
             }
             Ok(Err(e)) => {
