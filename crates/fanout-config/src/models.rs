@@ -74,22 +74,29 @@ pub const MAX_TREE_NODES_CEILING: usize = u32::MAX as usize;
 #[serde(deny_unknown_fields, default)]
 pub struct ModelLimits {
     /// Most nodes in a model's graph. Default 4096.
+    #[schemars(range(min = 1))]
     pub max_graph_nodes: usize,
     /// Most trees in one tree-ensemble node. Default 100000.
+    #[schemars(range(min = 1))]
     pub max_trees: usize,
     /// Most nodes (branches and leaves) of all the trees of one tree-ensemble node. Default
     /// 4000000; at most 4294967295.
+    #[schemars(range(min = 1, max = 4_294_967_295u64))]
     pub max_tree_nodes: usize,
     /// Most branches on a tree's root-to-leaf path. Default 1000.
+    #[schemars(range(min = 1))]
     pub max_tree_depth: usize,
     /// Most elements in one tensor: an initializer, the input's fixed shape, the values of a
     /// batch, each tensor computed while evaluating a batch (a batch over it fails). Default
     /// 67108864 (2^26).
+    #[schemars(range(min = 1))]
     pub max_tensor_elements: usize,
     /// Most features per row (the width of the graph's input `[N, width]`). Default 65536.
+    #[schemars(range(min = 1))]
     pub max_input_width: usize,
     /// Most elements of all the tensors computed for one row (the warm-up inference at load,
     /// input included). Default 1048576 (2^20).
+    #[schemars(range(min = 1))]
     pub max_row_elements: usize,
 }
 
