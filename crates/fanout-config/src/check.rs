@@ -92,6 +92,7 @@ impl Config {
         }
         self.admission_check(errs);
         self.expressions_check(errs);
+        self.models.limits.check(errs);
         if let Some(r) = &self.redis {
             r.check(errs);
         }

@@ -46,7 +46,9 @@ pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
     read_limited, schema,
 };
-pub use models::{ModelBatch, ModelBatchOverride, ModelCall, ModelsConfig};
+pub use models::{
+    MAX_TREE_NODES_CEILING, ModelBatch, ModelBatchOverride, ModelCall, ModelLimits, ModelsConfig,
+};
 pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};

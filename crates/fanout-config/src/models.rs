@@ -1,7 +1,7 @@
 //! Models: `models:` (the directory of ONNX files, how it is watched, how inferences are
 //! batched) and `model:` steps.
 
-use crate::{Dur, ExprSrc, Located};
+use crate::{ConfigError, Dur, ExprSrc, Located};
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -34,6 +34,9 @@ pub struct ModelsConfig {
     /// Per model (by name): what differs from `batch`.
     #[serde(default)]
     pub per_model: IndexMap<String, ModelBatchOverride>,
+    /// What a model file may declare and compute: a file over a limit is not loaded (the
+    /// error, naming the limit, is in the status).
+    pub limits: ModelLimits,
 }
 
 impl Default for ModelsConfig {
@@ -47,6 +50,7 @@ impl Default for ModelsConfig {
             stall_timeout: Dur::secs(60),
             batch: ModelBatch::default(),
             per_model: IndexMap::new(),
+            limits: ModelLimits::default(),
         }
     }
 }
@@ -62,6 +66,106 @@ impl ModelsConfig {
             b.slice = o.slice.unwrap_or(b.slice);
         }
         b
+    }
+}
+
+/// Most tree nodes `models.limits.max_tree_nodes` may allow: the model runtime indexes them in
+/// 32 bits.
+pub const MAX_TREE_NODES_CEILING: usize = u32::MAX as usize;
+
+/// `models.limits`: the limits of the model runtime, checked on what a file declares before
+/// anything of that size is allocated. The defaults are the runtime's (`fanout_model::MAX_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelLimits {
+    /// Most nodes in a model's graph. Default 4096.
+    #[schemars(range(min = 1))]
+    pub max_graph_nodes: usize,
+    /// Most trees in one tree-ensemble node. Default 100000.
+    #[schemars(range(min = 1))]
+    pub max_trees: usize,
+    /// Most nodes (branches and leaves) of all the trees of one tree-ensemble node. Default
+    /// 4000000; at most 4294967295.
+    #[schemars(range(min = 1, max = 4_294_967_295u64))]
+    pub max_tree_nodes: usize,
+    /// Most branches on a tree's root-to-leaf path. Default 1000.
+    #[schemars(range(min = 1))]
+    pub max_tree_depth: usize,
+    /// Most elements in one tensor: an initializer, the input's fixed shape, the values of a
+    /// batch, each tensor computed while evaluating a batch (a batch over it fails). Default
+    /// 67108864 (2^26).
+    #[schemars(range(min = 1))]
+    pub max_tensor_elements: usize,
+    /// Most features per row (the width of the graph's input `[N, width]`). Default 65536.
+    #[schemars(range(min = 1))]
+    pub max_input_width: usize,
+    /// Most elements of all the tensors computed for one row (the warm-up inference at load,
+    /// input included). Default 1048576 (2^20).
+    #[schemars(range(min = 1))]
+    pub max_row_elements: usize,
+}
+
+impl Default for ModelLimits {
+    fn default() -> Self {
+        ModelLimits {
+            max_graph_nodes: 4096,
+            max_trees: 100_000,
+            max_tree_nodes: 4_000_000,
+            max_tree_depth: 1000,
+            max_tensor_elements: 1 << 26,
+            max_input_width: 1 << 16,
+            max_row_elements: 1 << 20,
+        }
+    }
+}
+
+impl ModelLimits {
+    /// Every limit with its field name, in the documented order.
+    pub fn fields(&self) -> [(&'static str, usize); 7] {
+        [
+            ("max_graph_nodes", self.max_graph_nodes),
+            ("max_trees", self.max_trees),
+            ("max_tree_nodes", self.max_tree_nodes),
+            ("max_tree_depth", self.max_tree_depth),
+            ("max_tensor_elements", self.max_tensor_elements),
+            ("max_input_width", self.max_input_width),
+            ("max_row_elements", self.max_row_elements),
+        ]
+    }
+
+    /// Config errors: a limit of 0, `max_tree_nodes` above [`MAX_TREE_NODES_CEILING`].
+    pub(crate) fn check(&self, errs: &mut Vec<ConfigError>) {
+        let mut bad = |message: String, hint: String| {
+            errs.push(
+                ConfigError {
+                    file: String::new(),
+                    pos: None,
+                    message,
+                    hint: None,
+                }
+                .hint(hint),
+            )
+        };
+        let defaults = ModelLimits::default();
+        for ((name, v), (_, default)) in self.fields().into_iter().zip(defaults.fields()) {
+            if v == 0 {
+                bad(
+                    format!("models.limits.{name} must be at least 1 (is 0)"),
+                    format!(
+                        "leave it out for the default, {default}; see docs/config.md, `models.limits`"
+                    ),
+                );
+            }
+        }
+        if self.max_tree_nodes > MAX_TREE_NODES_CEILING {
+            bad(
+                format!(
+                    "models.limits.max_tree_nodes must be at most {MAX_TREE_NODES_CEILING} (is {})",
+                    self.max_tree_nodes
+                ),
+                "the model runtime indexes tree nodes in 32 bits".into(),
+            );
+        }
     }
 }
 

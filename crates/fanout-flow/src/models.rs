@@ -6,7 +6,7 @@
 //!   [`crate::Carry`]). [`ModelSet::watch`] starts one thread that rescans the directory every
 //!   `models.poll`; a file whose size, modification time and inode stayed the same for
 //!   `models.settle` is loaded (decoded, planned and run once on zeros by
-//!   [`fanout_model::Model::load`]) and swapped in. A file that fails to load, or whose input
+//!   [`fanout_model::Model::load_with`], under `models.limits`) and swapped in. A file that fails to load, or whose input
 //!   width or kind (classifier, regressor) differs from the version serving, never replaces it:
 //!   the error is kept in the slot's status and the file is tried again when it changes. A
 //!   removed file changes nothing (the model keeps serving until a config without the steps that
@@ -90,11 +90,13 @@ pub trait Evaluator: Send + Sync + std::fmt::Debug + 'static {
     fn run(&self, rows: &[f32]) -> Result<Output, String>;
 }
 
-/// A format's loader: (file bytes, model name) → the planned model, or why not.
-pub type Load = fn(&[u8], &str) -> Result<Box<dyn Evaluator>, String>;
+/// A format's loader: (file bytes, model name, the `models:` config whose limits apply) → the
+/// planned model, or why not.
+pub type Load = fn(&[u8], &str, &ModelsConfig) -> Result<Box<dyn Evaluator>, String>;
 
 /// A model file format: files `NAME.EXTENSION` of `models.dir` are loaded by `load` (bytes,
-/// name), which plans the model and runs it once (a model that loads runs).
+/// name, config), which plans the model under `models.limits` and runs it once (a model that
+/// loads runs).
 pub struct Format {
     /// The file name's extension, without the dot.
     pub extension: &'static str,
@@ -120,7 +122,7 @@ mod hooks {
     /// `NAME.panics`: a loader that panics, as a bug in a format's code would on a hostile file.
     pub(super) const PANICS: Format = Format {
         extension: "panics",
-        load: |_, name| panic!("test hook: the loader of `{name}` panics"),
+        load: |_, name, _| panic!("test hook: the loader of `{name}` panics"),
     };
 
     /// While `models.dir` holds this file, the watcher panics before each scan (outside any
@@ -134,15 +136,35 @@ mod hooks {
 
 /// ONNX files, evaluated by `fanout-model` (pure Rust).
 mod onnx {
-    use super::{Evaluator, Format, ModelKind, Output};
+    use super::{Evaluator, Format, ModelKind, ModelsConfig, Output};
 
     pub(super) const FORMAT: Format = Format {
         extension: "onnx",
-        load: |bytes, name| {
-            let m = fanout_model::Model::load(bytes, name).map_err(|e| e.to_string())?;
+        load: |bytes, name, cfg| {
+            let m = fanout_model::Model::load_with(bytes, name, &limits(cfg))
+                .map_err(|e| e.to_string())?;
             Ok(Box::new(m))
         },
     };
+
+    /// The runtime's limits from `models:` — errors name them as config fields
+    /// (`models.limits.max_input_width`). The file's size is `models.max_file_bytes`, checked
+    /// by the scan before (and after) the file is read, so the runtime's own file limit never
+    /// refuses a file that limit allows.
+    pub(super) fn limits(cfg: &ModelsConfig) -> fanout_model::Limits {
+        let l = &cfg.limits;
+        fanout_model::Limits {
+            max_model_bytes: usize::try_from(cfg.max_file_bytes).unwrap_or(usize::MAX),
+            max_graph_nodes: l.max_graph_nodes,
+            max_trees: l.max_trees,
+            max_tree_nodes: l.max_tree_nodes,
+            max_tree_depth: l.max_tree_depth,
+            max_tensor_elements: l.max_tensor_elements,
+            max_input_width: l.max_input_width,
+            max_row_elements: l.max_row_elements,
+            named_as: Some("models.limits"),
+        }
+    }
 
     impl Evaluator for fanout_model::Model {
         fn input_width(&self) -> usize {
@@ -843,13 +865,13 @@ impl ModelSlot {
         }
     }
 
-    /// Load `bytes` (the file `sig`) as the next version, unless it does not load or does not
-    /// fit the version serving. Returns whether it was swapped in.
+    /// Load `bytes` (the file `sig`) as the next version under the limits of `cfg`, unless it
+    /// does not load or does not fit the version serving. Returns whether it was swapped in.
     /// A loader that panics (a bug in a format's code on a hostile file) refuses the file like
     /// any load error: the watcher goes on.
-    fn offer(&self, format: &Format, bytes: &[u8], sig: FileSig) -> bool {
+    fn offer(&self, format: &Format, bytes: &[u8], sig: FileSig, cfg: &ModelsConfig) -> bool {
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let model = (format.load)(bytes, &self.name)?;
+            let model = (format.load)(bytes, &self.name, cfg)?;
             if let Some(cur) = self.current() {
                 compatible(&*cur.model, &*model)?;
             }
@@ -1274,20 +1296,24 @@ impl ModelSet {
                 settling |= lock(&slot.load).settling.is_some();
                 continue;
             }
+            let too_large = |len: u64| {
+                format!(
+                    "the file has {len} bytes, more than models.max_file_bytes ({})",
+                    self.cfg.max_file_bytes
+                )
+            };
             if sig.len > self.cfg.max_file_bytes {
-                slot.fail(
-                    sig,
-                    format!(
-                        "the file has {} bytes, more than models.max_file_bytes ({})",
-                        sig.len, self.cfg.max_file_bytes
-                    ),
-                );
+                slot.fail(sig, too_large(sig.len));
                 continue;
             }
             self.beat("reading and loading a model file");
             match std::fs::read(&path) {
+                // The file grew between its metadata and its reading.
+                Ok(bytes) if bytes.len() as u64 > self.cfg.max_file_bytes => {
+                    slot.fail(sig, too_large(bytes.len() as u64));
+                }
                 Ok(bytes) => {
-                    slot.offer(format, &bytes, sig);
+                    slot.offer(format, &bytes, sig, &self.cfg);
                 }
                 Err(e) => slot.fail(sig, format!("the file cannot be read: {e}")),
             }
@@ -1728,7 +1754,7 @@ mod tests {
             inode: 0,
         };
         assert!(
-            slot.offer(&onnx::FORMAT, bytes, sig),
+            slot.offer(&onnx::FORMAT, bytes, sig, &ModelsConfig::default()),
             "{:?}",
             slot.last_error()
         );

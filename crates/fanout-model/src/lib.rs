@@ -15,11 +15,13 @@
 //! unsupported). Numerics follow onnxruntime's CPU kernels, NaN (a missing value) included: the
 //! committed test models agree with it to 1e-5 (tests/models.rs).
 //!
-//! Every shape the file declares is checked against the limits before anything of that size
-//! is allocated: the input's width ([`MAX_INPUT_WIDTH`]), the initializers
-//! ([`MAX_TENSOR_ELEMENTS`]), and each tensor an operator computes (at most
-//! [`MAX_TENSOR_ELEMENTS`]; in the warm-up run at load, [`MAX_ROW_ELEMENTS`] for all the tensors
-//! of its one row). Errors number the features of a row from 0, as `input[3]`.
+//! Every shape the file declares is checked against the [`Limits`] before anything of that size
+//! is allocated: the input's width (`max_input_width`), the initializers
+//! (`max_tensor_elements`), and each tensor an operator computes (at most
+//! `max_tensor_elements`; in the warm-up run at load, `max_row_elements` for all the tensors
+//! of its one row). [`Model::load`] uses the defaults (the `MAX_*` constants);
+//! [`Model::load_with`] takes other limits, which the model keeps for [`Model::run`]. Errors
+//! number the features of a row from 0, as `input[3]`, and name the limit broken.
 
 mod attrs;
 pub mod onnx;
@@ -36,7 +38,7 @@ use ops::Op;
 use tensor::{Data, Tensor};
 use tree::TreeEnsemble;
 
-/// Largest model file [`Model::load`] reads.
+/// Largest model file [`Model::load`] reads (the default of [`Limits::max_model_bytes`]).
 pub const MAX_MODEL_BYTES: usize = 256 << 20;
 /// Most nodes in a graph.
 pub const MAX_GRAPH_NODES: usize = 4096;
@@ -53,6 +55,74 @@ pub const MAX_INPUT_WIDTH: usize = 1 << 16;
 /// Most elements of all the tensors computed for one row (the warm-up run at load, input
 /// included): a graph whose tensors grow beyond the row it was given is refused at load.
 pub const MAX_ROW_ELEMENTS: usize = 1 << 20;
+/// Most nodes of one tree ensemble whatever the limits say: nodes are indexed in 32 bits.
+pub const TREE_NODES_CEILING: usize = u32::MAX as usize;
+
+/// The limits a model is loaded and run under; [`Limits::default`] is the `MAX_*` constants.
+/// Each is checked before anything of that size is allocated; a model over one is refused at
+/// load ([`ModelError::TooLarge`], [`ModelError::Shape`], or [`ModelError::Invalid`] for the
+/// limits of a tree-ensemble node), a batch over `max_tensor_elements` fails to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest model file, in bytes ([`MAX_MODEL_BYTES`]).
+    pub max_model_bytes: usize,
+    /// Most nodes in a graph ([`MAX_GRAPH_NODES`]).
+    pub max_graph_nodes: usize,
+    /// Most trees in one tree-ensemble node ([`MAX_TREES`]).
+    pub max_trees: usize,
+    /// Most nodes of all the trees of one tree-ensemble node ([`MAX_TREE_NODES`]; above
+    /// [`TREE_NODES_CEILING`] a node is refused whatever this says).
+    pub max_tree_nodes: usize,
+    /// Most branches on a root-to-leaf path ([`MAX_TREE_DEPTH`]).
+    pub max_tree_depth: usize,
+    /// Most elements in one tensor: an initializer, the input's fixed shape, a batch's values,
+    /// any tensor computed while running a batch ([`MAX_TENSOR_ELEMENTS`]).
+    pub max_tensor_elements: usize,
+    /// Most features per row ([`MAX_INPUT_WIDTH`]).
+    pub max_input_width: usize,
+    /// Most elements of all the tensors computed for one row in the warm-up run at load
+    /// ([`MAX_ROW_ELEMENTS`]).
+    pub max_row_elements: usize,
+    /// How errors name a limit: `None` (the default) names the field of this struct, as
+    /// `the limit max_input_width (65536)`; `Some("models.limits")` names it as a config field
+    /// does, `models.limits.max_input_width (65536)`.
+    pub named_as: Option<&'static str>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_model_bytes: MAX_MODEL_BYTES,
+            max_graph_nodes: MAX_GRAPH_NODES,
+            max_trees: MAX_TREES,
+            max_tree_nodes: MAX_TREE_NODES,
+            max_tree_depth: MAX_TREE_DEPTH,
+            max_tensor_elements: MAX_TENSOR_ELEMENTS,
+            max_input_width: MAX_INPUT_WIDTH,
+            max_row_elements: MAX_ROW_ELEMENTS,
+            named_as: None,
+        }
+    }
+}
+
+impl Limits {
+    /// How errors name the limit `field` (a field of this struct): see [`Limits::named_as`].
+    pub fn name(&self, field: &str) -> String {
+        match self.named_as {
+            Some(prefix) => format!("{prefix}.{field}"),
+            None => format!("the limit {field}"),
+        }
+    }
+}
+
+/// A bound on the elements of one tensor an operator computes, and how errors name it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cap<'a> {
+    /// Most elements.
+    pub n: usize,
+    /// The limit's name, as [`Limits::name`] gives it.
+    pub name: &'a str,
+}
 
 /// Why a model did not load or run.
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +143,8 @@ pub enum ModelError {
         /// The model's name.
         model: String,
     },
-    /// The model breaks a limit of this crate (see the `MAX_*` constants).
-    #[error("model {model}: {what} is {count}, more than the limit {limit}")]
+    /// The model breaks a limit of its [`Limits`].
+    #[error("model {model}: {what} is {count}, more than {name} ({limit})")]
     TooLarge {
         /// The model's name.
         model: String,
@@ -84,9 +154,11 @@ pub enum ModelError {
         count: usize,
         /// The limit.
         limit: usize,
+        /// The limit's name ([`Limits::name`]).
+        name: String,
     },
     /// A declared shape breaks a limit; refused before anything of that size is allocated.
-    #[error("model {model}: {what} has shape {shape}, more than the limit of {limit} {unit}")]
+    #[error("model {model}: {what} has shape {shape}, more than {name} ({limit} {unit})")]
     Shape {
         /// The model's name.
         model: String,
@@ -98,6 +170,8 @@ pub enum ModelError {
         limit: usize,
         /// What the limit counts.
         unit: &'static str,
+        /// The limit's name ([`Limits::name`]).
+        name: String,
     },
     /// The model decodes but is not usable: inconsistent attributes, shapes or graph.
     #[error("model {model}: {reason}")]
@@ -231,6 +305,10 @@ pub struct Model {
     outputs: Vec<usize>,
     /// How the first class's column is made when a binary classifier's graph gives one column.
     binary: Option<Binary>,
+    /// The limits it was loaded under, which also bound its batches.
+    limits: Limits,
+    /// How errors name `limits.max_tensor_elements` (made once: [`Model::run`] does not format it).
+    tensor_limit: String,
 }
 
 /// The first class's column of a binary classifier whose graph gives only the second's.
@@ -243,22 +321,30 @@ enum Binary {
 }
 
 impl Model {
+    /// Decodes ONNX `bytes` and builds the evaluation plan under the default [`Limits`] (the
+    /// `MAX_*` constants); `name` is used in errors. See [`Model::load_with`].
+    pub fn load(bytes: &[u8], name: &str) -> Result<Model, ModelError> {
+        Model::load_with(bytes, name, &Limits::default())
+    }
+
     /// Decodes ONNX `bytes` and builds the evaluation plan; `name` is used in errors.
     ///
-    /// Checks the operators and the limits, then runs one row of zeros to learn the outputs'
-    /// shapes: a model that loads runs.
-    pub fn load(bytes: &[u8], name: &str) -> Result<Model, ModelError> {
+    /// Checks the operators and `limits`, then runs one row of zeros to learn the outputs'
+    /// shapes: a model that loads runs. The model keeps `limits`: [`Model::run`] bounds its
+    /// batches' tensors by `limits.max_tensor_elements`.
+    pub fn load_with(bytes: &[u8], name: &str, limits: &Limits) -> Result<Model, ModelError> {
         let model = name.to_owned();
         let invalid = |reason: String| ModelError::Invalid {
             model: model.clone(),
             reason,
         };
-        if bytes.len() > MAX_MODEL_BYTES {
+        if bytes.len() > limits.max_model_bytes {
             return Err(ModelError::TooLarge {
                 model,
                 what: "file size",
                 count: bytes.len(),
-                limit: MAX_MODEL_BYTES,
+                limit: limits.max_model_bytes,
+                name: limits.name("max_model_bytes"),
             });
         }
         let proto = onnx::ModelProto::decode(bytes).map_err(|source| ModelError::Decode {
@@ -272,14 +358,20 @@ impl Model {
         if graph.node.is_empty() {
             return Err(invalid("the graph has no nodes".into()));
         }
-        if graph.node.len() > MAX_GRAPH_NODES {
+        if graph.node.len() > limits.max_graph_nodes {
             return Err(ModelError::TooLarge {
                 model,
                 what: "graph nodes",
                 count: graph.node.len(),
-                limit: MAX_GRAPH_NODES,
+                limit: limits.max_graph_nodes,
+                name: limits.name("max_graph_nodes"),
             });
         }
+        let tensor_limit = limits.name("max_tensor_elements");
+        let tensor_cap = Cap {
+            n: limits.max_tensor_elements,
+            name: &tensor_limit,
+        };
         let opset = proto
             .opset_import
             .iter()
@@ -320,16 +412,17 @@ impl Model {
                     "initializer {n:?}: negative dimension {d}"
                 )));
             }
-            if elements_within(&t.dims, MAX_TENSOR_ELEMENTS).is_none() {
+            if elements_within(&t.dims, limits.max_tensor_elements).is_none() {
                 return Err(ModelError::Shape {
                     model,
                     what: format!("initializer {n:?}"),
                     shape: shape_text(t.dims.iter().map(|&d| Some(d))),
-                    limit: MAX_TENSOR_ELEMENTS,
+                    limit: limits.max_tensor_elements,
                     unit: "elements",
+                    name: tensor_limit.clone(),
                 });
             }
-            let tensor = Tensor::from_proto(t)
+            let tensor = Tensor::from_proto(t, tensor_cap)
                 .map_err(|e| invalid(format!("initializer {n:?}: {}", e.0)))?;
             if slots.insert(n, consts.len()).is_some() {
                 return Err(invalid(format!("initializer {n:?} is defined twice")));
@@ -366,19 +459,30 @@ impl Model {
         }
         .ok_or_else(|| invalid("the input is not of shape [N, width] with a fixed width".into()))?;
         // The declared shape is checked before anything is allocated for a row or a batch.
-        let input_shape = |limit: usize, unit: &'static str| ModelError::Shape {
+        let input_shape = |limit: usize, unit: &'static str, field: &str| ModelError::Shape {
             model: model.clone(),
             what: format!("input {:?}", input.name.as_deref().unwrap_or("")),
             shape: shape_text(dims.iter().map(|d| d.dim_value)),
             limit,
             unit,
+            name: limits.name(field),
         };
-        if width > MAX_INPUT_WIDTH {
-            return Err(input_shape(MAX_INPUT_WIDTH, "features per row"));
+        if width > limits.max_input_width {
+            return Err(input_shape(
+                limits.max_input_width,
+                "features per row",
+                "max_input_width",
+            ));
         }
         let fixed: Vec<i64> = dims.iter().filter_map(|d| d.dim_value).collect();
-        if fixed.iter().any(|&d| d < 0) || elements_within(&fixed, MAX_TENSOR_ELEMENTS).is_none() {
-            return Err(input_shape(MAX_TENSOR_ELEMENTS, "elements"));
+        if fixed.iter().any(|&d| d < 0)
+            || elements_within(&fixed, limits.max_tensor_elements).is_none()
+        {
+            return Err(input_shape(
+                limits.max_tensor_elements,
+                "elements",
+                "max_tensor_elements",
+            ));
         }
         let input_slot = consts.len();
         slots.insert(input.name.as_deref().unwrap_or(""), input_slot);
@@ -401,12 +505,12 @@ impl Model {
                     .map_err(what)?
                     .map(Kernel::Op),
                 "ai.onnx.ml" => match op_type.as_str() {
-                    "TreeEnsembleClassifier" => {
-                        Some(Kernel::Trees(TreeEnsemble::parse(&a, true).map_err(what)?))
-                    }
-                    "TreeEnsembleRegressor" => {
-                        Some(Kernel::Trees(TreeEnsemble::parse(&a, false).map_err(what)?))
-                    }
+                    "TreeEnsembleClassifier" => Some(Kernel::Trees(
+                        TreeEnsemble::parse(&a, true, limits).map_err(what)?,
+                    )),
+                    "TreeEnsembleRegressor" => Some(Kernel::Trees(
+                        TreeEnsemble::parse(&a, false, limits).map_err(what)?,
+                    )),
                     _ => Op::ml(&op_type, &a).map_err(what)?.map(Kernel::Op),
                 },
                 _ => None,
@@ -480,11 +584,13 @@ impl Model {
             input: input_slot,
             outputs,
             binary: None,
+            limits: *limits,
+            tensor_limit: tensor_limit.clone(),
         };
         // Outputs: `label` (int) and `probabilities` for a classifier, one float tensor for a
-        // regressor. The warm-up row is `width` ≤ MAX_INPUT_WIDTH values, and every tensor it
-        // computes counts against MAX_ROW_ELEMENTS before it is allocated.
-        let probe = m.eval(&vec![0.0; width], 1, Some(MAX_ROW_ELEMENTS))?;
+        // regressor. The warm-up row is `width` ≤ max_input_width values, and every tensor it
+        // computes counts against max_row_elements before it is allocated.
+        let probe = m.eval(&vec![0.0; width], 1, Some(limits.max_row_elements))?;
         m.kind = match probe.as_slice() {
             [l, p] if matches!(l.data, Data::I64(_)) && matches!(p.data, Data::F32(_)) => {
                 let classes = p.len();
@@ -562,12 +668,13 @@ impl Model {
                 },
             });
         }
-        if rows.len() > MAX_TENSOR_ELEMENTS {
+        if rows.len() > self.limits.max_tensor_elements {
             return Err(ModelError::TooLarge {
                 model: self.name.clone(),
                 what: "values in a batch",
                 count: rows.len(),
-                limit: MAX_TENSOR_ELEMENTS,
+                limit: self.limits.max_tensor_elements,
+                name: self.tensor_limit.clone(),
             });
         }
         let mut out = self.eval(rows, n, None)?.into_iter();
@@ -610,9 +717,10 @@ impl Model {
         }
     }
 
-    /// Runs the plan on `n` rows; returns the graph's outputs. With a `budget`, the elements of
-    /// all the tensors computed (the input included) are at most that many, each checked before
-    /// it is allocated; without, each tensor is at most [`MAX_TENSOR_ELEMENTS`].
+    /// Runs the plan on `n` rows; returns the graph's outputs. With a `budget` (the warm-up:
+    /// `max_row_elements`), the elements of all the tensors computed (the input included) are at
+    /// most that many, each checked before it is allocated; each tensor is at most
+    /// `max_tensor_elements`.
     fn eval(
         &self,
         rows: &[f32],
@@ -620,6 +728,10 @@ impl Model {
         mut budget: Option<usize>,
     ) -> Result<Vec<Tensor>, ModelError> {
         let mut values: Vec<Option<Tensor>> = vec![None; self.consts.len()];
+        let row_limit = match budget {
+            Some(_) => self.limits.name("max_row_elements"),
+            None => String::new(),
+        };
         if let Some(b) = budget.as_mut() {
             *b = b
                 .checked_sub(rows.len())
@@ -627,7 +739,8 @@ impl Model {
                     model: self.name.clone(),
                     what: "values of the warm-up row",
                     count: rows.len(),
-                    limit: MAX_ROW_ELEMENTS,
+                    limit: self.limits.max_row_elements,
+                    name: row_limit.clone(),
                 })?;
         }
         values[self.input] = Some(Tensor::f32(vec![n, self.width], rows.to_vec()));
@@ -637,7 +750,17 @@ impl Model {
                 op: step.op_type.clone(),
                 reason,
             };
-            let limit = budget.unwrap_or(MAX_TENSOR_ELEMENTS);
+            // The smaller of the tensor limit and what is left of the row's budget.
+            let limit = match budget {
+                Some(b) if b < self.limits.max_tensor_elements => Cap {
+                    n: b,
+                    name: "what is left of the warm-up row's budget",
+                },
+                _ => Cap {
+                    n: self.limits.max_tensor_elements,
+                    name: &self.tensor_limit,
+                },
+            };
             let ins: Vec<Option<&Tensor>> = step
                 .inputs
                 .iter()
@@ -655,8 +778,8 @@ impl Model {
             }
             .map_err(|e| match budget {
                 Some(_) => fail(format!(
-                    "{} (in the warm-up run on one row, whose tensors may have {MAX_ROW_ELEMENTS} elements in all)",
-                    e.0
+                    "{} (in the warm-up run on one row, whose tensors may have {} elements in all: {row_limit})",
+                    e.0, self.limits.max_row_elements
                 )),
                 None => fail(e.0),
             })?;
@@ -664,7 +787,8 @@ impl Model {
                 let made: usize = outs.iter().map(Tensor::len).sum();
                 *b = b.checked_sub(made).ok_or_else(|| {
                     fail(format!(
-                        "the tensors computed for one row have more than {MAX_ROW_ELEMENTS} elements"
+                        "the tensors computed for one row have more than {row_limit} ({}) elements",
+                        self.limits.max_row_elements
                     ))
                 })?;
             }

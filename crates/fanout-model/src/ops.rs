@@ -4,7 +4,7 @@
 
 use crate::attrs::{Attrs, index};
 use crate::tensor::{Data, Tensor};
-use crate::{MAX_TENSOR_ELEMENTS, OpError};
+use crate::{Cap, OpError};
 
 /// `post_transform` of the ai.onnx.ml operators.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -362,7 +362,7 @@ impl Op {
 
     /// Evaluates the operator on its inputs (`None` for an omitted optional input); a tensor it
     /// would compute of more than `limit` elements is an error, found before it is allocated.
-    pub fn eval(&self, inputs: &[Option<&Tensor>], limit: usize) -> Result<Vec<Tensor>, OpError> {
+    pub fn eval(&self, inputs: &[Option<&Tensor>], limit: Cap<'_>) -> Result<Vec<Tensor>, OpError> {
         let x = input(inputs, 0)?;
         Ok(vec![match self {
             Op::Identity => x.clone(),
@@ -580,21 +580,21 @@ fn map(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor, OpError> {
     ))
 }
 
-/// The number of elements of `shape`, at most `limit` (at most [`MAX_TENSOR_ELEMENTS`]): the
-/// bound on every tensor an operator computes, checked before it is allocated. An empty
-/// tensor's other dimensions count too (`[0, 2⁴⁰]` is refused): a later operator may reduce
-/// the 0 away.
-pub(crate) fn elements(shape: &[usize], limit: usize) -> Result<usize, OpError> {
-    let limit = limit.min(MAX_TENSOR_ELEMENTS);
+/// The number of elements of `shape`, at most `limit.n` (the model's `max_tensor_elements`,
+/// or less in the warm-up): the bound on every tensor an operator computes, checked before it
+/// is allocated. An empty tensor's other dimensions count too (`[0, 2⁴⁰]` is refused): a later
+/// operator may reduce the 0 away. The error names the limit.
+pub(crate) fn elements(shape: &[usize], limit: Cap<'_>) -> Result<usize, OpError> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| {
-            acc.checked_mul(d.max(1)).filter(|&n| n <= limit)
+            acc.checked_mul(d.max(1)).filter(|&n| n <= limit.n)
         })
         .map(|_| shape.iter().product())
         .ok_or_else(|| {
             OpError(format!(
-                "a tensor of shape {shape:?} is larger than {limit} elements"
+                "a tensor of shape {shape:?} is larger than {} ({} elements)",
+                limit.name, limit.n
             ))
         })
 }
@@ -614,7 +614,7 @@ fn matmul(
     b: &[f32],
     (m, k, n): (usize, usize, usize),
     (ta, tb): (bool, bool),
-    limit: usize,
+    limit: Cap<'_>,
 ) -> Result<Vec<f32>, OpError> {
     let mut c = vec![0.0f32; elements(&[m, n], limit)?];
     for i in 0..m {
@@ -642,7 +642,7 @@ fn gemm(
     alpha: f32,
     beta: f32,
     (ta, tb): (bool, bool),
-    limit: usize,
+    limit: Cap<'_>,
 ) -> Result<Tensor, OpError> {
     let (ar, ac) = match a.shape.as_slice() {
         [r, c] => (*r, *c),
@@ -677,7 +677,7 @@ fn gemm(
 }
 
 /// Element-wise `a op b` with numpy broadcasting.
-fn broadcast(op: Binary, a: &Tensor, b: &Tensor, limit: usize) -> Result<Tensor, OpError> {
+fn broadcast(op: Binary, a: &Tensor, b: &Tensor, limit: Cap<'_>) -> Result<Tensor, OpError> {
     let (av, bv) = (a.floats()?, b.floats()?);
     let f = |x: f32, y: f32| match op {
         Binary::Add => x + y,
@@ -744,7 +744,7 @@ fn broadcast(op: Binary, a: &Tensor, b: &Tensor, limit: usize) -> Result<Tensor,
     Ok(Tensor::f32(shape, out))
 }
 
-fn reshape(x: &Tensor, spec: &[i64], allow_zero: bool, limit: usize) -> Result<Tensor, OpError> {
+fn reshape(x: &Tensor, spec: &[i64], allow_zero: bool, limit: Cap<'_>) -> Result<Tensor, OpError> {
     let mut shape = Vec::with_capacity(spec.len());
     let mut infer = None;
     for (i, &d) in spec.iter().enumerate() {
@@ -808,7 +808,7 @@ fn argmax(x: &Tensor, axis: i64, keepdims: bool, last: bool) -> Result<Tensor, O
 
 /// onnxruntime's `ArrayFeatureExtractor`: picks `indices` along the last axis of `x`; a 1-D `x`
 /// gives `[1, len(indices)]`.
-fn array_feature_extractor(x: &Tensor, indices: &[i64], limit: usize) -> Result<Tensor, OpError> {
+fn array_feature_extractor(x: &Tensor, indices: &[i64], limit: Cap<'_>) -> Result<Tensor, OpError> {
     let stride = *x
         .shape
         .last()
@@ -911,7 +911,7 @@ fn linear_classifier(linear: &Linear, labels: &[i64], x: &Tensor) -> Result<Vec<
 }
 
 /// `Concat` along `axis` of tensors of one element type whose other dimensions are equal.
-fn concat(inputs: &[Option<&Tensor>], axis: i64, limit: usize) -> Result<Tensor, OpError> {
+fn concat(inputs: &[Option<&Tensor>], axis: i64, limit: Cap<'_>) -> Result<Tensor, OpError> {
     let parts = inputs
         .iter()
         .enumerate()
@@ -971,7 +971,7 @@ fn concat(inputs: &[Option<&Tensor>], axis: i64, limit: usize) -> Result<Tensor,
 }
 
 /// `ReduceSum` of a float tensor over `axes` (all of them when empty).
-fn reduce_sum(x: &Tensor, axes: &[i64], keepdims: bool, limit: usize) -> Result<Tensor, OpError> {
+fn reduce_sum(x: &Tensor, axes: &[i64], keepdims: bool, limit: Cap<'_>) -> Result<Tensor, OpError> {
     let rank = x.shape.len();
     let mut reduced = vec![axes.is_empty(); rank];
     for &a in axes {

@@ -1,7 +1,7 @@
 //! The values flowing between operators: dense row-major tensors of `f32` or `i64`.
 
 use crate::onnx::{TensorProto, data_type};
-use crate::{MAX_TENSOR_ELEMENTS, OpError};
+use crate::{Cap, OpError};
 
 /// A tensor's elements.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,7 +71,7 @@ impl Tensor {
     }
 
     /// Decodes an initializer or a tensor attribute.
-    pub fn from_proto(t: &TensorProto) -> Result<Tensor, OpError> {
+    pub fn from_proto(t: &TensorProto, limit: Cap<'_>) -> Result<Tensor, OpError> {
         if t.data_location == Some(1) {
             return Err(OpError(
                 "tensors stored in external files are not supported".into(),
@@ -83,8 +83,7 @@ impl Tensor {
             let d = usize::try_from(d).map_err(|_| OpError(format!("negative dimension {d}")))?;
             shape.push(d);
         }
-        let count = crate::ops::elements(&shape, MAX_TENSOR_ELEMENTS)
-            .map_err(|_| OpError(format!("tensor larger than {MAX_TENSOR_ELEMENTS} elements")))?;
+        let count = crate::ops::elements(&shape, limit)?;
         // The values present must be the shape's before any is copied.
         let present = match (t.data_type.unwrap_or(0), raw.is_some()) {
             (_, true) => None,

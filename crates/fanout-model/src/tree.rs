@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use crate::attrs::{Attrs, index};
 use crate::ops::{Post, elements, logistic, probit};
 use crate::tensor::Tensor;
-use crate::{MAX_TREE_DEPTH, MAX_TREE_NODES, MAX_TREES, OpError};
+use crate::{Cap, Limits, OpError, TREE_NODES_CEILING};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
@@ -64,11 +64,18 @@ pub(crate) struct TreeEnsemble {
     /// Smallest input width the trees can read.
     width: usize,
     classes: Option<Classes>,
+    /// The deepest tree's branches on a root-to-leaf path (at most `max_tree_depth`).
+    depth: usize,
 }
 
 impl TreeEnsemble {
-    /// Parses the attributes of a `TreeEnsembleClassifier` (`classifier`) or `TreeEnsembleRegressor`.
-    pub fn parse(a: &Attrs<'_>, classifier: bool) -> Result<TreeEnsemble, OpError> {
+    /// Parses the attributes of a `TreeEnsembleClassifier` (`classifier`) or
+    /// `TreeEnsembleRegressor`, within the tree limits of `limits`.
+    pub fn parse(
+        a: &Attrs<'_>,
+        classifier: bool,
+        limits: &Limits,
+    ) -> Result<TreeEnsemble, OpError> {
         a.refuse(&[
             "base_values_as_tensor",
             "nodes_values_as_tensor",
@@ -129,9 +136,16 @@ impl TreeEnsemble {
         let falses = a.ints("nodes_falsenodeids");
         let missing = a.ints("nodes_missing_value_tracks_true");
         let n = n_treeids.len();
-        if n > MAX_TREE_NODES {
+        if n > limits.max_tree_nodes {
             return Err(OpError(format!(
-                "{n} tree nodes, more than the limit {MAX_TREE_NODES}"
+                "{n} tree nodes, more than {} ({})",
+                limits.name("max_tree_nodes"),
+                limits.max_tree_nodes
+            )));
+        }
+        if n > TREE_NODES_CEILING {
+            return Err(OpError(format!(
+                "{n} tree nodes, more than {TREE_NODES_CEILING} (nodes are indexed in 32 bits)"
             )));
         }
         if [
@@ -165,8 +179,12 @@ impl TreeEnsemble {
         for i in 0..n {
             let tree = n_treeids[i];
             if i == 0 || n_treeids[i - 1] != tree {
-                if roots.len() >= MAX_TREES {
-                    return Err(OpError(format!("more than {MAX_TREES} trees")));
+                if roots.len() >= limits.max_trees {
+                    return Err(OpError(format!(
+                        "more trees than {} ({})",
+                        limits.name("max_trees"),
+                        limits.max_trees
+                    )));
                 }
                 if !tree_ids.insert(tree) {
                     return Err(OpError(format!(
@@ -244,7 +262,8 @@ impl TreeEnsemble {
                 return Err(OpError(format!("a weight for target {class} of {targets}")));
             }
             if node.f == 0 {
-                node.t = leaf_weights.len() as u32;
+                node.t = u32::try_from(leaf_weights.len())
+                    .map_err(|_| OpError("more leaf weights than 32-bit indexes reach".into()))?;
             }
             node.f += 1;
             leaf_weights.push((class as u32, weights[k]));
@@ -256,15 +275,21 @@ impl TreeEnsemble {
             )));
         }
         // Every tree is a tree (each node reached once) no deeper than the limit: evaluation
-        // then ends within MAX_TREE_DEPTH steps.
+        // then ends within `deepest` (≤ max_tree_depth) steps.
         let mut seen = vec![false; n];
         let mut stack = Vec::new();
+        let mut deepest = 0;
         for &root in &roots {
             stack.push((root, 0usize));
             while let Some((i, depth)) = stack.pop() {
-                if depth > MAX_TREE_DEPTH {
-                    return Err(OpError(format!("a tree deeper than {MAX_TREE_DEPTH}")));
+                if depth > limits.max_tree_depth {
+                    return Err(OpError(format!(
+                        "a tree deeper than {} ({})",
+                        limits.name("max_tree_depth"),
+                        limits.max_tree_depth
+                    )));
                 }
+                deepest = deepest.max(depth);
                 if std::mem::replace(&mut seen[i as usize], true) {
                     return Err(OpError(format!(
                         "node {} of tree {} is reached twice",
@@ -300,6 +325,7 @@ impl TreeEnsemble {
             base_values,
             width,
             classes,
+            depth: deepest,
         })
     }
 
@@ -311,7 +337,7 @@ impl TreeEnsemble {
     /// The leaf a row ends in.
     fn leaf(&self, root: u32, x: &[f32]) -> &Node {
         let mut node = &self.nodes[root as usize];
-        for _ in 0..=MAX_TREE_DEPTH {
+        for _ in 0..=self.depth {
             if node.mode == Mode::Leaf {
                 break;
             }
@@ -333,7 +359,7 @@ impl TreeEnsemble {
 
     /// Evaluates rows `x` (`rows × cols`): labels (classifiers) and `rows × targets` scores,
     /// at most `limit` of them (checked before they are allocated).
-    pub fn eval(&self, x: &Tensor, limit: usize) -> Result<Vec<Tensor>, OpError> {
+    pub fn eval(&self, x: &Tensor, limit: Cap<'_>) -> Result<Vec<Tensor>, OpError> {
         let (rows, cols) = x.as_matrix()?;
         if cols < self.width {
             return Err(OpError(format!(

@@ -7,7 +7,7 @@ use fanout_model::onnx::{
     AttributeProto, Dimension, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
 };
-use fanout_model::{Model, ModelError, ModelKind, Output};
+use fanout_model::{Limits, Model, ModelError, ModelKind, Output};
 use prost::Message;
 use serde_json::Value;
 
@@ -581,6 +581,87 @@ fn declared_shapes_over_the_limits_are_refused_before_allocating() {
             "{name}: {text}"
         );
     }
+}
+
+#[test]
+fn lower_limits_refuse_what_the_defaults_load_and_name_the_limit() {
+    // 10 features: within the default width, over a width limit of 4.
+    let bytes = shaped_model(&[None, Some(10)], &[]);
+    assert_eq!(Model::load(&bytes, "ten").unwrap().input_width(), 10);
+    let narrow = Limits {
+        max_input_width: 4,
+        ..Limits::default()
+    };
+    let err = Model::load_with(&bytes, "ten", &narrow).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Shape { limit: 4, .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("ten")
+            && text.contains("[N, 10]")
+            && text.contains("the limit max_input_width (4 features per row)"),
+        "{text}"
+    );
+    // Loaded by the gateway, the error names the config field.
+    let named = Limits {
+        named_as: Some("models.limits"),
+        ..narrow
+    };
+    let text = Model::load_with(&bytes, "ten", &named)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("more than models.limits.max_input_width (4 features per row)"),
+        "{text}"
+    );
+    // At the limit, it loads.
+    let exact = Limits {
+        max_input_width: 10,
+        ..Limits::default()
+    };
+    assert_eq!(
+        Model::load_with(&bytes, "ten", &exact)
+            .unwrap()
+            .input_width(),
+        10
+    );
+
+    // The model keeps its limits: a batch of more values than max_tensor_elements fails to run.
+    let small = Limits {
+        max_tensor_elements: 30,
+        named_as: Some("models.limits"),
+        ..Limits::default()
+    };
+    let model = Model::load_with(&bytes, "ten", &small).unwrap();
+    assert_eq!(model.run(&[-1.0; 30]).unwrap().row(2), vec![0.0; 10]);
+    let text = model.run(&[-1.0; 40]).unwrap_err().to_string();
+    assert!(
+        text.contains("more than models.limits.max_tensor_elements (30)"),
+        "{text}"
+    );
+
+    // Tree limits: a chain of 5 branches loads by default, not under a depth limit of 3.
+    let depth = 5;
+    let mut chain: Vec<(i64, i64, &str, i64, i64)> = (0..depth)
+        .map(|i| (i, 0, "BRANCH_LEQ", i + 1, depth + 1 + i))
+        .collect();
+    chain.push((depth, 0, "LEAF", 0, 0));
+    chain.extend((0..depth).map(|i| (depth + 1 + i, 0, "LEAF", 0, 0)));
+    let trees = tree_model(&chain);
+    Model::load(&trees, "chain").unwrap();
+    let shallow = Limits {
+        max_tree_depth: 3,
+        ..Limits::default()
+    };
+    let text = Model::load_with(&trees, "chain", &shallow)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("a tree deeper than the limit max_tree_depth (3)"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -695,3 +695,148 @@ async fn a_replaced_file_is_picked_up_from_file_system_events_without_waiting_fo
         .unwrap();
     assert!((a.json()["probabilities"]["1"].as_f64().unwrap() - want).abs() < 1e-5);
 }
+
+/// An ONNX file of `width` features: X[N, width] → Relu → Y[N, width] (a regressor).
+fn relu_model(width: i64) -> Vec<u8> {
+    use fanout_model::onnx::*;
+    use prost::Message;
+    let info = |name: &str| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: Some(1),
+                shape: Some(TensorShapeProto {
+                    dim: vec![
+                        Dimension {
+                            dim_value: None,
+                            dim_param: Some("N".into()),
+                        },
+                        Dimension {
+                            dim_value: Some(width),
+                            dim_param: None,
+                        },
+                    ],
+                }),
+            }),
+        }),
+    };
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        producer_name: Some("fanout gateway tests".into()),
+        producer_version: None,
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                input: vec!["X".into()],
+                output: vec!["Y".into()],
+                name: Some("relu".into()),
+                op_type: Some("Relu".into()),
+                domain: Some(String::new()),
+                attribute: vec![],
+            }],
+            name: Some("g".into()),
+            initializer: vec![],
+            input: vec![info("X")],
+            output: vec![info("Y")],
+        }),
+    }
+    .encode_to_vec()
+}
+
+/// `models.limits` (here `max_input_width`) applies to the files loaded: a 10-feature file is
+/// refused under a limit of 4, the error naming the config field, while a 3-feature one loads
+/// and serves; a reload with a higher limit loads the refused file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_limits_refuse_a_file_over_them_and_a_reload_applies_new_limits() {
+    let dir = TempDir::new("models-limits");
+    std::fs::write(dir.path().join("wide.onnx"), relu_model(10)).unwrap();
+    std::fs::write(dir.path().join("narrow.onnx"), relu_model(3)).unwrap();
+    let route = |name: &str| {
+        format!(
+            "  - path: /{name}\n    method: POST\n    flow:\n      s: {{ model: {{ name: {name}, input: '$request.body.row' }} }}\n    respond: {{ body: '$s' }}\n"
+        )
+    };
+    let yaml = |width: usize, routes: &[&str]| {
+        let routes: String = routes.iter().map(|r| route(r)).collect();
+        format!(
+            "models:\n  dir: \"{}\"\n  poll: 1h\n  limits: {{ max_input_width: {width} }}\nroutes:\n{routes}",
+            dir.path().display()
+        )
+    };
+    let s = no_stubs().await;
+    let gw = gateway_with(&yaml(4, &["narrow"]), &s, &[]).await;
+    let status_url = format!("http://{}/__fanout/status", gw.addr);
+    let status = get(&status_url).await.json();
+    let wide = &status["models"]["wide"];
+    assert_eq!(wide["loads"], 0, "{wide}");
+    assert_eq!(wide["load_failures"], 1, "{wide}");
+    let err = wide["last_error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("[N, 10]")
+            && err.contains("more than models.limits.max_input_width (4 features per row)"),
+        "{wide}"
+    );
+    let narrow = &status["models"]["narrow"];
+    assert_eq!(narrow["loads"], 1, "{narrow}");
+    assert_eq!(narrow["input_width"], 3, "{narrow}");
+    assert!(narrow["last_error"].is_null(), "{narrow}");
+    let a = post(
+        &format!("http://{}/narrow", gw.addr),
+        r#"{"row": [-1, 2, -3]}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json(), json!({"values": [0, 2, 0]}));
+
+    // A config with a higher limit (a new `models:`): its loads apply it.
+    gw.gateway
+        .reload(crate::support::config(&yaml(16, &["narrow", "wide"]), &s))
+        .await
+        .unwrap_or_else(|e| panic!("reload: {e}"));
+    let status = get(&status_url).await.json();
+    let wide = &status["models"]["wide"];
+    assert_eq!(wide["loads"], 1, "{wide}");
+    assert!(wide["last_error"].is_null(), "{wide}");
+    let row: Vec<i64> = (0..10).map(|i| if i % 2 == 0 { -i } else { i }).collect();
+    let a = post(
+        &format!("http://{}/wide", gw.addr),
+        &json!({ "row": row }).to_string(),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["values"].as_array().map(Vec::len), Some(10));
+}
+
+/// A limit of 0, a `max_tree_nodes` past what the runtime indexes, or an unknown field under
+/// `models.limits` is a config error naming the field.
+#[test]
+fn a_models_limit_of_0_or_an_unknown_one_is_a_config_error_naming_it() {
+    let load = |yaml: &str| match fanout::load_gateway("fanout.yaml", yaml, &|_| None) {
+        Ok(_) => panic!("the config loaded:\n{yaml}"),
+        Err(e) => e.to_string(),
+    };
+    let routes = "routes:\n  - path: /a\n    respond: { body: '1' }\n";
+    let err = load(&format!(
+        "models:\n  limits: {{ max_input_width: 0 }}\n{routes}"
+    ));
+    assert!(
+        err.contains("models.limits.max_input_width must be at least 1 (is 0)"),
+        "{err}"
+    );
+    assert!(err.contains("65536"), "the hint gives the default: {err}");
+    let err = load(&format!(
+        "models:\n  limits: {{ max_tree_nodes: 5000000000 }}\n{routes}"
+    ));
+    assert!(
+        err.contains("models.limits.max_tree_nodes must be at most 4294967295"),
+        "{err}"
+    );
+    let err = load(&format!("models:\n  limits:\n    max_width: 4\n{routes}"));
+    assert!(
+        err.contains("max_width") && err.contains("fanout.yaml:3:"),
+        "{err}"
+    );
+}
