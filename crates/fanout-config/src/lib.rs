@@ -6,6 +6,8 @@
 //! (`fanout-flow`) compiles them and reports their errors at the locations kept in [`Located`].
 //! The JSON Schema printed by `fanout schema` is generated from these types (schemars).
 
+#![forbid(unsafe_code)]
+
 mod admin;
 mod backend;
 mod check;

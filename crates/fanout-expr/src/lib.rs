@@ -21,6 +21,8 @@
 //! time and value sizes ([`Expr::eval_in`]; `vendor/README.md` describes the jaq fork that
 //! enforces it).
 
+#![forbid(unsafe_code)]
+
 mod budget;
 pub mod json;
 mod native;

@@ -14,6 +14,8 @@
 //!
 //! Nothing here does network I/O; `protos` reads files (at start and on reload only).
 
+#![forbid(unsafe_code)]
+
 pub mod codec;
 pub mod frame;
 pub mod protos;

@@ -957,50 +957,33 @@ mod wire {
     }
 }
 
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/// Decoding accepts padded or unpadded input, and ignores bits after the last whole byte (as
+/// protobuf's own JSON readers do).
+const B64_DECODE: base64::engine::GeneralPurposeConfig =
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true);
+const B64_STANDARD: base64::engine::GeneralPurpose =
+    base64::engine::GeneralPurpose::new(&base64::alphabet::STANDARD, B64_DECODE);
+const B64_URL_SAFE: base64::engine::GeneralPurpose =
+    base64::engine::GeneralPurpose::new(&base64::alphabet::URL_SAFE, B64_DECODE);
 
 /// Standard base64 with padding (proto3 JSON's form of `bytes`).
 pub(crate) fn base64_encode(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
-    for c in b.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        let idx = [(n >> 18) & 63, (n >> 12) & 63, (n >> 6) & 63, n & 63];
-        for (i, x) in idx.iter().enumerate() {
-            if i <= c.len() {
-                out.push(B64[*x as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-/// Standard or URL-safe base64, padded or not.
+/// Standard or URL-safe base64, padded or not (proto3 JSON accepts either).
 pub(crate) fn base64_decode(s: &[u8]) -> Option<Bytes> {
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for &c in s {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            b'=' => break,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Some(Bytes::from(out))
+    use base64::Engine;
+    let url_safe = s.iter().any(|&c| c == b'-' || c == b'_');
+    let engine = if url_safe {
+        &B64_URL_SAFE
+    } else {
+        &B64_STANDARD
+    };
+    engine.decode(s).ok().map(Bytes::from)
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod conn;

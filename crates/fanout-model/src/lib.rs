@@ -23,6 +23,8 @@
 //! [`Model::load_with`] takes other limits, which the model keeps for [`Model::run`]. Errors
 //! number the features of a row from 0, as `input[3]`, and name the limit broken.
 
+#![forbid(unsafe_code)]
+
 mod attrs;
 pub mod onnx;
 mod ops;

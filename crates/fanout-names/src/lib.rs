@@ -5,6 +5,8 @@
 //! steps, gRPC services and methods. A crate of its own so that each of them can use it without
 //! depending on the others.
 
+#![forbid(unsafe_code)]
+
 /// Longest name for which a suggestion is looked for: anything longer is not a typo, and the
 /// edit distance is quadratic in the length.
 const MAX_NAME_CHARS: usize = 64;

@@ -2,6 +2,8 @@
 //! ([`server`]), the pooled backend client ([`client`]), and [`Gateway`], which ties a compiled
 //! plan to a router.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod admission;
 mod answer;

@@ -14,6 +14,7 @@
 //! fresh HTTP/1.1 connections, for tests that count connections, and [`grpc`] a hand-written
 //! h2c gRPC server, for tests of gRPC clients.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // the tests' harness: a failed unwrap is a failed test
 pub mod cases;
 pub mod client;
