@@ -379,18 +379,7 @@ async fn a_watcher_blocked_in_a_scan_is_not_ready_in_readyz_until_it_finishes() 
     assert_eq!(get(&readyz).await.status, 200);
     let marker = dir.path().join(".fanout-test-watcher-hangs");
     std::fs::write(&marker, b"").unwrap();
-    let not_ready = wait_for_async("readyz not ready", Duration::from_secs(20), || {
-        let readyz = readyz.clone();
-        async move {
-            let r = get(&readyz).await;
-            (r.status == 503).then_some(r)
-        }
-    })
-    .await;
-    let reason = not_ready.json()["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let reason = readyz_not_ready(&readyz).await;
     assert!(
         reason.contains("has not finished a scan") && reason.contains("models.stall_timeout"),
         "{reason}"
@@ -411,11 +400,7 @@ async fn a_watcher_blocked_in_a_scan_is_not_ready_in_readyz_until_it_finishes() 
         200
     );
     std::fs::remove_file(&marker).unwrap();
-    wait_for_async("readyz ready again", Duration::from_secs(30), || {
-        let readyz = readyz.clone();
-        async move { (get(&readyz).await.status == 200).then_some(()) }
-    })
-    .await;
+    readyz_ready(&readyz).await;
     copy_model("gbdt_bin", dir.path(), "after");
     wait_for_async(
         "a file loaded after the stall",
@@ -448,18 +433,7 @@ async fn a_watcher_that_panics_is_not_ready_in_readyz_and_is_restarted() {
     assert_eq!(get(&readyz).await.status, 200);
     let marker = dir.path().join(".fanout-test-watcher-panics");
     std::fs::write(&marker, b"").unwrap();
-    let not_ready = wait_for_async("readyz not ready", Duration::from_secs(20), || {
-        let readyz = readyz.clone();
-        async move {
-            let r = get(&readyz).await;
-            (r.status == 503).then_some(r)
-        }
-    })
-    .await;
-    let reason = not_ready.json()["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let reason = readyz_not_ready(&readyz).await;
     assert!(reason.contains("models.dir watcher"), "{reason}");
     // Requests are still served by the loaded models.
     let row = json!({ "row": reference("logreg_bin")["inputs"][0] }).to_string();
@@ -470,11 +444,7 @@ async fn a_watcher_that_panics_is_not_ready_in_readyz_and_is_restarted() {
         200
     );
     std::fs::remove_file(&marker).unwrap();
-    wait_for_async("readyz ready again", Duration::from_secs(30), || {
-        let readyz = readyz.clone();
-        async move { (get(&readyz).await.status == 200).then_some(()) }
-    })
-    .await;
+    readyz_ready(&readyz).await;
     let status_url = format!("http://{}/__fanout/status", gw.addr);
     let w = get(&status_url).await.json()["models_watcher"].clone();
     assert!(w["restarts"].as_u64().unwrap_or(0) >= 1, "{w}");
@@ -839,4 +809,24 @@ fn a_models_limit_of_0_or_an_unknown_one_is_a_config_error_naming_it() {
         err.contains("max_width") && err.contains("fanout.yaml:3:"),
         "{err}"
     );
+}
+
+/// Wait for `/readyz` at `readyz` to answer 503; its reason.
+async fn readyz_not_ready(readyz: &str) -> String {
+    let r = wait_for_async("readyz not ready", Duration::from_secs(20), || async move {
+        let r = get(readyz).await;
+        (r.status == 503).then_some(r)
+    })
+    .await;
+    r.json()["reason"].as_str().unwrap_or_default().to_string()
+}
+
+/// Wait for `/readyz` at `readyz` to answer 200 again.
+async fn readyz_ready(readyz: &str) {
+    wait_for_async(
+        "readyz ready again",
+        Duration::from_secs(30),
+        || async move { (get(readyz).await.status == 200).then_some(()) },
+    )
+    .await;
 }

@@ -884,45 +884,10 @@ async fn a_row_longer_than_the_cap_is_refused_from_its_header_over_tcp_and_tls()
     })
     .await
     .unwrap();
-    let yaml = |mode: &str| {
-        format!(
-            r#"
-defaults: {{ deadline: 60s, timeout: 50s }}
-server: {{ expose_error_details: true }}
-backends:
-  db:
-    protocol: postgres
-    url: "${{DB_URL}}"
-    max_response_bytes: 1048576
-    postgres: {{ {mode} max_size: 1, max_wait: 30s }}
-routes:
-  - path: /wide/{{n}}
-    flow:
-      s: {{ sql: {{ backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] }} }}
-    respond: {{ body: '$s.big | length' }}
-"#
-        )
-    };
     for mode in ["", "sslmode: require,"] {
-        let gw = start(&yaml(mode), &pg).await;
+        let gw = start(&wide_row_config(mode), &pg).await;
         let base = format!("http://{}", gw.addr);
-        assert_eq!(
-            get(&format!("{base}/wide/1000")).await.json(),
-            json!(1000),
-            "{mode}"
-        );
-        // 8 MB in one row: the guard reads the DataRow's length and closes the connection
-        // before the driver buffers the row (the detail says so; it used to say "the rows").
-        let r = get(&format!("{base}/wide/8000000")).await;
-        assert_eq!(r.status, 502, "{mode}: {}", r.text());
-        let e = &r.json()["error"];
-        assert_eq!(e["code"], "bad_backend_answer", "{mode}");
-        let detail = e["detail"].as_str().unwrap_or_default();
-        assert!(
-            detail.contains("a row of 8000")
-                && detail.contains("larger than max_response_bytes (1048576)"),
-            "{mode}: {e}"
-        );
+        a_huge_row_is_refused_from_its_header(&base, mode).await;
         // Not a lost database: ready, and the next call gets a new connection.
         assert!(gw.gateway.readiness().is_ok(), "{mode}");
         assert_eq!(
@@ -955,47 +920,19 @@ async fn a_huge_row_is_refused_from_its_header_over_a_unix_socket_and_several_ho
         format!("postgres://postgres@127.0.0.1:{closed},127.0.0.1:{port}/postgres"),
         format!("postgres://postgres@127.0.0.1:{port}/postgres?target_session_attrs=read-write"),
     ];
-    let yaml = r#"
-defaults: { deadline: 60s, timeout: 50s }
-server: { expose_error_details: true }
-backends:
-  db:
-    protocol: postgres
-    url: "${DB_URL}"
-    max_response_bytes: 1048576
-    postgres: { max_size: 1, max_wait: 30s }
-routes:
-  - path: /wide/{n}
-    flow:
-      s: { sql: { backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] } }
-    respond: { body: '$s.big | length' }
-"#;
+    let yaml = wide_row_config("");
     for url in urls {
         let lookup = {
             let url = url.clone();
             move |n: &str| (n == "DB_URL").then(|| url.clone())
         };
-        let gw = load_gateway("fanout.yaml", yaml, &lookup)
+        let gw = load_gateway("fanout.yaml", &yaml, &lookup)
             .unwrap_or_else(|e| panic!("{url}: gateway config:\n{e}"));
         let gw = start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
             .await
             .unwrap_or_else(|e| panic!("start: {e}"));
         let base = format!("http://{}", gw.addr);
-        assert_eq!(
-            get(&format!("{base}/wide/1000")).await.json(),
-            json!(1000),
-            "{url}"
-        );
-        let r = get(&format!("{base}/wide/8000000")).await;
-        assert_eq!(r.status, 502, "{url}: {}", r.text());
-        let e = &r.json()["error"];
-        assert_eq!(e["code"], "bad_backend_answer", "{url}");
-        let detail = e["detail"].as_str().unwrap_or_default();
-        assert!(
-            detail.contains("a row of 8000")
-                && detail.contains("larger than max_response_bytes (1048576)"),
-            "{url}: {e}"
-        );
+        a_huge_row_is_refused_from_its_header(&base, &url).await;
         assert!(gw.gateway.readiness().is_ok(), "{url}");
         assert_eq!(
             get(&format!("{base}/wide/10")).await.json(),
@@ -1003,4 +940,47 @@ routes:
             "{url}"
         );
     }
+}
+
+/// A gateway whose `GET /wide/{n}` reads one row of `n` bytes from `${DB_URL}`, answers capped at
+/// 1 MiB; `mode` is the start of the backend's `postgres:` settings (e.g. `sslmode: require,`).
+fn wide_row_config(mode: &str) -> String {
+    format!(
+        r#"
+defaults: {{ deadline: 60s, timeout: 50s }}
+server: {{ expose_error_details: true }}
+backends:
+  db:
+    protocol: postgres
+    url: "${{DB_URL}}"
+    max_response_bytes: 1048576
+    postgres: {{ {mode} max_size: 1, max_wait: 30s }}
+routes:
+  - path: /wide/{{n}}
+    flow:
+      s: {{ sql: {{ backend: db, mode: one, query: "SELECT repeat('y', $1::int) AS big", params: ['$request.params.n | tonumber'] }} }}
+    respond: {{ body: '$s.big | length' }}
+"#
+    )
+}
+
+/// `/wide/1000` answers; an 8 MB row is refused from its DataRow header (the guard closes the
+/// connection before the driver buffers the row: the detail says "a row of", where a refusal
+/// counted on arrival says "the rows"); the next call gets a new connection. `what` names the case.
+async fn a_huge_row_is_refused_from_its_header(base: &str, what: &str) {
+    assert_eq!(
+        get(&format!("{base}/wide/1000")).await.json(),
+        json!(1000),
+        "{what}"
+    );
+    let r = get(&format!("{base}/wide/8000000")).await;
+    assert_eq!(r.status, 502, "{what}: {}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["code"], "bad_backend_answer", "{what}");
+    let detail = e["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("a row of 8000")
+            && detail.contains("larger than max_response_bytes (1048576)"),
+        "{what}: {e}"
+    );
 }
