@@ -1672,6 +1672,7 @@ mod tests {
 
     /// A dense MLP regressor as ONNX: `width` inputs, two hidden layers of `hidden` (ReLU), one
     /// output — with `hidden` 3072, about 1 ms a row in release: the heavy MLP of the issue.
+    #[cfg(feature = "bench-tools")]
     fn mlp(width: usize, hidden: usize) -> Vec<u8> {
         use fanout_model::onnx::*;
         use prost::Message;
@@ -1741,6 +1742,7 @@ mod tests {
         .encode_to_vec()
     }
 
+    #[cfg(feature = "bench-tools")]
     fn loaded(
         name: &str,
         bytes: &[u8],
@@ -1764,7 +1766,10 @@ mod tests {
     /// Writes the isolation benchmark's heavy MLP (256 inputs, two hidden layers of 3 072) to
     /// the file named by `FANOUT_HEAVY_MLP`, for the end-to-end run through a gateway
     /// (`scripts/model-isolation-e2e`). Run:
-    /// `FANOUT_HEAVY_MLP=/tmp/heavy.onnx cargo test -p fanout-flow --lib write_heavy_mlp -- --ignored`.
+    /// `FANOUT_HEAVY_MLP=/tmp/heavy.onnx cargo test -p fanout-flow --features bench-tools --lib write_heavy_mlp -- --ignored`
+    /// (a tool, not a test: compiled only with the `bench-tools` feature, so the test tiers'
+    /// `--include-ignored` never runs it).
+    #[cfg(feature = "bench-tools")]
     #[test]
     #[ignore = "writes a file for scripts/model-isolation-e2e"]
     fn write_heavy_mlp() {
@@ -1776,7 +1781,8 @@ mod tests {
     /// cores' default), a heavy MLP kept busy by 1 000-row requests one after another, and a
     /// light model's single rows, one at a time every millisecond, timed from submit to
     /// answer. Run in release:
-    /// `cargo test --release -p fanout-flow --lib model_isolation -- --ignored --nocapture`.
+    /// `cargo test --release -p fanout-flow --features bench-tools --lib model_isolation -- --ignored --nocapture`.
+    #[cfg(feature = "bench-tools")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "a benchmark: run in release with --ignored --nocapture"]
     async fn model_isolation_benchmark() {

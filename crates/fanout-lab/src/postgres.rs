@@ -269,11 +269,141 @@ impl Drop for PgCluster {
     }
 }
 
+/// The process's shared cluster, started by the first [`PgCluster::database`].
+static SHARED: std::sync::OnceLock<Result<SharedCluster, String>> = std::sync::OnceLock::new();
+
+/// The shared cluster and the pipe that keeps its keeper waiting: statics are never dropped, so
+/// a small `sh` child stops the server and removes its directory when this process ends (its
+/// stdin reaches end of file however the process ends, a panic or a kill included).
+struct SharedCluster {
+    cluster: PgCluster,
+    _keeper: std::process::ChildStdin,
+}
+
+impl PgCluster {
+    /// A fresh, empty database of its own in the one cluster this process shares (started on
+    /// first use, stopped and removed when the process ends): one `initdb` per test binary
+    /// instead of one per test. Tests that stop the server, change roles or need TLS start a
+    /// cluster of their own ([`PgCluster::start`]) and take [`PgCluster::into_database`].
+    pub fn database() -> Result<PgDatabase, PgError> {
+        let shared = SHARED
+            .get_or_init(|| start_shared().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| PgError::Failed("the shared cluster".into(), e.clone()))?;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("t{n}");
+        shared
+            .cluster
+            .psql("postgres", &format!("CREATE DATABASE {name}"))?;
+        Ok(PgDatabase {
+            cluster: Host::Shared(&shared.cluster),
+            name,
+        })
+    }
+
+    /// This cluster's `postgres` database, the cluster owned by the handle (stopped and removed
+    /// when it is dropped).
+    pub fn into_database(self) -> PgDatabase {
+        PgDatabase {
+            cluster: Host::Own(Box::new(self)),
+            name: "postgres".into(),
+        }
+    }
+}
+
+fn start_shared() -> Result<SharedCluster, PgError> {
+    let cluster = PgCluster::start()?;
+    // `$1` runs pg_ctl (as the postgres user when root), `$2` is the directory to remove.
+    let mut stop = cluster.server_cmd("pg_ctl");
+    stop.arg("-D")
+        .arg(cluster.data_dir())
+        .args(["-m", "immediate", "-w", "-t", "60", "stop"]);
+    let mut argv = vec![stop.get_program().to_os_string()];
+    argv.extend(stop.get_args().map(|a| a.to_os_string()));
+    let mut keeper = Command::new("sh")
+        .arg("-c")
+        // Ctrl-C reaches the whole process group: the keeper ignores it and cleans up once the
+        // test process is gone.
+        .arg("trap '' INT TERM; cat >/dev/null; dir=$1; shift; \"$@\" >/dev/null 2>&1; rm -rf \"$dir\"")
+        .arg("fanout-pg-keeper")
+        .arg(cluster.dir())
+        .args(argv)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| PgError::Io("sh (the shared cluster's keeper)".into(), e))?;
+    let stdin = keeper
+        .stdin
+        .take()
+        .ok_or_else(|| PgError::Failed("the shared cluster's keeper".into(), "no stdin".into()))?;
+    Ok(SharedCluster {
+        cluster,
+        _keeper: stdin,
+    })
+}
+
+enum Host {
+    Shared(&'static PgCluster),
+    Own(Box<PgCluster>),
+}
+
+/// One database for one test: in the process's shared cluster (dropped with the handle) or the
+/// `postgres` database of a cluster the handle owns.
+pub struct PgDatabase {
+    cluster: Host,
+    name: String,
+}
+
+impl PgDatabase {
+    /// The cluster the database is in (its address, directory; stop and restart it only when
+    /// the handle owns it: [`PgCluster::into_database`]).
+    pub fn cluster(&self) -> &PgCluster {
+        match &self.cluster {
+            Host::Shared(c) => c,
+            Host::Own(c) => c,
+        }
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A `postgres://` URL of this database as the superuser.
+    pub fn url(&self) -> String {
+        self.cluster().url(&self.name)
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.cluster().addr()
+    }
+
+    /// Run `sql` in this database through `psql` ([`PgCluster::psql`]).
+    pub fn psql(&self, sql: &str) -> Result<String, PgError> {
+        self.cluster().psql(&self.name, sql)
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        if let Host::Shared(c) = &self.cluster {
+            let _ = c.psql(
+                "postgres",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    #[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
     fn a_cluster_starts_answers_survives_a_kill_and_is_removed() {
         if !PgCluster::available() {
             panic!("{}", PgError::NoBinaries);
@@ -287,5 +417,33 @@ mod tests {
         let dir = pg.dir().to_path_buf();
         drop(pg);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    #[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+    fn databases_of_the_shared_cluster_are_separate_and_dropped_with_their_handle() {
+        let a = PgCluster::database().unwrap();
+        let b = PgCluster::database().unwrap();
+        assert_eq!(a.addr(), b.addr(), "one cluster");
+        assert_ne!(a.name(), b.name());
+        a.psql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+            .unwrap();
+        assert!(
+            b.psql("SELECT x FROM t").is_err(),
+            "b does not see a's table"
+        );
+        let name = a.name().to_string();
+        let cluster = b.cluster();
+        let exists = |n: &str| {
+            cluster
+                .psql(
+                    "postgres",
+                    &format!("SELECT count(*) FROM pg_database WHERE datname = '{n}'"),
+                )
+                .unwrap()
+        };
+        assert_eq!(exists(&name), "1");
+        drop(a);
+        assert_eq!(exists(&name), "0");
     }
 }

@@ -33,6 +33,7 @@ async fn get(base: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn the_baseline_answers_like_fanout() {
     let pg = PgCluster::start().expect("a throw-away PostgreSQL (initdb, pg_ctl)");
     pg.psql("postgres", PG_ONE_SCHEMA)

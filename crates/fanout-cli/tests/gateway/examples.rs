@@ -18,11 +18,35 @@ fn example_dirs() -> Vec<std::path::PathBuf> {
     dirs
 }
 
+/// Whether an example needs a service the fast tier does not have (a database, Redis).
+fn needs_services(dir: &std::path::Path) -> bool {
+    let config = std::fs::read_to_string(dir.join("fanout.yaml")).unwrap();
+    config.contains("${DATABASE_URL") || config.contains("${REDIS_URL")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn examples_answer_as_documented() {
-    let logs = capture_logs();
-    let dirs = example_dirs();
+    let dirs: Vec<_> = example_dirs()
+        .into_iter()
+        .filter(|d| !needs_services(d))
+        .collect();
     assert!(dirs.len() >= 2, "expected the examples, found {dirs:?}");
+    check_examples(dirs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL and redis-server"]
+async fn examples_with_a_database_or_redis_answer_as_documented() {
+    let dirs: Vec<_> = example_dirs()
+        .into_iter()
+        .filter(|d| needs_services(d))
+        .collect();
+    assert!(!dirs.is_empty(), "expected examples with a database");
+    check_examples(dirs).await;
+}
+
+async fn check_examples(dirs: Vec<std::path::PathBuf>) {
+    let logs = capture_logs();
     for dir in dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         for f in ["fanout.yaml", "stubs.yaml", "cases.yaml", "README.md"] {
@@ -50,22 +74,22 @@ async fn examples_answer_as_documented() {
         } else {
             None
         };
-        // An example with a database gets a cluster of its own, created from its schema.sql.
+        // An example with a database gets a database of its own, created from its schema.sql.
         let pg = if config.contains("${DATABASE_URL") {
             let pg = tokio::task::spawn_blocking(|| {
-                fanout_lab::postgres::PgCluster::start().unwrap_or_else(|e| panic!("{e}"))
+                fanout_lab::postgres::PgCluster::database().unwrap_or_else(|e| panic!("{e}"))
             })
             .await
             .unwrap();
             let schema = read("schema.sql");
-            tokio::task::block_in_place(|| pg.psql("postgres", &schema))
+            tokio::task::block_in_place(|| pg.psql(&schema))
                 .unwrap_or_else(|e| panic!("{name}: schema.sql: {e}"));
             Some(pg)
         } else {
             None
         };
         let mut vars: Vec<(&str, String)> = redis.iter().map(|r| ("REDIS_URL", r.url())).collect();
-        vars.extend(pg.iter().map(|p| ("DATABASE_URL", p.url("postgres"))));
+        vars.extend(pg.iter().map(|p| ("DATABASE_URL", p.url())));
         let gw = gateway_with(&config, &stubs, &vars).await;
         let cases = Cases::parse(&read("cases.yaml"));
         let c = client(false);

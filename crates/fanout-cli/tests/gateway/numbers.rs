@@ -152,6 +152,7 @@ async fn a_cached_answer_comes_back_byte_for_byte() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn an_answer_from_redis_comes_back_byte_for_byte() {
     let redis = RedisServer::start().await;
     let s = stubs(&stubs_yaml()).await;

@@ -1,23 +1,36 @@
 //! Postgres errors and values that must keep their cause or their numbers: why a connection
 //! failed (in `/readyz`'s readiness, the status endpoint and the log), a statement stopped by the
 //! server's own `statement_timeout`, and `numeric`/`real` values as exactly as Postgres writes
-//! them. Each test starts its own cluster (`fanout_lab::postgres::PgCluster`); every wait is for
-//! a state, never a time.
+//! them. A test has a database of its own in the binary's one cluster
+//! (`fanout_lab::postgres::PgCluster::database`), or its own cluster when it changes roles and
+//! authentication or restarts the server; every wait is for a state, never a time.
 
 use fanout::{RunningGateway, load_gateway, start_gateway};
-use fanout_lab::postgres::PgCluster;
+use fanout_lab::postgres::{PgCluster, PgDatabase};
 use fanout_testkit::*;
 use serde_json::Value;
 use std::time::Duration;
 
-async fn cluster() -> PgCluster {
-    tokio::task::spawn_blocking(|| PgCluster::start().unwrap_or_else(|e| panic!("{e}")))
+/// A database of this test's own in the binary's shared cluster.
+async fn cluster() -> PgDatabase {
+    tokio::task::spawn_blocking(|| PgCluster::database().unwrap_or_else(|e| panic!("{e}")))
         .await
         .unwrap()
 }
 
-async fn psql(pg: &PgCluster, sql: &str) -> String {
-    tokio::task::block_in_place(|| pg.psql("postgres", sql).unwrap_or_else(|e| panic!("{e}")))
+/// A cluster of this test's own (it changes roles and authentication, and restarts the server).
+async fn own_cluster() -> PgDatabase {
+    tokio::task::spawn_blocking(|| {
+        PgCluster::start()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_database()
+    })
+    .await
+    .unwrap()
+}
+
+async fn psql(pg: &PgDatabase, sql: &str) -> String {
+    tokio::task::block_in_place(|| pg.psql(sql).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// A gateway whose `${DB_URL}` is `url`.
@@ -105,10 +118,11 @@ async fn says_why(gw: &RunningGateway, db: &str, why: &str, secret: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_connection_that_fails_says_why_and_never_the_password() {
     // Before any gateway starts: a cause is logged when it first appears.
     capture_logs();
-    let pg = cluster().await;
+    let pg = own_cluster().await;
     // A role with a password, and password authentication for it (the cluster trusts the rest).
     let hba = psql(&pg, "SHOW hba_file").await;
     let hba = hba.trim();
@@ -120,8 +134,8 @@ async fn a_connection_that_fails_says_why_and_never_the_password() {
     .unwrap();
     // Restarted rather than reloaded: a reload is applied a moment after it is asked for.
     tokio::task::block_in_place(|| {
-        pg.kill().unwrap();
-        pg.restart().unwrap();
+        pg.cluster().kill().unwrap();
+        pg.cluster().restart().unwrap();
     });
     psql(
         &pg,
@@ -169,6 +183,7 @@ async fn a_connection_that_fails_says_why_and_never_the_password() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_statement_stopped_by_the_servers_statement_timeout_says_so() {
     let pg = cluster().await;
     let yaml = r#"
@@ -185,7 +200,7 @@ routes:
       s: { sql: { backend: db, mode: one, query: "SELECT pg_sleep(30) IS NULL AS slept" } }
     respond: { body: '$s' }
 "#;
-    let gw = start_with(yaml, &pg.url("postgres")).await;
+    let gw = start_with(yaml, &pg.url()).await;
     let r = get(&format!("http://{}/slow", gw.addr)).await;
     assert_eq!(r.status, 504, "{}", r.text());
     let e = &r.json()["error"];
@@ -203,6 +218,7 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn numeric_and_real_values_keep_their_exact_text() {
     let pg = cluster().await;
     let yaml = r#"
@@ -233,7 +249,7 @@ routes:
         sql: { backend: db, mode: one, query: "SELECT '-1e-1000'::numeric AS tiny, 0.1::real AS r" }
     respond: { body: '{negative: ($n.tiny < 0), r: ($n.r + 0)}' }
 "#;
-    let gw = start_with(yaml, &pg.url("postgres")).await;
+    let gw = start_with(yaml, &pg.url()).await;
     let r = get(&format!("http://{}/numbers", gw.addr)).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let want = format!(

@@ -1,32 +1,45 @@
-//! `sql` steps against a real PostgreSQL: each test starts its own cluster
-//! (`fanout_lab::postgres::PgCluster`: initdb in a temporary directory, a free port) and a gateway
-//! in this process. Every wait is for a state (an answer, a row of `pg_stat_activity`), never a
+//! `sql` steps against a real PostgreSQL: each test has a database of its own in the test binary's
+//! one cluster (`fanout_lab::postgres::PgCluster::database`: initdb once in a temporary directory,
+//! a free port), or a cluster of its own when it stops the server or needs TLS, and a gateway in
+//! this process. Every wait is for a state (an answer, a row of `pg_stat_activity`), never a
 //! time.
 
 use fanout::{RunningGateway, load_gateway, start_gateway};
-use fanout_lab::postgres::PgCluster;
+use fanout_lab::postgres::{PgCluster, PgDatabase};
 use fanout_testkit::*;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-async fn cluster() -> PgCluster {
-    tokio::task::spawn_blocking(|| PgCluster::start().unwrap_or_else(|e| panic!("{e}")))
+/// A database of this test's own in the binary's shared cluster.
+async fn cluster() -> PgDatabase {
+    tokio::task::spawn_blocking(|| PgCluster::database().unwrap_or_else(|e| panic!("{e}")))
         .await
         .unwrap()
 }
 
-async fn psql(pg: &PgCluster, sql: &str) -> String {
-    // psql is a short child process: run it off the runtime's scheduling.
-    tokio::task::block_in_place(|| pg.psql("postgres", sql).unwrap_or_else(|e| panic!("{e}")))
+/// A cluster of this test's own (it stops the server).
+async fn own_cluster() -> PgDatabase {
+    tokio::task::spawn_blocking(|| {
+        PgCluster::start()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_database()
+    })
+    .await
+    .unwrap()
 }
 
-fn load(yaml: &str, pg: &PgCluster) -> Result<fanout_proxy::Gateway, String> {
-    let url = pg.url("postgres");
+async fn psql(pg: &PgDatabase, sql: &str) -> String {
+    // psql is a short child process: run it off the runtime's scheduling.
+    tokio::task::block_in_place(|| pg.psql(sql).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn load(yaml: &str, pg: &PgDatabase) -> Result<fanout_proxy::Gateway, String> {
+    let url = pg.url();
     let lookup = move |n: &str| (n == "DB_URL").then(|| url.clone());
     load_gateway("fanout.yaml", yaml, &lookup).map_err(|e| e.to_string())
 }
 
-async fn start(yaml: &str, pg: &PgCluster) -> RunningGateway {
+async fn start(yaml: &str, pg: &PgDatabase) -> RunningGateway {
     let gw = load(yaml, pg).unwrap_or_else(|e| panic!("gateway config:\n{e}"));
     start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
         .await
@@ -123,6 +136,7 @@ routes:
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn values_of_every_type_go_in_and_come_back_out() {
     let pg = cluster().await;
     psql(&pg, SCHEMA).await;
@@ -220,6 +234,7 @@ fn percent(s: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn rows_larger_than_max_response_bytes_fail_the_call_and_the_pool_goes_on() {
     let pg = cluster().await;
     // Generous time: the point is the refusal, and the call after a refused answer waits for a
@@ -267,6 +282,7 @@ async fn memory_status(gw: &RunningGateway) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn ten_million_rows_stop_at_the_cap_as_they_arrive_and_the_statement_is_cancelled() {
     let pg = cluster().await;
     let yaml = r#"
@@ -302,7 +318,7 @@ routes:
     );
     // Stopped at the cap, not run to its end: the statement is gone from the server.
     wait_for_async("the refused statement to end", Duration::from_secs(30), || async {
-        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT g FROM generate_series%' AND state = 'active'").await == "0").then_some(())
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT g FROM generate_series%' AND state = 'active'").await == "0").then_some(())
     })
     .await;
     // The answer took its share of the memory budget while it grew — about its JSON size,
@@ -339,6 +355,7 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_statements_answer_takes_from_the_memory_budget_and_is_refused_when_it_is_full() {
     let pg = cluster().await;
     let yaml = r#"
@@ -403,7 +420,7 @@ routes:
     assert_eq!(mem["in_use_bytes"], 0, "given back: {mem}");
     // The refused statement is cancelled at the server, and the budget serves the next one.
     wait_for_async("the refused statement to end", Duration::from_secs(30), || async {
-        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT g, %' AND state = 'active'").await == "0").then_some(())
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT g, %' AND state = 'active'").await == "0").then_some(())
     })
     .await;
     assert_eq!(
@@ -413,6 +430,7 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn sql_errors_become_answers_a_client_can_act_on() {
     let pg = cluster().await;
     psql(&pg, SCHEMA).await;
@@ -460,6 +478,7 @@ async fn sql_errors_become_answers_a_client_can_act_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn statements_are_checked_against_the_database_at_start() {
     let pg = cluster().await;
     psql(&pg, SCHEMA).await;
@@ -495,6 +514,7 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_full_pool_refuses_at_once_and_a_deadline_cancels_the_statement_at_the_server() {
     let pg = cluster().await;
     let yaml = r#"
@@ -528,7 +548,7 @@ routes:
     wait_for_async("the sleep to run", Duration::from_secs(30), || async {
         (psql(
             &pg,
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(30)%'",
         )
         .await
             == "1")
@@ -543,7 +563,7 @@ routes:
     // The client went away: its statement is cancelled at the server, and the connection serves
     // the next call once it is known idle.
     wait_for_async("the abandoned sleep to be cancelled", Duration::from_secs(30), || async {
-        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%' AND state = 'active'").await == "0").then_some(())
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(30)%' AND state = 'active'").await == "0").then_some(())
     })
     .await;
     wait_for_async(
@@ -557,7 +577,7 @@ routes:
     assert_eq!(r.status, 504, "{}", r.text());
     let answered = std::time::Instant::now();
     wait_for_async("the cancelled statement to end", Duration::from_secs(30), || async {
-        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(10)%' AND state = 'active'").await == "0").then_some(())
+        (psql(&pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(10)%' AND state = 'active'").await == "0").then_some(())
     })
     .await;
     // Reported, not asserted (timings are the benchmarks' business): docs/benchmarks.md.
@@ -577,8 +597,9 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_database_that_goes_away_fails_fast_and_is_used_again_when_back() {
-    let pg = cluster().await;
+    let pg = own_cluster().await;
     let yaml = r#"
 backends:
   db:
@@ -595,7 +616,7 @@ routes:
     let base = format!("http://{}", gw.addr);
     assert_eq!(get(&format!("{base}/one")).await.status, 200);
     assert!(gw.gateway.readiness().is_ok());
-    tokio::task::block_in_place(|| pg.kill().unwrap());
+    tokio::task::block_in_place(|| pg.cluster().kill().unwrap());
     wait_for_async(
         "503 database_unavailable",
         Duration::from_secs(30),
@@ -609,7 +630,7 @@ routes:
         gw.gateway.readiness().is_err(),
         "not ready while the database is down"
     );
-    tokio::task::block_in_place(|| pg.restart().unwrap());
+    tokio::task::block_in_place(|| pg.cluster().restart().unwrap());
     wait_for_async(
         "the database to be used again",
         Duration::from_secs(60),
@@ -622,8 +643,8 @@ routes:
     .await;
 }
 
-fn config_of(yaml: &str, pg: &PgCluster) -> fanout_config::Config {
-    let url = pg.url("postgres");
+fn config_of(yaml: &str, pg: &PgDatabase) -> fanout_config::Config {
+    let url = pg.url();
     let lookup = move |n: &str| (n == "DB_URL").then(|| url.clone());
     fanout_config::Config::from_yaml("fanout.yaml", yaml, &lookup)
         .unwrap_or_else(|e| panic!("config:\n{e}"))
@@ -652,6 +673,7 @@ async fn metric(gw: &RunningGateway, series: &str) -> Option<f64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn read_only_statements_are_shared_and_cached_writes_never() {
     let pg = cluster().await;
     psql(&pg, "CREATE TABLE log (id serial PRIMARY KEY, v text)").await;
@@ -712,6 +734,7 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_reload_checks_its_statements_before_it_takes_effect() {
     let pg = cluster().await;
     let yaml = |q: &str| {
@@ -758,6 +781,7 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_serialization_failure_is_retried_only_when_the_step_is_idempotent() {
     let pg = cluster().await;
     // `flaky(s)` fails with SQLSTATE 40001 (serialization_failure) the first time it is called
@@ -828,15 +852,18 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn sslmode_require_and_verify_full_speak_tls_and_verify_full_checks_the_certificate() {
     let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let (cert, key) = (ck.cert.pem(), ck.signing_key.serialize_pem());
     let pg = tokio::task::spawn_blocking(move || {
-        PgCluster::start_with_tls(&cert, &key).unwrap_or_else(|e| panic!("{e}"))
+        PgCluster::start_with_tls(&cert, &key)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_database()
     })
     .await
     .unwrap();
-    let ca = pg.dir().join("ca.pem");
+    let ca = pg.cluster().dir().join("ca.pem");
     std::fs::write(&ca, ck.cert.pem()).unwrap();
     let yaml = |mode: &str, ca_file: &str| {
         format!(
@@ -876,11 +903,14 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_row_longer_than_the_cap_is_refused_from_its_header_over_tcp_and_tls() {
     let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let (cert, key) = (ck.cert.pem(), ck.signing_key.serialize_pem());
     let pg = tokio::task::spawn_blocking(move || {
-        PgCluster::start_with_tls(&cert, &key).unwrap_or_else(|e| panic!("{e}"))
+        PgCluster::start_with_tls(&cert, &key)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_database()
     })
     .await
     .unwrap();
@@ -908,17 +938,19 @@ async fn a_row_longer_than_the_cap_is_refused_from_its_header_over_tcp_and_tls()
 /// `target_session_attrs=read-write` (checked on our connection as the driver checks it). An
 /// 8 MB row is refused from its header each time, and the pool goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_huge_row_is_refused_from_its_header_over_a_unix_socket_and_several_hosts() {
     let pg = cluster().await;
     let port = pg.addr().port();
+    let db = pg.name();
     let closed = free_addr().port();
     let urls = [
         format!(
-            "postgres://postgres@/postgres?host={}&port={port}",
-            pg.dir().display()
+            "postgres://postgres@/{db}?host={}&port={port}",
+            pg.cluster().dir().display()
         ),
-        format!("postgres://postgres@127.0.0.1:{closed},127.0.0.1:{port}/postgres"),
-        format!("postgres://postgres@127.0.0.1:{port}/postgres?target_session_attrs=read-write"),
+        format!("postgres://postgres@127.0.0.1:{closed},127.0.0.1:{port}/{db}"),
+        format!("postgres://postgres@127.0.0.1:{port}/{db}?target_session_attrs=read-write"),
     ];
     let yaml = wide_row_config("");
     for url in urls {

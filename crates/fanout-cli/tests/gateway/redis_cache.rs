@@ -135,6 +135,7 @@ impl Process {
 
 /// The scenario: two gateway processes behind one Service, one Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn an_answer_fetched_through_one_process_is_served_by_another_from_redis() {
     let redis = RedisServer::start().await;
     let s = stubs(STUBS).await;
@@ -170,6 +171,7 @@ async fn an_answer_fetched_through_one_process_is_served_by_another_from_redis()
 
 /// The key lives in Redis for the cache's ttl plus the longer stale window, then is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn the_redis_entry_expires_with_the_cache_ttl() {
     let redis = RedisServer::start().await;
     let s = stubs(STUBS).await;
@@ -230,6 +232,7 @@ async fn stream_until(addr: &str, from: usize, mut stop: impl AsyncFnMut() -> bo
 /// Four clients send requests with new ids (each a miss in memory, so each asks Redis) without
 /// pause while Redis is killed under them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn redis_killed_under_a_stream_of_requests_costs_no_request() {
     use std::sync::atomic::AtomicBool;
     let mut redis = RedisServer::start().await;
@@ -305,6 +308,7 @@ async fn redis_killed_under_a_stream_of_requests_costs_no_request() {
 /// A Redis that accepts but never answers: each command waits `timeout`, then the breaker skips
 /// Redis; once it answers again, a probe after `open_for` brings it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn a_frozen_redis_times_out_is_skipped_and_is_used_again_when_back() {
     let redis = RedisServer::start().await;
     let s = stubs(STUBS).await;
@@ -333,6 +337,7 @@ async fn a_frozen_redis_times_out_is_skipped_and_is_used_again_when_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn oversized_answers_are_not_written_and_corrupt_values_are_misses() {
     let redis = RedisServer::start().await;
     let s = stubs(STUBS).await;
@@ -398,6 +403,7 @@ async fn oversized_answers_are_not_written_and_corrupt_values_are_misses() {
 /// An instance started while the backend fails answers from another instance's stale answer in
 /// Redis, within `stale_if_error`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn a_new_instance_serves_a_stale_answer_from_redis_when_the_backend_fails() {
     let redis = RedisServer::start().await;
     let s = stubs(STUBS).await;
@@ -451,6 +457,7 @@ async fn a_new_instance_serves_a_stale_answer_from_redis_when_the_backend_fails(
 
 /// Without `l2: true` a backend's cache stays in memory, even with a `redis:` section.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs redis-server"]
 async fn only_backends_with_l2_use_redis() {
     let redis = RedisServer::start().await;
     let s = stubs(STUBS).await;
