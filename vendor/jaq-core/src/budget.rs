@@ -396,7 +396,7 @@ fn charge_slow(h: &Hot, n: u64) -> Result<(), Stop> {
         *local_left -= got;
         if got < need {
             h.left.set(0);
-            let shared_left = shared.as_ref().map_or(true, |s| s.used_ops() < s.max_ops);
+            let shared_left = shared.as_ref().is_none_or(|s| s.used_ops() < s.max_ops);
             return Err(if got == want && *yields && shared_left {
                 Stop::Yield
             } else {

@@ -68,17 +68,12 @@ impl<V> Vars<V> {
         let mut list = core::mem::take(&mut self.0);
         let mut todo = alloc::vec::Vec::new();
         loop {
-            loop {
-                match list.pop_unique() {
-                    Ok((head, tail)) => {
-                        if let Bind::Fun((_, mut vars)) = head {
-                            todo.push(core::mem::take(&mut vars.0));
-                        }
-                        list = tail;
-                    }
-                    // empty, or shared (then dropping our reference is enough)
-                    Err(_) => break,
+            // until empty, or shared (then dropping our reference is enough)
+            while let Ok((head, tail)) = list.pop_unique() {
+                if let Bind::Fun((_, mut vars)) = head {
+                    todo.push(core::mem::take(&mut vars.0));
                 }
+                list = tail;
             }
             match todo.pop() {
                 Some(next) => list = next,
