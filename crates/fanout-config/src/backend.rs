@@ -28,6 +28,11 @@ impl Protocol {
     pub fn is_http2(self) -> bool {
         matches!(self, Protocol::Http2 | Protocol::Grpc)
     }
+
+    /// Whether calls are HTTP requests (HTTP/1.1, HTTP/2 or gRPC).
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http1 | Protocol::Http2 | Protocol::Grpc)
+    }
 }
 
 /// HTTP/2 keepalive of a backend's connections: a PING after `interval` without any frame from
@@ -387,4 +392,33 @@ fn default_pool_max_idle() -> usize {
 pub struct Tls {
     /// PEM file of CA certificates to trust instead of the bundled web PKI roots.
     pub ca_file: Option<Located<String>>,
+}
+
+impl Backend {
+    /// The checks of a protocol other than HTTP, by the protocol's module (one line per
+    /// protocol): `true` when the backend is of that protocol (its settings and `urls` were
+    /// checked there), `false` for HTTP (its URLs are checked as HTTP ones); settings of another
+    /// protocol than the backend's are errors.
+    pub(crate) fn check_protocol(
+        &self,
+        name: &str,
+        urls: &[&crate::Located<String>],
+        errs: &mut Vec<crate::ConfigError>,
+    ) -> bool {
+        crate::postgres::check_backend(name, self, urls, errs)
+    }
+
+    /// The connection pool a database backend calls through, for `fanout explain`: (max_size,
+    /// max_waiters, max_wait, statement_timeout); `None` for other protocols.
+    pub fn pool_summary(&self) -> Option<(usize, usize, std::time::Duration, std::time::Duration)> {
+        (self.protocol == Protocol::Postgres).then(|| {
+            let p = self.postgres.clone().unwrap_or_default();
+            (
+                p.max_size,
+                p.max_waiters,
+                p.max_wait.0,
+                p.statement_timeout.0,
+            )
+        })
+    }
 }

@@ -174,15 +174,9 @@ impl Config {
             if b.balance.decay.0.is_zero() {
                 bad("balance.decay must be positive".into(), "e.g. `decay: 10s`");
             }
-            if b.protocol == crate::Protocol::Postgres {
-                postgres_check(name, b, &urls, errs);
+            // A protocol other than HTTP checks its own settings and URL (`Backend::check_protocol`).
+            if b.check_protocol(name, &urls, errs) {
                 continue;
-            }
-            if b.postgres.is_some() {
-                bad(
-                    "`postgres:` settings need `protocol: postgres`".into(),
-                    "set `protocol: postgres` with a `url: postgres://…`, or remove `postgres:`",
-                );
             }
             for u in urls {
                 let v = &u.value;
@@ -199,72 +193,6 @@ impl Config {
                 }
             }
         }
-    }
-}
-
-/// A `protocol: postgres` backend: one `postgres://` URL, a pool that can hold a connection,
-/// and none of the HTTP-only settings.
-fn postgres_check(
-    name: &str,
-    b: &crate::Backend,
-    urls: &[&Located<String>],
-    errs: &mut Vec<ConfigError>,
-) {
-    let at = |pos: Option<Pos>, message: String, hint: &str| {
-        ConfigError {
-            file: String::new(),
-            pos,
-            message: format!("backend `{name}`: {message}"),
-            hint: None,
-        }
-        .hint(hint)
-    };
-    if !b.urls.is_empty() {
-        errs.push(at(
-            b.urls.first().map(|u| u.pos),
-            "a `protocol: postgres` backend has one `url`, not `urls`".into(),
-            "declare one backend per database server",
-        ));
-    }
-    for u in urls {
-        let v = &u.value;
-        if !(v.starts_with("postgres://") || v.starts_with("postgresql://")) {
-            errs.push(at(
-                Some(u.pos),
-                "the URL of a `protocol: postgres` backend starts with `postgres://`".into(),
-                "e.g. `url: postgres://app:${DB_PASSWORD}@db.internal:5432/shop`",
-            ));
-        }
-    }
-    if let Some(p) = &b.postgres {
-        if p.max_size == 0 {
-            errs.push(at(
-                None,
-                "postgres.max_size must be at least 1".into(),
-                "e.g. `max_size: 10`",
-            ));
-        }
-        if p.reconnect_min.0.is_zero() || p.reconnect_max < p.reconnect_min {
-            errs.push(at(
-                None,
-                "postgres.reconnect_min must be positive and at most reconnect_max".into(),
-                "e.g. `reconnect_min: 100ms`, `reconnect_max: 5s`",
-            ));
-        }
-    }
-    if b.batch.is_some() {
-        errs.push(at(
-            None,
-            "a `protocol: postgres` backend has no `batch` form".into(),
-            "look many keys up with one `sql` step (`WHERE id = ANY($1)`)",
-        ));
-    }
-    if b.hedge.is_some() {
-        errs.push(at(
-            None,
-            "a `protocol: postgres` backend cannot hedge (a second copy of a statement costs the database a connection)".into(),
-            "remove `hedge:`",
-        ));
     }
 }
 

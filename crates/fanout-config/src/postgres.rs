@@ -1,6 +1,6 @@
 //! Databases: `protocol: postgres` backends (`postgres:` pool settings) and `sql:` steps.
 
-use crate::{Dur, ExprSrc, Located};
+use crate::{ConfigError, Dur, ExprSrc, Located, Pos};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -143,6 +143,84 @@ fn starts_read_only(sql: &str) -> bool {
     // `SELECT … INTO` creates a table.
     matches!(word.as_str(), "SELECT" | "VALUES" | "TABLE")
         && !s.to_ascii_uppercase().contains(" INTO ")
+}
+
+/// A `protocol: postgres` backend: one `postgres://` URL, a pool that can hold a connection,
+/// and none of the HTTP-only settings; `false` when `b` is not one (then it may not have
+/// `postgres:` settings either).
+pub(crate) fn check_backend(
+    name: &str,
+    b: &crate::Backend,
+    urls: &[&Located<String>],
+    errs: &mut Vec<ConfigError>,
+) -> bool {
+    let at = |pos: Option<Pos>, message: String, hint: &str| {
+        ConfigError {
+            file: String::new(),
+            pos,
+            message: format!("backend `{name}`: {message}"),
+            hint: None,
+        }
+        .hint(hint)
+    };
+    if b.protocol != crate::Protocol::Postgres {
+        if b.postgres.is_some() {
+            errs.push(at(
+                None,
+                "`postgres:` settings need `protocol: postgres`".into(),
+                "set `protocol: postgres` with a `url: postgres://…`, or remove `postgres:`",
+            ));
+        }
+        return false;
+    }
+    if !b.urls.is_empty() {
+        errs.push(at(
+            b.urls.first().map(|u| u.pos),
+            "a `protocol: postgres` backend has one `url`, not `urls`".into(),
+            "declare one backend per database server",
+        ));
+    }
+    for u in urls {
+        let v = &u.value;
+        if !(v.starts_with("postgres://") || v.starts_with("postgresql://")) {
+            errs.push(at(
+                Some(u.pos),
+                "the URL of a `protocol: postgres` backend starts with `postgres://`".into(),
+                "e.g. `url: postgres://app:${DB_PASSWORD}@db.internal:5432/shop`",
+            ));
+        }
+    }
+    if let Some(p) = &b.postgres {
+        if p.max_size == 0 {
+            errs.push(at(
+                None,
+                "postgres.max_size must be at least 1".into(),
+                "e.g. `max_size: 10`",
+            ));
+        }
+        if p.reconnect_min.0.is_zero() || p.reconnect_max < p.reconnect_min {
+            errs.push(at(
+                None,
+                "postgres.reconnect_min must be positive and at most reconnect_max".into(),
+                "e.g. `reconnect_min: 100ms`, `reconnect_max: 5s`",
+            ));
+        }
+    }
+    if b.batch.is_some() {
+        errs.push(at(
+            None,
+            "a `protocol: postgres` backend has no `batch` form".into(),
+            "look many keys up with one `sql` step (`WHERE id = ANY($1)`)",
+        ));
+    }
+    if b.hedge.is_some() {
+        errs.push(at(
+            None,
+            "a `protocol: postgres` backend cannot hedge (a second copy of a statement costs the database a connection)".into(),
+            "remove `hedge:`",
+        ));
+    }
+    true
 }
 
 #[cfg(test)]

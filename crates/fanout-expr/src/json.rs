@@ -197,8 +197,8 @@ pub fn write_shortest(f: f64, out: &mut Vec<u8>) {
 }
 
 /// [`write_shortest`] for a finite `f32`: the shortest text that reads back as that `f32`
-/// (`0.1f32` is `0.1`, not the `0.10000000149011612` of its `f64`), as PostgreSQL's `to_json`
-/// prints a `real`.
+/// (`0.1f32` is `0.1`, not the `0.10000000149011612` of its `f64`), as databases print a
+/// `real` in JSON.
 pub fn write_shortest_f32(f: f32, out: &mut Vec<u8>) {
     shortest(f, out)
 }

@@ -1,11 +1,10 @@
 //! The backend-call layer: the one interface every step kind's I/O goes through.
 //!
-//! A [`Backend`] takes a fully built [`CallRequest`] and returns a [`CallResponse`]. The HTTP client
-//! in `fanout-proxy` implements it; hedging, retries, bulkheads, breakers, dedup and caches are
-//! layers (`Arc<dyn Backend>` around `Arc<dyn Backend>`), stacked per backend by
-//! `fanout-proxy/src/stack.rs`. gRPC, Postgres and model clients will be further implementations
-//! at the bottom of the same stack — the executor does not change. What counts as a failure is
-//! decided once, in the `outcome` module.
+//! A [`Backend`] takes a fully built [`CallRequest`] and returns a [`CallResponse`]. Each backend
+//! protocol's client in `fanout-proxy` implements it (HTTP and gRPC, databases); hedging,
+//! retries, bulkheads, breakers, dedup and caches are layers (`Arc<dyn Backend>` around
+//! `Arc<dyn Backend>`), stacked per backend by `fanout-proxy/src/stack.rs` — the executor does
+//! not change. What counts as a failure is decided once, in the `outcome` module.
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -47,7 +46,7 @@ pub enum Call {
     /// An HTTP request (HTTP/1.1, HTTP/2; gRPC is an HTTP/2 POST whose body is the framed
     /// message).
     Http(HttpCall),
-    /// One SQL statement with its parameters (`protocol: postgres`).
+    /// One SQL statement with its parameters (a database backend, `sql` steps).
     Sql(SqlCall),
 }
 
@@ -265,8 +264,8 @@ pub struct CallResponse {
     /// Body bytes (already size-limited by the backend); empty when the protocol answered a
     /// value instead ([`CallResponse::value`]).
     pub body: Bytes,
-    /// The answer as a value, when the protocol client built one from its wire format (the
-    /// `postgres` protocol's rows): the step takes it as is instead of parsing JSON text. Caches
+    /// The answer as a value, when the protocol client built one from its wire format (a
+    /// database's rows): the step takes it as is instead of parsing JSON text. Caches
     /// and dedup share it like bytes; what must store bytes (the shared cache) asks
     /// [`CallResponse::bytes`].
     pub value: Option<fanout_expr::Val>,

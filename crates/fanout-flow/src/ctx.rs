@@ -17,8 +17,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) compute: Arc<ComputePool>,
     /// The parts of `$request` read by the expressions compiled since the route's compile began.
     pub(crate) request_use: fanout_expr::request::RequestUse,
-    /// What the `sql` steps of the previous plan received ([`crate::plan::Carry::sql_stats`]).
-    pub(crate) sql_stats: std::collections::HashMap<String, Arc<crate::sqlstats::SqlStats>>,
+    /// What the steps of the previous plan counted ([`crate::plan::Carry::step_stats`]).
+    pub(crate) step_stats: std::collections::HashMap<String, crate::StepStats>,
     /// `METHOD PATH` of the route being compiled (the start of its steps' keys).
     pub(crate) route_key: String,
     /// The models of `models.dir`, by name.

@@ -165,8 +165,8 @@ pub struct BackendExplain {
     pub hedge: Option<HedgeExplain>,
     /// Configured retries or hedging that do not apply: the call is not idempotent.
     pub not_idempotent: bool,
-    /// A database's pool (`protocol: postgres`): (max_size, max_waiters, max_wait,
-    /// statement_timeout).
+    /// A database's pool ([`fanout_config::Backend::pool_summary`]): (max_size, max_waiters,
+    /// max_wait, statement_timeout).
     pub pool: Option<(usize, usize, Duration, Duration)>,
 }
 
@@ -427,15 +427,7 @@ fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
                 },
             }),
         not_idempotent: resilient && !idempotent,
-        pool: (b.protocol == fanout_config::Protocol::Postgres).then(|| {
-            let p = b.postgres.clone().unwrap_or_default();
-            (
-                p.max_size,
-                p.max_waiters,
-                p.max_wait.0,
-                p.statement_timeout.0,
-            )
-        }),
+        pool: b.pool_summary(),
     })
 }
 

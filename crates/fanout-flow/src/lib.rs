@@ -34,8 +34,11 @@ pub mod reference;
 mod respond;
 pub mod retry;
 pub mod singleflight;
-pub mod sqlstats;
 mod step;
+pub use step::StepStats;
+/// The `sql` step's counters (SQLSTATE classes, rows and errors per step), read by the metrics of
+/// its protocol.
+pub use step::sql_stats as sqlstats;
 pub mod trace;
 mod uri;
 

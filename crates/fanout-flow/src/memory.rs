@@ -160,8 +160,8 @@ mod tests {
 
     #[test]
     fn the_estimate_of_database_rows_is_not_below_what_they_cost() {
-        // `{"g":1234567}` per row: 14 bytes of text, ~230 bytes as a value (measured in
-        // docs/benchmarks.md, "Postgres: memory per statement").
+        // `{"g":1234567}` per row: 14 bytes of text, ~230 bytes as a value (measured: the
+        // journal's entry on memory per statement, docs/benchmarks-journal.md).
         let rows: String = (0..1000)
             .map(|i| format!(r#"{{"g":{}}}"#, 1_000_000 + i))
             .collect::<Vec<_>>()

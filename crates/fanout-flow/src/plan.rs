@@ -195,10 +195,10 @@ impl StepPlan {
         self.kind.backend()
     }
 
-    /// What the step received from its database, if it is a `sql` step (rows, SQL errors by
-    /// class; for metrics).
-    pub fn sql_stats(&self) -> Option<&Arc<crate::sqlstats::SqlStats>> {
-        self.kind.sql_stats()
+    /// What the step counts for the metrics, if its kind counts anything (a `sql` step: rows and
+    /// SQL errors by class, [`crate::sqlstats::SqlStats`]).
+    pub fn stats(&self) -> Option<crate::StepStats> {
+        self.kind.stats()
     }
 
     /// The `error.code`s the config makes this step answer with: its `fail` code and those of
@@ -272,9 +272,10 @@ pub struct Carry {
     /// The config's `.proto` files, compiled by the caller (the flow compiler reads no file);
     /// none for a config without `protos:`.
     pub protos: Option<Arc<fanout_grpc::ProtoSet>>,
-    /// What the `sql` steps of the previous plan received, by [`RoutePlan::step_key`]: a step
-    /// kept by the new config counts on (its metric series continue).
-    pub sql_stats: HashMap<String, Arc<crate::sqlstats::SqlStats>>,
+    /// What the steps of the previous plan counted ([`StepPlan::stats`]), by
+    /// [`RoutePlan::step_key`]: a step kept by the new config counts on (its metric series
+    /// continue).
+    pub step_stats: HashMap<String, crate::StepStats>,
     /// The models of `models.dir`, opened by the caller ([`crate::models::ModelSet::open`]);
     /// none: no models.
     pub models: Option<Arc<crate::models::ModelSet>>,
@@ -305,7 +306,7 @@ pub fn compile_with(
         errs: Vec::new(),
         compute,
         request_use: Default::default(),
-        sql_stats: carry.sql_stats,
+        step_stats: carry.step_stats,
         route_key: String::new(),
         models: carry
             .models

@@ -78,9 +78,9 @@ pub struct CallTrace {
     pub dedup: Option<DedupRole>,
     /// A batch call (keyed lookups of one request, merged).
     pub batch: bool,
-    /// The SQL statement as written in the config, for a call to a database (never its
-    /// parameter values): the span's `db.query.text`.
-    pub statement: Option<Arc<str>>,
+    /// Attributes the backend's protocol adds to the call's span (a database's `db.system.name`
+    /// and the statement as written in the config, never its parameter values).
+    pub attributes: Vec<(&'static str, Arc<str>)>,
 }
 
 impl CallTrace {
@@ -93,7 +93,7 @@ impl CallTrace {
             cache: None,
             dedup: None,
             batch: false,
-            statement: None,
+            attributes: Vec::new(),
         }
     }
 }

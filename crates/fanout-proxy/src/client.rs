@@ -188,8 +188,8 @@ impl HttpBackend {
             .with_tls_config(tls)
             .https_or_http();
         let connector = match cfg.protocol {
-            Protocol::Http1 | Protocol::Postgres => builder.enable_http1().wrap_connector(http),
-            Protocol::Http2 | Protocol::Grpc => builder.enable_http2().wrap_connector(http),
+            p if p.is_http2() => builder.enable_http2().wrap_connector(http),
+            _ => builder.enable_http1().wrap_connector(http),
         };
         let mut cb = Client::builder(TokioExecutor::new());
         cb.pool_idle_timeout(cfg.pool_idle_timeout.0)
@@ -202,7 +202,7 @@ impl HttpBackend {
         let keepalive = match cfg.protocol {
             Protocol::Grpc => Some(cfg.keepalive.clone().unwrap_or_default()),
             Protocol::Http2 => cfg.keepalive.clone(),
-            Protocol::Http1 | Protocol::Postgres => None,
+            _ => None,
         };
         if let Some(k) = keepalive {
             cb.http2_keep_alive_interval(Some(k.interval.0))
@@ -727,5 +727,32 @@ impl Backend for HttpBackend {
                 })
             }
         }
+    }
+}
+
+/// The HTTP protocol (HTTP/1.1, HTTP/2 and gRPC): its line in [`crate::PROTOCOLS`].
+pub(crate) const PROTOCOL: crate::protocol::Registration = crate::protocol::Registration {
+    serves: Protocol::is_http,
+    build: |name, b, defaults| Ok(Arc::new(HttpBackend::new(name, b, defaults)?)),
+    // Its families (in flight, addresses up, ejections) come from `addresses()`, written for
+    // every protocol by the backend metrics.
+    metrics: |_, _| Ok(()),
+};
+
+impl crate::protocol::ProtocolClient for HttpBackend {
+    fn service(self: Arc<Self>) -> Arc<dyn Backend> {
+        self
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        HttpBackend::status_json(self)
+    }
+
+    fn addresses(&self) -> Vec<AddressStatus> {
+        HttpBackend::addresses(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

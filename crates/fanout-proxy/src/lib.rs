@@ -22,6 +22,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod observe;
 pub mod postgres;
+pub mod protocol;
 pub mod reload;
 pub mod request_id;
 pub mod server;
@@ -110,9 +111,9 @@ pub struct Live {
     grpc: Option<Arc<grpc::GrpcServices>>,
     /// The services the gRPC routes serve (health checks answer for them).
     grpc_services: Vec<String>,
-    /// The `sql` steps: (backend, step, [`RoutePlan::step_key`], what it received), in config
-    /// order.
-    sql_steps: Vec<SqlStep>,
+    /// What the steps count for the metrics ([`fanout_flow::plan::StepPlan::stats`]: a `sql`
+    /// step's rows and errors), with their names, in config order.
+    step_stats: Vec<StepStats>,
     /// The models of `models.dir` (kept by reloads that do not change `models:`).
     models: Arc<fanout_flow::models::ModelSet>,
     /// The live runs of each route that coalesces, by route index (`coalesce.rs`): a table per
@@ -122,13 +123,18 @@ pub struct Live {
     route_names: Vec<String>,
 }
 
-/// A `sql` step's counters, with its names (see [`Live`]).
-pub(crate) struct SqlStep {
+/// What a step counts for the metrics, with its names (see [`Live`]): its backend, its name and
+/// its identity across reloads ([`fanout_flow::plan::RoutePlan::step_key`]).
+pub(crate) struct StepStats {
     pub(crate) backend: Arc<str>,
     pub(crate) step: Arc<str>,
     pub(crate) key: String,
-    pub(crate) stats: Arc<fanout_flow::sqlstats::SqlStats>,
+    pub(crate) stats: fanout_flow::StepStats,
 }
+
+/// Every backend protocol, one line each ([`protocol`]; docs/ARCHITECTURE.md, "How to add a
+/// backend protocol").
+pub(crate) const PROTOCOLS: &[protocol::Registration] = &[client::PROTOCOL, postgres::PROTOCOL];
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
@@ -203,9 +209,7 @@ impl Gateway {
         self.health.readiness(&live.reference)?;
         live.models.readiness()?;
         for (_, s) in &live.stacks {
-            if let Some(pool) = s.client.pool() {
-                pool.readiness()?;
-            }
+            s.client.readiness()?;
         }
         Ok(())
     }
@@ -226,7 +230,7 @@ impl Gateway {
             .models
             .watch()
             .map_err(|e| format!("starting the models.dir watcher: {e}"))?;
-        check_databases(&self.live())
+        check_backends(&self.live())
             .await
             .map_err(|e| e.to_string())?;
         self.start_reference().await
@@ -458,36 +462,27 @@ fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
     })
 }
 
-/// The databases' answers take from the gateway's budget for in-flight data, like request
-/// bodies (`server.bodies.memory_budget_bytes`).
+/// The backends' answers take from the gateway's budget for in-flight data, like request
+/// bodies (`server.bodies.memory_budget_bytes`), where their protocol holds them.
 pub(crate) fn share_memory_budget(live: &Live, gate: &Arc<bodies::BodyGate>) {
     for (_, s) in &live.stacks {
-        if let Some(pool) = s.client.pool() {
-            pool.share_memory_budget(gate);
-        }
+        s.client.share_memory_budget(gate);
     }
 }
 
-/// Prepare every `sql` step's statement against its database (`protocol: postgres` backends):
-/// a statement Postgres refuses, a parameter count that does not match or a type the step cannot
-/// read or write is a config error at the statement's line. A database that cannot be reached
-/// is not an error here: the gateway is not ready until it is, and its pool checks the
-/// statements when it connects.
-pub async fn check_databases(live: &Live) -> Result<(), ConfigErrors> {
-    let statements = postgres::statements(&live.config);
+/// Each backend protocol's check of a loaded config ([`protocol::ProtocolClient::check`]: a
+/// `sql` step's statement is prepared on its database, and one the database refuses is a config
+/// error at its line). A backend that cannot be reached is not an error here: the gateway is not
+/// ready until it is, and its client checks again when it connects.
+pub async fn check_backends(live: &Live) -> Result<(), ConfigErrors> {
     let mut errs = Vec::new();
     for (name, s) in &live.stacks {
-        let Some(pool) = s.client.pool() else {
-            continue;
-        };
-        let checks = statements.get(name).cloned().unwrap_or_default();
-        pool.set_statements(live.config.clone(), checks.clone());
-        match pool.check(&live.config, &checks).await {
+        match s.client.check(name, &live.config).await {
             Ok(mut e) => errs.append(&mut e),
             Err(why) => tracing::warn!(
-                database = %name,
+                backend = %name,
                 error = %why,
-                "database unreachable: not ready until it is (its statements are checked when it connects)"
+                "backend unreachable: not ready until it is (the config is checked against it when it connects)"
             ),
         }
     }

@@ -140,8 +140,8 @@ pub(crate) fn build_live(
                 carry.batches.insert(name.clone(), b.clone());
             }
         }
-        carry.sql_stats = prev
-            .sql_steps
+        carry.step_stats = prev
+            .step_stats
             .iter()
             .map(|s| (s.key.clone(), s.stats.clone()))
             .collect();
@@ -175,16 +175,16 @@ pub(crate) fn build_live(
         .collect();
     error_codes.sort();
     error_codes.dedup();
-    let sql_steps = plan
+    let step_stats = plan
         .routes
         .iter()
         .flat_map(|r| {
             r.steps.iter().filter_map(|s| {
-                Some(crate::SqlStep {
+                Some(crate::StepStats {
                     backend: s.backend()?.clone(),
                     step: s.name.clone(),
                     key: r.step_key(s),
-                    stats: s.sql_stats()?.clone(),
+                    stats: s.stats()?,
                 })
             })
         })
@@ -203,7 +203,7 @@ pub(crate) fn build_live(
         config: Arc::new(cfg),
         grpc,
         grpc_services,
-        sql_steps,
+        step_stats,
         models: plan.models.clone(),
         coalesce: crate::coalesce::tables(&plan.routes),
         route_names: plan
@@ -351,7 +351,7 @@ impl Gateway {
             Err(e) => return Err(self.refused(ReloadError::Internal(e.to_string()))),
         };
         crate::share_memory_budget(&built.live, &self.bodies);
-        if let Err(e) = crate::check_databases(&built.live).await {
+        if let Err(e) = crate::check_backends(&built.live).await {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));
         }

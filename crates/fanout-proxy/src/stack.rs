@@ -18,13 +18,12 @@
 //! ```
 //!
 //! Every layer classifies outcomes with `fanout_flow::outcome::CallOutcome`.
-//! Adding a backend protocol: a client implementing `fanout_flow::Backend`, chosen by the
-//! backend's `protocol` in [`client`] — one line (docs/ARCHITECTURE.md, "How to add a backend
-//! protocol"; `crate::postgres` is the example).
+//! The bottom is the client of the backend's protocol ([`crate::protocol`]: one module and one
+//! line in [`crate::PROTOCOLS`] per protocol; docs/ARCHITECTURE.md, "How to add a backend
+//! protocol").
 
-use crate::client::HttpBackend;
-use crate::postgres::PgBackend;
-use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
+use crate::protocol::ProtocolClient;
+use fanout_config::{Backend as BackendConfig, ConfigError, Defaults};
 use fanout_flow::Backend;
 use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
 use fanout_flow::dedup::Dedup;
@@ -47,8 +46,8 @@ pub struct Stack {
 /// cache counters), for `/__fanout/status` and the metrics.
 #[derive(Clone)]
 pub struct StackStats {
-    /// The protocol client (HTTP: balancer and addresses; Postgres: the pool).
-    pub client: Client,
+    /// The protocol client (HTTP: balancer and addresses; a database: its pool).
+    pub client: Arc<dyn ProtocolClient>,
     /// The retry layer's counters, if retries are configured.
     pub retry: Option<Arc<RetryStats>>,
     /// The hedge layer's counters, if hedging is configured.
@@ -69,7 +68,7 @@ pub fn build(
     defaults: &Defaults,
     l2: Option<&Arc<L2>>,
 ) -> Result<Stack, ConfigError> {
-    let client = client(name, b, defaults)?;
+    let client = crate::protocol::client(name, b, defaults)?;
     let mut stats = StackStats {
         client: client.clone(),
         retry: None,
@@ -78,7 +77,7 @@ pub fn build(
         cache: None,
         breaker: None,
     };
-    let mut s: Arc<dyn Backend> = client.service();
+    let mut s: Arc<dyn Backend> = client.clone().service();
     if let Some(h) = &b.hedge {
         let hedge = Hedge::new(s, h.into());
         stats.hedge = Some(hedge.stats());
@@ -128,60 +127,6 @@ pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name:
     };
     let uses_redis = b.cache.as_ref().is_some_and(|c| c.l2);
     a == b && old.defaults == new.defaults && (!uses_redis || old.redis == new.redis)
-}
-
-/// The protocol client at the bottom of a stack.
-#[derive(Clone)]
-pub enum Client {
-    /// HTTP/1.1, HTTP/2 and gRPC (`crate::client`).
-    Http(Arc<HttpBackend>),
-    /// PostgreSQL (`crate::postgres`).
-    Postgres(Arc<PgBackend>),
-}
-
-/// The bottom of the stack: the protocol client for the backend's `protocol` — one line per
-/// protocol (gRPC is a setting of the HTTP client).
-fn client(name: &str, b: &BackendConfig, defaults: &Defaults) -> Result<Client, ConfigError> {
-    Ok(match b.protocol {
-        Protocol::Postgres => Client::Postgres(Arc::new(PgBackend::new(name, b, defaults)?)),
-        Protocol::Http1 | Protocol::Http2 | Protocol::Grpc => {
-            Client::Http(Arc::new(HttpBackend::new(name, b, defaults)?))
-        }
-    })
-}
-
-impl Client {
-    /// The client as the bottom layer of the stack.
-    pub fn service(&self) -> Arc<dyn Backend> {
-        match self {
-            Client::Http(c) => c.clone(),
-            Client::Postgres(c) => c.clone(),
-        }
-    }
-
-    /// The HTTP client's addresses (none for other protocols).
-    pub fn addresses(&self) -> Vec<crate::client::AddressStatus> {
-        match self {
-            Client::Http(c) => c.addresses(),
-            Client::Postgres(_) => Vec::new(),
-        }
-    }
-
-    /// The database pool, for a `protocol: postgres` backend.
-    pub fn pool(&self) -> Option<&Arc<crate::postgres::Pool>> {
-        match self {
-            Client::Http(_) => None,
-            Client::Postgres(c) => Some(c.pool()),
-        }
-    }
-
-    /// The client's part of `/__fanout/status`.
-    pub fn status_json(&self) -> serde_json::Value {
-        match self {
-            Client::Http(c) => c.status_json(),
-            Client::Postgres(c) => c.pool().status_json(),
-        }
-    }
 }
 
 impl StackStats {

@@ -86,7 +86,7 @@ enum Started<'a> {
 }
 
 impl RoutePlan {
-    /// `METHOD PATH STEP`: a step's identity across reloads ([`crate::plan::Carry::sql_stats`]).
+    /// `METHOD PATH STEP`: a step's identity across reloads ([`crate::plan::Carry::step_stats`]).
     pub fn step_key(&self, step: &StepPlan) -> String {
         format!("{} {} {}", self.method, self.path, step.name)
     }

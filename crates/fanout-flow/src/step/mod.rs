@@ -23,6 +23,7 @@ mod http;
 mod keyed;
 mod model;
 mod sql;
+pub mod sql_stats;
 mod value;
 
 pub(crate) use grpc::{check_message_fields, grpc_method};
@@ -41,6 +42,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// What a step kind counts for the metrics ([`StepKind::stats`]): its own type behind `Any`.
+pub type StepStats = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Every step kind's compiler, tried in order: the first that recognises a step compiles it
 /// (a keyed lookup is an `http` step with `key`, so it comes first; `value` takes the rest).
@@ -65,8 +69,11 @@ pub(crate) trait StepKind: Send + Sync + 'static {
     fn backend(&self) -> Option<&Arc<str>> {
         None
     }
-    /// What the step received from its database, if it is a `sql` step (for metrics).
-    fn sql_stats(&self) -> Option<&Arc<crate::sqlstats::SqlStats>> {
+    /// What the step counts for the metrics, if its kind counts anything (a `sql` step: rows and
+    /// SQL errors by class). The kind's own type: the metrics of its protocol read it
+    /// (`downcast`), a reload carries it to the step of the same identity
+    /// ([`crate::plan::Carry::step_stats`]).
+    fn stats(&self) -> Option<StepStats> {
         None
     }
     /// What the step does, described for people (`fanout explain`).
@@ -211,7 +218,7 @@ pub enum StepWork {
     },
     /// One SQL statement (`sql:`) on a database; one per element with `for_each`.
     Sql {
-        /// The database (a `protocol: postgres` backend).
+        /// The database backend.
         backend: String,
         /// `one`, `optional`, `many` or `exec`.
         mode: String,

@@ -7,6 +7,7 @@
 //! this step turns into the client's answer ([`ErrorKind::Database`], `bad_parameter`,
 //! `invalid_call`), through the step's `on_status` like HTTP statuses.
 
+use super::sql_stats::SqlStats;
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
 use crate::call::{
@@ -16,7 +17,6 @@ use crate::call::{
 use crate::compute::ComputePool;
 use crate::ctx::unknown_backend;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
-use crate::sqlstats::SqlStats;
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
 use fanout_expr::json::obj_get;
 use fanout_expr::{Expr, Val};
@@ -80,8 +80,8 @@ impl StepKind for SqlStep {
         true
     }
 
-    fn sql_stats(&self) -> Option<&Arc<SqlStats>> {
-        Some(&self.stats)
+    fn stats(&self) -> Option<super::StepStats> {
+        Some(self.stats.clone())
     }
 
     fn work(&self) -> StepWork {
@@ -360,9 +360,9 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         max_response_bytes: backend_cfg.map_or(0, |b| b.max_response_bytes),
         stats: sc
             .cx
-            .sql_stats
+            .step_stats
             .get(&format!("{} {}", sc.cx.route_key, sc.name.value)) // RoutePlan::step_key
-            .cloned()
+            .and_then(|s| s.clone().downcast::<SqlStats>().ok())
             .unwrap_or_default(),
     })))
 }

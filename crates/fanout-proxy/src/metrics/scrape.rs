@@ -14,7 +14,7 @@ use fanout_flow::hist::HistogramSnapshot;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
+pub(crate) use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,7 +57,7 @@ pub fn encode(gw: &Arc<Gateway>, pre: Prefetched) -> Result<String, fmt::Error> 
 }
 
 /// One sample's value.
-enum Value {
+pub(crate) enum Value {
     Counter(u64),
     /// A counter of a fractional quantity (CPU seconds).
     CounterF(f64),
@@ -87,11 +87,11 @@ impl Value {
 }
 
 /// Writes families: a descriptor (`# HELP`, `# TYPE`) then its samples.
-struct Out<'a>(DescriptorEncoder<'a>);
+pub(crate) struct Out<'a>(DescriptorEncoder<'a>);
 
 impl Out<'_> {
     /// A family with labels; `ty` is its type even when it has no samples.
-    fn family<L: EncodeLabelSet>(
+    pub(crate) fn family<L: EncodeLabelSet>(
         &mut self,
         name: &str,
         help: &str,
@@ -130,7 +130,9 @@ impl Collector for State {
         let live = &*self.1.live;
         errors(gw, live, &mut out)?;
         backends(live, &mut out)?;
-        databases(live, &mut out)?;
+        for p in crate::PROTOCOLS {
+            (p.metrics)(live, &mut out)?;
+        }
         resilience(live, &mut out)?;
         admission(gw, &mut out)?;
         caches(live, &self.1, &mut out)?;
@@ -220,163 +222,6 @@ fn backends(live: &Live, out: &mut Out<'_>) -> fmt::Result {
                 [("backend", b), ("address", a.address.as_str())],
                 Value::Counter(a.state.ejections),
             )
-        }),
-    )
-}
-
-/// Database pools (`protocol: postgres` backends): connections, waiters, waits, refusals,
-/// cancellations, rows and SQL errors by SQLSTATE class — every series from the start.
-/// A step's rows and its SQL errors by class.
-type StepSums = (u64, Vec<(&'static str, u64)>);
-
-fn databases(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    use std::sync::atomic::Ordering::Relaxed;
-    let pools: Vec<(&str, &Arc<crate::postgres::Pool>)> = live
-        .stacks
-        .iter()
-        .filter_map(|(n, s)| Some((n.as_str(), s.client.pool()?)))
-        .collect();
-    out.family(
-        "fanout_db_up",
-        "1 while the database is reachable (a connection made and none lost since), else 0",
-        Gauge,
-        pools.iter().map(|(b, p)| {
-            let up = if p.readiness().is_ok() { 1.0 } else { 0.0 };
-            ([("backend", *b)], Value::Gauge(up))
-        }),
-    )?;
-    out.family(
-        "fanout_db_pool_max_connections",
-        "The pool's postgres.max_size",
-        Gauge,
-        pools.iter().map(|(b, p)| {
-            (
-                [("backend", *b)],
-                Value::Gauge(p.settings().max_size as f64),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_db_pool_connections",
-        "Open connections of the pool, by state (idle, in_use)",
-        Gauge,
-        pools.iter().flat_map(|(b, p)| {
-            let (open, idle) = (p.open(), p.idle());
-            [
-                (
-                    [("backend", *b), ("state", "idle")],
-                    Value::Gauge(idle as f64),
-                ),
-                (
-                    [("backend", *b), ("state", "in_use")],
-                    Value::Gauge(open.saturating_sub(idle) as f64),
-                ),
-            ]
-        }),
-    )?;
-    out.family(
-        "fanout_db_pool_waiting",
-        "Calls waiting for a connection now",
-        Gauge,
-        pools
-            .iter()
-            .map(|(b, p)| ([("backend", *b)], Value::Gauge(p.waiting() as f64))),
-    )?;
-    out.family(
-        "fanout_db_pool_wait_seconds",
-        "Time calls waited for a connection (0 when one was free)",
-        MetricType::Histogram,
-        pools.iter().map(|(b, p)| {
-            (
-                [("backend", *b)],
-                Value::Histogram(p.counters.wait.snapshot()),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_db_pool_rejections",
-        "Calls refused by the pool: `full` (max_waiters already waiting) or `wait` (no connection in time)",
-        Counter,
-        pools.iter().flat_map(|(b, p)| {
-            [
-                (
-                    [("backend", *b), ("reason", "full")],
-                    Value::Counter(p.counters.rejected_full.load(Relaxed)),
-                ),
-                (
-                    [("backend", *b), ("reason", "wait")],
-                    Value::Counter(p.counters.rejected_wait.load(Relaxed)),
-                ),
-            ]
-        }),
-    )?;
-    out.family(
-        "fanout_db_cancellations",
-        "Statements cancelled at the server because their call's time ran out or its request went away",
-        Counter,
-        pools.iter().map(|(b, p)| {
-            ([("backend", *b)], Value::Counter(p.counters.cancelled.load(Relaxed)))
-        }),
-    )?;
-    out.family(
-        "fanout_db_rows",
-        "Rows returned by statements",
-        Counter,
-        pools.iter().map(|(b, p)| {
-            (
-                [("backend", *b)],
-                Value::Counter(p.counters.rows.load(Relaxed)),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_db_errors",
-        "SQL errors answered by the database, by SQLSTATE class",
-        Counter,
-        pools.iter().flat_map(|(b, p)| {
-            p.counters
-                .errors
-                .by_class()
-                .into_iter()
-                .map(move |(class, n)| ([("backend", *b), ("class", class)], Value::Counter(n)))
-        }),
-    )?;
-    // Per step, summed over the routes that have a step of that name on that database (the
-    // labels of the other per-step families).
-    let mut steps: BTreeMap<(&str, &str), StepSums> = BTreeMap::new();
-    for s in &live.sql_steps {
-        let e = steps
-            .entry((&*s.backend, &*s.step))
-            .or_insert_with(|| (0, Vec::new()));
-        e.0 += s.stats.rows();
-        let errors = s.stats.errors().by_class();
-        if e.1.is_empty() {
-            e.1 = errors;
-        } else {
-            for (sum, (_, n)) in e.1.iter_mut().zip(errors) {
-                sum.1 += n;
-            }
-        }
-    }
-    out.family(
-        "fanout_db_step_rows",
-        "Rows received by each sql step (a cached or shared answer counts for every step it reaches)",
-        Counter,
-        steps.iter().map(|((b, s), (rows, _))| {
-            ([("backend", *b), ("step", *s)], Value::Counter(*rows))
-        }),
-    )?;
-    out.family(
-        "fanout_db_step_errors",
-        "SQL errors received by each sql step, by SQLSTATE class",
-        Counter,
-        steps.iter().flat_map(|((b, s), (_, errors))| {
-            errors.iter().map(move |(class, n)| {
-                (
-                    [("backend", *b), ("step", *s), ("class", *class)],
-                    Value::Counter(*n),
-                )
-            })
         }),
     )
 }

@@ -26,6 +26,7 @@
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
 mod guard;
+mod metrics;
 pub mod types;
 
 use bytes::Bytes;
@@ -398,7 +399,12 @@ impl Backend for PgBackend {
             // Traced calls: a span per statement, with the statement as written (never its
             // parameters) and the server's address (never the URL: it may hold a password).
             let span = req.trace.map(|mut t| {
-                t.statement = Some(call.statement.clone());
+                let system: Arc<str> = Arc::from("postgresql");
+                t.attributes = vec![
+                    ("db.system", system.clone()),
+                    ("db.system.name", system),
+                    ("db.query.text", call.statement.clone()),
+                ];
                 t.tracer.attempt(&t, &pool.address)
             });
             let end = (Instant::now() + req.timeout).min(req.deadline);
@@ -1792,4 +1798,48 @@ pub fn statements(cfg: &fanout_config::Config) -> HashMap<String, Vec<StatementC
         }
     }
     out
+}
+
+/// The PostgreSQL protocol: its line in [`crate::PROTOCOLS`].
+pub(crate) const PROTOCOL: crate::protocol::Registration = crate::protocol::Registration {
+    serves: |p| p == fanout_config::Protocol::Postgres,
+    build: |name, b, defaults| Ok(Arc::new(PgBackend::new(name, b, defaults)?)),
+    metrics: metrics::write,
+};
+
+impl crate::protocol::ProtocolClient for PgBackend {
+    fn service(self: Arc<Self>) -> Arc<dyn Backend> {
+        self
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        self.pool.status_json()
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        self.pool.readiness()
+    }
+
+    fn share_memory_budget(&self, gate: &Arc<crate::bodies::BodyGate>) {
+        self.pool.share_memory_budget(gate);
+    }
+
+    /// Prepare every `sql` step's statement on this database: a statement Postgres refuses, a
+    /// parameter count that does not match or a type the step cannot read or write is a config
+    /// error at the statement's line. The pool keeps them to check again when it connects.
+    fn check<'a>(
+        &'a self,
+        backend: &'a str,
+        config: &'a Arc<fanout_config::Config>,
+    ) -> BoxFuture<'a, Result<Vec<ConfigError>, String>> {
+        Box::pin(async move {
+            let checks = statements(config).remove(backend).unwrap_or_default();
+            self.pool.set_statements(config.clone(), checks.clone());
+            self.pool.check(config, &checks).await
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }

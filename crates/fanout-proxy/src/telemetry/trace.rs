@@ -384,10 +384,8 @@ impl StepTracer {
         if call.batch {
             attrs.push(KeyValue::new("fanout.batch", true));
         }
-        if let Some(q) = &call.statement {
-            attrs.push(KeyValue::new("db.system", "postgresql"));
-            attrs.push(KeyValue::new("db.system.name", "postgresql"));
-            attrs.push(KeyValue::new("db.query.text", q.to_string()));
+        for (k, v) in &call.attributes {
+            attrs.push(KeyValue::new(*k, v.to_string()));
         }
         let span = self
             .tracer

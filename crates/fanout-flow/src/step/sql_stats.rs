@@ -1,5 +1,5 @@
 //! SQLSTATE classes and the per-step counters of `sql` steps (rows received, errors by class),
-//! read by the metrics. The classes are shared with the `postgres` protocol's per-database
+//! read by the metrics. The classes are shared with the database protocol's per-database
 //! counters, so both count an error under the same name.
 
 use crate::error::FlowError;
