@@ -114,7 +114,7 @@ pub struct Step {
     pub http: Option<HttpCall>,
     /// Call a gRPC method of a `protocol: grpc` backend.
     pub grpc: Option<GrpcCall>,
-    /// Run one SQL statement on a database backend ([`crate::SqlCall`]).
+    /// Run one SQL statement on a database backend: `backend`, `query`, `params`, `mode`.
     pub sql: Option<crate::SqlCall>,
     /// Run an ONNX model of `models.dir` on features computed from the flow (docs/models.md).
     pub model: Option<crate::ModelCall>,

@@ -2,6 +2,7 @@
 //! client gets and whether a retry would be safe.
 
 use crate::backend::{CallError, CallErrorKind};
+use crate::outcome::CallClass;
 use bytes::Bytes;
 use std::fmt;
 use std::sync::Arc;
@@ -49,41 +50,59 @@ pub enum ErrorKind {
     /// A `fail` step ended the request, or an `on_status` entry mapped a backend status: the
     /// status and code are the error's [`Answer`].
     Answered,
-    /// A database answered a statement with an error the client can act on (`sql` steps; the
-    /// step's `on_status` may map `status`): 409 `conflict` (unique or foreign-key violation),
-    /// 422 `constraint_violation` (check, not-null, invalid data), 503 `database_busy`
-    /// (serialization failure or deadlock not retried, insufficient resources); any other SQL
-    /// error is 502 `database_error`.
-    Database {
-        /// The status the SQL error maps to (409, 422, 503; 500 for the rest).
-        status: u16,
-    },
-    /// The database could not be reached (503 `database_unavailable`).
-    DatabaseUnavailable,
-    /// The database's connection pool is exhausted: every connection busy and its waiters full,
+    /// A backend's connection pool is exhausted: every connection busy and its waiters full,
     /// or none free in the time allowed (503 `pool_exhausted`).
     PoolExhausted,
-    /// A statement parameter or a model feature built from the request does not fit its type
-    /// (400 `bad_parameter`).
-    BadParameter,
-    /// A model's queue of waiting rows is full (503 `model_queue_full`, `model` steps).
-    ModelQueueFull,
-    /// A model failed to evaluate its input (500 `model_failed`).
-    ModelFailed,
-    /// A `model` step's row built from the client's data is not a row of numbers of the
-    /// model's width — a feature not a number, an input of the wrong length, also inside
-    /// `for_each` (400 `bad_model_input`).
-    BadModelInput,
     /// The gateway's memory budget for in-flight data (`server.bodies.memory_budget_bytes`) had
     /// no room for a backend's answer as it arrived (a database statement's rows): 503
     /// `memory_budget_exhausted`, the code of a request body refused by the same budget.
     MemoryBudget,
+    /// An error of a class a step kind or a backend protocol defines for itself (the `sql`
+    /// step's `conflict`, `database_unavailable`, `pool_exhausted` …, the `model` step's
+    /// `model_queue_full` …): its code, status and outcome class are the class's.
+    Class(&'static ErrorClass),
+}
+
+/// A class of errors a step kind or a backend protocol defines in its own module, registered
+/// with its kind (`step::ERROR_CLASSES`): a stable `error.code`, the HTTP status and gRPC code
+/// the client gets, and how the call's outcome is classified (which decides retries, breakers
+/// and metrics: [`CallClass`]). The central [`ErrorKind`] holds only what every kind shares.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ErrorClass {
+    /// The stable `error.code`.
+    pub code: &'static str,
+    /// The HTTP status for the client.
+    pub status: u16,
+    /// The gRPC code for a gRPC client, when it is not the one the status implies
+    /// (`fanout_grpc::Code::for_answer`): `RESOURCE_EXHAUSTED` for a refusal of a full queue.
+    pub grpc: Option<fanout_grpc::Code>,
+    /// How a call that ended with this error is classified (retry safety, breakers, metrics).
+    pub outcome: CallClass,
+    /// The status a step's `on_status` sees for this error (a database's 409, 422, 503, 500,
+    /// or 404 for no row), if `on_status` applies to it.
+    pub on_status: Option<u16>,
+    /// The message of a 404 that `on_status` leaves to the default (`not_found`).
+    pub not_found: Option<&'static str>,
+}
+
+impl ErrorClass {
+    /// A class with `code` and `status`, classified as `outcome`, nothing else.
+    pub const fn new(code: &'static str, status: u16, outcome: CallClass) -> ErrorClass {
+        ErrorClass {
+            code,
+            status,
+            grpc: None,
+            outcome,
+            on_status: None,
+            not_found: None,
+        }
+    }
 }
 
 impl ErrorKind {
-    /// Every kind, `BackendStatus` once (its code does not depend on the status): their codes
-    /// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-    pub const ALL: [ErrorKind; 25] = [
+    /// The kinds every step shares, `BackendStatus` once (its code does not depend on the
+    /// status); [`ErrorKind::all`] adds the step kinds' classes.
+    pub const CORE: [ErrorKind; 16] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
         ErrorKind::BackendUnavailable,
@@ -101,18 +120,18 @@ impl ErrorKind {
         ErrorKind::Overloaded,
         ErrorKind::NotFound,
         ErrorKind::Answered,
-        ErrorKind::Database { status: 409 },
-        ErrorKind::Database { status: 422 },
-        ErrorKind::Database { status: 503 },
-        ErrorKind::Database { status: 500 },
-        ErrorKind::DatabaseUnavailable,
         ErrorKind::PoolExhausted,
-        ErrorKind::BadParameter,
-        ErrorKind::ModelQueueFull,
-        ErrorKind::ModelFailed,
-        ErrorKind::BadModelInput,
         ErrorKind::MemoryBudget,
     ];
+
+    /// Every kind: [`ErrorKind::CORE`] and each step kind's classes. Their codes are the flow's
+    /// part of the gateway's `error.code`s (metrics export each from the start).
+    pub fn all() -> Vec<ErrorKind> {
+        ErrorKind::CORE
+            .into_iter()
+            .chain(crate::step::error_classes().map(ErrorKind::Class))
+            .collect()
+    }
 
     /// HTTP status code for the client.
     pub fn status(self) -> u16 {
@@ -128,19 +147,10 @@ impl ErrorKind {
             ErrorKind::BackendStatus { .. } => 502,
             ErrorKind::Rejected
             | ErrorKind::Overloaded
-            | ErrorKind::DatabaseUnavailable
             | ErrorKind::PoolExhausted
-            | ErrorKind::ModelQueueFull
             | ErrorKind::MemoryBudget => 503,
-            ErrorKind::Database { status } => match status {
-                409 | 422 | 503 => status,
-                _ => 502,
-            },
-            ErrorKind::BadParameter | ErrorKind::BadModelInput => 400,
-            ErrorKind::Expression
-            | ErrorKind::ExpressionLimit
-            | ErrorKind::InvalidCall
-            | ErrorKind::ModelFailed => 500,
+            ErrorKind::Expression | ErrorKind::ExpressionLimit | ErrorKind::InvalidCall => 500,
+            ErrorKind::Class(c) => c.status,
             ErrorKind::KeyNotFound | ErrorKind::NotFound => 404,
             ErrorKind::Answered => 400,
         }
@@ -162,17 +172,9 @@ impl ErrorKind {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::NotFound => "not_found",
             ErrorKind::Answered => "bad_request",
-            ErrorKind::Database { status: 409 } => "conflict",
-            ErrorKind::Database { status: 422 } => "constraint_violation",
-            ErrorKind::Database { status: 503 } => "database_busy",
-            ErrorKind::Database { .. } => "database_error",
-            ErrorKind::DatabaseUnavailable => "database_unavailable",
             ErrorKind::PoolExhausted => "pool_exhausted",
-            ErrorKind::BadParameter => "bad_parameter",
-            ErrorKind::ModelQueueFull => "model_queue_full",
-            ErrorKind::ModelFailed => "model_failed",
-            ErrorKind::BadModelInput => "bad_model_input",
             ErrorKind::MemoryBudget => "memory_budget_exhausted",
+            ErrorKind::Class(c) => c.code,
         }
     }
 }
@@ -358,8 +360,8 @@ mod tests {
 
     #[test]
     fn all_lists_every_kind() {
-        // A new kind does not compile here until it is matched — then add it to `ALL`.
-        let listed = ErrorKind::ALL.iter().filter(|k| match k {
+        // A new kind does not compile here until it is matched — then add it to `CORE`.
+        let listed = ErrorKind::CORE.iter().filter(|k| match k {
             ErrorKind::BackendTimeout
             | ErrorKind::DeadlineExceeded
             | ErrorKind::BackendUnavailable
@@ -374,17 +376,28 @@ mod tests {
             | ErrorKind::Overloaded
             | ErrorKind::NotFound
             | ErrorKind::Answered
-            | ErrorKind::Database { .. }
-            | ErrorKind::DatabaseUnavailable
             | ErrorKind::PoolExhausted
-            | ErrorKind::BadParameter
-            | ErrorKind::ModelQueueFull
-            | ErrorKind::ModelFailed
-            | ErrorKind::BadModelInput
             | ErrorKind::MemoryBudget => true,
+            ErrorKind::Class(_) => false,
         });
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
-        assert_eq!(codes.len(), ErrorKind::ALL.len(), "a kind is listed twice");
+        assert_eq!(codes.len(), ErrorKind::CORE.len(), "a kind is listed twice");
+        // The step kinds' classes: registered, and no code is two classes'.
+        let all = ErrorKind::all();
+        for c in [
+            "conflict",
+            "database_unavailable",
+            "bad_parameter",
+            "model_queue_full",
+        ] {
+            assert!(all.iter().any(|k| k.code() == c), "{c} is not registered");
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        for k in &all {
+            if let Some(prev) = seen.insert(k.code(), *k) {
+                assert_eq!(prev.status(), k.status(), "{} means two things", k.code());
+            }
+        }
     }
 
     #[test]

@@ -194,23 +194,16 @@ impl CallClass {
                 500..=599 => CallClass::Status5xx,
                 _ => CallClass::Other,
             },
-            ErrorKind::NotFound | ErrorKind::BadParameter | ErrorKind::BadModelInput => {
-                CallClass::Status4xx
-            }
-            ErrorKind::Database { status } => match status {
-                400..=499 => CallClass::Status4xx,
-                _ => CallClass::Status5xx,
-            },
-            ErrorKind::DatabaseUnavailable => CallClass::Refused,
-            ErrorKind::PoolExhausted | ErrorKind::ModelQueueFull => CallClass::RejectedPool,
+            ErrorKind::NotFound => CallClass::Status4xx,
+            ErrorKind::PoolExhausted => CallClass::RejectedPool,
             ErrorKind::InvalidCall => CallClass::InvalidCall,
+            ErrorKind::Class(c) => c.outcome,
             ErrorKind::Rejected
             | ErrorKind::KeyNotFound
             | ErrorKind::Expression
             | ErrorKind::ExpressionLimit
             | ErrorKind::Overloaded
             | ErrorKind::MemoryBudget
-            | ErrorKind::ModelFailed
             | ErrorKind::Answered => CallClass::Other,
         }
     }

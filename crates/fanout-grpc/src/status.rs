@@ -190,7 +190,8 @@ impl Code {
             }
             (_, "message_too_large") => Code::ResourceExhausted,
             (_, "bad_header") => Code::InvalidArgument,
-            (503, "overloaded" | "pool_exhausted" | "model_queue_full") => Code::ResourceExhausted,
+            // A step kind's own refusals name their code in their error class.
+            (503, "overloaded" | "pool_exhausted") => Code::ResourceExhausted,
             (400 | 422, _) => Code::InvalidArgument,
             (401, _) => Code::Unauthenticated,
             (403, _) => Code::PermissionDenied,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Every `error.code` the gateway answers with by itself (its refusals, gRPC's and a panic's);
-/// with the flow's ([`fanout_flow::ErrorKind::ALL`]) and the config's, each has a
+/// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
 pub(crate) const GATEWAY_CODES: [&str; 20] = [
@@ -87,6 +87,9 @@ pub(crate) struct ApiError {
     /// Whether the failure is logged: flow failures and panics are; the server's own refusals
     /// (no route, overload, body limits) are only counted — their cause is in the message.
     pub log: bool,
+    /// The gRPC code for a gRPC client when the error's class names one (else the one its
+    /// status and code imply: `fanout_grpc::Code::for_answer`).
+    pub grpc: Option<fanout_grpc::Code>,
 }
 
 impl ApiError {
@@ -101,6 +104,7 @@ impl ApiError {
             details: None,
             allow: None,
             log: false,
+            grpc: None,
         }
     }
 
@@ -143,6 +147,10 @@ impl From<FlowError> for ApiError {
     fn from(e: FlowError) -> Self {
         let code = Cow::Owned(e.code().to_string());
         let details = e.answer.as_ref().and_then(|a| a.details.clone());
+        let grpc = match e.kind {
+            fanout_flow::ErrorKind::Class(c) if e.answer.is_none() => c.grpc,
+            _ => None,
+        };
         ApiError {
             status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY),
             code,
@@ -153,6 +161,7 @@ impl From<FlowError> for ApiError {
             details,
             allow: None,
             log: true,
+            grpc,
         }
     }
 }

@@ -363,7 +363,9 @@ impl Gateway {
         if e.log {
             self.log_failure(&e, rid, &parts.method, parts.uri.path());
         }
-        let code = Code::for_answer(e.status, &e.code);
+        let code = e
+            .grpc
+            .unwrap_or_else(|| Code::for_answer(e.status, &e.code));
         let mut message = e.message;
         if self.limits.expose_error_details
             && let Some(d) = &e.detail

@@ -239,7 +239,9 @@ services:
 "#;
 
 fn page_gateway(variant: u8) -> String {
+    // The test counts calls: generous time limits, so a loaded machine cannot fail it by time.
     let backends = r#"
+defaults: { deadline: 30s, timeout: 20s }
 backends:
   recommendations: { url: "http://${RECOMMENDATIONS_ADDR}" }
   price: { url: "http://${PRICE_ADDR}", batch: { path: '"/price"', query: { ids: '$keys | join(",")' }, split: '.', max: 25 } }

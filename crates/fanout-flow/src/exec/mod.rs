@@ -697,7 +697,11 @@ fn is_not_found(e: &FlowError) -> bool {
 /// the backend's status with `status_passthrough`). `Ok` when the map says `default`.
 fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
     let status = match e.kind {
-        ErrorKind::BackendStatus { status, .. } | ErrorKind::Database { status } => status,
+        ErrorKind::BackendStatus { status, .. } => status,
+        ErrorKind::Class(c) => match c.on_status {
+            Some(status) => status,
+            None => return Err(e),
+        },
         _ => return Err(e),
     };
     let answered = |e: FlowError, to: u16, code: Option<&str>, message: Option<&str>| {
@@ -731,7 +735,7 @@ fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
         None if status == 404 => Err(FlowError {
             kind: ErrorKind::NotFound,
             message: match e.kind {
-                ErrorKind::Database { .. } => "not found: the statement returned no row".into(),
+                ErrorKind::Class(c) => c.not_found.unwrap_or("not found").into(),
                 _ => "not found: the backend answered 404".into(),
             },
             ..e

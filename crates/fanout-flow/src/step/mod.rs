@@ -58,6 +58,15 @@ const KINDS: &[Compile] = &[
     value::compile,
 ];
 
+/// Every step kind's error classes ([`crate::error::ErrorClass`]), one line per kind that has
+/// its own.
+const ERROR_CLASSES: &[&[&crate::error::ErrorClass]] = &[sql::ERRORS, model::ERRORS];
+
+/// The error classes of every step kind.
+pub(crate) fn error_classes() -> impl Iterator<Item = &'static crate::error::ErrorClass> {
+    ERROR_CLASSES.iter().flat_map(|c| c.iter().copied())
+}
+
 /// A kind's compiler: `None` when the step is not of this kind; `Some(None)` when it is but has
 /// errors (reported in the context).
 pub(crate) type Compile = fn(&mut StepCx<'_, '_>, &Step) -> Option<Option<Box<dyn StepKind>>>;

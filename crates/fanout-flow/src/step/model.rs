@@ -8,13 +8,28 @@ use crate::call::{
     Env, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, yielded,
 };
 use crate::compute::ComputePool;
-use crate::error::{ErrorKind, FlowError};
+use crate::error::{ErrorClass, ErrorKind, FlowError};
 use crate::models::{ModelSlot, RunError, kind_name};
+use crate::outcome::CallClass;
 use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Num, Val};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use tokio::time::Instant;
+
+/// A model's queue of waiting rows is full (503; gRPC `RESOURCE_EXHAUSTED`).
+static MODEL_QUEUE_FULL: ErrorClass = ErrorClass {
+    grpc: Some(fanout_grpc::Code::ResourceExhausted),
+    ..ErrorClass::new("model_queue_full", 503, CallClass::RejectedPool)
+};
+/// A model failed to evaluate its input (500).
+static MODEL_FAILED: ErrorClass = ErrorClass::new("model_failed", 500, CallClass::Other);
+/// A row built from the client's data is not a row of numbers of the model's width — a
+/// feature not a number, an input of the wrong length, also inside `for_each` (400).
+static BAD_MODEL_INPUT: ErrorClass = ErrorClass::new("bad_model_input", 400, CallClass::Status4xx);
+
+/// The `model` step's error classes (its line in `step::ERROR_CLASSES`).
+pub(super) static ERRORS: &[&ErrorClass] = &[&MODEL_QUEUE_FULL, &MODEL_FAILED, &BAD_MODEL_INPUT];
 
 /// How a row is built; with each expression, whether what it gives is the client's data (it
 /// reads only `$request`, or `$item`/`$index` of a `for_each` over `$request` alone): a bad
@@ -55,7 +70,7 @@ impl StepKind for ModelStep {
         // The version read now is the one the request runs on, whatever is swapped in later.
         let Some(version) = self.slot.current() else {
             return Ok(Prepared::Done(Err(FlowError::new(
-                ErrorKind::ModelFailed,
+                ErrorKind::Class(&MODEL_FAILED),
                 format!("model `{}` has no loaded version", self.slot.name()),
             )
             .in_step(name))));
@@ -228,7 +243,7 @@ fn bad_feature(
     message: String,
 ) -> FlowError {
     let kind = if from_request {
-        ErrorKind::BadModelInput
+        ErrorKind::Class(&BAD_MODEL_INPUT)
     } else {
         ErrorKind::Expression
     };
@@ -243,7 +258,7 @@ fn run_error(slot: &ModelSlot, step: &Arc<str>, e: RunError) -> FlowError {
     let model = slot.name();
     match e {
         RunError::QueueFull(n) => FlowError::new(
-            ErrorKind::ModelQueueFull,
+            ErrorKind::Class(&MODEL_QUEUE_FULL),
             format!("model `{model}` has {n} rows waiting (models.batch.queue); try again"),
         ),
         RunError::Expired => FlowError::new(
@@ -253,7 +268,7 @@ fn run_error(slot: &ModelSlot, step: &Arc<str>, e: RunError) -> FlowError {
         RunError::Pool(e) => FlowError::new(ErrorKind::Overloaded, e.to_string()),
         RunError::Failed(detail) => {
             let mut e = FlowError::new(
-                ErrorKind::ModelFailed,
+                ErrorKind::Class(&MODEL_FAILED),
                 format!("model `{model}` failed to evaluate the input"),
             );
             e.detail = Some(detail);

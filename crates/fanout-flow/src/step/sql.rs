@@ -4,8 +4,9 @@
 //!
 //! The `postgres` protocol client answers `{"rows": [...], "rows_affected": N}` or an error status
 //! (409, 422, 503, 500 for SQL errors; 400 for a parameter that does not fit its type), which
-//! this step turns into the client's answer ([`ErrorKind::Database`], `bad_parameter`,
-//! `invalid_call`), through the step's `on_status` like HTTP statuses.
+//! this step turns into the client's answer (its own error classes below: `conflict`,
+//! `constraint_violation`, `database_busy`, `database_error`, `database_unavailable`,
+//! `bad_parameter`; and `invalid_call`), through the step's `on_status` like HTTP statuses.
 
 use super::sql_stats::SqlStats;
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
@@ -16,7 +17,8 @@ use crate::call::{
 };
 use crate::compute::ComputePool;
 use crate::ctx::unknown_backend;
-use crate::error::{ErrorKind, FlowError, INVALID_CALL};
+use crate::error::{ErrorClass, ErrorKind, FlowError, INVALID_CALL};
+use crate::outcome::CallClass;
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
 use fanout_expr::json::obj_get;
 use fanout_expr::{Expr, Val};
@@ -24,6 +26,60 @@ use futures_util::future::BoxFuture;
 use http::HeaderName;
 use std::sync::Arc;
 use tokio::time::Instant;
+
+/// A database answered a statement with an error the client can act on; the step's
+/// `on_status` may map its status: a unique or foreign-key violation (409).
+pub(super) static CONFLICT: ErrorClass = ErrorClass {
+    on_status: Some(409),
+    ..ErrorClass::new("conflict", 409, CallClass::Status4xx)
+};
+/// A check or not-null violation, invalid data (422).
+static CONSTRAINT_VIOLATION: ErrorClass = ErrorClass {
+    on_status: Some(422),
+    ..ErrorClass::new("constraint_violation", 422, CallClass::Status4xx)
+};
+/// A serialization failure or deadlock not retried, insufficient resources (503).
+pub(super) static DATABASE_BUSY: ErrorClass = ErrorClass {
+    on_status: Some(503),
+    ..ErrorClass::new("database_busy", 503, CallClass::Status5xx)
+};
+/// Any other SQL error (502; `on_status` sees 500).
+static DATABASE_ERROR: ErrorClass = ErrorClass {
+    on_status: Some(500),
+    ..ErrorClass::new("database_error", 502, CallClass::Status5xx)
+};
+/// `mode: one` and no row: `on_status` sees 404; left to the default, 404 `not_found`.
+static NO_ROW: ErrorClass = ErrorClass {
+    on_status: Some(404),
+    not_found: Some("not found: the statement returned no row"),
+    ..ErrorClass::new("database_error", 502, CallClass::Status4xx)
+};
+/// The database could not be reached (503).
+pub(super) static DATABASE_UNAVAILABLE: ErrorClass =
+    ErrorClass::new("database_unavailable", 503, CallClass::Refused);
+/// A statement parameter built from the request does not fit its type (400).
+static BAD_PARAMETER: ErrorClass = ErrorClass::new("bad_parameter", 400, CallClass::Status4xx);
+
+/// The `sql` step's error classes (its line in `step::ERROR_CLASSES`; `NO_ROW` shares
+/// `database_error`'s code).
+pub(super) static ERRORS: &[&ErrorClass] = &[
+    &CONFLICT,
+    &CONSTRAINT_VIOLATION,
+    &DATABASE_BUSY,
+    &DATABASE_ERROR,
+    &DATABASE_UNAVAILABLE,
+    &BAD_PARAMETER,
+];
+
+/// The class of a SQL error the database protocol answered with `status`.
+fn database_class(status: u16) -> &'static ErrorClass {
+    match status {
+        409 => &CONFLICT,
+        422 => &CONSTRAINT_VIOLATION,
+        503 => &DATABASE_BUSY,
+        _ => &DATABASE_ERROR,
+    }
+}
 
 /// A compiled `sql` step.
 struct SqlStep {
@@ -159,7 +215,7 @@ impl SqlStep {
                     // given a value it cannot take: the client's error, like a value of the
                     // wrong type (limits such as the evaluation budget keep their own kind).
                     if *from_request && err.kind == ErrorKind::Expression {
-                        err.kind = ErrorKind::BadParameter;
+                        err.kind = ErrorKind::Class(&BAD_PARAMETER);
                         err.message = format!("{what}: the request's value does not fit it");
                     }
                     return Ok(Err(err));
@@ -179,15 +235,15 @@ impl SqlStep {
         Ok(Ok(req))
     }
 
-    /// A failed call, in the database's terms: statuses of SQL errors become
-    /// [`ErrorKind::Database`] (the executor applies `on_status` to them), a parameter that did
+    /// A failed call, in the database's terms: statuses of SQL errors become the step's
+    /// classes (`conflict` …; the executor applies `on_status` to them), a parameter that did
     /// not fit its type `bad_parameter` or `invalid_call`, an unreachable database
     /// `database_unavailable`.
     fn sql_error(&self, step: &Arc<str>, e: FlowError) -> FlowError {
         let transport = e.source.as_ref().map(|s| s.kind);
         match (e.kind, transport) {
             (_, Some(CallErrorKind::Connect | CallErrorKind::Reset)) => FlowError {
-                kind: ErrorKind::DatabaseUnavailable,
+                kind: ErrorKind::Class(&DATABASE_UNAVAILABLE),
                 message: "the database could not be reached".into(),
                 ..e
             },
@@ -220,7 +276,7 @@ impl SqlStep {
                 let (kind, message) = match (n, from_request) {
                     (0, _) => (ErrorKind::InvalidCall, INVALID_CALL.to_string()),
                     (n, true) => (
-                        ErrorKind::BadParameter,
+                        ErrorKind::Class(&BAD_PARAMETER),
                         format!("parameter ${n}: {problem}"),
                     ),
                     (n, false) => (
@@ -238,7 +294,7 @@ impl SqlStep {
                     _ => "the database failed to run the statement",
                 };
                 FlowError {
-                    kind: ErrorKind::Database { status },
+                    kind: ErrorKind::Class(database_class(status)),
                     message: message.into(),
                     ..e
                 }
@@ -280,7 +336,7 @@ impl SqlStep {
             (SqlMode::Many | SqlMode::Exec, _) => Ok(answer),
             (SqlMode::Optional, []) => Ok(Val::Null),
             (SqlMode::One, []) => Err(FlowError::new(
-                ErrorKind::Database { status: 404 },
+                ErrorKind::Class(&NO_ROW),
                 "the statement returned no row",
             )
             .in_step(step)

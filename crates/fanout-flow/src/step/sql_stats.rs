@@ -113,14 +113,21 @@ mod tests {
     #[test]
     fn the_sqlstate_of_an_answer_or_a_failed_call_is_counted_by_class() {
         let stats = SqlStats::default();
-        let mut conflict = FlowError::new(ErrorKind::Database { status: 409 }, "conflict");
+        let mut conflict =
+            FlowError::new(ErrorKind::Class(&super::super::sql::CONFLICT), "conflict");
         conflict.detail = Some(r#"{"sqlstate":"23505","message":"duplicate key"}"#.into());
-        let mut retry = FlowError::new(ErrorKind::Database { status: 503 }, "try again");
+        let mut retry = FlowError::new(
+            ErrorKind::Class(&super::super::sql::DATABASE_BUSY),
+            "try again",
+        );
         retry.source = Some(Arc::new(CallError::new(
             CallErrorKind::Timeout,
             "database `db`: could not serialize access (SQLSTATE 40001)",
         )));
-        let plain = FlowError::new(ErrorKind::DatabaseUnavailable, "unreachable");
+        let plain = FlowError::new(
+            ErrorKind::Class(&super::super::sql::DATABASE_UNAVAILABLE),
+            "unreachable",
+        );
         for e in [&conflict, &retry, &retry, &plain] {
             stats.add_error(e);
         }
