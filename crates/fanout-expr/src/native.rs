@@ -646,11 +646,13 @@ impl Native {
                     if b.len() > MAX_NATIVE_NUMBER || b.iter().any(|c| *c == b'[' || *c == b'{') {
                         return Err(not_native());
                     }
-                    // jq's `tonumber` is `fromjson` for strings: the same reader; exactly one
-                    // number is ours, anything else (several values, an error) the interpreter's.
-                    let mut values = jaq_json::read::parse_many(&b);
-                    match (values.next(), values.next()) {
-                        (Some(Ok(v @ Val::Num(_))), None) => Ok(v),
+                    // jq's `tonumber` is `fromjson` for strings: exactly one JSON number
+                    // (whitespace around it allowed) is ours, read by the crate's JSON reader,
+                    // whose numbers are `Num::from_literal`'s as the interpreter's are; anything
+                    // else (several values, jq's laxer texts such as `NaN`, an error) is the
+                    // interpreter's.
+                    match json::parse_limited(&b, limits.max_depth) {
+                        Ok(v @ Val::Num(_)) => Ok(v),
                         _ => Err(not_native()),
                     }
                 }
