@@ -213,7 +213,8 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
         },
         Term::Num(n) => Native::Lit(json::parse(n.as_bytes()).ok()?),
         Term::Neg(inner) => match &**inner {
-            Term::Num(n) => Native::Lit(json::parse(format!("-{n}").as_bytes()).ok()?),
+            // the literal's number negated, as jaq does (`-0` is `0`; `-1.50` keeps its text)
+            Term::Num(n) => Native::Lit((-json::parse(n.as_bytes()).ok()?).ok()?),
             _ => Native::Neg(bx(inner, cx)?),
         },
         Term::Str(None, parts) => {
@@ -1115,6 +1116,8 @@ fn walk(v: &Val, segs: &[Seg]) -> Result<Val, EvalError> {
                 Some(x) => cur = x,
                 None => return Ok(Val::Null),
             },
+            // jaq's (the reference's) answer: a JSON object has no number keys (jq 1.7 errors)
+            (Val::Obj(_), Seg::Index(_)) => return Ok(Val::Null),
             (Val::Arr(a), Seg::Index(i)) => {
                 let idx = if *i < 0 {
                     a.len().checked_sub(i.unsigned_abs())

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 
-use fanout_expr::{Val, json};
+use fanout_expr::{EvalError, Expr, Val, json};
 use jaq_json::Num;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -168,11 +168,25 @@ fn number_text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Characters JSON must or may escape, and non-ASCII ones of 2, 3 and 4 bytes.
+const SPECIAL_CHARS: &[char] = &[
+    '"',
+    '\\',
+    '/',
+    '\u{7f}',
+    'é',
+    '€',
+    '\u{2028}',
+    '\u{ffff}',
+    '😀',
+    '\u{10ffff}',
+];
+
 /// String contents: ASCII, what JSON must escape, non-ASCII of 2, 3 and 4 bytes.
 fn string_content() -> impl Strategy<Value = String> {
     let ch = prop_oneof![
         4 => prop::char::range(' ', '~'),
-        2 => prop::sample::select(&['"', '\\', '/', '\u{7f}', 'é', '€', '\u{2028}', '\u{ffff}', '😀', '\u{10ffff}'][..]),
+        2 => prop::sample::select(SPECIAL_CHARS),
         1 => prop::char::range('\u{0}', '\u{1f}'),
         1 => any::<char>(),
     ];
@@ -638,5 +652,708 @@ fn same_as_f64(a: &serde_json::Value, b: &serde_json::Value) -> bool {
                     .all(|((k1, v1), (k2, v2))| k1 == k2 && same_as_f64(v1, v2))
         }
         _ => a == b,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The native evaluator against the jaq interpreter
+// ---------------------------------------------------------------------------------------------
+
+/// An expression of the native subset's grammar (`native.rs`). Variables and definitions are
+/// numbers, resolved when rendered to those in scope there, so every rendering compiles.
+#[derive(Clone, Debug)]
+enum E {
+    Dot,
+    Var(u8),
+    /// `.k[0]` (`None`) or `$a.k[0]`.
+    Path(Option<u8>, Vec<Seg>),
+    Lit(&'static str),
+    /// A definition in scope (`.` when there is none).
+    Call(u8),
+    Bin(Box<E>, &'static str, Box<E>),
+    Pipe(Box<E>, Box<E>),
+    Neg(Box<E>),
+    Arr(Vec<E>),
+    Obj(Vec<(Key, E)>),
+    Interp(Vec<(&'static str, E)>, &'static str),
+    If(Box<E>, Box<E>, Option<(Box<E>, Box<E>)>, Option<Box<E>>),
+    /// `x as $vN | body`.
+    As(Box<E>, Box<E>),
+    /// `x | length` and the other builtins of arity 0, `tonumber` included.
+    Builtin(Box<E>, &'static str),
+    Map(Box<E>, Box<E>),
+    Join(Box<E>, Box<E>),
+    IndexOf(Box<E>, Box<E>),
+    /// `[x[]]`.
+    Values(Box<E>),
+    /// `[x[] as $vN | body]`.
+    ForAs(Box<E>, Box<E>),
+    /// `.[key]` (`None`) or `$a[key]` with a computed key.
+    Lookup(Option<u8>, Box<E>),
+    /// `def fN: body; rest`.
+    Def(Box<E>, Box<E>),
+}
+
+#[derive(Clone, Debug)]
+enum Seg {
+    Key(&'static str),
+    Quoted(&'static str),
+    Index(i8),
+}
+
+#[derive(Clone, Debug)]
+enum Key {
+    Ident(&'static str),
+    Quoted(&'static str),
+    /// `{k}`: `.k`.
+    Short(&'static str),
+    /// `{$a}`.
+    Var(u8),
+}
+
+const KEYS: &[&str] = &["k", "l", "m", "x"];
+const LITERALS: &[&str] = &[
+    "null",
+    "true",
+    "false",
+    "0",
+    "1",
+    "-2",
+    "2.5",
+    "1.50",
+    "3",
+    "10",
+    "1e2",
+    "-0",
+    "0.1",
+    "100000000000000000000",
+    "\"x\"",
+    "\"k\"",
+    "\"12\"",
+    "\"é\"",
+    "\"\"",
+    "\",\"",
+    "[]",
+    "{}",
+];
+const OPS: &[&str] = &[
+    "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "and", "or", "//",
+];
+const BUILTINS: &[&str] = &[
+    "length",
+    "add",
+    "not",
+    "exp",
+    "log",
+    "sqrt",
+    "transpose",
+    "tonumber",
+];
+const TEXTS: &[&str] = &["", "a", "x=", " ", "\\n", "é", "\\\"", "\\\\", "\\u00e9"];
+
+fn seg() -> impl Strategy<Value = Seg> {
+    prop_oneof![
+        3 => prop::sample::select(KEYS).prop_map(Seg::Key),
+        1 => prop::sample::select(&["k", "q k", "é"][..]).prop_map(Seg::Quoted),
+        2 => prop::sample::select(&[0i8, 1, -1, 5][..]).prop_map(Seg::Index),
+    ]
+}
+
+const NUMBERS: &[&str] = &[
+    "0", "1", "-2", "2.5", "1.50", "3", "10", "1e2", "-0", "0.1", "64", "12345.5",
+];
+const ARITHMETIC: &[&str] = &["+", "-", "*", "/", "%"];
+const COMPARISONS: &[&str] = &["==", "!=", "<", "<=", ">", ">="];
+/// Literals by kind, for operands of the same kind (jq orders values within a kind by their
+/// contents, across kinds by the kind).
+const KINDS: &[&[&str]] = &[
+    &["null", "true", "false"],
+    &[
+        "0",
+        "1",
+        "-2",
+        "2.5",
+        "1.50",
+        "1e2",
+        "-0",
+        "100000000000000000000",
+    ],
+    &[
+        "\"\"", "\"a\"", "\"k\"", "\"x y\"", "\"é\"", "\"12\"", "\"ab\"",
+    ],
+    &[
+        "[]",
+        "[1]",
+        "[1, 2]",
+        "[\"a\"]",
+        "[null]",
+        "{}",
+        "{k: 1}",
+        "{l: 1}",
+        "{k: 2, l: 0}",
+    ],
+];
+const NUMBER_TEXTS: &[&str] = &[
+    "\"12\"", "\" 3 \"", "\"1.50\"", "\"1e2\"", "\"-0\"", "\"x\"",
+];
+
+fn expr() -> impl Strategy<Value = E> {
+    let bx = |s: BoxedStrategy<E>| s.prop_map(Box::new);
+    let path = (
+        prop::option::of(any::<u8>()),
+        prop::collection::vec(seg(), 1..3),
+    )
+        .prop_map(|(v, s)| E::Path(v, s))
+        .boxed();
+    let leaf = prop_oneof![
+        2 => Just(E::Dot),
+        3 => any::<u8>().prop_map(E::Var),
+        5 => path.clone(),
+        3 => prop::sample::select(LITERALS).prop_map(E::Lit),
+        1 => any::<u8>().prop_map(E::Call),
+    ];
+    let data = leaf.clone().boxed();
+    // an operator on two literals of one kind
+    let same_kind = (
+        prop::sample::select(KINDS),
+        any::<(prop::sample::Index, prop::sample::Index)>(),
+        prop::sample::select(OPS),
+    )
+        .prop_map(|(kind, (i, j), op)| {
+            let (l, r): (&&str, &&str) = (i.get(kind), j.get(kind));
+            E::Bin(Box::new(E::Lit(l)), op, Box::new(E::Lit(r)))
+        })
+        .boxed();
+    // what numbers mostly come from: number literals and paths into the records
+    let field = (
+        prop::option::of(any::<u8>()),
+        prop::sample::select(KEYS).prop_map(|k| vec![Seg::Key(k)]),
+    )
+        .prop_map(|(v, s)| E::Path(v, s));
+    let numeric = prop_oneof![
+        2 => prop::sample::select(NUMBERS).prop_map(E::Lit),
+        2 => field,
+        1 => path,
+    ]
+    .boxed();
+    // computed keys: the records' key names and indices, from fields that hold them
+    let key_source = prop_oneof![
+        2 => prop::option::of(any::<u8>()).prop_map(|v| E::Path(v, vec![Seg::Key("x")])),
+        1 => any::<u8>().prop_map(E::Var),
+        1 => Just(E::Dot),
+    ]
+    .boxed();
+    leaf.prop_recursive(3, 24, 3, move |inner| {
+        let computed_key = prop_oneof![3 => key_source.clone(), 1 => inner.clone()];
+        let b = || bx(inner.clone().boxed());
+        // what `map`, `[x[]]`, `join`, `index` and computed keys mostly take: the data
+        // (variables, paths) or literals, so that most evaluations are the native form's
+        let from_data = || bx(prop_oneof![3 => data.clone(), 1 => inner.clone()].boxed());
+        let num = || bx(prop_oneof![3 => numeric.clone(), 1 => inner.clone()].boxed());
+        let truth = || {
+            let lit = prop::sample::select(KINDS[0]).prop_map(E::Lit);
+            bx(prop_oneof![1 => lit, 1 => inner.clone()].boxed())
+        };
+        let sep = prop_oneof![
+            3 => prop::sample::select(&["\",\"", "\"\"", "\"x y\""][..]).prop_map(E::Lit),
+            1 => inner.clone(),
+        ]
+        .prop_map(Box::new);
+        let number_text = prop_oneof![
+            2 => prop::sample::select(NUMBER_TEXTS).prop_map(E::Lit),
+            1 => data.clone(),
+            1 => inner.clone(),
+        ]
+        .prop_map(Box::new);
+        let rows = prop_oneof![
+            2 => prop::collection::vec(from_data(), 1..4)
+                .prop_map(|xs| E::Arr(xs.into_iter().map(|x| *x).collect())),
+            1 => data.clone(),
+        ]
+        .prop_map(Box::new)
+        .boxed();
+        // what `join` takes: arrays of strings (the records' string arrays, or built)
+        let strings = prop_oneof![
+            2 => data.clone(),
+            1 => prop::collection::vec(
+                prop_oneof![
+                    2 => prop::sample::select(&["\"a\"", "\"\"", "\"é\""][..]).prop_map(E::Lit),
+                    1 => inner.clone(),
+                ],
+                1..5
+            )
+            .prop_map(E::Arr),
+        ]
+        .prop_map(Box::new);
+        let key = prop_oneof![
+            3 => prop::sample::select(KEYS).prop_map(Key::Ident),
+            1 => prop::sample::select(&["q k", "é", "k"][..]).prop_map(Key::Quoted),
+            1 => prop::sample::select(KEYS).prop_map(Key::Short),
+            1 => any::<u8>().prop_map(Key::Var),
+        ];
+        prop_oneof![
+            3 => (b(), prop::sample::select(COMPARISONS), b())
+                .prop_map(|(l, op, r)| E::Bin(l, op, r)),
+            // `null`, `false` and `true` often on the left, where they decide
+            2 => (truth(), prop::sample::select(&["and", "or", "//"][..]), b())
+                .prop_map(|(l, op, r)| E::Bin(l, op, r)),
+            // two operands of one kind
+            3 => same_kind.clone(),
+            4 => (num(), prop::sample::select(ARITHMETIC), num())
+                .prop_map(|(l, op, r)| E::Bin(l, op, r)),
+            3 => (b(), b()).prop_map(|(l, r)| E::Pipe(l, r)),
+            1 => num().prop_map(E::Neg),
+            2 => prop::collection::vec(inner.clone(), 1..4).prop_map(E::Arr),
+            2 => prop::collection::vec((key, inner.clone()), 1..4).prop_map(E::Obj),
+            2 => (
+                prop::collection::vec((prop::sample::select(TEXTS), inner.clone()), 1..3),
+                prop::sample::select(TEXTS),
+            )
+                .prop_map(|(parts, end)| E::Interp(parts, end)),
+            2 => (b(), b(), prop::option::of((b(), b())), prop::option::of(b()))
+                .prop_map(|(c, t, elif, e)| E::If(c, t, elif, e)),
+            2 => (b(), b()).prop_map(|(x, body)| E::As(x, body)),
+            2 => (from_data(), prop::sample::select(&["length", "add", "not"][..]))
+                .prop_map(|(x, f)| E::Builtin(x, f)),
+            2 => (num(), prop::sample::select(&["exp", "log", "sqrt", "length"][..]))
+                .prop_map(|(x, f)| E::Builtin(x, f)),
+            1 => number_text.prop_map(|x| E::Builtin(x, "tonumber")),
+            1 => rows.clone().prop_map(|x| E::Builtin(x, "transpose")),
+            2 => (from_data(), b()).prop_map(|(x, f)| E::Map(x, f)),
+            1 => (strings, sep).prop_map(|(x, s)| E::Join(x, s)),
+            1 => (rows.clone(), num()).prop_map(|(x, y)| E::IndexOf(x, y)),
+            1 => from_data().prop_map(E::Values),
+            2 => (from_data(), b()).prop_map(|(x, body)| E::ForAs(x, body)),
+            2 => (prop::option::of(any::<u8>()), computed_key.clone())
+                .prop_map(|(v, k)| E::Lookup(v, Box::new(k))),
+            1 => (b(), b()).prop_map(|(body, rest)| E::Def(body, rest)),
+        ]
+    })
+}
+
+/// The names in scope while rendering: variables (`$a`, `$b`, then those bound by `as`) and
+/// definitions.
+struct Scope {
+    vars: Vec<String>,
+    defs: Vec<String>,
+    fresh: usize,
+}
+
+impl Scope {
+    fn var(&self, i: u8) -> &str {
+        &self.vars[usize::from(i) % self.vars.len()]
+    }
+
+    fn bind<T>(&mut self, f: impl FnOnce(&mut Scope, &str) -> T) -> T {
+        let name = format!("v{}", self.fresh);
+        self.fresh += 1;
+        self.vars.push(name.clone());
+        let out = f(self, &name);
+        self.vars.pop();
+        out
+    }
+}
+
+fn render_path_segs(segs: &[Seg], out: &mut String) {
+    for s in segs {
+        match s {
+            Seg::Key(k) => write!(out, ".{k}").unwrap(),
+            Seg::Quoted(k) => write!(out, "[\"{k}\"]").unwrap(),
+            Seg::Index(i) => write!(out, "[{i}]").unwrap(),
+        }
+    }
+}
+
+fn render_expr(e: &E, cx: &mut Scope, out: &mut String) {
+    let sub = |e: &E, cx: &mut Scope| {
+        let mut s = String::new();
+        render_expr(e, cx, &mut s);
+        s
+    };
+    match e {
+        E::Dot => out.push('.'),
+        E::Var(i) => write!(out, "${}", cx.var(*i)).unwrap(),
+        E::Path(base, segs) => {
+            match base {
+                None => out.push('.'),
+                Some(i) => write!(out, "${}", cx.var(*i)).unwrap(),
+            }
+            // `.` then `.k` is `.k`, not `..k`
+            let mut s = String::new();
+            render_path_segs(segs, &mut s);
+            match (base, s.strip_prefix('.')) {
+                (None, Some(rest)) => out.push_str(rest),
+                _ => out.push_str(&s),
+            }
+        }
+        E::Lit(l) => write!(out, "({l})").unwrap(),
+        E::Call(i) => match cx.defs.len() {
+            0 => out.push('.'),
+            n => out.push_str(&cx.defs[usize::from(*i) % n]),
+        },
+        E::Bin(l, op, r) => {
+            let (l, r) = (sub(l, cx), sub(r, cx));
+            write!(out, "({l} {op} {r})").unwrap()
+        }
+        E::Pipe(l, r) => {
+            let (l, r) = (sub(l, cx), sub(r, cx));
+            write!(out, "({l} | {r})").unwrap()
+        }
+        E::Neg(x) => write!(out, "(-{})", sub(x, cx)).unwrap(),
+        E::Arr(items) => {
+            let items: Vec<String> = items.iter().map(|x| sub(x, cx)).collect();
+            write!(out, "[{}]", items.join(", ")).unwrap()
+        }
+        E::Obj(entries) => {
+            let mut parts = Vec::new();
+            for (k, v) in entries {
+                parts.push(match k {
+                    Key::Ident(k) => format!("{k}: {}", sub(v, cx)),
+                    Key::Quoted(k) => format!("\"{k}\": {}", sub(v, cx)),
+                    Key::Short(k) => k.to_string(),
+                    Key::Var(i) => format!("${}", cx.var(*i)),
+                });
+            }
+            write!(out, "{{{}}}", parts.join(", ")).unwrap()
+        }
+        E::Interp(parts, end) => {
+            out.push('"');
+            for (text, x) in parts {
+                write!(out, "{text}\\({})", sub(x, cx)).unwrap();
+            }
+            write!(out, "{end}\"").unwrap()
+        }
+        E::If(c, t, elif, otherwise) => {
+            let (c, t) = (sub(c, cx), sub(t, cx));
+            write!(out, "(if {c} then {t}").unwrap();
+            if let Some((c2, t2)) = elif {
+                let (c2, t2) = (sub(c2, cx), sub(t2, cx));
+                write!(out, " elif {c2} then {t2}").unwrap();
+            }
+            if let Some(o) = otherwise {
+                write!(out, " else {}", sub(o, cx)).unwrap();
+            }
+            out.push_str(" end)")
+        }
+        E::As(x, body) => {
+            let x = sub(x, cx);
+            let s = cx.bind(|cx, name| format!("({x} as ${name} | {})", sub(body, cx)));
+            out.push_str(&s)
+        }
+        E::Builtin(x, f) => write!(out, "({} | {f})", sub(x, cx)).unwrap(),
+        E::Map(x, f) => {
+            let (x, f) = (sub(x, cx), sub(f, cx));
+            write!(out, "({x} | map({f}))").unwrap()
+        }
+        E::Join(x, s) => {
+            let (x, s) = (sub(x, cx), sub(s, cx));
+            write!(out, "({x} | join({s}))").unwrap()
+        }
+        E::IndexOf(x, y) => {
+            let (x, y) = (sub(x, cx), sub(y, cx));
+            write!(out, "({x} | index({y}))").unwrap()
+        }
+        E::Values(x) => write!(out, "[({})[]]", sub(x, cx)).unwrap(),
+        E::ForAs(x, body) => {
+            let x = sub(x, cx);
+            let s = cx.bind(|cx, name| format!("[({x})[] as ${name} | {}]", sub(body, cx)));
+            out.push_str(&s)
+        }
+        E::Lookup(base, key) => {
+            let key = sub(key, cx);
+            match base {
+                None => write!(out, ".[{key}]").unwrap(),
+                Some(i) => write!(out, "${}[{key}]", cx.var(*i)).unwrap(),
+            }
+        }
+        E::Def(body, rest) => {
+            // the body sees the definitions before this one (no recursion)
+            let body = sub(body, cx);
+            let name = format!("f{}", cx.fresh);
+            cx.fresh += 1;
+            cx.defs.push(name.clone());
+            let rest = sub(rest, cx);
+            cx.defs.pop();
+            write!(out, "(def {name}: {body}; {rest})").unwrap()
+        }
+    }
+}
+
+/// The constructs `e` uses (for the coverage check: each must be answered natively often).
+fn constructs(e: &E, out: &mut std::collections::BTreeSet<&'static str>) {
+    let all = |xs: &[&E], name: &'static str, out: &mut std::collections::BTreeSet<_>| {
+        out.insert(name);
+        for x in xs {
+            constructs(x, out);
+        }
+    };
+    match e {
+        E::Dot => all(&[], ".", out),
+        E::Var(_) => all(&[], "$var", out),
+        E::Path(..) => all(&[], "path", out),
+        E::Lit(_) => all(&[], "literal", out),
+        E::Call(_) => all(&[], "call", out),
+        E::Bin(l, op, r) => {
+            out.insert(op);
+            all(&[l, r], "operator", out)
+        }
+        E::Pipe(l, r) => all(&[l, r], "|", out),
+        E::Neg(x) => all(&[x], "negation", out),
+        E::Arr(xs) => all(&xs.iter().collect::<Vec<_>>(), "array", out),
+        E::Obj(es) => all(
+            &es.iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            "object",
+            out,
+        ),
+        E::Interp(ps, _) => all(
+            &ps.iter().map(|(_, x)| x).collect::<Vec<_>>(),
+            "interpolation",
+            out,
+        ),
+        E::If(c, t, elif, o) => {
+            let mut xs = vec![&**c, &**t];
+            if let Some((c2, t2)) = elif {
+                xs.extend([&**c2, &**t2]);
+            }
+            xs.extend(o.as_deref());
+            all(&xs, "if", out)
+        }
+        E::As(x, b) => all(&[x, b], "as", out),
+        E::Builtin(x, f) => {
+            out.insert(f);
+            all(&[x], "builtin", out)
+        }
+        E::Map(x, f) => all(&[x, f], "map", out),
+        E::Join(x, s) => all(&[x, s], "join", out),
+        E::IndexOf(x, y) => all(&[x, y], "index", out),
+        E::Values(x) => all(&[x], "[x[]]", out),
+        E::ForAs(x, b) => all(&[x, b], "[x[] as $v | …]", out),
+        E::Lookup(_, k) => all(&[k], "computed key", out),
+        E::Def(b, r) => all(&[b, r], "def", out),
+    }
+}
+
+fn render_program(e: &E) -> String {
+    let mut cx = Scope {
+        vars: vec!["a".into(), "b".into()],
+        defs: Vec::new(),
+        fresh: 0,
+    };
+    let mut out = String::new();
+    render_expr(e, &mut cx, &mut out);
+    out
+}
+
+/// Input values as JSON text (read by our reader, so number literals are kept as in a flow):
+/// the keys and kinds the expressions look for.
+fn input_text() -> impl Strategy<Value = String> {
+    // mostly numbers: what arithmetic, `add` and the math builtins answer natively
+    let numbers = prop::sample::select(
+        &[
+            "0",
+            "1",
+            "-2",
+            "2.5",
+            "1.50",
+            "3",
+            "10",
+            "-0",
+            "1e2",
+            "0.1",
+            "100",
+            "18446744073709551615",
+            "1e400",
+        ][..],
+    );
+    let others = prop::sample::select(
+        &[
+            "null",
+            "true",
+            "false",
+            "\"\"",
+            "\"k\"",
+            "\"l\"",
+            "\"x y\"",
+            "\"12\"",
+            "\" 3 \"",
+            "\"1.5\"",
+            "\"1e400\"",
+            "\"nan\"",
+            "\"é\"",
+            "\"a\\\"b\"",
+        ][..],
+    );
+    let numbers = numbers.prop_map(str::to_string);
+    let leaf = prop_oneof![3 => numbers.clone(), 2 => others.prop_map(str::to_string)];
+    let any_value = leaf.clone().prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(|xs| format!("[{}]", xs.join(","))),
+            prop::collection::vec((prop::sample::select(KEYS), inner), 0..4).prop_map(|es| {
+                let es: Vec<String> = es.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                format!("{{{}}}", es.join(","))
+            }),
+        ]
+    });
+    const SCALARS: &[&str] = &["\"a\"", "\"ab\"", "\"\"", "\"é\"", "true", "false"];
+    const STRINGS: &[&str] = &["\"a\"", "\"\"", "\"x y\"", "\"é\""];
+    // a record of the shape the paths look for: each key often there, mostly numbers and
+    // arrays of numbers
+    let field = prop_oneof![
+        4 => numbers.clone(),
+        2 => prop::collection::vec(numbers, 0..4).prop_map(|xs| format!("[{}]", xs.join(","))),
+        1 => prop::sample::select(SCALARS).prop_map(str::to_string),
+        1 => prop::collection::vec(prop::sample::select(STRINGS), 0..5)
+            .prop_map(|xs| format!("[{}]", xs.join(","))),
+        2 => any_value.clone(),
+    ];
+    // `x` often names another key or an index (what computed keys read)
+    const KEY_VALUES: &[&str] = &["\"k\"", "\"l\"", "\"m\"", "0", "1", "-1"];
+    let key_field = prop_oneof![
+        2 => prop::sample::select(KEY_VALUES).prop_map(str::to_string),
+        1 => field.clone(),
+    ];
+    let record = (
+        prop::collection::vec(prop::option::weighted(0.8, field), KEYS.len() - 1),
+        prop::option::weighted(0.8, key_field),
+    )
+        .prop_map(|(mut fields, x)| {
+            fields.push(x);
+            let es: Vec<String> = KEYS
+                .iter()
+                .zip(fields)
+                .filter_map(|(k, v)| Some(format!("\"{k}\":{}", v?)))
+                .collect();
+            format!("{{{}}}", es.join(","))
+        });
+    prop_oneof![2 => record, 1 => any_value]
+}
+
+/// The answer as compared: every output's JSON text, or the kind of the error.
+fn outcome(r: Result<Vec<Val>, EvalError>) -> Result<Vec<String>, fanout_expr::EvalErrorKind> {
+    r.map(|vs| vs.iter().map(json::to_string).collect())
+        .map_err(|e| e.kind())
+}
+
+/// Generated expressions of the native subset (paths, literals, operators, `//`, `if`, `as`,
+/// definitions, object and array construction, interpolation, `map`, `join`, `index`,
+/// `[x[]]`, `[x[] as $v | …]`, computed keys, the native builtins and `tonumber`) on generated
+/// inputs answer as the jaq interpreter answers the same source: the same outputs (JSON text,
+/// so kept number literals count), or an error of the same kind. Evaluations the native form
+/// hands to the interpreter are jaq's by construction; the test requires most expressions to
+/// compile natively and a good share of evaluations to be answered without the interpreter.
+#[test]
+fn native_evaluator_agrees_with_jaq_on_generated_expressions() {
+    let (cases, native_exprs, evals, native_evals) = (
+        Cell::new(0u32),
+        Cell::new(0u32),
+        Cell::new(0u32),
+        Cell::new(0u32),
+    );
+    // natively answered evaluations per construct they went through
+    let covered = std::cell::RefCell::new(std::collections::BTreeMap::<&str, u32>::new());
+    let inputs = prop::collection::vec((input_text(), input_text(), input_text()), 8..=8);
+    runner(384, 3)
+        .run(&(expr(), inputs), |(e, inputs)| {
+            cases.set(cases.get() + 1);
+            let src = render_program(&e);
+            // the native form alone (its evaluations that are the interpreter's are told
+            // apart by `eval_native_only`), and the interpreter's
+            let native = Expr::compile_native_only(&src, &["a", "b"])
+                .map_err(|err| TestCaseError::fail(format!("{src}: {}", err.message)))?;
+            let jaq = Expr::compile_interpreted(&src, &["a", "b"]).unwrap();
+            let Some(native) = native else {
+                return Ok(());
+            };
+            native_exprs.set(native_exprs.get() + 1);
+            for (input, a, b) in &inputs {
+                let vals = [
+                    json::parse(a.as_bytes()).unwrap(),
+                    json::parse(b.as_bytes()).unwrap(),
+                ];
+                let input = json::parse(input.as_bytes()).unwrap();
+                let lookup = |i: usize| vals[i].clone();
+                evals.set(evals.get() + 1);
+                // handed to the interpreter: the same filter as `jaq`'s, nothing to compare
+                let Some(ours) = native.eval_native_only(&input, lookup) else {
+                    continue;
+                };
+                native_evals.set(native_evals.get() + 1);
+                let mut used = std::collections::BTreeSet::new();
+                constructs(&e, &mut used);
+                for c in used {
+                    *covered.borrow_mut().entry(c).or_default() += 1;
+                }
+                let ours = outcome(ours.map(|v| vec![v]));
+                let theirs = outcome(jaq.eval_all(&input, lookup));
+                prop_assert_eq!(
+                    &ours,
+                    &theirs,
+                    "{} with . = {}, $a = {}, $b = {}",
+                    src,
+                    json::to_string(&input),
+                    json::to_string(&vals[0]),
+                    json::to_string(&vals[1])
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (cases, native_exprs, evals, native_evals) = (
+        cases.get(),
+        native_exprs.get(),
+        evals.get(),
+        native_evals.get(),
+    );
+    eprintln!(
+        "{native_exprs} of {cases} expressions native, {native_evals} of {evals} evaluations answered natively"
+    );
+    assert!(
+        native_exprs * 100 >= cases * 95,
+        "only {native_exprs} of {cases} generated expressions compiled natively"
+    );
+    assert!(
+        native_evals * 100 >= evals * 40,
+        "only {native_evals} of {evals} evaluations were answered natively"
+    );
+    // Every construct went through native answers (the counts are those of the fixed seed:
+    // a change to the generators may move them; they are printed with --nocapture).
+    let covered = covered.into_inner();
+    eprintln!("{covered:?}");
+    let count = |c: &str| covered.get(c).copied().unwrap_or(0);
+    for c in [
+        ".",
+        "$var",
+        "path",
+        "literal",
+        "call",
+        "operator",
+        "|",
+        "negation",
+        "array",
+        "object",
+        "interpolation",
+        "if",
+        "as",
+        "builtin",
+        "map",
+        "join",
+        "index",
+        "[x[]]",
+        "[x[] as $v | …]",
+        "computed key",
+        "def",
+    ] {
+        assert!(
+            count(c) >= 8,
+            "{c}: only {} native answers went through it ({covered:?})",
+            count(c)
+        );
+    }
+    for c in OPS.iter().chain(BUILTINS) {
+        assert!(
+            count(c) >= 5,
+            "{c}: only {} native answers went through it ({covered:?})",
+            count(c)
+        );
     }
 }
