@@ -17,17 +17,19 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 
 /// A runner with `cases` cases from a fixed seed: the same cases on every run, nothing written.
+/// XorShift: as deterministic as ChaCha, and ChaCha built without optimisation (`cargo test`)
+/// took a third of these tests' time.
 fn runner(cases: u32, seed: u8) -> TestRunner {
     let config = Config {
         cases,
-        rng_algorithm: RngAlgorithm::ChaCha,
+        rng_algorithm: RngAlgorithm::XorShift,
         failure_persistence: None,
         max_shrink_iters: 2048,
         ..Config::default()
     };
     TestRunner::new_with_rng(
         config,
-        TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]),
+        TestRng::from_seed(RngAlgorithm::XorShift, &[seed; 16]),
     )
 }
 
@@ -1252,7 +1254,7 @@ fn native_evaluator_agrees_with_jaq_on_generated_expressions() {
     // natively answered evaluations per construct they went through
     let covered = std::cell::RefCell::new(std::collections::BTreeMap::<&str, u32>::new());
     let inputs = prop::collection::vec((input_text(), input_text(), input_text()), 8..=8);
-    runner(384, 3)
+    runner(512, 3)
         .run(&(expr(), inputs), |(e, inputs)| {
             cases.set(cases.get() + 1);
             let src = render_program(&e);
@@ -1344,14 +1346,14 @@ fn native_evaluator_agrees_with_jaq_on_generated_expressions() {
         "def",
     ] {
         assert!(
-            count(c) >= 8,
+            count(c) >= 20,
             "{c}: only {} native answers went through it ({covered:?})",
             count(c)
         );
     }
     for c in OPS.iter().chain(BUILTINS) {
         assert!(
-            count(c) >= 5,
+            count(c) >= 10,
             "{c}: only {} native answers went through it ({covered:?})",
             count(c)
         );
