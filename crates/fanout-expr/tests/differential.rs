@@ -639,6 +639,45 @@ fn json_reader_refuses_what_serde_json_refuses() {
     );
 }
 
+/// Nesting at and around the limits: our reader takes a document exactly when it is at most
+/// `max_depth` deep (`parse_limited`; `parse`: 128, docs/config.md's default `max_depth`, `[]`
+/// being 1 deep). serde_json's recursion limit is one level less: it refuses 128 levels (the
+/// one difference, asserted as such).
+#[test]
+fn json_reader_depth_limit_agrees_with_serde_json() {
+    let shape = prop::collection::vec(any::<bool>(), 1..=140);
+    runner(256, 4)
+        .run(&(shape, 1usize..=200), |(levels, max)| {
+            // each level an array or an object, a value at the bottom
+            let mut text = String::new();
+            for &arr in &levels {
+                text.push_str(if arr { "[" } else { "{\"a\":" });
+            }
+            text.push('1');
+            for &arr in levels.iter().rev() {
+                text.push(if arr { ']' } else { '}' });
+            }
+            let depth = levels.len();
+            let ours = json::parse(text.as_bytes());
+            let theirs = serde_json::from_str::<serde_json::Value>(&text);
+            prop_assert_eq!(ours.is_ok(), depth <= 128, "{} levels", depth);
+            prop_assert_eq!(theirs.is_ok(), depth <= 127, "{} levels", depth);
+            let limited = json::parse_limited(text.as_bytes(), max);
+            prop_assert_eq!(
+                limited.is_ok(),
+                depth <= max,
+                "{} levels, max {}",
+                depth,
+                max
+            );
+            if let Ok(v) = limited {
+                prop_assert_eq!(json::to_string(&v), text);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
 /// Equal values, numbers compared as `f64`.
 fn same_as_f64(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     use serde_json::Value as J;
@@ -795,8 +834,25 @@ const KINDS: &[&[&str]] = &[
         "{k: 2, l: 0}",
     ],
 ];
+/// Strings for `tonumber`: numbers in every spelling, with whitespace around them, and what
+/// only jaq's reader takes (`NaN`, `+1`) or nobody does.
 const NUMBER_TEXTS: &[&str] = &[
-    "\"12\"", "\" 3 \"", "\"1.50\"", "\"1e2\"", "\"-0\"", "\"x\"",
+    "\"12\"",
+    "\" 3 \"",
+    "\"\\t7\\n\"",
+    "\"1.50\"",
+    "\"1e2\"",
+    "\"-0\"",
+    "\"-0.0\"",
+    "\"1e1000\"",
+    "\"18446744073709551615\"",
+    "\"100000000000000000000000\"",
+    "\"x\"",
+    "\"NaN\"",
+    "\"+1\"",
+    "\"1 2\"",
+    "\"01\"",
+    "\"1.\"",
 ];
 
 fn expr() -> impl Strategy<Value = E> {
