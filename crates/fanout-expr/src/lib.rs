@@ -140,26 +140,7 @@ impl Expr {
         hidden: &[&str],
         depth: usize,
     ) -> Result<Expr, CompileError> {
-        let tokens = load::Lexer::new(src).lex().map_err(|errs| {
-            let (expect, at) = errs
-                .into_iter()
-                .next()
-                .map(|(e, at)| (lex_expect(&e, at), span_in(src, at)))
-                .unwrap_or_else(|| ("a valid token".into(), 0));
-            CompileError {
-                message: format!("invalid jq syntax: expected {expect}"),
-                offset: at,
-                hint: None,
-            }
-        })?;
-        let mut used = Vec::new();
-        collect_vars(&tokens, &mut used);
-        let mut vars: Vec<usize> = used
-            .iter()
-            .filter_map(|v| scope.iter().position(|s| *s == &v[1..]))
-            .collect();
-        vars.sort_unstable();
-        vars.dedup();
+        let vars = Self::scope_vars(src, scope)?;
 
         if let Some(n) = load::parse(src, |p| p.term()).and_then(|t| native::from_term(&t, scope)) {
             let fallback = if n.may_fall_back() {
@@ -180,12 +161,58 @@ impl Expr {
         Self::compile_jaq(src, scope, hidden, vars, depth)
     }
 
+    /// The native form of `src` alone, without the interpreted form it falls back to (`None`
+    /// when `src` is not in the native subset): for the differential tests, which compare
+    /// [`Expr::eval_native_only`] with [`Expr::compile_interpreted`] and need not compile jaq
+    /// twice. Its other evaluations would fail where the interpreter should answer.
+    #[doc(hidden)]
+    pub fn compile_native_only(src: &str, scope: &[&str]) -> Result<Option<Expr>, CompileError> {
+        let depth = scan::check(src)?;
+        stacker::maybe_grow(COMPILE_STACK / 2, COMPILE_STACK, || {
+            let vars = Self::scope_vars(src, scope)?;
+            let native = load::parse(src, |p| p.term()).and_then(|t| native::from_term(&t, scope));
+            Ok(native.map(|n| Expr {
+                src: src.into(),
+                kind: Kind::Native(n, None),
+                vars,
+                syntax_depth: depth,
+            }))
+        })
+    }
+
+    /// Indices into `scope` of the variables `src` reads (sorted, unique); a lexing error is
+    /// the compile error.
+    fn scope_vars(src: &str, scope: &[&str]) -> Result<Vec<usize>, CompileError> {
+        let tokens = load::Lexer::new(src).lex().map_err(|errs| {
+            let (expect, at) = errs
+                .into_iter()
+                .next()
+                .map(|(e, at)| (lex_expect(&e, at), span_in(src, at)))
+                .unwrap_or_else(|| ("a valid token".into(), 0));
+            CompileError {
+                message: format!("invalid jq syntax: expected {expect}"),
+                offset: at,
+                hint: None,
+            }
+        })?;
+        let mut used = Vec::new();
+        collect_vars(&tokens, &mut used);
+        let mut vars: Vec<usize> = used
+            .iter()
+            .filter_map(|v| scope.iter().position(|s| *s == &v[1..]))
+            .collect();
+        vars.sort_unstable();
+        vars.dedup();
+        Ok(vars)
+    }
+
     /// Compile for the interpreter even when the native evaluator could handle the expression
     /// (for benchmarks and equivalence tests).
     pub fn compile_interpreted(src: &str, scope: &[&str]) -> Result<Expr, CompileError> {
-        let e = Self::compile(src, scope)?;
+        let depth = scan::check(src)?;
         stacker::maybe_grow(COMPILE_STACK / 2, COMPILE_STACK, || {
-            Self::compile_jaq(src, scope, &[], e.vars, e.syntax_depth)
+            let vars = Self::scope_vars(src, scope)?;
+            Self::compile_jaq(src, scope, &[], vars, depth)
         })
     }
 
@@ -286,6 +313,24 @@ impl Expr {
     /// Whether this expression is evaluated natively (no interpreter).
     pub fn is_native(&self) -> bool {
         matches!(self.kind, Kind::Native(..))
+    }
+
+    /// The native evaluator's own answer, without the interpreter's fallback (for the
+    /// differential tests): `None` when the expression is not native or when this evaluation
+    /// is handed to the interpreter (jq's odd cases, work past `inline_ops`). Default limits.
+    #[doc(hidden)]
+    pub fn eval_native_only(
+        &self,
+        input: &Val,
+        lookup: impl Fn(usize) -> Val,
+    ) -> Option<Result<Val, EvalError>> {
+        match &self.kind {
+            Kind::Native(n, _) => match self.eval_native(n, input, &lookup, None) {
+                Err(e) if e.0 == native::NOT_NATIVE => None,
+                r => Some(r),
+            },
+            Kind::Jaq { .. } => None,
+        }
     }
 
     /// Whether this expression is a plain path such as `$found.ids` (the cheapest native case).
@@ -734,6 +779,14 @@ mod tests {
             "$search.items | tonumber",
             "{n: ($search.f | tonumber)}",
             "$search.items | length",
+            // found by the differential test (tests/differential.rs): an object indexed by a
+            // number is `null` in jaq, and a negated literal is jaq's negation of it
+            ".[0]",
+            "$search[1].id",
+            "{a: $request[-1]}",
+            "-0",
+            "[-0, -1.50, -100000000000000000000, -2.5]",
+            "{a: -0}",
         ];
         for src in cases {
             let native = Expr::compile(src, &scope).unwrap();

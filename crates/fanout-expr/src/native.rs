@@ -213,7 +213,8 @@ fn compile(t: &Term<&str>, cx: &mut Cx) -> Option<Native> {
         },
         Term::Num(n) => Native::Lit(json::parse(n.as_bytes()).ok()?),
         Term::Neg(inner) => match &**inner {
-            Term::Num(n) => Native::Lit(json::parse(format!("-{n}").as_bytes()).ok()?),
+            // the literal's number negated, as jaq does (`-0` is `0`; `-1.50` keeps its text)
+            Term::Num(n) => Native::Lit((-json::parse(n.as_bytes()).ok()?).ok()?),
             _ => Native::Neg(bx(inner, cx)?),
         },
         Term::Str(None, parts) => {
@@ -646,11 +647,13 @@ impl Native {
                     if b.len() > MAX_NATIVE_NUMBER || b.iter().any(|c| *c == b'[' || *c == b'{') {
                         return Err(not_native());
                     }
-                    // jq's `tonumber` is `fromjson` for strings: the same reader; exactly one
-                    // number is ours, anything else (several values, an error) the interpreter's.
-                    let mut values = jaq_json::read::parse_many(&b);
-                    match (values.next(), values.next()) {
-                        (Some(Ok(v @ Val::Num(_))), None) => Ok(v),
+                    // jq's `tonumber` is `fromjson` for strings: exactly one JSON number
+                    // (whitespace around it allowed) is ours, read by the crate's JSON reader,
+                    // whose numbers are `Num::from_literal`'s as the interpreter's are; anything
+                    // else (several values, jq's laxer texts such as `NaN`, an error) is the
+                    // interpreter's.
+                    match json::parse_limited(&b, limits.max_depth) {
+                        Ok(v @ Val::Num(_)) => Ok(v),
                         _ => Err(not_native()),
                     }
                 }
@@ -1113,6 +1116,8 @@ fn walk(v: &Val, segs: &[Seg]) -> Result<Val, EvalError> {
                 Some(x) => cur = x,
                 None => return Ok(Val::Null),
             },
+            // jaq's (the reference's) answer: a JSON object has no number keys (jq 1.7 errors)
+            (Val::Obj(_), Seg::Index(_)) => return Ok(Val::Null),
             (Val::Arr(a), Seg::Index(i)) => {
                 let idx = if *i < 0 {
                     a.len().checked_sub(i.unsigned_abs())
