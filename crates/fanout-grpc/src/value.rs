@@ -21,11 +21,18 @@ use prost_reflect::{
 
 impl MessageCodec {
     /// Protobuf → value (at most `max_depth` levels of objects and arrays).
+    ///
+    /// A message field that occurs more than once (protobuf merges the occurrences: a valid
+    /// encoding, though no encoder writes one) is decoded through `DynamicMessage`.
     pub fn decode_val(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
-        wire::decode(self.plans(), 0, proto, max_depth).map_err(|detail| CodecError::Proto {
-            message: self.name().to_string(),
-            detail,
-        })
+        match wire::decode(self.plans(), 0, proto, max_depth) {
+            Ok(v) => Ok(v),
+            Err(detail) if detail == wire::MERGE => self.decode_val_dynamic(proto, max_depth),
+            Err(detail) => Err(CodecError::Proto {
+                message: self.name().to_string(),
+                detail,
+            }),
+        }
     }
 
     /// Value → protobuf, appended to `out`; a key the type does not have is an error naming it
@@ -194,12 +201,54 @@ fn text(v: &Val) -> Option<&[u8]> {
 
 /// A well-known type (`google.protobuf.*`) from its JSON form (RFC 3339 timestamps, `"1.5s"`,
 /// any JSON for Struct/Value, …), by the serde mapping.
+///
+/// The value goes to serde as a `serde_json::Value`, not as JSON text: serde_json reads a
+/// float's text to the nearest double only with its `float_roundtrip` feature, and without it a
+/// `DoubleValue` (or a Struct's number) could come out one unit in the last place off.
 fn wkt_from_val(desc: &MessageDescriptor, v: &Val) -> Result<DynamicMessage, String> {
-    let mut json = Vec::new();
-    fanout_expr::json::write(v, &mut json);
-    let mut de = serde_json::Deserializer::from_slice(&json);
-    DynamicMessage::deserialize_with_options(desc.clone(), &mut de, &DeserializeOptions::new())
+    DynamicMessage::deserialize_with_options(desc.clone(), to_serde(v), &DeserializeOptions::new())
         .map_err(|e| format!("{}: {e}", desc.full_name()))
+}
+
+/// A value as serde_json's, numbers exactly: what [`fanout_expr::json::write`] writes, read
+/// back without a text parser in between (a non-finite float is `null`, as written).
+fn to_serde(v: &Val) -> serde_json::Value {
+    use serde_json::Value as J;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match v {
+        Val::Null => J::Null,
+        Val::Bool(b) => J::Bool(*b),
+        Val::Num(Num::Int(i)) => J::from(*i as i64),
+        Val::Num(Num::Float(f)) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        Val::Num(n) => {
+            // A big integer or a decimal literal: exact when it is a 64-bit integer, else the
+            // nearest double (Rust's parser is exact).
+            let t = n.to_string();
+            if let Ok(i) = t.parse::<i64>() {
+                J::from(i)
+            } else if let Ok(u) = t.parse::<u64>() {
+                J::from(u)
+            } else {
+                t.parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map_or(J::Null, J::Number)
+            }
+        }
+        Val::TStr(b) | Val::BStr(b) => J::String(text(b)),
+        Val::Arr(a) => J::Array(a.iter().map(to_serde).collect()),
+        Val::Obj(o) => J::Object(
+            o.iter()
+                .map(|(k, x)| {
+                    let k = match k {
+                        Val::TStr(b) | Val::BStr(b) => text(b),
+                        other => fanout_expr::json::to_string(other),
+                    };
+                    (k, to_serde(x))
+                })
+                .collect(),
+        ),
+    }
 }
 
 /// A number's text (integers exactly, whatever their size).
@@ -287,6 +336,9 @@ struct FieldPlan {
     map: Option<MapPlan>,
     list: bool,
     presence: bool,
+    /// The oneof the field is a member of (its index in the message's descriptor), synthetic
+    /// ones (proto3 `optional`) aside.
+    oneof: Option<usize>,
     /// The value of an absent singular field without presence.
     default: Val,
 }
@@ -359,6 +411,10 @@ impl Plans {
                         map,
                         list: f.is_list(),
                         presence: f.supports_presence(),
+                        oneof: f
+                            .containing_oneof()
+                            .filter(|o| !o.is_synthetic())
+                            .and_then(|o| desc.oneofs().position(|x| x.name() == o.name())),
                     });
                 }
             }
@@ -488,9 +544,7 @@ mod wire {
         let mut out = mp.template.clone();
         let mut maps = false;
         while buf.has_remaining() {
-            let key = decode_varint(&mut buf).map_err(|e| e.to_string())?;
-            let number = (key >> 3) as u32;
-            let wt = (key & 7) as u8;
+            let (number, wt) = tag(&mut buf)?;
             let Some(i) = mp.by_number(number) else {
                 skip(wt, &mut buf)?;
                 continue;
@@ -527,7 +581,19 @@ mod wire {
                     list.push(element(plans, &f.kind, f.msg, wt, &mut buf, depth)?);
                 }
             } else {
+                if f.msg.is_some() && !is_unset(slot) {
+                    // The second occurrence of a message field: merged with the first.
+                    return Err(MERGE.into());
+                }
                 *slot = element(plans, &f.kind, f.msg, wt, &mut buf, depth)?;
+                if let Some(o) = f.oneof {
+                    // The last member of a oneof on the wire is the one set.
+                    for (g, (_, other)) in fields.iter().zip(out.iter_mut()) {
+                        if g.oneof == Some(o) && g.number != f.number {
+                            *other = unset();
+                        }
+                    }
+                }
             }
         }
         if maps {
@@ -543,6 +609,9 @@ mod wire {
         }
         Ok(Val::obj(out))
     }
+
+    /// The error [`decode`] stops with at a message field met twice.
+    pub(super) const MERGE: &str = "a message field occurs twice (merged)";
 
     /// The template's value of an absent field with presence: a byte string, which decoding
     /// never makes (strings and bytes decode to text strings).
@@ -683,6 +752,19 @@ mod wire {
         })
     }
 
+    /// A field's key: its number and wire type. Refused as prost refuses it: a key beyond 32
+    /// bits, field number 0.
+    fn tag(buf: &mut &[u8]) -> Result<(u32, u8), String> {
+        let key = varint(buf)?;
+        let Ok(key) = u32::try_from(key) else {
+            return Err(format!("invalid key value: {key}"));
+        };
+        if key >> 3 == 0 {
+            return Err("invalid tag value: 0".into());
+        }
+        Ok((key >> 3, (key & 7) as u8))
+    }
+
     fn varint(buf: &mut &[u8]) -> Result<u64, String> {
         decode_varint(buf).map_err(|e| e.to_string())
     }
@@ -697,10 +779,11 @@ mod wire {
         let mut k = None;
         let mut v = None;
         while b.has_remaining() {
-            let tag = varint(&mut b)?;
-            let (number, wt) = ((tag >> 3) as u32, (tag & 7) as u8);
+            let (number, wt) = tag(&mut b)?;
             match number {
                 1 => k = Some(element(plans, kk, None, wt, &mut b, depth)?),
+                // A message value twice: merged, as a message field met twice.
+                2 if v.is_some() && e.value_msg.is_some() => return Err(MERGE.into()),
                 2 => v = Some(element(plans, vk, e.value_msg, wt, &mut b, depth)?),
                 _ => skip(wt, &mut b)?,
             }

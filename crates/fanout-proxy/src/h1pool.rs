@@ -216,6 +216,9 @@ async fn reap(pool: Weak<H1Pool>, every: Duration) {
 }
 
 #[cfg(test)]
+mod differential;
+
+#[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
     use super::*;

@@ -363,7 +363,7 @@ impl Req {
         self
     }
     /// The `$request` value.
-    fn val(&self) -> fanout_expr::Val {
+    pub fn val(&self) -> fanout_expr::Val {
         request_val(RequestParts {
             method: &self.method,
             path: &self.route,
