@@ -19,8 +19,8 @@
 //! of calls).
 
 use crate::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
-pub use crate::plan::StepWork;
 use crate::plan::{Plan, RoutePlan};
+pub use crate::plan::{StepIo, StepWork};
 use fanout_config::{Config, ConfigErrors};
 use fanout_expr::json;
 use futures_util::future::BoxFuture;
@@ -300,8 +300,8 @@ fn explain_route(
             StepExplain {
                 name: s.name.to_string(),
                 backend: backend_of(cfg, &work),
-                unused_timeout: match &work {
-                    StepWork::Keyed { .. } => step_src.and_then(|s| s.timeout).map(|d| d.0),
+                unused_timeout: match &work.io {
+                    StepIo::Keyed { .. } => step_src.and_then(|s| s.timeout).map(|d| d.0),
                     _ => None,
                 },
                 work,
@@ -340,17 +340,15 @@ fn timeout_of(
     compiled: Duration,
 ) -> Option<Timeout> {
     let backend_timeout = |b: &str| cfg.backends.get(b).and_then(|b| b.timeout);
-    let (value, from) = match work {
-        StepWork::Value | StepWork::Fail { .. } | StepWork::Model { .. } => return None,
-        StepWork::Keyed {
+    let (value, from) = match &work.io {
+        StepIo::None | StepIo::Guard { .. } | StepIo::Compute { .. } => return None,
+        StepIo::Keyed {
             backend, timeout, ..
         } => match backend_timeout(backend) {
             Some(_) => (*timeout, TimeoutFrom::Backend),
             None => (*timeout, TimeoutFrom::Defaults),
         },
-        StepWork::Http { backend, .. }
-        | StepWork::Grpc { backend, .. }
-        | StepWork::Sql { backend, .. } => {
+        StepIo::Calls { backend, .. } => {
             let from = if step.is_some_and(|s| s.timeout.is_some()) {
                 TimeoutFrom::Step
             } else if backend_timeout(backend).is_some() {
@@ -367,35 +365,23 @@ fn timeout_of(
 /// A step's worst case for one round of calls (before the deadline caps it).
 fn worst_case(work: &StepWork, timeout: Option<Timeout>) -> Duration {
     let t = timeout.map(|t| t.value).unwrap_or_default();
-    match work {
-        StepWork::Keyed { window, .. } => window.unwrap_or_default() + t,
+    match &work.io {
+        StepIo::Keyed { window, .. } => window.unwrap_or_default() + t,
         _ => t,
     }
 }
 
 /// The layers of the step's backend that apply to its calls.
 fn backend_of(cfg: &Config, work: &StepWork) -> Option<BackendExplain> {
-    let (name, idempotent, get) = match work {
-        StepWork::Http {
-            backend,
-            method,
-            idempotent,
-        } => (backend, *idempotent, method == "GET" || method == "HEAD"),
-        StepWork::Grpc {
+    let (name, idempotent, get) = match &work.io {
+        StepIo::Calls {
             backend,
             idempotent,
-            safe,
-            ..
-        } => (backend, *idempotent, *safe),
-        StepWork::Sql {
-            backend,
-            read_only,
-            idempotent,
-            ..
-        } => (backend, *idempotent, *read_only),
+            writes,
+        } => (backend, *idempotent, writes.is_none()),
         // Batch lookups are idempotent; values are cached per key whatever the method.
-        StepWork::Keyed { backend, .. } => (backend, true, true),
-        StepWork::Value | StepWork::Fail { .. } | StepWork::Model { .. } => return None,
+        StepIo::Keyed { backend, .. } => (backend, true, true),
+        StepIo::None | StepIo::Guard { .. } | StepIo::Compute { .. } => return None,
     };
     let b = cfg.backends.get(name)?;
     let resilient = b.retry.is_some() || b.hedge.is_some();

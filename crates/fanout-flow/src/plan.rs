@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::call::{FIRST_STEP_SLOT, SLOT_INDEX, SLOT_ITEM, SLOT_REF, SLOT_REQUEST};
-pub use crate::step::StepWork;
+pub use crate::step::{StepIo, StepWork};
 
 /// A compiled config: routes ready to run.
 pub struct Plan {
@@ -123,27 +123,11 @@ pub enum Coalesce {
 /// effects, read-only `sql`, keyed lookups (batch forms are read-only), models, values, guards.
 pub fn first_writer(steps: &[Arc<StepPlan>]) -> Option<(String, String)> {
     steps.iter().find_map(|s| {
-        let what = match s.work() {
-            StepWork::Http {
-                backend, method, ..
-            } if method != "GET" && method != "HEAD" => {
-                format!("an HTTP {method} call to `{backend}`")
-            }
-            StepWork::Grpc {
-                backend,
-                method,
-                safe: false,
-                ..
-            } => format!(
-                "the gRPC method `{method}` of `{backend}`, which may have side effects (its \
-                 .proto does not say `idempotency_level = NO_SIDE_EFFECTS`)"
-            ),
-            StepWork::Sql {
-                backend,
-                read_only: false,
-                ..
-            } => format!("a SQL statement on `{backend}` that is not read-only"),
-            _ => return None,
+        let StepIo::Calls {
+            writes: Some(what), ..
+        } = s.work().io
+        else {
+            return None;
         };
         Some((s.name.to_string(), what))
     })
@@ -216,7 +200,7 @@ impl StepPlan {
                 StatusAction::Pass | StatusAction::Default => None,
             })
             .collect();
-        if let StepWork::Fail { code, .. } = self.work() {
+        if let StepIo::Guard { code, .. } = self.work().io {
             out.push(code.into());
         }
         out

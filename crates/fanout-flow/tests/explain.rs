@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use fanout_config::Config;
-use fanout_flow::explain::{Explanation, StepWork, TimeoutFrom, explain_config};
+use fanout_flow::explain::{Explanation, StepIo, TimeoutFrom, explain_config};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ fn timeouts_name_their_source_and_keyed_lookups_use_the_batch_timeout() {
     assert_eq!(step("orders").timeout.unwrap().from, TimeoutFrom::Step);
     assert_eq!(step("audit").timeout.unwrap().from, TimeoutFrom::Defaults);
     let prices = step("prices");
-    assert!(matches!(prices.work, StepWork::Keyed { max_keys: 50, .. }));
+    assert!(matches!(prices.work.io, StepIo::Keyed { max_keys: 50, .. }));
     assert_eq!(prices.timeout.unwrap().value, Duration::from_millis(100));
     assert_eq!(prices.unused_timeout, Some(Duration::from_millis(10)));
     // A step's worst case never exceeds the deadline; the chain's sum can.

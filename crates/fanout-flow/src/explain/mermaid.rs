@@ -4,7 +4,7 @@
 //! bold, optional steps dashed. Several routes become one subgraph each.
 
 use super::{RouteExplain, StepExplain, fmt_dur};
-use crate::plan::StepWork;
+use crate::plan::StepIo;
 use std::fmt::Write as _;
 
 /// One flowchart for `routes`.
@@ -42,9 +42,9 @@ fn route(out: &mut String, id: &str, r: &RouteExplain) {
     );
     for (i, s) in r.steps.iter().enumerate() {
         let label = label(s);
-        let shape = match s.work {
-            StepWork::Value => format!("(\"{label}\")"),
-            StepWork::Fail { .. } => format!("{{{{\"{label}\"}}}}"),
+        let shape = match s.work.io {
+            StepIo::None => format!("(\"{label}\")"),
+            StepIo::Guard { .. } => format!("{{{{\"{label}\"}}}}"),
             _ => format!("[\"{label}\"]"),
         };
         let _ = writeln!(out, "  {}{shape}", node(i));
@@ -92,29 +92,13 @@ fn route(out: &mut String, id: &str, r: &RouteExplain) {
 /// A step's node text: name, kind, timeout, and what makes it conditional or optional.
 fn label(s: &StepExplain) -> String {
     let mut lines = vec![format!("<b>{}</b>", escape(&s.name))];
-    let kind = match &s.work {
-        StepWork::Http {
-            backend, method, ..
-        } => format!("{method} {backend}"),
-        StepWork::Grpc {
-            backend, method, ..
-        } => format!("gRPC {method} {backend}"),
-        StepWork::Sql { backend, mode, .. } => format!("SQL {mode} {backend}"),
-        StepWork::Keyed {
-            backend, max_keys, ..
-        } => format!("keyed {backend} · batch ≤ {max_keys}"),
-        StepWork::Model {
-            model, kind, width, ..
-        } => format!("model {model} · {kind} · {width} features"),
-        StepWork::Value => "value".to_string(),
-        StepWork::Fail { status, code } => format!("fail {status} {code}"),
-    };
-    lines.push(escape(&kind));
+    let kind = &s.work.label;
+    lines.push(escape(kind));
     if let Some(t) = s.timeout {
         let mut t = format!("timeout {}", fmt_dur(t.value));
-        if let StepWork::Keyed {
+        if let StepIo::Keyed {
             window: Some(w), ..
-        } = s.work
+        } = s.work.io
         {
             let _ = write!(t, " + window {}", fmt_dur(w));
         }
@@ -125,10 +109,8 @@ fn label(s: &StepExplain) -> String {
         flags.push("when".to_string());
     }
     if let Some(c) = s.for_each {
-        flags.push(match s.work {
-            StepWork::Http { .. } | StepWork::Grpc { .. } | StepWork::Sql { .. } => {
-                format!("for_each ×{c}")
-            }
+        flags.push(match s.work.io {
+            StepIo::Calls { .. } => format!("for_each ×{c}"),
             _ => "for_each".to_string(),
         });
     }

@@ -4,7 +4,7 @@
 use super::{
     BackendExplain, HedgeExplain, RouteExplain, StepExplain, Timeout, TimeoutFrom, fmt_dur,
 };
-use crate::plan::{Coalesce, StepWork};
+use crate::plan::{Coalesce, StepIo};
 use std::fmt::Write as _;
 
 /// Every route in `routes`, separated by a blank line.
@@ -81,8 +81,8 @@ fn step(out: &mut String, r: &RouteExplain, s: &StepExplain) {
         line(out, format!("waits for: {}", names.join(", ")));
     }
     if s.conditional {
-        let text = match s.work {
-            StepWork::Fail { .. } => "when: refuses the request only if its condition holds".into(),
+        let text = match s.work.io {
+            StepIo::Guard { .. } => "when: refuses the request only if its condition holds".into(),
             _ => format!(
                 "when: runs only if its condition holds, else its value is {}",
                 s.default
@@ -109,58 +109,15 @@ fn step(out: &mut String, r: &RouteExplain, s: &StepExplain) {
 
 /// The step's kind in a few words.
 fn kind(s: &StepExplain) -> String {
-    let mut k = match &s.work {
-        StepWork::Http {
-            backend, method, ..
-        } => format!("http {method} {backend}"),
-        StepWork::Grpc {
-            backend, method, ..
-        } => format!("grpc {method} on {backend}"),
-        StepWork::Sql {
-            backend,
-            mode,
-            read_only,
-            ..
-        } => format!(
-            "sql ({mode}, {}) on database {backend}",
-            if *read_only { "read-only" } else { "writes" }
-        ),
-        StepWork::Keyed {
-            backend,
-            max_keys,
-            window,
-            ..
-        } => {
-            let mut k = format!("keyed lookup on {backend} (batch calls of ≤ {max_keys} keys");
-            if let Some(w) = window {
-                let _ = write!(
-                    k,
-                    ", keys of concurrent requests collected for {}",
-                    fmt_dur(*w)
-                );
-            }
-            k.push(')');
-            k
-        }
-        StepWork::Model {
-            model,
-            kind,
-            width,
-            version,
-        } => format!(
-            "model {model} ({kind}, {width} features, version {version}) on the compute pool, batched with other requests' rows"
-        ),
-        StepWork::Value => "value (no I/O)".to_string(),
-        StepWork::Fail { status, code } => {
-            format!("fail {status} `{code}` (a guard: starts before the other steps of its round)")
-        }
-    };
-    match (&s.work, s.for_each) {
-        (StepWork::Http { .. } | StepWork::Grpc { .. } | StepWork::Sql { .. }, Some(c)) => {
+    let mut k = s.work.text.clone();
+    match (&s.work.io, s.for_each) {
+        (StepIo::Calls { .. }, Some(c)) => {
             let _ = write!(k, ", one call per for_each element, ≤ {c} in flight");
         }
-        (StepWork::Keyed { .. }, Some(_)) => k.push_str(", one key per for_each element"),
-        (StepWork::Model { .. }, Some(_)) => k.push_str(", one row per for_each element"),
+        (StepIo::Keyed { .. }, Some(_)) => k.push_str(", one key per for_each element"),
+        (StepIo::Compute { per_item }, Some(_)) => {
+            let _ = write!(k, ", one {per_item} per for_each element");
+        }
         (_, Some(_)) => k.push_str(", per for_each element"),
         _ => {}
     }
@@ -171,27 +128,20 @@ fn kind(s: &StepExplain) -> String {
 }
 
 fn timeout(r: &RouteExplain, s: &StepExplain, t: Timeout) -> String {
-    let from = match (&s.work, t.from) {
+    let from = match (s.work.io.backend(), t.from) {
         (_, TimeoutFrom::Step) => "step".to_string(),
-        (
-            StepWork::Http { backend, .. }
-            | StepWork::Grpc { backend, .. }
-            | StepWork::Keyed { backend, .. },
-            TimeoutFrom::Backend,
-        ) => {
-            format!("backend {backend}")
-        }
-        (_, TimeoutFrom::Backend) => "backend".to_string(),
+        (Some(backend), TimeoutFrom::Backend) => format!("backend {backend}"),
+        (None, TimeoutFrom::Backend) => "backend".to_string(),
         (_, TimeoutFrom::Defaults) => "defaults.timeout".to_string(),
     };
-    let per = match s.work {
-        StepWork::Keyed { .. } => "per batch call",
+    let per = match s.work.io {
+        StepIo::Keyed { .. } => "per batch call",
         _ => "per call",
     };
     let mut line = format!("timeout: {} {per} ({from})", fmt_dur(t.value));
-    if let StepWork::Keyed {
+    if let StepIo::Keyed {
         window: Some(w), ..
-    } = s.work
+    } = s.work.io
     {
         let _ = write!(line, ", after the {} window", fmt_dur(w));
     }
@@ -320,11 +270,7 @@ fn critical(out: &mut String, r: &RouteExplain) {
          and hedged copies stay within a call's timeout)"
     );
     if r.critical.iter().any(|&i| {
-        r.steps[i].for_each.is_some()
-            && matches!(
-                r.steps[i].work,
-                StepWork::Http { .. } | StepWork::Grpc { .. }
-            )
+        r.steps[i].for_each.is_some() && matches!(r.steps[i].work.io, StepIo::Calls { .. })
     }) {
         let _ = writeln!(
             out,

@@ -29,9 +29,16 @@ impl StepKind for FailPlan {
     }
 
     fn work(&self) -> StepWork {
-        StepWork::Fail {
-            status: self.status,
-            code: self.code.to_string(),
+        let (status, code) = (self.status, &self.code);
+        StepWork {
+            text: format!(
+                "fail {status} `{code}` (a guard: starts before the other steps of its round)"
+            ),
+            label: format!("fail {status} {code}"),
+            io: super::StepIo::Guard {
+                status,
+                code: code.to_string(),
+            },
         }
     }
 

@@ -45,11 +45,20 @@ impl StepKind for GrpcStep {
     }
 
     fn work(&self) -> StepWork {
-        StepWork::Grpc {
-            backend: self.call.backend_name.to_string(),
-            method: self.method.to_string(),
-            idempotent: self.call.idempotent,
-            safe: self.call.method != Method::POST,
+        let (backend, method) = (&self.call.backend_name, &self.method);
+        StepWork {
+            text: format!("grpc {method} on {backend}"),
+            label: format!("gRPC {method} {backend}"),
+            io: super::StepIo::Calls {
+                backend: backend.to_string(),
+                idempotent: self.call.idempotent,
+                writes: (self.call.method == Method::POST).then(|| {
+                    format!(
+                        "the gRPC method `{method}` of `{backend}`, which may have side effects (its \
+                         .proto does not say `idempotency_level = NO_SIDE_EFFECTS`)"
+                    )
+                }),
+            },
         }
     }
 

@@ -24,10 +24,16 @@ impl StepKind for HttpStep {
     }
 
     fn work(&self) -> StepWork {
-        StepWork::Http {
-            backend: self.0.backend_name.to_string(),
-            method: self.0.method.to_string(),
-            idempotent: self.0.idempotent,
+        let (backend, method) = (&self.0.backend_name, &self.0.method);
+        StepWork {
+            text: format!("http {method} {backend}"),
+            label: format!("{method} {backend}"),
+            io: super::StepIo::Calls {
+                backend: backend.to_string(),
+                idempotent: self.0.idempotent,
+                writes: (method != http::Method::GET && method != http::Method::HEAD)
+                    .then(|| format!("an HTTP {method} call to `{backend}`")),
+            },
         }
     }
 

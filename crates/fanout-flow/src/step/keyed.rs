@@ -24,11 +24,24 @@ impl StepKind for KeyedStep {
     }
 
     fn work(&self) -> StepWork {
-        StepWork::Keyed {
-            backend: self.batch.name.to_string(),
-            max_keys: self.batch.max,
-            window: self.batch.window,
-            timeout: self.batch.timeout,
+        let (backend, max_keys) = (&self.batch.name, self.batch.max);
+        let mut text = format!("keyed lookup on {backend} (batch calls of ≤ {max_keys} keys");
+        if let Some(w) = self.batch.window {
+            text.push_str(&format!(
+                ", keys of concurrent requests collected for {}",
+                crate::explain::fmt_dur(w)
+            ));
+        }
+        text.push(')');
+        StepWork {
+            text,
+            label: format!("keyed {backend} · batch ≤ {max_keys}"),
+            io: super::StepIo::Keyed {
+                backend: backend.to_string(),
+                max_keys,
+                window: self.batch.window,
+                timeout: self.batch.timeout,
+            },
         }
     }
 

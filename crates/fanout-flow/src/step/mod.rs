@@ -188,33 +188,52 @@ pub(crate) fn prepare_calls(
     Ok(Prepared::Calls(reqs))
 }
 
-/// What a step does, as `fanout explain` describes it: its kind and the facts of it that matter
-/// for timing (which backend, which method, how keyed lookups are batched).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepWork {
-    /// An HTTP call (`http: {path}`); one per element with `for_each`.
-    Http {
+/// What a step does, as its kind describes itself ([`StepKind::work`]): everything
+/// `fanout explain`'s renderers and the coalescing check read — they never match on a kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepWork {
+    /// The kind in a few words, for the text renderer: `http GET users`,
+    /// `sql (one, read-only) on database db`, `value (no I/O)`.
+    pub text: String,
+    /// The same, shorter, for a diagram's node: `GET users`, `SQL one db`, `value`.
+    pub label: String,
+    /// What the step does beyond computing: calls, keyed lookups, work on the compute pool, a
+    /// guard, or nothing.
+    pub io: StepIo,
+}
+
+/// The I/O of a step ([`StepWork::io`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepIo {
+    /// None: a value computed from the request and other steps.
+    None,
+    /// Work on the compute pool, batched with other requests' (a model); with `for_each`, one
+    /// `per_item` per element (`row`).
+    Compute {
+        /// What one `for_each` element becomes.
+        per_item: &'static str,
+    },
+    /// A guard ending the request with a client answer when it runs (`fail:`): it starts before
+    /// the other steps of its round.
+    Guard {
+        /// The answer's status.
+        status: u16,
+        /// The answer's `error.code`.
+        code: String,
+    },
+    /// Calls of its own to `backend` (one per element with `for_each`).
+    Calls {
         /// The backend called.
         backend: String,
-        /// The method.
-        method: String,
-        /// Whether the call may be retried, hedged (idempotent) — dedup and caching also need
-        /// GET or HEAD.
+        /// Whether a call may be retried or hedged.
         idempotent: bool,
+        /// What the call may write, when it may (an HTTP POST, a gRPC method with side
+        /// effects, a statement that is not read-only): then dedup, caching and whole-request
+        /// coalescing do not apply. `None`: it only reads.
+        writes: Option<String>,
     },
-    /// A unary gRPC call (`grpc: {method}`); one per element with `for_each`.
-    Grpc {
-        /// The backend called.
-        backend: String,
-        /// `package.Service/Method`.
-        method: String,
-        /// Whether the call may be retried, hedged.
-        idempotent: bool,
-        /// Whether the method has no side effects (dedup and caching apply).
-        safe: bool,
-    },
-    /// A keyed lookup (`http: {key}`) through the backend's batch form: the keys of every step
-    /// starting in the same round are merged into calls of at most `max_keys` keys.
+    /// Keyed lookups through the backend's batch form: the keys of every step starting in the
+    /// same round are merged into calls of at most `max_keys` keys.
     Keyed {
         /// The backend called.
         backend: String,
@@ -225,38 +244,16 @@ pub enum StepWork {
         /// The batch call's timeout (the backend's; a step's own `timeout` does not apply).
         timeout: Duration,
     },
-    /// One SQL statement (`sql:`) on a database; one per element with `for_each`.
-    Sql {
-        /// The database backend.
-        backend: String,
-        /// `one`, `optional`, `many` or `exec`.
-        mode: String,
-        /// Whether the statement only reads (dedup and caching apply).
-        read_only: bool,
-        /// Whether it may be retried.
-        idempotent: bool,
-    },
-    /// An inference of an ONNX model (`model:`) on the compute pool, batched with other
-    /// requests' rows; one row per element with `for_each`.
-    Model {
-        /// The model's name.
-        model: String,
-        /// `classifier` or `regressor` (empty when no version is loaded).
-        kind: String,
-        /// Features per row.
-        width: usize,
-        /// The version serving (its hash).
-        version: String,
-    },
-    /// A value computed from the request and other steps (`value:`); no I/O.
-    Value,
-    /// A guard ending the request with a client answer when it runs (`fail:`).
-    Fail {
-        /// The answer's status.
-        status: u16,
-        /// The answer's `error.code`.
-        code: String,
-    },
+}
+
+impl StepIo {
+    /// The backend the step calls, if any.
+    pub fn backend(&self) -> Option<&str> {
+        match self {
+            StepIo::Calls { backend, .. } | StepIo::Keyed { backend, .. } => Some(backend),
+            _ => None,
+        }
+    }
 }
 
 /// What a kind's compiler works with: the route's compile context, the step's name and scope,

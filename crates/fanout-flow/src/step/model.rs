@@ -51,11 +51,16 @@ struct ModelStep {
 impl StepKind for ModelStep {
     fn work(&self) -> StepWork {
         let v = self.slot.current();
-        StepWork::Model {
-            model: self.slot.name().to_string(),
-            kind: v.as_ref().map_or("", |v| kind_name(v.model.kind())).into(),
-            width: v.as_ref().map_or(0, |v| v.model.input_width()),
-            version: v.as_ref().map(|v| v.hash.clone()).unwrap_or_default(),
+        let model = self.slot.name();
+        let kind = v.as_ref().map_or("", |v| kind_name(v.model.kind()));
+        let width = v.as_ref().map_or(0, |v| v.model.input_width());
+        let version = v.as_ref().map(|v| v.hash.clone()).unwrap_or_default();
+        StepWork {
+            text: format!(
+                "model {model} ({kind}, {width} features, version {version}) on the compute pool, batched with other requests' rows"
+            ),
+            label: format!("model {model} · {kind} · {width} features"),
+            io: super::StepIo::Compute { per_item: "row" },
         }
     }
 

@@ -141,11 +141,21 @@ impl StepKind for SqlStep {
     }
 
     fn work(&self) -> StepWork {
-        StepWork::Sql {
-            backend: self.backend_name.to_string(),
-            mode: mode_name(self.mode).to_string(),
-            read_only: self.read_only,
-            idempotent: self.idempotent,
+        let (backend, mode) = (&self.backend_name, mode_name(self.mode));
+        let reads = if self.read_only {
+            "read-only"
+        } else {
+            "writes"
+        };
+        StepWork {
+            text: format!("sql ({mode}, {reads}) on database {backend}"),
+            label: format!("SQL {mode} {backend}"),
+            io: super::StepIo::Calls {
+                backend: backend.to_string(),
+                idempotent: self.idempotent,
+                writes: (!self.read_only)
+                    .then(|| format!("a SQL statement on `{backend}` that is not read-only")),
+            },
         }
     }
 

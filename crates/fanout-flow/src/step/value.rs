@@ -18,7 +18,11 @@ impl StepKind for ValueStep {
     }
 
     fn work(&self) -> StepWork {
-        StepWork::Value
+        StepWork {
+            text: "value (no I/O)".into(),
+            label: "value".into(),
+            io: super::StepIo::None,
+        }
     }
 
     fn prepare(
