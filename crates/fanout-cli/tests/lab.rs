@@ -35,6 +35,28 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_fanout")
 }
 
+/// A hard link of `from` at `to`, else a copy.
+fn link_or_copy(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).expect("copy the executable");
+    }
+}
+
+/// The `fanout-lab` executable beside `fanout`: `fanout lab` builds it with cargo when it is
+/// missing (`cargo test -p fanout` builds only the gateway), which `fanout lab --help` triggers.
+fn lab_bin() -> PathBuf {
+    let p = Path::new(bin()).with_file_name("fanout-lab");
+    if !p.is_file() {
+        let o = Command::new(bin())
+            .args(["lab", "--help"])
+            .output()
+            .expect("run fanout lab --help");
+        assert!(o.status.success(), "{o:?}");
+    }
+    assert!(p.is_file(), "{} is missing", p.display());
+    p
+}
+
 fn baseline() -> PathBuf {
     let p = Path::new(bin()).with_file_name("hyper-aggregator");
     assert!(
@@ -1625,9 +1647,9 @@ fn lab_builds_a_missing_hyper_baseline_with_cargo() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a directory in the target dir");
     let exe = dir.join("fanout");
-    if std::fs::hard_link(fanout, &exe).is_err() {
-        std::fs::copy(fanout, &exe).expect("copy the fanout binary");
-    }
+    link_or_copy(fanout, &exe);
+    // The lab beside it (`fanout lab` runs it), so only the baseline is missing.
+    link_or_copy(&lab_bin(), &dir.join("fanout-lab"));
     let out = out_dir("build-baseline");
     let o = Command::new(&exe)
         .args(["lab", "product-page", "--targets", "fanout,hyper-baseline"])
@@ -1984,4 +2006,121 @@ fn lab_capacity_given_skips_the_search_and_sets_the_levels() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--capacity must be a positive"));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The gateway package never depends on the lab: the binary that serves traffic does not link
+/// it (issue 47 §3; `fanout lab` runs the `fanout-lab` executable). The lab is a dev-dependency
+/// (these tests use its library), which no binary links.
+#[test]
+fn the_gateway_package_does_not_depend_on_the_lab() {
+    let manifest = include_str!("../Cargo.toml");
+    let mut section = String::new();
+    let mut normal = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+            continue;
+        }
+        // `[dependencies]`, `[target.'cfg(…)'.dependencies]`, `[dependencies.NAME]`
+        let linked = section == "[dependencies]"
+            || section.starts_with("[dependencies.")
+            || (section.starts_with("[target.") && section.ends_with(".dependencies]"));
+        if linked && !line.is_empty() && !line.starts_with('#') {
+            normal.push((section.clone(), line.to_string()));
+        }
+    }
+    assert!(
+        normal.iter().any(|(_, l)| l.starts_with("fanout-proxy")),
+        "the manifest was read: {normal:?}"
+    );
+    let lab: Vec<_> = normal
+        .iter()
+        .filter(|(s, l)| {
+            l.starts_with("fanout-lab") || l.contains("\"fanout-lab\"") || s.contains("fanout-lab")
+        })
+        .collect();
+    assert!(
+        lab.is_empty(),
+        "crates/fanout-cli/Cargo.toml links the lab into the gateway binary: {lab:?}"
+    );
+}
+
+/// `fanout lab ARGS…` runs the `fanout-lab` executable with the arguments as given: its help
+/// under the name `fanout lab`, its refusals and their exit codes.
+#[test]
+fn fanout_lab_runs_the_lab_executable() {
+    lab_bin();
+    let o = Command::new(bin())
+        .args(["lab", "--help"])
+        .output()
+        .expect("run fanout lab --help");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stdout.contains("Usage: fanout lab [OPTIONS] <SCENARIO>")
+            && stdout.contains("hh-vacancies"),
+        "{stdout}"
+    );
+    let out = out_dir("launcher");
+    let o = Command::new(bin())
+        .args(["lab", "no-such-scenario", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fanout lab");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("unknown scenario `no-such-scenario`"),
+        "{stderr}"
+    );
+    let o = Command::new(bin())
+        .args(["lab", "hop", "--trials", "many"])
+        .output()
+        .expect("run fanout lab");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a usage error passes through: {o:?}"
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+/// A `fanout` without `fanout-lab` beside it builds the lab with cargo in its workspace, in its
+/// own profile; `$CARGO` is `false` here (no real build): it says what it builds, then fails
+/// naming the command to run by hand.
+#[test]
+fn fanout_lab_builds_a_missing_lab_with_cargo() {
+    let fanout = Path::new(bin());
+    let Some(target_dir) = fanout
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+    else {
+        panic!("{} is not in a cargo target directory", fanout.display());
+    };
+    let dir = target_dir.join(format!("lab-launch-exe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
+    let exe = dir.join("fanout");
+    link_or_copy(fanout, &exe);
+    let o = Command::new(&exe)
+        .args(["lab", "--help"])
+        .env("CARGO", "false")
+        .output()
+        .expect("run fanout lab");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let Some(announce) = stderr.lines().find(|l| l.starts_with("building the lab")) else {
+        panic!("the launcher says what it builds:\n{stderr}");
+    };
+    // The test's `fanout` is a dev build: so is the lab it builds.
+    assert!(
+        announce.ends_with("cargo build -p fanout-lab"),
+        "{announce}"
+    );
+    assert!(
+        stderr.contains("building the lab failed") && stderr.contains("by hand"),
+        "{stderr}"
+    );
 }

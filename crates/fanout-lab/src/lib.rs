@@ -32,6 +32,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The environment variable through which `fanout lab` (the launcher in the gateway binary)
+/// names the `fanout` executable the lab runs as system under test, stub and load generator.
+pub const FANOUT_BIN_ENV: &str = "FANOUT_LAB_FANOUT_BIN";
+
+/// The environment variable through which `fanout lab` passes the command line the user typed,
+/// for the report's `command` field.
+pub const COMMAND_ENV: &str = "FANOUT_LAB_COMMAND";
+
 /// A trial is invalid when the generator's send lag p99 exceeds this. 2 ms: on a shared 2-core
 /// machine 1 ms flags trials whose latencies (≥ 10 ms here) it barely affects; the lag of every
 /// trial is reported anyway.
