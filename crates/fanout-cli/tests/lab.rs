@@ -31,8 +31,30 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The `fanout` executable; `fanout lab` runs the `fanout-lab` beside it, which this test binary
+/// does not build (`cargo test -p fanout`) and would leave stale: it is built once per test run
+/// (cargo's no-op when it is up to date).
 fn bin() -> &'static str {
+    static FRESH_LAB: std::sync::Once = std::sync::Once::new();
+    FRESH_LAB.call_once(build_lab);
     env!("CARGO_BIN_EXE_fanout")
+}
+
+/// `cargo build [--release] -p fanout-lab` into the target directory of this test's `fanout`.
+fn build_lab() {
+    let fanout = Path::new(env!("CARGO_BIN_EXE_fanout"));
+    let profile_dir = fanout.parent().expect("fanout is in a profile directory");
+    let target_dir = profile_dir.parent().expect("in a target directory");
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .args(["build", "-p", "fanout-lab"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .env("CARGO_TARGET_DIR", target_dir);
+    if profile_dir.file_name() == Some("release".as_ref()) {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("run cargo build -p fanout-lab");
+    assert!(status.success(), "cargo build -p fanout-lab: {status}");
 }
 
 /// A hard link of `from` at `to`, else a copy.
@@ -42,17 +64,9 @@ fn link_or_copy(from: &Path, to: &Path) {
     }
 }
 
-/// The `fanout-lab` executable beside `fanout`: `fanout lab` builds it with cargo when it is
-/// missing (`cargo test -p fanout` builds only the gateway), which `fanout lab --help` triggers.
+/// The `fanout-lab` executable beside `fanout` (built by [`bin`]).
 fn lab_bin() -> PathBuf {
     let p = Path::new(bin()).with_file_name("fanout-lab");
-    if !p.is_file() {
-        let o = Command::new(bin())
-            .args(["lab", "--help"])
-            .output()
-            .expect("run fanout lab --help");
-        assert!(o.status.success(), "{o:?}");
-    }
     assert!(p.is_file(), "{} is missing", p.display());
     p
 }
