@@ -13,6 +13,8 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 # The caches survive between builds (BuildKit); the binary is copied out of the target cache.
+# Only the gateway (`-p fanout`): the load lab is the separate `fanout-lab` binary, not in the
+# image (`fanout lab` in the image says how to build it; docs/ARCHITECTURE.md).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release -p fanout --locked \

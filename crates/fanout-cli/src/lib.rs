@@ -4,6 +4,7 @@
 
 pub mod demo;
 pub mod explain;
+pub mod lab;
 pub mod load;
 
 use fanout_config::{Config, ConfigErrors, VarLookup, env_lookup};

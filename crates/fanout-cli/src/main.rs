@@ -188,58 +188,15 @@ enum Cmd {
         json: Option<String>,
     },
     /// Run a lab scenario against one or more targets and write report.html / report.json.
+    ///
+    /// `fanout lab --help` lists the scenarios and options. The lab is the `fanout-lab`
+    /// executable next to this one, built from the workspace when it is missing; it runs this
+    /// `fanout` as the system under test, stubs and load generator.
+    #[command(disable_help_flag = true)]
     Lab {
-        /// Scenario: hh-vacancies, hh-pools (hh-vacancies at 200 req/s on fanout and Java pools
-        /// of 8, 64, 512, 4096 threads, healthy then the vacancy backend 10× slower),
-        /// product-page, product-page-merging, slow-backend, overload,
-        /// hedging, grpc-aggregate, pool-overload, pg-one-query (these two start their own
-        /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
-        /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
-        /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
-        /// table; takes only --quick and --out), hop (the latency one gateway hop adds: a 1 ms
-        /// stub at 2 000 req/s, directly and through fanout; takes --quick, --trials, --duration
-        /// and --out), seeds (every seed article's scenarios in turn,
-        /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
-        scenario: String,
-        /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
-        /// java-virtual, java-threads-N (both Java pools of N threads), grpc-baseline,
-        /// pg-baseline, antispam-py, or the scenario's variants. Default: the
-        /// scenario's own (overload, pool-overload: fanout,java-threads; hedging:
-        /// no-hedge,hedge; product-page-merging: naive,variant1,variant2; grpc-aggregate:
-        /// fanout,grpc-baseline; pg-one-query: fanout,pg-baseline; parallel-calls:
-        /// fanout,java-blocking,java-virtual; antispam-models: fanout,antispam-py; hh-pools:
-        /// fanout,java-threads-8,java-threads-64,java-threads-512,java-threads-4096; others:
-        /// fanout).
-        #[arg(long, value_delimiter = ',')]
-        targets: Vec<String>,
-        /// Reduced run (< 60 s).
-        #[arg(long)]
-        quick: bool,
-        /// Rounds of interleaved trials (default 3 with --quick, else 5; parallel-calls: 1 with
-        /// --quick, else 3).
-        #[arg(long)]
-        trials: Option<usize>,
-        /// Output directory.
-        #[arg(long, default_value = "lab-out")]
-        out: String,
-        /// The hand-written baseline executable: `hyper-aggregator` (hyper-baseline) or
-        /// `grpc-aggregator` (grpc-baseline). Default: that binary next to this one; when it is
-        /// not there, the lab builds it with `cargo build --release -p PACKAGE` in the workspace
-        /// this binary was built from.
-        #[arg(long)]
-        baseline_bin: Option<String>,
-        /// antispam-models: instead of the interleaved levels, one long run per target at half
-        /// of fanout's capacity, e.g. `10m` (RSS after its warm-up and at the end).
-        #[arg(long)]
-        duration: Option<String>,
-        /// seeds: run only these seed scenarios, comma-separated (default: all of them).
-        #[arg(long, value_delimiter = ',')]
-        scenarios: Vec<String>,
-        /// Skip the capacity search and take this rate (requests per second) as every
-        /// target's capacity: the levels are fractions of it. For a machine whose noise cuts
-        /// the search short; the report says the capacity was given.
-        #[arg(long)]
-        capacity: Option<f64>,
+        /// The lab's arguments, passed on as they are: SCENARIO [--targets …] [--quick] …
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Quick start: example stubs + gateway in one process, with a ready curl line.
     Demo {
@@ -360,6 +317,11 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+        // The lab is a binary of its own: run it (no logs, no runtime here).
+        Cmd::Lab { args } => {
+            let format = (cli.log_format != "text").then_some(cli.log_format.as_str());
+            fanout::lab::launch(args, format)
         }
         cmd => {
             init_logs(&cli.log_format);
@@ -538,151 +500,6 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Lab {
-            scenario,
-            targets,
-            quick,
-            trials,
-            out,
-            baseline_bin,
-            duration,
-            scenarios,
-            capacity,
-        } if scenario == fanout_lab::seeds::NAME => {
-            if !targets.is_empty()
-                || trials.is_some()
-                || baseline_bin.is_some()
-                || duration.is_some()
-                || capacity.is_some()
-            {
-                anyhow::bail!(
-                    "lab seeds takes only --quick, --out and --scenarios (each scenario runs with the targets that answer its article)"
-                );
-            }
-            let exe = std::env::current_exe().context("locating the fanout executable")?;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let opts = fanout_lab::seeds::SeedsOptions {
-                quick,
-                out: out.clone().into(),
-                only: scenarios,
-                fanout_bin: exe,
-                command,
-            };
-            let rep = runtime(None)?.block_on(fanout_lab::seeds::run(opts))?;
-            out!("{}", fanout_lab::seeds::text_summary(&rep));
-            outln!("report: {out}/report.html  {out}/report.json");
-            Ok(())
-        }
-        Cmd::Lab {
-            scenario,
-            targets,
-            quick,
-            trials,
-            out,
-            baseline_bin,
-            duration,
-            scenarios,
-            capacity,
-        } if scenario == fanout_lab::hop::NAME => {
-            if !targets.is_empty()
-                || baseline_bin.is_some()
-                || !scenarios.is_empty()
-                || capacity.is_some()
-            {
-                anyhow::bail!(
-                    "lab hop takes only --quick, --trials, --duration and --out (its two paths are fixed: direct and through fanout)"
-                );
-            }
-            let exe = std::env::current_exe().context("locating the fanout executable")?;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let mut opts =
-                fanout_lab::hop::HopOptions::new(quick, out.clone().into(), exe, command);
-            if let Some(t) = trials {
-                opts.rounds = t.max(1);
-            }
-            if let Some(d) = duration {
-                opts.trial = fanout_load::Schedule::parse(&format!("const(1,{d})"))
-                    .map(|s| s.duration())
-                    .map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))?;
-            }
-            let rep = runtime(None)?.block_on(fanout_lab::hop::run(opts))?;
-            out!("{}", fanout_lab::hop::text_summary(&rep));
-            outln!("report: {out}/report.html  {out}/report.json");
-            Ok(())
-        }
-        Cmd::Lab {
-            scenario,
-            targets,
-            quick,
-            trials,
-            out,
-            baseline_bin,
-            duration,
-            scenarios,
-            capacity,
-        } if scenario == fanout_lab::threads::NAME => {
-            if !targets.is_empty()
-                || trials.is_some()
-                || baseline_bin.is_some()
-                || duration.is_some()
-                || !scenarios.is_empty()
-                || capacity.is_some()
-            {
-                anyhow::bail!(
-                    "lab threads takes only --quick and --out (it runs one Java program, no targets)"
-                );
-            }
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let rep = fanout_lab::threads::run(quick, std::path::Path::new(&out), &command)?;
-            out!("{}", fanout_lab::threads::text_summary(&rep));
-            outln!("report: {out}/report.html  {out}/report.json");
-            Ok(())
-        }
-        Cmd::Lab {
-            scenario,
-            targets,
-            quick,
-            trials,
-            out,
-            baseline_bin,
-            duration,
-            scenarios,
-            capacity,
-        } => {
-            if let Some(c) = capacity
-                && !(c.is_finite() && c > 0.0)
-            {
-                anyhow::bail!("--capacity must be a positive number of requests per second");
-            }
-            if !scenarios.is_empty() {
-                anyhow::bail!("--scenarios is for `fanout lab seeds` only");
-            }
-            let duration = duration
-                .map(|d| {
-                    fanout_load::Schedule::parse(&format!("const(1,{d})"))
-                        .map(|s| s.duration())
-                        .map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))
-                })
-                .transpose()?;
-            let exe = std::env::current_exe().context("locating the fanout executable")?;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let opts = fanout_lab::LabOptions {
-                scenario,
-                targets,
-                quick,
-                out: out.clone().into(),
-                trials,
-                fanout_bin: exe,
-                baseline_bin: baseline_bin.map(Into::into),
-                command,
-                duration,
-                capacity,
-            };
-            let rep = runtime(None)?.block_on(fanout_lab::run(opts))?;
-            out!("{}", fanout_lab::report::text_summary(&rep));
-            outln!("report: {out}/report.html  {out}/report.json");
-            Ok(())
-        }
-        Cmd::Schema { .. } | Cmd::Validate { .. } | Cmd::Explain { .. } => Ok(()),
+        Cmd::Schema { .. } | Cmd::Validate { .. } | Cmd::Explain { .. } | Cmd::Lab { .. } => Ok(()),
     }
 }

@@ -31,8 +31,44 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The `fanout` executable; `fanout lab` runs the `fanout-lab` beside it, which this test binary
+/// does not build (`cargo test -p fanout`) and would leave stale: it is built once per test run
+/// (cargo's no-op when it is up to date).
 fn bin() -> &'static str {
+    static FRESH_LAB: std::sync::Once = std::sync::Once::new();
+    FRESH_LAB.call_once(build_lab);
     env!("CARGO_BIN_EXE_fanout")
+}
+
+/// `cargo build [--release] -p fanout-lab` into the target directory of this test's `fanout`.
+fn build_lab() {
+    let fanout = Path::new(env!("CARGO_BIN_EXE_fanout"));
+    let profile_dir = fanout.parent().expect("fanout is in a profile directory");
+    let target_dir = profile_dir.parent().expect("in a target directory");
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .args(["build", "-p", "fanout-lab"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .env("CARGO_TARGET_DIR", target_dir);
+    if profile_dir.file_name() == Some("release".as_ref()) {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("run cargo build -p fanout-lab");
+    assert!(status.success(), "cargo build -p fanout-lab: {status}");
+}
+
+/// A hard link of `from` at `to`, else a copy.
+fn link_or_copy(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).expect("copy the executable");
+    }
+}
+
+/// The `fanout-lab` executable beside `fanout` (built by [`bin`]).
+fn lab_bin() -> PathBuf {
+    let p = Path::new(bin()).with_file_name("fanout-lab");
+    assert!(p.is_file(), "{} is missing", p.display());
+    p
 }
 
 fn baseline() -> PathBuf {
@@ -1625,9 +1661,9 @@ fn lab_builds_a_missing_hyper_baseline_with_cargo() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a directory in the target dir");
     let exe = dir.join("fanout");
-    if std::fs::hard_link(fanout, &exe).is_err() {
-        std::fs::copy(fanout, &exe).expect("copy the fanout binary");
-    }
+    link_or_copy(fanout, &exe);
+    // The lab beside it (`fanout lab` runs it), so only the baseline is missing.
+    link_or_copy(&lab_bin(), &dir.join("fanout-lab"));
     let out = out_dir("build-baseline");
     let o = Command::new(&exe)
         .args(["lab", "product-page", "--targets", "fanout,hyper-baseline"])
@@ -1984,4 +2020,121 @@ fn lab_capacity_given_skips_the_search_and_sets_the_levels() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--capacity must be a positive"));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The gateway package never depends on the lab: the binary that serves traffic does not link
+/// it (issue 47 §3; `fanout lab` runs the `fanout-lab` executable). The lab is a dev-dependency
+/// (these tests use its library), which no binary links.
+#[test]
+fn the_gateway_package_does_not_depend_on_the_lab() {
+    let manifest = include_str!("../Cargo.toml");
+    let mut section = String::new();
+    let mut normal = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+            continue;
+        }
+        // `[dependencies]`, `[target.'cfg(…)'.dependencies]`, `[dependencies.NAME]`
+        let linked = section == "[dependencies]"
+            || section.starts_with("[dependencies.")
+            || (section.starts_with("[target.") && section.ends_with(".dependencies]"));
+        if linked && !line.is_empty() && !line.starts_with('#') {
+            normal.push((section.clone(), line.to_string()));
+        }
+    }
+    assert!(
+        normal.iter().any(|(_, l)| l.starts_with("fanout-proxy")),
+        "the manifest was read: {normal:?}"
+    );
+    let lab: Vec<_> = normal
+        .iter()
+        .filter(|(s, l)| {
+            l.starts_with("fanout-lab") || l.contains("\"fanout-lab\"") || s.contains("fanout-lab")
+        })
+        .collect();
+    assert!(
+        lab.is_empty(),
+        "crates/fanout-cli/Cargo.toml links the lab into the gateway binary: {lab:?}"
+    );
+}
+
+/// `fanout lab ARGS…` runs the `fanout-lab` executable with the arguments as given: its help
+/// under the name `fanout lab`, its refusals and their exit codes.
+#[test]
+fn fanout_lab_runs_the_lab_executable() {
+    lab_bin();
+    let o = Command::new(bin())
+        .args(["lab", "--help"])
+        .output()
+        .expect("run fanout lab --help");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stdout.contains("Usage: fanout lab [OPTIONS] <SCENARIO>")
+            && stdout.contains("hh-vacancies"),
+        "{stdout}"
+    );
+    let out = out_dir("launcher");
+    let o = Command::new(bin())
+        .args(["lab", "no-such-scenario", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fanout lab");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("unknown scenario `no-such-scenario`"),
+        "{stderr}"
+    );
+    let o = Command::new(bin())
+        .args(["lab", "hop", "--trials", "many"])
+        .output()
+        .expect("run fanout lab");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a usage error passes through: {o:?}"
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+/// A `fanout` without `fanout-lab` beside it builds the lab with cargo in its workspace, in its
+/// own profile; `$CARGO` is `false` here (no real build): it says what it builds, then fails
+/// naming the command to run by hand.
+#[test]
+fn fanout_lab_builds_a_missing_lab_with_cargo() {
+    let fanout = Path::new(bin());
+    let Some(target_dir) = fanout
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+    else {
+        panic!("{} is not in a cargo target directory", fanout.display());
+    };
+    let dir = target_dir.join(format!("lab-launch-exe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
+    let exe = dir.join("fanout");
+    link_or_copy(fanout, &exe);
+    let o = Command::new(&exe)
+        .args(["lab", "--help"])
+        .env("CARGO", "false")
+        .output()
+        .expect("run fanout lab");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let Some(announce) = stderr.lines().find(|l| l.starts_with("building the lab")) else {
+        panic!("the launcher says what it builds:\n{stderr}");
+    };
+    // The test's `fanout` is a dev build: so is the lab it builds.
+    assert!(
+        announce.ends_with("cargo build -p fanout-lab"),
+        "{announce}"
+    );
+    assert!(
+        stderr.contains("building the lab failed") && stderr.contains("by hand"),
+        "{stderr}"
+    );
 }

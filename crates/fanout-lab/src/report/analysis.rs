@@ -1,16 +1,17 @@
 //! Analysis: the recorded trials → per-target summaries. Medians with min–max over interleaved
 //! trials, per-phase figures and recovery of an overload run, per-route figures of a
-//! slow-backend run, merged latency of hedging trials; then the scenario's acceptance lines
-//! (`Mode::acceptance`, with the scenario) and the report.
+//! slow-backend run, merged latency of hedging trials; then the report (the runner adds the
+//! scenario's acceptance lines: `crate::scenario::accept`).
 
 use super::max_rate::max_rate_reason;
 use super::{
     Direct, HedgingSummary, LabReport, Level, Phase, Recovery, RoutePhase, RouteSummary, Stat,
     TargetSummary,
 };
+use crate::model::Trial;
+use crate::model::{Mode, Scenario};
 use crate::procstat::ProcSample;
-use crate::scenario::{Mode, Scenario};
-use crate::{LabOptions, RECOVERED_SUCCESS, Trial};
+use crate::{LabOptions, RECOVERED_SUCCESS};
 use fanout_load::hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 
@@ -63,13 +64,11 @@ pub fn build(
         }
         targets.insert(name.clone(), summary);
     }
-    warnings.extend(scenario.mode.acceptance_warnings(&targets));
     if matches!(scenario.mode, Mode::Compare | Mode::CompareAt { .. })
         && scenario.variants.is_empty()
     {
         warnings.extend(unequal_work(&targets));
     }
-    let acceptance = scenario.mode.acceptance(&targets, &opts.targets);
     LabReport {
         version: 3,
         scenario: scenario.name.into(),
@@ -82,7 +81,8 @@ pub fn build(
         slo_p99_ms: scenario.slo_p99_ms,
         direct,
         targets,
-        acceptance,
+        // The scenario's own lines, added by the runner (`crate::scenario::accept`).
+        acceptance: Vec::new(),
         trials,
         timelines,
         warnings,

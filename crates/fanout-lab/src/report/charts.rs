@@ -1,7 +1,7 @@
 //! The HTML report's SVG charts, one function per chart.
 
 use super::LabReport;
-use crate::Trial;
+use crate::model::Trial;
 use crate::procstat::ProcSample;
 use crate::svg::{Series, line_chart};
 

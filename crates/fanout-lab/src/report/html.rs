@@ -3,9 +3,8 @@
 
 use super::charts::charts;
 use super::format::{f, recovery_text};
-use super::{ClosedCell, LabReport, Stat};
-use crate::Trial;
-use crate::scenario::article_row;
+use super::{ClosedCell, ClosedLoopReport, LabReport, Stat};
+use crate::model::{Trial, article_row};
 use crate::svg::esc;
 use std::fmt::Write;
 
@@ -16,7 +15,7 @@ pub fn html(rep: &LabReport, json: &str) -> String {
     if rep.closed_loop.is_some() {
         closed_loop_tables(&mut h, rep);
     } else if let Some(p) = &rep.pools {
-        crate::pools::html(&mut h, p);
+        super::pools::html(&mut h, p);
     } else {
         summary_table(&mut h, rep);
     }
@@ -357,36 +356,7 @@ fn closed_loop_tables(h: &mut String, rep: &LabReport) {
         h.push_str("</tr>");
     }
     h.push_str("</table>");
-    // The article's rows beside ours.
-    h.push_str("<p>The article (seed 002, JMH, avg ms per operation ± its error; sync = blocking calls — parallel ones on a pool sized by the CPU count; async = Kotlin coroutines):</p><table class=\"closed\"><tr><th></th><th>sequential: sync</th><th>async</th><th>parallel: sync</th><th>async</th></tr>");
-    let mut differ = false;
-    for c in &clients {
-        if let Some((a, same)) = article_row(rep.cpus, *c) {
-            differ |= !same;
-            // As published: one decimal.
-            let pm = |v: (f64, f64)| format!("{:.1} ± {:.1}", v.0, v.1);
-            let _ = write!(
-                h,
-                "<tr><td>article: {} core{} / {} JMH thread{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                a.cores,
-                if a.cores == 1 { "" } else { "s" },
-                a.clients,
-                if a.clients == 1 { "" } else { "s" },
-                pm(a.sequential_sync),
-                pm(a.sequential_async),
-                pm(a.parallel_sync),
-                pm(a.parallel_async)
-            );
-        }
-    }
-    h.push_str("</table>");
-    if differ {
-        let _ = write!(
-            h,
-            "<p class=\"warn\">The cores differ: this machine has {} CPUs, the article has no such row; its 2-core rows are shown.</p>",
-            rep.cpus
-        );
-    }
+    article_rows(h, rep, &clients);
     // Every cell in detail.
     h.push_str("<h3>Every cell (all rounds)</h3><table class=\"small\"><tr><th>route / clients / target</th><th>operations</th><th>ops/s</th><th>mean ms ± error</th><th>iterations</th><th>p50 ms</th><th>p99 ms</th><th>errors</th><th>stub calls / op</th><th>CPU ms / op (target)</th><th>CPU ms / op (stub)</th><th>CPU ms / op (clients)</th><th>machine busy (others)</th><th>threads max</th><th>RSS max MB</th></tr>");
     for route in &routes {
@@ -437,6 +407,45 @@ fn closed_loop_tables(h: &mut String, rep: &LabReport) {
         }
         h.push_str("</ul>");
     }
+    closed_rounds_table(h, cl);
+}
+
+/// The article's rows (seed 002) beside ours, one per client count run.
+fn article_rows(h: &mut String, rep: &LabReport, clients: &[usize]) {
+    // The article's rows beside ours.
+    h.push_str("<p>The article (seed 002, JMH, avg ms per operation ± its error; sync = blocking calls — parallel ones on a pool sized by the CPU count; async = Kotlin coroutines):</p><table class=\"closed\"><tr><th></th><th>sequential: sync</th><th>async</th><th>parallel: sync</th><th>async</th></tr>");
+    let mut differ = false;
+    for c in clients {
+        if let Some((a, same)) = article_row(rep.cpus, *c) {
+            differ |= !same;
+            // As published: one decimal.
+            let pm = |v: (f64, f64)| format!("{:.1} ± {:.1}", v.0, v.1);
+            let _ = write!(
+                h,
+                "<tr><td>article: {} core{} / {} JMH thread{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                a.cores,
+                if a.cores == 1 { "" } else { "s" },
+                a.clients,
+                if a.clients == 1 { "" } else { "s" },
+                pm(a.sequential_sync),
+                pm(a.sequential_async),
+                pm(a.parallel_sync),
+                pm(a.parallel_async)
+            );
+        }
+    }
+    h.push_str("</table>");
+    if differ {
+        let _ = write!(
+            h,
+            "<p class=\"warn\">The cores differ: this machine has {} CPUs, the article has no such row; its 2-core rows are shown.</p>",
+            rep.cpus
+        );
+    }
+}
+
+/// Every round of every closed-loop cell.
+fn closed_rounds_table(h: &mut String, cl: &ClosedLoopReport) {
     h.push_str("<h3>Every round</h3><table><tr><th>#</th><th>target</th><th>route</th><th>clients</th><th>round</th><th>ops</th><th>mean ms</th><th>p50 ms</th><th>p99 ms</th><th>errors</th><th>stub calls / op</th><th>CPU ms / op</th><th>threads</th><th>RSS MB</th></tr>");
     for (i, r) in cl.runs.iter().enumerate() {
         let _ = write!(
@@ -567,7 +576,7 @@ fn models_tables(h: &mut String, rep: &LabReport) {
         h.push_str("</table>");
     }
     for (name, t) in &m.targets {
-        let lat = crate::antispam::model_latencies(&t.model_status);
+        let lat = super::models::model_latencies(&t.model_status);
         if !lat.is_empty() {
             let _ = write!(
                 h,

@@ -2,7 +2,8 @@
 //! every capacity-search step was flagged, or no valid step met the SLO — with the causes and
 //! figures that say which.
 
-use crate::{LAG_THRESHOLD, Trial};
+use crate::LAG_THRESHOLD;
+use crate::model::Trial;
 
 /// What flagged `flagged` (trials with `valid == false`), grouped by cause: `generator behind
 /// schedule (lag p99 4.1 ms > 2 ms)`, `requests left unsent …`, else the generator's own words.

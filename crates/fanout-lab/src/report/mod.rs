@@ -7,9 +7,12 @@
 //! - `max_rate.rs` — why a target has no measured capacity;
 //! - `html.rs` — the HTML page, `charts.rs` — its SVG charts;
 //! - `text.rs` — the text summary the CLI prints;
-//! - `format.rs` — number and recovery wording shared by the renderers and the acceptance lines.
+//! - `format.rs` — number and recovery wording shared by the renderers and the acceptance lines;
+//! - `models.rs` — the `antispam-models` part (`models`), `pools.rs` the `hh-pools` part (`pools`).
 //!
-//! What each scenario accepts lives with the scenario (`crate::scenario`, `Mode::acceptance`).
+//! What each scenario accepts lives with the scenario (`crate::scenario`, `Mode::acceptance`);
+//! the runner adds those lines to the report. Nothing here imports a scenario module: the report
+//! reads the scenario's description from `crate::model`.
 
 mod analysis;
 mod charts;
@@ -17,6 +20,8 @@ mod closed_loop;
 pub(crate) mod format;
 mod html;
 mod max_rate;
+pub mod models;
+pub mod pools;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -26,7 +31,7 @@ pub use closed_loop::{ERROR_METHOD as CLOSED_ERROR_METHOD, attach_closed_loop, t
 pub use html::html;
 pub use text::text_summary;
 
-use crate::Trial;
+use crate::model::Trial;
 use crate::procstat::ProcSample;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -406,7 +411,7 @@ pub struct ClosedLoopReport {
     /// Targets that were asked for (or are the default) but did not run, and why.
     pub not_run: BTreeMap<String, String>,
     /// The article's table.
-    pub article: Vec<crate::scenario::ArticleRow>,
+    pub article: Vec<crate::model::ArticleRow>,
     /// Every cell of every round, in the order run.
     pub runs: Vec<ClosedRun>,
 }
@@ -456,10 +461,10 @@ pub struct LabReport {
     pub closed_loop: Option<ClosedLoopReport>,
     /// The models run (`antispam-models`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub models: Option<crate::antispam::ModelsReport>,
+    pub models: Option<models::ModelsReport>,
     /// The pools run (`hh-pools`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pools: Option<crate::pools::PoolsReport>,
+    pub pools: Option<pools::PoolsReport>,
 }
 
 /// Write `report.json` and `report.html` into `dir`.

@@ -12,10 +12,10 @@ pub fn text_summary(rep: &LabReport) -> String {
         closed_loop_lines(&mut s, rep);
     }
     if let Some(m) = &rep.models {
-        s.push_str(&crate::antispam::text(m));
+        s.push_str(&super::models::text(m));
     }
     if let Some(p) = &rep.pools {
-        s.push_str(&crate::pools::text(p));
+        s.push_str(&super::pools::text(p));
     }
     let own_lines = rep.closed_loop.is_none() && rep.models.is_none() && rep.pools.is_none();
     for (name, t) in rep.targets.iter().filter(|_| own_lines) {
@@ -99,7 +99,7 @@ fn closed_loop_lines(s: &mut String, rep: &LabReport) {
     }
     let clients: std::collections::BTreeSet<usize> = cl.runs.iter().map(|r| r.clients).collect();
     for c in clients {
-        if let Some((a, same)) = crate::scenario::article_row(rep.cpus, c) {
+        if let Some((a, same)) = crate::model::article_row(rep.cpus, c) {
             let _ = writeln!(
                 s,
                 "article, {} cores{} / {} JMH thread(s): sequential sync {} ± {}, async {} ± {}; parallel sync {} ± {}, async {} ± {} ms",

@@ -6,7 +6,7 @@
 //! The acceptance lines (issue 24) are computed with the run's models report
 //! (`crate::antispam::acceptance`).
 
-use super::{Grpc, Mode, Models, Scenario};
+use crate::model::{Grpc, Mode, Models, Scenario};
 
 /// The scenario's `.proto` file: its name in the run directory, and its text.
 pub const ANTISPAM_PROTO: (&str, &str) = (

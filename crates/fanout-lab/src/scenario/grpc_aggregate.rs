@@ -5,7 +5,7 @@
 //! target, fanout's CPU per request within 1.5× of the baseline's, is read off the report; see
 //! docs/benchmarks.md).
 
-use super::{Grpc, Mode, Scenario};
+use crate::model::{Grpc, Mode, Scenario};
 
 /// The scenario's `.proto` file: its name in the run directory, and its text.
 pub const GRPC_PROTO: (&str, &str) = (

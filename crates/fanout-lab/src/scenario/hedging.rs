@@ -3,7 +3,7 @@
 //! What the scenario accepts, per target other than `no-hedge`: p99 ≥ 50 % lower than
 //! `no-hedge`'s at ≤ 10 % extra backend calls.
 
-use super::{Mode, Scenario, id_requests};
+use crate::model::{Mode, Scenario, id_requests};
 use crate::report::format::f;
 use crate::report::{Acceptance, TargetSummary};
 use std::collections::BTreeMap;
@@ -42,7 +42,7 @@ pub(super) fn scenario() -> Scenario {
 
 /// The acceptance line of target `name` against `no-hedge` (none for `no-hedge` itself, or
 /// without merged hedging figures of both).
-pub(super) fn acceptance(
+pub(crate) fn acceptance(
     name: &str,
     t: &TargetSummary,
     targets: &BTreeMap<String, TargetSummary>,

@@ -5,7 +5,7 @@
 //! result (`crate::pools`).
 
 use super::hh_vacancies::HH_STUBS;
-use super::{Mode, Pools, Scenario};
+use crate::model::{Mode, Pools, Scenario};
 use fanout_load::RequestTemplate;
 
 /// The example's gateway config with in-flight dedup off on both backends (equal work).
@@ -54,11 +54,6 @@ pub(super) fn scenario() -> Scenario {
         database: None,
         default_targets: &POOL_TARGETS,
     }
-}
-
-/// The phases, in order: (name, the vacancy route's latency in ms).
-pub fn pools_phases(p: &Pools) -> [(&'static str, f64); 2] {
-    [("healthy", p.base_ms), ("slow", p.base_ms * p.factor)]
 }
 
 #[cfg(test)]

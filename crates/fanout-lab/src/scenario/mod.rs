@@ -1,241 +1,49 @@
 //! Built-in scenarios: the examples' flows under load, compared across targets.
 //!
-//! This file holds what every scenario is made of (`Scenario`, `Mode`), the list of built-in
-//! ones and the one interface through which the report asks what a scenario accepts
-//! (`Mode::acceptance`). Each scenario has its own module: its definition, and the acceptance
-//! criteria it checks on a run, if any (`overload.rs`, `slow_backend.rs`, `hedging.rs`). Their
+//! This file holds the list of built-in scenarios (what each is made of, `Scenario` and `Mode`,
+//! is in the leaf `crate::model`). Each scenario has its own module: its definition, and the
+//! acceptance criteria it checks on a run, if any (`overload.rs`, `slow_backend.rs`,
+//! `hedging.rs`, which the mode's `Measure` implementation adds to the report). Their
 //! configs are in `../scenarios/` and `../variants/`. A gRPC scenario (`grpc_aggregate.rs`)
 //! carries its `.proto` files and messages in [`Grpc`]: its requests are built once the files
 //! are written next to the configs ([`Scenario::prepare`]).
 
 mod antispam_models;
 mod grpc_aggregate;
-mod hedging;
+pub(crate) mod hedging;
 mod hh_pools;
 mod hh_vacancies;
 mod n_plus_one;
-mod overload;
+pub(crate) mod overload;
 mod parallel_calls;
 mod pg_one_query;
 mod pool_overload;
 mod product_page;
 mod product_page_merging;
-mod slow_backend;
+pub(crate) mod slow_backend;
 
 pub use antispam_models::{ANTISPAM_GATEWAY, ANTISPAM_PROTO};
 pub use grpc_aggregate::{GRPC_GATEWAY, GRPC_PROTO, GRPC_STUBS};
 pub use hedging::{HEDGE_OFF, HEDGE_ON, HEDGE_STUBS};
-pub use hh_pools::{POOL_TARGETS, POOLS_GATEWAY, pools_phases};
+pub use hh_pools::{POOL_TARGETS, POOLS_GATEWAY};
 pub use n_plus_one::{
     N_PLUS_ONE_GATEWAY, N_PLUS_ONE_STUBS, coalescing_config, distinct_requests, identical_requests,
 };
 pub use overload::{OVERLOAD_GATEWAY, OVERLOAD_STUBS};
-pub use parallel_calls::{
-    ARTICLE, ArticleRow, CALLS, PARALLEL_GATEWAY, PARALLEL_STUBS, article_row,
-};
+pub use parallel_calls::{CALLS, PARALLEL_GATEWAY, PARALLEL_STUBS};
 pub use pg_one_query::{PG_ONE_GATEWAY, PG_ONE_SCHEMA};
 pub use pool_overload::{POOL_GATEWAY, POOL_SCHEMA};
 pub use slow_backend::{SLOW_GATEWAY, SLOW_STUBS, slow_backend_phases};
 
-use crate::report::{Acceptance, TargetSummary};
-use fanout_load::{Protocol, RequestTemplate};
-use std::collections::BTreeMap;
+// What a scenario is made of lives in the leaf `crate::model` (the report reads it too).
+pub use crate::model::{
+    ARTICLE, ArticleRow, ClosedLoop, Database, Grpc, Mode, Models, Pools, RouteLoad, Scenario,
+    SlowBackend, article_row, pools_phases,
+};
+use fanout_load::RequestTemplate;
 use std::path::{Path, PathBuf};
 
-/// What a scenario measures.
-#[derive(Debug, Clone)]
-pub enum Mode {
-    /// Capacity search per target, then interleaved fixed-rate trials at fractions of capacity.
-    Compare,
-    /// [`Mode::Compare`], plus an interleaved trial per target and round at a fixed offered
-    /// `rate` (phase `fixed-rate`) before the two levels (`--quick`: at most the 80 % level).
-    CompareAt {
-        /// Offered rate, req/s.
-        rate: f64,
-    },
-    /// Capacity search, then one continuous run per target: 0.5× of its capacity, a ramp to 3×,
-    /// 3×, then `tail`× — goodput, rejections, accepted latency per phase and time to recover.
-    Overload {
-        /// The rate of the last phase, as a fraction of capacity (0.7 for `overload`, 0.5 for
-        /// `pool-overload`: back to where it started).
-        tail: f64,
-        /// Seconds after the drop within which full service must be back (acceptance).
-        recover_s: f64,
-    },
-    /// Capacity search, then fixed rate (half of capacity) over several routes at once while one
-    /// stub route is normal, `factor`× slower, failing (503), normal again.
-    SlowBackend(SlowBackend),
-    /// No capacity search: interleaved fixed-rate trials (ABBA) of every target at `rate`;
-    /// reports p50/p99/p99.9 and backend calls per request.
-    Hedging {
-        /// Offered rate, req/s.
-        rate: f64,
-    },
-    /// No capacity search, no open-model load: `clients` closed-loop clients per cell (each sends
-    /// its next request when the previous answer arrived, on its own keep-alive connection), for
-    /// every route × client count × target, interleaved (ABBA across targets) over rounds; mean
-    /// ms per operation ± error, percentiles, CPU per operation, threads, RSS.
-    ClosedLoop(ClosedLoop),
-    /// Models swapped while they serve (`antispam-models`): a capacity search per target (the
-    /// SLO is p99 < 10 ms), then interleaved fixed-rate trials at the baseline's capacity and at
-    /// half and all of fanout's; a model file replaced every `swap_every_s` the whole time;
-    /// `connections` client connections opened before every trial (see `crate::antispam`).
-    Models(Models),
-    /// One fixed rate for every target (`hh-pools`), no capacity search: interleaved trials
-    /// (ABBA) of every target with the stub route healthy, then `factor`× slower; /proc sampled
-    /// during each trial (threads and RSS at their peak), and after each trial the lab waits
-    /// until the target's backend calls stop (a queue left behind drains before the next trial).
-    Pools(Pools),
-}
-
-/// The `hh-pools` mode (see [`Mode::Pools`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Pools {
-    /// Stub service that becomes slower.
-    pub service: &'static str,
-    /// Route key at that stub (`GET /vacancies/{id}`).
-    pub route: &'static str,
-    /// Its normal latency, ms.
-    pub base_ms: f64,
-    /// Slowdown factor of the `slow` phase.
-    pub factor: f64,
-    /// Offered rate of every trial, req/s.
-    pub rate: f64,
-}
-
-/// The `antispam-models` mode (see [`Mode::Models`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Models {
-    /// Seconds between two replacements of the swapped model's file.
-    pub swap_every_s: f64,
-    /// The same with `--quick` (a short run still sees swaps).
-    pub quick_swap_every_s: f64,
-    /// Client connections (gRPC), opened before every trial and used in turn.
-    pub connections: usize,
-}
-
-/// The closed-loop mode (`parallel-calls`): the routes driven and how many clients drive them.
-#[derive(Debug, Clone)]
-pub struct ClosedLoop {
-    /// (name, path) of each route, `GET`.
-    pub routes: &'static [(&'static str, &'static str)],
-    /// Client counts, one cell each.
-    pub clients: &'static [usize],
-    /// Stub calls every operation makes; an answer is correct when its `count` is this.
-    pub calls_per_op: u64,
-    /// The stub service the calls go to.
-    pub service: &'static str,
-    /// One call's path at that service, for the floor the lab measures directly.
-    pub call_path: &'static str,
-}
-
-/// The `slow-backend` mode: which stub route changes, and the routes measured separately.
-#[derive(Debug, Clone)]
-pub struct SlowBackend {
-    /// Stub service that changes.
-    pub service: &'static str,
-    /// Route key at that stub (`GET /reviews/{id}`).
-    pub route: &'static str,
-    /// Its normal latency, ms.
-    pub base_ms: f64,
-    /// Slowdown factor of the `slow` phase.
-    pub factor: f64,
-    /// The gateway routes, each driven by its own generator at the same time.
-    pub routes: Vec<RouteLoad>,
-}
-
-/// One gateway route under load, measured on its own.
-#[derive(Debug, Clone)]
-pub struct RouteLoad {
-    /// Short name (`A`, `B`).
-    pub name: &'static str,
-    /// What it calls.
-    pub about: &'static str,
-    /// Requests sent (round robin).
-    pub requests: Vec<RequestTemplate>,
-    /// The route's deadline, ms.
-    pub deadline_ms: f64,
-    /// Whether the route calls the stub route that changes.
-    pub uses_changed: bool,
-}
-
-/// A scenario: stubs, the gateway config, the requests and what to measure.
-#[derive(Debug, Clone)]
-pub struct Scenario {
-    /// Name on the command line.
-    pub name: &'static str,
-    /// One-line description.
-    pub about: &'static str,
-    /// `fanout stub` config (addresses as `${NAME_ADDR}`).
-    pub stubs: &'static str,
-    /// `fanout serve` config.
-    pub gateway: &'static str,
-    /// Requests sent (round robin).
-    pub requests: Vec<RequestTemplate>,
-    /// What to measure.
-    pub mode: Mode,
-    /// Latency SLO used by the capacity search (p99, ms).
-    pub slo_p99_ms: f64,
-    /// The stub calls on the flow's critical path, for the "direct" baseline: (service, path).
-    pub critical_path: Vec<(&'static str, &'static str)>,
-    /// Extra targets: other `fanout serve` configs of the same flow, by name.
-    pub variants: Vec<(&'static str, String)>,
-    /// The hand-written baselines that serve this scenario's routes: `hyper-baseline` and
-    /// `java-threads` implement the examples' two flows (and `java-threads` `pool-overload`'s),
-    /// `grpc-baseline` the `grpc-aggregate` flow, `pg-baseline` `pg-one-query`'s; none serve the
-    /// others.
-    pub baselines: &'static [&'static str],
-    /// Targets when none are given.
-    pub default_targets: &'static [&'static str],
-    /// A gRPC scenario: its requests are unary gRPC calls (`requests` is empty until
-    /// [`Scenario::prepare`] builds them from the `.proto` files), sent over h2c.
-    pub grpc: Option<Grpc>,
-    /// A scenario with a database: the lab starts a PostgreSQL cluster, runs `schema` in it and
-    /// gives the targets `DB_URL` and `DB_JDBC_URL`.
-    pub database: Option<Database>,
-}
-
-/// A scenario's database (see [`Scenario::database`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Database {
-    /// SQL run once in database `postgres` before the targets start: tables and their data.
-    pub schema: &'static str,
-}
-
-/// What a gRPC scenario needs besides its configs.
-#[derive(Debug, Clone)]
-pub struct Grpc {
-    /// `.proto` files written next to the configs (their `protos: {files: [...]}` name them
-    /// relative to the config's directory): (file name, text).
-    pub protos: &'static [(&'static str, &'static str)],
-    /// The method every request calls, `package.Service/Method`.
-    pub method: &'static str,
-    /// The request messages as JSON (proto3 JSON mapping), sent round robin.
-    pub messages: Vec<String>,
-    /// The stub calls on the flow's critical path for the direct baseline, made one after the
-    /// other over h2c: (service, `package.Service/Method`, JSON message).
-    pub critical_path: Vec<(&'static str, &'static str, &'static str)>,
-}
-
 impl Scenario {
-    /// How the load generator talks to the targets: gRPC (h2c) for a gRPC scenario, else
-    /// HTTP/1.1.
-    pub fn protocol(&self) -> Protocol {
-        if self.grpc.is_some() {
-            Protocol::Grpc
-        } else {
-            Protocol::Http1
-        }
-    }
-
-    /// The files besides the configs a run writes into its directory: (file name, text).
-    pub fn files(&self) -> Vec<(&'static str, &'static str)> {
-        self.grpc
-            .as_ref()
-            .map(|g| g.protos.to_vec())
-            .unwrap_or_default()
-    }
-
     /// Write [`Scenario::files`] into `dir` (which exists), and a models scenario's models into
     /// `dir/models/`; returns the paths of the files.
     pub fn write_files(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
@@ -281,14 +89,6 @@ impl Scenario {
     }
 }
 
-/// `GET {path}?id=N` for 64 different ids from `first`, so concurrent requests rarely make
-/// identical calls (fanout's in-flight dedup would merge those).
-fn id_requests(path: &str, first: u32) -> Vec<RequestTemplate> {
-    (first..first + 64)
-        .map(|i| RequestTemplate::get(format!("{path}?id={i}")))
-        .collect()
-}
-
 /// Names of the built-in scenarios.
 pub const NAMES: [&str; 14] = [
     "hh-vacancies",
@@ -310,7 +110,7 @@ pub const NAMES: [&str; 14] = [
 /// Scenarios with their own entry point instead of a [`Scenario`] (no stubs, targets or load):
 /// `threads`, HeadHunter's thread benchmark ([`crate::threads::run`]); `seeds`, every seed
 /// article's scenarios in turn ([`crate::seeds::run`]).
-pub const OWN_ENTRY: [&str; 2] = [crate::threads::NAME, crate::seeds::NAME];
+pub const OWN_ENTRY: [&str; 2] = ["threads", "seeds"];
 
 /// Look up a built-in scenario.
 pub fn builtin(name: &str) -> Option<Scenario> {
@@ -349,51 +149,15 @@ pub fn configs(s: &Scenario) -> Vec<(String, String)> {
     out
 }
 
-impl Mode {
-    /// The acceptance lines (the product's acceptance criteria) this mode's scenario checks on a
-    /// run, for each target in `order`: the `overload`, `slow-backend` and `hedging` scenarios
-    /// have some, the comparisons none.
-    pub(crate) fn acceptance(
-        &self,
-        targets: &BTreeMap<String, TargetSummary>,
-        order: &[String],
-    ) -> Vec<Acceptance> {
-        let mut out = Vec::new();
-        for name in order {
-            let Some(t) = targets.get(name) else { continue };
-            match self {
-                Mode::Overload { recover_s, .. } => {
-                    out.extend(overload::acceptance(name, t, *recover_s))
-                }
-                Mode::SlowBackend(_) => out.extend(slow_backend::acceptance(name, t)),
-                Mode::Hedging { .. } => out.extend(hedging::acceptance(name, t, targets)),
-                // Computed with the run's models report (`crate::antispam::acceptance`).
-                Mode::Compare
-                | Mode::CompareAt { .. }
-                | Mode::ClosedLoop(_)
-                | Mode::Models(_)
-                | Mode::Pools(_) => {}
-            }
-        }
-        out
-    }
-
-    /// Reasons this run's acceptance lines may not mean much (an overload phase that did not
-    /// overload its target), for the report's warnings.
-    pub(crate) fn acceptance_warnings(
-        &self,
-        targets: &BTreeMap<String, TargetSummary>,
-    ) -> Vec<String> {
-        match self {
-            Mode::Overload { .. } => overload::warnings(targets),
-            _ => vec![],
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fanout_load::Protocol;
+
+    #[test]
+    fn the_own_entries_are_those_modules_names() {
+        assert_eq!(OWN_ENTRY, [crate::threads::NAME, crate::seeds::NAME]);
+    }
 
     #[test]
     fn every_scenario_is_complete() {
@@ -433,7 +197,7 @@ mod tests {
                 assert!(
                     *t == "fanout"
                         || (s.baselines.contains(t) && crate::TARGETS.contains(t))
-                        || crate::pool_target_available(&s, t)
+                        || crate::targets::pool_target_available(&s, t)
                         || s.variants.iter().any(|(n, _)| n == t),
                     "{name}: default target {t} is not available"
                 );

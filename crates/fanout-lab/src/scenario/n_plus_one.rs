@@ -13,7 +13,7 @@
 //! line of its own. Each fanout target's `/__fanout/status` at the end of the run is written to
 //! `DIR/NAME.status.json` (`coalesce`: flow runs and coalesced requests).
 
-use super::{Mode, Scenario};
+use crate::model::{Mode, Scenario};
 use bytes::Bytes;
 use fanout_load::RequestTemplate;
 use http::Method;

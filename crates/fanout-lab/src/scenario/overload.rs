@@ -6,7 +6,8 @@
 //! - rejections at 3× answered at once (p99 ≤ 10 ms), rather than timeouts or errors;
 //! - after the drop to 0.7×: ≥ 99.9 % success per second within 10 s, and staying there.
 
-use super::{Mode, Scenario};
+use super::hh_vacancies::hh_requests;
+use crate::model::{Mode, Scenario};
 use crate::report::format::{f, pct};
 use crate::report::{Acceptance, Phase, Recovery, TargetSummary};
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ pub(super) fn scenario() -> Scenario {
         about: "hh-vacancies with a search backend of fixed capacity (4 at once, like a pool of 4 connections), offered 0.5× → 3× of each target's measured capacity, then 0.7×; fanout with adaptive admission control",
         stubs: OVERLOAD_STUBS,
         gateway: OVERLOAD_GATEWAY,
-        requests: super::hh_vacancies::hh_requests(),
+        requests: hh_requests(),
         mode: Mode::Overload {
             tail: 0.7,
             recover_s: 10.0,
@@ -42,7 +43,7 @@ pub(super) fn scenario() -> Scenario {
 }
 
 /// The acceptance lines of target `name` (none without its 0.5× and 3× phases).
-pub(super) fn acceptance(name: &str, t: &TargetSummary, recover_s: f64) -> Vec<Acceptance> {
+pub(crate) fn acceptance(name: &str, t: &TargetSummary, recover_s: f64) -> Vec<Acceptance> {
     let phase = |n: &str| t.phases.iter().find(|p| p.name == n);
     let (Some(low), Some(high)) = (phase("0.5x"), phase("3x")) else {
         return vec![];
@@ -160,7 +161,7 @@ fn recovery(name: &str, t: &TargetSummary, r: &Recovery, within_s: f64) -> Accep
 
 /// Targets whose 3× phase did not overload them (the capacity search stopped early): their
 /// acceptance lines are not meaningful in this run.
-pub(super) fn warnings(targets: &BTreeMap<String, TargetSummary>) -> Vec<String> {
+pub(crate) fn warnings(targets: &BTreeMap<String, TargetSummary>) -> Vec<String> {
     let mut out = Vec::new();
     for (name, t) in targets {
         let (Some(cap), Some(high)) = (t.max_rate, t.phases.iter().find(|p| p.name == "3x")) else {

@@ -3,7 +3,7 @@
 //! PostgreSQL with an indexed lookup (the database's cost is small and the same for both), compared
 //! interleaved like `hh-vacancies`.
 
-use super::{Database, Mode, Scenario};
+use crate::model::{Database, Mode, Scenario};
 use fanout_load::RequestTemplate;
 
 /// The fanout config.

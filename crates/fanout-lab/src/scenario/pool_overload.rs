@@ -7,7 +7,7 @@
 //! blocking JDBC through a pool of 4 with a 1 s connection wait. The acceptance lines are the
 //! `overload` scenario's (goodput at 3×, accepted p99, rejections at once, recovery).
 
-use super::{Database, Mode, Scenario};
+use crate::model::{Database, Mode, Scenario};
 use fanout_load::RequestTemplate;
 
 /// The fanout config.

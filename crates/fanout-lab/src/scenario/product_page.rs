@@ -1,7 +1,7 @@
 //! `product-page`: Leroy Merlin's product page (examples/product-page), compared across targets.
 //! No acceptance lines: the comparison is the result.
 
-use super::{Mode, Scenario};
+use crate::model::{Mode, Scenario};
 use bytes::Bytes;
 use fanout_load::RequestTemplate;
 use http::Method;

@@ -2,7 +2,7 @@
 //! vs automatic batching (variant 1) vs merged main+recommended calls (variant 2). No acceptance
 //! lines: the comparison is the result.
 
-use super::{Mode, Scenario};
+use crate::model::{Mode, Scenario};
 use bytes::Bytes;
 use fanout_load::RequestTemplate;
 use http::Method;

@@ -6,7 +6,7 @@
 //! - a route that does: while the backend is slow / failing, ≥ 99.9 % answered, every answer
 //!   within the route's deadline, ≥ 99 % of them with the default.
 
-use super::{Mode, RouteLoad, Scenario, SlowBackend, id_requests};
+use crate::model::{Mode, RouteLoad, Scenario, SlowBackend, id_requests};
 use crate::report::format::{f, pct};
 use crate::report::{Acceptance, RoutePhase, RouteSummary, TargetSummary};
 use fanout_load::RequestTemplate;
@@ -85,7 +85,7 @@ pub fn slow_backend_phases(sb: &SlowBackend) -> Vec<(&'static str, serde_json::V
 }
 
 /// The acceptance lines of target `name`: one per route that has a normal phase.
-pub(super) fn acceptance(name: &str, t: &TargetSummary) -> Vec<Acceptance> {
+pub(crate) fn acceptance(name: &str, t: &TargetSummary) -> Vec<Acceptance> {
     let mut out = Vec::new();
     for r in &t.routes {
         let Some(normal) = r.phases.iter().find(|p| p.name == "normal") else {

@@ -9,10 +9,10 @@
 //! (coordinated omission by design). That is what the article measured — time per operation at a
 //! given concurrency — and the figures are reported as such, never as a capacity.
 
+use crate::model::{ARTICLE, ClosedLoop, LabError};
 use crate::procstat::{self, ProcSample};
-use crate::report::{ClosedRun, Floor};
-use crate::scenario::ClosedLoop;
-use crate::{Lab, LabError};
+use crate::report::{self, ClosedRun, Floor, LabReport};
+use crate::runner::{Caps, Fut, Lab, Measure, order};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Empty};
@@ -219,201 +219,236 @@ fn machine_jiffies() -> Option<(u64, u64)> {
     Some((total.saturating_sub(idle), total))
 }
 
-impl Lab {
-    /// Every cell of every round, then nothing else: no capacity search, no open-model load.
-    pub(crate) async fn closed_loop(&mut self, cl: &ClosedLoop) -> Result<(), LabError> {
-        // The JVM's JIT compiles the hot paths during the first thousands of requests: the Java
-        // targets get the lab's JVM warm-up (as java-threads does), split over the routes at the
-        // highest client count; the others a short one.
-        let most = cl.clients.iter().copied().max().unwrap_or(1);
-        for ti in 0..self.targets.len() {
-            let secs = if self.targets[ti].name.starts_with("java-") {
-                self.plan.jvm_warmup_s
-            } else {
-                1.0
-            };
-            for (_, path) in cl.routes {
-                let conns = (0..most)
-                    .map(|_| Conn::new(self.targets[ti].addr))
-                    .collect();
-                let per_route = secs / cl.routes.len().max(1) as f64;
-                drive(conns, path, per_route, cl.calls_per_op).await;
-            }
-        }
-        let rounds = self.closed_rounds();
-        let cells: Vec<(&str, &str, usize)> = cl
-            .routes
-            .iter()
-            .flat_map(|(name, path)| cl.clients.iter().map(move |c| (*name, *path, *c)))
-            .collect();
-        for round in 0..rounds {
-            for (ci, (route, path, clients)) in cells.iter().enumerate() {
-                // A B, B A, … within each cell; the next cell and the next round start the other
-                // way round.
-                for ti in crate::order(self.targets.len(), round + ci) {
-                    self.closed_cell(ti, round, route, path, *clients, cl.calls_per_op)
-                        .await?;
-                }
-            }
-        }
-        Ok(())
+/// [`crate::model::Mode::ClosedLoop`].
+pub(crate) struct ClosedLoopRun(pub(crate) ClosedLoop);
+
+impl Measure for ClosedLoopRun {
+    /// A closed-loop scenario warms up and measures in its own way: no capacity search.
+    fn open_model(&self) -> bool {
+        false
     }
 
-    /// Rounds of a closed-loop run: `--trials`, else 1 (quick) or 3.
-    pub(crate) fn closed_rounds(&self) -> usize {
-        self.opts
-            .trials
-            .unwrap_or(if self.opts.quick { 1 } else { 3 })
-            .max(1)
+    fn measure<'a>(&'a self, lab: &'a mut Lab, _caps: &'a Caps) -> Fut<'a, Result<(), LabError>> {
+        Box::pin(closed_loop(lab, &self.0))
     }
 
-    /// One cell: warm-up, then the measured window (stub counters reset, `/proc` read before and
-    /// after, the target sampled every 100 ms for threads and RSS).
-    async fn closed_cell(
-        &mut self,
-        ti: usize,
-        round: usize,
-        route: &str,
-        path: &str,
-        clients: usize,
-        calls: u64,
-    ) -> Result<(), LabError> {
-        let (warmup_s, measure_s) = self.plan.closed;
-        let addr = self.targets[ti].addr;
-        let pid = self.targets[ti].proc.pid().unwrap_or(0);
-        let stub_pid = self.stubs.proc.as_ref().and_then(|p| p.pid());
-        let conns: Vec<Conn> = (0..clients).map(|_| Conn::new(addr)).collect();
-        let (conns, _) = drive(conns, path, warmup_s, calls).await;
-        self.stubs.reset().await?;
-        let t_start = self.t0.elapsed().as_secs_f64();
-        let me = std::process::id();
-        let cpu = |pid: u32| procstat::cpu_total_us(pid).unwrap_or(0);
-        let (target0, stub0, lab0) = (cpu(pid), stub_pid.map(cpu), cpu(me));
-        let ctx0 = procstat::sample(pid).unwrap_or_default().ctx_switches;
-        let machine0 = machine_jiffies();
-        let sampler = procstat::Sampler::start(pid, Duration::from_millis(100));
-        let (_, w) = drive(conns, path, measure_s, calls).await;
-        let samples: Vec<ProcSample> = sampler.finish();
-        let after = procstat::sample(pid).unwrap_or_default();
-        let (target1, stub1, lab1) = (cpu(pid), stub_pid.map(cpu), cpu(me));
-        let machine1 = machine_jiffies();
-        let (stub_calls, _) = self.stubs.totals().await?;
-        let ops = w.ops.len() as u64;
-        // The machine's busy share, and the part of it that was neither the target, the stub nor
-        // the clients (another tenant, the idle targets): (busy %, others %).
-        let ours_us = target1.saturating_sub(target0)
-            + stub0.zip(stub1).map_or(0, |(a, b)| b.saturating_sub(a))
-            + lab1.saturating_sub(lab0);
-        let busy = machine0.zip(machine1).and_then(|((b0, t0), (b1, t1))| {
-            let total = t1.checked_sub(t0).filter(|t| *t > 0)? as f64;
-            let busy = b1.saturating_sub(b0) as f64;
-            let ours = ours_us as f64 * procstat::clock_ticks() as f64 / 1e6;
-            Some((
-                busy * 100.0 / total,
-                ((busy - ours) * 100.0 / total).max(0.0),
-            ))
-        });
-        let per_op = |d: u64| d as f64 / 1000.0 / ops.max(1) as f64;
-        let mut lat: Vec<u64> = w.ops.iter().map(|o| o.latency_us).collect();
-        lat.sort_unstable();
-        let pick = |q: f64| {
-            lat.get(((lat.len() as f64 - 1.0) * q).round() as usize)
-                .map_or(0.0, |v| *v as f64 / 1000.0)
-        };
-        let errors = w.ops.iter().filter(|o| !o.ok).count() as u64;
-        let run = ClosedRun {
-            target: self.targets[ti].name.clone(),
-            route: route.to_string(),
-            clients,
-            round,
-            t_start,
-            measure_s,
-            elapsed_s: w.elapsed_s,
-            ops,
-            errors,
-            error_kinds: w.error_kinds,
-            first_error: w.first_error,
-            ops_per_s: ops as f64 / w.elapsed_s.max(1e-9),
-            mean_ms: if lat.is_empty() {
-                0.0
-            } else {
-                lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1000.0
-            },
-            p50_ms: pick(0.5),
-            p99_ms: pick(0.99),
-            max_ms: pick(1.0),
-            iterations_ms: iteration_means(&w.ops, measure_s),
-            cpu_ms_per_op: per_op(target1.saturating_sub(target0)),
-            stub_calls,
-            stub_calls_per_op: stub_calls as f64 / ops.max(1) as f64,
-            stub_cpu_ms_per_op: stub0.zip(stub1).map(|(a, b)| per_op(b.saturating_sub(a))),
-            lab_cpu_ms_per_op: per_op(lab1.saturating_sub(lab0)),
-            machine_busy_pct: busy.map(|(busy, _)| busy),
-            others_busy_pct: busy.map(|(_, others)| others),
-            ctx_switches_per_op: after.ctx_switches.saturating_sub(ctx0) as f64 / ops.max(1) as f64,
-            threads_max: samples
-                .iter()
-                .map(|s| s.threads)
-                .chain([after.threads])
-                .max()
-                .unwrap_or(0),
-            rss_max_mb: samples
-                .iter()
-                .map(|s| s.rss_bytes)
-                .chain([after.rss_bytes])
-                .max()
-                .unwrap_or(0) as f64
-                / 1e6,
-            latencies_us: lat,
-        };
-        tracing::info!(target = %run.target, route, clients, round, ops = run.ops, mean_ms = run.mean_ms, errors = run.errors, cpu_ms_per_op = run.cpu_ms_per_op, "closed-loop cell");
-        self.closed_runs.push(run);
-        Ok(())
-    }
-
-    /// The floor: one stub call made by the lab itself, closed loop on one keep-alive connection
-    /// (after a warm-up). Sequential: `calls` × its mean; parallel: one call. `None` when a call
-    /// fails or the service is unknown.
-    pub(crate) async fn closed_floor(&self, cl: &ClosedLoop) -> Option<Floor> {
-        let addr = self
-            .stubs
-            .services
-            .iter()
-            .find(|(s, _)| s == cl.service)
-            .map(|(_, a)| *a)?;
-        let mut conn = Conn::new(addr);
-        let secs = if self.opts.quick { 1.0 } else { 5.0 };
-        let mut lat = Vec::new();
-        let warm_until = Instant::now() + Duration::from_millis(300);
-        while Instant::now() < warm_until {
-            conn.get(cl.call_path).await.ok()?;
-        }
-        let end = Instant::now() + Duration::from_secs_f64(secs);
-        while Instant::now() < end {
-            let t = Instant::now();
-            let (status, _) = conn.get(cl.call_path).await.ok()?;
-            if status != 200 {
-                return None;
-            }
-            lat.push(t.elapsed().as_secs_f64() * 1000.0);
-        }
-        lat.sort_by(f64::total_cmp);
-        let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
-        let pick = |q: f64| {
-            lat.get(((lat.len() as f64 - 1.0) * q).round() as usize)
-                .copied()
-                .unwrap_or(0.0)
-        };
-        Some(Floor {
-            path: format!("{} {}", cl.service, cl.call_path),
-            calls: lat.len() as u64,
-            one_call_mean_ms: mean,
-            one_call_p50_ms: pick(0.5),
-            one_call_p99_ms: pick(0.99),
-            sequential_ms: mean * cl.calls_per_op as f64,
-            parallel_ms: mean,
+    fn targets_stopped<'a>(&'a self, lab: &'a mut Lab) -> Fut<'a, ()> {
+        Box::pin(async move {
+            lab.floor = closed_floor(lab, &self.0).await;
         })
     }
+
+    fn report(&self, lab: &mut Lab, rep: &mut LabReport) {
+        let (warmup_s, measure_s) = lab.plan.closed;
+        report::attach_closed_loop(
+            rep,
+            report::ClosedLoopReport {
+                warmup_s,
+                measure_s,
+                iteration_s: ITERATION_S,
+                rounds: closed_rounds(lab),
+                calls_per_op: self.0.calls_per_op,
+                error_method: report::CLOSED_ERROR_METHOD.to_string(),
+                floor: lab.floor.take(),
+                jvm: std::mem::take(&mut lab.jvm),
+                not_run: std::mem::take(&mut lab.not_run),
+                article: ARTICLE.to_vec(),
+                runs: std::mem::take(&mut lab.closed_runs),
+            },
+        );
+    }
+}
+
+/// Every cell of every round, then nothing else: no capacity search, no open-model load.
+async fn closed_loop(lab: &mut Lab, cl: &ClosedLoop) -> Result<(), LabError> {
+    // The JVM's JIT compiles the hot paths during the first thousands of requests: the Java
+    // targets get the lab's JVM warm-up (as java-threads does), split over the routes at the
+    // highest client count; the others a short one.
+    let most = cl.clients.iter().copied().max().unwrap_or(1);
+    for ti in 0..lab.targets.len() {
+        let secs = if lab.targets[ti].name.starts_with("java-") {
+            lab.plan.jvm_warmup_s
+        } else {
+            1.0
+        };
+        for (_, path) in cl.routes {
+            let conns = (0..most).map(|_| Conn::new(lab.targets[ti].addr)).collect();
+            let per_route = secs / cl.routes.len().max(1) as f64;
+            drive(conns, path, per_route, cl.calls_per_op).await;
+        }
+    }
+    let rounds = closed_rounds(lab);
+    let cells: Vec<(&str, &str, usize)> = cl
+        .routes
+        .iter()
+        .flat_map(|(name, path)| cl.clients.iter().map(move |c| (*name, *path, *c)))
+        .collect();
+    for round in 0..rounds {
+        for (ci, (route, path, clients)) in cells.iter().enumerate() {
+            // A B, B A, … within each cell; the next cell and the next round start the other
+            // way round.
+            for ti in order(lab.targets.len(), round + ci) {
+                closed_cell(lab, ti, round, route, path, *clients, cl.calls_per_op).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rounds of a closed-loop run: `--trials`, else 1 (quick) or 3.
+fn closed_rounds(lab: &Lab) -> usize {
+    lab.opts
+        .trials
+        .unwrap_or(if lab.opts.quick { 1 } else { 3 })
+        .max(1)
+}
+
+/// One cell: warm-up, then the measured window (stub counters reset, `/proc` read before and
+/// after, the target sampled every 100 ms for threads and RSS).
+async fn closed_cell(
+    lab: &mut Lab,
+    ti: usize,
+    round: usize,
+    route: &str,
+    path: &str,
+    clients: usize,
+    calls: u64,
+) -> Result<(), LabError> {
+    let (warmup_s, measure_s) = lab.plan.closed;
+    let addr = lab.targets[ti].addr;
+    let pid = lab.targets[ti].proc.pid().unwrap_or(0);
+    let stub_pid = lab.stubs.proc.as_ref().and_then(|p| p.pid());
+    let conns: Vec<Conn> = (0..clients).map(|_| Conn::new(addr)).collect();
+    let (conns, _) = drive(conns, path, warmup_s, calls).await;
+    lab.stubs.reset().await?;
+    let t_start = lab.t0.elapsed().as_secs_f64();
+    let me = std::process::id();
+    let cpu = |pid: u32| procstat::cpu_total_us(pid).unwrap_or(0);
+    let (target0, stub0, lab0) = (cpu(pid), stub_pid.map(cpu), cpu(me));
+    let ctx0 = procstat::sample(pid).unwrap_or_default().ctx_switches;
+    let machine0 = machine_jiffies();
+    let sampler = procstat::Sampler::start(pid, Duration::from_millis(100));
+    let (_, w) = drive(conns, path, measure_s, calls).await;
+    let samples: Vec<ProcSample> = sampler.finish();
+    let after = procstat::sample(pid).unwrap_or_default();
+    let (target1, stub1, lab1) = (cpu(pid), stub_pid.map(cpu), cpu(me));
+    let machine1 = machine_jiffies();
+    let (stub_calls, _) = lab.stubs.totals().await?;
+    let ops = w.ops.len() as u64;
+    // The machine's busy share, and the part of it that was neither the target, the stub nor
+    // the clients (another tenant, the idle targets): (busy %, others %).
+    let ours_us = target1.saturating_sub(target0)
+        + stub0.zip(stub1).map_or(0, |(a, b)| b.saturating_sub(a))
+        + lab1.saturating_sub(lab0);
+    let busy = machine0.zip(machine1).and_then(|((b0, t0), (b1, t1))| {
+        let total = t1.checked_sub(t0).filter(|t| *t > 0)? as f64;
+        let busy = b1.saturating_sub(b0) as f64;
+        let ours = ours_us as f64 * procstat::clock_ticks() as f64 / 1e6;
+        Some((
+            busy * 100.0 / total,
+            ((busy - ours) * 100.0 / total).max(0.0),
+        ))
+    });
+    let per_op = |d: u64| d as f64 / 1000.0 / ops.max(1) as f64;
+    let mut lat: Vec<u64> = w.ops.iter().map(|o| o.latency_us).collect();
+    lat.sort_unstable();
+    let pick = |q: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * q).round() as usize)
+            .map_or(0.0, |v| *v as f64 / 1000.0)
+    };
+    let errors = w.ops.iter().filter(|o| !o.ok).count() as u64;
+    let run = ClosedRun {
+        target: lab.targets[ti].name.clone(),
+        route: route.to_string(),
+        clients,
+        round,
+        t_start,
+        measure_s,
+        elapsed_s: w.elapsed_s,
+        ops,
+        errors,
+        error_kinds: w.error_kinds,
+        first_error: w.first_error,
+        ops_per_s: ops as f64 / w.elapsed_s.max(1e-9),
+        mean_ms: if lat.is_empty() {
+            0.0
+        } else {
+            lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1000.0
+        },
+        p50_ms: pick(0.5),
+        p99_ms: pick(0.99),
+        max_ms: pick(1.0),
+        iterations_ms: iteration_means(&w.ops, measure_s),
+        cpu_ms_per_op: per_op(target1.saturating_sub(target0)),
+        stub_calls,
+        stub_calls_per_op: stub_calls as f64 / ops.max(1) as f64,
+        stub_cpu_ms_per_op: stub0.zip(stub1).map(|(a, b)| per_op(b.saturating_sub(a))),
+        lab_cpu_ms_per_op: per_op(lab1.saturating_sub(lab0)),
+        machine_busy_pct: busy.map(|(busy, _)| busy),
+        others_busy_pct: busy.map(|(_, others)| others),
+        ctx_switches_per_op: after.ctx_switches.saturating_sub(ctx0) as f64 / ops.max(1) as f64,
+        threads_max: samples
+            .iter()
+            .map(|s| s.threads)
+            .chain([after.threads])
+            .max()
+            .unwrap_or(0),
+        rss_max_mb: samples
+            .iter()
+            .map(|s| s.rss_bytes)
+            .chain([after.rss_bytes])
+            .max()
+            .unwrap_or(0) as f64
+            / 1e6,
+        latencies_us: lat,
+    };
+    tracing::info!(target = %run.target, route, clients, round, ops = run.ops, mean_ms = run.mean_ms, errors = run.errors, cpu_ms_per_op = run.cpu_ms_per_op, "closed-loop cell");
+    lab.closed_runs.push(run);
+    Ok(())
+}
+
+/// The floor: one stub call made by the lab itself, closed loop on one keep-alive connection
+/// (after a warm-up). Sequential: `calls` × its mean; parallel: one call. `None` when a call
+/// fails or the service is unknown.
+async fn closed_floor(lab: &Lab, cl: &ClosedLoop) -> Option<Floor> {
+    let addr = lab
+        .stubs
+        .services
+        .iter()
+        .find(|(s, _)| s == cl.service)
+        .map(|(_, a)| *a)?;
+    let mut conn = Conn::new(addr);
+    let secs = if lab.opts.quick { 1.0 } else { 5.0 };
+    let mut lat = Vec::new();
+    let warm_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < warm_until {
+        conn.get(cl.call_path).await.ok()?;
+    }
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        let t = Instant::now();
+        let (status, _) = conn.get(cl.call_path).await.ok()?;
+        if status != 200 {
+            return None;
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    lat.sort_by(f64::total_cmp);
+    let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
+    let pick = |q: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    Some(Floor {
+        path: format!("{} {}", cl.service, cl.call_path),
+        calls: lat.len() as u64,
+        one_call_mean_ms: mean,
+        one_call_p50_ms: pick(0.5),
+        one_call_p99_ms: pick(0.99),
+        sequential_ms: mean * cl.calls_per_op as f64,
+        parallel_ms: mean,
+    })
 }
 
 #[cfg(test)]

@@ -5,10 +5,9 @@
 //! went on after the load stopped (a pool's queue draining). Read from the run's trials; this
 //! module measures nothing itself.
 
-use crate::Trial;
+use super::{LabReport, Stat};
 use crate::java;
-use crate::report::{LabReport, Stat};
-use crate::scenario::{Pools, pools_phases};
+use crate::model::{Pools, Trial, pools_phases};
 use crate::svg::esc;
 use serde::Serialize;
 use std::collections::BTreeMap;
