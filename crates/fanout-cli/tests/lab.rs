@@ -255,6 +255,7 @@ fn render(html: &Path, shot: &Path) -> (String, String) {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
     require_chromium();
     let _one_at_a_time = serial();
@@ -369,6 +370,7 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
     let _one_at_a_time = serial();
     let out = out_dir("n1");
@@ -435,6 +437,7 @@ fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_n_plus_one_identical_quick_counts_flow_runs_with_and_without_coalescing() {
     let _one_at_a_time = serial();
     let out = out_dir("n1-identical");
@@ -549,6 +552,7 @@ async fn n_plus_one_answers_like_the_hyper_baseline() {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab; needs PostgreSQL and a JDK"]
 fn lab_pool_overload_quick_runs_against_a_real_postgres() {
     let _one_at_a_time = serial();
     let out = out_dir("pool");
@@ -603,6 +607,7 @@ fn lab_pool_overload_quick_runs_against_a_real_postgres() {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
     require_chromium();
     let _one_at_a_time = serial();
@@ -709,6 +714,7 @@ fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_slow_backend_quick_reports_routes_per_phase() {
     require_chromium();
     let _one_at_a_time = serial();
@@ -789,6 +795,7 @@ fn lab_slow_backend_quick_reports_routes_per_phase() {
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hedging_quick_compares_no_hedge_and_hedge() {
     require_chromium();
     let _one_at_a_time = serial();
@@ -861,6 +868,7 @@ fn parallel_calls_java_targets() -> Vec<&'static str> {
 /// target measured, no operation failed, and each operation made exactly 100 stub calls (the
 /// stub's counters over the measured window, every operation whole). Counts and shapes only.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
     require_chromium();
     let _one_at_a_time = serial();
@@ -966,6 +974,7 @@ fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
 /// Without a Java runtime ≥ 21, `java-virtual` does not run and the report says why; the run
 /// itself succeeds.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
     let _one_at_a_time = serial();
     let out = out_dir("parallel-nojdk");
@@ -1005,6 +1014,7 @@ fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
 /// added latency paired per round and both acceptance lines reported — counts and shapes only,
 /// never the figures (a loaded machine decides those).
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hop_quick_measures_direct_and_through_fanout_in_every_round() {
     let _one_at_a_time = serial();
     let out = out_dir("hop");
@@ -1053,6 +1063,7 @@ fn lab_hop_quick_measures_direct_and_through_fanout_in_every_round() {
 /// report.json, the printed text and report.html (rendered headless). Counts and shapes only.
 /// Skipped (with a note) only without `javac`.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_threads_quick_prints_both_tables() {
     if fanout_lab::java::javac_version().is_none() {
         eprintln!(
@@ -1124,6 +1135,7 @@ fn lab_threads_quick_prints_both_tables() {
 /// either a 2xx or counted as failed. Counts and shapes only, never timings. Skipped (with a
 /// note) only without `javac`.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
     if fanout_lab::java::javac_version().is_none() {
         eprintln!(
@@ -1213,6 +1225,7 @@ fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
 /// Without Java, `fanout lab hh-pools` runs fanout alone and says why the pools did not run:
 /// never a crash.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hh_pools_without_java_says_not_run() {
     let _one_at_a_time = serial();
     let out = out_dir("hh-pools-nojava");
@@ -1257,6 +1270,7 @@ fn lab_hh_pools_without_java_says_not_run() {
 /// Without a Java runtime, `fanout lab threads` says so and still writes the article's table:
 /// never a crash.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_threads_without_java_says_not_run() {
     let out = out_dir("threads-nojava");
     let empty = out.join("empty-path");
@@ -1280,6 +1294,7 @@ fn lab_threads_without_java_says_not_run() {
 /// gRPC in, three gRPC backends, fanout beside the hand-written tonic aggregator: every measured
 /// answer is `OK`, three backend calls per request, the direct path made over gRPC.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
     let _one_at_a_time = serial();
     let out = out_dir("grpc");
@@ -1341,6 +1356,7 @@ fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
 /// `antispam-models` without Python: fanout alone serves 10 models per gRPC call over 1 000
 /// client connections while one model's file is replaced every 3 s (`--quick`).
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_antispam_models_quick_serves_ten_models_through_swaps() {
     let _one_at_a_time = serial();
     let out = out_dir("antispam");
@@ -1437,6 +1453,7 @@ const SEEDS_TEST_SCENARIOS: &str = "threads,parallel-calls,product-page-merging,
 /// not — never a crash — and the top report.html renders (with HeadHunter's chart when the
 /// thread benchmark ran). Counts and shapes only, never timings.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_seeds_quick_answers_every_article_or_says_why_not() {
     require_chromium();
     let _one_at_a_time = serial();
@@ -1539,6 +1556,7 @@ fn lab_seeds_quick_answers_every_article_or_says_why_not() {
 /// Kotlin parallel calls run with fanout alone and name the Java target left out and why; an
 /// unknown `--scenarios` name and `--targets` are refused before anything runs.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_seeds_without_java_lists_what_did_not_run() {
     let _one_at_a_time = serial();
     let out = out_dir("seeds-nojava");
@@ -1646,6 +1664,7 @@ fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
 /// build with its command, then fails before starting anything, naming the command to run by
 /// hand.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_builds_a_missing_hyper_baseline_with_cargo() {
     // The same executable in a directory of its own inside the cargo target directory (a hard
     // link, else a copy): nothing next to it, the workspace and target directory as usual.
@@ -1745,6 +1764,7 @@ async fn wait_listening(addr: std::net::SocketAddr, child: &mut Child, what: &st
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): needs a JDK"]
 fn java_baseline_answers_like_fanout_and_the_hyper_baseline() {
     // Serialized with the lab runs (a JVM next to a measurement would disturb it); the lock is
     // held outside the runtime, never across an await.
@@ -1969,6 +1989,7 @@ fn load_exit_codes_for_thresholds_and_lag() {
 /// `--capacity` replaces the capacity search: no `search` trial runs, the levels are 50 % and
 /// 80 % of the given rate, and the report says the capacity was given.
 #[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_capacity_given_skips_the_search_and_sets_the_levels() {
     let _one_at_a_time = serial();
     let out = out_dir("capacity");

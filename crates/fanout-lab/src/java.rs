@@ -409,6 +409,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "tier 2 (./scripts/test): needs a JDK"]
     fn builds_once_and_again_when_a_source_changes() {
         let root = std::env::temp_dir().join(format!("fanout-java-build-{}", std::process::id()));
         let src = root.join("src");
@@ -418,11 +419,8 @@ mod tests {
             std::fs::write(&main, format!("public class Main {{ {body} }}")).unwrap_or_default()
         };
         write("");
-        let Ok(classes) = ensure_built(&src, &root.join("out")) else {
-            // No JDK here: the lab reports that as an error; nothing more to check.
-            let _ = std::fs::remove_dir_all(&root);
-            return;
-        };
+        let classes = ensure_built(&src, &root.join("out"))
+            .unwrap_or_else(|e| panic!("a JDK (javac) is needed: {e}"));
         let stamp = || std::fs::read_to_string(classes.join(".built-from")).unwrap_or_default();
         let first = stamp();
         assert!(classes.join("Main.class").is_file());
