@@ -66,14 +66,11 @@ pub fn explain_file_at(
     // Every check the gateway makes at start (backend addresses, routes, …), not only the flows'.
     fanout_proxy::Gateway::build(&cfg).map_err(ExplainError::Config)?;
     let protos = fanout_proxy::load_protos(&cfg).map_err(ExplainError::Config)?;
-    // The models as the server loads them (read once; nothing is watched).
-    let models = fanout_flow::models::ModelSet::open(
-        &cfg.models,
-        fanout_config::config_dir(&cfg.file).as_deref(),
-    )
-    .map_err(|e| ExplainError::Config(fanout_config::ConfigErrors(vec![e.in_file(&cfg.file)])))?;
-    let all = explain_config_with(&cfg, protos, Some(std::sync::Arc::new(models)))
-        .map_err(ExplainError::Config)?;
+    // The runtimes (the models) as the server opens them (read once; nothing is started).
+    let runtimes = fanout_flow::runtime::Runtimes::open(&cfg, None)
+        .map_err(|e| ExplainError::Config(fanout_config::ConfigErrors(vec![e])))?;
+    let all =
+        explain_config_with(&cfg, protos, Some(runtimes)).map_err(ExplainError::Config)?;
     let routes = match route {
         None => all.routes.iter().collect(),
         Some(spec) => all.select(spec),

@@ -21,8 +21,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) step_stats: std::collections::HashMap<String, crate::StepStats>,
     /// `METHOD PATH` of the route being compiled (the start of its steps' keys).
     pub(crate) route_key: String,
-    /// The models of `models.dir`, by name.
-    pub(crate) models: std::collections::HashMap<String, Arc<crate::models::ModelSlot>>,
+    /// The runtimes step kinds use ([`crate::plan::Carry::runtimes`]).
+    pub(crate) runtimes: crate::runtime::Runtimes,
 }
 
 impl Ctx<'_> {

@@ -201,12 +201,12 @@ pub fn explain_config(cfg: &Config) -> Result<Explanation, ConfigErrors> {
     explain_config_with(cfg, None, None)
 }
 
-/// [`explain_config`] for a config with `.proto` files (`protos:`) and models (`models:`),
-/// loaded by the caller.
+/// [`explain_config`] for a config with `.proto` files (`protos:`) and runtimes (the models of
+/// `models:`), loaded by the caller.
 pub fn explain_config_with(
     cfg: &Config,
     protos: Option<Arc<fanout_grpc::ProtoSet>>,
-    models: Option<Arc<crate::models::ModelSet>>,
+    runtimes: Option<crate::runtime::Runtimes>,
 ) -> Result<Explanation, ConfigErrors> {
     let backends: HashMap<String, Arc<dyn Backend>> = cfg
         .backends
@@ -215,7 +215,7 @@ pub fn explain_config_with(
         .collect();
     let carry = crate::plan::Carry {
         protos,
-        models,
+        runtimes: runtimes.unwrap_or_default(),
         ..Default::default()
     };
     let plan = crate::plan::compile_with(cfg, &backends, carry)?;

@@ -33,6 +33,7 @@ pub mod plan;
 pub mod reference;
 mod respond;
 pub mod retry;
+pub mod runtime;
 pub mod singleflight;
 mod step;
 pub use step::StepStats;

@@ -38,8 +38,9 @@ pub struct Plan {
     pub compute: Arc<ComputePool>,
     /// The `.proto` files the plan was compiled with (gRPC routes, steps, server reflection).
     pub protos: Arc<fanout_grpc::ProtoSet>,
-    /// The models of `models.dir` (watched by the server: [`crate::models::ModelSet::watch`]).
-    pub models: Arc<crate::models::ModelSet>,
+    /// The runtimes the plan was compiled with (started by the server:
+    /// [`crate::runtime::Runtimes::start`]).
+    pub runtimes: crate::runtime::Runtimes,
 }
 
 /// What a gRPC route (`grpc:`) serves: the method, its request and answer types.
@@ -260,9 +261,9 @@ pub struct Carry {
     /// [`RoutePlan::step_key`]: a step kept by the new config counts on (its metric series
     /// continue).
     pub step_stats: HashMap<String, crate::StepStats>,
-    /// The models of `models.dir`, opened by the caller ([`crate::models::ModelSet::open`]);
-    /// none: no models.
-    pub models: Option<Arc<crate::models::ModelSet>>,
+    /// The runtimes step kinds use, opened by the caller ([`crate::runtime::Runtimes::open`]);
+    /// none opened: a step that needs one is a config error.
+    pub runtimes: crate::runtime::Runtimes,
 }
 
 /// Compile a config against the given backends (name → implementation). Reports every error it
@@ -292,13 +293,9 @@ pub fn compile_with(
         request_use: Default::default(),
         step_stats: carry.step_stats,
         route_key: String::new(),
-        models: carry
-            .models
-            .as_deref()
-            .map(crate::models::slots)
-            .unwrap_or_default(),
+        runtimes: carry.runtimes.clone(),
     };
-    let models = carry.models.unwrap_or_default();
+    let runtimes = carry.runtimes;
     let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
         Ok(h) => h,
         Err(_) => {
@@ -342,7 +339,7 @@ pub fn compile_with(
             reference,
             compute: cx.compute.clone(),
             protos: cx.protos.clone(),
-            models,
+            runtimes,
         })
     } else {
         Err(ConfigErrors(

@@ -114,8 +114,9 @@ pub struct Live {
     /// What the steps count for the metrics ([`fanout_flow::plan::StepPlan::stats`]: a `sql`
     /// step's rows and errors), with their names, in config order.
     step_stats: Vec<StepStats>,
-    /// The models of `models.dir` (kept by reloads that do not change `models:`).
-    models: Arc<fanout_flow::models::ModelSet>,
+    /// The runtimes step kinds use (the models of `models.dir`), kept by reloads that do not
+    /// change what they read.
+    runtimes: fanout_flow::runtime::Runtimes,
     /// The live runs of each route that coalesces, by route index (`coalesce.rs`): a table per
     /// loaded config, so a request never shares a run of another config.
     coalesce: Vec<Option<coalesce::Runs>>,
@@ -207,7 +208,7 @@ impl Gateway {
     pub fn readiness(&self) -> Result<(), String> {
         let live = self.live();
         self.health.readiness(&live.reference)?;
-        live.models.readiness()?;
+        live.runtimes.readiness()?;
         for (_, s) in &live.stacks {
             s.client.readiness()?;
         }
@@ -226,10 +227,7 @@ impl Gateway {
             .start()
             .map_err(|e| format!("starting the compute pool: {e}"))?;
         self.telemetry.start()?;
-        self.live()
-            .models
-            .watch()
-            .map_err(|e| format!("starting the models.dir watcher: {e}"))?;
+        self.live().runtimes.start()?;
         check_backends(&self.live())
             .await
             .map_err(|e| e.to_string())?;
@@ -298,26 +296,8 @@ impl Gateway {
             .iter()
             .map(|(n, r)| (n.clone(), r.status_json()))
             .collect();
-        let models: serde_json::Map<String, serde_json::Value> = live
-            .models
-            .status()
-            .into_iter()
-            .map(|m| (m.name.to_string(), model_json(&m, now)))
-            .collect();
-        let w = live.models.watcher();
-        let models_watcher = serde_json::json!({
-            "started": w.started,
-            "running": w.running,
-            "restarts": w.restarts,
-            "last_panic": w.last_panic,
-            "scans": live.models.scans(),
-            // Why it is not ready (stopped, or stalled and what it is doing), else null.
-            "problem": live.models.readiness().err(),
-        });
-        serde_json::json!({
+        let mut status = serde_json::json!({
             "reference": reference,
-            "models": models,
-            "models_watcher": models_watcher,
             "caches": caches,
             "backends": backends,
             "runtime": runtime,
@@ -329,7 +309,16 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
-        })
+        });
+        // Each runtime's sections (`models`, `models_watcher`).
+        if let Some(o) = status.as_object_mut() {
+            for r in live.runtimes.iter() {
+                for (key, value) in r.status(now) {
+                    o.insert(key.into(), value);
+                }
+            }
+        }
+        status
     }
 }
 
@@ -350,51 +339,6 @@ impl Live {
             .collect();
         serde_json::json!({ "coalesced": total, "routes": routes })
     }
-}
-
-/// One model in `/__fanout/status`: its version, loads and inference counters.
-fn model_json(
-    m: &fanout_flow::models::ModelStatus,
-    now: std::time::SystemTime,
-) -> serde_json::Value {
-    let (version, age, width, kind) = match &m.version {
-        Some((hash, at, width, kind)) => (
-            Some(hash.clone()),
-            Some(now.duration_since(*at).unwrap_or_default().as_secs_f64()),
-            Some(*width),
-            Some(*kind),
-        ),
-        None => (None, None, None, None),
-    };
-    serde_json::json!({
-        "version": version,
-        "age_s": age,
-        "input_width": width,
-        "kind": kind,
-        "loads": m.loads,
-        "load_failures": m.load_failures,
-        "last_error": m.last_error,
-        "rows": m.rows,
-        "batches": m.batches,
-        "mean_batch": if m.batches > 0 { m.rows as f64 / m.batches as f64 } else { 0.0 },
-        "pending": m.pending,
-        "refused_queue_full": m.refused,
-        "expired": m.expired,
-        "cancelled": m.cancelled,
-        "failed": m.failed,
-        // At most (a bucket's upper bound), ms; null before the first row, or past 60 s.
-        "queue_p50_ms": ms_bound(&m.queue_time, 0.5),
-        "queue_p99_ms": ms_bound(&m.queue_time, 0.99),
-        "compute_p50_ms": ms_bound(&m.compute_time, 0.5),
-        "compute_p99_ms": ms_bound(&m.compute_time, 0.99),
-    })
-}
-
-/// The `q`-quantile's bucket bound of a seconds histogram, in ms (`None`: empty or unbounded).
-fn ms_bound(h: &fanout_flow::hist::HistogramSnapshot, q: f64) -> Option<f64> {
-    h.quantile_bound(q)
-        .filter(|b| b.is_finite())
-        .map(|b| b * 1000.0)
 }
 
 /// Load a reference set (a required dataset that fails to load is an error naming it), then

@@ -117,21 +117,17 @@ pub(crate) fn build_live(
     crate::telemetry::Telemetry::new(&cfg)?;
     let (services, stacks, l2) = build_stacks(&cfg, prev, &mut report)?;
     let protos = crate::grpc::load_protos(&cfg)?;
-    let models = match prev {
-        // The same `models:` keeps the set: its versions, queues, counters and watcher.
-        Some(p) if p.config.models == cfg.models && p.config.file == cfg.file => p.models.clone(),
-        _ => Arc::new(
-            fanout_flow::models::ModelSet::open(
-                &cfg.models,
-                fanout_config::config_dir(&cfg.file).as_deref(),
-            )
-            .map_err(|e| ConfigErrors(vec![e.in_file(&cfg.file)]))?,
-        ),
-    };
+    // A runtime whose inputs did not change is kept (the models: versions, queues, counters,
+    // watcher).
+    let runtimes = fanout_flow::runtime::Runtimes::open(
+        &cfg,
+        prev.map(|p| (&*p.config, &p.runtimes)),
+    )
+    .map_err(|e| ConfigErrors(vec![e]))?;
     let mut carry = Carry {
         compute,
         protos,
-        models: Some(models),
+        runtimes,
         ..Carry::default()
     };
     if let Some(prev) = prev {
@@ -204,7 +200,7 @@ pub(crate) fn build_live(
         grpc,
         grpc_services,
         step_stats,
-        models: plan.models.clone(),
+        runtimes: plan.runtimes.clone(),
         coalesce: crate::coalesce::tables(&plan.routes),
         route_names: plan
             .routes
@@ -366,8 +362,8 @@ impl Gateway {
         report.needs_restart = needs_restart;
         let live = Arc::new(built.live);
         self.live.store(live.clone());
-        if let Err(e) = live.models.watch() {
-            tracing::error!(error = %e, "models.dir: the watcher thread did not start; replaced files are not picked up");
+        if let Err(e) = live.runtimes.start() {
+            tracing::error!(error = %e, "a runtime did not start (the models.dir watcher: replaced files are not picked up)");
         }
         // The series of routes and steps the new config does not have leave `/metrics`.
         self.retain_route_series(&live);

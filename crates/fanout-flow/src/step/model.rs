@@ -336,9 +336,15 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
             None
         }
     };
-    let slot = match sc.cx.models.get(&m.name.value) {
+    let models = sc
+        .cx
+        .runtimes
+        .get::<crate::models::ModelSet>()
+        .map(|set| crate::models::slots(&set))
+        .unwrap_or_default();
+    let slot = match models.get(&m.name.value) {
         None => {
-            let known: Vec<&str> = sc.cx.models.keys().map(String::as_str).collect();
+            let known: Vec<&str> = models.keys().map(String::as_str).collect();
             let close = fanout_config::closest(&m.name.value, known.iter().copied());
             let hint = match (&sc.cx.cfg.models.dir, close) {
                 (None, _) => "set `models.dir` to the directory of the NAME.onnx files".to_string(),

@@ -138,7 +138,7 @@ impl Collector for State {
         caches(live, &self.1, &mut out)?;
         batches(live, &mut out)?;
         reference(live, &mut out)?;
-        models(live, &mut out)?;
+        runtimes(live, &mut out)?;
         runtime(gw, &mut out)?;
         process_stats(&mut out)
     }
@@ -447,102 +447,33 @@ fn reference(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     )
 }
 
-fn models(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    let status = live.models.status();
-    out.family(
-        "fanout_model_rows",
-        "Rows (one per request, or per for_each element) evaluated by a model",
-        Counter,
-        status
-            .iter()
-            .map(|m| ([("model", &*m.name)], Value::Counter(m.rows))),
-    )?;
-    out.family(
-        "fanout_model_batches",
-        "Evaluations (batches) of a model: rows / batches is the mean batch",
-        Counter,
-        status
-            .iter()
-            .map(|m| ([("model", &*m.name)], Value::Counter(m.batches))),
-    )?;
-    out.family(
-        "fanout_model_batch_rows",
-        "Rows per evaluation of a model",
-        MetricType::Histogram,
-        status.iter().map(|m| {
-            (
-                [("model", &*m.name)],
-                Value::Histogram(m.batch_rows.clone()),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_model_queue_seconds",
-        "Time rows waited in a model's queue before their evaluation started",
-        MetricType::Histogram,
-        status.iter().map(|m| {
-            (
-                [("model", &*m.name)],
-                Value::Histogram(m.queue_time.clone()),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_model_compute_seconds",
-        "Time one evaluation (a batch) of a model took on a compute pool thread",
-        MetricType::Histogram,
-        status.iter().map(|m| {
-            (
-                [("model", &*m.name)],
-                Value::Histogram(m.compute_time.clone()),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_model_pending_rows",
-        "Rows waiting in a model's queue now",
-        Gauge,
-        status
-            .iter()
-            .map(|m| ([("model", &*m.name)], Value::Gauge(m.pending as f64))),
-    )?;
-    out.family(
-        "fanout_model_dropped_rows",
-        "Rows not evaluated, by reason: queue_full (refused, 503 model_queue_full), expired (their deadline passed while waiting), cancelled (their request ended before: client gone, another step failed), failed (the evaluation failed)",
-        Counter,
-        status.iter().flat_map(|m| {
-            [
-                ("queue_full", m.refused),
-                ("expired", m.expired),
-                ("cancelled", m.cancelled),
-                ("failed", m.failed),
-            ]
-            .map(|(r, v)| -> (L2<'_>, Value) {
-                ([("model", &*m.name), ("reason", r)], Value::Counter(v))
-            })
-        }),
-    )?;
-    out.family(
-        "fanout_model_loads",
-        "Loads of a model file, by result (ok: swapped in; error: refused, the version serving goes on)",
-        Counter,
-        status.iter().flat_map(|m| {
-            [("ok", m.loads), ("error", m.load_failures)].map(|(r, v)| -> (L2<'_>, Value) {
-                ([("model", &*m.name), ("result", r)], Value::Counter(v))
-            })
-        }),
-    )?;
+/// The families of the runtimes step kinds use (the models), as each describes them.
+fn runtimes(live: &Live, out: &mut Out<'_>) -> fmt::Result {
+    use fanout_flow::runtime::{FamilyKind, Sample};
     let now = std::time::SystemTime::now();
-    out.family(
-        "fanout_model_version_age_seconds",
-        "Seconds since the version of a model serving now was loaded (absent: none loaded)",
-        Gauge,
-        status.iter().filter_map(|m| {
-            let (_, at, _, _) = m.version.as_ref()?;
-            let age = now.duration_since(*at).unwrap_or_default();
-            Some(([("model", &*m.name)], Value::Gauge(age.as_secs_f64())))
-        }),
-    )
+    for r in live.runtimes.iter() {
+        for f in r.metrics(now) {
+            let ty = match f.kind {
+                FamilyKind::Counter => Counter,
+                FamilyKind::Gauge => Gauge,
+                FamilyKind::Histogram => MetricType::Histogram,
+            };
+            out.family(
+                f.name,
+                f.help,
+                ty,
+                f.samples.into_iter().map(|(labels, v)| {
+                    let v = match v {
+                        Sample::Counter(n) => Value::Counter(n),
+                        Sample::Gauge(g) => Value::Gauge(g),
+                        Sample::Histogram(h) => Value::Histogram(h),
+                    };
+                    (labels, v)
+                }),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn runtime(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
