@@ -69,8 +69,7 @@ pub fn explain_file_at(
     // The runtimes (the models) as the server opens them (read once; nothing is started).
     let runtimes = fanout_flow::runtime::Runtimes::open(&cfg, None)
         .map_err(|e| ExplainError::Config(fanout_config::ConfigErrors(vec![e])))?;
-    let all =
-        explain_config_with(&cfg, protos, Some(runtimes)).map_err(ExplainError::Config)?;
+    let all = explain_config_with(&cfg, protos, Some(runtimes)).map_err(ExplainError::Config)?;
     let routes = match route {
         None => all.routes.iter().collect(),
         Some(spec) => all.select(spec),

@@ -1460,7 +1460,10 @@ impl crate::runtime::Runtime for ModelSet {
             kind,
             samples: status.iter().map(|m| (model(m), value(m))).collect(),
         };
-        let by = |name, help, label: &'static str, values: &dyn Fn(&ModelStatus) -> Vec<(&'static str, u64)>| {
+        let by = |name,
+                  help,
+                  label: &'static str,
+                  values: &dyn Fn(&ModelStatus) -> Vec<(&'static str, u64)>| {
             Family {
                 name,
                 help,

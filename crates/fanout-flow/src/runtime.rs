@@ -29,14 +29,17 @@ pub trait Runtime: Any + Send + Sync {
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
+/// Opens a runtime for `cfg` (files are read, nothing is started); `prev`, the one the running
+/// config opened (with that config), is kept when what it reads did not change.
+pub type Open = fn(
+    cfg: &Config,
+    prev: Option<(&Config, &Arc<dyn Runtime>)>,
+) -> Result<Arc<dyn Runtime>, ConfigError>;
+
 /// How a runtime is opened from a config.
 pub struct Registration {
-    /// Open it for `cfg` (files are read, nothing is started); `prev`, the one the running
-    /// config opened with `prev_cfg`, is kept when what it reads did not change.
-    pub open: fn(
-        cfg: &Config,
-        prev: Option<(&Config, &Arc<dyn Runtime>)>,
-    ) -> Result<Arc<dyn Runtime>, ConfigError>,
+    /// Open it ([`Open`]).
+    pub open: Open,
 }
 
 /// Every runtime, one line each, in the order of [`Runtimes`].
