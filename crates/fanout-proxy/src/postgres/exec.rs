@@ -54,13 +54,13 @@ pub(super) static ANSWER: std::sync::LazyLock<Map> = std::sync::LazyLock::new(||
 pub(super) struct Raw<'a>(Option<&'a [u8]>);
 
 impl<'a> FromSql<'a> for Raw<'a> {
-    pub(super) fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         Ok(Raw(Some(raw)))
     }
-    pub(super) fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         Ok(Raw(None))
     }
-    pub(super) fn accepts(_: &Type) -> bool {
+    fn accepts(_: &Type) -> bool {
         true
     }
 }
@@ -83,7 +83,7 @@ pub(super) enum ExecError {
 }
 
 impl From<tokio_postgres::Error> for ExecError {
-    pub(super) fn from(e: tokio_postgres::Error) -> Self {
+    fn from(e: tokio_postgres::Error) -> Self {
         if e.as_db_error().is_some() {
             ExecError::Db(e)
         } else {
@@ -442,7 +442,7 @@ pub(super) struct Held {
 }
 
 impl AsRef<[u8]> for Held {
-    pub(super) fn as_ref(&self) -> &[u8] {
+    fn as_ref(&self) -> &[u8] {
         &self.text
     }
 }

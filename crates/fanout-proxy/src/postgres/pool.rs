@@ -69,7 +69,7 @@ impl InUse {
 }
 
 impl Drop for InUse {
-    pub(super) fn drop(&mut self) {
+    fn drop(&mut self) {
         let (Some(conn), Some(permit)) = (self.conn.take(), self.permit.take()) else {
             return;
         };
@@ -752,5 +752,178 @@ impl Pool {
                 .with_source(e))
             }
         }
+    }
+}
+
+/// The pool against a real PostgreSQL (the test binary's one cluster, a database per test):
+/// waiters bounded and refused at once, a wait bounded by the call's time, a statement past its
+/// time cancelled at the server and its connection kept once the cancel is confirmed, and a
+/// connection the server closed evicted and replaced.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fanout_lab::postgres::{PgCluster, PgDatabase};
+
+    async fn database() -> PgDatabase {
+        tokio::task::spawn_blocking(|| PgCluster::database().unwrap_or_else(|e| panic!("{e}")))
+            .await
+            .unwrap()
+    }
+
+    /// A pool of `max_size` connections and `max_waiters` waiters on `db`.
+    fn pool(db: &PgDatabase, max_size: usize, max_waiters: usize, max_wait: &str) -> Arc<Pool> {
+        let yaml = format!(
+            "backends:\n  db:\n    protocol: postgres\n    url: \"{}\"\n    postgres: {{ max_size: {max_size}, max_waiters: {max_waiters}, max_wait: {max_wait} }}\nroutes: []\n",
+            db.url()
+        );
+        let cfg = fanout_config::Config::from_yaml("fanout.yaml", &yaml, &|_| None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let b = &cfg.backends["db"];
+        PgBackend::new("db", b, &cfg.defaults)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .pool()
+            .clone()
+    }
+
+    fn call(statement: &str) -> SqlCall {
+        SqlCall {
+            statement: statement.into(),
+            params: SqlParams::new(),
+            read_only: true,
+            rows_only: true,
+            single_row: false,
+            max_depth: 64,
+        }
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    fn psql(db: &PgDatabase, sql: &str) -> String {
+        tokio::task::block_in_place(|| db.psql(sql).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// Whether a statement starting with `prefix` is running in `db` now.
+    fn running(db: &PgDatabase, prefix: &str) -> bool {
+        psql(
+            db,
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '{prefix}%'"
+            ),
+        ) != "0"
+    }
+
+    async fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while !f() {
+            assert!(Instant::now() < give_up, "{what}: not within 30 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+    async fn waiters_are_bounded_and_the_one_too_many_is_refused_at_once() {
+        let db = database().await;
+        let p = pool(&db, 1, 1, "30s");
+        // The one connection runs a statement until it is cancelled.
+        let busy = tokio::spawn(p.clone().run(call("SELECT pg_sleep(30)"), far()));
+        until("the first statement runs", || running(&db, "SELECT pg_sleep(30)")).await;
+        // One waiter is allowed…
+        let waiter = tokio::spawn(p.clone().run(call("SELECT 1 AS one"), far()));
+        until("one call waits", || p.waiting() == 1).await;
+        // …the next is refused at once, as the pool's refusal (a 503 `pool_exhausted`).
+        let e = p
+            .clone()
+            .run(call("SELECT 2 AS two"), far())
+            .await
+            .expect_err("refused");
+        assert_eq!(e.kind, CallErrorKind::Rejected(RejectReason::Pool), "{e}");
+        assert_eq!(p.counters.rejected_full.load(Ordering::Relaxed), 1);
+        // The first call's request goes away: its statement is cancelled, the waiter runs.
+        busy.abort();
+        let answer = waiter.await.unwrap().expect("the waiter gets the connection");
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(p.counters.cancelled.load(Ordering::Relaxed), 1);
+        assert_eq!(p.open(), 1, "one connection all along");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+    async fn a_wait_ends_at_the_calls_deadline_and_at_max_wait() {
+        let db = database().await;
+        let p = pool(&db, 1, 4, "300ms");
+        let busy = tokio::spawn(p.clone().run(call("SELECT pg_sleep(30)"), far()));
+        until("the first statement runs", || running(&db, "SELECT pg_sleep(30)")).await;
+        // The call's own end comes before max_wait.
+        let e = p
+            .clone()
+            .run(call("SELECT 1"), Instant::now() + Duration::from_millis(50))
+            .await
+            .expect_err("no connection before the call's end");
+        assert_eq!(e.kind, CallErrorKind::Rejected(RejectReason::Pool), "{e}");
+        // max_wait comes before the call's end.
+        let e = p
+            .clone()
+            .run(call("SELECT 1"), far())
+            .await
+            .expect_err("no connection within max_wait");
+        assert_eq!(e.kind, CallErrorKind::Rejected(RejectReason::Pool), "{e}");
+        assert_eq!(p.counters.rejected_wait.load(Ordering::Relaxed), 2);
+        assert_eq!(p.waiting(), 0);
+        busy.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+    async fn a_statement_past_its_time_is_cancelled_at_the_server_and_its_connection_kept() {
+        let db = database().await;
+        let p = pool(&db, 1, 1, "30s");
+        // The caller bounds the call (as the step's timeout does): dropping the future at the
+        // bound cancels the statement at the server.
+        let r = tokio::time::timeout(
+            Duration::from_millis(300),
+            p.clone().run(call("SELECT pg_sleep(30)"), far()),
+        )
+        .await;
+        assert!(r.is_err(), "the statement outlived its bound");
+        until("the statement is gone from the server", || {
+            !running(&db, "SELECT pg_sleep(30)")
+        })
+        .await;
+        assert_eq!(p.counters.cancelled.load(Ordering::Relaxed), 1);
+        // The cancel was confirmed: the connection is idle again and reused, not replaced.
+        until("the connection is back in the pool", || p.idle() == 1).await;
+        let answer = p.clone().run(call("SELECT 7 AS n"), far()).await.expect("answers");
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(p.counters.connects.load(Ordering::Relaxed), 1, "the same connection");
+        assert_eq!(p.counters.discarded.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+    async fn a_connection_the_server_closed_is_evicted_and_replaced() {
+        let db = database().await;
+        let p = pool(&db, 1, 1, "30s");
+        let first = p.clone().run(call("SELECT 1 AS n"), far()).await.expect("answers");
+        assert_eq!(first.status, StatusCode::OK);
+        assert_eq!(p.idle(), 1);
+        // The server ends the idle connection (an administrator, a failover, idle timeout).
+        psql(
+            &db,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> 'psql'",
+        );
+        // The next calls get a new connection: at most one call fails with the broken one,
+        // and the pool goes on.
+        let mut ok = 0;
+        for _ in 0..3 {
+            if p.clone().run(call("SELECT 2 AS n"), far()).await.is_ok() {
+                ok += 1;
+            }
+        }
+        assert!(ok >= 2, "{ok} of 3 answered");
+        assert_eq!(p.counters.connects.load(Ordering::Relaxed), 2, "one new connection");
+        assert_eq!(p.open(), 1);
     }
 }
