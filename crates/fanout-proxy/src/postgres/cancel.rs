@@ -147,7 +147,10 @@ pub(super) async fn cancel_confirmed(
 }
 
 /// [`cancel_confirmed`] over an open stream.
-pub(super) async fn cancel_over<S>(token: &tokio_postgres::CancelToken, mut stream: S) -> Result<bool, String>
+pub(super) async fn cancel_over<S>(
+    token: &tokio_postgres::CancelToken,
+    mut stream: S,
+) -> Result<bool, String>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {

@@ -265,7 +265,12 @@ impl<'a> Rows<'a> {
 
     /// Add a row (`estimate`: its JSON size from the wire), refusing the answer past `max_bytes`
     /// or when the memory budget has no room for it.
-    pub(super) fn push(&mut self, row: Val, estimate: usize, max_bytes: usize) -> Result<(), ExecError> {
+    pub(super) fn push(
+        &mut self,
+        row: Val,
+        estimate: usize,
+        max_bytes: usize,
+    ) -> Result<(), ExecError> {
         self.n += 1;
         match &mut self.text {
             Some(t) => {

@@ -35,7 +35,6 @@ pub mod types;
 use cancel::*;
 use exec::*;
 pub use pool::Pool;
-use pool::*;
 
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresConfig, SslMode};

@@ -606,7 +606,11 @@ impl Pool {
     }
 
     /// Run one call: a slot (or a refusal), a connection, the statement.
-    pub(super) async fn run(self: Arc<Self>, call: SqlCall, end: Instant) -> Result<CallResponse, CallError> {
+    pub(super) async fn run(
+        self: Arc<Self>,
+        call: SqlCall,
+        end: Instant,
+    ) -> Result<CallResponse, CallError> {
         if let Some(e) = self.fail_fast() {
             return Err(e);
         }
@@ -788,7 +792,7 @@ mod tests {
     fn call(statement: &str) -> SqlCall {
         SqlCall {
             statement: statement.into(),
-            params: SqlParams::new(),
+            params: fanout_flow::backend::SqlParams::new(),
             read_only: true,
             rows_only: true,
             single_row: false,
@@ -828,8 +832,11 @@ mod tests {
         let db = database().await;
         let p = pool(&db, 1, 1, "30s");
         // The one connection runs a statement until it is cancelled.
-        let busy = tokio::spawn(p.clone().run(call("SELECT pg_sleep(30)"), far()));
-        until("the first statement runs", || running(&db, "SELECT pg_sleep(30)")).await;
+        let busy = tokio::spawn(p.clone().run(call("SELECT pg_sleep(300)"), far()));
+        until("the first statement runs", || {
+            running(&db, "SELECT pg_sleep(300)")
+        })
+        .await;
         // One waiter is allowed…
         let waiter = tokio::spawn(p.clone().run(call("SELECT 1 AS one"), far()));
         until("one call waits", || p.waiting() == 1).await;
@@ -843,7 +850,10 @@ mod tests {
         assert_eq!(p.counters.rejected_full.load(Ordering::Relaxed), 1);
         // The first call's request goes away: its statement is cancelled, the waiter runs.
         busy.abort();
-        let answer = waiter.await.unwrap().expect("the waiter gets the connection");
+        let answer = waiter
+            .await
+            .unwrap()
+            .expect("the waiter gets the connection");
         assert_eq!(answer.status, StatusCode::OK);
         assert_eq!(p.counters.cancelled.load(Ordering::Relaxed), 1);
         assert_eq!(p.open(), 1, "one connection all along");
@@ -854,8 +864,11 @@ mod tests {
     async fn a_wait_ends_at_the_calls_deadline_and_at_max_wait() {
         let db = database().await;
         let p = pool(&db, 1, 4, "300ms");
-        let busy = tokio::spawn(p.clone().run(call("SELECT pg_sleep(30)"), far()));
-        until("the first statement runs", || running(&db, "SELECT pg_sleep(30)")).await;
+        let busy = tokio::spawn(p.clone().run(call("SELECT pg_sleep(300)"), far()));
+        until("the first statement runs", || {
+            running(&db, "SELECT pg_sleep(300)")
+        })
+        .await;
         // The call's own end comes before max_wait.
         let e = p
             .clone()
@@ -884,20 +897,28 @@ mod tests {
         // bound cancels the statement at the server.
         let r = tokio::time::timeout(
             Duration::from_millis(300),
-            p.clone().run(call("SELECT pg_sleep(30)"), far()),
+            p.clone().run(call("SELECT pg_sleep(300)"), far()),
         )
         .await;
         assert!(r.is_err(), "the statement outlived its bound");
         until("the statement is gone from the server", || {
-            !running(&db, "SELECT pg_sleep(30)")
+            !running(&db, "SELECT pg_sleep(300)")
         })
         .await;
         assert_eq!(p.counters.cancelled.load(Ordering::Relaxed), 1);
         // The cancel was confirmed: the connection is idle again and reused, not replaced.
         until("the connection is back in the pool", || p.idle() == 1).await;
-        let answer = p.clone().run(call("SELECT 7 AS n"), far()).await.expect("answers");
+        let answer = p
+            .clone()
+            .run(call("SELECT 7 AS n"), far())
+            .await
+            .expect("answers");
         assert_eq!(answer.status, StatusCode::OK);
-        assert_eq!(p.counters.connects.load(Ordering::Relaxed), 1, "the same connection");
+        assert_eq!(
+            p.counters.connects.load(Ordering::Relaxed),
+            1,
+            "the same connection"
+        );
         assert_eq!(p.counters.discarded.load(Ordering::Relaxed), 0);
     }
 
@@ -906,7 +927,11 @@ mod tests {
     async fn a_connection_the_server_closed_is_evicted_and_replaced() {
         let db = database().await;
         let p = pool(&db, 1, 1, "30s");
-        let first = p.clone().run(call("SELECT 1 AS n"), far()).await.expect("answers");
+        let first = p
+            .clone()
+            .run(call("SELECT 1 AS n"), far())
+            .await
+            .expect("answers");
         assert_eq!(first.status, StatusCode::OK);
         assert_eq!(p.idle(), 1);
         // The server ends the idle connection (an administrator, a failover, idle timeout).
@@ -923,7 +948,11 @@ mod tests {
             }
         }
         assert!(ok >= 2, "{ok} of 3 answered");
-        assert_eq!(p.counters.connects.load(Ordering::Relaxed), 2, "one new connection");
+        assert_eq!(
+            p.counters.connects.load(Ordering::Relaxed),
+            2,
+            "one new connection"
+        );
         assert_eq!(p.open(), 1);
     }
 }
