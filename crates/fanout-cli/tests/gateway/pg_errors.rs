@@ -5,33 +5,11 @@
 //! (`fanout_lab::postgres::PgCluster::database`), or its own cluster when it changes roles and
 //! authentication or restarts the server; every wait is for a state, never a time.
 
+use crate::postgres::{cluster, own_cluster, psql};
 use fanout::{RunningGateway, load_gateway, start_gateway};
-use fanout_lab::postgres::{PgCluster, PgDatabase};
 use fanout_testkit::*;
 use serde_json::Value;
 use std::time::Duration;
-
-/// A database of this test's own in the binary's shared cluster.
-async fn cluster() -> PgDatabase {
-    tokio::task::spawn_blocking(|| PgCluster::database().unwrap_or_else(|e| panic!("{e}")))
-        .await
-        .unwrap()
-}
-
-/// A cluster of this test's own (it changes roles and authentication, and restarts the server).
-async fn own_cluster() -> PgDatabase {
-    tokio::task::spawn_blocking(|| {
-        PgCluster::start()
-            .unwrap_or_else(|e| panic!("{e}"))
-            .into_database()
-    })
-    .await
-    .unwrap()
-}
-
-async fn psql(pg: &PgDatabase, sql: &str) -> String {
-    tokio::task::block_in_place(|| pg.psql(sql).unwrap_or_else(|e| panic!("{e}")))
-}
 
 /// A gateway whose `${DB_URL}` is `url`.
 async fn start_with(yaml: &str, url: &str) -> RunningGateway {

@@ -11,14 +11,14 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A database of this test's own in the binary's shared cluster.
-async fn cluster() -> PgDatabase {
+pub(crate) async fn cluster() -> PgDatabase {
     tokio::task::spawn_blocking(|| PgCluster::database().unwrap_or_else(|e| panic!("{e}")))
         .await
         .unwrap()
 }
 
-/// A cluster of this test's own (it stops the server).
-async fn own_cluster() -> PgDatabase {
+/// A cluster of this test's own (it stops the server, changes roles or authentication).
+pub(crate) async fn own_cluster() -> PgDatabase {
     tokio::task::spawn_blocking(|| {
         PgCluster::start()
             .unwrap_or_else(|e| panic!("{e}"))
@@ -28,7 +28,7 @@ async fn own_cluster() -> PgDatabase {
     .unwrap()
 }
 
-async fn psql(pg: &PgDatabase, sql: &str) -> String {
+pub(crate) async fn psql(pg: &PgDatabase, sql: &str) -> String {
     // psql is a short child process: run it off the runtime's scheduling.
     tokio::task::block_in_place(|| pg.psql(sql).unwrap_or_else(|e| panic!("{e}")))
 }
