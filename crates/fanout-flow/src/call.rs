@@ -4,7 +4,7 @@
 //! where it must be: `crate::uri`) and [`fetch_json`] (timeout, status, parse). It depends on no
 //! step kind and no scheduler: `exec`, `batch` and `reference` use it, it uses none of them.
 
-use crate::backend::{Backend, CallErrorKind, CallRequest, CallResponse, PathAndQuery};
+use fanout_layers::backend::{Backend, CallErrorKind, CallRequest, CallResponse, PathAndQuery};
 use crate::compute::ComputePool;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
 use crate::memory::{RequestMemory, parsed_size_estimate};
@@ -278,7 +278,7 @@ pub(crate) fn build_call(
         }
     };
     Ok(CallRequest {
-        call: crate::backend::Call::Http(crate::backend::HttpCall {
+        call: fanout_layers::backend::Call::Http(fanout_layers::backend::HttpCall {
             method: h.method.clone(),
             path_and_query: path,
             headers,
@@ -474,7 +474,7 @@ pub(crate) async fn fetch_answer(
 fn inner_timeout(
     step_name: &Arc<str>,
     h: &impl CallTarget,
-    e: crate::backend::CallError,
+    e: fanout_layers::backend::CallError,
     started: Instant,
     timeout: std::time::Duration,
     step_timeout: std::time::Duration,
@@ -483,7 +483,7 @@ fn inner_timeout(
     let server = e
         .source
         .as_deref()
-        .and_then(|s| s.downcast_ref::<crate::backend::ServerTimeout>())
+        .and_then(|s| s.downcast_ref::<fanout_layers::backend::ServerTimeout>())
         .map(|s| s.0.clone());
     if let Some(message) = server {
         let mut out = FlowError::from_call(e, step_name, h.backend_name());
@@ -619,7 +619,7 @@ pub(crate) async fn parse_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::CallError;
+    use fanout_layers::backend::CallError;
     use futures_util::future::BoxFuture;
     use std::time::Duration;
 
@@ -688,7 +688,7 @@ mod tests {
     /// or the server's own: `source`).
     struct TimesOut {
         after: Duration,
-        source: Option<crate::backend::ServerTimeout>,
+        source: Option<fanout_layers::backend::ServerTimeout>,
     }
 
     impl Backend for TimesOut {
@@ -716,7 +716,7 @@ mod tests {
         for (source, want) in [
             (None, "the backend call timed out after 300.0 ms"),
             (
-                Some(crate::backend::ServerTimeout(
+                Some(fanout_layers::backend::ServerTimeout(
                     "the database stopped the statement at its statement_timeout (300 ms)".into(),
                 )),
                 "the database stopped the statement at its statement_timeout (300 ms)",

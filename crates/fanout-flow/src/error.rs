@@ -1,8 +1,8 @@
 //! [`FlowError`]: why a request failed, with the step and backend it concerns, the status code the
 //! client gets and whether a retry would be safe.
 
-use crate::backend::{CallError, CallErrorKind};
-use crate::outcome::CallClass;
+use fanout_layers::backend::{CallError, CallErrorKind};
+use fanout_layers::outcome::CallClass;
 use bytes::Bytes;
 use std::fmt;
 use std::sync::Arc;
@@ -265,11 +265,11 @@ impl FlowError {
                 ErrorKind::BadBackendAnswer,
                 "the backend's answer is larger than allowed",
             ),
-            CallErrorKind::Rejected(crate::backend::RejectReason::Pool) => (
+            CallErrorKind::Rejected(fanout_layers::backend::RejectReason::Pool) => (
                 ErrorKind::PoolExhausted,
                 "the database's connection pool is exhausted",
             ),
-            CallErrorKind::Rejected(crate::backend::RejectReason::Memory) => (
+            CallErrorKind::Rejected(fanout_layers::backend::RejectReason::Memory) => (
                 ErrorKind::MemoryBudget,
                 "the memory budget for in-flight data (server.bodies.memory_budget_bytes) has no room for the backend's answer; retry later",
             ),
@@ -354,6 +354,50 @@ pub fn code_for_status(status: u16) -> Arc<str> {
     }
 }
 
+/// Classify a step's call: `Ok(())` for an answer the step accepted, else its error (the
+/// transport kind from its `source` when there is one, else its [`ErrorKind`]).
+pub fn call_class(result: Result<(), &FlowError>) -> CallClass {
+    let e = match result {
+        Ok(()) => return CallClass::Ok,
+        Err(e) => e,
+    };
+    if let Some(src) = &e.source {
+        return match src.kind {
+            CallErrorKind::Timeout => CallClass::Timeout,
+            CallErrorKind::Connect => CallClass::Refused,
+            CallErrorKind::Reset => CallClass::Reset,
+            CallErrorKind::BodyTooLarge => CallClass::BadAnswer,
+            CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
+            CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
+            CallErrorKind::Rejected(RejectReason::Pool) => CallClass::RejectedPool,
+            CallErrorKind::Rejected(RejectReason::Memory) => CallClass::Other,
+            CallErrorKind::Invalid => CallClass::InvalidCall,
+        };
+    }
+    match e.kind {
+        ErrorKind::BackendTimeout | ErrorKind::DeadlineExceeded => CallClass::Timeout,
+        ErrorKind::BackendUnavailable => CallClass::Refused,
+        ErrorKind::BackendReset => CallClass::Reset,
+        ErrorKind::BadBackendAnswer => CallClass::BadAnswer,
+        ErrorKind::BackendStatus { status, .. } => match status {
+            400..=499 => CallClass::Status4xx,
+            500..=599 => CallClass::Status5xx,
+            _ => CallClass::Other,
+        },
+        ErrorKind::NotFound => CallClass::Status4xx,
+        ErrorKind::PoolExhausted => CallClass::RejectedPool,
+        ErrorKind::InvalidCall => CallClass::InvalidCall,
+        ErrorKind::Class(c) => c.outcome,
+        ErrorKind::Rejected
+        | ErrorKind::KeyNotFound
+        | ErrorKind::Expression
+        | ErrorKind::ExpressionLimit
+        | ErrorKind::Overloaded
+        | ErrorKind::MemoryBudget
+        | ErrorKind::Answered => CallClass::Other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,5 +465,55 @@ mod tests {
         assert!(!e.message.contains("orders"));
         assert!(e.to_string().contains("10.0.0.7"), "{e}");
         assert!(e.to_string().starts_with("step `order`: "), "{e}");
+    }
+
+    /// A step's call, classified from its error: by the transport kind of its source when it
+    /// has one, else by the error's kind.
+    #[test]
+    fn step_calls_are_classified_once() {
+        use std::sync::Arc;
+        let (step, backend): (Arc<str>, Arc<str>) = ("s".into(), "b".into());
+        let call = |k| FlowError::from_call(CallError::new(k, "x"), &step, &backend);
+        let kind = |k| FlowError::new(k, "x");
+        let status = |status| {
+            kind(ErrorKind::BackendStatus {
+                status,
+                passthrough: false,
+            })
+        };
+        let rows: Vec<(Option<FlowError>, &str)> = vec![
+            (None, "ok"),
+            (Some(call(CallErrorKind::Timeout)), "timeout"),
+            (Some(call(CallErrorKind::Connect)), "refused"),
+            (Some(call(CallErrorKind::Reset)), "reset"),
+            (Some(call(CallErrorKind::BodyTooLarge)), "bad_answer"),
+            (
+                Some(call(CallErrorKind::Rejected(RejectReason::Bulkhead))),
+                "rejected_bulkhead",
+            ),
+            (
+                Some(call(CallErrorKind::Rejected(RejectReason::Breaker))),
+                "rejected_breaker",
+            ),
+            (Some(call(CallErrorKind::Invalid)), "invalid_call"),
+            (Some(kind(ErrorKind::InvalidCall)), "invalid_call"),
+            (Some(kind(ErrorKind::BackendTimeout)), "timeout"),
+            (Some(kind(ErrorKind::DeadlineExceeded)), "timeout"),
+            (Some(kind(ErrorKind::BadBackendAnswer)), "bad_answer"),
+            (Some(status(404)), "status_4xx"),
+            (Some(status(503)), "status_5xx"),
+            (Some(status(304)), "other"),
+            (Some(kind(ErrorKind::Overloaded)), "other"),
+        ];
+        for (e, label) in &rows {
+            let r = match e {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+            assert_eq!(call_class(r).label(), *label, "{e:?}");
+        }
+        for (i, c) in CallClass::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+        }
     }
 }

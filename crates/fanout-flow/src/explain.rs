@@ -18,7 +18,7 @@
 //! to the most; its sum is an upper bound, not a prediction (a `for_each` step counts one round
 //! of calls).
 
-use crate::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
+use fanout_layers::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 use crate::plan::{Plan, RoutePlan};
 pub use crate::plan::{StepIo, StepWork};
 use fanout_config::{Config, ConfigErrors};

@@ -21,7 +21,7 @@
 //!   with, and the old version is freed when the last of them ends.
 
 use crate::compute::ComputePool;
-use crate::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
+use fanout_layers::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use arc_swap::ArcSwapOption;
 use fanout_config::{ConfigError, ModelBatch, ModelsConfig};
 use fanout_expr::{Map, Val};
@@ -299,7 +299,7 @@ struct Item {
     enqueued: Instant,
     tx: oneshot::Sender<Result<Vec<Val>, RunError>>,
     /// The step's trace context, when its request is traced (the batch's span links to it).
-    trace: Option<crate::trace::CallTrace>,
+    trace: Option<fanout_layers::trace::CallTrace>,
 }
 
 /// A request with more rows than one evaluation takes, evaluated in chunks: the rows done so
@@ -523,7 +523,7 @@ impl ModelSlot {
         n: usize,
         deadline: Instant,
         compute: &Arc<ComputePool>,
-        trace: Option<crate::trace::CallTrace>,
+        trace: Option<fanout_layers::trace::CallTrace>,
     ) -> Result<oneshot::Receiver<Result<Vec<Val>, RunError>>, RunError> {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
@@ -604,7 +604,7 @@ impl ModelSlot {
                 for it in &batch {
                     input.extend_from_slice(&it.rows);
                 }
-                let traces: Vec<&crate::trace::CallTrace> =
+                let traces: Vec<&fanout_layers::trace::CallTrace> =
                     batch.iter().filter_map(|it| it.trace.as_ref()).collect();
                 match self.evaluate(&version, &input, rows, &traces) {
                     Ok(out) => {
@@ -633,7 +633,7 @@ impl ModelSlot {
                     .rows
                     .get(from * width..to * width)
                     .unwrap_or_default();
-                let traces: Vec<&crate::trace::CallTrace> = p.item.trace.iter().collect();
+                let traces: Vec<&fanout_layers::trace::CallTrace> = p.item.trace.iter().collect();
                 match self.evaluate(&version, input, to - from, &traces) {
                     Ok(out) => {
                         p.vals
@@ -668,7 +668,7 @@ impl ModelSlot {
         version: &Version,
         input: &[f32],
         rows: usize,
-        traces: &[&crate::trace::CallTrace],
+        traces: &[&fanout_layers::trace::CallTrace],
     ) -> Result<Output, String> {
         // One span per evaluation, linked to the steps of the traced requests in the batch.
         let span = traces.first().and_then(|t| {

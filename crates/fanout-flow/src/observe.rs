@@ -40,7 +40,7 @@ pub trait Observer: Send + Sync {
     }
 
     /// The trace context of a call `step` is about to make (`None`: the call is not traced).
-    fn call_trace(&self, step: &StepPlan) -> Option<crate::trace::CallTrace> {
+    fn call_trace(&self, step: &StepPlan) -> Option<fanout_layers::trace::CallTrace> {
         let _ = step;
         None
     }

@@ -4,7 +4,7 @@
 //! expressions read; unknown references and cycles are reported with their line:column. The
 //! per-request executor (`exec`) only reads the resulting [`Plan`].
 
-use crate::backend::Backend;
+use fanout_layers::backend::Backend;
 use crate::batch::BatchPlan;
 pub use crate::call::HttpPlan;
 use crate::compute::ComputePool;
@@ -391,7 +391,7 @@ fn compile_batches(
             deadline_header.clone(),
         );
         let plan = match &b.cache {
-            Some(c) => plan.with_cache(crate::cache::CachePolicy::from(c)),
+            Some(c) => plan.with_cache(fanout_layers::cache::CachePolicy::from(c)),
             None => plan,
         };
         batches.insert(name.clone(), Arc::new(plan));

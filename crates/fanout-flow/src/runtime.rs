@@ -6,7 +6,7 @@
 //! its sections of the status endpoint and its metric families. A new runtime is a module
 //! implementing [`Runtime`] plus its line in [`REGISTERED`].
 
-use crate::hist::HistogramSnapshot;
+use fanout_layers::hist::HistogramSnapshot;
 use fanout_config::{Config, ConfigError};
 use std::any::Any;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! every call still in flight is dropped — which closes its connection or stream — and the request
 //! fails with 504. A required step's failure ends the request the same way.
 
-use crate::backend::CallRequest;
+use fanout_layers::backend::CallRequest;
 use crate::call::{Env, Slots, Yielded, eval, expr_err, short_json, yielded};
 use crate::error::{Answer, ErrorKind, FlowError, answer_code};
 use crate::observe::{NoObserver, Observer, StepEnd};

@@ -10,7 +10,7 @@
 //! the answer message's bytes.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::backend::{CallRequest, query_method};
+use fanout_layers::backend::{CallRequest, query_method};
 use crate::call::{
     Env, HttpPlan, Yielded, build_call, eval, eval_item, expr_err, fetch_body, yielded,
 };

@@ -3,7 +3,7 @@
 //! compiler of an HTTP call ([`compile_call`]), shared with batch forms and reference data.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::backend::{Backend, CallRequest};
+use fanout_layers::backend::{Backend, CallRequest};
 use crate::call::{Env, HttpPlan, Yielded, build_call, fetch_json, yielded};
 use crate::ctx::{Ctx, unknown_backend};
 use crate::error::FlowError;

@@ -29,7 +29,7 @@ mod value;
 pub(crate) use grpc::{check_message_fields, grpc_method};
 pub(crate) use http::{CallSrc, compile_call};
 
-use crate::backend::CallRequest;
+use fanout_layers::backend::CallRequest;
 use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded};
 use crate::ctx::Ctx;
@@ -161,7 +161,7 @@ pub(crate) enum Prepared {
 
 /// See [`Prepared::Task`].
 pub(crate) type Task = Box<
-    dyn FnOnce(Option<crate::trace::CallTrace>) -> BoxFuture<'static, Result<Vec<Val>, FlowError>>
+    dyn FnOnce(Option<fanout_layers::trace::CallTrace>) -> BoxFuture<'static, Result<Vec<Val>, FlowError>>
         + Send,
 >;
 

@@ -10,7 +10,7 @@ use crate::call::{
 use crate::compute::ComputePool;
 use crate::error::{ErrorClass, ErrorKind, FlowError};
 use crate::models::{ModelSlot, RunError, kind_name};
-use crate::outcome::CallClass;
+use fanout_layers::outcome::CallClass;
 use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Num, Val};
 use futures_util::future::BoxFuture;

@@ -10,7 +10,7 @@
 
 use super::sql_stats::SqlStats;
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
+use fanout_layers::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
 use crate::call::{
     CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_answer, parse_answer,
     yielded,
@@ -18,7 +18,7 @@ use crate::call::{
 use crate::compute::ComputePool;
 use crate::ctx::unknown_backend;
 use crate::error::{ErrorClass, ErrorKind, FlowError, INVALID_CALL};
-use crate::outcome::CallClass;
+use fanout_layers::outcome::CallClass;
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
 use fanout_expr::json::obj_get;
 use fanout_expr::{Expr, Val};

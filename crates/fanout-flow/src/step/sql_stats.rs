@@ -106,7 +106,7 @@ fn code_after<'t>(text: &'t str, marker: &str) -> Option<&'t str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{CallError, CallErrorKind};
+    use fanout_layers::backend::{CallError, CallErrorKind};
     use crate::error::ErrorKind;
     use std::sync::Arc;
 

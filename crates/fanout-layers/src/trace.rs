@@ -14,7 +14,7 @@
 //!
 //! [`CallRequest::trace`]: crate::backend::CallRequest::trace
 
-use crate::backend::CallError;
+use crate::error::CallError;
 use http::{HeaderMap, StatusCode};
 use std::fmt;
 use std::sync::Arc;
@@ -174,8 +174,3 @@ pub trait AnswerStatus {
     fn status(&self) -> StatusCode;
 }
 
-impl AnswerStatus for crate::backend::CallResponse {
-    fn status(&self) -> StatusCode {
-        self.status
-    }
-}

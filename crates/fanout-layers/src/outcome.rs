@@ -2,7 +2,7 @@
 //! failure?" asks it here, so they cannot disagree: the cache (serve stale on error), the hedge
 //! (does this answer end the race), the retry layer (is another attempt worth it), the circuit
 //! breaker (does it count against the backend), the balancer's outlier ejection (is the address
-//! to blame), and the status mapping (`FlowError::from_call`, by [`CallErrorKind`]).
+//! to blame), and the status mapping (fanout-flow's `FlowError::from_call`, by [`CallErrorKind`]).
 //!
 //! | outcome          | failure | backend failure | blames address | transient |
 //! |------------------|---------|-----------------|----------------|-----------|
@@ -23,11 +23,11 @@
 //! backend, the second because the flow built something that is not a valid request. Neither
 //! is retried, counted by a breaker or blamed on an address.
 //!
-//! A step's call as the flow saw it (after every layer, as a [`FlowError`]) is classified once
-//! too, by [`CallClass::of`]: the outcome classes of metrics and traces.
+//! A step's call as the flow saw it (after every layer, as fanout-flow's `FlowError`) is
+//! classified once too, by `fanout_flow::error::call_class`, into a [`CallClass`]: the outcome
+//! classes of metrics and traces.
 
-use crate::backend::{CallError, CallErrorKind, CallResponse, RejectReason};
-use crate::error::{ErrorKind, FlowError};
+use crate::backend::{CallError, CallErrorKind, CallResponse};
 
 /// What happened to one backend call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,50 +164,6 @@ impl CallClass {
         CallClass::RejectedPool,
     ];
 
-    /// Classify a step's call: `Ok(())` for an answer the step accepted, else its error (the
-    /// transport kind from its `source` when there is one, else its [`ErrorKind`]).
-    pub fn of(result: Result<(), &FlowError>) -> CallClass {
-        let e = match result {
-            Ok(()) => return CallClass::Ok,
-            Err(e) => e,
-        };
-        if let Some(src) = &e.source {
-            return match src.kind {
-                CallErrorKind::Timeout => CallClass::Timeout,
-                CallErrorKind::Connect => CallClass::Refused,
-                CallErrorKind::Reset => CallClass::Reset,
-                CallErrorKind::BodyTooLarge => CallClass::BadAnswer,
-                CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
-                CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
-                CallErrorKind::Rejected(RejectReason::Pool) => CallClass::RejectedPool,
-                CallErrorKind::Rejected(RejectReason::Memory) => CallClass::Other,
-                CallErrorKind::Invalid => CallClass::InvalidCall,
-            };
-        }
-        match e.kind {
-            ErrorKind::BackendTimeout | ErrorKind::DeadlineExceeded => CallClass::Timeout,
-            ErrorKind::BackendUnavailable => CallClass::Refused,
-            ErrorKind::BackendReset => CallClass::Reset,
-            ErrorKind::BadBackendAnswer => CallClass::BadAnswer,
-            ErrorKind::BackendStatus { status, .. } => match status {
-                400..=499 => CallClass::Status4xx,
-                500..=599 => CallClass::Status5xx,
-                _ => CallClass::Other,
-            },
-            ErrorKind::NotFound => CallClass::Status4xx,
-            ErrorKind::PoolExhausted => CallClass::RejectedPool,
-            ErrorKind::InvalidCall => CallClass::InvalidCall,
-            ErrorKind::Class(c) => c.outcome,
-            ErrorKind::Rejected
-            | ErrorKind::KeyNotFound
-            | ErrorKind::Expression
-            | ErrorKind::ExpressionLimit
-            | ErrorKind::Overloaded
-            | ErrorKind::MemoryBudget
-            | ErrorKind::Answered => CallClass::Other,
-        }
-    }
-
     /// The position of this class in [`CallClass::ALL`].
     pub fn index(self) -> usize {
         self as usize
@@ -290,56 +246,6 @@ mod tests {
             assert_eq!(o.blames_address(), address, "{o:?}");
             assert_eq!(o.is_transient(), transient, "{o:?}");
             assert_eq!(o.never_sent(), unsent, "{o:?}");
-        }
-    }
-
-    /// A step's call, classified from its error: by the transport kind of its source when it
-    /// has one, else by the error's kind.
-    #[test]
-    fn step_calls_are_classified_once() {
-        use std::sync::Arc;
-        let (step, backend): (Arc<str>, Arc<str>) = ("s".into(), "b".into());
-        let call = |k| FlowError::from_call(CallError::new(k, "x"), &step, &backend);
-        let kind = |k| FlowError::new(k, "x");
-        let status = |status| {
-            kind(ErrorKind::BackendStatus {
-                status,
-                passthrough: false,
-            })
-        };
-        let rows: Vec<(Option<FlowError>, &str)> = vec![
-            (None, "ok"),
-            (Some(call(CallErrorKind::Timeout)), "timeout"),
-            (Some(call(CallErrorKind::Connect)), "refused"),
-            (Some(call(CallErrorKind::Reset)), "reset"),
-            (Some(call(CallErrorKind::BodyTooLarge)), "bad_answer"),
-            (
-                Some(call(CallErrorKind::Rejected(RejectReason::Bulkhead))),
-                "rejected_bulkhead",
-            ),
-            (
-                Some(call(CallErrorKind::Rejected(RejectReason::Breaker))),
-                "rejected_breaker",
-            ),
-            (Some(call(CallErrorKind::Invalid)), "invalid_call"),
-            (Some(kind(ErrorKind::InvalidCall)), "invalid_call"),
-            (Some(kind(ErrorKind::BackendTimeout)), "timeout"),
-            (Some(kind(ErrorKind::DeadlineExceeded)), "timeout"),
-            (Some(kind(ErrorKind::BadBackendAnswer)), "bad_answer"),
-            (Some(status(404)), "status_4xx"),
-            (Some(status(503)), "status_5xx"),
-            (Some(status(304)), "other"),
-            (Some(kind(ErrorKind::Overloaded)), "other"),
-        ];
-        for (e, label) in &rows {
-            let r = match e {
-                Some(e) => Err(e),
-                None => Ok(()),
-            };
-            assert_eq!(CallClass::of(r).label(), *label, "{e:?}");
-        }
-        for (i, c) in CallClass::ALL.iter().enumerate() {
-            assert_eq!(c.index(), i);
         }
     }
 }
