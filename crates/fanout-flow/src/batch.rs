@@ -6,13 +6,13 @@
 //! per backend gathers keys for `window`, makes the calls once, and hands each waiting request the
 //! values of its own keys.
 
-use fanout_layers::cache::{CachePolicy, CacheStats, KeyCache};
 use crate::call::HttpPlan;
 use crate::call::{BuildError, Env, build_call, fetch_json};
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
-use fanout_layers::hist::{AtomicHistogram, HistogramSnapshot};
-use fanout_layers::trace::CallTrace;
 use fanout_expr::{Expr, Val, json};
+use fanout_layers::cache::{CachePolicy, CacheStats, KeyCache};
+use fanout_layers::trace::CallTrace;
+use fanout_runtime::hist::{AtomicHistogram, HistogramSnapshot};
 use futures_util::future::try_join_all;
 use http::HeaderName;
 use std::collections::HashMap;

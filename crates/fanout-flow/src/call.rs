@@ -4,12 +4,12 @@
 //! where it must be: `crate::uri`) and [`fetch_json`] (timeout, status, parse). It depends on no
 //! step kind and no scheduler: `exec`, `batch` and `reference` use it, it uses none of them.
 
-use fanout_layers::backend::{Backend, CallErrorKind, CallRequest, CallResponse, PathAndQuery};
-use crate::compute::ComputePool;
 use crate::error::{ErrorKind, FlowError, INVALID_CALL};
 use crate::memory::{RequestMemory, parsed_size_estimate};
 use bytes::Bytes;
 use fanout_expr::{Budget, EvalError, EvalErrorKind, EvalLimits, Expr, Mode, Val, json};
+use fanout_layers::backend::{Backend, CallErrorKind, CallRequest, CallResponse, PathAndQuery};
+use fanout_runtime::compute::ComputePool;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -664,7 +664,7 @@ mod tests {
         // Every answer is parsed on the pool (offload threshold 0); its only thread is taken.
         let pool = Arc::new(ComputePool::new(1, 4, 0));
         pool.start().unwrap();
-        let (release_tx, blocker) = crate::compute::block_the_thread(&pool).await;
+        let (release_tx, blocker) = fanout_runtime::compute::block_the_thread(&pool).await;
         let target = Target {
             backend: Arc::new(Unused),
             name: Arc::from("db"),

@@ -2,9 +2,9 @@
 //! (`step/`): the config, the errors found so far (each with its position and a hint), the
 //! compute pool, and the helpers that compile one expression, method or header name.
 
-use crate::compute::ComputePool;
 use fanout_config::{Config, ConfigError, ExprSrc, Located, Pos};
 use fanout_expr::Expr;
+use fanout_runtime::compute::ComputePool;
 use http::{HeaderName, Method};
 use std::sync::Arc;
 

@@ -1,9 +1,9 @@
 //! [`FlowError`]: why a request failed, with the step and backend it concerns, the status code the
 //! client gets and whether a retry would be safe.
 
-use fanout_layers::backend::{CallError, CallErrorKind};
-use fanout_layers::outcome::CallClass;
 use bytes::Bytes;
+use fanout_layers::backend::{CallError, CallErrorKind, RejectReason};
+use fanout_layers::outcome::CallClass;
 use std::fmt;
 use std::sync::Arc;
 
@@ -101,7 +101,7 @@ impl ErrorClass {
 
 impl ErrorKind {
     /// The kinds every step shares, `BackendStatus` once (its code does not depend on the
-    /// status); [`ErrorKind::all`] adds the step kinds' classes.
+    /// status); [`crate::error_kinds`] adds the step kinds' classes.
     pub const CORE: [ErrorKind; 16] = [
         ErrorKind::BackendTimeout,
         ErrorKind::DeadlineExceeded,
@@ -123,15 +123,6 @@ impl ErrorKind {
         ErrorKind::PoolExhausted,
         ErrorKind::MemoryBudget,
     ];
-
-    /// Every kind: [`ErrorKind::CORE`] and each step kind's classes. Their codes are the flow's
-    /// part of the gateway's `error.code`s (metrics export each from the start).
-    pub fn all() -> Vec<ErrorKind> {
-        ErrorKind::CORE
-            .into_iter()
-            .chain(crate::step::error_classes().map(ErrorKind::Class))
-            .collect()
-    }
 
     /// HTTP status code for the client.
     pub fn status(self) -> u16 {
@@ -427,7 +418,7 @@ mod tests {
         let codes: std::collections::BTreeSet<&str> = listed.map(|k| k.code()).collect();
         assert_eq!(codes.len(), ErrorKind::CORE.len(), "a kind is listed twice");
         // The step kinds' classes: registered, and no code is two classes'.
-        let all = ErrorKind::all();
+        let all = crate::error_kinds();
         for c in [
             "conflict",
             "database_unavailable",

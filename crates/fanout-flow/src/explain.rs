@@ -18,11 +18,11 @@
 //! to the most; its sum is an upper bound, not a prediction (a `for_each` step counts one round
 //! of calls).
 
-use fanout_layers::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 use crate::plan::{Plan, RoutePlan};
 pub use crate::plan::{StepIo, StepWork};
 use fanout_config::{Config, ConfigErrors};
 use fanout_expr::json;
+use fanout_layers::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::fmt::Write as _;

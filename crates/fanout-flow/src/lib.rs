@@ -13,31 +13,33 @@ pub mod activity;
 pub mod batch;
 pub mod boxed;
 pub mod call;
-pub mod compute;
 mod ctx;
 pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod memory;
-pub mod models;
 pub mod observe;
 pub mod plan;
 pub mod reference;
 mod respond;
 pub mod runtime;
 mod step;
-pub use step::StepStats;
 /// The `sql` step's counters (SQLSTATE classes, rows and errors per step), read by the metrics of
 /// its protocol.
 pub use step::sql_stats as sqlstats;
+pub use step::{StepStats, error_kinds};
 mod uri;
 
 // The backend call and its layers live in `fanout-layers`; these paths stay for the gateway.
 pub use fanout_layers::{
-    backend, cache, dedup, hedge, hist, isolation, l2, outcome, retry, singleflight, trace,
+    backend, cache, dedup, hedge, isolation, l2, outcome, retry, singleflight, trace,
 };
-pub use fanout_layers::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 pub use error::{Answer, ErrorKind, FlowError, answer_code, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
+pub use fanout_layers::{
+    Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason,
+};
 pub use fanout_layers::{CallClass, CallOutcome};
+// The compute pool and the histogram live in `fanout-runtime`; these paths stay for the gateway.
+pub use fanout_runtime::{compute, hist};
 pub use plan::{Carry, Plan, RoutePlan, compile, compile_with};

@@ -4,10 +4,8 @@
 //! expressions read; unknown references and cycles are reported with their line:column. The
 //! per-request executor (`exec`) only reads the resulting [`Plan`].
 
-use fanout_layers::backend::Backend;
 use crate::batch::BatchPlan;
 pub use crate::call::HttpPlan;
-use crate::compute::ComputePool;
 use crate::ctx::{Ctx, unknown_backend};
 use crate::reference::{Dataset, ReferenceSet};
 use crate::step::{CallSrc, StepCx, StepKind, compile_call};
@@ -16,12 +14,15 @@ use fanout_config::{
     StatusPattern, StatusSrc, Step,
 };
 use fanout_expr::{Expr, Val, json};
+use fanout_layers::backend::Backend;
+use fanout_runtime::compute::ComputePool;
 use http::{HeaderName, Method};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::call::{FIRST_STEP_SLOT, SLOT_INDEX, SLOT_ITEM, SLOT_REF, SLOT_REQUEST};
+pub use crate::respond::{RespondPlan, StatusPlan};
 pub use crate::step::{StepIo, StepWork};
 
 /// A compiled config: routes ready to run.
@@ -220,30 +221,6 @@ pub enum Missing {
     Value(Expr),
 }
 
-/// The response of a route.
-pub struct RespondPlan {
-    /// Body expression.
-    pub body: Expr,
-    /// Status code, fixed or computed.
-    pub status: StatusPlan,
-    /// Header expressions.
-    pub headers: Vec<(HeaderName, Expr)>,
-    /// Whether an object body gets the `_partial` list and is written as JSON — not for gRPC
-    /// routes, whose answer is a typed message encoded from the value ([`crate::Outcome`]'s
-    /// `value`; their partial list is the `x-fanout-partial` metadata only).
-    pub partial_in_body: bool,
-    /// The size class of the route's last JSON body, where the next one's buffer starts.
-    pub body_size: crate::respond::BodySizeHint,
-}
-
-/// `respond.status`.
-pub enum StatusPlan {
-    /// A fixed status.
-    Fixed(u16),
-    /// An expression giving the status.
-    Expr(Expr),
-}
-
 /// What a plan compiled on a config reload keeps from the plan it replaces, so that what did not
 /// change keeps its state.
 #[derive(Default)]
@@ -261,7 +238,7 @@ pub struct Carry {
     /// [`RoutePlan::step_key`]: a step kept by the new config counts on (its metric series
     /// continue).
     pub step_stats: HashMap<String, crate::StepStats>,
-    /// The runtimes step kinds use, opened by the caller ([`crate::runtime::Runtimes::open`]);
+    /// The runtimes step kinds use, opened by the caller ([`crate::runtime::open`]);
     /// none opened: a step that needs one is a config error.
     pub runtimes: crate::runtime::Runtimes,
 }

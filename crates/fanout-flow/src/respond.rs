@@ -3,8 +3,8 @@
 
 use crate::call::{Env, Yielded, eval, expr_failure, short_json, yielded};
 use crate::error::{ErrorKind, FlowError};
-use crate::plan::{RespondPlan, StatusPlan};
 use bytes::Bytes;
+use fanout_expr::Expr;
 use fanout_expr::{Val, json};
 use http::{HeaderName, HeaderValue};
 use std::sync::Arc;
@@ -27,6 +27,30 @@ pub struct Outcome {
     pub value: Option<fanout_expr::Val>,
     /// Optional steps that failed and used their default.
     pub partial: Vec<Arc<str>>,
+}
+
+/// The response of a route.
+pub struct RespondPlan {
+    /// Body expression.
+    pub body: Expr,
+    /// Status code, fixed or computed.
+    pub status: StatusPlan,
+    /// Header expressions.
+    pub headers: Vec<(HeaderName, Expr)>,
+    /// Whether an object body gets the `_partial` list and is written as JSON — not for gRPC
+    /// routes, whose answer is a typed message encoded from the value ([`crate::Outcome`]'s
+    /// `value`; their partial list is the `x-fanout-partial` metadata only).
+    pub partial_in_body: bool,
+    /// The size class of the route's last JSON body, where the next one's buffer starts.
+    pub body_size: BodySizeHint,
+}
+
+/// `respond.status`.
+pub enum StatusPlan {
+    /// A fixed status.
+    Fixed(u16),
+    /// An expression giving the status.
+    Expr(Expr),
 }
 
 /// The size class (a power of two) of a route's last JSON body: the next body is written into a

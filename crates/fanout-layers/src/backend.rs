@@ -10,7 +10,6 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 pub use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -9,8 +9,7 @@
 //! - [`outcome`]: the one classification of a call's outcome every layer asks.
 //! - Layers: [`cache`] (+ [`l2`], the shared second level's contract), [`dedup`] and the
 //!   [`singleflight`] under both, [`hedge`], [`retry`], [`isolation`] (bulkhead, breaker).
-//! - [`trace`]: a call's trace context through the layers; [`hist`]: the lock-free histogram the
-//!   layers and the engine record into.
+//! - [`trace`]: a call's trace context through the layers.
 
 #![forbid(unsafe_code)]
 
@@ -19,7 +18,6 @@ pub mod cache;
 pub mod dedup;
 pub mod error;
 pub mod hedge;
-pub mod hist;
 pub mod isolation;
 pub mod l2;
 pub mod outcome;

@@ -192,6 +192,7 @@ impl CallClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::RejectReason;
     use bytes::Bytes;
     use http::StatusCode;
 

@@ -173,4 +173,3 @@ pub trait AnswerStatus {
     /// The answer's status.
     fn status(&self) -> StatusCode;
 }
-

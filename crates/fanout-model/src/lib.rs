@@ -22,12 +22,17 @@
 //! of its one row). [`Model::load`] uses the defaults (the `MAX_*` constants);
 //! [`Model::load_with`] takes other limits, which the model keeps for [`Model::run`]. Errors
 //! number the features of a row from 0, as `input[3]`, and name the limit broken.
+//!
+//! [`runtime`]: the model runtime the gateway hosts for `model` steps — the model set read from
+//! `models.dir` (watched, swapped without a restart), each model's queue and micro-batches run on
+//! the compute pool, its status and metrics.
 
 #![forbid(unsafe_code)]
 
 mod attrs;
 pub mod onnx;
 mod ops;
+pub mod runtime;
 mod tensor;
 mod tree;
 

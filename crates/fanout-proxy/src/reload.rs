@@ -119,9 +119,8 @@ pub(crate) fn build_live(
     let protos = crate::grpc::load_protos(&cfg)?;
     // A runtime whose inputs did not change is kept (the models: versions, queues, counters,
     // watcher).
-    let runtimes =
-        fanout_flow::runtime::Runtimes::open(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
-            .map_err(|e| ConfigErrors(vec![e]))?;
+    let runtimes = fanout_flow::runtime::open(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
+        .map_err(|e| ConfigErrors(vec![e]))?;
     let mut carry = Carry {
         compute,
         protos,

@@ -108,7 +108,7 @@ pub(crate) async fn eval_step_expr(
 }
 
 /// The compute pool refused a step's work.
-pub(crate) fn pool_error(step: &Arc<str>, e: crate::compute::ComputeError) -> FlowError {
+pub(crate) fn pool_error(step: &Arc<str>, e: fanout_runtime::compute::ComputeError) -> FlowError {
     FlowError::new(ErrorKind::Overloaded, e.to_string()).in_step(step)
 }
 

@@ -5,7 +5,6 @@
 //! every call still in flight is dropped — which closes its connection or stream — and the request
 //! fails with 504. A required step's failure ends the request the same way.
 
-use fanout_layers::backend::CallRequest;
 use crate::call::{Env, Slots, Yielded, eval, expr_err, short_json, yielded};
 use crate::error::{Answer, ErrorKind, FlowError, answer_code};
 use crate::observe::{NoObserver, Observer, StepEnd};
@@ -13,6 +12,7 @@ use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, S
 use crate::respond::respond_with;
 use crate::step::{Prepared, StepArgs};
 use answer::{map_result_on, missing_on, needs_env, pool_error, snapshot};
+use fanout_layers::backend::CallRequest;
 use keyed::{KeyedLookup, flush_keyed, keyed_alone};
 
 mod answer;

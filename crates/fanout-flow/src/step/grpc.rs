@@ -10,7 +10,6 @@
 //! the answer message's bytes.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use fanout_layers::backend::{CallRequest, query_method};
 use crate::call::{
     Env, HttpPlan, Yielded, build_call, eval, eval_item, expr_err, fetch_body, yielded,
 };
@@ -20,6 +19,7 @@ use bytes::Bytes;
 use fanout_config::{ConfigError, Located, Protocol, Step};
 use fanout_expr::{Expr, Val};
 use fanout_grpc::{CodecError, MessageCodec, MethodInfo};
+use fanout_layers::backend::{CallRequest, query_method};
 use futures_util::future::BoxFuture;
 use http::{HeaderName, Method};
 use std::sync::Arc;

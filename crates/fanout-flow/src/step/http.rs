@@ -3,12 +3,12 @@
 //! compiler of an HTTP call ([`compile_call`]), shared with batch forms and reference data.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use fanout_layers::backend::{Backend, CallRequest};
 use crate::call::{Env, HttpPlan, Yielded, build_call, fetch_json, yielded};
 use crate::ctx::{Ctx, unknown_backend};
 use crate::error::FlowError;
 use fanout_config::{ExprSrc, Located, Step};
 use fanout_expr::{Expr, Val};
+use fanout_layers::backend::{Backend, CallRequest};
 use futures_util::future::BoxFuture;
 use http::{HeaderName, Method};
 use indexmap::IndexMap;

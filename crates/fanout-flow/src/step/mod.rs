@@ -29,7 +29,6 @@ mod value;
 pub(crate) use grpc::{check_message_fields, grpc_method};
 pub(crate) use http::{CallSrc, compile_call};
 
-use fanout_layers::backend::CallRequest;
 use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded};
 use crate::ctx::Ctx;
@@ -37,6 +36,7 @@ use crate::error::{ErrorKind, FlowError};
 use ::http::HeaderName;
 use fanout_config::{Dur, ExprSrc, Step};
 use fanout_expr::{Expr, Val};
+use fanout_layers::backend::CallRequest;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,9 +62,18 @@ const KINDS: &[Compile] = &[
 /// its own.
 const ERROR_CLASSES: &[&[&crate::error::ErrorClass]] = &[sql::ERRORS, model::ERRORS];
 
-/// The error classes of every step kind.
-pub(crate) fn error_classes() -> impl Iterator<Item = &'static crate::error::ErrorClass> {
-    ERROR_CLASSES.iter().flat_map(|c| c.iter().copied())
+/// Every error kind of the flow: [`ErrorKind::CORE`] and each step kind's classes. Their codes
+/// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
+pub fn error_kinds() -> Vec<ErrorKind> {
+    ErrorKind::CORE
+        .into_iter()
+        .chain(
+            ERROR_CLASSES
+                .iter()
+                .flat_map(|c| c.iter().copied())
+                .map(ErrorKind::Class),
+        )
+        .collect()
 }
 
 /// A kind's compiler: `None` when the step is not of this kind; `Some(None)` when it is but has
@@ -161,7 +170,9 @@ pub(crate) enum Prepared {
 
 /// See [`Prepared::Task`].
 pub(crate) type Task = Box<
-    dyn FnOnce(Option<fanout_layers::trace::CallTrace>) -> BoxFuture<'static, Result<Vec<Val>, FlowError>>
+    dyn FnOnce(
+            Option<fanout_layers::trace::CallTrace>,
+        ) -> BoxFuture<'static, Result<Vec<Val>, FlowError>>
         + Send,
 >;
 

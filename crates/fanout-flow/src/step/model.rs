@@ -1,18 +1,18 @@
 //! The model step (`model: {name, features | input}`): evaluates the features (jq) into one row
 //! of numbers — one row per element with `for_each` — and queues the rows on the model's slot
-//! ([`crate::models`]), which evaluates them in batches on the compute pool. The value is
-//! [`crate::models::output_value`]'s: `{label, probabilities}` or `{value}` / `{values}`.
+//! ([`fanout_model::runtime`]), which evaluates them in batches on the compute pool. The value is
+//! [`fanout_model::runtime::output_value`]'s: `{label, probabilities}` or `{value}` / `{values}`.
 
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::call::{
     Env, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, yielded,
 };
-use crate::compute::ComputePool;
 use crate::error::{ErrorClass, ErrorKind, FlowError};
-use crate::models::{ModelSlot, RunError, kind_name};
-use fanout_layers::outcome::CallClass;
 use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Num, Val};
+use fanout_layers::outcome::CallClass;
+use fanout_model::runtime::{ModelSlot, RunError, kind_name};
+use fanout_runtime::compute::ComputePool;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -117,7 +117,7 @@ impl StepKind for ModelStep {
                     Err(_) => Err(run_error(
                         &slot,
                         &name,
-                        RunError::Pool(crate::compute::ComputeError::Stopped),
+                        RunError::Pool(fanout_runtime::compute::ComputeError::Stopped),
                     )),
                 }
             })
@@ -339,8 +339,8 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
     let models = sc
         .cx
         .runtimes
-        .get::<crate::models::ModelSet>()
-        .map(|set| crate::models::slots(&set))
+        .get::<fanout_model::runtime::ModelSet>()
+        .map(|set| fanout_model::runtime::slots(&set))
         .unwrap_or_default();
     let slot = match models.get(&m.name.value) {
         None => {

@@ -10,18 +10,18 @@
 
 use super::sql_stats::SqlStats;
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use fanout_layers::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
 use crate::call::{
     CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_answer, parse_answer,
     yielded,
 };
-use crate::compute::ComputePool;
 use crate::ctx::unknown_backend;
 use crate::error::{ErrorClass, ErrorKind, FlowError, INVALID_CALL};
-use fanout_layers::outcome::CallClass;
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
 use fanout_expr::json::obj_get;
 use fanout_expr::{Expr, Val};
+use fanout_layers::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
+use fanout_layers::outcome::CallClass;
+use fanout_runtime::compute::ComputePool;
 use futures_util::future::BoxFuture;
 use http::HeaderName;
 use std::sync::Arc;

@@ -106,8 +106,8 @@ fn code_after<'t>(text: &'t str, marker: &str) -> Option<&'t str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fanout_layers::backend::{CallError, CallErrorKind};
     use crate::error::ErrorKind;
+    use fanout_layers::backend::{CallError, CallErrorKind};
     use std::sync::Arc;
 
     #[test]

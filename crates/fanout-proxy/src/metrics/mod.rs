@@ -388,7 +388,7 @@ impl RouteMetrics {
         let Some(Some(m)) = self.steps.get(step.index) else {
             return;
         };
-        if let Some(c) = m.calls.get(CallClass::of(result).index()) {
+        if let Some(c) = m.calls.get(fanout_flow::error::call_class(result).index()) {
             c.inc();
         }
         m.duration.observe(elapsed);

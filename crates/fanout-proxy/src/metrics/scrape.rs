@@ -155,7 +155,7 @@ fn errors(gw: &Gateway, live: &Live, out: &mut Out<'_>) -> fmt::Result {
     let mut by_code: BTreeMap<&str, u64> = crate::answer::GATEWAY_CODES
         .into_iter()
         .chain(
-            fanout_flow::ErrorKind::all()
+            fanout_flow::error_kinds()
                 .into_iter()
                 // Its code is the config's (`fail`, `on_status`): among `error_codes`.
                 .filter(|k| *k != fanout_flow::ErrorKind::Answered)

@@ -6,7 +6,7 @@
 //!   [`crate::Carry`]). [`ModelSet::watch`] starts one thread that rescans the directory every
 //!   `models.poll`; a file whose size, modification time and inode stayed the same for
 //!   `models.settle` is loaded (decoded, planned and run once on zeros by
-//!   [`fanout_model::Model::load_with`], under `models.limits`) and swapped in. A file that fails to load, or whose input
+//!   [`crate::Model::load_with`], under `models.limits`) and swapped in. A file that fails to load, or whose input
 //!   width or kind (classifier, regressor) differs from the version serving, never replaces it:
 //!   the error is kept in the slot's status and the file is tried again when it changes. A
 //!   removed file changes nothing (the model keeps serving until a config without the steps that
@@ -20,12 +20,12 @@
 //! - **Lifetime.** A version is an `Arc`: requests in flight finish on the version they started
 //!   with, and the old version is freed when the last of them ends.
 
-use crate::compute::ComputePool;
-use fanout_layers::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
+pub use crate::{ModelKind, Output};
 use arc_swap::ArcSwapOption;
 use fanout_config::{ConfigError, ModelBatch, ModelsConfig};
 use fanout_expr::{Map, Val};
-pub use fanout_model::{ModelKind, Output};
+use fanout_runtime::compute::ComputePool;
+use fanout_runtime::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -141,8 +141,8 @@ mod onnx {
     pub(super) const FORMAT: Format = Format {
         extension: "onnx",
         load: |bytes, name, cfg| {
-            let m = fanout_model::Model::load_with(bytes, name, &limits(cfg))
-                .map_err(|e| e.to_string())?;
+            let m =
+                crate::Model::load_with(bytes, name, &limits(cfg)).map_err(|e| e.to_string())?;
             Ok(Box::new(m))
         },
     };
@@ -151,9 +151,9 @@ mod onnx {
     /// (`models.limits.max_input_width`). The file's size is `models.max_file_bytes`, checked
     /// by the scan before (and after) the file is read, so the runtime's own file limit never
     /// refuses a file that limit allows.
-    pub(super) fn limits(cfg: &ModelsConfig) -> fanout_model::Limits {
+    pub(super) fn limits(cfg: &ModelsConfig) -> crate::Limits {
         let l = &cfg.limits;
-        fanout_model::Limits {
+        crate::Limits {
             max_model_bytes: usize::try_from(cfg.max_file_bytes).unwrap_or(usize::MAX),
             max_graph_nodes: l.max_graph_nodes,
             max_trees: l.max_trees,
@@ -166,15 +166,15 @@ mod onnx {
         }
     }
 
-    impl Evaluator for fanout_model::Model {
+    impl Evaluator for crate::Model {
         fn input_width(&self) -> usize {
-            fanout_model::Model::input_width(self)
+            crate::Model::input_width(self)
         }
         fn kind(&self) -> &ModelKind {
-            fanout_model::Model::kind(self)
+            crate::Model::kind(self)
         }
         fn run(&self, rows: &[f32]) -> Result<Output, String> {
-            fanout_model::Model::run(self, rows).map_err(|e| e.to_string())
+            crate::Model::run(self, rows).map_err(|e| e.to_string())
         }
     }
 }
@@ -285,7 +285,7 @@ pub enum RunError {
     /// The deadline passed while the rows waited.
     Expired,
     /// The compute pool refused the drain job or stopped.
-    Pool(crate::compute::ComputeError),
+    Pool(fanout_runtime::compute::ComputeError),
     /// The model failed on the batch.
     Failed(String),
 }
@@ -1396,7 +1396,7 @@ fn list(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, &'static Format, st
 }
 
 /// Slots by name for the compiler (a plain map: compiling touches no lock per step).
-pub(crate) fn slots(set: &ModelSet) -> HashMap<String, Arc<ModelSlot>> {
+pub fn slots(set: &ModelSet) -> HashMap<String, Arc<ModelSlot>> {
     lock(&set.slots)
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
@@ -1404,7 +1404,7 @@ pub(crate) fn slots(set: &ModelSet) -> HashMap<String, Arc<ModelSlot>> {
 }
 
 /// The model set as a runtime of the gateway ([`crate::runtime`]): its line in the registry.
-pub(crate) const RUNTIME: crate::runtime::Registration = crate::runtime::Registration {
+pub const RUNTIME: fanout_runtime::runtime::Registration = fanout_runtime::runtime::Registration {
     open: |cfg, prev| {
         if let Some((prev_cfg, prev)) = prev {
             // The same `models:` keeps the set: its versions, queues, counters and watcher.
@@ -1418,7 +1418,7 @@ pub(crate) const RUNTIME: crate::runtime::Registration = crate::runtime::Registr
     },
 };
 
-impl crate::runtime::Runtime for ModelSet {
+impl fanout_runtime::runtime::Runtime for ModelSet {
     fn start(self: Arc<Self>) -> Result<(), String> {
         self.watch()
             .map_err(|e| format!("starting the models.dir watcher: {e}"))
@@ -1450,8 +1450,8 @@ impl crate::runtime::Runtime for ModelSet {
         ]
     }
 
-    fn metrics(&self, now: SystemTime) -> Vec<crate::runtime::Family> {
-        use crate::runtime::{Family, FamilyKind, Sample};
+    fn metrics(&self, now: SystemTime) -> Vec<fanout_runtime::runtime::Family> {
+        use fanout_runtime::runtime::{Family, FamilyKind, Sample};
         let status = ModelSet::status(self);
         let model = |m: &ModelStatus| vec![("model", m.name.to_string())];
         let per_model = |name, help, kind, value: &dyn Fn(&ModelStatus) -> Sample| Family {
@@ -1603,14 +1603,14 @@ fn ms_bound(h: &HistogramSnapshot, q: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compute::ComputePool;
     use fanout_config::Dur;
+    use fanout_runtime::compute::ComputePool;
 
     const MODEL: &[u8] = include_bytes!("../../fanout-model/testdata/dense_ops.onnx");
 
     fn version() -> Arc<Version> {
         Arc::new(Version {
-            model: Box::new(fanout_model::Model::load(MODEL, "d").unwrap()),
+            model: Box::new(crate::Model::load(MODEL, "d").unwrap()),
             hash: "h".into(),
             loaded_at: SystemTime::now(),
             bytes: MODEL.len() as u64,
@@ -1871,7 +1871,7 @@ mod tests {
     /// output — with `hidden` 3072, about 1 ms a row in release: the heavy MLP of the issue.
     #[cfg(feature = "bench-tools")]
     fn mlp(width: usize, hidden: usize) -> Vec<u8> {
-        use fanout_model::onnx::*;
+        use crate::onnx::*;
         use prost::Message;
         let info = |name: &str, cols: usize| ValueInfoProto {
             name: Some(name.into()),

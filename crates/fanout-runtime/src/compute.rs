@@ -3,7 +3,7 @@
 //! spends milliseconds on one request while the others on it wait. The queue is bounded: when it
 //! is full the job is refused (the step fails with 503 `overloaded`), memory never grows with load.
 
-use fanout_layers::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
+use crate::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -54,7 +54,7 @@ impl ComputePool {
             skipped: Arc::new(AtomicU64::new(0)),
             running: Arc::new(AtomicU64::new(0)),
             refused: AtomicU64::new(0),
-            run_time: Arc::new(AtomicHistogram::new(fanout_layers::hist::WORK_NS, NS_PER_S)),
+            run_time: Arc::new(AtomicHistogram::new(crate::hist::WORK_NS, NS_PER_S)),
         }
     }
 
@@ -224,9 +224,10 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
     }
 }
 
-#[cfg(test)]
-/// Occupy the pool's only thread until the returned sender is used; returns once it runs.
-pub(crate) async fn block_the_thread(
+/// Occupy the pool's only thread until the returned sender is used; returns once it runs (for
+/// tests: here and, with the `test-util` feature, the engine's).
+#[cfg(any(test, feature = "test-util"))]
+pub async fn block_the_thread(
     pool: &Arc<ComputePool>,
 ) -> (
     std::sync::mpsc::Sender<()>,
@@ -244,7 +245,7 @@ pub(crate) async fn block_the_thread(
             .await
         }
     });
-    started_rx.await.unwrap();
+    let _ = started_rx.await;
     (release_tx, blocker)
 }
 

@@ -1,0 +1,13 @@
+//! What fanout's engine runs beside the request tasks, shared by the engine (`fanout-flow`), the
+//! step kinds' runtimes (`fanout-model`) and the gateway:
+//!
+//! - [`compute`]: the bounded pool of compute threads CPU-heavy work goes to (R1).
+//! - [`hist`]: the lock-free histogram the pool, the models and the gateway record into.
+//! - [`runtime`]: what a runtime hosted for a step kind is (the [`runtime::Runtime`] trait) and
+//!   the set of them opened for one config ([`runtime::Runtimes`]).
+
+#![forbid(unsafe_code)]
+
+pub mod compute;
+pub mod hist;
+pub mod runtime;
