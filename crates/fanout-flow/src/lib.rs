@@ -31,15 +31,15 @@ pub use step::{StepStats, error_kinds};
 mod uri;
 
 // The backend call and its layers live in `fanout-layers`; these paths stay for the gateway.
-pub use fanout_layers::{
-    backend, cache, dedup, hedge, isolation, l2, outcome, retry, singleflight, trace,
-};
 pub use error::{Answer, ErrorKind, FlowError, answer_code, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
 pub use fanout_layers::{
     Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason,
 };
 pub use fanout_layers::{CallClass, CallOutcome};
+pub use fanout_layers::{
+    backend, cache, dedup, hedge, isolation, l2, outcome, retry, singleflight, trace,
+};
 // The compute pool and the histogram live in `fanout-runtime`; these paths stay for the gateway.
 pub use fanout_runtime::{compute, hist};
 pub use plan::{Carry, Plan, RoutePlan, compile, compile_with};

@@ -6,8 +6,8 @@
 //! and scrapes.
 
 use crate::Gateway;
+use crate::body::Body;
 use crate::metrics::scrape;
-use crate::server::Body;
 use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};

@@ -3,7 +3,7 @@
 //! ([`ErrorCounts`]). The request lifecycle that decides which answer is in `server.rs`.
 
 use crate::admission::Rejection;
-use crate::server::Body;
+use crate::body::Body;
 use bytes::Bytes;
 use fanout_config::Dur;
 use fanout_flow::{FlowError, Outcome};
@@ -382,6 +382,52 @@ pub(crate) fn outcome_response(out: Outcome) -> Response<Body> {
         h.insert(k, v);
     }
     resp
+}
+
+impl crate::Gateway {
+    /// Respond with a refusal or failure: counted by code, logged when it says so, rendered as
+    /// the JSON error body.
+    pub(crate) fn error_response(
+        &self,
+        e: ApiError,
+        rid: &HeaderValue,
+        parts: &http::request::Parts,
+    ) -> Response<Body> {
+        self.errors.count(&e.code);
+        if e.log {
+            self.log_failure(&e, rid, &parts.method, parts.uri.path());
+        }
+        e.into_response(rid, self.limits.expose_error_details)
+    }
+
+    /// The log line of a failed request, with the detail the client does not see.
+    pub(crate) fn log_failure(
+        &self,
+        e: &ApiError,
+        rid: &HeaderValue,
+        method: &http::Method,
+        path: &str,
+    ) {
+        let (write, suppressed) = self.error_log.admit(std::time::Instant::now());
+        if suppressed > 0 {
+            tracing::warn!(
+                suppressed,
+                "{suppressed} failed-request log lines were not written (server.error_log_per_second)"
+            );
+        }
+        if !write {
+            return;
+        }
+        let request_id = String::from_utf8_lossy(rid.as_bytes());
+        let step = e.step.as_deref().unwrap_or("");
+        let backend = e.backend.as_deref().unwrap_or("");
+        let detail = e.detail.as_deref().unwrap_or("");
+        if e.status.is_server_error() {
+            tracing::warn!(%request_id, %method, path, status = e.status.as_u16(), code = %e.code, step = %step, backend = %backend, detail = %detail, "request failed: {}", e.message);
+        } else {
+            tracing::info!(%request_id, %method, path, status = e.status.as_u16(), code = %e.code, step = %step, backend = %backend, detail = %detail, "request refused: {}", e.message);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
 use crate::body::CallBody;
 use crate::h1pool::H1Pool;
-use crate::server::find_header;
+use crate::headers::find_header;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};

@@ -13,9 +13,7 @@
 
 use crate::answer::ApiError;
 use crate::body::Body;
-use crate::metrics::RequestRecord;
-use crate::server::{build_request, route};
-use crate::telemetry::RequestTelemetry;
+use crate::lifecycle::{Req, build_request, route};
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_config::{Config, ConfigError, ConfigErrors};
@@ -224,16 +222,13 @@ impl Gateway {
 
     /// The lifecycle of a gRPC request (module docs); `Err` is answered by
     /// [`Gateway::grpc_error_response`].
-    pub(crate) async fn grpc_lifecycle<'a, 'r: 'a>(
-        &'a self,
-        live: &'r Live,
-        parts: &'a Parts,
+    pub(crate) async fn grpc_lifecycle(
+        &self,
+        cx: &mut Req<'_, '_>,
         body: Incoming,
-        rid: &'a HeaderValue,
-        rec: &mut RequestRecord<'r>,
-        tel: &mut RequestTelemetry<'a>,
     ) -> Result<Response<Body>, ApiError> {
-        let start = rec.start();
+        let (live, parts) = (cx.live, cx.parts);
+        let start = cx.rec.start();
         let ct = parts
             .headers
             .get(CONTENT_TYPE)
@@ -270,8 +265,8 @@ impl Gateway {
         let Some(g) = route.grpc.as_ref() else {
             return Err(unimplemented("unknown_method", "unknown method".into()));
         };
-        rec.routed(route);
-        tel.routed(route);
+        cx.rec.routed(route);
+        cx.tel.routed(route);
         let deadline = self.deadline(&parts.headers, route, start)?;
         let max = self.limits.grpc.max_message_bytes;
         if let Some(len) = parts
@@ -288,7 +283,7 @@ impl Gateway {
                 body,
                 start,
                 deadline,
-                tel,
+                &mut cx.tel,
                 max + frame::HEADER_LEN,
             )
             .await
@@ -317,9 +312,7 @@ impl Gateway {
                 ))
             })?;
         let request = build_request(parts, params.iter(), val, &route.request_use)?;
-        let out = self
-            .run_flow(live, route, deadline, request, rid, rec, tel)
-            .await?;
+        let out = self.run_flow(cx, route, deadline, request).await?;
         let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
         if !status.is_success() {
             let mut e = ApiError::new(status, "flow_status", format!("the flow answered {status}"));

@@ -1,0 +1,285 @@
+//! The lifecycle of one request once it is off the connection (docs/ARCHITECTURE.md, "Request
+//! lifecycle"): route, deadline, read body, build `$request`, admit, run, observe — one short
+//! method per stage, called in that order by [`Gateway::lifecycle`] (HTTP) and
+//! `Gateway::grpc_lifecycle` (`grpc.rs`), which share [`Gateway::run_flow`]. Every stage gets
+//! the request's context ([`Req`]); a stage that refuses returns the [`ApiError`] the client is
+//! answered (`answer.rs`). A new edge stage (authentication, rate limits) is one method here
+//! and one line in each lifecycle.
+
+use crate::admission::{Permit, Rejection};
+use crate::answer::{ApiError, Refusal};
+use crate::coalesce::{self, Role, Waited};
+use crate::headers::find_headers;
+use crate::metrics::RequestRecord;
+use crate::telemetry::RequestTelemetry;
+use crate::{Gateway, Live};
+use fanout_expr::Val;
+use fanout_expr::request::{
+    ParamKey, RequestParts, RequestUse, decode_path_param, request_val_reading,
+};
+use fanout_flow::memory::RequestMemory;
+use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue};
+use hyper::body::Incoming;
+use std::borrow::Cow;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The gRPC deadline header (a name made once: looking a header up by `&str` parses the name
+/// on every request).
+static GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+
+/// One request as it goes through the stages: what every stage reads or records. `'r` is the
+/// live config the request runs on (a reload meanwhile does not change it), the other lifetime
+/// the request's own parts.
+pub(crate) struct Req<'a, 'r> {
+    /// The config's live part for this request.
+    pub(crate) live: &'r Live,
+    /// Method, URI, headers.
+    pub(crate) parts: &'a Parts,
+    /// The request id (the client's, or one made for it).
+    pub(crate) rid: &'a HeaderValue,
+    /// The request's metrics; knows its arrival time.
+    pub(crate) rec: &'a mut RequestRecord<'r>,
+    /// Its trace, timeline and access log line.
+    pub(crate) tel: RequestTelemetry<'a>,
+}
+
+impl Gateway {
+    /// The request lifecycle after accept, one stage per line (docs/ARCHITECTURE.md); any stage
+    /// may end it with the [`ApiError`] the client is answered.
+    pub(crate) async fn lifecycle(
+        &self,
+        cx: &mut Req<'_, '_>,
+        body: Incoming,
+    ) -> Result<Outcome, ApiError> {
+        let start = cx.rec.start();
+        let (route, params) = route(cx.live, cx.parts)?;
+        cx.rec.routed(route);
+        cx.tel.routed(route);
+        let params = path_params(&params)?;
+        let deadline = self.deadline(&cx.parts.headers, route, start)?;
+        let (body_val, _memory) = self
+            .read_body(&cx.parts.headers, body, start, deadline, &mut cx.tel)
+            .await?;
+        let request = build_request(
+            cx.parts,
+            params.iter().map(|(k, v)| (route.param_key(k), v.as_ref())),
+            body_val,
+            &route.request_use,
+        )?;
+        self.run_flow(cx, route, deadline, request).await
+    }
+
+    /// Admit, run, observe, complete: the part of the lifecycle that HTTP and gRPC requests
+    /// share once their request value is built. On a route that coalesces (`coalesce.rs`), a
+    /// request whose `$request` equals that of a live run which ends within its deadline takes
+    /// that run's answer instead; otherwise it runs the flow ([`Gateway::run_once`]) and hands
+    /// its answer to the requests that joined it.
+    pub(crate) async fn run_flow<'r>(
+        &self,
+        cx: &mut Req<'_, 'r>,
+        route: &'r RoutePlan,
+        deadline: Instant,
+        request: Val,
+    ) -> Result<Outcome, ApiError> {
+        let Some(runs) = cx.live.coalesce.get(route.index).and_then(Option::as_ref) else {
+            return self
+                .run_once(cx, route, deadline, request, &mut false)
+                .await;
+        };
+        let key = coalesce::key_of(&request);
+        let mut again = false;
+        loop {
+            match runs.role(&key, deadline, again, || cx.tel.span_context()) {
+                Role::Lead(leader) => {
+                    let mut refused = false;
+                    let out = self
+                        .run_once(cx, route, deadline, request, &mut refused)
+                        .await;
+                    leader.finish(&out, refused);
+                    return out;
+                }
+                Role::Join(joined) => {
+                    let span = joined.span.clone();
+                    match joined.wait(deadline).await {
+                        Waited::Answer(f) => {
+                            let out = f.answer.clone();
+                            runs.coalesced();
+                            cx.rec.coalesced();
+                            cx.rec.ran(&out);
+                            cx.tel.coalesced(span.as_ref());
+                            cx.tel.ran(&out);
+                            return out;
+                        }
+                        // The leader's client went away, or its deadline cut the run short while
+                        // this request has more time: run again (lead, or join the next run).
+                        Waited::Again => again = true,
+                        Waited::Deadline(waited) => {
+                            return Err(ApiError::from(FlowError::new(
+                                ErrorKind::DeadlineExceeded,
+                                format!(
+                                    "the request deadline passed after waiting {:.1} ms for the \
+                                     run of an identical request that it shares",
+                                    waited.as_secs_f64() * 1000.0
+                                ),
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Admit, run, observe, complete: one run of the flow for this request. The admission slot
+    /// is held while the flow runs; the flow's latency is a sample for the adaptive limit.
+    async fn run_once<'r>(
+        &self,
+        cx: &mut Req<'_, 'r>,
+        route: &'r RoutePlan,
+        deadline: Instant,
+        request: Val,
+        refused: &mut bool,
+    ) -> Result<Outcome, ApiError> {
+        let mut slot = self
+            .admit(cx.live, route, deadline)
+            .await
+            .inspect_err(|_| {
+                *refused = true;
+            })?;
+        // The backend answers parsed for this run are held in the memory budget until it ends.
+        let memory = RequestMemory::new(&*self.bodies);
+        let mut obs = cx.tel.observer();
+        obs.metrics = cx.rec.route_metrics();
+        obs.memory = Some(&memory);
+        obs.degraded = Some(crate::observe::DegradedLog {
+            request_id: cx.rid,
+            throttle: &self.error_log,
+        });
+        let out = route.run_observed(request, deadline, &obs).await;
+        cx.rec.ran(&out);
+        cx.tel.ran(&out);
+        slot.completed();
+        out.map_err(ApiError::from)
+    }
+
+    /// Deadline: the route's maximum, shortened by the client if it asks — in milliseconds in
+    /// `server.deadline_header` (`x-request-timeout`), or in `grpc-timeout`; a bad value is
+    /// refused (400). Fixed once, from the arrival time `start`.
+    pub(crate) fn deadline<'a>(
+        &'a self,
+        headers: &HeaderMap,
+        route: &RoutePlan,
+        start: Instant,
+    ) -> Result<Instant, Refusal<'a>> {
+        let mut budget = route.deadline;
+        let [asked, grpc_timeout] = find_headers(headers, [&self.deadline_header, &GRPC_TIMEOUT]);
+        if let Some(v) = asked {
+            let ms = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or(Refusal::BadDeadline {
+                    header: &self.deadline_header,
+                })?;
+            budget = budget.min(Duration::from_millis(ms));
+        }
+        if let Some(v) = grpc_timeout {
+            let d = v
+                .to_str()
+                .ok()
+                .and_then(fanout_grpc::timeout::parse)
+                .ok_or(Refusal::BadGrpcTimeout)?;
+            budget = budget.min(d);
+        }
+        Ok(start + budget)
+    }
+
+    /// Admit: a slot under the concurrency limit of the route's priority class now, after a
+    /// short bounded wait, or an immediate 503 `overloaded` — before any flow work.
+    pub(crate) async fn admit(
+        &self,
+        live: &Live,
+        route: &RoutePlan,
+        deadline: Instant,
+    ) -> Result<Permit, Rejection> {
+        let class = live.route_admission.get(&route.method, &route.path);
+        self.admission.admit(class, deadline).await
+    }
+}
+
+/// Route: the path (404), then the method (405 with `Allow`). Returns the route's plan and the
+/// path parameters it captured.
+pub(crate) fn route<'a, 'r: 'a>(
+    live: &'r Live,
+    parts: &'a Parts,
+) -> Result<(&'r RoutePlan, matchit::Params<'r, 'a>), Refusal<'a>> {
+    let path = parts.uri.path();
+    let matched = live
+        .router
+        .at(path)
+        .map_err(|_| Refusal::NoRoute { path })?;
+    let entry = matched.value;
+    match entry.iter().find(|r| r.method == parts.method) {
+        Some(route) => Ok((route, matched.params)),
+        None => Err(Refusal::MethodNotAllowed {
+            method: &parts.method,
+            path,
+            allow: entry.iter().map(|r| r.method.as_str()).collect(),
+        }),
+    }
+}
+
+/// The path parameters a route captured, percent-decoded ([`decode_path_param`]): `%20` is a
+/// space and `%2F` a `/` (routing matched the raw path, so a decoded `/` never changes the
+/// route). A parameter that does not decode is refused (400 `bad_path`, naming it). Inline up
+/// to four: no allocation per request on most routes.
+pub(crate) fn path_params<'a>(
+    params: &matchit::Params<'a, 'a>,
+) -> Result<PathParams<'a>, Refusal<'a>> {
+    params
+        .iter()
+        .map(|(param, raw)| match decode_path_param(raw) {
+            Ok(v) => Ok((param, v)),
+            Err(why) => Err(Refusal::BadPath { param, why }),
+        })
+        .collect()
+}
+
+/// A route's path parameters, decoded: (name, value).
+pub(crate) type PathParams<'a> = smallvec::SmallVec<[(&'a str, Cow<'a, str>); 4]>;
+
+/// Build `$request`: `{method, path, params, query, headers, body}`; `params` as the route
+/// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent. A query or header
+/// the flow reads that is not UTF-8 is refused (400 `bad_query` / `bad_header`), never replaced.
+pub(crate) fn build_request<'a, K: ParamKey>(
+    parts: &'a Parts,
+    params: impl IntoIterator<Item = (K, &'a str)>,
+    body: Val,
+    reads: &RequestUse,
+) -> Result<Val, Refusal<'a>> {
+    fanout_expr::request::check_text(
+        parts.uri.query(),
+        parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes())),
+        reads,
+    )
+    .map_err(Refusal::NotText)?;
+    Ok(request_val_reading(
+        RequestParts {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            params,
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            body,
+        },
+        reads,
+    ))
+}
