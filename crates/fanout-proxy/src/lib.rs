@@ -1,28 +1,23 @@
-//! fanout's HTTP layer — the only crate that knows HTTP transports: the inbound server
-//! ([`server`]), the pooled backend client ([`client`]), and [`Gateway`], which ties a compiled
-//! plan to a router.
+//! fanout's inbound side and operations: the server ([`server`]), admission, the metrics,
+//! telemetry, reloads, each backend's stack ([`stack`]) over the client its protocol builds
+//! ([`PROTOCOLS`]: `fanout-client` for HTTP and gRPC, `fanout-postgres`), and [`Gateway`], which
+//! ties a compiled plan to a router.
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod admission;
 mod answer;
-pub mod balance;
-pub mod bodies;
 pub mod body;
-pub mod client;
 pub(crate) mod coalesce;
 pub mod conn;
 pub mod errlog;
 mod grpc;
-mod h1pool;
 pub mod health;
 pub mod l2;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
-pub mod postgres;
-pub mod protocol;
 pub mod reload;
 pub mod request_id;
 pub mod server;
@@ -39,7 +34,10 @@ use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use client::HttpBackend;
+pub use fanout_client::HttpBackend;
+use fanout_protocol::StepStats;
+/// The in-flight memory gate (request bodies, database rows), shared with the protocols.
+pub use fanout_protocol::bodies;
 pub use grpc::load_protos;
 pub use server::serve;
 
@@ -124,18 +122,10 @@ pub struct Live {
     route_names: Vec<String>,
 }
 
-/// What a step counts for the metrics, with its names (see [`Live`]): its backend, its name and
-/// its identity across reloads ([`fanout_flow::plan::RoutePlan::step_key`]).
-pub(crate) struct StepStats {
-    pub(crate) backend: Arc<str>,
-    pub(crate) step: Arc<str>,
-    pub(crate) key: String,
-    pub(crate) stats: fanout_flow::StepStats,
-}
-
-/// Every backend protocol, one line each ([`protocol`]; docs/ARCHITECTURE.md, "How to add a
-/// backend protocol").
-pub(crate) const PROTOCOLS: &[protocol::Registration] = &[client::PROTOCOL, postgres::PROTOCOL];
+/// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
+/// a backend protocol").
+pub(crate) const PROTOCOLS: &[fanout_protocol::Registration] =
+    &[fanout_client::PROTOCOL, fanout_postgres::PROTOCOL];
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
@@ -414,7 +404,7 @@ pub(crate) fn share_memory_budget(live: &Live, gate: &Arc<bodies::BodyGate>) {
     }
 }
 
-/// Each backend protocol's check of a loaded config ([`protocol::ProtocolClient::check`]: a
+/// Each backend protocol's check of a loaded config ([`fanout_protocol::ProtocolClient::check`]: a
 /// `sql` step's statement is prepared on its database, and one the database refuses is a config
 /// error at its line). A backend that cannot be reached is not an error here: the gateway is not
 /// ready until it is, and its client checks again when it connects.

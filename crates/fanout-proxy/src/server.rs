@@ -18,10 +18,11 @@ use fanout_expr::request::{
 use fanout_expr::{Val, json};
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
+use fanout_protocol::headers::find_headers;
 use futures_util::FutureExt;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -41,37 +42,6 @@ pub(crate) use crate::answer::ErrorCounts;
 /// The gRPC deadline header (a name made once: looking a header up by `&str` parses the name
 /// on every request).
 static GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
-
-/// The first value of each of `names` in `headers`. A small map (most requests carry a few
-/// headers) is scanned once, comparing names; a lookup by a name that is not a standard header
-/// would hash it byte by byte, per name.
-pub(crate) fn find_headers<'h, const N: usize>(
-    headers: &'h HeaderMap,
-    names: [&HeaderName; N],
-) -> [Option<&'h HeaderValue>; N] {
-    if headers.len() > 8 {
-        return names.map(|n| headers.get(n));
-    }
-    let mut found = [None; N];
-    for (name, value) in headers {
-        for (slot, want) in found.iter_mut().zip(names) {
-            if slot.is_none() && name == want {
-                *slot = Some(value);
-            }
-        }
-    }
-    found
-}
-
-/// The first value of `name` in `headers`, as [`find_headers`] finds it (trailers hold one or
-/// two fields: a scan, no hashing of a name that is not a standard header).
-pub(crate) fn find_header<'h>(
-    headers: &'h HeaderMap,
-    name: &HeaderName,
-) -> Option<&'h HeaderValue> {
-    let [v] = find_headers(headers, [name]);
-    v
-}
 
 /// Response body type of the server.
 pub use crate::body::Body;

@@ -28,7 +28,7 @@ pub struct Pool {
     pub(super) refused: Mutex<Option<String>>,
     /// The gateway's budget for in-flight data, which statements' answers take from as their
     /// rows arrive (set by the gateway once the pool is built).
-    pub(super) memory: std::sync::OnceLock<Arc<crate::bodies::BodyGate>>,
+    pub(super) memory: std::sync::OnceLock<Arc<fanout_protocol::bodies::BodyGate>>,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -161,7 +161,7 @@ impl Pool {
 
     /// Count statements' answers against `gate`'s memory budget (`server.bodies`); the first
     /// gate given stays (the gateway's, for as long as the process).
-    pub fn share_memory_budget(&self, gate: &Arc<crate::bodies::BodyGate>) {
+    pub fn share_memory_budget(&self, gate: &Arc<fanout_protocol::bodies::BodyGate>) {
         let _ = self.memory.set(gate.clone());
     }
 

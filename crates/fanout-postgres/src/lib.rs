@@ -218,7 +218,7 @@ impl PgBackend {
                     })?;
                 let tls = if mode == SslMode::VerifyFull {
                     builder
-                        .with_root_certificates(crate::client::trusted_roots(name, b)?)
+                        .with_root_certificates(fanout_protocol::tls::trusted_roots(name, b)?)
                         .with_no_client_auth()
                 } else {
                     builder
@@ -452,14 +452,14 @@ pub fn statements(cfg: &fanout_config::Config) -> HashMap<String, Vec<StatementC
     out
 }
 
-/// The PostgreSQL protocol: its line in [`crate::PROTOCOLS`].
-pub(crate) const PROTOCOL: crate::protocol::Registration = crate::protocol::Registration {
+/// The PostgreSQL protocol: its line in `fanout-proxy`'s `PROTOCOLS`.
+pub const PROTOCOL: fanout_protocol::Registration = fanout_protocol::Registration {
     serves: |p| p == fanout_config::Protocol::Postgres,
     build: |name, b, defaults| Ok(Arc::new(PgBackend::new(name, b, defaults)?)),
     metrics: metrics::write,
 };
 
-impl crate::protocol::ProtocolClient for PgBackend {
+impl fanout_protocol::ProtocolClient for PgBackend {
     fn service(self: Arc<Self>) -> Arc<dyn Backend> {
         self
     }
@@ -472,7 +472,7 @@ impl crate::protocol::ProtocolClient for PgBackend {
         self.pool.readiness()
     }
 
-    fn share_memory_budget(&self, gate: &Arc<crate::bodies::BodyGate>) {
+    fn share_memory_budget(&self, gate: &Arc<fanout_protocol::bodies::BodyGate>) {
         self.pool.share_memory_budget(gate);
     }
 
