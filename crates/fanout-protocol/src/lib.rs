@@ -1,6 +1,6 @@
 //! What a backend protocol brings to the gateway, and what the gateway lends it — the one crate
-//! both the inbound side (`fanout-proxy`) and the protocols (`fanout-client`, `fanout-postgres`)
-//! depend on, so neither names the other.
+//! both the inbound side (`fanout-proxy`) and each protocol's crate (`fanout-client` for HTTP
+//! and gRPC, one crate per other protocol) depend on, so neither names the other.
 //!
 //! A protocol's client sits at the bottom of a backend's stack (`fanout-proxy`'s `stack.rs`) and
 //! brings everything around its calls — its part of the status endpoint, readiness, the check
