@@ -26,6 +26,7 @@ pub fn find_headers<'h, const N: usize>(
 
 /// The first value of `name` in `headers`, as [`find_headers`] finds it (trailers hold one or
 /// two fields: a scan, no hashing of a name that is not a standard header).
+#[inline]
 pub fn find_header<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
     let [v] = find_headers(headers, [name]);
     v
