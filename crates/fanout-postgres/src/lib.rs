@@ -25,6 +25,8 @@
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
+#![forbid(unsafe_code)]
+
 mod cancel;
 mod exec;
 mod guard;
