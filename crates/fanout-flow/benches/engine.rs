@@ -109,7 +109,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let out = rt.block_on(async {
                 let mk = |p: String| CallRequest {
-                    call: fanout_flow::backend::Call::Http(fanout_flow::backend::HttpCall {
+                    call: fanout_layers::backend::Call::Http(fanout_layers::backend::HttpCall {
                         method: http::Method::GET,
                         path_and_query: p.parse().expect("a valid path"),
                         headers: http::HeaderMap::new(),

@@ -5,7 +5,7 @@
 //!   cycles and unknown references reported with line:column.
 //! - [`exec`]: the executor — starts each step when its inputs are ready, runs independent steps
 //!   concurrently on the request's task, enforces the deadline and the per-step failure policy.
-//! - [`backend`] (from `fanout-layers`): the backend-call interface every step's I/O goes through.
+//! - [`Backend`] (from `fanout-layers`): the backend-call interface every step's I/O goes through.
 //! - [`error`]: [`FlowError`], which maps to the client's status code.
 //! - [`explain`]: a route's plan described for people (`fanout explain`: text and Mermaid).
 
@@ -30,16 +30,11 @@ pub use step::sql_stats as sqlstats;
 pub use step::{StepStats, error_kinds};
 mod uri;
 
-// The backend call and its layers live in `fanout-layers`; these paths stay for the gateway.
 pub use error::{Answer, ErrorKind, FlowError, answer_code, code_for_status};
 pub use exec::{Outcome, PARTIAL_HEADER};
+// The types of the interface the engine calls backends through (`fanout-layers`).
 pub use fanout_layers::{
-    Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason,
+    Backend, CallClass, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse,
+    RejectReason,
 };
-pub use fanout_layers::{CallClass, CallOutcome};
-pub use fanout_layers::{
-    backend, cache, dedup, hedge, isolation, l2, outcome, retry, singleflight, trace,
-};
-// The compute pool and the histogram live in `fanout-runtime`; these paths stay for the gateway.
-pub use fanout_runtime::{compute, hist};
 pub use plan::{Carry, Plan, RoutePlan, compile, compile_with};

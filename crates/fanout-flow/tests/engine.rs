@@ -271,7 +271,7 @@ async fn each_kind_of_backend_trouble_has_its_status_and_code() {
         ),
         (
             transport(CallErrorKind::Rejected(
-                fanout_flow::backend::RejectReason::Bulkhead,
+                fanout_layers::backend::RejectReason::Bulkhead,
             )),
             503,
             "backend_rejected",

@@ -5,9 +5,9 @@
 //! (figures in docs/benchmarks.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // bench code
 use criterion::{Criterion, criterion_group, criterion_main};
-use fanout_flow::hist::{AtomicHistogram, LATENCY_NS, NS_PER_S};
 use fanout_flow::{Backend, CallError, CallRequest, CallResponse};
 use fanout_proxy::metrics::{Metrics, RouteTable};
+use fanout_runtime::hist::{AtomicHistogram, LATENCY_NS, NS_PER_S};
 use futures_util::future::BoxFuture;
 use http::{Method, StatusCode};
 use prometheus_client::encoding::text::encode;

@@ -11,7 +11,7 @@
 //! and the config generation are not in the key: each route of each loaded config ([`crate::Live`])
 //! has a table of its own ([`Runs`]), so a reload never shares a run with the old config.
 //!
-//! **Every request keeps its own deadline** (the rule of `fanout_flow::singleflight` for calls).
+//! **Every request keeps its own deadline** (the rule of `fanout_layers::singleflight` for calls).
 //! A run ends at its leader's deadline at the latest. A request joins a live run that is younger
 //! than twice the route's usual run time plus 1 ms (a run far older is probably hung) and that
 //! either ends no earlier than the request's own deadline or has at least that usual time to
@@ -43,7 +43,7 @@
 use crate::answer::ApiError;
 use fanout_expr::Val;
 use fanout_flow::Outcome;
-use fanout_flow::singleflight::TypicalTime;
+use fanout_layers::singleflight::TypicalTime;
 use opentelemetry::trace::SpanContext;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,7 +1,7 @@
 //! The shared Redis behind the answer caches (`redis:` in the config, `cache: {l2: true}` per
 //! backend): the [`L2Store`] over the `redis` crate's `ConnectionManager` (one multiplexed
 //! connection, reconnected in the background when it breaks). What is stored, the time limits,
-//! the breaker and the counters are `fanout_flow::l2`'s; this module only speaks Redis.
+//! the breaker and the counters are `fanout_layers::l2`'s; this module only speaks Redis.
 //!
 //! Nothing connects before the first command (building a gateway does no I/O, and a Redis that
 //! is down at start only means caches in memory). Each connection attempt is limited by
@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use fanout_config::{ConfigError, RedisConfig};
-use fanout_flow::l2::{L2, L2Error, L2Policy, L2Store};
+use fanout_layers::l2::{L2, L2Error, L2Policy, L2Store};
 use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;

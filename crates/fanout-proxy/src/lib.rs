@@ -1,30 +1,24 @@
-//! fanout's HTTP layer — the only crate that knows HTTP transports: the inbound server
-//! ([`server`]), the pooled backend client ([`client`]), and [`Gateway`], which ties a compiled
-//! plan to a router.
+//! fanout's inbound side and operations: the server ([`server`]), admission, the metrics,
+//! telemetry, reloads, each backend's stack ([`stack`]) over the client its protocol builds
+//! ([`PROTOCOLS`]: `fanout-client` for HTTP and gRPC, `fanout-postgres`), and [`Gateway`], which
+//! ties a compiled plan to a router.
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod admission;
 mod answer;
-pub mod balance;
-pub mod bodies;
 pub mod body;
-pub mod client;
 pub(crate) mod coalesce;
 pub mod conn;
 pub mod errlog;
 mod grpc;
-mod h1pool;
-mod headers;
 pub mod health;
 pub mod l2;
 mod lifecycle;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
-pub mod postgres;
-pub mod protocol;
 pub mod reload;
 mod request_body;
 pub mod request_id;
@@ -35,14 +29,17 @@ pub mod watchdog;
 
 use arc_swap::ArcSwap;
 use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
-use fanout_flow::cache::CacheStats;
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
+use fanout_layers::cache::CacheStats;
 use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use client::HttpBackend;
+pub use fanout_client::HttpBackend;
+use fanout_protocol::StepStats;
+/// The in-flight memory gate (request bodies, database rows), shared with the protocols.
+pub use fanout_protocol::bodies;
 pub use grpc::load_protos;
 pub use server::serve;
 
@@ -57,7 +54,7 @@ pub struct Gateway {
     limits: ServerConfig,
     deadline_header: HeaderName,
     watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
-    compute: Arc<fanout_flow::compute::ComputePool>,
+    compute: Arc<fanout_runtime::compute::ComputePool>,
     admission: admission::Admission,
     /// Client connections: cap, timeouts, counters.
     conns: Arc<conn::Connections>,
@@ -102,7 +99,7 @@ pub struct Live {
     batches: HashMap<String, Arc<fanout_flow::batch::BatchPlan>>,
     route_admission: admission::RouteTable,
     /// The shared Redis of the answer caches (`redis:`), kept by reloads that do not change it.
-    l2: Option<Arc<fanout_flow::l2::L2>>,
+    l2: Option<Arc<fanout_layers::l2::L2>>,
     /// The routes' metric handles (`None` with `admin.metrics: false`).
     route_metrics: Option<metrics::RouteTable>,
     /// The `error.code`s the config's steps answer with (`fail`, `on_status`), sorted: each has a
@@ -127,18 +124,10 @@ pub struct Live {
     route_names: Vec<String>,
 }
 
-/// What a step counts for the metrics, with its names (see [`Live`]): its backend, its name and
-/// its identity across reloads ([`fanout_flow::plan::RoutePlan::step_key`]).
-pub(crate) struct StepStats {
-    pub(crate) backend: Arc<str>,
-    pub(crate) step: Arc<str>,
-    pub(crate) key: String,
-    pub(crate) stats: fanout_flow::StepStats,
-}
-
-/// Every backend protocol, one line each ([`protocol`]; docs/ARCHITECTURE.md, "How to add a
-/// backend protocol").
-pub(crate) const PROTOCOLS: &[protocol::Registration] = &[client::PROTOCOL, postgres::PROTOCOL];
+/// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
+/// a backend protocol").
+pub(crate) const PROTOCOLS: &[fanout_protocol::Registration] =
+    &[fanout_client::PROTOCOL, fanout_postgres::PROTOCOL];
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
@@ -417,7 +406,7 @@ pub(crate) fn share_memory_budget(live: &Live, gate: &Arc<bodies::BodyGate>) {
     }
 }
 
-/// Each backend protocol's check of a loaded config ([`protocol::ProtocolClient::check`]: a
+/// Each backend protocol's check of a loaded config ([`fanout_protocol::ProtocolClient::check`]: a
 /// `sql` step's statement is prepared on its database, and one the database refuses is a config
 /// error at its line). A backend that cannot be reached is not an error here: the gateway is not
 /// ready until it is, and its client checks again when it connects.

@@ -9,7 +9,6 @@
 use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, Refusal};
 use crate::coalesce::{self, Role, Waited};
-use crate::headers::find_headers;
 use crate::metrics::RequestRecord;
 use crate::telemetry::RequestTelemetry;
 use crate::{Gateway, Live};
@@ -19,6 +18,7 @@ use fanout_expr::request::{
 };
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
+use fanout_protocol::headers::find_headers;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use hyper::body::Incoming;

@@ -12,7 +12,7 @@ use fanout_flow::FlowError;
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::observe::{Observer, StepEnd};
 use fanout_flow::plan::StepPlan;
-use fanout_flow::trace::CallTrace;
+use fanout_layers::trace::CallTrace;
 use std::time::Duration;
 use tokio::time::Instant;
 

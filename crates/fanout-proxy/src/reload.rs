@@ -12,9 +12,9 @@
 use crate::metrics::Metrics;
 use crate::{Gateway, Live, admission, route_table, stack, start_reference};
 use fanout_config::{Config, ConfigErrors};
-use fanout_flow::compute::ComputePool;
-use fanout_flow::l2::L2;
 use fanout_flow::{Backend, Carry};
+use fanout_layers::l2::L2;
+use fanout_runtime::compute::ComputePool;
 use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,12 +5,12 @@
 
 use crate::answer::{ApiError, outcome_response};
 use crate::conn::{Connections, TrackedBody, TrackedIo};
-use crate::headers::find_headers;
 use crate::lifecycle::Req;
 use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::Failure;
 use crate::{Gateway, Live};
 use bytes::Bytes;
+use fanout_protocol::headers::find_headers;
 use futures_util::FutureExt;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};

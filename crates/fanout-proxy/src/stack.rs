@@ -17,21 +17,21 @@
 //!   client       the protocol client: pool, TLS, P2C peak-EWMA balancer, outlier ejection
 //! ```
 //!
-//! Every layer classifies outcomes with `fanout_flow::outcome::CallOutcome`.
-//! The bottom is the client of the backend's protocol ([`crate::protocol`]: one module and one
+//! Every layer classifies outcomes with `fanout_layers::outcome::CallOutcome`.
+//! The bottom is the client of the backend's protocol ([`fanout_protocol`]: one crate and one
 //! line in [`crate::PROTOCOLS`] per protocol; docs/ARCHITECTURE.md, "How to add a backend
 //! protocol").
 
-use crate::protocol::ProtocolClient;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults};
 use fanout_flow::Backend;
-use fanout_flow::cache::{CachePolicy, CacheStats, Cached};
-use fanout_flow::dedup::Dedup;
-use fanout_flow::hedge::{Hedge, HedgeStats};
-use fanout_flow::isolation::{Breaker, BreakerPolicy, BreakerView, Bulkhead};
-use fanout_flow::l2::L2;
-use fanout_flow::retry::{Retry, RetryStats};
-use fanout_flow::singleflight::Flights;
+use fanout_layers::cache::{CachePolicy, CacheStats, Cached};
+use fanout_layers::dedup::Dedup;
+use fanout_layers::hedge::{Hedge, HedgeStats};
+use fanout_layers::isolation::{Breaker, BreakerPolicy, BreakerView, Bulkhead};
+use fanout_layers::l2::L2;
+use fanout_layers::retry::{Retry, RetryStats};
+use fanout_layers::singleflight::Flights;
+use fanout_protocol::ProtocolClient;
 use std::sync::Arc;
 
 /// A backend's stack, ready for the flow compiler, with handles to its layers' state.
@@ -68,7 +68,7 @@ pub fn build(
     defaults: &Defaults,
     l2: Option<&Arc<L2>>,
 ) -> Result<Stack, ConfigError> {
-    let client = crate::protocol::client(name, b, defaults)?;
+    let client = fanout_protocol::client(crate::PROTOCOLS, name, b, defaults)?;
     let mut stats = StackStats {
         client: client.clone(),
         retry: None,

@@ -24,10 +24,10 @@
 mod process;
 pub mod scrape;
 
-use fanout_flow::hist::AtomicHistogram;
 use fanout_flow::observe::Observer;
 use fanout_flow::plan::StepPlan;
 use fanout_flow::{CallClass, FlowError, Outcome, RoutePlan};
+use fanout_runtime::hist::AtomicHistogram;
 use http::{Method, StatusCode};
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;

@@ -10,11 +10,11 @@
 
 use super::process;
 use crate::{Gateway, Live};
-use fanout_flow::hist::HistogramSnapshot;
+use fanout_protocol::metrics::{MetricType, Out, Value};
+use fanout_protocol::{AddressStatus, ProtocolClient, Scope};
 use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet};
-pub(crate) use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -56,64 +56,6 @@ pub fn encode(gw: &Arc<Gateway>, pre: Prefetched) -> Result<String, fmt::Error> 
     Ok(out)
 }
 
-/// One sample's value.
-pub(crate) enum Value {
-    Counter(u64),
-    /// A counter of a fractional quantity (CPU seconds).
-    CounterF(f64),
-    Gauge(f64),
-    Histogram(HistogramSnapshot),
-}
-
-impl Value {
-    fn encode(&self, mut m: MetricEncoder<'_>) -> fmt::Result {
-        match self {
-            Value::Counter(v) => m.encode_counter::<NoLabelSet, u64, u64>(v, None),
-            Value::CounterF(v) => m.encode_counter::<NoLabelSet, f64, f64>(v, None),
-            Value::Gauge(v) => m.encode_gauge(v),
-            Value::Histogram(s) => {
-                m.encode_histogram::<NoLabelSet>(s.sum, s.count, &s.buckets, None)
-            }
-        }
-    }
-
-    fn metric_type(&self) -> MetricType {
-        match self {
-            Value::Counter(_) | Value::CounterF(_) => MetricType::Counter,
-            Value::Gauge(_) => MetricType::Gauge,
-            Value::Histogram(_) => MetricType::Histogram,
-        }
-    }
-}
-
-/// Writes families: a descriptor (`# HELP`, `# TYPE`) then its samples.
-pub(crate) struct Out<'a>(DescriptorEncoder<'a>);
-
-impl Out<'_> {
-    /// A family with labels; `ty` is its type even when it has no samples.
-    pub(crate) fn family<L: EncodeLabelSet>(
-        &mut self,
-        name: &str,
-        help: &str,
-        ty: MetricType,
-        samples: impl IntoIterator<Item = (L, Value)>,
-    ) -> fmt::Result {
-        let mut m = self.0.encode_descriptor(name, help, None, ty)?;
-        for (labels, v) in samples {
-            v.encode(m.encode_family(&labels)?)?;
-        }
-        Ok(())
-    }
-
-    /// A metric without labels.
-    fn single(&mut self, name: &str, help: &str, v: Value) -> fmt::Result {
-        let m = self
-            .0
-            .encode_descriptor(name, help, None, v.metric_type())?;
-        v.encode(m)
-    }
-}
-
 /// The scrape-time part of `/metrics` for one gateway.
 struct State(Arc<Gateway>, Prefetched);
 
@@ -125,14 +67,12 @@ impl fmt::Debug for State {
 
 impl Collector for State {
     fn encode(&self, encoder: DescriptorEncoder) -> fmt::Result {
-        let mut out = Out(encoder);
+        let mut out = Out::new(encoder);
         let gw = &*self.0;
         let live = &*self.1.live;
         errors(gw, live, &mut out)?;
         backends(live, &mut out)?;
-        for p in crate::PROTOCOLS {
-            (p.metrics)(live, &mut out)?;
-        }
+        protocols(live, &mut out)?;
         resilience(live, &mut out)?;
         admission(gw, &mut out)?;
         caches(live, &self.1, &mut out)?;
@@ -182,7 +122,7 @@ fn errors(gw: &Gateway, live: &Live, out: &mut Out<'_>) -> fmt::Result {
 
 /// Backends and their addresses: calls in flight, rotation, ejections.
 fn backends(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    let addrs: Vec<(&str, Vec<crate::client::AddressStatus>)> = live
+    let addrs: Vec<(&str, Vec<AddressStatus>)> = live
         .stacks
         .iter()
         .map(|(n, s)| (n.as_str(), s.client.addresses()))
@@ -224,6 +164,23 @@ fn backends(live: &Live, out: &mut Out<'_>) -> fmt::Result {
             )
         }),
     )
+}
+
+/// Each protocol's own families ([`fanout_protocol::Registration::metrics`]).
+fn protocols(live: &Live, out: &mut Out<'_>) -> fmt::Result {
+    let backends: Vec<(&str, &dyn ProtocolClient)> = live
+        .stacks
+        .iter()
+        .map(|(n, s)| (n.as_str(), &*s.client))
+        .collect();
+    let scope = Scope {
+        backends: &backends,
+        steps: &live.step_stats,
+    };
+    for p in crate::PROTOCOLS {
+        (p.metrics)(&scope, out)?;
+    }
+    Ok(())
 }
 
 /// Breakers, retries, hedges, dedup: a sample for every backend, zero (closed) for backends
@@ -339,8 +296,8 @@ fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
 
 /// Every cache with its `cache` label: answer caches by the backend's name, per-key caches of
 /// batch forms as `BACKEND:keys`.
-fn cache_list(live: &Live) -> Vec<(String, &fanout_flow::cache::CacheStats)> {
-    let mut all: Vec<(String, &fanout_flow::cache::CacheStats)> = Vec::new();
+fn cache_list(live: &Live) -> Vec<(String, &fanout_layers::cache::CacheStats)> {
+    let mut all: Vec<(String, &fanout_layers::cache::CacheStats)> = Vec::new();
     for (n, answers, keys) in &live.caches {
         all.push((n.clone(), answers));
         if let Some(k) = keys {

@@ -13,10 +13,10 @@
 
 use super::export::{ExportStats, QueueProcessor};
 use fanout_config::TracingConfig;
-use fanout_flow::backend::{CallError, CallErrorKind};
 use fanout_flow::observe::StepEnd;
 use fanout_flow::plan::StepPlan;
-use fanout_flow::trace::{AttemptSpan, CallTrace, CallTracer};
+use fanout_layers::backend::{CallError, CallErrorKind};
+use fanout_layers::trace::{AttemptSpan, CallTrace, CallTracer};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use opentelemetry::trace::{
     Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,

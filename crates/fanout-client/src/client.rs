@@ -20,10 +20,12 @@
 use crate::balance::{BalancePolicy, BalanceState, Outcome, Pick};
 use crate::body::CallBody;
 use crate::h1pool::H1Pool;
-use crate::headers::find_header;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
+use fanout_protocol::AddressStatus;
+use fanout_protocol::headers::find_header;
+use fanout_protocol::tls::trusted_roots;
 use futures_util::future::BoxFuture;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri};
@@ -236,15 +238,6 @@ impl HttpBackend {
             http1: !cfg.protocol.is_http2(),
         })
     }
-}
-
-/// One address's state, for `/__fanout/status`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AddressStatus {
-    /// The base URL.
-    pub address: String,
-    /// Balancer and ejection state.
-    pub state: crate::balance::AddressSnapshot,
 }
 
 impl HttpBackend {
@@ -540,52 +533,9 @@ fn grpc_failure(code: fanout_grpc::Code, message: &str) -> CallResponse {
     }
 }
 
-/// The certificates a backend's TLS trusts: `tls.ca_file`'s, else the web PKI roots.
-pub(crate) fn trusted_roots(
-    name: &str,
-    cfg: &BackendConfig,
-) -> Result<rustls::RootCertStore, ConfigError> {
-    let mut roots = rustls::RootCertStore::empty();
-    match &cfg.tls.ca_file {
-        Some(path) => {
-            use rustls_pki_types::{CertificateDer, pem::PemObject};
-            let pem = fanout_config::read_limited(&path.value, fanout_config::MAX_CA_FILE_BYTES)
-                .map_err(|e| {
-                    ConfigError::at(
-                        path.pos,
-                        format!(
-                            "backend `{name}`: cannot read CA file `{}`: {e}",
-                            path.value
-                        ),
-                    )
-                })?;
-            let certs = CertificateDer::pem_slice_iter(&pem);
-            for c in certs {
-                let c = c.map_err(|e| {
-                    ConfigError::at(
-                        path.pos,
-                        format!("backend `{name}`: bad certificate in `{}`: {e}", path.value),
-                    )
-                })?;
-                roots.add(c).map_err(|e| {
-                    ConfigError::at(
-                        path.pos,
-                        format!(
-                            "backend `{name}`: unusable certificate in `{}`: {e}",
-                            path.value
-                        ),
-                    )
-                })?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    Ok(roots)
-}
-
 impl Backend for HttpBackend {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
-        let fanout_flow::backend::Call::Http(http_call) = req.call else {
+        let fanout_layers::backend::Call::Http(http_call) = req.call else {
             // The flow compiler pairs step kinds with protocols: a SQL call never gets here.
             let e = CallError::new(
                 CallErrorKind::Invalid,
@@ -730,8 +680,8 @@ impl Backend for HttpBackend {
     }
 }
 
-/// The HTTP protocol (HTTP/1.1, HTTP/2 and gRPC): its line in [`crate::PROTOCOLS`].
-pub(crate) const PROTOCOL: crate::protocol::Registration = crate::protocol::Registration {
+/// The HTTP protocol (HTTP/1.1, HTTP/2 and gRPC): its line in `fanout-proxy`'s `PROTOCOLS`.
+pub const PROTOCOL: fanout_protocol::Registration = fanout_protocol::Registration {
     serves: Protocol::is_http,
     build: |name, b, defaults| Ok(Arc::new(HttpBackend::new(name, b, defaults)?)),
     // Its families (in flight, addresses up, ejections) come from `addresses()`, written for
@@ -739,7 +689,7 @@ pub(crate) const PROTOCOL: crate::protocol::Registration = crate::protocol::Regi
     metrics: |_, _| Ok(()),
 };
 
-impl crate::protocol::ProtocolClient for HttpBackend {
+impl fanout_protocol::ProtocolClient for HttpBackend {
     fn service(self: Arc<Self>) -> Arc<dyn Backend> {
         self
     }

@@ -28,7 +28,7 @@ pub struct Pool {
     pub(super) refused: Mutex<Option<String>>,
     /// The gateway's budget for in-flight data, which statements' answers take from as their
     /// rows arrive (set by the gateway once the pool is built).
-    pub(super) memory: std::sync::OnceLock<Arc<crate::bodies::BodyGate>>,
+    pub(super) memory: std::sync::OnceLock<Arc<fanout_protocol::bodies::BodyGate>>,
     /// Counters.
     pub counters: PoolCounters,
 }
@@ -161,7 +161,7 @@ impl Pool {
 
     /// Count statements' answers against `gate`'s memory budget (`server.bodies`); the first
     /// gate given stays (the gateway's, for as long as the process).
-    pub fn share_memory_budget(&self, gate: &Arc<crate::bodies::BodyGate>) {
+    pub fn share_memory_budget(&self, gate: &Arc<fanout_protocol::bodies::BodyGate>) {
         let _ = self.memory.set(gate.clone());
     }
 
@@ -220,8 +220,8 @@ impl Pool {
     /// What a client is told of a statement the server cancelled (SQLSTATE 57014) that the
     /// gateway did not: its `statement_timeout` (the server's message says so) or another
     /// session's cancel.
-    pub(super) fn server_timeout(&self, message: &str) -> fanout_flow::backend::ServerTimeout {
-        fanout_flow::backend::ServerTimeout(if message.contains("statement timeout") {
+    pub(super) fn server_timeout(&self, message: &str) -> fanout_layers::backend::ServerTimeout {
+        fanout_layers::backend::ServerTimeout(if message.contains("statement timeout") {
             format!(
                 "the database stopped the statement at its statement_timeout ({} ms)",
                 self.cfg.statement_timeout.0.as_millis()
@@ -792,7 +792,7 @@ mod tests {
     fn call(statement: &str) -> SqlCall {
         SqlCall {
             statement: statement.into(),
-            params: fanout_flow::backend::SqlParams::new(),
+            params: fanout_layers::backend::SqlParams::new(),
             read_only: true,
             rows_only: true,
             single_row: false,

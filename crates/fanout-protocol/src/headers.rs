@@ -1,12 +1,12 @@
-//! Header lookups on the request path: a few names looked up at once, without hashing a name
-//! that is not a standard header.
+//! Header lookups by name without hashing it: the inbound server's deadline and request-id
+//! headers, the HTTP client's gRPC trailers.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The first value of each of `names` in `headers`. A small map (most requests carry a few
 /// headers) is scanned once, comparing names; a lookup by a name that is not a standard header
 /// would hash it byte by byte, per name.
-pub(crate) fn find_headers<'h, const N: usize>(
+pub fn find_headers<'h, const N: usize>(
     headers: &'h HeaderMap,
     names: [&HeaderName; N],
 ) -> [Option<&'h HeaderValue>; N] {
@@ -26,10 +26,8 @@ pub(crate) fn find_headers<'h, const N: usize>(
 
 /// The first value of `name` in `headers`, as [`find_headers`] finds it (trailers hold one or
 /// two fields: a scan, no hashing of a name that is not a standard header).
-pub(crate) fn find_header<'h>(
-    headers: &'h HeaderMap,
-    name: &HeaderName,
-) -> Option<&'h HeaderValue> {
+#[inline]
+pub fn find_header<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
     let [v] = find_headers(headers, [name]);
     v
 }

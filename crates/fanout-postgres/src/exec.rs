@@ -131,7 +131,7 @@ pub(super) async fn execute(
     call: &SqlCall,
     max_bytes: usize,
     counters: &PoolCounters,
-    memory: Option<&Arc<crate::bodies::BodyGate>>,
+    memory: Option<&Arc<fanout_protocol::bodies::BodyGate>>,
 ) -> Result<Answer, ExecError> {
     let prep = match conn.prepared.get(&call.statement) {
         Some(s) => s.clone(),
@@ -243,13 +243,16 @@ pub(super) struct Rows<'a> {
     pub(super) n: usize,
     /// The answer's JSON size so far: estimated from the wire while values, exact once text.
     pub(super) size: usize,
-    pub(super) memory: Option<&'a Arc<crate::bodies::BodyGate>>,
+    pub(super) memory: Option<&'a Arc<fanout_protocol::bodies::BodyGate>>,
     /// The share of the memory budget taken (`size`, or the text's capacity).
-    pub(super) reserved: Option<crate::bodies::Reservation>,
+    pub(super) reserved: Option<fanout_protocol::bodies::Reservation>,
 }
 
 impl<'a> Rows<'a> {
-    pub(super) fn new(call: &SqlCall, memory: Option<&'a Arc<crate::bodies::BodyGate>>) -> Self {
+    pub(super) fn new(
+        call: &SqlCall,
+        memory: Option<&'a Arc<fanout_protocol::bodies::BodyGate>>,
+    ) -> Self {
         Rows {
             rows_only: call.rows_only,
             single: call.rows_only && call.single_row,
@@ -443,7 +446,7 @@ impl Text {
 /// dropped (once the step has parsed it).
 pub(super) struct Held {
     pub(super) text: Vec<u8>,
-    pub(super) _memory: Option<crate::bodies::Reservation>,
+    pub(super) _memory: Option<fanout_protocol::bodies::Reservation>,
 }
 
 impl AsRef<[u8]> for Held {

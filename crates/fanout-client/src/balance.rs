@@ -157,32 +157,9 @@ struct Addr {
     ejections: u64,
 }
 
-/// What `/__fanout/status` shows per address.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AddressSnapshot {
-    /// Index into the backend's addresses.
-    pub index: usize,
-    /// Calls in flight now.
-    pub in_flight: u32,
-    /// Current (decayed) peak-EWMA latency, ms.
-    pub ewma_ms: f64,
-    /// `healthy`, `ejected` or `probation`.
-    pub state: &'static str,
-    /// Ejected or on probation.
-    pub ejected: bool,
-    /// Remaining ejection time, ms (0 unless ejected).
-    pub ejected_for_ms: u64,
-    /// Ejections counted towards the next ejection time.
-    pub times_ejected: u32,
-    /// Failures in a row now.
-    pub consecutive_failures: u32,
-    /// Calls finished (any outcome but cancelled).
-    pub calls: u64,
-    /// Failures in total.
-    pub failures: u64,
-    /// Ejections in total.
-    pub ejections: u64,
-}
+/// What `/__fanout/status` shows per address (a type of the protocols' shared crate: every
+/// protocol's addresses are read alike).
+pub use fanout_protocol::AddressSnapshot;
 
 /// The balancer of one backend: per-address load, latency and health.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The `postgres` backend protocol: [`PgBackend`] answers `sql` steps' calls
-//! ([`fanout_flow::backend::Call::Sql`]) from a pool of tokio-postgres connections that never lets
+//! ([`fanout_layers::backend::Call::Sql`]) from a pool of tokio-postgres connections that never lets
 //! a request wait longer than it can afford.
 //!
 //! - **Waiting** is FIFO (a fair semaphore), bounded by `max_waiters` (one more is refused at
@@ -25,6 +25,8 @@
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
 //!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
 
+#![forbid(unsafe_code)]
+
 mod cancel;
 mod exec;
 mod guard;
@@ -40,9 +42,9 @@ use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresConfig, SslMode};
 use fanout_expr::json::static_str_val;
 use fanout_expr::{Map, Val};
-use fanout_flow::backend::{Call, SqlCall};
 use fanout_flow::sqlstats::ErrorsByClass;
 use fanout_flow::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
+use fanout_layers::backend::{Call, SqlCall};
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, pin_mut};
 use http::StatusCode;
@@ -126,7 +128,7 @@ pub struct PoolCounters {
     /// Calls that had to wait for a connection.
     pub waits: AtomicU64,
     /// How long calls waited for a connection (those that got one at once: 0).
-    pub wait: fanout_flow::hist::AtomicHistogram,
+    pub wait: fanout_runtime::hist::AtomicHistogram,
     /// Rows returned by statements.
     pub rows: AtomicU64,
     /// Statements sent to the database (prepared ones included once per run).
@@ -146,7 +148,7 @@ impl Default for PoolCounters {
             discarded: AtomicU64::new(0),
             wait_us_total: AtomicU64::new(0),
             waits: AtomicU64::new(0),
-            wait: fanout_flow::hist::AtomicHistogram::latency(),
+            wait: fanout_runtime::hist::AtomicHistogram::latency(),
             rows: AtomicU64::new(0),
             statements: AtomicU64::new(0),
             errors: Default::default(),
@@ -218,7 +220,7 @@ impl PgBackend {
                     })?;
                 let tls = if mode == SslMode::VerifyFull {
                     builder
-                        .with_root_certificates(crate::client::trusted_roots(name, b)?)
+                        .with_root_certificates(fanout_protocol::tls::trusted_roots(name, b)?)
                         .with_no_client_auth()
                 } else {
                     builder
@@ -452,14 +454,14 @@ pub fn statements(cfg: &fanout_config::Config) -> HashMap<String, Vec<StatementC
     out
 }
 
-/// The PostgreSQL protocol: its line in [`crate::PROTOCOLS`].
-pub(crate) const PROTOCOL: crate::protocol::Registration = crate::protocol::Registration {
+/// The PostgreSQL protocol: its line in `fanout-proxy`'s `PROTOCOLS`.
+pub const PROTOCOL: fanout_protocol::Registration = fanout_protocol::Registration {
     serves: |p| p == fanout_config::Protocol::Postgres,
     build: |name, b, defaults| Ok(Arc::new(PgBackend::new(name, b, defaults)?)),
     metrics: metrics::write,
 };
 
-impl crate::protocol::ProtocolClient for PgBackend {
+impl fanout_protocol::ProtocolClient for PgBackend {
     fn service(self: Arc<Self>) -> Arc<dyn Backend> {
         self
     }
@@ -472,7 +474,7 @@ impl crate::protocol::ProtocolClient for PgBackend {
         self.pool.readiness()
     }
 
-    fn share_memory_budget(&self, gate: &Arc<crate::bodies::BodyGate>) {
+    fn share_memory_budget(&self, gate: &Arc<fanout_protocol::bodies::BodyGate>) {
         self.pool.share_memory_budget(gate);
     }
 

@@ -1,9 +1,9 @@
 //! The PostgreSQL protocol's metric families: its pools (connections, waiters, waits, refusals,
 //! cancellations, rows, SQL errors by SQLSTATE class) and its `sql` steps' rows and errors.
 
-use crate::Live;
-use crate::metrics::scrape::{MetricType, Out, Value};
 use MetricType::{Counter, Gauge};
+use fanout_protocol::Scope;
+use fanout_protocol::metrics::{MetricType, Out, Value};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -13,14 +13,14 @@ use std::sync::Arc;
 /// A step's rows and its SQL errors by class.
 type StepSums = (u64, Vec<(&'static str, u64)>);
 
-pub(super) fn write(live: &Live, out: &mut Out<'_>) -> fmt::Result {
+pub(super) fn write(live: &Scope<'_>, out: &mut Out<'_>) -> fmt::Result {
     use std::sync::atomic::Ordering::Relaxed;
     let pools: Vec<(&str, &Arc<super::Pool>)> = live
-        .stacks
+        .backends
         .iter()
-        .filter_map(|(n, s)| {
-            let pg = s.client.as_any().downcast_ref::<super::PgBackend>()?;
-            Some((n.as_str(), pg.pool()))
+        .filter_map(|(n, client)| {
+            let pg = client.as_any().downcast_ref::<super::PgBackend>()?;
+            Some((*n, pg.pool()))
         })
         .collect();
     out.family(
@@ -131,7 +131,7 @@ pub(super) fn write(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     // Per step, summed over the routes that have a step of that name on that database (the
     // labels of the other per-step families).
     let mut steps: BTreeMap<(&str, &str), StepSums> = BTreeMap::new();
-    for (s, stats) in live.step_stats.iter().filter_map(|s| {
+    for (s, stats) in live.steps.iter().filter_map(|s| {
         let stats = s.stats.downcast_ref::<fanout_flow::sqlstats::SqlStats>()?;
         Some((s, stats))
     }) {
