@@ -1963,7 +1963,7 @@ mod tests {
     /// Writes the isolation benchmark's heavy MLP (256 inputs, two hidden layers of 3 072) to
     /// the file named by `FANOUT_HEAVY_MLP`, for the end-to-end run through a gateway
     /// (`scripts/model-isolation-e2e`). Run:
-    /// `FANOUT_HEAVY_MLP=/tmp/heavy.onnx cargo test -p fanout-flow --features bench-tools --lib write_heavy_mlp -- --ignored`
+    /// `FANOUT_HEAVY_MLP=/tmp/heavy.onnx cargo test -p fanout-model --features bench-tools --lib write_heavy_mlp -- --ignored`
     /// (a tool, not a test: compiled only with the `bench-tools` feature, so the test tiers'
     /// `--include-ignored` never runs it).
     #[cfg(feature = "bench-tools")]
@@ -1978,7 +1978,7 @@ mod tests {
     /// cores' default), a heavy MLP kept busy by 1 000-row requests one after another, and a
     /// light model's single rows, one at a time every millisecond, timed from submit to
     /// answer. Run in release:
-    /// `cargo test --release -p fanout-flow --features bench-tools --lib model_isolation -- --ignored --nocapture`.
+    /// `cargo test --release -p fanout-model --features bench-tools --lib model_isolation -- --ignored --nocapture`.
     #[cfg(feature = "bench-tools")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "a benchmark: run in release with --ignored --nocapture"]
