@@ -22,7 +22,7 @@ use crate::body::CallBody;
 use crate::h1pool::H1Pool;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
-use fanout_flow::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
+use fanout_layers::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
 use fanout_protocol::AddressStatus;
 use fanout_protocol::headers::find_header;
 use fanout_protocol::tls::trusted_roots;
@@ -667,12 +667,12 @@ impl Backend for HttpBackend {
         };
         // The exchange's future is made inside the boxed one (not made here and moved in).
         match h1 {
-            Some(pool) => fanout_flow::boxed::pinned(|| async move {
+            Some(pool) => fanout_layers::boxed::pinned(|| async move {
                 done(exchange_h1(pool, request, uri, limit).await)
             }),
             None => {
                 let client = self.client.clone();
-                fanout_flow::boxed::pinned(|| async move {
+                fanout_layers::boxed::pinned(|| async move {
                     done(exchange(client, request, uri, limit, grpc).await)
                 })
             }

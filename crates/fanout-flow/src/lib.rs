@@ -11,7 +11,7 @@
 
 pub mod activity;
 pub mod batch;
-pub mod boxed;
+
 pub mod call;
 mod ctx;
 pub mod error;

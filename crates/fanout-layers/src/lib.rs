@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod boxed;
 pub mod cache;
 pub mod dedup;
 pub mod error;

@@ -43,7 +43,7 @@ use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresCon
 use fanout_expr::json::static_str_val;
 use fanout_expr::{Map, Val};
 use fanout_flow::sqlstats::ErrorsByClass;
-use fanout_flow::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
+use fanout_layers::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 use fanout_layers::backend::{Call, SqlCall};
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, pin_mut};
@@ -323,7 +323,7 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 impl Backend for PgBackend {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let pool = self.pool.clone();
-        fanout_flow::boxed::pinned(|| async move {
+        fanout_layers::boxed::pinned(|| async move {
             let Call::Sql(call) = req.call else {
                 return Err(CallError::new(
                     CallErrorKind::Invalid,

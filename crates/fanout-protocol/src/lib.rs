@@ -22,7 +22,7 @@ pub mod metrics;
 pub mod tls;
 
 use fanout_config::{Backend as BackendConfig, Config, ConfigError, Defaults, Protocol};
-use fanout_flow::Backend;
+use fanout_layers::Backend;
 use futures_util::future::BoxFuture;
 use std::any::Any;
 use std::sync::Arc;

@@ -125,7 +125,7 @@ pub(crate) fn services(
     Ok(Some(Arc::new(GrpcServices {
         reflection_v1: Arc::new(move |req| {
             let mut s = v1.clone();
-            fanout_flow::boxed::pinned(|| async move {
+            fanout_layers::boxed::pinned(|| async move {
                 use tonic::codegen::Service;
                 match s.call(req).await {
                     Ok(r) => r,
@@ -135,7 +135,7 @@ pub(crate) fn services(
         }),
         reflection_v1alpha: Arc::new(move |req| {
             let mut s = v1alpha.clone();
-            fanout_flow::boxed::pinned(|| async move {
+            fanout_layers::boxed::pinned(|| async move {
                 use tonic::codegen::Service;
                 match s.call(req).await {
                     Ok(r) => r,

@@ -228,7 +228,7 @@ pub async fn serve(
                 // Boxed: the request's whole future (flow, calls, respond) is made once on the
                 // heap — in place, not built on the stack and copied (`pinned`) — and the
                 // per-stream future HTTP/2 spawns (and moves) stays small.
-                let resp = fanout_flow::boxed::pinned(|| gw.handle(req))
+                let resp = fanout_layers::boxed::pinned(|| gw.handle(req))
                     .await
                     .map(|b| TrackedBody::new(b, sh.clone()));
                 drop(active);

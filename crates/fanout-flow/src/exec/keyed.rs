@@ -67,7 +67,7 @@ pub(crate) fn flush_keyed<'a>(
         };
         let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
         let t = Instant::now();
-        inflight.push(crate::boxed::pinned(|| async move {
+        inflight.push(fanout_layers::boxed::pinned(|| async move {
             let found = fetch.await;
             obs.call_finished(step, t.elapsed(), found.as_ref().map(|_| ()));
             let out = pick_found(route, step, &batch, found, keys, env.as_deref()).await;

@@ -394,7 +394,7 @@ impl RoutePlan {
     ) -> Started<'a> {
         let env = snapshot(env, step);
         let (s, snap, pool) = (step.clone(), env.clone().offloaded(), self.compute.clone());
-        Started::Pending(crate::boxed::pinned(|| async move {
+        Started::Pending(fanout_layers::boxed::pinned(|| async move {
             let p = match pool.run(move || prepare(&s, &snap, deadline)).await {
                 Ok(Ok(p)) => p,
                 Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
@@ -430,7 +430,7 @@ impl RoutePlan {
             Prepared::Call(mut req) => {
                 req.trace = obs.call_trace(step).map(Box::new);
                 let env = step.result.as_ref().map(|_| Box::new(snapshot(env, step)));
-                Started::Pending(crate::boxed::pinned(|| async move {
+                Started::Pending(fanout_layers::boxed::pinned(|| async move {
                     let a = args(step, obs);
                     let out = match observed(
                         step,
@@ -451,7 +451,7 @@ impl RoutePlan {
             Prepared::Task(work, items) => {
                 let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
                 let work = work(obs.call_trace(step));
-                Started::Pending(crate::boxed::pinned(|| async move {
+                Started::Pending(fanout_layers::boxed::pinned(|| async move {
                     let out = match observed(step, obs, work).await {
                         Ok(values) => {
                             crate::activity::enter(i);
@@ -467,7 +467,7 @@ impl RoutePlan {
                     req.trace = obs.call_trace(step).map(Box::new);
                 }
                 let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
-                Started::Pending(crate::boxed::pinned(|| async move {
+                Started::Pending(fanout_layers::boxed::pinned(|| async move {
                     self.run_calls(step, i, reqs, env.as_deref(), deadline, obs)
                         .await
                 }))
@@ -529,7 +529,7 @@ impl RoutePlan {
             }
         };
         let out = in_order(reqs, step.concurrency, |(n, r)| {
-            crate::boxed::pinned(|| async move { (n, one(r).await) })
+            fanout_layers::boxed::pinned(|| async move { (n, one(r).await) })
         })
         .await;
         match out {

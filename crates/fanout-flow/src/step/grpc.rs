@@ -79,7 +79,7 @@ impl StepKind for GrpcStep {
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        crate::boxed::pinned(|| async move {
+        fanout_layers::boxed::pinned(|| async move {
             let body = fetch_body(
                 step.name,
                 &self.call,

@@ -62,7 +62,7 @@ impl StepKind for HttpStep {
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        crate::boxed::pinned(|| {
+        fanout_layers::boxed::pinned(|| {
             fetch_json(
                 step.name,
                 &self.0,

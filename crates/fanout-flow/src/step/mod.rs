@@ -131,7 +131,7 @@ pub(crate) trait StepKind: Send + Sync + 'static {
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
         let _ = (req, deadline, deadline_header);
-        crate::boxed::pinned(|| async move {
+        fanout_layers::boxed::pinned(|| async move {
             Err(
                 FlowError::new(ErrorKind::Expression, "this step kind makes no calls")
                     .in_step(step.name),

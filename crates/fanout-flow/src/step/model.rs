@@ -105,7 +105,7 @@ impl StepKind for ModelStep {
         }
         let (slot, compute, name) = (self.slot.clone(), self.compute.clone(), name.clone());
         let run = move |trace| -> BoxFuture<'static, Result<Vec<Val>, FlowError>> {
-            crate::boxed::pinned(|| async move {
+            fanout_layers::boxed::pinned(|| async move {
                 // Queued from the worker that runs the step (never from a compute thread: a
                 // `max_delay` timer needs the runtime).
                 let rx = slot

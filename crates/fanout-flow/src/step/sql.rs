@@ -176,7 +176,7 @@ impl StepKind for SqlStep {
         deadline: Instant,
         deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        crate::boxed::pinned(|| async move {
+        fanout_layers::boxed::pinned(|| async move {
             let resp = fetch_answer(
                 step.name,
                 self,
