@@ -101,12 +101,27 @@ fn out_dir(name: &str) -> PathBuf {
 /// What the lab prints when it builds the hyper baseline.
 const BUILDING: &str = "building the hyper baseline";
 
+/// The capacity the comparisons' and `slow-backend`'s tests give the lab (`--capacity`): levels
+/// at 50 % and 80 % of it (5 and 8 req/s; slow-backend's phases at half), well under what a debug
+/// build on a loaded 2-core machine serves. What they check — equal work, calls per request,
+/// ABBA rounds, counts that agree, the fallback while a backend fails — does not need the
+/// capacity search, which takes a third to a half of such a run; the search stays live where
+/// the rates are its point: `overload`, `pool-overload` (3× the capacity found) and
+/// `antispam-models` (levels at fanout's).
+const GIVEN_CAPACITY: &str = "10";
+
 /// Run the lab; return report.json. `--baseline-bin` is passed only when `hyper-baseline` is a
 /// target: the other runs show that a target needing nothing built triggers nothing.
 fn run_lab(scenario: &str, targets: &str, out: &Path) -> serde_json::Value {
+    run_lab_with(scenario, targets, out, &[])
+}
+
+/// [`run_lab`] with more arguments.
+fn run_lab_with(scenario: &str, targets: &str, out: &Path, more: &[&str]) -> serde_json::Value {
     let mut cmd = Command::new(bin());
     cmd.args(["lab", scenario, "--targets", targets, "--quick", "--out"])
-        .arg(out);
+        .arg(out)
+        .args(more);
     if targets.split(',').any(|t| t == "hyper-baseline") {
         cmd.arg("--baseline-bin").arg(baseline());
     }
@@ -175,19 +190,20 @@ fn assert_report_files(out: &Path) {
 fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
     let _one_at_a_time = serial();
     let out = out_dir("pp");
-    let rep = run_lab("product-page", "fanout,hyper-baseline", &out);
+    let rep = run_lab_with(
+        "product-page",
+        "fanout,hyper-baseline",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     for target in ["fanout", "hyper-baseline"] {
         let t = &rep["targets"][target];
         for field in ["cpu_us_per_request", "p50_ms", "p99_ms", "rss_max_mb"] {
             let v = t[field].as_f64().unwrap_or(-1.0);
             assert!(v > 0.0, "{target}.{field} = {v}");
         }
-        // A debug build on a busy CI machine may miss the SLO even at the first step: 0 is a
-        // valid finding; the field must be there.
-        assert!(
-            t["max_rate"].as_f64().is_some_and(|r| r >= 0.0),
-            "{target}.max_rate"
-        );
+        // The capacity given (no search): every target's.
+        assert_eq!(t["max_rate"].as_f64(), Some(10.0), "{target}.max_rate");
         assert!(
             t["error_rate"].as_f64().is_some_and(|e| e < 0.05),
             "{target} errors: {}",
@@ -218,6 +234,13 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
             );
         }
     }
+    assert!(
+        rep["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("capacity given")))),
+        "{}",
+        rep["warnings"]
+    );
     // Interleaving: measured trials alternate between targets.
     let order: Vec<String> = rep["trials"]
         .as_array()
@@ -271,7 +294,12 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
 fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
     let _one_at_a_time = serial();
     let out = out_dir("n1");
-    let rep = run_lab("n-plus-one", "fanout,hyper-baseline", &out);
+    let rep = run_lab_with(
+        "n-plus-one",
+        "fanout,hyper-baseline",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     for target in ["fanout", "hyper-baseline"] {
         let t = &rep["targets"][target];
         for field in ["cpu_us_per_request", "p50_ms", "rss_max_mb"] {
@@ -337,7 +365,12 @@ fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
 fn lab_n_plus_one_identical_quick_counts_flow_runs_with_and_without_coalescing() {
     let _one_at_a_time = serial();
     let out = out_dir("n1-identical");
-    let rep = run_lab("n-plus-one-identical", "fanout,coalesce", &out);
+    let rep = run_lab_with(
+        "n-plus-one-identical",
+        "fanout,coalesce",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     for target in ["fanout", "coalesce"] {
         let t = &rep["targets"][target];
         assert!(
@@ -580,7 +613,12 @@ fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
 fn lab_slow_backend_quick_reports_routes_per_phase() {
     let _one_at_a_time = serial();
     let out = out_dir("sb");
-    let rep = run_lab("slow-backend", "fanout", &out);
+    let rep = run_lab_with(
+        "slow-backend",
+        "fanout",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     let routes = rep["targets"]["fanout"]["routes"]
         .as_array()
         .expect("routes")
@@ -1149,7 +1187,12 @@ fn lab_threads_without_java_says_not_run() {
 fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
     let _one_at_a_time = serial();
     let out = out_dir("grpc");
-    let rep = run_lab("grpc-aggregate", "fanout,grpc-baseline", &out);
+    let rep = run_lab_with(
+        "grpc-aggregate",
+        "fanout,grpc-baseline",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     assert!(
         out.join("grpc-aggregate.proto").is_file(),
         "the .proto is written next to the configs"
