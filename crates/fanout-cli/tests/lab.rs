@@ -1,17 +1,17 @@
-//! The lab end to end through the real binary: `fanout lab … --quick` writes report.json with the
-//! documented per-target figures and a report.html that renders in headless Chromium with its
-//! charts (product-page, overload with the Java baseline, slow-backend, hedging; grpc-aggregate
-//! with the tonic baseline, every answer a gRPC OK; parallel-calls closed loop with the Java
-//! blocking and virtual-thread targets, 100 stub calls per operation; threads, HeadHunter's Java
-//! thread benchmark beside the article's table, and `not run: no java` without a JDK; n-plus-one,
-//! equal work against the hyper baseline at 300 req/s, and its identical-request form counting
-//! flow runs with and without coalescing; seeds, one
-//! report with every seed article's figures beside this machine's); every
-//! scenario's configs load; the Java thread-per-request baseline answers the examples' cases
-//! exactly like fanout and the hyper baseline, and the hyper baseline the N+1 route like fanout;
-//! `fanout load` exits non-zero on crossed
-//! thresholds and on generator lag. No test here asserts performance figures: only that they
-//! are measured and reported.
+//! The lab end to end through the real binary, for what needs the load: `fanout lab … --quick`
+//! really runs its targets and writes report.json with the documented per-target figures
+//! measured (product-page, overload with the Java baseline, slow-backend, hedging;
+//! grpc-aggregate with the tonic baseline, every answer a gRPC OK; parallel-calls closed loop
+//! with the Java targets, 100 stub calls per operation; threads, HeadHunter's Java thread
+//! benchmark, and `not run: no java` without a JDK; n-plus-one, equal work against the hyper
+//! baseline at 300 req/s, and its identical-request form counting flow runs with and without
+//! coalescing; seeds running its scenarios in turn); every scenario's configs load; the Java
+//! thread-per-request baseline answers the examples' cases exactly like fanout and the hyper
+//! baseline, and the hyper baseline the N+1 route like fanout; `fanout load` exits non-zero on
+//! crossed thresholds and on generator lag. No test here asserts performance figures: only that
+//! they are measured and reported. The shape of the report — the printed text, report.html's
+//! sections, tables and charts (rendered in headless Chromium) — is checked on recorded runs in
+//! `crates/fanout-lab/tests/recorded.rs`, without load.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 mod support;
@@ -98,32 +98,42 @@ fn out_dir(name: &str) -> PathBuf {
     d
 }
 
-fn run_lab(scenario: &str, targets: &str, out: &Path) -> serde_json::Value {
-    run_lab_text(scenario, targets, out).0
-}
-
 /// What the lab prints when it builds the hyper baseline.
 const BUILDING: &str = "building the hyper baseline";
 
-/// Run the lab; return report.json and the text summary it printed. `--baseline-bin` is passed
-/// only when `hyper-baseline` is a target: the other runs show that a target needing nothing
-/// built triggers nothing.
-fn run_lab_text(scenario: &str, targets: &str, out: &Path) -> (serde_json::Value, String) {
+/// The capacity the comparisons' and `slow-backend`'s tests give the lab (`--capacity`): levels
+/// at 50 % and 80 % of it (5 and 8 req/s; slow-backend's phases at half), well under what a debug
+/// build on a loaded 2-core machine serves. What they check — equal work, calls per request,
+/// ABBA rounds, counts that agree, the fallback while a backend fails — does not need the
+/// capacity search, which takes a third to a half of such a run; the search stays live where
+/// the rates are its point: `overload`, `pool-overload` (3× the capacity found) and
+/// `antispam-models` (levels at fanout's).
+const GIVEN_CAPACITY: &str = "10";
+
+/// Run the lab; return report.json. `--baseline-bin` is passed only when `hyper-baseline` is a
+/// target: the other runs show that a target needing nothing built triggers nothing.
+fn run_lab(scenario: &str, targets: &str, out: &Path) -> serde_json::Value {
+    run_lab_with(scenario, targets, out, &[])
+}
+
+/// [`run_lab`] with more arguments.
+fn run_lab_with(scenario: &str, targets: &str, out: &Path, more: &[&str]) -> serde_json::Value {
     let mut cmd = Command::new(bin());
     cmd.args(["lab", scenario, "--targets", targets, "--quick", "--out"])
-        .arg(out);
+        .arg(out)
+        .args(more);
     if targets.split(',').any(|t| t == "hyper-baseline") {
         cmd.arg("--baseline-bin").arg(baseline());
     }
     if targets.split(',').any(|t| t == "grpc-baseline") {
         cmd.arg("--baseline-bin").arg(grpc_baseline());
     }
-    let (rep, stdout, stderr) = lab_report(&mut cmd, out);
+    let (rep, _, stderr) = lab_report(&mut cmd, out);
     assert!(
         !stderr.contains(BUILDING),
         "nothing to build for {targets}:\n{stderr}"
     );
-    (rep, stdout)
+    rep
 }
 
 /// Run a `fanout lab …` command writing into `out`; it must succeed. Returns report.json, the
@@ -164,115 +174,36 @@ fn acceptance(rep: &serde_json::Value, target: &str) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// The summary printed one PASS/FAIL line per acceptance line.
-fn assert_printed_acceptance(rep: &serde_json::Value, stdout: &str) {
-    let lines = rep["acceptance"].as_array().map(Vec::len).unwrap_or(0);
-    let printed = stdout
-        .lines()
-        .filter(|l| l.starts_with("PASS  ") || l.starts_with("FAIL  "))
-        .count();
-    assert_eq!(printed, lines, "one PASS/FAIL line each:\n{stdout}");
-}
-
-/// Render report.html headless and check it has `min_charts` charts with data and no errors.
-fn assert_renders(out: &Path, min_charts: usize) -> String {
-    let (dom, stderr) = render(&out.join("report.html"), &out.join("report.png"));
-    let figures = dom.matches("class=\"chart\"").count();
-    assert!(
-        figures >= min_charts,
-        "expected ≥ {min_charts} charts, found {figures}"
-    );
-    assert!(dom.matches("<svg").count() >= min_charts);
-    for bad in ["Uncaught", "SyntaxError", "Failed to load resource"] {
-        assert!(!stderr.contains(bad), "browser reported `{bad}`:\n{stderr}");
+/// The run wrote its report: `report.json` reads back into the lab's report types (what the
+/// recorded-run tests of `crates/fanout-lab/tests/recorded.rs` render the text and page from)
+/// and `report.html` is there. The page's shape is checked on recorded runs, not here.
+fn assert_report_files(out: &Path) {
+    if let Err(e) = fanout_lab::recorded::Recorded::load(out) {
+        panic!("{e}");
     }
-    dom
-}
-
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-}
-
-/// The browser the report tests render with; checked before a test runs its scenario, so a
-/// machine without it fails in milliseconds, not after minutes of load.
-fn require_chromium() -> &'static str {
-    let Some(chrome) = chromium() else {
-        panic!(
-            "headless Chromium is needed to check the report: `apt-get install chromium` (./scripts/test installs it)"
-        );
-    };
-    chrome
-}
-
-/// Render the page headless; return (DOM after load, stderr).
-fn render(html: &Path, shot: &Path) -> (String, String) {
-    let chrome = require_chromium();
-    let profile = html.with_file_name("chromium-profile");
-    let common = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-    ];
-    let url = format!("file://{}", html.display());
-    let dom = Command::new(chrome)
-        .args(common)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--dump-dom", &url])
-        .output()
-        .expect("chromium runs");
-    let shot_run = Command::new(chrome)
-        .args(common)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args([
-            "--window-size=1200,2400",
-            &format!("--screenshot={}", shot.display()),
-            &url,
-        ])
-        .output()
-        .expect("chromium screenshot");
-    assert!(
-        shot_run.status.success() || shot.exists(),
-        "screenshot failed"
-    );
-    (
-        String::from_utf8_lossy(&dom.stdout).into_owned(),
-        String::from_utf8_lossy(&dom.stderr).into_owned(),
-    )
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(html.starts_with("<!DOCTYPE html>"), "{}", out.display());
 }
 
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
-    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("pp");
-    let rep = run_lab("product-page", "fanout,hyper-baseline", &out);
+    let rep = run_lab_with(
+        "product-page",
+        "fanout,hyper-baseline",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     for target in ["fanout", "hyper-baseline"] {
         let t = &rep["targets"][target];
         for field in ["cpu_us_per_request", "p50_ms", "p99_ms", "rss_max_mb"] {
             let v = t[field].as_f64().unwrap_or(-1.0);
             assert!(v > 0.0, "{target}.{field} = {v}");
         }
-        // A debug build on a busy CI machine may miss the SLO even at the first step: 0 is a
-        // valid finding; the field must be there.
-        assert!(
-            t["max_rate"].as_f64().is_some_and(|r| r >= 0.0),
-            "{target}.max_rate"
-        );
+        // The capacity given (no search): every target's.
+        assert_eq!(t["max_rate"].as_f64(), Some(10.0), "{target}.max_rate");
         assert!(
             t["error_rate"].as_f64().is_some_and(|e| e < 0.05),
             "{target} errors: {}",
@@ -303,6 +234,13 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
             );
         }
     }
+    assert!(
+        rep["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("capacity given")))),
+        "{}",
+        rep["warnings"]
+    );
     // Interleaving: measured trials alternate between targets.
     let order: Vec<String> = rep["trials"]
         .as_array()
@@ -347,25 +285,7 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
         "{}",
         log("stubs.log")
     );
-
-    let html = out.join("report.html");
-    let (dom, stderr) = render(&html, &out.join("report.png"));
-    let figures = dom.matches("class=\"chart\"").count();
-    assert!(figures >= 6, "expected ≥ 6 charts, found {figures}");
-    assert!(dom.matches("<svg").count() >= 6);
-    assert!(
-        dom.matches("class=\"series\"").count() >= 6,
-        "charts have data lines"
-    );
-    for bad in ["Uncaught", "SyntaxError", "Failed to load resource"] {
-        assert!(!stderr.contains(bad), "browser reported `{bad}`:\n{stderr}");
-    }
-    assert!(
-        out.join("report.png")
-            .metadata()
-            .is_ok_and(|m| m.len() > 10_000),
-        "screenshot rendered"
-    );
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -374,7 +294,12 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
 fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
     let _one_at_a_time = serial();
     let out = out_dir("n1");
-    let (rep, stdout) = run_lab_text("n-plus-one", "fanout,hyper-baseline", &out);
+    let rep = run_lab_with(
+        "n-plus-one",
+        "fanout,hyper-baseline",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     for target in ["fanout", "hyper-baseline"] {
         let t = &rep["targets"][target];
         for field in ["cpu_us_per_request", "p50_ms", "rss_max_mb"] {
@@ -428,7 +353,6 @@ fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
             "{target} backend calls per request: {calls}"
         );
     }
-    assert!(stdout.contains("calls/req"), "{stdout}");
     assert!(
         out.join("fanout.status.json").exists(),
         "the fanout target's status at the end of the run"
@@ -441,7 +365,12 @@ fn lab_n_plus_one_quick_compares_equal_work_at_a_fixed_rate_and_two_levels() {
 fn lab_n_plus_one_identical_quick_counts_flow_runs_with_and_without_coalescing() {
     let _one_at_a_time = serial();
     let out = out_dir("n1-identical");
-    let rep = run_lab("n-plus-one-identical", "fanout,coalesce", &out);
+    let rep = run_lab_with(
+        "n-plus-one-identical",
+        "fanout,coalesce",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     for target in ["fanout", "coalesce"] {
         let t = &rep["targets"][target];
         assert!(
@@ -556,7 +485,7 @@ async fn n_plus_one_answers_like_the_hyper_baseline() {
 fn lab_pool_overload_quick_runs_against_a_real_postgres() {
     let _one_at_a_time = serial();
     let out = out_dir("pool");
-    let (rep, stdout) = run_lab_text("pool-overload", "fanout,java-threads", &out);
+    let rep = run_lab("pool-overload", "fanout,java-threads", &out);
     for target in ["fanout", "java-threads"] {
         let t = &rep["targets"][target];
         let phases = t["phases"].as_array().expect("phases").clone();
@@ -603,16 +532,15 @@ fn lab_pool_overload_quick_runs_against_a_real_postgres() {
         rejected > 0 || no_excess,
         "fanout rejects at 3x (or 3x was no overload and all was answered): {three}"
     );
-    assert_printed_acceptance(&rep, &stdout);
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
-    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("ov");
-    let (rep, stdout) = run_lab_text("overload", "fanout,java-threads", &out);
+    let rep = run_lab("overload", "fanout,java-threads", &out);
     for target in ["fanout", "java-threads"] {
         let t = &rep["targets"][target];
         let phases = t["phases"].as_array().expect("phases").clone();
@@ -629,29 +557,6 @@ fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
             offered[2] > offered[0] * 4.0,
             "{target}: the 3x phase offers ~6× the 0.5x phase: {offered:?}"
         );
-        for p in &phases {
-            for field in [
-                "ok_rate",
-                "accepted_p50_ms",
-                "accepted_p99_ms",
-                "rejected_rate",
-                "rejected_p99_ms",
-                "rss_max_mb",
-            ] {
-                assert!(
-                    p[field].as_f64().is_some(),
-                    "{target} {}: {field}",
-                    p["name"]
-                );
-            }
-            for field in ["rejected", "timeouts", "errors", "threads_max"] {
-                assert!(
-                    p[field].as_u64().is_some(),
-                    "{target} {}: {field}",
-                    p["name"]
-                );
-            }
-        }
         let three = &phases[2];
         assert!(
             three["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
@@ -660,8 +565,6 @@ fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
         assert!(three["threads_max"].as_u64().is_some_and(|n| n > 0));
         assert!(three["rss_max_mb"].as_f64().is_some_and(|m| m > 0.0));
         let r = &t["recovery"];
-        assert!(r["recovered"].is_boolean(), "{target}: recovery {r}");
-        assert!(r["time_to_recover_s"].is_number() || r["time_to_recover_s"].is_null());
         assert!(
             r["success_by_second"]
                 .as_array()
@@ -701,25 +604,21 @@ fn lab_overload_quick_reports_goodput_rejections_and_recovery() {
         .expect("by send second");
     assert!(by_send.len() >= 8 && by_send.iter().all(|s| s["failed"].is_u64()));
     assert_eq!(overload["phase_bounds"].as_array().map(Vec::len), Some(4));
-    assert_printed_acceptance(&rep, &stdout);
-    let dom = assert_renders(&out, 8);
-    for section in [
-        "Acceptance",
-        "Overload phases",
-        "Rejections and failures per second",
-    ] {
-        assert!(dom.contains(section), "report.html has `{section}`");
-    }
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_slow_backend_quick_reports_routes_per_phase() {
-    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("sb");
-    let (rep, stdout) = run_lab_text("slow-backend", "fanout", &out);
+    let rep = run_lab_with(
+        "slow-backend",
+        "fanout",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     let routes = rep["targets"]["fanout"]["routes"]
         .as_array()
         .expect("routes")
@@ -742,22 +641,6 @@ fn lab_slow_backend_quick_reports_routes_per_phase() {
             r["route"]
         );
         for p in phases {
-            for field in [
-                "offered_rate",
-                "p50_ms",
-                "p99_ms",
-                "max_ms",
-                "success_pct",
-                "default_share",
-            ] {
-                assert!(
-                    p[field].as_f64().is_some(),
-                    "{} {}: {field}",
-                    r["route"],
-                    p["name"]
-                );
-            }
-            assert!(p["within_deadline"].is_boolean());
             assert!(p["p50_ms"].as_f64().is_some_and(|v| v > 0.0), "measured");
         }
     }
@@ -788,19 +671,16 @@ fn lab_slow_backend_quick_reports_routes_per_phase() {
         "the stub admin calls worked: {}",
         rep["warnings"]
     );
-    assert_printed_acceptance(&rep, &stdout);
-    let dom = assert_renders(&out, 6);
-    assert!(dom.contains("Routes per phase"));
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hedging_quick_compares_no_hedge_and_hedge() {
-    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("hedge");
-    let (rep, stdout) = run_lab_text("hedging", "no-hedge,hedge", &out);
+    let rep = run_lab("hedging", "no-hedge,hedge", &out);
     for target in ["no-hedge", "hedge"] {
         let h = &rep["targets"][target]["hedging"];
         for field in ["p50_ms", "p99_ms", "p999_ms"] {
@@ -834,9 +714,7 @@ fn lab_hedging_quick_compares_no_hedge_and_hedge() {
     assert_eq!(order.len(), 6);
     assert_ne!(order[0], order[1]);
     assert_eq!(order[1], order[2]);
-    assert_printed_acceptance(&rep, &stdout);
-    let dom = assert_renders(&out, 6);
-    assert!(dom.contains("Hedging (all trials merged)"));
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -864,18 +742,58 @@ fn parallel_calls_java_targets() -> Vec<&'static str> {
     out
 }
 
+/// Whether a Java runtime ≥ 21 is found as the lab finds it (`java-virtual` runs).
+fn have_java_21() -> bool {
+    fanout_lab::java::find_jdk(
+        &fanout_lab::java::JdkSearch::from_env(),
+        fanout_lab::java::VIRTUAL_THREADS,
+    )
+    .is_ok()
+}
+
+/// One live `parallel-calls --quick` run, shared by the tests that read it: fanout and the Java
+/// targets this machine can run, `java-virtual` always asked for (without a Java ≥ 21 the report
+/// says why it did not run). (targets run, report.json); `Err` if the run failed. Take
+/// [`serial`] first: the run must not overlap another.
+type SharedRun = Result<(Vec<&'static str>, serde_json::Value), String>;
+fn parallel_calls_run() -> &'static SharedRun {
+    static RUN: std::sync::OnceLock<SharedRun> = std::sync::OnceLock::new();
+    RUN.get_or_init(|| {
+        let mut targets = vec!["fanout"];
+        targets.extend(parallel_calls_java_targets());
+        let mut asked = targets.clone();
+        if !asked.contains(&"java-virtual") && asked.contains(&"java-blocking") {
+            asked.push("java-virtual");
+        }
+        let out = out_dir("parallel");
+        let run = std::panic::catch_unwind(|| {
+            let rep = run_lab("parallel-calls", &asked.join(","), &out);
+            assert_report_files(&out);
+            rep
+        });
+        let _ = std::fs::remove_dir_all(&out);
+        match run {
+            Ok(rep) => Ok((targets, rep)),
+            Err(e) => Err(e
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "the parallel-calls run failed".into())),
+        }
+    })
+}
+
 /// `parallel-calls`: every cell (sequential and parallel × 1 and 6 closed-loop clients) of every
 /// target measured, no operation failed, and each operation made exactly 100 stub calls (the
 /// stub's counters over the measured window, every operation whole). Counts and shapes only.
+/// (The printed summary and report.html: `crates/fanout-lab/tests/recorded.rs`.)
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
-    require_chromium();
     let _one_at_a_time = serial();
-    let mut targets = vec!["fanout"];
-    targets.extend(parallel_calls_java_targets());
-    let out = out_dir("parallel");
-    let (rep, stdout) = run_lab_text("parallel-calls", &targets.join(","), &out);
+    let (targets, rep) = match parallel_calls_run() {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
     let cl = &rep["closed_loop"];
     assert_eq!(cl["calls_per_op"], 100);
     assert_eq!(cl["rounds"], 1, "quick: one round");
@@ -885,7 +803,7 @@ fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
         ("parallel", 1),
         ("parallel", 6),
     ];
-    for t in &targets {
+    for t in targets {
         let cells = rep["targets"][t]["cells"].as_array().expect("cells");
         let shape: Vec<(&str, u64)> = cells
             .iter()
@@ -952,48 +870,45 @@ fn lab_parallel_calls_quick_measures_every_cell_closed_loop() {
     for t in targets.iter().filter(|t| t.starts_with("java-")) {
         assert!(cl["jvm"][t].is_string(), "{t}: {}", cl["jvm"]);
     }
-    // The summary: the floor, one line per target and cell, the article's rows.
-    assert!(
-        stdout.contains("floor (the lab calling items /item/0 itself)"),
-        "{stdout}"
-    );
-    for t in &targets {
-        let lines = stdout
-            .lines()
-            .filter(|l| l.starts_with(&format!("{t} ")))
-            .count();
-        assert_eq!(lines, 4, "{t}:\n{stdout}");
-    }
-    assert!(stdout.contains("article, 2 cores"), "{stdout}");
-    let dom = assert_renders(&out, 4);
-    assert!(dom.contains("Closed loop: ms per operation"));
-    assert!(dom.contains("article: 2 cores / 6 JMH threads"));
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// Without a Java runtime ≥ 21, `java-virtual` does not run and the report says why; the run
-/// itself succeeds.
+/// itself succeeds. On a machine without one, the shared `parallel-calls` run (which asks for
+/// `java-virtual`) is that run; with one, the lab runs again with it hidden.
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
     let _one_at_a_time = serial();
-    let out = out_dir("parallel-nojdk");
-    let (rep, stdout, _) = lab_report(
-        Command::new(bin())
-            .args([
-                "lab",
-                "parallel-calls",
-                "--targets",
-                "fanout,java-virtual",
-                "--quick",
-                "--out",
-            ])
-            .arg(&out)
-            .env_remove("JAVA21_HOME")
-            .env_remove("JAVA_HOME")
-            .env("FANOUT_LAB_JVM_DIR", out.join("no-jdks-here")),
-        &out,
-    );
+    let hidden;
+    let (rep, stdout) = if have_java_21()
+        || fanout_lab::java::javac_version().is_none_or(|(major, _)| major < 17)
+    {
+        let out = out_dir("parallel-nojdk");
+        let (rep, stdout, _) = lab_report(
+            Command::new(bin())
+                .args([
+                    "lab",
+                    "parallel-calls",
+                    "--targets",
+                    "fanout,java-virtual",
+                    "--quick",
+                    "--out",
+                ])
+                .arg(&out)
+                .env_remove("JAVA21_HOME")
+                .env_remove("JAVA_HOME")
+                .env("FANOUT_LAB_JVM_DIR", out.join("no-jdks-here")),
+            &out,
+        );
+        let _ = std::fs::remove_dir_all(&out);
+        hidden = rep;
+        (&hidden, Some(stdout))
+    } else {
+        match parallel_calls_run() {
+            Ok((_, rep)) => (rep, None),
+            Err(e) => panic!("{e}"),
+        }
+    };
     let why = rep["closed_loop"]["not_run"]["java-virtual"]
         .as_str()
         .unwrap_or("");
@@ -1003,11 +918,22 @@ fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
         rep["targets"]["fanout"]["cells"].as_array().map(Vec::len),
         Some(4)
     );
-    assert!(
-        stdout.contains("WARNING: java-virtual: not run — no Java 21"),
-        "{stdout}"
-    );
-    let _ = std::fs::remove_dir_all(&out);
+    // The summary's warning line is printed from the report (recorded.rs checks it from a
+    // recorded run); it is checked here where this test ran the lab itself.
+    if let Some(stdout) = stdout {
+        assert!(
+            stdout.contains("WARNING: java-virtual: not run — no Java 21"),
+            "{stdout}"
+        );
+    } else {
+        let warnings = rep["warnings"].as_array().expect("warnings");
+        assert!(
+            warnings.iter().any(|w| w
+                .as_str()
+                .is_some_and(|w| w.starts_with("java-virtual: not run — no Java 21"))),
+            "{warnings:?}"
+        );
+    }
 }
 
 /// `fanout lab hop --quick`: both paths in every round (ABBA), every request answered, the
@@ -1018,7 +944,7 @@ fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
 fn lab_hop_quick_measures_direct_and_through_fanout_in_every_round() {
     let _one_at_a_time = serial();
     let out = out_dir("hop");
-    let (rep, stdout, _) = lab_report(
+    let (rep, _, _) = lab_report(
         Command::new(bin())
             .args(["lab", "hop", "--quick", "--duration", "2s", "--out"])
             .arg(&out),
@@ -1053,15 +979,14 @@ fn lab_hop_quick_measures_direct_and_through_fanout_in_every_round() {
     }
     let lines = rep["acceptance"].as_array().expect("acceptance");
     assert_eq!(lines.len(), 2);
-    assert!(stdout.contains("added by the hop"), "{stdout}");
-    assert!(out.join("report.html").exists());
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
 /// `fanout lab threads --quick`: HeadHunter's thread benchmark ran once per pool size (1, 2, 4,
 /// 64, 1024 threads; 1024 tasks, 2 timed runs each), its table beside the article's 13 rows in
-/// report.json, the printed text and report.html (rendered headless). Counts and shapes only.
-/// Skipped (with a note) only without `javac`.
+/// report.json. Counts and shapes only (the printed tables and report.html:
+/// `crates/fanout-lab/tests/recorded.rs`). Skipped (with a note) only without `javac`.
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_threads_quick_prints_both_tables() {
@@ -1071,10 +996,9 @@ fn lab_threads_quick_prints_both_tables() {
         );
         return;
     }
-    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("threads");
-    let (rep, stdout, _) = lab_report(
+    let (rep, _, _) = lab_report(
         Command::new(bin())
             .args(["lab", "threads", "--quick", "--out"])
             .arg(&out),
@@ -1107,33 +1031,15 @@ fn lab_threads_quick_prints_both_tables() {
         rep["side_by_side"].as_array().map(Vec::len),
         Some(sizes.len())
     );
-    // The text: a header and one line per pool size of either table (13: the quick sizes are
-    // among the article's), both columns filled on the quick sizes.
-    let table: Vec<&str> = stdout
-        .lines()
-        .filter(|l| {
-            l.split('|')
-                .next()
-                .is_some_and(|t| t.trim().parse::<u64>().is_ok())
-        })
-        .collect();
-    assert_eq!(table.len(), 13, "{stdout}");
-    let both = table.iter().filter(|l| !l.contains('—')).count();
-    assert_eq!(both, sizes.len(), "{stdout}");
-    assert!(
-        stdout.contains("article ms") && stdout.contains("here ms"),
-        "{stdout}"
-    );
-    let dom = assert_renders(&out, 1);
-    assert!(dom.contains("This machine beside the article"));
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
 /// `fanout lab hh-pools --quick`: fanout and the Java baseline with pools of 8, 64, 512 and 4 096
 /// threads, healthy then with the vacancy backend 10× slower: one row per target and phase in
-/// report.json, the printed table and report.html (rendered headless), every offered request
-/// either a 2xx or counted as failed. Counts and shapes only, never timings. Skipped (with a
-/// note) only without `javac`.
+/// report.json, every offered request either a 2xx or counted as failed. Counts and shapes
+/// only, never timings (the printed table and report.html: `crates/fanout-lab/tests/recorded.rs`).
+/// Skipped (with a note) only without `javac`.
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
@@ -1143,10 +1049,9 @@ fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
         );
         return;
     }
-    require_chromium();
     let _one_at_a_time = serial();
     let out = out_dir("hh-pools");
-    let (rep, stdout, _) = lab_report(
+    let (rep, _, _) = lab_report(
         Command::new(bin())
             .args(["lab", "hh-pools", "--quick", "--out"])
             .arg(&out),
@@ -1202,23 +1107,7 @@ fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
     assert_eq!(pools["drains"].as_array().map(Vec::len), Some(10));
     // The JVM of every Java target is named.
     assert_eq!(pools["jvm"].as_object().map(|m| m.len()), Some(4));
-    // The text: one line per row.
-    for phase in ["healthy", "slow"] {
-        let lines = stdout
-            .lines()
-            .filter(|l| l.starts_with(&format!("{phase} ")))
-            .count();
-        assert_eq!(lines, targets.len(), "{phase}:\n{stdout}");
-    }
-    assert!(stdout.contains("goodput/s"), "{stdout}");
-    let dom = assert_renders(&out, 3);
-    let table = dom
-        .split("Pools: fanout and the Java thread-per-request baseline")
-        .nth(1)
-        .and_then(|t| t.split("</table>").next())
-        .expect("the pools table");
-    assert_eq!(table.matches("<tr>").count(), 11, "a header and 10 rows");
-    assert_eq!(table.matches("<td>java-threads-").count(), 8, "Java rows");
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -1298,7 +1187,12 @@ fn lab_threads_without_java_says_not_run() {
 fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
     let _one_at_a_time = serial();
     let out = out_dir("grpc");
-    let rep = run_lab("grpc-aggregate", "fanout,grpc-baseline", &out);
+    let rep = run_lab_with(
+        "grpc-aggregate",
+        "fanout,grpc-baseline",
+        &out,
+        &["--capacity", GIVEN_CAPACITY],
+    );
     assert!(
         out.join("grpc-aggregate.proto").is_file(),
         "the .proto is written next to the configs"
@@ -1360,7 +1254,7 @@ fn lab_grpc_aggregate_quick_compares_fanout_and_the_grpc_baseline() {
 fn lab_antispam_models_quick_serves_ten_models_through_swaps() {
     let _one_at_a_time = serial();
     let out = out_dir("antispam");
-    let (rep, text) = run_lab_text("antispam-models", "fanout", &out);
+    let rep = run_lab("antispam-models", "fanout", &out);
     assert!(out.join("antispam.proto").is_file());
     assert!(out.join("models/spam_swap.onnx").is_file());
     assert_eq!(
@@ -1432,129 +1326,16 @@ fn lab_antispam_models_quick_serves_ten_models_through_swaps() {
             .any(|(c, pass)| c == "failed requests during swaps" && *pass),
         "{checks:?}"
     );
-    assert!(
-        text.contains("models: spam_swap swapped every 3 s"),
-        "{text}"
-    );
-    let _ = std::fs::remove_dir_all(&out);
-}
-
-/// The seed scenarios the test runs: one per article. `fanout lab seeds --quick` with all eight
-/// took 5 min 38 s (debug build, under `nice -n 19` on the shared 2-core machine, 2026-11-24),
-/// more than CI should spend on one test, so this test runs a reduced set that still covers
-/// every article (`--scenarios`; ≈ 3.7 min in that run: threads 38 s, parallel-calls 30 s,
-/// product-page-merging 82 s, antispam-models 74 s; this test took 6 min 45 s in its first
-/// run, with the machine loaded by another measurement). The sections of the articles stay four
-/// either way.
-const SEEDS_TEST_SCENARIOS: &str = "threads,parallel-calls,product-page-merging,antispam-models";
-
-/// `fanout lab seeds --quick`: a section per article with the article's figures as data, every
-/// scenario either ran (its own report next to the top one, figures read from it) or says why
-/// not — never a crash — and the top report.html renders (with HeadHunter's chart when the
-/// thread benchmark ran). Counts and shapes only, never timings.
-#[test]
-#[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
-fn lab_seeds_quick_answers_every_article_or_says_why_not() {
-    require_chromium();
-    let _one_at_a_time = serial();
-    let out = out_dir("seeds");
-    let (rep, stdout, _) = lab_report(
-        Command::new(bin())
-            .args([
-                "lab",
-                "seeds",
-                "--quick",
-                "--scenarios",
-                SEEDS_TEST_SCENARIOS,
-                "--out",
-            ])
-            .arg(&out),
-        &out,
-    );
-    assert_eq!(rep["scenario"], "seeds");
-    assert_eq!(rep["quick"], true);
-    let articles = rep["articles"].as_array().expect("articles");
-    let ids: Vec<&str> = articles.iter().filter_map(|a| a["id"].as_str()).collect();
-    assert_eq!(
-        ids,
-        ["000+001", "002", "003", "004"],
-        "a section per article"
-    );
-    let wanted: Vec<&str> = SEEDS_TEST_SCENARIOS.split(',').collect();
-    let mut seen = vec![];
-    let mut ran_threads = false;
-    for a in articles {
-        assert!(
-            a["article"].as_array().is_some_and(|f| !f.is_empty()),
-            "the article's figures: {a}"
-        );
-        let runs = a["runs"].as_array().expect("runs");
-        assert_eq!(runs.len(), 1, "one scenario per article in this set: {a}");
-        for r in runs {
-            let name = r["scenario"].as_str().expect("scenario");
-            seen.push(name);
-            let line = stdout
-                .lines()
-                .find(|l| l.trim_start().starts_with(name))
-                .unwrap_or_else(|| panic!("a line for {name}:\n{stdout}"));
-            if r["ran"] == true {
-                assert!(r["not_run"].is_null(), "{r}");
-                assert!(r["ours"].as_array().is_some_and(|f| !f.is_empty()), "{r}");
-                let dir = out.join(r["dir"].as_str().expect("dir"));
-                assert!(dir.join("report.html").is_file(), "{}", dir.display());
-                assert!(dir.join("report.json").is_file(), "{}", dir.display());
-                assert!(line.contains("ran in"), "{line}");
-                ran_threads |= name == "threads";
-            } else {
-                let why = r["not_run"].as_str().expect("not run: why");
-                assert!(!why.is_empty(), "{r}");
-                assert!(line.contains("not run: "), "{line}");
-            }
-        }
-    }
-    assert_eq!(seen, wanted, "every scenario asked for, in order");
-    // HeadHunter's table (13 pool sizes) and the Kotlin JMH table (6 rows × 4 cells) as data.
-    let pools = |a: &serde_json::Value| {
-        a["article"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| {
-                f["label"]
-                    .as_str()
-                    .is_some_and(|l| l.starts_with("pool of "))
-            })
-            .count()
-    };
-    assert_eq!(pools(&articles[0]), 13);
-    let jmh = articles[1]["article"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| {
-            f["value"]
-                .as_str()
-                .is_some_and(|v| v.ends_with("ms per operation"))
-        })
-        .count();
-    assert_eq!(jmh, 24);
-    let dom = assert_renders(&out, usize::from(ran_threads));
-    assert_eq!(
-        dom.matches("class=\"article\"").count(),
-        4,
-        "a section per article"
-    );
-    assert_eq!(
-        dom.matches("class=\"run\"").count(),
-        wanted.len(),
-        "a block per scenario"
-    );
+    assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
 /// Without Java, `fanout lab seeds` goes on: the thread benchmark is listed as not run, the
-/// Kotlin parallel calls run with fanout alone and name the Java target left out and why; an
-/// unknown `--scenarios` name and `--targets` are refused before anything runs.
+/// Kotlin parallel calls run with fanout alone and name the Java target left out and why, its
+/// own report next to the top one and its figures read from it; an unknown `--scenarios` name
+/// and `--targets` are refused before anything runs. This is the live run of `seeds`: the top
+/// report's sections, lines and page with every article's scenario run are checked from a
+/// recorded run (`crates/fanout-lab/tests/recorded.rs`, `seeds_*`).
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_seeds_without_java_lists_what_did_not_run() {
@@ -1600,6 +1381,16 @@ fn lab_seeds_without_java_lists_what_did_not_run() {
         "{pc}"
     );
     assert!(out.join("parallel-calls/report.html").is_file());
+    assert_report_files(&out.join("parallel-calls"));
+    assert!(
+        pc["ours"].as_array().is_some_and(|f| !f.is_empty()),
+        "its figures, read from its report: {pc}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("parallel-calls"))
+        .unwrap_or_else(|| panic!("a line for parallel-calls:\n{stdout}"));
+    assert!(line.contains("ran in"), "{line}");
     for a in &articles[2..] {
         assert_eq!(a["runs"].as_array().map(Vec::len), Some(0), "{a}");
     }

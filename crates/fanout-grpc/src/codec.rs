@@ -12,8 +12,10 @@
 //! Depth is bounded on both sides: protobuf decoding by prost's recursion limit (100), JSON by
 //! serde_json's (128).
 
+use crate::value::{SER, msg_to_val, wire};
+use fanout_expr::Val;
 use prost::Message;
-use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions};
+use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor};
 
 /// A message that could not be converted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,10 +38,6 @@ pub enum CodecError {
     },
 }
 
-pub(crate) const SER: SerializeOptions = SerializeOptions::new()
-    .use_proto_field_name(true)
-    .skip_default_fields(false)
-    .stringify_64_bit_integers(false);
 const DE: DeserializeOptions = DeserializeOptions::new().deny_unknown_fields(true);
 
 /// Converts one message type between protobuf and JSON (module docs). Cheap to clone.
@@ -186,5 +184,47 @@ fn json_detail(e: &serde_json::Error) -> String {
     match s.rfind(" at line ") {
         Some(i) if e.line() > 0 => s[..i].to_string(),
         _ => s,
+    }
+}
+
+/// The value path ([`crate::value`]): protobuf ⇄ [`Val`] without JSON text in between.
+impl MessageCodec {
+    /// Protobuf → value (at most `max_depth` levels of objects and arrays).
+    ///
+    /// A message field that occurs more than once (protobuf merges the occurrences: a valid
+    /// encoding, though no encoder writes one) is decoded through `DynamicMessage`.
+    pub fn decode_val(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
+        match wire::decode(self.plans(), 0, proto, max_depth) {
+            Ok(v) => Ok(v),
+            Err(detail) if detail == wire::MERGE => self.decode_val_dynamic(proto, max_depth),
+            Err(detail) => Err(CodecError::Proto {
+                message: self.name().to_string(),
+                detail,
+            }),
+        }
+    }
+
+    /// Value → protobuf, appended to `out`; a key the type does not have is an error naming it
+    /// (`unrecognized field name 'x'`, as the JSON path says).
+    pub fn encode_val(&self, v: &Val, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        wire::encode(self.plans(), 0, v, 0, out).map_err(|detail| CodecError::Json {
+            message: self.name().to_string(),
+            detail,
+        })
+    }
+
+    /// [`MessageCodec::decode_val`] through prost-reflect's `DynamicMessage` (the reference the
+    /// direct path is tested against).
+    pub fn decode_val_dynamic(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
+        let msg = DynamicMessage::decode(self.descriptor().clone(), proto).map_err(|e| {
+            CodecError::Proto {
+                message: self.name().to_string(),
+                detail: e.to_string(),
+            }
+        })?;
+        msg_to_val(&msg, max_depth).map_err(|detail| CodecError::Proto {
+            message: self.name().to_string(),
+            detail,
+        })
     }
 }

@@ -8,7 +8,6 @@
 //! descriptor, about 5× cheaper than serde's generic path on the lab's messages
 //! (`examples/codec_cost.rs`).
 
-use crate::codec::{CodecError, MessageCodec, SER};
 use bytes::Bytes;
 use fanout_expr::json::u64_num;
 use fanout_expr::{Map, Val};
@@ -16,49 +15,15 @@ use jaq_json::{Num, Rc};
 use prost::Message;
 use prost_reflect::{
     DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor,
-    ReflectMessage, Value,
+    ReflectMessage, SerializeOptions, Value,
 };
 
-impl MessageCodec {
-    /// Protobuf → value (at most `max_depth` levels of objects and arrays).
-    ///
-    /// A message field that occurs more than once (protobuf merges the occurrences: a valid
-    /// encoding, though no encoder writes one) is decoded through `DynamicMessage`.
-    pub fn decode_val(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
-        match wire::decode(self.plans(), 0, proto, max_depth) {
-            Ok(v) => Ok(v),
-            Err(detail) if detail == wire::MERGE => self.decode_val_dynamic(proto, max_depth),
-            Err(detail) => Err(CodecError::Proto {
-                message: self.name().to_string(),
-                detail,
-            }),
-        }
-    }
-
-    /// Value → protobuf, appended to `out`; a key the type does not have is an error naming it
-    /// (`unrecognized field name 'x'`, as the JSON path says).
-    pub fn encode_val(&self, v: &Val, out: &mut Vec<u8>) -> Result<(), CodecError> {
-        wire::encode(self.plans(), 0, v, 0, out).map_err(|detail| CodecError::Json {
-            message: self.name().to_string(),
-            detail,
-        })
-    }
-
-    /// [`MessageCodec::decode_val`] through prost-reflect's `DynamicMessage` (the reference the
-    /// direct path is tested against).
-    pub fn decode_val_dynamic(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
-        let msg = DynamicMessage::decode(self.descriptor().clone(), proto).map_err(|e| {
-            CodecError::Proto {
-                message: self.name().to_string(),
-                detail: e.to_string(),
-            }
-        })?;
-        msg_to_val(&msg, max_depth).map_err(|detail| CodecError::Proto {
-            message: self.name().to_string(),
-            detail,
-        })
-    }
-}
+/// How messages are written as JSON, by both paths (the codec's JSON and this one's well-known
+/// types): proto field names, defaults written, 64-bit integers as numbers.
+pub(crate) const SER: SerializeOptions = SerializeOptions::new()
+    .use_proto_field_name(true)
+    .skip_default_fields(false)
+    .stringify_64_bit_integers(false);
 
 /// How deep a message may nest before encoding refuses it (prost's decoder has the same bound).
 const MAX_NESTING: usize = 100;
@@ -77,7 +42,7 @@ fn is_well_known(d: &MessageDescriptor) -> bool {
     d.full_name().starts_with("google.protobuf.")
 }
 
-fn msg_to_val(msg: &DynamicMessage, depth: usize) -> Result<Val, String> {
+pub(crate) fn msg_to_val(msg: &DynamicMessage, depth: usize) -> Result<Val, String> {
     if depth == 0 {
         return Err("the message is nested too deeply".into());
     }
@@ -514,7 +479,7 @@ const SCAN_FIELDS: usize = 16;
 
 /// The direct protobuf wire codec: values read and written field by field from the
 /// descriptor, no `DynamicMessage` (the well-known types excepted).
-mod wire {
+pub(crate) mod wire {
     use super::*;
     use prost::bytes::Buf;
     use prost::encoding::{decode_varint, encode_varint};
@@ -527,7 +492,7 @@ mod wire {
     /// Decode one message of the type `plans[p]`: into a copy of the type's template (every
     /// field with its default, in field order), each field found replacing its value in place
     /// (by position: no key is hashed); absent fields with presence are then left out.
-    pub(super) fn decode(
+    pub(crate) fn decode(
         plans: &Plans,
         p: usize,
         mut buf: &[u8],
@@ -611,7 +576,7 @@ mod wire {
     }
 
     /// The error [`decode`] stops with at a message field met twice.
-    pub(super) const MERGE: &str = "a message field occurs twice (merged)";
+    pub(crate) const MERGE: &str = "a message field occurs twice (merged)";
 
     /// The template's value of an absent field with presence: a byte string, which decoding
     /// never makes (strings and bytes decode to text strings).
@@ -812,7 +777,7 @@ mod wire {
     }
 
     /// Encode one message of the type `plans[p]` (an object value; null is the empty message).
-    pub(super) fn encode(
+    pub(crate) fn encode(
         plans: &Plans,
         p: usize,
         v: &Val,

@@ -429,7 +429,7 @@ pub fn text_summary(rep: &HopReport) -> String {
     s
 }
 
-fn html(rep: &HopReport, json: &str) -> String {
+pub(crate) fn html(rep: &HopReport, json: &str) -> String {
     let mut h = String::new();
     let _ = write!(
         h,

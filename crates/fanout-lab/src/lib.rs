@@ -21,6 +21,7 @@ pub mod model;
 pub mod postgres;
 pub mod process;
 pub mod procstat;
+pub mod recorded;
 pub mod report;
 mod runner;
 pub mod scenario;

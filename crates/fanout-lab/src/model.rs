@@ -8,7 +8,7 @@
 use crate::procstat::ProcSample;
 use crate::{baseline, http, java, process};
 use fanout_load::{LoadReport, Protocol, RequestTemplate};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -109,7 +109,7 @@ pub enum LabError {
 }
 
 /// One measured run of load against one target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trial {
     /// Target name.
     pub target: String,
@@ -169,7 +169,7 @@ pub struct Trial {
 }
 
 /// A named part `[from_s, to_s)` of a continuous run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PhaseBound {
     /// `0.5x`, `ramp to 3x`, `3x`, `0.7x`.
     pub name: String,
@@ -380,7 +380,7 @@ pub fn pools_phases(p: &Pools) -> [(&'static str, f64); 2] {
 }
 
 /// One row of the article's table (avg ms per operation ± JMH's error, 99.9 % CI).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct ArticleRow {
     /// CPU cores of the article's machine.
     pub cores: usize,

@@ -1,10 +1,10 @@
 //! Sampling a process from `/proc`: CPU time (user+sys), RSS, threads, context switches, open fds.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// One reading of a process.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct ProcSample {
     /// Seconds since the sampler started.
     pub t: f64,

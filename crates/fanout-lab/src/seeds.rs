@@ -10,7 +10,7 @@ use crate::report::LabReport;
 use crate::svg::{Series, esc, line_chart};
 use crate::threads::{self, ThreadsReport};
 use crate::{LabOptions, antispam, java, postgres, scenario};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -208,7 +208,7 @@ pub const ARTICLES: [ArticleData; 4] = [
 ];
 
 /// A (what, value) pair.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Figure {
     /// What.
     pub label: String,
@@ -224,7 +224,7 @@ fn fig(label: impl Into<String>, value: impl Into<String>) -> Figure {
 }
 
 /// One scenario of the run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SeedRun {
     /// Scenario name.
     pub scenario: String,
@@ -247,12 +247,12 @@ pub struct SeedRun {
     /// Acceptance lines of the scenario (`target: check`, pass).
     pub acceptance: Vec<(String, bool)>,
     /// `threads`: (pool size, % above the fastest pool) of this machine's table.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads_vs_best: Vec<(u32, f64)>,
 }
 
 /// One article's section.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ArticleSection {
     /// Seed numbers.
     pub id: String,
@@ -269,7 +269,7 @@ pub struct ArticleSection {
 }
 
 /// `report.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SeedsReport {
     /// Always `seeds`.
     pub scenario: String,
@@ -722,7 +722,7 @@ pub fn text_summary(rep: &SeedsReport) -> String {
     s
 }
 
-fn html(rep: &SeedsReport, json: &str) -> String {
+pub(crate) fn html(rep: &SeedsReport, json: &str) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -854,4 +854,54 @@ fn threads_chart(a: &ArticleSection) -> String {
         "%",
         &[article, here],
     )
+}
+
+/// The figures `seeds` reads from a scenario's report, from recorded runs (`tests/data`): what
+/// the live seeds run shows per scenario that ran.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recorded::Recorded;
+
+    fn recorded(name: &str) -> Recorded {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name);
+        match Recorded::load(&dir) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn figures_are_read_from_each_kind_of_recorded_report() {
+        let Recorded::Threads(t) = recorded("threads") else {
+            panic!("threads is a threads report");
+        };
+        let figs = threads_figures(&t);
+        assert!(
+            figs.len() > t.rows.len(),
+            "parameters and a row per pool: {figs:?}"
+        );
+        for (name, per_target) in [
+            ("parallel-calls", 4),
+            ("overload", 4),
+            ("hh-pools", 0),
+            ("antispam-models", 0),
+            ("product-page", 0),
+        ] {
+            let Recorded::Lab(rep) = recorded(name) else {
+                panic!("{name} is a lab report");
+            };
+            let figs = lab_figures(&rep);
+            assert!(!figs.is_empty(), "{name}: figures");
+            for target in rep.targets.keys().filter(|_| per_target > 0) {
+                let n = figs
+                    .iter()
+                    .filter(|f| f.label.starts_with(&format!("{target}: ")))
+                    .count();
+                assert_eq!(n, per_target, "{name} {target}: {figs:?}");
+            }
+        }
+    }
 }

@@ -6,7 +6,7 @@
 
 use crate::java;
 use crate::svg::{Series, esc, line_chart};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -39,7 +39,7 @@ pub const ARTICLE: [(u32, f64, f64, f64); 13] = [
 ];
 
 /// The benchmark's parameters.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Params {
     /// Tasks per run.
     pub tasks: u32,
@@ -95,7 +95,7 @@ impl Params {
 }
 
 /// One pool size's result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// Pool size.
     pub threads: u32,
@@ -113,7 +113,7 @@ pub struct Row {
 }
 
 /// One row of the article's table.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ArticleRow {
     /// Pool size.
     pub threads: u32,
@@ -126,7 +126,7 @@ pub struct ArticleRow {
 }
 
 /// The article's table and machine.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Article {
     /// Where it ran.
     pub machine: String,
@@ -137,7 +137,7 @@ pub struct Article {
 }
 
 /// A pool size in both tables.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SideBySide {
     /// Pool size.
     pub threads: u32,
@@ -152,7 +152,7 @@ pub struct SideBySide {
 }
 
 /// `report.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ThreadsReport {
     /// Always `threads`.
     pub scenario: String,
@@ -454,7 +454,7 @@ pub fn text_summary(rep: &ThreadsReport) -> String {
     s
 }
 
-fn html(rep: &ThreadsReport, json: &str) -> String {
+pub(crate) fn html(rep: &ThreadsReport, json: &str) -> String {
     let mut h = String::new();
     let _ = write!(
         h,

@@ -5,32 +5,14 @@
 //! event (send or finish) relative to the start; a second is closed once the clock has passed
 //! it, and an event that races past the close lands in the oldest open second.
 
-use crate::report::{ErrorCounts, SecondHistograms, SecondStats, SendSecond, StatusClasses};
+use crate::report::{
+    ErrorCounts, SecondHistograms, SecondStats, SendSecond, StatusClasses, new_histogram,
+};
 use crate::schedule::Schedule;
 use fanout_grpc::Code;
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::time::Duration;
-
-/// A microsecond histogram with 3 significant digits covering at least `high_us`, resizing
-/// itself beyond that (so merging and outliers never fail).
-pub(crate) fn new_histogram(high_us: u64) -> Histogram<u64> {
-    let high = high_us.max(1_000_000);
-    let mut h = Histogram::new_with_bounds(1, high, 3)
-        .or_else(|_| Histogram::new(3))
-        .unwrap_or_else(|_| unreachable_histogram());
-    h.auto(true);
-    h
-}
-
-#[cold]
-fn unreachable_histogram() -> Histogram<u64> {
-    // `Histogram::new(3)` only fails for sigfig > 5; keep a valid fallback anyway.
-    match Histogram::new(2) {
-        Ok(h) => h,
-        Err(_) => panic!("hdrhistogram rejected sigfig 2"),
-    }
-}
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

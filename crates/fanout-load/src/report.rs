@@ -339,7 +339,27 @@ pub struct LoadReport {
 /// An empty auto-resizing microsecond histogram with 3 significant digits (what the report's
 /// raw histograms are; merge trials into one of these with `Histogram::add`).
 pub fn empty_histogram() -> Histogram<u64> {
-    crate::recorder::new_histogram(1_000_000)
+    new_histogram(1_000_000)
+}
+
+/// A microsecond histogram with 3 significant digits covering at least `high_us`, resizing
+/// itself beyond that (so merging and outliers never fail).
+pub(crate) fn new_histogram(high_us: u64) -> Histogram<u64> {
+    let high = high_us.max(1_000_000);
+    let mut h = Histogram::new_with_bounds(1, high, 3)
+        .or_else(|_| Histogram::new(3))
+        .unwrap_or_else(|_| unreachable_histogram());
+    h.auto(true);
+    h
+}
+
+#[cold]
+fn unreachable_histogram() -> Histogram<u64> {
+    // `Histogram::new(3)` only fails for sigfig > 5; keep a valid fallback anyway.
+    match Histogram::new(2) {
+        Ok(h) => h,
+        Err(_) => panic!("hdrhistogram rejected sigfig 2"),
+    }
 }
 
 fn us_to_ms(us: u64) -> f64 {

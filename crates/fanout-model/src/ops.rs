@@ -3,7 +3,7 @@
 //! same post transforms), so outputs agree with it to about 1e-7.
 
 use crate::attrs::{Attrs, index};
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{Data, Tensor, elements};
 use crate::{Cap, OpError};
 
 /// `post_transform` of the ai.onnx.ml operators.
@@ -578,25 +578,6 @@ fn map(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor, OpError> {
         x.shape.clone(),
         x.floats()?.iter().map(|&v| f(v)).collect(),
     ))
-}
-
-/// The number of elements of `shape`, at most `limit.n` (the model's `max_tensor_elements`,
-/// or less in the warm-up): the bound on every tensor an operator computes, checked before it
-/// is allocated. An empty tensor's other dimensions count too (`[0, 2⁴⁰]` is refused): a later
-/// operator may reduce the 0 away. The error names the limit.
-pub(crate) fn elements(shape: &[usize], limit: Cap<'_>) -> Result<usize, OpError> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| {
-            acc.checked_mul(d.max(1)).filter(|&n| n <= limit.n)
-        })
-        .map(|_| shape.iter().product())
-        .ok_or_else(|| {
-            OpError(format!(
-                "a tensor of shape {shape:?} is larger than {} ({} elements)",
-                limit.name, limit.n
-            ))
-        })
 }
 
 fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {

@@ -83,7 +83,7 @@ impl Tensor {
             let d = usize::try_from(d).map_err(|_| OpError(format!("negative dimension {d}")))?;
             shape.push(d);
         }
-        let count = crate::ops::elements(&shape, limit)?;
+        let count = elements(&shape, limit)?;
         // The values present must be the shape's before any is copied.
         let present = match (t.data_type.unwrap_or(0), raw.is_some()) {
             (_, true) => None,
@@ -154,4 +154,23 @@ fn le_chunks<const N: usize>(
         a.copy_from_slice(c);
         a
     }))
+}
+
+/// The number of elements of `shape`, at most `limit.n` (the model's `max_tensor_elements`,
+/// or less in the warm-up): the bound on every tensor an operator computes, checked before it
+/// is allocated. An empty tensor's other dimensions count too (`[0, 2⁴⁰]` is refused): a later
+/// operator may reduce the 0 away. The error names the limit.
+pub(crate) fn elements(shape: &[usize], limit: Cap<'_>) -> Result<usize, OpError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| {
+            acc.checked_mul(d.max(1)).filter(|&n| n <= limit.n)
+        })
+        .map(|_| shape.iter().product())
+        .ok_or_else(|| {
+            OpError(format!(
+                "a tensor of shape {shape:?} is larger than {} ({} elements)",
+                limit.name, limit.n
+            ))
+        })
 }

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use crate::attrs::{Attrs, index};
-use crate::ops::{Post, elements, logistic, probit};
-use crate::tensor::Tensor;
+use crate::ops::{Post, logistic, probit};
+use crate::tensor::{Tensor, elements};
 use crate::{Cap, Limits, OpError, TREE_NODES_CEILING};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

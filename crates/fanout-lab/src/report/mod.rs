@@ -33,12 +33,12 @@ pub use text::text_summary;
 
 use crate::model::Trial;
 use crate::procstat::ProcSample;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Median with min and max over trials.
-#[derive(Debug, Clone, Copy, Serialize, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default)]
 pub struct Stat {
     /// Median.
     pub median: f64,
@@ -51,7 +51,7 @@ pub struct Stat {
 }
 
 /// Figures at one load level (a fraction of capacity), over the interleaved trials.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Level {
     /// `level-50` / `level-80`.
     pub name: String,
@@ -75,7 +75,7 @@ pub struct Level {
 
 /// A phase of an overload run, from the run's per-second figures (requests are counted in the
 /// second they ended).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Phase {
     /// Phase name.
     pub name: String,
@@ -112,7 +112,7 @@ pub struct Phase {
 }
 
 /// How an overload run recovered after the load dropped to 0.7×.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Recovery {
     /// When the load dropped, seconds into the run.
     pub drop_at_s: f64,
@@ -126,7 +126,7 @@ pub struct Recovery {
 }
 
 /// A route in one slow-backend phase (its own generator run).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RoutePhase {
     /// `normal`, `slow`, `failing`, `restored`.
     pub name: String,
@@ -149,7 +149,7 @@ pub struct RoutePhase {
 }
 
 /// One route of a slow-backend run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RouteSummary {
     /// `A`, `B`.
     pub route: String,
@@ -164,7 +164,7 @@ pub struct RouteSummary {
 }
 
 /// Latency of a hedging comparison target over all its trials (histograms merged).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HedgingSummary {
     /// Trials merged.
     pub trials: usize,
@@ -184,7 +184,7 @@ pub struct HedgingSummary {
 
 /// One acceptance line: one of the product's acceptance criteria (overload, slow backend,
 /// hedging) checked on this run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Acceptance {
     /// Target checked.
     pub target: String,
@@ -218,7 +218,7 @@ impl Acceptance {
 }
 
 /// Headline figures of one target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TargetSummary {
     /// CPU-µs per request (median of the 50 % level trials, or the main run).
     pub cpu_us_per_request: f64,
@@ -257,13 +257,13 @@ pub struct TargetSummary {
     /// Merged latency over the trials (hedging).
     pub hedging: Option<HedgingSummary>,
     /// Per route and client count, the rounds together (closed loop: `parallel-calls`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cells: Vec<ClosedCell>,
 }
 
 /// One closed-loop cell of one round: a target, a route and a number of clients for the measured
 /// window (`report.json` → `closed_loop.runs[]`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClosedRun {
     /// Target.
     pub target: String,
@@ -327,7 +327,7 @@ pub struct ClosedRun {
 }
 
 /// A target's cell (route × clients) over every round (`targets.<name>.cells[]`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClosedCell {
     /// Route name.
     pub route: String,
@@ -371,7 +371,7 @@ pub struct ClosedCell {
 }
 
 /// The floor the lab measures itself: one stub call at a time on one keep-alive connection.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Floor {
     /// `service path`.
     pub path: String,
@@ -390,7 +390,7 @@ pub struct Floor {
 }
 
 /// A closed-loop run (`report.json` → `closed_loop`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClosedLoopReport {
     /// Warm-up of every cell, s.
     pub warmup_s: f64,
@@ -417,7 +417,7 @@ pub struct ClosedLoopReport {
 }
 
 /// Calling the critical path's stubs directly.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Direct {
     /// The calls, in order.
     pub path: Vec<String>,
@@ -428,7 +428,7 @@ pub struct Direct {
 }
 
 /// The whole report (`report.json`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabReport {
     /// Schema version.
     pub version: u32,
@@ -457,13 +457,13 @@ pub struct LabReport {
     /// Things to know when reading the figures (generator lag, …).
     pub warnings: Vec<String>,
     /// The closed-loop run (`parallel-calls`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_loop: Option<ClosedLoopReport>,
     /// The models run (`antispam-models`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<models::ModelsReport>,
     /// The pools run (`hh-pools`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<pools::PoolsReport>,
 }
 

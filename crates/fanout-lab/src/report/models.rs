@@ -6,7 +6,7 @@
 use super::{Acceptance, Stat};
 use crate::model::Trial;
 use crate::procstat::ProcSample;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A failure counts as "during a swap" when it ended within this many seconds after a rename:
@@ -19,7 +19,7 @@ pub const SWAP_WINDOW_S: f64 = 3.0;
 pub const STARTUP_S: f64 = 12.0;
 
 /// The models part of a run (`report.json` → `models`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelsReport {
     /// The model whose file is replaced.
     pub swap_model: String,
@@ -44,7 +44,7 @@ pub struct ModelsReport {
 }
 
 /// One target's figures in a models run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelsTarget {
     /// Highest rate found with p99 < 10 ms, req/s.
     pub max_rate: Option<f64>,
@@ -86,7 +86,7 @@ pub struct ModelsTarget {
 }
 
 /// One load level of one target over the rounds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelsLevel {
     /// `at-baseline-max`, `at-fanout-half`, `at-fanout-max`, `long`.
     pub name: String,

@@ -9,12 +9,12 @@ use super::{LabReport, Stat};
 use crate::java;
 use crate::model::{Pools, Trial, pools_phases};
 use crate::svg::esc;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// How long one trial's backend calls went on after its load ended.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Drain {
     /// Target.
     pub target: String,
@@ -31,7 +31,7 @@ pub struct Drain {
 }
 
 /// One target in one phase, over its trials.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PoolRow {
     /// `healthy` / `slow`.
     pub phase: String,
@@ -77,7 +77,7 @@ pub struct PoolRow {
 }
 
 /// `report.json` → `pools`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PoolsReport {
     /// Offered rate of every trial, req/s.
     pub rate: f64,
