@@ -43,8 +43,8 @@ use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresCon
 use fanout_expr::json::static_str_val;
 use fanout_expr::{Map, Val};
 use fanout_flow::sqlstats::ErrorsByClass;
-use fanout_layers::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 use fanout_layers::backend::{Call, SqlCall};
+use fanout_layers::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, pin_mut};
 use http::StatusCode;

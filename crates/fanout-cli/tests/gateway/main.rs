@@ -38,6 +38,7 @@ mod flow;
 mod grpc;
 mod grpc_keepalive;
 mod hostile_config;
+mod house;
 mod isolation;
 mod metrics;
 mod models;
