@@ -156,22 +156,9 @@ fn lab_report(cmd: &mut Command, out: &Path) -> (serde_json::Value, String, Stri
 
 /// Acceptance lines of a report for one target: (check, pass).
 fn acceptance(rep: &serde_json::Value, target: &str) -> Vec<(String, bool)> {
-    rep["acceptance"]
-        .as_array()
-        .expect("acceptance lines")
-        .iter()
-        .filter(|a| a["target"] == target)
-        .map(|a| {
-            assert!(
-                a["criterion"].is_string() && a["measured"].is_string(),
-                "{a}"
-            );
-            (
-                a["check"].as_str().unwrap_or("").to_string(),
-                a["pass"].as_bool().expect("pass is a boolean"),
-            )
-        })
-        .collect()
+    fanout_lab::recorded::Recorded::parse("report.json", &rep.to_string())
+        .expect("report.json reads back into the lab's report types")
+        .acceptance(target)
 }
 
 /// The run wrote its report: `report.json` reads back into the lab's report types (what the

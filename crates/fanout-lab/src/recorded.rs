@@ -82,6 +82,20 @@ impl Recorded {
         Recorded::parse(&path, &json)
     }
 
+    /// A scenario's acceptance lines for `target` as `(check, pass)`, in the report's order
+    /// (`threads`, `hop` and `seeds` reports carry their lines elsewhere: none here).
+    pub fn acceptance(&self, target: &str) -> Vec<(String, bool)> {
+        match self {
+            Recorded::Lab(r) => r
+                .acceptance
+                .iter()
+                .filter(|a| a.target == target)
+                .map(|a| (a.check.clone(), a.pass))
+                .collect(),
+            Recorded::Threads(_) | Recorded::Hop(_) | Recorded::Seeds(_) => vec![],
+        }
+    }
+
     /// `report.json` as the lab writes it.
     pub fn json(&self) -> String {
         let json = match self {

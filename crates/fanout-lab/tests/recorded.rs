@@ -55,26 +55,6 @@ fn written(name: &str, rec: &Recorded) -> (PathBuf, String) {
     (out, html)
 }
 
-/// Acceptance lines of a report for one target: (check, pass).
-fn acceptance(rep: &serde_json::Value, target: &str) -> Vec<(String, bool)> {
-    rep["acceptance"]
-        .as_array()
-        .expect("acceptance lines")
-        .iter()
-        .filter(|a| a["target"] == target)
-        .map(|a| {
-            assert!(
-                a["criterion"].is_string() && a["measured"].is_string(),
-                "{a}"
-            );
-            (
-                a["check"].as_str().unwrap_or("").to_string(),
-                a["pass"].as_bool().expect("pass is a boolean"),
-            )
-        })
-        .collect()
-}
-
 /// The summary prints one PASS/FAIL line per acceptance line.
 fn assert_printed_acceptance(rep: &serde_json::Value, text: &str) {
     let lines = rep["acceptance"].as_array().map(Vec::len).unwrap_or(0);
@@ -183,7 +163,7 @@ fn overload_prints_an_acceptance_line_each_and_the_phase_fields() {
         let r = &rep["targets"][target]["recovery"];
         assert!(r["recovered"].is_boolean(), "{target}: recovery {r}");
         assert!(r["time_to_recover_s"].is_number() || r["time_to_recover_s"].is_null());
-        let checks = acceptance(&rep, target);
+        let checks = rec.acceptance(target);
         for want in [
             "goodput at 3×",
             "accepted p99 at 3×",
@@ -212,7 +192,7 @@ fn overload_prints_an_acceptance_line_each_and_the_phase_fields() {
 fn pool_overload_prints_an_acceptance_line_each() {
     let (rec, rep) = recorded("pool-overload");
     for target in ["fanout", "java-threads"] {
-        let checks = acceptance(&rep, target);
+        let checks = rec.acceptance(target);
         for want in ["goodput at 3×", "rejection p99 at 3×", "recovery"] {
             assert!(
                 checks.iter().any(|(c, _)| c.contains(want)),
@@ -249,7 +229,7 @@ fn slow_backend_prints_its_routes_and_acceptance_lines() {
             assert!(p["within_deadline"].is_boolean());
         }
     }
-    let checks = acceptance(&rep, "fanout");
+    let checks = rec.acceptance("fanout");
     for want in ["route A", "route B"] {
         assert!(checks.iter().any(|(c, _)| c.contains(want)), "{checks:?}");
     }
@@ -262,12 +242,12 @@ fn slow_backend_prints_its_routes_and_acceptance_lines() {
 #[test]
 fn hedging_prints_the_p99_cut_for_the_hedged_target_only() {
     let (rec, rep) = recorded("hedging");
-    let checks = acceptance(&rep, "hedge");
+    let checks = rec.acceptance("hedge");
     assert!(
         checks.iter().any(|(c, _)| c.contains("p99 cut")),
         "{checks:?}"
     );
-    assert!(acceptance(&rep, "no-hedge").is_empty());
+    assert!(rec.acceptance("no-hedge").is_empty());
     assert_printed_acceptance(&rep, &rec.text());
     let (out, html) = written("hedging", &rec);
     assert!(html.contains("Hedging (all trials merged)"));
@@ -379,7 +359,7 @@ fn hop_prints_the_added_latency() {
 #[test]
 fn antispam_models_prints_the_swaps_and_the_failures_line() {
     let (rec, rep) = recorded("antispam-models");
-    let checks = acceptance(&rep, "fanout");
+    let checks = rec.acceptance("fanout");
     assert!(
         checks
             .iter()

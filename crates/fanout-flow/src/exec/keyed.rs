@@ -78,13 +78,10 @@ pub(crate) fn flush_keyed<'a>(
 
 /// A step's keyed lookups fetched on their own (prepared on the compute pool, after the round
 /// was merged).
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn keyed_alone(
     route: &RoutePlan,
     step: &StepPlan,
-    i: usize,
-    batch: Arc<BatchPlan>,
-    keys: Vec<(String, Val)>,
+    (i, batch, keys): KeyedLookup,
     env: &Env,
     deadline: Instant,
     obs: &dyn Observer,

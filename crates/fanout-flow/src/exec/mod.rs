@@ -226,7 +226,7 @@ impl RoutePlan {
                 (r, incomplete)
             }
             Started::Keyed(batch, keys) => {
-                let fut = keyed_alone(self, step, 0, batch, keys, &env, deadline, obs);
+                let fut = keyed_alone(self, step, (0, batch, keys), &env, deadline, obs);
                 let (_, r, incomplete) = self.by_deadline(step, deadline, fut).await?;
                 (r, incomplete)
             }
@@ -408,7 +408,7 @@ impl RoutePlan {
                 Started::Done(r) => (i, r, false),
                 Started::Pending(f) => f.await,
                 Started::Keyed(batch, keys) => {
-                    keyed_alone(self, step, i, batch, keys, &env, deadline, obs).await
+                    keyed_alone(self, step, (i, batch, keys), &env, deadline, obs).await
                 }
             }
         }))
