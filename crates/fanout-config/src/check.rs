@@ -57,6 +57,14 @@ impl Config {
     }
 
     pub(crate) fn check(&self, errs: &mut Vec<ConfigError>) {
+        for cors in self
+            .routes
+            .iter()
+            .filter_map(|r| r.cors.as_ref())
+            .chain(self.defaults.cors.as_ref())
+        {
+            cors.check(errs);
+        }
         let mut seen: Vec<(&str, &str, Pos)> = Vec::new();
         for r in &self.routes {
             let method = r.method.value.to_ascii_uppercase();

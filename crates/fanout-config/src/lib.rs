@@ -12,6 +12,7 @@ mod admin;
 mod backend;
 mod check;
 mod contract;
+mod cors;
 mod duration;
 mod env;
 mod error;
@@ -28,6 +29,7 @@ mod telemetry;
 mod unknown;
 
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
+pub use cors::Cors;
 
 pub use duration::{
     BareNumber, Dur, DurationError, DurationProblem, parse_duration, parse_millis_f64,

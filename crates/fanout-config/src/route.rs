@@ -77,6 +77,9 @@ pub struct Route {
     /// effects, read-only `sql`, keyed lookups, `model`, `value`, `fail`); `false` turns it off;
     /// `true` on a route with a step that writes is an error. See docs/config.md#coalescing.
     pub coalesce: Option<Located<bool>>,
+    /// CORS for browser pages on other origins; replaces `defaults.cors` for this route
+    /// (`cors: {enabled: false, origins: []}` turns it off). See docs/config.md#cors.
+    pub cors: Option<crate::Cors>,
 }
 
 fn no_path() -> Located<String> {

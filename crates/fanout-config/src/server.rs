@@ -395,6 +395,8 @@ pub struct Defaults {
     /// every call its own (with `coalesce: false`, what the lab sets so that fanout makes every
     /// backend call the baselines make).
     pub dedup: bool,
+    /// CORS of the routes that do not set `cors` (docs/config.md#cors). Default: off.
+    pub cors: Option<crate::Cors>,
 }
 
 impl Default for Defaults {
@@ -406,6 +408,7 @@ impl Default for Defaults {
             concurrency: 16,
             coalesce: true,
             dedup: true,
+            cors: None,
         }
     }
 }

@@ -11,6 +11,7 @@ mod answer;
 pub mod body;
 pub(crate) mod coalesce;
 pub mod conn;
+mod cors;
 pub mod errlog;
 mod grpc;
 pub mod health;
@@ -122,6 +123,8 @@ pub struct Live {
     coalesce: Vec<Option<coalesce::Runs>>,
     /// `METHOD path` of each route, by route index (the status endpoint's names).
     route_names: Vec<String>,
+    /// The routes' and the defaults' CORS policies (`cors.rs`).
+    cors: cors::CorsTable,
 }
 
 /// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
@@ -301,6 +304,7 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
+            "cors": live.cors.status_json(),
         });
         // Each runtime's sections (`models`, `models_watcher`).
         if let Some(o) = status.as_object_mut() {

@@ -182,6 +182,7 @@ pub(crate) fn build_live(
             })
         })
         .collect();
+    let cors = crate::cors::CorsTable::build(&cfg, &plan.routes, &cfg.server.request_id_header);
     let live = Live {
         router,
         reference: plan.reference.clone(),
@@ -199,6 +200,7 @@ pub(crate) fn build_live(
         step_stats,
         runtimes: plan.runtimes.clone(),
         coalesce: crate::coalesce::tables(&plan.routes),
+        cors,
         route_names: plan
             .routes
             .iter()

@@ -40,13 +40,39 @@ impl Gateway {
         let live = self.live();
         let mut rec =
             RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
-        let mut resp = catch_panics(
-            self.handle_unguarded(req, &rid, &live, &mut rec),
-            &self.panics,
-            &rid,
-            self.limits.expose_error_details,
-        )
-        .await;
+        // CORS (`cors.rs`): a preflight is answered here, before authentication and without a
+        // flow; an allowed origin's answer gets its headers below, whatever made the answer.
+        let cors = live
+            .cors
+            .any()
+            .then(|| live.cors.allowed(&live.router, &req));
+        let preflight = cors.as_ref().and_then(|_| {
+            let expose = self.limits.expose_error_details;
+            live.cors.preflight(&live.router, &req, &rid, expose)
+        });
+        let mut resp = match preflight {
+            // It carries its own CORS headers.
+            Some(resp) => {
+                rec.ignore();
+                resp
+            }
+            None => {
+                let mut resp = catch_panics(
+                    self.handle_unguarded(req, &rid, &live, &mut rec),
+                    &self.panics,
+                    &rid,
+                    self.limits.expose_error_details,
+                )
+                .await;
+                if let Some(allowed) = cors {
+                    crate::cors::vary(resp.headers_mut());
+                    if let Some(a) = allowed {
+                        a.apply(resp.headers_mut());
+                    }
+                }
+                resp
+            }
+        };
         let status = resp
             .extensions()
             .get::<crate::grpc::EffectiveStatus>()

@@ -31,6 +31,7 @@ mod config_errors;
 mod config_hints;
 mod config_reference;
 mod connections;
+mod cors;
 mod docs;
 mod examples;
 mod explain;
