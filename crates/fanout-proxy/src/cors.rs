@@ -55,6 +55,8 @@ pub(crate) struct CorsPolicy {
 pub(crate) struct CorsTable {
     by_route: Vec<Option<Arc<CorsPolicy>>>,
     default: Option<Arc<CorsPolicy>>,
+    /// Whether any route or the defaults use CORS (read per request).
+    any: bool,
     /// Preflights answered, allowed and refused (the status endpoint).
     pub(crate) preflights: Arc<[AtomicU64; 2]>,
 }
@@ -81,7 +83,7 @@ impl CorsTable {
                 .collect();
             Some(Arc::new(CorsPolicy::compile(c, &path_methods, rid_header)))
         };
-        let by_route = cfg
+        let by_route: Vec<Option<Arc<CorsPolicy>>> = cfg
             .routes
             .iter()
             .zip(routes)
@@ -97,9 +99,11 @@ impl CorsTable {
             c.enabled
                 .then(|| Arc::new(CorsPolicy::compile(c, &all, rid_header)))
         });
+        let any = default.is_some() || by_route.iter().any(Option::is_some);
         CorsTable {
             by_route,
             default,
+            any,
             preflights: Arc::default(),
         }
     }
@@ -118,7 +122,7 @@ impl CorsTable {
 
     /// Whether any route or the defaults use CORS (else nothing here runs per request).
     pub(crate) fn any(&self) -> bool {
-        self.default.is_some() || self.by_route.iter().any(Option::is_some)
+        self.any
     }
 
     /// The policy of the route `method path` matches; for a path with no such method, the
