@@ -1040,18 +1040,21 @@ fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
     let out = out_dir("hh-pools");
     let (rep, _, _) = lab_report(
         Command::new(bin())
-            .args(["lab", "hh-pools", "--quick", "--out"])
+            // The smallest and the largest pool: every row's shape without two more JVM
+            // warm-ups (the recorded runs of `crates/fanout-lab/tests/recorded.rs` have all four).
+            .args([
+                "lab",
+                "hh-pools",
+                "--quick",
+                "--targets",
+                "fanout,java-threads-8,java-threads-4096",
+                "--out",
+            ])
             .arg(&out),
         &out,
     );
     let pools = &rep["pools"];
-    let targets = [
-        "fanout",
-        "java-threads-8",
-        "java-threads-64",
-        "java-threads-512",
-        "java-threads-4096",
-    ];
+    let targets = ["fanout", "java-threads-8", "java-threads-4096"];
     assert_eq!(pools["not_run"].as_object().map(|m| m.len()), Some(0));
     assert_eq!(pools["rate"].as_f64(), Some(200.0));
     let rows = pools["rows"].as_array().expect("rows");
@@ -1090,10 +1093,10 @@ fn lab_hh_pools_quick_has_a_row_per_target_and_phase() {
             None => panic!("{r}"),
         }
     }
-    // A drain per trial: 5 targets × 2 phases × 1 round.
-    assert_eq!(pools["drains"].as_array().map(Vec::len), Some(10));
+    // A drain per trial: 3 targets × 2 phases × 1 round.
+    assert_eq!(pools["drains"].as_array().map(Vec::len), Some(6));
     // The JVM of every Java target is named.
-    assert_eq!(pools["jvm"].as_object().map(|m| m.len()), Some(4));
+    assert_eq!(pools["jvm"].as_object().map(|m| m.len()), Some(2));
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
