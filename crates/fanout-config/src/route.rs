@@ -77,6 +77,9 @@ pub struct Route {
     /// effects, read-only `sql`, keyed lookups, `model`, `value`, `fail`); `false` turns it off;
     /// `true` on a route with a step that writes is an error. See docs/config.md#coalescing.
     pub coalesce: Option<Located<bool>>,
+    /// The rate-limit policies (names of `rate_limits:`) this route applies, in order; `[]`
+    /// applies none. Default: `defaults.rate_limit`.
+    pub rate_limit: Option<Vec<Located<String>>>,
 }
 
 fn no_path() -> Located<String> {
