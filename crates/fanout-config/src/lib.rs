@@ -58,7 +58,8 @@ pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
 pub use route::{GrpcCall, HttpCall, Reference, Respond, Route, RouteAdmission, Step};
 pub use server::{
     AdaptiveLimit, Admission, BodyLimits, ClientAddressHeader, Codel, ComputeConfig,
-    ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares, ServerConfig,
+    ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
+    ServerConfig,
 };
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 

@@ -2,7 +2,7 @@
 //! their state lives — that routes (`rate_limit:`) and `defaults.rate_limit` apply. The limiter
 //! itself is the `fanout-ratelimit` crate; the key expression is compiled by the gateway.
 
-use crate::{ConfigError, Config, Dur, ExprSrc, Located};
+use crate::{Config, ConfigError, Dur, ExprSrc, Located};
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -150,10 +150,7 @@ pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
             errs.push(
                 ConfigError::at(
                     p.rate.pos,
-                    format!(
-                        "rate_limits.{name}.rate `{}` is not a rate",
-                        p.rate.value
-                    ),
+                    format!("rate_limits.{name}.rate `{}` is not a rate", p.rate.value),
                 )
                 .hint("write `N/s`, `N/min` or `N/h` with N > 0, e.g. `100/s`"),
             );
@@ -191,11 +188,11 @@ pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
         }
     }
     let known: Vec<&str> = cfg.rate_limits.keys().map(String::as_str).collect();
-    let lists = cfg
-        .defaults
-        .rate_limit
-        .iter()
-        .chain(cfg.routes.iter().flat_map(|r| r.rate_limit.iter().flatten()));
+    let lists = cfg.defaults.rate_limit.iter().chain(
+        cfg.routes
+            .iter()
+            .flat_map(|r| r.rate_limit.iter().flatten()),
+    );
     for n in lists {
         if !cfg.rate_limits.contains_key(&n.value) {
             let hint = match crate::did_you_mean(&n.value, known.iter().copied()) {

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 20] = [
+pub(crate) const GATEWAY_CODES: [&str; 21] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -38,6 +38,7 @@ pub(crate) const GATEWAY_CODES: [&str; 20] = [
     "bad_answer_message",
     "invalid_message",
     "message_too_large",
+    "rate_limited",
 ];
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
@@ -90,6 +91,8 @@ pub(crate) struct ApiError {
     /// The gRPC code for a gRPC client when the error's class names one (else the one its
     /// status and code imply: `fanout_grpc::Code::for_answer`).
     pub grpc: Option<fanout_grpc::Code>,
+    /// More headers of the answer (a rate limit's `Retry-After`, `RateLimit-Policy`, `RateLimit`).
+    pub headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -105,6 +108,7 @@ impl ApiError {
             allow: None,
             log: false,
             grpc: None,
+            headers: Vec::new(),
         }
     }
 
@@ -139,6 +143,9 @@ impl ApiError {
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        for (k, v) in self.headers {
+            resp.headers_mut().insert(k, v);
+        }
         resp
     }
 }
@@ -162,6 +169,7 @@ impl From<FlowError> for ApiError {
             allow: None,
             log: true,
             grpc,
+            headers: Vec::new(),
         }
     }
 }
@@ -214,6 +222,9 @@ pub(crate) enum Refusal<'a> {
     /// A query parameter or header the flow reads is not UTF-8: 400 `bad_query` /
     /// `bad_header`, naming it.
     NotText(fanout_expr::request::RequestTextError),
+    /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
+    /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
+    RateLimited(Box<crate::ratelimit::RateLimited>),
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -253,6 +264,19 @@ impl From<Refusal<'_>> for ApiError {
                 "bad_path",
                 format!("path parameter `{param}`: {why}"),
             ),
+            Refusal::RateLimited(r) => {
+                let mut e = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "rate limit `{}` exceeded; retry after {} s",
+                        r.policy,
+                        r.verdict.decision.retry_after.as_secs_f64().ceil().max(1.0)
+                    ),
+                );
+                e.headers = r.headers();
+                e
+            }
             Refusal::NotText(why) => match why {
                 fanout_expr::request::RequestTextError::Query(_) => {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string())

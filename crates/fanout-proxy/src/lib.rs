@@ -19,6 +19,7 @@ mod lifecycle;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
+mod ratelimit;
 pub mod reload;
 mod request_body;
 pub mod request_id;
@@ -122,6 +123,8 @@ pub struct Live {
     coalesce: Vec<Option<coalesce::Runs>>,
     /// `METHOD path` of each route, by route index (the status endpoint's names).
     route_names: Vec<String>,
+    /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
+    rate_limits: ratelimit::RateLimits,
 }
 
 /// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
@@ -301,6 +304,7 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
+            "rate_limits": live.rate_limits.status_json(),
         });
         // Each runtime's sections (`models`, `models_watcher`).
         if let Some(o) = status.as_object_mut() {

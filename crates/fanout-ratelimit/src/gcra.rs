@@ -45,7 +45,11 @@ impl Gcra {
     /// This rate and burst times `share` (in (0, 1]): what one instance of a fleet enforces
     /// alone. The burst is rounded up, to at least 1.
     pub fn scaled(&self, share: f64) -> Gcra {
-        let share = if share > 0.0 && share <= 1.0 { share } else { 1.0 };
+        let share = if share > 0.0 && share <= 1.0 {
+            share
+        } else {
+            1.0
+        };
         let interval = ((self.interval as f64) / share).round() as u64;
         Gcra {
             interval: interval.max(1),

@@ -270,9 +270,9 @@ impl Policy {
         let now = self.clock.now();
         // A key Redis refused is refused here until its retry time, without asking Redis.
         let h = s.denied.hash(key);
-        let known = s
-            .denied
-            .with(h, now, Full::Forget, |until| (*until > now).then(|| *until - now));
+        let known = s.denied.with(h, now, Full::Forget, |until| {
+            (*until > now).then(|| *until - now)
+        });
         if let Some(wait) = known {
             self.counters.denied_locally.fetch_add(1, Ordering::Relaxed);
             return Decision {
@@ -430,6 +430,9 @@ mod tests {
     fn long_keys_are_hashed_in_redis() {
         assert_eq!(redis_key("f:", "p", b"1.2.3.4"), "f:rl:p:1.2.3.4");
         let long = redis_key("f:", "p", &[b'x'; 200]);
-        assert!(long.starts_with("f:rl:p:sha256:") && long.len() == 14 + 64, "{long}");
+        assert!(
+            long.starts_with("f:rl:p:sha256:") && long.len() == 14 + 64,
+            "{long}"
+        );
     }
 }

@@ -46,6 +46,7 @@ mod numbers;
 mod outlier;
 mod pg_errors;
 mod postgres;
+mod ratelimit;
 mod redis_cache;
 mod reference;
 mod reload;
