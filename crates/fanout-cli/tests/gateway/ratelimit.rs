@@ -69,6 +69,19 @@ async fn over_the_limit_is_a_429_with_retry_after_and_ratelimit_headers() {
     assert_eq!(st["rate_limits"]["per-user"]["allowed"], 3, "{st}");
     assert_eq!(st["rate_limits"]["per-user"]["denied"], 1, "{st}");
     assert_eq!(st["errors"]["rate_limited"], 1, "{st}");
+    let admin = gw.admin_addr.unwrap();
+    let metrics = get(&format!("http://{admin}/metrics")).await.text();
+    for line in [
+        "fanout_ratelimit_decisions_total{policy=\"per-user\",decision=\"denied\"} 1",
+        "fanout_ratelimit_decisions_total{policy=\"per-user\",decision=\"allowed\"} 3",
+        "fanout_ratelimit_keys{policy=\"per-user\"} 1.0",
+        "fanout_ratelimit_fallback_total{policy=\"per-user\"} 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in\n{metrics}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -400,4 +413,46 @@ async fn redis_frozen_then_killed_mid_run_is_never_a_5xx_and_falls_back_as_confi
     assert!(n(&pa, "redis_errors") > 0, "{pa}");
     let st = a.gateway.status_json();
     assert!(st["errors"].get("internal_error").is_none(), "{st}");
+}
+
+#[test]
+fn explain_shows_each_routes_rate_limits() {
+    let path = std::env::temp_dir().join(format!(
+        "fanout-ratelimit-explain-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&path, LOCAL).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["explain", "--config"])
+        .arg(&path)
+        .env_remove("LISTEN")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let route = |p: &str| {
+        text.split("\n\n")
+            .find(|r| r.starts_with(&format!("GET {p}\n")))
+            .unwrap_or_else(|| panic!("no {p} in {text}"))
+            .to_string()
+    };
+    assert!(
+        route("/limited").contains(
+            "  rate limit per-user: 1/min, burst 3, per `$request.headers[\"x-user\"]` (local); over it: 429 rate_limited"
+        ),
+        "{text}"
+    );
+    assert!(
+        route("/client").contains(
+            "rate limit by-client: 1/min, burst 2, per `$request.client.address` (local)"
+        ),
+        "{text}"
+    );
+    assert!(!route("/open").contains("rate limit"), "{text}");
 }
