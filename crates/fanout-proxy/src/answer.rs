@@ -224,7 +224,7 @@ pub(crate) enum Refusal<'a> {
     NotText(fanout_expr::request::RequestTextError),
     /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
     /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
-    RateLimited(Box<crate::ratelimit::RateLimited>),
+    RateLimited(Box<RateLimited>),
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -286,6 +286,40 @@ impl From<Refusal<'_>> for ApiError {
                 }
             },
         }
+    }
+}
+
+/// A request refused by a policy.
+#[derive(Debug)]
+pub(crate) struct RateLimited {
+    pub(crate) policy: Arc<str>,
+    pub(crate) sf_name: String,
+    pub(crate) verdict: fanout_ratelimit::Verdict,
+}
+
+impl RateLimited {
+    /// `Retry-After`, `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09):
+    /// the policy's quota (its burst) and window (the time the burst takes to refill), what is
+    /// left (0) and the seconds until a request is allowed again.
+    pub(crate) fn headers(&self) -> Vec<(http::HeaderName, HeaderValue)> {
+        let secs = |d: std::time::Duration| d.as_secs_f64().ceil().max(1.0) as u64;
+        let d = &self.verdict.decision;
+        let retry = secs(d.retry_after);
+        let mut out = Vec::with_capacity(3);
+        out.push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
+        let policy = format!(
+            "{};q={};w={}",
+            self.sf_name,
+            self.verdict.quota,
+            secs(self.verdict.window)
+        );
+        let state = format!("{};r={};t={retry}", self.sf_name, d.remaining);
+        for (name, v) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+            if let Ok(v) = HeaderValue::from_str(&v) {
+                out.push((http::HeaderName::from_static(name), v));
+            }
+        }
+        out
     }
 }
 

@@ -8,16 +8,16 @@
 //! or — only when that peer is one of `server.trusted_proxies` — the address the proxies put in
 //! `X-Forwarded-For` / `Forwarded`, read right to left, skipping trusted hops.
 
-use crate::answer::Refusal;
+use crate::answer::{RateLimited, Refusal};
 use crate::{Gateway, Live};
 use fanout_config::ratelimit::{RateLimitOnFailure, RateLimitStore};
 use fanout_config::{ClientAddressHeader, Config, ConfigError, ConfigErrors};
 use fanout_expr::request::{ParamKey, RequestParts, RequestUse, request_val_reading};
 use fanout_expr::{Expr, Val};
 use fanout_flow::RoutePlan;
-use fanout_ratelimit::{OnFailure, Policy, SharedSpec, Spec, Verdict};
+use fanout_ratelimit::{OnFailure, Policy, SharedSpec, Spec};
+use http::HeaderMap;
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -52,40 +52,6 @@ pub(crate) struct RateLimits {
     header: ClientAddressHeader,
     /// The Redis connection of the shared policies (kept by a reload that keeps `redis:`).
     conn: Option<Arc<dyn fanout_ratelimit::redis::Connect>>,
-}
-
-/// A request refused by a policy.
-#[derive(Debug)]
-pub(crate) struct RateLimited {
-    pub(crate) policy: Arc<str>,
-    pub(crate) sf_name: String,
-    pub(crate) verdict: Verdict,
-}
-
-impl RateLimited {
-    /// `Retry-After`, `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09):
-    /// the policy's quota (its burst) and window (the time the burst takes to refill), what is
-    /// left (0) and the seconds until a request is allowed again.
-    pub(crate) fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
-        let secs = |d: std::time::Duration| d.as_secs_f64().ceil().max(1.0) as u64;
-        let d = &self.verdict.decision;
-        let retry = secs(d.retry_after);
-        let mut out = Vec::with_capacity(3);
-        out.push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
-        let policy = format!(
-            "{};q={};w={}",
-            self.sf_name,
-            self.verdict.quota,
-            secs(self.verdict.window)
-        );
-        let state = format!("{};r={};t={retry}", self.sf_name, d.remaining);
-        for (name, v) in [("ratelimit-policy", policy), ("ratelimit", state)] {
-            if let Ok(v) = HeaderValue::from_str(&v) {
-                out.push((HeaderName::from_static(name), v));
-            }
-        }
-        out
-    }
 }
 
 /// `name` as a structured-field string (`"…"`, `\` and `"` escaped, other characters outside
