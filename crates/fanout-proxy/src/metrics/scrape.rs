@@ -405,6 +405,9 @@ fn reference(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     )
 }
 
+/// One counter of a policy.
+type CounterOf = fn(&fanout_ratelimit::Counters) -> &std::sync::atomic::AtomicU64;
+
 /// The rate-limit policies: decisions, fallbacks, Redis errors, the key tables.
 fn rate_limits(live: &Live, out: &mut Out<'_>) -> fmt::Result {
     use std::sync::atomic::Ordering::Relaxed;
@@ -423,11 +426,7 @@ fn rate_limits(live: &Live, out: &mut Out<'_>) -> fmt::Result {
             })
         }),
     )?;
-    let counters: [(
-        &str,
-        &str,
-        fn(&fanout_ratelimit::Counters) -> &std::sync::atomic::AtomicU64,
-    ); 3] = [
+    let counters: [(&str, &str, CounterOf); 3] = [
         (
             "fanout_ratelimit_fallback",
             "Decisions of a `store: redis` policy made without Redis (local fallback or on_failure: deny) because Redis failed or was skipped after a failure",
