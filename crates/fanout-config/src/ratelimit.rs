@@ -43,6 +43,31 @@ pub struct RateLimitPolicy {
     pub max_keys: usize,
 }
 
+/// A backend's rate limit (`backends.NAME.rate_limit`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackendRateLimit {
+    /// Calls per second: `N/s`, `N/min` or `N/h`.
+    pub rate: Located<String>,
+    /// Calls that may go at once above the rate's spacing, at least 1. Default: one second of
+    /// `rate` (at least 1).
+    pub burst: Option<u64>,
+}
+
+impl BackendRateLimit {
+    /// Calls per second (1 if `rate` does not parse; [`check`] refuses that).
+    pub fn per_second(&self) -> f64 {
+        parse_rate(&self.rate.value).unwrap_or(1.0)
+    }
+
+    /// The burst: as set, or one second of the rate (at least 1).
+    pub fn burst_size(&self) -> u64 {
+        self.burst
+            .unwrap_or_else(|| self.per_second().ceil().max(1.0) as u64)
+            .max(1)
+    }
+}
+
 /// Where a policy's state lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -184,6 +209,27 @@ pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
             errs.push(bad(
                 format!("rate_limits.{name}: `store: redis` needs a top-level `redis:` section"),
                 "add `redis: {url: \"${REDIS_URL}\"}` or use `store: local`",
+            ));
+        }
+    }
+    for (name, b) in &cfg.backends {
+        let Some(r) = &b.rate_limit else { continue };
+        if parse_rate(&r.rate.value).is_none() {
+            errs.push(
+                ConfigError::at(
+                    r.rate.pos,
+                    format!(
+                        "backends.{name}.rate_limit.rate `{}` is not a rate",
+                        r.rate.value
+                    ),
+                )
+                .hint("write `N/s`, `N/min` or `N/h` with N > 0, e.g. `200/s`"),
+            );
+        }
+        if r.burst == Some(0) {
+            errs.push(bad(
+                format!("backends.{name}.rate_limit.burst must be at least 1"),
+                "e.g. `burst: 10`",
             ));
         }
     }

@@ -77,6 +77,19 @@ impl Gcra {
         Duration::from_nanos(self.tolerance_ns())
     }
 
+    /// Reserve a slot for a request at `now` that may wait up to `max_wait`: the new TAT and
+    /// how long to wait before going (zero when within the burst), or `Err` with the wait it
+    /// would have needed when that is longer than `max_wait` (nothing reserved).
+    pub fn reserve(&self, tat: u64, now: u64, max_wait: u64) -> Result<(u64, u64), u64> {
+        let tat = tat.max(now);
+        let new_tat = tat.saturating_add(self.interval);
+        let wait = (new_tat - now).saturating_sub(self.tolerance_ns());
+        if wait > max_wait {
+            return Err(wait);
+        }
+        Ok((new_tat, wait))
+    }
+
     /// Decide a request at `now` for a key whose TAT is `tat` (0 or past: a full budget).
     /// Returns the new TAT when the request is allowed (the caller stores it).
     pub fn decide(&self, tat: u64, now: u64) -> (Option<u64>, Decision) {
@@ -163,6 +176,17 @@ mod tests {
         assert_eq!((d.remaining, d.reset), (2, Duration::from_secs(1)));
         let (_, d) = g.decide(t.unwrap(), S);
         assert_eq!((d.remaining, d.reset), (1, Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_reservation_waits_within_its_limit_or_is_refused() {
+        let g = Gcra::new(10.0, 1);
+        let (tat, wait) = g.reserve(0, S, 0).unwrap();
+        assert_eq!(wait, 0);
+        // the next slot is 100 ms away: refused with 50 ms, reserved with 100 ms
+        assert_eq!(g.reserve(tat, S, S / 20), Err(S / 10));
+        let (tat2, wait) = g.reserve(tat, S, S / 10).unwrap();
+        assert_eq!((tat2, wait), (tat + S / 10, S / 10));
     }
 
     #[test]

@@ -456,3 +456,41 @@ fn explain_shows_each_routes_rate_limits() {
     );
     assert!(!route("/open").contains("rate limit"), "{text}");
 }
+
+/// A backend's own limit: calls past its burst that cannot get a slot within their time fail
+/// at once, unsent, as the backend's refusal (503 `backend_rejected`).
+#[tokio::test]
+async fn a_backends_rate_limit_fails_calls_fast_as_backend_rejected() {
+    let s = stubs(
+        "services:\n  slowpoke:\n    listen: \"${SLOWPOKE_ADDR}\"\n    routes: [{path: /x, body: '1'}]\n",
+    )
+    .await;
+    let yaml = r#"
+backends:
+  slowpoke:
+    url: "http://${SLOWPOKE_ADDR}"
+    rate_limit: { rate: 1/min, burst: 2 }
+routes:
+  - path: /a
+    flow:
+      x: { http: { backend: slowpoke, path: '"/x"' } }
+    respond: { body: '$x' }
+  - path: /b
+    flow:
+      x: { http: { backend: slowpoke, path: '"/x"' }, optional: true, default: 0 }
+    respond: { body: '$x' }
+"#;
+    let gw = gateway(yaml, &s).await;
+    let c = client(false);
+    let a = format!("http://{}/a", gw.addr);
+    assert_eq!(hit(&c, &a, &[]).await.status, 200);
+    // the budget is shared by every route
+    let b = format!("http://{}/b", gw.addr);
+    assert_eq!(hit(&c, &b, &[]).await.text(), "1");
+    let r = hit(&c, &a, &[]).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "backend_rejected");
+    // an optional step takes its default
+    assert_eq!(hit(&c, &b, &[]).await.text(), "0");
+    assert_eq!(calls(&s, "slowpoke"), 2);
+}
