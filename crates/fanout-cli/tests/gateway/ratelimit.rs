@@ -494,3 +494,64 @@ routes:
     assert_eq!(hit(&c, &b, &[]).await.text(), "0");
     assert_eq!(calls(&s, "slowpoke"), 2);
 }
+
+#[test]
+fn bad_rate_limits_are_config_errors_at_their_line() {
+    let no_env = |_: &str| None;
+    let err = |yaml: &str| match fanout::load_gateway("f.yaml", yaml, &no_env) {
+        Ok(_) => panic!("accepted:\n{yaml}"),
+        Err(e) => e.to_string(),
+    };
+    let e = err("rate_limits:\n  per-user: {rate: 10/day}\nroutes: []\n");
+    assert!(
+        e.contains("f.yaml:2:20: rate_limits.per-user.rate `10/day` is not a rate"),
+        "{e}"
+    );
+    let e = err(
+        "rate_limits:\n  per-user: {rate: 10/s}\nroutes:\n  - path: /a\n    rate_limit: [per-usr]\n    respond: {body: '1'}\n",
+    );
+    assert!(
+        e.contains("f.yaml:5:18: unknown rate limit `per-usr`"),
+        "{e}"
+    );
+    assert!(e.contains("did you mean `per-user`?"), "{e}");
+    let e = err("rate_limits:\n  p: {rate: 1/s, store: redis}\nroutes: []\n");
+    assert!(
+        e.contains("`store: redis` needs a top-level `redis:` section"),
+        "{e}"
+    );
+    let e = err("rate_limits:\n  p: {rate: 1/s, key: '$request.headers['}\nroutes: []\n");
+    assert!(e.contains("rate_limits.p.key"), "{e}");
+    let e = err("server: {trusted_proxies: [\"10.0.0.0/40\"]}\nroutes: []\n");
+    assert!(e.contains("`10.0.0.0/40` is not an address or CIDR"), "{e}");
+}
+
+/// A reload that keeps a policy keeps its state; one that changes it starts it afresh.
+#[tokio::test]
+async fn a_reload_keeps_an_unchanged_policys_state() {
+    let s = no_backend().await;
+    let gw = gateway(LOCAL, &s).await;
+    let c = client(false);
+    let url = format!("http://{}/limited", gw.addr);
+    let ann = [("x-user", "ann")];
+    for _ in 0..3 {
+        assert_eq!(hit(&c, &url, &ann).await.status, 200);
+    }
+    assert_eq!(hit(&c, &url, &ann).await.status, 429);
+    let same = format!("{LOCAL}\n  - path: /new\n    respond: {{ body: '2' }}\n");
+    gw.gateway
+        .reload(crate::support::config(&same, &s))
+        .await
+        .unwrap();
+    assert_eq!(hit(&c, &url, &ann).await.status, 429, "state kept");
+    let changed = LOCAL.replace("burst: 3", "burst: 4");
+    gw.gateway
+        .reload(crate::support::config(&changed, &s))
+        .await
+        .unwrap();
+    assert_eq!(
+        hit(&c, &url, &ann).await.status,
+        200,
+        "a changed policy starts afresh"
+    );
+}
