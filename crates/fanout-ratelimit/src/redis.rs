@@ -17,6 +17,7 @@ pub trait Connect: Send + Sync + 'static {
 /// KEYS[1] the key; ARGV[1] the emission interval, ARGV[2] the tolerance (µs).
 /// Returns {allowed (0/1), remaining, reset µs, retry_after µs}.
 const SCRIPT: &str = r"
+pcall(redis.replicate_commands)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
