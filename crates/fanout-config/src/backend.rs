@@ -125,6 +125,10 @@ pub struct Backend {
     /// Bulkhead: most calls in flight to this backend; more fail at once (`backend_rejected`),
     /// which the step's failure policy handles (optional steps take their default). Default: none.
     pub max_concurrency: Option<usize>,
+    /// Most calls per second to this backend from every route (every attempt, retries and
+    /// hedges included): a call over it waits for its slot within its time, or fails at once
+    /// (`backend_rejected`). Default: none.
+    pub rate_limit: Option<crate::ratelimit::BackendRateLimit>,
     /// Circuit breaker: after enough failures, calls fail at once for a while (optional steps use
     /// their default immediately), then a probe decides whether to close again.
     pub breaker: Option<BreakerConfig>,

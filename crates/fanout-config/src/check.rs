@@ -104,6 +104,7 @@ impl Config {
         if let Some(r) = &self.redis {
             r.check(errs);
         }
+        crate::ratelimit::check(self, errs);
         for (name, b) in &self.backends {
             let urls: Vec<&Located<String>> = b.url.iter().chain(b.urls.iter()).collect();
             if urls.is_empty() {

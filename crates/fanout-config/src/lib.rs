@@ -22,6 +22,7 @@ mod located;
 mod models;
 mod postgres;
 mod protos;
+pub mod ratelimit;
 mod redis;
 mod route;
 mod server;
@@ -58,8 +59,9 @@ pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
 pub use route::{GrpcCall, HttpCall, Reference, Respond, Route, RouteAdmission, Step};
 pub use server::{
-    AdaptiveLimit, Admission, BodyLimits, Codel, ComputeConfig, ConnectionLimits, Defaults,
-    ExpressionLimits, GrpcServer, Priority, PriorityShares, ServerConfig,
+    AdaptiveLimit, Admission, BodyLimits, ClientAddressHeader, Codel, ComputeConfig,
+    ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
+    ServerConfig,
 };
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 
@@ -99,6 +101,9 @@ pub struct Config {
     /// A Redis shared by the gateway's instances: the second level of the answer caches of the
     /// backends with `cache: {l2: true}`. Default: none (caches are in memory only).
     pub redis: Option<RedisConfig>,
+    /// Named rate-limit policies that routes apply with `rate_limit:` (docs/config.md#rate-limits).
+    #[serde(default)]
+    pub rate_limits: ratelimit::RateLimits,
     /// The ONNX models `model` steps run (docs/models.md). Default: none.
     #[serde(default)]
     pub models: ModelsConfig,

@@ -80,6 +80,9 @@ pub struct Route {
     /// CORS for browser pages on other origins; replaces `defaults.cors` for this route
     /// (`cors: {enabled: false, origins: []}` turns it off). See docs/config.md#cors.
     pub cors: Option<crate::Cors>,
+    /// The rate-limit policies (names of `rate_limits:`) this route applies, in order; `[]`
+    /// applies none. Default: `defaults.rate_limit`.
+    pub rate_limit: Option<Vec<Located<String>>>,
 }
 
 fn no_path() -> Located<String> {

@@ -61,6 +61,25 @@ pub struct ServerConfig {
     /// header on any route (each step's duration, for the browser's devtools). Absent: only
     /// routes with `server_timing: true` send it.
     pub server_timing: Option<crate::ServerTimingHeader>,
+    /// Proxies (CIDRs, e.g. `10.0.0.0/8`, or addresses) whose word about the client is taken:
+    /// when the previous hop is one of them, the client address (`$request.client.address`, rate
+    /// limits, the access log) is read from `client_address_header`, right to left, skipping
+    /// trusted hops. Default: none (the socket's address).
+    pub trusted_proxies: Vec<String>,
+    /// Where trusted proxies put the client address: `forwarded` (RFC 7239 `for=`) or
+    /// `x-forwarded-for`. Default `x-forwarded-for`.
+    pub client_address_header: ClientAddressHeader,
+}
+
+/// The header trusted proxies put the client address in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientAddressHeader {
+    /// `Forwarded: for=…` (RFC 7239).
+    Forwarded,
+    /// `X-Forwarded-For: client, proxy1, …`.
+    #[default]
+    XForwardedFor,
 }
 
 /// Limits of client connections. Every connection ends: a timeout closes it (counted by kind on
@@ -343,6 +362,8 @@ impl Default for ServerConfig {
             expose_error_details: false,
             error_log_per_second: 1000,
             server_timing: None,
+            trusted_proxies: Vec::new(),
+            client_address_header: ClientAddressHeader::XForwardedFor,
         }
     }
 }
@@ -397,6 +418,9 @@ pub struct Defaults {
     pub dedup: bool,
     /// CORS of the routes that do not set `cors` (docs/config.md#cors). Default: off.
     pub cors: Option<crate::Cors>,
+    /// The rate-limit policies (names of `rate_limits:`) of the routes that set no
+    /// `rate_limit`. Default: none.
+    pub rate_limit: Vec<crate::Located<String>>,
 }
 
 impl Default for Defaults {
@@ -409,6 +433,7 @@ impl Default for Defaults {
             coalesce: true,
             dedup: true,
             cors: None,
+            rate_limit: Vec::new(),
         }
     }
 }

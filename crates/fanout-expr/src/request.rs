@@ -44,6 +44,8 @@ pub struct RequestUse {
     pub headers: HeaderUse,
     /// `$request.body`.
     pub body: bool,
+    /// `$request.client` (`{address}`: the client's address, from the socket or a trusted proxy).
+    pub client: bool,
 }
 
 impl RequestUse {
@@ -56,6 +58,7 @@ impl RequestUse {
             query: true,
             headers: HeaderUse::All,
             body: true,
+            client: true,
         }
     }
 
@@ -71,6 +74,7 @@ impl RequestUse {
         self.params |= other.params;
         self.query |= other.query;
         self.body |= other.body;
+        self.client |= other.client;
         self.headers = match (std::mem::take(&mut self.headers), &other.headers) {
             (HeaderUse::All, _) | (_, HeaderUse::All) => HeaderUse::All,
             (HeaderUse::None, o) => o.clone(),
@@ -98,6 +102,7 @@ impl RequestUse {
             "params" => self.params = true,
             "query" => self.query = true,
             "body" => self.body = true,
+            "client" => self.client = true,
             // Any other key is `null` in the whole value as in the parts.
             _ => {}
         }
@@ -183,6 +188,8 @@ pub struct RequestParts<'a, P, H> {
     pub headers: H,
     /// Parsed body (`null` when empty).
     pub body: Val,
+    /// The client's address (`$request.client.address`; `None`: `null`).
+    pub client: Option<&'a str>,
 }
 
 fn key(s: &str) -> Val {
@@ -267,6 +274,7 @@ where
         reads.params,
         reads.query,
         reads.body,
+        reads.client,
     ]
     .iter()
     .filter(|&&r| r)
@@ -322,6 +330,12 @@ where
     }
     if reads.body {
         m.insert(part("body"), parts.body);
+    }
+    if reads.client {
+        let mut c = Map::default();
+        let address = parts.client.map_or(Val::Null, str_val);
+        c.insert(key("address"), address);
+        m.insert(part("client"), Val::obj(c));
     }
     Val::obj(m)
 }
@@ -488,11 +502,14 @@ mod tests {
             params: [("id", "1")],
             headers: [("h", &b"1"[..]), ("h", &b"2"[..])],
             body: Val::Null,
+            client: Some("192.0.2.1"),
         });
         assert_eq!(
             to_string(&v),
-            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null}"#
+            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"client":{"address":"192.0.2.1"}}"#
         );
+        assert!(reads("$request.client.address").client);
+        assert!(!reads("$request.path").client);
     }
 
     fn reads(src: &str) -> RequestUse {
@@ -568,6 +585,7 @@ mod tests {
                 ("x-request-id", &b"r-1"[..]),
             ],
             body: Val::from(true),
+            client: None,
         };
         let whole = request_val(parts());
         for src in [
@@ -610,6 +628,7 @@ mod tests {
             params: keys.iter().map(|(_, k)| (k.clone(), "7")),
             headers: std::iter::empty(),
             body: Val::Null,
+            client: None,
         });
         let text = request_val(RequestParts {
             method: "GET",
@@ -618,6 +637,7 @@ mod tests {
             params: [("id", "7")],
             headers: std::iter::empty(),
             body: Val::Null,
+            client: None,
         });
         assert_eq!(to_string(&made), to_string(&text));
     }

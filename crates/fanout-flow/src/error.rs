@@ -264,6 +264,10 @@ impl FlowError {
                 ErrorKind::MemoryBudget,
                 "the memory budget for in-flight data (server.bodies.memory_budget_bytes) has no room for the backend's answer; retry later",
             ),
+            CallErrorKind::Rejected(fanout_layers::backend::RejectReason::RateLimit) => (
+                ErrorKind::Rejected,
+                "the backend's rate limit (rate_limit) had no room for the call within its time",
+            ),
             CallErrorKind::Rejected(_) => (
                 ErrorKind::Rejected,
                 "the call was refused by the gateway's protection of the backend (bulkhead or open circuit breaker)",
@@ -361,7 +365,9 @@ pub fn call_class(result: Result<(), &FlowError>) -> CallClass {
             CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
             CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
             CallErrorKind::Rejected(RejectReason::Pool) => CallClass::RejectedPool,
-            CallErrorKind::Rejected(RejectReason::Memory) => CallClass::Other,
+            CallErrorKind::Rejected(RejectReason::Memory | RejectReason::RateLimit) => {
+                CallClass::Other
+            }
             CallErrorKind::Invalid => CallClass::InvalidCall,
         };
     }

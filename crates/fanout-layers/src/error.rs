@@ -36,6 +36,9 @@ pub enum RejectReason {
     /// The gateway's memory budget for in-flight data (`server.bodies.memory_budget_bytes`)
     /// had no room left for the answer (a database statement's rows as they arrive).
     Memory,
+    /// The backend's rate limit (`backends.NAME.rate_limit`) had no token for the call within
+    /// its time.
+    RateLimit,
 }
 
 /// A failed call: its kind, a human-readable cause (for the log), and the underlying error.

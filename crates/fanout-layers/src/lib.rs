@@ -22,6 +22,7 @@ pub mod hedge;
 pub mod isolation;
 pub mod l2;
 pub mod outcome;
+pub mod ratelimit;
 pub mod retry;
 pub mod singleflight;
 pub mod trace;

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 21] = [
+pub(crate) const GATEWAY_CODES: [&str; 22] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -39,6 +39,7 @@ pub(crate) const GATEWAY_CODES: [&str; 21] = [
     "invalid_message",
     "message_too_large",
     "cors_refused",
+    "rate_limited",
 ];
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
@@ -91,6 +92,8 @@ pub(crate) struct ApiError {
     /// The gRPC code for a gRPC client when the error's class names one (else the one its
     /// status and code imply: `fanout_grpc::Code::for_answer`).
     pub grpc: Option<fanout_grpc::Code>,
+    /// More headers of the answer (a rate limit's `Retry-After`, `RateLimit-Policy`, `RateLimit`).
+    pub headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -106,6 +109,7 @@ impl ApiError {
             allow: None,
             log: false,
             grpc: None,
+            headers: Vec::new(),
         }
     }
 
@@ -140,6 +144,9 @@ impl ApiError {
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        for (k, v) in self.headers {
+            resp.headers_mut().insert(k, v);
+        }
         resp
     }
 }
@@ -163,6 +170,7 @@ impl From<FlowError> for ApiError {
             allow: None,
             log: true,
             grpc,
+            headers: Vec::new(),
         }
     }
 }
@@ -215,6 +223,9 @@ pub(crate) enum Refusal<'a> {
     /// A query parameter or header the flow reads is not UTF-8: 400 `bad_query` /
     /// `bad_header`, naming it.
     NotText(fanout_expr::request::RequestTextError),
+    /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
+    /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
+    RateLimited(Box<RateLimited>),
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -254,6 +265,19 @@ impl From<Refusal<'_>> for ApiError {
                 "bad_path",
                 format!("path parameter `{param}`: {why}"),
             ),
+            Refusal::RateLimited(r) => {
+                let mut e = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "rate limit `{}` exceeded; retry after {} s",
+                        r.policy,
+                        r.verdict.decision.retry_after.as_secs_f64().ceil().max(1.0)
+                    ),
+                );
+                e.headers = r.headers();
+                e
+            }
             Refusal::NotText(why) => match why {
                 fanout_expr::request::RequestTextError::Query(_) => {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string())
@@ -263,6 +287,40 @@ impl From<Refusal<'_>> for ApiError {
                 }
             },
         }
+    }
+}
+
+/// A request refused by a policy.
+#[derive(Debug)]
+pub(crate) struct RateLimited {
+    pub(crate) policy: Arc<str>,
+    pub(crate) sf_name: String,
+    pub(crate) verdict: fanout_ratelimit::Verdict,
+}
+
+impl RateLimited {
+    /// `Retry-After`, `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09):
+    /// the policy's quota (its burst) and window (the time the burst takes to refill), what is
+    /// left (0) and the seconds until a request is allowed again.
+    pub(crate) fn headers(&self) -> Vec<(http::HeaderName, HeaderValue)> {
+        let secs = |d: std::time::Duration| d.as_secs_f64().ceil().max(1.0) as u64;
+        let d = &self.verdict.decision;
+        let retry = secs(d.retry_after);
+        let mut out = Vec::with_capacity(3);
+        out.push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
+        let policy = format!(
+            "{};q={};w={}",
+            self.sf_name,
+            self.verdict.quota,
+            secs(self.verdict.window)
+        );
+        let state = format!("{};r={};t={retry}", self.sf_name, d.remaining);
+        for (name, v) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+            if let Ok(v) = HeaderValue::from_str(&v) {
+                out.push((http::HeaderName::from_static(name), v));
+            }
+        }
+        out
     }
 }
 

@@ -267,6 +267,9 @@ impl Gateway {
         };
         cx.rec.routed(route);
         cx.tel.routed(route);
+        let client = crate::lifecycle::client_address(live, parts, route);
+        self.rate_limit(live, parts, route, params.iter(), client.as_deref())
+            .await?;
         let deadline = self.deadline(&parts.headers, route, start)?;
         let max = self.limits.grpc.max_message_bytes;
         if let Some(len) = parts
@@ -311,7 +314,13 @@ impl Gateway {
                     input.name()
                 ))
             })?;
-        let request = build_request(parts, params.iter(), val, &route.request_use)?;
+        let request = build_request(
+            parts,
+            params.iter(),
+            val,
+            &route.request_use,
+            client.as_deref(),
+        )?;
         let out = self.run_flow(cx, route, deadline, request).await?;
         let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
         if !status.is_success() {

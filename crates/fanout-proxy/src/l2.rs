@@ -113,3 +113,28 @@ pub fn build(cfg: Option<&RedisConfig>) -> Result<Option<Arc<L2>>, ConfigError> 
     let store = Arc::new(RedisStore::new(cfg)?);
     Ok(Some(Arc::new(L2::new(store, L2Policy::from(cfg)))))
 }
+
+impl fanout_ratelimit::redis::Connect for Conn {
+    fn connection(&self) -> BoxFuture<'_, Result<ConnectionManager, redis::RedisError>> {
+        Box::pin(async move {
+            self.manager
+                .get_or_try_init(|| async {
+                    ConnectionManager::new_lazy_with_config(
+                        self.client.clone(),
+                        self.config.clone(),
+                    )
+                })
+                .await
+                .cloned()
+        })
+    }
+}
+
+/// A connection to the config's Redis for the rate limits (`rate_limits.*.store: redis`): the
+/// same setup as the caches', its own multiplexed connection, so a decision never queues behind
+/// a large cached answer.
+pub fn rate_limit_connection(
+    cfg: &RedisConfig,
+) -> Result<Arc<dyn fanout_ratelimit::redis::Connect>, ConfigError> {
+    Ok(RedisStore::new(cfg)?.0)
+}

@@ -20,6 +20,7 @@ mod lifecycle;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
+mod ratelimit;
 pub mod reload;
 mod request_body;
 pub mod request_id;
@@ -125,6 +126,8 @@ pub struct Live {
     route_names: Vec<String>,
     /// The routes' and the defaults' CORS policies (`cors.rs`).
     cors: cors::CorsTable,
+    /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
+    rate_limits: ratelimit::RateLimits,
 }
 
 /// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
@@ -305,6 +308,7 @@ impl Gateway {
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
+            "rate_limits": live.rate_limits.status_json(),
         });
         // Each runtime's sections (`models`, `models_watcher`).
         if let Some(o) = status.as_object_mut() {

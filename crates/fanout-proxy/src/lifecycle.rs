@@ -59,15 +59,25 @@ impl Gateway {
         cx.rec.routed(route);
         cx.tel.routed(route);
         let params = path_params(&params)?;
+        let client = client_address(cx.live, cx.parts, route);
+        self.rate_limit(
+            cx.live,
+            cx.parts,
+            route,
+            param_vals(route, &params),
+            client.as_deref(),
+        )
+        .await?;
         let deadline = self.deadline(&cx.parts.headers, route, start)?;
         let (body_val, _memory) = self
             .read_body(&cx.parts.headers, body, start, deadline, &mut cx.tel)
             .await?;
         let request = build_request(
             cx.parts,
-            params.iter().map(|(k, v)| (route.param_key(k), v.as_ref())),
+            param_vals(route, &params),
             body_val,
             &route.request_use,
+            client.as_deref(),
         )?;
         self.run_flow(cx, route, deadline, request).await
     }
@@ -247,6 +257,24 @@ pub(crate) fn path_params<'a>(
         .collect()
 }
 
+/// The path parameters as `$request.params` keys them.
+fn param_vals<'p>(
+    route: &RoutePlan,
+    params: &'p PathParams<'_>,
+) -> impl Iterator<Item = (Val, &'p str)> {
+    params.iter().map(|(k, v)| (route.param_key(k), v.as_ref()))
+}
+
+/// The client's address as text (`$request.client.address`), when the route's flow or its
+/// rate limits read it (`ratelimit.rs`: the socket's peer, or a trusted proxy's word).
+pub(crate) fn client_address(live: &Live, parts: &Parts, route: &RoutePlan) -> Option<String> {
+    let limits = &live.rate_limits;
+    if !limits.needs_client(route) {
+        return None;
+    }
+    limits.client_address(parts).map(|ip| ip.to_string())
+}
+
 /// A route's path parameters, decoded: (name, value).
 pub(crate) type PathParams<'a> = smallvec::SmallVec<[(&'a str, Cow<'a, str>); 4]>;
 
@@ -258,6 +286,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
     params: impl IntoIterator<Item = (K, &'a str)>,
     body: Val,
     reads: &RequestUse,
+    client: Option<&'a str>,
 ) -> Result<Val, Refusal<'a>> {
     fanout_expr::request::check_text(
         parts.uri.query(),
@@ -279,6 +308,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body,
+            client,
         },
         reads,
     ))

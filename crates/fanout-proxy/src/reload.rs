@@ -144,6 +144,7 @@ pub(crate) fn build_live(
         }
     }
     let plan = fanout_flow::compile_with(&cfg, &services, carry)?;
+    let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)))?;
     let router = route_table(&cfg, &plan.routes)?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan
@@ -206,6 +207,7 @@ pub(crate) fn build_live(
             .iter()
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
+        rate_limits,
     };
     Ok(Built {
         live,

@@ -221,9 +221,9 @@ pub async fn serve(
     let grace = gateway.limits.shutdown_grace.0;
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             res = listener.accept() => match res {
-                Ok((stream, _peer)) => stream,
+                Ok((stream, peer)) => (stream, peer),
                 Err(e) => {
                     // Out of file descriptors: idle connections are closed, or accepting
                     // pauses briefly; logged at most once a second.
@@ -246,7 +246,10 @@ pub async fn serve(
         let sh = conns.register();
         let gw = gateway.clone();
         let on_conn = sh.clone();
-        let svc = hyper::service::service_fn(move |req| {
+        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            // The peer's address, for the client address (`ratelimit.rs`).
+            req.extensions_mut()
+                .insert(crate::ratelimit::PeerAddr(peer));
             let gw = gw.clone();
             let sh = on_conn.clone();
             async move {

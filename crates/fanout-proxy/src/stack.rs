@@ -14,6 +14,8 @@
 //!   retry        every attempt goes through the balancer again: a retry lands on another
 //!                address, ejected ones are skipped (like Envoy's retries above the balancer)
 //!   hedge        an attempt may be hedged; a failed hedged attempt is retried as a whole
+//!   rate limit   `rate_limit`: every attempt and hedged copy takes a slot; one past the burst
+//!                waits for its slot within its time, or fails at once (`backend_rejected`)
 //!   client       the protocol client: pool, TLS, P2C peak-EWMA balancer, outlier ejection
 //! ```
 //!
@@ -29,6 +31,7 @@ use fanout_layers::dedup::Dedup;
 use fanout_layers::hedge::{Hedge, HedgeStats};
 use fanout_layers::isolation::{Breaker, BreakerPolicy, BreakerView, Bulkhead};
 use fanout_layers::l2::L2;
+use fanout_layers::ratelimit::RateLimit;
 use fanout_layers::retry::{Retry, RetryStats};
 use fanout_layers::singleflight::Flights;
 use fanout_protocol::ProtocolClient;
@@ -78,6 +81,9 @@ pub fn build(
         breaker: None,
     };
     let mut s: Arc<dyn Backend> = client.clone().service();
+    if let Some(r) = &b.rate_limit {
+        s = Arc::new(RateLimit::new(s, r.per_second(), r.burst_size()));
+    }
     if let Some(h) = &b.hedge {
         let hedge = Hedge::new(s, h.into());
         stats.hedge = Some(hedge.stats());
@@ -126,7 +132,10 @@ pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name:
         return false;
     };
     let uses_redis = b.cache.as_ref().is_some_and(|c| c.l2);
-    a == b && old.defaults == new.defaults && (!uses_redis || old.redis == new.redis)
+    // `defaults.rate_limit` names the routes' limits, nothing of a backend's stack.
+    let mut defaults = old.defaults.clone();
+    defaults.rate_limit.clone_from(&new.defaults.rate_limit);
+    a == b && defaults == new.defaults && (!uses_redis || old.redis == new.redis)
 }
 
 impl StackStats {

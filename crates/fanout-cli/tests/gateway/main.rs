@@ -47,6 +47,7 @@ mod numbers;
 mod outlier;
 mod pg_errors;
 mod postgres;
+mod ratelimit;
 mod redis_cache;
 mod reference;
 mod reload;

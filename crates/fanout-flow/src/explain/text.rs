@@ -23,6 +23,9 @@ fn route(r: &RouteExplain) -> String {
         fmt_dur(r.deadline)
     );
     coalesce(&mut out, r);
+    for l in &r.rate_limits {
+        let _ = writeln!(out, "  rate limit {l}; over it: 429 rate_limited");
+    }
     let _ = writeln!(
         out,
         "  {} in {}; steps of one level can run in parallel, and each step starts as soon as \
