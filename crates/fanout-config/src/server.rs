@@ -395,6 +395,8 @@ pub struct Defaults {
     /// every call its own (with `coalesce: false`, what the lab sets so that fanout makes every
     /// backend call the baselines make).
     pub dedup: bool,
+    /// Authentication of the routes that do not set `auth`; default none.
+    pub auth: Option<crate::auth::RouteAuth>,
 }
 
 impl Default for Defaults {
@@ -406,6 +408,7 @@ impl Default for Defaults {
             concurrency: 16,
             coalesce: true,
             dedup: true,
+            auth: None,
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct RequestUse {
     pub headers: HeaderUse,
     /// `$request.body`.
     pub body: bool,
+    /// `$request.auth` (the verified token's claims).
+    pub auth: bool,
 }
 
 impl RequestUse {
@@ -56,6 +58,7 @@ impl RequestUse {
             query: true,
             headers: HeaderUse::All,
             body: true,
+            auth: true,
         }
     }
 
@@ -71,6 +74,7 @@ impl RequestUse {
         self.params |= other.params;
         self.query |= other.query;
         self.body |= other.body;
+        self.auth |= other.auth;
         self.headers = match (std::mem::take(&mut self.headers), &other.headers) {
             (HeaderUse::All, _) | (_, HeaderUse::All) => HeaderUse::All,
             (HeaderUse::None, o) => o.clone(),
@@ -98,6 +102,7 @@ impl RequestUse {
             "params" => self.params = true,
             "query" => self.query = true,
             "body" => self.body = true,
+            "auth" => self.auth = true,
             // Any other key is `null` in the whole value as in the parts.
             _ => {}
         }
@@ -183,6 +188,8 @@ pub struct RequestParts<'a, P, H> {
     pub headers: H,
     /// Parsed body (`null` when empty).
     pub body: Val,
+    /// The verified token's claims (`null` when anonymous).
+    pub auth: Val,
 }
 
 fn key(s: &str) -> Val {
@@ -267,6 +274,7 @@ where
         reads.params,
         reads.query,
         reads.body,
+        reads.auth,
     ]
     .iter()
     .filter(|&&r| r)
@@ -322,6 +330,9 @@ where
     }
     if reads.body {
         m.insert(part("body"), parts.body);
+    }
+    if reads.auth {
+        m.insert(part("auth"), parts.auth);
     }
     Val::obj(m)
 }
@@ -488,10 +499,11 @@ mod tests {
             params: [("id", "1")],
             headers: [("h", &b"1"[..]), ("h", &b"2"[..])],
             body: Val::Null,
+            auth: Val::Null,
         });
         assert_eq!(
             to_string(&v),
-            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null}"#
+            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"auth":null}"#
         );
     }
 
@@ -568,6 +580,7 @@ mod tests {
                 ("x-request-id", &b"r-1"[..]),
             ],
             body: Val::from(true),
+            auth: Val::Null,
         };
         let whole = request_val(parts());
         for src in [
@@ -610,6 +623,7 @@ mod tests {
             params: keys.iter().map(|(_, k)| (k.clone(), "7")),
             headers: std::iter::empty(),
             body: Val::Null,
+            auth: Val::Null,
         });
         let text = request_val(RequestParts {
             method: "GET",
@@ -618,6 +632,7 @@ mod tests {
             params: [("id", "7")],
             headers: std::iter::empty(),
             body: Val::Null,
+            auth: Val::Null,
         });
         assert_eq!(to_string(&made), to_string(&text));
     }

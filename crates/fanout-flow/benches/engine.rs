@@ -98,6 +98,7 @@ fn bench(c: &mut Criterion) {
                 params: std::iter::empty::<(&str, &str)>(),
                 headers: headers.iter().copied(),
                 body: Val::Null,
+                auth: Val::Null,
             });
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
             let out = rt.block_on(route.run(req, deadline)).unwrap();

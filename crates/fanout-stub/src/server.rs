@@ -403,6 +403,7 @@ impl RequestView<'_> {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body: body_val,
+            auth: Val::Null,
         });
         let mut out = Vec::with_capacity(128);
         let v = expr

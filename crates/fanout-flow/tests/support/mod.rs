@@ -371,6 +371,7 @@ impl Req {
             params: self.params.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             headers: std::iter::empty::<(&str, &[u8])>(),
             body: from_serde(&self.body),
+            auth: fanout_expr::Val::Null,
         })
     }
 }
