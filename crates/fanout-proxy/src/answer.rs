@@ -7,7 +7,7 @@ use crate::body::Body;
 use bytes::Bytes;
 use fanout_config::Dur;
 use fanout_flow::{FlowError, Outcome};
-use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, Response, StatusCode};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 20] = [
+pub(crate) const GATEWAY_CODES: [&str; 24] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -38,6 +38,11 @@ pub(crate) const GATEWAY_CODES: [&str; 20] = [
     "bad_answer_message",
     "invalid_message",
     "message_too_large",
+    // Authentication (`auth.rs`).
+    "unauthenticated",
+    "invalid_token",
+    "forbidden",
+    "auth_unavailable",
 ];
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
@@ -90,6 +95,8 @@ pub(crate) struct ApiError {
     /// The gRPC code for a gRPC client when the error's class names one (else the one its
     /// status and code imply: `fanout_grpc::Code::for_answer`).
     pub grpc: Option<fanout_grpc::Code>,
+    /// `WWW-Authenticate` of an authentication refusal (RFC 6750).
+    pub www_authenticate: Option<HeaderValue>,
 }
 
 impl ApiError {
@@ -105,6 +112,7 @@ impl ApiError {
             allow: None,
             log: false,
             grpc: None,
+            www_authenticate: None,
         }
     }
 
@@ -135,6 +143,9 @@ impl ApiError {
         if let Some(allow) = self.allow {
             resp.headers_mut().insert(ALLOW, allow);
         }
+        if let Some(challenge) = self.www_authenticate {
+            resp.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+        }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
@@ -162,6 +173,7 @@ impl From<FlowError> for ApiError {
             allow: None,
             log: true,
             grpc,
+            www_authenticate: None,
         }
     }
 }
@@ -214,6 +226,10 @@ pub(crate) enum Refusal<'a> {
     /// A query parameter or header the flow reads is not UTF-8: 400 `bad_query` /
     /// `bad_header`, naming it.
     NotText(fanout_expr::request::RequestTextError),
+    /// Authentication refused the request (`auth.rs`): 401 `unauthenticated` (no token) or
+    /// `invalid_token`, 403 `forbidden`, 503 `auth_unavailable` (no keys yet) — with
+    /// `WWW-Authenticate` (RFC 6750) and the reason in the log only.
+    Auth(fanout_auth::Denied),
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -261,8 +277,60 @@ impl From<Refusal<'_>> for ApiError {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_header", why.to_string())
                 }
             },
+            Refusal::Auth(denied) => auth_refusal(denied),
         }
     }
+}
+
+/// An authentication refusal: the status, code and challenge of RFC 6750; why goes to the log
+/// (`detail`), never to the client.
+fn auth_refusal(denied: fanout_auth::Denied) -> ApiError {
+    use fanout_auth::Denied;
+    let mut e = match &denied {
+        Denied::Missing => {
+            let mut e = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "this route needs a bearer token",
+            );
+            e.www_authenticate = Some(HeaderValue::from_static("Bearer"));
+            e
+        }
+        Denied::Invalid(_) => {
+            let mut e = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_token",
+                "the token is not valid",
+            );
+            e.www_authenticate = Some(HeaderValue::from_static(r#"Bearer error="invalid_token""#));
+            e
+        }
+        Denied::Forbidden { scopes, .. } => {
+            let mut e = ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the token does not allow this request",
+            );
+            let challenge = if scopes.is_empty() {
+                r#"Bearer error="insufficient_scope""#.to_string()
+            } else {
+                format!(
+                    r#"Bearer error="insufficient_scope", scope="{}""#,
+                    scopes.join(" ")
+                )
+            };
+            e.www_authenticate = HeaderValue::from_str(&challenge).ok();
+            e
+        }
+        Denied::Unavailable { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "auth_unavailable",
+            "authentication is not available yet; retry later",
+        ),
+    };
+    e.detail = Some(denied.to_string());
+    e.log = true;
+    e
 }
 
 /// Why a request body was refused, before, while or after it was read. Each maps to one status,

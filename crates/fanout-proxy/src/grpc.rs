@@ -267,6 +267,7 @@ impl Gateway {
         };
         cx.rec.routed(route);
         cx.tel.routed(route);
+        let auth = self.authenticate(cx, route).await?;
         let deadline = self.deadline(&parts.headers, route, start)?;
         let max = self.limits.grpc.max_message_bytes;
         if let Some(len) = parts
@@ -311,7 +312,7 @@ impl Gateway {
                     input.name()
                 ))
             })?;
-        let request = build_request(parts, params.iter(), val, &route.request_use)?;
+        let request = build_request(parts, params.iter(), val, auth, &route.request_use)?;
         let out = self.run_flow(cx, route, deadline, request).await?;
         let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
         if !status.is_success() {

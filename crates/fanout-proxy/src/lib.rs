@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod admission;
 mod answer;
+mod auth;
 pub mod body;
 pub(crate) mod coalesce;
 pub mod conn;
@@ -122,6 +123,9 @@ pub struct Live {
     coalesce: Vec<Option<coalesce::Runs>>,
     /// `METHOD path` of each route, by route index (the status endpoint's names).
     route_names: Vec<String>,
+    /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
+    /// each route's policy (`fanout-auth`).
+    auth: Arc<fanout_auth::Auth>,
 }
 
 /// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
@@ -201,6 +205,7 @@ impl Gateway {
         let live = self.live();
         self.health.readiness(&live.reference)?;
         live.runtimes.readiness()?;
+        live.auth.readiness()?;
         for (_, s) in &live.stacks {
             s.client.readiness()?;
         }
@@ -223,6 +228,8 @@ impl Gateway {
         check_backends(&self.live())
             .await
             .map_err(|e| e.to_string())?;
+        // The JWK sets: fetched before ready (a failed fetch is retried in the background).
+        self.live().auth.start().await;
         self.start_reference().await
     }
 
@@ -301,6 +308,7 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
+            "auth": live.auth.status_json(),
         });
         // Each runtime's sections (`models`, `models_watcher`).
         if let Some(o) = status.as_object_mut() {

@@ -58,6 +58,7 @@ impl Gateway {
         let (route, params) = route(cx.live, cx.parts)?;
         cx.rec.routed(route);
         cx.tel.routed(route);
+        let auth = self.authenticate(cx, route).await?;
         let params = path_params(&params)?;
         let deadline = self.deadline(&cx.parts.headers, route, start)?;
         let (body_val, _memory) = self
@@ -67,6 +68,7 @@ impl Gateway {
             cx.parts,
             params.iter().map(|(k, v)| (route.param_key(k), v.as_ref())),
             body_val,
+            auth,
             &route.request_use,
         )?;
         self.run_flow(cx, route, deadline, request).await
@@ -250,13 +252,14 @@ pub(crate) fn path_params<'a>(
 /// A route's path parameters, decoded: (name, value).
 pub(crate) type PathParams<'a> = smallvec::SmallVec<[(&'a str, Cow<'a, str>); 4]>;
 
-/// Build `$request`: `{method, path, params, query, headers, body}`; `params` as the route
+/// Build `$request`: `{method, path, params, query, headers, body, auth}`; `params` as the route
 /// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent. A query or header
 /// the flow reads that is not UTF-8 is refused (400 `bad_query` / `bad_header`), never replaced.
 pub(crate) fn build_request<'a, K: ParamKey>(
     parts: &'a Parts,
     params: impl IntoIterator<Item = (K, &'a str)>,
     body: Val,
+    auth: Val,
     reads: &RequestUse,
 ) -> Result<Val, Refusal<'a>> {
     fanout_expr::request::check_text(
@@ -279,6 +282,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body,
+            auth,
         },
         reads,
     ))

@@ -144,6 +144,7 @@ pub(crate) fn build_live(
         }
     }
     let plan = fanout_flow::compile_with(&cfg, &services, carry)?;
+    let auth = build_auth(&cfg, prev)?;
     let router = route_table(&cfg, &plan.routes)?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan
@@ -204,6 +205,7 @@ pub(crate) fn build_live(
             .iter()
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
+        auth,
     };
     Ok(Built {
         live,
@@ -211,6 +213,15 @@ pub(crate) fn build_live(
         deadline_header: plan.deadline_header,
         report,
     })
+}
+
+/// The config's authentication; a JWKS URL whose schedule did not change keeps its keys.
+fn build_auth(cfg: &Config, prev: Option<&Live>) -> Result<Arc<fanout_auth::Auth>, ConfigErrors> {
+    fanout_auth::Auth::build(cfg, prev.map(|p| &*p.auth), || {
+        Ok(Arc::new(fanout_auth::HttpFetch::new()?) as Arc<dyn fanout_auth::Fetch>)
+    })
+    .map(Arc::new)
+    .map_err(ConfigErrors)
 }
 
 /// Backends by name for the flow compiler (the top of each stack), each stack's state, and
@@ -348,6 +359,8 @@ impl Gateway {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));
         }
+        // New JWK sets are fetched before the config serves (kept ones are running).
+        built.live.auth.start().await;
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await
         {
