@@ -49,6 +49,22 @@ pub enum TokenError {
 }
 
 impl TokenError {
+    /// Every [`TokenError::reason`] (each has a metric series from the start).
+    pub const REASONS: [&'static str; 12] = [
+        "too_large",
+        "malformed",
+        "alg_none",
+        "algorithm",
+        "unknown_kid",
+        "no_key",
+        "signature",
+        "expired",
+        "not_yet_valid",
+        "issuer",
+        "audience",
+        "missing_claim",
+    ];
+
     /// A short stable name (a metric label, a log field).
     pub fn reason(&self) -> &'static str {
         match self {

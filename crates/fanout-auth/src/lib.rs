@@ -67,6 +67,25 @@ struct Counts {
     refused: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
+/// One provider's keys and decisions ([`Auth::counters`]).
+#[derive(Debug, Clone)]
+pub struct ProviderCounters {
+    /// The provider's name.
+    pub name: String,
+    /// Its keys.
+    pub keys: KeyStatus,
+    /// Tokens accepted (from the cache or verified).
+    pub accepted: u64,
+    /// Requests without a token on a route that requires one.
+    pub missing: u64,
+    /// Valid tokens the route's condition refused.
+    pub forbidden: u64,
+    /// Requests refused because the provider had no keys.
+    pub unavailable: u64,
+    /// Invalid tokens by [`TokenError::reason`].
+    pub invalid: std::collections::BTreeMap<&'static str, u64>,
+}
+
 /// What a route asks of the request's token.
 pub struct Policy {
     provider: usize,
@@ -350,11 +369,24 @@ impl Auth {
         })
     }
 
-    /// Per provider: (name, key status), for the metrics.
-    pub fn key_status(&self) -> Vec<(String, KeyStatus)> {
+    /// Per provider: its keys and what it decided, for the metrics.
+    pub fn counters(&self) -> Vec<ProviderCounters> {
         self.providers
             .iter()
-            .map(|p| (p.name.clone(), p.keys.status()))
+            .map(|p| ProviderCounters {
+                name: p.name.clone(),
+                keys: p.keys.status(),
+                accepted: p.counts.accepted.load(Ordering::Relaxed),
+                missing: p.counts.missing.load(Ordering::Relaxed),
+                forbidden: p.counts.forbidden.load(Ordering::Relaxed),
+                unavailable: p.counts.unavailable.load(Ordering::Relaxed),
+                invalid: p
+                    .counts
+                    .refused
+                    .lock()
+                    .unwrap_or_else(|x| x.into_inner())
+                    .clone(),
+            })
             .collect()
     }
 }
