@@ -345,3 +345,47 @@ async fn two_users_never_share_a_coalesced_run_or_a_deduplicated_call() {
     let n = calls(&s, "api");
     assert!((2..=8).contains(&n), "{n} backend calls");
 }
+
+#[test]
+fn explain_shows_each_routes_authentication() {
+    let dir = TempDir::new("auth-explain");
+    let yaml =
+        gateway_yaml("http://127.0.0.1:9/jwks.json", "10s").replace("${API_ADDR}", "127.0.0.1:9");
+    let cfg = dir.write("fanout.yaml", &yaml);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["explain", "-c", cfg.to_str().unwrap()])
+        .env_remove("LISTEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let section = |route: &str| -> String {
+        let start = text
+            .find(&format!("GET {route}\n"))
+            .unwrap_or_else(|| panic!("{route} in:\n{text}"));
+        text[start..].split("\n\n").next().unwrap().to_string()
+    };
+    let who = section("/who");
+    assert!(
+        who.contains(
+            "auth: a JWT from provider `corp`, required (no valid token: 401); issuer https://idp.test, keys from http://127.0.0.1:9/jwks.json"
+        ),
+        "{who}"
+    );
+    assert!(
+        who.contains("$request.auth"),
+        "the coalescing key names it: {who}"
+    );
+    assert!(section("/maybe").contains("optional"), "{text}");
+    assert!(
+        section("/admin").contains("scopes admin (else 403)"),
+        "{text}"
+    );
+    assert!(section("/open").contains("auth: none"), "{text}");
+}

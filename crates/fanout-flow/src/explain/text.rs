@@ -22,6 +22,9 @@ fn route(r: &RouteExplain) -> String {
          is shorter)",
         fmt_dur(r.deadline)
     );
+    if let Some(a) = &r.auth {
+        let _ = writeln!(out, "  auth: {a}");
+    }
     coalesce(&mut out, r);
     let _ = writeln!(
         out,
