@@ -606,6 +606,35 @@ mod tests {
     }
 
     #[test]
+    fn the_verified_claims_are_built_only_when_read() {
+        assert!(reads("$request.auth.sub").auth);
+        assert!(reads("$request[\"auth\"]").auth);
+        assert!(!reads("$request.body.auth").auth);
+        assert!(RequestUse::all().auth);
+        let parts = |auth: Val| RequestParts {
+            method: "GET",
+            path: "/",
+            query: None,
+            params: [("id", "1")],
+            headers: std::iter::empty(),
+            body: Val::Null,
+            auth,
+        };
+        let claims = crate::json::parse(br#"{"sub":"ann"}"#).unwrap();
+        let e = crate::Expr::compile("$request.auth.sub", &["request"]).unwrap();
+        assert_eq!(
+            to_string(&request_val_reading(parts(claims.clone()), &e.request_use())),
+            r#"{"auth":{"sub":"ann"}}"#
+        );
+        let e = crate::Expr::compile("$request.params.id", &["request"]).unwrap();
+        assert_eq!(
+            to_string(&request_val_reading(parts(claims), &e.request_use())),
+            r#"{"params":{"id":"1"}}"#,
+            "claims a flow does not read are not part of its request value"
+        );
+    }
+
+    #[test]
     fn a_routes_parameter_names_are_keys_made_once() {
         let names =
             |p: &str| -> Vec<String> { param_keys(p).into_iter().map(|(n, _)| n.into()).collect() };
