@@ -93,7 +93,7 @@ impl Where {
             Where::Query(name) => Ok(query.and_then(|q| {
                 q.split('&').find_map(|pair| {
                     let (k, v) = pair.split_once('=')?;
-                    (k == name && !v.is_empty()).then(|| Cow::Borrowed(v))
+                    (k == name && !v.is_empty()).then_some(Cow::Borrowed(v))
                 })
             })),
         }
