@@ -447,3 +447,77 @@ async fn a_provider_that_never_had_keys_is_unavailable_and_the_last_good_keys_st
     let fresh = key.sign(&jwt::claims(ISS, "x", "bob"));
     check(&auth, 0, &fresh).await.unwrap();
 }
+
+/// A 2048-bit RSA key made for these tests only (`openssl genrsa 2048`), and its public half.
+const RSA_PRIVATE: &str = include_str!("data/test-rsa-private.pem");
+const RSA_PUBLIC: &str = include_str!("data/test-rsa-public.pem");
+
+fn pem_config(algorithms: &str) -> Config {
+    let pem: String = RSA_PUBLIC
+        .lines()
+        .map(|l| format!("        {l}\n"))
+        .collect();
+    config(&format!(
+        "auth:\n  providers:\n    corp:\n      issuer: {ISS}\n      algorithms: {algorithms}\n      keys: |\n{pem}\
+         routes:\n  - path: /r\n    auth: {{provider: corp}}\n    respond: {{body: '1'}}\n"
+    ))
+}
+
+#[tokio::test]
+async fn rsa_tokens_verify_against_inline_pem_keys_and_hmac_never_does() {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let auth = Auth::build(&pem_config("[RS256, PS256]"), None, no_fetch).unwrap();
+    let key = EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).unwrap();
+    let claims = jwt::claims(ISS, "x", "ann");
+    for alg in [Algorithm::RS256, Algorithm::PS256] {
+        let token = jsonwebtoken::encode(&Header::new(alg), &claims, &key).unwrap();
+        let got = check(&auth, 0, &token).await.unwrap();
+        assert!(to_string(&got).contains(r#""sub":"ann""#), "{alg:?}");
+    }
+    // RS512 is not among the provider's algorithms.
+    let rs512 = jsonwebtoken::encode(&Header::new(Algorithm::RS512), &claims, &key).unwrap();
+    assert!(matches!(
+        invalid(check(&auth, 0, &rs512).await),
+        TokenError::Algorithm(_)
+    ));
+    // The public PEM as an HMAC secret.
+    let confused = jwt::hmac_signed(RSA_PUBLIC.as_bytes(), "any", &claims);
+    assert!(matches!(
+        invalid(check(&auth, 0, &confused).await),
+        TokenError::Algorithm(_)
+    ));
+}
+
+#[tokio::test]
+async fn an_hmac_provider_takes_only_hmac_tokens_with_its_secret() {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let auth = Auth::build(
+        &config(&format!(
+            "auth:\n  providers:\n    corp: {{issuer: {ISS}, hmac_secret: {secret}}}\n\
+             routes:\n  - path: /r\n    auth: {{provider: corp}}\n    respond: {{body: '1'}}\n"
+        )),
+        None,
+        no_fetch,
+    )
+    .unwrap();
+    let claims = jwt::claims(ISS, "x", "ann");
+    check(&auth, 0, &jwt::hmac_signed(secret.as_bytes(), "k", &claims))
+        .await
+        .unwrap();
+    assert_eq!(
+        invalid(
+            check(
+                &auth,
+                0,
+                &jwt::hmac_signed(b"another secret of 32 bytes......", "k", &claims)
+            )
+            .await
+        ),
+        TokenError::Signature
+    );
+    let es = EsKey::generate("k1").sign(&claims);
+    assert!(matches!(
+        invalid(check(&auth, 0, &es).await),
+        TokenError::Algorithm(_)
+    ));
+}

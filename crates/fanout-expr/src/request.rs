@@ -623,7 +623,10 @@ mod tests {
         let claims = crate::json::parse(br#"{"sub":"ann"}"#).unwrap();
         let e = crate::Expr::compile("$request.auth.sub", &["request"]).unwrap();
         assert_eq!(
-            to_string(&request_val_reading(parts(claims.clone()), &e.request_use())),
+            to_string(&request_val_reading(
+                parts(claims.clone()),
+                &e.request_use()
+            )),
             r#"{"auth":{"sub":"ann"}}"#
         );
         let e = crate::Expr::compile("$request.params.id", &["request"]).unwrap();

@@ -109,7 +109,7 @@ async fn a_valid_token_reaches_the_flow_and_every_attack_is_refused_and_logged()
     let key = EsKey::generate("k1");
     let s = stubs(&stubs_yaml(&[&key])).await;
     let idp = addr_of(&s, "idp");
-    let gw = gateway(&gateway_yaml(&format!("http://{idp}/jwks.json"), "10s"), &s).await;
+    let gw = gateway(&gateway_yaml(&format!("http://{idp}/jwks.json"), "1h"), &s).await;
     let url = |p: &str| format!("http://{}{p}", gw.addr);
     let good = jwt::claims(ISS, "orders", "ann");
 
