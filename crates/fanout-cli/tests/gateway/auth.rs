@@ -5,7 +5,7 @@
 //! `kid`s makes at most one fetch per cooldown; two users never share a coalesced run or a
 //! deduplicated call when the flow reads `$request.auth`.
 
-use crate::support::gateway;
+use crate::support::{config, gateway};
 use fanout_expr::Expr;
 use fanout_stub::StubServer;
 use fanout_testkit::jwt::{self, EsKey};
@@ -388,4 +388,31 @@ fn explain_shows_each_routes_authentication() {
         "{text}"
     );
     assert!(section("/open").contains("auth: none"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_keys_of_an_unchanged_jwks_url_and_fetches_a_new_one_before_serving() {
+    let key = EsKey::generate("k1");
+    let s = stubs(&stubs_yaml(&[&key])).await;
+    let idp = addr_of(&s, "idp");
+    let yaml = gateway_yaml(&format!("http://{idp}/jwks.json"), "1h");
+    let gw = gateway(&yaml, &s).await;
+    let url = format!("http://{}/who", gw.addr);
+    let token = key.sign(&jwt::claims(ISS, "orders", "ann"));
+    assert_eq!(ask(&url, Some(&token), "auth-reload-1").await.status, 200);
+    // The same JWKS URL and schedule: the keys are kept, nothing is fetched.
+    let renamed = yaml.replace("path: /open", "path: /open2");
+    gw.gateway.reload(config(&renamed, &s)).await.unwrap();
+    assert_eq!(route_calls(&s, "idp", "GET /jwks.json"), 1);
+    assert_eq!(ask(&url, Some(&token), "auth-reload-2").await.status, 200);
+    // Another schedule is another cache: fetched before the new config serves.
+    let changed = renamed.replace("fetch_timeout: 1s", "fetch_timeout: 2s");
+    gw.gateway.reload(config(&changed, &s)).await.unwrap();
+    assert_eq!(route_calls(&s, "idp", "GET /jwks.json"), 2);
+    assert_eq!(ask(&url, Some(&token), "auth-reload-3").await.status, 200);
+    // A reload with a broken provider is refused at its line; the old config serves on.
+    let broken = changed.replace("algorithms: [ES256]", "algorithms: [ES256, HS256]");
+    let err = gw.gateway.reload(config(&broken, &s)).await.unwrap_err();
+    assert!(err.to_string().contains("HS256"), "{err}");
+    assert_eq!(ask(&url, Some(&token), "auth-reload-4").await.status, 200);
 }
