@@ -416,3 +416,60 @@ async fn a_reload_keeps_the_keys_of_an_unchanged_jwks_url_and_fetches_a_new_one_
     assert!(err.to_string().contains("HS256"), "{err}");
     assert_eq!(ask(&url, Some(&token), "auth-reload-4").await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_route_authenticates_like_an_http_one() {
+    use crate::grpc::{Profile, ProfileRequest, example};
+    let key = EsKey::generate("k1");
+    let s = stubs(&example("stubs.yaml")).await;
+    let yaml = format!(
+        "{}\nauth:\n  providers:\n    corp: {{issuer: \"{ISS}\", keys: '{}', algorithms: [ES256]}}\n\
+         defaults: {{auth: {{provider: corp}}}}\n",
+        example("fanout.yaml"),
+        jwt::jwks(&[&key])
+    );
+    let gw = gateway(&yaml, &s).await;
+    let call = |token: Option<String>| {
+        let addr = gw.addr;
+        async move {
+            let origin: http::Uri = format!("http://{addr}").parse().unwrap();
+            let h2 =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .http2_only(true)
+                    .build_http();
+            let mut grpc = tonic::client::Grpc::with_origin(h2, origin);
+            grpc.ready().await.unwrap();
+            let mut req = tonic::Request::new(ProfileRequest {
+                user_id: "u1".into(),
+            });
+            if let Some(t) = token {
+                req.metadata_mut()
+                    .insert("authorization", format!("Bearer {t}").parse().unwrap());
+            }
+            grpc.unary(
+                req,
+                http::uri::PathAndQuery::from_static("/demo.v1.ProfileGateway/GetProfile"),
+                tonic_prost::ProstCodec::<ProfileRequest, Profile>::default(),
+            )
+            .await
+        }
+    };
+    let e = call(None).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert_eq!(
+        e.metadata().get("x-fanout-error-code").unwrap(),
+        "unauthenticated"
+    );
+    let forged = jwt::unsigned(&jwt::claims(ISS, "orders", "ann"));
+    let e = call(Some(forged)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert_eq!(
+        e.metadata().get("x-fanout-error-code").unwrap(),
+        "invalid_token"
+    );
+    assert_eq!(calls(&s, "users"), 0, "no refused call reached a backend");
+    let ok = call(Some(key.sign(&jwt::claims(ISS, "orders", "ann"))))
+        .await
+        .unwrap();
+    assert_eq!(ok.get_ref().user.as_ref().unwrap().id, "u1");
+}
