@@ -521,3 +521,29 @@ async fn an_hmac_provider_takes_only_hmac_tokens_with_its_secret() {
         TokenError::Algorithm(_)
     ));
 }
+
+#[tokio::test]
+async fn eddsa_and_es256_keys_of_one_set_each_verify_their_own_tokens() {
+    let es = EsKey::generate("es");
+    let ed = jwt::EdKey::generate("ed");
+    let set = serde_json::json!({ "keys": [es.jwk(), ed.jwk(), {"kty": "oct", "k": "c2VjcmV0", "kid": "hs"}] });
+    let auth = Auth::build(
+        &config(&format!(
+            "auth:\n  providers:\n    corp:\n      issuer: {ISS}\n      keys: '{set}'\n      algorithms: [ES256, EdDSA]\n\
+             routes:\n  - path: /r\n    auth: {{provider: corp}}\n    respond: {{body: '1'}}\n"
+        )),
+        None,
+        no_fetch,
+    )
+    .unwrap();
+    let claims = jwt::claims(ISS, "x", "ann");
+    check(&auth, 0, &ed.sign(&claims)).await.unwrap();
+    check(&auth, 0, &es.sign(&claims)).await.unwrap();
+    // The `oct` key of the set is never used: an HS256 token naming it is refused.
+    let hs = jwt::hmac_signed(b"secret", "hs", &claims);
+    assert!(matches!(
+        invalid(check(&auth, 0, &hs).await),
+        TokenError::Algorithm(_)
+    ));
+    assert_eq!(auth.status_json()["providers"]["corp"]["skipped_keys"], 1);
+}

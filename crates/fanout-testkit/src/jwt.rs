@@ -87,3 +87,42 @@ pub fn claims(iss: &str, aud: &str, sub: &str) -> serde_json::Value {
     let now = now();
     serde_json::json!({ "iss": iss, "aud": aud, "sub": sub, "iat": now, "exp": now + 3600 })
 }
+
+/// An Ed25519 key pair made in the test, with its `kid` (EdDSA tokens).
+pub struct EdKey {
+    /// The key id in tokens and the JWK set.
+    pub kid: String,
+    pkcs8: Vec<u8>,
+    /// The raw public key.
+    pub public: Vec<u8>,
+}
+
+impl EdKey {
+    /// A new random key.
+    pub fn generate(kid: &str) -> EdKey {
+        use ring::signature::Ed25519KeyPair;
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        let kp = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        EdKey {
+            kid: kid.to_string(),
+            pkcs8: pkcs8.as_ref().to_vec(),
+            public: kp.public_key().as_ref().to_vec(),
+        }
+    }
+
+    /// The public key as a JWK (`OKP`, `Ed25519`).
+    pub fn jwk(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kty": "OKP", "crv": "Ed25519", "use": "sig", "alg": "EdDSA", "kid": self.kid,
+            "x": b64url(&self.public),
+        })
+    }
+
+    /// An EdDSA token of `claims`, its header naming this key's `kid`.
+    pub fn sign(&self, claims: &serde_json::Value) -> String {
+        let mut h = Header::new(Algorithm::EdDSA);
+        h.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&h, claims, &EncodingKey::from_ed_der(&self.pkcs8)).unwrap()
+    }
+}
