@@ -211,21 +211,24 @@ impl KeyCache {
     }
 
     /// The first load and the background refresh: called once per cache (later calls do
-    /// nothing). Returns when the first fetch is done, whatever its outcome.
-    pub(crate) async fn start(self: &Arc<Self>) {
+    /// nothing). Returns when the first fetch is done: `Some(url)` when it failed (it is
+    /// retried in the background).
+    pub(crate) async fn start(self: &Arc<Self>) -> Option<String> {
         if self.started.swap(true, Ordering::AcqRel) {
-            return;
+            return None;
         }
-        let Source::Url { schedule, .. } = &self.source else {
-            return;
+        let Source::Url { schedule, url, .. } = &self.source else {
+            return None;
         };
         let first = {
             let mut last = self.gate.lock().await;
             self.fetch_locked(&mut last).await
         };
+        let failed = first.is_err().then(|| url.clone());
         let schedule = schedule.clone();
         let weak = Arc::downgrade(self);
         tokio::spawn(refresh_loop(weak, schedule, first.map_err(|_| ())));
+        failed
     }
 }
 

@@ -87,6 +87,7 @@ pub struct ProviderCounters {
 }
 
 /// What a route asks of the request's token.
+#[derive(Clone)]
 pub struct Policy {
     provider: usize,
     /// `required` or `optional` (a route with `none` has no policy).
@@ -198,11 +199,18 @@ impl Auth {
                 Err(mut e) => errs.append(&mut e),
             }
         }
+        // `defaults.auth` compiled once (its errors said once), shared by the routes without.
+        let default_policy = cfg
+            .defaults
+            .auth
+            .as_ref()
+            .and_then(|ra| policy(ra, cfg, Pos::default(), &mut errs));
         let mut routes = Vec::with_capacity(cfg.routes.len());
         for r in &cfg.routes {
-            let ra = r.auth.as_ref().or(cfg.defaults.auth.as_ref());
-            let at = r.path.pos;
-            routes.push(ra.and_then(|ra| policy(ra, cfg, at, &mut errs)));
+            routes.push(match &r.auth {
+                Some(ra) => policy(ra, cfg, r.path.pos, &mut errs),
+                None => default_policy.clone(),
+            });
         }
         for e in &mut errs {
             if e.file.is_empty() {
@@ -232,10 +240,14 @@ impl Auth {
 
     /// Fetch every JWK set not fetched yet and start its background refresh; returns when each
     /// first fetch is done (a failed one is retried in the background: the routes of its
-    /// providers answer 503 and the gateway is not ready until it succeeds).
-    pub async fn start(&self) {
-        let starts = self.caches.iter().map(|c| c.start());
-        futures_join_all(starts).await;
+    /// providers answer 503 and the gateway is not ready until it succeeds). The URLs whose
+    /// first fetch failed (a reload that brings them is refused).
+    pub async fn start(&self) -> Vec<String> {
+        futures_util::future::join_all(self.caches.iter().map(|c| c.start()))
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// `Err` naming the providers that have never had keys.
@@ -388,17 +400,6 @@ impl Auth {
                     .clone(),
             })
             .collect()
-    }
-}
-
-/// Await every future (few: one per JWKS URL), concurrently.
-async fn futures_join_all<F: std::future::Future<Output = ()>>(fs: impl Iterator<Item = F>) {
-    let mut set = Vec::new();
-    for f in fs {
-        set.push(Box::pin(f));
-    }
-    for f in set {
-        f.await;
     }
 }
 

@@ -356,7 +356,7 @@ async fn a_flood_of_unknown_kids_makes_one_fetch_per_cooldown() {
     });
     let f = server.clone();
     let auth = Auth::build(&jwks_config(), None, move || Ok(f as Arc<dyn Fetch>)).unwrap();
-    auth.start().await;
+    assert!(auth.start().await.is_empty());
     assert_eq!(server.hits.load(Ordering::SeqCst), 1, "fetched at start");
     auth.readiness().unwrap();
     let good = jwt::claims(ISS, "x", "ann");
@@ -415,7 +415,8 @@ async fn a_provider_that_never_had_keys_is_unavailable_and_the_last_good_keys_st
     });
     let f = server.clone();
     let auth = Auth::build(&jwks_config(), None, move || Ok(f as Arc<dyn Fetch>)).unwrap();
-    auth.start().await;
+    assert_eq!(auth.start().await, ["http://127.0.0.1:9/jwks.json"]);
+    assert!(auth.start().await.is_empty(), "started once");
     let good = key.sign(&jwt::claims(ISS, "x", "ann"));
     assert!(auth.readiness().is_err());
     assert!(matches!(

@@ -229,7 +229,9 @@ impl Gateway {
             .await
             .map_err(|e| e.to_string())?;
         // The JWK sets: fetched before ready (a failed fetch is retried in the background).
-        self.live().auth.start().await;
+        for url in self.live().auth.start().await {
+            tracing::warn!(target: "fanout::auth", %url, "JWK set not fetched at start: its providers' routes answer 503 and the gateway is not ready until it is");
+        }
         self.start_reference().await
     }
 

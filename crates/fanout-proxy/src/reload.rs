@@ -27,6 +27,9 @@ pub enum ReloadError {
     /// The new config does not load or compile (its `FILE:LINE:COL` messages).
     #[error("the new config was refused; the old one keeps serving:\n{0}")]
     Config(#[from] ConfigErrors),
+    /// A JWK set the new config brings could not be fetched.
+    #[error("the new config's JWK set(s) could not be fetched; the old config keeps serving: {0}")]
+    Auth(String),
     /// The new config's required reference data could not be loaded.
     #[error("the new config's reference data did not load; the old config keeps serving: {0}")]
     Reference(String),
@@ -359,8 +362,13 @@ impl Gateway {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));
         }
-        // New JWK sets are fetched before the config serves (kept ones are running).
-        built.live.auth.start().await;
+        // New JWK sets are fetched before the config serves (kept ones are running); one that
+        // cannot be fetched refuses the reload, as required reference data does.
+        let unfetched = built.live.auth.start().await;
+        if !unfetched.is_empty() {
+            self.retain_route_series(&prev);
+            return Err(self.refused(ReloadError::Auth(unfetched.join(", "))));
+        }
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await
         {

@@ -410,6 +410,21 @@ async fn a_reload_keeps_the_keys_of_an_unchanged_jwks_url_and_fetches_a_new_one_
     gw.gateway.reload(config(&changed, &s)).await.unwrap();
     assert_eq!(route_calls(&s, "idp", "GET /jwks.json"), 2);
     assert_eq!(ask(&url, Some(&token), "auth-reload-3").await.status, 200);
+    // A reload whose new JWK set cannot be fetched is refused; the old config serves on.
+    let unreachable = changed.replace(
+        &format!("http://{idp}/jwks.json"),
+        &format!("http://{}/jwks.json", free_addr()),
+    );
+    let err = gw
+        .gateway
+        .reload(config(&unreachable, &s))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, fanout_proxy::reload::ReloadError::Auth(_)),
+        "{err}"
+    );
+    assert_eq!(ask(&url, Some(&token), "auth-reload-5").await.status, 200);
     // A reload with a broken provider is refused at its line; the old config serves on.
     let broken = changed.replace("algorithms: [ES256]", "algorithms: [ES256, HS256]");
     let err = gw.gateway.reload(config(&broken, &s)).await.unwrap_err();
