@@ -1,4 +1,4 @@
-//! JWT authentication at the edge (docs/config.md#authentication): the providers of a config
+//! JWT authentication at the edge (docs/config.md#auth--authentication): the providers of a config
 //! (`auth.providers`), what each route asks ([`Policy`]), and [`Auth::authenticate`], which
 //! reads a request's token, verifies it (signature, `alg`, `kid`, `exp`/`nbf` with leeway,
 //! issuer, audience, required claims), checks the route's condition and gives the verified
@@ -114,16 +114,6 @@ fn now_unix() -> u64 {
 }
 
 impl Auth {
-    /// No providers, no policies (a config without `auth`).
-    pub fn none() -> Auth {
-        Auth {
-            providers: Vec::new(),
-            routes: Vec::new(),
-            caches: Vec::new(),
-            verified: cache::Verified::new(0),
-        }
-    }
-
     /// Compile `cfg`'s providers and the routes' `auth` (or `defaults.auth`). With `prev`, a
     /// JWKS URL whose schedule did not change keeps its cache (keys, counters, refresh).
     /// `fetch` is made only when some provider has a `jwks_url`. Every error at once, at its
@@ -231,11 +221,6 @@ impl Auth {
     /// The policy of route `index` (`None`: no authentication).
     pub fn policy(&self, index: usize) -> Option<&Policy> {
         self.routes.get(index).and_then(Option::as_ref)
-    }
-
-    /// Whether any route authenticates.
-    pub fn is_empty(&self) -> bool {
-        self.routes.iter().all(Option::is_none)
     }
 
     /// Fetch every JWK set not fetched yet and start its background refresh; returns when each

@@ -1,6 +1,6 @@
 //! Authentication at the edge (`auth:`, a route's or the defaults' `auth:`): named JWT providers
 //! and what a route asks of the token. Checked and compiled by `fanout-auth`; see
-//! docs/config.md#authentication.
+//! docs/config.md#auth--authentication.
 
 use crate::{Dur, Located};
 use indexmap::IndexMap;

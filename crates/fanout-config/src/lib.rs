@@ -79,7 +79,7 @@ pub struct Config {
     /// Limits of the inbound server.
     #[serde(default)]
     pub server: ServerConfig,
-    /// JWT authentication: the providers routes name in `auth:` (docs/config.md#authentication).
+    /// JWT authentication: the providers routes name in `auth:` (docs/config.md#auth--authentication).
     #[serde(default)]
     pub auth: auth::AuthConfig,
     /// The admin listener: `/metrics`, `/healthz`, `/readyz`, `/__fanout/status`.

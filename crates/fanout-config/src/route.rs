@@ -77,7 +77,7 @@ pub struct Route {
     /// effects, read-only `sql`, keyed lookups, `model`, `value`, `fail`); `false` turns it off;
     /// `true` on a route with a step that writes is an error. See docs/config.md#coalescing.
     pub coalesce: Option<Located<bool>>,
-    /// Authentication: who may call this route (docs/config.md#authentication). Defaults to
+    /// Authentication: who may call this route (docs/config.md#auth--authentication). Defaults to
     /// `defaults.auth`.
     pub auth: Option<crate::auth::RouteAuth>,
 }

@@ -1,4 +1,4 @@
-//! The authentication stage (docs/config.md#authentication): right after routing, before the
+//! The authentication stage (docs/config.md#auth--authentication): right after routing, before the
 //! deadline and the body, the route's policy (`fanout_auth::Policy`, from its `auth` or
 //! `defaults.auth`) decides: the request's token is read and verified by `fanout-auth`, and
 //! its verified claims become `$request.auth` (`null` when the route has no policy or the
