@@ -548,3 +548,31 @@ async fn eddsa_and_es256_keys_of_one_set_each_verify_their_own_tokens() {
     ));
     assert_eq!(auth.status_json()["providers"]["corp"]["skipped_keys"], 1);
 }
+
+#[tokio::test]
+async fn required_claims_and_the_leeway_are_the_providers() {
+    let key = EsKey::generate("k1");
+    let auth = Auth::build(
+        &inline(&key, "      required_claims: [sub, tenant]"),
+        None,
+        no_fetch,
+    )
+    .unwrap();
+    let mut c = jwt::claims(ISS, "orders", "ann");
+    assert_eq!(
+        invalid(check(&auth, 0, &key.sign(&c)).await),
+        TokenError::MissingClaim("tenant".into())
+    );
+    c["tenant"] = "acme".into();
+    check(&auth, 0, &key.sign(&c)).await.unwrap();
+    c.as_object_mut().unwrap().remove("sub");
+    assert_eq!(
+        invalid(check(&auth, 0, &key.sign(&c)).await),
+        TokenError::MissingClaim("sub".into())
+    );
+    // `nbf` just ahead, within the 5s leeway: accepted.
+    let mut soon = jwt::claims(ISS, "orders", "ann");
+    soon["tenant"] = "acme".into();
+    soon["nbf"] = (jwt::now() + 2).into();
+    check(&auth, 0, &key.sign(&soon)).await.unwrap();
+}
