@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+pub mod auth;
 mod backend;
 mod check;
 mod contract;
@@ -82,6 +83,9 @@ pub struct Config {
     /// Limits of the inbound server.
     #[serde(default)]
     pub server: ServerConfig,
+    /// JWT authentication: the providers routes name in `auth:` (docs/config.md#auth--authentication).
+    #[serde(default)]
+    pub auth: auth::AuthConfig,
     /// The admin listener: `/metrics`, `/healthz`, `/readyz`, `/__fanout/status`.
     #[serde(default)]
     pub admin: AdminConfig,

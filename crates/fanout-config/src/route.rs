@@ -83,6 +83,9 @@ pub struct Route {
     /// The rate-limit policies (names of `rate_limits:`) this route applies, in order; `[]`
     /// applies none. Default: `defaults.rate_limit`.
     pub rate_limit: Option<Vec<Located<String>>>,
+    /// Authentication: who may call this route (docs/config.md#auth--authentication). Defaults to
+    /// `defaults.auth`.
+    pub auth: Option<crate::auth::RouteAuth>,
 }
 
 fn no_path() -> Located<String> {

@@ -421,6 +421,8 @@ pub struct Defaults {
     /// The rate-limit policies (names of `rate_limits:`) of the routes that set no
     /// `rate_limit`. Default: none.
     pub rate_limit: Vec<crate::Located<String>>,
+    /// Authentication of the routes that do not set `auth`; default none.
+    pub auth: Option<crate::auth::RouteAuth>,
 }
 
 impl Default for Defaults {
@@ -434,6 +436,7 @@ impl Default for Defaults {
             dedup: true,
             cors: None,
             rate_limit: Vec::new(),
+            auth: None,
         }
     }
 }

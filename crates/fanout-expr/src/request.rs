@@ -46,6 +46,8 @@ pub struct RequestUse {
     pub body: bool,
     /// `$request.client` (`{address}`: the client's address, from the socket or a trusted proxy).
     pub client: bool,
+    /// `$request.auth` (the verified token's claims).
+    pub auth: bool,
 }
 
 impl RequestUse {
@@ -59,6 +61,7 @@ impl RequestUse {
             headers: HeaderUse::All,
             body: true,
             client: true,
+            auth: true,
         }
     }
 
@@ -75,6 +78,7 @@ impl RequestUse {
         self.query |= other.query;
         self.body |= other.body;
         self.client |= other.client;
+        self.auth |= other.auth;
         self.headers = match (std::mem::take(&mut self.headers), &other.headers) {
             (HeaderUse::All, _) | (_, HeaderUse::All) => HeaderUse::All,
             (HeaderUse::None, o) => o.clone(),
@@ -103,6 +107,7 @@ impl RequestUse {
             "query" => self.query = true,
             "body" => self.body = true,
             "client" => self.client = true,
+            "auth" => self.auth = true,
             // Any other key is `null` in the whole value as in the parts.
             _ => {}
         }
@@ -190,6 +195,8 @@ pub struct RequestParts<'a, P, H> {
     pub body: Val,
     /// The client's address (`$request.client.address`; `None`: `null`).
     pub client: Option<&'a str>,
+    /// The verified token's claims (`null` when anonymous).
+    pub auth: Val,
 }
 
 fn key(s: &str) -> Val {
@@ -275,6 +282,7 @@ where
         reads.query,
         reads.body,
         reads.client,
+        reads.auth,
     ]
     .iter()
     .filter(|&&r| r)
@@ -336,6 +344,9 @@ where
         let address = parts.client.map_or(Val::Null, str_val);
         c.insert(key("address"), address);
         m.insert(part("client"), Val::obj(c));
+    }
+    if reads.auth {
+        m.insert(part("auth"), parts.auth);
     }
     Val::obj(m)
 }
@@ -503,10 +514,11 @@ mod tests {
             headers: [("h", &b"1"[..]), ("h", &b"2"[..])],
             body: Val::Null,
             client: Some("192.0.2.1"),
+            auth: Val::Null,
         });
         assert_eq!(
             to_string(&v),
-            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"client":{"address":"192.0.2.1"}}"#
+            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"client":{"address":"192.0.2.1"},"auth":null}"#
         );
         assert!(reads("$request.client.address").client);
         assert!(!reads("$request.path").client);
@@ -586,6 +598,7 @@ mod tests {
             ],
             body: Val::from(true),
             client: None,
+            auth: Val::Null,
         };
         let whole = request_val(parts());
         for src in [
@@ -611,6 +624,38 @@ mod tests {
     }
 
     #[test]
+    fn the_verified_claims_are_built_only_when_read() {
+        assert!(reads("$request.auth.sub").auth);
+        assert!(reads("$request[\"auth\"]").auth);
+        assert!(!reads("$request.body.auth").auth);
+        assert!(RequestUse::all().auth);
+        let parts = |auth: Val| RequestParts {
+            method: "GET",
+            path: "/",
+            query: None,
+            params: [("id", "1")],
+            headers: std::iter::empty(),
+            body: Val::Null,
+            auth,
+        };
+        let claims = crate::json::parse(br#"{"sub":"ann"}"#).unwrap();
+        let e = crate::Expr::compile("$request.auth.sub", &["request"]).unwrap();
+        assert_eq!(
+            to_string(&request_val_reading(
+                parts(claims.clone()),
+                &e.request_use()
+            )),
+            r#"{"auth":{"sub":"ann"}}"#
+        );
+        let e = crate::Expr::compile("$request.params.id", &["request"]).unwrap();
+        assert_eq!(
+            to_string(&request_val_reading(parts(claims), &e.request_use())),
+            r#"{"params":{"id":"1"}}"#,
+            "claims a flow does not read are not part of its request value"
+        );
+    }
+
+    #[test]
     fn a_routes_parameter_names_are_keys_made_once() {
         let names =
             |p: &str| -> Vec<String> { param_keys(p).into_iter().map(|(n, _)| n.into()).collect() };
@@ -629,6 +674,7 @@ mod tests {
             headers: std::iter::empty(),
             body: Val::Null,
             client: None,
+            auth: Val::Null,
         });
         let text = request_val(RequestParts {
             method: "GET",
@@ -638,6 +684,7 @@ mod tests {
             headers: std::iter::empty(),
             body: Val::Null,
             client: None,
+            auth: Val::Null,
         });
         assert_eq!(to_string(&made), to_string(&text));
     }

@@ -99,6 +99,7 @@ fn bench(c: &mut Criterion) {
                 headers: headers.iter().copied(),
                 body: Val::Null,
                 client: None,
+                auth: Val::Null,
             });
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
             let out = rt.block_on(route.run(req, deadline)).unwrap();

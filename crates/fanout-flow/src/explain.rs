@@ -66,6 +66,9 @@ pub struct RouteExplain {
     /// The rate limits the route applies (`rate_limit:`, else `defaults.rate_limit`), each
     /// described: name, rate, burst, key, store.
     pub rate_limits: Vec<String>,
+    /// Who may call the route (its `auth`, or `defaults.auth`); `None` in a config without
+    /// auth providers.
+    pub auth: Option<String>,
 }
 
 /// The parts of `$request` that `u` names, as a flow reads them.
@@ -92,7 +95,48 @@ pub fn key_parts(u: &fanout_expr::request::RequestUse) -> Vec<String> {
     if u.body {
         out.push("$request.body".to_string());
     }
+    if u.auth {
+        out.push("$request.auth".to_string());
+    }
     out
+}
+
+/// A route's authentication in words (`None` without any).
+fn auth_of(cfg: &Config, src: Option<&fanout_config::Route>) -> Option<String> {
+    use fanout_config::auth::AuthMode;
+    // Said of every route of a config with providers; nothing in a config without.
+    let none = || {
+        (!cfg.auth.providers.is_empty())
+            .then(|| "none: every request reaches the flow ($request.auth is null)".to_string())
+    };
+    let Some(a) = src
+        .and_then(|r| r.auth.as_ref())
+        .or(cfg.defaults.auth.as_ref())
+    else {
+        return none();
+    };
+    let mode = match a.mode {
+        AuthMode::None => return none(),
+        AuthMode::Optional => "optional (anonymous requests allowed: $request.auth is null)",
+        AuthMode::Required => "required (no valid token: 401)",
+    };
+    let provider = a.provider.as_ref().map_or("?", |p| p.value.as_str());
+    let mut s = format!("a JWT from provider `{provider}`, {mode}");
+    if let Some(p) = cfg.auth.providers.get(provider) {
+        let keys = match (&p.jwks_url, &p.keys) {
+            (Some(u), _) => format!("keys from {}", u.value),
+            (None, Some(_)) => "inline keys".to_string(),
+            (None, None) => "an HMAC secret".to_string(),
+        };
+        s.push_str(&format!("; issuer {}, {keys}", p.issuer));
+    }
+    if !a.scopes.is_empty() {
+        s.push_str(&format!("; scopes {} (else 403)", a.scopes.join(" ")));
+    }
+    if let Some(r) = &a.require {
+        s.push_str(&format!("; require `{}` (else 403)", r.value));
+    }
+    Some(s)
 }
 
 /// One step, described.
@@ -333,6 +377,7 @@ fn explain_route(
         coalesce: route.coalesce.clone(),
         key: key_parts(&route.request_use),
         rate_limits: rate_limits_of(cfg, route.index),
+        auth: auth_of(cfg, src),
     }
 }
 

@@ -7,7 +7,7 @@ use crate::body::Body;
 use bytes::Bytes;
 use fanout_config::Dur;
 use fanout_flow::{FlowError, Outcome};
-use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, Response, StatusCode};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 22] = [
+pub(crate) const GATEWAY_CODES: [&str; 26] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -40,6 +40,11 @@ pub(crate) const GATEWAY_CODES: [&str; 22] = [
     "message_too_large",
     "cors_refused",
     "rate_limited",
+    // Authentication (`auth.rs`).
+    "unauthenticated",
+    "invalid_token",
+    "forbidden",
+    "auth_unavailable",
 ];
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
@@ -94,6 +99,8 @@ pub(crate) struct ApiError {
     pub grpc: Option<fanout_grpc::Code>,
     /// More headers of the answer (a rate limit's `Retry-After`, `RateLimit-Policy`, `RateLimit`).
     pub headers: Vec<(http::HeaderName, HeaderValue)>,
+    /// `WWW-Authenticate` of an authentication refusal (RFC 6750).
+    pub www_authenticate: Option<HeaderValue>,
 }
 
 impl ApiError {
@@ -110,6 +117,7 @@ impl ApiError {
             log: false,
             grpc: None,
             headers: Vec::new(),
+            www_authenticate: None,
         }
     }
 
@@ -139,6 +147,9 @@ impl ApiError {
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(allow) = self.allow {
             resp.headers_mut().insert(ALLOW, allow);
+        }
+        if let Some(challenge) = self.www_authenticate {
+            resp.headers_mut().insert(WWW_AUTHENTICATE, challenge);
         }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut()
@@ -171,6 +182,7 @@ impl From<FlowError> for ApiError {
             log: true,
             grpc,
             headers: Vec::new(),
+            www_authenticate: None,
         }
     }
 }
@@ -226,6 +238,10 @@ pub(crate) enum Refusal<'a> {
     /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
     /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
     RateLimited(Box<RateLimited>),
+    /// Authentication refused the request (`auth.rs`): 401 `unauthenticated` (no token) or
+    /// `invalid_token`, 403 `forbidden`, 503 `auth_unavailable` (no keys yet) — with
+    /// `WWW-Authenticate` (RFC 6750) and the reason in the log only.
+    Auth(fanout_auth::Denied),
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -286,6 +302,7 @@ impl From<Refusal<'_>> for ApiError {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_header", why.to_string())
                 }
             },
+            Refusal::Auth(denied) => auth_refusal(denied),
         }
     }
 }
@@ -322,6 +339,57 @@ impl RateLimited {
         }
         out
     }
+}
+
+/// An authentication refusal: the status, code and challenge of RFC 6750; why goes to the log
+/// (`detail`), never to the client.
+fn auth_refusal(denied: fanout_auth::Denied) -> ApiError {
+    use fanout_auth::Denied;
+    let mut e = match &denied {
+        Denied::Missing => {
+            let mut e = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "this route needs a bearer token",
+            );
+            e.www_authenticate = Some(HeaderValue::from_static("Bearer"));
+            e
+        }
+        Denied::Invalid(_) => {
+            let mut e = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_token",
+                "the token is not valid",
+            );
+            e.www_authenticate = Some(HeaderValue::from_static(r#"Bearer error="invalid_token""#));
+            e
+        }
+        Denied::Forbidden { scopes, .. } => {
+            let mut e = ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the token does not allow this request",
+            );
+            let challenge = if scopes.is_empty() {
+                r#"Bearer error="insufficient_scope""#.to_string()
+            } else {
+                format!(
+                    r#"Bearer error="insufficient_scope", scope="{}""#,
+                    scopes.join(" ")
+                )
+            };
+            e.www_authenticate = HeaderValue::from_str(&challenge).ok();
+            e
+        }
+        Denied::Unavailable { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "auth_unavailable",
+            "authentication is not available yet; retry later",
+        ),
+    };
+    e.detail = Some(denied.to_string());
+    e.log = true;
+    e
 }
 
 /// Why a request body was refused, before, while or after it was read. Each maps to one status,

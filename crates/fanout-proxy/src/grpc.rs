@@ -267,8 +267,9 @@ impl Gateway {
         };
         cx.rec.routed(route);
         cx.tel.routed(route);
+        let auth = self.authenticate(cx, route).await?;
         let client = crate::lifecycle::client_address(live, parts, route);
-        self.rate_limit(live, parts, route, params.iter(), client.as_deref())
+        self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)
             .await?;
         let deadline = self.deadline(&parts.headers, route, start)?;
         let max = self.limits.grpc.max_message_bytes;
@@ -318,6 +319,7 @@ impl Gateway {
             parts,
             params.iter(),
             val,
+            auth,
             &route.request_use,
             client.as_deref(),
         )?;

@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod admission;
 mod answer;
+mod auth;
 pub mod body;
 pub(crate) mod coalesce;
 pub mod conn;
@@ -128,6 +129,9 @@ pub struct Live {
     cors: cors::CorsTable,
     /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
     rate_limits: ratelimit::RateLimits,
+    /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
+    /// each route's policy (`fanout-auth`).
+    auth: Arc<fanout_auth::Auth>,
 }
 
 /// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
@@ -207,6 +211,7 @@ impl Gateway {
         let live = self.live();
         self.health.readiness(&live.reference)?;
         live.runtimes.readiness()?;
+        live.auth.readiness()?;
         for (_, s) in &live.stacks {
             s.client.readiness()?;
         }
@@ -229,6 +234,10 @@ impl Gateway {
         check_backends(&self.live())
             .await
             .map_err(|e| e.to_string())?;
+        // The JWK sets: fetched before ready (a failed fetch is retried in the background).
+        for url in self.live().auth.start().await {
+            tracing::warn!(target: "fanout::auth", %url, "JWK set not fetched at start: its providers' routes answer 503 and the gateway is not ready until it is");
+        }
         self.start_reference().await
     }
 
@@ -309,6 +318,7 @@ impl Gateway {
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
             "rate_limits": live.rate_limits.status_json(),
+            "auth": live.auth.status_json(),
         });
         // Each runtime's sections (`models`, `models_watcher`).
         if let Some(o) = status.as_object_mut() {

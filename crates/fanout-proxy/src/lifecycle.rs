@@ -58,6 +58,7 @@ impl Gateway {
         let (route, params) = route(cx.live, cx.parts)?;
         cx.rec.routed(route);
         cx.tel.routed(route);
+        let auth = self.authenticate(cx, route).await?;
         let params = path_params(&params)?;
         let client = client_address(cx.live, cx.parts, route);
         self.rate_limit(
@@ -66,6 +67,7 @@ impl Gateway {
             route,
             param_vals(route, &params),
             client.as_deref(),
+            &auth,
         )
         .await?;
         let deadline = self.deadline(&cx.parts.headers, route, start)?;
@@ -76,6 +78,7 @@ impl Gateway {
             cx.parts,
             param_vals(route, &params),
             body_val,
+            auth,
             &route.request_use,
             client.as_deref(),
         )?;
@@ -278,13 +281,14 @@ pub(crate) fn client_address(live: &Live, parts: &Parts, route: &RoutePlan) -> O
 /// A route's path parameters, decoded: (name, value).
 pub(crate) type PathParams<'a> = smallvec::SmallVec<[(&'a str, Cow<'a, str>); 4]>;
 
-/// Build `$request`: `{method, path, params, query, headers, body}`; `params` as the route
+/// Build `$request`: `{method, path, params, query, headers, body, auth}`; `params` as the route
 /// captured them (decoded for HTTP routes by [`path_params`]), `path` as sent. A query or header
 /// the flow reads that is not UTF-8 is refused (400 `bad_query` / `bad_header`), never replaced.
 pub(crate) fn build_request<'a, K: ParamKey>(
     parts: &'a Parts,
     params: impl IntoIterator<Item = (K, &'a str)>,
     body: Val,
+    auth: Val,
     reads: &RequestUse,
     client: Option<&'a str>,
 ) -> Result<Val, Refusal<'a>> {
@@ -309,6 +313,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body,
             client,
+            auth,
         },
         reads,
     ))

@@ -331,6 +331,7 @@ impl Gateway {
         route: &RoutePlan,
         params: impl IntoIterator<Item = (K, &'a str)>,
         client: Option<&'a str>,
+        auth: &Val,
     ) -> Result<(), Refusal<'a>> {
         let limits = &live.rate_limits;
         let Some((ids, reads)) = limits.routes.get(route.index) else {
@@ -351,6 +352,7 @@ impl Gateway {
                     .map(|(k, v)| (k.as_str(), v.as_bytes())),
                 body: Val::Null,
                 client,
+                auth: auth.clone(),
             },
             reads,
         );

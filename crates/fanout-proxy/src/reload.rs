@@ -27,6 +27,9 @@ pub enum ReloadError {
     /// The new config does not load or compile (its `FILE:LINE:COL` messages).
     #[error("the new config was refused; the old one keeps serving:\n{0}")]
     Config(#[from] ConfigErrors),
+    /// A JWK set the new config brings could not be fetched.
+    #[error("the new config's JWK set(s) could not be fetched; the old config keeps serving: {0}")]
+    Auth(String),
     /// The new config's required reference data could not be loaded.
     #[error("the new config's reference data did not load; the old config keeps serving: {0}")]
     Reference(String),
@@ -145,6 +148,7 @@ pub(crate) fn build_live(
     }
     let plan = fanout_flow::compile_with(&cfg, &services, carry)?;
     let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)))?;
+    let auth = build_auth(&cfg, prev)?;
     let router = route_table(&cfg, &plan.routes)?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan
@@ -208,6 +212,7 @@ pub(crate) fn build_live(
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
         rate_limits,
+        auth,
     };
     Ok(Built {
         live,
@@ -215,6 +220,15 @@ pub(crate) fn build_live(
         deadline_header: plan.deadline_header,
         report,
     })
+}
+
+/// The config's authentication; a JWKS URL whose schedule did not change keeps its keys.
+fn build_auth(cfg: &Config, prev: Option<&Live>) -> Result<Arc<fanout_auth::Auth>, ConfigErrors> {
+    fanout_auth::Auth::build(cfg, prev.map(|p| &*p.auth), || {
+        Ok(Arc::new(fanout_auth::HttpFetch::new()?) as Arc<dyn fanout_auth::Fetch>)
+    })
+    .map(Arc::new)
+    .map_err(ConfigErrors)
 }
 
 /// Backends by name for the flow compiler (the top of each stack), each stack's state, and
@@ -351,6 +365,13 @@ impl Gateway {
         if let Err(e) = crate::check_backends(&built.live).await {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));
+        }
+        // New JWK sets are fetched before the config serves (kept ones are running); one that
+        // cannot be fetched refuses the reload, as required reference data does.
+        let unfetched = built.live.auth.start().await;
+        if !unfetched.is_empty() {
+            self.retain_route_series(&prev);
+            return Err(self.refused(ReloadError::Auth(unfetched.join(", "))));
         }
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await

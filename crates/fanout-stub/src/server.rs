@@ -404,6 +404,7 @@ impl RequestView<'_> {
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             body: body_val,
             client: None,
+            auth: Val::Null,
         });
         let mut out = Vec::with_capacity(128);
         let v = expr

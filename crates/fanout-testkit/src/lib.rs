@@ -21,6 +21,7 @@ pub mod client;
 pub mod files;
 pub mod grpc;
 pub mod h1;
+pub mod jwt;
 pub mod logs;
 pub mod otlp;
 pub mod redis_server;

@@ -21,6 +21,7 @@
 mod support;
 
 mod admission;
+mod auth;
 mod bad_requests;
 mod batching;
 mod caching;

@@ -552,6 +552,12 @@ const CATALOG: &[(&str, &[&str])] = &[
     ("fanout_batch_saved_calls_total", &["backend"]),
     ("fanout_reference_age_seconds", &["dataset"]),
     ("fanout_reference_loads_total", &["dataset", "result"]),
+    ("fanout_auth_keys", &["provider"]),
+    ("fanout_auth_keys_age_seconds", &["provider"]),
+    ("fanout_auth_jwks_fetches_total", &["provider", "result"]),
+    ("fanout_auth_unknown_kid_fetches_total", &["provider"]),
+    ("fanout_auth_requests_total", &["provider", "outcome"]),
+    ("fanout_auth_invalid_tokens_total", &["provider", "reason"]),
     ("fanout_model_rows_total", &["model"]),
     ("fanout_model_batches_total", &["model"]),
     ("fanout_model_batch_rows", &["model"]),
@@ -605,6 +611,9 @@ backends:
     postgres: { reconnect_min: 1s, reconnect_max: 1s }
 reference:
   small: { http: { backend: api, path: '"/ref"' } }
+auth:
+  providers:
+    corp: { issuer: https://idp.test, hmac_secret: 0123456789abcdef0123456789abcdef }
 routes:
   - path: /ok
     flow:

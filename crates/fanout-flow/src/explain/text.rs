@@ -22,6 +22,9 @@ fn route(r: &RouteExplain) -> String {
          is shorter)",
         fmt_dur(r.deadline)
     );
+    if let Some(a) = &r.auth {
+        let _ = writeln!(out, "  auth: {a}");
+    }
     coalesce(&mut out, r);
     for l in &r.rate_limits {
         let _ = writeln!(out, "  rate limit {l}; over it: 429 rate_limited");

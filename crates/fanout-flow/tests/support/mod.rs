@@ -372,6 +372,7 @@ impl Req {
             headers: std::iter::empty::<(&str, &[u8])>(),
             body: from_serde(&self.body),
             client: None,
+            auth: fanout_expr::Val::Null,
         })
     }
 }
