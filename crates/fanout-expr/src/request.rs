@@ -636,6 +636,7 @@ mod tests {
             params: [("id", "1")],
             headers: std::iter::empty(),
             body: Val::Null,
+            client: None,
             auth,
         };
         let claims = crate::json::parse(br#"{"sub":"ann"}"#).unwrap();
