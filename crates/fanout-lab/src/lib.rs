@@ -29,6 +29,7 @@ pub mod seeds;
 pub mod svg;
 pub mod targets;
 pub mod threads;
+pub mod token;
 
 /// The closed-loop mode's clients (moved to `measure`; the old path stays).
 pub use measure as closed_loop;

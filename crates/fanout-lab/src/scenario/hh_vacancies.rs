@@ -22,6 +22,36 @@ pub(super) fn hh_requests() -> Vec<RequestTemplate> {
     }]
 }
 
+/// hh-vacancies' requests as `hh-vacancies` sends them: each with the lab's token
+/// ([`crate::token`]) when it could be made, so that the `fanout-auth` target verifies it (and
+/// every other target gets the same bytes and ignores the header).
+fn hh_requests_with_token() -> Vec<RequestTemplate> {
+    let mut reqs = hh_requests();
+    if let Some(t) = crate::token::lab_token() {
+        for r in &mut reqs {
+            r.headers
+                .push(("authorization".into(), format!("Bearer {}", t.token)));
+        }
+    }
+    reqs
+}
+
+/// The `fanout-auth` variant: the example with every route behind a JWT provider whose key
+/// (ES256, made for this run) is given inline, the lab's clients all sending one token — the
+/// case of clients that reuse their tokens. `None` when the key could not be made.
+fn with_auth() -> Option<(&'static str, String)> {
+    let t = crate::token::lab_token()?;
+    Some((
+        "fanout-auth",
+        format!(
+            "{HH_GATEWAY}\nauth:\n  providers:\n    lab:\n      issuer: {iss}\n      audiences: [{aud}]\n      keys: '{jwks}'\n      algorithms: [ES256]\ndefaults:\n  auth: {{provider: lab}}\n",
+            iss = crate::token::ISSUER,
+            aud = crate::token::AUDIENCE,
+            jwks = t.jwks,
+        ),
+    ))
+}
+
 /// The scenario.
 pub(super) fn scenario() -> Scenario {
     Scenario {
@@ -29,7 +59,7 @@ pub(super) fn scenario() -> Scenario {
         about: "HeadHunter's logic: search → 3 vacancy calls in parallel (examples/hh-vacancies)",
         stubs: HH_STUBS,
         gateway: HH_GATEWAY,
-        requests: hh_requests(),
+        requests: hh_requests_with_token(),
         mode: Mode::Compare,
         slo_p99_ms: 50.0,
         critical_path: vec![
@@ -38,7 +68,11 @@ pub(super) fn scenario() -> Scenario {
         ],
         // The same config with metrics off: `--targets fanout,fanout-nometrics` measures what
         // recording metrics costs per request (docs/benchmarks.md).
-        variants: vec![("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}"))],
+        // `--targets fanout,fanout-auth` what authenticating every request costs (its token
+        // verified once, then found in the verified-token cache).
+        variants: std::iter::once(("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}")))
+            .chain(with_auth())
+            .collect(),
         baselines: &["hyper-baseline", "java-threads"],
         grpc: None,
         database: None,
