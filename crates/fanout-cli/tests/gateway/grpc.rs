@@ -790,3 +790,29 @@ fn explain_describes_grpc_steps() {
         "{text}"
     );
 }
+
+/// A rate limit on a gRPC route: over it, RESOURCE_EXHAUSTED (429 `rate_limited`), before any
+/// backend call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_grpc_call_is_resource_exhausted() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let limits = "rate_limits:\n  per-user:\n    rate: 1/min\n    burst: 1\n    key: '$request.headers[\"x-user\"]'\ndefaults:\n  rate_limit: [per-user]\n";
+    let gw = gateway(&format!("{limits}{}", example("fanout.yaml")), &stubs).await;
+    get_profile(gw.addr, "u1", &[("x-user", "ann")])
+        .await
+        .unwrap();
+    stubs.reset_stats();
+    let e = get_profile(gw.addr, "u1", &[("x-user", "ann")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert_eq!(
+        e.metadata().get("x-fanout-error-code").unwrap(),
+        "rate_limited"
+    );
+    assert_eq!(calls(&stubs, "users"), 0);
+    // another key has its own budget
+    get_profile(gw.addr, "u1", &[("x-user", "bob")])
+        .await
+        .unwrap();
+}
