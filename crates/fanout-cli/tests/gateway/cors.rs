@@ -462,3 +462,130 @@ async function call(path) {
         "{status}"
     );
 }
+
+const EDGE_GATEWAY: &str = r#"
+auth:
+  providers:
+    p:
+      issuer: https://idp.test
+      hmac_secret: "0123456789abcdef0123456789abcdef-lab-secret"
+      algorithms: [HS256]
+rate_limits:
+  once:
+    rate: 1/h
+    burst: 1
+    key: '"all"'
+defaults:
+  cors:
+    origins: [https://app.example.com]
+    headers: [authorization]
+routes:
+  - path: /secure
+    auth: { provider: p }
+    flow: {}
+    respond: { body: '{secret: true}' }
+  - path: /admin
+    auth: { provider: p, scopes: [admin] }
+    flow: {}
+    respond: { body: '{admin: true}' }
+  - path: /limited
+    rate_limit: [once]
+    flow: {}
+    respond: { body: '{ok: true}' }
+"#;
+
+/// The refusals of authentication and rate limits are answers of the route like any other: a
+/// page can read them (a browser hides an error whose answer lacks the CORS headers). A
+/// preflight carries no credentials, so it is answered before authentication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_refused_by_authentication_or_a_rate_limit_carry_the_cors_headers() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(EDGE_GATEWAY, &s).await;
+    let c = client(false);
+    let base = format!("http://{}", gw.addr);
+    let from = ("origin", "https://app.example.com");
+
+    let pre = send(
+        &c,
+        Method::OPTIONS,
+        &format!("{base}/secure"),
+        &[
+            from,
+            ("access-control-request-method", "GET"),
+            ("access-control-request-headers", "authorization"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(pre.status, 204, "a preflight needs no token");
+
+    let no_token = send(&c, Method::GET, &format!("{base}/secure"), &[from], "").await;
+    assert_eq!(no_token.status, 401);
+    assert_eq!(no_token.json()["error"]["code"], "unauthenticated");
+    let bad_token = send(
+        &c,
+        Method::GET,
+        &format!("{base}/secure"),
+        &[from, ("authorization", "Bearer not.a.token")],
+        "",
+    )
+    .await;
+    assert_eq!(bad_token.status, 401);
+    for r in [&no_token, &bad_token] {
+        assert_eq!(
+            header(r, "access-control-allow-origin"),
+            Some("https://app.example.com")
+        );
+        assert!(
+            header(r, "access-control-expose-headers")
+                .is_some_and(|e| e.contains("www-authenticate")),
+            "the page can read the challenge"
+        );
+        assert!(header(r, "www-authenticate").is_some());
+    }
+
+    // A valid token without the route's scope: 403, readable by the page too.
+    let token = fanout_testkit::jwt::hmac_signed(
+        b"0123456789abcdef0123456789abcdef-lab-secret",
+        "k",
+        &fanout_testkit::jwt::claims("https://idp.test", "api", "ann"),
+    );
+    let bearer = format!("Bearer {token}");
+    let ok = send(
+        &c,
+        Method::GET,
+        &format!("{base}/secure"),
+        &[from, ("authorization", &bearer)],
+        "",
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+    let forbidden = send(
+        &c,
+        Method::GET,
+        &format!("{base}/admin"),
+        &[from, ("authorization", &bearer)],
+        "",
+    )
+    .await;
+    assert_eq!(forbidden.status, 403);
+    assert_eq!(forbidden.json()["error"]["code"], "forbidden");
+    assert_eq!(
+        header(&forbidden, "access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+
+    let first = send(&c, Method::GET, &format!("{base}/limited"), &[from], "").await;
+    assert_eq!(first.status, 200);
+    let limited = send(&c, Method::GET, &format!("{base}/limited"), &[from], "").await;
+    assert_eq!(limited.status, 429);
+    assert_eq!(
+        header(&limited, "access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    let exposed = header(&limited, "access-control-expose-headers").unwrap_or("");
+    for h in ["retry-after", "ratelimit", "ratelimit-policy"] {
+        assert!(exposed.split(", ").any(|e| e == h), "{exposed}");
+    }
+    assert!(header(&limited, "retry-after").is_some());
+}
