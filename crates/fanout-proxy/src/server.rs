@@ -136,7 +136,9 @@ impl Gateway {
         let tel = cx.tel;
         match result {
             Ok(mut resp) => {
-                tel.finish(&mut resp, rid, &parts, None);
+                tel.finish(&mut resp, rid, &parts, None, || {
+                    live.rate_limits.client_address(&parts)
+                });
                 resp
             }
             Err(e) => {
@@ -150,7 +152,9 @@ impl Gateway {
                     code: &code,
                     step: step.as_deref(),
                 };
-                tel.finish(&mut resp, rid, &parts, Some(failure));
+                tel.finish(&mut resp, rid, &parts, Some(failure), || {
+                    live.rate_limits.client_address(&parts)
+                });
                 resp
             }
         }

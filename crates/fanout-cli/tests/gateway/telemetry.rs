@@ -467,6 +467,7 @@ async fn the_access_log_has_one_json_line_per_request_naming_degraded_steps() {
     assert_eq!(l["method"], "GET");
     assert_eq!(l["route"], "/plain");
     assert_eq!(l["path"], "/plain");
+    assert_eq!(l["client"], "127.0.0.1", "the connection's peer");
     assert_eq!(l["status"], 200);
     assert!(l["duration_ms"].as_f64().unwrap() >= 0.0);
     assert_eq!(l["bytes_in"], 0);
@@ -663,4 +664,40 @@ routes:
     assert_eq!(batch.attr("fanout.model"), Some("d"));
     assert_eq!(batch.attr("fanout.batch_rows"), Some("2"));
     assert_eq!(batch.attr("fanout.model.version").map(str::len), Some(16));
+}
+
+/// The access log's `client` is the address the rate limits see: the connection's peer, or what
+/// a trusted proxy forwarded — never a header from anyone else.
+#[tokio::test]
+async fn the_access_log_names_the_client_a_trusted_proxy_forwarded() {
+    let otlp = OtlpReceiver::start().await;
+    let stubs = stubs(STUBS).await;
+    let path = log_file("client");
+    let telemetry = format!(
+        r#"{{ access_log: {{ enabled: true, output: "{}" }} }}"#,
+        path.display()
+    );
+    let server = r#"{ trusted_proxies: ["127.0.0.1"] }"#;
+    let gw = gateway(&config(&telemetry, server, &otlp), &stubs).await;
+    let url = format!("http://{}/plain", gw.addr);
+    for (id, xff) in [("fwd", Some("198.51.100.9, 203.0.113.7")), ("direct", None)] {
+        let mut h = vec![("x-request-id", id)];
+        h.extend(xff.map(|v| ("x-forwarded-for", v)));
+        assert_eq!(request(&url, &h).await.status, 200);
+    }
+    wait_until("two access log lines", || lines(&path).len() >= 2).await;
+    let all = lines(&path);
+    let client = |id: &str| {
+        all.iter()
+            .find(|l| l["request_id"] == id)
+            .map(|l| l["client"].clone())
+            .unwrap_or_else(|| panic!("no line for {id}: {all:#?}"))
+    };
+    assert_eq!(
+        client("fwd"),
+        "203.0.113.7",
+        "the hop the trusted proxy saw"
+    );
+    assert_eq!(client("direct"), "127.0.0.1");
+    let _ = std::fs::remove_file(&path);
 }

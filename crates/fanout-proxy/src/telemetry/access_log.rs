@@ -58,6 +58,10 @@ pub struct Line<'a> {
     pub route: Option<&'a str>,
     /// The request path.
     pub path: &'a str,
+    /// The client's address: the connection's peer, or what a trusted proxy forwarded
+    /// (`server.trusted_proxies`); absent when unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     /// The answer's status.
     pub status: u16,
     /// From arrival to the answer, in ms.

@@ -214,6 +214,7 @@ impl<'a> RequestTelemetry<'a> {
         request_id: &HeaderValue,
         parts: &Parts,
         failure: Option<Failure<'_>>,
+        client: impl FnOnce() -> Option<std::net::IpAddr>,
     ) {
         if self.trace.is_none() && self.log.is_none() && !self.timing {
             return;
@@ -253,6 +254,7 @@ impl<'a> RequestTelemetry<'a> {
             method: parts.method.as_str(),
             route: self.route,
             path: parts.uri.path(),
+            client: client().map(|ip| ip.to_string()),
             status: status.as_u16(),
             duration_ms: (total.as_secs_f64() * 1e6).round() / 1e3,
             bytes_in: self.bytes_in,
