@@ -12,7 +12,7 @@ use crate::answer::{RateLimited, Refusal};
 use crate::{Gateway, Live};
 use fanout_config::ratelimit::{RateLimitOnFailure, RateLimitStore};
 use fanout_config::{ClientAddressHeader, Config, ConfigError, ConfigErrors};
-use fanout_expr::request::{ParamKey, RequestParts, RequestUse, request_val_reading};
+use fanout_expr::request::{ParamKey, RequestUse};
 use fanout_expr::{Expr, Val};
 use fanout_flow::RoutePlan;
 use fanout_ratelimit::{OnFailure, Policy, SharedSpec, Spec};
@@ -340,22 +340,10 @@ impl Gateway {
         if ids.is_empty() {
             return Ok(());
         }
-        let request = request_val_reading(
-            RequestParts {
-                method: parts.method.as_str(),
-                path: parts.uri.path(),
-                query: parts.uri.query(),
-                params,
-                headers: parts
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_bytes())),
-                body: Val::Null,
-                client,
-                auth: auth.clone(),
-            },
-            reads,
-        );
+        // `$request` without its body, as the flow's is built (a part the keys read that is not
+        // UTF-8 is refused the same way: 400, never replaced).
+        let request =
+            crate::lifecycle::build_request(parts, params, Val::Null, auth.clone(), reads, client)?;
         let mut key = Vec::new();
         for &id in ids {
             let Some(c) = limits.policies.get(id) else {
