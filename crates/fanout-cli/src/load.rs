@@ -40,6 +40,8 @@ pub struct LoadArgs {
     pub thresholds: Vec<String>,
     /// JSON output file.
     pub json: Option<String>,
+    /// `https://` targets: trusted roots, verification, session resumption.
+    pub tls: fanout_load::TlsOptions,
 }
 
 /// Exit code when a threshold is crossed.
@@ -86,6 +88,7 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     spec.open_connections = a.open_connections;
     spec.timeout = timeout;
     spec.drain = timeout;
+    spec.tls = a.tls;
     execute(&spec, &a.url, &thresholds, a.json.as_deref()).await
 }
 
@@ -162,6 +165,7 @@ async fn run_grpc(a: LoadArgs) -> anyhow::Result<i32> {
     spec.open_connections = a.open_connections;
     spec.timeout = timeout;
     spec.drain = timeout;
+    spec.tls = a.tls;
     let shown = format!("{}/{}", url.trim_end_matches('/'), method);
     execute(&spec, &shown, &thresholds, a.json.as_deref()).await
 }
@@ -248,8 +252,8 @@ fn split_url(url: &str) -> anyhow::Result<(String, String)> {
     let Some((scheme, rest)) = url.split_once("://") else {
         bail!("`{url}` is not a URL: expected http://host:port/path");
     };
-    if scheme != "http" {
-        bail!("`{url}`: only http:// targets are supported (h2c with --http2)");
+    if scheme != "http" && scheme != "https" {
+        bail!("`{url}`: only http:// and https:// targets are supported");
     }
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),

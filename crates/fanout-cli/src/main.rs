@@ -149,9 +149,20 @@ enum Cmd {
         /// Request body (with --grpc: the request message as JSON, default `{}`).
         #[arg(long, short = 'd', visible_alias = "data")]
         body: Option<String>,
-        /// Use HTTP/2 (h2c prior knowledge).
+        /// Use HTTP/2 (h2c prior knowledge; over https://, h2 chosen by ALPN).
         #[arg(long)]
         http2: bool,
+        /// https:// targets: PEM file of the CA certificates to trust (default: the web PKI
+        /// roots).
+        #[arg(long, value_name = "FILE")]
+        cacert: Option<std::path::PathBuf>,
+        /// https:// targets: accept any server certificate (a self-signed test gateway).
+        #[arg(long, short = 'k')]
+        insecure: bool,
+        /// https:// targets: never resume a TLS session, so every new connection makes a full
+        /// handshake (with `-H 'connection: close'`: one per request).
+        #[arg(long)]
+        no_tls_resumption: bool,
         /// Call this unary gRPC method (`package.Service/Method`) over h2c: the --data JSON is
         /// encoded with the --proto files, -H headers are metadata, and an answer succeeds only
         /// with grpc-status OK (others are counted by code name).
@@ -468,6 +479,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             headers,
             body,
             http2,
+            cacert,
+            insecure,
+            no_tls_resumption,
             grpc,
             proto,
             import_path,
@@ -494,6 +508,11 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 distinct_request_ids,
                 thresholds: threshold,
                 json,
+                tls: fanout_load::TlsOptions {
+                    ca_file: cacert,
+                    insecure,
+                    no_resumption: no_tls_resumption,
+                },
             }))?;
             if code != 0 {
                 std::process::exit(code);

@@ -6,6 +6,7 @@
 //! [`H2_STREAMS_PER_CONN`] workers per connection.
 
 use crate::recorder::Outcome;
+use crate::tls::{Stream, TlsOptions, TlsTarget};
 use crate::{LoadError, Protocol, RequestTemplate};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, TE};
@@ -32,11 +33,17 @@ pub(crate) struct Target {
     pub addr: SocketAddr,
     pub authority: String,
     pub base_path: String,
+    /// `https://`: how to make the TLS connection.
+    pub tls: Option<TlsTarget>,
 }
 
 impl Target {
-    /// Parse and resolve `http://host:port[/base]`.
-    pub async fn resolve(target: &str) -> Result<Target, LoadError> {
+    /// Parse and resolve `http[s]://host:port[/base]`.
+    pub async fn resolve(
+        target: &str,
+        tls: &TlsOptions,
+        protocol: Protocol,
+    ) -> Result<Target, LoadError> {
         let bad = |reason: &str| LoadError::Target {
             target: target.to_string(),
             reason: reason.to_string(),
@@ -44,20 +51,20 @@ impl Target {
         let uri: Uri = target
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(bad("https is not supported yet; use http://")),
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             Some(other) => return Err(bad(&format!("unsupported scheme `{other}`"))),
             None => {
                 return Err(bad(
                     "expected an absolute URL such as http://127.0.0.1:8080",
                 ));
             }
-        }
+        };
         let auth = uri
             .authority()
             .ok_or_else(|| bad("missing host (expected http://host:port)"))?;
-        let port = auth.port_u16().unwrap_or(80);
+        let port = auth.port_u16().unwrap_or(if https { 443 } else { 80 });
         let host = auth.host();
         let authority = auth.as_str().to_string();
         let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
@@ -78,10 +85,14 @@ impl Target {
                 "the target must not have a query; put it in the request path",
             ));
         }
+        let tls = https
+            .then(|| TlsTarget::new(target, lookup_host, tls, protocol))
+            .transpose()?;
         Ok(Target {
             addr,
             authority,
             base_path,
+            tls,
         })
     }
 }
@@ -114,7 +125,12 @@ impl Prepared {
         let uri_text = match protocol {
             Protocol::Http1 => full_path,
             Protocol::Http2 | Protocol::Grpc => {
-                format!("http://{}{}", target.authority, full_path)
+                let scheme = if target.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{}{}", target.authority, full_path)
             }
         };
         let uri: Uri = uri_text
@@ -207,21 +223,31 @@ impl Drop for OpenGuard {
 /// A connection driver future, to be spawned by the caller together with its guard.
 pub(crate) type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-async fn tcp(addr: SocketAddr) -> Result<TcpStream, Outcome> {
-    let s = TcpStream::connect(addr)
+async fn connect(target: &Target) -> Result<Stream, Outcome> {
+    let s = TcpStream::connect(target.addr)
         .await
         .map_err(|e| classify_connect(&e))?;
     // Nagle would add up to 40 ms to small requests; failure to disable it is harmless.
     let _ = s.set_nodelay(true);
-    Ok(s)
+    match &target.tls {
+        None => Ok(Stream::Plain(s)),
+        Some(tls) => {
+            let s = tls
+                .connector
+                .connect(tls.name.clone(), s)
+                .await
+                .map_err(|e| classify_tls(&e))?;
+            Ok(Stream::Tls(Box::new(s)))
+        }
+    }
 }
 
 /// Open an HTTP/1.1 connection; returns the sender and the driver to spawn.
 pub(crate) async fn connect_h1(
-    addr: SocketAddr,
+    target: &Target,
     counters: &Arc<ConnCounters>,
 ) -> Result<(http1::SendRequest<Body>, Driver), Outcome> {
-    let stream = tcp(addr).await?;
+    let stream = connect(target).await?;
     let (sender, conn) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| classify(&e))?;
@@ -235,12 +261,13 @@ pub(crate) async fn connect_h1(
     Ok((sender, driver))
 }
 
-/// Open an HTTP/2 (h2c, prior knowledge) connection; returns the sender and the driver.
+/// Open an HTTP/2 connection (h2c with prior knowledge, or h2 over TLS); returns the sender
+/// and the driver.
 pub(crate) async fn connect_h2(
-    addr: SocketAddr,
+    target: &Target,
     counters: &Arc<ConnCounters>,
 ) -> Result<(http2::SendRequest<Body>, Driver), Outcome> {
-    let stream = tcp(addr).await?;
+    let stream = connect(target).await?;
     let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
         .await
         .map_err(|e| classify(&e))?;
@@ -292,7 +319,7 @@ impl H2Pool {
     /// burst of workers opens one connection, not one each.
     pub async fn lease(
         &self,
-        addr: SocketAddr,
+        target: &Target,
         max_conns: usize,
         counters: &Arc<ConnCounters>,
         spawn: impl FnOnce(Driver),
@@ -311,7 +338,7 @@ impl H2Pool {
                 c
             }
             _ => {
-                let (sender, driver) = connect_h2(addr, counters).await?;
+                let (sender, driver) = connect_h2(target, counters).await?;
                 spawn(driver);
                 let c = Arc::new(H2Conn {
                     sender,
@@ -391,6 +418,12 @@ fn classify_io(e: &io::Error) -> Option<Outcome> {
     }
 }
 
+/// Classify a failed TLS handshake: the peer going away is a reset, anything else (a refused
+/// certificate, no common protocol) is `Other`.
+fn classify_tls(e: &io::Error) -> Outcome {
+    classify_io(e).unwrap_or(Outcome::Other)
+}
+
 /// Classify a hyper error by walking its source chain: io errors (reset, broken pipe…),
 /// HTTP/2 stream resets and GOAWAY, and hyper's own "incomplete message"/"closed" kinds are
 /// `Reset`; everything else is `Other`.
@@ -424,7 +457,8 @@ mod tests {
 
     #[tokio::test]
     async fn targets() {
-        let t = match Target::resolve("http://127.0.0.1:8080/api/").await {
+        let plain = crate::TlsOptions::default();
+        let t = match Target::resolve("http://127.0.0.1:8080/api/", &plain, Protocol::Http1).await {
             Ok(t) => t,
             Err(e) => panic!("{e}"),
         };
@@ -432,12 +466,11 @@ mod tests {
         assert_eq!(t.base_path, "/api");
         assert_eq!(t.authority, "127.0.0.1:8080");
         for (bad, msg) in [
-            ("https://127.0.0.1", "https is not supported"),
             ("127.0.0.1:80", "expected an absolute URL"),
             ("ftp://x", "unsupported scheme"),
             ("http://127.0.0.1:1/?q=1", "must not have a query"),
         ] {
-            match Target::resolve(bad).await {
+            match Target::resolve(bad, &plain, Protocol::Http1).await {
                 Ok(t) => panic!("{bad} → {t:?}"),
                 Err(e) => assert!(e.to_string().contains(msg), "{bad}: {e}"),
             }

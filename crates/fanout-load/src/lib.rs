@@ -41,6 +41,7 @@ mod report;
 mod runner;
 mod schedule;
 mod threshold;
+mod tls;
 
 pub use grpc::{GrpcTemplateError, grpc_request, load_protos};
 pub use report::{
@@ -50,6 +51,7 @@ pub use report::{
 pub use runner::run;
 pub use schedule::{Profile, Schedule, ScheduleError};
 pub use threshold::{LatencyField, Metric, Op, Threshold, ThresholdError, check_thresholds};
+pub use tls::TlsOptions;
 
 /// The histogram crate, re-exported so users can name [`LoadReport`]'s raw histograms.
 pub use hdrhistogram;
@@ -62,7 +64,8 @@ use std::time::Duration;
 /// What to send, where, and how fast.
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
-    /// Base URL, e.g. `http://127.0.0.1:8080` (a path prefix is allowed: `http://h:1/api`).
+    /// Base URL, e.g. `http://127.0.0.1:8080` (a path prefix is allowed: `http://h:1/api`);
+    /// `https://` speaks TLS ([`LoadSpec::tls`]; ALPN `h2` for HTTP/2 and gRPC).
     pub target: String,
     /// Requests sent round robin (request `n` uses template `n % len`).
     pub requests: Vec<RequestTemplate>,
@@ -93,6 +96,8 @@ pub struct LoadSpec {
     /// After the schedule ends, how long to wait for in-flight and queued requests (default =
     /// `timeout`); then in-flight ones count as `aborted_at_end`, queued ones as `not_sent`.
     pub drain: Duration,
+    /// `https://` targets: the roots to trust, or none; session resumption.
+    pub tls: TlsOptions,
 }
 
 impl LoadSpec {
@@ -117,6 +122,7 @@ impl LoadSpec {
             timeout: Self::DEFAULT_TIMEOUT,
             lag_threshold: Self::DEFAULT_LAG_THRESHOLD,
             drain: Self::DEFAULT_TIMEOUT,
+            tls: TlsOptions::default(),
         }
     }
 }
