@@ -40,8 +40,15 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_fanout")
 }
 
-/// `cargo build [--release] -p fanout-lab` into the target directory of this test's `fanout`.
+/// `cargo build [--release] -p fanout-lab` into the target directory of this test's `fanout`;
+/// not when `FANOUT_LAB_BUILT=1` says the run that built this test (`./scripts/test`'s
+/// `cargo test --workspace`, which builds `fanout-lab` for its own tests) built it too: `cargo
+/// build -p fanout-lab` resolves features without the workspace's dev-dependencies and would
+/// compile the gateway's crates a second time.
 fn build_lab() {
+    if std::env::var_os("FANOUT_LAB_BUILT").is_some_and(|v| v == "1") {
+        return;
+    }
     let fanout = Path::new(env!("CARGO_BIN_EXE_fanout"));
     let profile_dir = fanout.parent().expect("fanout is in a profile directory");
     let target_dir = profile_dir.parent().expect("in a target directory");
