@@ -13,6 +13,7 @@
 
 pub mod antispam;
 pub mod baseline;
+pub mod certs;
 pub mod hop;
 pub mod http;
 pub mod java;

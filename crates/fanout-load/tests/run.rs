@@ -394,7 +394,10 @@ async fn bad_specs_are_errors() {
     spec.target = "https://127.0.0.1:1".into();
     spec.tls.ca_file = Some("/nonexistent/ca.pem".into());
     let e = run(&spec, None).await.err().map(|e| e.to_string());
-    assert!(e.unwrap_or_default().contains("CA file /nonexistent/ca.pem"));
+    assert!(
+        e.unwrap_or_default()
+            .contains("CA file /nonexistent/ca.pem")
+    );
     spec.tls.ca_file = None;
     spec.target = "http://127.0.0.1:1".into();
     spec.max_connections = 0;

@@ -181,6 +181,8 @@ pub(crate) struct Target {
     pub(crate) admin: Option<SocketAddr>,
     /// When the sampler started, seconds since the lab started.
     pub(crate) started_at: f64,
+    /// It listens with TLS (a variant naming the lab's certificate): clients speak `https://`.
+    pub(crate) tls: bool,
 }
 
 pub(crate) struct Stubs {

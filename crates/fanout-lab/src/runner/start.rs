@@ -392,8 +392,15 @@ async fn start_targets(
     for name in &names {
         let addr = free_addr().map_err(io(&lab.opts.out))?;
         let variant = lab_variant(&lab.scenario, name);
+        let tls = variant.as_deref().is_some_and(crate::certs::speaks_tls);
         if let Some(yaml) = &variant {
             let f = lab.opts.out.join(format!("{name}.yaml"));
+            let yaml = if tls {
+                let dir = crate::certs::ensure(&lab.opts.out).map_err(LabError::Load)?;
+                yaml.replace(crate::certs::TLS_DIR, &dir.display().to_string())
+            } else {
+                yaml.clone()
+            };
             std::fs::write(&f, yaml).map_err(io(&f))?;
         }
         let (bin, args, admin) =
@@ -409,7 +416,8 @@ async fn start_targets(
                 external_fanout(name).map_or(name.as_str(), |(n, _)| n)
             )),
         )?;
-        if name == "antispam-py" {
+        if name == "antispam-py" || tls {
+            // (A TLS listener answers no plain HTTP/1.1 probe.)
             // A grpcio server answers no HTTP/1.1 probe; it listens once its models are loaded.
             p.wait_listening(addr, Duration::from_secs(60)).await?;
         } else {
@@ -435,6 +443,7 @@ async fn start_targets(
             },
             admin,
             started_at: lab.t0.elapsed().as_secs_f64(),
+            tls,
         });
     }
     Ok(())

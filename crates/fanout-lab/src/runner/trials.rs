@@ -139,7 +139,11 @@ impl Lab {
             let sched =
                 Schedule::parse(&load.schedule).map_err(|e| LabError::Load(e.to_string()))?;
             let spec = LoadSpec {
-                target: format!("http://{}", target.addr),
+                target: format!(
+                    "{}://{}",
+                    if target.tls { "https" } else { "http" },
+                    target.addr
+                ),
                 requests: load.requests,
                 schedule: sched,
                 protocol: self.scenario.protocol(),
@@ -149,7 +153,11 @@ impl Lab {
                 timeout: opts.timeout,
                 lag_threshold: LAG_THRESHOLD,
                 drain: opts.drain,
-                tls: fanout_load::TlsOptions::default(),
+                // The lab's self-signed certificate ([`crate::certs`]).
+                tls: fanout_load::TlsOptions {
+                    insecure: target.tls,
+                    ..fanout_load::TlsOptions::default()
+                },
             };
             meta.push((load.route, load.schedule));
             runs.push(tokio::spawn(
