@@ -347,8 +347,15 @@ impl TlsListener {
             }
             None => (None, 0),
         };
-        let server = server_config(cfg, certs.clone(), roots, &ticketer, &sessions)
-            .map_err(|e| ConfigError::at(Default::default(), format!("{at}: {e}")))?;
+        let server = server_config(
+            name == "admin",
+            cfg,
+            certs.clone(),
+            roots,
+            &ticketer,
+            &sessions,
+        )
+        .map_err(|e| ConfigError::at(Default::default(), format!("{at}: {e}")))?;
         Ok(TlsListener {
             name,
             cfg: cfg.clone(),
@@ -395,6 +402,26 @@ impl TlsListener {
                 if timed_out {
                     self.count_failure("timeout");
                 }
+                None
+            }
+        }
+    }
+
+    /// The handshake of a connection of the admin listener (no connection table: its own
+    /// timeout only); `None` when it failed or timed out (counted).
+    pub async fn accept_admin(&self, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.server.load_full());
+        match tokio::time::timeout(self.handshake_timeout(), acceptor.accept(stream)).await {
+            Ok(Ok(s)) => {
+                self.counters.handshakes.fetch_add(1, Ordering::Relaxed);
+                Some(s)
+            }
+            Ok(Err(e)) => {
+                self.handshake_failed(&e);
+                None
+            }
+            Err(_) => {
+                self.count_failure("timeout");
                 None
             }
         }
@@ -507,6 +534,7 @@ impl TlsListener {
                 }
                 let roots = load_roots(path, &pem)?;
                 let cfg = server_config(
+                    self.name == "admin",
                     &self.cfg,
                     self.certs.clone(),
                     Some(roots),
@@ -614,6 +642,7 @@ impl Drop for TlsListener {
 }
 
 fn server_config(
+    admin: bool,
     cfg: &ListenerTls,
     certs: Arc<CertStore>,
     client_roots: Option<rustls::RootCertStore>,
@@ -641,7 +670,11 @@ fn server_config(
         _ => builder.with_no_client_auth(),
     };
     let mut c = builder.with_cert_resolver(certs);
-    c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // The admin listener speaks HTTP/1.1 only.
+    c.alpn_protocols = match admin {
+        false => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        true => vec![b"http/1.1".to_vec()],
+    };
     c.ticketer = ticketer.clone();
     c.session_storage = sessions.clone();
     Ok(c)

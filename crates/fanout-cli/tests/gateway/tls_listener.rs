@@ -838,3 +838,28 @@ async fn tls_config_errors_are_refused_at_load_with_clear_messages() {
         .to_string();
     assert!(err.contains("go together"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_over_tls_with_http1_1() {
+    let dir = temp_dir("tls-admin");
+    let (ca, _ca_file, tls) = localhost_tls(&dir, "");
+    let yaml =
+        format!("admin:\n  tls: {tls}\nroutes:\n  - path: /a\n    respond: {{ body: '1' }}\n");
+    let gw = gateway(&yaml, &no_stubs().await).await;
+    let admin = gw.admin_addr.unwrap();
+    let mut dial = Dial::new(&ca.pem(), "localhost");
+    dial.alpn = &[b"h2", b"http/1.1"];
+    let (mut c, shown) = open(&dial, admin).await.unwrap();
+    assert_eq!(
+        shown.alpn.as_deref(),
+        Some(&b"http/1.1"[..]),
+        "the admin listener is HTTP/1.1"
+    );
+    let (status, v) = c.get("/healthz").await.unwrap();
+    assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    // The client port stays plain.
+    assert_eq!(get(&format!("http://{}/a", gw.addr)).await.status, 200);
+    let st = gw.gateway().status_json();
+    assert_eq!(st["tls"]["admin"]["handshakes"], 1, "{st}");
+    assert!(st["tls"].get("main").is_none());
+}
