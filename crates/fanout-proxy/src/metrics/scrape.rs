@@ -299,10 +299,8 @@ fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
 
 /// TLS listeners (`tls.rs`): each certificate's expiry, reloads, failed handshakes.
 fn tls(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
+    // The families are there without TLS too (empty), like every family of `/metrics`.
     let listeners: Vec<_> = [&gw.tls, &gw.admin_tls].into_iter().flatten().collect();
-    if listeners.is_empty() {
-        return Ok(());
-    }
     let expiries: Vec<(&str, Vec<(String, i64)>)> =
         listeners.iter().map(|l| (l.name, l.expiries())).collect();
     out.family(
