@@ -121,7 +121,7 @@ impl CertStore {
     fn find(&self, sni: &str) -> Option<Arc<CertifiedKey>> {
         let sni = sni.trim_end_matches('.').to_ascii_lowercase();
         let loaded: Vec<_> = self.slots.iter().map(|s| s.current.load()).collect();
-        if let Some(l) = loaded.iter().find(|l| l.names.iter().any(|n| *n == sni)) {
+        if let Some(l) = loaded.iter().find(|l| l.names.contains(&sni)) {
             return Some(l.key.clone());
         }
         let parent = sni.split_once('.').map(|(_, p)| p)?;
@@ -724,10 +724,10 @@ fn client_json(der: &[u8]) -> serde_json::Value {
                     let a = match b.len() {
                         4 => <[u8; 4]>::try_from(*b)
                             .ok()
-                            .map(|a| std::net::IpAddr::from(a)),
+                            .map(std::net::IpAddr::from),
                         16 => <[u8; 16]>::try_from(*b)
                             .ok()
-                            .map(|a| std::net::IpAddr::from(a)),
+                            .map(std::net::IpAddr::from),
                         _ => None,
                     };
                     if let Some(a) = a {
