@@ -177,8 +177,20 @@ impl HttpBackend {
                     format!("backend `{name}`: TLS setup failed: {e}"),
                 )
             })?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let tls = match fanout_protocol::tls::client_identity(name, cfg)? {
+            Some((chain, key)) => tls.with_client_auth_cert(chain, key).map_err(|e| {
+                ConfigError::at(
+                    cfg.tls
+                        .cert_file
+                        .as_ref()
+                        .map(|f| f.pos)
+                        .unwrap_or_default(),
+                    format!("backend `{name}`: unusable client certificate: {e}"),
+                )
+            })?,
+            None => tls.with_no_client_auth(),
+        };
 
         let mut http = HttpConnector::new();
         http.enforce_http(false);

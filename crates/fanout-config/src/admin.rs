@@ -21,6 +21,8 @@ pub struct AdminConfig {
     /// Time an admin connection has to send a request head, and the longest it may stay idle
     /// between requests; default 10s.
     pub timeout: Dur,
+    /// TLS on the admin listener (same settings as the top-level `tls`). Default: none.
+    pub tls: Option<crate::ListenerTls>,
 }
 
 impl Default for AdminConfig {
@@ -30,6 +32,7 @@ impl Default for AdminConfig {
             metrics: true,
             max_connections: 16,
             timeout: Dur::secs(10),
+            tls: None,
         }
     }
 }

@@ -396,6 +396,11 @@ fn default_pool_max_idle() -> usize {
 pub struct Tls {
     /// PEM file of CA certificates to trust instead of the bundled web PKI roots.
     pub ca_file: Option<Located<String>>,
+    /// PEM file with a client certificate chain presented to the backend (mTLS); needs
+    /// `key_file`.
+    pub cert_file: Option<Located<String>>,
+    /// PEM file with the private key of `cert_file`.
+    pub key_file: Option<Located<String>>,
 }
 
 impl Backend {

@@ -99,6 +99,11 @@ impl Config {
             }
         }
         self.admission_check(errs);
+        for (at, tls) in [("tls", &self.tls), ("admin.tls", &self.admin.tls)] {
+            if let Some(t) = tls {
+                t.check(at, errs);
+            }
+        }
         self.expressions_check(errs);
         self.models.limits.check(errs);
         if let Some(r) = &self.redis {

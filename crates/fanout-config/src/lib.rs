@@ -28,6 +28,7 @@ mod redis;
 mod route;
 mod server;
 mod telemetry;
+pub mod tls;
 mod unknown;
 
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
@@ -65,6 +66,7 @@ pub use server::{
     ServerConfig,
 };
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
+pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -80,6 +82,9 @@ pub struct Config {
     /// Address to listen on, e.g. `0.0.0.0:8080`. Default `127.0.0.1:8080`.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// TLS on `listen` (HTTP/1.1 and h2 by ALPN, gRPC routes included). Default: none (plain
+    /// HTTP/1.1 and h2c).
+    pub tls: Option<ListenerTls>,
     /// Limits of the inbound server.
     #[serde(default)]
     pub server: ServerConfig,

@@ -48,6 +48,8 @@ pub struct RequestUse {
     pub client: bool,
     /// `$request.auth` (the verified token's claims).
     pub auth: bool,
+    /// `$request.tls` (the connection's TLS: version, ALPN, SNI, verified client certificate).
+    pub tls: bool,
 }
 
 impl RequestUse {
@@ -62,6 +64,7 @@ impl RequestUse {
             body: true,
             client: true,
             auth: true,
+            tls: true,
         }
     }
 
@@ -79,6 +82,7 @@ impl RequestUse {
         self.body |= other.body;
         self.client |= other.client;
         self.auth |= other.auth;
+        self.tls |= other.tls;
         self.headers = match (std::mem::take(&mut self.headers), &other.headers) {
             (HeaderUse::All, _) | (_, HeaderUse::All) => HeaderUse::All,
             (HeaderUse::None, o) => o.clone(),
@@ -108,6 +112,7 @@ impl RequestUse {
             "body" => self.body = true,
             "client" => self.client = true,
             "auth" => self.auth = true,
+            "tls" => self.tls = true,
             // Any other key is `null` in the whole value as in the parts.
             _ => {}
         }
@@ -197,6 +202,8 @@ pub struct RequestParts<'a, P, H> {
     pub client: Option<&'a str>,
     /// The verified token's claims (`null` when anonymous).
     pub auth: Val,
+    /// The connection's TLS (`null` on a plain connection).
+    pub tls: Val,
 }
 
 fn key(s: &str) -> Val {
@@ -283,6 +290,7 @@ where
         reads.body,
         reads.client,
         reads.auth,
+        reads.tls,
     ]
     .iter()
     .filter(|&&r| r)
@@ -347,6 +355,9 @@ where
     }
     if reads.auth {
         m.insert(part("auth"), parts.auth);
+    }
+    if reads.tls {
+        m.insert(part("tls"), parts.tls);
     }
     Val::obj(m)
 }
@@ -515,10 +526,11 @@ mod tests {
             body: Val::Null,
             client: Some("192.0.2.1"),
             auth: Val::Null,
+            tls: Val::Null,
         });
         assert_eq!(
             to_string(&v),
-            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"client":{"address":"192.0.2.1"},"auth":null}"#
+            r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"client":{"address":"192.0.2.1"},"auth":null,"tls":null}"#
         );
         assert!(reads("$request.client.address").client);
         assert!(!reads("$request.path").client);
@@ -599,6 +611,7 @@ mod tests {
             body: Val::from(true),
             client: None,
             auth: Val::Null,
+            tls: Val::Null,
         };
         let whole = request_val(parts());
         for src in [
@@ -638,6 +651,7 @@ mod tests {
             body: Val::Null,
             client: None,
             auth,
+            tls: Val::Null,
         };
         let claims = crate::json::parse(br#"{"sub":"ann"}"#).unwrap();
         let e = crate::Expr::compile("$request.auth.sub", &["request"]).unwrap();
@@ -676,6 +690,7 @@ mod tests {
             body: Val::Null,
             client: None,
             auth: Val::Null,
+            tls: Val::Null,
         });
         let text = request_val(RequestParts {
             method: "GET",
@@ -686,6 +701,7 @@ mod tests {
             body: Val::Null,
             client: None,
             auth: Val::Null,
+            tls: Val::Null,
         });
         assert_eq!(to_string(&made), to_string(&text));
     }

@@ -100,6 +100,7 @@ fn bench(c: &mut Criterion) {
                 body: Val::Null,
                 client: None,
                 auth: Val::Null,
+                tls: Val::Null,
             });
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
             let out = rt.block_on(route.run(req, deadline)).unwrap();

@@ -38,6 +38,10 @@ pub async fn serve_admin(
         .header_read_timeout(cfg.timeout.0)
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
+    let tls = gateway.admin_tls.clone();
+    if let Some(t) = &tls {
+        t.watch();
+    }
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -61,13 +65,32 @@ pub async fn serve_admin(
             let gw = gw.clone();
             async move { Ok::<_, Infallible>(answer(&gw, req).await) }
         });
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), svc));
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(slot);
-        });
+        match &tls {
+            None => {
+                let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), svc));
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                    drop(slot);
+                });
+            }
+            // `admin.tls`: the handshake in the connection's task, under its own timeout.
+            Some(t) => {
+                let (t, builder, watcher) = (t.clone(), builder.clone(), graceful.watcher());
+                tokio::spawn(async move {
+                    if let Some(stream) = t.accept_admin(stream).await {
+                        let conn =
+                            watcher.watch(builder.serve_connection(TokioIo::new(stream), svc));
+                        let _ = conn.await;
+                    }
+                    drop(slot);
+                });
+            }
+        }
     }
     drop(listener);
+    if let Some(t) = &tls {
+        t.stop_watching();
+    }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
     Ok(())
 }

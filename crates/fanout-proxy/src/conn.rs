@@ -29,6 +29,7 @@ use futures_util::task::AtomicWaker;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::server::graceful::GracefulConnection;
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -100,7 +101,8 @@ fn dur_ms(d: Duration) -> u64 {
 /// The state of one connection the supervisor, the socket and the handlers share.
 pub struct ConnShared {
     id: u64,
-    opened_ms: u64,
+    /// The accept, or the end of the TLS handshake (the first-byte timer starts there).
+    opened_ms: AtomicU64,
     /// `PROTO_*`: unknown until the first bytes decide (HTTP/2 once the whole preface arrived).
     proto: AtomicU8,
     /// When the protocol was decided.
@@ -133,7 +135,7 @@ impl ConnShared {
         let now = now_ms();
         ConnShared {
             id,
-            opened_ms: now,
+            opened_ms: AtomicU64::new(now),
             proto: AtomicU8::new(PROTO_UNKNOWN),
             ready_ms: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
@@ -184,7 +186,7 @@ impl ConnShared {
     /// May be closed to make room: idle, or still silent since the accept.
     fn evictable(&self) -> Option<u64> {
         if self.proto() == PROTO_UNKNOWN {
-            (self.quiet()).then_some(self.opened_ms)
+            (self.quiet()).then(|| self.opened_ms.load(Ordering::Relaxed))
         } else {
             self.idle().then(|| self.idle_since())
         }
@@ -201,18 +203,31 @@ impl Drop for ActiveRequest {
     }
 }
 
+/// A client connection's stream: a TCP socket, or a TLS stream over one (`tls.rs`).
+pub trait Socket: AsyncRead + AsyncWrite + Unpin {
+    /// Close with a reset (not FIN) when dropped: unsent data is discarded at once.
+    fn reset_on_drop(&self);
+}
+
+impl Socket for TcpStream {
+    fn reset_on_drop(&self) {
+        let _ = self.set_zero_linger();
+    }
+}
+
 /// The client socket, recording what the connection's timers need: the first bytes (which
-/// decide the protocol), HTTP/1 request heads starting, and whether writes are refused.
-pub struct TrackedIo {
-    inner: TcpStream,
+/// decide the protocol), HTTP/1 request heads starting, and whether writes are refused. Over
+/// TLS it wraps the TLS stream, so it sees the decrypted bytes.
+pub struct TrackedIo<S: Socket = TcpStream> {
+    inner: S,
     sh: Arc<ConnShared>,
     /// Bytes of the HTTP/2 preface matched so far, while the protocol is unknown.
     preface: usize,
 }
 
-impl TrackedIo {
+impl<S: Socket> TrackedIo<S> {
     /// Wrap an accepted socket; its reads and writes update the connection's state `sh`.
-    pub fn new(inner: TcpStream, sh: Arc<ConnShared>) -> TrackedIo {
+    pub fn new(inner: S, sh: Arc<ConnShared>) -> TrackedIo<S> {
         TrackedIo {
             inner,
             sh,
@@ -235,15 +250,15 @@ impl TrackedIo {
     }
 }
 
-impl Drop for TrackedIo {
+impl<S: Socket> Drop for TrackedIo<S> {
     fn drop(&mut self) {
         if self.sh.reset_on_close.load(Ordering::Relaxed) {
-            let _ = self.inner.set_zero_linger();
+            self.inner.reset_on_drop();
         }
     }
 }
 
-impl AsyncRead for TrackedIo {
+impl<S: Socket> AsyncRead for TrackedIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -261,7 +276,7 @@ impl AsyncRead for TrackedIo {
     }
 }
 
-impl AsyncWrite for TrackedIo {
+impl<S: Socket> AsyncWrite for TrackedIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -407,6 +422,8 @@ enum Kind {
     HeaderRead,
     Idle,
     Send,
+    /// The TLS handshake (`tls.handshake_timeout`).
+    TlsHandshake,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -429,6 +446,7 @@ struct Counters {
     header_read: AtomicU64,
     idle: AtomicU64,
     send: AtomicU64,
+    tls_handshake: AtomicU64,
     closed_at_shutdown: AtomicU64,
 }
 
@@ -665,6 +683,7 @@ impl Connections {
             Kind::HeaderRead => &c.header_read,
             Kind::Idle => &c.idle,
             Kind::Send => &c.send,
+            Kind::TlsHandshake => &c.tls_handshake,
         }
         .fetch_add(1, Ordering::Relaxed);
     }
@@ -688,6 +707,7 @@ impl Connections {
                 "header_read": get(&c.header_read),
                 "idle": get(&c.idle),
                 "send": get(&c.send),
+                "tls_handshake": get(&c.tls_handshake),
             },
         })
     }
@@ -743,6 +763,58 @@ pub fn default_max_connections(nofile: Option<u64>) -> usize {
         Some(n) => {
             let n = n.min(1 << 22) as usize;
             n.saturating_sub((n / 4).max(64)).max(16)
+        }
+    }
+}
+
+/// What a connection does before HTTP (the TLS handshake), under its limits: `timeout`, the
+/// connection cap (a connection still in its handshake is silent, so it may be closed for
+/// room) and shutdown. `Ok` with `fut`'s output (the first-byte timer starts now); `Err(true)`
+/// when `timeout` ran out (counted), `Err(false)` when `fut` gave nothing or the connection was
+/// closed otherwise — then the connection is deregistered.
+pub async fn setup<T>(
+    fut: impl Future<Output = Option<T>>,
+    sh: &Arc<ConnShared>,
+    conns: &Connections,
+    timeout: Duration,
+) -> Result<T, bool> {
+    let sleep = tokio::time::sleep(timeout);
+    tokio::pin!(sleep);
+    tokio::pin!(fut);
+    let out = std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(v.ok_or(false));
+        }
+        sh.waker.register(cx.waker());
+        if sh.evict_asked.swap(false, Ordering::AcqRel) {
+            conns
+                .counters
+                .closed_idle_for_pressure
+                .fetch_add(1, Ordering::Relaxed);
+            return Poll::Ready(Err(false));
+        }
+        if conns.phase() != Phase::Serving {
+            conns
+                .counters
+                .closed_at_shutdown
+                .fetch_add(1, Ordering::Relaxed);
+            return Poll::Ready(Err(false));
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            conns.count(Kind::TlsHandshake);
+            return Poll::Ready(Err(true));
+        }
+        Poll::Pending
+    })
+    .await;
+    match out {
+        Ok(v) => {
+            sh.opened_ms.store(now_ms(), Ordering::Relaxed);
+            Ok(v)
+        }
+        Err(e) => {
+            conns.deregister(sh);
+            Err(e)
         }
     }
 }
@@ -895,7 +967,7 @@ fn look<C: GracefulConnection>(
 fn hard_limits(sh: &ConnShared, l: &Limits, now: u64, mut next: u64) -> Result<u64, Kind> {
     let proto = sh.proto();
     if proto == PROTO_UNKNOWN {
-        let end = sh.opened_ms + l.first_byte_ms;
+        let end = sh.opened_ms.load(Ordering::Relaxed) + l.first_byte_ms;
         if now >= end {
             return Err(Kind::FirstByte);
         }

@@ -28,6 +28,7 @@ pub mod request_id;
 pub mod server;
 pub mod stack;
 pub mod telemetry;
+pub mod tls;
 pub mod watchdog;
 
 use arc_swap::ArcSwap;
@@ -85,6 +86,10 @@ pub struct Gateway {
     record_metrics: bool,
     /// Liveness and readiness flags (process-lived).
     health: Arc<health::Health>,
+    /// TLS on the client listener (`tls:`) and on the admin listener (`admin.tls`).
+    pub tls: Option<Arc<tls::TlsListener>>,
+    /// TLS on the admin listener.
+    pub admin_tls: Option<Arc<tls::TlsListener>>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -160,6 +165,16 @@ impl Gateway {
         let record = cfg.admin.metrics.then_some(&*metrics);
         let built = reload::build_live(cfg.clone(), None, None, &adm, record)?;
         let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
+        let listener_tls = |name, t: &Option<fanout_config::ListenerTls>| {
+            t.as_ref()
+                .map(|t| tls::TlsListener::new(name, t).map(Arc::new))
+                .transpose()
+                .map_err(|e| ConfigErrors::from(e.in_file(&cfg.file)))
+        };
+        let (tls, admin_tls) = (
+            listener_tls("main", &cfg.tls)?,
+            listener_tls("admin", &cfg.admin.tls)?,
+        );
         share_memory_budget(&built.live, &bodies);
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
@@ -182,6 +197,8 @@ impl Gateway {
             metrics,
             record_metrics: cfg.admin.metrics,
             health,
+            tls,
+            admin_tls,
         })
     }
 
@@ -319,6 +336,7 @@ impl Gateway {
             "cors": live.cors.status_json(),
             "rate_limits": live.rate_limits.status_json(),
             "auth": live.auth.status_json(),
+            "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
         // Each runtime's sections (`models`, `models_watcher`).
         if let Some(o) = status.as_object_mut() {

@@ -314,6 +314,14 @@ pub(crate) fn build_request<'a, K: ParamKey>(
             body,
             client,
             auth,
+            // The connection's, made once per connection (`tls.rs`); `null` on plain ones.
+            tls: match reads.tls {
+                true => parts
+                    .extensions
+                    .get::<std::sync::Arc<crate::tls::TlsInfo>>()
+                    .map_or(Val::Null, |t| t.val()),
+                false => Val::Null,
+            },
         },
         reads,
     ))

@@ -313,6 +313,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<String> {
     if old.admin != new.admin {
         out.push("admin".to_string());
     }
+    // The files are reloaded when they change (`tls.rs`); the settings at restart.
+    if old.tls != new.tls {
+        out.push("tls".to_string());
+    }
     out
 }
 

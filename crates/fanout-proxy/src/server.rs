@@ -4,10 +4,11 @@
 //! `request_body.rs`; what the client is answered (status, JSON error body) in `answer.rs`.
 
 use crate::answer::{ApiError, outcome_response};
-use crate::conn::{Connections, TrackedBody, TrackedIo};
+use crate::conn::{Connections, Socket, TrackedBody, TrackedIo};
 use crate::lifecycle::Req;
 use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::Failure;
+use crate::tls::TlsInfo;
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_protocol::headers::find_headers;
@@ -223,6 +224,10 @@ pub async fn serve(
     let builder = Arc::new(builder);
     let conns: Arc<Connections> = gateway.conns.clone();
     let grace = gateway.limits.shutdown_grace.0;
+    let tls = gateway.tls.clone();
+    if let Some(t) = &tls {
+        t.watch();
+    }
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -248,36 +253,76 @@ pub async fn serve(
         }
         let _ = stream.set_nodelay(true);
         let sh = conns.register();
-        let gw = gateway.clone();
-        let on_conn = sh.clone();
-        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-            // The peer's address, for the client address (`ratelimit.rs`).
-            req.extensions_mut()
-                .insert(crate::ratelimit::PeerAddr(peer));
-            let gw = gw.clone();
-            let sh = on_conn.clone();
-            async move {
-                let active = sh.request();
-                // Boxed: the request's whole future (flow, calls, respond) is made once on the
-                // heap — in place, not built on the stack and copied (`pinned`) — and the
-                // per-stream future HTTP/2 spawns (and moves) stays small.
-                let resp = fanout_layers::boxed::pinned(|| gw.handle(req))
-                    .await
-                    .map(|b| TrackedBody::new(b, sh.clone()));
-                drop(active);
-                Ok::<_, Infallible>(resp)
+        match &tls {
+            None => {
+                let conn = serve_connection(&builder, &gateway, stream, &sh, peer, None);
+                tokio::spawn(crate::conn::drive(conn, sh, conns.clone()));
             }
-        });
-        let conn = builder
-            .serve_connection(TokioIo::new(TrackedIo::new(stream, sh.clone())), svc)
-            .into_owned();
-        tokio::spawn(crate::conn::drive(conn, sh, conns.clone()));
+            // The handshake runs in the connection's own task, after the connection was
+            // admitted and registered: the cap counts it, its timeout closes a silent client.
+            Some(t) => {
+                let (t, builder, gw, conns) =
+                    (t.clone(), builder.clone(), gateway.clone(), conns.clone());
+                tokio::spawn(async move {
+                    let Some((stream, info)) = t.accept(stream, &sh, &conns).await else {
+                        return;
+                    };
+                    let conn = serve_connection(&builder, &gw, stream, &sh, peer, Some(info));
+                    crate::conn::drive(conn, sh, conns).await
+                });
+            }
+        }
     }
     drop(listener);
+    if let Some(t) = &tls {
+        t.stop_watching();
+    }
     conns.shutdown(grace).await;
     // The spans of the last requests.
     gateway.telemetry.shutdown().await;
     Ok(())
+}
+
+/// One accepted connection (plain, or TLS after its handshake) served by hyper: each request
+/// gets the peer's address and, over TLS, the connection's [`TlsInfo`] (an `Arc`, no
+/// allocation per request).
+fn serve_connection<S: Socket + Send + 'static>(
+    builder: &Arc<auto::Builder<TokioExecutor>>,
+    gateway: &Arc<Gateway>,
+    stream: S,
+    sh: &Arc<crate::conn::ConnShared>,
+    peer: std::net::SocketAddr,
+    tls: Option<Arc<TlsInfo>>,
+) -> impl hyper_util::server::graceful::GracefulConnection<
+    Error = Box<dyn std::error::Error + Send + Sync>,
+> + Send
++ 'static {
+    let gw = gateway.clone();
+    let on_conn = sh.clone();
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        // The peer's address, for the client address (`ratelimit.rs`).
+        req.extensions_mut()
+            .insert(crate::ratelimit::PeerAddr(peer));
+        if let Some(info) = &tls {
+            req.extensions_mut().insert(info.clone());
+        }
+        let gw = gw.clone();
+        let sh = on_conn.clone();
+        async move {
+            let active = sh.request();
+            // Boxed: the request's whole future (flow, calls, respond) is made once on the
+            // heap — in place, not built on the stack and copied (`pinned`) — and the
+            // per-stream future HTTP/2 spawns (and moves) stays small.
+            let resp = fanout_layers::boxed::pinned(|| gw.handle(req))
+                .await
+                .map(|b| TrackedBody::new(b, sh.clone()));
+            drop(active);
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    builder
+        .serve_connection(TokioIo::new(TrackedIo::new(stream, sh.clone())), svc)
+        .into_owned()
 }
 
 #[cfg(test)]

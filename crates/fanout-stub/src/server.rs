@@ -405,6 +405,7 @@ impl RequestView<'_> {
             body: body_val,
             client: None,
             auth: Val::Null,
+            tls: Val::Null,
         });
         let mut out = Vec::with_capacity(128);
         let v = expr

@@ -59,3 +59,4 @@ mod shared_calls;
 mod signals;
 mod telemetry;
 mod tls;
+mod tls_listener;

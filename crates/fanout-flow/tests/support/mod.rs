@@ -373,6 +373,7 @@ impl Req {
             body: from_serde(&self.body),
             client: None,
             auth: fanout_expr::Val::Null,
+            tls: fanout_expr::Val::Null,
         })
     }
 }

@@ -62,6 +62,10 @@ pub struct Line<'a> {
     /// (`server.trusted_proxies`); absent when unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// The subject of the client's verified TLS certificate (`tls.client_auth`); absent
+    /// without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_client: Option<&'a str>,
     /// The answer's status.
     pub status: u16,
     /// From arrival to the answer, in ms.

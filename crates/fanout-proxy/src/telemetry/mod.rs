@@ -255,6 +255,10 @@ impl<'a> RequestTelemetry<'a> {
             route: self.route,
             path: parts.uri.path(),
             client: client().map(|ip| ip.to_string()),
+            tls_client: parts
+                .extensions
+                .get::<Arc<crate::tls::TlsInfo>>()
+                .and_then(|t| t.client_subject()),
             status: status.as_u16(),
             duration_ms: (total.as_secs_f64() * 1e6).round() / 1e3,
             bytes_in: self.bytes_in,
