@@ -98,6 +98,7 @@ impl Config {
                 step_check(name, step, errs);
             }
         }
+        self.compression.check(errs);
         self.admission_check(errs);
         self.expressions_check(errs);
         self.models.limits.check(errs);

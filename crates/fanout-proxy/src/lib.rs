@@ -11,6 +11,7 @@ mod answer;
 mod auth;
 pub mod body;
 pub(crate) mod coalesce;
+mod compression;
 pub mod conn;
 mod cors;
 pub mod errlog;
@@ -85,6 +86,8 @@ pub struct Gateway {
     record_metrics: bool,
     /// Liveness and readiness flags (process-lived).
     health: Arc<health::Health>,
+    /// Answers compressed, request bodies decoded (`compression.rs`).
+    compression_stats: compression::CompressionStats,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -127,6 +130,8 @@ pub struct Live {
     route_names: Vec<String>,
     /// The routes' and the defaults' CORS policies (`cors.rs`).
     cors: cors::CorsTable,
+    /// Answer compression and request decoding (`compression.rs`).
+    compression: compression::CompressionTable,
     /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
     rate_limits: ratelimit::RateLimits,
     /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
@@ -182,6 +187,7 @@ impl Gateway {
             metrics,
             record_metrics: cfg.admin.metrics,
             health,
+            compression_stats: compression::CompressionStats::default(),
         })
     }
 
@@ -317,6 +323,7 @@ impl Gateway {
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
+            "compression": self.compression_stats().status_json(),
             "rate_limits": live.rate_limits.status_json(),
             "auth": live.auth.status_json(),
         });
