@@ -387,7 +387,7 @@ impl Gateway {
         let c = match request_coding(&live.compression, headers) {
             Ok(None) => return Ok(bytes),
             Ok(Some(c)) => c,
-            Err(e) => return Err(refused(e)),
+            Err(Unsupported) => return Err(refused(unsupported(&live.compression))),
         };
         let decoded = if bytes.len() > 64 * 1024 {
             self.compute
@@ -440,7 +440,7 @@ impl Gateway {
 fn request_coding(
     table: &CompressionTable,
     headers: &HeaderMap,
-) -> Result<Option<Coding>, ApiError> {
+) -> Result<Option<Coding>, Unsupported> {
     let mut codings = headers
         .get_all(CONTENT_ENCODING)
         .iter()
@@ -450,33 +450,38 @@ fn request_coding(
     let Some(first) = codings.next() else {
         return Ok(None);
     };
-    let unsupported = || {
-        let accepted: Vec<&str> = table.decode.iter().map(|c| c.name()).collect();
-        let message = if accepted.is_empty() {
-            "request bodies with a Content-Encoding are not accepted".to_string()
-        } else {
-            format!(
-                "the request body's Content-Encoding is not accepted (accepted: {})",
-                accepted.join(", ")
-            )
-        };
-        let mut e = ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_encoding",
-            message,
-        );
-        if let Some(v) = accept_encoding_value(&table.decode) {
-            e.headers.push((ACCEPT_ENCODING, v));
-        }
-        e
-    };
     if codings.next().is_some() {
-        return Err(unsupported());
+        return Err(Unsupported);
     }
     Coding::from_token(first)
         .filter(|c| table.decode.contains(c))
         .map(Some)
-        .ok_or_else(unsupported)
+        .ok_or(Unsupported)
+}
+
+/// A request body's `Content-Encoding` that the config does not accept (or several).
+struct Unsupported;
+
+/// 415 `unsupported_encoding`, with `Accept-Encoding` naming the codings accepted.
+fn unsupported(table: &CompressionTable) -> ApiError {
+    let accepted: Vec<&str> = table.decode.iter().map(|c| c.name()).collect();
+    let message = if accepted.is_empty() {
+        "request bodies with a Content-Encoding are not accepted".to_string()
+    } else {
+        format!(
+            "the request body's Content-Encoding is not accepted (accepted: {})",
+            accepted.join(", ")
+        )
+    };
+    let mut e = ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_encoding",
+        message,
+    );
+    if let Some(v) = accept_encoding_value(&table.decode) {
+        e.headers.push((ACCEPT_ENCODING, v));
+    }
+    e
 }
 
 /// `Accept-Encoding` naming `codings` (RFC 9110 §12.5.3: a 415 for a request's coding says

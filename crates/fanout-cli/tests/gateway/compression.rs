@@ -409,10 +409,13 @@ routes:
     );
 }
 
+/// Each request's path and the `Accept-Encoding` it carried.
+type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
 /// A backend that answers encoded bodies and records the `Accept-Encoding` it was sent.
 struct EncodingBackend {
     addr: std::net::SocketAddr,
-    accept: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    accept: Seen,
 }
 
 /// The JSON every encoded answer decodes to.
@@ -422,7 +425,7 @@ impl EncodingBackend {
     async fn start() -> EncodingBackend {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accept = Arc::new(Mutex::new(Vec::new()));
+        let accept: Seen = Arc::default();
         let seen = accept.clone();
         let gz_bomb = bytes::Bytes::from(bomb(Coding::Gzip, 1024));
         let zst_bomb = bytes::Bytes::from(bomb(Coding::Zstd, 1024));
