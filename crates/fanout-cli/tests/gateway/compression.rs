@@ -37,6 +37,7 @@ compression:
   response:
     enabled: true
     min_bytes: 1024
+    compute_above_bytes: 20000
   request:
     decode: [gzip, br, zstd]
 server:
@@ -61,6 +62,16 @@ routes:
     cors: {{ origins: [https://app.example.com] }}
     flow: {{}}
     respond: {{ body: {ITEMS} }}
+  - path: /tagged
+    flow: {{}}
+    respond:
+      body: '[range(0; 100) | {{id: ., name: "item \(.)"}}]'
+      headers: {{ etag: '"\"v1\""' }}
+  - path: /no-transform
+    flow: {{}}
+    respond:
+      body: {ITEMS}
+      headers: {{ cache-control: '"public, no-transform"' }}
   - path: /echo
     method: POST
     flow: {{}}
@@ -178,6 +189,26 @@ async fn answers_are_compressed_by_what_the_client_accepts() {
     let head = send(&c, Method::HEAD, &url, &[("accept-encoding", "gzip")], "").await;
     assert_eq!(head.header("content-encoding"), None, "HEAD");
 
+    // `Cache-Control: no-transform`: as it is. A strong ETag becomes weak when the answer is
+    // encoded (this one, ~3 KB, inline: under compute_above_bytes).
+    let nt = get_with(&c, &format!("http://{}/no-transform", gw.addr), all).await;
+    assert_eq!(nt.header("content-encoding"), None, "no-transform");
+    assert_eq!(nt.body, plain.body);
+    let tagged_url = format!("http://{}/tagged", gw.addr);
+    let tagged = get_with(&c, &tagged_url, Some("gzip")).await;
+    assert_eq!(tagged.header("content-encoding"), Some("gzip"));
+    assert_eq!(tagged.header("etag"), Some(r#"W/"v1""#));
+    assert_eq!(
+        decoded(&tagged),
+        get_with(&c, &tagged_url, None).await.body,
+        "the small answer decodes to the plain one"
+    );
+    assert_eq!(
+        get_with(&c, &tagged_url, None).await.header("etag"),
+        Some(r#""v1""#),
+        "plain: the strong ETag as it is"
+    );
+
     // A CORS route: Vary names both.
     let cors = send(
         &c,
@@ -205,6 +236,9 @@ async fn answers_are_compressed_by_what_the_client_accepts() {
     let before = comp["bytes_before"]["gzip"].as_u64().unwrap();
     let after = comp["bytes_after"]["gzip"].as_u64().unwrap();
     assert!(after * 4 <= before, "{comp}");
+    // The large answers (~60 KB, over compute_above_bytes) were encoded on the compute pool.
+    let compute = &status["runtime"]["compute"];
+    assert!(compute["done"].as_u64().unwrap() >= 9, "{compute}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
