@@ -178,3 +178,55 @@ impl Compression {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    fn load(yaml: &str) -> Result<Config, String> {
+        let full = format!("{yaml}\nroutes: []\n");
+        Config::from_yaml("fanout.yaml", &full, &|_: &str| None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_off_with_low_levels() {
+        let c = load("").unwrap();
+        let r = &c.compression.response;
+        assert!(!r.enabled);
+        assert_eq!((r.levels.gzip, r.levels.br, r.levels.zstd), (1, 3, 1));
+        assert_eq!(r.min_bytes, 1024);
+        assert!(c.compression.request.decode.is_empty());
+    }
+
+    #[test]
+    fn bad_settings_are_refused_at_load() {
+        for (yaml, says) in [
+            (
+                "compression: {response: {levels: {gzip: 0}}}",
+                "levels.gzip` is 0",
+            ),
+            ("compression: {response: {levels: {br: 12}}}", "levels.br"),
+            (
+                "compression: {response: {levels: {zstd: 22}}}",
+                "levels.zstd",
+            ),
+            (
+                "compression: {response: {algorithms: [gzip, gzip]}}",
+                "twice",
+            ),
+            (
+                "compression: {response: {enabled: true, algorithms: []}}",
+                "is empty",
+            ),
+            (
+                "compression: {response: {content_types: [json]}}",
+                "not a media type",
+            ),
+            ("compression: {request: {decode: [deflate]}}", "deflate"),
+        ] {
+            let e = load(yaml).expect_err(yaml);
+            assert!(e.contains(says), "{yaml}: {e}");
+        }
+        assert!(load("compression: {response: {levels: {gzip: 9, br: 11, zstd: 19}}}").is_ok());
+    }
+}
