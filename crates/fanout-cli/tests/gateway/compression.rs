@@ -691,3 +691,60 @@ impl Serve {
             .unwrap_or_else(|| panic!("no VmHWM in {status}"))
     }
 }
+
+/// gRPC answers never get an HTTP `Content-Encoding`, even with compression on for every
+/// `application/*` type and a client that accepts gzip; the same route called with JSON is
+/// compressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_answers_are_never_http_compressed() {
+    use crate::grpc::{Profile, ProfileRequest, example};
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let config = format!(
+        "{}\ncompression:\n  response: {{ enabled: true, min_bytes: 1, content_types: [\"application/*\"] }}\n",
+        example("fanout.yaml")
+    );
+    let gw = gateway(&config, &stubs).await;
+    let path = "/demo.v1.ProfileGateway/GetProfile";
+
+    // A gRPC client that says it accepts gzip: a plain gRPC answer it decodes.
+    let origin: http::Uri = format!("http://{}", gw.addr).parse().unwrap();
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<tonic::body::Body>();
+    let mut grpc = tonic::client::Grpc::with_origin(h2, origin);
+    grpc.ready().await.unwrap();
+    let mut req = tonic::Request::new(ProfileRequest {
+        user_id: "u1".into(),
+    });
+    req.metadata_mut()
+        .insert("accept-encoding", "gzip, br, zstd".parse().unwrap());
+    let resp = grpc
+        .unary(
+            req,
+            http::uri::PathAndQuery::from_static("/demo.v1.ProfileGateway/GetProfile"),
+            tonic_prost::ProstCodec::<ProfileRequest, Profile>::default(),
+        )
+        .await
+        .unwrap();
+    assert!(resp.metadata().get("content-encoding").is_none());
+    let p = resp.into_inner();
+    assert_eq!(p.user.unwrap().id, "u1");
+    assert_eq!(p.orders.len(), 2);
+
+    // The same route called with JSON: compressed.
+    let r = send(
+        &client(false),
+        Method::POST,
+        &format!("http://{}{path}", gw.addr),
+        &[
+            ("content-type", "application/json"),
+            ("accept-encoding", "gzip"),
+        ],
+        r#"{"user_id": "u1"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let v: serde_json::Value = serde_json::from_slice(&decoded(&r)).unwrap();
+    assert_eq!(v["user"]["id"], "u1", "{v}");
+}
