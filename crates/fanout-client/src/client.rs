@@ -127,6 +127,8 @@ pub struct HttpBackend {
     client: HttpClient,
     headers: HeaderMap,
     max_response_bytes: usize,
+    /// `accept_encoding`: the `Accept-Encoding` sent (`None`: none).
+    accept_encoding: Option<HeaderValue>,
     /// `protocol: grpc`: the largest answer message accepted.
     grpc: Option<usize>,
     /// HTTP/1 (the `Host` header is ours to set).
@@ -246,6 +248,7 @@ impl HttpBackend {
             client: cb.build(connector),
             headers,
             max_response_bytes: cfg.max_response_bytes,
+            accept_encoding: crate::decode::accept_encoding(&cfg.accept_encoding),
             grpc: (cfg.protocol == Protocol::Grpc).then_some(cfg.max_message_bytes),
             http1: !cfg.protocol.is_http2(),
         })
@@ -408,6 +411,7 @@ async fn exchange_h1(
     let (parts, body) = resp.into_parts();
     let body = read_body(body, limit).await?;
     pool.put(conn);
+    let body = crate::decode::decode_answer(&parts.headers, body, limit).await?;
     Ok(CallResponse {
         status: parts.status,
         body,
@@ -433,6 +437,7 @@ async fn exchange(
     })?;
     let (parts, body) = resp.into_parts();
     let body = read_body(body, limit).await?;
+    let body = crate::decode::decode_answer(&parts.headers, body, limit).await?;
     Ok(CallResponse {
         status: parts.status,
         body,
@@ -609,6 +614,12 @@ impl Backend for HttpBackend {
                 }
                 if let Some(span) = &span {
                     span.inject(h);
+                }
+                // `accept_encoding`: compressed answers asked for (decoded by `decode.rs`).
+                if let Some(v) = self.accept_encoding.as_ref().filter(|_| grpc.is_none())
+                    && !h.contains_key(http::header::ACCEPT_ENCODING)
+                {
+                    h.insert(http::header::ACCEPT_ENCODING, v.clone());
                 }
                 if grpc.is_some() {
                     h.insert(

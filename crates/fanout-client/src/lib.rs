@@ -7,6 +7,7 @@
 pub mod balance;
 mod body;
 pub mod client;
+mod decode;
 mod h1pool;
 
 pub use client::{HttpBackend, PROTOCOL};

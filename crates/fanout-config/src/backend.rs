@@ -96,6 +96,12 @@ pub struct Backend {
     /// Largest accepted answer body in bytes; larger answers fail the call (502). Default 16 MiB.
     #[serde(default = "default_max_response")]
     pub max_response_bytes: usize,
+    /// The codings asked for in `Accept-Encoding` (`[gzip, br, zstd]`, preferred first).
+    /// Answers in gzip, br or zstd are decoded whether asked or not, `max_response_bytes`
+    /// applying to the decoded size (a body decoding past it is a 502 `bad_backend_answer`);
+    /// any other `Content-Encoding` is a 502 `bad_backend_answer`. Default: none asked.
+    #[serde(default)]
+    pub accept_encoding: Vec<crate::ContentCoding>,
     /// Idle pooled connections are closed after this long; default 90s.
     #[serde(default = "default_idle")]
     pub pool_idle_timeout: Dur,

@@ -98,6 +98,7 @@ impl Config {
                 step_check(name, step, errs);
             }
         }
+        self.compression.check(errs);
         self.admission_check(errs);
         for (at, tls) in [("tls", &self.tls), ("admin.tls", &self.admin.tls)] {
             if let Some(t) = tls {

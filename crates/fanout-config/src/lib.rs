@@ -12,6 +12,7 @@ mod admin;
 pub mod auth;
 mod backend;
 mod check;
+pub mod compression;
 mod contract;
 mod cors;
 mod duration;
@@ -31,6 +32,7 @@ mod telemetry;
 pub mod tls;
 mod unknown;
 
+pub use compression::{Compression, ContentCoding, RouteCompression};
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 pub use cors::Cors;
 
@@ -110,6 +112,9 @@ pub struct Config {
     /// A Redis shared by the gateway's instances: the second level of the answer caches of the
     /// backends with `cache: {l2: true}`. Default: none (caches are in memory only).
     pub redis: Option<RedisConfig>,
+    /// HTTP compression: answers, request bodies (docs/config.md#compression). Default: off.
+    #[serde(default)]
+    pub compression: Compression,
     /// Named rate-limit policies that routes apply with `rate_limit:` (docs/config.md#rate-limits).
     #[serde(default)]
     pub rate_limits: ratelimit::RateLimits,

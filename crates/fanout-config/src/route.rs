@@ -86,6 +86,9 @@ pub struct Route {
     /// Authentication: who may call this route (docs/config.md#auth--authentication). Defaults to
     /// `defaults.auth`.
     pub auth: Option<crate::auth::RouteAuth>,
+    /// `off`: this route's answers are never compressed (answers mixing secrets with reflected
+    /// input: BREACH). Defaults to `defaults.compression` (on).
+    pub compression: Option<crate::RouteCompression>,
 }
 
 fn no_path() -> Located<String> {

@@ -423,6 +423,9 @@ pub struct Defaults {
     pub rate_limit: Vec<crate::Located<String>>,
     /// Authentication of the routes that do not set `auth`; default none.
     pub auth: Option<crate::auth::RouteAuth>,
+    /// Compression of the routes that do not set `compression`; `off` turns answer
+    /// compression off for them. Default on (as `compression.response` says).
+    pub compression: Option<crate::RouteCompression>,
 }
 
 impl Default for Defaults {
@@ -437,6 +440,7 @@ impl Default for Defaults {
             cors: None,
             rate_limit: Vec::new(),
             auth: None,
+            compression: None,
         }
     }
 }

@@ -256,6 +256,10 @@ impl FlowError {
                 ErrorKind::BadBackendAnswer,
                 "the backend's answer is larger than allowed",
             ),
+            CallErrorKind::BadEncoding => (
+                ErrorKind::BadBackendAnswer,
+                "the backend's answer is in an encoding that does not decode",
+            ),
             CallErrorKind::Rejected(fanout_layers::backend::RejectReason::Pool) => (
                 ErrorKind::PoolExhausted,
                 "the database's connection pool is exhausted",
@@ -361,7 +365,7 @@ pub fn call_class(result: Result<(), &FlowError>) -> CallClass {
             CallErrorKind::Timeout => CallClass::Timeout,
             CallErrorKind::Connect => CallClass::Refused,
             CallErrorKind::Reset => CallClass::Reset,
-            CallErrorKind::BodyTooLarge => CallClass::BadAnswer,
+            CallErrorKind::BodyTooLarge | CallErrorKind::BadEncoding => CallClass::BadAnswer,
             CallErrorKind::Rejected(RejectReason::Bulkhead) => CallClass::RejectedBulkhead,
             CallErrorKind::Rejected(RejectReason::Breaker) => CallClass::RejectedBreaker,
             CallErrorKind::Rejected(RejectReason::Pool) => CallClass::RejectedPool,

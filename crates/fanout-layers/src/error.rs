@@ -16,6 +16,8 @@ pub enum CallErrorKind {
     Reset,
     /// The answer body was larger than the backend's `max_response_bytes`.
     BodyTooLarge,
+    /// The answer's `Content-Encoding` is not one fanout decodes, or its body does not decode.
+    BadEncoding,
     /// The call was refused locally before being sent: a full bulkhead or an open breaker.
     Rejected(RejectReason),
     /// The call is not a valid request of its protocol (e.g. a URI longer than the HTTP library

@@ -109,7 +109,9 @@ impl CallOutcome {
             CallOutcome::Failed(CallErrorKind::Timeout) => "timeout",
             CallOutcome::Failed(CallErrorKind::Connect) => "refused",
             CallOutcome::Failed(CallErrorKind::Reset) => "reset",
-            CallOutcome::Failed(CallErrorKind::BodyTooLarge) => "bad_answer",
+            CallOutcome::Failed(CallErrorKind::BodyTooLarge | CallErrorKind::BadEncoding) => {
+                "bad_answer"
+            }
             CallOutcome::Failed(CallErrorKind::Rejected(_)) => "rejected",
             CallOutcome::Failed(CallErrorKind::Invalid) => "invalid",
         }

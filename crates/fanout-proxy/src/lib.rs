@@ -11,6 +11,7 @@ mod answer;
 mod auth;
 pub mod body;
 pub(crate) mod coalesce;
+mod compression;
 pub mod conn;
 mod cors;
 pub mod errlog;
@@ -90,6 +91,8 @@ pub struct Gateway {
     pub tls: Option<Arc<tls::TlsListener>>,
     /// TLS on the admin listener.
     pub admin_tls: Option<Arc<tls::TlsListener>>,
+    /// Answers compressed, request bodies decoded (`compression.rs`).
+    compression_stats: compression::CompressionStats,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -132,6 +135,8 @@ pub struct Live {
     route_names: Vec<String>,
     /// The routes' and the defaults' CORS policies (`cors.rs`).
     cors: cors::CorsTable,
+    /// Answer compression and request decoding (`compression.rs`).
+    compression: compression::CompressionTable,
     /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
     rate_limits: ratelimit::RateLimits,
     /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
@@ -199,6 +204,7 @@ impl Gateway {
             health,
             tls,
             admin_tls,
+            compression_stats: compression::CompressionStats::default(),
         })
     }
 
@@ -334,6 +340,7 @@ impl Gateway {
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
+            "compression": self.compression_stats().status_json(),
             "rate_limits": live.rate_limits.status_json(),
             "auth": live.auth.status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),

@@ -72,7 +72,14 @@ impl Gateway {
         .await?;
         let deadline = self.deadline(&cx.parts.headers, route, start)?;
         let (body_val, _memory) = self
-            .read_body(&cx.parts.headers, body, start, deadline, &mut cx.tel)
+            .read_body(
+                cx.live,
+                &cx.parts.headers,
+                body,
+                start,
+                deadline,
+                &mut cx.tel,
+            )
             .await?;
         let request = build_request(
             cx.parts,

@@ -188,7 +188,9 @@ pub(crate) fn build_live(
         })
         .collect();
     let cors = crate::cors::CorsTable::build(&cfg, &plan.routes, &cfg.server.request_id_header);
+    let compression = crate::compression::CompressionTable::build(&cfg, &plan.routes);
     let live = Live {
+        compression,
         router,
         reference: plan.reference.clone(),
         caches,

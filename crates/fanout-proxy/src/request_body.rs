@@ -9,7 +9,7 @@ use crate::telemetry::RequestTelemetry;
 use bytes::Bytes;
 use fanout_expr::{Val, json};
 use http::HeaderMap;
-use http::header::CONTENT_LENGTH;
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::time::Duration;
@@ -24,6 +24,7 @@ impl Gateway {
     /// `$request.body` and the memory it holds, counted against the budget until the request ends.
     pub(crate) async fn read_body(
         &self,
+        live: &crate::Live,
         headers: &HeaderMap,
         body: Incoming,
         start: Instant,
@@ -31,12 +32,24 @@ impl Gateway {
         tel: &mut RequestTelemetry<'_>,
     ) -> Result<(Val, Option<Reservation>), ApiError> {
         let limit = self.limits.max_body_bytes;
-        let (bytes, memory) = self
+        let (bytes, mut memory) = self
             .read_bytes(headers, body, start, deadline, tel, limit)
             .await?;
-        if memory.is_none() {
+        let Some(held) = memory.as_mut() else {
             return Ok((Val::Null, None));
-        }
+        };
+        // A `Content-Encoding` body: the limit applies to its decoded size (`compression.rs`),
+        // and the decoded bytes count against the memory budget.
+        let bytes = if headers.contains_key(CONTENT_ENCODING) {
+            let decoded = self.decode_body(live, headers, bytes, limit).await?;
+            if held.grow(parsed_size_estimate(&decoded)).is_err() {
+                let budget = self.bodies.budget();
+                return Err(BodyRefusal::MemoryBudget { budget }.into());
+            }
+            decoded
+        } else {
+            bytes
+        };
         Ok((self.parse_body(&bytes)?, memory))
     }
 

@@ -47,6 +47,9 @@ impl Gateway {
             .cors
             .any()
             .then(|| live.cors.allowed(&live.router, &req));
+        // Compression (`compression.rs`): decided before the request is consumed, applied to
+        // the final answer.
+        let compress = live.compression.choose(&live.router, &req);
         let preflight = cors.as_ref().and_then(|_| {
             let expose = self.limits.expose_error_details;
             live.cors.preflight(&live.router, &req, &rid, expose)
@@ -74,6 +77,9 @@ impl Gateway {
                 resp
             }
         };
+        if let Some(chosen) = compress {
+            resp = self.compress(&live, chosen, resp).await;
+        }
         let status = resp
             .extensions()
             .get::<crate::grpc::EffectiveStatus>()

@@ -28,6 +28,7 @@ mod caching;
 mod cli;
 mod client_contract;
 mod coalesce;
+mod compression;
 mod config_errors;
 mod config_hints;
 mod config_reference;

@@ -82,6 +82,7 @@ impl Collector for State {
         rate_limits(live, &mut out)?;
         auth(live, &mut out)?;
         tls(gw, &mut out)?;
+        gw.compression_stats().metrics(&mut out)?;
         runtime(gw, &mut out)?;
         process_stats(&mut out)
     }

@@ -1,0 +1,82 @@
+//! Compressed backend answers (docs/config.md#compression): the `Accept-Encoding` a backend's
+//! `accept_encoding` asks for, and the decoding of an answer with a `Content-Encoding` — gzip,
+//! br or zstd, whether asked for or not — with `max_response_bytes` applying to the decoded
+//! size: decoding stops at the limit (a decompression bomb costs at most the limit, and fails
+//! the call as `BodyTooLarge`); any other coding, or data that does not decode, is
+//! `BadEncoding`. Both are 502 `bad_backend_answer` for the client.
+
+use bytes::Bytes;
+use fanout_compress::Coding;
+use fanout_config::ContentCoding;
+use fanout_layers::backend::{CallError, CallErrorKind};
+use http::HeaderMap;
+use http::HeaderValue;
+use http::header::CONTENT_ENCODING;
+
+/// Encoded answers smaller than this are decoded inline, larger ones on a blocking thread (a
+/// small body can still decode to the limit: the work is bounded by it either way).
+const INLINE_BYTES: usize = 1024;
+
+/// The `Accept-Encoding` of a backend's `accept_encoding` (`None` for none).
+pub(crate) fn accept_encoding(codings: &[ContentCoding]) -> Option<HeaderValue> {
+    if codings.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = codings
+        .iter()
+        .map(|c| match c {
+            ContentCoding::Gzip => "gzip",
+            ContentCoding::Br => "br",
+            ContentCoding::Zstd => "zstd",
+        })
+        .collect();
+    HeaderValue::from_str(&names.join(", ")).ok()
+}
+
+/// The answer's body decoded by its `Content-Encoding` (none or `identity`: as it is), at most
+/// `limit` bytes decoded.
+pub(crate) async fn decode_answer(
+    headers: &HeaderMap,
+    body: Bytes,
+    limit: usize,
+) -> Result<Bytes, CallError> {
+    let mut codings = headers
+        .get_all(CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("\u{0}").split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("identity"));
+    let Some(first) = codings.next() else {
+        return Ok(body);
+    };
+    let bad = |message: String| CallError::new(CallErrorKind::BadEncoding, message);
+    if codings.next().is_some() {
+        return Err(bad(
+            "the answer has several content codings; fanout decodes one".into(),
+        ));
+    }
+    let Some(coding) = Coding::from_token(first) else {
+        return Err(bad(format!(
+            "the answer's Content-Encoding `{}` is not one fanout decodes (gzip, br, zstd)",
+            first.chars().take(64).collect::<String>()
+        )));
+    };
+    if body.is_empty() {
+        return Ok(body);
+    }
+    let decoded = if body.len() <= INLINE_BYTES {
+        fanout_compress::decode(coding, &body, limit)
+    } else {
+        tokio::task::spawn_blocking(move || fanout_compress::decode(coding, &body, limit))
+            .await
+            .map_err(|e| bad(format!("decoding the answer failed: {e}")))?
+    };
+    match decoded {
+        Ok(d) => Ok(Bytes::from(d)),
+        Err(fanout_compress::Error::TooLarge { limit }) => Err(CallError::new(
+            CallErrorKind::BodyTooLarge,
+            format!("the {coding} answer decodes to more than max_response_bytes ({limit})"),
+        )),
+        Err(e) => Err(bad(format!("the {coding} answer does not decode: {e}"))),
+    }
+}

@@ -1,0 +1,496 @@
+//! fanout's content codings (docs/config.md#compression): gzip (flate2 on miniz_oxide), br
+//! (brotli) and zstd, with
+//!
+//! - [`encode`] (and [`gzip`]): a whole body at a level;
+//! - [`decode`] (and [`gunzip`]): a whole encoded body under a limit on the **decoded** size —
+//!   decoding stops at `limit + 1` bytes ([`Error::TooLarge`]), so a small body that would
+//!   decode to gigabytes never takes more than the limit (zstd frames asking for a window over
+//!   8 MiB, RFC 9659's bound for HTTP, are refused as corrupt);
+//! - [`negotiate`]: the coding of an answer from the client's `Accept-Encoding` (q-values,
+//!   `identity;q=0`, `*`), with the server's preference on ties.
+//!
+//! Knows nothing of HTTP bodies or the config: the gateway and the client call it with bytes.
+//! No codec is written here.
+
+#![forbid(unsafe_code)]
+
+use std::io::{self, Read, Write};
+
+/// A content coding fanout can encode and decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Coding {
+    /// `gzip` (RFC 1952; `x-gzip` is read as it).
+    Gzip,
+    /// `br` (brotli, RFC 7932).
+    Br,
+    /// `zstd` (RFC 8878, with RFC 9659's window bound).
+    Zstd,
+}
+
+/// Every coding, in fanout's default order of preference.
+pub const ALL: [Coding; 3] = [Coding::Zstd, Coding::Br, Coding::Gzip];
+
+/// The largest zstd window accepted when decoding: 2^23 = 8 MiB (RFC 9659).
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 23;
+
+impl Coding {
+    /// The token in `Content-Encoding` / `Accept-Encoding`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Br => "br",
+            Coding::Zstd => "zstd",
+        }
+    }
+
+    /// The coding a token names (without case; `x-gzip` is gzip), `None` for any other.
+    pub fn from_token(token: &str) -> Option<Coding> {
+        let t = token.trim();
+        if t.eq_ignore_ascii_case("gzip") || t.eq_ignore_ascii_case("x-gzip") {
+            Some(Coding::Gzip)
+        } else if t.eq_ignore_ascii_case("br") {
+            Some(Coding::Br)
+        } else if t.eq_ignore_ascii_case("zstd") {
+            Some(Coding::Zstd)
+        } else {
+            None
+        }
+    }
+
+    /// The levels each coding accepts: gzip 1–9, br 0–11, zstd 1–19 (fanout's bound; 20–22
+    /// need windows over RFC 9659's).
+    pub fn levels(self) -> std::ops::RangeInclusive<i32> {
+        match self {
+            Coding::Gzip => 1..=9,
+            Coding::Br => 0..=11,
+            Coding::Zstd => 1..=19,
+        }
+    }
+
+    /// A low, latency-friendly level: gzip 1, br 3, zstd 1.
+    pub fn default_level(self) -> i32 {
+        match self {
+            Coding::Gzip => 1,
+            Coding::Br => 3,
+            Coding::Zstd => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Coding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What encoding or decoding can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The decoded data would exceed the limit (decoding stopped there).
+    #[error("the decoded body exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit on the decoded size, in bytes.
+        limit: usize,
+    },
+    /// The data is not valid for its coding (or is cut short).
+    #[error("the {coding} data does not decode: {source}")]
+    Corrupt {
+        /// The coding it claimed.
+        coding: Coding,
+        /// What the decoder said.
+        source: io::Error,
+    },
+    /// The level is outside [`Coding::levels`].
+    #[error("{coding} level {level} is outside {min}..={max}")]
+    Level {
+        /// The coding.
+        coding: Coding,
+        /// The level given.
+        level: i32,
+        /// The lowest level.
+        min: i32,
+        /// The highest level.
+        max: i32,
+    },
+    /// Encoding failed (only an allocation failure of the codec can cause it).
+    #[error("{coding} encoding failed: {source}")]
+    Encode {
+        /// The coding.
+        coding: Coding,
+        /// What the encoder said.
+        source: io::Error,
+    },
+}
+
+fn check_level(coding: Coding, level: i32) -> Result<(), Error> {
+    let r = coding.levels();
+    if r.contains(&level) {
+        Ok(())
+    } else {
+        Err(Error::Level {
+            coding,
+            level,
+            min: *r.start(),
+            max: *r.end(),
+        })
+    }
+}
+
+/// Encode `data` whole with `coding` at `level` (checked against [`Coding::levels`]).
+pub fn encode(coding: Coding, level: i32, data: &[u8]) -> Result<Vec<u8>, Error> {
+    check_level(coding, level)?;
+    let enc_err = |source| Error::Encode { coding, source };
+    // A JSON answer compresses to well under half its size: start at a quarter.
+    let out = Vec::with_capacity(data.len() / 4 + 64);
+    match coding {
+        Coding::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(out, flate2::Compression::new(level as u32));
+            e.write_all(data).map_err(enc_err)?;
+            e.finish().map_err(enc_err)
+        }
+        Coding::Br => {
+            // Window 2^22 (4 MiB): brotli's default; smaller bodies use less.
+            let mut e = brotli::CompressorWriter::new(out, 4096, level as u32, 22);
+            e.write_all(data).map_err(enc_err)?;
+            e.flush().map_err(enc_err)?;
+            Ok(e.into_inner())
+        }
+        Coding::Zstd => {
+            let mut e = zstd::stream::write::Encoder::new(out, level).map_err(enc_err)?;
+            // The frame says how long the content is: a decoder sizes its buffer once.
+            e.set_pledged_src_size(Some(data.len() as u64))
+                .map_err(enc_err)?;
+            e.include_contentsize(true).map_err(enc_err)?;
+            e.write_all(data).map_err(enc_err)?;
+            e.finish().map_err(enc_err)
+        }
+    }
+}
+
+/// Decode `data`, encoded with `coding`, refusing to produce more than `limit` bytes: at most
+/// `limit + 1` decoded bytes are ever held ([`Error::TooLarge`]). Cut or corrupt data is
+/// [`Error::Corrupt`].
+pub fn decode(coding: Coding, data: &[u8], limit: usize) -> Result<Vec<u8>, Error> {
+    let corrupt = |source| Error::Corrupt { coding, source };
+    match coding {
+        Coding::Gzip => read_limited(flate2::read::MultiGzDecoder::new(data), coding, limit),
+        Coding::Br => read_limited(brotli::Decompressor::new(data, 4096), coding, limit),
+        Coding::Zstd => {
+            let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(corrupt)?;
+            d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(corrupt)?;
+            read_limited(d, coding, limit)
+        }
+    }
+}
+
+/// Read `r` to its end into a buffer that never grows past `limit + 1` bytes.
+fn read_limited(mut r: impl Read, coding: Coding, limit: usize) -> Result<Vec<u8>, Error> {
+    let cap = limit.saturating_add(1);
+    let mut out: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(Error::Corrupt { coding, source }),
+        };
+        let take = n.min(cap - out.len());
+        if out.capacity() - out.len() < take {
+            // Grow by doubling, but never past the cap: the buffer is bounded by the limit.
+            let want = (out.len().max(8 * 1024) * 2).min(cap);
+            out.reserve_exact(want.saturating_sub(out.len()).max(take));
+        }
+        out.extend_from_slice(chunk.get(..take).unwrap_or_default());
+        if out.len() > limit {
+            return Err(Error::TooLarge { limit });
+        }
+    }
+    Ok(out)
+}
+
+/// gzip `data` at `level` (1–9).
+pub fn gzip(data: &[u8], level: i32) -> Result<Vec<u8>, Error> {
+    encode(Coding::Gzip, level, data)
+}
+
+/// Decode gzip `data` to at most `limit` bytes (see [`decode`]).
+pub fn gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, Error> {
+    decode(Coding::Gzip, data, limit)
+}
+
+/// The outcome of [`negotiate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Encode with this coding.
+    Encode(Coding),
+    /// Send the body as it is (the client accepts it, or did not say).
+    Identity,
+    /// The client refuses every coding offered and `identity` too (`identity;q=0` or `*;q=0`
+    /// with nothing offered acceptable). A server may answer 406; fanout sends the body as it
+    /// is (RFC 9110 §12.5.3 allows it).
+    NotAcceptable,
+}
+
+/// One `Accept-Encoding` element's weight in thousandths (`q=0.5` → 500), `None` when its
+/// q is malformed (the element is ignored, as if absent).
+fn weight(params: &str) -> Option<u16> {
+    let mut q = 1000;
+    for p in params.split(';') {
+        let p = p.trim();
+        if p.is_empty() {
+            continue;
+        }
+        let (k, v) = p.split_once('=')?;
+        if !k.trim().eq_ignore_ascii_case("q") {
+            continue;
+        }
+        q = parse_q(v.trim())?;
+    }
+    Some(q)
+}
+
+/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )` in thousandths.
+fn parse_q(v: &str) -> Option<u16> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut thousandths: u16 = 0;
+    for (i, b) in frac.bytes().enumerate() {
+        thousandths += u16::from(b - b'0') * [100, 10, 1].get(i).copied().unwrap_or(0);
+    }
+    match int {
+        "0" => Some(thousandths),
+        "1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// Choose the coding of an answer: `accept` is the request's `Accept-Encoding` (`None` when
+/// absent: [`Choice::Identity`]); `offered` the codings the server may use, most preferred
+/// first. The offered coding with the highest q above 0 wins (a coding not named takes the q of
+/// `*` if present, else is not acceptable), the server's order breaking ties; it is not used
+/// when the client names `identity` with a higher q. Unknown codings and malformed elements
+/// are ignored.
+pub fn negotiate(accept: Option<&str>, offered: &[Coding]) -> Choice {
+    let Some(accept) = accept else {
+        return Choice::Identity;
+    };
+    let mut star: Option<u16> = None;
+    let mut identity: Option<u16> = None;
+    // The q of each offered coding the client names (index as in `offered`).
+    let mut named: [Option<u16>; 3] = [None; 3];
+    for element in accept.split(',') {
+        let (token, params) = element.split_once(';').unwrap_or((element, ""));
+        let token = token.trim();
+        if token.is_empty() {
+            continue;
+        }
+        let Some(q) = weight(params) else { continue };
+        if token == "*" {
+            star = Some(star.map_or(q, |s| s.max(q)));
+        } else if token.eq_ignore_ascii_case("identity") {
+            identity = Some(identity.map_or(q, |s| s.max(q)));
+        } else if let Some(c) = Coding::from_token(token)
+            && let Some(i) = offered.iter().position(|o| *o == c)
+            && let Some(slot) = named.get_mut(i)
+        {
+            *slot = Some(slot.map_or(q, |s| s.max(q)));
+        }
+    }
+    let mut best: Option<(Coding, u16)> = None;
+    for (i, c) in offered.iter().enumerate() {
+        let q = named.get(i).copied().flatten().or(star).unwrap_or(0);
+        if q > 0 && best.is_none_or(|(_, b)| q > b) {
+            best = Some((*c, q));
+        }
+    }
+    // identity is acceptable unless refused by name, or by `*;q=0` without being named; it
+    // is preferred only when named with a higher q than the best coding.
+    let identity_ok = identity.or(star).is_none_or(|q| q > 0);
+    match best {
+        Some((c, q)) if identity.is_none_or(|i| q >= i) => Choice::Encode(c),
+        Some(_) => Choice::Identity,
+        None if identity_ok => Choice::Identity,
+        None => Choice::NotAcceptable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(n: usize) -> Vec<u8> {
+        let mut s = String::from("[");
+        for i in 0..n {
+            s.push_str(&format!(
+                r#"{{"id":{i},"name":"product {i}","price":{}.99,"tags":["a","b"]}},"#,
+                i % 97
+            ));
+        }
+        s.push_str("{}]");
+        s.into_bytes()
+    }
+
+    #[test]
+    fn every_coding_round_trips_at_every_level_bound() {
+        let data = json(2000);
+        for c in ALL {
+            for level in [*c.levels().start(), c.default_level(), *c.levels().end()] {
+                let enc = encode(c, level, &data).unwrap();
+                if level == c.default_level() {
+                    assert!(enc.len() < data.len() / 4, "{c} {level}: {}", enc.len());
+                }
+                assert_eq!(decode(c, &enc, data.len()).unwrap(), data, "{c} {level}");
+            }
+        }
+        assert_eq!(gunzip(&gzip(b"hi", 1).unwrap(), 2).unwrap(), b"hi");
+    }
+
+    #[test]
+    fn levels_out_of_range_are_refused() {
+        assert!(encode(Coding::Gzip, 0, b"x").is_err());
+        assert!(matches!(
+            encode(Coding::Gzip, 10, b"x"),
+            Err(Error::Level { max: 9, .. })
+        ));
+        assert!(encode(Coding::Br, 12, b"x").is_err());
+        assert!(encode(Coding::Zstd, 0, b"x").is_err());
+        assert!(encode(Coding::Zstd, 20, b"x").is_err());
+    }
+
+    #[test]
+    fn the_limit_is_on_the_decoded_size() {
+        let data = vec![b'a'; 100_000];
+        for c in ALL {
+            let enc = encode(c, c.default_level(), &data).unwrap();
+            assert!(enc.len() < 1000);
+            assert_eq!(decode(c, &enc, 100_000).unwrap().len(), 100_000);
+            assert!(
+                matches!(
+                    decode(c, &enc, 99_999),
+                    Err(Error::TooLarge { limit: 99_999 })
+                ),
+                "{c}"
+            );
+            assert!(matches!(decode(c, &enc, 0), Err(Error::TooLarge { .. })));
+        }
+    }
+
+    #[test]
+    fn a_bomb_stops_at_the_limit() {
+        // 64 MiB of zeros, ~64 KiB encoded (gzip's best ratio is ~1000:1).
+        let data = vec![0u8; 64 << 20];
+        for c in ALL {
+            let enc = encode(c, c.default_level(), &data).unwrap();
+            let err = decode(c, &enc, 1 << 20).unwrap_err();
+            assert!(
+                matches!(err, Error::TooLarge { limit } if limit == 1 << 20),
+                "{c}"
+            );
+        }
+    }
+
+    #[test]
+    fn cut_or_corrupt_data_is_refused() {
+        let data = json(500);
+        for c in ALL {
+            let enc = encode(c, c.default_level(), &data).unwrap();
+            let cut = &enc[..enc.len() / 2];
+            assert!(
+                matches!(decode(c, cut, 1 << 20), Err(Error::Corrupt { .. })),
+                "{c} cut"
+            );
+            assert!(
+                matches!(
+                    decode(c, b"this is not encoded at all", 1 << 20),
+                    Err(Error::Corrupt { .. })
+                ),
+                "{c} garbage"
+            );
+        }
+    }
+
+    #[test]
+    fn zstd_frames_with_a_window_over_8_mib_are_refused() {
+        let data = vec![7u8; 1 << 16];
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        e.window_log(27).unwrap();
+        e.include_contentsize(false).unwrap();
+        e.long_distance_matching(true).unwrap();
+        e.write_all(&data).unwrap();
+        let enc = e.finish().unwrap();
+        assert!(matches!(
+            decode(Coding::Zstd, &enc, 1 << 20),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn tokens() {
+        assert_eq!(Coding::from_token("GZIP"), Some(Coding::Gzip));
+        assert_eq!(Coding::from_token("x-gzip"), Some(Coding::Gzip));
+        assert_eq!(Coding::from_token(" br "), Some(Coding::Br));
+        assert_eq!(Coding::from_token("zstd"), Some(Coding::Zstd));
+        assert_eq!(Coding::from_token("deflate"), None);
+        for c in ALL {
+            assert_eq!(Coding::from_token(c.name()), Some(c));
+        }
+    }
+
+    use Choice::{Encode, Identity, NotAcceptable};
+    use Coding::{Br, Gzip, Zstd};
+
+    #[test]
+    fn negotiation() {
+        let pref = [Zstd, Br, Gzip];
+        let n = |a: &str| negotiate(Some(a), &pref);
+        assert_eq!(negotiate(None, &pref), Identity);
+        assert_eq!(n(""), Identity);
+        assert_eq!(n("gzip"), Encode(Gzip));
+        assert_eq!(
+            n("gzip, deflate, br, zstd"),
+            Encode(Zstd),
+            "server order on ties"
+        );
+        assert_eq!(n("gzip, deflate, br"), Encode(Br));
+        assert_eq!(n("gzip;q=1.0, br;q=0.5"), Encode(Gzip), "q-values win");
+        assert_eq!(n("br;q=0.1, gzip;q=0.2, zstd;q=0.15"), Encode(Gzip));
+        assert_eq!(n("gzip;q=0"), Identity, "q=0 refuses");
+        assert_eq!(n("deflate, compress"), Identity, "unknown codings");
+        assert_eq!(n("*"), Encode(Zstd));
+        assert_eq!(n("*;q=0.5, zstd;q=0"), Encode(Br), "named q beats *");
+        assert_eq!(n("gzip;q=0.5, identity"), Identity, "identity preferred");
+        assert_eq!(n("gzip;q=0.5, identity;q=0.5"), Encode(Gzip), "tie: encode");
+        assert_eq!(n("identity;q=0, gzip;q=0.1"), Encode(Gzip));
+        assert_eq!(n("identity;q=0"), NotAcceptable);
+        assert_eq!(n("*;q=0"), NotAcceptable);
+        assert_eq!(n("*;q=0, identity"), Identity);
+        assert_eq!(n("GZip;Q=0.8"), Encode(Gzip), "no case");
+        assert_eq!(n("gzip;q=2"), Identity, "malformed q ignored");
+        assert_eq!(n("gzip;q=0.0001"), Identity, "malformed q ignored");
+        assert_eq!(n("gzip;q=abc, br"), Encode(Br));
+        assert_eq!(n(" , ,gzip ; q=0.3 ,"), Encode(Gzip));
+        assert_eq!(n("x-gzip"), Encode(Gzip));
+        assert_eq!(n("gzip;level=1;q=0.4"), Encode(Gzip), "other params");
+        // Only what is offered.
+        assert_eq!(negotiate(Some("br"), &[Gzip]), Identity);
+        assert_eq!(negotiate(Some("br, gzip"), &[Gzip, Br]), Encode(Gzip));
+        assert_eq!(negotiate(Some("identity;q=0"), &[]), NotAcceptable);
+    }
+
+    #[test]
+    fn q_values() {
+        assert_eq!(parse_q("1"), Some(1000));
+        assert_eq!(parse_q("1.000"), Some(1000));
+        assert_eq!(parse_q("1.001"), None);
+        assert_eq!(parse_q("0"), Some(0));
+        assert_eq!(parse_q("0.5"), Some(500));
+        assert_eq!(parse_q("0.05"), Some(50));
+        assert_eq!(parse_q("0.123"), Some(123));
+        assert_eq!(parse_q("0."), Some(0));
+        assert_eq!(parse_q(".5"), None);
+        assert_eq!(parse_q("-1"), None);
+    }
+}
