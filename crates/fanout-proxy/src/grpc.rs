@@ -256,7 +256,7 @@ impl Gateway {
                 ),
             ));
         }
-        let encoding = gz::request_encoding(&parts.headers)?;
+        let encoding = gz::request_encoding(&parts.headers).map_err(gz::unsupported)?;
         let (route, params) = match route(live, parts) {
             Ok((r, p)) if r.grpc.is_some() => (r, p),
             _ => {

@@ -11,7 +11,7 @@
 use crate::answer::ApiError;
 use bytes::Bytes;
 use fanout_config::GrpcServer;
-use fanout_grpc::compression::{self, Encoding, Gunzip};
+use fanout_grpc::compression::{self, Encoding, Gunzip, UnsupportedEncoding};
 use fanout_grpc::frame::{self, Frame, FrameError};
 use fanout_runtime::compute::ComputePool;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -26,16 +26,19 @@ pub(crate) fn accept_encoding() -> HeaderValue {
     HeaderValue::from_static(compression::ACCEPT_ENCODING)
 }
 
-/// The request's `grpc-encoding`; one the gateway does not support is UNIMPLEMENTED
-/// (`unsupported_compression`, answered with `grpc-accept-encoding`).
-pub(crate) fn request_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError> {
-    Encoding::from_header(headers.get(&GRPC_ENCODING).map(HeaderValue::as_bytes)).map_err(|e| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "unsupported_compression",
-            format!("{e}: send messages compressed with gzip, or uncompressed"),
-        )
-    })
+/// The request's `grpc-encoding`.
+pub(crate) fn request_encoding(headers: &HeaderMap) -> Result<Encoding, UnsupportedEncoding> {
+    Encoding::from_header(headers.get(&GRPC_ENCODING).map(HeaderValue::as_bytes))
+}
+
+/// An encoding the gateway does not support: UNIMPLEMENTED (`unsupported_compression`; every
+/// answer says `grpc-accept-encoding`).
+pub(crate) fn unsupported(e: UnsupportedEncoding) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "unsupported_compression",
+        format!("{e}: send messages compressed with gzip, or uncompressed"),
+    )
 }
 
 /// The request frame's message: as it is, or inflated within `limit` — the first `offload`

@@ -12,8 +12,12 @@ use fanout_testkit::*;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const GRPCIO_VERSION: &str = "1.76.0";
+const GRPCIO_VERSION: &str = "1.85.3";
+const GRPCIO_TOOLS_VERSION: &str = "1.85.1";
 const GRPCURL_VERSION: &str = "v1.9.3";
 
 fn tools_dir() -> PathBuf {
@@ -76,7 +80,7 @@ fn python() -> Result<PathBuf, String> {
                 "--disable-pip-version-check",
             ])
             .arg(format!("grpcio=={GRPCIO_VERSION}"))
-            .arg(format!("grpcio-tools=={GRPCIO_VERSION}")),
+            .arg(format!("grpcio-tools=={GRPCIO_TOOLS_VERSION}")),
         "pip install grpcio grpcio-tools",
     )?;
     if ok(&py) {
@@ -144,7 +148,7 @@ comp = grpc.Compression.Gzip if compression == "gzip" else grpc.Compression.NoCo
 with grpc.insecure_channel(addr, compression=comp) as ch:
     stub = profile_pb2_grpc.ProfileGatewayStub(ch)
     resp, call = stub.GetProfile.with_call(
-        profile_pb2.ProfileRequest(user_id="u1" * 300), compression=comp, timeout=20)
+        profile_pb2.ProfileRequest(user_id="u1" * 3000), compression=comp, timeout=20)
     md = dict(call.initial_metadata())
     print(json.dumps({"user": resp.user.id, "name": resp.user.name, "orders": len(resp.orders),
                       "seen": md.get("x-seen-encoding")}))
@@ -159,7 +163,7 @@ from demo.v1 import profile_pb2, profile_pb2_grpc
 class Users(profile_pb2_grpc.UsersServicer):
     def GetUser(self, request, context):
         context.set_compression(grpc.Compression.Gzip)
-        return profile_pb2.User(id=request.id, name="User %s from grpcio " % request.id + "x" * 2000, tier=2)
+        return profile_pb2.User(id=request.id, name="from grpcio " + "x" * 20000, tier=2)
 server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), compression=grpc.Compression.Gzip)
 profile_pb2_grpc.add_UsersServicer_to_server(Users(), server)
 port = server.add_insecure_port("127.0.0.1:0")
@@ -167,6 +171,65 @@ server.start()
 print(port, flush=True)
 server.wait_for_termination()
 "#;
+
+/// A TCP relay to `target` counting the bytes each way (counted before they are forwarded: once
+/// an answer has arrived, its bytes are counted), so a test sees whether messages travelled
+/// compressed without trusting either end.
+struct Relay {
+    addr: std::net::SocketAddr,
+    /// Client → target.
+    up: Arc<AtomicU64>,
+    /// Target → client.
+    down: Arc<AtomicU64>,
+}
+
+impl Relay {
+    async fn start(target: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up, down) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (u, d) = (up.clone(), down.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(pipe(cr, sw, u.clone()));
+                tokio::spawn(pipe(sr, cw, d.clone()));
+            }
+        });
+        Relay { addr, up, down }
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.up.load(Ordering::SeqCst),
+            self.down.load(Ordering::SeqCst),
+        )
+    }
+}
+
+async fn pipe(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    n: Arc<AtomicU64>,
+) {
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(k) => {
+                n.fetch_add(k as u64, Ordering::SeqCst);
+                if w.write_all(&buf[..k]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+}
 
 struct Server(Child);
 
@@ -210,11 +273,13 @@ async fn gzip_interoperates_with_grpcio_and_grpcurl() {
     }
 
     // A grpcio client sending gzip (and accepting it): the gateway reads the compressed
-    // message, and answers it.
+    // message, and answers it compressed — the answer (the 6 KB id in it four times) crosses the
+    // relay in a few KB. Without compression, the 6 KB request crosses as it is.
     let gw = gateway(&config(), &stubs).await;
     if let Ok(py) = &py {
         for (compression, seen) in [("gzip", "gzip"), ("none", "identity")] {
-            let (py, d, addr) = (py.clone(), dir.path().to_path_buf(), gw.addr.to_string());
+            let relay = Relay::start(gw.addr).await;
+            let (py, d, addr) = (py.clone(), dir.path().to_path_buf(), relay.addr.to_string());
             let out = tokio::task::spawn_blocking(move || {
                 run(
                     Command::new(&py)
@@ -228,12 +293,22 @@ async fn gzip_interoperates_with_grpcio_and_grpcurl() {
             .unwrap()
             .unwrap();
             let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-            assert_eq!(v["user"], "u1".repeat(300), "{compression}: {v}");
+            assert_eq!(v["user"], "u1".repeat(3000), "{compression}: {v}");
             assert_eq!(v["orders"], 2, "{compression}: {v}");
             assert_eq!(
                 v["seen"], seen,
                 "{compression}: the request's grpc-encoding: {v}"
             );
+            let (up, down) = relay.counts();
+            assert!(
+                down < 4000,
+                "{compression}: the answer compressed: {down} bytes"
+            );
+            if compression == "gzip" {
+                assert!(up < 4000, "the request compressed: {up} bytes");
+            } else {
+                assert!(up > 6000, "the request uncompressed: {up} bytes");
+            }
         }
     }
 
@@ -255,27 +330,27 @@ async fn gzip_interoperates_with_grpcio_and_grpcurl() {
         })
         .await
         .unwrap();
+        // Through a relay: the 10 KB request and the 30 KB answer cross it compressed.
+        let relay = Relay::start(([127, 0, 0, 1], port).into()).await;
         let old = r#"users:  { url: "http://${USERS_ADDR:-127.0.0.1:9201}", protocol: grpc, timeout: 200ms }"#;
         let cfg = example("fanout.yaml").replace(
             old,
-            &format!("users: {{ url: \"http://127.0.0.1:{port}\", protocol: grpc, grpc_compression: gzip, timeout: 10s }}"),
+            &format!("users: {{ url: \"http://{}\", protocol: grpc, grpc_compression: gzip, timeout: 10s }}", relay.addr),
         );
         let gw = gateway_with(&cfg, &stubs, &[]).await;
         let out = post(
             &format!("http://{}/demo.v1.ProfileGateway/GetProfile", gw.addr),
-            r#"{"user_id": "u9"}"#,
+            &format!(r#"{{"user_id": "{}"}}"#, "u9".repeat(5000)),
         )
         .await;
         assert_eq!(out.status, 200, "{}", String::from_utf8_lossy(&out.body));
         let v = out.json();
-        assert_eq!(v["user"]["id"], "u9", "{v}");
-        assert!(
-            v["user"]["name"]
-                .as_str()
-                .unwrap()
-                .starts_with("User u9 from grpcio"),
-            "{v}"
-        );
+        assert_eq!(v["user"]["id"], "u9".repeat(5000));
+        let name = v["user"]["name"].as_str().unwrap();
+        assert!(name.starts_with("from grpcio xxx") && name.len() > 20000);
+        let (up, down) = relay.counts();
+        assert!(up < 4000, "the step's request compressed: {up} bytes");
+        assert!(down < 4000, "the grpcio answer compressed: {down} bytes");
         drop(server);
     }
 
