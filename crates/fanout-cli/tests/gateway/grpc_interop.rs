@@ -47,7 +47,8 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
     }
 }
 
-/// The venv's python with grpcio and grpcio-tools (made once); `Err` when python3 is missing.
+/// The venv's python with grpcio and grpcio-tools (made once); `Err` when python3 is missing
+/// (a failing install fails the test).
 fn python() -> Result<PathBuf, String> {
     let venv = tools_dir().join(format!("py-grpcio-{GRPCIO_VERSION}"));
     let py = venv.join("bin/python");
@@ -61,6 +62,9 @@ fn python() -> Result<PathBuf, String> {
         return Ok(py);
     }
     let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    if Command::new(&python3).arg("--version").output().is_err() {
+        return Err(format!("no {python3:?}"));
+    }
     eprintln!(
         "installing grpcio {GRPCIO_VERSION} into {} (once)",
         venv.display()
@@ -69,7 +73,8 @@ fn python() -> Result<PathBuf, String> {
     run(
         Command::new(&python3).args(["-m", "venv"]).arg(&venv),
         "python3 -m venv",
-    )?;
+    )
+    .unwrap();
     run(
         Command::new(&py)
             .args([
@@ -82,15 +87,14 @@ fn python() -> Result<PathBuf, String> {
             .arg(format!("grpcio=={GRPCIO_VERSION}"))
             .arg(format!("grpcio-tools=={GRPCIO_TOOLS_VERSION}")),
         "pip install grpcio grpcio-tools",
-    )?;
-    if ok(&py) {
-        Ok(py)
-    } else {
-        Err("grpcio does not import after pip install".into())
-    }
+    )
+    .unwrap();
+    assert!(ok(&py), "grpcio does not import after pip install");
+    Ok(py)
 }
 
-/// grpcurl, built once with `go install`; `Err` when Go is missing.
+/// grpcurl, built once with `go install`; `Err` when Go is missing (a failing build fails the
+/// test).
 fn grpcurl() -> Result<PathBuf, String> {
     let dir = tools_dir().join(format!("grpcurl-{GRPCURL_VERSION}"));
     let bin = dir.join("grpcurl");
@@ -114,7 +118,8 @@ fn grpcurl() -> Result<PathBuf, String> {
                 "github.com/fullstorydev/grpcurl/cmd/grpcurl@{GRPCURL_VERSION}"
             )),
         "go install grpcurl",
-    )?;
+    )
+    .unwrap();
     Ok(bin)
 }
 
