@@ -14,7 +14,7 @@
 //! [`ApiError`] an HTTP client would get, answered trailers-only with the gRPC code of its
 //! status and code ([`fanout_grpc::Code::for_answer`]) and its safe message as `grpc-message`.
 
-use crate::answer::ApiError;
+use crate::answer::{ApiError, BodyRefusal};
 use crate::body::Body;
 use crate::grpc_compression::{self as gz, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, Inflate};
 use crate::lifecycle::{Req, build_request, route};
@@ -285,7 +285,7 @@ impl Gateway {
         {
             return Err(too_large(max));
         }
-        let (bytes, _memory) = self
+        let (bytes, mut memory) = self
             .read_bytes(
                 &parts.headers,
                 body,
@@ -304,7 +304,21 @@ impl Gateway {
             })?;
         let offload = self.limits.compute.offload_bytes;
         let message = match frame::decode_unary_frame(&bytes, max) {
-            Ok(f) => gz::request_message(&self.compute, f, encoding, max, offload).await,
+            Ok(f) if f.compressed => {
+                // The inflated message is held while the request runs: counted in the memory
+                // budget like the body (at most `max` bytes, the budget's room checked after).
+                let m = gz::request_message(&self.compute, f, encoding, max, offload).await;
+                if let (Ok(m), Some(r)) = (&m, memory.as_mut())
+                    && r.grow(m.len()).is_err()
+                {
+                    return Err(BodyRefusal::MemoryBudget {
+                        budget: self.bodies.budget(),
+                    }
+                    .into());
+                }
+                m
+            }
+            Ok(f) => Ok(f.message),
             Err(e) => Err(Inflate::Frame(e)),
         };
         let message = message.map_err(|e| match e {

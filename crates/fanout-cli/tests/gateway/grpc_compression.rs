@@ -367,3 +367,29 @@ async fn a_compressed_bomb_from_a_backend_is_a_bad_backend_answer() {
     let a = call(gw.addr, &[], frame(0, &profile_request("u2"))).await;
     assert_eq!(a.header("x-fanout-error-code"), Some("bad_backend_answer"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inflated_message_counts_in_the_memory_budget() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let config = example("fanout.yaml").replace(
+        "routes:",
+        "server:\n  bodies: { memory_budget_bytes: 2048 }\nroutes:",
+    );
+    let gw = gateway(&config, &stubs).await;
+    // 3 KB inflated from ~60 bytes: the body fits the budget, the message does not.
+    let big = gzip(&profile_request(&"u1".repeat(1500)));
+    assert!(big.len() < 200, "{}", big.len());
+    let a = call(gw.addr, &[("grpc-encoding", "gzip")], frame(1, &big)).await;
+    assert_eq!(
+        a.header("x-fanout-error-code"),
+        Some("memory_budget_exhausted"),
+        "{:?}",
+        a.headers
+    );
+    // A small compressed message fits, and its memory is given back: the next one fits too.
+    for user in ["u1", "u2"] {
+        let small = gzip(&profile_request(user));
+        let a = call(gw.addr, &[("grpc-encoding", "gzip")], frame(1, &small)).await;
+        assert_eq!(a.code(), 0, "{user}: {:?}", a.headers);
+    }
+}
