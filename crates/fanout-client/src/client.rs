@@ -10,7 +10,11 @@
 //! `content-type: application/grpc`, `te: trailers` and the attempt's time as `grpc-timeout`;
 //! the answer's `grpc-status` (trailers, or headers for a trailers-only answer) becomes the call
 //! answer's HTTP status ([`fanout_grpc::Code::http_status`]) — so every layer above classifies
-//! it like an HTTP answer — and its body is the answer message, unframed.
+//! it like an HTTP answer — and its body is the answer message, unframed. Every call says
+//! `grpc-accept-encoding: gzip, identity`; a backend with `grpc_compression: gzip` gets its
+//! request message gzip-compressed (`grpc-encoding: gzip`), and a compressed answer is
+//! inflated within `max_message_bytes` (more is a too-large answer; inflating stops there).
+//! Compressing or inflating more than [`OFFLOAD_BYTES`] is done on tokio's blocking pool.
 //!
 //! How every call ended is reported to the balancer, also when the call is dropped: the call's
 //! timeout is enforced by the caller (the executor's timer, which also decides between
@@ -119,6 +123,21 @@ fn origin_form(uri: &Uri) -> Uri {
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+const GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+
+/// gRPC messages compressed or inflated beyond this many bytes are worked on in tokio's blocking
+/// pool, not on the worker (the default of `server.compute.offload_bytes`).
+pub const OFFLOAD_BYTES: usize = 256 << 10;
+
+/// A `protocol: grpc` backend's settings the transport applies.
+#[derive(Debug, Clone, Copy)]
+struct GrpcOpts {
+    /// The largest answer message accepted (inflated, when compressed).
+    max_message: usize,
+    /// Request messages are sent gzip-compressed.
+    gzip: bool,
+}
 
 /// An HTTP backend.
 pub struct HttpBackend {
@@ -129,8 +148,8 @@ pub struct HttpBackend {
     max_response_bytes: usize,
     /// `accept_encoding`: the `Accept-Encoding` sent (`None`: none).
     accept_encoding: Option<HeaderValue>,
-    /// `protocol: grpc`: the largest answer message accepted.
-    grpc: Option<usize>,
+    /// `protocol: grpc`: its settings.
+    grpc: Option<GrpcOpts>,
     /// HTTP/1 (the `Host` header is ours to set).
     http1: bool,
 }
@@ -249,7 +268,10 @@ impl HttpBackend {
             headers,
             max_response_bytes: cfg.max_response_bytes,
             accept_encoding: crate::decode::accept_encoding(&cfg.accept_encoding),
-            grpc: (cfg.protocol == Protocol::Grpc).then_some(cfg.max_message_bytes),
+            grpc: (cfg.protocol == Protocol::Grpc).then_some(GrpcOpts {
+                max_message: cfg.max_message_bytes,
+                gzip: cfg.grpc_compression == fanout_config::GrpcCompression::Gzip,
+            }),
             http1: !cfg.protocol.is_http2(),
         })
     }
@@ -421,16 +443,17 @@ async fn exchange_h1(
 }
 
 /// Send one request and read its answer, at most `limit` bytes of body (gRPC: one message of
-/// at most `grpc` bytes).
+/// at most `grpc.max_message` bytes; `gzip`: the framed message to send compressed).
 async fn exchange(
     client: HttpClient,
     request: Request<CallBody>,
     uri: Uri,
     limit: usize,
-    grpc: Option<usize>,
+    grpc: Option<GrpcOpts>,
+    gzip: Option<Bytes>,
 ) -> Result<CallResponse, CallError> {
-    if let Some(max_message) = grpc {
-        return grpc_exchange(client, request, uri, max_message).await;
+    if let Some(g) = grpc {
+        return grpc_exchange(client, request, uri, g.max_message, gzip).await;
     }
     let resp = client.request(request).await.map_err(|e| {
         CallError::new(classify(&e), format!("{uri}: {}", describe(&e))).with_source(e)
@@ -477,14 +500,37 @@ fn read_failure(
     }
 }
 
-/// A gRPC call: the answer's status from `grpc-status`, its body the one answer message.
+/// A gRPC call: the answer's status from `grpc-status`, its body the one answer message
+/// (inflated when compressed). `gzip`: the framed request message, sent gzip-compressed.
 async fn grpc_exchange(
     client: HttpClient,
-    request: Request<CallBody>,
+    mut request: Request<CallBody>,
     uri: Uri,
     max_message: usize,
+    gzip: Option<Bytes>,
 ) -> Result<CallResponse, CallError> {
     use fanout_grpc::{Code, frame, status};
+    if let Some(framed) = gzip {
+        let compressed = if framed.len() >= OFFLOAD_BYTES {
+            let f = framed.clone();
+            tokio::task::spawn_blocking(move || fanout_grpc::compression::gzip_framed(&f))
+                .await
+                .ok()
+                .flatten()
+        } else {
+            fanout_grpc::compression::gzip_framed(&framed)
+        };
+        // Not one uncompressed frame (never, from a `grpc` step): sent as it is.
+        match compressed {
+            Some(c) => {
+                *request.body_mut() = CallBody::without_length(c);
+                request
+                    .headers_mut()
+                    .insert(GRPC_ENCODING, HeaderValue::from_static("gzip"));
+            }
+            None => *request.body_mut() = CallBody::without_length(framed),
+        }
+    }
     let resp = client.request(request).await.map_err(|e| {
         CallError::new(classify(&e), format!("{uri}: {}", describe(&e))).with_source(e)
     })?;
@@ -520,19 +566,53 @@ async fn grpc_exchange(
         return Ok(grpc_failure(code, &msg));
     }
     let body = collected.to_bytes();
-    let message = frame::decode_unary(&body, max_message).map_err(|e| match e {
-        frame::FrameError::TooLarge { .. } => CallError::new(
-            CallErrorKind::BodyTooLarge,
-            format!("answer message larger than max_message_bytes ({max_message})"),
-        ),
+    let frame_error = |e: frame::FrameError| match e {
+        frame::FrameError::TooLarge { .. } | frame::FrameError::InflatedTooLarge { .. } => {
+            CallError::new(
+                CallErrorKind::BodyTooLarge,
+                format!("answer message larger than max_message_bytes ({max_message})"),
+            )
+        }
         e => CallError::new(CallErrorKind::Reset, format!("invalid gRPC answer: {e}")),
-    })?;
+    };
+    let answer = frame::decode_unary_frame(&body, max_message).map_err(frame_error)?;
+    let message = if answer.compressed {
+        let encoding = find_header(&parts.headers, &GRPC_ENCODING).map(|v| v.as_bytes());
+        match fanout_grpc::compression::Encoding::from_header(encoding) {
+            Ok(fanout_grpc::compression::Encoding::Gzip) => inflate(answer.message, max_message)
+                .await
+                .map_err(frame_error)?,
+            Ok(fanout_grpc::compression::Encoding::Identity) => {
+                return Err(frame_error(frame::FrameError::Compressed));
+            }
+            Err(e) => {
+                return Err(CallError::new(
+                    CallErrorKind::Reset,
+                    format!("invalid gRPC answer: a compressed message with {e}"),
+                ));
+            }
+        }
+    } else {
+        answer.message
+    };
     Ok(CallResponse {
         status: http::StatusCode::OK,
         body: message,
         value: None,
         parsed: None,
     })
+}
+
+/// A gzip answer message inflated within `limit`: the first [`OFFLOAD_BYTES`] here, the rest
+/// (a large message, or a bomb on its way to the limit) on the blocking pool.
+async fn inflate(compressed: Bytes, limit: usize) -> Result<Bytes, fanout_grpc::FrameError> {
+    let mut g = fanout_grpc::compression::Gunzip::new(compressed, limit);
+    if !g.step(OFFLOAD_BYTES)? {
+        g = tokio::task::spawn_blocking(move || g.step(usize::MAX).map(|_| g))
+            .await
+            .map_err(|e| fanout_grpc::FrameError::BadCompression(e.to_string()))??;
+    }
+    Ok(g.into_message())
 }
 
 /// A gRPC failure as a call answer: the code's HTTP status, and a body for the log.
@@ -591,14 +671,19 @@ impl Backend for HttpBackend {
             http_call.method
         };
         let h1 = base.and_then(|b| b.h1.clone()).filter(|_| grpc.is_none());
+        // A gRPC message to compress: compressed by the exchange (maybe off the worker).
+        let (body, gzip) = match grpc {
+            Some(g) if g.gzip => (Bytes::new(), Some(http_call.body)),
+            _ => (http_call.body, None),
+        };
         let (request, uri) = match uri {
             Ok(u) => {
                 // Made in place (a `Request::builder()` chain moves the request's parts at
                 // every step).
                 let mut r = Request::new(if grpc.is_some() {
-                    CallBody::without_length(http_call.body)
+                    CallBody::without_length(body)
                 } else {
-                    CallBody::new(http_call.body)
+                    CallBody::new(body)
                 });
                 *r.method_mut() = method;
                 *r.uri_mut() = match h1 {
@@ -627,6 +712,10 @@ impl Backend for HttpBackend {
                         HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
                     );
                     h.insert(http::header::TE, HeaderValue::from_static("trailers"));
+                    h.insert(
+                        GRPC_ACCEPT_ENCODING,
+                        HeaderValue::from_static(fanout_grpc::compression::ACCEPT_ENCODING),
+                    );
                     if let Ok(v) = HeaderValue::from_str(&fanout_grpc::timeout::format(timeout)) {
                         h.insert(GRPC_TIMEOUT, v);
                     }
@@ -696,7 +785,7 @@ impl Backend for HttpBackend {
             None => {
                 let client = self.client.clone();
                 fanout_layers::boxed::pinned(|| async move {
-                    done(exchange(client, request, uri, limit, grpc).await)
+                    done(exchange(client, request, uri, limit, grpc, gzip).await)
                 })
             }
         }

@@ -63,6 +63,17 @@ impl Default for KeepaliveConfig {
     }
 }
 
+/// How a `protocol: grpc` backend's request messages are compressed (`grpc-encoding`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GrpcCompression {
+    /// Uncompressed (default).
+    #[default]
+    Identity,
+    /// gzip, with `grpc-encoding: gzip`.
+    Gzip,
+}
+
 fn default_max_message() -> usize {
     4 << 20
 }
@@ -93,6 +104,11 @@ pub struct Backend {
     /// Default 4 MiB (gRPC's usual limit).
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
+    /// `protocol: grpc`: how request messages are sent — `identity` (default) or `gzip`
+    /// (compressed, `grpc-encoding: gzip`). Compressed answers are accepted either way
+    /// (`grpc-accept-encoding: gzip, identity`), inflated within `max_message_bytes`.
+    #[serde(default)]
+    pub grpc_compression: GrpcCompression,
     /// Largest accepted answer body in bytes; larger answers fail the call (502). Default 16 MiB.
     #[serde(default = "default_max_response")]
     pub max_response_bytes: usize,

@@ -46,8 +46,9 @@ pub use located::{Located, Pos, pos_in_scalar};
 
 pub use admin::AdminConfig;
 pub use backend::{
-    Backend, BalanceConfig, BalanceStrategy, BatchConfig, BreakerConfig, CacheConfig, HedgeConfig,
-    KeepaliveConfig, OutlierConfig, Protocol, RetryBudget, RetryConfig, Tls,
+    Backend, BalanceConfig, BalanceStrategy, BatchConfig, BreakerConfig, CacheConfig,
+    GrpcCompression, HedgeConfig, KeepaliveConfig, OutlierConfig, Protocol, RetryBudget,
+    RetryConfig, Tls,
 };
 pub use check::valid_code;
 pub use error::{ConfigError, ConfigErrors};

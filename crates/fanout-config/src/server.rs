@@ -383,6 +383,13 @@ pub struct GrpcServer {
     pub health: bool,
     /// Longest a reflection stream stays open. Default 60s.
     pub stream_timeout: Dur,
+    /// Compress answer messages with gzip (`grpc-encoding: gzip`) for the clients whose
+    /// `grpc-accept-encoding` lists gzip. Compressed requests are accepted either way. Default
+    /// true.
+    pub compress_answers: bool,
+    /// Answer messages smaller than this are sent uncompressed (compressing a few bytes costs
+    /// more than it saves). Default 1024.
+    pub compress_min_bytes: usize,
 }
 
 impl Default for GrpcServer {
@@ -392,6 +399,8 @@ impl Default for GrpcServer {
             reflection: true,
             health: true,
             stream_timeout: Dur::secs(60),
+            compress_answers: true,
+            compress_min_bytes: 1024,
         }
     }
 }

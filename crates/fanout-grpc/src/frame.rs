@@ -1,6 +1,8 @@
 //! gRPC message framing: each message is a 1-byte compressed flag, a 4-byte big-endian length and
-//! the message bytes. fanout sends uncompressed messages and accepts only uncompressed ones (a
-//! compressed flag is refused: no `grpc-encoding` is negotiated).
+//! the message bytes. A compressed message (flag 1) is compressed with the call's
+//! `grpc-encoding`: [`decode_unary_frame`] gives the frame as it is, and
+//! [`crate::compression::decode_message`] inflates it within the limit; [`decode_unary`] takes
+//! only an uncompressed message.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -23,9 +25,19 @@ pub enum FrameError {
         /// The limit.
         limit: usize,
     },
-    /// The compressed flag is set (fanout negotiates no compression).
+    /// The compressed flag is set where no compression was negotiated (`grpc-encoding` absent
+    /// or `identity`).
     #[error("the message is compressed, and no compression was negotiated")]
     Compressed,
+    /// A compressed message inflates to more than the limit (inflating stopped there).
+    #[error("the compressed message inflates to more than the limit of {limit} bytes")]
+    InflatedTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// A compressed message that does not inflate (not valid for its encoding).
+    #[error("the compressed message is invalid: {0}")]
+    BadCompression(String),
     /// The flag byte is neither 0 nor 1.
     #[error("invalid frame flag {0}")]
     BadFlag(u8),
@@ -69,18 +81,37 @@ pub fn announced(buf: &[u8]) -> Option<usize> {
 /// The one message of a unary call's body: exactly one uncompressed frame of at most `limit`
 /// bytes, nothing after it.
 pub fn decode_unary(body: &Bytes, limit: usize) -> Result<Bytes, FrameError> {
+    let frame = decode_unary_frame(body, limit)?;
+    if frame.compressed {
+        return Err(FrameError::Compressed);
+    }
+    Ok(frame.message)
+}
+
+/// One frame as it travels: its message, compressed or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The compressed flag.
+    pub compressed: bool,
+    /// The message bytes (compressed when the flag says so).
+    pub message: Bytes,
+}
+
+/// The one frame of a unary call's body: exactly one frame whose message (as sent: compressed
+/// or not) is at most `limit` bytes, nothing after it.
+pub fn decode_unary_frame(body: &Bytes, limit: usize) -> Result<Frame, FrameError> {
     if body.is_empty() {
         return Err(FrameError::Empty);
     }
-    let (msg, rest) = decode_one(body, limit)?;
+    let (frame, rest) = decode_one(body, limit)?;
     if rest < body.len() {
         return Err(FrameError::Several);
     }
-    Ok(msg)
+    Ok(frame)
 }
 
 /// The first frame of `body` and the offset after it.
-fn decode_one(body: &Bytes, limit: usize) -> Result<(Bytes, usize), FrameError> {
+fn decode_one(body: &Bytes, limit: usize) -> Result<(Frame, usize), FrameError> {
     let Some(&flag) = body.first() else {
         return Err(FrameError::Empty);
     };
@@ -90,11 +121,11 @@ fn decode_one(body: &Bytes, limit: usize) -> Result<(Bytes, usize), FrameError> 
             need: HEADER_LEN,
         });
     };
-    match flag {
-        0 => {}
-        1 => return Err(FrameError::Compressed),
+    let compressed = match flag {
+        0 => false,
+        1 => true,
         f => return Err(FrameError::BadFlag(f)),
-    }
+    };
     if len > limit {
         return Err(FrameError::TooLarge { len, limit });
     }
@@ -105,7 +136,14 @@ fn decode_one(body: &Bytes, limit: usize) -> Result<(Bytes, usize), FrameError> 
             need: end,
         });
     }
-    Ok((body.slice(HEADER_LEN..end), end))
+    let message = body.slice(HEADER_LEN..end);
+    Ok((
+        Frame {
+            compressed,
+            message,
+        },
+        end,
+    ))
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //!   integers as numbers; both name styles accepted on input, unknown fields refused).
 //! - [`frame`]: the length-prefixed message framing of gRPC over HTTP/2 (a size limit, the
 //!   compressed flag, exactly one message for unary calls).
+//! - [`compression`]: per-message compression (`gzip`, `identity`): `grpc-encoding` and
+//!   `grpc-accept-encoding`, inflating bounded by the message limit.
 //! - [`status`]: status codes, their names, the `grpc-message` percent-encoding, and the one
 //!   mapping between gRPC codes and HTTP statuses used by the gateway in both directions.
 //! - [`timeout`]: the `grpc-timeout` header, parsed and written.
@@ -17,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod compression;
 pub mod frame;
 pub mod protos;
 pub mod status;

@@ -20,11 +20,16 @@ pub const MAX_STATUS_MESSAGE_BYTES: usize = 1024;
 /// The status a server answers a request body with when it is not exactly one acceptable
 /// message: a compressed message UNIMPLEMENTED (no compression was negotiated; send
 /// `grpc-accept-encoding: identity` with it), a message over the limit RESOURCE_EXHAUSTED,
-/// anything else (truncated, a bad flag, no message, several) INVALID_ARGUMENT.
+/// anything else (truncated, a bad flag, no message, several) INVALID_ARGUMENT; a compressed
+/// message that inflates past the limit RESOURCE_EXHAUSTED, one that does not inflate INTERNAL
+/// (what grpc-go answers).
 pub fn frame_error_code(e: &FrameError) -> Code {
     match e {
         FrameError::Compressed => Code::Unimplemented,
-        FrameError::TooLarge { .. } => Code::ResourceExhausted,
+        FrameError::TooLarge { .. } | FrameError::InflatedTooLarge { .. } => {
+            Code::ResourceExhausted
+        }
+        FrameError::BadCompression(_) => Code::Internal,
         FrameError::Truncated { .. }
         | FrameError::BadFlag(_)
         | FrameError::Empty

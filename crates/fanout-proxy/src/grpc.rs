@@ -4,15 +4,19 @@
 //! A request is gRPC when its `content-type` starts with `application/grpc`. Its lifecycle is
 //! the HTTP one with gRPC's framing and statuses ([`Gateway::grpc_lifecycle`]): route by path
 //! (`/package.Service/Method`; unknown → UNIMPLEMENTED), deadline (`grpc-timeout`), body (one
-//! uncompressed message of at most `server.grpc.max_message_bytes`, refused by its announced
-//! length before the rest is read), the message decoded to JSON as `$request.body`, admission
-//! (RESOURCE_EXHAUSTED when full), the flow, then `respond.body` encoded as the answer message
-//! (a field the type does not have is INTERNAL, naming it). Every refusal or failure is the
+//! message of at most `server.grpc.max_message_bytes`, refused by its announced length before
+//! the rest is read; compressed with gzip when `grpc-encoding` says so, inflated within the
+//! same limit: [`crate::grpc_compression`]), the message decoded to JSON as `$request.body`,
+//! admission (RESOURCE_EXHAUSTED when full), the flow, then `respond.body` encoded as the
+//! answer message (a field the type does not have is INTERNAL, naming it; gzip-compressed for
+//! a client that accepts gzip). Every answer says `grpc-accept-encoding: gzip, identity`.
+//! Every refusal or failure is the
 //! [`ApiError`] an HTTP client would get, answered trailers-only with the gRPC code of its
 //! status and code ([`fanout_grpc::Code::for_answer`]) and its safe message as `grpc-message`.
 
-use crate::answer::ApiError;
+use crate::answer::{ApiError, BodyRefusal};
 use crate::body::Body;
+use crate::grpc_compression::{self as gz, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, Inflate};
 use crate::lifecycle::{Req, build_request, route};
 use crate::{Gateway, Live};
 use bytes::Bytes;
@@ -184,9 +188,11 @@ impl Gateway {
         use prost::Message;
         use tonic_health::pb::health_check_response::ServingStatus;
         const LIMIT: usize = 4096;
+        let (parts, body) = req.into_parts();
+        let headers = parts.headers;
         let read = tokio::time::timeout(
             self.limits.bodies.read_timeout.0,
-            http_body_util::Limited::new(req.into_body(), LIMIT + frame::HEADER_LEN).collect(),
+            http_body_util::Limited::new(body, LIMIT + frame::HEADER_LEN).collect(),
         )
         .await;
         let Ok(Ok(body)) = read else {
@@ -196,9 +202,17 @@ impl Gateway {
                 None,
             );
         };
-        let msg = match frame::decode_unary(&body.to_bytes(), LIMIT) {
+        let Ok(encoding) = gz::request_encoding(&headers) else {
+            return grpc_status(Code::Unimplemented, "unsupported grpc-encoding", None);
+        };
+        let msg = match frame::decode_unary_frame(&body.to_bytes(), LIMIT)
+            .and_then(|f| fanout_grpc::compression::decode_message(f, encoding, LIMIT))
+        {
             Ok(m) => m,
-            Err(e) => return grpc_status(Code::InvalidArgument, &e.to_string(), None),
+            Err(e) => {
+                let code = fanout_grpc::stubsupport::frame_error_code(&e);
+                return grpc_status(code, &e.to_string(), None);
+            }
         };
         let Ok(check) = tonic_health::pb::HealthCheckRequest::decode(msg) else {
             return grpc_status(Code::InvalidArgument, "invalid HealthCheckRequest", None);
@@ -242,17 +256,7 @@ impl Gateway {
                 ),
             ));
         }
-        if let Some(enc) = parts.headers.get(&GRPC_ENCODING)
-            && enc.as_bytes() != b"identity"
-        {
-            return Err(unimplemented(
-                "unsupported_compression",
-                format!(
-                    "grpc-encoding `{}` is not supported: send messages uncompressed (identity)",
-                    String::from_utf8_lossy(enc.as_bytes())
-                ),
-            ));
-        }
+        let encoding = gz::request_encoding(&parts.headers).map_err(gz::unsupported)?;
         let (route, params) = match route(live, parts) {
             Ok((r, p)) if r.grpc.is_some() => (r, p),
             _ => {
@@ -281,7 +285,7 @@ impl Gateway {
         {
             return Err(too_large(max));
         }
-        let (bytes, _memory) = self
+        let (bytes, mut memory) = self
             .read_bytes(
                 &parts.headers,
                 body,
@@ -298,14 +302,48 @@ impl Gateway {
                     e
                 }
             })?;
-        let message = frame::decode_unary(&bytes, max).map_err(|e| match e {
-            frame::FrameError::TooLarge { .. } => too_large(max),
-            frame::FrameError::Compressed => unimplemented(
-                "unsupported_compression",
-                "the message is compressed, and no compression was negotiated".into(),
+        let offload = self.limits.compute.offload_bytes;
+        let message = match frame::decode_unary_frame(&bytes, max) {
+            Ok(f) if f.compressed => {
+                // The inflated message is held while the request runs: counted in the memory
+                // budget like the body (at most `max` bytes, the budget's room checked after).
+                let m = gz::request_message(&self.compute, f, encoding, max, offload).await;
+                if let (Ok(m), Some(r)) = (&m, memory.as_mut())
+                    && r.grow(m.len()).is_err()
+                {
+                    return Err(BodyRefusal::MemoryBudget {
+                        budget: self.bodies.budget(),
+                    }
+                    .into());
+                }
+                m
+            }
+            Ok(f) => Ok(f.message),
+            Err(e) => Err(Inflate::Frame(e)),
+        };
+        let message = message.map_err(|e| match e {
+            Inflate::Frame(frame::FrameError::TooLarge { .. }) => too_large(max),
+            Inflate::Frame(frame::FrameError::InflatedTooLarge { .. }) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "message_too_large",
+                format!(
+                    "the request message inflates to more than server.grpc.max_message_bytes ({max})"
+                ),
             ),
-            e => invalid(format!("the request is not one gRPC message: {e}")),
+            Inflate::Frame(frame::FrameError::Compressed) => unimplemented(
+                "unsupported_compression",
+                "the message is compressed, and no compression was negotiated (grpc-encoding)"
+                    .into(),
+            ),
+            Inflate::Frame(e @ frame::FrameError::BadCompression(_)) => {
+                let mut err = invalid(format!("the request message does not inflate: {e}"));
+                err.grpc = Some(Code::Internal);
+                err
+            }
+            Inflate::Frame(e) => invalid(format!("the request is not one gRPC message: {e}")),
+            Inflate::Overloaded => gz::overloaded(),
         })?;
+        drop(bytes);
         let input = &g.method.input;
         let val = input
             .decode_val(&message, self.limits.expressions.max_depth)
@@ -352,7 +390,20 @@ impl Gateway {
         })?;
         let len = (framed.len() - frame::HEADER_LEN) as u32;
         framed[1..frame::HEADER_LEN].copy_from_slice(&len.to_be_bytes());
-        Ok(grpc_answer(Bytes::from(framed), out.headers))
+        let (framed, gzipped) = gz::answer_frame(
+            &self.compute,
+            &self.limits.grpc,
+            gz::wants_gzip(&self.limits.grpc, &parts.headers),
+            Bytes::from(framed),
+            offload,
+        )
+        .await;
+        let mut resp = grpc_answer(framed, out.headers);
+        if gzipped {
+            resp.headers_mut()
+                .insert(GRPC_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        Ok(resp)
     }
 
     /// A refusal or failure as a trailers-only gRPC answer: counted and logged like an HTTP
@@ -378,12 +429,6 @@ impl Gateway {
             message.push_str(d);
         }
         let mut resp = grpc_status(code, &message, Some(&e.code));
-        if e.code == "unsupported_compression" {
-            resp.headers_mut().insert(
-                HeaderName::from_static("grpc-accept-encoding"),
-                HeaderValue::from_static("identity"),
-            );
-        }
         resp.extensions_mut().insert(EffectiveStatus(e.status));
         resp
     }
@@ -418,7 +463,6 @@ fn too_large(max: usize) -> ApiError {
 }
 
 /// Header names read or written per call, made once.
-const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// A successful answer: the framed message, `grpc-status: 0` in the trailers.
@@ -431,6 +475,7 @@ fn grpc_answer(framed: Bytes, headers: Vec<(HeaderName, HeaderValue)>) -> Respon
         CONTENT_TYPE,
         HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
     );
+    h.insert(GRPC_ACCEPT_ENCODING, gz::accept_encoding());
     for (k, v) in headers {
         h.insert(k, v);
     }
@@ -446,6 +491,7 @@ fn grpc_status(code: Code, message: &str, error_code: Option<&str>) -> Response<
         CONTENT_TYPE,
         HeaderValue::from_static(fanout_grpc::CONTENT_TYPE),
     );
+    h.insert(GRPC_ACCEPT_ENCODING, gz::accept_encoding());
     h.insert(HeaderName::from_static("grpc-status"), code.header_value());
     if !message.is_empty() {
         h.insert(

@@ -16,6 +16,7 @@ pub mod conn;
 mod cors;
 pub mod errlog;
 mod grpc;
+mod grpc_compression;
 pub mod health;
 pub mod l2;
 mod lifecycle;

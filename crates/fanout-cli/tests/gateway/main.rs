@@ -39,6 +39,8 @@ mod examples;
 mod explain;
 mod flow;
 mod grpc;
+mod grpc_compression;
+mod grpc_interop;
 mod grpc_keepalive;
 mod hostile_config;
 mod house;

@@ -1,0 +1,395 @@
+//! gRPC compression against other implementations (tier 2: docs/grpc.md#compression): a Python
+//! grpcio client calling a gateway route with gzip, a gateway `grpc` step calling a grpcio
+//! server that answers gzip, and grpcurl (which asks for no compression) against a gateway that
+//! offers it. The tools are installed once under `$FANOUT_TOOLS_DIR` (default
+//! `~/.cache/fanout-tools`), as `scripts/check-deploy` installs its own: grpcio and grpcio-tools
+//! from PyPI into a venv (about a minute), grpcurl through the Go module proxy (`go install`,
+//! about two minutes). Without `python3` or Go the test says so and skips that part.
+
+use super::grpc::example;
+use crate::support::{gateway, gateway_with};
+use fanout_testkit::*;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const GRPCIO_VERSION: &str = "1.85.3";
+const GRPCIO_TOOLS_VERSION: &str = "1.85.1";
+const GRPCURL_VERSION: &str = "v1.9.3";
+
+fn tools_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FANOUT_TOOLS_DIR") {
+        return PathBuf::from(d);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("fanout-tools")
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The venv's python with grpcio and grpcio-tools (made once); `Err` when python3 is missing
+/// (a failing install fails the test).
+fn python() -> Result<PathBuf, String> {
+    let venv = tools_dir().join(format!("py-grpcio-{GRPCIO_VERSION}"));
+    let py = venv.join("bin/python");
+    let ok = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import grpc, grpc_tools"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if ok(&py) {
+        return Ok(py);
+    }
+    let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    if Command::new(&python3).arg("--version").output().is_err() {
+        return Err(format!("no {python3:?}"));
+    }
+    eprintln!(
+        "installing grpcio {GRPCIO_VERSION} into {} (once)",
+        venv.display()
+    );
+    let _ = std::fs::remove_dir_all(&venv);
+    run(
+        Command::new(&python3).args(["-m", "venv"]).arg(&venv),
+        "python3 -m venv",
+    )
+    .unwrap();
+    run(
+        Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(format!("grpcio=={GRPCIO_VERSION}"))
+            .arg(format!("grpcio-tools=={GRPCIO_TOOLS_VERSION}")),
+        "pip install grpcio grpcio-tools",
+    )
+    .unwrap();
+    assert!(ok(&py), "grpcio does not import after pip install");
+    Ok(py)
+}
+
+/// grpcurl, built once with `go install`; `Err` when Go is missing (a failing build fails the
+/// test).
+fn grpcurl() -> Result<PathBuf, String> {
+    let dir = tools_dir().join(format!("grpcurl-{GRPCURL_VERSION}"));
+    let bin = dir.join("grpcurl");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let go = ["go", "/usr/local/go/bin/go"]
+        .into_iter()
+        .find(|g| Command::new(g).arg("version").output().is_ok())
+        .ok_or("no Go (https://go.dev/dl/)")?;
+    eprintln!(
+        "installing grpcurl {GRPCURL_VERSION} into {} (go install, once)",
+        dir.display()
+    );
+    run(
+        Command::new(go)
+            .env("GOBIN", &dir)
+            .env("GOFLAGS", "-mod=mod")
+            .arg("install")
+            .arg(format!(
+                "github.com/fullstorydev/grpcurl/cmd/grpcurl@{GRPCURL_VERSION}"
+            )),
+        "go install grpcurl",
+    )
+    .unwrap();
+    Ok(bin)
+}
+
+fn protos_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grpc-gateway/protos")
+}
+
+/// The example's Python stubs, generated into `dir`.
+fn python_stubs(py: &Path, dir: &Path) {
+    let protos = protos_dir();
+    run(
+        Command::new(py)
+            .args(["-m", "grpc_tools.protoc"])
+            .arg(format!("-I{}", protos.display()))
+            .arg(format!("--python_out={}", dir.display()))
+            .arg(format!("--grpc_python_out={}", dir.display()))
+            .arg("demo/v1/profile.proto"),
+        "grpc_tools.protoc",
+    )
+    .unwrap();
+}
+
+/// A grpcio client: GetProfile with gzip; prints the answer and the request encoding the
+/// gateway saw (echoed by the route as metadata).
+const CLIENT: &str = r#"
+import json, sys
+import grpc
+from demo.v1 import profile_pb2, profile_pb2_grpc
+addr, compression = sys.argv[1], sys.argv[2]
+comp = grpc.Compression.Gzip if compression == "gzip" else grpc.Compression.NoCompression
+with grpc.insecure_channel(addr, compression=comp) as ch:
+    stub = profile_pb2_grpc.ProfileGatewayStub(ch)
+    resp, call = stub.GetProfile.with_call(
+        profile_pb2.ProfileRequest(user_id="u1" * 3000), compression=comp, timeout=20)
+    md = dict(call.initial_metadata())
+    print(json.dumps({"user": resp.user.id, "name": resp.user.name, "orders": len(resp.orders),
+                      "seen": md.get("x-seen-encoding")}))
+"#;
+
+/// A grpcio server of demo.v1.Users/GetUser answering gzip; prints its port.
+const SERVER: &str = r#"
+import sys
+from concurrent import futures
+import grpc
+from demo.v1 import profile_pb2, profile_pb2_grpc
+class Users(profile_pb2_grpc.UsersServicer):
+    def GetUser(self, request, context):
+        context.set_compression(grpc.Compression.Gzip)
+        return profile_pb2.User(id=request.id, name="from grpcio " + "x" * 20000, tier=2)
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), compression=grpc.Compression.Gzip)
+profile_pb2_grpc.add_UsersServicer_to_server(Users(), server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+server.wait_for_termination()
+"#;
+
+/// A TCP relay to `target` counting the bytes each way (counted before they are forwarded: once
+/// an answer has arrived, its bytes are counted), so a test sees whether messages travelled
+/// compressed without trusting either end.
+struct Relay {
+    addr: std::net::SocketAddr,
+    /// Client → target.
+    up: Arc<AtomicU64>,
+    /// Target → client.
+    down: Arc<AtomicU64>,
+}
+
+impl Relay {
+    async fn start(target: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up, down) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (u, d) = (up.clone(), down.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(pipe(cr, sw, u.clone()));
+                tokio::spawn(pipe(sr, cw, d.clone()));
+            }
+        });
+        Relay { addr, up, down }
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.up.load(Ordering::SeqCst),
+            self.down.load(Ordering::SeqCst),
+        )
+    }
+}
+
+async fn pipe(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    n: Arc<AtomicU64>,
+) {
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(k) => {
+                n.fetch_add(k as u64, Ordering::SeqCst);
+                if w.write_all(&buf[..k]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The gateway routes: GetProfile echoing the request's `grpc-encoding` as metadata, answers
+/// compressed from 1 byte on.
+fn config() -> String {
+    example("fanout.yaml")
+        .replace(
+            "routes:",
+            "server:\n  grpc: { compress_min_bytes: 1 }\nroutes:",
+        )
+        .replace(
+            "    respond:\n",
+            "    respond:\n      headers: { x-seen-encoding: '$request.headers[\"grpc-encoding\"] // \"identity\"' }\n",
+        )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs python3 (grpcio from PyPI) and Go (grpcurl)"]
+async fn gzip_interoperates_with_grpcio_and_grpcurl() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let dir = TempDir::new("grpc-interop");
+    let py = tokio::task::spawn_blocking(python).await.unwrap();
+    match &py {
+        Ok(py) => {
+            let (py, d) = (py.clone(), dir.path().to_path_buf());
+            tokio::task::spawn_blocking(move || python_stubs(&py, &d))
+                .await
+                .unwrap();
+            std::fs::write(dir.join("client.py"), CLIENT).unwrap();
+            std::fs::write(dir.join("server.py"), SERVER).unwrap();
+        }
+        Err(why) => eprintln!("note: the grpcio interop skipped: {why}"),
+    }
+
+    // A grpcio client sending gzip (and accepting it): the gateway reads the compressed
+    // message, and answers it compressed — the answer (the 6 KB id in it four times) crosses the
+    // relay in a few KB. Without compression, the 6 KB request crosses as it is.
+    let gw = gateway(&config(), &stubs).await;
+    if let Ok(py) = &py {
+        for (compression, seen) in [("gzip", "gzip"), ("none", "identity")] {
+            let relay = Relay::start(gw.addr).await;
+            let (py, d, addr) = (py.clone(), dir.path().to_path_buf(), relay.addr.to_string());
+            let out = tokio::task::spawn_blocking(move || {
+                run(
+                    Command::new(&py)
+                        .arg(d.join("client.py"))
+                        .args([&addr, compression])
+                        .env("PYTHONPATH", &d),
+                    "the grpcio client",
+                )
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            assert_eq!(v["user"], "u1".repeat(3000), "{compression}: {v}");
+            assert_eq!(v["orders"], 2, "{compression}: {v}");
+            assert_eq!(
+                v["seen"], seen,
+                "{compression}: the request's grpc-encoding: {v}"
+            );
+            let (up, down) = relay.counts();
+            assert!(
+                down < 4000,
+                "{compression}: the answer compressed: {down} bytes"
+            );
+            if compression == "gzip" {
+                assert!(up < 4000, "the request compressed: {up} bytes");
+            } else {
+                assert!(up > 6000, "the request uncompressed: {up} bytes");
+            }
+        }
+    }
+
+    // A gateway `grpc` step to a grpcio server answering gzip, the step sending gzip.
+    if let Ok(py) = &py {
+        let mut child = Command::new(py)
+            .arg(dir.join("server.py"))
+            .env("PYTHONPATH", dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let server = Server(child);
+        let port = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).unwrap();
+            line.trim().parse::<u16>().unwrap()
+        })
+        .await
+        .unwrap();
+        // Through a relay: the 10 KB request and the 30 KB answer cross it compressed.
+        let relay = Relay::start(([127, 0, 0, 1], port).into()).await;
+        let old = r#"users:  { url: "http://${USERS_ADDR:-127.0.0.1:9201}", protocol: grpc, timeout: 200ms }"#;
+        let cfg = example("fanout.yaml").replace(
+            old,
+            &format!("users: {{ url: \"http://{}\", protocol: grpc, grpc_compression: gzip, timeout: 10s }}", relay.addr),
+        );
+        let gw = gateway_with(&cfg, &stubs, &[]).await;
+        let out = post(
+            &format!("http://{}/demo.v1.ProfileGateway/GetProfile", gw.addr),
+            &format!(r#"{{"user_id": "{}"}}"#, "u9".repeat(5000)),
+        )
+        .await;
+        assert_eq!(out.status, 200, "{}", String::from_utf8_lossy(&out.body));
+        let v = out.json();
+        assert_eq!(v["user"]["id"], "u9".repeat(5000));
+        let name = v["user"]["name"].as_str().unwrap();
+        assert!(name.starts_with("from grpcio xxx") && name.len() > 20000);
+        let (up, down) = relay.counts();
+        assert!(up < 4000, "the step's request compressed: {up} bytes");
+        assert!(down < 4000, "the grpcio answer compressed: {down} bytes");
+        drop(server);
+    }
+
+    // grpcurl (grpc-go) against a gateway that compresses for those who ask: it works, and
+    // reflection too.
+    match tokio::task::spawn_blocking(grpcurl).await.unwrap() {
+        Ok(bin) => {
+            let addr = gw.addr.to_string();
+            let out = tokio::task::spawn_blocking(move || {
+                let call = run(
+                    Command::new(&bin).args([
+                        "-plaintext",
+                        "-max-time",
+                        "20",
+                        "-d",
+                        r#"{"user_id":"u1"}"#,
+                        &addr,
+                        "demo.v1.ProfileGateway/GetProfile",
+                    ]),
+                    "grpcurl",
+                );
+                let list = run(
+                    Command::new(&bin).args(["-plaintext", "-max-time", "20", &addr, "list"]),
+                    "grpcurl list",
+                );
+                (call, list)
+            })
+            .await
+            .unwrap();
+            let v: serde_json::Value = serde_json::from_str(&out.0.unwrap()).unwrap();
+            assert_eq!(v["user"]["id"], "u1", "{v}");
+            assert_eq!(v["orders"].as_array().unwrap().len(), 2, "{v}");
+            assert!(out.1.unwrap().contains("demo.v1.ProfileGateway"));
+        }
+        Err(why) => eprintln!("note: the grpcurl interop skipped: {why}"),
+    }
+}
