@@ -141,30 +141,50 @@ pub fn encode(coding: Coding, level: i32, data: &[u8]) -> Result<Vec<u8>, Error>
     check_level(coding, level)?;
     let enc_err = |source| Error::Encode { coding, source };
     // A JSON answer compresses to well under half its size: start at a quarter.
-    let out = Vec::with_capacity(data.len() / 4 + 64);
+    let out = || Vec::with_capacity(data.len() / 4 + 64);
     match coding {
         Coding::Gzip => {
-            let mut e = flate2::write::GzEncoder::new(out, flate2::Compression::new(level as u32));
+            let mut e =
+                flate2::write::GzEncoder::new(out(), flate2::Compression::new(level as u32));
             e.write_all(data).map_err(enc_err)?;
             e.finish().map_err(enc_err)
         }
         Coding::Br => {
             // Window 2^22 (4 MiB): brotli's default; smaller bodies use less.
-            let mut e = brotli::CompressorWriter::new(out, 4096, level as u32, 22);
+            let mut e = brotli::CompressorWriter::new(out(), 4096, level as u32, 22);
             e.write_all(data).map_err(enc_err)?;
             e.flush().map_err(enc_err)?;
             Ok(e.into_inner())
         }
-        Coding::Zstd => {
-            let mut e = zstd::stream::write::Encoder::new(out, level).map_err(enc_err)?;
-            // The frame says how long the content is: a decoder sizes its buffer once.
-            e.set_pledged_src_size(Some(data.len() as u64))
-                .map_err(enc_err)?;
-            e.include_contentsize(true).map_err(enc_err)?;
-            e.write_all(data).map_err(enc_err)?;
-            e.finish().map_err(enc_err)
-        }
+        Coding::Zstd => zstd_encode(level, data).map_err(enc_err),
     }
+}
+
+thread_local! {
+    /// Each thread's zstd context and the level it is set to: made once per thread (its
+    /// creation is most of the cost of encoding a small answer), then reused. A context holds
+    /// no data between calls.
+    static ZSTD: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// One zstd frame (with its content size) on this thread's reused context.
+fn zstd_encode(level: i32, data: &[u8]) -> io::Result<Vec<u8>> {
+    ZSTD.with(|cell| {
+        // Re-entered (cannot happen: nothing here calls back) or poisoned: a context of its own.
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return zstd::bulk::compress(data, level);
+        };
+        match slot.as_mut() {
+            Some((l, c)) if *l == level => c.compress(data),
+            _ => {
+                let mut c = zstd::bulk::Compressor::new(level)?;
+                let out = c.compress(data);
+                *slot = Some((level, c));
+                out
+            }
+        }
+    })
 }
 
 /// Decode `data`, encoded with `coding`, refusing to produce more than `limit` bytes: at most

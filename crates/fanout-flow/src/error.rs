@@ -488,6 +488,7 @@ mod tests {
             (Some(call(CallErrorKind::Connect)), "refused"),
             (Some(call(CallErrorKind::Reset)), "reset"),
             (Some(call(CallErrorKind::BodyTooLarge)), "bad_answer"),
+            (Some(call(CallErrorKind::BadEncoding)), "bad_answer"),
             (
                 Some(call(CallErrorKind::Rejected(RejectReason::Bulkhead))),
                 "rejected_bulkhead",

@@ -12,12 +12,14 @@
 //! | connect failure  | yes     | yes             | yes            | yes       |
 //! | reset            | yes     | yes             | yes            | yes       |
 //! | answer too large | yes     | yes             | no             | no        |
+//! | bad encoding ³   | yes     | yes             | no             | no        |
 //! | rejected locally | yes     | no              | no             | no        |
 //! | invalid call     | yes     | no              | no             | no        |
 //!
 //! ¹ statuses are retried when the retry policy lists them (`retry.on_status`).
 //! ² unless the call was given less than the balancer's `default_rtt` (a budget used up
 //! elsewhere), decided by the HTTP client, which knows the attempt's time.
+//! ³ a `Content-Encoding` the client does not decode, or a body that does not decode.
 //!
 //! A rejected or invalid call was never sent: the first by the gateway's protection of the
 //! backend, the second because the flow built something that is not a valid request. Neither
@@ -224,6 +226,7 @@ mod tests {
             (failed(Connect), true, true, true, true, true),
             (failed(Reset), true, true, true, true, false),
             (failed(BodyTooLarge), true, true, false, false, false),
+            (failed(BadEncoding), true, true, false, false, false),
             (
                 failed(Rejected(RejectReason::Bulkhead)),
                 true,
