@@ -244,8 +244,8 @@ struct GetUserRequest {
 
 /// A Users backend that takes only gzip requests (UNIMPLEMENTED otherwise, as a server without
 /// identity would answer) and answers gzip — or, with `bomb`, answers a message that inflates
-/// to 1 MiB.
-async fn gzip_users(bomb: bool) -> GrpcServer {
+/// to 1 MiB. The user's name has `pad` more `x`s.
+async fn gzip_users(bomb: bool, pad: usize) -> GrpcServer {
     GrpcServer::start(move |req: &GrpcRequest| -> Response<GrpcBody> {
         let (compressed, msg) = unframe(&req.body);
         if req.header("grpc-encoding") != Some("gzip") || !compressed {
@@ -259,7 +259,7 @@ async fn gzip_users(bomb: bool) -> GrpcServer {
         } else {
             User {
                 id: id.clone(),
-                name: format!("User {id} (gzip)"),
+                name: format!("User {id} (gzip){}", "x".repeat(pad)),
                 tier: 1,
             }
             .encode_to_vec()
@@ -285,7 +285,7 @@ fn with_users(config: &str, users: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_step_sends_gzip_to_a_backend_that_requires_it_and_reads_gzip_answers() {
     let stubs = stubs(&example("stubs.yaml")).await;
-    let users = gzip_users(false).await;
+    let users = gzip_users(false, 0).await;
     let base = example("fanout.yaml");
 
     // Without `grpc_compression`: the backend refuses the identity message.
@@ -345,7 +345,7 @@ async fn a_grpc_step_sends_gzip_to_a_backend_that_requires_it_and_reads_gzip_ans
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compressed_bomb_from_a_backend_is_a_bad_backend_answer() {
     let stubs = stubs(&example("stubs.yaml")).await;
-    let users = gzip_users(true).await;
+    let users = gzip_users(true, 0).await;
     let config = with_users(
         &example("fanout.yaml"),
         &format!(
@@ -392,4 +392,54 @@ async fn the_inflated_message_counts_in_the_memory_budget() {
         let a = call(gw.addr, &[("grpc-encoding", "gzip")], frame(1, &small)).await;
         assert_eq!(a.code(), 0, "{user}: {:?}", a.headers);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_compressed_messages_inflate_and_compress_off_the_worker_whole() {
+    // A 600 KB answer from the backend, compressed: inflated past `OFFLOAD_BYTES` (256 KiB) on
+    // the blocking pool; the gateway's answer (600 KB) compressed on the compute pool; a 300 KB
+    // compressed request inflated past `offload_bytes` there too.
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let users = gzip_users(false, 600_000).await;
+    let config = with_users(
+        &example("fanout.yaml"),
+        &format!(
+            "{{ url: \"{}\", protocol: grpc, grpc_compression: gzip, timeout: 10s }}",
+            users.url()
+        ),
+    )
+    .replace("deadline: 500ms", "deadline: 20s")
+    .replace(
+        "routes:",
+        "server:\n  compute: { threads: 1 }\n  grpc: { max_message_bytes: 1000000 }\nroutes:",
+    );
+    let gw = gateway(&config, &stubs).await;
+    let mut req = profile_request("u1");
+    // An unknown field (number 15, length-delimited) of 300 KB: the message is still a valid
+    // ProfileRequest for the gateway, and large.
+    req.extend_from_slice(&[0x7a, 0xe0, 0xa7, 0x12]); // tag 15/2, length 300_000
+    req.extend(std::iter::repeat_n(b'y', 300_000));
+    let gz = gzip(&req);
+    assert!(gz.len() < 10_000);
+    let a = call(
+        gw.addr,
+        &[("grpc-encoding", "gzip"), ("grpc-accept-encoding", "gzip")],
+        frame(1, &gz),
+    )
+    .await;
+    assert_eq!(a.code(), 0, "{:?} {:?}", a.headers, a.trailers);
+    assert_eq!(a.body[0], 1, "compressed");
+    assert!(a.body.len() < 20_000, "{}", a.body.len());
+    let p = Profile::decode(&a.message()[..]).unwrap();
+    let user = p.user.unwrap();
+    assert_eq!(user.id, "u1");
+    assert_eq!(user.name.len(), "User u1 (gzip)".len() + 600_000);
+    assert_eq!(users.count(), 1);
+    let st = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json();
+    // The compute pool ran the request's inflating, the step's decoding (a large answer) and the
+    // answer's compressing.
+    let done = st["runtime"]["compute"]["done"].as_u64().unwrap();
+    assert!(done >= 3, "{st}");
 }
