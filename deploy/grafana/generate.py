@@ -354,6 +354,47 @@ def build():
                      [(f"sum(rate(fanout_runtime_stalls_total{{{SEL}}}{RI}))", "stalls/s")], "ops"),
           8, 8)
 
+    L.row("Edge: TLS and compression")
+    # Red under 7 days, yellow under 21 (steps read upwards: below 7 d red, then yellow, then green).
+    expiry_steps = [{"color": "red", "value": None}, {"color": "yellow", "value": 7 * 86400},
+                    {"color": "green", "value": 21 * 86400}]
+    L.add(stat("Next certificate expiry",
+               "Time until the first certificate a TLS listener presents expires (every instance, "
+               "every listener); empty without TLS. Alert well before it reaches zero.",
+               f"min(fanout_tls_certificate_expiry_timestamp_seconds{{{SEL}}}) - time()", "s",
+               steps=expiry_steps), 6, 8)
+    L.add(timeseries("Certificates: time to expiry",
+                     "Per listener and certificate file; a rotated certificate jumps up when its "
+                     "files are reloaded.",
+                     [(f"max by (listener, name) (fanout_tls_certificate_expiry_timestamp_seconds{{{SEL}}}) - time()",
+                       "{{listener}} {{name}}")], "s"), 6, 8)
+    L.add(timeseries("TLS reloads and failed handshakes",
+                     "Certificate and CA reloads in each interval by result (refused: the loaded "
+                     "files kept serving); failed handshakes per second by reason.",
+                     [(f"sum by (listener, result) (increase(fanout_tls_reloads_total{{{SEL}}}{RI}))",
+                       "reload {{listener}} {{result}}"),
+                      (f"sum by (listener, reason) (rate(fanout_tls_handshake_failures_total{{{SEL}}}{RI}))",
+                       "failed/s {{listener}} {{reason}}")]), 12, 8)
+    L.add(timeseries("Compressed answers by coding",
+                     "Answers per second sent compressed, by coding; skipped: answers sent plain "
+                     "because the compute pool's queue was full.",
+                     [(f"sum by (coding) (rate(fanout_compressed_answers_total{{{SEL}}}{RI}))",
+                       "{{coding}}"),
+                      (f"sum(rate(fanout_compression_skipped_total{{{SEL}}}{RI}))", "skipped")],
+                     "reqps", stack=True), 8, 8)
+    L.add(timeseries("Compression ratio",
+                     "Bytes sent over bytes before encoding, of the compressed answers, by coding.",
+                     [(f"sum by (coding) (rate(fanout_compressed_answer_bytes_after_total{{{SEL}}}{RI})) "
+                       f"/ sum by (coding) (rate(fanout_compressed_answer_bytes_before_total{{{SEL}}}{RI}))",
+                       "{{coding}}")], "percentunit"), 8, 8)
+    L.add(timeseries("Compressed request bodies",
+                     "Request bodies decoded per second by coding; refused: not accepted, corrupt "
+                     "or too large once decoded (415, 400, 413).",
+                     [(f"sum by (coding) (rate(fanout_decoded_request_bodies_total{{{SEL}}}{RI}))",
+                       "{{coding}}"),
+                      (f"sum(rate(fanout_encoded_request_bodies_refused_total{{{SEL}}}{RI}))",
+                       "refused")], "reqps"), 8, 8)
+
     L.row("Process and config")
     L.add(timeseries("CPU (cores used)", "CPU seconds per second per instance.",
                      [(f"rate(process_cpu_seconds_total{{{SEL}}}{RI})", "{{instance}}")]), 8, 8)

@@ -26,6 +26,15 @@ use std::time::Duration;
 /// The metric catalog: the names the metrics work exposes and the dashboard may query
 /// (histograms by their base name; `_bucket`/`_sum`/`_count` are stripped before comparing).
 const CATALOG: &[&str] = &[
+    "fanout_tls_certificate_expiry_timestamp_seconds",
+    "fanout_tls_reloads_total",
+    "fanout_tls_handshake_failures_total",
+    "fanout_compressed_answers_total",
+    "fanout_compressed_answer_bytes_before_total",
+    "fanout_compressed_answer_bytes_after_total",
+    "fanout_compression_skipped_total",
+    "fanout_decoded_request_bodies_total",
+    "fanout_encoded_request_bodies_refused_total",
     "fanout_requests_total",
     "fanout_request_duration_seconds",
     "fanout_requests_in_flight",
@@ -401,6 +410,9 @@ routes:
       m: { model: { name: spam_lr, input: '[range(20)]' } }
     respond: { body: '$m' }
 models: { dir: "${MODELS_DIR}" }
+compression:
+  response: { enabled: true }
+  request: { decode: [gzip] }
 "#;
 
 /// The series a gateway running [`CONFIG`] has before it serves any request, by metric: every
@@ -517,7 +529,31 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         ],
     ];
     let none = || vec![vec![]];
+    const CODINGS: &[&str] = &["zstd", "br", "gzip"];
     BTreeMap::from([
+        // The config's listeners speak plain HTTP (the test's client does): the TLS families are
+        // there without series (a TLS listener's series: the `tls_listener::` tests).
+        ("fanout_tls_certificate_expiry_timestamp_seconds", vec![]),
+        ("fanout_tls_reloads_total", vec![]),
+        ("fanout_tls_handshake_failures_total", vec![]),
+        (
+            "fanout_compressed_answers_total",
+            product(&[("coding", CODINGS)]),
+        ),
+        (
+            "fanout_compressed_answer_bytes_before_total",
+            product(&[("coding", CODINGS)]),
+        ),
+        (
+            "fanout_compressed_answer_bytes_after_total",
+            product(&[("coding", CODINGS)]),
+        ),
+        ("fanout_compression_skipped_total", none()),
+        (
+            "fanout_decoded_request_bodies_total",
+            product(&[("coding", CODINGS)]),
+        ),
+        ("fanout_encoded_request_bodies_refused_total", none()),
         ("fanout_requests_total", requests),
         ("fanout_request_duration_seconds", route_methods),
         (
