@@ -12,7 +12,7 @@ Two kinds of checks:
   pods, the dashboard ConfigMap holding deploy/grafana/fanout.json.
 
     check_manifests.py --validator PATH --k8s 1.32.0 --kinds Deployment,Service,... \
-        [--redis none|url|secret] [--dashboard deploy/grafana/fanout.json] \
+        [--redis none|url|secret] [--dashboard deploy/grafana/fanout.json] [--tls SECRET] \
         [--config-out FILE] rendered.yaml
     check_manifests.py --validator PATH --k8s 1.32.0 --self-test rendered.yaml
 
@@ -207,6 +207,29 @@ def check_redis(c, redis, problems):
         problems.append("FANOUT_REDIS_URL does not come from the Secret")
 
 
+def check_tls(pod, c, cfg, secret, problems):
+    """`--tls SECRET`: the Secret mounted whole (a subPath never sees a renewal) and read-only at
+    /etc/fanout-tls, and the config's certificate pair pointing into it; without: no TLS."""
+    tls = cfg.get("tls")
+    if not secret:
+        if tls is not None:
+            problems.append("the config has `tls` without tls values")
+        return
+    vols = [v for v in pod.get("volumes", []) if (v.get("secret") or {}).get("secretName") == secret]
+    if len(vols) != 1:
+        problems.append(f"the TLS Secret {secret} is not one volume of the pod")
+        return
+    mounts = [m for m in c.get("volumeMounts", []) if m.get("name") == vols[0]["name"]]
+    if len(mounts) != 1 or mounts[0].get("mountPath") != "/etc/fanout-tls":
+        problems.append("the TLS Secret is not mounted at /etc/fanout-tls")
+    elif "subPath" in mounts[0] or not mounts[0].get("readOnly"):
+        problems.append("the TLS Secret is mounted with a subPath or writable")
+    pairs = (tls or {}).get("certificates") or []
+    want = {"cert_file": "/etc/fanout-tls/tls.crt", "key_file": "/etc/fanout-tls/tls.key"}
+    if pairs != [want]:
+        problems.append(f"the config's tls.certificates is {pairs!r}, not the mounted Secret's pair")
+
+
 def check_dashboard(docs, dashboard, problems):
     cms = [d for d in docs if d.get("kind") == "ConfigMap"
            and (d["metadata"].get("labels") or {}).get("grafana_dashboard") == "1"]
@@ -274,6 +297,7 @@ def check(docs, args):
         if not selects((pdb["spec"].get("selector") or {}).get("matchLabels"), pod_labels):
             problems.append("the PodDisruptionBudget does not select the pods")
     check_redis(c, args.redis, problems)
+    check_tls(pod, c, cfg, args.tls, problems)
     check_dashboard(docs, args.dashboard, problems)
     return problems, text
 
@@ -339,6 +363,7 @@ def main():
     p.add_argument("--kinds", help="the rendered kinds, comma-separated (repeat for several)")
     p.add_argument("--redis", choices=["none", "url", "secret"], default="none")
     p.add_argument("--dashboard", help="the dashboard JSON the ConfigMap must hold")
+    p.add_argument("--tls", help="the TLS Secret the pod must mount (tls.secretName)")
     p.add_argument("--config-out", help="write the rendered fanout config here")
     p.add_argument("--self-test", action="store_true")
     p.add_argument("rendered")

@@ -50,6 +50,11 @@ the listeners (so probes, Service and ServiceMonitor hit the right ports) and th
     "drain_delay" (printf "%ds" (int .Values.drainDelaySeconds))
     "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)))
 }}
+{{- if .Values.tls.secretName }}
+{{- $pair := dict "cert_file" "/etc/fanout-tls/tls.crt" "key_file" "/etc/fanout-tls/tls.key" }}
+{{- $userTls := deepCopy (default (dict) (get (default (dict) .Values.config) "tls")) }}
+{{- $_ := set $owned "tls" (mergeOverwrite $userTls (dict "certificates" (list $pair))) }}
+{{- end }}
 {{- $cfg := mergeOverwrite (deepCopy (default (dict) .Values.config)) $owned }}
 {{- toYaml $cfg }}
 {{- end }}
