@@ -722,12 +722,8 @@ fn client_json(der: &[u8]) -> serde_json::Value {
                 GeneralName::RFC822Name(e) => email.push(e.to_string()),
                 GeneralName::IPAddress(b) => {
                     let a = match b.len() {
-                        4 => <[u8; 4]>::try_from(*b)
-                            .ok()
-                            .map(std::net::IpAddr::from),
-                        16 => <[u8; 16]>::try_from(*b)
-                            .ok()
-                            .map(std::net::IpAddr::from),
+                        4 => <[u8; 4]>::try_from(*b).ok().map(std::net::IpAddr::from),
+                        16 => <[u8; 16]>::try_from(*b).ok().map(std::net::IpAddr::from),
                         _ => None,
                     };
                     if let Some(a) = a {

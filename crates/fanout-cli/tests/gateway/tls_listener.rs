@@ -872,3 +872,49 @@ async fn the_admin_listener_serves_over_tls_with_http1_1() {
     assert_eq!(st["tls"]["admin"]["handshakes"], 1, "{st}");
     assert!(st["tls"].get("main").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_keyed_by_the_client_certificate_counts_each_client_apart() {
+    let dir = temp_dir("tls-ratelimit");
+    let clients = Ca::new("client ca");
+    let client_ca = write(&dir, "clients.pem", &clients.pem());
+    let (ca, _ca_file, tls) = localhost_tls(
+        &dir,
+        &format!(", client_auth: {{ ca_file: '{client_ca}' }}"),
+    );
+    let yaml = format!(
+        r#"
+tls: {tls}
+rate_limits:
+  per-cert:
+    rate: 1/h
+    burst: 1
+    key: '$request.tls.client.subject'
+routes:
+  - path: /limited
+    rate_limit: [per-cert]
+    respond: {{ body: '$request.tls.client.subject' }}
+"#
+    );
+    let gw = gateway(&yaml, &no_stubs().await).await;
+    let dial = |cn: &str| {
+        let l = clients.leaf(cn, &[], &[], true);
+        let mut d = Dial::new(&ca.pem(), "localhost");
+        d.client = Some((l.cert, l.key));
+        d
+    };
+    let get = |d: Dial| async move {
+        let (mut c, _) = open(&d, gw.addr).await.unwrap();
+        let (status, v) = c.get("/limited").await.unwrap();
+        (status, v)
+    };
+    let (a, b) = (dial("a"), dial("b"));
+    assert_eq!(get(a.clone()).await, (200, serde_json::json!("CN=a")));
+    assert_eq!(get(a.clone()).await.0, 429, "a's budget is spent");
+    assert_eq!(
+        get(b.clone()).await,
+        (200, serde_json::json!("CN=b")),
+        "b has its own"
+    );
+    assert_eq!(get(b).await.0, 429);
+}
