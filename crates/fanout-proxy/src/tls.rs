@@ -99,6 +99,9 @@ struct Slot {
     /// Digest of the contents last looked at (loaded or refused): a refused pair is not
     /// counted again until its files change.
     seen: AtomicU64,
+    /// Digest of the contents loaded now (a file that was briefly unreadable and came back
+    /// unchanged is not a reload).
+    loaded: AtomicU64,
 }
 
 /// The certificates of a listener, chosen per handshake.
@@ -328,6 +331,7 @@ impl TlsListener {
                 key_file: pair.key_file.value.clone(),
                 current: ArcSwap::from_pointee(loaded),
                 seen: AtomicU64::new(digest(&[&cert, &key])),
+                loaded: AtomicU64::new(digest(&[&cert, &key])),
             });
         }
         let certs = Arc::new(CertStore {
@@ -508,7 +512,8 @@ impl TlsListener {
                 }
             };
             let d = digest(&[&cert, &key]);
-            if slot.seen.swap(d, Ordering::AcqRel) == d {
+            if slot.seen.swap(d, Ordering::AcqRel) == d || slot.loaded.load(Ordering::Acquire) == d
+            {
                 continue;
             }
             match load_pair(&slot.cert_file, &slot.key_file, &cert, &key) {
@@ -520,6 +525,7 @@ impl TlsListener {
                         "TLS certificate reloaded"
                     );
                     slot.current.store(Arc::new(loaded));
+                    slot.loaded.store(d, Ordering::Release);
                     self.counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => self.refused(&slot.cert_file, &e),
