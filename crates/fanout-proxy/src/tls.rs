@@ -464,9 +464,14 @@ impl TlsListener {
             return;
         };
         if w.is_none() {
+            // The directories are watched before this returns: a change made once the listener
+            // serves is never missed.
+            let changed = Arc::new(tokio::sync::Notify::new());
+            let watcher = watch_dirs(&self.dirs(), changed.clone());
             *w = Some(tokio::spawn(watch(
                 Arc::downgrade(self),
-                self.dirs(),
+                watcher,
+                changed,
                 self.cfg.poll.0,
             )));
         }
@@ -756,20 +761,22 @@ impl Socket for TlsStream<TcpStream> {
     }
 }
 
-/// Watch the directories of a listener's files and read them again on events (debounced) and
-/// every `poll`; ends when the listener is dropped.
-async fn watch(listener: Weak<TlsListener>, dirs: Vec<PathBuf>, poll: Duration) {
-    let changed = Arc::new(tokio::sync::Notify::new());
-    let on_event = changed.clone();
+/// A file-system watcher (inotify on Linux) of `dirs`, notifying `changed`; `None` when there
+/// is none (the poll remains), logged.
+fn watch_dirs(
+    dirs: &[PathBuf],
+    changed: Arc<tokio::sync::Notify>,
+) -> Option<notify::RecommendedWatcher> {
+    let on_event = changed;
     // inotify (Linux): a failure to watch leaves the poll, logged.
     let watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
         if e.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
             on_event.notify_one();
         }
     });
-    let _watcher = match watcher {
+    match watcher {
         Ok(mut w) => {
-            for d in &dirs {
+            for d in dirs {
                 if let Err(e) =
                     notify::Watcher::watch(&mut w, d, notify::RecursiveMode::NonRecursive)
                 {
@@ -782,7 +789,17 @@ async fn watch(listener: Weak<TlsListener>, dirs: Vec<PathBuf>, poll: Duration) 
             tracing::warn!(error = %e, "no file-system watcher; TLS files are read every `poll`");
             None
         }
-    };
+    }
+}
+
+/// Read the files again on events (debounced) and every `poll`; ends when the listener is
+/// dropped (or the task is aborted: [`TlsListener::stop_watching`]).
+async fn watch(
+    listener: Weak<TlsListener>,
+    _watcher: Option<notify::RecommendedWatcher>,
+    changed: Arc<tokio::sync::Notify>,
+    poll: Duration,
+) {
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;

@@ -918,3 +918,74 @@ routes:
     );
     assert_eq!(get(b).await.0, 429);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_with_tls_1_3_and_1_2() {
+    let dir = temp_dir("tls-resume");
+    let (ca, _ca_file, tls) = localhost_tls(&dir, "");
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    for versions in [&ONLY_13[..], &ONLY_12[..]] {
+        let mut d = Dial::new(&ca.pem(), "localhost");
+        d.versions = versions;
+        // One client config (and its session store) for both connections.
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(d.config()));
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let tcp = TcpStream::connect(gw.addr).await.unwrap();
+            let s = connector
+                .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                .await
+                .unwrap();
+            kinds.push(s.get_ref().1.handshake_kind());
+            // A request and its answer: the TLS 1.3 ticket arrives after the handshake.
+            let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let resp = send
+                .send_request(
+                    http::Request::get("/tls")
+                        .header("host", "localhost")
+                        .body(Full::new(Bytes::new()))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap();
+        }
+        assert_eq!(
+            kinds,
+            [
+                Some(rustls::HandshakeKind::Full),
+                Some(rustls::HandshakeKind::Resumed)
+            ],
+            "{versions:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_swap_is_seen_by_the_directory_watch_alone() {
+    let ca = Ca::new("test ca");
+    let first = ca.leaf("first", &["localhost"], &[], false);
+    let mut vol = SecretVolume::new(&first);
+    // No poll within the test's patience: only the watch of the directory can see the swap.
+    let tls = format!(
+        "{{ certificates: [{{ cert_file: '{}', key_file: '{}' }}], poll: 1h }}",
+        vol.file("tls.crt"),
+        vol.file("tls.key")
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let dial = Dial::new(&ca.pem(), "localhost");
+    assert_eq!(open(&dial, gw.addr).await.unwrap().1.cert, der(&first.cert));
+    let second = ca.leaf("second", &["localhost"], &[], false);
+    vol.update(&second.cert, &second.key);
+    let addr = gw.addr;
+    wait_until_async("new handshakes present the new certificate", || {
+        let (dial, want) = (dial.clone(), der(&second.cert));
+        async move { matches!(open(&dial, addr).await, Ok((_, s)) if s.cert == want) }
+    })
+    .await;
+    assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
+}
