@@ -34,6 +34,8 @@ pub struct LoadArgs {
     pub open_connections: usize,
     /// Per-request timeout (a bare number is milliseconds).
     pub timeout: String,
+    /// `https://` URLs: the certificates trusted (`--cacert`, `--insecure`).
+    pub tls: fanout_load::TlsOptions,
     /// Every request with its own `x-request-id` ([`DISTINCT_REQUEST_IDS`] values in turn).
     pub distinct_request_ids: bool,
     /// Thresholds.
@@ -86,6 +88,7 @@ pub async fn run_cli(a: LoadArgs) -> anyhow::Result<i32> {
     spec.open_connections = a.open_connections;
     spec.timeout = timeout;
     spec.drain = timeout;
+    spec.tls = a.tls.clone();
     execute(&spec, &a.url, &thresholds, a.json.as_deref()).await
 }
 
@@ -162,6 +165,7 @@ async fn run_grpc(a: LoadArgs) -> anyhow::Result<i32> {
     spec.open_connections = a.open_connections;
     spec.timeout = timeout;
     spec.drain = timeout;
+    spec.tls = a.tls.clone();
     let shown = format!("{}/{}", url.trim_end_matches('/'), method);
     execute(&spec, &shown, &thresholds, a.json.as_deref()).await
 }
@@ -243,13 +247,15 @@ async fn execute(
     })
 }
 
-/// `http://host:port/path?q` → (`http://host:port`, `/path?q`).
+/// `http://host:port/path?q` → (`http://host:port`, `/path?q`); `https://` alike.
 fn split_url(url: &str) -> anyhow::Result<(String, String)> {
     let Some((scheme, rest)) = url.split_once("://") else {
         bail!("`{url}` is not a URL: expected http://host:port/path");
     };
-    if scheme != "http" {
-        bail!("`{url}`: only http:// targets are supported (h2c with --http2)");
+    if scheme != "http" && scheme != "https" {
+        bail!(
+            "`{url}`: only http:// (h2c with --http2) and https:// (h2 with --http2, by ALPN) targets are supported"
+        );
     }
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),

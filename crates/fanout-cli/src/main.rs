@@ -175,6 +175,13 @@ enum Cmd {
         /// Per-request timeout, e.g. `10s`, `500ms`, `1m30s`; a bare number is milliseconds.
         #[arg(long, default_value = "10s")]
         timeout: String,
+        /// `https://` URLs: PEM file of the CA certificates to trust instead of the bundled web
+        /// PKI roots.
+        #[arg(long, value_name = "FILE")]
+        cacert: Option<String>,
+        /// `https://` URLs: do not check the server's certificate (a self-signed test one).
+        #[arg(long)]
+        insecure: bool,
         /// Give every request its own `x-request-id` (`load-0001` … `load-1024`, in turn), as
         /// distinct clients would: a gateway that keys shared work by all headers cannot share.
         #[arg(long)]
@@ -474,6 +481,8 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             connections,
             open_connections,
             timeout,
+            cacert,
+            insecure,
             distinct_request_ids,
             threshold,
             json,
@@ -491,6 +500,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 connections,
                 open_connections,
                 timeout,
+                tls: fanout_load::TlsOptions { cacert, insecure },
                 distinct_request_ids,
                 thresholds: threshold,
                 json,

@@ -6,7 +6,7 @@
 //! [`H2_STREAMS_PER_CONN`] workers per connection.
 
 use crate::recorder::Outcome;
-use crate::{LoadError, Protocol, RequestTemplate};
+use crate::{LoadError, Protocol, RequestTemplate, TlsOptions};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, TE};
 use http::{HeaderMap, Method, Request, Uri};
@@ -32,11 +32,115 @@ pub(crate) struct Target {
     pub addr: SocketAddr,
     pub authority: String,
     pub base_path: String,
+    /// `https://`: the TLS clients (ALPN `http/1.1`, ALPN `h2`) and the server name.
+    pub tls: Option<Arc<TlsDial>>,
+}
+
+/// TLS towards an `https://` target.
+pub(crate) struct TlsDial {
+    h1: tokio_rustls::TlsConnector,
+    h2: tokio_rustls::TlsConnector,
+    name: rustls_pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for TlsDial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsDial").field("name", &self.name).finish()
+    }
+}
+
+impl TlsDial {
+    fn new(host: &str, opts: &TlsOptions) -> Result<TlsDial, String> {
+        use rustls_pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
+        let config = if opts.insecure {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+                .with_no_client_auth()
+        } else {
+            let mut roots = rustls::RootCertStore::empty();
+            match &opts.cacert {
+                Some(path) => {
+                    let pem = std::fs::read(path).map_err(|e| format!("--cacert {path}: {e}"))?;
+                    for c in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+                        let c = c.map_err(|e| format!("--cacert {path}: {e}"))?;
+                        roots.add(c).map_err(|e| format!("--cacert {path}: {e}"))?;
+                    }
+                }
+                None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        };
+        let with_alpn = |alpn: &[u8]| {
+            let mut c = config.clone();
+            c.alpn_protocols = vec![alpn.to_vec()];
+            tokio_rustls::TlsConnector::from(Arc::new(c))
+        };
+        Ok(TlsDial {
+            h1: with_alpn(b"http/1.1"),
+            h2: with_alpn(b"h2"),
+            name: rustls_pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| e.to_string())?,
+        })
+    }
+}
+
+/// `--insecure`: every certificate accepted (signatures still checked by the provider).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 impl Target {
-    /// Parse and resolve `http://host:port[/base]`.
-    pub async fn resolve(target: &str) -> Result<Target, LoadError> {
+    /// Parse and resolve `http://host:port[/base]` or `https://…`.
+    pub async fn resolve(target: &str, tls: &TlsOptions) -> Result<Target, LoadError> {
         let bad = |reason: &str| LoadError::Target {
             target: target.to_string(),
             reason: reason.to_string(),
@@ -44,20 +148,20 @@ impl Target {
         let uri: Uri = target
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(bad("https is not supported yet; use http://")),
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             Some(other) => return Err(bad(&format!("unsupported scheme `{other}`"))),
             None => {
                 return Err(bad(
                     "expected an absolute URL such as http://127.0.0.1:8080",
                 ));
             }
-        }
+        };
         let auth = uri
             .authority()
             .ok_or_else(|| bad("missing host (expected http://host:port)"))?;
-        let port = auth.port_u16().unwrap_or(80);
+        let port = auth.port_u16().unwrap_or(if https { 443 } else { 80 });
         let host = auth.host();
         let authority = auth.as_str().to_string();
         let lookup_host = host.trim_start_matches('[').trim_end_matches(']');
@@ -78,10 +182,17 @@ impl Target {
                 "the target must not have a query; put it in the request path",
             ));
         }
+        let tls = match https {
+            true => Some(Arc::new(
+                TlsDial::new(lookup_host, tls).map_err(|e| bad(&e))?,
+            )),
+            false => None,
+        };
         Ok(Target {
             addr,
             authority,
             base_path,
+            tls,
         })
     }
 }
@@ -114,7 +225,12 @@ impl Prepared {
         let uri_text = match protocol {
             Protocol::Http1 => full_path,
             Protocol::Http2 | Protocol::Grpc => {
-                format!("http://{}{}", target.authority, full_path)
+                let scheme = if target.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{}{}", target.authority, full_path)
             }
         };
         let uri: Uri = uri_text
@@ -216,12 +332,37 @@ async fn tcp(addr: SocketAddr) -> Result<TcpStream, Outcome> {
     Ok(s)
 }
 
-/// Open an HTTP/1.1 connection; returns the sender and the driver to spawn.
+/// The TLS handshake over `stream` (ALPN as `connector` offers).
+async fn tls(
+    connector: &tokio_rustls::TlsConnector,
+    name: &rustls_pki_types::ServerName<'static>,
+    stream: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Outcome> {
+    connector
+        .connect(name.clone(), stream)
+        .await
+        .map_err(|e| classify_connect(&e))
+}
+
+/// Open an HTTP/1.1 connection (over TLS for `https://`); returns the sender and the driver
+/// to spawn.
 pub(crate) async fn connect_h1(
-    addr: SocketAddr,
+    target: &Target,
     counters: &Arc<ConnCounters>,
 ) -> Result<(http1::SendRequest<Body>, Driver), Outcome> {
-    let stream = tcp(addr).await?;
+    let stream = tcp(target.addr).await?;
+    if let Some(t) = &target.tls {
+        let stream = tls(&t.h1, &t.name, stream).await?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| classify(&e))?;
+        let guard = counters.opened();
+        let driver: Driver = Box::pin(async move {
+            let _guard = guard;
+            let _ = conn.await;
+        });
+        return Ok((sender, driver));
+    }
     let (sender, conn) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| classify(&e))?;
@@ -235,12 +376,25 @@ pub(crate) async fn connect_h1(
     Ok((sender, driver))
 }
 
-/// Open an HTTP/2 (h2c, prior knowledge) connection; returns the sender and the driver.
+/// Open an HTTP/2 connection (h2c with prior knowledge, or h2 by ALPN over TLS for
+/// `https://`); returns the sender and the driver.
 pub(crate) async fn connect_h2(
-    addr: SocketAddr,
+    target: &Target,
     counters: &Arc<ConnCounters>,
 ) -> Result<(http2::SendRequest<Body>, Driver), Outcome> {
-    let stream = tcp(addr).await?;
+    let stream = tcp(target.addr).await?;
+    if let Some(t) = &target.tls {
+        let stream = tls(&t.h2, &t.name, stream).await?;
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| classify(&e))?;
+        let guard = counters.opened();
+        let driver: Driver = Box::pin(async move {
+            let _guard = guard;
+            let _ = conn.await;
+        });
+        return Ok((sender, driver));
+    }
     let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
         .await
         .map_err(|e| classify(&e))?;
@@ -292,7 +446,7 @@ impl H2Pool {
     /// burst of workers opens one connection, not one each.
     pub async fn lease(
         &self,
-        addr: SocketAddr,
+        target: &Target,
         max_conns: usize,
         counters: &Arc<ConnCounters>,
         spawn: impl FnOnce(Driver),
@@ -311,7 +465,7 @@ impl H2Pool {
                 c
             }
             _ => {
-                let (sender, driver) = connect_h2(addr, counters).await?;
+                let (sender, driver) = connect_h2(target, counters).await?;
                 spawn(driver);
                 let c = Arc::new(H2Conn {
                     sender,
@@ -424,7 +578,7 @@ mod tests {
 
     #[tokio::test]
     async fn targets() {
-        let t = match Target::resolve("http://127.0.0.1:8080/api/").await {
+        let t = match Target::resolve("http://127.0.0.1:8080/api/", &TlsOptions::default()).await {
             Ok(t) => t,
             Err(e) => panic!("{e}"),
         };
@@ -432,12 +586,11 @@ mod tests {
         assert_eq!(t.base_path, "/api");
         assert_eq!(t.authority, "127.0.0.1:8080");
         for (bad, msg) in [
-            ("https://127.0.0.1", "https is not supported"),
             ("127.0.0.1:80", "expected an absolute URL"),
             ("ftp://x", "unsupported scheme"),
             ("http://127.0.0.1:1/?q=1", "must not have a query"),
         ] {
-            match Target::resolve(bad).await {
+            match Target::resolve(bad, &TlsOptions::default()).await {
                 Ok(t) => panic!("{bad} → {t:?}"),
                 Err(e) => assert!(e.to_string().contains(msg), "{bad}: {e}"),
             }

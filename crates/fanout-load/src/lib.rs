@@ -93,6 +93,18 @@ pub struct LoadSpec {
     /// After the schedule ends, how long to wait for in-flight and queued requests (default =
     /// `timeout`); then in-flight ones count as `aborted_at_end`, queued ones as `not_sent`.
     pub drain: Duration,
+    /// `https://` targets: which certificates to trust.
+    pub tls: TlsOptions,
+}
+
+/// How an `https://` target's certificate is checked (HTTP/1.1 and h2 chosen by ALPN).
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// PEM file of the CA certificates to trust instead of the bundled web PKI roots.
+    pub cacert: Option<String>,
+    /// Do not check the certificate at all (a benchmark against a self-signed test
+    /// certificate).
+    pub insecure: bool,
 }
 
 impl LoadSpec {
@@ -117,6 +129,7 @@ impl LoadSpec {
             timeout: Self::DEFAULT_TIMEOUT,
             lag_threshold: Self::DEFAULT_LAG_THRESHOLD,
             drain: Self::DEFAULT_TIMEOUT,
+            tls: TlsOptions::default(),
         }
     }
 }

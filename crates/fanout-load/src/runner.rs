@@ -208,7 +208,7 @@ impl Shared {
                     return Ok(());
                 }
                 *conn = Conn::None;
-                let (mut s, driver) = connect_h1(self.target.addr, &self.conns).await?;
+                let (mut s, driver) = connect_h1(&self.target, &self.conns).await?;
                 self.spawn(driver);
                 s.ready().await.map_err(|e| classify(&e))?;
                 *conn = Conn::H1(s);
@@ -228,7 +228,7 @@ impl Shared {
                 *conn = Conn::None;
                 let lease = self
                     .h2
-                    .lease(self.target.addr, self.max_connections, &self.conns, |d| {
+                    .lease(&self.target, self.max_connections, &self.conns, |d| {
                         self.spawn(d)
                     })
                     .await?;
@@ -571,7 +571,7 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         ));
     }
     let handle = Handle::try_current().map_err(|_| LoadError::NoRuntime)?;
-    let target = Target::resolve(&spec.target).await?;
+    let target = Target::resolve(&spec.target, &spec.tls).await?;
     let requests = spec
         .requests
         .iter()
@@ -599,8 +599,8 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
     while to_open > 0 || !pending.is_empty() {
         while to_open > 0 && pending.len() < 64 {
             to_open -= 1;
-            let (addr, counters) = (target.addr, conns.clone());
-            pending.spawn(async move { connect_h2(addr, &counters).await });
+            let (target, counters) = (target.clone(), conns.clone());
+            pending.spawn(async move { connect_h2(&target, &counters).await });
         }
         if let Some(Ok(Ok((sender, driver)))) = pending.join_next().await {
             opened.push(sender);

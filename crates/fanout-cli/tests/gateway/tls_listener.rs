@@ -989,3 +989,37 @@ async fn the_secret_swap_is_seen_by_the_directory_watch_alone() {
     .await;
     assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_load_speaks_https_with_http1_1_and_h2() {
+    let dir = temp_dir("tls-load");
+    let (_ca, ca_file, tls) = localhost_tls(&dir, "");
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let url = format!("https://localhost:{}", gw.addr.port());
+    for (protocol, insecure) in [
+        (fanout_load::Protocol::Http1, false),
+        (fanout_load::Protocol::Http2, false),
+        (fanout_load::Protocol::Http1, true),
+    ] {
+        let mut spec = fanout_load::LoadSpec::new(
+            url.clone(),
+            fanout_load::Schedule::parse("const(50,1s)").unwrap(),
+        );
+        spec.requests = vec![fanout_load::RequestTemplate::get("/tls")];
+        spec.protocol = protocol;
+        spec.max_connections = 4;
+        spec.tls = fanout_load::TlsOptions {
+            cacert: (!insecure).then(|| ca_file.clone()),
+            insecure,
+        };
+        let r = fanout_load::run(&spec, None).await.unwrap();
+        assert!(r.ok > 0, "{protocol:?}: {r:?}");
+        assert_eq!(r.ok, r.completed, "{protocol:?}: every answer ok: {r:?}");
+    }
+    // Without the CA the certificate is not trusted: nothing succeeds.
+    let mut spec =
+        fanout_load::LoadSpec::new(url, fanout_load::Schedule::parse("const(20,1s)").unwrap());
+    spec.requests = vec![fanout_load::RequestTemplate::get("/tls")];
+    let r = fanout_load::run(&spec, None).await.unwrap();
+    assert_eq!(r.ok, 0, "{r:?}");
+}

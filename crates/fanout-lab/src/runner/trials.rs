@@ -149,6 +149,7 @@ impl Lab {
                 timeout: opts.timeout,
                 lag_threshold: LAG_THRESHOLD,
                 drain: opts.drain,
+                tls: Default::default(),
             };
             meta.push((load.route, load.schedule));
             runs.push(tokio::spawn(
