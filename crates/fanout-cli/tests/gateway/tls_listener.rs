@@ -1023,3 +1023,23 @@ async fn fanout_load_speaks_https_with_http1_1_and_h2() {
     let r = fanout_load::run(&spec, None).await.unwrap();
     assert_eq!(r.ok, 0, "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_sni_refuse_fails_the_handshake_of_a_name_no_certificate_has() {
+    let dir = temp_dir("tls-refuse");
+    let (ca, _ca_file, tls) = localhost_tls(&dir, ", unknown_sni: refuse");
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let (mut c, _) = open(&Dial::new(&ca.pem(), "localhost"), gw.addr)
+        .await
+        .unwrap();
+    assert_eq!(c.get("/tls").await.unwrap().0, 200);
+    let err = open(&Dial::new(&ca.pem(), "other.test"), gw.addr)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("alert"), "{err}");
+    wait_until("counted as no_certificate", || {
+        gw.gateway().status_json()["tls"]["main"]["handshake_failures"]["no_certificate"] == 1
+    })
+    .await;
+}
