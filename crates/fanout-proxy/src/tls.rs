@@ -339,7 +339,7 @@ impl TlsListener {
             unknown_sni: cfg.unknown_sni,
         });
         let ticketer = rustls::crypto::ring::Ticketer::new()
-            .map_err(|e| ConfigError::at(Default::default(), format!("{at}: {e}")))?;
+            .map_err(|e| fanout_config::tls::whole(format!("{at}: {e}")))?;
         let sessions: Arc<dyn rustls::server::StoresServerSessions> =
             rustls::server::ServerSessionMemoryCache::new(4096);
         let (roots, ca_seen) = match &cfg.client_auth {
@@ -359,7 +359,7 @@ impl TlsListener {
             &ticketer,
             &sessions,
         )
-        .map_err(|e| ConfigError::at(Default::default(), format!("{at}: {e}")))?;
+        .map_err(|e| fanout_config::tls::whole(format!("{at}: {e}")))?;
         Ok(TlsListener {
             name,
             cfg: cfg.clone(),
