@@ -388,9 +388,15 @@ async fn ramp_and_round_robin() {
 async fn bad_specs_are_errors() {
     let _serial = SERIAL.lock().await;
     let schedule = Schedule::parse("const(1,1s)").unwrap_or_else(|e| panic!("{e}"));
-    let mut spec = LoadSpec::new("https://127.0.0.1:1", schedule.clone());
+    let mut spec = LoadSpec::new("ftp://127.0.0.1:1", schedule.clone());
     let e = run(&spec, None).await.err().map(|e| e.to_string());
-    assert!(e.unwrap_or_default().contains("https is not supported"));
+    assert!(e.unwrap_or_default().contains("unsupported scheme"));
+    // https: a CA file that cannot be read is an error before anything is sent.
+    spec.target = "https://127.0.0.1:1".into();
+    spec.tls.cacert = Some("/nonexistent/ca.pem".into());
+    let e = run(&spec, None).await.err().map(|e| e.to_string());
+    assert!(e.unwrap_or_default().contains("--cacert"));
+    spec.tls.cacert = None;
     spec.target = "http://127.0.0.1:1".into();
     spec.max_connections = 0;
     let e = run(&spec, None).await.err().map(|e| e.to_string());
