@@ -1043,3 +1043,32 @@ async fn unknown_sni_refuse_fails_the_handshake_of_a_name_no_certificate_has() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_client_ca_file_is_reloaded() {
+    let dir = temp_dir("tls-ca-reload");
+    let (old_ca, new_ca) = (Ca::new("old clients"), Ca::new("new clients"));
+    let ca_file = write(&dir, "clients.pem", &old_ca.pem());
+    let (ca, _ca_file, tls) = localhost_tls(
+        &dir,
+        &format!(", client_auth: {{ ca_file: '{ca_file}' }}, poll: 1s"),
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let leaf = new_ca.leaf("svc-new", &[], &[], true);
+    let mut dial = Dial::new(&ca.pem(), "localhost");
+    dial.client = Some((leaf.cert, leaf.key));
+    let addr = gw.addr;
+    let works = |dial: Dial| async move {
+        match open(&dial, addr).await {
+            Ok((mut c, _)) => matches!(c.get("/client").await, Ok((200, _))),
+            Err(_) => false,
+        }
+    };
+    assert!(!works(dial.clone()).await, "not trusted yet");
+    // Written in place (a new file renamed over the old one, as editors and tools do).
+    let tmp = dir.join("clients.pem.tmp");
+    std::fs::write(&tmp, new_ca.pem()).unwrap();
+    std::fs::rename(&tmp, &ca_file).unwrap();
+    wait_until_async("the new client CA is trusted", || works(dial.clone())).await;
+    assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
+}
