@@ -95,6 +95,16 @@ pub enum ClientAuthMode {
     Optional,
 }
 
+/// An error about the `tls` section as a whole (its lists and durations carry no position).
+pub fn whole(message: String) -> ConfigError {
+    ConfigError {
+        file: String::new(),
+        pos: None,
+        message,
+        hint: None,
+    }
+}
+
 fn default_handshake_timeout() -> Dur {
     Dur::secs(10)
 }
@@ -108,21 +118,15 @@ impl ListenerTls {
     pub(crate) fn check(&self, at: &str, errs: &mut Vec<ConfigError>) {
         if self.certificates.is_empty() {
             errs.push(
-                ConfigError::at(Default::default(), format!("`{at}.certificates` is empty"))
+                whole(format!("`{at}.certificates` is empty"))
                     .hint("name at least one `{cert_file, key_file}` pair"),
             );
         }
         if self.handshake_timeout.0.is_zero() {
-            errs.push(ConfigError::at(
-                Default::default(),
-                format!("`{at}.handshake_timeout` must be above 0"),
-            ));
+            errs.push(whole(format!("`{at}.handshake_timeout` must be above 0")));
         }
         if self.poll.0.is_zero() {
-            errs.push(ConfigError::at(
-                Default::default(),
-                format!("`{at}.poll` must be above 0"),
-            ));
+            errs.push(whole(format!("`{at}.poll` must be above 0")));
         }
     }
 

@@ -534,6 +534,10 @@ mod tests {
         );
         assert!(reads("$request.client.address").client);
         assert!(!reads("$request.path").client);
+        assert!(reads("$request.tls.client.subject").tls);
+        assert!(!reads("$request.path").tls);
+        assert!(!reads("$request.client").tls);
+        assert!(RequestUse::all().tls);
     }
 
     fn reads(src: &str) -> RequestUse {

@@ -254,6 +254,10 @@ impl Gateway {
             .start()
             .map_err(|e| format!("starting the compute pool: {e}"))?;
         self.telemetry.start()?;
+        // The certificate files are watched from before the listeners serve.
+        for t in [&self.tls, &self.admin_tls].into_iter().flatten() {
+            t.watch();
+        }
         self.live().runtimes.start()?;
         check_backends(&self.live())
             .await

@@ -99,6 +99,9 @@ struct Slot {
     /// Digest of the contents last looked at (loaded or refused): a refused pair is not
     /// counted again until its files change.
     seen: AtomicU64,
+    /// Digest of the contents loaded now (a file that was briefly unreadable and came back
+    /// unchanged is not a reload).
+    loaded: AtomicU64,
 }
 
 /// The certificates of a listener, chosen per handshake.
@@ -328,6 +331,7 @@ impl TlsListener {
                 key_file: pair.key_file.value.clone(),
                 current: ArcSwap::from_pointee(loaded),
                 seen: AtomicU64::new(digest(&[&cert, &key])),
+                loaded: AtomicU64::new(digest(&[&cert, &key])),
             });
         }
         let certs = Arc::new(CertStore {
@@ -335,7 +339,7 @@ impl TlsListener {
             unknown_sni: cfg.unknown_sni,
         });
         let ticketer = rustls::crypto::ring::Ticketer::new()
-            .map_err(|e| ConfigError::at(Default::default(), format!("{at}: {e}")))?;
+            .map_err(|e| fanout_config::tls::whole(format!("{at}: {e}")))?;
         let sessions: Arc<dyn rustls::server::StoresServerSessions> =
             rustls::server::ServerSessionMemoryCache::new(4096);
         let (roots, ca_seen) = match &cfg.client_auth {
@@ -355,7 +359,7 @@ impl TlsListener {
             &ticketer,
             &sessions,
         )
-        .map_err(|e| ConfigError::at(Default::default(), format!("{at}: {e}")))?;
+        .map_err(|e| fanout_config::tls::whole(format!("{at}: {e}")))?;
         Ok(TlsListener {
             name,
             cfg: cfg.clone(),
@@ -460,9 +464,14 @@ impl TlsListener {
             return;
         };
         if w.is_none() {
+            // The directories are watched before this returns: a change made once the listener
+            // serves is never missed.
+            let changed = Arc::new(tokio::sync::Notify::new());
+            let watcher = watch_dirs(&self.dirs(), changed.clone());
             *w = Some(tokio::spawn(watch(
                 Arc::downgrade(self),
-                self.dirs(),
+                watcher,
+                changed,
                 self.cfg.poll.0,
             )));
         }
@@ -508,7 +517,8 @@ impl TlsListener {
                 }
             };
             let d = digest(&[&cert, &key]);
-            if slot.seen.swap(d, Ordering::AcqRel) == d {
+            if slot.seen.swap(d, Ordering::AcqRel) == d || slot.loaded.load(Ordering::Acquire) == d
+            {
                 continue;
             }
             match load_pair(&slot.cert_file, &slot.key_file, &cert, &key) {
@@ -520,6 +530,7 @@ impl TlsListener {
                         "TLS certificate reloaded"
                     );
                     slot.current.store(Arc::new(loaded));
+                    slot.loaded.store(d, Ordering::Release);
                     self.counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => self.refused(&slot.cert_file, &e),
@@ -750,20 +761,22 @@ impl Socket for TlsStream<TcpStream> {
     }
 }
 
-/// Watch the directories of a listener's files and read them again on events (debounced) and
-/// every `poll`; ends when the listener is dropped.
-async fn watch(listener: Weak<TlsListener>, dirs: Vec<PathBuf>, poll: Duration) {
-    let changed = Arc::new(tokio::sync::Notify::new());
-    let on_event = changed.clone();
+/// A file-system watcher (inotify on Linux) of `dirs`, notifying `changed`; `None` when there
+/// is none (the poll remains), logged.
+fn watch_dirs(
+    dirs: &[PathBuf],
+    changed: Arc<tokio::sync::Notify>,
+) -> Option<notify::RecommendedWatcher> {
+    let on_event = changed;
     // inotify (Linux): a failure to watch leaves the poll, logged.
     let watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
         if e.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
             on_event.notify_one();
         }
     });
-    let _watcher = match watcher {
+    match watcher {
         Ok(mut w) => {
-            for d in &dirs {
+            for d in dirs {
                 if let Err(e) =
                     notify::Watcher::watch(&mut w, d, notify::RecursiveMode::NonRecursive)
                 {
@@ -776,7 +789,17 @@ async fn watch(listener: Weak<TlsListener>, dirs: Vec<PathBuf>, poll: Duration) 
             tracing::warn!(error = %e, "no file-system watcher; TLS files are read every `poll`");
             None
         }
-    };
+    }
+}
+
+/// Read the files again on events (debounced) and every `poll`; ends when the listener is
+/// dropped (or the task is aborted: [`TlsListener::stop_watching`]).
+async fn watch(
+    listener: Weak<TlsListener>,
+    _watcher: Option<notify::RecommendedWatcher>,
+    changed: Arc<tokio::sync::Notify>,
+    poll: Duration,
+) {
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;

@@ -872,3 +872,204 @@ async fn the_admin_listener_serves_over_tls_with_http1_1() {
     assert_eq!(st["tls"]["admin"]["handshakes"], 1, "{st}");
     assert!(st["tls"].get("main").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_keyed_by_the_client_certificate_counts_each_client_apart() {
+    let dir = temp_dir("tls-ratelimit");
+    let clients = Ca::new("client ca");
+    let client_ca = write(&dir, "clients.pem", &clients.pem());
+    let (ca, _ca_file, tls) = localhost_tls(
+        &dir,
+        &format!(", client_auth: {{ ca_file: '{client_ca}' }}"),
+    );
+    let yaml = format!(
+        r#"
+tls: {tls}
+rate_limits:
+  per-cert:
+    rate: 1/h
+    burst: 1
+    key: '$request.tls.client.subject'
+routes:
+  - path: /limited
+    rate_limit: [per-cert]
+    respond: {{ body: '$request.tls.client.subject' }}
+"#
+    );
+    let gw = gateway(&yaml, &no_stubs().await).await;
+    let dial = |cn: &str| {
+        let l = clients.leaf(cn, &[], &[], true);
+        let mut d = Dial::new(&ca.pem(), "localhost");
+        d.client = Some((l.cert, l.key));
+        d
+    };
+    let get = |d: Dial| async move {
+        let (mut c, _) = open(&d, gw.addr).await.unwrap();
+        let (status, v) = c.get("/limited").await.unwrap();
+        (status, v)
+    };
+    let (a, b) = (dial("a"), dial("b"));
+    assert_eq!(get(a.clone()).await, (200, serde_json::json!("CN=a")));
+    assert_eq!(get(a.clone()).await.0, 429, "a's budget is spent");
+    assert_eq!(
+        get(b.clone()).await,
+        (200, serde_json::json!("CN=b")),
+        "b has its own"
+    );
+    assert_eq!(get(b).await.0, 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_with_tls_1_3_and_1_2() {
+    let dir = temp_dir("tls-resume");
+    let (ca, _ca_file, tls) = localhost_tls(&dir, "");
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    for versions in [&ONLY_13[..], &ONLY_12[..]] {
+        let mut d = Dial::new(&ca.pem(), "localhost");
+        d.versions = versions;
+        // One client config (and its session store) for both connections.
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(d.config()));
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let tcp = TcpStream::connect(gw.addr).await.unwrap();
+            let s = connector
+                .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                .await
+                .unwrap();
+            kinds.push(s.get_ref().1.handshake_kind());
+            // A request and its answer: the TLS 1.3 ticket arrives after the handshake.
+            let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let resp = send
+                .send_request(
+                    http::Request::get("/tls")
+                        .header("host", "localhost")
+                        .body(Full::new(Bytes::new()))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap();
+        }
+        assert_eq!(
+            kinds,
+            [
+                Some(rustls::HandshakeKind::Full),
+                Some(rustls::HandshakeKind::Resumed)
+            ],
+            "{versions:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_swap_is_seen_by_the_directory_watch_alone() {
+    let ca = Ca::new("test ca");
+    let first = ca.leaf("first", &["localhost"], &[], false);
+    let mut vol = SecretVolume::new(&first);
+    // No poll within the test's patience: only the watch of the directory can see the swap.
+    let tls = format!(
+        "{{ certificates: [{{ cert_file: '{}', key_file: '{}' }}], poll: 1h }}",
+        vol.file("tls.crt"),
+        vol.file("tls.key")
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let dial = Dial::new(&ca.pem(), "localhost");
+    assert_eq!(open(&dial, gw.addr).await.unwrap().1.cert, der(&first.cert));
+    let second = ca.leaf("second", &["localhost"], &[], false);
+    vol.update(&second.cert, &second.key);
+    let addr = gw.addr;
+    wait_until_async("new handshakes present the new certificate", || {
+        let (dial, want) = (dial.clone(), der(&second.cert));
+        async move { matches!(open(&dial, addr).await, Ok((_, s)) if s.cert == want) }
+    })
+    .await;
+    assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_load_speaks_https_with_http1_1_and_h2() {
+    let dir = temp_dir("tls-load");
+    let (_ca, ca_file, tls) = localhost_tls(&dir, "");
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let url = format!("https://localhost:{}", gw.addr.port());
+    for (protocol, insecure) in [
+        (fanout_load::Protocol::Http1, false),
+        (fanout_load::Protocol::Http2, false),
+        (fanout_load::Protocol::Http1, true),
+    ] {
+        let mut spec = fanout_load::LoadSpec::new(
+            url.clone(),
+            fanout_load::Schedule::parse("const(50,1s)").unwrap(),
+        );
+        spec.requests = vec![fanout_load::RequestTemplate::get("/tls")];
+        spec.protocol = protocol;
+        spec.max_connections = 4;
+        spec.tls = fanout_load::TlsOptions {
+            ca_file: (!insecure).then(|| std::path::PathBuf::from(&ca_file)),
+            insecure,
+            ..fanout_load::TlsOptions::default()
+        };
+        let r = fanout_load::run(&spec, None).await.unwrap();
+        assert!(r.ok > 0, "{protocol:?}: {r:?}");
+        assert_eq!(r.ok, r.completed, "{protocol:?}: every answer ok: {r:?}");
+    }
+    // Without the CA the certificate is not trusted: nothing succeeds.
+    let mut spec =
+        fanout_load::LoadSpec::new(url, fanout_load::Schedule::parse("const(20,1s)").unwrap());
+    spec.requests = vec![fanout_load::RequestTemplate::get("/tls")];
+    let r = fanout_load::run(&spec, None).await.unwrap();
+    assert_eq!(r.ok, 0, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_sni_refuse_fails_the_handshake_of_a_name_no_certificate_has() {
+    let dir = temp_dir("tls-refuse");
+    let (ca, _ca_file, tls) = localhost_tls(&dir, ", unknown_sni: refuse");
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let (mut c, _) = open(&Dial::new(&ca.pem(), "localhost"), gw.addr)
+        .await
+        .unwrap();
+    assert_eq!(c.get("/tls").await.unwrap().0, 200);
+    let err = open(&Dial::new(&ca.pem(), "other.test"), gw.addr)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("alert"), "{err}");
+    wait_until("counted as no_certificate", || {
+        gw.gateway().status_json()["tls"]["main"]["handshake_failures"]["no_certificate"] == 1
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_client_ca_file_is_reloaded() {
+    let dir = temp_dir("tls-ca-reload");
+    let (old_ca, new_ca) = (Ca::new("old clients"), Ca::new("new clients"));
+    let ca_file = write(&dir, "clients.pem", &old_ca.pem());
+    let (ca, _ca_file, tls) = localhost_tls(
+        &dir,
+        &format!(", client_auth: {{ ca_file: '{ca_file}' }}, poll: 1s"),
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let leaf = new_ca.leaf("svc-new", &[], &[], true);
+    let mut dial = Dial::new(&ca.pem(), "localhost");
+    dial.client = Some((leaf.cert, leaf.key));
+    let addr = gw.addr;
+    let works = |dial: Dial| async move {
+        match open(&dial, addr).await {
+            Ok((mut c, _)) => matches!(c.get("/client").await, Ok((200, _))),
+            Err(_) => false,
+        }
+    };
+    assert!(!works(dial.clone()).await, "not trusted yet");
+    // Written in place (a new file renamed over the old one, as editors and tools do).
+    let tmp = dir.join("clients.pem.tmp");
+    std::fs::write(&tmp, new_ca.pem()).unwrap();
+    std::fs::rename(&tmp, &ca_file).unwrap();
+    wait_until_async("the new client CA is trusted", || works(dial.clone())).await;
+    assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
+}
