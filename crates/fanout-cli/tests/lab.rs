@@ -1513,6 +1513,13 @@ async fn lab_scenario_configs_load() {
         s.write_files(&dir).unwrap();
         for (file, yaml) in fanout_lab::scenario::configs(&s) {
             let at = dir.join(&file).display().to_string();
+            // A TLS variant's certificate, as a run writes it.
+            let yaml = if fanout_lab::certs::speaks_tls(&yaml) {
+                let certs = fanout_lab::certs::ensure(&dir).unwrap_or_else(|e| panic!("{e}"));
+                yaml.replace(fanout_lab::certs::TLS_DIR, &certs.display().to_string())
+            } else {
+                yaml
+            };
             if file == "stubs.yaml" {
                 fanout_stub::load(&at, &yaml, &addr).unwrap_or_else(|e| panic!("{at}:\n{e}"));
             } else {

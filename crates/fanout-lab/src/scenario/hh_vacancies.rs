@@ -52,6 +52,19 @@ fn with_auth() -> Option<(&'static str, String)> {
     ))
 }
 
+/// The `fanout-tls` variant: the example on a TLS listener, the run's self-signed certificate
+/// ([`crate::certs`]); its clients speak HTTP/1.1 over TLS on kept connections, so the handshake
+/// is paid once per connection and the comparison with `fanout` is what TLS costs per request.
+fn with_tls() -> (&'static str, String) {
+    let dir = crate::certs::TLS_DIR;
+    (
+        "fanout-tls",
+        format!(
+            "{HH_GATEWAY}\ntls:\n  certificates:\n    - {{ cert_file: \"{dir}/cert.pem\", key_file: \"{dir}/key.pem\" }}\n"
+        ),
+    )
+}
+
 /// The scenario.
 pub(super) fn scenario() -> Scenario {
     Scenario {
@@ -70,8 +83,10 @@ pub(super) fn scenario() -> Scenario {
         // recording metrics costs per request (docs/benchmarks.md).
         // `--targets fanout,fanout-auth` what authenticating every request costs (its token
         // verified once, then found in the verified-token cache).
+        // `--targets fanout,fanout-tls` what TLS costs per request on kept connections.
         variants: std::iter::once(("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}")))
             .chain(with_auth())
+            .chain(std::iter::once(with_tls()))
             .collect(),
         baselines: &["hyper-baseline", "java-threads"],
         grpc: None,
