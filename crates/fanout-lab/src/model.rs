@@ -354,7 +354,26 @@ pub struct Grpc {
     pub critical_path: Vec<(&'static str, &'static str, &'static str)>,
 }
 
+/// Variants that make exactly the backend calls the example's config makes (they change what
+/// each request costs, not what it asks for): a scenario with only these still gets the
+/// "unequal work" check. Others (coalescing, hedging, merging) differ in work by design.
+pub const EQUAL_WORK_VARIANTS: &[&str] = &[
+    "fanout-nometrics",
+    "fanout-auth",
+    "fanout-tls",
+    "fanout-gzip",
+    "fanout-br",
+];
+
 impl Scenario {
+    /// Whether every target of the scenario is meant to do the same backend work per request:
+    /// no variant, or only [`EQUAL_WORK_VARIANTS`].
+    pub fn equal_work(&self) -> bool {
+        self.variants
+            .iter()
+            .all(|(n, _)| EQUAL_WORK_VARIANTS.contains(n))
+    }
+
     /// How the load generator talks to the targets: gRPC (h2c) for a gRPC scenario, else
     /// HTTP/1.1.
     pub fn protocol(&self) -> Protocol {

@@ -64,9 +64,7 @@ pub fn build(
         }
         targets.insert(name.clone(), summary);
     }
-    if matches!(scenario.mode, Mode::Compare | Mode::CompareAt { .. })
-        && scenario.variants.is_empty()
-    {
+    if matches!(scenario.mode, Mode::Compare | Mode::CompareAt { .. }) && scenario.equal_work() {
         warnings.extend(unequal_work(&targets));
     }
     LabReport {
