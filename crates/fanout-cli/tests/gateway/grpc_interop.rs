@@ -389,6 +389,44 @@ async fn gzip_interoperates_with_grpcio_and_grpcurl() {
             assert_eq!(v["user"]["id"], "u1", "{v}");
             assert_eq!(v["orders"].as_array().unwrap().len(), 2, "{v}");
             assert!(out.1.unwrap().contains("demo.v1.ProfileGateway"));
+
+            // The same over TLS (h2 by ALPN), the certificate checked against its CA.
+            let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+            let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+            std::fs::write(&cert, ck.cert.pem()).unwrap();
+            std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+            let tls_cfg = format!(
+                "{}\ntls:\n  certificates:\n    - {{ cert_file: '{}', key_file: '{}' }}\n",
+                config(),
+                cert.display(),
+                key.display()
+            );
+            let tls_gw = gateway_with(&tls_cfg, &stubs, &[]).await;
+            let (bin, addr) = (
+                grpcurl().unwrap(),
+                format!("127.0.0.1:{}", tls_gw.addr.port()),
+            );
+            let out = tokio::task::spawn_blocking(move || {
+                run(
+                    Command::new(&bin).args([
+                        "-cacert",
+                        &cert.display().to_string(),
+                        "-servername",
+                        "localhost",
+                        "-max-time",
+                        "20",
+                        "-d",
+                        r#"{"user_id":"u2"}"#,
+                        &addr,
+                        "demo.v1.ProfileGateway/GetProfile",
+                    ]),
+                    "grpcurl over TLS",
+                )
+            })
+            .await
+            .unwrap();
+            let v: serde_json::Value = serde_json::from_str(&out.unwrap()).unwrap();
+            assert_eq!(v["user"]["id"], "u2", "{v}");
         }
         Err(why) => eprintln!("note: the grpcurl interop skipped: {why}"),
     }
