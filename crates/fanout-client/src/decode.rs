@@ -40,21 +40,20 @@ pub(crate) async fn decode_answer(
     body: Bytes,
     limit: usize,
 ) -> Result<Bytes, CallError> {
-    let mut codings = headers
+    let listed = headers
         .get_all(CONTENT_ENCODING)
         .iter()
-        .flat_map(|v| v.to_str().unwrap_or("\u{0}").split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("identity"));
-    let Some(first) = codings.next() else {
-        return Ok(body);
-    };
+        .map(|v| v.as_bytes());
     let bad = |message: String| CallError::new(CallErrorKind::BadEncoding, message);
-    if codings.next().is_some() {
-        return Err(bad(
-            "the answer has several content codings; fanout decodes one".into(),
-        ));
-    }
+    let first = match fanout_compress::listed_coding(listed) {
+        fanout_compress::Listed::None => return Ok(body),
+        fanout_compress::Listed::One(first) => first,
+        fanout_compress::Listed::Several => {
+            return Err(bad(
+                "the answer has several content codings; fanout decodes one".into(),
+            ));
+        }
+    };
     let Some(coding) = Coding::from_token(first) else {
         return Err(bad(format!(
             "the answer's Content-Encoding `{}` is not one fanout decodes (gzip, br, zstd)",

@@ -287,6 +287,32 @@ fn parse_q(v: &str) -> Option<u16> {
     }
 }
 
+/// What a `Content-Encoding` header lists (all its values, comma-separated; `identity` and empty
+/// entries left out; a value that is not text is a coding no one knows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed<'a> {
+    /// No coding: the body is as it is.
+    None,
+    /// One coding, as written (see [`Coding::from_token`]).
+    One(&'a str),
+    /// Several codings, applied in turn: fanout decodes one at most.
+    Several,
+}
+
+/// The codings `values` (each `Content-Encoding` header's value) list.
+pub fn listed_coding<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Listed<'a> {
+    let mut codings = values
+        .into_iter()
+        .flat_map(|v| std::str::from_utf8(v).unwrap_or("\u{0}").split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("identity"));
+    match (codings.next(), codings.next()) {
+        (None, _) => Listed::None,
+        (Some(one), None) => Listed::One(one),
+        (Some(_), Some(_)) => Listed::Several,
+    }
+}
+
 /// Choose the coding of an answer: `accept` is the request's `Accept-Encoding` (`None` when
 /// absent: [`Choice::Identity`]); `offered` the codings the server may use, most preferred
 /// first. The offered coding with the highest q above 0 wins (a coding not named takes the q of
@@ -351,6 +377,18 @@ mod tests {
         }
         s.push_str("{}]");
         s.into_bytes()
+    }
+
+    #[test]
+    fn content_encoding_lists_none_one_or_several() {
+        let l = |vals: &[&'static str]| listed_coding(vals.iter().map(|v| v.as_bytes()));
+        assert_eq!(l(&[]), Listed::None);
+        assert_eq!(l(&["identity", " , "]), Listed::None);
+        assert_eq!(l(&[" gzip "]), Listed::One("gzip"));
+        assert_eq!(l(&["identity, br"]), Listed::One("br"));
+        assert_eq!(l(&["gzip, br"]), Listed::Several);
+        assert_eq!(l(&["gzip", "zstd"]), Listed::Several);
+        assert_eq!(listed_coding([&b"\xff"[..]]), Listed::One("\u{0}"));
     }
 
     #[test]

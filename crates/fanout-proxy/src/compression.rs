@@ -441,18 +441,15 @@ fn request_coding(
     table: &CompressionTable,
     headers: &HeaderMap,
 ) -> Result<Option<Coding>, Unsupported> {
-    let mut codings = headers
+    let listed = headers
         .get_all(CONTENT_ENCODING)
         .iter()
-        .flat_map(|v| v.to_str().unwrap_or("\u{0}").split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("identity"));
-    let Some(first) = codings.next() else {
-        return Ok(None);
+        .map(|v| v.as_bytes());
+    let first = match fanout_compress::listed_coding(listed) {
+        fanout_compress::Listed::None => return Ok(None),
+        fanout_compress::Listed::One(first) => first,
+        fanout_compress::Listed::Several => return Err(Unsupported),
     };
-    if codings.next().is_some() {
-        return Err(Unsupported);
-    }
     Coding::from_token(first)
         .filter(|c| table.decode.contains(c))
         .map(Some)
