@@ -157,6 +157,17 @@ pub async fn start_gateway(
     addr: &str,
     admin_addr: Option<&str>,
 ) -> std::io::Result<RunningGateway> {
+    start_gateway_on(gateway, addr, admin_addr, None).await
+}
+
+/// [`start_gateway`] with `cores` serving cores when the config says `server.runtime:
+/// per_core` (`None`: one per core of the machine; `fanout serve --workers N` gives N).
+pub async fn start_gateway_on(
+    gateway: Gateway,
+    addr: &str,
+    admin_addr: Option<&str>,
+    cores: Option<usize>,
+) -> std::io::Result<RunningGateway> {
     let gateway = Arc::new(gateway);
     let (admin, admin_bound) = match admin_addr {
         Some(a) => {
@@ -168,13 +179,34 @@ pub async fn start_gateway(
         None => (None, None),
     };
     gateway.start().await.map_err(std::io::Error::other)?;
-    let listener = TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    gateway.health().set_listening(true);
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(fanout_proxy::serve(gateway.clone(), listener, async move {
+    let stopped = async move {
         let _ = rx.await;
-    }));
+    };
+    let (bound, task) = match gateway.runtime_kind() {
+        fanout_config::RuntimeKind::WorkStealing => {
+            let listener = TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let task = tokio::spawn(fanout_proxy::serve(gateway.clone(), listener, stopped));
+            (bound, task)
+        }
+        fanout_config::RuntimeKind::PerCore => {
+            let n = cores
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let listeners = fanout_proxy::cores::bind_reuseport(addr, n.max(1))?;
+            let bound = match listeners.first() {
+                Some(l) => l.local_addr()?,
+                None => return Err(std::io::Error::other("no listener")),
+            };
+            let task = tokio::spawn(fanout_proxy::serve_per_core(
+                gateway.clone(),
+                listeners,
+                stopped,
+            )?);
+            (bound, task)
+        }
+    };
+    gateway.health().set_listening(true);
     Ok(RunningGateway {
         addr: bound,
         admin_addr: admin_bound,

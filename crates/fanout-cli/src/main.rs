@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use fanout::{
     ReloadTriggers, config_digest, demo, explain, load_gateway_file, run_until_stopped,
-    shutdown_signal, start_gateway,
+    shutdown_signal, start_gateway_on,
 };
 use fanout_config::BareNumber;
 use fanout_config::env_lookup;
@@ -86,7 +86,8 @@ enum Cmd {
         /// `admin.listen` of the config (default 127.0.0.1:9901).
         #[arg(long)]
         admin_listen: Option<String>,
-        /// Worker threads (default: one per core).
+        /// Worker threads (default: one per core); with `server.runtime: per_core`, the serving
+        /// cores (each a single-threaded runtime).
         #[arg(long)]
         workers: Option<usize>,
         /// Reload the config when the file's content changes (SIGHUP always reloads).
@@ -260,6 +261,17 @@ fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
+/// The control thread's runtime of a per-core gateway (`server.runtime: per_core`): one thread
+/// for the admin listener, reloads and background refreshes, a small blocking pool.
+fn control_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(4)
+        .thread_name("fanout-control")
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -427,8 +439,14 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
                 watch: watch.then_some(every.max(std::time::Duration::from_millis(10))),
                 loaded,
             };
-            runtime(workers)?.block_on(async move {
-                let running = start_gateway(gw, &addr, admin.as_deref())
+            // Per core, the runtime started here is the control thread's (admin listener,
+            // reloads, signals); the serving cores get one single-threaded runtime each.
+            let rt = match gw.runtime_kind() {
+                fanout_config::RuntimeKind::WorkStealing => runtime(workers)?,
+                fanout_config::RuntimeKind::PerCore => control_runtime()?,
+            };
+            rt.block_on(async move {
+                let running = start_gateway_on(gw, &addr, admin.as_deref(), workers)
                     .await
                     .with_context(|| format!("starting the gateway on {addr}"))?;
                 let admin = running.admin_addr.map_or("off".into(), |a| a.to_string());

@@ -19,6 +19,12 @@
 //!   `pool_idle_timeout` is closed (checked when a call looks for one, and by a reaper task that
 //!   runs only while connections are idle);
 //! - connecting (name resolution and TCP) is bounded by `connect_timeout`.
+//!
+//! Per core (`server.runtime: per_core`): the idle connections are kept in one shard per core
+//! ([`fanout_runtime::cores::shard`]), each with its own `pool_max_idle` and reaper. A
+//! connection's task runs on the runtime of the core that made it, and only that core's calls
+//! take it, so a call never wakes another core's thread. On the work-stealing runtime every
+//! thread uses shard 0: one pool, as before.
 
 use crate::body::CallBody;
 use http::uri::Authority;
@@ -66,12 +72,25 @@ pub(crate) struct H1Pool {
     /// The host to resolve (IPv6 without brackets) and the port.
     host: String,
     port: u16,
-    idle: Mutex<Vec<Idle>>,
+    /// One shard per core ([`fanout_runtime::cores::shard`]).
+    shards: Box<[Shard]>,
     max_idle: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
-    /// A reaper task is running (it ends when no connection is idle).
+}
+
+/// The idle connections of one core.
+#[derive(Default)]
+struct Shard {
+    idle: Mutex<Vec<Idle>>,
+    /// A reaper task is running on this core (it ends when no connection is idle).
     reaping: AtomicBool,
+}
+
+impl Shard {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A connection taken from (or made for) the pool; [`H1Pool::put`] gives it back.
@@ -93,16 +112,19 @@ impl H1Pool {
         Arc::new(H1Pool {
             host: host.to_string(),
             port: authority.port_u16().unwrap_or(80),
-            idle: Mutex::new(Vec::new()),
+            shards: (0..fanout_runtime::cores::shard_count())
+                .map(|_| Shard::default())
+                .collect(),
             max_idle,
             idle_timeout,
             connect_timeout,
-            reaping: AtomicBool::new(false),
         })
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    /// This thread's shard (`None` only if the pool had no shard, which `new` never makes).
+    fn shard(&self) -> Option<(usize, &Shard)> {
+        let i = fanout_runtime::cores::shard(self.shards.len());
+        self.shards.get(i).map(|s| (i, s))
     }
 
     /// Send `req` (its URI in origin form: the path and query) and return the answer's head and
@@ -135,7 +157,7 @@ impl H1Pool {
 
     /// The most recently idle connection still open and young enough.
     fn take(&self) -> Option<SendRequest<CallBody>> {
-        let mut idle = self.idle();
+        let mut idle = self.shard()?.1.idle();
         while let Some(i) = idle.pop() {
             if !i.conn.is_closed() && i.since.elapsed() < self.idle_timeout {
                 return Some(i.conn);
@@ -151,8 +173,11 @@ impl H1Pool {
         if conn.is_closed() || self.max_idle == 0 {
             return;
         }
+        let Some((i, shard)) = self.shard() else {
+            return;
+        };
         {
-            let mut idle = self.idle();
+            let mut idle = shard.idle();
             if idle.len() >= self.max_idle {
                 return;
             }
@@ -161,10 +186,10 @@ impl H1Pool {
                 since: Instant::now(),
             });
         }
-        if !self.reaping.swap(true, Ordering::AcqRel)
+        if !shard.reaping.swap(true, Ordering::AcqRel)
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
-            rt.spawn(reap(Arc::downgrade(self), self.idle_timeout));
+            rt.spawn(reap(Arc::downgrade(self), i, self.idle_timeout));
         }
     }
 
@@ -198,18 +223,19 @@ impl H1Pool {
     }
 }
 
-/// Close idle connections older than `every` (the idle timeout), checking every `every / 2` (at
-/// least 100 ms); ends when none is idle (the next [`H1Pool::put`] starts another) or the pool
-/// is gone.
-async fn reap(pool: Weak<H1Pool>, every: Duration) {
+/// Close the idle connections of shard `shard` older than `every` (the idle timeout), checking
+/// every `every / 2` (at least 100 ms); ends when none is idle (the next [`H1Pool::put`] starts
+/// another) or the pool is gone.
+async fn reap(pool: Weak<H1Pool>, shard: usize, every: Duration) {
     let tick = (every / 2).max(Duration::from_millis(100));
     loop {
         tokio::time::sleep(tick).await;
         let Some(p) = pool.upgrade() else { return };
-        let mut idle = p.idle();
+        let Some(s) = p.shards.get(shard) else { return };
+        let mut idle = s.idle();
         idle.retain(|i| !i.conn.is_closed() && i.since.elapsed() < p.idle_timeout);
         if idle.is_empty() {
-            p.reaping.store(false, Ordering::Release);
+            s.reaping.store(false, Ordering::Release);
             return;
         }
     }
@@ -319,6 +345,53 @@ mod tests {
         }
     }
 
+    /// Per core, a core's calls take only the connections its own calls gave back: a
+    /// connection (whose task runs on the runtime that made it) never serves another core.
+    #[test]
+    fn each_core_keeps_its_own_idle_connections() {
+        if fanout_runtime::cores::shard_count() < 2 {
+            eprintln!("note: one core on this machine: a single shard, nothing to check");
+            return;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (authority, seen) = rt.block_on(server(Close::Never, 0));
+        let p = pool(&authority, 8, Duration::from_secs(60));
+        // A core's thread: marked, one current-thread runtime, `n` sequential calls.
+        let on_core = |core: usize, n: usize| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                fanout_runtime::cores::enter(core);
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    for _ in 0..n {
+                        assert_eq!(call(&p).await.unwrap(), "ok");
+                    }
+                    p.shard().unwrap().1.idle().len()
+                })
+            })
+            .join()
+            .unwrap()
+        };
+        // The server runs on a thread of its own for the rest of the test binary.
+        std::thread::spawn(move || rt.block_on(std::future::pending::<()>()));
+        // Core 1 makes one connection and reuses it; core 0 cannot take it and makes its own.
+        assert_eq!(on_core(1, 3), 1);
+        assert_eq!(on_core(0, 3), 1);
+        assert_eq!(
+            seen.accepted.load(Ordering::SeqCst),
+            2,
+            "one connection per core"
+        );
+        assert_eq!(p.shards[0].idle().len(), 1);
+        assert_eq!(p.shards[1].idle().len(), 1);
+    }
+
     #[tokio::test]
     async fn sequential_calls_share_one_keep_alive_connection() {
         let (a, seen) = server(Close::Never, 0).await;
@@ -327,7 +400,7 @@ mod tests {
             assert_eq!(call(&p).await.unwrap(), "ok");
         }
         assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
-        assert_eq!(p.idle().len(), 1);
+        assert_eq!(p.shard().unwrap().1.idle().len(), 1);
     }
 
     #[tokio::test]
@@ -360,8 +433,11 @@ mod tests {
             seen.closed_by_client.load(Ordering::SeqCst) == 3
         })
         .await;
-        assert!(p.idle().is_empty());
-        assert!(!p.reaping.load(Ordering::SeqCst), "the reaper ended");
+        assert!(p.shard().unwrap().1.idle().is_empty());
+        assert!(
+            !p.shard().unwrap().1.reaping.load(Ordering::SeqCst),
+            "the reaper ended"
+        );
         // The pool still works: a new connection.
         assert_eq!(call(&p).await.unwrap(), "ok");
         assert_eq!(seen.accepted.load(Ordering::SeqCst), 4);
@@ -373,7 +449,12 @@ mod tests {
         let p = pool(&a, 8, Duration::from_secs(60));
         assert_eq!(call(&p).await.unwrap(), "ok");
         wait_until("the idle connection seen closed", || {
-            p.idle().iter().all(|i| i.conn.is_closed())
+            p.shard()
+                .unwrap()
+                .1
+                .idle()
+                .iter()
+                .all(|i| i.conn.is_closed())
         })
         .await;
         assert_eq!(call(&p).await.unwrap(), "ok");

@@ -66,7 +66,7 @@ pub use route::{GrpcCall, HttpCall, Reference, Respond, Route, RouteAdmission, S
 pub use server::{
     AdaptiveLimit, Admission, BodyLimits, ClientAddressHeader, Codel, ComputeConfig,
     ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
-    ServerConfig,
+    RuntimeKind, ServerConfig,
 };
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};

@@ -69,6 +69,35 @@ pub struct ServerConfig {
     /// Where trusted proxies put the client address: `forwarded` (RFC 7239 `for=`) or
     /// `x-forwarded-for`. Default `x-forwarded-for`.
     pub client_address_header: ClientAddressHeader,
+    /// How requests are spread over the cores: `work_stealing` (one runtime whose worker threads
+    /// take each other's tasks) or `per_core` (one single-threaded runtime per core, each with
+    /// its own listener on the same port (`SO_REUSEPORT`) and its own backend connections: a
+    /// request stays on the core that accepted it). Like every `server` setting, a change takes
+    /// effect at the next restart. Default `work_stealing`.
+    pub runtime: RuntimeKind,
+}
+
+/// How requests are spread over the cores (`server.runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeKind {
+    /// One multi-threaded runtime: its workers steal each other's tasks.
+    #[default]
+    WorkStealing,
+    /// One single-threaded runtime per core, a listener each (`SO_REUSEPORT`); connections
+    /// are balanced between cores as they arrive, and HTTP/2 streams are handed to a less busy
+    /// core when theirs is much busier than it.
+    PerCore,
+}
+
+impl RuntimeKind {
+    /// Its name in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::WorkStealing => "work_stealing",
+            RuntimeKind::PerCore => "per_core",
+        }
+    }
 }
 
 /// The header trusted proxies put the client address in.
@@ -364,6 +393,7 @@ impl Default for ServerConfig {
             server_timing: None,
             trusted_proxies: Vec::new(),
             client_address_header: ClientAddressHeader::XForwardedFor,
+            runtime: RuntimeKind::WorkStealing,
         }
     }
 }

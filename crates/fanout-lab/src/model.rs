@@ -363,6 +363,7 @@ pub const EQUAL_WORK_VARIANTS: &[&str] = &[
     "fanout-tls",
     "fanout-gzip",
     "fanout-br",
+    crate::targets::PER_CORE,
 ];
 
 impl Scenario {

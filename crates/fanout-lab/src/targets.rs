@@ -54,6 +54,8 @@ pub fn available_targets(s: &Scenario) -> Vec<String> {
             .map(|t| t.to_string()),
     );
     v.extend(s.variants.iter().map(|(n, _)| n.to_string()));
+    // Every scenario: its config served one runtime per core.
+    v.push(PER_CORE.to_string());
     // A scenario's own `java-threads-N` targets (`hh-pools`); any other N runs too.
     v.extend(
         s.default_targets
@@ -64,12 +66,32 @@ pub fn available_targets(s: &Scenario) -> Vec<String> {
     v
 }
 
+/// The target every scenario has: its `fanout` config with `server.runtime: per_core` (one
+/// single-threaded runtime per core), the same work as `fanout`.
+pub const PER_CORE: &str = "fanout-percore";
+
 /// A variant target's config as the lab runs it ([`equal_work`]); `None` for other targets.
 pub(crate) fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
+    if target == PER_CORE {
+        return Some(equal_work(&per_core(s.gateway), !s.baselines.is_empty()));
+    }
     s.variants
         .iter()
         .find(|(n, _)| *n == target)
         .map(|(_, y)| equal_work(y, !s.baselines.is_empty()))
+}
+
+/// `yaml` with `server.runtime: per_core`: a line under its top-level `server:` (block style),
+/// or a `server:` section of its own.
+pub fn per_core(yaml: &str) -> String {
+    match yaml.lines().position(|l| l.trim_end() == "server:") {
+        Some(i) => {
+            let mut lines: Vec<&str> = yaml.lines().collect();
+            lines.insert(i + 1, "  runtime: per_core");
+            lines.join("\n") + "\n"
+        }
+        None => format!("{yaml}\nserver:\n  runtime: per_core\n"),
+    }
 }
 
 /// A fanout config as the lab runs it: whole-request coalescing off (`defaults.coalesce:

@@ -558,15 +558,24 @@ impl Connections {
         let sh = Arc::new(ConnShared::new(id));
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         self.open.fetch_add(1, Ordering::AcqRel);
-        if let Ok(mut t) = self.table.lock() {
-            t.insert(id, sh.clone());
-        }
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, sh.clone());
         sh
     }
 
-    fn deregister(&self, sh: &ConnShared) {
-        if let Ok(mut t) = self.table.lock() {
-            t.remove(&sh.id);
+    /// Remove a connection from the table; once only (a second call does nothing), so a
+    /// connection dropped before it was served can be removed by its owner's guard as well.
+    pub(crate) fn deregister(&self, sh: &ConnShared) {
+        let removed = self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&sh.id)
+            .is_some();
+        if !removed {
+            return;
         }
         if sh.evicting.swap(false, Ordering::AcqRel) {
             self.evicting.fetch_sub(1, Ordering::AcqRel);
@@ -666,7 +675,7 @@ impl Connections {
         }
     }
 
-    async fn all_closed(&self) {
+    pub(crate) async fn all_closed(&self) {
         loop {
             let closed = self.closed.notified();
             if self.open.load(Ordering::Acquire) == 0 {

@@ -13,6 +13,7 @@ pub mod body;
 pub(crate) mod coalesce;
 mod compression;
 pub mod conn;
+pub mod cores;
 mod cors;
 pub mod errlog;
 mod grpc;
@@ -47,7 +48,7 @@ use fanout_protocol::StepStats;
 /// The in-flight memory gate (request bodies, database rows), shared with the protocols.
 pub use fanout_protocol::bodies;
 pub use grpc::load_protos;
-pub use server::serve;
+pub use server::{serve, serve_per_core};
 
 /// A ready-to-serve gateway. What a config reload replaces (routes, plans, backend stacks,
 /// reference data) is the [`Live`] part, swapped atomically; the rest lives as long as the
@@ -60,6 +61,8 @@ pub struct Gateway {
     limits: ServerConfig,
     deadline_header: HeaderName,
     watchdog: std::sync::OnceLock<Arc<watchdog::Watchdog>>,
+    /// The serving cores, once a per-core gateway serves (`server.runtime: per_core`).
+    cores: std::sync::OnceLock<Arc<cores::Cores>>,
     compute: Arc<fanout_runtime::compute::ComputePool>,
     admission: admission::Admission,
     /// Client connections: cap, timeouts, counters.
@@ -188,6 +191,7 @@ impl Gateway {
             limits: cfg.server.clone(),
             deadline_header: built.deadline_header,
             watchdog: std::sync::OnceLock::new(),
+            cores: std::sync::OnceLock::new(),
             compute: built.compute,
             admission: adm,
             conns: Arc::new(conn::Connections::new(&cfg.server)),
@@ -228,6 +232,11 @@ impl Gateway {
     /// The health flags: set listening when the client listener is up, draining on shutdown.
     pub fn health(&self) -> &Arc<health::Health> {
         &self.health
+    }
+
+    /// How requests are spread over the cores (`server.runtime`, read at start).
+    pub fn runtime_kind(&self) -> fanout_config::RuntimeKind {
+        self.limits.runtime
     }
 
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
@@ -322,6 +331,8 @@ impl Gateway {
                     "flow_stalls": fanout_flow::activity::stalls(),
                     "flow_max_stall_ms": fanout_flow::activity::max_stall_ms(),
                     "compute": self.compute.status(),
+                    "kind": self.limits.runtime.as_str(),
+                    "cores": self.cores.get().map(|c| c.status()),
                 })
             }
             None => serde_json::Value::Null,

@@ -5,6 +5,7 @@
 
 use crate::answer::{ApiError, outcome_response};
 use crate::conn::{Connections, Socket, TrackedBody, TrackedIo};
+use crate::cores::{Cores, Exec};
 use crate::lifecycle::Req;
 use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::Failure;
@@ -16,7 +17,7 @@ use futures_util::FutureExt;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::future::Future;
@@ -206,13 +207,122 @@ where
 }
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then stop accepting, close idle
-/// connections and give in-flight requests `grace` to finish.
+/// connections and give in-flight requests `grace` to finish. This runs on the work-stealing
+/// runtime it is called on; [`serve_per_core`] is the `server.runtime: per_core` form.
 pub async fn serve(
     gateway: Arc<Gateway>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let builder = conn_builder(&gateway, Exec::default());
+    if let Some(t) = &gateway.tls {
+        t.watch();
+    }
+    accept_loop(&gateway, listener, &builder, None, shutdown).await;
+    finish(&gateway).await;
+    Ok(())
+}
+
+/// Serve `gateway` with one single-threaded runtime per listener in `listeners` (bound with
+/// [`crate::cores::bind_reuseport`]), each on a thread of its own (`fanout-core-N`): the cores
+/// serve from when this returns. The future returned waits for `shutdown`, then drains as
+/// [`serve`] does; the runtime it runs on (the control thread) serves no client connection.
+/// An error when a core's runtime or thread could not be started (the cores that started stop).
+pub fn serve_per_core(
+    gateway: Arc<Gateway>,
+    listeners: Vec<std::net::TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<impl Future<Output = std::io::Result<()>> + Send + 'static> {
+    let mut runtimes = Vec::with_capacity(listeners.len());
+    for i in 0..listeners.len() {
+        runtimes.push(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                // DNS lookups and file reads of this core; the thread count stays fixed.
+                .max_blocking_threads(2)
+                .thread_name(format!("fanout-core-{i}-blocking"))
+                .build()?,
+        );
+    }
+    let cores = Arc::new(Cores::new(
+        runtimes.iter().map(|r| r.handle().clone()).collect(),
+    ));
+    let _ = gateway.cores.set(cores.clone());
+    if let Some(w) = gateway.watchdog.get() {
+        for r in &runtimes {
+            w.watch(r.handle());
+        }
+    }
+    let builder = conn_builder(&gateway, Exec::per_core(cores.clone()));
+    if let Some(t) = &gateway.tls {
+        t.watch();
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut done = Vec::with_capacity(runtimes.len());
+    let mut started = Ok(());
+    for (i, (rt, listener)) in runtimes.into_iter().zip(listeners).enumerate() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (gw, builder, cores, mut stop) = (
+            gateway.clone(),
+            builder.clone(),
+            cores.clone(),
+            stop_rx.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("fanout-core-{i}"))
+            .spawn(move || {
+                fanout_runtime::cores::enter(i);
+                rt.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(l) => {
+                            let stopped = async move {
+                                let _ = stop.wait_for(|s| *s).await;
+                            };
+                            accept_loop(&gw, l, &builder, Some((cores, i)), stopped).await;
+                        }
+                        Err(e) => {
+                            tracing::error!(core = i, error = %e, "a core could not listen")
+                        }
+                    }
+                    // This core's connections are served until they end; the control thread
+                    // runs the drain (grace, then abort) for all of them.
+                    let bound = gw.limits.shutdown_grace.0 + std::time::Duration::from_secs(2);
+                    let _ = tokio::time::timeout(bound, gw.conns.all_closed()).await;
+                });
+                drop(rt);
+                let _ = tx.send(());
+            });
+        match spawned {
+            Ok(_) => done.push(rx),
+            Err(e) => {
+                started = Err(e);
+                break;
+            }
+        }
+    }
+    if let Err(e) = started {
+        let _ = stop_tx.send(true);
+        return Err(e);
+    }
+    Ok(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        gateway
+            .conns
+            .shutdown(gateway.limits.shutdown_grace.0)
+            .await;
+        for d in done {
+            let _ = d.await;
+        }
+        finish(&gateway).await;
+        Ok(())
+    })
+}
+
+/// hyper's connection builder with the gateway's limits; `exec` runs the tasks a connection
+/// spawns (HTTP/2 streams).
+fn conn_builder(gateway: &Gateway, exec: Exec) -> Arc<auto::Builder<Exec>> {
+    let mut builder = auto::Builder::new(exec);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -227,13 +337,34 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .max_concurrent_streams(gateway.limits.max_concurrent_streams)
         .max_header_list_size(gateway.limits.max_header_bytes as u32);
-    let builder = Arc::new(builder);
-    let conns: Arc<Connections> = gateway.conns.clone();
-    let grace = gateway.limits.shutdown_grace.0;
-    let tls = gateway.tls.clone();
-    if let Some(t) = &tls {
-        t.watch();
+    Arc::new(builder)
+}
+
+/// After the last accept: stop watching certificates, drain the connections (`grace`, then
+/// abort), flush the last spans.
+async fn finish(gateway: &Arc<Gateway>) {
+    if let Some(t) = &gateway.tls {
+        t.stop_watching();
     }
+    gateway
+        .conns
+        .shutdown(gateway.limits.shutdown_grace.0)
+        .await;
+    // The spans of the last requests.
+    gateway.telemetry.shutdown().await;
+}
+
+/// Accept on `listener` until `shutdown` resolves, each admitted connection served on a task of
+/// its own — per core (`core`: the cores and this one's index), on this core or handed to the
+/// least loaded one ([`Cores::core_for_connection`]).
+async fn accept_loop(
+    gateway: &Arc<Gateway>,
+    listener: TcpListener,
+    builder: &Arc<auto::Builder<Exec>>,
+    core: Option<(Arc<Cores>, usize)>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let conns: Arc<Connections> = gateway.conns.clone();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -258,42 +389,87 @@ pub async fn serve(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let sh = conns.register();
-        match &tls {
-            None => {
-                let conn = serve_connection(&builder, &gateway, stream, &sh, peer, None);
-                tokio::spawn(crate::conn::drive(conn, sh, conns.clone()));
-            }
-            // The handshake runs in the connection's own task, after the connection was
-            // admitted and registered: the cap counts it, its timeout closes a silent client.
-            Some(t) => {
-                let (t, builder, gw, conns) =
-                    (t.clone(), builder.clone(), gateway.clone(), conns.clone());
-                tokio::spawn(async move {
-                    let Some((stream, info)) = t.accept(stream, &sh, &conns).await else {
-                        return;
-                    };
-                    let conn = serve_connection(&builder, &gw, stream, &sh, peer, Some(info));
-                    crate::conn::drive(conn, sh, conns).await
-                });
+        let entry = Entry(conns.clone(), conns.register());
+        let Some((cores, me)) = &core else {
+            tokio::spawn(serve_one(
+                gateway.clone(),
+                builder.clone(),
+                stream,
+                peer,
+                entry,
+                None,
+            ));
+            continue;
+        };
+        let to = cores.core_for_connection(*me);
+        let load = cores.connection(to);
+        if to == *me {
+            tokio::spawn(serve_one(
+                gateway.clone(),
+                builder.clone(),
+                stream,
+                peer,
+                entry,
+                Some(load),
+            ));
+            continue;
+        }
+        cores.handed_connection(*me);
+        let (gw, b) = (gateway.clone(), builder.clone());
+        // When the hand-off fails the socket is closed, and the entry (dropped with the
+        // closure) leaves the connection table.
+        crate::cores::hand_off(cores, to, stream, peer, move |s, p| {
+            serve_one(gw, b, s, p, entry, Some(load))
+        });
+    }
+    drop(listener);
+}
+
+/// An admitted connection's entry in the connection table: removed when the connection ends
+/// (`conn::drive`), or when it is dropped before it was served (a hand-off to a core that is
+/// shutting down, a failed TLS handshake).
+struct Entry(Arc<Connections>, Arc<crate::conn::ConnShared>);
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.0.deregister(&self.1);
+    }
+}
+
+/// Serve one admitted connection (after its TLS handshake, which runs here, after admission:
+/// the cap counts it, its timeout closes a silent client) until it ends. `load` counts it on
+/// its core meanwhile.
+async fn serve_one(
+    gw: Arc<Gateway>,
+    builder: Arc<auto::Builder<Exec>>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    entry: Entry,
+    load: Option<crate::cores::CoreLoad>,
+) {
+    let sh = entry.1.clone();
+    let conns = gw.conns.clone();
+    match gw.tls.clone() {
+        None => {
+            let conn = serve_connection(&builder, &gw, stream, &sh, peer, None);
+            crate::conn::drive(conn, sh, conns).await;
+        }
+        Some(t) => {
+            if let Some((stream, info)) = t.accept(stream, &sh, &conns).await {
+                let conn = serve_connection(&builder, &gw, stream, &sh, peer, Some(info));
+                crate::conn::drive(conn, sh, conns).await;
             }
         }
     }
-    drop(listener);
-    if let Some(t) = &tls {
-        t.stop_watching();
-    }
-    conns.shutdown(grace).await;
-    // The spans of the last requests.
-    gateway.telemetry.shutdown().await;
-    Ok(())
+    drop(entry);
+    drop(load);
 }
 
 /// One accepted connection (plain, or TLS after its handshake) served by hyper: each request
 /// gets the peer's address and, over TLS, the connection's [`TlsInfo`] (an `Arc`, no
 /// allocation per request).
 fn serve_connection<S: Socket + Send + 'static>(
-    builder: &Arc<auto::Builder<TokioExecutor>>,
+    builder: &Arc<auto::Builder<Exec>>,
     gateway: &Arc<Gateway>,
     stream: S,
     sh: &Arc<crate::conn::ConnShared>,

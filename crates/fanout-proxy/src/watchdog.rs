@@ -49,6 +49,8 @@ pub struct Watchdog {
     max_stall_us: AtomicU64,
     starvations: AtomicU64,
     max_starvation_us: AtomicU64,
+    /// The canary and the threshold, for heartbeats on further runtimes ([`Watchdog::watch`]).
+    beat: std::sync::OnceLock<(Option<Canary>, Duration)>,
 }
 
 /// What a late heartbeat means.
@@ -78,44 +80,17 @@ impl Watchdog {
     pub fn spawn(threshold: Duration) -> Arc<Watchdog> {
         let w = Arc::new(Watchdog::default());
         let canary = Canary::start(Arc::downgrade(&w));
-        let weak = Arc::downgrade(&w);
-        tokio::spawn(async move {
-            let mut stall_log = Throttle::new(LOG_EVERY);
-            let mut starvation_log = Throttle::new(LOG_EVERY);
-            let mut expected = Instant::now() + TICK;
-            let mut canary_base = canary.as_ref().map(|c| c.late_total_us());
-            loop {
-                tokio::time::sleep_until(expected).await;
-                let now = Instant::now();
-                let late = now.saturating_duration_since(expected);
-                let Some(w) = weak.upgrade() else { return };
-                let canary_late = match (&canary, canary_base) {
-                    (Some(c), Some(base)) => Some(c.delay_since(base)),
-                    _ => None,
-                };
-                match classify(late, canary_late, threshold) {
-                    Some(Late::Stall) => {
-                        w.stalls.fetch_add(1, Relaxed);
-                        w.max_stall_us.fetch_max(late.as_micros() as u64, Relaxed);
-                        if let Some(s) = stall_log.admit(now, late) {
-                            log_stall(late, &s);
-                        }
-                    }
-                    Some(Late::Starvation) => {
-                        w.starvations.fetch_add(1, Relaxed);
-                        w.max_starvation_us
-                            .fetch_max(late.as_micros() as u64, Relaxed);
-                        if let Some(s) = starvation_log.admit(now, late) {
-                            log_starvation(late, canary_late.unwrap_or_default(), &s);
-                        }
-                    }
-                    None => {}
-                }
-                canary_base = canary.as_ref().map(|c| c.late_total_us());
-                expected = now + TICK;
-            }
-        });
+        let _ = w.beat.set((canary.clone(), threshold));
+        tokio::spawn(heartbeat(Arc::downgrade(&w), canary, threshold));
         w
+    }
+
+    /// Watch another runtime too (each core's, `server.runtime: per_core`): a heartbeat of its
+    /// own there, sharing the counters and the canary.
+    pub fn watch(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        if let Some((canary, threshold)) = self.beat.get() {
+            runtime.spawn(heartbeat(Arc::downgrade(self), canary.clone(), *threshold));
+        }
     }
 
     /// Stalls seen so far: late heartbeats while the process had CPU (a worker did not yield).
@@ -226,11 +201,51 @@ impl Throttle {
     }
 }
 
+/// A heartbeat on the runtime it runs on: wakes every `TICK`, classifies a late wake-up.
+async fn heartbeat(weak: Weak<Watchdog>, canary: Option<Canary>, threshold: Duration) {
+    let mut stall_log = Throttle::new(LOG_EVERY);
+    let mut starvation_log = Throttle::new(LOG_EVERY);
+    let mut expected = Instant::now() + TICK;
+    let mut canary_base = canary.as_ref().map(|c| c.late_total_us());
+    loop {
+        tokio::time::sleep_until(expected).await;
+        let now = Instant::now();
+        let late = now.saturating_duration_since(expected);
+        let Some(w) = weak.upgrade() else { return };
+        let canary_late = match (&canary, canary_base) {
+            (Some(c), Some(base)) => Some(c.delay_since(base)),
+            _ => None,
+        };
+        match classify(late, canary_late, threshold) {
+            Some(Late::Stall) => {
+                w.stalls.fetch_add(1, Relaxed);
+                w.max_stall_us.fetch_max(late.as_micros() as u64, Relaxed);
+                if let Some(s) = stall_log.admit(now, late) {
+                    log_stall(late, &s);
+                }
+            }
+            Some(Late::Starvation) => {
+                w.starvations.fetch_add(1, Relaxed);
+                w.max_starvation_us
+                    .fetch_max(late.as_micros() as u64, Relaxed);
+                if let Some(s) = starvation_log.admit(now, late) {
+                    log_starvation(late, canary_late.unwrap_or_default(), &s);
+                }
+            }
+            None => {}
+        }
+        canary_base = canary.as_ref().map(|c| c.late_total_us());
+        expected = now + TICK;
+    }
+}
+
 /// The canary: a plain thread that sleeps in `TICK` steps and adds up how late it wakes.
+#[derive(Clone, Debug)]
 struct Canary {
     state: Arc<CanaryState>,
 }
 
+#[derive(Debug)]
 struct CanaryState {
     /// Real time origin of `due_us`.
     origin: std::time::Instant,

@@ -2,6 +2,8 @@
 //! step kinds' runtimes (`fanout-model`) and the gateway:
 //!
 //! - [`compute`]: the bounded pool of compute threads CPU-heavy work goes to (R1).
+//! - [`cores`]: which core a serving thread is (`server.runtime: per_core`), for state kept per
+//!   core.
 //! - [`hist`]: the lock-free histogram the pool, the models and the gateway record into.
 //! - [`runtime`]: what a runtime hosted for a step kind is (the [`runtime::Runtime`] trait) and
 //!   the set of them opened for one config ([`runtime::Runtimes`]).
@@ -9,5 +11,6 @@
 #![forbid(unsafe_code)]
 
 pub mod compute;
+pub mod cores;
 pub mod hist;
 pub mod runtime;

@@ -49,6 +49,7 @@ mod metrics;
 mod models;
 mod numbers;
 mod outlier;
+mod per_core;
 mod pg_errors;
 mod postgres;
 mod ratelimit;

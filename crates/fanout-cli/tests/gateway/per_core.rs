@@ -1,0 +1,256 @@
+//! `server.runtime: per_core`: one single-threaded runtime per core, a listener each on one port
+//! (`SO_REUSEPORT`). Real gateway, real sockets: both protocols answer, connections are balanced
+//! over the cores whatever the kernel's hash chose, one HTTP/2 connection's many streams are
+//! handed to the other core when theirs is busy, in-flight requests finish on shutdown, a port
+//! another socket holds is refused. States and counters (the status endpoint's
+//! `runtime.cores`), never timings.
+
+use fanout::{RunningGateway, load_gateway, start_gateway_on};
+use fanout_testkit::*;
+use futures_util::future::join_all;
+use http::Method;
+use std::time::Duration;
+
+/// Overall bound of every wait in this file.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+const STUBS: &str = r#"
+services:
+  a:
+    listen: "${A_ADDR}"
+    routes:
+      - { path: /fast, body: '{ok: true}' }
+      - { path: /slow, latency: 1s, body: '{ok: true}' }
+"#;
+
+fn config(extra: &str) -> String {
+    format!(
+        r#"
+server:
+  runtime: per_core
+{extra}
+backends:
+  a: {{ url: "http://${{A_ADDR}}", dedup: false }}
+defaults: {{ coalesce: false }}
+routes:
+  - path: /fast
+    flow:
+      s: {{ http: {{ backend: a, path: '"/fast"' }} }}
+    respond: {{ body: '$s' }}
+  - path: /slow
+    deadline: 20s
+    flow:
+      s: {{ http: {{ backend: a, path: '"/slow"' }}, timeout: 10s }}
+    respond: {{ body: '$s' }}
+"#
+    )
+}
+
+/// A per-core gateway on 2 cores in front of `stubs`.
+async fn per_core_gateway(stubs: &fanout_stub::StubServer, extra: &str) -> RunningGateway {
+    let vars = crate::support::stub_vars(stubs);
+    let lookup = |n: &str| vars.get(n).cloned();
+    let gw = load_gateway("fanout.yaml", &config(extra), &lookup)
+        .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
+    start_gateway_on(gw, "127.0.0.1:0", Some("127.0.0.1:0"), Some(2))
+        .await
+        .expect("per-core gateway starts")
+}
+
+/// The status endpoint's `runtime.cores`: per core (connections, streams, connections handed
+/// off, streams handed off).
+fn cores(gw: &RunningGateway) -> Vec<[u64; 4]> {
+    let s = gw.gateway.status_json();
+    assert_eq!(s["runtime"]["kind"], "per_core", "{s}");
+    s["runtime"]["cores"]
+        .as_array()
+        .expect("runtime.cores")
+        .iter()
+        .map(|c| {
+            [
+                "connections",
+                "streams",
+                "connections_handed_off",
+                "streams_handed_off",
+            ]
+            .map(|k| c[k].as_u64().expect(k))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_protocols_answer_and_two_connections_get_a_core_each() {
+    let s = stubs(STUBS).await;
+    let gw = per_core_gateway(&s, "").await;
+    assert_eq!(cores(&gw).len(), 2);
+
+    // HTTP/1.1 and h2c on the one port.
+    let url = format!("http://{}/fast", gw.addr);
+    for h2 in [false, true] {
+        let r = send(&client(h2), Method::GET, &url, &[], "").await;
+        assert_eq!(r.status, 200, "h2={h2}: {}", r.text());
+        assert_eq!(r.json()["ok"], true);
+    }
+    wait_until("the test connections closed", || {
+        cores(&gw).iter().all(|c| c[0] == 0)
+    })
+    .await;
+
+    // Two kept connections: one per core, whichever listener the kernel gave them to.
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let mut c = h1::conn(gw.addr).await;
+        let r = c
+            .send_request(h1::request(Method::GET, "/fast", ""))
+            .await
+            .expect("answer");
+        let r = Resp::read(r).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        conns.push(c);
+    }
+    wait_within("each core serves one connection", PATIENCE, || {
+        cores(&gw).iter().map(|c| c[0]).collect::<Vec<_>>() == [1, 1]
+    })
+    .await;
+    // Both keep answering on their cores.
+    for c in &mut conns {
+        let r = c
+            .send_request(h1::request(Method::GET, "/fast", ""))
+            .await
+            .expect("answer");
+        assert_eq!(Resp::read(r).await.status, 200);
+    }
+    drop(conns);
+    wait_until("the connections closed", || {
+        cores(&gw).iter().all(|c| c[0] == 0)
+    })
+    .await;
+    gw.shutdown().await.expect("shutdown");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_h2_connection_with_many_streams_uses_both_cores() {
+    let s = stubs(STUBS).await;
+    let gw = per_core_gateway(&s, "").await;
+    // One h2c connection (hyper's client keeps one per host) carrying 64 slow requests at once:
+    // the core it landed on runs more streams than twice the other's plus the slack, so the
+    // later streams run on the other core.
+    let c = client(true);
+    let url = format!("http://{}/slow", gw.addr);
+    let answers = join_all((0..64).map(|_| send(&c, Method::GET, &url, &[], ""))).await;
+    for r in &answers {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["ok"], true);
+    }
+    let st = cores(&gw);
+    assert_eq!(
+        st.iter().map(|c| c[0]).sum::<u64>(),
+        1,
+        "one connection: {st:?}"
+    );
+    let handed: u64 = st.iter().map(|c| c[3]).sum();
+    assert!(handed >= 1, "streams were handed to the other core: {st:?}");
+    assert!(
+        st.iter().all(|c| c[1] == 0),
+        "no stream left running: {st:?}"
+    );
+    drop(c);
+    gw.shutdown().await.expect("shutdown");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn few_h2_streams_stay_on_their_core() {
+    let s = stubs(STUBS).await;
+    let gw = per_core_gateway(&s, "").await;
+    // Sequential requests on one h2c connection: never more than one stream in flight, so
+    // none is handed off.
+    let c = client(true);
+    let url = format!("http://{}/fast", gw.addr);
+    for _ in 0..20 {
+        assert_eq!(send(&c, Method::GET, &url, &[], "").await.status, 200);
+    }
+    let st = cores(&gw);
+    assert_eq!(st.iter().map(|c| c[3]).sum::<u64>(), 0, "{st:?}");
+    drop(c);
+    gw.shutdown().await.expect("shutdown");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_requests_finish_on_shutdown() {
+    let s = stubs(STUBS).await;
+    let gw = per_core_gateway(&s, "  shutdown_grace: 15s").await;
+    let url = format!("http://{}/slow", gw.addr);
+    let slow = tokio::spawn(async move { get(&url).await });
+    wait_within("the slow request is in flight", PATIENCE, || {
+        calls(&s, "a") >= 1
+    })
+    .await;
+    let stopped = tokio::time::timeout(PATIENCE, gw.shutdown())
+        .await
+        .expect("shutdown within its bound");
+    stopped.expect("shutdown");
+    let r = slow.await.expect("request task");
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_another_socket_listens_on_is_refused() {
+    let s = stubs(STUBS).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let vars = crate::support::stub_vars(&s);
+    let lookup = |n: &str| vars.get(n).cloned();
+    let gw = load_gateway("fanout.yaml", &config(""), &lookup).expect("config");
+    let err = start_gateway_on(gw, &addr, None, Some(2))
+        .await
+        .err()
+        .expect("a taken port is refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_examples_answer_the_same_per_core() {
+    // hh-vacancies' cases, served per core.
+    let dir = repo_root().join("examples/hh-vacancies");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect(f);
+    let s = stubs(&read("stubs.yaml")).await;
+    let yaml = format!("{}\nserver:\n  runtime: per_core\n", read("fanout.yaml"));
+    let vars = crate::support::stub_vars(&s);
+    let lookup = |n: &str| vars.get(n).cloned();
+    let gw = load_gateway("fanout.yaml", &yaml, &lookup).expect("config");
+    let gw = start_gateway_on(gw, "127.0.0.1:0", None, Some(2))
+        .await
+        .expect("starts");
+    let c = client(false);
+    for case in Cases::parse(&read("cases.yaml")).cases {
+        s.reset_stats();
+        let url = format!("http://{}{}", gw.addr, case.request.path);
+        let r = send(
+            &c,
+            case.request.method(),
+            &url,
+            &case.request.header_pairs(),
+            case.request.body_text(),
+        )
+        .await;
+        assert_eq!(
+            r.status.as_u16(),
+            case.status,
+            "{}: {}",
+            case.name,
+            r.text()
+        );
+        assert_eq!(r.json(), case.response, "{}", case.name);
+        for (service, n) in &case.backend_calls {
+            assert_eq!(calls(&s, service), *n, "{}: calls to {service}", case.name);
+        }
+    }
+    drop(c);
+    gw.shutdown().await.expect("shutdown");
+    s.shutdown().await;
+}

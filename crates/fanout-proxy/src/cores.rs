@@ -1,0 +1,291 @@
+//! `server.runtime: per_core`: one single-threaded tokio runtime per core, each with a listener
+//! of its own on the gateway's port (`SO_REUSEPORT`: the kernel spreads new connections), so a
+//! request is accepted, run and answered on one thread, and its backend calls go out on that
+//! core's own connections ([`fanout_runtime::cores`]). Nothing on the request path wakes
+//! another core's thread; what must be shared (dedup tables, caches, admission, breakers, the
+//! connection table) is shared as on the work-stealing runtime.
+//!
+//! The known weakness of a core per connection is a few connections carrying most of the load.
+//! Two measures keep both cores busy there:
+//! - **Connections are balanced as they arrive**: a core that accepts a connection while it
+//!   has more open connections than the least loaded core (by more than an eighth of that
+//!   core's, and at least one) hands the connection to that core before serving it (before
+//!   the TLS handshake too). With 2 connections on 2 cores each core serves one, whatever the
+//!   kernel's hash chose.
+//! - **HTTP/2 streams are handed off under pressure**: each stream of an HTTP/2 connection is a
+//!   task of its own ([`Exec`]); when the accepting core runs more streams than twice the least
+//!   busy core's plus [`HANDOFF_SLACK`], the new stream runs on that core instead. One gRPC
+//!   client's thousand streams on one connection then use both cores, while at moderate load
+//!   (few streams in flight) every stream stays home.
+//!
+//! The control thread (the runtime `fanout serve` starts with) runs the admin listener,
+//! reloads, signals and background refreshes; it serves no client connection.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+
+/// A core's streams over twice the least busy core's by more than this hand new streams off.
+pub const HANDOFF_SLACK: usize = 8;
+
+/// One serving core: its runtime and what it carries now.
+struct Core {
+    handle: Handle,
+    /// Open client connections served on this core.
+    conns: AtomicUsize,
+    /// HTTP/2 streams running on this core.
+    streams: AtomicUsize,
+    /// Connections this core handed to another on arrival.
+    handed_conns: AtomicUsize,
+    /// Streams this core handed to another.
+    handed_streams: AtomicUsize,
+}
+
+/// The serving cores of a per-core gateway.
+pub struct Cores {
+    cores: Box<[Core]>,
+}
+
+impl Cores {
+    /// The cores whose runtimes are `handles` (core `i` is `handles[i]`).
+    pub(crate) fn new(handles: Vec<Handle>) -> Cores {
+        Cores {
+            cores: handles
+                .into_iter()
+                .map(|handle| Core {
+                    handle,
+                    conns: AtomicUsize::new(0),
+                    streams: AtomicUsize::new(0),
+                    handed_conns: AtomicUsize::new(0),
+                    handed_streams: AtomicUsize::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    /// How many cores serve.
+    pub fn len(&self) -> usize {
+        self.cores.len()
+    }
+
+    /// Whether none does (never, once serving).
+    pub fn is_empty(&self) -> bool {
+        self.cores.is_empty()
+    }
+
+    /// The core with the fewest of `what`, and that count.
+    fn least(&self, what: impl Fn(&Core) -> usize) -> Option<(usize, usize)> {
+        self.cores
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, what(c)))
+            .min_by_key(|&(_, n)| n)
+    }
+
+    /// The core a connection accepted on core `me` is served on: `me`, unless `me` has more
+    /// open connections than the least loaded core by more than max(1, an eighth of its).
+    pub(crate) fn core_for_connection(&self, me: usize) -> usize {
+        let Some(mine) = self.cores.get(me).map(|c| c.conns.load(Ordering::Relaxed)) else {
+            return me;
+        };
+        match self.least(|c| c.conns.load(Ordering::Relaxed)) {
+            Some((j, least)) if j != me && mine >= least + (least / 8).max(1) => j,
+            _ => me,
+        }
+    }
+
+    /// The core a new HTTP/2 stream of a connection on core `me` runs on.
+    fn core_for_stream(&self, me: usize) -> usize {
+        let Some(mine) = self
+            .cores
+            .get(me)
+            .map(|c| c.streams.load(Ordering::Relaxed))
+        else {
+            return me;
+        };
+        match self.least(|c| c.streams.load(Ordering::Relaxed)) {
+            Some((j, least)) if j != me && mine > 2 * least + HANDOFF_SLACK => j,
+            _ => me,
+        }
+    }
+
+    /// Count a connection served on core `i` until the guard drops.
+    pub(crate) fn connection(self: &Arc<Self>, i: usize) -> CoreLoad {
+        if let Some(c) = self.cores.get(i) {
+            c.conns.fetch_add(1, Ordering::Relaxed);
+        }
+        CoreLoad {
+            cores: self.clone(),
+            core: i,
+            stream: false,
+        }
+    }
+
+    /// Record that core `from` handed a connection to another core.
+    pub(crate) fn handed_connection(&self, from: usize) {
+        if let Some(c) = self.cores.get(from) {
+            c.handed_conns.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Core `i`'s runtime.
+    pub(crate) fn handle(&self, i: usize) -> Option<&Handle> {
+        self.cores.get(i).map(|c| &c.handle)
+    }
+
+    /// `/__fanout/status`'s `cores`: per core its open connections, running streams and
+    /// hand-offs.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.cores
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    serde_json::json!({
+                        "core": i,
+                        "connections": c.conns.load(Ordering::Relaxed),
+                        "streams": c.streams.load(Ordering::Relaxed),
+                        "connections_handed_off": c.handed_conns.load(Ordering::Relaxed),
+                        "streams_handed_off": c.handed_streams.load(Ordering::Relaxed),
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A connection or stream counted on a core while it lives.
+pub(crate) struct CoreLoad {
+    cores: Arc<Cores>,
+    core: usize,
+    stream: bool,
+}
+
+impl Drop for CoreLoad {
+    fn drop(&mut self) {
+        if let Some(c) = self.cores.cores.get(self.core) {
+            let n = if self.stream { &c.streams } else { &c.conns };
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// hyper's executor for the tasks a connection spawns (an HTTP/2 connection's streams): on
+/// the work-stealing runtime, `tokio::spawn`; per core, on this core unless it is much busier
+/// than another ([`Cores`]).
+#[derive(Clone, Default)]
+pub struct Exec {
+    cores: Option<Arc<Cores>>,
+}
+
+impl Exec {
+    /// The executor of a per-core gateway's connections.
+    pub(crate) fn per_core(cores: Arc<Cores>) -> Exec {
+        Exec { cores: Some(cores) }
+    }
+}
+
+impl<F> hyper::rt::Executor<F> for Exec
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let (Some(cores), Some(me)) = (&self.cores, fanout_runtime::cores::current()) else {
+            tokio::spawn(fut);
+            return;
+        };
+        let target = cores.core_for_stream(me);
+        let Some(core) = cores.cores.get(target) else {
+            tokio::spawn(fut);
+            return;
+        };
+        core.streams.fetch_add(1, Ordering::Relaxed);
+        let load = CoreLoad {
+            cores: cores.clone(),
+            core: target,
+            stream: true,
+        };
+        let fut = async move {
+            let out = fut.await;
+            drop(load);
+            out
+        };
+        if target == me {
+            tokio::spawn(fut);
+        } else {
+            if let Some(c) = cores.cores.get(me) {
+                c.handed_streams.fetch_add(1, Ordering::Relaxed);
+            }
+            core.handle.spawn(fut);
+        }
+    }
+}
+
+/// Move an accepted connection to core `to`'s runtime and serve it there with `serve`: its
+/// socket leaves this core's reactor and joins the other's. When it cannot (no such core, the
+/// socket could not be moved), the socket is closed and `serve` dropped unrun.
+pub(crate) fn hand_off<F, Fut>(
+    cores: &Arc<Cores>,
+    to: usize,
+    stream: TcpStream,
+    peer: SocketAddr,
+    serve: F,
+) where
+    F: FnOnce(TcpStream, SocketAddr) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(handle) = cores.handle(to) else {
+        return;
+    };
+    let stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "a connection could not be handed to another core");
+            return;
+        }
+    };
+    handle.spawn(async move {
+        match TcpStream::from_std(stream) {
+            Ok(s) => serve(s, peer).await,
+            Err(e) => tracing::debug!(error = %e, "a connection handed to another core was lost"),
+        }
+    });
+}
+
+/// Bind `n` listening sockets on `addr` sharing its port (`SO_REUSEPORT`), for `n` cores. The
+/// address is first bound without `SO_REUSEPORT`, so a port another process listens on is an
+/// error (`address in use`) rather than silently shared with it. With port 0, the first
+/// socket's port is the others'.
+pub fn bind_reuseport(addr: &str, n: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let mut addrs = std::net::ToSocketAddrs::to_socket_addrs(addr)?;
+    let Some(mut sa) = addrs.next() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{addr}: no address"),
+        ));
+    };
+    if sa.port() != 0 {
+        // Taken by another process (with or without SO_REUSEPORT): refuse, as a plain bind does.
+        drop(std::net::TcpListener::bind(sa)?);
+    }
+    let mut out = Vec::with_capacity(n.max(1));
+    for _ in 0..n.max(1) {
+        let s = Socket::new(Domain::for_address(sa), Type::STREAM, Some(Protocol::TCP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.set_nonblocking(true)?;
+        s.bind(&sa.into())?;
+        s.listen(1024)?;
+        let l: std::net::TcpListener = s.into();
+        if sa.port() == 0 {
+            sa = l.local_addr()?;
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
