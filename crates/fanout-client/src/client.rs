@@ -143,7 +143,10 @@ struct GrpcOpts {
 pub struct HttpBackend {
     bases: Vec<Base>,
     balancer: Arc<Mutex<BalanceState>>,
-    client: HttpClient,
+    /// The legacy client (TLS, HTTP/2, gRPC): one per core ([`fanout_runtime::cores::shard`]),
+    /// each with its own connections, whose tasks run on that core (one on the work-stealing
+    /// runtime: every thread uses the first).
+    clients: Box<[HttpClient]>,
     headers: HeaderMap,
     max_response_bytes: usize,
     /// `accept_encoding`: the `Accept-Encoding` sent (`None`: none).
@@ -264,7 +267,9 @@ impl HttpBackend {
         Ok(HttpBackend {
             bases,
             balancer: Arc::new(Mutex::new(balancer)),
-            client: cb.build(connector),
+            clients: (0..fanout_runtime::cores::shard_count())
+                .map(|_| cb.build(connector.clone()))
+                .collect(),
             headers,
             max_response_bytes: cfg.max_response_bytes,
             accept_encoding: crate::decode::accept_encoding(&cfg.accept_encoding),
@@ -783,7 +788,15 @@ impl Backend for HttpBackend {
                 done(exchange_h1(pool, request, uri, limit).await)
             }),
             None => {
-                let client = self.client.clone();
+                let i = fanout_runtime::cores::shard(self.clients.len());
+                let Some(client) = self.clients.get(i).or(self.clients.first()).cloned() else {
+                    return fanout_layers::boxed::pinned(|| async move {
+                        done(Err(CallError::new(
+                            CallErrorKind::Connect,
+                            "no client for this backend",
+                        )))
+                    });
+                };
                 fanout_layers::boxed::pinned(|| async move {
                     done(exchange(client, request, uri, limit, grpc, gzip).await)
                 })

@@ -78,6 +78,9 @@ struct Conn {
     /// The server it was opened to, when the pool opened the socket itself (plain connections):
     /// its cancel requests go there and are confirmed.
     peer: Option<Peer>,
+    /// The core whose runtime runs the connection's task (`server.runtime: per_core`; `None` on
+    /// the work-stealing runtime): that core's calls take it first.
+    home: Option<usize>,
 }
 
 /// A connection as the pool keeps it.

@@ -285,10 +285,18 @@ impl Pool {
         }
     }
 
-    /// An idle connection that is still open (closing those idle past `idle_timeout`).
+    /// An idle connection that is still open (closing those idle past `idle_timeout`): the most
+    /// recently idle one this core made (per core, its task runs on this thread: no other core
+    /// is woken by the statement), else the most recently idle one of any core.
     pub(super) fn take_idle(&self) -> Option<PooledConn> {
+        let here = fanout_runtime::cores::current();
         let mut idle = lock(&self.idle);
-        while let Some(c) = idle.pop() {
+        loop {
+            let i = idle
+                .iter()
+                .rposition(|c| c.home == here)
+                .or_else(|| idle.len().checked_sub(1))?;
+            let c = idle.remove(i);
             if c.client.is_closed() || c.idle_since.elapsed() > self.cfg.idle_timeout.0 {
                 drop(c);
                 self.closed_one();
@@ -296,7 +304,6 @@ impl Pool {
             }
             return Some(c);
         }
-        None
     }
 
     /// Fail at once while the database is known to be down (until the next retry time).
@@ -403,6 +410,7 @@ impl Pool {
                     idle_since: Instant::now(),
                     tripped,
                     peer,
+                    home: fanout_runtime::cores::current(),
                 }))
             }
             Ok(Err(e)) => {
