@@ -105,6 +105,37 @@ fn default_method() -> String {
     "GET".into()
 }
 
+impl CaseRequest {
+    /// The method; `None` when it is not a valid HTTP method.
+    pub fn method(&self) -> Option<http::Method> {
+        http::Method::from_bytes(self.method.as_bytes()).ok()
+    }
+
+    /// The body as sent: the compact JSON text, or empty.
+    pub fn body_text(&self) -> bytes::Bytes {
+        self.body
+            .as_ref()
+            .map(|b| bytes::Bytes::from(b.to_string()))
+            .unwrap_or_default()
+    }
+}
+
+impl Case {
+    /// The expected number of calls per service, for the services given a total count.
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        self.backend_calls
+            .iter()
+            .filter_map(|(svc, c)| {
+                let n = match c {
+                    BackendCalls::Count(n) => Some(*n),
+                    BackendCalls::Detailed(d) => d.count,
+                };
+                n.map(|n| (svc.clone(), n))
+            })
+            .collect()
+    }
+}
+
 /// What a backend must have received: a count, or a count with counts per route.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]

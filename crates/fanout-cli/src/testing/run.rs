@@ -348,8 +348,9 @@ async fn send(
     timeout: Duration,
 ) -> Result<Answer, String> {
     let r = &c.request;
-    let method = http::Method::from_bytes(r.method.as_bytes())
-        .map_err(|_| format!("request.method {:?} is not an HTTP method", r.method))?;
+    let method = r
+        .method()
+        .ok_or_else(|| format!("request.method {:?} is not an HTTP method", r.method))?;
     let mut req = http::Request::builder()
         .method(method)
         .uri(format!("http://{addr}{}", r.path));
@@ -358,15 +359,10 @@ async fn send(
         has_type |= k.eq_ignore_ascii_case("content-type");
         req = req.header(k.as_str(), v.as_str());
     }
-    let body = match &r.body {
-        Some(b) => {
-            if !has_type {
-                req = req.header("content-type", "application/json");
-            }
-            Bytes::from(b.to_string())
-        }
-        None => Bytes::new(),
-    };
+    if r.body.is_some() && !has_type {
+        req = req.header("content-type", "application/json");
+    }
+    let body = r.body_text();
     let req = req
         .body(Full::new(body))
         .map_err(|e| format!("request: {e}"))?;
