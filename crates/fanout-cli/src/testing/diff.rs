@@ -135,12 +135,12 @@ fn line_diff(a: &str, b: &str) -> String {
             ops.push((' ', a[i]));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(('+', b[j]));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
             ops.push(('-', a[i]));
             i += 1;
+        } else {
+            ops.push(('+', b[j]));
+            j += 1;
         }
     }
     const CONTEXT: usize = 2;
@@ -223,7 +223,7 @@ mod tests {
         assert!(shown.contains("at .a: expected 1, got 2"), "{shown}");
         assert!(shown.contains("at .c: not expected, got 0"), "{shown}");
         assert!(
-            shown.contains("  - \"a\": 1,") && shown.contains("  + \"a\": 2,"),
+            shown.contains("  -   \"a\": 1,\n  +   \"a\": 2,"),
             "{shown}"
         );
     }
