@@ -136,8 +136,9 @@ enum Cmd {
         /// A directory holding fanout.yaml, or a gateway config file.
         #[arg(value_name = "FILE", required_unless_present = "config")]
         file: Option<String>,
-        /// The gateway config file, the same as FILE.
-        #[arg(long, short, value_name = "FILE", conflicts_with = "file")]
+        /// The gateway config file, the same as FILE (then every positional argument is a
+        /// case name).
+        #[arg(long, short, value_name = "FILE")]
         config: Option<String>,
         /// Run only the cases whose name contains one of these.
         #[arg(value_name = "CASES")]
@@ -391,9 +392,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // with --config, a first positional argument is a case name, not the config
+            let (target, filter) = match (config, file) {
+                (Some(c), Some(first)) => (c, std::iter::once(first).chain(names).collect()),
+                (Some(c), None) => (c, names),
+                (None, f) => (f.unwrap_or_default(), names),
+            };
             let args = fanout::testing::TestArgs {
-                target: file.or(config).unwrap_or_default().into(),
-                filter: names,
+                target: target.into(),
+                filter,
                 stubs: stubs.map(Into::into),
                 cases: cases.map(Into::into),
                 junit: junit.map(Into::into),

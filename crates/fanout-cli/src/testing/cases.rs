@@ -21,7 +21,14 @@ impl Cases {
     pub fn parse(file: &str, text: &str) -> Result<Cases, ConfigErrors> {
         // no variables in a cases file: `${…}` reaches the case as written
         let escaped = text.replace("${", "$${");
-        fanout_config::from_yaml_all(file, &escaped, &|_| None)
+        fanout_config::from_yaml_all(file, &escaped, &|_| None).map_err(|mut errs| {
+            for e in &mut errs.0 {
+                if let Some(h) = &mut e.hint {
+                    *h = h.replace("`fanout schema`", "`fanout schema --cases`");
+                }
+            }
+            errs
+        })
     }
 
     /// Read and [`Cases::parse`] a file.
