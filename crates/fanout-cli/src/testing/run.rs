@@ -185,7 +185,9 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         .unwrap_or_default();
     let _database = if config_text.contains("${DATABASE_URL") && !vars.contains_key("DATABASE_URL")
     {
-        let db = super::database::provide(suite).await?;
+        let db = super::database::provide(&suite.config, suite.schema_sql.as_deref())
+            .await
+            .map_err(TestError::Start)?;
         vars.insert("DATABASE_URL".into(), db.url());
         Some(db)
     } else {
