@@ -166,6 +166,9 @@ enum Cmd {
         /// How long one request may take before its case fails, e.g. `10s`, `500ms`.
         #[arg(long, default_value = "10s")]
         timeout: String,
+        /// Calls kept per stub service and case for `backend_calls.*.calls` checks.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        max_recorded_calls: usize,
     },
     /// Run simulated backends from a stubs config.
     Stub {
@@ -384,6 +387,7 @@ fn main() -> ExitCode {
             database_url,
             schema_sql,
             timeout,
+            max_recorded_calls,
         } => {
             let timeout = match fanout_config::parse_duration(&timeout, BareNumber::Millis) {
                 Ok(t) => t,
@@ -408,6 +412,7 @@ fn main() -> ExitCode {
                 database_url,
                 schema_sql: schema_sql.map(Into::into),
                 timeout: Some(timeout),
+                max_recorded_calls,
             };
             // the gateway's log goes to memory (for `log:` checks), not to the terminal
             let done = runtime(None).and_then(|rt| rt.block_on(fanout::testing::cli(args)));

@@ -78,7 +78,7 @@ pub struct Case {
     /// (wall time, including the simulated backends' latencies).
     pub max_latency_ms: Option<u64>,
     /// Requests each simulated backend must have received for this case: a count, or
-    /// `{count, routes: {"METHOD /pattern": n}}`.
+    /// `{count, routes: {"METHOD /pattern": n}, calls: [{method, path, query, headers, body}]}`.
     #[serde(default)]
     pub backend_calls: BTreeMap<String, BackendCalls>,
     /// Per-case changes to simulated backends (every route of the service), undone after the
@@ -163,6 +163,32 @@ pub struct DetailedCalls {
     /// (`"GET /vacancies/{id}"`).
     #[serde(default)]
     pub routes: BTreeMap<String, u64>,
+    /// Calls the service must have received, each matched to a different received call (in
+    /// any order: concurrent calls arrive in any order); received calls not listed are allowed
+    /// (`count` bounds them).
+    #[serde(default)]
+    pub calls: Vec<ExpectedCall>,
+}
+
+/// A call a backend must have received ([`DetailedCalls::calls`]); only the fields given are
+/// compared.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedCall {
+    /// The method.
+    pub method: Option<String>,
+    /// The path, without the query, exactly (`/vacancies/101`).
+    pub path: Option<String>,
+    /// Query parameters the call must have, with these values (decoded; a repeated parameter
+    /// is a list); others may be there too.
+    #[serde(default)]
+    pub query: BTreeMap<String, serde_json::Value>,
+    /// Headers the call must have, with these values (names in any case); others may be there
+    /// too.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body, exactly.
+    pub body: Option<serde_json::Value>,
 }
 
 /// A change to a simulated backend for one case.

@@ -36,6 +36,8 @@ pub struct TestArgs {
     pub schema_sql: Option<PathBuf>,
     /// How long one request may take (default 10 s).
     pub timeout: Option<std::time::Duration>,
+    /// Calls kept per stub service and case for `calls` checks.
+    pub max_recorded_calls: usize,
 }
 
 /// The log of this process, kept in memory for `log:` assertions (level info and above).
@@ -110,6 +112,7 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
     if let Some(t) = args.timeout {
         suite.request_timeout = t;
     }
+    suite.max_recorded_calls = args.max_recorded_calls;
     let logs = capture_logs();
     let lines = |needle: &str| logs.lines_with(needle);
     let report = run(

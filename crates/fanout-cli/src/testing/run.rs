@@ -1,7 +1,7 @@
 //! Running a cases file: the stubs in process on free ports, the gateway on a free port with
 //! the config's `${…_ADDR}` pointing at them, then each case in order.
 
-use super::cases::{BackendCalls, BackendOverride, Case, Cases, FaultName};
+use super::cases::{BackendCalls, BackendOverride, Case, Cases, ExpectedCall, FaultName};
 use super::diff;
 use crate::{addr_var, start_gateway};
 use bytes::Bytes;
@@ -33,6 +33,8 @@ pub struct Suite {
     pub vars: Vec<(String, String)>,
     /// How long one request may take before its case fails.
     pub request_timeout: Duration,
+    /// Calls kept per service and case for `backend_calls.*.calls` checks.
+    pub max_recorded_calls: usize,
 }
 
 impl Suite {
@@ -62,6 +64,7 @@ impl Suite {
             database_url: None,
             vars: Vec::new(),
             request_timeout: Duration::from_secs(10),
+            max_recorded_calls: 1000,
         }
     }
 }
@@ -172,6 +175,15 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         }
         None => None,
     };
+    let wants_calls = selected.iter().any(|c| {
+        c.value
+            .backend_calls
+            .values()
+            .any(|b| matches!(b, BackendCalls::Detailed(d) if !d.calls.is_empty()))
+    });
+    if let (true, Some(s)) = (wants_calls, &stubs) {
+        s.record_calls(suite.max_recorded_calls);
+    }
     let mut vars: HashMap<String, String> = suite.vars.iter().cloned().collect();
     if let Some(s) = &stubs {
         for (name, addr) in s.services() {
@@ -486,6 +498,14 @@ fn check(
             BackendCalls::Count(n) => (Some(*n), None),
             BackendCalls::Detailed(d) => (d.count, Some(&d.routes)),
         };
+        if let BackendCalls::Detailed(d) = want
+            && !d.calls.is_empty()
+        {
+            let got = stubs
+                .and_then(|s| s.recorded_calls(service))
+                .unwrap_or_default();
+            check_calls(service, &d.calls, &got, fails);
+        }
         if let Some(n) = count
             && n != total
         {
@@ -559,4 +579,101 @@ fn predicate(
     } else {
         Err(format!("gave {}", fanout_expr::json::to_string(&v)))
     }
+}
+
+/// Match each expected call to a different received one (the first that matches, in the order
+/// written); a failure for each that none matches.
+fn check_calls(
+    service: &str,
+    want: &[ExpectedCall],
+    got: &[fanout_stub::RecordedCall],
+    fails: &mut Vec<String>,
+) {
+    let mut used = vec![false; got.len()];
+    for (i, w) in want.iter().enumerate() {
+        let mut nearest: Option<Vec<String>> = None;
+        let mut found = false;
+        for (j, g) in got.iter().enumerate() {
+            if used[j] {
+                continue;
+            }
+            let misses = call_misses(w, g);
+            if misses.is_empty() {
+                used[j] = true;
+                found = true;
+                break;
+            }
+            if nearest.as_ref().is_none_or(|n| misses.len() < n.len()) {
+                nearest = Some(misses);
+            }
+        }
+        if !found {
+            let why = match nearest {
+                Some(m) => format!("; the nearest: {}", m.join(", ")),
+                None => String::new(),
+            };
+            let seen: Vec<String> = got
+                .iter()
+                .map(|g| match &g.query {
+                    Some(q) => format!("{} {}?{q}", g.method, g.path),
+                    None => format!("{} {}", g.method, g.path),
+                })
+                .collect();
+            fails.push(format!(
+                "calls to {service}: no call matches calls[{i}]{why}; received: [{}]",
+                seen.join(", ")
+            ));
+        }
+    }
+}
+
+/// How a received call differs from an expected one (empty: it matches).
+fn call_misses(w: &ExpectedCall, g: &fanout_stub::RecordedCall) -> Vec<String> {
+    let mut m = Vec::new();
+    if let Some(method) = &w.method
+        && !method.eq_ignore_ascii_case(&g.method)
+    {
+        m.push(format!("method {} (expected {method})", g.method));
+    }
+    if let Some(path) = &w.path
+        && path != &g.path
+    {
+        m.push(format!("path {} (expected {path})", g.path));
+    }
+    if !w.query.is_empty() {
+        let q = fanout_expr::request::parse_query(g.query.as_deref().unwrap_or(""));
+        let text = fanout_expr::json::to_string(&fanout_expr::Val::obj(q));
+        let actual: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let part = serde_json::Value::Object(w.query.clone().into_iter().collect());
+        let mut misses = Vec::new();
+        diff::includes(&part, &actual, &mut String::new(), &mut misses);
+        m.extend(misses.into_iter().map(|x| format!("query {x}")));
+    }
+    for (k, v) in &w.headers {
+        let found = g
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v);
+        if found != Some(v) {
+            m.push(format!(
+                "header {k}: {} (expected {v:?})",
+                found.map_or("none".to_string(), |f| format!("{f:?}"))
+            ));
+        }
+    }
+    if let Some(body) = &w.body {
+        match serde_json::from_slice::<serde_json::Value>(&g.body) {
+            Ok(b) if diff::json_eq(body, &b) => {}
+            Ok(b) => m.push(format!(
+                "body {} (expected {body})",
+                diff::clip(&b.to_string(), 200)
+            )),
+            Err(_) => m.push(format!(
+                "body {:?} (expected JSON {body})",
+                diff::clip(&String::from_utf8_lossy(&g.body), 200)
+            )),
+        }
+    }
+    m
 }

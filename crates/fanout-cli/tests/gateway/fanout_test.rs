@@ -70,7 +70,9 @@ fn passing_cases_exit_0_and_name_each_case_with_its_line() {
     request: { path: "/items?q=a" }
     status: 200
     response: { q: a, n: 2, info: { size: L } }
-    backend_calls: { search: 1, details: { count: 1, routes: { "GET /details": 1 } } }
+    backend_calls:
+      search: { count: 1, calls: [{ method: GET, path: /search, query: { q: a } }] }
+      details: { count: 1, routes: { "GET /details": 1 } }
   - name: details down, the answer is partial
     request: { path: "/items?q=b" }
     backends:
@@ -99,9 +101,9 @@ fn passing_cases_exit_0_and_name_each_case_with_its_line() {
     let file = d.join("cases.yaml").display().to_string();
     for (name, line) in [
         ("both backends", 2),
-        ("details down, the answer is partial", 7),
-        ("details slow, the answer still comes within its bound", 16),
-        ("the override ended with its case", 23),
+        ("details down, the answer is partial", 9),
+        ("details slow, the answer still comes within its bound", 18),
+        ("the override ended with its case", 25),
     ] {
         assert!(out.contains(&format!("✓ {name}  ({file}:{line},")), "{out}");
     }
@@ -116,7 +118,8 @@ fn a_failing_case_exits_1_with_a_diff_and_the_failed_assertions() {
     request: { path: "/items?q=a" }
     status: 201
     response: { q: a, n: 3, info: { size: L } }
-    backend_calls: { search: 2 }
+    backend_calls:
+      search: { count: 2, calls: [{ path: /search, query: { q: b }, headers: { x-none: "1" } }] }
     expect: ['.n == 5']
   - name: right answer
     request: { path: "/items?q=a" }
@@ -141,7 +144,14 @@ fn a_failing_case_exits_1_with_a_diff_and_the_failed_assertions() {
     assert!(out.contains("calls to search: expected 2, got 1"), "{out}");
     assert!(out.contains("expect `.n == 5`: gave false"), "{out}");
     assert!(
-        out.contains(&format!("✓ right answer  ({file}:8,")),
+        out.contains(
+            "calls to search: no call matches calls[0]; the nearest: query .q: expected \"b\", \
+             got \"a\", header x-none: none (expected \"1\"); received: [GET /search?q=a]"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("✓ right answer  ({file}:9,")),
         "{out}"
     );
     assert!(out.contains("2 cases, 1 passed, 1 failed"), "{out}");
