@@ -163,7 +163,14 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     }
     let stubs = match &suite.stubs {
         Some(path) => {
-            let any_port = |n: &str| n.ends_with("_ADDR").then(|| "127.0.0.1:0".to_string());
+            // every service on a free port; other variables from the environment
+            let any_port = |n: &str| {
+                if n.ends_with("_ADDR") {
+                    Some("127.0.0.1:0".to_string())
+                } else {
+                    fanout_config::env_lookup(n)
+                }
+            };
             let compiled = fanout_stub::load_file(&path.display().to_string(), &any_port)
                 .map_err(TestError::Load)?;
             Some(
