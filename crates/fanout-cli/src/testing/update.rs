@@ -78,14 +78,34 @@ fn key(k: &str) -> String {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !matches!(
-            k.to_ascii_lowercase().as_str(),
-            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
-        );
+        && !special(k);
     if plain {
         k.to_string()
     } else {
         Value::String(k.to_string()).to_string()
+    }
+}
+
+/// Words a YAML reader may take for something other than a string.
+fn special(s: &str) -> bool {
+    matches!(
+        s.to_ascii_lowercase().as_str(),
+        "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
+    )
+}
+
+/// A string value: plain when that reads back as the same string in flow and block context
+/// (a letter first, then letters, digits, spaces, `_ - . /`, no trailing space), else quoted.
+fn string(v: &str) -> String {
+    let plain = v.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.' | '/'))
+        && !v.ends_with(' ')
+        && !special(v);
+    if plain {
+        v.to_string()
+    } else {
+        Value::String(v.to_string()).to_string()
     }
 }
 
@@ -101,6 +121,7 @@ fn flow(v: &Value) -> String {
                 .join(", ")
         ),
         Value::Array(a) => format!("[{}]", a.iter().map(flow).collect::<Vec<_>>().join(", ")),
+        Value::String(s) => string(s),
         other => other.to_string(),
     }
 }
@@ -114,7 +135,8 @@ fn block(v: &Value, indent: usize, out: &mut Vec<String>) {
             for (k, v) in m {
                 let head = format!("{pad}{}:", key(k));
                 let f = flow(v);
-                if head.len() + 1 + f.len() <= WIDTH || !is_nested(v) {
+                // a list of objects goes one per line, as people write them
+                if (head.len() + 1 + f.len() <= WIDTH && !is_list_of_objects(v)) || !is_nested(v) {
                     out.push(format!("{head} {f}"));
                 } else {
                     out.push(head);
@@ -143,6 +165,10 @@ fn block(v: &Value, indent: usize, out: &mut Vec<String>) {
         }
         other => out.push(format!("{pad}{}", flow(other))),
     }
+}
+
+fn is_list_of_objects(v: &Value) -> bool {
+    matches!(v, Value::Array(a) if a.iter().any(|i| matches!(i, Value::Object(m) if !m.is_empty())))
 }
 
 fn is_nested(v: &Value) -> bool {

@@ -263,13 +263,13 @@ cases:
     request: { path: "/items?q=a" }
     status: 200
     # the answer below is wrong
-    response: { q: "a", "n": 2, info: { size: "L" } }
+    response: { q: a, "n": 2, info: { size: L } }
     backend_calls: { search: 1 }
 
   - name: second
     request: { path: "/items?q=zz" }
     status: 200
-    response: { q: "zz", "n": 2, info: { size: "L" } }
+    response: { q: zz, "n": 2, info: { size: L } }
     # a comment after the answer
 "#
     );
