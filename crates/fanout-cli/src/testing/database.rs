@@ -17,14 +17,15 @@ pub(crate) async fn provide(
             config.display()
         ));
     }
-    let schema = match schema_sql {
-        Some(p) => Some((
-            p.display().to_string(),
-            std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
-        None => None,
-    };
+    let schema_sql = schema_sql.map(Path::to_path_buf);
     tokio::task::spawn_blocking(move || {
+        let schema = match schema_sql {
+            Some(p) => Some((
+                p.display().to_string(),
+                std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?,
+            )),
+            None => None,
+        };
         let db =
             PgCluster::database().map_err(|e| format!("a throw-away PostgreSQL database: {e}"))?;
         if let Some((file, sql)) = schema {

@@ -123,9 +123,10 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
         },
     )
     .await?;
-    print!("{}", report::human(&report));
+    say(&report::human(&report));
     if let Some(path) = &args.junit {
-        std::fs::write(path, report::junit(&[&report]))
+        tokio::fs::write(path, report::junit(&[&report]))
+            .await
             .map_err(|e| anyhow::anyhow!("--junit {}: {e}", path.display()))?;
     }
     if args.update {
@@ -136,7 +137,8 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
             .filter_map(|r| Some((r.response_line?, r.actual.clone()?)))
             .collect();
         if !edits.is_empty() {
-            let text = std::fs::read_to_string(&suite.cases)
+            let text = tokio::fs::read_to_string(&suite.cases)
+                .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
             let new = update::rewrite(&text, &edits)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
@@ -144,13 +146,14 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
             Cases::parse(&suite.cases.display().to_string(), &new).map_err(|e| {
                 anyhow::anyhow!("--update would break the file, left as it was:\n{e}")
             })?;
-            std::fs::write(&suite.cases, new)
+            tokio::fs::write(&suite.cases, new)
+                .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
-            println!(
-                "updated {} expected answer(s) in {}",
+            say(&format!(
+                "updated {} expected answer(s) in {}\n",
                 edits.len(),
                 suite.cases.display()
-            );
+            ));
         }
     }
     Ok(if report.passed() {
@@ -158,4 +161,10 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Failed
     })
+}
+
+/// Write to stdout, ignoring a closed pipe (`fanout test … | head`).
+fn say(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

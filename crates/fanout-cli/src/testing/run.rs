@@ -146,7 +146,12 @@ pub struct RunOptions<'a> {
 pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestError> {
     let started = Instant::now();
     let cases_file = suite.cases.display().to_string();
-    let cases = Cases::load_file(&cases_file).map_err(TestError::Load)?;
+    let cases = {
+        let file = cases_file.clone();
+        blocking(move || Cases::load_file(&file))
+            .await?
+            .map_err(TestError::Load)?
+    };
     let selected: Vec<&fanout_config::Located<Case>> = cases
         .cases
         .iter()
@@ -163,16 +168,20 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     }
     let stubs = match &suite.stubs {
         Some(path) => {
-            // every service on a free port; other variables from the environment
-            let any_port = |n: &str| {
-                if n.ends_with("_ADDR") {
-                    Some("127.0.0.1:0".to_string())
-                } else {
-                    fanout_config::env_lookup(n)
-                }
-            };
-            let compiled = fanout_stub::load_file(&path.display().to_string(), &any_port)
-                .map_err(TestError::Load)?;
+            let path = path.display().to_string();
+            let compiled = blocking(move || {
+                // every service on a free port; other variables from the environment
+                let any_port = |n: &str| {
+                    if n.ends_with("_ADDR") {
+                        Some("127.0.0.1:0".to_string())
+                    } else {
+                        fanout_config::env_lookup(n)
+                    }
+                };
+                fanout_stub::load_file(&path, &any_port)
+            })
+            .await?
+            .map_err(TestError::Load)?;
             Some(
                 compiled
                     .start()
@@ -198,10 +207,16 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         }
     }
     let config_file = suite.config.display().to_string();
-    let config_text = fanout_config::read_limited(&config_file, fanout_config::MAX_CONFIG_BYTES)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .unwrap_or_default();
+    let config_text = {
+        let file = config_file.clone();
+        blocking(move || {
+            fanout_config::read_limited(&file, fanout_config::MAX_CONFIG_BYTES)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .unwrap_or_default()
+        })
+        .await?
+    };
     let _database = if config_text.contains("${DATABASE_URL") && !vars.contains_key("DATABASE_URL")
     {
         let db = super::database::provide(&suite.config, suite.schema_sql.as_deref())
@@ -212,13 +227,17 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     } else {
         None
     };
-    let lookup = |n: &str| {
-        vars.get(n)
-            .cloned()
-            .or_else(|| fanout_config::env_lookup(n))
-    };
-    let cfg = fanout_config::Config::from_file(&config_file, &lookup).map_err(TestError::Load)?;
-    let gateway = fanout_proxy::Gateway::build(&cfg).map_err(TestError::Load)?;
+    let gateway = blocking(move || {
+        let lookup = |n: &str| {
+            vars.get(n)
+                .cloned()
+                .or_else(|| fanout_config::env_lookup(n))
+        };
+        let cfg = fanout_config::Config::from_file(&config_file, &lookup)?;
+        fanout_proxy::Gateway::build(&cfg)
+    })
+    .await?
+    .map_err(TestError::Load)?;
     let gw = start_gateway(gateway, "127.0.0.1:0", None)
         .await
         .map_err(|e| TestError::Start(format!("starting the gateway: {e}")))?;
@@ -248,6 +267,15 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         results,
         elapsed: started.elapsed(),
     })
+}
+
+/// `f` on tokio's blocking pool (file reads, config compilation): never on a worker.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TestError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| TestError::Start(format!("loading: {e}")))
 }
 
 /// The routes of a service as they were before a case changed them.
