@@ -115,14 +115,27 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
     suite.max_recorded_calls = args.max_recorded_calls;
     let logs = capture_logs();
     let lines = |needle: &str| logs.lines_with(needle);
-    let report = run(
+    let report = match run(
         &suite,
         RunOptions {
             filter: &args.filter,
             logs: Some(&lines),
         },
     )
-    .await?;
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            // CI still gets a report: the suite as one error
+            if let Some(path) = &args.junit {
+                let xml = report::junit_error(&suite.cases.display().to_string(), &e.to_string());
+                tokio::fs::write(path, xml)
+                    .await
+                    .map_err(|w| anyhow::anyhow!("--junit {}: {w}", path.display()))?;
+            }
+            return Err(e.into());
+        }
+    };
     say(&report::human(&report));
     if let Some(path) = &args.junit {
         tokio::fs::write(path, report::junit(&[&report]))

@@ -91,6 +91,22 @@ pub fn junit(reports: &[&Report]) -> String {
     out
 }
 
+/// JUnit XML for a suite that could not run (a file that does not load, a database that
+/// cannot be created): one `<testcase>` with an `<error>`.
+pub fn junit_error(file: &str, message: &str) -> String {
+    let first = message.lines().next().unwrap_or("");
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <testsuites name=\"fanout test\" tests=\"1\" failures=\"0\" errors=\"1\" time=\"0\">\n  \
+         <testsuite name=\"{f}\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0\">\n    \
+         <testcase name=\"load and start\" classname=\"{f}\" file=\"{f}\" time=\"0\">\n      \
+         <error message=\"{m}\" type=\"setup\">{all}</error>\n    </testcase>\n  </testsuite>\n</testsuites>\n",
+        f = xml_escape(file),
+        m = xml_escape(first),
+        all = xml_escape(message)
+    )
+}
+
 fn testcase(out: &mut String, c: &CaseResult) {
     let _ = write!(
         out,

@@ -174,6 +174,17 @@ fn a_bad_cases_file_is_reported_with_file_line_col() {
         out.contains(&format!("{file}:5:5: unknown field `respnse`")),
         "{out}"
     );
+    assert!(
+        out.contains("hint: did you mean `response`? (`fanout schema --cases` lists every field)"),
+        "{out}"
+    );
+    // with --junit, CI gets the error as a JUnit report
+    let junit = d.join("junit.xml");
+    let o = fanout_test(&d, &["--junit", &junit.display().to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(xml.contains("errors=\"1\""), "{xml}");
+    assert!(xml.contains("unknown field `respnse`"), "{xml}");
 }
 
 #[test]
