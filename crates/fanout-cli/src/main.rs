@@ -120,11 +120,56 @@ enum Cmd {
         #[arg(long)]
         rate: Option<f64>,
     },
-    /// Print the JSON Schema of the gateway config (or, with --stubs, of the stubs config).
+    /// Print the JSON Schema of the gateway config (or, with --stubs, of the stubs config; with
+    /// --cases, of the cases file of `fanout test`).
     Schema {
         /// Print the schema of `fanout stub` configs instead.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cases")]
         stubs: bool,
+        /// Print the schema of `fanout test` cases files instead.
+        #[arg(long)]
+        cases: bool,
+    },
+    /// Run test cases against a config, its backends simulated by a stubs file: exit 0 only when
+    /// every case passes. FILE is a directory (its fanout.yaml) or a config file; stubs.yaml,
+    /// cases.yaml and schema.sql are taken from beside it. See docs/testing.md.
+    Test {
+        /// A directory holding fanout.yaml, or a gateway config file.
+        #[arg(value_name = "FILE", required_unless_present = "config")]
+        file: Option<String>,
+        /// The gateway config file, the same as FILE (then every positional argument is a
+        /// case name).
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<String>,
+        /// Run only the cases whose name contains one of these.
+        #[arg(value_name = "CASES")]
+        names: Vec<String>,
+        /// The stubs file (default: stubs.yaml beside the config, if any).
+        #[arg(long, value_name = "FILE")]
+        stubs: Option<String>,
+        /// The cases file (default: cases.yaml beside the config).
+        #[arg(long, value_name = "FILE")]
+        cases: Option<String>,
+        /// Also write the results as JUnit XML to this file.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<String>,
+        /// Rewrite the expected `response:` of each case whose answer differs with the actual
+        /// answer, in place (comments and layout of the rest of the file kept).
+        #[arg(long)]
+        update: bool,
+        /// The database the config's ${DATABASE_URL} points at, used as it is (default: a
+        /// throw-away PostgreSQL database created from schema.sql, when initdb is installed).
+        #[arg(long, value_name = "URL")]
+        database_url: Option<String>,
+        /// The SQL run in the throw-away database (default: schema.sql beside the config).
+        #[arg(long, value_name = "FILE")]
+        schema_sql: Option<String>,
+        /// How long one request may take before its case fails, e.g. `10s`, `500ms`.
+        #[arg(long, default_value = "10s")]
+        timeout: String,
+        /// Calls kept per stub service and case for `backend_calls.*.calls` checks.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        max_recorded_calls: usize,
     },
     /// Run simulated backends from a stubs config.
     Stub {
@@ -275,9 +320,11 @@ fn control_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Schema { stubs } => {
+        Cmd::Schema { stubs, cases } => {
             let schema = if stubs {
                 fanout_stub::schema()
+            } else if cases {
+                fanout::testing::schema()
             } else {
                 fanout_config::schema()
             };
@@ -338,6 +385,55 @@ fn main() -> ExitCode {
                 Err(e) => {
                     errln!("{e}");
                     ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Test {
+            file,
+            config,
+            names,
+            stubs,
+            cases,
+            junit,
+            update,
+            database_url,
+            schema_sql,
+            timeout,
+            max_recorded_calls,
+        } => {
+            let timeout = match fanout_config::parse_duration(&timeout, BareNumber::Millis) {
+                Ok(t) => t,
+                Err(e) => {
+                    errln!("--timeout: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            // with --config, a first positional argument is a case name, not the config
+            let (target, filter) = match (config, file) {
+                (Some(c), Some(first)) => (c, std::iter::once(first).chain(names).collect()),
+                (Some(c), None) => (c, names),
+                (None, f) => (f.unwrap_or_default(), names),
+            };
+            let args = fanout::testing::TestArgs {
+                target: target.into(),
+                filter,
+                stubs: stubs.map(Into::into),
+                cases: cases.map(Into::into),
+                junit: junit.map(Into::into),
+                update,
+                database_url,
+                schema_sql: schema_sql.map(Into::into),
+                timeout: Some(timeout),
+                max_recorded_calls,
+            };
+            // the gateway's log goes to memory (for `log:` checks), not to the terminal
+            let done = runtime(None).and_then(|rt| rt.block_on(fanout::testing::cli(args)));
+            match done {
+                Ok(fanout::testing::Outcome::Passed) => ExitCode::SUCCESS,
+                Ok(fanout::testing::Outcome::Failed) => ExitCode::from(1),
+                Err(e) => {
+                    errln!("{e:#}");
+                    ExitCode::from(2)
                 }
             }
         }
@@ -537,6 +633,10 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Schema { .. } | Cmd::Validate { .. } | Cmd::Explain { .. } | Cmd::Lab { .. } => Ok(()),
+        Cmd::Schema { .. }
+        | Cmd::Validate { .. }
+        | Cmd::Explain { .. }
+        | Cmd::Lab { .. }
+        | Cmd::Test { .. } => Ok(()),
     }
 }

@@ -19,7 +19,8 @@ pub mod http;
 pub mod java;
 pub mod measure;
 pub mod model;
-pub mod postgres;
+/// The throw-away PostgreSQL cluster (crate `fanout-pgtemp`, which `fanout test` uses too).
+pub use fanout_pgtemp as postgres;
 pub mod process;
 pub mod procstat;
 pub mod recorded;

@@ -47,6 +47,10 @@
 //! (h2c) and HTTP/1.1 share every port; latency, faults, counters and the admin API work for
 //! gRPC routes as for HTTP ones (route key `POST /package.Service/Method`).
 //!
+//! In process, [`StubServer::record_calls`] keeps the requests each service receives (route,
+//! method, path, query, headers, body; at most a given number per service) for
+//! [`StubServer::recorded_calls`]: what `fanout test` checks a case's backend calls against.
+//!
 //! A route's [`Behaviour`] sits in a [`BehaviourCell`] and can be replaced while running:
 //! whole ([`StubServer::set_behaviour`]) or field by field with a [`RouteUpdate`]
 //! ([`StubServer::update_route`], or `PUT /__stub/routes` over HTTP; `GET /__stub/routes`
@@ -62,6 +66,7 @@ mod conn;
 mod fault;
 mod latency;
 mod precise;
+mod record;
 mod server;
 mod stats;
 
@@ -76,6 +81,7 @@ pub use fault::{Fault, FaultKind, MAX_SLOW_BODY_CHUNKS};
 pub use latency::{
     Latency, MAX_DELAY, PROBABILITY_TOLERANCE, WeightedLatency, stall_hold, with_rng,
 };
+pub use record::RecordedCall;
 pub use server::{MAX_BODY_BYTES, MAX_GRPC_MESSAGE_BYTES, StubError, StubServer};
 pub use stats::{FaultCounts, RouteStats, ServiceStats};
 

@@ -17,6 +17,7 @@ use crate::compile::{
 use crate::conn::{ConnCtx, ResetOnDrop};
 use crate::fault::{self, FaultKind};
 use crate::latency::{MAX_DELAY, with_rng};
+use crate::record::{RecordedCall, Recorder};
 use crate::stats::{ConnCounters, RouteCounters, ServiceStats};
 use bytes::{Bytes, BytesMut};
 use fanout_expr::request::{RequestParts, request_val};
@@ -79,6 +80,8 @@ struct ServiceState {
     origin: Instant,
     /// The service's worker pool (`concurrency`), if limited.
     workers: Option<Arc<tokio::sync::Semaphore>>,
+    /// The calls received, while recording is on.
+    recorder: Recorder,
 }
 
 impl ServiceState {
@@ -103,6 +106,7 @@ impl ServiceState {
             http,
             origin,
             workers,
+            recorder: Recorder::default(),
         }
     }
 
@@ -125,6 +129,7 @@ impl ServiceState {
         for r in &self.routes {
             r.counters.reset();
         }
+        self.recorder.clear();
     }
 
     fn route_index(&self, key: &str) -> Option<usize> {
@@ -241,8 +246,22 @@ impl StubServer {
         self.find(service).map(|s| s.state.stats())
     }
 
+    /// Keep the requests every service receives from now on, at most `limit` per service
+    /// (`0`: stop recording), for [`StubServer::recorded_calls`]; [`StubServer::reset_stats`]
+    /// drops those kept.
+    pub fn record_calls(&self, limit: usize) {
+        for s in &self.services {
+            s.state.recorder.set_limit(limit);
+        }
+    }
+
+    /// The requests `service` received while recording was on, in the order received.
+    pub fn recorded_calls(&self, service: &str) -> Option<Vec<RecordedCall>> {
+        self.find(service).map(|s| s.state.recorder.calls())
+    }
+
     /// Zero the counters of every service (gauges — open connections, requests in flight —
-    /// keep their current values).
+    /// keep their current values) and drop the recorded calls.
     pub fn reset_stats(&self) {
         for s in &self.services {
             s.state.reset();
@@ -494,6 +513,25 @@ async fn handle(
         }
     };
 
+    if state.recorder.on() {
+        state.recorder.push(RecordedCall {
+            route: compiled.key.clone(),
+            method: parts.method.to_string(),
+            path: path.to_string(),
+            query: parts.uri.query().map(str::to_string),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: bytes.clone(),
+        });
+    }
     // A limited service works on `concurrency` requests at once; the rest wait in line.
     let _worker = match &state.workers {
         Some(w) => w.clone().acquire_owned().await.ok(),

@@ -1,6 +1,7 @@
 //! The harness shared by the workspace's tests: real stubs on ephemeral 127.0.0.1 ports, a small
-//! HTTP client, bounded waits, log capture, a real `redis-server` per test ([`RedisServer`]) and
-//! the example cases (`examples/*/cases.yaml`).
+//! HTTP client, bounded waits, log capture and a real `redis-server` per test ([`RedisServer`]).
+//! The example cases (`examples/*/cases.yaml`) are read and run by `fanout test`'s runner
+//! (`fanout::testing`), not here.
 //!
 //! It does not depend on the gateway: the stub, flow, load generator and baseline tests use it, and
 //! Cargo unifies a dev-dependency's features over a workspace build, so even a feature-gated
@@ -16,7 +17,6 @@
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // the tests' harness: a failed unwrap is a failed test
-pub mod cases;
 pub mod client;
 pub mod files;
 pub mod grpc;
@@ -28,7 +28,6 @@ pub mod redis_server;
 pub mod stubs;
 pub mod wait;
 
-pub use cases::{Case, CaseRequest, Cases};
 pub use client::{Resp, TestClient, client, get, post, send};
 pub use files::{TempDir, check_snapshot, free_addr, repo_root, snapshot_mismatch};
 pub use logs::{Logs, capture_logs};

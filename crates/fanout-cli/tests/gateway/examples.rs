@@ -1,9 +1,10 @@
-//! Every example under `examples/` runs end to end (real stubs + gateway) and gives the answers in
-//! its `cases.yaml`, including how many calls each backend received. An example whose config
-//! reads `${REDIS_URL…}` gets a `redis-server` of its own; one that reads `${DATABASE_URL…}` a
-//! PostgreSQL cluster of its own, created from its `schema.sql`.
+//! Every example under `examples/` runs end to end through `fanout test`'s runner
+//! (`fanout::testing`: real stubs + gateway, a throw-away PostgreSQL database from its
+//! `schema.sql`) and gives the answers in its `cases.yaml`, including how many calls each
+//! backend received. An example whose config reads `${REDIS_URL…}` gets a `redis-server` of
+//! its own.
 
-use crate::support::gateway_with;
+use fanout::testing::{RunOptions, Suite, report, run};
 use fanout_testkit::*;
 use std::path::Path;
 
@@ -47,100 +48,33 @@ async fn examples_with_a_database_or_redis_answer_as_documented() {
 
 async fn check_examples(dirs: Vec<std::path::PathBuf>) {
     let logs = capture_logs();
+    let lines = |needle: &str| logs.lines_with(needle);
     for dir in dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         for f in ["fanout.yaml", "stubs.yaml", "cases.yaml", "README.md"] {
             assert!(dir.join(f).exists(), "{name}: missing {f}");
         }
-        // Configs are loaded as text: their `.proto` include and models directories are made
-        // absolute.
-        let protos = dir.join("protos");
-        let read = |f: &str| {
-            std::fs::read_to_string(dir.join(f))
-                .unwrap()
-                .replace(
-                    "include: [protos]",
-                    &format!("include: [\"{}\"]", protos.display()),
-                )
-                .replace(
-                    "dir: models",
-                    &format!("dir: \"{}\"", dir.join("models").display()),
-                )
-        };
-        let stubs = stubs(&read("stubs.yaml")).await;
-        let config = read("fanout.yaml");
+        let config = std::fs::read_to_string(dir.join("fanout.yaml")).unwrap();
         let redis = if config.contains("${REDIS_URL") {
             Some(RedisServer::start().await)
         } else {
             None
         };
-        // An example with a database gets a database of its own, created from its schema.sql.
-        let pg = if config.contains("${DATABASE_URL") {
-            let pg = tokio::task::spawn_blocking(|| {
-                fanout_lab::postgres::PgCluster::database().unwrap_or_else(|e| panic!("{e}"))
-            })
-            .await
-            .unwrap();
-            let schema = read("schema.sql");
-            tokio::task::block_in_place(|| pg.psql(&schema))
-                .unwrap_or_else(|e| panic!("{name}: schema.sql: {e}"));
-            Some(pg)
-        } else {
-            None
-        };
-        let mut vars: Vec<(&str, String)> = redis.iter().map(|r| ("REDIS_URL", r.url())).collect();
-        vars.extend(pg.iter().map(|p| ("DATABASE_URL", p.url())));
-        let gw = gateway_with(&config, &stubs, &vars).await;
-        let cases = Cases::parse(&read("cases.yaml"));
-        let c = client(false);
-        for case in cases.cases {
-            stubs.reset_stats();
-            let url = format!("http://{}{}", gw.addr, case.request.path);
-            let headers = case.request.header_pairs();
-            let resp = send(
-                &c,
-                case.request.method(),
-                &url,
-                &headers,
-                case.request.body_text(),
-            )
-            .await;
-            let ctx = format!("{name} / {}", case.name);
-            assert_eq!(
-                resp.status.as_u16(),
-                case.status,
-                "{ctx}: {}",
-                String::from_utf8_lossy(&resp.body)
-            );
-            assert_eq!(resp.json(), case.response, "{ctx}");
-            for (k, v) in &case.headers {
-                assert_eq!(
-                    resp.headers.get(k.as_str()).and_then(|h| h.to_str().ok()),
-                    Some(v.as_str()),
-                    "{ctx}: header {k}"
-                );
-            }
-            for (service, n) in &case.backend_calls {
-                assert_eq!(calls(&stubs, service), *n, "{ctx}: calls to {service}");
-            }
-            if !case.log.is_empty() {
-                let rid = case
-                    .request
-                    .headers
-                    .get("x-request-id")
-                    .unwrap_or_else(|| panic!("{ctx}: `log` needs the request's x-request-id"));
-                assert_eq!(resp.headers["x-request-id"], rid.as_str(), "{ctx}");
-                let lines = logs.lines_with(&format!("request_id={rid}"));
-                for text in &case.log {
-                    assert!(
-                        lines.iter().any(|l| l.contains(text.as_str())),
-                        "{ctx}: no log line of request {rid} contains {text:?}: {lines:#?}"
-                    );
-                }
-            }
-        }
-        gw.shutdown().await.unwrap();
-        stubs.shutdown().await;
+        let mut suite = Suite::beside(&dir);
+        suite
+            .vars
+            .extend(redis.iter().map(|r| ("REDIS_URL".to_string(), r.url())));
+        let report = run(
+            &suite,
+            RunOptions {
+                filter: &[],
+                logs: Some(&lines),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!report.results.is_empty(), "{name}: no cases");
+        assert!(report.passed(), "{name}:\n{}", report::human(&report));
     }
 }
 

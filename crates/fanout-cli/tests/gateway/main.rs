@@ -37,6 +37,7 @@ mod cors;
 mod docs;
 mod examples;
 mod explain;
+mod fanout_test;
 mod flow;
 mod grpc;
 mod grpc_compression;

@@ -1,4 +1,4 @@
-//! A throw-away PostgreSQL cluster for the lab and the tests: `initdb` in a temporary directory,
+//! A throw-away PostgreSQL cluster for `fanout test`, the lab and the tests: `initdb` in a temporary directory,
 //! a server on a free 127.0.0.1 port with durability off (it holds nothing worth keeping), and
 //! `pg_ctl stop` plus removal of the directory when dropped. Run as root, every server command
 //! runs as the `postgres` user (`initdb` refuses root), through `runuser`.

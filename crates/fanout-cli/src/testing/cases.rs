@@ -1,0 +1,224 @@
+//! The cases file (`cases.yaml`): requests, what the gateway must answer to each, and what each
+//! simulated backend must have received. `fanout schema --cases` prints its JSON Schema; the
+//! user guide is `docs/testing.md`.
+
+use fanout_config::{ConfigErrors, Located};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// A cases file.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Cases {
+    /// The cases, run in file order, each against freshly zeroed backend counters.
+    pub cases: Vec<Located<Case>>,
+}
+
+impl Cases {
+    /// Parse a cases file's text; errors are `FILE:LINE:COL: message` like the gateway
+    /// config's. `${VARS}` are not substituted (a case's text is taken as it is written).
+    pub fn parse(file: &str, text: &str) -> Result<Cases, ConfigErrors> {
+        // no variables in a cases file: `${…}` reaches the case as written
+        let escaped = text.replace("${", "$${");
+        fanout_config::from_yaml_all(file, &escaped, &|_| None).map_err(|mut errs| {
+            for e in &mut errs.0 {
+                if let Some(h) = &mut e.hint {
+                    *h = h.replace("`fanout schema`", "`fanout schema --cases`");
+                }
+            }
+            errs
+        })
+    }
+
+    /// Read and [`Cases::parse`] a file.
+    pub fn load_file(path: &str) -> Result<Cases, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![fanout_config::ConfigError {
+                file: path.to_string(),
+                pos: None,
+                message: format!("cannot read cases file: {e}"),
+                hint: None,
+            }])
+        })?;
+        Cases::parse(path, &text)
+    }
+}
+
+/// The JSON Schema of the cases file (`fanout schema --cases`).
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Cases)).unwrap_or_default()
+}
+
+/// One request and what the gateway must answer to it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// What the case shows; `fanout test FILE NAME…` runs the cases whose name contains NAME.
+    pub name: String,
+    /// The request to send.
+    pub request: CaseRequest,
+    /// The expected status.
+    pub status: u16,
+    /// Headers the answer must have, with exactly these values (names in any case).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The expected JSON answer, exactly (numbers compare by value: `1` equals `1.0`).
+    /// `fanout test --update` rewrites it with the actual answer.
+    pub response: Option<Located<serde_json::Value>>,
+    /// A part of the answer that must be in it: every key of an object given here must be in
+    /// the answer's object with a matching value (recursively); an array matches an array of
+    /// the same length whose items match in order; any other value must be equal.
+    pub response_includes: Option<serde_json::Value>,
+    /// jq predicates that must each give `true`, over the answer's JSON body (`.`), with
+    /// `$status` (a number) and `$headers` (an object of lower-case names to values).
+    #[serde(default)]
+    pub expect: Vec<String>,
+    /// The answer must be complete within this many milliseconds of the request being sent
+    /// (wall time, including the simulated backends' latencies).
+    pub max_latency_ms: Option<u64>,
+    /// Requests each simulated backend must have received for this case: a count, or
+    /// `{count, routes: {"METHOD /pattern": n}, calls: [{method, path, query, headers, body}]}`.
+    #[serde(default)]
+    pub backend_calls: BTreeMap<String, BackendCalls>,
+    /// Per-case changes to simulated backends (every route of the service), undone after the
+    /// case.
+    #[serde(default)]
+    pub backends: BTreeMap<String, BackendOverride>,
+    /// Texts the gateway's log line for this request (found by its `x-request-id`, which the
+    /// request must set) must contain: the detail the client does not see.
+    #[serde(default)]
+    pub log: Vec<String>,
+}
+
+/// The request of a [`Case`].
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaseRequest {
+    /// The method (default GET).
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Path and query, e.g. `/vacancies?text=rust`.
+    pub path: String,
+    /// Request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// A JSON body, sent as compact text (with `content-type: application/json` unless
+    /// `headers` sets one).
+    pub body: Option<serde_json::Value>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+impl CaseRequest {
+    /// The method; `None` when it is not a valid HTTP method.
+    pub fn method(&self) -> Option<http::Method> {
+        http::Method::from_bytes(self.method.as_bytes()).ok()
+    }
+
+    /// The body as sent: the compact JSON text, or empty.
+    pub fn body_text(&self) -> bytes::Bytes {
+        self.body
+            .as_ref()
+            .map(|b| bytes::Bytes::from(b.to_string()))
+            .unwrap_or_default()
+    }
+}
+
+impl Case {
+    /// The expected number of calls per service, for the services given a total count.
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        self.backend_calls
+            .iter()
+            .filter_map(|(svc, c)| {
+                let n = match c {
+                    BackendCalls::Count(n) => Some(*n),
+                    BackendCalls::Detailed(d) => d.count,
+                };
+                n.map(|n| (svc.clone(), n))
+            })
+            .collect()
+    }
+}
+
+/// What a backend must have received: a count, or a count with counts per route.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum BackendCalls {
+    /// Requests the service received, all routes together.
+    Count(u64),
+    /// A count, and per route.
+    Detailed(DetailedCalls),
+}
+
+/// The detailed form of [`BackendCalls`].
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DetailedCalls {
+    /// Requests the service received, all routes together.
+    pub count: Option<u64>,
+    /// Requests per route of the stubs file, keyed `"METHOD /pattern"` as in the stub's stats
+    /// (`"GET /vacancies/{id}"`).
+    #[serde(default)]
+    pub routes: BTreeMap<String, u64>,
+    /// Calls the service must have received, each matched to a different received call (in
+    /// any order: concurrent calls arrive in any order); received calls not listed are allowed
+    /// (`count` bounds them).
+    #[serde(default)]
+    pub calls: Vec<ExpectedCall>,
+}
+
+/// A call a backend must have received ([`DetailedCalls::calls`]); only the fields given are
+/// compared.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedCall {
+    /// The method.
+    pub method: Option<String>,
+    /// The path, without the query, exactly (`/vacancies/101`).
+    pub path: Option<String>,
+    /// Query parameters the call must have, with these values (decoded; a repeated parameter
+    /// is a list); others may be there too.
+    #[serde(default)]
+    pub query: BTreeMap<String, serde_json::Value>,
+    /// Headers the call must have, with these values (names in any case); others may be there
+    /// too.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body, exactly.
+    pub body: Option<serde_json::Value>,
+}
+
+/// A change to a simulated backend for one case.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackendOverride {
+    /// Answer this status instead.
+    pub status: Option<u16>,
+    /// Answer this JSON body instead (sent as it is; the route's body expression is not run).
+    pub body: Option<serde_json::Value>,
+    /// Answer after this many milliseconds instead of the route's latency.
+    pub latency_ms: Option<u64>,
+    /// A fault on every request.
+    pub fault: Option<FaultName>,
+}
+
+/// A fault injected by [`BackendOverride::fault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum FaultName {
+    /// The backend drops every connection without answering (TCP reset once the request is
+    /// read): the gateway sees a refused/reset call.
+    #[serde(rename = "down")]
+    Down,
+    /// The backend never answers: the gateway's timeout for it fires.
+    #[serde(rename = "slow")]
+    Slow,
+    /// The backend answers 503 with a JSON error body.
+    #[serde(rename = "5xx")]
+    ServerError,
+    /// The backend resets the connection (TCP RST) instead of answering.
+    #[serde(rename = "reset")]
+    Reset,
+}

@@ -1,0 +1,183 @@
+//! `fanout test`: run a cases file against a gateway config, its backends simulated by a stubs
+//! file started in process. The examples' `cases.yaml` files and the project's own example test
+//! run through this runner. The user guide is `docs/testing.md`.
+
+pub mod cases;
+mod database;
+pub mod diff;
+pub mod report;
+pub mod run;
+pub mod update;
+
+pub use cases::{Case, Cases, schema};
+pub use run::{CaseResult, Report, RunOptions, Suite, TestError, run};
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The arguments of `fanout test`.
+#[derive(Debug, Clone, Default)]
+pub struct TestArgs {
+    /// A directory (its `fanout.yaml`) or a gateway config file.
+    pub target: PathBuf,
+    /// Run only the cases whose name contains one of these.
+    pub filter: Vec<String>,
+    /// The stubs file, instead of `stubs.yaml` beside the config.
+    pub stubs: Option<PathBuf>,
+    /// The cases file, instead of `cases.yaml` beside the config.
+    pub cases: Option<PathBuf>,
+    /// Write JUnit XML here.
+    pub junit: Option<PathBuf>,
+    /// Rewrite the expected answers of failing `response:` checks with the actual answers.
+    pub update: bool,
+    /// The database `${DATABASE_URL}` points at, instead of a throw-away one.
+    pub database_url: Option<String>,
+    /// The SQL for the throw-away database, instead of `schema.sql` beside the config.
+    pub schema_sql: Option<PathBuf>,
+    /// How long one request may take (default 10 s).
+    pub timeout: Option<std::time::Duration>,
+    /// Calls kept per stub service and case for `calls` checks.
+    pub max_recorded_calls: usize,
+}
+
+/// The log of this process, kept in memory for `log:` assertions (level info and above).
+#[derive(Clone, Default)]
+pub struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    /// The lines that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        let buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&buf)
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Send this process's log (info and above, plain text) to a [`LogBuffer`] instead of stderr:
+/// `fanout test` shows the gateway's log only through `log:` assertions. Once per process.
+pub fn capture_logs() -> &'static LogBuffer {
+    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = LogBuffer::default();
+        let w = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .try_init();
+        buf
+    })
+}
+
+/// What `fanout test` ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every case passed.
+    Passed,
+    /// A case failed.
+    Failed,
+}
+
+/// `fanout test`: run, print the report to stdout, write `--junit`, apply `--update`.
+pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
+    let mut suite = Suite::beside(&args.target);
+    if let Some(s) = args.stubs {
+        suite.stubs = Some(s);
+    }
+    if let Some(c) = args.cases {
+        suite.cases = c;
+    }
+    if let Some(s) = args.schema_sql {
+        suite.schema_sql = Some(s);
+    }
+    if let Some(u) = args.database_url {
+        suite.vars.push(("DATABASE_URL".into(), u));
+    }
+    if let Some(t) = args.timeout {
+        suite.request_timeout = t;
+    }
+    suite.max_recorded_calls = args.max_recorded_calls;
+    let logs = capture_logs();
+    let lines = |needle: &str| logs.lines_with(needle);
+    let report = match run(
+        &suite,
+        RunOptions {
+            filter: &args.filter,
+            logs: Some(&lines),
+        },
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            // CI still gets a report: the suite as one error
+            if let Some(path) = &args.junit {
+                let xml = report::junit_error(&suite.cases.display().to_string(), &e.to_string());
+                tokio::fs::write(path, xml)
+                    .await
+                    .map_err(|w| anyhow::anyhow!("--junit {}: {w}", path.display()))?;
+            }
+            return Err(e.into());
+        }
+    };
+    say(&report::human(&report));
+    if let Some(path) = &args.junit {
+        tokio::fs::write(path, report::junit(&[&report]))
+            .await
+            .map_err(|e| anyhow::anyhow!("--junit {}: {e}", path.display()))?;
+    }
+    if args.update {
+        let edits: Vec<(u32, serde_json::Value)> = report
+            .results
+            .iter()
+            .filter(|r| r.response_differs)
+            .filter_map(|r| Some((r.response_line?, r.actual.clone()?)))
+            .collect();
+        if !edits.is_empty() {
+            let text = tokio::fs::read_to_string(&suite.cases)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
+            let new = update::rewrite(&text, &edits)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
+            // the rewritten file must still parse before it replaces the old one
+            Cases::parse(&suite.cases.display().to_string(), &new).map_err(|e| {
+                anyhow::anyhow!("--update would break the file, left as it was:\n{e}")
+            })?;
+            tokio::fs::write(&suite.cases, new)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
+            say(&format!(
+                "updated {} expected answer(s) in {}\n",
+                edits.len(),
+                suite.cases.display()
+            ));
+        }
+    }
+    Ok(if report.passed() {
+        Outcome::Passed
+    } else {
+        Outcome::Failed
+    })
+}
+
+/// Write to stdout, ignoring a closed pipe (`fanout test … | head`).
+fn say(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}

@@ -1,0 +1,139 @@
+//! What `fanout test` prints (for people) and writes with `--junit` (for CI).
+
+use super::run::{CaseResult, Report};
+use std::fmt::Write as _;
+
+/// The report for people: per case ✓/✗ with FILE:LINE, what failed, and a summary line.
+pub fn human(report: &Report) -> String {
+    let mut out = String::new();
+    for r in &report.results {
+        let mark = if r.passed() { "✓" } else { "✗" };
+        let _ = writeln!(
+            out,
+            "{mark} {}  ({}:{}, {} ms)",
+            r.name,
+            r.file,
+            r.line,
+            r.elapsed.as_millis()
+        );
+        for f in &r.failures {
+            for line in f.lines() {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+    }
+    let failed = report.results.iter().filter(|r| !r.passed()).count();
+    let _ = writeln!(
+        out,
+        "{}: {} cases, {} passed, {} failed ({} ms)",
+        report.file,
+        report.results.len(),
+        report.results.len() - failed,
+        failed,
+        report.elapsed.as_millis()
+    );
+    out
+}
+
+/// `text` escaped for XML attribute values and text; characters XML 1.0 cannot hold are
+/// replaced by U+FFFD.
+pub fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn secs(d: std::time::Duration) -> String {
+    format!("{:.3}", d.as_secs_f64())
+}
+
+/// JUnit XML (`testsuites` / `testsuite` / `testcase` / `failure`), one `testsuite` per
+/// cases file.
+pub fn junit(reports: &[&Report]) -> String {
+    let total: usize = reports.iter().map(|r| r.results.len()).sum();
+    let failed: usize = reports
+        .iter()
+        .map(|r| r.results.iter().filter(|c| !c.passed()).count())
+        .sum();
+    let time: std::time::Duration = reports.iter().map(|r| r.elapsed).sum();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"fanout test\" tests=\"{total}\" failures=\"{failed}\" errors=\"0\" time=\"{}\">",
+        secs(time)
+    );
+    for r in reports {
+        let f = r.results.iter().filter(|c| !c.passed()).count();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{f}\" errors=\"0\" skipped=\"0\" time=\"{}\">",
+            xml_escape(&r.file),
+            r.results.len(),
+            secs(r.elapsed)
+        );
+        for c in &r.results {
+            testcase(&mut out, c);
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+/// JUnit XML for a suite that could not run (a file that does not load, a database that
+/// cannot be created): one `<testcase>` with an `<error>`.
+pub fn junit_error(file: &str, message: &str) -> String {
+    let first = message.lines().next().unwrap_or("");
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <testsuites name=\"fanout test\" tests=\"1\" failures=\"0\" errors=\"1\" time=\"0\">\n  \
+         <testsuite name=\"{f}\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0\">\n    \
+         <testcase name=\"load and start\" classname=\"{f}\" file=\"{f}\" time=\"0\">\n      \
+         <error message=\"{m}\" type=\"setup\">{all}</error>\n    </testcase>\n  </testsuite>\n</testsuites>\n",
+        f = xml_escape(file),
+        m = xml_escape(first),
+        all = xml_escape(message)
+    )
+}
+
+fn testcase(out: &mut String, c: &CaseResult) {
+    let _ = write!(
+        out,
+        "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\" line=\"{}\" time=\"{}\"",
+        xml_escape(&c.name),
+        xml_escape(&c.file),
+        xml_escape(&c.file),
+        c.line,
+        secs(c.elapsed)
+    );
+    if c.passed() {
+        out.push_str("/>\n");
+        return;
+    }
+    out.push_str(">\n");
+    let first = c
+        .failures
+        .first()
+        .and_then(|f| f.lines().next())
+        .unwrap_or("");
+    let _ = writeln!(
+        out,
+        "      <failure message=\"{}\" type=\"assertion\">{}:{}\n{}</failure>",
+        xml_escape(first),
+        xml_escape(&c.file),
+        c.line,
+        xml_escape(&c.failures.join("\n"))
+    );
+    out.push_str("    </testcase>\n");
+}

@@ -1,0 +1,317 @@
+//! `fanout test`, run as users run it: the real binary on a temporary directory holding a
+//! config, a stubs file and a cases file.
+
+use fanout_testkit::TempDir;
+use std::process::{Command, Output};
+
+const CONFIG: &str = r#"
+listen: 127.0.0.1:0
+backends:
+  search: { url: "http://${SEARCH_ADDR}", timeout: 200ms }
+  details: { url: "http://${DETAILS_ADDR}", timeout: 100ms }
+routes:
+  - path: /items
+    deadline: 1s
+    flow:
+      found:
+        http: { backend: search, path: '"/search"', query: { q: '$request.query.q' } }
+      info:
+        optional: true
+        default: null
+        http: { backend: details, path: '"/details"' }
+    respond:
+      body: '{q: $found.q, n: $found.n, info: $info}'
+"#;
+
+const STUBS: &str = r#"
+services:
+  search:
+    listen: "${SEARCH_ADDR:-127.0.0.1:0}"
+    routes:
+      - path: /search
+        body: '{q: $request.query.q, n: 2}'
+  details:
+    listen: "${DETAILS_ADDR:-127.0.0.1:0}"
+    routes:
+      - path: /details
+        body: '{size: "L"}'
+"#;
+
+fn suite(cases: &str) -> TempDir {
+    let d = TempDir::new("ftest");
+    d.write("fanout.yaml", CONFIG);
+    d.write("stubs.yaml", STUBS);
+    d.write("cases.yaml", cases);
+    d
+}
+
+fn fanout_test(d: &TempDir, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("test")
+        .arg(d.path())
+        .args(extra)
+        .output()
+        .expect("fanout runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn passing_cases_exit_0_and_name_each_case_with_its_line() {
+    let d = suite(
+        r#"cases:
+  - name: both backends
+    request: { path: "/items?q=a" }
+    status: 200
+    response: { q: a, n: 2, info: { size: L } }
+    backend_calls:
+      search: { count: 1, calls: [{ method: GET, path: /search, query: { q: a } }] }
+      details: { count: 1, routes: { "GET /details": 1 } }
+  - name: details down, the answer is partial
+    request: { path: "/items?q=b" }
+    backends:
+      details: { fault: down }
+    status: 200
+    headers: { x-fanout-partial: info }
+    response_includes: { q: b, info: null }
+    expect: ['.n == 2', '$status == 200', '$headers["x-fanout-partial"] == "info"']
+    backend_calls: { details: 1 }
+  - name: details slow, the answer still comes within its bound
+    request: { path: "/items?q=c" }
+    backends:
+      details: { fault: slow }
+    status: 200
+    max_latency_ms: 900
+    response_includes: { info: null }
+  - name: the override ended with its case
+    request: { path: "/items?q=d" }
+    status: 200
+    response: { q: d, n: 2, info: { size: L } }
+"#,
+    );
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let file = d.join("cases.yaml").display().to_string();
+    for (name, line) in [
+        ("both backends", 2),
+        ("details down, the answer is partial", 9),
+        ("details slow, the answer still comes within its bound", 18),
+        ("the override ended with its case", 25),
+    ] {
+        assert!(out.contains(&format!("✓ {name}  ({file}:{line},")), "{out}");
+    }
+    assert!(out.contains("4 cases, 4 passed, 0 failed"), "{out}");
+}
+
+#[test]
+fn a_failing_case_exits_1_with_a_diff_and_the_failed_assertions() {
+    let d = suite(
+        r#"cases:
+  - name: wrong answer
+    request: { path: "/items?q=a" }
+    status: 201
+    response: { q: a, n: 3, info: { size: L } }
+    backend_calls:
+      search: { count: 2, calls: [{ path: /search, query: { q: b }, headers: { x-none: "1" } }] }
+    expect: ['.n == 5']
+  - name: right answer
+    request: { path: "/items?q=a" }
+    status: 200
+    response: { q: a, n: 2, info: { size: L } }
+"#,
+    );
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let file = d.join("cases.yaml").display().to_string();
+    assert!(
+        out.contains(&format!("✗ wrong answer  ({file}:2,")),
+        "{out}"
+    );
+    assert!(out.contains("status: expected 201, got 200"), "{out}");
+    assert!(out.contains("at .n: expected 3, got 2"), "{out}");
+    assert!(
+        out.contains("-   \"n\": 3,") && out.contains("+   \"n\": 2,"),
+        "{out}"
+    );
+    assert!(out.contains("calls to search: expected 2, got 1"), "{out}");
+    assert!(out.contains("expect `.n == 5`: gave false"), "{out}");
+    assert!(
+        out.contains(
+            "calls to search: no call matches calls[0]; the nearest: query .q: expected \"b\", \
+             got \"a\", header x-none: none (expected \"1\"); received: [GET /search?q=a]"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("✓ right answer  ({file}:9,")),
+        "{out}"
+    );
+    assert!(out.contains("2 cases, 1 passed, 1 failed"), "{out}");
+    // CASES selects by name: the passing one alone exits 0
+    let o = fanout_test(&d, &["right"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("1 cases, 1 passed"), "{}", text(&o));
+}
+
+#[test]
+fn a_bad_cases_file_is_reported_with_file_line_col() {
+    let d = suite(
+        "cases:\n  - name: typo\n    request: { path: /items }\n    status: 200\n    respnse: {}\n",
+    );
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let file = d.join("cases.yaml").display().to_string();
+    assert!(
+        out.contains(&format!("{file}:5:5: unknown field `respnse`")),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: did you mean `response`? (`fanout schema --cases` lists every field)"),
+        "{out}"
+    );
+    // with --junit, CI gets the error as a JUnit report
+    let junit = d.join("junit.xml");
+    let o = fanout_test(&d, &["--junit", &junit.display().to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(xml.contains("errors=\"1\""), "{xml}");
+    assert!(xml.contains("unknown field `respnse`"), "{xml}");
+}
+
+#[test]
+fn junit_output_parses_as_junit_xml_with_the_counts() {
+    let d = suite(
+        r#"cases:
+  - name: passes <&> "quoted"
+    request: { path: "/items?q=a" }
+    status: 200
+  - name: fails
+    request: { path: "/items?q=a" }
+    status: 200
+    response: { q: "<b>&amp;" }
+"#,
+    );
+    let junit = d.join("junit.xml");
+    let o = fanout_test(&d, &["--junit", &junit.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // Python's standard XML parser reads it; the counts and names are JUnit's
+    let script = r#"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites", root.tag
+suites = root.findall("testsuite")
+cases = root.findall("testsuite/testcase")
+fails = root.findall("testsuite/testcase/failure")
+print(len(suites), root.get("tests"), root.get("failures"), len(cases), len(fails))
+print(cases[0].get("name"))
+print(fails[0].get("message"))
+"#;
+    let py = Command::new("python3")
+        .args(["-c", script, &junit.display().to_string()])
+        .output()
+        .expect("python3 runs");
+    let got = String::from_utf8_lossy(&py.stdout);
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        lines,
+        ["1 2 1 2 1", "passes <&> \"quoted\"", "response differs:"],
+        "{got}"
+    );
+}
+
+#[test]
+fn update_rewrites_the_wrong_answers_and_keeps_the_comments() {
+    let cases = r#"# The suite's cases. A comment that must stay.
+cases:
+  - name: first   # a trailing comment
+    request: { path: "/items?q=a" }
+    status: 200
+    # the answer below is wrong
+    response:
+      q: a
+      n: 99
+    backend_calls: { search: 1 }
+
+  - name: second
+    request: { path: "/items?q=zz" }
+    status: 200
+    response: { q: wrong }   # wrong too
+    # a comment after the answer
+"#;
+    let d = suite(cases);
+    let o = fanout_test(&d, &["--update"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the run that updates still fails: {}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("updated 2 expected answer(s)"),
+        "{}",
+        text(&o)
+    );
+    let now = std::fs::read_to_string(d.join("cases.yaml")).unwrap();
+    assert_eq!(
+        now,
+        r#"# The suite's cases. A comment that must stay.
+cases:
+  - name: first   # a trailing comment
+    request: { path: "/items?q=a" }
+    status: 200
+    # the answer below is wrong
+    response: { q: a, "n": 2, info: { size: L } }
+    backend_calls: { search: 1 }
+
+  - name: second
+    request: { path: "/items?q=zz" }
+    status: 200
+    response: { q: zz, "n": 2, info: { size: L } }
+    # a comment after the answer
+"#
+    );
+    let o = fanout_test(&d, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn schema_cases_prints_the_cases_schema_matching_its_snapshot() {
+    let o = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["schema", "--cases"])
+        .output()
+        .expect("fanout runs");
+    assert!(o.status.success());
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(printed, fanout::testing::schema());
+    jsonschema::meta::validate(&printed).expect("a valid JSON Schema");
+    let text = serde_json::to_string_pretty(&printed).unwrap() + "\n";
+    fanout_testkit::check_snapshot(
+        "docs/cases.schema.json",
+        &text,
+        "cargo test -p fanout --test gateway fanout_test::",
+    );
+    // every example's cases file is valid against it
+    let v = jsonschema::validator_for(&printed).unwrap();
+    for e in std::fs::read_dir(fanout_testkit::repo_root().join("examples")).unwrap() {
+        let p = e.unwrap().path().join("cases.yaml");
+        if p.exists() {
+            let doc: serde_json::Value =
+                serde_saphyr::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            assert!(v.is_valid(&doc), "{}", p.display());
+        }
+    }
+}
