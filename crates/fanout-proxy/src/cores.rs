@@ -289,3 +289,87 @@ pub fn bind_reuseport(addr: &str, n: usize) -> std::io::Result<Vec<std::net::Tcp
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn cores(n: usize) -> (tokio::runtime::Runtime, Arc<Cores>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let c = Arc::new(Cores::new(vec![rt.handle().clone(); n]));
+        (rt, c)
+    }
+
+    #[test]
+    fn a_connection_goes_to_the_least_loaded_core_when_its_own_has_more() {
+        let (_rt, c) = cores(2);
+        // Equal: stays.
+        assert_eq!(c.core_for_connection(0), 0);
+        let a = c.connection(0);
+        // Core 0 has one more than core 1: the next one arriving at core 0 goes to core 1…
+        assert_eq!(c.core_for_connection(0), 1);
+        // …and one arriving at core 1 stays there.
+        assert_eq!(c.core_for_connection(1), 1);
+        let b = c.connection(1);
+        assert_eq!(c.core_for_connection(0), 0);
+        drop((a, b));
+        // Many connections: a difference under an eighth stays where it arrived.
+        let many: Vec<_> = (0..80)
+            .map(|_| c.connection(0))
+            .chain((0..75).map(|_| c.connection(1)))
+            .collect();
+        assert_eq!(c.core_for_connection(0), 0, "80 vs 75: within an eighth");
+        let more: Vec<_> = (0..5).map(|_| c.connection(0)).collect();
+        assert_eq!(c.core_for_connection(0), 1, "85 vs 75: past an eighth");
+        drop((many, more));
+        let st = c.status();
+        assert!(
+            st.as_array().unwrap().iter().all(|s| s["connections"] == 0),
+            "{st}"
+        );
+    }
+
+    #[test]
+    fn streams_move_only_when_their_core_runs_more_than_twice_the_other_plus_the_slack() {
+        let (_rt, c) = cores(2);
+        let hold = |core: usize, n: usize| -> Vec<CoreLoad> {
+            (0..n)
+                .map(|_| {
+                    c.cores[core].streams.fetch_add(1, Ordering::Relaxed);
+                    CoreLoad {
+                        cores: c.clone(),
+                        core,
+                        stream: true,
+                    }
+                })
+                .collect()
+        };
+        let a = hold(0, HANDOFF_SLACK);
+        assert_eq!(c.core_for_stream(0), 0, "8 vs 0: stays");
+        let b = hold(0, 1);
+        assert_eq!(c.core_for_stream(0), 1, "9 vs 0: moves");
+        let d = hold(1, 1);
+        assert_eq!(c.core_for_stream(0), 0, "9 vs 1: 9 ≤ 2 + 8, stays");
+        drop((a, b, d));
+        assert_eq!(c.core_for_stream(0), 0);
+        assert!(
+            c.cores
+                .iter()
+                .all(|k| k.streams.load(Ordering::Relaxed) == 0)
+        );
+    }
+
+    #[test]
+    fn reuseport_listeners_share_a_port_and_a_taken_port_is_refused() {
+        let ls = bind_reuseport("127.0.0.1:0", 3).unwrap();
+        assert_eq!(ls.len(), 3);
+        let port = ls[0].local_addr().unwrap().port();
+        assert!(ls.iter().all(|l| l.local_addr().unwrap().port() == port));
+        // The port is taken (by our own group): a second group is refused, not joined.
+        let err = bind_reuseport(&format!("127.0.0.1:{port}"), 2).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    }
+}
