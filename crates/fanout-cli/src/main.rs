@@ -170,6 +170,14 @@ enum Cmd {
         /// Calls kept per stub service and case for `backend_calls.*.calls` checks.
         #[arg(long, value_name = "N", default_value_t = 1000)]
         max_recorded_calls: usize,
+        /// After the results, list the routes and flow branches (`when`, `for_each`, optional
+        /// defaults, `on_status` entries, `fail`) that no case went through, with FILE:LINE:COL.
+        /// The exit status is unchanged.
+        #[arg(long)]
+        coverage: bool,
+        /// Write the coverage as JSON to this file (total, exercised, missing lines).
+        #[arg(long, value_name = "FILE")]
+        coverage_json: Option<String>,
     },
     /// Run simulated backends from a stubs config.
     Stub {
@@ -400,6 +408,8 @@ fn main() -> ExitCode {
             schema_sql,
             timeout,
             max_recorded_calls,
+            coverage,
+            coverage_json,
         } => {
             let timeout = match fanout_config::parse_duration(&timeout, BareNumber::Millis) {
                 Ok(t) => t,
@@ -425,6 +435,8 @@ fn main() -> ExitCode {
                 schema_sql: schema_sql.map(Into::into),
                 timeout: Some(timeout),
                 max_recorded_calls,
+                coverage,
+                coverage_json: coverage_json.map(Into::into),
             };
             // the gateway's log goes to memory (for `log:` checks), not to the terminal
             let done = runtime(None).and_then(|rt| rt.block_on(fanout::testing::cli(args)));

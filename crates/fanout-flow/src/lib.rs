@@ -13,6 +13,7 @@ pub mod activity;
 pub mod batch;
 
 pub mod call;
+pub mod coverage;
 mod ctx;
 pub mod error;
 pub mod exec;

@@ -6,6 +6,7 @@
 //!
 //! Hooks run on the request's task, inline: they must be cheap and must not block.
 
+use crate::coverage::Branch;
 use crate::error::FlowError;
 use crate::memory::RequestMemory;
 use crate::plan::StepPlan;
@@ -48,6 +49,14 @@ pub trait Observer: Send + Sync {
     /// `step` ended: it started at `started` (the request's clock).
     fn step_finished(&self, step: &StepPlan, started: Instant, end: StepEnd<'_>) {
         let _ = (step, started, end);
+    }
+
+    /// `step` took `branch`: its `when` was evaluated, its `for_each` list was empty or not,
+    /// an `on_status` entry matched (for coverage, `fanout test --coverage`; the step's start
+    /// and its optional default are told by `step_started` and `step_finished`). Called only
+    /// for steps that have such a branch.
+    fn branch(&self, step: &StepPlan, branch: Branch) {
+        let _ = (step, branch);
     }
 
     /// The request's account in the gateway's memory budget: the backend answers parsed for the

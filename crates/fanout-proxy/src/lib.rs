@@ -97,6 +97,8 @@ pub struct Gateway {
     pub admin_tls: Option<Arc<tls::TlsListener>>,
     /// Answers compressed, request bodies decoded (`compression.rs`).
     compression_stats: compression::CompressionStats,
+    /// Where the flows' branches are recorded (`fanout test --coverage`); `None` when serving.
+    coverage: Option<Arc<fanout_flow::coverage::Coverage>>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -210,7 +212,14 @@ impl Gateway {
             tls,
             admin_tls,
             compression_stats: compression::CompressionStats::default(),
+            coverage: None,
         })
+    }
+
+    /// Record into `coverage` which routes run and which branches their steps take
+    /// (`fanout test --coverage`). Set before the gateway serves.
+    pub fn record_coverage(&mut self, coverage: Arc<fanout_flow::coverage::Coverage>) {
+        self.coverage = Some(coverage);
     }
 
     /// `server.drain_delay`: how long to stay up, not ready, before draining.

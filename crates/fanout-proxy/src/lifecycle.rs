@@ -177,6 +177,11 @@ impl Gateway {
             request_id: cx.rid,
             throttle: &self.error_log,
         });
+        if let Some(c) = &self.coverage {
+            let c = c.route(route);
+            c.ran();
+            obs.coverage = Some(c);
+        }
         let out = route.run_observed(request, deadline, &obs).await;
         cx.rec.ran(&out);
         cx.tel.ran(&out);

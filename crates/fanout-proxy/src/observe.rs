@@ -9,6 +9,7 @@ use crate::metrics::RouteMetrics;
 use crate::telemetry::server_timing::Timeline;
 use crate::telemetry::trace::RequestTrace;
 use fanout_flow::FlowError;
+use fanout_flow::coverage::{Branch, RouteCoverage};
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::observe::{Observer, StepEnd};
 use fanout_flow::plan::StepPlan;
@@ -29,6 +30,9 @@ pub struct RequestObserver<'a> {
     pub degraded: Option<DegradedLog<'a>>,
     /// The request's account in the memory budget (`None`: none is kept).
     pub memory: Option<&'a RequestMemory<'a>>,
+    /// Where the branches the run takes are recorded (`None`: coverage is not recorded, as
+    /// when serving; `fanout test --coverage` records it).
+    pub coverage: Option<RouteCoverage<'a>>,
 }
 
 /// The log line of an optional step that failed and gave its default (the answer is partial):
@@ -71,6 +75,15 @@ impl Observer for RequestObserver<'_> {
         if let Some(t) = self.trace {
             t.step_started(step);
         }
+        if let Some(c) = self.coverage {
+            c.step(step, Branch::Ran);
+        }
+    }
+
+    fn branch(&self, step: &StepPlan, branch: Branch) {
+        if let Some(c) = self.coverage {
+            c.step(step, branch);
+        }
     }
 
     #[inline]
@@ -93,6 +106,9 @@ impl Observer for RequestObserver<'_> {
         }
         if let (Some(l), StepEnd::Defaulted(e)) = (self.degraded, end) {
             l.write(step, e);
+        }
+        if let (Some(c), StepEnd::Defaulted(_)) = (self.coverage, end) {
+            c.step(step, Branch::Defaulted);
         }
     }
 }

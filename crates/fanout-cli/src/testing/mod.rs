@@ -3,6 +3,7 @@
 //! run through this runner. The user guide is `docs/testing.md`.
 
 pub mod cases;
+pub mod coverage;
 mod database;
 pub mod diff;
 pub mod report;
@@ -38,6 +39,10 @@ pub struct TestArgs {
     pub timeout: Option<std::time::Duration>,
     /// Calls kept per stub service and case for `calls` checks.
     pub max_recorded_calls: usize,
+    /// Print the routes and branches of the flows that no case went through.
+    pub coverage: bool,
+    /// Write the coverage as JSON here (implies `coverage`).
+    pub coverage_json: Option<PathBuf>,
 }
 
 /// The log of this process, kept in memory for `log:` assertions (level info and above).
@@ -120,6 +125,7 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
         RunOptions {
             filter: &args.filter,
             logs: Some(&lines),
+            coverage: args.coverage || args.coverage_json.is_some(),
         },
     )
     .await
@@ -137,6 +143,17 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
         }
     };
     say(&report::human(&report));
+    if let Some(c) = &report.coverage {
+        if args.coverage {
+            say(&coverage::human(c));
+        }
+        if let Some(path) = &args.coverage_json {
+            let text = serde_json::to_string_pretty(&coverage::json(c))?;
+            tokio::fs::write(path, text + "\n")
+                .await
+                .map_err(|e| anyhow::anyhow!("--coverage-json {}: {e}", path.display()))?;
+        }
+    }
     if let Some(path) = &args.junit {
         tokio::fs::write(path, report::junit(&[&report]))
             .await

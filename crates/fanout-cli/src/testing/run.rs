@@ -120,6 +120,8 @@ pub struct Report {
     pub results: Vec<CaseResult>,
     /// The whole run (start-up included).
     pub elapsed: Duration,
+    /// The routes and branches no case went through (with [`RunOptions::coverage`]).
+    pub coverage: Option<super::coverage::Summary>,
 }
 
 impl Report {
@@ -139,6 +141,9 @@ pub struct RunOptions<'a> {
     pub filter: &'a [String],
     /// The gateway's log, for `log:` assertions (`None`: such a case fails, saying so).
     pub logs: Option<LogLines<'a>>,
+    /// Record which routes and branches of the flows the cases go through
+    /// ([`Report::coverage`]).
+    pub coverage: bool,
 }
 
 /// Run a suite: load everything (errors with FILE:LINE:COL), start the stubs, the database and
@@ -227,17 +232,24 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     } else {
         None
     };
-    let gateway = blocking(move || {
+    let want_coverage = opts.coverage;
+    let (mut gateway, inventory) = blocking(move || {
         let lookup = |n: &str| {
             vars.get(n)
                 .cloned()
                 .or_else(|| fanout_config::env_lookup(n))
         };
         let cfg = fanout_config::Config::from_file(&config_file, &lookup)?;
-        fanout_proxy::Gateway::build(&cfg)
+        let inventory = want_coverage.then(|| super::coverage::inventory(&cfg));
+        Ok((fanout_proxy::Gateway::build(&cfg)?, inventory))
     })
     .await?
     .map_err(TestError::Load)?;
+    let coverage = inventory.map(|items| {
+        let recorder = Arc::new(fanout_flow::coverage::Coverage::new());
+        gateway.record_coverage(recorder.clone());
+        (items, recorder)
+    });
     let gw = start_gateway(gateway, "127.0.0.1:0", None)
         .await
         .map_err(|e| TestError::Start(format!("starting the gateway: {e}")))?;
@@ -262,10 +274,13 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     if let Some(s) = stubs {
         s.shutdown().await;
     }
+    let config_name = suite.config.display().to_string();
     Ok(Report {
         file: cases_file,
         results,
         elapsed: started.elapsed(),
+        coverage: coverage
+            .map(|(items, rec)| super::coverage::summarize(&config_name, &items, &rec)),
     })
 }
 

@@ -69,6 +69,7 @@ async fn check_examples(dirs: Vec<std::path::PathBuf>) {
             RunOptions {
                 filter: &[],
                 logs: Some(&lines),
+                coverage: false,
             },
         )
         .await

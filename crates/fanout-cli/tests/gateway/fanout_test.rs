@@ -315,3 +315,172 @@ fn schema_cases_prints_the_cases_schema_matching_its_snapshot() {
         }
     }
 }
+
+/// A config with a branch of each kind: a `fail` guard, an `on_status` entry, a step with `when`
+/// that is optional, a `for_each`, and a second route.
+const BRANCHY: &str = r#"
+listen: 127.0.0.1:0
+backends:
+  search: { url: "http://${SEARCH_ADDR}", timeout: 2s }
+  details: { url: "http://${DETAILS_ADDR}", timeout: 2s }
+routes:
+  - path: /items
+    deadline: 5s
+    flow:
+      guard:
+        when: '$request.query.q == "bad"'
+        fail: { status: 400, code: bad_q }
+      found:
+        http: { backend: search, path: '"/search"', query: { q: '$request.query.q' } }
+        on_status:
+          404: { status: 404, code: no_such_items }
+      info:
+        when: '$request.query.q != "skip"'
+        optional: true
+        default: null
+        http: { backend: details, path: '"/details"' }
+      sizes:
+        for_each: '$request.query.n // "" | split(",") | map(select(. != ""))'
+        value: '$item'
+    respond:
+      body: '{q: $found.q, n: $found.n, info: $info, sizes: $sizes}'
+  - path: /other
+    flow:
+      one: { value: '1' }
+    respond:
+      body: '$one'
+"#;
+
+/// Where `needle` starts in `text` (1-based line and column), as the coverage lines print it.
+fn line_col(text: &str, needle: &str) -> String {
+    let (i, _) = text.match_indices(needle).next().expect("needle in text");
+    let before = &text[..i];
+    let line = before.matches('\n').count() + 1;
+    let col = i - before.rfind('\n').map_or(0, |n| n + 1) + 1;
+    format!("{line}:{col}")
+}
+
+#[test]
+fn coverage_lists_the_branches_no_case_went_through() {
+    let d = TempDir::new("ftest");
+    d.write("fanout.yaml", BRANCHY);
+    d.write("stubs.yaml", STUBS);
+    d.write(
+        "cases.yaml",
+        r#"cases:
+  - name: found
+    request: { path: "/items?q=a&n=1,2" }
+    status: 200
+    response: { q: a, n: 2, info: { size: L }, sizes: ["1", "2"] }
+"#,
+    );
+    let config = d.join("fanout.yaml").display().to_string();
+    // without --coverage, nothing about it
+    let o = fanout_test(&d, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!text(&o).contains("coverage:"), "{}", text(&o));
+
+    let o = fanout_test(&d, &["--coverage"]);
+    let out = text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "coverage leaves the exit status: {out}"
+    );
+    // routes 2, steps 5 (ran), `when` 2×2, on_status 1, optional 1, for_each 2: 15
+    assert!(
+        out.contains("coverage: 8 of 15 branches exercised"),
+        "{out}"
+    );
+    let at = |needle: &str| format!("{config}:{}", line_col(BRANCHY, needle));
+    for line in [
+        format!(
+            "{}: route GET /items, step guard: `fail` never fired",
+            at("'$request.query.q == \"bad\"'")
+        ),
+        format!(
+            "{}: route GET /items, step found: `on_status` 404 never matched",
+            at("404: {")
+        ),
+        format!(
+            "{}: route GET /items, step info: `when` never false",
+            at("'$request.query.q != \"skip\"'")
+        ),
+        format!(
+            "{}: route GET /items, step info: optional: its `default` never used",
+            at("info:\n")
+        ),
+        format!(
+            "{}: route GET /items, step sizes: `for_each` never empty",
+            at("'$request.query.n //")
+        ),
+        format!("{}: route GET /other: never run by a case", at("/other")),
+    ] {
+        assert!(out.contains(&line), "missing {line:?} in:\n{out}");
+    }
+    // what the case did go through is not listed; nor are the branches of a route never run
+    for gone in [
+        "`fail` always fired",
+        "`when` never true",
+        "`for_each` never had an element",
+        "step one",
+    ] {
+        assert!(!out.contains(gone), "{gone:?} listed in:\n{out}");
+    }
+    assert_eq!(out.matches("never").count(), 6, "{out}");
+}
+
+#[test]
+fn coverage_lists_nothing_once_cases_go_through_every_branch() {
+    let d = TempDir::new("ftest");
+    d.write("fanout.yaml", BRANCHY);
+    d.write("stubs.yaml", STUBS);
+    d.write(
+        "cases.yaml",
+        r#"cases:
+  - name: found
+    request: { path: "/items?q=a&n=1,2" }
+    status: 200
+  - name: refused by the guard
+    request: { path: "/items?q=bad" }
+    status: 400
+  - name: search finds nothing
+    request: { path: "/items?q=x" }
+    backends:
+      search: { status: 404 }
+    status: 404
+    expect: ['.error.code == "no_such_items"']
+  - name: details skipped
+    request: { path: "/items?q=skip" }
+    status: 200
+    response_includes: { info: null, sizes: [] }
+  - name: details failing, its default is used
+    request: { path: "/items?q=y" }
+    backends:
+      details: { status: 500 }
+    status: 200
+    headers: { x-fanout-partial: info }
+  - name: the other route
+    request: { path: /other }
+    status: 200
+"#,
+    );
+    let json = d.join("coverage.json");
+    let o = fanout_test(
+        &d,
+        &["--coverage", "--coverage-json", &json.display().to_string()],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("coverage: 15 of 15 branches exercised"),
+        "{out}"
+    );
+    assert!(!out.contains("never"), "{out}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("written")).expect("JSON");
+    assert_eq!(
+        written,
+        serde_json::json!({"total": 15, "exercised": 15, "missing": []})
+    );
+}

@@ -6,6 +6,7 @@
 //! fails with 504. A required step's failure ends the request the same way.
 
 use crate::call::{Env, Slots, Yielded, eval, expr_err, short_json, yielded};
+use crate::coverage::Branch;
 use crate::error::{Answer, ErrorKind, FlowError, answer_code};
 use crate::observe::{NoObserver, Observer, StepEnd};
 use crate::plan::{FIRST_STEP_SLOT, Missing, RoutePlan, SLOT_REF, SLOT_REQUEST, StepPlan};
@@ -198,7 +199,11 @@ impl RoutePlan {
         let started = Instant::now();
         obs.step_started(step);
         crate::activity::enter(0);
-        let started_step = match prepare(step, &env, deadline) {
+        let prepared = prepare(step, &env, deadline).map(|(p, taken)| {
+            taken.report(step, obs);
+            p
+        });
+        let started_step = match prepared {
             Ok(Prepared::Call(mut req)) => {
                 req.trace = obs.call_trace(step).map(Box::new);
                 let a = args(step, obs);
@@ -233,7 +238,8 @@ impl RoutePlan {
         };
         let mut partial = Vec::new();
         let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
-        env.slots[FIRST_STEP_SLOT] = self.settle(step, result, incomplete, &mut partial, end)?;
+        env.slots[FIRST_STEP_SLOT] =
+            self.settle(step, result, incomplete, &mut partial, obs, end)?;
         self.respond(env, partial).await
     }
 
@@ -293,7 +299,7 @@ impl RoutePlan {
         let step = &self.steps[i];
         let started = s.steps[i].started.unwrap_or_else(Instant::now);
         let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
-        let v = self.settle(step, result, incomplete, &mut s.partial, end)?;
+        let v = self.settle(step, result, incomplete, &mut s.partial, obs, end)?;
         s.env.slots[FIRST_STEP_SLOT + i] = v;
         s.done += 1;
         release(step, &mut s.steps, &mut s.ready);
@@ -339,6 +345,7 @@ impl RoutePlan {
         result: Result<Val, FlowError>,
         incomplete: bool,
         partial: &mut Vec<Arc<str>>,
+        obs: &dyn Observer,
         end: impl FnOnce(StepEnd<'_>),
     ) -> Result<Val, FlowError> {
         let e = match result {
@@ -349,7 +356,7 @@ impl RoutePlan {
                 end(StepEnd::Ok);
                 return Ok(v);
             }
-            Err(e) => match map_status(step, e) {
+            Err(e) => match map_status(step, e, obs) {
                 Ok(v) => {
                     end(StepEnd::Ok);
                     return Ok(v);
@@ -377,7 +384,10 @@ impl RoutePlan {
     ) -> Started<'a> {
         crate::activity::enter(i);
         match prepare(step, env, deadline) {
-            Ok(p) => self.launch(step, i, p, env, deadline, obs),
+            Ok((p, taken)) => {
+                taken.report(step, obs);
+                self.launch(step, i, p, env, deadline, obs)
+            }
             Err(Yielded) => self.start_on_pool(step, i, env, deadline, obs),
         }
     }
@@ -396,7 +406,10 @@ impl RoutePlan {
         let (s, snap, pool) = (step.clone(), env.clone().offloaded(), self.compute.clone());
         Started::Pending(fanout_layers::boxed::pinned(|| async move {
             let p = match pool.run(move || prepare(&s, &snap, deadline)).await {
-                Ok(Ok(p)) => p,
+                Ok(Ok((p, taken))) => {
+                    taken.report(step, obs);
+                    p
+                }
                 Ok(Err(Yielded)) => Prepared::Done(Err(FlowError::new(
                     ErrorKind::Expression,
                     "evaluation yielded on the compute pool",
@@ -620,20 +633,46 @@ where
     }
 }
 
+/// The ways a step's `when` and `for_each` went in [`prepare`], told to the observer after it
+/// (`prepare` may run on the compute pool, away from the request's observer).
+#[derive(Clone, Copy, Default)]
+struct Taken {
+    /// The `when`'s value, when the step has one and it evaluated.
+    when: Option<bool>,
+    /// Whether the `for_each` list was empty, when the step has one and it evaluated.
+    empty: Option<bool>,
+}
+
+impl Taken {
+    /// Tell `obs` (a step without `when` or `for_each` makes no call).
+    fn report(self, step: &StepPlan, obs: &dyn Observer) {
+        if let Some(w) = self.when {
+            obs.branch(step, Branch::When(w));
+        }
+        if let Some(e) = self.empty {
+            obs.branch(step, Branch::ForEachEmpty(e));
+        }
+    }
+}
+
 /// A step's synchronous part — `when`, `for_each`, then its kind's work (building its call(s)
-/// or keys, or its value) — in `env`'s mode; `Err(Yielded)` when an inline evaluation must move
-/// to the compute pool.
-fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yielded> {
+/// or keys, or its value) — in `env`'s mode, with the ways its `when` and `for_each` went;
+/// `Err(Yielded)` when an inline evaluation must move to the compute pool.
+fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<(Prepared, Taken), Yielded> {
     use Prepared::Done;
+    let mut taken = Taken::default();
     // `compute: true` steps without I/O always run on the pool.
     if step.compute && env.mode == Mode::Inline && step.kind.is_pure() {
         return Err(Yielded);
     }
     if let Some(when) = &step.when {
         match yielded(eval(when, env, &Val::Null))? {
-            Ok(v) if !truthy(&v) => return Ok(Done(Ok(step.default.clone()))),
-            Ok(_) => {}
-            Err(e) => return Ok(Done(Err(expr_err(&step.name, "`when`", e)))),
+            Ok(v) if !truthy(&v) => {
+                taken.when = Some(false);
+                return Ok((Done(Ok(step.default.clone())), taken));
+            }
+            Ok(_) => taken.when = Some(true),
+            Err(e) => return Ok((Done(Err(expr_err(&step.name, "`when`", e))), taken)),
         }
     }
     let items = match &step.for_each {
@@ -646,13 +685,16 @@ fn prepare(step: &StepPlan, env: &Env, deadline: Instant) -> Result<Prepared, Yi
                     format!("expected a list, got {}", short_json(&other)),
                     EvalErrorKind::Failed,
                 );
-                return Ok(Done(Err(expr_err(&step.name, "`for_each`", m))));
+                return Ok((Done(Err(expr_err(&step.name, "`for_each`", m))), taken));
             }
-            Err(e) => return Ok(Done(Err(expr_err(&step.name, "`for_each`", e)))),
+            Err(e) => return Ok((Done(Err(expr_err(&step.name, "`for_each`", e))), taken)),
         },
     };
-    step.kind
-        .prepare(&args(step, &NoObserver), env, items, deadline)
+    taken.empty = items.as_ref().map(|a| a.is_empty());
+    let p = step
+        .kind
+        .prepare(&args(step, &NoObserver), env, items, deadline)?;
+    Ok((p, taken))
 }
 
 /// A step's backend call, its end reported to `obs` (before the step's `result` runs).
@@ -695,7 +737,8 @@ fn is_not_found(e: &FlowError) -> bool {
 /// A backend's error status through the step's `on_status` map (exact statuses first, then
 /// classes), then the default: 404 → 404 `not_found`; the rest stays `backend_status` (502, or
 /// the backend's status with `status_passthrough`). `Ok` when the map says `default`.
-fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
+/// The entry that matched is told to `obs` (coverage).
+fn map_status(step: &StepPlan, e: FlowError, obs: &dyn Observer) -> Result<Val, FlowError> {
     let status = match e.kind {
         ErrorKind::BackendStatus { status, .. } => status,
         ErrorKind::Class(c) => match c.on_status {
@@ -720,7 +763,11 @@ fn map_status(step: &StepPlan, e: FlowError) -> Result<Val, FlowError> {
             details: None,
         })
     };
-    match step.on_status.iter().find(|(p, _)| p.matches(status)) {
+    let entry = step.on_status.iter().find(|(p, _)| p.matches(status));
+    if let Some((p, _)) = entry {
+        obs.branch(step, Branch::OnStatus(*p));
+    }
+    match entry {
         Some((_, StatusAction::Default)) => Ok(step.default.clone()),
         Some((_, StatusAction::Status(to))) => Err(answered(e, *to, None, None)),
         Some((_, StatusAction::Pass)) => Err(answered(e, status, None, None)),
