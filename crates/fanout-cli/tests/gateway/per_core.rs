@@ -5,6 +5,7 @@
 //! another socket holds is refused. States and counters (the status endpoint's
 //! `runtime.cores`), never timings.
 
+use fanout::testing::{RunOptions, Suite, report, run};
 use fanout::{RunningGateway, load_gateway, start_gateway_on};
 use fanout_testkit::*;
 use futures_util::future::join_all;
@@ -215,42 +216,38 @@ async fn a_port_another_socket_listens_on_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_examples_answer_the_same_per_core() {
-    // hh-vacancies' cases, served per core.
-    let dir = repo_root().join("examples/hh-vacancies");
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect(f);
-    let s = stubs(&read("stubs.yaml")).await;
-    let yaml = format!("{}\nserver:\n  runtime: per_core\n", read("fanout.yaml"));
-    let vars = crate::support::stub_vars(&s);
-    let lookup = |n: &str| vars.get(n).cloned();
-    let gw = load_gateway("fanout.yaml", &yaml, &lookup).expect("config");
-    let gw = start_gateway_on(gw, "127.0.0.1:0", None, Some(2))
-        .await
-        .expect("starts");
-    let c = client(false);
-    for case in Cases::parse(&read("cases.yaml")).cases {
-        s.reset_stats();
-        let url = format!("http://{}{}", gw.addr, case.request.path);
-        let r = send(
-            &c,
-            case.request.method(),
-            &url,
-            &case.request.header_pairs(),
-            case.request.body_text(),
+    // The examples without a database, Redis or files beside their config, each served per core
+    // through `fanout test`'s runner: every case's answer and backend calls as documented.
+    let logs = capture_logs();
+    let lines = |needle: &str| logs.lines_with(needle);
+    for name in [
+        "hh-vacancies",
+        "order-page",
+        "product-page",
+        "product-page-merged",
+    ] {
+        let dir = repo_root().join("examples").join(name);
+        let tmp = TempDir::new("per-core-example");
+        let config = std::fs::read_to_string(dir.join("fanout.yaml")).expect("config");
+        let config_file = tmp.path().join("fanout.yaml");
+        std::fs::write(
+            &config_file,
+            format!("{config}\nserver:\n  runtime: per_core\n"),
         )
-        .await;
-        assert_eq!(
-            r.status.as_u16(),
-            case.status,
-            "{}: {}",
-            case.name,
-            r.text()
-        );
-        assert_eq!(r.json(), case.response, "{}", case.name);
-        for (service, n) in &case.backend_calls {
-            assert_eq!(calls(&s, service), *n, "{}: calls to {service}", case.name);
-        }
+        .expect("write config");
+        let mut suite = Suite::beside(&dir);
+        suite.config = config_file;
+        let report = run(
+            &suite,
+            RunOptions {
+                filter: &[],
+                logs: Some(&lines),
+                coverage: false,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!report.results.is_empty(), "{name}: no cases");
+        assert!(report.passed(), "{name}:\n{}", report::human(&report));
     }
-    drop(c);
-    gw.shutdown().await.expect("shutdown");
-    s.shutdown().await;
 }
