@@ -31,6 +31,7 @@ pub mod server;
 pub mod stack;
 pub mod telemetry;
 pub mod tls;
+pub mod ui;
 pub mod watchdog;
 
 use arc_swap::ArcSwap;
@@ -94,6 +95,8 @@ pub struct Gateway {
     pub admin_tls: Option<Arc<tls::TlsListener>>,
     /// Answers compressed, request bodies decoded (`compression.rs`).
     compression_stats: compression::CompressionStats,
+    /// The live page's last slow and failed requests (`None` with `admin.ui.enabled: false`).
+    recent: Option<ui::record::Recent>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -114,6 +117,10 @@ pub struct Live {
     l2: Option<Arc<fanout_layers::l2::L2>>,
     /// The routes' metric handles (`None` with `admin.metrics: false`).
     route_metrics: Option<metrics::RouteTable>,
+    /// The live page's per-route and per-step numbers (`None` with `admin.ui.enabled: false`).
+    ui_stats: Option<ui::record::RouteStats>,
+    /// The compiled routes, by route index (the live page draws their graphs).
+    routes: Vec<Arc<RoutePlan>>,
     /// The `error.code`s the config's steps answer with (`fail`, `on_status`), sorted: each has a
     /// `fanout_errors_total` series from the start.
     error_codes: Vec<Arc<str>>,
@@ -206,6 +213,11 @@ impl Gateway {
             tls,
             admin_tls,
             compression_stats: compression::CompressionStats::default(),
+            recent: cfg
+                .admin
+                .ui
+                .enabled
+                .then(|| ui::record::Recent::new(&cfg.admin.ui)),
         })
     }
 

@@ -181,6 +181,7 @@ impl<'a> RequestTelemetry<'a> {
             timing: self.timeline.as_ref(),
             degraded: None,
             memory: None,
+            ui: None,
         }
     }
 
