@@ -63,3 +63,4 @@ mod signals;
 mod telemetry;
 mod tls;
 mod tls_listener;
+mod ui;
