@@ -520,6 +520,10 @@ async fn in_chromium_the_page_draws_hh_vacancies_and_follows_load_and_failures()
     let found_rate = r#"const t = document.querySelector('[data-route="GET /vacancies"] g[data-step="found"] [data-stat="rate"]');
 return t ? t.textContent : null;"#;
     let before = browser.js(found_rate).await;
+    // The page's own clock: it polls once a second and counts its updates, so "within 2 s" is
+    // "by the second update after", whatever a loaded machine does to WebDriver's round trips.
+    let updates = "return +document.body.dataset.updates;";
+    let u0 = browser.js(updates).await.as_u64().unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let (stop, url) = (
@@ -540,16 +544,25 @@ return t ? t.textContent : null;"#;
     let changed = format!(
         r#"const t = document.querySelector('[data-route="GET /vacancies"] g[data-step="found"] [data-stat="rate"]');
 const v = t && t.textContent;
-return v && v !== {before} && !v.startsWith("0.00") && v !== "–" ? v : null;"#
+return v && v !== {before} && !v.startsWith("0.00") && v !== "–"
+  ? {{ v, u: +document.body.dataset.updates }} : null;"#
     );
-    let (rate1, delay) = browser
+    let (seen, delay) = browser
         .wait_js(
             "the step numbers move under load",
             Duration::from_secs(10),
             &changed,
         )
         .await;
-    println!("step numbers changed {delay:?} after the load started (rate {rate1})");
+    let after = seen["u"].as_u64().unwrap() - u0;
+    println!(
+        "step numbers changed {delay:?} ({after} page updates) after the load started (rate {})",
+        seen["v"]
+    );
+    assert!(
+        after <= 2,
+        "the step numbers changed only {after} updates (~{after} s) after the load started"
+    );
     // They keep moving: the run count in the route's line changes at the next update.
     let sum = r#"const t = document.querySelector('[data-route="GET /vacancies"] [data-route-sum]');
 return t ? t.textContent : null;"#;
@@ -580,6 +593,7 @@ return t ? t.textContent : null;"#;
     )
     .await;
     assert_eq!(r.status, 502);
+    let u0 = browser.js(updates).await.as_u64().unwrap();
     let (marked, delay) = browser
         .wait_js(
             "the failed request is listed",
@@ -589,13 +603,18 @@ return t ? t.textContent : null;"#;
 if (!e) return null;
 const row = e.querySelector('.wf .row.failed');
 return {{ step: e.getAttribute('data-failed-step'), row: row && row.getAttribute('data-wf-step'),
-  text: e.innerText }};"#
+  text: e.innerText, u: +document.body.dataset.updates }};"#
             ),
         )
         .await;
     let listed_after = sent.elapsed();
+    let after = marked["u"].as_u64().unwrap() - u0;
     println!(
-        "the failed request was listed {listed_after:?} after it was sent (polled for {delay:?})"
+        "the failed request was listed {listed_after:?} after it was sent ({after} page updates after its answer; polled for {delay:?})"
+    );
+    assert!(
+        after <= 2,
+        "the failed request appeared only {after} updates (~{after} s) after its answer"
     );
     assert_eq!(marked["step"], "details", "{marked:#}");
     assert_eq!(marked["row"], "details", "{marked:#}");

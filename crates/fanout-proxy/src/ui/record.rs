@@ -173,8 +173,9 @@ pub enum StepOutcome {
 #[derive(Debug, Clone)]
 struct StepRec {
     index: u32,
-    start_us: u64,
-    end_us: u64,
+    /// Offsets from the request's arrival (a flow longer than 71 minutes saturates).
+    start_us: u32,
+    end_us: u32,
     outcome: StepOutcome,
     /// `error.code` of a failure.
     code: Option<Box<str>>,
@@ -232,8 +233,8 @@ impl RequestSteps {
         }
         let rec = StepRec {
             index: u32::try_from(step.index).unwrap_or(u32::MAX),
-            start_us: micros(started.saturating_duration_since(self.start)),
-            end_us: micros(now.saturating_duration_since(self.start)),
+            start_us: micros32(started.saturating_duration_since(self.start)),
+            end_us: micros32(now.saturating_duration_since(self.start)),
             outcome,
             code,
         };
@@ -254,6 +255,10 @@ impl RequestSteps {
             *c = c.saturating_add(1);
         }
     }
+}
+
+fn micros32(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
 fn micros(d: Duration) -> u64 {
@@ -445,8 +450,8 @@ impl Recent {
                     .steps
                     .get(s.index as usize)
                     .map_or_else(String::new, |p| p.name.to_string()),
-                start_us: s.start_us,
-                end_us: s.end_us,
+                start_us: u64::from(s.start_us),
+                end_us: u64::from(s.end_us),
                 outcome: s.outcome,
                 code: s.code.map(String::from),
                 calls: inner.calls.get(s.index as usize).copied().unwrap_or(0),
