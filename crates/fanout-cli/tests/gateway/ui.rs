@@ -711,6 +711,26 @@ async fn in_chromium_the_page_draws_every_route_of_user_orders() {
     let want = routes_of(&st);
     assert!(want.len() >= 2, "{st:#}");
     assert_eq!(drawn_routes(&drawn), want, "every route, every step");
+    // The database and its cache: a read twice (the second from the cache), then the page's
+    // tables show the pool and the cache's hit ratio.
+    for _ in 0..2 {
+        let r = get(&format!("http://{}/users/1", gw.addr)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let (tables, _) = browser
+        .wait_js(
+            "the database and cache tables",
+            Duration::from_secs(20),
+            r#"const db = document.querySelector('#databases [data-row="db"]');
+const cache = document.querySelector('#caches [data-row="db"]');
+return db && cache && /hit_ratio=\d/.test(cache.innerText)
+  ? { db: db.innerText, cache: cache.innerText } : null;"#,
+        )
+        .await;
+    assert!(
+        tables["db"].as_str().unwrap().contains("max_size=4"),
+        "{tables:#}"
+    );
     browser.close().await;
     gw.shutdown().await.unwrap();
 }
