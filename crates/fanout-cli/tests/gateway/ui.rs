@@ -449,6 +449,36 @@ impl Browser {
         let url = format!("{}/session/{}", self.base, self.session);
         let _ = send(&self.c, Method::DELETE, &url, &[], "").await;
         let _ = self.driver.kill().await;
+        // `Drop` ends any browser process the session left behind.
+    }
+}
+
+impl Drop for Browser {
+    /// The browser's processes are chromedriver's children: on a failed test (or a session that
+    /// did not end them) they would outlive it. They are found by their own profile directory,
+    /// which nothing else uses, and killed by id.
+    fn drop(&mut self) {
+        let _ = self.driver.start_kill();
+        let flag = format!("--user-data-dir={}", self.profile.display());
+        let pids: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_string_lossy().into_owned();
+                pid.parse::<u32>().ok()?;
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                cmd.split(|&b| b == 0)
+                    .any(|arg| arg == flag.as_bytes())
+                    .then_some(pid)
+            })
+            .collect();
+        if !pids.is_empty() {
+            let _ = std::process::Command::new("kill")
+                .arg("-KILL")
+                .args(&pids)
+                .status();
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
