@@ -49,6 +49,9 @@ pub struct UiConfig {
     /// body excerpt, transport and expression errors). Default false: the page shows the
     /// error code, the safe message and the backend, never a backend body.
     pub error_detail: bool,
+    /// How many of the last config reloads (applied or refused, with their errors) the page
+    /// lists. Default 20.
+    pub reload_history: usize,
 }
 
 impl Default for UiConfig {
@@ -60,6 +63,7 @@ impl Default for UiConfig {
             slow_threshold: Dur(std::time::Duration::from_millis(500)),
             record_per_second: 20,
             error_detail: false,
+            reload_history: 20,
         }
     }
 }

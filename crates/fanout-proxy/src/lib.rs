@@ -191,7 +191,7 @@ impl Gateway {
         share_memory_budget(&built.live, &bodies);
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
-            reloads: reload::Reloads::default(),
+            reloads: reload::Reloads::new(cfg.admin.ui.reload_history),
             limits: cfg.server.clone(),
             deadline_header: built.deadline_header,
             watchdog: std::sync::OnceLock::new(),

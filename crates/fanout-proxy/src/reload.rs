@@ -60,14 +60,21 @@ pub(crate) struct Reloads {
     /// Unix time (ms) of the last successful reload; 0 before any.
     last_ok_ms: AtomicU64,
     last_error: std::sync::Mutex<Option<String>>,
-    /// The last [`HISTORY`] reloads, oldest first: (unix ms, the error of a refused one).
+    /// The last `history_cap` reloads, oldest first: (unix ms, the error of a refused one).
     history: std::sync::Mutex<std::collections::VecDeque<(u64, Option<String>)>>,
+    /// `admin.ui.reload_history`: how many reloads [`Reloads::history_json`] lists.
+    history_cap: usize,
 }
 
-/// How many reloads [`Reloads::history_json`] lists.
-const HISTORY: usize = 20;
-
 impl Reloads {
+    /// Counters and a history of at most `history_cap` reloads (`admin.ui.reload_history`).
+    pub(crate) fn new(history_cap: usize) -> Reloads {
+        Reloads {
+            history_cap,
+            ..Reloads::default()
+        }
+    }
+
     fn succeeded(&self) {
         self.ok.fetch_add(1, Ordering::Relaxed);
         let now = SystemTime::now()
@@ -90,8 +97,11 @@ impl Reloads {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis() as u64;
+        if self.history_cap == 0 {
+            return;
+        }
         let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        while h.len() >= HISTORY {
+        while h.len() >= self.history_cap {
             h.pop_front();
         }
         h.push_back((now, error));

@@ -294,6 +294,20 @@ async fn reloads_are_listed_with_the_config_generation_and_the_refusals_error() 
         .collect();
     assert_eq!(names, ["GET /vacancies", "GET /ping"]);
     gw.shutdown().await.unwrap();
+
+    // `admin.ui.reload_history` bounds the list; the counts go on.
+    let capped = format!("{yaml}admin:\n  ui: {{ reload_history: 1 }}\n");
+    let gw = gateway(&capped, &s).await;
+    for _ in 0..2 {
+        gw.gateway
+            .reload(crate::support::config(&capped, &s))
+            .await
+            .unwrap();
+    }
+    let cfg = state(gw.admin_addr.unwrap()).await["config"].clone();
+    assert_eq!(cfg["generation"], 3, "{cfg:#}");
+    assert_eq!(cfg["history"].as_array().map(Vec::len), Some(1), "{cfg:#}");
+    gw.shutdown().await.unwrap();
 }
 
 // ---- in headless Chromium, over WebDriver ----
