@@ -114,12 +114,7 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         "/readyz" => ready(gw),
         "/__fanout/status" => json(StatusCode::OK, gw.status_json().to_string()),
         "/ui" | "/ui/" if gw.recent.is_some() => page(),
-        "/ui/api/state" if gw.recent.is_some() => {
-            let mut r = json(StatusCode::OK, crate::ui::state_json(gw).to_string());
-            r.headers_mut()
-                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            r
-        }
+        "/ui/api/state" if gw.recent.is_some() => ui_state(gw).await,
         _ => json(
             StatusCode::NOT_FOUND,
             r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz, /__fanout/status and /ui"}"#.into(),
@@ -162,6 +157,23 @@ fn page() -> Response<Body> {
     h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
+}
+
+/// `/ui/api/state`: built off the runtime's workers (its size grows with the routes and steps).
+async fn ui_state(gw: &Arc<Gateway>) -> Response<Body> {
+    let gw = gw.clone();
+    match tokio::task::spawn_blocking(move || crate::ui::state_json(&gw).to_string()).await {
+        Ok(text) => {
+            let mut r = json(StatusCode::OK, text);
+            r.headers_mut()
+                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(_) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"error":"building the page's state failed"}"#.into(),
+        ),
+    }
 }
 
 /// `/readyz`: 200 when ready, else 503 with the reason.
