@@ -583,6 +583,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             outln!("gateway    http://{}", d.gateway.addr);
             if let Some(a) = d.gateway.admin_addr {
                 outln!("admin      http://{a}/metrics  /healthz  /readyz");
+                outln!("live page  http://{a}/ui");
             }
             outln!();
             outln!(

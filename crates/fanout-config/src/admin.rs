@@ -23,6 +23,49 @@ pub struct AdminConfig {
     pub timeout: Dur,
     /// TLS on the admin listener (same settings as the top-level `tls`). Default: none.
     pub tls: Option<crate::ListenerTls>,
+    /// The live page `/ui` (and its data, `/ui/api/state`): routes with their flow graphs and
+    /// live step numbers, backends, databases, models, admission, reloads, and the last slow
+    /// and failed requests with a waterfall of their steps.
+    pub ui: UiConfig,
+}
+
+/// The live page on the admin listener (`admin.ui`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiConfig {
+    /// Serve `/ui` and record what it shows (per-step numbers, slow and failed requests).
+    /// `false`: `/ui` is a 404 and nothing is recorded on the request path. Default true.
+    pub enabled: bool,
+    /// How many of the last slow requests are kept (oldest dropped first). Default 50.
+    pub slow_requests: usize,
+    /// How many of the last failed requests are kept (oldest dropped first). Default 50.
+    pub failed_requests: usize,
+    /// A request whose flow takes at least this long is slow. Default 500ms.
+    pub slow_threshold: Dur,
+    /// Most slow and most failed requests recorded per second, each (the others are counted,
+    /// not kept): bounds the cost under a storm of failures. Default 20.
+    pub record_per_second: u32,
+    /// Show each failed step's internal detail as the log line has it (backend status and
+    /// body excerpt, transport and expression errors). Default false: the page shows the
+    /// error code, the safe message and the backend, never a backend body.
+    pub error_detail: bool,
+    /// How many of the last config reloads (applied or refused, with their errors) the page
+    /// lists. Default 20.
+    pub reload_history: usize,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        UiConfig {
+            enabled: true,
+            slow_requests: 50,
+            failed_requests: 50,
+            slow_threshold: Dur(std::time::Duration::from_millis(500)),
+            record_per_second: 20,
+            error_detail: false,
+            reload_history: 20,
+        }
+    }
 }
 
 impl Default for AdminConfig {
@@ -33,6 +76,7 @@ impl Default for AdminConfig {
             max_connections: 16,
             timeout: Dur::secs(10),
             tls: None,
+            ui: UiConfig::default(),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The admin listener (`admin.listen`): `/metrics`, `/healthz`, `/readyz` and
-//! `/__fanout/status` on an address of their own. A tiny HTTP/1.1 server, separate from the
+//! The admin listener (`admin.listen`): `/metrics`, `/healthz`, `/readyz`,
+//! `/__fanout/status` and the live page `/ui` (`ui/`) on an address of their own. A tiny HTTP/1.1 server, separate from the
 //! client port: its own connection cap (`admin.max_connections`, further connections are closed
 //! at once) and timeout (`admin.timeout`: to send a request head, and idle between requests),
 //! never the client port's admission — so an overloaded gateway still answers its health checks
@@ -9,7 +9,9 @@ use crate::Gateway;
 use crate::body::Body;
 use crate::metrics::scrape;
 use bytes::Bytes;
-use http::header::{ALLOW, CONTENT_TYPE};
+use http::header::{
+    ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS,
+};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -111,9 +113,11 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         "/healthz" => json(StatusCode::OK, r#"{"status":"ok"}"#.into()),
         "/readyz" => ready(gw),
         "/__fanout/status" => json(StatusCode::OK, gw.status_json().to_string()),
+        "/ui" | "/ui/" if gw.recent.is_some() => page(),
+        "/ui/api/state" if gw.recent.is_some() => ui_state(gw).await,
         _ => json(
             StatusCode::NOT_FOUND,
-            r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz and /__fanout/status"}"#.into(),
+            r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz, /__fanout/status and /ui"}"#.into(),
         ),
     }
 }
@@ -133,6 +137,41 @@ async fn metrics(gw: &Arc<Gateway>) -> Response<Body> {
         _ => json(
             StatusCode::INTERNAL_SERVER_ERROR,
             r#"{"error":"encoding the metrics failed"}"#.into(),
+        ),
+    }
+}
+
+/// `/ui`: the live page (`ui/page.html`), with a Content-Security-Policy that allows nothing
+/// from elsewhere.
+fn page() -> Response<Body> {
+    let mut r = Response::new(Body::full(Bytes::from_static(crate::ui::PAGE.as_bytes())));
+    let h = r.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(crate::ui::CSP),
+    );
+    h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// `/ui/api/state`: built off the runtime's workers (its size grows with the routes and steps).
+async fn ui_state(gw: &Arc<Gateway>) -> Response<Body> {
+    let gw = gw.clone();
+    match tokio::task::spawn_blocking(move || crate::ui::state_json(&gw).to_string()).await {
+        Ok(text) => {
+            let mut r = json(StatusCode::OK, text);
+            r.headers_mut()
+                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(_) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"error":"building the page's state failed"}"#.into(),
         ),
     }
 }

@@ -32,6 +32,7 @@ pub mod server;
 pub mod stack;
 pub mod telemetry;
 pub mod tls;
+pub mod ui;
 pub mod watchdog;
 
 use arc_swap::ArcSwap;
@@ -99,6 +100,8 @@ pub struct Gateway {
     compression_stats: compression::CompressionStats,
     /// Where the flows' branches are recorded (`fanout test --coverage`); `None` when serving.
     coverage: Option<Arc<fanout_flow::coverage::Coverage>>,
+    /// The live page's last slow and failed requests (`None` with `admin.ui.enabled: false`).
+    recent: Option<ui::record::Recent>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -119,6 +122,10 @@ pub struct Live {
     l2: Option<Arc<fanout_layers::l2::L2>>,
     /// The routes' metric handles (`None` with `admin.metrics: false`).
     route_metrics: Option<metrics::RouteTable>,
+    /// The live page's per-route and per-step numbers (`None` with `admin.ui.enabled: false`).
+    ui_stats: Option<ui::record::RouteStats>,
+    /// The compiled routes, by route index (the live page draws their graphs).
+    routes: Vec<Arc<RoutePlan>>,
     /// The `error.code`s the config's steps answer with (`fail`, `on_status`), sorted: each has a
     /// `fanout_errors_total` series from the start.
     error_codes: Vec<Arc<str>>,
@@ -189,7 +196,7 @@ impl Gateway {
         share_memory_budget(&built.live, &bodies);
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
-            reloads: reload::Reloads::default(),
+            reloads: reload::Reloads::new(cfg.admin.ui.reload_history),
             limits: cfg.server.clone(),
             deadline_header: built.deadline_header,
             watchdog: std::sync::OnceLock::new(),
@@ -213,6 +220,11 @@ impl Gateway {
             admin_tls,
             compression_stats: compression::CompressionStats::default(),
             coverage: None,
+            recent: cfg
+                .admin
+                .ui
+                .enabled
+                .then(|| ui::record::Recent::new(&cfg.admin.ui)),
         })
     }
 

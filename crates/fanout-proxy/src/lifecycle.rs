@@ -182,7 +182,32 @@ impl Gateway {
             c.ran();
             obs.coverage = Some(c);
         }
+        // The live page's record of the steps (`admin.ui`): kept only if the run is slow or
+        // fails.
+        let ui_steps = self
+            .recent
+            .as_ref()
+            .map(|_| crate::ui::record::RequestSteps::new(cx.rec.start()));
+        let ui_stats = cx.live.ui_stats.as_ref().and_then(|s| s.route(route.index));
+        obs.ui = ui_steps.as_ref().map(|s| (s, ui_stats));
         let out = route.run_observed(request, deadline, &obs).await;
+        if let (Some(recent), Some(steps)) = (&self.recent, ui_steps) {
+            recent.finish(
+                crate::ui::record::Finished {
+                    steps,
+                    route,
+                    route_name: cx
+                        .live
+                        .route_names
+                        .get(route.index)
+                        .map_or("", String::as_str),
+                    path: cx.parts.uri.path(),
+                    request_id: cx.rid,
+                    result: out.as_ref().map(|o| o.status),
+                },
+                ui_stats,
+            );
+        }
         cx.rec.ran(&out);
         cx.tel.ran(&out);
         slot.completed();

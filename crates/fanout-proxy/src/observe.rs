@@ -2,12 +2,14 @@
 //! [`fanout_flow::observe::Observer`] to the parts that are on for this request (each `None`
 //! when off, so a request with nothing on pays a branch per hook). The parts keep their logic in
 //! their own modules: metrics in `metrics/`, the trace in `telemetry/trace.rs`, the timeline (for
-//! `Server-Timing` and the access log) in `telemetry/server_timing.rs`.
+//! `Server-Timing` and the access log) in `telemetry/server_timing.rs`, the live page's record in
+//! `ui/record.rs`.
 
 use crate::errlog::LogThrottle;
 use crate::metrics::RouteMetrics;
 use crate::telemetry::server_timing::Timeline;
 use crate::telemetry::trace::RequestTrace;
+use crate::ui::record::{RequestSteps, RouteStat};
 use fanout_flow::FlowError;
 use fanout_flow::coverage::{Branch, RouteCoverage};
 use fanout_flow::memory::RequestMemory;
@@ -33,6 +35,9 @@ pub struct RequestObserver<'a> {
     /// Where the branches the run takes are recorded (`None`: coverage is not recorded, as
     /// when serving; `fanout test --coverage` records it).
     pub coverage: Option<RouteCoverage<'a>>,
+    /// The live page's record of the request's steps and its route's numbers (`None`:
+    /// `admin.ui` off).
+    pub ui: Option<(&'a RequestSteps, Option<&'a RouteStat>)>,
 }
 
 /// The log line of an optional step that failed and gave its default (the answer is partial):
@@ -91,6 +96,9 @@ impl Observer for RequestObserver<'_> {
         if let Some(m) = self.metrics {
             m.call_finished(step, elapsed, result);
         }
+        if let Some((steps, _)) = self.ui {
+            steps.call_finished(step);
+        }
     }
 
     fn call_trace(&self, step: &StepPlan) -> Option<CallTrace> {
@@ -103,6 +111,9 @@ impl Observer for RequestObserver<'_> {
         }
         if let Some(t) = self.timing {
             t.step_finished(step, started, end);
+        }
+        if let Some((steps, stats)) = self.ui {
+            steps.step_finished(stats, step, started, end);
         }
         if let (Some(l), StepEnd::Defaulted(e)) = (self.degraded, end) {
             l.write(step, e);

@@ -60,9 +60,21 @@ pub(crate) struct Reloads {
     /// Unix time (ms) of the last successful reload; 0 before any.
     last_ok_ms: AtomicU64,
     last_error: std::sync::Mutex<Option<String>>,
+    /// The last `history_cap` reloads, oldest first: (unix ms, the error of a refused one).
+    history: std::sync::Mutex<std::collections::VecDeque<(u64, Option<String>)>>,
+    /// `admin.ui.reload_history`: how many reloads [`Reloads::history_json`] lists.
+    history_cap: usize,
 }
 
 impl Reloads {
+    /// Counters and a history of at most `history_cap` reloads (`admin.ui.reload_history`).
+    pub(crate) fn new(history_cap: usize) -> Reloads {
+        Reloads {
+            history_cap,
+            ..Reloads::default()
+        }
+    }
+
     fn succeeded(&self) {
         self.ok.fetch_add(1, Ordering::Relaxed);
         let now = SystemTime::now()
@@ -71,11 +83,47 @@ impl Reloads {
         self.last_ok_ms
             .store(now.as_millis() as u64, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.remember(None);
     }
 
     fn failed(&self, e: &ReloadError) {
         self.failed.fetch_add(1, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        self.remember(Some(e.to_string()));
+    }
+
+    fn remember(&self, error: Option<String>) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        if self.history_cap == 0 {
+            return;
+        }
+        let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        while h.len() >= self.history_cap {
+            h.pop_front();
+        }
+        h.push_back((now, error));
+    }
+
+    /// `{generation, reloads, failed, history: [{at_unix_ms, ok, error}]}` (newest first) for
+    /// the live page: the generation is 1 for the config loaded at start, one more per
+    /// successful reload.
+    pub(crate) fn history_json(&self) -> serde_json::Value {
+        let ok = self.ok.load(Ordering::Relaxed);
+        let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let history: Vec<serde_json::Value> = h
+            .iter()
+            .rev()
+            .map(|(at, e)| serde_json::json!({"at_unix_ms": at, "ok": e.is_none(), "error": e}))
+            .collect();
+        serde_json::json!({
+            "generation": ok + 1,
+            "reloads": ok,
+            "failed": self.failed.load(Ordering::Relaxed),
+            "history": history,
+        })
     }
 
     /// `{reloads, failed, last_reload_unix_ms, last_error}` for the status endpoint.
@@ -200,6 +248,12 @@ pub(crate) fn build_live(
         route_admission: admission::RouteTable::new(&cfg.routes, adm),
         l2,
         route_metrics: metrics.map(|m| m.route_table(&plan.routes)),
+        ui_stats: cfg
+            .admin
+            .ui
+            .enabled
+            .then(|| crate::ui::record::RouteStats::new(&plan.routes)),
+        routes: plan.routes.clone(),
         error_codes,
         config: Arc::new(cfg),
         grpc,

@@ -65,3 +65,4 @@ mod signals;
 mod telemetry;
 mod tls;
 mod tls_listener;
+mod ui;

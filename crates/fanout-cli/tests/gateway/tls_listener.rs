@@ -866,6 +866,12 @@ async fn the_admin_listener_serves_over_tls_with_http1_1() {
     );
     let (status, v) = c.get("/healthz").await.unwrap();
     assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    // The live page's data, over the same TLS connection.
+    let (status, v) = c.get("/ui/api/state").await.unwrap();
+    assert_eq!(
+        (status, v["routes"][0]["name"].as_str()),
+        (200, Some("GET /a"))
+    );
     // The client port stays plain.
     assert_eq!(get(&format!("http://{}/a", gw.addr)).await.status, 200);
     let st = gw.gateway().status_json();

@@ -182,6 +182,7 @@ impl<'a> RequestTelemetry<'a> {
             degraded: None,
             memory: None,
             coverage: None,
+            ui: None,
         }
     }
 
