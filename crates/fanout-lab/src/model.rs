@@ -363,8 +363,12 @@ pub const EQUAL_WORK_VARIANTS: &[&str] = &[
     "fanout-tls",
     "fanout-gzip",
     "fanout-br",
-    crate::targets::PER_CORE,
+    PER_CORE,
 ];
+
+/// The target every scenario has: its `fanout` config with `server.runtime: per_core` (one
+/// single-threaded runtime per core), the same work as `fanout`.
+pub const PER_CORE: &str = "fanout-percore";
 
 impl Scenario {
     /// Whether every target of the scenario is meant to do the same backend work per request:

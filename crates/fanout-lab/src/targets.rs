@@ -66,9 +66,7 @@ pub fn available_targets(s: &Scenario) -> Vec<String> {
     v
 }
 
-/// The target every scenario has: its `fanout` config with `server.runtime: per_core` (one
-/// single-threaded runtime per core), the same work as `fanout`.
-pub const PER_CORE: &str = "fanout-percore";
+pub use crate::model::PER_CORE;
 
 /// A variant target's config as the lab runs it ([`equal_work`]); `None` for other targets.
 pub(crate) fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
