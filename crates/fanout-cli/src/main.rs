@@ -317,9 +317,12 @@ fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
 /// The control thread's runtime of a per-core gateway (`server.runtime: per_core`): one thread
 /// for the admin listener, reloads and background refreshes, a small blocking pool.
 fn control_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // The runtime runs on this thread (`block_on`): what it connects is kept for no core.
+    fanout_runtime::cores::enter_control();
     tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(4)
         .thread_name("fanout-control")
+        .on_thread_start(fanout_runtime::cores::enter_control)
         .enable_all()
         .build()
         .context("starting the runtime")

@@ -144,8 +144,9 @@ pub struct HttpBackend {
     bases: Vec<Base>,
     balancer: Arc<Mutex<BalanceState>>,
     /// The legacy client (TLS, HTTP/2, gRPC): one per core ([`fanout_runtime::cores::shard`]),
-    /// each with its own connections, whose tasks run on that core (one on the work-stealing
-    /// runtime: every thread uses the first).
+    /// each with its own connections, whose tasks run on that core (on the work-stealing
+    /// runtime every thread uses the first), and a last one for the threads outside the cores
+    /// of a per-core gateway (the control thread's reference loads and probes).
     clients: Box<[HttpClient]>,
     headers: HeaderMap,
     max_response_bytes: usize,
@@ -267,7 +268,7 @@ impl HttpBackend {
         Ok(HttpBackend {
             bases,
             balancer: Arc::new(Mutex::new(balancer)),
-            clients: (0..fanout_runtime::cores::shard_count())
+            clients: (0..=fanout_runtime::cores::shard_count())
                 .map(|_| cb.build(connector.clone()))
                 .collect(),
             headers,
@@ -788,8 +789,12 @@ impl Backend for HttpBackend {
                 done(exchange_h1(pool, request, uri, limit).await)
             }),
             None => {
-                let i = fanout_runtime::cores::shard(self.clients.len());
-                let Some(client) = self.clients.get(i).or(self.clients.first()).cloned() else {
+                let cores = self.clients.len().saturating_sub(1);
+                let client = match fanout_runtime::cores::shard(cores) {
+                    Some(i) => self.clients.get(i),
+                    None => self.clients.last(),
+                };
+                let Some(client) = client.cloned() else {
                     return fanout_layers::boxed::pinned(|| async move {
                         done(Err(CallError::new(
                             CallErrorKind::Connect,

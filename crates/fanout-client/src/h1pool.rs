@@ -121,9 +121,10 @@ impl H1Pool {
         })
     }
 
-    /// This thread's shard (`None` only if the pool had no shard, which `new` never makes).
+    /// This thread's shard; `None` on a thread outside the cores of a per-core gateway (its
+    /// calls get a new connection, closed after the call: it is never kept for a core).
     fn shard(&self) -> Option<(usize, &Shard)> {
-        let i = fanout_runtime::cores::shard(self.shards.len());
+        let i = fanout_runtime::cores::shard(self.shards.len())?;
         self.shards.get(i).map(|s| (i, s))
     }
 

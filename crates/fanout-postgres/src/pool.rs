@@ -624,6 +624,14 @@ impl Pool {
         }
         let permit = self.acquire(end).await?;
         let conn = match self.take_idle() {
+            // Per core, a connection made outside the cores (at start, or by the background
+            // reconnect: its task runs on the control thread, which every statement on it would
+            // wake) is replaced by one of this core.
+            Some(c) if c.home.is_none() && fanout_runtime::cores::current().is_some() => {
+                drop(c);
+                self.closed_one();
+                Box::pin(self.connect(end)).await?
+            }
             Some(c) => c,
             // Boxed: connecting (TLS included) is a large future that a call on an idle
             // connection would otherwise carry, and move, every time.

@@ -11,8 +11,21 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+/// [`CORE`]'s value on a thread that is no core's and not the control thread.
+const NONE: usize = usize::MAX;
+/// [`CORE`]'s value on the control thread of a per-core process ([`enter_control`]).
+const CONTROL: usize = usize::MAX - 1;
+
+/// Mark this thread as the control thread of a per-core process (`fanout serve` with
+/// `server.runtime: per_core`: the admin listener, reloads, reference loads, probes and
+/// reconnects run there). It has no shard ([`shard`] is `None`), so what it connects is never
+/// kept for a core — a core's call on it would wake this thread.
+pub fn enter_control() {
+    CORE.with(|c| c.set(CONTROL));
+}
+
 thread_local! {
-    static CORE: Cell<usize> = const { Cell::new(usize::MAX) };
+    static CORE: Cell<usize> = const { Cell::new(NONE) };
 }
 
 /// The most shards any per-core structure has (a machine with more cores shares shards).
@@ -26,7 +39,7 @@ pub fn enter(index: usize) {
 /// The core this thread serves, when it is a core's thread.
 pub fn current() -> Option<usize> {
     let c = CORE.with(Cell::get);
-    (c != usize::MAX).then_some(c)
+    (c != NONE && c != CONTROL).then_some(c)
 }
 
 /// How many shards a per-core structure keeps: the machine's cores (its available
@@ -40,12 +53,15 @@ pub fn shard_count() -> usize {
     })
 }
 
-/// This thread's shard of a structure with `n` shards: its core's index modulo `n`, 0 on a
-/// thread that is not a core's.
-pub fn shard(n: usize) -> usize {
-    match current() {
-        Some(c) if n > 0 => c % n,
-        _ => 0,
+/// This thread's shard of a structure with `n` shards: its core's index modulo `n`; `None` on
+/// the control thread of a per-core process; 0 on any other thread (the work-stealing runtime's
+/// workers, tests).
+pub fn shard(n: usize) -> Option<usize> {
+    match CORE.with(Cell::get) {
+        CONTROL => None,
+        NONE => Some(0),
+        c if n > 0 => Some(c % n),
+        _ => Some(0),
     }
 }
 
@@ -56,13 +72,20 @@ mod tests {
     #[test]
     fn a_core_thread_has_its_shard_and_others_share_shard_0() {
         assert_eq!(current(), None);
-        assert_eq!(shard(4), 0);
+        assert_eq!(shard(4), Some(0));
         std::thread::spawn(|| {
             enter(5);
             assert_eq!(current(), Some(5));
-            assert_eq!(shard(4), 1);
-            assert_eq!(shard(8), 5);
-            assert_eq!(shard(0), 0);
+            assert_eq!(shard(4), Some(1));
+            assert_eq!(shard(8), Some(5));
+            assert_eq!(shard(0), Some(0));
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(|| {
+            enter_control();
+            assert_eq!(current(), None);
+            assert_eq!(shard(4), None);
         })
         .join()
         .unwrap();
