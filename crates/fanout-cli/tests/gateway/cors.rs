@@ -332,17 +332,10 @@ async fn page_server(html: String) -> std::net::SocketAddr {
 }
 
 fn chromium() -> &'static str {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .unwrap_or_else(|| {
-            panic!("headless Chromium is needed: `apt-get install chromium` (./scripts/test installs it)")
-        })
+    crate::support::find_tool(
+        &["chromium", "chromium-browser", "google-chrome"],
+        "chromium",
+    )
 }
 
 const BROWSER_GATEWAY: &str = r#"

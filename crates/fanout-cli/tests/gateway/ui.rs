@@ -312,24 +312,6 @@ async fn reloads_are_listed_with_the_config_generation_and_the_refusals_error() 
 
 // ---- in headless Chromium, over WebDriver ----
 
-fn which(names: &[&'static str], package: &str) -> &'static str {
-    names
-        .iter()
-        .copied()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{} is needed: `apt-get install {package}` (./scripts/test installs it)",
-                names[0]
-            )
-        })
-}
-
 /// A headless Chromium session driven by chromedriver (W3C WebDriver: HTTP and JSON).
 struct Browser {
     driver: tokio::process::Child,
@@ -341,11 +323,11 @@ struct Browser {
 
 impl Browser {
     async fn start() -> Browser {
-        let chrome = which(
+        let chrome = crate::support::find_tool(
             &["chromium", "chromium-browser", "google-chrome"],
             "chromium",
         );
-        let chromedriver = which(&["chromedriver"], "chromium-driver");
+        let chromedriver = crate::support::find_tool(&["chromedriver"], "chromium-driver");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")

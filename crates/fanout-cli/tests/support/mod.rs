@@ -45,3 +45,23 @@ pub async fn gateway_with(
         .await
         .expect("bind gateway")
 }
+
+/// The first of `names` that runs (`NAME --version` succeeds); panics naming the Debian
+/// `package` to install (`./scripts/test` installs it) when none does.
+pub fn find_tool(names: &[&'static str], package: &str) -> &'static str {
+    names
+        .iter()
+        .copied()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is needed: `apt-get install {package}` (./scripts/test installs it)",
+                names.first().copied().unwrap_or("a tool")
+            )
+        })
+}
