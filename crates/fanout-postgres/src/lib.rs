@@ -246,6 +246,7 @@ impl PgBackend {
                 slots: Arc::new(Semaphore::new(max)),
                 waiting: AtomicUsize::new(0),
                 open: AtomicUsize::new(0),
+                growing: AtomicUsize::new(0),
                 idle: Mutex::new(Vec::new()),
                 health: Mutex::new(Health::default()),
                 wake: Notify::new(),

@@ -17,6 +17,9 @@ pub struct Pool {
     pub(super) slots: Arc<Semaphore>,
     pub(super) waiting: AtomicUsize,
     pub(super) open: AtomicUsize,
+    /// Connections being opened by a core that had none idle of its own ([`Pool::pick`]):
+    /// with `open`, never more than `max_size`.
+    pub(super) growing: AtomicUsize,
     pub(super) idle: Mutex<Vec<PooledConn>>,
     pub(super) health: Mutex<Health>,
     pub(super) wake: Notify,
@@ -31,6 +34,25 @@ pub struct Pool {
     pub(super) memory: std::sync::OnceLock<Arc<fanout_protocol::bodies::BodyGate>>,
     /// Counters.
     pub counters: PoolCounters,
+}
+
+/// What [`Pool::pick`] found for a call.
+enum Pick<'a> {
+    /// An idle connection.
+    Idle(PooledConn),
+    /// None of this core's: open one (its place is held).
+    Grow(Growing<'a>),
+    /// None idle: open one (the call's slot is its place).
+    None,
+}
+
+/// A place held for a connection being opened ([`Pool::pick`]), given back when dropped.
+struct Growing<'a>(&'a AtomicUsize);
+
+impl Drop for Growing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A connection in use, with its pool slot. Dropped before the statement finished (the call's
@@ -196,7 +218,8 @@ impl Pool {
         let h = lock(&self.health).clone();
         let c = &self.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        serde_json::json!({
+        let by_core = self.idle_by_core();
+        let mut v = serde_json::json!({
             "protocol": "postgres",
             "up": !h.down && h.connected_once,
             "error": h.error,
@@ -214,7 +237,25 @@ impl Pool {
             "discarded": n(&c.discarded),
             "statements": n(&c.statements),
             "rows": n(&c.rows),
-        })
+        });
+        if let Some(by_core) = by_core {
+            v["idle_by_core"] = by_core.into();
+        }
+        v
+    }
+
+    /// Per core (`server.runtime: per_core`), the idle connections each core's runtime runs, by
+    /// core index; `None` when no idle connection is a core's.
+    fn idle_by_core(&self) -> Option<Vec<usize>> {
+        let idle = lock(&self.idle);
+        let most = idle.iter().filter_map(|c| c.home).max()?;
+        let mut n = vec![0; (most + 1).max(fanout_runtime::cores::shard_count())];
+        for home in idle.iter().filter_map(|c| c.home) {
+            if let Some(k) = n.get_mut(home) {
+                *k += 1;
+            }
+        }
+        Some(n)
     }
 
     /// What a client is told of a statement the server cancelled (SQLSTATE 57014) that the
@@ -289,20 +330,52 @@ impl Pool {
     /// recently idle one this core made (per core, its task runs on this thread: no other core
     /// is woken by the statement), else the most recently idle one of any core.
     pub(super) fn take_idle(&self) -> Option<PooledConn> {
+        match self.pick(false) {
+            Pick::Idle(c) => Some(c),
+            Pick::Grow(_) | Pick::None => None,
+        }
+    }
+
+    /// What a call on this core uses: [`Pool::take_idle`]'s connection, except that per core,
+    /// when this core has no idle connection of its own and the pool may still grow, a new
+    /// connection of this core ([`Pick::Grow`], counted against `max_size` until it is open)
+    /// beats another core's idle one: every statement on that one would wake the other core
+    /// twice (the statement to its task, the rows back).
+    fn pick(&self, grow: bool) -> Pick<'_> {
         let here = fanout_runtime::cores::current();
         let mut idle = lock(&self.idle);
         loop {
-            let i = idle
-                .iter()
-                .rposition(|c| c.home == here)
-                .or_else(|| idle.len().checked_sub(1))?;
+            let own = idle.iter().rposition(|c| c.home == here);
+            // Per core, one no core's (made at start or by the background reconnect) next: the
+            // call replaces it with one of its own core.
+            let own = own.or_else(|| {
+                here.and(
+                    grow.then(|| idle.iter().rposition(|c| c.home.is_none()))
+                        .flatten(),
+                )
+            });
+            let i = match own {
+                Some(i) => i,
+                None if grow
+                    && here.is_some()
+                    && self.open() + self.growing.load(Ordering::Relaxed) < self.cfg.max_size =>
+                {
+                    // Under the idle list's lock: two calls cannot both take the last place.
+                    self.growing.fetch_add(1, Ordering::Relaxed);
+                    return Pick::Grow(Growing(&self.growing));
+                }
+                None => match idle.len().checked_sub(1) {
+                    Some(i) => i,
+                    None => return Pick::None,
+                },
+            };
             let c = idle.remove(i);
             if c.client.is_closed() || c.idle_since.elapsed() > self.cfg.idle_timeout.0 {
                 drop(c);
                 self.closed_one();
                 continue;
             }
-            return Some(c);
+            return Pick::Idle(c);
         }
     }
 
@@ -623,19 +696,25 @@ impl Pool {
             return Err(e);
         }
         let permit = self.acquire(end).await?;
-        let conn = match self.take_idle() {
+        let conn = match self.pick(true) {
             // Per core, a connection made outside the cores (at start, or by the background
             // reconnect: its task runs on the control thread, which every statement on it would
             // wake) is replaced by one of this core.
-            Some(c) if c.home.is_none() && fanout_runtime::cores::current().is_some() => {
+            Pick::Idle(c) if c.home.is_none() && fanout_runtime::cores::current().is_some() => {
                 drop(c);
                 self.closed_one();
                 Box::pin(self.connect(end)).await?
             }
-            Some(c) => c,
+            Pick::Idle(c) => c,
             // Boxed: connecting (TLS included) is a large future that a call on an idle
             // connection would otherwise carry, and move, every time.
-            None => Box::pin(self.connect(end)).await?,
+            Pick::None => Box::pin(self.connect(end)).await?,
+            // Counted in `growing` until `connect` counts it in `open` (or fails).
+            Pick::Grow(g) => {
+                let c = Box::pin(self.connect(end)).await;
+                drop(g);
+                c?
+            }
         };
         let mut in_use = InUse {
             pool: self.clone(),

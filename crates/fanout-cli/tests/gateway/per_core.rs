@@ -251,3 +251,109 @@ async fn the_examples_answer_the_same_per_core() {
         assert!(report.passed(), "{name}:\n{}", report::human(&report));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+async fn each_core_runs_its_statements_on_connections_of_its_own() {
+    // A connection's task runs on the core that opened it: a core that borrowed another core's
+    // idle connection would wake that core twice per statement. Each core opens its own while the
+    // pool has room, and the pool never passes `max_size`.
+    let pg = crate::postgres::cluster().await;
+    crate::postgres::psql(
+        &pg,
+        "CREATE TABLE users (id int4 PRIMARY KEY, name text NOT NULL); \
+         INSERT INTO users SELECT g, 'user ' || g FROM generate_series(1, 100) g;",
+    )
+    .await;
+    let yaml = r#"
+server: { runtime: per_core }
+backends:
+  db:
+    protocol: postgres
+    url: "${DB_URL}"
+    timeout: 5s
+    dedup: false
+    postgres: { max_size: 3 }
+defaults: { coalesce: false }
+routes:
+  - path: /users/{id}
+    flow:
+      user:
+        sql:
+          backend: db
+          mode: one
+          query: "SELECT id, name FROM users WHERE id = $1"
+          params: ['$request.params.id | tonumber']
+    respond: { body: '$user' }
+"#;
+    let url = pg.url();
+    let lookup = move |n: &str| (n == "DB_URL").then(|| url.clone());
+    let gw = load_gateway("fanout.yaml", yaml, &lookup).unwrap_or_else(|e| panic!("{e}"));
+    let gw = start_gateway_on(gw, "127.0.0.1:0", Some("127.0.0.1:0"), Some(2))
+        .await
+        .expect("per-core gateway starts");
+    let pool = |gw: &RunningGateway| gw.gateway.status_json()["backends"]["db"].clone();
+
+    // One kept connection per core (the gateway balances them), each asking in turn, one
+    // statement at a time: a core that finds only the other core's connection idle opens its own.
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        conns.push(h1::conn(gw.addr).await);
+    }
+    for round in 0..3 {
+        for (i, c) in conns.iter_mut().enumerate() {
+            let path = format!("/users/{}", 1 + i + 2 * round);
+            let r = c
+                .send_request(h1::request(Method::GET, &path, ""))
+                .await
+                .expect("answer");
+            let r = Resp::read(r).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.json()["name"], format!("user {}", 1 + i + 2 * round));
+        }
+        if round == 0 {
+            wait_within("each core serves one connection", PATIENCE, || {
+                cores(&gw).iter().map(|c| c[0]).collect::<Vec<_>>() == [1, 1]
+            })
+            .await;
+        }
+    }
+    // Both cores have a connection of their own; all are idle between statements.
+    let p = pool(&gw);
+    let by_core: Vec<u64> = p["idle_by_core"]
+        .as_array()
+        .unwrap_or_else(|| panic!("idle_by_core: {p}"))
+        .iter()
+        .map(|n| n.as_u64().expect("count"))
+        .collect();
+    assert_eq!(by_core.len(), 2, "{p}");
+    assert!(by_core.iter().all(|&n| n >= 1), "{p}");
+    assert_eq!(p["idle"], p["open"], "{p}");
+
+    // Many statements at once from both cores: never more than max_size connections, every
+    // request answered.
+    let many = (0..60).map(|i| {
+        let url = format!("http://{}/users/{}", gw.addr, 1 + i % 100);
+        async move {
+            send(&client(false), Method::GET, &url, &[], "")
+                .await
+                .status
+        }
+    });
+    let statuses = join_all(many).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let p = pool(&gw);
+    assert!(p["open"].as_u64().expect("open") <= 3, "{p}");
+    let sessions = crate::postgres::psql(
+        &pg,
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = current_database()",
+    )
+    .await;
+    let sessions: u64 = sessions
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{sessions}"));
+    assert!(sessions <= 3, "{sessions} sessions");
+    drop(conns);
+    gw.shutdown().await.expect("shutdown");
+}
