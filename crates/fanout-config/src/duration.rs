@@ -280,6 +280,10 @@ impl Dur {
     pub const fn millis(ms: u64) -> Dur {
         Dur(Duration::from_millis(ms))
     }
+    /// Microseconds.
+    pub const fn micros(us: u64) -> Dur {
+        Dur(Duration::from_micros(us))
+    }
     /// Parse `150ms`, `1.5s`, `250us`, `2m`, `1h`, `1m30s`, or `150` (milliseconds).
     pub fn parse(s: &str) -> Result<Dur, DurationError> {
         let d = parse_duration(s, BareNumber::Millis)?;

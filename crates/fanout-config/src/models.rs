@@ -64,6 +64,7 @@ impl ModelsConfig {
             b.max_batch = o.max_batch.unwrap_or(b.max_batch);
             b.max_delay = o.max_delay.unwrap_or(b.max_delay);
             b.slice = o.slice.unwrap_or(b.slice);
+            b.inline_below = o.inline_below.unwrap_or(b.inline_below);
         }
         b
     }
@@ -187,6 +188,13 @@ pub struct ModelBatch {
     /// at most `max_batch`), so a large request (a `for_each` of 1 000 rows) is evaluated in
     /// chunks and the other models' rows run between them. Default 2ms.
     pub slice: Dur,
+    /// A model whose rows of one step evaluate in less than this (from its measured time per
+    /// row) is evaluated on the request's own thread when no other rows wait for it and no
+    /// evaluation of it runs, instead of being handed to a compute thread and its answer handed
+    /// back: for a model of a few microseconds per row the two hand-offs cost more than the
+    /// evaluation. Rows that arrive meanwhile wait and are batched on the compute pool as usual.
+    /// Only with `max_delay: 0`. Default 50us; `0s`: always on the compute pool.
+    pub inline_below: Dur,
 }
 
 impl Default for ModelBatch {
@@ -196,6 +204,7 @@ impl Default for ModelBatch {
             max_batch: 64,
             max_delay: Dur::millis(0),
             slice: Dur::millis(2),
+            inline_below: Dur::micros(50),
         }
     }
 }
@@ -212,6 +221,8 @@ pub struct ModelBatchOverride {
     pub max_delay: Option<Dur>,
     /// See `models.batch.slice`.
     pub slice: Option<Dur>,
+    /// See `models.batch.inline_below`.
+    pub inline_below: Option<Dur>,
 }
 
 /// A `model` step: one inference of a model of `models.dir` (one per element with `for_each`,

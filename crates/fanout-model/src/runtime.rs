@@ -232,6 +232,8 @@ struct LoadState {
 struct Stats {
     rows: AtomicU64,
     batches: AtomicU64,
+    /// Evaluations run on the request's own thread (`batch.inline_below`).
+    inline: AtomicU64,
     refused: AtomicU64,
     expired: AtomicU64,
     cancelled: AtomicU64,
@@ -258,6 +260,8 @@ pub struct ModelStatus {
     pub rows: u64,
     /// Evaluations (batches): `rows / batches` is the mean batch.
     pub batches: u64,
+    /// Evaluations of them run on the request's own thread (`batch.inline_below`).
+    pub inline: u64,
     /// Rows refused because the queue was full.
     pub refused: u64,
     /// Rows dropped from the queue because their deadline passed.
@@ -481,12 +485,14 @@ impl ModelSlot {
                 max_batch: batch.max_batch.max(1),
                 max_delay: batch.max_delay,
                 slice: batch.slice,
+                inline_below: batch.inline_below,
             },
             queue: Mutex::new(Queue::default()),
             load: Mutex::new(LoadState::default()),
             stats: Stats {
                 rows: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
+                inline: AtomicU64::new(0),
                 refused: AtomicU64::new(0),
                 expired: AtomicU64::new(0),
                 cancelled: AtomicU64::new(0),
@@ -527,39 +533,46 @@ impl ModelSlot {
     ) -> Result<oneshot::Receiver<Result<Vec<Val>, RunError>>, RunError> {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
+        let inline = self.inline_fits(n);
         let start = {
             let mut q = lock(&self.queue);
-            if q.rows + n > self.batch.queue {
+            if inline && !q.running && q.timer.is_none() && q.rows == 0 {
+                // Nothing waits for the model and none of its evaluations runs: this one is
+                // cheaper here than handed to a compute thread and back.
+                q.running = true;
+                Start::Inline(version, rows, tx, trace)
+            } else if q.rows + n > self.batch.queue {
                 drop(q);
                 self.stats.refused.fetch_add(n as u64, Relaxed);
                 return Err(RunError::QueueFull(self.batch.queue));
-            }
-            q.items.push_back(Item {
-                version,
-                rows,
-                n,
-                deadline,
-                enqueued: now,
-                tx,
-                trace,
-            });
-            q.rows += n;
-            if q.running {
-                Start::Nothing
-            } else if self.batch.max_delay.0.is_zero() || q.rows >= self.batch.max_batch {
-                q.running = true;
-                q.timer = None;
-                Start::Drain
-            } else if q.timer.is_none() {
-                q.generation += 1;
-                q.timer = Some(q.generation);
-                Start::Timer(q.generation)
             } else {
-                Start::Nothing
+                q.items.push_back(Item {
+                    version,
+                    rows,
+                    n,
+                    deadline,
+                    enqueued: now,
+                    tx,
+                    trace,
+                });
+                q.rows += n;
+                Self::queued(&mut q, &self.batch)
             }
         };
         match start {
             Start::Nothing => {}
+            Start::Inline(version, rows, tx, trace) => {
+                self.evaluate_inline(&version, &rows, n, tx, trace.as_ref());
+                // Rows that came while it ran are the compute pool's.
+                let drain = {
+                    let mut q = lock(&self.queue);
+                    q.running = q.rows > 0;
+                    q.running
+                };
+                if drain {
+                    self.start_drain(compute);
+                }
+            }
             Start::Drain => self.start_drain(compute),
             Start::Timer(generation) => {
                 let (slot, pool) = (self.clone(), compute.clone());
@@ -583,6 +596,57 @@ impl ModelSlot {
             }
         }
         Ok(rx)
+    }
+
+    /// What starts after rows were queued: nothing (an evaluation runs, or the batch timer is
+    /// set), a drain, or the batch timer.
+    fn queued(q: &mut Queue, batch: &ModelBatch) -> Start {
+        if q.running {
+            Start::Nothing
+        } else if batch.max_delay.0.is_zero() || q.rows >= batch.max_batch {
+            q.running = true;
+            q.timer = None;
+            Start::Drain
+        } else if q.timer.is_none() {
+            q.generation += 1;
+            q.timer = Some(q.generation);
+            Start::Timer(q.generation)
+        } else {
+            Start::Nothing
+        }
+    }
+
+    /// Whether `n` rows are evaluated on the caller's thread when the model is idle: with
+    /// `max_delay: 0`, once the model's time per row is measured (at load, then by every
+    /// evaluation), when they take less than `inline_below`.
+    fn inline_fits(&self, n: usize) -> bool {
+        let per_row = self.row_ns.load(Relaxed);
+        let below = u64::try_from(self.batch.inline_below.0.as_nanos()).unwrap_or(u64::MAX);
+        self.batch.max_delay.0.is_zero() && per_row != 0 && per_row.saturating_mul(n as u64) < below
+    }
+
+    /// Evaluate `n` rows on this thread and answer them (counted as a batch that waited 0).
+    fn evaluate_inline(
+        &self,
+        version: &Version,
+        rows: &[f32],
+        n: usize,
+        tx: oneshot::Sender<Result<Vec<Val>, RunError>>,
+        trace: Option<&fanout_layers::trace::CallTrace>,
+    ) {
+        self.stats.inline.fetch_add(1, Relaxed);
+        self.stats.queue_time.record(0);
+        let traces: Vec<&fanout_layers::trace::CallTrace> = trace.into_iter().collect();
+        let answer = match self.evaluate(version, rows, n, &traces) {
+            Ok(out) => Ok((0..n)
+                .map(|r| output_value(&*version.model, &out, r))
+                .collect()),
+            Err(msg) => {
+                self.stats.failed.fetch_add(n as u64, Relaxed);
+                Err(RunError::Failed(msg))
+            }
+        };
+        let _ = tx.send(answer);
     }
 
     /// Put the slot on the scheduler's ready list (its rows are run by a compute job).
@@ -854,6 +918,7 @@ impl ModelSlot {
             load_failures: l.failures,
             rows: self.stats.rows.load(Relaxed),
             batches: self.stats.batches.load(Relaxed),
+            inline: self.stats.inline.load(Relaxed),
             refused: self.stats.refused.load(Relaxed),
             expired: self.stats.expired.load(Relaxed),
             cancelled: self.stats.cancelled.load(Relaxed),
@@ -926,6 +991,13 @@ enum Start {
     Nothing,
     Drain,
     Timer(u64),
+    /// Evaluate on the caller's thread (the slot is marked running for it).
+    Inline(
+        Arc<Version>,
+        Vec<f32>,
+        oneshot::Sender<Result<Vec<Val>, RunError>>,
+        Option<fanout_layers::trace::CallTrace>,
+    ),
 }
 
 /// `classifier` or `regressor`.
@@ -1579,6 +1651,7 @@ fn model_json(m: &ModelStatus, now: SystemTime) -> serde_json::Value {
         "last_error": m.last_error,
         "rows": m.rows,
         "batches": m.batches,
+        "inline": m.inline,
         "mean_batch": if m.batches > 0 { m.rows as f64 / m.batches as f64 } else { 0.0 },
         "pending": m.pending,
         "refused_queue_full": m.refused,
@@ -1625,6 +1698,8 @@ mod tests {
                 max_batch: 64,
                 max_delay,
                 slice: Dur::millis(2),
+                // These tests are of the queue: never inline.
+                inline_below: Dur::millis(0),
             },
             Arc::default(),
         ))
@@ -1689,6 +1764,8 @@ mod tests {
                 max_batch,
                 max_delay: Dur::millis(0),
                 slice: Dur::millis(2),
+                // These tests are of the scheduler: never inline.
+                inline_below: Dur::millis(0),
             },
             sched.clone(),
         ))
@@ -1939,7 +2016,6 @@ mod tests {
         .encode_to_vec()
     }
 
-    #[cfg(feature = "bench-tools")]
     fn loaded(
         name: &str,
         bytes: &[u8],
@@ -2227,6 +2303,80 @@ mod tests {
         let c = s.submit(v, rows(1), 1, later(), &pool, None).unwrap();
         assert_eq!(c.await.unwrap().unwrap().len(), 1);
         assert_eq!(s.status().batches, 2);
+    }
+
+    fn logreg() -> Vec<u8> {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/logreg_bin.onnx"),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_idle_fast_model_is_evaluated_on_the_callers_thread_and_rows_that_wait_still_batch()
+    {
+        let pool = Arc::new(ComputePool::new(1, 8, 0));
+        pool.start().unwrap();
+        // The pool's only thread is busy: an answer given now came from this thread.
+        let release = block(&pool).await;
+        let s = loaded("fast", &logreg(), ModelBatch::default(), &Arc::default());
+        let v = s.current().unwrap();
+        let width = v.model.input_width();
+        let mut a = s
+            .submit(v.clone(), vec![0.5; width], 1, later(), &pool, None)
+            .unwrap();
+        assert_eq!(a.try_recv().unwrap().unwrap().len(), 1);
+        let st = s.status();
+        assert_eq!((st.inline, st.batches, st.rows, st.pending), (1, 1, 1, 0));
+
+        // While an evaluation of the model runs (marked as another thread's would be), rows wait
+        // for the pool and run there as one batch.
+        lock(&s.queue).running = true;
+        let b = s
+            .submit(v.clone(), vec![0.5; width], 1, later(), &pool, None)
+            .unwrap();
+        let c = s
+            .submit(v.clone(), vec![0.5; width * 2], 2, later(), &pool, None)
+            .unwrap();
+        assert_eq!(s.status().pending, 3);
+        s.start_drain(&pool);
+        release.send(()).unwrap();
+        assert_eq!(b.await.unwrap().unwrap().len(), 1);
+        assert_eq!(c.await.unwrap().unwrap().len(), 2);
+        let st = s.status();
+        assert_eq!((st.inline, st.batches, st.rows, st.pending), (1, 2, 4, 0));
+
+        // Idle again: inline again.
+        let mut d = s
+            .submit(v, vec![0.5; width], 1, later(), &pool, None)
+            .unwrap();
+        assert_eq!(d.try_recv().unwrap().unwrap().len(), 1);
+        assert_eq!(s.status().inline, 2);
+    }
+
+    #[tokio::test]
+    async fn a_model_slower_than_inline_below_or_with_it_off_runs_on_the_pool() {
+        for below in [Dur::millis(0), Dur(Duration::from_nanos(1))] {
+            let pool = Arc::new(ComputePool::new(1, 8, 0));
+            pool.start().unwrap();
+            let release = block(&pool).await;
+            let batch = ModelBatch {
+                inline_below: below,
+                ..ModelBatch::default()
+            };
+            let s = loaded("fast", &logreg(), batch, &Arc::default());
+            let v = s.current().unwrap();
+            let width = v.model.input_width();
+            let mut a = s
+                .submit(v, vec![0.5; width], 1, later(), &pool, None)
+                .unwrap();
+            assert!(a.try_recv().is_err(), "{below:?}: answered on the caller");
+            assert_eq!(s.status().pending, 1, "{below:?}");
+            release.send(()).unwrap();
+            assert_eq!(a.await.unwrap().unwrap().len(), 1);
+            let st = s.status();
+            assert_eq!((st.inline, st.batches), (0, 1), "{below:?}");
+        }
     }
 
     #[tokio::test]
