@@ -536,15 +536,17 @@ impl ModelSlot {
         let inline = self.inline_fits(n);
         let start = {
             let mut q = lock(&self.queue);
-            if inline && !q.running && q.timer.is_none() && q.rows == 0 {
+            if q.rows + n > self.batch.queue {
+                // The queue's bound holds for rows evaluated here too: a step with more rows
+                // than it takes is refused whether or not the model is idle.
+                drop(q);
+                self.stats.refused.fetch_add(n as u64, Relaxed);
+                return Err(RunError::QueueFull(self.batch.queue));
+            } else if inline && !q.running && q.timer.is_none() && q.rows == 0 {
                 // Nothing waits for the model and none of its evaluations runs: this one is
                 // cheaper here than handed to a compute thread and back.
                 q.running = true;
                 Start::Inline(version, rows, tx, trace)
-            } else if q.rows + n > self.batch.queue {
-                drop(q);
-                self.stats.refused.fetch_add(n as u64, Relaxed);
-                return Err(RunError::QueueFull(self.batch.queue));
             } else {
                 q.items.push_back(Item {
                     version,
