@@ -1,4 +1,5 @@
-//! The stall watchdog (R1): a heartbeat task that should wake every `TICK`; when it wakes late by
+//! The stall watchdog (R1): a heartbeat task that should wake every tick (a quarter of the
+//! threshold, 10–250 ms: [`tick_for`]); when it wakes late by
 //! more than the threshold, either some worker held the runtime without yielding (blocking I/O,
 //! heavy CPU on a worker) — a *stall*, logged and counted, because every request on that worker
 //! waited too — or the whole process got no CPU (a busy host, a container's CPU limit, a paused
@@ -11,7 +12,7 @@
 //! syscall (`std::thread::sleep`, blocking file I/O, a synchronous DNS lookup — the classic
 //! stall) uses no CPU either, exactly like a process that gets none. What separates them is
 //! whether the process *wanted* CPU and did not get it. A **canary** measures that: a plain OS
-//! thread outside the runtime that sleeps in `TICK` steps and adds up how late it wakes. It
+//! thread outside the runtime that sleeps in tick steps and adds up how late it wakes. It
 //! competes for the CPU like every other thread of the process, so when the process is starved
 //! the canary is late as well; when a worker blocks, the canary — on its own thread, needing a
 //! few microseconds per tick — wakes on time (even on one core: the scheduler runs a thread
@@ -23,7 +24,7 @@
 //! starvation ([`classify`]); otherwise a stall. Without a canary (its thread could not be
 //! started), every late wake counts as a stall, as before.
 //!
-//! Cost: per tick, the heartbeat reads two atomics; the canary wakes 100 times a second and does
+//! Cost: per tick, the heartbeat reads two atomics; the canary wakes once a tick (40 times a second at the default threshold) and does
 //! two atomic writes. Nothing reads `/proc`. One limit: a worker starved while the canary runs
 //! (workers pinned to CPUs the canary is not pinned to) still reads as a stall.
 //!
@@ -38,7 +39,18 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The shortest tick (the heartbeat's and the canary's period).
 const TICK: Duration = Duration::from_millis(10);
+/// The longest tick.
+const MAX_TICK: Duration = Duration::from_millis(250);
+
+/// The tick for a threshold: a quarter of it, from [`TICK`] to [`MAX_TICK`]. A stall longer than
+/// the threshold plus one tick is always seen (the heartbeat's lateness is the stall minus what
+/// was left of its sleep when the stall began); every tick wakes an idle core's thread, so the
+/// default 100 ms threshold costs 40 wake-ups a second per runtime, not 100.
+fn tick_for(threshold: Duration) -> Duration {
+    (threshold / 4).clamp(TICK, MAX_TICK)
+}
 /// At most one log line per kind of event in this period.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -79,7 +91,7 @@ impl Watchdog {
     /// as CPU starvation when the canary thread was late too (see the module doc).
     pub fn spawn(threshold: Duration) -> Arc<Watchdog> {
         let w = Arc::new(Watchdog::default());
-        let canary = Canary::start(Arc::downgrade(&w));
+        let canary = Canary::start(Arc::downgrade(&w), tick_for(threshold));
         let _ = w.beat.set((canary.clone(), threshold));
         tokio::spawn(heartbeat(Arc::downgrade(&w), canary, threshold));
         w
@@ -201,11 +213,13 @@ impl Throttle {
     }
 }
 
-/// A heartbeat on the runtime it runs on: wakes every `TICK`, classifies a late wake-up.
+/// A heartbeat on the runtime it runs on: wakes every tick ([`tick_for`] the threshold),
+/// classifies a late wake-up.
 async fn heartbeat(weak: Weak<Watchdog>, canary: Option<Canary>, threshold: Duration) {
     let mut stall_log = Throttle::new(LOG_EVERY);
     let mut starvation_log = Throttle::new(LOG_EVERY);
-    let mut expected = Instant::now() + TICK;
+    let tick = tick_for(threshold);
+    let mut expected = Instant::now() + tick;
     let mut canary_base = canary.as_ref().map(|c| c.late_total_us());
     loop {
         tokio::time::sleep_until(expected).await;
@@ -235,11 +249,11 @@ async fn heartbeat(weak: Weak<Watchdog>, canary: Option<Canary>, threshold: Dura
             None => {}
         }
         canary_base = canary.as_ref().map(|c| c.late_total_us());
-        expected = now + TICK;
+        expected = now + tick;
     }
 }
 
-/// The canary: a plain thread that sleeps in `TICK` steps and adds up how late it wakes.
+/// The canary: a plain thread that sleeps in ticks and adds up how late it wakes.
 #[derive(Clone, Debug)]
 struct Canary {
     state: Arc<CanaryState>,
@@ -258,18 +272,18 @@ struct CanaryState {
 impl Canary {
     /// Start the canary thread; it ends when `watchdog` is dropped. `None` if no thread could be
     /// started.
-    fn start(watchdog: Weak<Watchdog>) -> Option<Canary> {
+    fn start(watchdog: Weak<Watchdog>, tick: Duration) -> Option<Canary> {
         let origin = std::time::Instant::now();
         let state = Arc::new(CanaryState {
             origin,
             late_total_us: AtomicU64::new(0),
-            due_us: AtomicU64::new(micros(TICK)),
+            due_us: AtomicU64::new(micros(tick)),
         });
         let s = state.clone();
         let started = std::thread::Builder::new()
             .name("fanout-canary".into())
             .spawn(move || {
-                let mut due = origin + TICK;
+                let mut due = origin + tick;
                 while watchdog.strong_count() > 0 {
                     let now = std::time::Instant::now();
                     if due > now {
@@ -278,7 +292,7 @@ impl Canary {
                     let woke = std::time::Instant::now();
                     s.late_total_us
                         .fetch_add(micros(woke.saturating_duration_since(due)), Relaxed);
-                    due = woke + TICK;
+                    due = woke + tick;
                     s.due_us
                         .store(micros(due.saturating_duration_since(origin)), Relaxed);
                 }
@@ -426,7 +440,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn the_canary_ends_with_the_watchdog() {
         let w = Arc::new(Watchdog::default());
-        let c = Canary::start(Arc::downgrade(&w)).expect("canary thread");
+        let c = Canary::start(Arc::downgrade(&w), TICK).expect("canary thread");
         let weak_state = Arc::downgrade(&c.state);
         drop(c);
         drop(w);
