@@ -81,6 +81,8 @@ pub struct HopOptions {
     pub command: String,
     /// `--quick`.
     pub quick: bool,
+    /// The gateway runs one runtime per core (`--targets fanout-percore`).
+    pub per_core: bool,
 }
 
 impl HopOptions {
@@ -95,6 +97,7 @@ impl HopOptions {
             fanout_bin,
             command,
             quick,
+            per_core: false,
         }
     }
 }
@@ -204,7 +207,12 @@ pub async fn run(opts: HopOptions) -> Result<HopReport, HopError> {
     let stubs_file = opts.out.join("stubs.yaml");
     let gw_file = opts.out.join("fanout.yaml");
     std::fs::write(&stubs_file, HOP_STUBS).map_err(io(&stubs_file))?;
-    std::fs::write(&gw_file, HOP_GATEWAY).map_err(io(&gw_file))?;
+    let gateway = if opts.per_core {
+        format!("{HOP_GATEWAY}server:\n  runtime: per_core\n")
+    } else {
+        HOP_GATEWAY.to_string()
+    };
+    std::fs::write(&gw_file, gateway).map_err(io(&gw_file))?;
     let s = |v: &str| v.to_string();
     let mut stub = Proc::spawn(
         "stubs",

@@ -216,13 +216,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let rep = runtime()?.block_on(fanout_lab::seeds::run(opts))?;
         out!("{}", fanout_lab::seeds::text_summary(&rep));
     } else if scenario == fanout_lab::hop::NAME {
-        if !targets.is_empty()
-            || baseline_bin.is_some()
-            || !scenarios.is_empty()
-            || capacity.is_some()
-        {
+        let per_core = match targets.as_slice() {
+            [] => false,
+            [t] if t == "fanout" => false,
+            [t] if t == fanout_lab::model::PER_CORE => true,
+            _ => anyhow::bail!(
+                "lab hop takes one target: fanout (the default) or {} (the gateway with server.runtime: per_core)",
+                fanout_lab::model::PER_CORE
+            ),
+        };
+        if baseline_bin.is_some() || !scenarios.is_empty() || capacity.is_some() {
             anyhow::bail!(
-                "lab hop takes only --quick, --trials, --duration and --out (its two paths are fixed: direct and through fanout)"
+                "lab hop takes only --quick, --trials, --duration, --targets and --out (its two paths are fixed: direct and through fanout)"
             );
         }
         let mut opts = fanout_lab::hop::HopOptions::new(
@@ -231,6 +236,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             fanout_bin()?,
             command_line(),
         );
+        opts.per_core = per_core;
         if let Some(t) = trials {
             opts.rounds = t.max(1);
         }
