@@ -9,8 +9,16 @@
 //! *first* caller, so its attempts belong to that caller's trace; the callers that joined it get a
 //! span of their own saying so.
 //!
-//! This module knows no tracing library: the gateway implements [`CallTracer`]. Calls without a
-//! trace (`trace: None`, tracing off or a call made for no request) cost nothing here.
+//! The same context also counts the attempts of the step that made the call, for the gateway's
+//! record of slow and failed requests (`/ui`'s waterfall: attempts, retries, hedged copies):
+//! [`CallTrace::counter`], told by [`CallTrace::sent`] at each attempt, with or without a
+//! tracer. A call that is only counted (tracing off, or the request not traced) has no tracer:
+//! no span, no address or attributes built, no `traceparent` sent, and the layers take their
+//! untraced paths; it costs an `Arc` clone per call and a counter bump per attempt.
+//!
+//! This module knows no tracing library: the gateway implements [`CallTracer`] and
+//! [`AttemptCounter`]. Calls without a trace (`trace: None`: tracing and the live page off, or a
+//! call made for no request) cost nothing here.
 //!
 //! [`CallRequest::trace`]: crate::backend::CallRequest::trace
 
@@ -66,8 +74,13 @@ impl DedupRole {
 /// One call's trace context and what the layers said about it.
 #[derive(Clone)]
 pub struct CallTrace {
-    /// The step's tracer (its span is the parent of the call's spans).
-    pub tracer: Arc<dyn CallTracer>,
+    /// The step's tracer (its span is the parent of the call's spans); `None`: the request is
+    /// not traced, the call is only counted.
+    pub tracer: Option<Arc<dyn CallTracer>>,
+    /// Counts the attempts of the request's steps (`None`: not counted).
+    pub counter: Option<Arc<dyn AttemptCounter>>,
+    /// The index of the step that made the call (in its route), for the counter.
+    pub step: u32,
     /// Attempt number, 1 for the first (set by the retry layer).
     pub attempt: u32,
     /// This is the hedge layer's second copy.
@@ -84,10 +97,12 @@ pub struct CallTrace {
 }
 
 impl CallTrace {
-    /// A first attempt, not yet seen by any layer.
-    pub fn new(tracer: Arc<dyn CallTracer>) -> CallTrace {
+    /// A first attempt of step `step`, not yet seen by any layer, neither traced nor counted.
+    pub fn new(step: u32) -> CallTrace {
         CallTrace {
-            tracer,
+            tracer: None,
+            counter: None,
+            step,
             attempt: 1,
             hedge: false,
             cache: None,
@@ -96,11 +111,29 @@ impl CallTrace {
             attributes: Vec::new(),
         }
     }
+
+    /// An attempt of this call is sent now: counted, and its span when the call is traced
+    /// (`address`, the backend's base URL, is asked only then).
+    pub fn sent<A: AsRef<str>>(&self, address: impl FnOnce() -> A) -> Option<Box<dyn AttemptSpan>> {
+        if let Some(c) = &self.counter {
+            c.attempt(self);
+        }
+        let tracer = self.tracer.as_ref()?;
+        Some(tracer.attempt(self, address().as_ref()))
+    }
+
+    /// Whether the call has a tracer (spans are recorded, a trace context is sent).
+    pub fn is_traced(&self) -> bool {
+        self.tracer.is_some()
+    }
 }
 
 impl fmt::Debug for CallTrace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallTrace")
+            .field("traced", &self.tracer.is_some())
+            .field("counted", &self.counter.is_some())
+            .field("step", &self.step)
             .field("attempt", &self.attempt)
             .field("hedge", &self.hedge)
             .field("cache", &self.cache)
@@ -139,6 +172,15 @@ pub trait CallTracer: Send + Sync {
     }
 }
 
+/// Counts the attempts of a request's steps (implemented by the gateway's record of slow and
+/// failed requests). Called on the task that sends the attempt: it must be cheap and must not
+/// block.
+pub trait AttemptCounter: Send + Sync {
+    /// An attempt of `call` is sent now, for step [`CallTrace::step`]: a retry when
+    /// [`CallTrace::attempt`] is over 1, a hedged copy when [`CallTrace::hedge`].
+    fn attempt(&self, call: &CallTrace);
+}
+
 /// The span of one attempt (or of a call served without one).
 pub trait AttemptSpan: Send {
     /// Write the trace context (`traceparent`, `tracestate`) to send with the attempt.
@@ -158,7 +200,7 @@ where
     F: std::future::Future<Output = Result<T, CallError>> + Send + 'static,
     T: AnswerStatus + Send + 'static,
 {
-    let span = trace.map(|t| t.tracer.served(t));
+    let span = trace.and_then(|t| Some(t.tracer.as_ref()?.served(t)));
     async move {
         let r = fut.await;
         if let Some(span) = span {

@@ -16,6 +16,7 @@ use fanout_flow::memory::RequestMemory;
 use fanout_flow::observe::{Observer, StepEnd};
 use fanout_flow::plan::StepPlan;
 use fanout_layers::trace::CallTrace;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -37,7 +38,7 @@ pub struct RequestObserver<'a> {
     pub coverage: Option<RouteCoverage<'a>>,
     /// The live page's record of the request's steps and its route's numbers (`None`:
     /// `admin.ui` off).
-    pub ui: Option<(&'a RequestSteps, Option<&'a RouteStat>)>,
+    pub ui: Option<(&'a Arc<RequestSteps>, Option<&'a RouteStat>)>,
 }
 
 /// The log line of an optional step that failed and gave its default (the answer is partial):
@@ -101,8 +102,18 @@ impl Observer for RequestObserver<'_> {
         }
     }
 
+    /// The call's tracer when the request is traced, and the live page's counter of the
+    /// step's attempts when `admin.ui` is on (no allocation: `Arc` clones).
     fn call_trace(&self, step: &StepPlan) -> Option<CallTrace> {
-        self.trace?.call_trace(step)
+        let tracer = self.trace.and_then(|t| t.call_tracer(step));
+        let counter = self.ui.map(|(s, _)| s.counter());
+        if tracer.is_none() && counter.is_none() {
+            return None;
+        }
+        let mut t = CallTrace::new(u32::try_from(step.index).unwrap_or(u32::MAX));
+        t.tracer = tracer;
+        t.counter = counter;
+        Some(t)
     }
 
     fn step_finished(&self, step: &StepPlan, started: Instant, end: StepEnd<'_>) {

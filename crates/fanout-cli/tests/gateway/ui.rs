@@ -208,6 +208,207 @@ async fn slow_requests_are_kept_past_the_threshold() {
     gw.shutdown().await.unwrap();
 }
 
+/// A backend that always answers 503 (retried) and one slower than the hedge delay (hedged).
+const RETRY_HEDGE_STUBS: &str = r#"
+services:
+  svc:
+    listen: "${SVC_ADDR}"
+    routes:
+      - { path: /down, status: 503, body: '{down: true}' }
+      - { path: /slow, latency: 300ms, body: '{ok: true}' }
+"#;
+
+/// Routes on a backend with `retry` (three attempts) and one with `hedge` (after 20 ms, a budget
+/// that grants the first hedge); `telemetry` inserted. Requests over 100 ms are kept as slow.
+fn retry_hedge_config(telemetry: &str) -> String {
+    format!(
+        r#"
+telemetry: {telemetry}
+backends:
+  down:
+    url: "http://${{SVC_ADDR}}"
+    retry: {{ attempts: 3, backoff: 1ms }}
+  tail:
+    url: "http://${{SVC_ADDR}}"
+    hedge: {{ delay: 20ms, max_extra: 1.0 }}
+routes:
+  - path: /down
+    coalesce: false
+    flow:
+      d: {{ http: {{ backend: down, path: '"/down"' }} }}
+    respond: {{ body: '$d' }}
+  - path: /slow
+    coalesce: false
+    flow:
+      s: {{ http: {{ backend: tail, path: '"/slow"' }} }}
+    respond: {{ body: '$s' }}
+admin:
+  ui: {{ slow_threshold: 100ms }}
+"#
+    )
+}
+
+/// The one step of the newest request in `list` (`failed` or `slow`) with id `rid`.
+fn recorded_step(st: &Value, list: &str, rid: &str) -> Value {
+    let reqs = st["recent"][list]["requests"].as_array().cloned();
+    let r = reqs
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r["request_id"] == rid)
+        .unwrap_or_else(|| panic!("{rid} not in the {list} list: {st:#}"));
+    let steps = r["steps"].as_array().cloned().unwrap_or_default();
+    assert_eq!(steps.len(), 1, "{r:#}");
+    steps[0].clone()
+}
+
+async fn get_with_id(url: &str, rid: &str) -> Resp {
+    send(
+        &client(false),
+        Method::GET,
+        url,
+        &[("x-request-id", rid)],
+        "",
+    )
+    .await
+}
+
+/// A failed request's step says how many of its attempts were retries: 503 three times with
+/// `retry: {attempts: 3}` is one call, three attempts, two retries, no hedge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_step_counts_its_retries() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(&retry_hedge_config("{}"), &s).await;
+    let r = get_with_id(&format!("http://{}/down", gw.addr), "ui-retried").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        route_calls(&s, "svc", "GET /down"),
+        3,
+        "three attempts sent"
+    );
+    let st = state(gw.admin_addr.unwrap()).await;
+    let step = recorded_step(&st, "failed", "ui-retried");
+    assert_eq!(step["name"], "d");
+    assert_eq!(step["outcome"], "failed");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(3), &json!(2), &json!(0)),
+        "{step:#}"
+    );
+    gw.shutdown().await.unwrap();
+}
+
+/// A slow request's step says its call was hedged: a 300 ms backend, hedged after 20 ms, is one
+/// call, two attempts, one hedged copy, no retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_step_counts_its_hedged_copy() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(&retry_hedge_config("{}"), &s).await;
+    let r = get_with_id(&format!("http://{}/slow", gw.addr), "ui-hedged").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let st = state(gw.admin_addr.unwrap()).await;
+    let step = recorded_step(&st, "slow", "ui-hedged");
+    assert_eq!(step["outcome"], "ok");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(2), &json!(0), &json!(1)),
+        "{step:#}"
+    );
+    let hedge = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json()["backends"]["tail"]["hedge"]
+        .clone();
+    assert_eq!(hedge["hedges"], 1, "{hedge}");
+    gw.shutdown().await.unwrap();
+}
+
+/// With tracing on, the steps are counted the same and the trace is unchanged: a span per
+/// attempt, numbered, the hedged copy marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tracing_on_retries_and_hedges_are_counted_and_traced() {
+    let otlp = OtlpReceiver::start().await;
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let telemetry = format!(
+        r#"{{ tracing: {{ otlp_endpoint: "{}", sampling_ratio: 1.0, batch_delay: 10ms }} }}"#,
+        otlp.endpoint()
+    );
+    let gw = gateway(&retry_hedge_config(&telemetry), &s).await;
+    let r = get_with_id(&format!("http://{}/down", gw.addr), "ui-traced-retried").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let r = get_with_id(&format!("http://{}/slow", gw.addr), "ui-traced-hedged").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let st = state(gw.admin_addr.unwrap()).await;
+    let step = recorded_step(&st, "failed", "ui-traced-retried");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(3), &json!(2), &json!(0)),
+        "{step:#}"
+    );
+    let step = recorded_step(&st, "slow", "ui-traced-hedged");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(2), &json!(0), &json!(1)),
+        "{step:#}"
+    );
+    // The trace of each: its call spans (kind 3), one per attempt.
+    let calls_of = |rid: &str, n: usize| {
+        let server = otlp
+            .spans()
+            .into_iter()
+            .find(|s| s.kind == 2 && s.attr("fanout.request_id") == Some(rid));
+        let Some(server) = server else {
+            return None;
+        };
+        let mut calls: Vec<(String, String)> = otlp
+            .trace(&server.trace_id)
+            .into_iter()
+            .filter(|s| s.kind == 3)
+            .map(|s| {
+                let a = |k| s.attr(k).unwrap_or_default().to_string();
+                (a("fanout.attempt"), a("fanout.hedge"))
+            })
+            .collect();
+        calls.sort();
+        (calls.len() >= n).then_some(calls)
+    };
+    wait_until("the retried request's three call spans", || {
+        calls_of("ui-traced-retried", 3).is_some()
+    })
+    .await;
+    assert_eq!(
+        calls_of("ui-traced-retried", 3).unwrap_or_default(),
+        [("1", "false"), ("2", "false"), ("3", "false")].map(|(a, h)| (a.into(), h.into()))
+    );
+    wait_until("the hedged request's two call spans", || {
+        calls_of("ui-traced-hedged", 2).is_some()
+    })
+    .await;
+    assert_eq!(
+        calls_of("ui-traced-hedged", 2).unwrap_or_default(),
+        [("1", "false"), ("1", "true")].map(|(a, h)| (a.into(), h.into()))
+    );
+    gw.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_on_the_admin_listener_only() {
     let s = stubs(&hh_stubs()).await;

@@ -301,10 +301,10 @@ impl RequestTrace {
             .push(st);
     }
 
-    /// The context of a call `step` makes.
-    pub fn call_trace(&self, step: &StepPlan) -> Option<CallTrace> {
+    /// The tracer of the calls `step` makes (the parent of their spans).
+    pub fn call_tracer(&self, step: &StepPlan) -> Option<Arc<dyn CallTracer>> {
         let st: Arc<dyn CallTracer> = self.step(step)?;
-        Some(CallTrace::new(st))
+        Some(st)
     }
 
     /// `step` ended: its outcome, then its span ends.
@@ -420,7 +420,7 @@ impl CallTracer for StepTracer {
     ) -> Option<Box<dyn AttemptSpan>> {
         let steps: Vec<&StepTracer> = calls
             .iter()
-            .filter_map(|c| c.tracer.as_any()?.downcast_ref::<StepTracer>())
+            .filter_map(|c| c.tracer.as_ref()?.as_any()?.downcast_ref::<StepTracer>())
             .filter(|t| t.recording)
             .collect();
         let first = steps.first()?;

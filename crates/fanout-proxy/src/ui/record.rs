@@ -3,15 +3,19 @@
 //! and the last slow and failed requests with a waterfall of their steps ([`Recent`], bounded
 //! rings kept for the process, at most `admin.ui.record_per_second` entries per second each).
 //!
-//! The per-request part ([`RequestSteps`]) is a small inline vector filled as steps finish; it
-//! is dropped with the request unless the request is slow or failed, so a request that is
-//! neither pays one push per step and nothing else.
+//! The per-request part ([`RequestSteps`]) is a small inline vector filled as steps finish, and
+//! per step the count of its calls and of the attempts they sent (retries and hedged copies
+//! among them: it is the calls' [`AttemptCounter`], told by the protocol client at each attempt
+//! through the call's [`CallTrace`], traced or not). It is dropped with the request unless the
+//! request is slow or failed, so a request that is neither pays one allocation, one push per
+//! step and a counter bump per call and per attempt, and nothing else.
 
 use fanout_config::UiConfig;
 use fanout_flow::FlowError;
 use fanout_flow::RoutePlan;
 use fanout_flow::observe::StepEnd;
 use fanout_flow::plan::StepPlan;
+use fanout_layers::trace::{AttemptCounter, CallTrace};
 use fanout_runtime::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -181,8 +185,10 @@ struct StepRec {
     code: Option<Box<str>>,
 }
 
-/// The steps of one request as they finish, and the calls each made (cheap: an inline vector
-/// behind an uncontended lock; dropped with the request unless it is recorded).
+/// The steps of one request as they finish, and the calls and attempts each made (cheap: inline
+/// vectors behind an uncontended lock; dropped with the request unless it is recorded). Shared
+/// (`Arc`) with the request's calls, which count their attempts in it; a call that outlives the
+/// request (a hedged copy still running, a shared call) counts into a record no longer read.
 pub struct RequestSteps {
     start: Instant,
     inner: Mutex<Steps>,
@@ -191,8 +197,35 @@ pub struct RequestSteps {
 #[derive(Default)]
 struct Steps {
     done: SmallVec<[StepRec; 6]>,
-    /// Backend calls ended, by step index.
-    calls: SmallVec<[u16; 6]>,
+    /// Calls and attempts, by step index.
+    counts: SmallVec<[Counts; 6]>,
+}
+
+/// A step's calls and attempts.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    /// Backend calls ended.
+    calls: u16,
+    /// Attempts sent (first attempts, retries and hedged copies).
+    attempts: u16,
+    /// Attempts after the first (the retry layer's).
+    retries: u16,
+    /// Hedged copies (the hedge layer's second attempt).
+    hedges: u16,
+}
+
+impl Steps {
+    fn counts(&mut self, index: usize) -> Option<&mut Counts> {
+        if self.counts.len() <= index {
+            // A step index is below its route's step count; a nonsense one is not counted
+            // rather than sizing the vector to it.
+            if index > usize::from(u16::MAX) {
+                return None;
+            }
+            self.counts.resize(index + 1, Counts::default());
+        }
+        self.counts.get_mut(index)
+    }
 }
 
 impl RequestSteps {
@@ -248,11 +281,28 @@ impl RequestSteps {
     /// A backend call of `step` ended.
     pub fn call_finished(&self, step: &StepPlan) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if g.calls.len() <= step.index {
-            g.calls.resize(step.index + 1, 0);
+        if let Some(c) = g.counts(step.index) {
+            c.calls = c.calls.saturating_add(1);
         }
-        if let Some(c) = g.calls.get_mut(step.index) {
-            *c = c.saturating_add(1);
+    }
+
+    /// The counter of the attempts of this request's calls (an `Arc` clone).
+    pub fn counter(self: &Arc<Self>) -> Arc<dyn AttemptCounter> {
+        self.clone()
+    }
+}
+
+impl AttemptCounter for RequestSteps {
+    fn attempt(&self, call: &CallTrace) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = g.counts(call.step as usize) {
+            c.attempts = c.attempts.saturating_add(1);
+            if call.attempt > 1 {
+                c.retries = c.retries.saturating_add(1);
+            }
+            if call.hedge {
+                c.hedges = c.hedges.saturating_add(1);
+            }
         }
     }
 }
@@ -307,6 +357,13 @@ pub struct RecordedStep {
     /// Backend calls it made (a `for_each` step one per element; retries and hedged copies
     /// are within one call).
     pub calls: u16,
+    /// Attempts its calls sent to their backends: first attempts, retries and hedged copies
+    /// (none for a call served by a cache or joined to another request's identical call).
+    pub attempts: u16,
+    /// Of the attempts, those the retry layer sent after a failed one.
+    pub retries: u16,
+    /// Of the attempts, the hedged copies (sent while the first was still waiting).
+    pub hedges: u16,
 }
 
 /// A bounded ring of recorded requests with its per-second cap.
@@ -392,7 +449,7 @@ pub struct Recent {
 /// What a finished run tells [`Recent::finish`].
 pub struct Finished<'a> {
     /// The request's steps.
-    pub steps: RequestSteps,
+    pub steps: Arc<RequestSteps>,
     /// The route it ran.
     pub route: &'a RoutePlan,
     /// `METHOD /pattern`.
@@ -436,25 +493,32 @@ impl Recent {
             return;
         }
         let arrived = now.saturating_sub(elapsed);
-        let inner = f
-            .steps
-            .inner
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner());
+        // Taken, not unwrapped: a call still running (a hedged copy, a shared call) may hold it.
+        let inner = std::mem::take(&mut *f.steps.inner.lock().unwrap_or_else(|p| p.into_inner()));
         let mut steps: Vec<RecordedStep> = inner
             .done
             .into_iter()
-            .map(|s| RecordedStep {
-                name: f
-                    .route
-                    .steps
+            .map(|s| {
+                let n = inner
+                    .counts
                     .get(s.index as usize)
-                    .map_or_else(String::new, |p| p.name.to_string()),
-                start_us: u64::from(s.start_us),
-                end_us: u64::from(s.end_us),
-                outcome: s.outcome,
-                code: s.code.map(String::from),
-                calls: inner.calls.get(s.index as usize).copied().unwrap_or(0),
+                    .copied()
+                    .unwrap_or_default();
+                RecordedStep {
+                    name: f
+                        .route
+                        .steps
+                        .get(s.index as usize)
+                        .map_or_else(String::new, |p| p.name.to_string()),
+                    start_us: u64::from(s.start_us),
+                    end_us: u64::from(s.end_us),
+                    outcome: s.outcome,
+                    code: s.code.map(String::from),
+                    calls: n.calls,
+                    attempts: n.attempts,
+                    retries: n.retries,
+                    hedges: n.hedges,
+                }
             })
             .collect();
         steps.sort_by_key(|s| (s.start_us, s.end_us));
