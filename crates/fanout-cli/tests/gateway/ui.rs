@@ -961,3 +961,57 @@ return db && cache && /hit_ratio=\d/.test(cache.innerText)
     browser.close().await;
     gw.shutdown().await.unwrap();
 }
+
+/// In Chromium, a waterfall bar says its step's retries and hedged copies ("1 call · 2
+/// retries"); a step with neither says nothing more than before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs Chromium and chromedriver"]
+async fn in_chromium_a_waterfall_says_its_retries_and_hedges() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(&retry_hedge_config("{}"), &s).await;
+    let admin = gw.admin_addr.unwrap();
+    let r = get_with_id(&format!("http://{}/down", gw.addr), "ui-wf-retried").await;
+    assert_eq!(r.status, 502);
+    let r = get_with_id(&format!("http://{}/slow", gw.addr), "ui-wf-hedged").await;
+    assert_eq!(r.status, 200);
+    let browser = Browser::start().await;
+    browser.open(&format!("http://{admin}/ui")).await;
+    let label = |list: &str, rid: &str| {
+        format!(
+            r#"const e = document.querySelector('#{list} [data-request-id="{rid}"]');
+if (!e) return null;
+const a = e.querySelector('.wf [data-attempts]');
+const bar = e.querySelector('.wf .bar');
+return {{ label: a && a.textContent, tip: bar && bar.title }};"#
+        )
+    };
+    let (retried, _) = browser
+        .wait_js(
+            "the retried request is listed",
+            Duration::from_secs(20),
+            &label("failed", "ui-wf-retried"),
+        )
+        .await;
+    assert_eq!(retried["label"], "1 call · 2 retries", "{retried:#}");
+    assert!(
+        retried["tip"]
+            .as_str()
+            .is_some_and(|t| t.contains("1 call · 2 retries")),
+        "{retried:#}"
+    );
+    let (hedged, _) = browser
+        .wait_js(
+            "the hedged request is listed",
+            Duration::from_secs(20),
+            &label("slow", "ui-wf-hedged"),
+        )
+        .await;
+    assert_eq!(hedged["label"], "1 call · 1 hedge", "{hedged:#}");
+    if let Some(path) = std::env::var_os("FANOUT_UI_WATERFALL_SCREENSHOT") {
+        let png = browser.screenshot().await;
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(&path, png).expect("write the screenshot");
+    }
+    browser.close().await;
+    gw.shutdown().await.unwrap();
+}
