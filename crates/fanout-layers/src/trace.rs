@@ -11,21 +11,21 @@
 //!
 //! The same context also counts the attempts of the step that made the call, for the gateway's
 //! record of slow and failed requests (`/ui`'s waterfall: attempts, retries, hedged copies):
-//! [`CallTrace::counter`], told by [`CallTrace::sent`] at each attempt, with or without a
-//! tracer. A call that is only counted (tracing off, or the request not traced) has no tracer:
+//! [`CallTrace::counter`] ([`AttemptCounts`]), told by [`CallTrace::sent`] at each attempt,
+//! with or without a tracer. A call that is only counted (tracing off, or the request not traced) has no tracer:
 //! no span, no address or attributes built, no `traceparent` sent, and the layers take their
 //! untraced paths; it costs an `Arc` clone per call and a counter bump per attempt.
 //!
-//! This module knows no tracing library: the gateway implements [`CallTracer`] and
-//! [`AttemptCounter`]. Calls without a trace (`trace: None`: tracing and the live page off, or a
+//! This module knows no tracing library: the gateway implements [`CallTracer`]. Calls without a trace (`trace: None`: tracing and the live page off, or a
 //! call made for no request) cost nothing here.
 //!
 //! [`CallRequest::trace`]: crate::backend::CallRequest::trace
 
 use crate::error::CallError;
 use http::{HeaderMap, StatusCode};
+use smallvec::SmallVec;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// How the cache layer served a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,11 +78,11 @@ pub struct CallTrace {
     /// not traced, the call is only counted.
     pub tracer: Option<Arc<dyn CallTracer>>,
     /// Counts the attempts of the request's steps (`None`: not counted).
-    pub counter: Option<Arc<dyn AttemptCounter>>,
+    pub counter: Option<Arc<AttemptCounts>>,
     /// The index of the step that made the call (in its route), for the counter.
-    pub step: u32,
-    /// Attempt number, 1 for the first (set by the retry layer).
-    pub attempt: u32,
+    pub step: u16,
+    /// Attempt number, 1 for the first (set by the retry layer; `retry.attempts` is at most 5).
+    pub attempt: u16,
     /// This is the hedge layer's second copy.
     pub hedge: bool,
     /// How the cache layer served the call, when the backend has a cache.
@@ -91,14 +91,11 @@ pub struct CallTrace {
     pub dedup: Option<DedupRole>,
     /// A batch call (keyed lookups of one request, merged).
     pub batch: bool,
-    /// Attributes the backend's protocol adds to the call's span (a database's `db.system.name`
-    /// and the statement as written in the config, never its parameter values).
-    pub attributes: Vec<(&'static str, Arc<str>)>,
 }
 
 impl CallTrace {
     /// A first attempt of step `step`, not yet seen by any layer, neither traced nor counted.
-    pub fn new(step: u32) -> CallTrace {
+    pub fn new(step: u16) -> CallTrace {
         CallTrace {
             tracer: None,
             counter: None,
@@ -108,7 +105,6 @@ impl CallTrace {
             cache: None,
             dedup: None,
             batch: false,
-            attributes: Vec::new(),
         }
     }
 
@@ -116,7 +112,7 @@ impl CallTrace {
     /// (`address`, the backend's base URL, is asked only then).
     pub fn sent<A: AsRef<str>>(&self, address: impl FnOnce() -> A) -> Option<Box<dyn AttemptSpan>> {
         if let Some(c) = &self.counter {
-            c.attempt(self);
+            c.count(self);
         }
         let tracer = self.tracer.as_ref()?;
         Some(tracer.attempt(self, address().as_ref()))
@@ -172,19 +168,63 @@ pub trait CallTracer: Send + Sync {
     }
 }
 
-/// Counts the attempts of a request's steps (implemented by the gateway's record of slow and
-/// failed requests). Called on the task that sends the attempt: it must be cheap and must not
-/// block.
-pub trait AttemptCounter: Send + Sync {
+/// The attempts sent by one request's calls, per step (the gateway's record of slow and failed
+/// requests reads them): a few counts behind an uncontended lock, shared by the request's calls
+/// (an `Arc` in each [`CallTrace::counter`]).
+#[derive(Debug, Default)]
+pub struct AttemptCounts {
+    steps: Mutex<SmallVec<[StepAttempts; 6]>>,
+}
+
+/// The attempts the calls of one step sent.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StepAttempts {
+    /// Attempts sent: first attempts, retries and hedged copies.
+    pub attempts: u16,
+    /// Attempts after the first (the retry layer's).
+    pub retries: u16,
+    /// Hedged copies (the hedge layer's second attempt).
+    pub hedges: u16,
+}
+
+impl AttemptCounts {
     /// An attempt of `call` is sent now, for step [`CallTrace::step`]: a retry when
     /// [`CallTrace::attempt`] is over 1, a hedged copy when [`CallTrace::hedge`].
-    fn attempt(&self, call: &CallTrace);
+    pub fn count(&self, call: &CallTrace) {
+        let index = usize::from(call.step);
+        let mut steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        if steps.len() <= index {
+            steps.resize(index + 1, StepAttempts::default());
+        }
+        if let Some(s) = steps.get_mut(index) {
+            s.attempts = s.attempts.saturating_add(1);
+            if call.attempt > 1 {
+                s.retries = s.retries.saturating_add(1);
+            }
+            if call.hedge {
+                s.hedges = s.hedges.saturating_add(1);
+            }
+        }
+    }
+
+    /// The attempts counted for step `index`.
+    pub fn step(&self, index: usize) -> StepAttempts {
+        let steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        steps.get(index).copied().unwrap_or_default()
+    }
 }
 
 /// The span of one attempt (or of a call served without one).
 pub trait AttemptSpan: Send {
     /// Write the trace context (`traceparent`, `tracestate`) to send with the attempt.
     fn inject(&self, headers: &mut HeaderMap);
+
+    /// Attributes the backend's protocol adds to the attempt's span (a database's
+    /// `db.system.name` and the statement as written in the config, never its parameter
+    /// values). Default: ignored.
+    fn set_attributes(&mut self, attributes: &[(&'static str, &str)]) {
+        let _ = attributes;
+    }
 
     /// The attempt ended: with an answer's status, or an error.
     fn end(self: Box<Self>, result: Result<StatusCode, &CallError>);
@@ -214,4 +254,36 @@ where
 pub trait AnswerStatus {
     /// The answer's status.
     fn status(&self) -> StatusCode;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every call of a request recorded by the live page carries a trace context inline in its
+    /// `CallRequest` (moved through every layer): it stays four words.
+    #[test]
+    fn a_call_trace_is_four_words() {
+        assert!(std::mem::size_of::<Option<CallTrace>>() <= 32);
+    }
+
+    #[test]
+    fn attempts_are_counted_per_step_with_retries_and_hedges() {
+        let counts = Arc::new(AttemptCounts::default());
+        let mut call = CallTrace::new(2);
+        call.counter = Some(counts.clone());
+        assert!(call.sent(|| "unused").is_none(), "no tracer, no span");
+        call.attempt = 2;
+        assert!(call.sent(|| "unused").is_none());
+        call.hedge = true;
+        assert!(call.sent(|| "unused").is_none());
+        let want = StepAttempts {
+            attempts: 3,
+            retries: 2,
+            hedges: 1,
+        };
+        assert_eq!(counts.step(2), want);
+        assert_eq!(counts.step(0), StepAttempts::default());
+        assert_eq!(counts.step(9), StepAttempts::default());
+    }
 }

@@ -187,7 +187,7 @@ impl Gateway {
         let ui_steps = self
             .recent
             .as_ref()
-            .map(|_| std::sync::Arc::new(crate::ui::record::RequestSteps::new(cx.rec.start())));
+            .map(|_| crate::ui::record::RequestSteps::new(cx.rec.start()));
         let ui_stats = cx.live.ui_stats.as_ref().and_then(|s| s.route(route.index));
         obs.ui = ui_steps.as_ref().map(|s| (s, ui_stats));
         let out = route.run_observed(request, deadline, &obs).await;

@@ -16,7 +16,6 @@ use fanout_flow::memory::RequestMemory;
 use fanout_flow::observe::{Observer, StepEnd};
 use fanout_flow::plan::StepPlan;
 use fanout_layers::trace::CallTrace;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -38,7 +37,7 @@ pub struct RequestObserver<'a> {
     pub coverage: Option<RouteCoverage<'a>>,
     /// The live page's record of the request's steps and its route's numbers (`None`:
     /// `admin.ui` off).
-    pub ui: Option<(&'a Arc<RequestSteps>, Option<&'a RouteStat>)>,
+    pub ui: Option<(&'a RequestSteps, Option<&'a RouteStat>)>,
 }
 
 /// The log line of an optional step that failed and gave its default (the answer is partial):
@@ -110,7 +109,7 @@ impl Observer for RequestObserver<'_> {
         if tracer.is_none() && counter.is_none() {
             return None;
         }
-        let mut t = CallTrace::new(u32::try_from(step.index).unwrap_or(u32::MAX));
+        let mut t = CallTrace::new(u16::try_from(step.index).unwrap_or(u16::MAX));
         t.tracer = tracer;
         t.counter = counter;
         Some(t)

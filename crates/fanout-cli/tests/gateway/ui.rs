@@ -374,10 +374,7 @@ async fn with_tracing_on_retries_and_hedges_are_counted_and_traced() {
         let server = otlp
             .spans()
             .into_iter()
-            .find(|s| s.kind == 2 && s.attr("fanout.request_id") == Some(rid));
-        let Some(server) = server else {
-            return None;
-        };
+            .find(|s| s.kind == 2 && s.attr("fanout.request_id") == Some(rid))?;
         let mut calls: Vec<(String, String)> = otlp
             .trace(&server.trace_id)
             .into_iter()

@@ -384,9 +384,6 @@ impl StepTracer {
         if call.batch {
             attrs.push(KeyValue::new("fanout.batch", true));
         }
-        for (k, v) in &call.attributes {
-            attrs.push(KeyValue::new(*k, v.to_string()));
-        }
         let span = self
             .tracer
             .span_builder(format!("call {backend}"))
@@ -467,6 +464,15 @@ impl AttemptSpan for CallSpan {
             (Some(cx), _) => inject(cx.span().span_context(), headers),
             (None, Some(sc)) => inject(sc, headers),
             (None, None) => {}
+        }
+    }
+
+    fn set_attributes(&mut self, attributes: &[(&'static str, &str)]) {
+        if let Some(cx) = &self.cx {
+            let span = cx.span();
+            for (k, v) in attributes {
+                span.set_attribute(KeyValue::new(*k, v.to_string()));
+            }
         }
     }
 

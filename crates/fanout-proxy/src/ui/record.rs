@@ -5,17 +5,17 @@
 //!
 //! The per-request part ([`RequestSteps`]) is a small inline vector filled as steps finish, and
 //! per step the count of its calls and of the attempts they sent (retries and hedged copies
-//! among them: it is the calls' [`AttemptCounter`], told by the protocol client at each attempt
-//! through the call's [`CallTrace`], traced or not). It is dropped with the request unless the
-//! request is slow or failed, so a request that is neither pays one allocation, one push per
-//! step and a counter bump per call and per attempt, and nothing else.
+//! among them: [`AttemptCounts`], shared with the request's calls in their trace context and
+//! told by the protocol client at each attempt, traced or not). It is dropped with the request
+//! unless the request is slow or failed, so a request that is neither pays one allocation (the
+//! counts), one push per step and a count per call and per attempt, and nothing else.
 
 use fanout_config::UiConfig;
 use fanout_flow::FlowError;
 use fanout_flow::RoutePlan;
 use fanout_flow::observe::StepEnd;
 use fanout_flow::plan::StepPlan;
-use fanout_layers::trace::{AttemptCounter, CallTrace};
+use fanout_layers::trace::AttemptCounts;
 use fanout_runtime::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -186,46 +186,20 @@ struct StepRec {
 }
 
 /// The steps of one request as they finish, and the calls and attempts each made (cheap: inline
-/// vectors behind an uncontended lock; dropped with the request unless it is recorded). Shared
-/// (`Arc`) with the request's calls, which count their attempts in it; a call that outlives the
+/// vectors behind an uncontended lock; dropped with the request unless it is recorded). The
+/// attempts are counted by the request's calls in an `Arc` they share; a call that outlives the
 /// request (a hedged copy still running, a shared call) counts into a record no longer read.
 pub struct RequestSteps {
     start: Instant,
     inner: Mutex<Steps>,
+    attempts: Arc<AttemptCounts>,
 }
 
 #[derive(Default)]
 struct Steps {
     done: SmallVec<[StepRec; 6]>,
-    /// Calls and attempts, by step index.
-    counts: SmallVec<[Counts; 6]>,
-}
-
-/// A step's calls and attempts.
-#[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    /// Backend calls ended.
-    calls: u16,
-    /// Attempts sent (first attempts, retries and hedged copies).
-    attempts: u16,
-    /// Attempts after the first (the retry layer's).
-    retries: u16,
-    /// Hedged copies (the hedge layer's second attempt).
-    hedges: u16,
-}
-
-impl Steps {
-    fn counts(&mut self, index: usize) -> Option<&mut Counts> {
-        if self.counts.len() <= index {
-            // A step index is below its route's step count; a nonsense one is not counted
-            // rather than sizing the vector to it.
-            if index > usize::from(u16::MAX) {
-                return None;
-            }
-            self.counts.resize(index + 1, Counts::default());
-        }
-        self.counts.get_mut(index)
-    }
+    /// Backend calls ended, by step index.
+    calls: SmallVec<[u16; 6]>,
 }
 
 impl RequestSteps {
@@ -234,6 +208,7 @@ impl RequestSteps {
         RequestSteps {
             start,
             inner: Mutex::new(Steps::default()),
+            attempts: Arc::default(),
         }
     }
 
@@ -281,29 +256,17 @@ impl RequestSteps {
     /// A backend call of `step` ended.
     pub fn call_finished(&self, step: &StepPlan) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = g.counts(step.index) {
-            c.calls = c.calls.saturating_add(1);
+        if g.calls.len() <= step.index {
+            g.calls.resize(step.index + 1, 0);
+        }
+        if let Some(c) = g.calls.get_mut(step.index) {
+            *c = c.saturating_add(1);
         }
     }
 
-    /// The counter of the attempts of this request's calls (an `Arc` clone).
-    pub fn counter(self: &Arc<Self>) -> Arc<dyn AttemptCounter> {
-        self.clone()
-    }
-}
-
-impl AttemptCounter for RequestSteps {
-    fn attempt(&self, call: &CallTrace) {
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = g.counts(call.step as usize) {
-            c.attempts = c.attempts.saturating_add(1);
-            if call.attempt > 1 {
-                c.retries = c.retries.saturating_add(1);
-            }
-            if call.hedge {
-                c.hedges = c.hedges.saturating_add(1);
-            }
-        }
+    /// Where the request's calls count their attempts (an `Arc` clone).
+    pub fn counter(&self) -> Arc<AttemptCounts> {
+        self.attempts.clone()
     }
 }
 
@@ -449,7 +412,7 @@ pub struct Recent {
 /// What a finished run tells [`Recent::finish`].
 pub struct Finished<'a> {
     /// The request's steps.
-    pub steps: Arc<RequestSteps>,
+    pub steps: RequestSteps,
     /// The route it ran.
     pub route: &'a RoutePlan,
     /// `METHOD /pattern`.
@@ -493,17 +456,17 @@ impl Recent {
             return;
         }
         let arrived = now.saturating_sub(elapsed);
-        // Taken, not unwrapped: a call still running (a hedged copy, a shared call) may hold it.
-        let inner = std::mem::take(&mut *f.steps.inner.lock().unwrap_or_else(|p| p.into_inner()));
+        let inner = f
+            .steps
+            .inner
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        let attempts = &f.steps.attempts;
         let mut steps: Vec<RecordedStep> = inner
             .done
             .into_iter()
             .map(|s| {
-                let n = inner
-                    .counts
-                    .get(s.index as usize)
-                    .copied()
-                    .unwrap_or_default();
+                let n = attempts.step(s.index as usize);
                 RecordedStep {
                     name: f
                         .route
@@ -514,7 +477,7 @@ impl Recent {
                     end_us: u64::from(s.end_us),
                     outcome: s.outcome,
                     code: s.code.map(String::from),
-                    calls: n.calls,
+                    calls: inner.calls.get(s.index as usize).copied().unwrap_or(0),
                     attempts: n.attempts,
                     retries: n.retries,
                     hedges: n.hedges,
