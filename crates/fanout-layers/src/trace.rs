@@ -12,12 +12,14 @@
 //! The same context also counts the attempts of the step that made the call, for the gateway's
 //! record of slow and failed requests (`/ui`'s waterfall: attempts, retries, hedged copies):
 //! [`CallTrace::counter`] ([`AttemptCounts`]), told by [`CallTrace::sent`] at each attempt,
-//! with or without a tracer. A call that is only counted (tracing off, or the request not traced) has no tracer:
-//! no span, no address or attributes built, no `traceparent` sent, and the layers take their
-//! untraced paths; it costs an `Arc` clone per call and a counter bump per attempt.
+//! with or without a tracer. A call that is only counted (tracing off, or the request not
+//! traced) has no tracer: no span, no address or attributes built, no `traceparent` sent, and
+//! the layers take their untraced paths; it costs an `Arc` clone per call and a count per
+//! attempt. The context is four words, inline in the call (not boxed).
 //!
-//! This module knows no tracing library: the gateway implements [`CallTracer`]. Calls without a trace (`trace: None`: tracing and the live page off, or a
-//! call made for no request) cost nothing here.
+//! This module knows no tracing library: the gateway implements [`CallTracer`]. Calls without a
+//! trace (`trace: None`: tracing and the live page off, or a call made for no request) cost
+//! nothing here.
 //!
 //! [`CallRequest::trace`]: crate::backend::CallRequest::trace
 
