@@ -705,6 +705,7 @@ async fn the_access_log_names_the_client_a_trusted_proxy_forwarded() {
 /// A statement's span names the database system and carries the statement as written (never its
 /// parameters); the live page counts the statement as the step's one attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
 async fn a_statement_span_has_the_database_and_the_statement_as_written() {
     let pg = crate::postgres::cluster().await;
     let otlp = OtlpReceiver::start().await;
