@@ -406,6 +406,107 @@ async fn with_tracing_on_retries_and_hedges_are_counted_and_traced() {
     gw.shutdown().await.unwrap();
 }
 
+/// Requests of a matched route refused before their flow ran (401 authentication, 429 rate
+/// limit, 413 body limit) are listed with the failed ones: status, code, no steps. A path
+/// without a route (404) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_refused_before_their_flow_are_listed_with_their_status_and_code() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(
+        r#"
+server: { max_body_bytes: 64 }
+auth:
+  providers:
+    corp: { issuer: https://idp.test, hmac_secret: 0123456789abcdef0123456789abcdef }
+rate_limits:
+  once: { rate: 1/min, burst: 1 }
+routes:
+  - path: /private
+    auth: { provider: corp }
+    respond: { body: '{ok: true}' }
+  - path: /limited
+    rate_limit: [once]
+    respond: { body: '{ok: true}' }
+  - path: /echo
+    method: POST
+    respond: { body: '$request.body' }
+admin:
+  ui: { record_per_second: 1000 }
+"#,
+        &s,
+    )
+    .await;
+    let c = client(false);
+    let url = |p: &str| format!("http://{}{p}", gw.addr);
+    let ask = |m: Method, p: &str, rid: &'static str, body: &'static str| {
+        let (c, u) = (c.clone(), url(p));
+        async move { send(&c, m, &u, &[("x-request-id", rid)], body).await }
+    };
+    let r = ask(Method::GET, "/private?token=hunter2", "ui-refused-401", "").await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(
+        ask(Method::GET, "/limited", "ui-limited-ok", "")
+            .await
+            .status,
+        200
+    );
+    let r = ask(Method::GET, "/limited", "ui-refused-429", "").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let big: &'static str =
+        r#"{"text": "a body well over the sixty-four bytes of server.max_body_bytes"}"#;
+    let r = ask(Method::POST, "/echo", "ui-refused-413", big).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = ask(Method::GET, "/nowhere", "ui-not-found", "").await;
+    assert_eq!(r.status, 404);
+    let st = state(gw.admin_addr.unwrap()).await;
+    let failed = &st["recent"]["failed"];
+    let reqs = failed["requests"].as_array().cloned().unwrap_or_default();
+    let listed: Vec<(String, String, u64, String, usize)> = reqs
+        .iter()
+        .map(|r| {
+            (
+                r["request_id"].as_str().unwrap_or_default().to_string(),
+                r["route"].as_str().unwrap_or_default().to_string(),
+                r["status"].as_u64().unwrap_or_default(),
+                r["code"].as_str().unwrap_or_default().to_string(),
+                r["steps"].as_array().map_or(usize::MAX, Vec::len),
+            )
+        })
+        .collect();
+    let want = |rid: &str, route: &str, status: u64, code: &str| {
+        (
+            rid.to_string(),
+            route.to_string(),
+            status,
+            code.to_string(),
+            0,
+        )
+    };
+    assert_eq!(listed.len(), 3, "{failed:#}");
+    assert_eq!(listed[0].0, "ui-refused-413", "newest first: {failed:#}");
+    assert_eq!(
+        listed[0],
+        want("ui-refused-413", "POST /echo", 413, &listed[0].3)
+    );
+    assert_eq!(
+        listed[1],
+        want("ui-refused-429", "GET /limited", 429, "rate_limited")
+    );
+    assert_eq!(
+        listed[2],
+        want("ui-refused-401", "GET /private", 401, &listed[2].3)
+    );
+    assert!(listed[0].3.contains("too_large"), "{failed:#}");
+    assert!(!listed[2].3.is_empty(), "{failed:#}");
+    assert_eq!(reqs[2]["path"], "/private", "never the query string");
+    assert!(
+        reqs.iter()
+            .all(|r| r["error"].as_str().is_some_and(|e| !e.is_empty()))
+    );
+    assert!(!st.to_string().contains("hunter2"));
+    gw.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_on_the_admin_listener_only() {
     let s = stubs(&hh_stubs()).await;

@@ -425,6 +425,27 @@ pub struct Finished<'a> {
     pub result: Result<u16, &'a FlowError>,
 }
 
+/// A request of a matched route refused before its flow ran (authentication, rate limit,
+/// admission, body limits, a bad request), for [`Recent::refused`].
+pub struct Refused<'a> {
+    /// When it arrived.
+    pub start: Instant,
+    /// `METHOD /pattern`.
+    pub route_name: &'a str,
+    /// The path asked for.
+    pub path: &'a str,
+    /// Its request id.
+    pub request_id: &'a http::HeaderValue,
+    /// The status it was answered.
+    pub status: u16,
+    /// The answer's `error.code`.
+    pub code: &'a str,
+    /// The answer's message (safe for the client).
+    pub message: &'a str,
+    /// The log's detail, shown only with `admin.ui.error_detail`.
+    pub detail: Option<&'a str>,
+}
+
 impl Recent {
     /// Empty rings sized by `admin.ui`.
     pub fn new(cfg: &UiConfig) -> Recent {
@@ -505,6 +526,37 @@ impl Recent {
             code,
             error,
             steps,
+        }));
+    }
+
+    /// A request was refused before its flow ran: listed with the failed ones (within the same
+    /// per-second cap), with its status and code and no steps.
+    pub fn refused(&self, r: Refused<'_>) {
+        let elapsed = r.start.elapsed();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        if !self.failed.admit(now.as_secs(), self.per_second) {
+            return;
+        }
+        let mut error = r.message.to_string();
+        if self.error_detail
+            && let Some(d) = r.detail
+        {
+            error.push_str(": ");
+            error.push_str(d);
+        }
+        self.failed.push(Arc::new(Recorded {
+            at_unix_ms: u64::try_from(now.saturating_sub(elapsed).as_millis()).unwrap_or(u64::MAX),
+            request_id: String::from_utf8_lossy(r.request_id.as_bytes()).into_owned(),
+            route: r.route_name.to_string(),
+            path: r.path.to_string(),
+            status: r.status,
+            total_us: micros(elapsed),
+            failed_step: None,
+            code: Some(r.code.to_string()),
+            error: Some(error),
+            steps: Vec::new(),
         }));
     }
 
