@@ -507,6 +507,62 @@ admin:
     gw.shutdown().await.unwrap();
 }
 
+/// A request refused by admission (503 `overloaded`: the one slot is taken, no queue) is listed
+/// with the failed ones, without steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_by_admission_is_listed_without_steps() {
+    let s = stubs(
+        "services:\n  svc:\n    listen: \"${SVC_ADDR}\"\n    routes: [{ path: /slow, latency: 2s, body: '{ok: true}' }]\n",
+    )
+    .await;
+    let gw = gateway(
+        r#"
+server:
+  admission: { max_concurrency: 1, queue: 0 }
+backends:
+  svc: { url: "http://${SVC_ADDR}", timeout: 10s }
+routes:
+  - path: /slow
+    coalesce: false
+    deadline: 10s
+    flow:
+      s: { http: { backend: svc, path: '"/slow"' } }
+    respond: { body: '$s' }
+"#,
+        &s,
+    )
+    .await;
+    let url = format!("http://{}/slow", gw.addr);
+    let first = {
+        let url = url.clone();
+        tokio::spawn(async move { get_with_id(&url, "ui-admitted").await })
+    };
+    let status = format!("http://{}/__fanout/status", gw.addr);
+    wait_until_async("the first request holds the slot", || {
+        let status = status.clone();
+        async move { get(&status).await.json()["admission"]["in_flight"] == 1 }
+    })
+    .await;
+    let r = get_with_id(&url, "ui-refused-503").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "overloaded");
+    let st = state(gw.admin_addr.unwrap()).await;
+    let reqs = st["recent"]["failed"]["requests"].as_array().cloned();
+    let reqs = reqs.unwrap_or_default();
+    assert_eq!(reqs.len(), 1, "{st:#}");
+    let r = &reqs[0];
+    assert_eq!(r["request_id"], "ui-refused-503", "{r:#}");
+    assert_eq!(
+        (&r["status"], &r["code"]),
+        (&json!(503), &json!("overloaded")),
+        "{r:#}"
+    );
+    assert_eq!(r["route"], "GET /slow");
+    assert_eq!(r["steps"], json!([]), "{r:#}");
+    assert_eq!(first.await.unwrap().status, 200);
+    gw.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_on_the_admin_listener_only() {
     let s = stubs(&hh_stubs()).await;
