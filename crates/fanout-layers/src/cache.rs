@@ -339,7 +339,8 @@ async fn from_cache(
     role: CacheRole,
     resp: CallResponse,
 ) -> Result<CallResponse, CallError> {
-    let trace = trace.map(|t| CallTrace {
+    // Only a traced call has a span to record (a counted one sent no attempt).
+    let trace = trace.filter(|t| t.is_traced()).map(|t| CallTrace {
         cache: Some(role),
         ..t.clone()
     });
