@@ -665,9 +665,9 @@ impl Backend for HttpBackend {
             None => Err((String::new(), "no address".into())),
         };
         // Traced calls: a span per attempt, its context sent to the backend.
-        let span = req.trace.as_ref().map(|t| {
-            let address = base.map_or(String::new(), |b| format!("{}{}", b.origin, b.path));
-            t.tracer.attempt(t, &address)
+        // Counted calls: the attempt counted, nothing else.
+        let span = req.trace.as_ref().and_then(|t| {
+            t.sent(|| base.map_or(String::new(), |b| format!("{}{}", b.origin, b.path)))
         });
         let timeout = req.timeout;
         let grpc = self.grpc;

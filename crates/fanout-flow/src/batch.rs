@@ -243,7 +243,7 @@ impl BatchPlan {
             ),
             BuildError::Invalid(detail) => self.error(ErrorKind::InvalidCall, INVALID_CALL, detail),
         })?;
-        req.trace = trace.map(Box::new);
+        req.trace = trace;
         let who: Arc<str> = Arc::from(format!("{} (batch)", self.name));
         let answer = fetch_json(
             &who,

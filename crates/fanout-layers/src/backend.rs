@@ -33,10 +33,11 @@ pub struct CallRequest {
     /// (`server.deadline_header`); `None` sends none. Written by the innermost layer, so the
     /// varying budget never becomes part of a call's identity ([`CallRequest::key`]).
     pub deadline_header: Option<HeaderName>,
-    /// The call's trace context, when the request is traced (set by the executor, annotated by
-    /// the layers, recorded by the protocol client). Not part of the call's identity: a shared
-    /// call carries its first caller's context.
-    pub trace: Option<Box<crate::trace::CallTrace>>,
+    /// The call's trace context, when the request is traced or its attempts counted (set by the
+    /// executor, annotated by the layers, recorded by the protocol client). Not part of the
+    /// call's identity: a shared call carries its first caller's context. Inline, not boxed: a
+    /// call of every request carries one while the live page records steps.
+    pub trace: Option<crate::trace::CallTrace>,
 }
 
 /// What a call sends, per protocol. Each shape defines its identity ([`Call::key`]) and whether

@@ -292,7 +292,7 @@ impl Backend for Cached {
                 let age = e.at.elapsed();
                 if age < p.ttl {
                     s.stats.hits.fetch_add(1, Relaxed);
-                    return from_cache(req.trace.as_deref(), CacheRole::Hit, e.resp).await;
+                    return from_cache(req.trace.as_ref(), CacheRole::Hit, e.resp).await;
                 }
                 if age < p.ttl + p.stale_while_revalidate {
                     s.stats.stale_served.fetch_add(1, Relaxed);
@@ -304,7 +304,7 @@ impl Backend for Cached {
                     tokio::spawn(
                         bg.fetch_and_store(key, with_role(req.clone(), CacheRole::Refresh)),
                     );
-                    return from_cache(req.trace.as_deref(), CacheRole::Stale, e.resp).await;
+                    return from_cache(req.trace.as_ref(), CacheRole::Stale, e.resp).await;
                 }
                 s.stats.misses.fetch_add(1, Relaxed);
                 let trace = req.trace.clone();
@@ -313,7 +313,7 @@ impl Backend for Cached {
                     .await;
                 if failed(&r) && age < p.ttl + p.stale_if_error {
                     s.stats.stale_served.fetch_add(1, Relaxed);
-                    return from_cache(trace.as_deref(), CacheRole::Stale, e.resp).await;
+                    return from_cache(trace.as_ref(), CacheRole::Stale, e.resp).await;
                 }
                 return r;
             }
@@ -339,7 +339,8 @@ async fn from_cache(
     role: CacheRole,
     resp: CallResponse,
 ) -> Result<CallResponse, CallError> {
-    let trace = trace.map(|t| CallTrace {
+    // Only a traced call has a span to record (a counted one sent no attempt).
+    let trace = trace.filter(|t| t.is_traced()).map(|t| CallTrace {
         cache: Some(role),
         ..t.clone()
     });

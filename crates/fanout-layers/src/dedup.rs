@@ -55,7 +55,9 @@ impl Backend for Dedup {
         let inner = self.inner.clone();
         // `limit`: the time this call may take — `timeout`, or what a joiner has left when it
         // runs a call again after the one it joined ended at a shorter limit.
-        let Some(trace) = req.trace.clone() else {
+        // A call only counted, not traced, is shared like an untraced one (its attempts are
+        // counted to the step of the caller that started it).
+        let Some(trace) = req.trace.as_ref().filter(|t| t.is_traced()).cloned() else {
             return self.flights.run(key, timeout, move |limit| {
                 let mut req = req;
                 req.timeout = limit;
@@ -75,7 +77,7 @@ impl Backend for Dedup {
         }
         let trace = CallTrace {
             dedup: Some(DedupRole::Joined),
-            ..*trace
+            ..trace
         };
         Box::pin(served(Some(&trace), call))
     }

@@ -259,7 +259,7 @@ impl Backend for Retry {
                 let mut r = req.clone();
                 r.timeout = req.timeout.min(end.saturating_duration_since(now));
                 if let Some(t) = &mut r.trace {
-                    t.attempt = attempt;
+                    t.attempt = u16::try_from(attempt).unwrap_or(u16::MAX);
                 }
                 let result = inner.call(r).await;
                 if attempt >= s.policy.attempts || !retryable(&s.policy, &result) {

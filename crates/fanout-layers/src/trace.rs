@@ -9,15 +9,25 @@
 //! *first* caller, so its attempts belong to that caller's trace; the callers that joined it get a
 //! span of their own saying so.
 //!
+//! The same context also counts the attempts of the step that made the call, for the gateway's
+//! record of slow and failed requests (`/ui`'s waterfall: attempts, retries, hedged copies):
+//! [`CallTrace::counter`] ([`AttemptCounts`]), told by [`CallTrace::sent`] at each attempt,
+//! with or without a tracer. A call that is only counted (tracing off, or the request not
+//! traced) has no tracer: no span, no address or attributes built, no `traceparent` sent, and
+//! the layers take their untraced paths; it costs an `Arc` clone per call and a count per
+//! attempt. The context is four words, inline in the call (not boxed).
+//!
 //! This module knows no tracing library: the gateway implements [`CallTracer`]. Calls without a
-//! trace (`trace: None`, tracing off or a call made for no request) cost nothing here.
+//! trace (`trace: None`: tracing and the live page off, or a call made for no request) cost
+//! nothing here.
 //!
 //! [`CallRequest::trace`]: crate::backend::CallRequest::trace
 
 use crate::error::CallError;
 use http::{HeaderMap, StatusCode};
+use smallvec::SmallVec;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// How the cache layer served a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +76,15 @@ impl DedupRole {
 /// One call's trace context and what the layers said about it.
 #[derive(Clone)]
 pub struct CallTrace {
-    /// The step's tracer (its span is the parent of the call's spans).
-    pub tracer: Arc<dyn CallTracer>,
-    /// Attempt number, 1 for the first (set by the retry layer).
-    pub attempt: u32,
+    /// The step's tracer (its span is the parent of the call's spans); `None`: the request is
+    /// not traced, the call is only counted.
+    pub tracer: Option<Arc<dyn CallTracer>>,
+    /// Counts the attempts of the request's steps (`None`: not counted).
+    pub counter: Option<Arc<AttemptCounts>>,
+    /// The index of the step that made the call (in its route), for the counter.
+    pub step: u16,
+    /// Attempt number, 1 for the first (set by the retry layer; `retry.attempts` is at most 5).
+    pub attempt: u16,
     /// This is the hedge layer's second copy.
     pub hedge: bool,
     /// How the cache layer served the call, when the backend has a cache.
@@ -78,29 +93,45 @@ pub struct CallTrace {
     pub dedup: Option<DedupRole>,
     /// A batch call (keyed lookups of one request, merged).
     pub batch: bool,
-    /// Attributes the backend's protocol adds to the call's span (a database's `db.system.name`
-    /// and the statement as written in the config, never its parameter values).
-    pub attributes: Vec<(&'static str, Arc<str>)>,
 }
 
 impl CallTrace {
-    /// A first attempt, not yet seen by any layer.
-    pub fn new(tracer: Arc<dyn CallTracer>) -> CallTrace {
+    /// A first attempt of step `step`, not yet seen by any layer, neither traced nor counted.
+    pub fn new(step: u16) -> CallTrace {
         CallTrace {
-            tracer,
+            tracer: None,
+            counter: None,
+            step,
             attempt: 1,
             hedge: false,
             cache: None,
             dedup: None,
             batch: false,
-            attributes: Vec::new(),
         }
+    }
+
+    /// An attempt of this call is sent now: counted, and its span when the call is traced
+    /// (`address`, the backend's base URL, is asked only then).
+    pub fn sent<A: AsRef<str>>(&self, address: impl FnOnce() -> A) -> Option<Box<dyn AttemptSpan>> {
+        if let Some(c) = &self.counter {
+            c.count(self);
+        }
+        let tracer = self.tracer.as_ref()?;
+        Some(tracer.attempt(self, address().as_ref()))
+    }
+
+    /// Whether the call has a tracer (spans are recorded, a trace context is sent).
+    pub fn is_traced(&self) -> bool {
+        self.tracer.is_some()
     }
 }
 
 impl fmt::Debug for CallTrace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallTrace")
+            .field("traced", &self.tracer.is_some())
+            .field("counted", &self.counter.is_some())
+            .field("step", &self.step)
             .field("attempt", &self.attempt)
             .field("hedge", &self.hedge)
             .field("cache", &self.cache)
@@ -139,10 +170,63 @@ pub trait CallTracer: Send + Sync {
     }
 }
 
+/// The attempts sent by one request's calls, per step (the gateway's record of slow and failed
+/// requests reads them): a few counts behind an uncontended lock, shared by the request's calls
+/// (an `Arc` in each [`CallTrace::counter`]).
+#[derive(Debug, Default)]
+pub struct AttemptCounts {
+    steps: Mutex<SmallVec<[StepAttempts; 6]>>,
+}
+
+/// The attempts the calls of one step sent.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StepAttempts {
+    /// Attempts sent: first attempts, retries and hedged copies.
+    pub attempts: u16,
+    /// Attempts after the first (the retry layer's).
+    pub retries: u16,
+    /// Hedged copies (the hedge layer's second attempt).
+    pub hedges: u16,
+}
+
+impl AttemptCounts {
+    /// An attempt of `call` is sent now, for step [`CallTrace::step`]: a retry when
+    /// [`CallTrace::attempt`] is over 1, a hedged copy when [`CallTrace::hedge`].
+    pub fn count(&self, call: &CallTrace) {
+        let index = usize::from(call.step);
+        let mut steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        if steps.len() <= index {
+            steps.resize(index + 1, StepAttempts::default());
+        }
+        if let Some(s) = steps.get_mut(index) {
+            s.attempts = s.attempts.saturating_add(1);
+            if call.attempt > 1 {
+                s.retries = s.retries.saturating_add(1);
+            }
+            if call.hedge {
+                s.hedges = s.hedges.saturating_add(1);
+            }
+        }
+    }
+
+    /// The attempts counted for step `index`.
+    pub fn step(&self, index: usize) -> StepAttempts {
+        let steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        steps.get(index).copied().unwrap_or_default()
+    }
+}
+
 /// The span of one attempt (or of a call served without one).
 pub trait AttemptSpan: Send {
     /// Write the trace context (`traceparent`, `tracestate`) to send with the attempt.
     fn inject(&self, headers: &mut HeaderMap);
+
+    /// Attributes the backend's protocol adds to the attempt's span (a database's
+    /// `db.system.name` and the statement as written in the config, never its parameter
+    /// values). Default: ignored.
+    fn set_attributes(&mut self, attributes: &[(&'static str, &str)]) {
+        let _ = attributes;
+    }
 
     /// The attempt ended: with an answer's status, or an error.
     fn end(self: Box<Self>, result: Result<StatusCode, &CallError>);
@@ -158,7 +242,7 @@ where
     F: std::future::Future<Output = Result<T, CallError>> + Send + 'static,
     T: AnswerStatus + Send + 'static,
 {
-    let span = trace.map(|t| t.tracer.served(t));
+    let span = trace.and_then(|t| Some(t.tracer.as_ref()?.served(t)));
     async move {
         let r = fut.await;
         if let Some(span) = span {
@@ -172,4 +256,36 @@ where
 pub trait AnswerStatus {
     /// The answer's status.
     fn status(&self) -> StatusCode;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every call of a request recorded by the live page carries a trace context inline in its
+    /// `CallRequest` (moved through every layer): it stays four words.
+    #[test]
+    fn a_call_trace_is_four_words() {
+        assert!(std::mem::size_of::<Option<CallTrace>>() <= 32);
+    }
+
+    #[test]
+    fn attempts_are_counted_per_step_with_retries_and_hedges() {
+        let counts = Arc::new(AttemptCounts::default());
+        let mut call = CallTrace::new(2);
+        call.counter = Some(counts.clone());
+        assert!(call.sent(|| "unused").is_none(), "no tracer, no span");
+        call.attempt = 2;
+        assert!(call.sent(|| "unused").is_none());
+        call.hedge = true;
+        assert!(call.sent(|| "unused").is_none());
+        let want = StepAttempts {
+            attempts: 3,
+            retries: 2,
+            hedges: 1,
+        };
+        assert_eq!(counts.step(2), want);
+        assert_eq!(counts.step(0), StepAttempts::default());
+        assert_eq!(counts.step(9), StepAttempts::default());
+    }
 }

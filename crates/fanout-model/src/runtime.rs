@@ -670,8 +670,12 @@ impl ModelSlot {
                 for it in &batch {
                     input.extend_from_slice(&it.rows);
                 }
-                let traces: Vec<&fanout_layers::trace::CallTrace> =
-                    batch.iter().filter_map(|it| it.trace.as_ref()).collect();
+                // Traced requests only (a trace that only counts attempts has no span).
+                let traces: Vec<&fanout_layers::trace::CallTrace> = batch
+                    .iter()
+                    .filter_map(|it| it.trace.as_ref())
+                    .filter(|t| t.is_traced())
+                    .collect();
                 match self.evaluate(&version, &input, rows, &traces) {
                     Ok(out) => {
                         let mut at = 0;
@@ -699,7 +703,8 @@ impl ModelSlot {
                     .rows
                     .get(from * width..to * width)
                     .unwrap_or_default();
-                let traces: Vec<&fanout_layers::trace::CallTrace> = p.item.trace.iter().collect();
+                let traces: Vec<&fanout_layers::trace::CallTrace> =
+                    p.item.trace.iter().filter(|t| t.is_traced()).collect();
                 match self.evaluate(&version, input, to - from, &traces) {
                     Ok(out) => {
                         p.vals
@@ -738,7 +743,7 @@ impl ModelSlot {
     ) -> Result<Output, String> {
         // One span per evaluation, linked to the steps of the traced requests in the batch.
         let span = traces.first().and_then(|t| {
-            t.tracer.shared(
+            t.tracer.as_ref()?.shared(
                 &format!("model {}", self.name),
                 vec![
                     ("fanout.model", self.name.to_string()),

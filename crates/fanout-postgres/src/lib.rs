@@ -336,14 +336,15 @@ impl Backend for PgBackend {
             };
             // Traced calls: a span per statement, with the statement as written (never its
             // parameters) and the server's address (never the URL: it may hold a password).
-            let span = req.trace.map(|mut t| {
-                let system: Arc<str> = Arc::from("postgresql");
-                t.attributes = vec![
-                    ("db.system", system.clone()),
-                    ("db.system.name", system),
-                    ("db.query.text", call.statement.clone()),
-                ];
-                t.tracer.attempt(&t, &pool.address)
+            // Counted calls: the statement counted, nothing else.
+            let span = req.trace.and_then(|t| {
+                let mut span = t.sent(|| pool.address.as_str())?;
+                span.set_attributes(&[
+                    ("db.system", "postgresql"),
+                    ("db.system.name", "postgresql"),
+                    ("db.query.text", &call.statement),
+                ]);
+                Some(span)
             });
             let end = (Instant::now() + req.timeout).min(req.deadline);
             let result = pool.run(call, end).await;

@@ -7,9 +7,9 @@
 //! made when a config is loaded, its share of the memory budget and its metric families. A
 //! protocol is a crate implementing [`ProtocolClient`] plus one [`Registration`] line in
 //! `fanout-proxy`'s `PROTOCOLS`; nothing else in the gateway names it. Its trace attributes
-//! travel with each call ([`fanout_layers::trace::CallTrace::attributes`]), its error classes with
-//! its step kind, and a reload keeps its client with the whole stack when the backend's config
-//! did not change.
+//! go on each attempt's span ([`fanout_layers::trace::AttemptSpan::set_attributes`]), its
+//! error classes with its step kind, and a reload keeps its client with the whole stack when
+//! the backend's config did not change.
 //!
 //! What the gateway lends: the in-flight memory budget ([`bodies`]), the metrics text writer
 //! ([`metrics`]), the header scan ([`headers`]) and the roots a backend's TLS trusts ([`tls`]).

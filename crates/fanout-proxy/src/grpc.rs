@@ -271,96 +271,108 @@ impl Gateway {
         };
         cx.rec.routed(route);
         cx.tel.routed(route);
-        let auth = self.authenticate(cx, route).await?;
-        let client = crate::lifecycle::client_address(live, parts, route);
-        self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)
-            .await?;
-        let deadline = self.deadline(&parts.headers, route, start)?;
-        let max = self.limits.grpc.max_message_bytes;
-        if let Some(len) = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            && len > max + frame::HEADER_LEN
-        {
-            return Err(too_large(max));
-        }
-        let (bytes, mut memory) = self
-            .read_bytes(
-                &parts.headers,
-                body,
-                start,
-                deadline,
-                &mut cx.tel,
-                max + frame::HEADER_LEN,
-            )
-            .await
-            .map_err(|e| {
-                if e.code == "body_too_large" {
-                    too_large(max)
-                } else {
-                    e
-                }
-            })?;
-        let offload = self.limits.compute.offload_bytes;
-        let message = match frame::decode_unary_frame(&bytes, max) {
-            Ok(f) if f.compressed => {
-                // The inflated message is held while the request runs: counted in the memory
-                // budget like the body (at most `max` bytes, the budget's room checked after).
-                let m = gz::request_message(&self.compute, f, encoding, max, offload).await;
-                if let (Ok(m), Some(r)) = (&m, memory.as_mut())
-                    && r.grow(m.len()).is_err()
-                {
-                    return Err(BodyRefusal::MemoryBudget {
-                        budget: self.bodies.budget(),
+        // The edge stages: a refusal here is listed on the live page (the route is known).
+        let (deadline, request, offload, _memory) = match async {
+            let auth = self.authenticate(cx, route).await?;
+            let client = crate::lifecycle::client_address(live, parts, route);
+            self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)
+                .await?;
+            let deadline = self.deadline(&parts.headers, route, start)?;
+            let max = self.limits.grpc.max_message_bytes;
+            if let Some(len) = parts
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+                && len > max + frame::HEADER_LEN
+            {
+                return Err(too_large(max));
+            }
+            let (bytes, mut memory) = self
+                .read_bytes(
+                    &parts.headers,
+                    body,
+                    start,
+                    deadline,
+                    &mut cx.tel,
+                    max + frame::HEADER_LEN,
+                )
+                .await
+                .map_err(|e| {
+                    if e.code == "body_too_large" {
+                        too_large(max)
+                    } else {
+                        e
                     }
-                    .into());
+                })?;
+            let offload = self.limits.compute.offload_bytes;
+            let message = match frame::decode_unary_frame(&bytes, max) {
+                Ok(f) if f.compressed => {
+                    // The inflated message is held while the request runs: counted in the memory
+                    // budget like the body (at most `max` bytes, the budget's room checked after).
+                    let m = gz::request_message(&self.compute, f, encoding, max, offload).await;
+                    if let (Ok(m), Some(r)) = (&m, memory.as_mut())
+                        && r.grow(m.len()).is_err()
+                    {
+                        return Err(BodyRefusal::MemoryBudget {
+                            budget: self.bodies.budget(),
+                        }
+                        .into());
+                    }
+                    m
                 }
-                m
-            }
-            Ok(f) => Ok(f.message),
-            Err(e) => Err(Inflate::Frame(e)),
-        };
-        let message = message.map_err(|e| match e {
-            Inflate::Frame(frame::FrameError::TooLarge { .. }) => too_large(max),
-            Inflate::Frame(frame::FrameError::InflatedTooLarge { .. }) => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "message_too_large",
-                format!(
-                    "the request message inflates to more than server.grpc.max_message_bytes ({max})"
+                Ok(f) => Ok(f.message),
+                Err(e) => Err(Inflate::Frame(e)),
+            };
+            let message = message.map_err(|e| match e {
+                Inflate::Frame(frame::FrameError::TooLarge { .. }) => too_large(max),
+                Inflate::Frame(frame::FrameError::InflatedTooLarge { .. }) => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "message_too_large",
+                    format!(
+                        "the request message inflates to more than server.grpc.max_message_bytes ({max})"
+                    ),
                 ),
-            ),
-            Inflate::Frame(frame::FrameError::Compressed) => unimplemented(
-                "unsupported_compression",
-                "the message is compressed, and no compression was negotiated (grpc-encoding)"
-                    .into(),
-            ),
-            Inflate::Frame(e @ frame::FrameError::BadCompression(_)) => {
-                let mut err = invalid(format!("the request message does not inflate: {e}"));
-                err.grpc = Some(Code::Internal);
-                err
-            }
-            Inflate::Frame(e) => invalid(format!("the request is not one gRPC message: {e}")),
-            Inflate::Overloaded => gz::overloaded(),
-        })?;
-        drop(bytes);
-        let input = &g.method.input;
-        let val = input
-            .decode_val(&message, self.limits.expressions.max_depth)
-            .map_err(|_| {
-                invalid(format!(
-                    "the request is not a valid {} message (or nests deeper than server.expressions.max_depth)",
-                    input.name()
-                ))
+                Inflate::Frame(frame::FrameError::Compressed) => unimplemented(
+                    "unsupported_compression",
+                    "the message is compressed, and no compression was negotiated (grpc-encoding)"
+                        .into(),
+                ),
+                Inflate::Frame(e @ frame::FrameError::BadCompression(_)) => {
+                    let mut err = invalid(format!("the request message does not inflate: {e}"));
+                    err.grpc = Some(Code::Internal);
+                    err
+                }
+                Inflate::Frame(e) => invalid(format!("the request is not one gRPC message: {e}")),
+                Inflate::Overloaded => gz::overloaded(),
             })?;
-        let request = build_request(
-            parts,
-            params.iter(),
-            val,
-            auth,
-            &route.request_use,
-            client.as_deref(),
-        )?;
+            drop(bytes);
+            let input = &g.method.input;
+            let val = input
+                .decode_val(&message, self.limits.expressions.max_depth)
+                .map_err(|_| {
+                    invalid(format!(
+                        "the request is not a valid {} message (or nests deeper than server.expressions.max_depth)",
+                        input.name()
+                    ))
+                })?;
+            let request = build_request(
+                parts,
+                params.iter(),
+                val,
+                auth,
+                &route.request_use,
+                client.as_deref(),
+            )?;
+            Ok::<_, ApiError>((deadline, request, offload, memory))
+        }
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.record_refusal(cx, route, &e);
+                return Err(e);
+            }
+        };
         let out = self.run_flow(cx, route, deadline, request).await?;
         let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::OK);
         if !status.is_success() {

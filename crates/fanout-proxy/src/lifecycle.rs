@@ -58,38 +58,72 @@ impl Gateway {
         let (route, params) = route(cx.live, cx.parts)?;
         cx.rec.routed(route);
         cx.tel.routed(route);
-        let auth = self.authenticate(cx, route).await?;
-        let params = path_params(&params)?;
-        let client = client_address(cx.live, cx.parts, route);
-        self.rate_limit(
-            cx.live,
-            cx.parts,
-            route,
-            param_vals(route, &params),
-            client.as_deref(),
-            &auth,
-        )
-        .await?;
-        let deadline = self.deadline(&cx.parts.headers, route, start)?;
-        let (body_val, _memory) = self
-            .read_body(
+        // The edge stages: a refusal here is listed on the live page (the route is known).
+        let (deadline, request, _memory) = match async {
+            let auth = self.authenticate(cx, route).await?;
+            let params = path_params(&params)?;
+            let client = client_address(cx.live, cx.parts, route);
+            self.rate_limit(
                 cx.live,
-                &cx.parts.headers,
-                body,
-                start,
-                deadline,
-                &mut cx.tel,
+                cx.parts,
+                route,
+                param_vals(route, &params),
+                client.as_deref(),
+                &auth,
             )
             .await?;
-        let request = build_request(
-            cx.parts,
-            param_vals(route, &params),
-            body_val,
-            auth,
-            &route.request_use,
-            client.as_deref(),
-        )?;
+            let deadline = self.deadline(&cx.parts.headers, route, start)?;
+            let (body_val, memory) = self
+                .read_body(
+                    cx.live,
+                    &cx.parts.headers,
+                    body,
+                    start,
+                    deadline,
+                    &mut cx.tel,
+                )
+                .await?;
+            let request = build_request(
+                cx.parts,
+                param_vals(route, &params),
+                body_val,
+                auth,
+                &route.request_use,
+                client.as_deref(),
+            )?;
+            Ok::<_, ApiError>((deadline, request, memory))
+        }
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.record_refusal(cx, route, &e);
+                return Err(e);
+            }
+        };
         self.run_flow(cx, route, deadline, request).await
+    }
+
+    /// The live page's list of failed requests (`admin.ui`) takes a request of `route` refused
+    /// before its flow ran (`e`): its status, code and message, no steps.
+    pub(crate) fn record_refusal(&self, cx: &Req<'_, '_>, route: &RoutePlan, e: &ApiError) {
+        let Some(recent) = &self.recent else {
+            return;
+        };
+        recent.refused(crate::ui::record::Refused {
+            start: cx.rec.start(),
+            route_name: cx
+                .live
+                .route_names
+                .get(route.index)
+                .map_or("", String::as_str),
+            path: cx.parts.uri.path(),
+            request_id: cx.rid,
+            status: e.status.as_u16(),
+            code: &e.code,
+            message: &e.message,
+            detail: e.detail.as_deref(),
+        });
     }
 
     /// Admit, run, observe, complete: the part of the lifecycle that HTTP and gRPC requests
@@ -162,12 +196,15 @@ impl Gateway {
         request: Val,
         refused: &mut bool,
     ) -> Result<Outcome, ApiError> {
-        let mut slot = self
-            .admit(cx.live, route, deadline)
-            .await
-            .inspect_err(|_| {
+        let mut slot = match self.admit(cx.live, route, deadline).await {
+            Ok(slot) => slot,
+            Err(r) => {
                 *refused = true;
-            })?;
+                let e = ApiError::from(r);
+                self.record_refusal(cx, route, &e);
+                return Err(e);
+            }
+        };
         // The backend answers parsed for this run are held in the memory budget until it ends.
         let memory = RequestMemory::new(&*self.bodies);
         let mut obs = cx.tel.observer();

@@ -101,8 +101,18 @@ impl Observer for RequestObserver<'_> {
         }
     }
 
+    /// The call's tracer when the request is traced, and the live page's counter of the
+    /// step's attempts when `admin.ui` is on (no allocation: `Arc` clones).
     fn call_trace(&self, step: &StepPlan) -> Option<CallTrace> {
-        self.trace?.call_trace(step)
+        let tracer = self.trace.and_then(|t| t.call_tracer(step));
+        let counter = self.ui.map(|(s, _)| s.counter());
+        if tracer.is_none() && counter.is_none() {
+            return None;
+        }
+        let mut t = CallTrace::new(u16::try_from(step.index).unwrap_or(u16::MAX));
+        t.tracer = tracer;
+        t.counter = counter;
+        Some(t)
     }
 
     fn step_finished(&self, step: &StepPlan, started: Instant, end: StepEnd<'_>) {

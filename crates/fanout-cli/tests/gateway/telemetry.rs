@@ -701,3 +701,68 @@ async fn the_access_log_names_the_client_a_trusted_proxy_forwarded() {
     assert_eq!(client("direct"), "127.0.0.1");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A statement's span names the database system and carries the statement as written (never its
+/// parameters); the live page counts the statement as the step's one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs PostgreSQL"]
+async fn a_statement_span_has_the_database_and_the_statement_as_written() {
+    let pg = crate::postgres::cluster().await;
+    let otlp = OtlpReceiver::start().await;
+    let query = "SELECT 10 / $1::int4 AS n";
+    let yaml = format!(
+        r#"
+telemetry: {{ tracing: {{ otlp_endpoint: "{otlp}", sampling_ratio: 1.0, batch_delay: 10ms }} }}
+backends:
+  db: {{ protocol: postgres, url: "${{DB_URL}}", timeout: 5s }}
+routes:
+  - path: /div
+    flow:
+      row: {{ sql: {{ backend: db, mode: one, query: "{query}", params: ['$request.query.by | tonumber'] }} }}
+    respond: {{ body: '$row' }}
+"#,
+        otlp = otlp.endpoint()
+    );
+    let url = pg.url();
+    let lookup = move |n: &str| (n == "DB_URL").then(|| url.clone());
+    let gw = fanout::load_gateway("fanout.yaml", &yaml, &lookup)
+        .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
+    let gw = fanout::start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+    let ok = request(
+        &format!("http://{}/div?by=5", gw.addr),
+        &[("x-request-id", "pg-ok")],
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.json(), serde_json::json!({"n": 2}));
+    // Division by zero fails the request: recorded by the live page.
+    let failed = request(
+        &format!("http://{}/div?by=0", gw.addr),
+        &[("x-request-id", "pg-failed")],
+    )
+    .await;
+    assert!(failed.status.as_u16() >= 400, "{}", failed.text());
+    let server = server_span(&otlp, "pg-ok").await;
+    let spans = trace_of(&otlp, &server.trace_id, 3).await;
+    let call = spans
+        .iter()
+        .find(|s| s.kind == 3)
+        .unwrap_or_else(|| panic!("no call span: {spans:#?}"));
+    assert_eq!(call.attr("db.system.name"), Some("postgresql"), "{call:#?}");
+    assert_eq!(call.attr("db.system"), Some("postgresql"), "{call:#?}");
+    assert_eq!(call.attr("db.query.text"), Some(query), "{call:#?}");
+    assert_eq!(call.attr("fanout.attempt"), Some("1"), "{call:#?}");
+    let st = get(&format!("http://{}/ui/api/state", gw.admin_addr.unwrap()))
+        .await
+        .json();
+    let step = &st["recent"]["failed"]["requests"][0]["steps"][0];
+    assert_eq!(step["name"], "row", "{st:#}");
+    assert_eq!(
+        (&step["calls"], &step["attempts"]),
+        (&serde_json::json!(1), &serde_json::json!(1)),
+        "{step:#}"
+    );
+    gw.shutdown().await.unwrap();
+}

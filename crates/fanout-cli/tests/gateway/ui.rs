@@ -208,6 +208,361 @@ async fn slow_requests_are_kept_past_the_threshold() {
     gw.shutdown().await.unwrap();
 }
 
+/// A backend that always answers 503 (retried) and one slower than the hedge delay (hedged).
+const RETRY_HEDGE_STUBS: &str = r#"
+services:
+  svc:
+    listen: "${SVC_ADDR}"
+    routes:
+      - { path: /down, status: 503, body: '{down: true}' }
+      - { path: /slow, latency: 300ms, body: '{ok: true}' }
+"#;
+
+/// Routes on a backend with `retry` (three attempts) and one with `hedge` (after 20 ms, a budget
+/// that grants the first hedge); `telemetry` inserted. Requests over 100 ms are kept as slow.
+fn retry_hedge_config(telemetry: &str) -> String {
+    format!(
+        r#"
+telemetry: {telemetry}
+backends:
+  down:
+    url: "http://${{SVC_ADDR}}"
+    retry: {{ attempts: 3, backoff: 1ms }}
+  tail:
+    url: "http://${{SVC_ADDR}}"
+    hedge: {{ delay: 20ms, max_extra: 1.0 }}
+routes:
+  - path: /down
+    coalesce: false
+    flow:
+      d: {{ http: {{ backend: down, path: '"/down"' }} }}
+    respond: {{ body: '$d' }}
+  - path: /slow
+    coalesce: false
+    flow:
+      s: {{ http: {{ backend: tail, path: '"/slow"' }} }}
+    respond: {{ body: '$s' }}
+admin:
+  ui: {{ slow_threshold: 100ms }}
+"#
+    )
+}
+
+/// The one step of the newest request in `list` (`failed` or `slow`) with id `rid`.
+fn recorded_step(st: &Value, list: &str, rid: &str) -> Value {
+    let reqs = st["recent"][list]["requests"].as_array().cloned();
+    let r = reqs
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r["request_id"] == rid)
+        .unwrap_or_else(|| panic!("{rid} not in the {list} list: {st:#}"));
+    let steps = r["steps"].as_array().cloned().unwrap_or_default();
+    assert_eq!(steps.len(), 1, "{r:#}");
+    steps[0].clone()
+}
+
+async fn get_with_id(url: &str, rid: &str) -> Resp {
+    send(
+        &client(false),
+        Method::GET,
+        url,
+        &[("x-request-id", rid)],
+        "",
+    )
+    .await
+}
+
+/// A failed request's step says how many of its attempts were retries: 503 three times with
+/// `retry: {attempts: 3}` is one call, three attempts, two retries, no hedge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_step_counts_its_retries() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(&retry_hedge_config("{}"), &s).await;
+    let r = get_with_id(&format!("http://{}/down", gw.addr), "ui-retried").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        route_calls(&s, "svc", "GET /down"),
+        3,
+        "three attempts sent"
+    );
+    let st = state(gw.admin_addr.unwrap()).await;
+    let step = recorded_step(&st, "failed", "ui-retried");
+    assert_eq!(step["name"], "d");
+    assert_eq!(step["outcome"], "failed");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(3), &json!(2), &json!(0)),
+        "{step:#}"
+    );
+    gw.shutdown().await.unwrap();
+}
+
+/// A slow request's step says its call was hedged: a 300 ms backend, hedged after 20 ms, is one
+/// call, two attempts, one hedged copy, no retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_step_counts_its_hedged_copy() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(&retry_hedge_config("{}"), &s).await;
+    let r = get_with_id(&format!("http://{}/slow", gw.addr), "ui-hedged").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let st = state(gw.admin_addr.unwrap()).await;
+    let step = recorded_step(&st, "slow", "ui-hedged");
+    assert_eq!(step["outcome"], "ok");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(2), &json!(0), &json!(1)),
+        "{step:#}"
+    );
+    let hedge = get(&format!("http://{}/__fanout/status", gw.addr))
+        .await
+        .json()["backends"]["tail"]["hedge"]
+        .clone();
+    assert_eq!(hedge["hedges"], 1, "{hedge}");
+    gw.shutdown().await.unwrap();
+}
+
+/// With tracing on, the steps are counted the same and the trace is unchanged: a span per
+/// attempt, numbered, the hedged copy marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tracing_on_retries_and_hedges_are_counted_and_traced() {
+    let otlp = OtlpReceiver::start().await;
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let telemetry = format!(
+        r#"{{ tracing: {{ otlp_endpoint: "{}", sampling_ratio: 1.0, batch_delay: 10ms }} }}"#,
+        otlp.endpoint()
+    );
+    let gw = gateway(&retry_hedge_config(&telemetry), &s).await;
+    let r = get_with_id(&format!("http://{}/down", gw.addr), "ui-traced-retried").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let r = get_with_id(&format!("http://{}/slow", gw.addr), "ui-traced-hedged").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let st = state(gw.admin_addr.unwrap()).await;
+    let step = recorded_step(&st, "failed", "ui-traced-retried");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(3), &json!(2), &json!(0)),
+        "{step:#}"
+    );
+    let step = recorded_step(&st, "slow", "ui-traced-hedged");
+    assert_eq!(
+        (
+            &step["calls"],
+            &step["attempts"],
+            &step["retries"],
+            &step["hedges"]
+        ),
+        (&json!(1), &json!(2), &json!(0), &json!(1)),
+        "{step:#}"
+    );
+    // The trace of each: its call spans (kind 3), one per attempt.
+    let calls_of = |rid: &str, n: usize| {
+        let server = otlp
+            .spans()
+            .into_iter()
+            .find(|s| s.kind == 2 && s.attr("fanout.request_id") == Some(rid))?;
+        let mut calls: Vec<(String, String)> = otlp
+            .trace(&server.trace_id)
+            .into_iter()
+            .filter(|s| s.kind == 3)
+            .map(|s| {
+                let a = |k| s.attr(k).unwrap_or_default().to_string();
+                (a("fanout.attempt"), a("fanout.hedge"))
+            })
+            .collect();
+        calls.sort();
+        (calls.len() >= n).then_some(calls)
+    };
+    wait_until("the retried request's three call spans", || {
+        calls_of("ui-traced-retried", 3).is_some()
+    })
+    .await;
+    assert_eq!(
+        calls_of("ui-traced-retried", 3).unwrap_or_default(),
+        [("1", "false"), ("2", "false"), ("3", "false")].map(|(a, h)| (a.into(), h.into()))
+    );
+    wait_until("the hedged request's two call spans", || {
+        calls_of("ui-traced-hedged", 2).is_some()
+    })
+    .await;
+    assert_eq!(
+        calls_of("ui-traced-hedged", 2).unwrap_or_default(),
+        [("1", "false"), ("1", "true")].map(|(a, h)| (a.into(), h.into()))
+    );
+    gw.shutdown().await.unwrap();
+}
+
+/// Requests of a matched route refused before their flow ran (401 authentication, 429 rate
+/// limit, 413 body limit) are listed with the failed ones: status, code, no steps. A path
+/// without a route (404) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_refused_before_their_flow_are_listed_with_their_status_and_code() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(
+        r#"
+server: { max_body_bytes: 64 }
+auth:
+  providers:
+    corp: { issuer: https://idp.test, hmac_secret: 0123456789abcdef0123456789abcdef }
+rate_limits:
+  once: { rate: 1/min, burst: 1 }
+routes:
+  - path: /private
+    auth: { provider: corp }
+    respond: { body: '{ok: true}' }
+  - path: /limited
+    rate_limit: [once]
+    respond: { body: '{ok: true}' }
+  - path: /echo
+    method: POST
+    respond: { body: '$request.body' }
+admin:
+  ui: { record_per_second: 1000 }
+"#,
+        &s,
+    )
+    .await;
+    let c = client(false);
+    let url = |p: &str| format!("http://{}{p}", gw.addr);
+    let ask = |m: Method, p: &str, rid: &'static str, body: &'static str| {
+        let (c, u) = (c.clone(), url(p));
+        async move { send(&c, m, &u, &[("x-request-id", rid)], body).await }
+    };
+    let r = ask(Method::GET, "/private?token=hunter2", "ui-refused-401", "").await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(
+        ask(Method::GET, "/limited", "ui-limited-ok", "")
+            .await
+            .status,
+        200
+    );
+    let r = ask(Method::GET, "/limited", "ui-refused-429", "").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let big: &'static str =
+        r#"{"text": "a body well over the sixty-four bytes of server.max_body_bytes"}"#;
+    let r = ask(Method::POST, "/echo", "ui-refused-413", big).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = ask(Method::GET, "/nowhere", "ui-not-found", "").await;
+    assert_eq!(r.status, 404);
+    let st = state(gw.admin_addr.unwrap()).await;
+    let failed = &st["recent"]["failed"];
+    let reqs = failed["requests"].as_array().cloned().unwrap_or_default();
+    let listed: Vec<(String, String, u64, String, usize)> = reqs
+        .iter()
+        .map(|r| {
+            (
+                r["request_id"].as_str().unwrap_or_default().to_string(),
+                r["route"].as_str().unwrap_or_default().to_string(),
+                r["status"].as_u64().unwrap_or_default(),
+                r["code"].as_str().unwrap_or_default().to_string(),
+                r["steps"].as_array().map_or(usize::MAX, Vec::len),
+            )
+        })
+        .collect();
+    let want = |rid: &str, route: &str, status: u64, code: &str| {
+        (
+            rid.to_string(),
+            route.to_string(),
+            status,
+            code.to_string(),
+            0,
+        )
+    };
+    assert_eq!(listed.len(), 3, "{failed:#}");
+    assert_eq!(listed[0].0, "ui-refused-413", "newest first: {failed:#}");
+    assert_eq!(
+        listed[0],
+        want("ui-refused-413", "POST /echo", 413, &listed[0].3)
+    );
+    assert_eq!(
+        listed[1],
+        want("ui-refused-429", "GET /limited", 429, "rate_limited")
+    );
+    assert_eq!(
+        listed[2],
+        want("ui-refused-401", "GET /private", 401, &listed[2].3)
+    );
+    assert!(listed[0].3.contains("too_large"), "{failed:#}");
+    assert!(!listed[2].3.is_empty(), "{failed:#}");
+    assert_eq!(reqs[2]["path"], "/private", "never the query string");
+    assert!(
+        reqs.iter()
+            .all(|r| r["error"].as_str().is_some_and(|e| !e.is_empty()))
+    );
+    assert!(!st.to_string().contains("hunter2"));
+    gw.shutdown().await.unwrap();
+}
+
+/// A request refused by admission (503 `overloaded`: the one slot is taken, no queue) is listed
+/// with the failed ones, without steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_by_admission_is_listed_without_steps() {
+    let s = stubs(
+        "services:\n  svc:\n    listen: \"${SVC_ADDR}\"\n    routes: [{ path: /slow, latency: 2s, body: '{ok: true}' }]\n",
+    )
+    .await;
+    let gw = gateway(
+        r#"
+server:
+  admission: { max_concurrency: 1, queue: 0 }
+backends:
+  svc: { url: "http://${SVC_ADDR}", timeout: 10s }
+routes:
+  - path: /slow
+    coalesce: false
+    deadline: 10s
+    flow:
+      s: { http: { backend: svc, path: '"/slow"' } }
+    respond: { body: '$s' }
+"#,
+        &s,
+    )
+    .await;
+    let url = format!("http://{}/slow", gw.addr);
+    let first = {
+        let url = url.clone();
+        tokio::spawn(async move { get_with_id(&url, "ui-admitted").await })
+    };
+    let status = format!("http://{}/__fanout/status", gw.addr);
+    wait_until_async("the first request holds the slot", || {
+        let status = status.clone();
+        async move { get(&status).await.json()["admission"]["in_flight"] == 1 }
+    })
+    .await;
+    let r = get_with_id(&url, "ui-refused-503").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "overloaded");
+    let st = state(gw.admin_addr.unwrap()).await;
+    let reqs = st["recent"]["failed"]["requests"].as_array().cloned();
+    let reqs = reqs.unwrap_or_default();
+    assert_eq!(reqs.len(), 1, "{st:#}");
+    let r = &reqs[0];
+    assert_eq!(r["request_id"], "ui-refused-503", "{r:#}");
+    assert_eq!(
+        (&r["status"], &r["code"]),
+        (&json!(503), &json!("overloaded")),
+        "{r:#}"
+    );
+    assert_eq!(r["route"], "GET /slow");
+    assert_eq!(r["steps"], json!([]), "{r:#}");
+    assert_eq!(first.await.unwrap().status, 200);
+    gw.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_on_the_admin_listener_only() {
     let s = stubs(&hh_stubs()).await;
@@ -757,6 +1112,60 @@ return db && cache && /hit_ratio=\d/.test(cache.innerText)
         tables["db"].as_str().unwrap().contains("max_size=4"),
         "{tables:#}"
     );
+    browser.close().await;
+    gw.shutdown().await.unwrap();
+}
+
+/// In Chromium, a waterfall bar says its step's retries and hedged copies ("1 call · 2
+/// retries"); a step with neither says nothing more than before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs Chromium and chromedriver"]
+async fn in_chromium_a_waterfall_says_its_retries_and_hedges() {
+    let s = stubs(RETRY_HEDGE_STUBS).await;
+    let gw = gateway(&retry_hedge_config("{}"), &s).await;
+    let admin = gw.admin_addr.unwrap();
+    let r = get_with_id(&format!("http://{}/down", gw.addr), "ui-wf-retried").await;
+    assert_eq!(r.status, 502);
+    let r = get_with_id(&format!("http://{}/slow", gw.addr), "ui-wf-hedged").await;
+    assert_eq!(r.status, 200);
+    let browser = Browser::start().await;
+    browser.open(&format!("http://{admin}/ui")).await;
+    let label = |list: &str, rid: &str| {
+        format!(
+            r#"const e = document.querySelector('#{list} [data-request-id="{rid}"]');
+if (!e) return null;
+const a = e.querySelector('.wf [data-attempts]');
+const bar = e.querySelector('.wf .bar');
+return {{ label: a && a.textContent, tip: bar && bar.title }};"#
+        )
+    };
+    let (retried, _) = browser
+        .wait_js(
+            "the retried request is listed",
+            Duration::from_secs(20),
+            &label("failed", "ui-wf-retried"),
+        )
+        .await;
+    assert_eq!(retried["label"], "1 call · 2 retries", "{retried:#}");
+    assert!(
+        retried["tip"]
+            .as_str()
+            .is_some_and(|t| t.contains("1 call · 2 retries")),
+        "{retried:#}"
+    );
+    let (hedged, _) = browser
+        .wait_js(
+            "the hedged request is listed",
+            Duration::from_secs(20),
+            &label("slow", "ui-wf-hedged"),
+        )
+        .await;
+    assert_eq!(hedged["label"], "1 call · 1 hedge", "{hedged:#}");
+    if let Some(path) = std::env::var_os("FANOUT_UI_WATERFALL_SCREENSHOT") {
+        let png = browser.screenshot().await;
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(&path, png).expect("write the screenshot");
+    }
     browser.close().await;
     gw.shutdown().await.unwrap();
 }

@@ -205,7 +205,7 @@ impl RoutePlan {
         });
         let started_step = match prepared {
             Ok(Prepared::Call(mut req)) => {
-                req.trace = obs.call_trace(step).map(Box::new);
+                req.trace = obs.call_trace(step);
                 let a = args(step, obs);
                 let call = step.kind.call(&a, req, deadline, &self.deadline_header);
                 // A call that ends by the deadline by itself (its kind's call is timed by the
@@ -441,7 +441,7 @@ impl RoutePlan {
             Prepared::Done(r) => Started::Done(r),
             Prepared::Keys(batch, keys) => Started::Keyed(batch, keys),
             Prepared::Call(mut req) => {
-                req.trace = obs.call_trace(step).map(Box::new);
+                req.trace = obs.call_trace(step);
                 let env = step.result.as_ref().map(|_| Box::new(snapshot(env, step)));
                 Started::Pending(fanout_layers::boxed::pinned(|| async move {
                     let a = args(step, obs);
@@ -477,7 +477,7 @@ impl RoutePlan {
             }
             Prepared::Calls(mut reqs) => {
                 for (req, _, _) in &mut reqs {
-                    req.trace = obs.call_trace(step).map(Box::new);
+                    req.trace = obs.call_trace(step);
                 }
                 let env = needs_env(step).then(|| Box::new(snapshot(env, step)));
                 Started::Pending(fanout_layers::boxed::pinned(|| async move {

@@ -301,10 +301,10 @@ impl RequestTrace {
             .push(st);
     }
 
-    /// The context of a call `step` makes.
-    pub fn call_trace(&self, step: &StepPlan) -> Option<CallTrace> {
+    /// The tracer of the calls `step` makes (the parent of their spans).
+    pub fn call_tracer(&self, step: &StepPlan) -> Option<Arc<dyn CallTracer>> {
         let st: Arc<dyn CallTracer> = self.step(step)?;
-        Some(CallTrace::new(st))
+        Some(st)
     }
 
     /// `step` ended: its outcome, then its span ends.
@@ -384,9 +384,6 @@ impl StepTracer {
         if call.batch {
             attrs.push(KeyValue::new("fanout.batch", true));
         }
-        for (k, v) in &call.attributes {
-            attrs.push(KeyValue::new(*k, v.to_string()));
-        }
         let span = self
             .tracer
             .span_builder(format!("call {backend}"))
@@ -420,7 +417,7 @@ impl CallTracer for StepTracer {
     ) -> Option<Box<dyn AttemptSpan>> {
         let steps: Vec<&StepTracer> = calls
             .iter()
-            .filter_map(|c| c.tracer.as_any()?.downcast_ref::<StepTracer>())
+            .filter_map(|c| c.tracer.as_ref()?.as_any()?.downcast_ref::<StepTracer>())
             .filter(|t| t.recording)
             .collect();
         let first = steps.first()?;
@@ -467,6 +464,15 @@ impl AttemptSpan for CallSpan {
             (Some(cx), _) => inject(cx.span().span_context(), headers),
             (None, Some(sc)) => inject(sc, headers),
             (None, None) => {}
+        }
+    }
+
+    fn set_attributes(&mut self, attributes: &[(&'static str, &str)]) {
+        if let Some(cx) = &self.cx {
+            let span = cx.span();
+            for (k, v) in attributes {
+                span.set_attribute(KeyValue::new(*k, v.to_string()));
+            }
         }
     }
 

@@ -3,15 +3,19 @@
 //! and the last slow and failed requests with a waterfall of their steps ([`Recent`], bounded
 //! rings kept for the process, at most `admin.ui.record_per_second` entries per second each).
 //!
-//! The per-request part ([`RequestSteps`]) is a small inline vector filled as steps finish; it
-//! is dropped with the request unless the request is slow or failed, so a request that is
-//! neither pays one push per step and nothing else.
+//! The per-request part ([`RequestSteps`]) is a small inline vector filled as steps finish, and
+//! per step the count of its calls and of the attempts they sent (retries and hedged copies
+//! among them: [`AttemptCounts`], shared with the request's calls in their trace context and
+//! told by the protocol client at each attempt, traced or not). It is dropped with the request
+//! unless the request is slow or failed, so a request that is neither pays one allocation (the
+//! counts), one push per step and a count per call and per attempt, and nothing else.
 
 use fanout_config::UiConfig;
 use fanout_flow::FlowError;
 use fanout_flow::RoutePlan;
 use fanout_flow::observe::StepEnd;
 use fanout_flow::plan::StepPlan;
+use fanout_layers::trace::AttemptCounts;
 use fanout_runtime::hist::{AtomicHistogram, HistogramSnapshot, NS_PER_S};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -181,11 +185,14 @@ struct StepRec {
     code: Option<Box<str>>,
 }
 
-/// The steps of one request as they finish, and the calls each made (cheap: an inline vector
-/// behind an uncontended lock; dropped with the request unless it is recorded).
+/// The steps of one request as they finish, and the calls and attempts each made (cheap: inline
+/// vectors behind an uncontended lock; dropped with the request unless it is recorded). The
+/// attempts are counted by the request's calls in an `Arc` they share; a call that outlives the
+/// request (a hedged copy still running, a shared call) counts into a record no longer read.
 pub struct RequestSteps {
     start: Instant,
     inner: Mutex<Steps>,
+    attempts: Arc<AttemptCounts>,
 }
 
 #[derive(Default)]
@@ -201,6 +208,7 @@ impl RequestSteps {
         RequestSteps {
             start,
             inner: Mutex::new(Steps::default()),
+            attempts: Arc::default(),
         }
     }
 
@@ -255,6 +263,11 @@ impl RequestSteps {
             *c = c.saturating_add(1);
         }
     }
+
+    /// Where the request's calls count their attempts (an `Arc` clone).
+    pub fn counter(&self) -> Arc<AttemptCounts> {
+        self.attempts.clone()
+    }
 }
 
 fn micros32(d: Duration) -> u32 {
@@ -307,6 +320,13 @@ pub struct RecordedStep {
     /// Backend calls it made (a `for_each` step one per element; retries and hedged copies
     /// are within one call).
     pub calls: u16,
+    /// Attempts its calls sent to their backends: first attempts, retries and hedged copies
+    /// (none for a call served by a cache or joined to another request's identical call).
+    pub attempts: u16,
+    /// Of the attempts, those the retry layer sent after a failed one.
+    pub retries: u16,
+    /// Of the attempts, the hedged copies (sent while the first was still waiting).
+    pub hedges: u16,
 }
 
 /// A bounded ring of recorded requests with its per-second cap.
@@ -405,6 +425,27 @@ pub struct Finished<'a> {
     pub result: Result<u16, &'a FlowError>,
 }
 
+/// A request of a matched route refused before its flow ran (authentication, rate limit,
+/// admission, body limits, a bad request), for [`Recent::refused`].
+pub struct Refused<'a> {
+    /// When it arrived.
+    pub start: Instant,
+    /// `METHOD /pattern`.
+    pub route_name: &'a str,
+    /// The path asked for.
+    pub path: &'a str,
+    /// Its request id.
+    pub request_id: &'a http::HeaderValue,
+    /// The status it was answered.
+    pub status: u16,
+    /// The answer's `error.code`.
+    pub code: &'a str,
+    /// The answer's message (safe for the client).
+    pub message: &'a str,
+    /// The log's detail, shown only with `admin.ui.error_detail`.
+    pub detail: Option<&'a str>,
+}
+
 impl Recent {
     /// Empty rings sized by `admin.ui`.
     pub fn new(cfg: &UiConfig) -> Recent {
@@ -441,20 +482,27 @@ impl Recent {
             .inner
             .into_inner()
             .unwrap_or_else(|p| p.into_inner());
+        let attempts = &f.steps.attempts;
         let mut steps: Vec<RecordedStep> = inner
             .done
             .into_iter()
-            .map(|s| RecordedStep {
-                name: f
-                    .route
-                    .steps
-                    .get(s.index as usize)
-                    .map_or_else(String::new, |p| p.name.to_string()),
-                start_us: u64::from(s.start_us),
-                end_us: u64::from(s.end_us),
-                outcome: s.outcome,
-                code: s.code.map(String::from),
-                calls: inner.calls.get(s.index as usize).copied().unwrap_or(0),
+            .map(|s| {
+                let n = attempts.step(s.index as usize);
+                RecordedStep {
+                    name: f
+                        .route
+                        .steps
+                        .get(s.index as usize)
+                        .map_or_else(String::new, |p| p.name.to_string()),
+                    start_us: u64::from(s.start_us),
+                    end_us: u64::from(s.end_us),
+                    outcome: s.outcome,
+                    code: s.code.map(String::from),
+                    calls: inner.calls.get(s.index as usize).copied().unwrap_or(0),
+                    attempts: n.attempts,
+                    retries: n.retries,
+                    hedges: n.hedges,
+                }
             })
             .collect();
         steps.sort_by_key(|s| (s.start_us, s.end_us));
@@ -478,6 +526,37 @@ impl Recent {
             code,
             error,
             steps,
+        }));
+    }
+
+    /// A request was refused before its flow ran: listed with the failed ones (within the same
+    /// per-second cap), with its status and code and no steps.
+    pub fn refused(&self, r: Refused<'_>) {
+        let elapsed = r.start.elapsed();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        if !self.failed.admit(now.as_secs(), self.per_second) {
+            return;
+        }
+        let mut error = r.message.to_string();
+        if self.error_detail
+            && let Some(d) = r.detail
+        {
+            error.push_str(": ");
+            error.push_str(d);
+        }
+        self.failed.push(Arc::new(Recorded {
+            at_unix_ms: u64::try_from(now.saturating_sub(elapsed).as_millis()).unwrap_or(u64::MAX),
+            request_id: String::from_utf8_lossy(r.request_id.as_bytes()).into_owned(),
+            route: r.route_name.to_string(),
+            path: r.path.to_string(),
+            status: r.status,
+            total_us: micros(elapsed),
+            failed_step: None,
+            code: Some(r.code.to_string()),
+            error: Some(error),
+            steps: Vec::new(),
         }));
     }
 
