@@ -638,7 +638,9 @@ impl ModelSlot {
     ) {
         self.stats.inline.fetch_add(1, Relaxed);
         self.stats.queue_time.record(0);
-        let traces: Vec<&fanout_layers::trace::CallTrace> = trace.into_iter().collect();
+        // Traced requests only (a trace that only counts attempts has no span).
+        let traces: Vec<&fanout_layers::trace::CallTrace> =
+            trace.into_iter().filter(|t| t.is_traced()).collect();
         let answer = match self.evaluate(version, rows, n, &traces) {
             Ok(out) => Ok((0..n)
                 .map(|r| output_value(&*version.model, &out, r))
