@@ -1421,6 +1421,27 @@ fn lab_seeds_without_java_lists_what_did_not_run() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `fanout lab hop` takes one target, `fanout` or `fanout-percore` (the gateway per core); any
+/// other is refused before anything starts, naming the two.
+#[test]
+fn lab_hop_takes_fanout_or_fanout_percore_as_its_target() {
+    let out = out_dir("hop-targets");
+    for bad in ["java-threads", "fanout,fanout-percore"] {
+        let o = Command::new(bin())
+            .args(["lab", "hop", "--targets", bad, "--quick", "--out"])
+            .arg(&out)
+            .output()
+            .expect("run fanout lab");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("fanout-percore") && stderr.contains("server.runtime: per_core"),
+            "{bad}: {stderr}"
+        );
+        assert!(!out.exists(), "{bad}: nothing started, nothing written");
+    }
+}
+
 #[test]
 fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
     let out = out_dir("no-baseline");
