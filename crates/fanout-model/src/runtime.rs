@@ -564,16 +564,13 @@ impl ModelSlot {
         match start {
             Start::Nothing => {}
             Start::Inline(version, rows, tx, trace) => {
-                self.evaluate_inline(&version, &rows, n, tx, trace.as_ref());
-                // Rows that came while it ran are the compute pool's.
-                let drain = {
-                    let mut q = lock(&self.queue);
-                    q.running = q.rows > 0;
-                    q.running
+                // Given back when it ends, even by a panic: the model is never left "running"
+                // with nobody to run the rows that came meanwhile.
+                let _turn = InlineTurn {
+                    slot: self,
+                    compute,
                 };
-                if drain {
-                    self.start_drain(compute);
-                }
+                self.evaluate_inline(&version, &rows, n, tx, trace.as_ref());
             }
             Start::Drain => self.start_drain(compute),
             Start::Timer(generation) => {
@@ -993,6 +990,26 @@ impl ModelSlot {
         l.failed_sig = Some(sig);
         l.last_error = Some(error);
         l.failures += 1;
+    }
+}
+
+/// A model's evaluation on a caller's thread ([`Start::Inline`]): when it ends, the rows that
+/// came meanwhile go to the compute pool, or the model is idle again.
+struct InlineTurn<'a> {
+    slot: &'a Arc<ModelSlot>,
+    compute: &'a Arc<ComputePool>,
+}
+
+impl Drop for InlineTurn<'_> {
+    fn drop(&mut self) {
+        let drain = {
+            let mut q = lock(&self.slot.queue);
+            q.running = q.rows > 0;
+            q.running
+        };
+        if drain {
+            self.slot.start_drain(self.compute);
+        }
     }
 }
 
@@ -1951,6 +1968,22 @@ mod tests {
         let r = s.submit(ok, vec![1.0], 1, later(), &pool, None).unwrap();
         assert_eq!(r.await.unwrap().unwrap().len(), 1);
         assert_eq!(s.status().failed, 1);
+
+        // The same on the caller's thread (a model measured fast, nothing waiting): the panic
+        // fails its rows there and the model is not left busy.
+        let s = Arc::new(ModelSlot::new("q", ModelBatch::default(), Arc::default()));
+        s.row_ns.store(1, Relaxed);
+        let mut r = s
+            .submit(v.clone(), vec![1.0], 1, later(), &pool, None)
+            .unwrap();
+        assert!(matches!(r.try_recv(), Ok(Err(RunError::Failed(m))) if m.contains("boom")));
+        assert!(!lock(&s.queue).running, "the model is idle again");
+        s.row_ns.store(1, Relaxed);
+        let ok = test_version(Duration::ZERO, None, None);
+        let r = s.submit(ok, vec![1.0], 1, later(), &pool, None).unwrap();
+        assert_eq!(r.await.unwrap().unwrap().len(), 1);
+        let st = s.status();
+        assert_eq!((st.failed, st.inline), (1, 2), "{st:?}");
     }
 
     /// A dense MLP regressor as ONNX: `width` inputs, two hidden layers of `hidden` (ReLU), one
