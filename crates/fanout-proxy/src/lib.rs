@@ -395,6 +395,11 @@ impl Gateway {
 }
 
 impl Live {
+    /// `METHOD path` of route `index` (empty for an index of no route).
+    pub(crate) fn route_name(&self, index: usize) -> &str {
+        self.route_names.get(index).map_or("", String::as_str)
+    }
+
     /// `{routes: {"METHOD path": {runs, coalesced, reruns, in_flight}}, coalesced}` for the
     /// routes that coalesce (counts since this config was loaded).
     fn coalesce_json(&self) -> serde_json::Value {

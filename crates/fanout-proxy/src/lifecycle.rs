@@ -112,11 +112,7 @@ impl Gateway {
         };
         recent.refused(crate::ui::record::Refused {
             start: cx.rec.start(),
-            route_name: cx
-                .live
-                .route_names
-                .get(route.index)
-                .map_or("", String::as_str),
+            route_name: cx.live.route_name(route.index),
             path: cx.parts.uri.path(),
             request_id: cx.rid,
             status: e.status.as_u16(),
@@ -233,11 +229,7 @@ impl Gateway {
                 crate::ui::record::Finished {
                     steps,
                     route,
-                    route_name: cx
-                        .live
-                        .route_names
-                        .get(route.index)
-                        .map_or("", String::as_str),
+                    route_name: cx.live.route_name(route.index),
                     path: cx.parts.uri.path(),
                     request_id: cx.rid,
                     result: out.as_ref().map(|o| o.status),

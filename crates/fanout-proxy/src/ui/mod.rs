@@ -44,12 +44,7 @@ fn routes_json(live: &Live) -> serde_json::Value {
         .iter()
         .map(|r| {
             let mut v = route_json(r);
-            v["name"] = live
-                .route_names
-                .get(r.index)
-                .cloned()
-                .unwrap_or_default()
-                .into();
+            v["name"] = live.route_name(r.index).into();
             v["stats"] = live
                 .ui_stats
                 .as_ref()
