@@ -115,6 +115,7 @@ async fn both_protocols_answer_and_two_connections_get_a_core_each() {
     .await;
     // Both keep answering on their cores.
     for c in &mut conns {
+        c.ready().await.expect("connection ready");
         let r = c
             .send_request(h1::request(Method::GET, "/fast", ""))
             .await
@@ -303,6 +304,9 @@ routes:
     for round in 0..3 {
         for (i, c) in conns.iter_mut().enumerate() {
             let path = format!("/users/{}", 1 + i + 2 * round);
+            // The client's connection task takes the previous answer's end before it can send
+            // again: wait for it, not for luck.
+            c.ready().await.expect("connection ready");
             let r = c
                 .send_request(h1::request(Method::GET, &path, ""))
                 .await
