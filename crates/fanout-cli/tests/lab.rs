@@ -1440,6 +1440,29 @@ fn lab_hop_takes_fanout_or_fanout_percore_as_its_target() {
         );
         assert!(!out.exists(), "{bad}: nothing started, nothing written");
     }
+    // The hand-written hop beside a gateway target: its executable is found (or built) before
+    // anything starts; a missing `--baseline-bin` stops the run naming it. Without the
+    // `hyper-baseline` target, `--baseline-bin` is refused.
+    let missing = out.with_file_name("no-such-hyper-aggregator");
+    for (targets, what) in [
+        (
+            "fanout-percore,hyper-baseline",
+            missing.display().to_string(),
+        ),
+        ("fanout", "hyper-baseline".to_string()),
+    ] {
+        let o = Command::new(bin())
+            .args(["lab", "hop", "--targets", targets, "--quick", "--out"])
+            .arg(&out)
+            .arg("--baseline-bin")
+            .arg(&missing)
+            .output()
+            .expect("run fanout lab");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{targets}: {stderr}");
+        assert!(stderr.contains(&what), "{targets}: {stderr}");
+        assert!(!out.exists(), "{targets}: nothing started, nothing written");
+    }
 }
 
 #[test]

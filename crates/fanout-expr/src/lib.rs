@@ -38,7 +38,7 @@ use jaq_core::{Compiler, Ctx, Vars, data::JustLut};
 use std::fmt;
 use std::sync::Arc;
 
-pub use jaq_json::{Map, Num, Val};
+pub use jaq_json::{Map, Num, Rc, Val};
 
 type JaqFilter = jaq_core::Filter<JustLut<Val>>;
 

@@ -28,6 +28,9 @@ pub const MAX_ADDED_P50_MS: f64 = 0.1;
 /// … and p99 at most this (ms).
 pub const MAX_ADDED_P99_MS: f64 = 1.0;
 
+/// The hand-written hop's path name (`--targets …,hyper-baseline`).
+pub const BASELINE: &str = "hyper-baseline";
+
 /// The stub: one route, 1 ms, on the precise timer.
 pub const HOP_STUBS: &str = r#"# `fanout lab hop`: a backend that answers after exactly 1 ms (precise timer).
 timer: precise
@@ -83,6 +86,9 @@ pub struct HopOptions {
     pub quick: bool,
     /// The gateway runs one runtime per core (`--targets fanout-percore`).
     pub per_core: bool,
+    /// The hand-written hop to run as a third path (`--targets …,hyper-baseline`): the
+    /// `hyper-aggregator` executable, whose `GET /items/{id}` makes the same one call.
+    pub baseline: Option<PathBuf>,
 }
 
 impl HopOptions {
@@ -98,6 +104,7 @@ impl HopOptions {
             command,
             quick,
             per_core: false,
+            baseline: None,
         }
     }
 }
@@ -107,7 +114,7 @@ impl HopOptions {
 pub struct Trial {
     /// Round number (0-based).
     pub round: usize,
-    /// `direct` or `fanout`.
+    /// `direct`, `fanout` or `hyper-baseline`.
     pub path: String,
     /// Requests offered / answered 2xx.
     pub offered: u64,
@@ -125,7 +132,8 @@ pub struct Trial {
     pub lag_p99_ms: f64,
     /// Whether the generator kept its schedule (lag p99 ≤ 1 ms, nothing left unsent).
     pub generator_on_schedule: bool,
-    /// CPU of the fanout process per request, µs (fanout trials only).
+    /// CPU per request of the process the path goes through, µs (fanout's, or the hand-written
+    /// baseline's; none for the direct path).
     pub fanout_cpu_us_per_req: Option<f64>,
 }
 
@@ -169,6 +177,18 @@ pub struct HopReport {
     pub median_direct_p50_ms: f64,
     /// Median CPU of fanout per request, µs.
     pub median_fanout_cpu_us_per_req: f64,
+    /// What the hand-written hop (`hyper-baseline`) adds per round, when it ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_added: Vec<Added>,
+    /// Median of the baseline's added p50, ms (when it ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_baseline_added_p50_ms: Option<f64>,
+    /// Median of the baseline's added p99, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_baseline_added_p99_ms: Option<f64>,
+    /// Median CPU of the baseline per request, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_baseline_cpu_us_per_req: Option<f64>,
     /// Trials in which the generator fell behind its schedule (their figures describe the
     /// generator as much as the target).
     pub generator_behind: usize,
@@ -239,32 +259,51 @@ pub async fn run(opts: HopOptions) -> Result<HopReport, HopError> {
     gw.wait_ready(gw_addr, "/items/1", Duration::from_secs(15))
         .await?;
     let gw_pid = gw.pid().unwrap_or(0);
-
-    let paths = [("direct", stub_addr), ("fanout", gw_addr)];
+    let mut paths = vec![("direct", stub_addr, 0), ("fanout", gw_addr, gw_pid)];
+    let mut base = None;
+    if let Some(bin) = &opts.baseline {
+        let base_addr = free_addr().map_err(io(&opts.out))?;
+        let mut base_env = env.clone();
+        base_env.insert("LISTEN".to_string(), base_addr.to_string());
+        let mut b = Proc::spawn(
+            BASELINE,
+            bin,
+            &[],
+            &base_env,
+            &opts.out.join("hyper-baseline.log"),
+        )?;
+        b.wait_ready(base_addr, "/items/1", Duration::from_secs(15))
+            .await?;
+        paths.push((BASELINE, base_addr, b.pid().unwrap_or(0)));
+        base = Some(b);
+    }
     // Warm-up: connections, caches, the stub's timer thread.
-    for (_, addr) in paths {
+    for &(_, addr, _) in &paths {
         load(&opts, addr, Duration::from_secs(2)).await?;
     }
     let mut trials = Vec::new();
     for round in 0..opts.rounds {
-        let order: Vec<usize> = if round % 2 == 0 {
-            vec![0, 1]
-        } else {
-            vec![1, 0]
-        };
+        // ABBA (ABCCBA with the baseline): each path as often early as late.
+        let mut order: Vec<usize> = (0..paths.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
         for i in order {
-            let (name, addr) = paths[i];
-            let cpu0 = procstat::cpu_total_us(gw_pid);
+            let (name, addr, pid) = paths[i];
+            let cpu0 = procstat::cpu_total_us(pid);
             let r = load(&opts, addr, opts.trial).await?;
-            let cpu1 = procstat::cpu_total_us(gw_pid);
-            let cpu = match (name, cpu0, cpu1) {
-                ("fanout", Some(a), Some(b)) if r.completed > 0 => {
+            let cpu1 = procstat::cpu_total_us(pid);
+            let cpu = match (pid, cpu0, cpu1) {
+                (1.., Some(a), Some(b)) if r.completed > 0 => {
                     Some(b.saturating_sub(a) as f64 / r.completed as f64)
                 }
                 _ => None,
             };
             trials.push(trial(round, name, &r, cpu));
         }
+    }
+    if let Some(b) = base {
+        b.stop().await;
     }
     gw.stop().await;
     stub.stop().await;
@@ -318,18 +357,38 @@ fn median(v: Vec<f64>) -> f64 {
 
 /// Pair each round's trials, take the medians, check the acceptance lines.
 pub fn summarise(opts: &HopOptions, trials: Vec<Trial>) -> HopReport {
-    let mut added = Vec::new();
-    for round in 0..opts.rounds {
-        let of = |p: &str| trials.iter().find(|t| t.round == round && t.path == p);
-        if let (Some(d), Some(f)) = (of("direct"), of("fanout")) {
-            added.push(Added {
-                round,
-                p50_ms: f.p50_ms - d.p50_ms,
-                p90_ms: f.p90_ms - d.p90_ms,
-                p99_ms: f.p99_ms - d.p99_ms,
-            });
+    let added_by = |path: &str| {
+        let mut added = Vec::new();
+        for round in 0..opts.rounds {
+            let of = |p: &str| trials.iter().find(|t| t.round == round && t.path == p);
+            if let (Some(d), Some(f)) = (of("direct"), of(path)) {
+                added.push(Added {
+                    round,
+                    p50_ms: f.p50_ms - d.p50_ms,
+                    p90_ms: f.p90_ms - d.p90_ms,
+                    p99_ms: f.p99_ms - d.p99_ms,
+                });
+            }
         }
-    }
+        added
+    };
+    let added = added_by("fanout");
+    let baseline_added = added_by(BASELINE);
+    let ran = !baseline_added.is_empty();
+    let base_med =
+        |f: fn(&Added) -> f64| ran.then(|| median(baseline_added.iter().map(f).collect()));
+    let (median_baseline_added_p50_ms, median_baseline_added_p99_ms) =
+        (base_med(|a| a.p50_ms), base_med(|a| a.p99_ms));
+    let cpu_of = |path: &str| {
+        median(
+            trials
+                .iter()
+                .filter(|t| t.path == path)
+                .filter_map(|t| t.fanout_cpu_us_per_req)
+                .collect(),
+        )
+    };
+    let median_baseline_cpu_us_per_req = ran.then(|| cpu_of(BASELINE));
     let med = |f: fn(&Added) -> f64| median(added.iter().map(f).collect());
     let (p50, p90, p99) = (med(|a| a.p50_ms), med(|a| a.p90_ms), med(|a| a.p99_ms));
     let failed = trials.iter().map(|t| t.offered.saturating_sub(t.ok)).sum();
@@ -364,12 +423,11 @@ pub fn summarise(opts: &HopOptions, trials: Vec<Trial>) -> HopReport {
                 .map(|t| t.p50_ms)
                 .collect(),
         ),
-        median_fanout_cpu_us_per_req: median(
-            trials
-                .iter()
-                .filter_map(|t| t.fanout_cpu_us_per_req)
-                .collect(),
-        ),
+        median_fanout_cpu_us_per_req: cpu_of("fanout"),
+        baseline_added,
+        median_baseline_added_p50_ms,
+        median_baseline_added_p99_ms,
+        median_baseline_cpu_us_per_req,
         generator_behind: trials.iter().filter(|t| !t.generator_on_schedule).count(),
         failed,
         trials,
@@ -391,13 +449,13 @@ pub fn text_summary(rep: &HopReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>5} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "{:>5} {:>14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
         "round", "path", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "lag p99", "CPU µs/req"
     );
     for t in &rep.trials {
         let _ = writeln!(
             s,
-            "{:>5} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.2} {:>10}{}",
+            "{:>5} {:>14} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.2} {:>10}{}",
             t.round,
             t.path,
             t.p50_ms,
@@ -423,6 +481,18 @@ pub fn text_summary(rep: &HopReport) -> String {
         rep.median_fanout_cpu_us_per_req,
         rep.failed
     );
+    if let (Some(p50), Some(p99), Some(cpu)) = (
+        rep.median_baseline_added_p50_ms,
+        rep.median_baseline_added_p99_ms,
+        rep.median_baseline_cpu_us_per_req,
+    ) {
+        let _ = writeln!(
+            s,
+            "added by the hand-written hop ({BASELINE}, median over rounds): p50 {:.0} µs, p99 {:.0} µs; its CPU {cpu:.1} µs/request",
+            p50 * 1000.0,
+            p99 * 1000.0,
+        );
+    }
     if rep.generator_behind > 0 {
         let _ = writeln!(
             s,
@@ -466,7 +536,7 @@ pub(crate) fn html(rep: &HopReport, json: &str) -> String {
             esc(line)
         );
     }
-    h.push_str("</ul><h2>Trials</h2><table><tr><th>round</th><th>path</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>lag p99 ms</th><th>fanout CPU µs/req</th></tr>");
+    h.push_str("</ul><h2>Trials</h2><table><tr><th>round</th><th>path</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>lag p99 ms</th><th>CPU µs/req (fanout or the baseline)</th></tr>");
     for t in &rep.trials {
         let _ = write!(
             h,
@@ -498,10 +568,39 @@ pub(crate) fn html(rep: &HopReport, json: &str) -> String {
     }
     let _ = write!(
         h,
-        "<tr><th>median</th><th>{:.0}</th><th>{:.0}</th><th>{:.0}</th></tr></table><details><summary>report.json</summary><pre>{}</pre></details></body></html>",
+        "<tr><th>median</th><th>{:.0}</th><th>{:.0}</th><th>{:.0}</th></tr></table>",
         rep.median_added_p50_ms * 1000.0,
         rep.median_added_p90_ms * 1000.0,
         rep.median_added_p99_ms * 1000.0,
+    );
+    if let (Some(p50), Some(p99)) = (
+        rep.median_baseline_added_p50_ms,
+        rep.median_baseline_added_p99_ms,
+    ) {
+        let _ = write!(
+            h,
+            "<h2>Added by the hand-written hop ({BASELINE} − direct, per round)</h2><table><tr><th>round</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th></tr>"
+        );
+        for a in &rep.baseline_added {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td></tr>",
+                a.round,
+                a.p50_ms * 1000.0,
+                a.p90_ms * 1000.0,
+                a.p99_ms * 1000.0
+            );
+        }
+        let _ = write!(
+            h,
+            "<tr><th>median</th><th>{:.0}</th><th></th><th>{:.0}</th></tr></table>",
+            p50 * 1000.0,
+            p99 * 1000.0
+        );
+    }
+    let _ = write!(
+        h,
+        "<details><summary>report.json</summary><pre>{}</pre></details></body></html>",
         esc(json)
     );
     h
@@ -545,6 +644,44 @@ mod tests {
         assert!(!rep.acceptance[0].1, "115 µs > 100 µs");
         assert!(rep.acceptance[1].1);
         assert_eq!(rep.failed, 0);
+    }
+
+    #[test]
+    fn the_hand_written_hop_is_paired_with_the_direct_path_of_its_round() {
+        let opts = HopOptions::new(true, PathBuf::from("x"), PathBuf::from("f"), "c".into());
+        let base = |round, p50, p99| {
+            let mut b = t(round, BASELINE, p50, p99);
+            b.fanout_cpu_us_per_req = Some(40.0);
+            b
+        };
+        let rep = summarise(
+            &opts,
+            vec![
+                t(0, "direct", 1.10, 1.5),
+                t(0, "fanout", 1.18, 1.9),
+                base(0, 1.17, 1.7),
+                base(1, 1.26, 1.9),
+                t(1, "fanout", 1.35, 2.0),
+                t(1, "direct", 1.20, 1.6),
+            ],
+        );
+        assert!((rep.median_added_p50_ms - 0.115).abs() < 1e-9);
+        assert_eq!(rep.baseline_added.len(), 2);
+        let p50 = rep.median_baseline_added_p50_ms.unwrap();
+        assert!((p50 - 0.065).abs() < 1e-9, "{p50}");
+        let p99 = rep.median_baseline_added_p99_ms.unwrap();
+        assert!((p99 - 0.25).abs() < 1e-9, "{p99}");
+        assert_eq!(rep.median_baseline_cpu_us_per_req, Some(40.0));
+        assert_eq!(rep.median_fanout_cpu_us_per_req, 50.0);
+        assert!(text_summary(&rep).contains("hand-written hop"));
+        // Without the baseline the report has none of its fields.
+        let alone = summarise(
+            &opts,
+            vec![t(0, "direct", 1.1, 1.5), t(0, "fanout", 1.2, 1.6)],
+        );
+        assert_eq!(alone.median_baseline_added_p50_ms, None);
+        let json = serde_json::to_string(&alone).unwrap();
+        assert!(!json.contains("baseline"), "{json}");
     }
 
     #[test]

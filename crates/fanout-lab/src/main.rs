@@ -28,8 +28,9 @@ struct Cli {
     /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
     /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
     /// table; takes only --quick and --out), hop (the latency one gateway hop adds: a 1 ms
-    /// stub at 2 000 req/s, directly and through fanout; takes --quick, --trials, --duration
-    /// and --out), seeds (every seed article's scenarios in turn,
+    /// stub at 2 000 req/s, directly and through fanout, and with --targets
+    /// fanout,hyper-baseline through the same hop written by hand; takes --quick, --trials,
+    /// --duration, --targets and --out), seeds (every seed article's scenarios in turn,
     /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
     scenario: String,
     /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
@@ -216,18 +217,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let rep = runtime()?.block_on(fanout_lab::seeds::run(opts))?;
         out!("{}", fanout_lab::seeds::text_summary(&rep));
     } else if scenario == fanout_lab::hop::NAME {
-        let per_core = match targets.as_slice() {
+        // One gateway target, and optionally the hand-written hop beside it.
+        let with_baseline = targets.iter().any(|t| t == fanout_lab::hop::BASELINE);
+        let gateways: Vec<&String> = targets
+            .iter()
+            .filter(|t| *t != fanout_lab::hop::BASELINE)
+            .collect();
+        let per_core = match gateways.as_slice() {
             [] => false,
-            [t] if t == "fanout" => false,
-            [t] if t == fanout_lab::model::PER_CORE => true,
+            [t] if *t == "fanout" => false,
+            [t] if *t == fanout_lab::model::PER_CORE => true,
             _ => anyhow::bail!(
-                "lab hop takes one target: fanout (the default) or {} (the gateway with server.runtime: per_core)",
-                fanout_lab::model::PER_CORE
+                "lab hop takes one gateway target: fanout (the default) or {} (the gateway with server.runtime: per_core), and optionally {} (the same hop written by hand with tokio and hyper)",
+                fanout_lab::model::PER_CORE,
+                fanout_lab::hop::BASELINE
             ),
         };
-        if baseline_bin.is_some() || !scenarios.is_empty() || capacity.is_some() {
+        if !scenarios.is_empty() || capacity.is_some() || (baseline_bin.is_some() && !with_baseline)
+        {
             anyhow::bail!(
-                "lab hop takes only --quick, --trials, --duration, --targets and --out (its two paths are fixed: direct and through fanout)"
+                "lab hop takes only --quick, --trials, --duration, --targets, --out and (with the {} target) --baseline-bin",
+                fanout_lab::hop::BASELINE
             );
         }
         let mut opts = fanout_lab::hop::HopOptions::new(
@@ -237,6 +247,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             command_line(),
         );
         opts.per_core = per_core;
+        if with_baseline {
+            let inputs = fanout_lab::baseline::Inputs::from_env(
+                fanout_lab::baseline::HYPER,
+                baseline_bin.map(Into::into),
+                fanout_bin()?,
+            );
+            opts.baseline = Some(runtime()?.block_on(fanout_lab::baseline::ensure(&inputs))?);
+        }
         if let Some(t) = trials {
             opts.rounds = t.max(1);
         }

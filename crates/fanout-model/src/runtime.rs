@@ -1096,13 +1096,14 @@ fn label_key(l: i64) -> Val {
 /// Row `r` of `out` as the step's value: a classifier's `{label, probabilities: {LABEL: p}}`,
 /// a regressor's `{value}` (one target) or `{values: [...]}`.
 pub fn output_value(model: &dyn Evaluator, out: &Output, r: usize) -> Val {
-    let mut m = Map::default();
+    // Each map made at its final size: no growth, no rehash.
+    let mut m = Map::with_capacity_and_hasher(2, Default::default());
     let keys = &*KEYS;
     match (model.kind(), out) {
         (ModelKind::Classifier { labels }, Output::Classifier { .. }) => {
             let label = out.label(r).unwrap_or_default();
             m.insert(keys.label.clone(), Val::from(label as isize));
-            let mut p = Map::default();
+            let mut p = Map::with_capacity_and_hasher(labels.len(), Default::default());
             for (l, v) in labels.iter().zip(out.row(r)) {
                 p.insert(label_key(*l), num(*v));
             }

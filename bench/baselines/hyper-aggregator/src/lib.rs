@@ -77,11 +77,13 @@ pub struct Config {
     pub posts: String,
     /// `USERS_ADDR`, default `127.0.0.1:9602`.
     pub users: String,
+    /// `ITEM_ADDR`, default `127.0.0.1:9501` (the stub of `fanout lab hop`).
+    pub item: String,
 }
 
 impl Config {
     /// Every variable with its default address, in field order.
-    pub const VARS: [(&'static str, &'static str); 9] = [
+    pub const VARS: [(&'static str, &'static str); 10] = [
         ("SEARCH_ADDR", "127.0.0.1:9101"),
         ("VACANCIES_ADDR", "127.0.0.1:9102"),
         ("MASKS_ADDR", "127.0.0.1:9201"),
@@ -91,6 +93,7 @@ impl Config {
         ("MEDIA_ADDR", "127.0.0.1:9205"),
         ("POSTS_ADDR", "127.0.0.1:9601"),
         ("USERS_ADDR", "127.0.0.1:9602"),
+        ("ITEM_ADDR", "127.0.0.1:9501"),
     ];
 
     /// Addresses from `lookup` (variable name → value); unset or empty variables take their
@@ -106,6 +109,7 @@ impl Config {
             media,
             posts,
             users,
+            item,
         ] = Self::VARS.map(|(var, default)| {
             lookup(var)
                 .filter(|v| !v.is_empty())
@@ -121,6 +125,7 @@ impl Config {
             media,
             posts,
             users,
+            item,
         }
     }
 
@@ -148,6 +153,7 @@ struct App {
     media: Backend,
     posts: Backend,
     users: Backend,
+    item: Backend,
 }
 
 impl App {
@@ -163,6 +169,7 @@ impl App {
             media: Backend::new("media", &cfg.media, ms(100)),
             posts: Backend::new("posts", &cfg.posts, ms(200)),
             users: Backend::new("users", &cfg.users, ms(200)),
+            item: Backend::new("item", &cfg.item, ms(1000)),
         }
     }
 
@@ -176,6 +183,7 @@ impl App {
             ("/product-page", _) => Err(Error::method_not_allowed(&req, "POST")),
             ("/posts", &Method::GET) => self.posts(req, start).await,
             ("/posts", _) => Err(Error::method_not_allowed(&req, "GET")),
+            (p, &Method::GET) if p.starts_with("/items/") => self.item(req, start).await,
             (path, _) => Err(Error::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -192,6 +200,18 @@ impl App {
     ) -> Result<Response<Body>, Error> {
         let deadline = deadline(req.headers(), start, Duration::from_millis(500))?;
         within(deadline, vacancies::run(self, req.uri().query(), deadline)).await
+    }
+
+    /// `GET /items/{id}` — `fanout lab hop`'s one hop by hand: one call to the item stub, its
+    /// JSON answer parsed and sent back (as fanout's `respond: '$got'` does).
+    async fn item(&self, req: Request<Incoming>, start: Instant) -> Result<Response<Body>, Error> {
+        let deadline = deadline(req.headers(), start, Duration::from_secs(1))?;
+        let path = req.uri().path();
+        within(deadline, async {
+            let got = self.item.get(path, "got", deadline).await?;
+            Ok(json_response(&got, None))
+        })
+        .await
     }
 
     async fn posts(&self, req: Request<Incoming>, start: Instant) -> Result<Response<Body>, Error> {

@@ -6,7 +6,7 @@
 //!
 //! `--listen` defaults to `$LISTEN`, then `127.0.0.1:8090`; `--workers` to one thread per core.
 //! Backend addresses come from `SEARCH_ADDR`, `VACANCIES_ADDR`, `MASKS_ADDR`,
-//! `RECOMMENDATIONS_ADDR`, `PRICE_ADDR`, `STOCK_ADDR`, `MEDIA_ADDR`, `POSTS_ADDR` and `USERS_ADDR`.
+//! `RECOMMENDATIONS_ADDR`, `PRICE_ADDR`, `STOCK_ADDR`, `MEDIA_ADDR`, `POSTS_ADDR`, `USERS_ADDR` and `ITEM_ADDR`.
 
 use hyper_aggregator::{Config, DEFAULT_LISTEN, serve, shutdown_signal};
 use std::process::ExitCode;
@@ -26,7 +26,7 @@ hand-written on hyper, as the load lab's baseline.
   --workers N     runtime worker threads (default: one per core)
 
 Backends (host:port): SEARCH_ADDR VACANCIES_ADDR MASKS_ADDR RECOMMENDATIONS_ADDR
-PRICE_ADDR STOCK_ADDR MEDIA_ADDR POSTS_ADDR USERS_ADDR, defaults as in the examples
+PRICE_ADDR STOCK_ADDR MEDIA_ADDR POSTS_ADDR USERS_ADDR ITEM_ADDR, defaults as in the examples
 and the lab's n-plus-one stubs.";
 
 #[derive(Debug, Default, PartialEq)]

@@ -213,6 +213,90 @@ async fn every_committed_model_answers_like_onnxruntime_through_the_gateway() {
     }
 }
 
+/// Model steps reading one array convert it once per request (the array's numbers are kept
+/// for the next step that reads the same array): every step still scores its own request's
+/// row, a step reading another array scores that one, and the next request's rows are its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_steps_sharing_one_input_array_score_their_own_requests_row() {
+    let dir = TempDir::new("models-shared-row");
+    for name in ["logreg", "gbdt_reg", "mlp"] {
+        copy_model(name, dir.path(), name);
+    }
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}" }
+routes:
+  - path: /all
+    method: POST
+    flow:
+      a: { model: { name: logreg, input: '$request.body.row' } }
+      b: { model: { name: gbdt_reg, input: '$request.body.row' } }
+      c: { model: { name: mlp, input: '$request.body.row' } }
+      d: { model: { name: logreg, input: '$request.body.other' } }
+      e: { model: { name: mlp, input: '$request.body.row' } }
+    respond: { body: '{a: $a, b: $b, c: $c, d: $d, e: $e}' }
+  - path: /one/{model}
+    method: POST
+    flow:
+      logreg: { when: '$request.params.model == "logreg"', model: { name: logreg, input: '$request.body.row' } }
+      gbdt_reg: { when: '$request.params.model == "gbdt_reg"', model: { name: gbdt_reg, input: '$request.body.row' } }
+      mlp: { when: '$request.params.model == "mlp"', model: { name: mlp, input: '$request.body.row' } }
+    respond: { body: '$logreg // $gbdt_reg // $mlp' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let logreg = reference("logreg");
+    let inputs = logreg["inputs"].as_array().unwrap().clone();
+    let one = |model: &'static str, row: &Value| {
+        let url = format!("http://{}/one/{model}", gw.addr);
+        let body = json!({ "row": row }).to_string();
+        async move {
+            let r = post(&url, &body).await;
+            assert_eq!(r.status, 200, "{model}: {}", r.text());
+            r.json()
+        }
+    };
+    let mut differed = 0;
+    let (mut a_scores, mut d_scores) = (Vec::new(), Vec::new());
+    for i in 0..8 {
+        let (row, other) = (&inputs[i], &inputs[(i + 1) % inputs.len()]);
+        let all = post(
+            &format!("http://{}/all", gw.addr),
+            &json!({ "row": row, "other": other }).to_string(),
+        )
+        .await;
+        assert_eq!(all.status, 200, "{}", all.text());
+        let all = all.json();
+        assert_eq!(all["a"], one("logreg", row).await, "request {i}");
+        assert_eq!(all["b"], one("gbdt_reg", row).await, "request {i}");
+        assert_eq!(all["c"], one("mlp", row).await, "request {i}");
+        assert_eq!(all["e"], all["c"], "request {i}");
+        assert_eq!(all["d"], one("logreg", other).await, "request {i}");
+        if all["a"] != all["d"] {
+            differed += 1;
+        }
+        a_scores.push(all["a"].clone());
+        d_scores.push(all["d"].clone());
+    }
+    assert!(differed > 0, "the rows give different scores");
+    // And they are onnxruntime's scores of those rows.
+    let rows = |from: usize| {
+        let mut r = logreg.clone();
+        for key in ["inputs", "labels", "probabilities"] {
+            let list = r[key].as_array_mut().unwrap();
+            let n = list.len();
+            *list = (from..from + 8).map(|i| list[i % n].clone()).collect();
+        }
+        r
+    };
+    check("logreg", &rows(0), &a_scores);
+    check("logreg", &rows(1), &d_scores);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_a_wrong_feature_is_answered_400_naming_it() {
     let dir = TempDir::new("models-bad-input");

@@ -9,11 +9,12 @@ use crate::call::{
 };
 use crate::error::{ErrorClass, ErrorKind, FlowError};
 use fanout_config::{ConfigError, Step};
-use fanout_expr::{Expr, Num, Val};
+use fanout_expr::{Expr, Num, Rc, Val};
 use fanout_layers::outcome::CallClass;
 use fanout_model::runtime::{ModelSlot, RunError, kind_name};
 use fanout_runtime::compute::ComputePool;
 use futures_util::future::BoxFuture;
+use std::cell::RefCell;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -188,6 +189,10 @@ impl ModelStep {
                         ),
                     )));
                 }
+                if item.is_none() && LAST_ROW.with(|c| c.extend_if_same(list, rows)) {
+                    return Ok(Ok(()));
+                }
+                let start = rows.len();
                 for (i, x) in list.iter().enumerate() {
                     match number(x) {
                         Some(x) => rows.push(x),
@@ -201,9 +206,62 @@ impl ModelStep {
                         }
                     }
                 }
+                if item.is_none() {
+                    LAST_ROW.with(|c| c.keep(list, &rows[start..]));
+                }
             }
         }
         Ok(Ok(()))
+    }
+}
+
+/// The longest input row [`LAST_ROW`] keeps.
+const LAST_ROW_MAX: usize = 256;
+
+thread_local! {
+    /// The last input row converted on this thread, with the array it came from. The model
+    /// steps of one request that read the same array (ten models scoring `$request.body.features`)
+    /// convert it once: the first step converts it, the next ones find the same array (the same
+    /// allocation, which this keeps alive, so it cannot be another array at that address) and
+    /// copy its numbers. One row of at most [`LAST_ROW_MAX`] numbers per thread.
+    static LAST_ROW: LastRow = const { LastRow { row: RefCell::new(None) } };
+}
+
+/// An array, and its numbers as a model's input row.
+type Converted = (Rc<Vec<Val>>, Vec<f32>);
+
+struct LastRow {
+    row: RefCell<Option<Converted>>,
+}
+
+impl LastRow {
+    /// Append the kept numbers of `list` to `rows` when `list` is the array they came from.
+    fn extend_if_same(&self, list: &Rc<Vec<Val>>, rows: &mut Vec<f32>) -> bool {
+        match &*self.row.borrow() {
+            Some((kept, numbers)) if Rc::ptr_eq(kept, list) => {
+                rows.extend_from_slice(numbers);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keep `numbers`, converted from `list` (its buffer reused).
+    fn keep(&self, list: &Rc<Vec<Val>>, numbers: &[f32]) {
+        if numbers.len() > LAST_ROW_MAX {
+            return;
+        }
+        let Ok(mut row) = self.row.try_borrow_mut() else {
+            return;
+        };
+        match &mut *row {
+            Some((kept, buf)) => {
+                *kept = list.clone();
+                buf.clear();
+                buf.extend_from_slice(numbers);
+            }
+            None => *row = Some((list.clone(), numbers.to_vec())),
+        }
     }
 }
 
