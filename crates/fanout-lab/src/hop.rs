@@ -552,11 +552,46 @@ pub(crate) fn html(rep: &HopReport, json: &str) -> String {
                 .map_or_else(|| "—".to_string(), |c| format!("{c:.1}"))
         );
     }
+    h.push_str("</table>");
+    added_table(
+        &mut h,
+        "fanout",
+        &rep.added,
+        [
+            Some(rep.median_added_p50_ms),
+            Some(rep.median_added_p90_ms),
+            Some(rep.median_added_p99_ms),
+        ],
+    );
+    if let (Some(p50), Some(p99)) = (
+        rep.median_baseline_added_p50_ms,
+        rep.median_baseline_added_p99_ms,
+    ) {
+        let title = format!("the hand-written hop ({BASELINE})");
+        added_table(
+            &mut h,
+            &title,
+            &rep.baseline_added,
+            [Some(p50), None, Some(p99)],
+        );
+    }
     let _ = write!(
         h,
-        "</table><h2>Added by the hop (fanout − direct, per round)</h2><table><tr><th>round</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th></tr>"
+        "<details><summary>report.json</summary><pre>{}</pre></details></body></html>",
+        esc(json)
     );
-    for a in &rep.added {
+    h
+}
+
+/// The table of what `path` added per round (its percentiles minus the direct path's), with the
+/// medians in its last row (`None`: not reported).
+fn added_table(h: &mut String, path: &str, rounds: &[Added], medians: [Option<f64>; 3]) {
+    let _ = write!(
+        h,
+        "<h2>Added by {} (− direct, per round)</h2><table><tr><th>round</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th></tr>",
+        esc(path)
+    );
+    for a in rounds {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td></tr>",
@@ -566,44 +601,14 @@ pub(crate) fn html(rep: &HopReport, json: &str) -> String {
             a.p99_ms * 1000.0
         );
     }
-    let _ = write!(
-        h,
-        "<tr><th>median</th><th>{:.0}</th><th>{:.0}</th><th>{:.0}</th></tr></table>",
-        rep.median_added_p50_ms * 1000.0,
-        rep.median_added_p90_ms * 1000.0,
-        rep.median_added_p99_ms * 1000.0,
-    );
-    if let (Some(p50), Some(p99)) = (
-        rep.median_baseline_added_p50_ms,
-        rep.median_baseline_added_p99_ms,
-    ) {
-        let _ = write!(
-            h,
-            "<h2>Added by the hand-written hop ({BASELINE} − direct, per round)</h2><table><tr><th>round</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th></tr>"
-        );
-        for a in &rep.baseline_added {
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td></tr>",
-                a.round,
-                a.p50_ms * 1000.0,
-                a.p90_ms * 1000.0,
-                a.p99_ms * 1000.0
-            );
-        }
-        let _ = write!(
-            h,
-            "<tr><th>median</th><th>{:.0}</th><th></th><th>{:.0}</th></tr></table>",
-            p50 * 1000.0,
-            p99 * 1000.0
-        );
+    h.push_str("<tr><th>median</th>");
+    for m in medians {
+        let _ = match m {
+            Some(ms) => write!(h, "<th>{:.0}</th>", ms * 1000.0),
+            None => write!(h, "<th></th>"),
+        };
     }
-    let _ = write!(
-        h,
-        "<details><summary>report.json</summary><pre>{}</pre></details></body></html>",
-        esc(json)
-    );
-    h
+    h.push_str("</tr></table>");
 }
 
 #[cfg(test)]
@@ -674,6 +679,8 @@ mod tests {
         assert_eq!(rep.median_baseline_cpu_us_per_req, Some(40.0));
         assert_eq!(rep.median_fanout_cpu_us_per_req, 50.0);
         assert!(text_summary(&rep).contains("hand-written hop"));
+        let page = html(&rep, "{}");
+        assert!(page.contains("Added by fanout") && page.contains("Added by the hand-written hop"));
         // Without the baseline the report has none of its fields.
         let alone = summarise(
             &opts,
