@@ -46,11 +46,13 @@ impl Config {
             r.path = Located {
                 value: format!("/{name}"),
                 pos: g.pos,
+                used: g.used,
                 quoted: g.quoted,
             };
             r.method = Located {
                 value: "POST".into(),
                 pos: r.method.pos,
+                used: r.method.used,
                 quoted: false,
             };
         }
@@ -81,9 +83,11 @@ impl Config {
                 .iter()
                 .find(|(m, p, _)| m.eq_ignore_ascii_case(&method) && *p == r.path.value)
             {
+                // Where each route is used: a route repeated through a YAML alias has the
+                // same text (`pos`) as the one it repeats.
                 errs.push(
                     ConfigError::at(
-                        r.path.pos,
+                        r.path.used,
                         format!(
                             "duplicate route {method} {} (first defined at line {})",
                             r.path.value, first.line
@@ -92,7 +96,7 @@ impl Config {
                     .hint("each method + path may appear once; merge the two routes"),
                 );
             } else {
-                seen.push((r.method.value.as_str(), r.path.value.as_str(), r.path.pos));
+                seen.push((r.method.value.as_str(), r.path.value.as_str(), r.path.used));
             }
             for (name, step) in &r.flow {
                 step_check(name, step, errs);

@@ -341,11 +341,13 @@ impl<'de> Deserialize<'de> for StatusSrc {
             IntOrStr::Int(n) => StatusSrc::Code(Located {
                 value: u16::try_from(n).unwrap_or(0),
                 pos: l.pos,
+                used: l.used,
                 quoted: l.quoted,
             }),
             IntOrStr::Str(s) => StatusSrc::Expr(Located {
                 value: s,
                 pos: l.pos,
+                used: l.used,
                 quoted: l.quoted,
             }),
         })

@@ -4,7 +4,7 @@ use crate::Pos;
 use std::fmt;
 
 /// A config error with its position. Display: `FILE:LINE:COL: message` and an indented hint.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
     /// File name as given by the user (`"<embedded>"` for built-in configs).
     pub file: String,
@@ -56,8 +56,13 @@ impl fmt::Display for ConfigError {
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl fmt::Display for ConfigErrors {
+    /// Each error once: the same mistake found again (in a YAML anchor's text that several
+    /// routes use through aliases or `<<` merges, each checked on its own) is not repeated.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, e) in self.0.iter().enumerate() {
+            if self.0[..i].contains(e) {
+                continue;
+            }
             if i > 0 {
                 writeln!(f)?;
             }

@@ -32,12 +32,19 @@ impl Pos {
 }
 
 /// A value with its position in the YAML file. Equality and hashing look at the value only.
+///
+/// A value reached through a YAML alias (`*name`) or a merge key (`<<: *name`) has two places:
+/// where its text is (`pos`, the anchored definition — where errors point, so one mistake in a
+/// shared part is one error however many routes use it) and where it is used (`used`, the alias
+/// or `<<` entry). They are the same for every other value.
 #[derive(Debug, Clone)]
 pub struct Located<T> {
     /// The value.
     pub value: T,
-    /// Where it starts in the file (line 0 when it came from a default).
+    /// Where its text starts in the file (line 0 when it came from a default).
     pub pos: Pos,
+    /// Where it is used: the alias or merge entry that brought it here, else `pos`.
+    pub used: Pos,
     /// Whether the YAML scalar was quoted (its text starts one column after `pos`).
     pub quoted: bool,
 }
@@ -48,6 +55,7 @@ impl<T> Located<T> {
         Located {
             value,
             pos: Pos::default(),
+            used: Pos::default(),
             quoted: false,
         }
     }
@@ -68,10 +76,11 @@ impl<T: Hash> Hash for Located<T> {
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = serde_saphyr::Spanned::<T>::deserialize(d)?;
-        let loc = s.referenced;
+        let used = Pos::from_location(s.referenced);
         Ok(Located {
             value: s.value,
-            pos: Pos::from_location(loc).unwrap_or_default(),
+            pos: Pos::from_location(s.defined).or(used).unwrap_or_default(),
+            used: used.unwrap_or_default(),
             quoted: false,
         })
     }

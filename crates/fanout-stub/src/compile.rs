@@ -370,6 +370,7 @@ fn compile_route(
                 let at = Located {
                     value: format!("/{}", m.name),
                     pos: g.pos,
+                    used: g.used,
                     quoted: g.quoted,
                 };
                 (Some(at), Some(Arc::new(m)))

@@ -198,3 +198,64 @@ routes:
     assert_eq!(err.matches("f.yaml:9:15:").count(), 1, "{err}");
     assert_eq!(err.matches("f.yaml:16:15:").count(), 1, "{err}");
 }
+
+/// Issue 46: one mistake in a YAML anchor that two routes share (the second through a `<<` merge)
+/// was printed twice — once per route, the second time at the merge entry. A mistake is reported
+/// once, where its text is; a route repeated whole through an alias is still a duplicate at the
+/// alias.
+#[test]
+fn a_mistake_in_a_shared_yaml_anchor_is_one_error_where_its_text_is() {
+    let yaml = r#"
+backends:
+  a: { url: "http://127.0.0.1:9" }
+routes:
+  - &common
+    path: /x
+    coalesce: true
+    flow:
+      s: { http: { backend: a, method: POST, path: '"/y"' } }
+      t: { http: { backend: nope, path: '"/t"' } }
+    respond: { body: '$s' }
+  - <<: *common
+    path: /z
+"#;
+    let err = load_gateway("f.yaml", yaml, &|_: &str| None)
+        .err()
+        .expect("errors")
+        .to_string();
+    assert_eq!(err.matches("unknown backend `nope`").count(), 1, "{err}");
+    assert_eq!(
+        err.matches("f.yaml:10:29: unknown backend").count(),
+        1,
+        "{err}"
+    );
+    let coalesce = yaml.replace("      t: { http: { backend: nope, path: '\"/t\"' } }\n", "");
+    let err = load_gateway("f.yaml", &coalesce, &|_: &str| None)
+        .err()
+        .expect("errors")
+        .to_string();
+    assert_eq!(
+        err.matches("`coalesce: true`, but step").count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("f.yaml:7:15: `coalesce: true`").count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("f.yaml:12:"), "{err}");
+
+    let repeated = format!(
+        "{}  - *common\n",
+        coalesce.replace("coalesce: true", "coalesce: false")
+    );
+    let err = load_gateway("f.yaml", &repeated, &|_: &str| None)
+        .err()
+        .expect("errors")
+        .to_string();
+    assert!(
+        err.contains("f.yaml:13:5: duplicate route GET /x (first defined at line 6)"),
+        "{err}"
+    );
+}
