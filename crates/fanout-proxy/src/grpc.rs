@@ -241,7 +241,7 @@ impl Gateway {
         cx: &mut Req<'_, '_>,
         body: Incoming,
     ) -> Result<Response<Body>, ApiError> {
-        let (live, parts) = (cx.live, cx.parts);
+        let (live, parts, peer) = (cx.live, cx.parts, cx.peer);
         let start = cx.rec.start();
         let ct = parts
             .headers
@@ -274,7 +274,7 @@ impl Gateway {
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, offload, _memory) = match async {
             let auth = self.authenticate(cx, route).await?;
-            let client = crate::lifecycle::client_address(live, parts, route);
+            let client = crate::lifecycle::client_address(live, parts, peer, route);
             self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)
                 .await?;
             let deadline = self.deadline(&parts.headers, route, start)?;

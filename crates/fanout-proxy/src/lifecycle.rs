@@ -44,6 +44,9 @@ pub(crate) struct Req<'a, 'r> {
     pub(crate) rec: &'a mut RequestRecord<'r>,
     /// Its trace, timeline and access log line.
     pub(crate) tel: RequestTelemetry<'a>,
+    /// The socket address of the connection it came on (kept here rather than as a request
+    /// extension: `http::Extensions` allocates a map and a box for it on every request).
+    pub(crate) peer: Option<std::net::SocketAddr>,
 }
 
 impl Gateway {
@@ -62,7 +65,7 @@ impl Gateway {
         let (deadline, request, _memory) = match async {
             let auth = self.authenticate(cx, route).await?;
             let params = path_params(&params)?;
-            let client = client_address(cx.live, cx.parts, route);
+            let client = client_address(cx.live, cx.parts, cx.peer, route);
             self.rate_limit(
                 cx.live,
                 cx.parts,
@@ -336,12 +339,17 @@ fn param_vals<'p>(
 
 /// The client's address as text (`$request.client.address`), when the route's flow or its
 /// rate limits read it (`ratelimit.rs`: the socket's peer, or a trusted proxy's word).
-pub(crate) fn client_address(live: &Live, parts: &Parts, route: &RoutePlan) -> Option<String> {
+pub(crate) fn client_address(
+    live: &Live,
+    parts: &Parts,
+    peer: Option<std::net::SocketAddr>,
+    route: &RoutePlan,
+) -> Option<String> {
     let limits = &live.rate_limits;
     if !limits.needs_client(route) {
         return None;
     }
-    limits.client_address(parts).map(|ip| ip.to_string())
+    limits.client_address(parts, peer).map(|ip| ip.to_string())
 }
 
 /// A route's path parameters, decoded: (name, value).

@@ -22,11 +22,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// The socket address of the connection a request came on (a request extension set by
-/// `server::serve`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PeerAddr(pub(crate) SocketAddr);
-
 /// One policy as the stage runs it.
 pub(crate) struct Compiled {
     /// The policy's name.
@@ -117,11 +112,12 @@ impl RateLimits {
         self.trusted.iter().any(|n| in_net(ip, *n))
     }
 
-    /// The client's address: the peer's, or when the peer is a trusted proxy, the first hop
-    /// from the right of the forwarding header that is not trusted (a hop that does not parse
-    /// ends the walk at the last trusted one).
-    pub(crate) fn client_address(&self, parts: &Parts) -> Option<IpAddr> {
-        let peer = parts.extensions.get::<PeerAddr>()?.0.ip().to_canonical();
+    /// The client's address: the peer's (the socket address of the connection the request came
+    /// on, `None` when unknown), or when the peer is a trusted proxy, the first hop from the
+    /// right of the forwarding header that is not trusted (a hop that does not parse ends the
+    /// walk at the last trusted one).
+    pub(crate) fn client_address(&self, parts: &Parts, peer: Option<SocketAddr>) -> Option<IpAddr> {
+        let peer = peer?.ip().to_canonical();
         if self.trusted.is_empty() || !self.trusts(peer) {
             return Some(peer);
         }
@@ -384,19 +380,19 @@ mod tests {
         }
     }
 
-    fn parts(peer: &str, headers: &[(&str, &str)]) -> Parts {
+    fn parts(headers: &[(&str, &str)]) -> Parts {
         let mut b = http::Request::builder().uri("/");
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
-        let (mut p, _) = b.body(()).unwrap().into_parts();
-        p.extensions
-            .insert(PeerAddr(SocketAddr::new(peer.parse().unwrap(), 4000)));
-        p
+        b.body(()).unwrap().into_parts().0
     }
 
     fn client(l: &RateLimits, peer: &str, headers: &[(&str, &str)]) -> String {
-        l.client_address(&parts(peer, headers)).unwrap().to_string()
+        let peer = SocketAddr::new(peer.parse().unwrap(), 4000);
+        l.client_address(&parts(headers), Some(peer))
+            .unwrap()
+            .to_string()
     }
 
     #[test]

@@ -35,7 +35,12 @@ pub use crate::body::Body;
 impl Gateway {
     /// Handle one request (never fails: every error becomes a JSON response, and a panic while
     /// handling it becomes a 500 `internal_error` for this request only).
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    /// `peer`: the socket address of the connection the request came on.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Response<Body> {
         let [client_rid] = find_headers(req.headers(), [&self.request_id_header]);
         let rid = self.request_ids.for_request(client_rid);
         // The config's live part for this request: a reload meanwhile does not change it.
@@ -63,7 +68,7 @@ impl Gateway {
             }
             None => {
                 let mut resp = catch_panics(
-                    self.handle_unguarded(req, &rid, &live, &mut rec),
+                    self.handle_unguarded(req, peer, &rid, &live, &mut rec),
                     &self.panics,
                     &rid,
                     self.limits.expose_error_details,
@@ -101,6 +106,7 @@ impl Gateway {
     async fn handle_unguarded<'a>(
         &'a self,
         req: Request<Incoming>,
+        peer: Option<std::net::SocketAddr>,
         rid: &HeaderValue,
         live: &'a Live,
         rec: &mut RequestRecord<'a>,
@@ -135,6 +141,7 @@ impl Gateway {
             rid,
             rec,
             tel,
+            peer,
         };
         let result = if grpc {
             self.grpc_lifecycle(&mut cx, body).await
@@ -145,7 +152,7 @@ impl Gateway {
         match result {
             Ok(mut resp) => {
                 tel.finish(&mut resp, rid, &parts, None, || {
-                    live.rate_limits.client_address(&parts)
+                    live.rate_limits.client_address(&parts, peer)
                 });
                 resp
             }
@@ -161,7 +168,7 @@ impl Gateway {
                     step: step.as_deref(),
                 };
                 tel.finish(&mut resp, rid, &parts, Some(failure), || {
-                    live.rate_limits.client_address(&parts)
+                    live.rate_limits.client_address(&parts, peer)
                 });
                 resp
             }
@@ -482,9 +489,6 @@ fn serve_connection<S: Socket + Send + 'static>(
     let gw = gateway.clone();
     let on_conn = sh.clone();
     let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        // The peer's address, for the client address (`ratelimit.rs`).
-        req.extensions_mut()
-            .insert(crate::ratelimit::PeerAddr(peer));
         if let Some(info) = &tls {
             req.extensions_mut().insert(info.clone());
         }
@@ -495,7 +499,7 @@ fn serve_connection<S: Socket + Send + 'static>(
             // Boxed: the request's whole future (flow, calls, respond) is made once on the
             // heap — in place, not built on the stack and copied (`pinned`) — and the
             // per-stream future HTTP/2 spawns (and moves) stays small.
-            let resp = fanout_layers::boxed::pinned(|| gw.handle(req))
+            let resp = fanout_layers::boxed::pinned(|| gw.handle(req, Some(peer)))
                 .await
                 .map(|b| TrackedBody::new(b, sh.clone()));
             drop(active);
