@@ -120,6 +120,14 @@ const CASES: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// The errors `yaml` (as `f.yaml`, no environment) is refused with, as printed.
+fn errors_of(yaml: &str) -> String {
+    load_gateway("f.yaml", yaml, &|_: &str| None)
+        .err()
+        .expect("errors")
+        .to_string()
+}
+
 #[test]
 fn config_errors_have_positions_and_messages() {
     assert!(CASES.len() >= 12);
@@ -151,10 +159,7 @@ fn config_errors_have_positions_and_messages() {
 fn validate_reports_all_semantic_errors_at_once() {
     let yaml =
         "routes:\n  - path: /a\n    flow:\n      s: { value: '$x' }\n    respond: { body: '$y' }\n";
-    let err = load_gateway("f.yaml", yaml, &|_: &str| None)
-        .err()
-        .expect("errors")
-        .to_string();
+    let err = errors_of(yaml);
     assert!(
         err.contains("f.yaml:4:20:") && err.contains("f.yaml:5:23:"),
         "{err}"
@@ -186,10 +191,7 @@ routes:
       s: { sql: { backend: db, mode: exec, query: "UPDATE t SET a = 1" } }
     respond: { body: '$s' }
 "#;
-    let err = load_gateway("f.yaml", yaml, &|_: &str| None)
-        .err()
-        .expect("errors")
-        .to_string();
+    let err = errors_of(yaml);
     assert_eq!(
         err.matches("`coalesce: true`, but step").count(),
         2,
@@ -219,10 +221,7 @@ routes:
   - <<: *common
     path: /z
 "#;
-    let err = load_gateway("f.yaml", yaml, &|_: &str| None)
-        .err()
-        .expect("errors")
-        .to_string();
+    let err = errors_of(yaml);
     assert_eq!(err.matches("unknown backend `nope`").count(), 1, "{err}");
     assert_eq!(
         err.matches("f.yaml:10:29: unknown backend").count(),
@@ -230,10 +229,7 @@ routes:
         "{err}"
     );
     let coalesce = yaml.replace("      t: { http: { backend: nope, path: '\"/t\"' } }\n", "");
-    let err = load_gateway("f.yaml", &coalesce, &|_: &str| None)
-        .err()
-        .expect("errors")
-        .to_string();
+    let err = errors_of(&coalesce);
     assert_eq!(
         err.matches("`coalesce: true`, but step").count(),
         1,
@@ -250,10 +246,7 @@ routes:
         "{}  - *common\n",
         coalesce.replace("coalesce: true", "coalesce: false")
     );
-    let err = load_gateway("f.yaml", &repeated, &|_: &str| None)
-        .err()
-        .expect("errors")
-        .to_string();
+    let err = errors_of(&repeated);
     assert!(
         err.contains("f.yaml:13:5: duplicate route GET /x (first defined at line 6)"),
         "{err}"
