@@ -123,9 +123,14 @@ pub fn to_string(v: &Val) -> String {
 
 /// Text form for URLs and headers: strings as they are, everything else as JSON.
 pub fn to_display(v: &Val) -> String {
+    to_display_cow(v).into_owned()
+}
+
+/// [`to_display`] borrowing a UTF-8 string's text instead of copying it.
+pub fn to_display_cow(v: &Val) -> std::borrow::Cow<'_, str> {
     match v {
-        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
-        other => to_string(other),
+        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b),
+        other => std::borrow::Cow::Owned(to_string(other)),
     }
 }
 

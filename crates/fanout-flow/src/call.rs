@@ -301,24 +301,23 @@ fn build_path(
 ) -> Result<PathAndQuery, BuildError> {
     let mut path = encoded_path(json::to_display(&ev(&h.path)?));
     if !h.query.is_empty() {
-        let mut ser = form_urlencoded::Serializer::new(String::new());
+        // Appended in place: `?` before the first pair (`&` when the path has a query already).
+        let mut sep = if path.contains('?') { '&' } else { '?' };
+        path.reserve(64);
         for (k, e) in &h.query {
             match ev(e)? {
                 Val::Null => {}
                 Val::Arr(a) => {
                     for x in a.iter() {
-                        ser.append_pair(k, &json::to_display(x));
+                        crate::uri::append_form_pair(&mut path, sep, k, &json::to_display_cow(x));
+                        sep = '&';
                     }
                 }
                 v => {
-                    ser.append_pair(k, &json::to_display(&v));
+                    crate::uri::append_form_pair(&mut path, sep, k, &json::to_display_cow(&v));
+                    sep = '&';
                 }
             }
-        }
-        let q = ser.finish();
-        if !q.is_empty() {
-            path.push(if path.contains('?') { '&' } else { '?' });
-            path.push_str(&q);
         }
     }
     path_and_query(path)

@@ -70,6 +70,37 @@ pub(crate) fn encode_path_and_query(s: &str) -> Cow<'_, str> {
     out.map_or(Cow::Borrowed(s), Cow::Owned)
 }
 
+/// Append `sep` and `key=value` to `out` as `application/x-www-form-urlencoded` encodes the
+/// pair: ASCII letters, digits and `*-._` stand for
+/// themselves, a space is `+`, every other byte `%XX` — exactly the `form_urlencoded` crate's
+/// `Serializer::append_pair`, without its byte-at-a-time iterator: the runs that need no
+/// encoding (most of a typical `ids=1,2,3` value) are copied whole.
+pub(crate) fn append_form_pair(out: &mut String, sep: char, key: &str, value: &str) {
+    out.push(sep);
+    append_form_encoded(out, key);
+    out.push('=');
+    append_form_encoded(out, value);
+}
+
+fn append_form_encoded(out: &mut String, s: &str) {
+    let b = s.as_bytes();
+    let mut run = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if c.is_ascii_alphanumeric() || matches!(c, b'*' | b'-' | b'.' | b'_') {
+            continue;
+        }
+        // Bytes before `i` since `run` are ASCII: both ends are char boundaries.
+        out.push_str(s.get(run..i).unwrap_or_default());
+        if c == b' ' {
+            out.push('+');
+        } else {
+            push_escape(out, c);
+        }
+        run = i + 1;
+    }
+    out.push_str(s.get(run..).unwrap_or_default());
+}
+
 /// Append `%XX` for `c`.
 fn push_escape(out: &mut String, c: u8) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -84,6 +115,37 @@ mod tests {
 
     fn enc(s: &str) -> String {
         encode_path_and_query(s).into_owned()
+    }
+
+    #[test]
+    fn query_pairs_are_encoded_exactly_as_form_urlencoded_encodes_them() {
+        let mut all = String::new();
+        for c in (0u32..0x250).chain([0x7FF, 0x800, 0xFFFF, 0x1F600]) {
+            if let Some(c) = char::from_u32(c) {
+                all.push(c);
+            }
+        }
+        let values = [
+            "",
+            "p1,p2,p3,p4,p5",
+            "a b+c&d=e/f?g#h%20",
+            "*-._~!'()",
+            "Grüße, 世界 😀",
+            all.as_str(),
+        ];
+        for k in ["ids", "a b", "ключ", ""] {
+            for v in values {
+                let mut ours = String::from("/p");
+                append_form_pair(&mut ours, '?', k, v);
+                append_form_pair(&mut ours, '&', v, k);
+                let theirs = form_urlencoded::Serializer::new(String::new())
+                    .append_pair(k, v)
+                    .append_pair(v, k)
+                    .finish();
+                let theirs = format!("/p?{theirs}");
+                assert_eq!(ours, theirs, "{k:?} = {v:?}");
+            }
+        }
     }
 
     #[test]
