@@ -71,10 +71,10 @@ pub(crate) fn encode_path_and_query(s: &str) -> Cow<'_, str> {
 }
 
 /// Append `sep` and `key=value` to `out` as `application/x-www-form-urlencoded` encodes the
-/// pair: ASCII letters, digits and `*-._` stand for
-/// themselves, a space is `+`, every other byte `%XX` — exactly the `form_urlencoded` crate's
-/// `Serializer::append_pair`, without its byte-at-a-time iterator: the runs that need no
-/// encoding (most of a typical `ids=1,2,3` value) are copied whole.
+/// pair: ASCII letters, digits and `*-._` stand for themselves, a space is `+`, every other byte
+/// `%XX` — exactly the `form_urlencoded` crate's `Serializer::append_pair`, without its
+/// byte-at-a-time iterator: the runs that need no encoding (most of a typical `ids=1,2,3`
+/// value) are copied whole.
 pub(crate) fn append_form_pair(out: &mut String, sep: char, key: &str, value: &str) {
     out.push(sep);
     append_form_encoded(out, key);
@@ -89,7 +89,9 @@ fn append_form_encoded(out: &mut String, s: &str) {
         if c.is_ascii_alphanumeric() || matches!(c, b'*' | b'-' | b'.' | b'_') {
             continue;
         }
-        // Bytes before `i` since `run` are ASCII: both ends are char boundaries.
+        // `run..i` holds kept (ASCII) bytes only, or nothing: after an escaped byte of a
+        // multi-byte character `run` is inside it, its next byte is escaped too, and the empty
+        // range (not on a char boundary) gives "".
         out.push_str(s.get(run..i).unwrap_or_default());
         if c == b' ' {
             out.push('+');
