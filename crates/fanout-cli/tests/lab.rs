@@ -250,6 +250,25 @@ fn lab_product_page_quick_compares_fanout_and_the_hyper_baseline() {
     );
     assert_eq!(order[1], order[2], "ABBA: {order:?}");
     assert_ne!(order[0], order[1], "targets alternate: {order:?}");
+    // fanout's CPU beside the baseline's, per level: the ratio of the medians and each round's.
+    let relative = rep["relative"].as_array().expect("relative");
+    let levels: Vec<&str> = relative
+        .iter()
+        .filter(|r| r["target"] == "fanout" && r["baseline"] == "hyper-baseline")
+        .filter_map(|r| r["level"].as_str())
+        .collect();
+    assert_eq!(levels, ["level-50", "level-80"], "{relative:?}");
+    for r in relative {
+        assert_eq!(
+            r["per_round"]["n"].as_u64(),
+            Some(3),
+            "a ratio per round: {r}"
+        );
+        assert!(
+            r["ratio_of_medians"].as_f64().is_some_and(|x| x > 0.0),
+            "{r}"
+        );
+    }
 
     // The direct path names each call as `service path`; a target that shared calls between
     // requests (fewer backend calls than the direct path has) gets no added p50.

@@ -5,8 +5,8 @@
 
 use super::max_rate::max_rate_reason;
 use super::{
-    Direct, HedgingSummary, LabReport, Level, Phase, Recovery, RoutePhase, RouteSummary, Stat,
-    TargetSummary,
+    Direct, HedgingSummary, LabReport, Level, Phase, Recovery, Relative, RoutePhase, RouteSummary,
+    Stat, TargetSummary,
 };
 use crate::model::Trial;
 use crate::model::{Mode, Scenario};
@@ -64,9 +64,15 @@ pub fn build(
         }
         targets.insert(name.clone(), summary);
     }
-    if matches!(scenario.mode, Mode::Compare | Mode::CompareAt { .. }) && scenario.equal_work() {
+    let compares = matches!(scenario.mode, Mode::Compare | Mode::CompareAt { .. });
+    if compares && scenario.equal_work() {
         warnings.extend(unequal_work(&targets));
     }
+    let relative = if compares {
+        relative(scenario.baselines, &opts.targets, &targets, &trials)
+    } else {
+        Vec::new()
+    };
     LabReport {
         version: 3,
         scenario: scenario.name.into(),
@@ -87,7 +93,58 @@ pub fn build(
         closed_loop: None,
         models: None,
         pools: None,
+        relative,
     }
+}
+
+/// Every target's CPU per request beside the first of `baselines` that ran, per level of the
+/// baseline's: the ratio of the two medians, and the median of the per-round ratios (each
+/// target trial ÷ the baseline's trial of the same phase and round). None without a baseline
+/// among `names`.
+pub(crate) fn relative(
+    baselines: &[&str],
+    names: &[String],
+    targets: &BTreeMap<String, TargetSummary>,
+    trials: &[Trial],
+) -> Vec<Relative> {
+    let Some(base) = baselines
+        .iter()
+        .find(|b| names.iter().any(|n| n.as_str() == **b))
+    else {
+        return Vec::new();
+    };
+    let Some(b) = targets.get(*base) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for name in names.iter().filter(|n| n.as_str() != *base) {
+        let Some(t) = targets.get(name) else { continue };
+        for bl in &b.levels {
+            let Some(tl) = t.levels.iter().find(|l| l.name == bl.name) else {
+                continue;
+            };
+            let per_round: Vec<f64> = trials
+                .iter()
+                .filter(|x| &x.target == name && x.phase == bl.name)
+                .filter_map(|x| {
+                    let y = trials
+                        .iter()
+                        .find(|y| y.target == *base && y.phase == x.phase && y.round == x.round)?;
+                    (y.cpu_us_per_request > 0.0)
+                        .then(|| x.cpu_us_per_request / y.cpu_us_per_request)
+                })
+                .collect();
+            let (tm, bm) = (tl.cpu_us_per_request.median, bl.cpu_us_per_request.median);
+            out.push(Relative {
+                target: name.clone(),
+                baseline: (*base).to_string(),
+                level: bl.name.clone(),
+                ratio_of_medians: (bm > 0.0).then(|| tm / bm),
+                per_round: Stat::of(per_round),
+            });
+        }
+    }
+    out
 }
 
 /// Targets compared at a level must do the same work: the same backend calls per request. One

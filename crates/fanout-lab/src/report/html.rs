@@ -23,6 +23,7 @@ pub fn html(rep: &LabReport, json: &str) -> String {
     models_tables(&mut h, rep);
     direct_line(&mut h, rep);
     levels_table(&mut h, rep);
+    relative_table(&mut h, rep);
     phases_table(&mut h, rep);
     routes_table(&mut h, rep);
     hedging_table(&mut h, rep);
@@ -163,6 +164,35 @@ fn levels_table(h: &mut String, rep: &LabReport) {
         }
         h.push_str("</table>");
     }
+}
+
+/// Each target's CPU per request beside the hand-written baseline's, per level.
+fn relative_table(h: &mut String, rep: &LabReport) {
+    let Some(first) = rep.relative.first() else {
+        return;
+    };
+    let _ = write!(
+        h,
+        "<h2>CPU per request beside {}</h2><p>Per round: each round's trial of the target ÷ the baseline's trial of the same round (minutes apart, so the machine's drift between rounds falls on both sides), the median and range over the rounds. Of medians: the target's median over its trials ÷ the baseline's.</p><table><tr><th>target / level</th><th>per round (min–max)</th><th>rounds</th><th>of medians</th></tr>",
+        esc(&first.baseline)
+    );
+    for r in &rep.relative {
+        let _ = write!(
+            h,
+            "<tr><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.target),
+            esc(&r.level),
+            if r.per_round.n == 0 {
+                "-".to_string()
+            } else {
+                stat3(&r.per_round)
+            },
+            r.per_round.n,
+            r.ratio_of_medians
+                .map_or_else(|| "-".to_string(), |x| format!("{x:.3}"))
+        );
+    }
+    h.push_str("</table>");
 }
 
 /// Per target and phase of an overload run, and its recovery.

@@ -465,6 +465,31 @@ pub struct LabReport {
     /// The pools run (`hh-pools`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<pools::PoolsReport>,
+    /// Comparison runs with a hand-written baseline among the targets: every other target's CPU
+    /// per request beside the baseline's, per level.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relative: Vec<Relative>,
+}
+
+/// One target's CPU per request beside the hand-written baseline's at one level of an
+/// interleaved comparison, read two ways. The per-round ratios pair the two trials of the same
+/// round, run minutes apart instead of across the whole run, so the machine's drift between
+/// rounds (a busy neighbour, another process's burst) falls on both sides of each ratio.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Relative {
+    /// The target.
+    pub target: String,
+    /// The baseline it is read against: the first of the scenario's hand-written baselines that
+    /// ran.
+    pub baseline: String,
+    /// `level-50`, `level-80`, `fixed-rate`.
+    pub level: String,
+    /// The target's median CPU-µs per request over its trials at the level ÷ the baseline's
+    /// (`None` when the baseline's is 0).
+    pub ratio_of_medians: Option<f64>,
+    /// Per round, the target's trial ÷ the baseline's trial of the same round: median, min,
+    /// max and the rounds that had both.
+    pub per_round: Stat,
 }
 
 /// Write `report.json` and `report.html` into `dir`.

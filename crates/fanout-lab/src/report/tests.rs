@@ -250,3 +250,76 @@ fn unequal_backend_calls_per_request_are_warned_about() {
         equal.warnings
     );
 }
+
+#[test]
+fn each_target_is_read_against_the_baseline_round_by_round_and_by_medians() {
+    // Round 1 met a busy machine (both sides cost twice as much), round 2 a quiet baseline
+    // trial: the target is at 0.9× the baseline in two rounds of three, 1.1× in the third, and
+    // the medians over the run (165 vs 150) read 1.1×.
+    let rounds = [(90.0, 100.0), (180.0, 200.0), (165.0, 150.0)];
+    let mut trials = Vec::new();
+    for (round, (fanout_cpu, base_cpu)) in rounds.into_iter().enumerate() {
+        let mut f = trial("fanout", "level-50", 50.0, 5.0, 0.2);
+        f.round = round;
+        f.cpu_us_per_request = fanout_cpu;
+        let mut b = trial("hyper-baseline", "level-50", 50.0, 5.0, 0.2);
+        b.round = round;
+        b.cpu_us_per_request = base_cpu;
+        trials.push(f);
+        trials.push(b);
+    }
+    let rep = report(
+        &["fanout", "hyper-baseline"],
+        &[("fanout", 100.0), ("hyper-baseline", 100.0)],
+        trials,
+    );
+    assert_eq!(rep.relative.len(), 1, "{:?}", rep.relative);
+    let r = &rep.relative[0];
+    assert_eq!(
+        (r.target.as_str(), r.baseline.as_str(), r.level.as_str()),
+        ("fanout", "hyper-baseline", "level-50")
+    );
+    assert_eq!(r.per_round.n, 3);
+    assert!(
+        (r.per_round.median - 0.9).abs() < 0.001,
+        "{:?}",
+        r.per_round
+    );
+    assert!((r.per_round.min - 0.9).abs() < 0.001, "{:?}", r.per_round);
+    assert!((r.per_round.max - 1.1).abs() < 0.001, "{:?}", r.per_round);
+    let of_medians = r.ratio_of_medians.unwrap_or(f64::NAN);
+    assert!((of_medians - 1.1).abs() < 0.001, "{of_medians}");
+    let text = text::text_summary(&rep);
+    assert!(
+        text.contains("CPU per request beside hyper-baseline"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fanout           level-50 0.90× (0.90–1.10, 3 rounds; of medians 1.10×)"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&rep).unwrap_or_default();
+    assert_eq!(json["relative"][0]["per_round"]["n"], 3);
+    let page = html::html(&rep, "{}");
+    assert!(
+        page.contains("CPU per request beside hyper-baseline"),
+        "html"
+    );
+}
+
+#[test]
+fn a_run_without_a_baseline_has_no_relative_figures() {
+    let trials = vec![
+        trial("fanout", "level-50", 50.0, 5.0, 0.2),
+        trial("fanout-percore", "level-50", 50.0, 5.0, 0.2),
+    ];
+    let rep = report(
+        &["fanout", "fanout-percore"],
+        &[("fanout", 100.0), ("fanout-percore", 100.0)],
+        trials,
+    );
+    assert!(rep.relative.is_empty(), "{:?}", rep.relative);
+    assert!(!text::text_summary(&rep).contains("CPU per request beside"));
+    let json = serde_json::to_value(&rep).unwrap_or_default();
+    assert!(json.get("relative").is_none(), "{json}");
+}

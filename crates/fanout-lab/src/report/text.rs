@@ -45,6 +45,7 @@ pub fn text_summary(rep: &LabReport) -> String {
             );
         }
     }
+    relative_lines(&mut s, &rep.relative);
     for a in &rep.acceptance {
         let _ = writeln!(
             s,
@@ -117,6 +118,49 @@ fn closed_loop_lines(s: &mut String, rep: &LabReport) {
             );
         }
     }
+}
+
+/// Each target's CPU per request beside the baseline's, per level: the median per-round ratio
+/// with its range, and the ratio of the medians.
+fn relative_lines(s: &mut String, rel: &[super::Relative]) {
+    let Some(first) = rel.first() else { return };
+    let _ = writeln!(
+        s,
+        "CPU per request beside {} (per round: median of each round's ratio, its range; then the ratio of the medians):",
+        first.baseline
+    );
+    let mut names: Vec<&str> = Vec::new();
+    for r in rel {
+        if !names.contains(&r.target.as_str()) {
+            names.push(&r.target);
+        }
+    }
+    for name in names {
+        let levels: Vec<String> = rel
+            .iter()
+            .filter(|r| r.target == name)
+            .map(|r| format!("{} {}", r.level, relative_text(r)))
+            .collect();
+        let _ = writeln!(s, "  {name:<16} {}", levels.join("   "));
+    }
+}
+
+/// `1.00× (0.91–1.22, 5 rounds; of medians 1.08×)`.
+pub(crate) fn relative_text(r: &super::Relative) -> String {
+    let of_medians = r
+        .ratio_of_medians
+        .map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
+    if r.per_round.n == 0 {
+        return format!("- (no round with both; of medians {of_medians})");
+    }
+    format!(
+        "{:.2}× ({:.2}–{:.2}, {} round{}; of medians {of_medians})",
+        r.per_round.median,
+        r.per_round.min,
+        r.per_round.max,
+        r.per_round.n,
+        if r.per_round.n == 1 { "" } else { "s" }
+    )
 }
 
 /// A target's headline figures on one line.
