@@ -94,6 +94,7 @@ pub fn explain_file_at(
             rate,
             cores,
             cfg.server.compute.threads,
+            cfg.server.runtime,
         ));
     }
     Ok(out)
@@ -103,13 +104,15 @@ pub fn explain_file_at(
 /// `rate` req/s, the arithmetic HeadHunter's article sized its thread pool with: W is the
 /// critical path's worst case (the only latency the config knows: every step on it runs to its
 /// timeout), bounded by the deadline; the threads a thread-per-request server needs for L; and
-/// the threads fanout runs at any rate (`cores` workers, the blocking pool of 4, the compute
-/// pool: `compute_threads`, default half the cores).
+/// the threads fanout runs at any rate (`cores` serving threads — one runtime per core, or the
+/// work-stealing runtime's workers — their blocking pools, the compute pool:
+/// `compute_threads`, default half the cores).
 pub fn littles_law(
     routes: &[&explain::RouteExplain],
     rate: f64,
     cores: usize,
     compute_threads: Option<usize>,
+    runtime: fanout_config::RuntimeKind,
 ) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
@@ -162,11 +165,18 @@ pub fn littles_law(
                 in_flight * parallel as f64
             );
         }
-        let _ = writeln!(
-            s,
-            "    fanout: the same threads at any rate — {cores} workers (`serve --workers`, default one per core: {cores} here), ≤ 4 blocking, {} compute, 1 watchdog",
-            compute_threads.unwrap_or((cores / 2).max(1))
-        );
+        let compute = compute_threads.unwrap_or((cores / 2).max(1));
+        let _ = match runtime {
+            fanout_config::RuntimeKind::PerCore => writeln!(
+                s,
+                "    fanout: the same threads at any rate — {cores} cores, one runtime each (`serve --workers`, default one per core: {cores} here), 1 control thread, ≤ {} blocking, {compute} compute, 1 watchdog",
+                4 + 2 * cores
+            ),
+            fanout_config::RuntimeKind::WorkStealing => writeln!(
+                s,
+                "    fanout: the same threads at any rate — {cores} workers (`serve --workers`, default one per core: {cores} here), ≤ 4 blocking, {compute} compute, 1 watchdog"
+            ),
+        };
     }
     s
 }

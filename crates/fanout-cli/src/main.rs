@@ -86,8 +86,8 @@ enum Cmd {
         /// `admin.listen` of the config (default 127.0.0.1:9901).
         #[arg(long)]
         admin_listen: Option<String>,
-        /// Worker threads (default: one per core); with `server.runtime: per_core`, the serving
-        /// cores (each a single-threaded runtime).
+        /// Serving cores (default: one per core), each a single-threaded runtime; with
+        /// `server.runtime: work_stealing`, the runtime's worker threads.
         #[arg(long)]
         workers: Option<usize>,
         /// Reload the config when the file's content changes (SIGHUP always reloads).

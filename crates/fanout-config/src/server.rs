@@ -73,7 +73,7 @@ pub struct ServerConfig {
     /// take each other's tasks) or `per_core` (one single-threaded runtime per core, each with
     /// its own listener on the same port (`SO_REUSEPORT`) and its own backend connections: a
     /// request stays on the core that accepted it). Like every `server` setting, a change takes
-    /// effect at the next restart. Default `work_stealing`.
+    /// effect at the next restart. Default `per_core`.
     pub runtime: RuntimeKind,
 }
 
@@ -82,11 +82,12 @@ pub struct ServerConfig {
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeKind {
     /// One multi-threaded runtime: its workers steal each other's tasks.
-    #[default]
     WorkStealing,
     /// One single-threaded runtime per core, a listener each (`SO_REUSEPORT`); connections
     /// are balanced between cores as they arrive, and HTTP/2 streams are handed to a less busy
-    /// core when theirs is much busier than it.
+    /// core when theirs is much busier than it. The default: under load it costs less CPU per
+    /// request than work stealing, or the same (docs/benchmarks.md).
+    #[default]
     PerCore,
 }
 

@@ -84,8 +84,9 @@ pub struct HopOptions {
     pub command: String,
     /// `--quick`.
     pub quick: bool,
-    /// The gateway runs one runtime per core (`--targets fanout-percore`).
-    pub per_core: bool,
+    /// The gateway's `server.runtime` when the target names one (`--targets fanout-percore`:
+    /// `per_core`, `fanout-ws`: `work_stealing`); `None`: the config's default.
+    pub runtime: Option<&'static str>,
     /// The hand-written hop to run as a third path (`--targets …,hyper-baseline`): the
     /// `hyper-aggregator` executable, whose `GET /items/{id}` makes the same one call.
     pub baseline: Option<PathBuf>,
@@ -103,7 +104,7 @@ impl HopOptions {
             fanout_bin,
             command,
             quick,
-            per_core: false,
+            runtime: None,
             baseline: None,
         }
     }
@@ -227,10 +228,9 @@ pub async fn run(opts: HopOptions) -> Result<HopReport, HopError> {
     let stubs_file = opts.out.join("stubs.yaml");
     let gw_file = opts.out.join("fanout.yaml");
     std::fs::write(&stubs_file, HOP_STUBS).map_err(io(&stubs_file))?;
-    let gateway = if opts.per_core {
-        format!("{HOP_GATEWAY}server:\n  runtime: per_core\n")
-    } else {
-        HOP_GATEWAY.to_string()
+    let gateway = match opts.runtime {
+        Some(r) => format!("{HOP_GATEWAY}server:\n  runtime: {r}\n"),
+        None => HOP_GATEWAY.to_string(),
     };
     std::fs::write(&gw_file, gateway).map_err(io(&gw_file))?;
     let s = |v: &str| v.to_string();

@@ -223,13 +223,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .iter()
             .filter(|t| *t != fanout_lab::hop::BASELINE)
             .collect();
-        let per_core = match gateways.as_slice() {
-            [] => false,
-            [t] if *t == "fanout" => false,
-            [t] if *t == fanout_lab::model::PER_CORE => true,
+        let gateway_runtime = match gateways.as_slice() {
+            [] => None,
+            [t] if *t == "fanout" => None,
+            [t] if fanout_lab::targets::runtime_of(t).is_some() => {
+                fanout_lab::targets::runtime_of(t)
+            }
             _ => anyhow::bail!(
-                "lab hop takes one gateway target: fanout (the default) or {} (the gateway with server.runtime: per_core), and optionally {} (the same hop written by hand with tokio and hyper)",
+                "lab hop takes one gateway target: fanout (the default), {} (the gateway with server.runtime: per_core) or {} (server.runtime: work_stealing), and optionally {} (the same hop written by hand with tokio and hyper)",
                 fanout_lab::model::PER_CORE,
+                fanout_lab::model::WORK_STEALING,
                 fanout_lab::hop::BASELINE
             ),
         };
@@ -246,7 +249,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             fanout_bin()?,
             command_line(),
         );
-        opts.per_core = per_core;
+        opts.runtime = gateway_runtime;
         if with_baseline {
             let inputs = fanout_lab::baseline::Inputs::from_env(
                 fanout_lab::baseline::HYPER,

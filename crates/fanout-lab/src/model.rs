@@ -364,11 +364,16 @@ pub const EQUAL_WORK_VARIANTS: &[&str] = &[
     "fanout-gzip",
     "fanout-br",
     PER_CORE,
+    WORK_STEALING,
 ];
 
-/// The target every scenario has: its `fanout` config with `server.runtime: per_core` (one
-/// single-threaded runtime per core), the same work as `fanout`.
+/// A target every scenario has: its `fanout` config with `server.runtime: per_core` (one
+/// single-threaded runtime per core, the default), the same work as `fanout`.
 pub const PER_CORE: &str = "fanout-percore";
+
+/// A target every scenario has: its `fanout` config with `server.runtime: work_stealing` (one
+/// multi-threaded runtime whose workers take each other's tasks), the same work as `fanout`.
+pub const WORK_STEALING: &str = "fanout-ws";
 
 impl Scenario {
     /// Whether every target of the scenario is meant to do the same backend work per request:

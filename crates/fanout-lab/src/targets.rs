@@ -54,8 +54,10 @@ pub fn available_targets(s: &Scenario) -> Vec<String> {
             .map(|t| t.to_string()),
     );
     v.extend(s.variants.iter().map(|(n, _)| n.to_string()));
-    // Every scenario: its config served one runtime per core.
+    // Every scenario: its config served one runtime per core (the default), and on the
+    // work-stealing runtime.
     v.push(PER_CORE.to_string());
+    v.push(WORK_STEALING.to_string());
     // A scenario's own `java-threads-N` targets (`hh-pools`); any other N runs too.
     v.extend(
         s.default_targets
@@ -66,12 +68,15 @@ pub fn available_targets(s: &Scenario) -> Vec<String> {
     v
 }
 
-pub use crate::model::PER_CORE;
+pub use crate::model::{PER_CORE, WORK_STEALING};
 
 /// A variant target's config as the lab runs it ([`equal_work`]); `None` for other targets.
 pub(crate) fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
-    if target == PER_CORE {
-        return Some(equal_work(&per_core(s.gateway), !s.baselines.is_empty()));
+    if let Some(runtime) = runtime_of(target) {
+        return Some(equal_work(
+            &with_runtime(s.gateway, runtime),
+            !s.baselines.is_empty(),
+        ));
     }
     s.variants
         .iter()
@@ -79,16 +84,26 @@ pub(crate) fn lab_variant(s: &Scenario, target: &str) -> Option<String> {
         .map(|(_, y)| equal_work(y, !s.baselines.is_empty()))
 }
 
-/// `yaml` with `server.runtime: per_core`: a line under its top-level `server:` (block style),
+/// The `server.runtime` a runtime target names ([`PER_CORE`], [`WORK_STEALING`]).
+pub fn runtime_of(target: &str) -> Option<&'static str> {
+    match target {
+        PER_CORE => Some("per_core"),
+        WORK_STEALING => Some("work_stealing"),
+        _ => None,
+    }
+}
+
+/// `yaml` with `server.runtime: RUNTIME`: a line under its top-level `server:` (block style),
 /// or a `server:` section of its own.
-pub fn per_core(yaml: &str) -> String {
+pub fn with_runtime(yaml: &str, runtime: &str) -> String {
+    let line = format!("  runtime: {runtime}");
     match yaml.lines().position(|l| l.trim_end() == "server:") {
         Some(i) => {
             let mut lines: Vec<&str> = yaml.lines().collect();
-            lines.insert(i + 1, "  runtime: per_core");
+            lines.insert(i + 1, &line);
             lines.join("\n") + "\n"
         }
-        None => format!("{yaml}\nserver:\n  runtime: per_core\n"),
+        None => format!("{yaml}\nserver:\n{line}\n"),
     }
 }
 
@@ -134,7 +149,8 @@ fn states_coalescing(yaml: &str) -> bool {
 
 #[cfg(test)]
 mod equal_work_tests {
-    use super::equal_work;
+    #![allow(clippy::unwrap_used)]
+    use super::*;
 
     #[test]
     fn the_lab_turns_whole_request_coalescing_off() {
@@ -167,6 +183,52 @@ mod equal_work_tests {
         assert_eq!(
             inserted,
             "defaults:\n  coalesce: false\n  dedup: false\n  timeout: 2s\nroutes: []\n"
+        );
+    }
+
+    #[test]
+    fn every_scenario_runs_on_either_runtime_with_the_same_work() {
+        for name in crate::scenario::NAMES {
+            let s = &crate::scenario::builtin(name).unwrap();
+            let targets = available_targets(s);
+            for (target, runtime) in [(PER_CORE, "per_core"), (WORK_STEALING, "work_stealing")] {
+                assert!(
+                    targets.iter().any(|t| t == target),
+                    "{}: {targets:?}",
+                    s.name
+                );
+                let yaml = lab_variant(s, target).unwrap();
+                let line = format!("  runtime: {runtime}");
+                assert_eq!(
+                    yaml.lines()
+                        .filter(|l| l.trim_start().starts_with("runtime:"))
+                        .count(),
+                    1,
+                    "{}: {yaml}",
+                    s.name
+                );
+                assert!(yaml.lines().any(|l| l == line), "{}: {yaml}", s.name);
+                // The same work as `fanout`: the lab's equal-work lines are there too.
+                assert_eq!(
+                    yaml.contains("coalesce: false"),
+                    !states_coalescing(s.gateway),
+                    "{}: {yaml}",
+                    s.name
+                );
+            }
+        }
+        assert_eq!(runtime_of("fanout"), None);
+        // Under a `server:` block the scenario has, or a section of its own.
+        assert_eq!(
+            with_runtime(
+                "server:\n  max_connections: 10\nroutes: []\n",
+                "work_stealing"
+            ),
+            "server:\n  runtime: work_stealing\n  max_connections: 10\nroutes: []\n"
+        );
+        assert_eq!(
+            with_runtime("routes: []\n", "per_core"),
+            "routes: []\n\nserver:\n  runtime: per_core\n"
         );
     }
 }

@@ -42,6 +42,9 @@ struct Core {
     handed_conns: AtomicUsize,
     /// Streams this core handed to another.
     handed_streams: AtomicUsize,
+    /// Told when the core gets a connection or stream while it had none: the stall
+    /// watchdog's heartbeat on an idle core sleeps until then ([`Cores::until_busy`]).
+    busy: tokio::sync::Notify,
 }
 
 /// The serving cores of a per-core gateway.
@@ -61,6 +64,7 @@ impl Cores {
                     streams: AtomicUsize::new(0),
                     handed_conns: AtomicUsize::new(0),
                     handed_streams: AtomicUsize::new(0),
+                    busy: tokio::sync::Notify::new(),
                 })
                 .collect(),
         }
@@ -114,8 +118,10 @@ impl Cores {
 
     /// Count a connection served on core `i` until the guard drops.
     pub(crate) fn connection(self: &Arc<Self>, i: usize) -> CoreLoad {
-        if let Some(c) = self.cores.get(i) {
-            c.conns.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.cores.get(i)
+            && c.conns.fetch_add(1, Ordering::Relaxed) == 0
+        {
+            c.busy.notify_one();
         }
         CoreLoad {
             cores: self.clone(),
@@ -128,6 +134,23 @@ impl Cores {
     pub(crate) fn handed_connection(&self, from: usize) {
         if let Some(c) = self.cores.get(from) {
             c.handed_conns.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether core `i` serves no connection and runs no stream now.
+    pub(crate) fn idle(&self, i: usize) -> bool {
+        self.cores.get(i).is_some_and(|c| {
+            c.conns.load(Ordering::Relaxed) == 0 && c.streams.load(Ordering::Relaxed) == 0
+        })
+    }
+
+    /// Resolves once core `i` gets a connection or a stream after having had none (at once
+    /// when it got one since the last call; never for a core that does not exist). Call it
+    /// after [`Cores::idle`] said so, and look again when it resolves.
+    pub(crate) async fn until_busy(&self, i: usize) {
+        match self.cores.get(i) {
+            Some(c) => c.busy.notified().await,
+            None => std::future::pending().await,
         }
     }
 
@@ -203,7 +226,9 @@ where
             tokio::spawn(fut);
             return;
         };
-        core.streams.fetch_add(1, Ordering::Relaxed);
+        if core.streams.fetch_add(1, Ordering::Relaxed) == 0 {
+            core.busy.notify_one();
+        }
         let load = CoreLoad {
             cores: cores.clone(),
             core: target,
@@ -360,6 +385,39 @@ mod tests {
                 .iter()
                 .all(|k| k.streams.load(Ordering::Relaxed) == 0)
         );
+    }
+
+    #[test]
+    fn an_idle_core_is_woken_by_its_first_connection_only() {
+        use futures_util::FutureExt;
+        let (_rt, c) = cores(2);
+        assert!(c.idle(0) && c.idle(1));
+        // Nothing arrived: waiting for work does not resolve.
+        assert!(c.until_busy(0).now_or_never().is_none());
+        // The first connection of core 0 wakes it (the permit is kept for a waiter to come);
+        // core 1 is still idle and not woken.
+        let a = c.connection(0);
+        assert!(!c.idle(0) && c.idle(1));
+        assert!(c.until_busy(0).now_or_never().is_some());
+        assert!(c.until_busy(1).now_or_never().is_none());
+        // A second connection while busy is no new wake-up.
+        let b = c.connection(0);
+        assert!(c.until_busy(0).now_or_never().is_none());
+        drop((a, b));
+        assert!(c.idle(0));
+        // A stream running on an idle core makes it busy too.
+        c.cores[1].streams.fetch_add(1, Ordering::Relaxed);
+        let s = CoreLoad {
+            cores: c.clone(),
+            core: 1,
+            stream: true,
+        };
+        assert!(!c.idle(1));
+        drop(s);
+        assert!(c.idle(1));
+        // A core that does not exist is never idle-woken (and never idle).
+        assert!(!c.idle(7));
+        assert!(c.until_busy(7).now_or_never().is_none());
     }
 
     #[test]

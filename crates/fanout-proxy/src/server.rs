@@ -256,8 +256,8 @@ pub fn serve_per_core(
     ));
     let _ = gateway.cores.set(cores.clone());
     if let Some(w) = gateway.watchdog.get() {
-        for r in &runtimes {
-            w.watch(r.handle());
+        for (i, r) in runtimes.iter().enumerate() {
+            w.watch_core(r.handle(), cores.clone(), i);
         }
     }
     let builder = conn_builder(&gateway, Exec::per_core(cores.clone()));

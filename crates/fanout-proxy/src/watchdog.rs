@@ -97,11 +97,23 @@ impl Watchdog {
         w
     }
 
-    /// Watch another runtime too (each core's, `server.runtime: per_core`): a heartbeat of its
-    /// own there, sharing the counters and the canary.
-    pub fn watch(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+    /// Watch a serving core's runtime too (`server.runtime: per_core`, core `core` of `cores`):
+    /// a heartbeat of its own there, sharing the counters and the canary. It beats while the
+    /// core serves a connection or runs a stream, and sleeps without a timer while the core has
+    /// neither (nothing runs there to stall), so an idle core's thread is not woken.
+    pub(crate) fn watch_core(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        cores: Arc<crate::cores::Cores>,
+        core: usize,
+    ) {
         if let Some((canary, threshold)) = self.beat.get() {
-            runtime.spawn(heartbeat(Arc::downgrade(self), canary.clone(), *threshold));
+            runtime.spawn(heartbeat_gated(
+                Arc::downgrade(self),
+                canary.clone(),
+                *threshold,
+                Some((cores, core)),
+            ));
         }
     }
 
@@ -216,12 +228,34 @@ impl Throttle {
 /// A heartbeat on the runtime it runs on: wakes every tick ([`tick_for`] the threshold),
 /// classifies a late wake-up.
 async fn heartbeat(weak: Weak<Watchdog>, canary: Option<Canary>, threshold: Duration) {
+    heartbeat_gated(weak, canary, threshold, None).await
+}
+
+/// [`heartbeat`], which with `gate` (a serving core) beats only while that core is busy.
+async fn heartbeat_gated(
+    weak: Weak<Watchdog>,
+    canary: Option<Canary>,
+    threshold: Duration,
+    gate: Option<(Arc<crate::cores::Cores>, usize)>,
+) {
     let mut stall_log = Throttle::new(LOG_EVERY);
     let mut starvation_log = Throttle::new(LOG_EVERY);
     let tick = tick_for(threshold);
     let mut expected = Instant::now() + tick;
     let mut canary_base = canary.as_ref().map(|c| c.late_total_us());
     loop {
+        if let Some((cores, core)) = &gate
+            && cores.idle(*core)
+        {
+            cores.until_busy(*core).await;
+            if weak.strong_count() == 0 {
+                return;
+            }
+            // Time spent idle is not lateness: the next beat is a tick from now.
+            expected = Instant::now() + tick;
+            canary_base = canary.as_ref().map(|c| c.late_total_us());
+            continue;
+        }
         tokio::time::sleep_until(expected).await;
         let now = Instant::now();
         let late = now.saturating_duration_since(expected);
