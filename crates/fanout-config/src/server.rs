@@ -394,7 +394,7 @@ impl Default for ServerConfig {
             server_timing: None,
             trusted_proxies: Vec::new(),
             client_address_header: ClientAddressHeader::XForwardedFor,
-            runtime: RuntimeKind::WorkStealing,
+            runtime: RuntimeKind::default(),
         }
     }
 }
