@@ -1,5 +1,5 @@
 //! `server.runtime`: a config that does not name a runtime is served per core (one thread per
-//! core, `fanout-core-N`, and the control thread), and `work_stealing` brings back the one
+//! core, `fanout-core-N`), and `work_stealing` brings back the one
 //! multi-threaded runtime (`fanout-worker`) — read from the running `fanout serve` process's
 //! threads (/proc/PID/task), with a request answered on each.
 
@@ -114,7 +114,9 @@ async fn threads_of(name: &str, config: &str) -> BTreeSet<String> {
 #[tokio::test]
 async fn a_config_without_a_runtime_is_served_per_core() {
     let names = threads_of("default", ROUTES).await;
-    for want in ["fanout-core-0", "fanout-core-1", "fanout-control"] {
+    // The serving cores' threads live as long as the gateway (the control runtime's blocking
+    // threads, `fanout-control`, come and go with their work: not asserted).
+    for want in ["fanout-core-0", "fanout-core-1"] {
         assert!(names.contains(want), "no {want} thread: {names:?}");
     }
     assert!(
