@@ -14,13 +14,13 @@
 //! The helm chart's copy (deploy/helm/fanout/dashboards/fanout.json) must be the same file; both
 //! are written by deploy/grafana/generate.py.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
+mod support;
 
 use fanout_testkit::repo_root as root;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// The metric catalog: the names the metrics work exposes and the dashboard may query
@@ -272,20 +272,6 @@ fn the_dashboard_uses_the_prometheus_input_and_the_charts_copy_is_identical() {
     let a = std::fs::read(root().join("deploy/grafana/fanout.json")).unwrap();
     let b = std::fs::read(root().join("deploy/helm/fanout/dashboards/fanout.json")).unwrap();
     assert!(a == b, "run python3 deploy/grafana/generate.py");
-}
-
-/// The ports of the client and admin listeners, from the `fanout serving` JSON log line.
-fn serving_ports(log: &str) -> Option<(u16, u16)> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "fanout serving")
-        .and_then(|v| {
-            let port = |k: &str| -> Option<u16> {
-                let addr: std::net::SocketAddr = v["fields"][k].as_str()?.parse().ok()?;
-                Some(addr.port())
-            };
-            Some((port("addr")?, port("admin")?))
-        })
 }
 
 /// One HTTP/1.0 GET (no chunked encoding): the status line and the body, or `None` if the
@@ -809,15 +795,6 @@ fn samples_are_parsed_with_their_labels() {
     assert!(parse_sample("# TYPE x counter").is_none());
 }
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
     // Every metric the dashboard queries has its expected series (and nothing else does).
@@ -827,35 +804,14 @@ async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
         dashboard_metrics(&dashboard()),
         "config_series() and the dashboard's metrics differ"
     );
-    let dir = std::env::temp_dir().join(format!("fanout-dashboard-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("fanout.yaml");
-    std::fs::write(&file, CONFIG).unwrap();
-    let log = dir.join("stderr.log");
-    let mut gw = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .env("MODELS_DIR", root().join("examples/antispam/models"))
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
-            .args(["--admin-listen", "127.0.0.1:0", "--config"])
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    // Both listeners bind port 0; their addresses are in the `fanout serving` log line.
-    let mut ports = None;
-    fanout_testkit::wait_until("the gateway to log its addresses", || {
-        if let Ok(Some(status)) = gw.0.try_wait() {
-            let err = std::fs::read_to_string(&log).unwrap_or_default();
-            panic!("fanout serve exited ({status}):\n{err}");
-        }
-        ports = serving_ports(&std::fs::read_to_string(&log).unwrap_or_default());
-        ports.is_some()
-    })
+    let gw = support::ServeProcess::start(
+        "dashboard",
+        CONFIG,
+        &[],
+        &[("MODELS_DIR", root().join("examples/antispam/models"))],
+    )
     .await;
-    let (port, admin) = ports.unwrap();
+    let (port, admin) = (gw.port, gw.admin);
     fanout_testkit::wait_until("the admin listener answers /metrics", || {
         http_get(admin, "/metrics").is_some_and(|(status, _)| status.contains(" 200"))
     })
@@ -873,7 +829,6 @@ async fn every_dashboard_metric_is_in_a_running_gateways_metrics() {
         assert!(answered.is_some(), "{path} was not answered");
     }
     let (_, text) = http_get(admin, "/metrics").unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     let exposed = exposed_metrics(&text);
     let missing = missing_from(&dashboard_metrics(&dashboard()), &exposed);
     assert!(

@@ -5,36 +5,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // test code: a failed unwrap is a failed test
 
-use serde_json::Value;
+mod support;
+
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
 
 const ROUTES: &str = r#"
 routes:
   - path: /hello
     respond: { body: '{hello: "world"}' }
 "#;
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The port in the `fanout serving` log line (JSON logs).
-fn serving_port(log: &str) -> Option<u16> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "fanout serving")
-        .and_then(|v| {
-            let addr: std::net::SocketAddr = v["fields"]["addr"].as_str()?.parse().ok()?;
-            Some(addr.port())
-        })
-}
 
 /// `GET path` on 127.0.0.1:`port` over HTTP/1.1: the whole answer as text.
 fn get(port: u16, path: &str) -> Option<String> {
@@ -65,50 +45,13 @@ fn thread_names(pid: u32) -> BTreeSet<String> {
 /// Start `fanout serve --workers 2` on `config`, wait until it answers, and return its threads'
 /// names.
 async fn threads_of(name: &str, config: &str) -> BTreeSet<String> {
-    let dir = std::env::temp_dir().join(format!(
-        "fanout-runtime-default-{}-{name}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("fanout.yaml");
-    std::fs::write(&file, config).unwrap();
-    let log = dir.join("stderr.log");
-    let mut gw = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
-            .args([
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--workers",
-                "2",
-                "--config",
-            ])
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let mut port = None;
-    fanout_testkit::wait_until("the gateway to log its address", || {
-        if let Ok(Some(status)) = gw.0.try_wait() {
-            let err = std::fs::read_to_string(&log).unwrap_or_default();
-            panic!("fanout serve exited ({status}):\n{err}");
-        }
-        port = serving_port(&std::fs::read_to_string(&log).unwrap_or_default());
-        port.is_some()
-    })
-    .await;
-    let port = port.unwrap();
-    let answer = get(port, "/hello").unwrap_or_default();
+    let gw = support::ServeProcess::start(name, config, &["--workers", "2"], &[]).await;
+    let answer = get(gw.port, "/hello").unwrap_or_default();
     assert!(
         answer.starts_with("HTTP/1.1 200") && answer.contains(r#"{"hello":"world"}"#),
         "{name}: {answer}"
     );
-    let names = thread_names(gw.0.id());
-    let _ = std::fs::remove_dir_all(&dir);
-    names
+    thread_names(gw.child.id())
 }
 
 #[tokio::test]

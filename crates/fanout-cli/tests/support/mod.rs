@@ -65,3 +65,87 @@ pub fn find_tool(names: &[&'static str], package: &str) -> &'static str {
             )
         })
 }
+
+/// A `fanout serve` process (the built binary, JSON logs to a file) on ephemeral ports, for tests
+/// that look at the process itself (its threads, its `/metrics`); killed when dropped.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    /// The client listener's port.
+    pub port: u16,
+    /// The admin listener's port.
+    pub admin: u16,
+    dir: std::path::PathBuf,
+}
+
+impl ServeProcess {
+    /// Write `config` to a directory of its own (`name` tells tests of one binary apart), start
+    /// `fanout serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0` on it with `args` and `envs`
+    /// added, and wait until it logs its listeners' addresses; panics with its log if it exits
+    /// first.
+    pub async fn start(
+        name: &str,
+        config: &str,
+        args: &[&str],
+        envs: &[(&str, std::path::PathBuf)],
+    ) -> ServeProcess {
+        use std::process::{Command, Stdio};
+        let dir = std::env::temp_dir().join(format!("fanout-serve-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fanout.yaml");
+        std::fs::write(&file, config).unwrap();
+        let log = dir.join("stderr.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_fanout"))
+            .envs(envs.iter().map(|(k, v)| (k, v)))
+            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0"])
+            .args(args)
+            .arg("--config")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut p = ServeProcess {
+            child,
+            port: 0,
+            admin: 0,
+            dir,
+        };
+        // Both listeners bind port 0; their addresses are in the `fanout serving` log line.
+        let mut ports = None;
+        fanout_testkit::wait_until("the gateway to log its addresses", || {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                let err = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("fanout serve exited ({status}):\n{err}");
+            }
+            ports = serving_ports(&std::fs::read_to_string(&log).unwrap_or_default());
+            ports.is_some()
+        })
+        .await;
+        (p.port, p.admin) = ports.unwrap();
+        p
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The ports of the client and admin listeners, from the `fanout serving` JSON log line.
+fn serving_ports(log: &str) -> Option<(u16, u16)> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "fanout serving")
+        .and_then(|v| {
+            let port = |k: &str| -> Option<u16> {
+                let addr: std::net::SocketAddr = v["fields"][k].as_str()?.parse().ok()?;
+                Some(addr.port())
+            };
+            Some((port("addr")?, port("admin")?))
+        })
+}
