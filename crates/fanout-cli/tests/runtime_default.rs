@@ -8,28 +8,12 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 
 const ROUTES: &str = r#"
 routes:
   - path: /hello
     respond: { body: '{hello: "world"}' }
 "#;
-
-/// `GET path` on 127.0.0.1:`port` over HTTP/1.1: the whole answer as text.
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
 
 /// The names of the process's threads.
 fn thread_names(pid: u32) -> BTreeSet<String> {
@@ -46,10 +30,12 @@ fn thread_names(pid: u32) -> BTreeSet<String> {
 /// names.
 async fn threads_of(name: &str, config: &str) -> BTreeSet<String> {
     let gw = support::ServeProcess::start(name, config, &["--workers", "2"], &[]).await;
-    let answer = get(gw.port, "/hello").unwrap_or_default();
+    let answer = fanout_testkit::h1::get(([127, 0, 0, 1], gw.port).into(), "/hello").await;
+    let body = String::from_utf8_lossy(&answer.body);
     assert!(
-        answer.starts_with("HTTP/1.1 200") && answer.contains(r#"{"hello":"world"}"#),
-        "{name}: {answer}"
+        answer.status == 200 && body.contains(r#"{"hello":"world"}"#),
+        "{name}: {} {body}",
+        answer.status
     );
     thread_names(gw.child.id())
 }
