@@ -46,11 +46,15 @@ pub enum TokenError {
     /// A claim of `required_claims` is missing.
     #[error("the token lacks the required claim {0}")]
     MissingClaim(String),
+    /// The header's `crit` names extensions fanout does not understand (it understands none:
+    /// RFC 7515 §4.1.11 says such a token must be refused), or is not a list of names.
+    #[error("the token's header marks as critical {0}, which fanout does not understand")]
+    Critical(String),
 }
 
 impl TokenError {
     /// Every [`TokenError::reason`] (each has a metric series from the start).
-    pub const REASONS: [&'static str; 12] = [
+    pub const REASONS: [&'static str; 13] = [
         "too_large",
         "malformed",
         "alg_none",
@@ -63,6 +67,7 @@ impl TokenError {
         "issuer",
         "audience",
         "missing_claim",
+        "critical",
     ];
 
     /// A short stable name (a metric label, a log field).
@@ -80,8 +85,28 @@ impl TokenError {
             TokenError::Issuer => "issuer",
             TokenError::Audience => "audience",
             TokenError::MissingClaim(_) => "missing_claim",
+            TokenError::Critical(_) => "critical",
         }
     }
+}
+
+/// Text that may hold what the client sent (a parser's message quoting the token's header), for
+/// the log: control characters escaped (`\n`, `\u{1b}`, …) so it can never start a line of its
+/// own, at most 200 characters.
+pub(crate) fn escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(256));
+    for (n, c) in s.chars().enumerate() {
+        if n == 200 {
+            out.push('…');
+            break;
+        }
+        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A value the client chose, for the log: quoted, escaped, at most 64 characters.

@@ -109,7 +109,7 @@ impl KeyCache {
     /// A JWK set at `url`: no keys until the first fetch ([`KeyCache::start`]).
     pub(crate) fn url(url: String, schedule: Schedule, fetch: Arc<dyn Fetch>) -> KeyCache {
         let status = KeyStatus {
-            url: Some(url.clone()),
+            url: Some(fanout_config::shown_url(&url).into_owned()),
             ..KeyStatus::default()
         };
         KeyCache {
@@ -183,7 +183,7 @@ impl KeyCache {
             Err(e) => {
                 st.failures += 1;
                 st.last_error = Some(e.to_string());
-                tracing::warn!(target: "fanout::auth", url = %url, error = %e, "JWK set fetch failed; the last good keys stay in use");
+                tracing::warn!(target: "fanout::auth", url = %fanout_config::shown_url(url), error = %e, "JWK set fetch failed; the last good keys stay in use");
                 Err(e)
             }
         }
@@ -224,7 +224,9 @@ impl KeyCache {
             let mut last = self.gate.lock().await;
             self.fetch_locked(&mut last).await
         };
-        let failed = first.is_err().then(|| url.clone());
+        let failed = first
+            .is_err()
+            .then(|| fanout_config::shown_url(url).into_owned());
         let schedule = schedule.clone();
         let weak = Arc::downgrade(self);
         tokio::spawn(refresh_loop(weak, schedule, first.map_err(|_| ())));

@@ -4,7 +4,26 @@
 use crate::error::KeysError;
 use jsonwebtoken::jwk::{AlgorithmParameters, Jwk};
 use jsonwebtoken::{Algorithm, DecodingKey};
+use sha2::{Digest, Sha256};
 use std::str::FromStr;
+
+/// What identifies a key across loads of its set: a SHA-256 of its `kid` and its public
+/// parameters (or the PEM block, or the HMAC secret). The verified-token cache keeps the id of
+/// the key that verified each token, so a token is not taken from the cache once its key has
+/// left the set (key removal is how an issuer revokes a leaked key).
+pub(crate) type KeyId = [u8; 32];
+
+fn key_id(kind: &[u8], kid: Option<&str>, material: &[u8]) -> KeyId {
+    let mut h = Sha256::new();
+    h.update(kind);
+    h.update([0]);
+    if let Some(k) = kid {
+        h.update(k.as_bytes());
+    }
+    h.update([0]);
+    h.update(material);
+    h.finalize().into()
+}
 
 /// What kind of key an algorithm needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +57,8 @@ pub(crate) struct Key {
     pub(crate) alg: Option<Algorithm>,
     pub(crate) family: Family,
     pub(crate) key: DecodingKey,
+    /// The key's identity ([`KeyId`]).
+    pub(crate) id: KeyId,
 }
 
 /// The keys of a provider at one moment.
@@ -66,6 +87,7 @@ impl KeySet {
                 alg: None,
                 family: Family::Hmac,
                 key: DecodingKey::from_secret(secret),
+                id: key_id(b"hmac", None, secret),
             }],
             skipped: 0,
         }
@@ -139,6 +161,7 @@ impl KeySet {
                 alg: None,
                 family,
                 key,
+                id: key_id(b"pem", None, pem.trim().as_bytes()),
             });
             rest = &block[end..];
         }
@@ -146,6 +169,11 @@ impl KeySet {
             return Err(KeysError::NoKeys { skipped: 0 });
         }
         Ok(KeySet { keys, skipped: 0 })
+    }
+
+    /// Whether the key of identity `id` is in this set.
+    pub(crate) fn has(&self, id: &KeyId) -> bool {
+        self.keys.iter().any(|k| k.id == *id)
     }
 
     /// The keys that may verify a token of `alg` naming `kid`.
@@ -215,7 +243,9 @@ fn public_key(v: serde_json::Value) -> Option<Key> {
         return None;
     }
     let key = DecodingKey::from_jwk(&jwk).ok()?;
+    let material = serde_json::to_vec(&jwk.algorithm).ok()?;
     Some(Key {
+        id: key_id(b"jwk", jwk.common.key_id.as_deref(), &material),
         kid: jwk.common.key_id.clone(),
         alg,
         family,

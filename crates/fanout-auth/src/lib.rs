@@ -308,14 +308,16 @@ impl Auth {
             .into());
         }
         let key = cache::key(policy.provider, &token);
-        let claims = match self.verified.get(&key, now_unix()) {
+        // A cached token counts only while the key that verified it is still in the set.
+        let in_use = |id: &keys::KeyId| p.keys.snapshot().is_some_and(|k| k.has(id));
+        let claims = match self.verified.get(&key, now_unix(), in_use) {
             Some(c) => {
                 p.counts.cached.fetch_add(1, Ordering::Relaxed);
                 c
             }
             None => {
-                let (claims, exp) = p.verify_fetching(&token).await?;
-                self.verified.insert(key, claims.clone(), exp);
+                let (claims, exp, by) = p.verify_fetching(&token).await?;
+                self.verified.insert(key, claims.clone(), exp, by);
                 claims
             }
         };
@@ -390,8 +392,8 @@ impl Auth {
 
 impl Provider {
     /// Verify `token`; when it names a `kid` the keys lack, refresh them once (single-flight,
-    /// cooldown) and try again. The claims and their `exp`.
-    async fn verify_fetching(&self, token: &str) -> Result<(Val, u64), TokenError> {
+    /// cooldown) and try again. The claims, their `exp` and the key that verified them.
+    async fn verify_fetching(&self, token: &str) -> Result<(Val, u64, keys::KeyId), TokenError> {
         let seen = self.keys.generation();
         match self.verify(token) {
             Err(TokenError::UnknownKid(kid)) => {
@@ -406,7 +408,7 @@ impl Provider {
     }
 
     /// Verify `token` with the keys in use.
-    fn verify(&self, token: &str) -> Result<(Val, u64), TokenError> {
+    fn verify(&self, token: &str) -> Result<(Val, u64, keys::KeyId), TokenError> {
         let keys = self
             .keys
             .snapshot()
@@ -451,7 +453,7 @@ impl Provider {
                         .and_then(|e| e.as_u64().or_else(|| e.as_f64().map(|f| f as u64)))
                         .unwrap_or(0);
                     let val = fanout_expr::json::from_serde(&serde_json::Value::Object(claims));
-                    return Ok((val, exp));
+                    return Ok((val, exp, k.id));
                 }
                 Err(e) => {
                     last = token_error(e);
@@ -477,7 +479,7 @@ fn token_error(e: jsonwebtoken::errors::Error) -> TokenError {
         K::InvalidAudience => TokenError::Audience,
         K::MissingRequiredClaim(c) => TokenError::MissingClaim(c.clone()),
         K::InvalidAlgorithm => TokenError::Algorithm("(not the key's)".into()),
-        _ => TokenError::Malformed(e.to_string()),
+        _ => TokenError::Malformed(error::escaped(&e.to_string())),
     }
 }
 

@@ -107,21 +107,31 @@ fn bearer(v: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The token's header; `alg: none` is named as such.
+/// The token's header; `alg: none` is named as such, and a header whose `crit` names anything
+/// is refused (fanout understands no JWS extension).
 pub(crate) fn header(token: &str) -> Result<jsonwebtoken::Header, TokenError> {
+    let raw = || {
+        token
+            .split('.')
+            .next()
+            .and_then(|h| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(h)
+                    .ok()
+            })
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    };
     match jsonwebtoken::decode_header(token) {
-        Ok(h) => Ok(h),
+        Ok(h) => {
+            // `jsonwebtoken` drops `crit`; read the header's JSON again for it.
+            if let Some(crit) = raw().as_ref().and_then(|h| h.get("crit")) {
+                return Err(TokenError::Critical(critical(crit)));
+            }
+            Ok(h)
+        }
         Err(e) => {
             // `none` is no algorithm `jsonwebtoken` knows: say so rather than "bad header".
-            let alg_none = token
-                .split('.')
-                .next()
-                .and_then(|h| {
-                    base64::engine::general_purpose::URL_SAFE_NO_PAD
-                        .decode(h)
-                        .ok()
-                })
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            let alg_none = raw()
                 .and_then(|h| {
                     h.get("alg")?
                         .as_str()
@@ -131,9 +141,31 @@ pub(crate) fn header(token: &str) -> Result<jsonwebtoken::Header, TokenError> {
             if alg_none {
                 Err(TokenError::AlgNone)
             } else {
-                Err(TokenError::Malformed(e.to_string()))
+                // The parser's message quotes the header's values (an `alg` of the client's):
+                // escaped, so it cannot forge a log line.
+                Err(TokenError::Malformed(crate::error::escaped(&e.to_string())))
             }
         }
+    }
+}
+
+/// What a `crit` header names, for the log: the names quoted (at most 4), or what it is when
+/// it is not a list of names.
+fn critical(crit: &serde_json::Value) -> String {
+    match crit.as_array() {
+        Some(names) if !names.is_empty() && names.iter().all(|n| n.is_string()) => {
+            let mut out: Vec<String> = names
+                .iter()
+                .take(4)
+                .map(|n| crate::error::quoted(n.as_str().unwrap_or_default()))
+                .collect();
+            if names.len() > 4 {
+                out.push(format!("and {} more", names.len() - 4));
+            }
+            out.join(", ")
+        }
+        Some(names) if names.is_empty() => "an empty list".into(),
+        _ => "a value that is not a list of names".into(),
     }
 }
 

@@ -576,3 +576,103 @@ async fn required_claims_and_the_leeway_are_the_providers() {
     soon["nbf"] = (jwt::now() + 2).into();
     check(&auth, 0, &key.sign(&soon)).await.unwrap();
 }
+
+/// Issue 69 §4: a correctly signed token whose header marks an extension as critical (`crit`)
+/// is refused — fanout understands none (RFC 7515 §4.1.11, RFC 8725) — and so is a malformed
+/// `crit`; the same header without it verifies.
+#[tokio::test]
+async fn a_token_with_a_critical_extension_is_refused() {
+    let key = EsKey::generate("k1");
+    let auth = Auth::build(&inline(&key, ""), None, no_fetch).unwrap();
+    let claims = jwt::claims(ISS, "orders", "ann");
+    let plain = serde_json::json!({"alg": "ES256", "typ": "JWT", "kid": "k1"});
+    check(&auth, 0, &key.sign_header(&plain, &claims))
+        .await
+        .unwrap();
+    for crit in [
+        serde_json::json!(["x-unknown"]),
+        serde_json::json!(["b64"]),
+        serde_json::json!([]),
+        serde_json::json!("x-unknown"),
+        serde_json::json!(["exp"]),
+    ] {
+        let mut h = plain.clone();
+        h["crit"] = crit.clone();
+        h["x-unknown"] = serde_json::json!(true);
+        let e = invalid(check(&auth, 0, &key.sign_header(&h, &claims)).await);
+        assert!(matches!(e, TokenError::Critical(_)), "{crit}: {e:?}");
+        assert_eq!(e.reason(), "critical");
+    }
+    let e = invalid(
+        check(
+            &auth,
+            0,
+            &key.sign_header(
+                &serde_json::json!({"alg": "ES256", "kid": "k1", "crit": ["x-a\nforged"]}),
+                &claims,
+            ),
+        )
+        .await,
+    );
+    assert!(!e.to_string().contains('\n'), "escaped: {e}");
+}
+
+/// Issue 69 §3: the parser's message about a header it cannot read quotes the header's `alg`;
+/// what reaches the log never holds a line break or another control character.
+#[tokio::test]
+async fn a_forged_alg_cannot_break_the_log_line() {
+    let key = EsKey::generate("k1");
+    let auth = Auth::build(&inline(&key, ""), None, no_fetch).unwrap();
+    let claims = jwt::claims(ISS, "orders", "ann");
+    let forged = "RS256\n2026-01-01T00:00:00.000000Z  INFO fanout: FORGED admin logged in\r\x1b[2J";
+    let token = key.sign_header(&serde_json::json!({"alg": forged, "kid": "k1"}), &claims);
+    let e = invalid(check(&auth, 0, &token).await);
+    assert_eq!(e.reason(), "malformed", "{e:?}");
+    let text = e.to_string();
+    assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+    assert!(
+        text.contains("\\n2026-01-01"),
+        "the value is shown escaped: {text}"
+    );
+}
+
+/// Issue 69 §5: an issuer revokes a leaked key by removing it from the JWK set. Once the set no
+/// longer has it, a token verified with it before is refused too (it is not taken from the
+/// verified-token cache until its `exp`); a token of the key that stays keeps verifying, and a
+/// refresh that brings the same keys back does not empty the cache.
+#[tokio::test(start_paused = true)]
+async fn a_key_removed_from_the_set_revokes_the_tokens_it_verified() {
+    let k1 = EsKey::generate("k1");
+    let k2 = EsKey::generate("k2");
+    let server = Arc::new(Counting {
+        hits: AtomicUsize::new(0),
+        doc: Mutex::new(Some(jwt::jwks(&[&k1, &k2]))),
+    });
+    let f = server.clone();
+    let auth = Auth::build(&jwks_config(), None, move || Ok(f as Arc<dyn Fetch>)).unwrap();
+    assert!(auth.start().await.is_empty());
+    let claims = jwt::claims(ISS, "x", "ann");
+    let (old, kept) = (k1.sign(&claims), k2.sign(&claims));
+    check(&auth, 0, &old).await.unwrap();
+    check(&auth, 0, &kept).await.unwrap();
+    check(&auth, 0, &old).await.unwrap();
+    let st = auth.status_json();
+    assert_eq!(st["providers"]["corp"]["accepted_from_cache"], 1, "{st}");
+
+    // The same keys again: cached tokens stay cached.
+    tokio::time::sleep(Duration::from_secs(3700)).await;
+    assert!(server.hits.load(Ordering::SeqCst) >= 2, "refreshed");
+    check(&auth, 0, &old).await.unwrap();
+    let st = auth.status_json();
+    assert_eq!(st["providers"]["corp"]["accepted_from_cache"], 2, "{st}");
+
+    // k1 leaves the set.
+    *server.doc.lock().unwrap() = Some(jwt::jwks(&[&k2]));
+    let before = server.hits.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3700)).await;
+    assert!(server.hits.load(Ordering::SeqCst) > before, "refreshed");
+    assert_eq!(auth.status_json()["providers"]["corp"]["keys"], 1);
+    let e = invalid(check(&auth, 0, &old).await);
+    assert!(matches!(e, TokenError::UnknownKid(_)), "{e:?}");
+    check(&auth, 0, &kept).await.unwrap();
+}

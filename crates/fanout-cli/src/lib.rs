@@ -6,6 +6,7 @@ pub mod demo;
 pub mod explain;
 pub mod lab;
 pub mod load;
+pub mod logline;
 pub mod testing;
 
 use fanout_config::{Config, ConfigErrors, VarLookup, env_lookup};

@@ -280,7 +280,7 @@ enum ExplainFormat {
     Mermaid,
 }
 
-/// Logs go to stderr, coloured only when it is a terminal (a file or a pipe gets plain text, so
+/// Logs go to stderr, one line per event (`logline.rs`), coloured only when it is a terminal (a file or a pipe gets plain text, so
 /// `grep request_id=…` finds the line) and `NO_COLOR` is unset or empty (<https://no-color.org>);
 /// never in JSON.
 fn init_logs(format: &str) {
@@ -289,10 +289,15 @@ fn init_logs(format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let ansi = format != "json" && !no_color && std::io::stderr().is_terminal();
+    // One event, one line: whatever a request or a backend put in a field is escaped.
+    let writer = fanout::logline::OneLine {
+        ansi,
+        json: format == "json",
+    };
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     if format == "json" {
         b.json().init();
     } else {

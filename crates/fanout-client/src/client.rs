@@ -45,8 +45,12 @@ use tokio::time::Instant;
 type HttpClient = Client<HttpsConnector<HttpConnector>, CallBody>;
 
 struct Base {
-    /// `scheme://authority`
+    /// `scheme://host[:port]` — never the URL's userinfo, which is a credential: this is the
+    /// address's name everywhere it is shown (status, `/ui`, logs, spans, metric labels).
     origin: String,
+    /// `Authorization: Basic …` made from the URL's userinfo (`http://user:pass@host`), sent
+    /// with every call to this address unless the call or the backend's `headers` set one.
+    basic: Option<HeaderValue>,
     /// Base path without trailing `/` (may be empty).
     path: String,
     /// The scheme and authority parsed once (`None` if they do not parse: the request is then
@@ -81,6 +85,7 @@ impl Base {
         });
         Base {
             origin,
+            basic: None,
             path: path.to_string(),
             parsed,
             host,
@@ -110,6 +115,49 @@ impl Base {
         parts.path_and_query = Some(pq);
         Uri::from_parts(parts).map_err(|e| (invalid(), e.to_string()))
     }
+}
+
+/// `Authorization: Basic base64(user:password)` from a URL's userinfo (percent-decoded, as RFC
+/// 3986 writes it), marked sensitive (never indexed by HPACK); `None` for an empty userinfo.
+fn basic_auth(userinfo: &str) -> Option<HeaderValue> {
+    use base64::Engine;
+    if userinfo.is_empty() {
+        return None;
+    }
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let mut plain = percent_decode(user);
+    plain.push(b':');
+    plain.extend(percent_decode(password));
+    let text = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(&plain)
+    );
+    let mut v = HeaderValue::from_str(&text).ok()?;
+    v.set_sensitive(true);
+    Some(v)
+}
+
+/// `%XX` escapes decoded; anything else (a stray `%`) kept as it is.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// The origin form of `uri` (its path and query), as an HTTP/1 request line carries it.
@@ -173,10 +221,25 @@ impl HttpBackend {
                 Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
                 None => (rest, ""),
             };
-            bases.push(Base::new(scheme, authority, path));
+            // Userinfo is a credential: it becomes the address's `Authorization: Basic` (as
+            // curl, Go and Python send it) and is never part of the name shown.
+            let (userinfo, authority) = match authority.rsplit_once('@') {
+                Some((ui, host)) => (Some(ui), host),
+                None => (None, authority),
+            };
+            let mut base = Base::new(scheme, authority, path);
+            base.basic = userinfo.and_then(basic_auth);
+            bases.push(base);
         }
         let mut headers = HeaderMap::new();
         for (k, v) in &cfg.headers {
+            if fanout_config::framing_header(k) {
+                return Err(ConfigError::at(
+                    cfg.url.iter().chain(cfg.urls.iter()).next().map(|u| u.pos).unwrap_or_default(),
+                    format!("backend `{name}`: header `{k}` frames the message; it may not be set"),
+                )
+                .hint("fanout writes content-length, transfer-encoding, connection and the like itself: remove it"));
+            }
             let hn = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
                 ConfigError::at(
                     Default::default(),
@@ -702,6 +765,11 @@ impl Backend for HttpBackend {
                 }
                 if !http_call.headers.is_empty() {
                     h.extend(http_call.headers);
+                }
+                if let Some(basic) = base.and_then(|b| b.basic.as_ref())
+                    && !h.contains_key(http::header::AUTHORIZATION)
+                {
+                    h.insert(http::header::AUTHORIZATION, basic.clone());
                 }
                 if let Some(span) = &span {
                     span.inject(h);

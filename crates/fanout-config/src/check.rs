@@ -452,3 +452,54 @@ impl Config {
         }
     }
 }
+
+/// `url` as it may be shown (status, `/ui`, logs, `explain`): its userinfo (`user:password@`),
+/// a credential, replaced by `***@`. Text that is no `scheme://` URL is returned as it is.
+pub fn shown_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.into();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]).into(),
+        None => url.into(),
+    }
+}
+
+/// Whether `name` (lowercase) is a header that frames the message or the connection: fanout
+/// writes these itself from the body it sends, and a flow or config that set them could make
+/// the length a peer reads differ from the bytes sent (a desynchronised connection, request
+/// smuggling).
+pub fn framing_header(name: &str) -> bool {
+    const FRAMING: [&str; 8] = [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "te",
+        "trailer",
+    ];
+    FRAMING.iter().any(|f| name.eq_ignore_ascii_case(f))
+}
+
+#[cfg(test)]
+mod shown_url_tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_never_shown() {
+        assert_eq!(
+            shown_url("http://user:s3cr3t@127.0.0.1:18963/api?x=a@b"),
+            "http://***@127.0.0.1:18963/api?x=a@b"
+        );
+        assert_eq!(shown_url("https://p%40ss@h@host/"), "https://***@host/");
+        assert_eq!(
+            shown_url("http://127.0.0.1:1/x@y"),
+            "http://127.0.0.1:1/x@y"
+        );
+        assert_eq!(shown_url("not a url"), "not a url");
+        assert!(framing_header("Content-Length") && !framing_header("x-len"));
+    }
+}

@@ -50,7 +50,7 @@ pub use backend::{
     GrpcCompression, HedgeConfig, KeepaliveConfig, OutlierConfig, Protocol, RetryBudget,
     RetryConfig, Tls,
 };
-pub use check::valid_code;
+pub use check::{framing_header, shown_url, valid_code};
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,

@@ -86,7 +86,23 @@ impl Ctx<'_> {
             }
         }
     }
+    /// A header a flow sets (`respond.headers`, a step's `headers` or `metadata`): a valid name,
+    /// and never one that frames the message (`content-length`, `transfer-encoding`,
+    /// `connection`, …: fanout writes those from what it sends).
     pub(crate) fn header_name(&mut self, name: &str, pos: Pos) -> Option<HeaderName> {
+        if fanout_config::framing_header(name) {
+            self.errs.push(
+                ConfigError::at(
+                    pos,
+                    format!("header `{name}` frames the message; a flow may not set it"),
+                )
+                .hint(
+                    "fanout writes content-length, transfer-encoding, connection, keep-alive, \
+                     upgrade, te and trailer itself from the body it sends: remove it",
+                ),
+            );
+            return None;
+        }
         match HeaderName::from_bytes(name.as_bytes()) {
             Ok(h) => Some(h),
             Err(_) => {

@@ -124,7 +124,7 @@ fn auth_of(cfg: &Config, src: Option<&fanout_config::Route>) -> Option<String> {
     let mut s = format!("a JWT from provider `{provider}`, {mode}");
     if let Some(p) = cfg.auth.providers.get(provider) {
         let keys = match (&p.jwks_url, &p.keys) {
-            (Some(u), _) => format!("keys from {}", u.value),
+            (Some(u), _) => format!("keys from {}", fanout_config::shown_url(&u.value)),
             (None, Some(_)) => "inline keys".to_string(),
             (None, None) => "an HMAC secret".to_string(),
         };

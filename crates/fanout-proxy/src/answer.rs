@@ -241,6 +241,10 @@ pub(crate) enum Refusal<'a> {
     /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
     /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
     RateLimited(Box<RateLimited>),
+    /// A header that may appear once (`Host`, `Authorization`) appears more than once: 400
+    /// `bad_header`. Which of them counts would be a guess: authentication would verify one
+    /// while `$request.headers` and the backends see them joined.
+    RepeatedHeader { header: &'static http::HeaderName },
     /// Authentication refused the request (`auth.rs`): 401 `unauthenticated` (no token) or
     /// `invalid_token`, 403 `forbidden`, 503 `auth_unavailable` (no keys yet) — with
     /// `WWW-Authenticate` (RFC 6750) and the reason in the log only.
@@ -273,6 +277,11 @@ impl From<Refusal<'_>> for ApiError {
                 StatusCode::BAD_REQUEST,
                 "bad_header",
                 format!("header {header}: expected a number of milliseconds"),
+            ),
+            Refusal::RepeatedHeader { header } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_header",
+                format!("header {header} is sent more than once; it may appear once"),
             ),
             Refusal::BadGrpcTimeout => ApiError::new(
                 StatusCode::BAD_REQUEST,

@@ -149,8 +149,19 @@ impl CompressionTable {
         if self.any_off && self.route_off(router, req.method(), req.uri().path()) {
             return None;
         }
-        // A header that is not text names no coding we know.
-        let accept = h.get(ACCEPT_ENCODING).map(|v| v.to_str().unwrap_or(""));
+        // Repeated `Accept-Encoding` lines are one list (RFC 9110 §5.3), read in their order.
+        // A line that is not text names no coding we know.
+        let mut lines = h.get_all(ACCEPT_ENCODING).iter();
+        let first = lines.next().map(|v| v.to_str().unwrap_or(""));
+        let joined: Option<String> = lines.next().map(|second| {
+            let mut all = first.unwrap_or("").to_string();
+            for v in std::iter::once(second).chain(lines) {
+                all.push_str(", ");
+                all.push_str(v.to_str().unwrap_or(""));
+            }
+            all
+        });
+        let accept = joined.as_deref().or(first);
         Some(Chosen(fanout_compress::negotiate(accept, &policy.offered)))
     }
 

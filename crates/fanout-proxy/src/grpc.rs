@@ -273,6 +273,7 @@ impl Gateway {
         cx.tel.routed(route);
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, offload, _memory) = match async {
+            crate::lifecycle::once_only(&cx.parts.headers)?;
             let auth = self.authenticate(cx, route).await?;
             let client = crate::lifecycle::client_address(live, parts, peer, route);
             self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)

@@ -63,6 +63,7 @@ impl Gateway {
         cx.tel.routed(route);
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, _memory) = match async {
+            once_only(&cx.parts.headers)?;
             let auth = self.authenticate(cx, route).await?;
             let params = path_params(&params)?;
             let client = client_address(cx.live, cx.parts, cx.peer, route);
@@ -293,6 +294,20 @@ impl Gateway {
 
 /// Route: the path (404), then the method (405 with `Allow`). Returns the route's plan and the
 /// path parameters it captured.
+/// The headers a request may send once (RFC 9110 §5.3: only list-valued fields may repeat;
+/// RFC 9112 §3.2: a request with two `Host` lines is a 400).
+static ONCE_ONLY: [http::HeaderName; 2] = [http::header::HOST, http::header::AUTHORIZATION];
+
+/// Refuse a request that repeats a header of [`ONCE_ONLY`]: 400 `bad_header`.
+pub(crate) fn once_only(headers: &http::HeaderMap) -> Result<(), Refusal<'static>> {
+    for header in &ONCE_ONLY {
+        if headers.get_all(header).iter().nth(1).is_some() {
+            return Err(Refusal::RepeatedHeader { header });
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn route<'a, 'r: 'a>(
     live: &'r Live,
     parts: &'a Parts,

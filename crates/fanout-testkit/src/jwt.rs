@@ -61,6 +61,19 @@ impl EsKey {
         h.kid = Some(kid.to_string());
         jsonwebtoken::encode(&h, claims, &EncodingKey::from_ec_der(&self.pkcs8)).unwrap()
     }
+
+    /// A token of `claims` under the header `header` exactly as given (fields `jsonwebtoken`'s
+    /// `Header` cannot carry, such as `crit`), signed ES256 with this key.
+    pub fn sign_header(&self, header: &serde_json::Value, claims: &serde_json::Value) -> String {
+        let input = format!(
+            "{}.{}",
+            b64url(header.to_string().as_bytes()),
+            b64url(claims.to_string().as_bytes())
+        );
+        let key = EncodingKey::from_ec_der(&self.pkcs8);
+        let sig = jsonwebtoken::crypto::sign(input.as_bytes(), &key, Algorithm::ES256).unwrap();
+        format!("{input}.{sig}")
+    }
 }
 
 /// A JWK set document of `keys`.

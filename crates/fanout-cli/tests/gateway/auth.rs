@@ -488,3 +488,108 @@ async fn a_grpc_route_authenticates_like_an_http_one() {
         .unwrap();
     assert_eq!(ok.get_ref().user.as_ref().unwrap().id, "u1");
 }
+
+/// Issue 69 §6: a request with two `Authorization` headers is refused (400 `bad_header`) on
+/// HTTP/1.1 and HTTP/2 — authentication would verify the first while the flow and the backends
+/// see both joined — and so is one with two `Host` lines; neither reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_authorization_or_host_header_is_refused() {
+    let key = EsKey::generate("k1");
+    let s = stubs(&stubs_yaml(&[&key])).await;
+    let idp = addr_of(&s, "idp");
+    let gw = gateway(&gateway_yaml(&format!("http://{idp}/jwks.json"), "1h"), &s).await;
+    let good = format!("Bearer {}", key.sign(&jwt::claims(ISS, "orders", "ann")));
+    for h2 in [false, true] {
+        for (path, second) in [("/who", "Bearer garbage"), ("/open", "Basic dTpw")] {
+            let r = send(
+                &client(h2),
+                Method::GET,
+                &format!("http://{}{path}", gw.addr),
+                &[("authorization", good.as_str()), ("authorization", second)],
+                "",
+            )
+            .await;
+            assert_eq!(r.status, 400, "h2 {h2} {path}: {}", r.text());
+            assert_eq!(r.code(), "bad_header");
+            assert!(
+                r.json()["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("authorization"),
+                "{}",
+                r.text()
+            );
+        }
+        // One is fine.
+        let r = send(
+            &client(h2),
+            Method::GET,
+            &format!("http://{}/who", gw.addr),
+            &[("authorization", good.as_str())],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = send(
+        &client(false),
+        Method::GET,
+        &format!("http://{}/open", gw.addr),
+        &[("host", "a.example"), ("host", "b.example")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.code(), "bad_header");
+    assert_eq!(
+        calls(&s, "api"),
+        2,
+        "only the two good requests were served"
+    );
+}
+
+/// Issue 69 §3: a token whose `alg` holds a line break and a forged log line gets 401, and the
+/// real binary's text log (`fanout serve --log-format text`) stays one line per event: no line
+/// starts with the forged timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_alg_never_starts_a_log_line_of_its_own() {
+    let key = EsKey::generate("k1");
+    let yaml = format!(
+        "auth:\n  providers:\n    corp: {{issuer: \"{ISS}\", keys: '{}', algorithms: [ES256]}}\n\
+         server: {{error_log_per_second: 100000}}\n\
+         routes:\n  - path: /r\n    auth: {{provider: corp}}\n    respond: {{body: '1'}}\n",
+        jwt::jwks(&[&key])
+    );
+    let gw =
+        crate::support::ServeProcess::start_logging("auth-forged-alg", &yaml, &[], &[], "text")
+            .await;
+    let forged = "RS256\n2026-01-01T00:00:00.000000Z  INFO fanout: FORGED admin logged in";
+    let token = key.sign_header(
+        &serde_json::json!({"alg": forged, "kid": "k1"}),
+        &jwt::claims(ISS, "orders", "ann"),
+    );
+    let r = ask(
+        &format!("http://127.0.0.1:{}/r", gw.port),
+        Some(&token),
+        "auth-forged-alg-1",
+    )
+    .await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    wait_until("the refusal is logged", || {
+        gw.log().contains("auth-forged-alg-1")
+    })
+    .await;
+    let log = gw.log();
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-01-01")),
+        "a forged line:\n{log}"
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("auth-forged-alg-1"))
+        .unwrap();
+    assert!(
+        line.contains("FORGED"),
+        "the value is kept, escaped: {line}"
+    );
+}

@@ -241,6 +241,31 @@ async fn answers_are_compressed_by_what_the_client_accepts() {
     assert!(compute["done"].as_u64().unwrap() >= 9, "{compute}");
 }
 
+/// Issue 69 §9: repeated `Accept-Encoding` lines are one list (RFC 9110 §5.3), on HTTP/1.1
+/// and HTTP/2 — not the first line alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_accept_encoding_lines_are_one_list() {
+    let s = stubs(NO_STUBS).await;
+    let gw = gateway(&gateway_yaml(), &s).await;
+    let url = format!("http://{}/items", gw.addr);
+    let cases: &[(&[&str], Option<&str>)] = &[
+        (&["gzip;q=0.1", "br"], Some("br")),
+        (&["gzip;q=0", "br;q=0.5"], Some("br")),
+        (&["identity", "zstd;q=0.5", "gzip"], Some("gzip")),
+        (&["deflate", "gzip;q=0"], None),
+        (&["br;q=0", "gzip, zstd;q=0"], Some("gzip")),
+    ];
+    for h2 in [false, true] {
+        let c = client(h2);
+        for (lines, want) in cases {
+            let h: Vec<(&str, &str)> = lines.iter().map(|l| ("accept-encoding", *l)).collect();
+            let r = send(&c, Method::GET, &url, &h, "").await;
+            assert_eq!(r.status, 200);
+            assert_eq!(r.header("content-encoding"), *want, "h2 {h2}: {lines:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_decodes_every_coding_to_the_plain_answer() {
     let s = stubs(NO_STUBS).await;

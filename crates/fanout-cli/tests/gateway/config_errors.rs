@@ -113,6 +113,30 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "invalid header name `bad header`",
     ),
     (
+        "framing header in respond.headers (issue 69 §8)",
+        "routes:\n  - path: /a\n    respond:\n      body: '1'\n      headers: { content-length: '$request.headers[\"x-len\"]' }\n",
+        "5:34",
+        "header `content-length` frames the message",
+    ),
+    (
+        "framing header in respond.headers, a literal",
+        "routes:\n  - path: /a\n    respond:\n      body: '1'\n      headers:\n        Transfer-Encoding: '\"chunked\"'\n",
+        "6:28",
+        "header `Transfer-Encoding` frames the message",
+    ),
+    (
+        "framing header sent to a backend",
+        "backends:\n  b: { url: 'http://127.0.0.1:1' }\nroutes:\n  - path: /a\n    flow:\n      s: { http: { backend: b, path: '\"/\"', headers: { connection: '\"close\"' } } }\n    respond: { body: '$s' }\n",
+        "6:68",
+        "header `connection` frames the message",
+    ),
+    (
+        "framing header in a backend's static headers",
+        "backends:\n  b: { url: 'http://127.0.0.1:1', headers: { content-length: '0' } }\nroutes: []\n",
+        "2:13",
+        "header `content-length` frames the message",
+    ),
+    (
         "unknown function",
         "routes:\n  - path: /a\n    respond:\n      body: |\n        {a: 1}\n        | frobnicate(.a)\n",
         "6:11",

@@ -60,6 +60,7 @@ mod reload;
 mod request_values;
 mod retries;
 mod schema;
+mod secrets;
 mod shared_calls;
 mod signals;
 mod telemetry;

@@ -88,6 +88,18 @@ impl ServeProcess {
         args: &[&str],
         envs: &[(&str, std::path::PathBuf)],
     ) -> ServeProcess {
+        Self::start_logging(name, config, args, envs, "json").await
+    }
+
+    /// [`ServeProcess::start`] with the log in `format` (`json` or `text`), read back with
+    /// [`ServeProcess::log`].
+    pub async fn start_logging(
+        name: &str,
+        config: &str,
+        args: &[&str],
+        envs: &[(&str, std::path::PathBuf)],
+        format: &str,
+    ) -> ServeProcess {
         use std::process::{Command, Stdio};
         let dir = std::env::temp_dir().join(format!("fanout-serve-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -96,7 +108,7 @@ impl ServeProcess {
         let log = dir.join("stderr.log");
         let child = Command::new(env!("CARGO_BIN_EXE_fanout"))
             .envs(envs.iter().map(|(k, v)| (k, v)))
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+            .args(["--log-format", format, "serve", "--listen", "127.0.0.1:0"])
             .args(["--admin-listen", "127.0.0.1:0"])
             .args(args)
             .arg("--config")
@@ -128,6 +140,13 @@ impl ServeProcess {
     }
 }
 
+impl ServeProcess {
+    /// The process's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+}
+
 impl Drop for ServeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -136,8 +155,26 @@ impl Drop for ServeProcess {
     }
 }
 
-/// The ports of the client and admin listeners, from the `fanout serving` JSON log line.
+/// The ports of the client and admin listeners, from the `fanout serving` log line (JSON or
+/// text: `… fanout serving addr=127.0.0.1:N admin=127.0.0.1:M`).
 fn serving_ports(log: &str) -> Option<(u16, u16)> {
+    let text = log
+        .lines()
+        .find(|l| l.contains("fanout serving addr="))
+        .and_then(|l| {
+            let port = |k: &str| -> Option<u16> {
+                let v = l
+                    .split(&format!(" {k}="))
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?;
+                v.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
+            };
+            Some((port("addr")?, port("admin")?))
+        });
+    if text.is_some() {
+        return text;
+    }
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["fields"]["message"] == "fanout serving")
