@@ -1,7 +1,7 @@
 //! The admin listener (`admin:`): its own address, separate from the client port, serving
 //! `/metrics`, `/healthz`, `/readyz` and `/__fanout/status`.
 
-use crate::Dur;
+use crate::{ConfigError, Dur, Located};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -27,6 +27,18 @@ pub struct AdminConfig {
     /// live step numbers, backends, databases, models, admission, reloads, and the last slow
     /// and failed requests with a waterfall of their steps.
     pub ui: UiConfig,
+    /// Host names the admin listener answers to, besides IP addresses and `localhost` (which
+    /// it always answers to). A request whose `Host` is another name gets 403 on every path
+    /// but `/healthz` and `/readyz`: a web page on another site cannot read `/ui`, `/metrics`
+    /// or the status through DNS rebinding. A name may start with `*.` (any subdomain); `*`
+    /// alone turns the check off. Default: none (reach it by IP address or `localhost`).
+    pub hosts: Vec<Located<String>>,
+    /// A secret every admin request but `/healthz` and `/readyz` must carry, as
+    /// `Authorization: Bearer <token>` or as the password of `Basic` credentials (what a
+    /// browser asks for on `/ui`); 401 without it. At least 16 characters; give it from the
+    /// environment (`token: ${ADMIN_TOKEN}`). Default: none. For client certificates instead,
+    /// set `admin.tls.client_auth`.
+    pub token: Option<Located<String>>,
 }
 
 /// The live page on the admin listener (`admin.ui`).
@@ -77,11 +89,51 @@ impl Default for AdminConfig {
             timeout: Dur::secs(10),
             tls: None,
             ui: UiConfig::default(),
+            hosts: Vec::new(),
+            token: None,
         }
     }
 }
 
+/// The shortest `admin.token` accepted.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
 impl AdminConfig {
+    /// `admin.token` long enough, `admin.hosts` names that are names.
+    pub(crate) fn check(&self, errs: &mut Vec<ConfigError>) {
+        if let Some(t) = &self.token
+            && t.value.chars().count() < MIN_ADMIN_TOKEN_CHARS
+        {
+            errs.push(
+                ConfigError::at(
+                    t.pos,
+                    format!(
+                        "admin.token is shorter than {MIN_ADMIN_TOKEN_CHARS} characters"
+                    ),
+                )
+                .hint("use a random secret, e.g. `openssl rand -hex 24`, given from the environment: `token: ${ADMIN_TOKEN}`"),
+            );
+        }
+        for h in &self.hosts {
+            let (pos, h) = (h.pos, h.value.as_str());
+            let name = h.strip_prefix("*.").unwrap_or(h);
+            let ok = h == "*"
+                || (!name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'));
+            if !ok {
+                errs.push(
+                    ConfigError::at(
+                        pos,
+                        format!("admin.hosts: `{h}` is not a host name"),
+                    )
+                    .hint("give names such as `fanout-admin.internal` or `*.example.com`, without a port"),
+                );
+            }
+        }
+    }
+
     /// The address to bind, or `None` when the listener is off (`listen: off` or `null`).
     pub fn listen_addr(&self) -> Option<&str> {
         self.listen

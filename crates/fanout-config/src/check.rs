@@ -59,6 +59,7 @@ impl Config {
     }
 
     pub(crate) fn check(&self, errs: &mut Vec<ConfigError>) {
+        self.admin.check(errs);
         for cors in self
             .routes
             .iter()

@@ -44,7 +44,7 @@ pub use env::substitute;
 pub use fanout_names::{closest, did_you_mean};
 pub use located::{Located, Pos, pos_in_scalar};
 
-pub use admin::{AdminConfig, UiConfig};
+pub use admin::{AdminConfig, MIN_ADMIN_TOKEN_CHARS, UiConfig};
 pub use backend::{
     Backend, BalanceConfig, BalanceStrategy, BatchConfig, BreakerConfig, CacheConfig,
     GrpcCompression, HedgeConfig, KeepaliveConfig, OutlierConfig, Protocol, RetryBudget,

@@ -108,12 +108,21 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    match req.uri().path() {
+    let path = req.uri().path();
+    // Health checks answer anyone (probes reach them by address, and they tell nothing);
+    // everything else only to a Host of the listener's and, with `admin.token`, the token.
+    if !matches!(path, "/healthz" | "/readyz")
+        && let Err(refused) = guard(&gw.admin, req.headers())
+    {
+        return refused;
+    }
+    let nonce = matches!(path, "/ui" | "/ui/").then(page_nonce);
+    match path {
         "/metrics" => metrics(gw).await,
         "/healthz" => json(StatusCode::OK, r#"{"status":"ok"}"#.into()),
         "/readyz" => ready(gw),
         "/__fanout/status" => json(StatusCode::OK, gw.status_json().to_string()),
-        "/ui" | "/ui/" if gw.recent.is_some() => page(),
+        "/ui" | "/ui/" if gw.recent.is_some() => page(nonce.as_deref().unwrap_or_default()),
         "/ui/api/state" if gw.recent.is_some() => ui_state(gw).await,
         _ => json(
             StatusCode::NOT_FOUND,
@@ -141,19 +150,149 @@ async fn metrics(gw: &Arc<Gateway>) -> Response<Body> {
     }
 }
 
+/// Whether the admin listener answers this request: its `Host` is an IP address, `localhost`
+/// or a name of `admin.hosts` (DNS rebinding: a page on another site that resolves its own
+/// name to this address sends its own name), and it carries `admin.token` when one is set.
+/// The refusal otherwise: 403, or 401 with the challenges.
+#[allow(clippy::result_large_err)]
+fn guard(
+    cfg: &fanout_config::AdminConfig,
+    headers: &http::HeaderMap,
+) -> Result<(), Response<Body>> {
+    if let Some(host) = headers.get(http::header::HOST)
+        && !host_allowed(&cfg.hosts, host.as_bytes())
+    {
+        let shown = String::from_utf8_lossy(host.as_bytes());
+        let shown: String = shown.chars().take(100).collect();
+        return Err(json(
+            StatusCode::FORBIDDEN,
+            serde_json::json!({
+                "error": format!(
+                    "the admin listener does not answer to Host `{shown}`: reach it by IP address or localhost, or list the name under admin.hosts"
+                ),
+            })
+            .to_string(),
+        ));
+    }
+    if let Some(token) = &cfg.token
+        && !token_given(&token.value, headers)
+    {
+        let mut r = json(
+            StatusCode::UNAUTHORIZED,
+            r#"{"error":"the admin listener needs its token (admin.token): Authorization: Bearer <token>, or Basic credentials with the token as the password"}"#.into(),
+        );
+        let h = r.headers_mut();
+        h.append(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(r#"Bearer realm="fanout admin""#),
+        );
+        h.append(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(r#"Basic realm="fanout admin", charset="UTF-8""#),
+        );
+        return Err(r);
+    }
+    Ok(())
+}
+
+/// `host[:port]` is an IP address, `localhost`, or matches `names` (`*.suffix`, `*`).
+fn host_allowed(names: &[fanout_config::Located<String>], host: &[u8]) -> bool {
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let host = host.trim();
+    // `[v6]:port` / `[v6]`
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest
+            .split_once(']')
+            .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    let name = match host.rsplit_once(':') {
+        Some((n, port)) if port.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ => host,
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.parse::<std::net::Ipv4Addr>().is_ok() || name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    names.iter().any(|n| {
+        let n = n.value.as_str();
+        if n == "*" {
+            return true;
+        }
+        match n.strip_prefix("*.") {
+            Some(suffix) => {
+                name.len() > suffix.len() + 1
+                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                    && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
+            }
+            None => name.eq_ignore_ascii_case(n),
+        }
+    })
+}
+
+/// The request carries `token`: `Bearer <token>`, or `Basic` with it as the password (any
+/// user). Compared in constant time.
+fn token_given(token: &str, headers: &http::HeaderMap) -> bool {
+    use base64::Engine;
+    use subtle::ConstantTimeEq;
+    let same = |given: &[u8]| {
+        use sha2::Digest;
+        let (a, b) = (
+            sha2::Sha256::digest(given),
+            sha2::Sha256::digest(token.as_bytes()),
+        );
+        bool::from(a.as_slice().ct_eq(b.as_slice()))
+    };
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    let (Some(v), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    let Ok(v) = v.to_str() else { return false };
+    let Some((scheme, rest)) = v.trim().split_once(' ') else {
+        return false;
+    };
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        same(rest.as_bytes())
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()
+            .and_then(|b| {
+                let i = b.iter().position(|&c| c == b':')?;
+                Some(same(&b[i + 1..]))
+            })
+            .unwrap_or(false)
+    } else {
+        false
+    }
+}
+
+/// A fresh nonce for the page's script and style (CSP `'nonce-…'`): 128 random bits.
+fn page_nonce() -> String {
+    use base64::Engine;
+    let bytes: [u8; 16] = rand::random();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// `/ui`: the live page (`ui/page.html`), with a Content-Security-Policy that allows nothing
-/// from elsewhere.
-fn page() -> Response<Body> {
-    let mut r = Response::new(Body::full(Bytes::from_static(crate::ui::PAGE.as_bytes())));
+/// from elsewhere and only the page's own script and style (by a nonce made for this answer:
+/// no `'unsafe-inline'`).
+fn page(nonce: &str) -> Response<Body> {
+    let html = crate::ui::PAGE
+        .replacen("<script>", &format!("<script nonce=\"{nonce}\">"), 1)
+        .replacen("<style>", &format!("<style nonce=\"{nonce}\">"), 1);
+    let mut r = Response::new(Body::full(Bytes::from(html)));
+    let csp = crate::ui::csp(nonce);
     let h = r.headers_mut();
     h.insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    h.insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(crate::ui::CSP),
-    );
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        h.insert(CONTENT_SECURITY_POLICY, v);
+    }
     h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r

@@ -577,7 +577,22 @@ async fn the_page_is_on_the_admin_listener_only() {
     let csp = page.header("content-security-policy").unwrap_or_default();
     assert!(csp.contains("default-src 'none'"), "{csp}");
     assert!(csp.contains("connect-src 'self'"), "{csp}");
+    // Issue 69 §2: no 'unsafe-inline': the page's one script and style carry a nonce made for
+    // this answer.
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let nonce = csp
+        .split("script-src 'nonce-")
+        .nth(1)
+        .and_then(|r| r.split('\'').next())
+        .unwrap_or_else(|| panic!("a script nonce in {csp}"));
+    assert!(nonce.len() >= 22, "128 bits: {nonce}");
+    assert!(csp.contains(&format!("style-src 'nonce-{nonce}'")), "{csp}");
     let html = page.text();
+    assert!(html.contains(&format!("<script nonce=\"{nonce}\">")));
+    assert!(html.contains(&format!("<style nonce=\"{nonce}\">")));
+    let again = get(&format!("http://{admin}/ui")).await;
+    let again = again.header("content-security-policy").unwrap_or_default();
+    assert!(!again.contains(nonce), "a nonce per answer: {again}");
     assert!(html.contains("/ui/api/state"));
     // Nothing loaded from elsewhere: no script or style files, no URL but the SVG namespace.
     for needle in ["<script src", "<link", "@import", "url("] {
@@ -604,6 +619,125 @@ async fn the_page_is_on_the_admin_listener_only() {
         assert_eq!(r.status, 404, "{path} with admin.ui.enabled: false");
     }
     gw.shutdown().await.unwrap();
+}
+
+/// `GET url` with `headers`.
+async fn get_h(url: &str, headers: &[(&str, &str)]) -> Resp {
+    send(&client(false), Method::GET, url, headers, "").await
+}
+
+/// Issue 69 §2: the admin listener answers a `Host` that is an IP address, `localhost` or a
+/// name of `admin.hosts` — a page on another site that rebinds its own name to this address is
+/// refused (403) — and, with `admin.token`, only requests that carry the token (401 with the
+/// challenges a browser answers otherwise); `/healthz` and `/readyz` answer anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_answers_only_its_own_names_and_its_token() {
+    let s = stubs(&hh_stubs()).await;
+    let mut yaml = example("hh-vacancies", "fanout.yaml");
+    yaml.push_str("admin:\n  hosts: [fanout-admin.internal, \"*.corp.example\"]\n");
+    let gw = gateway(&yaml, &s).await;
+    let admin = gw.admin_addr.unwrap();
+    let port = admin.port();
+    let paths = ["/ui", "/ui/api/state", "/metrics", "/__fanout/status"];
+    let allowed = [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "LOCALHOST".to_string(),
+        format!("[::1]:{port}"),
+        format!("10.1.2.3:{port}"),
+        format!("fanout-admin.internal:{port}"),
+        "a.b.corp.example".to_string(),
+    ];
+    for host in &allowed {
+        for path in paths {
+            let r = get_h(&format!("http://{admin}{path}"), &[("host", host)]).await;
+            assert_eq!(r.status, 200, "Host {host} {path}: {}", r.text());
+        }
+    }
+    for host in [
+        format!("evil.example:{port}"),
+        "corp.example".to_string(),
+        "xcorp.example".to_string(),
+        "127.0.0.1.evil.example".to_string(),
+        "fanout-admin.internal.evil.example".to_string(),
+    ] {
+        for path in paths {
+            let r = get_h(&format!("http://{admin}{path}"), &[("host", &host)]).await;
+            assert_eq!(r.status, 403, "Host {host} {path}: {}", r.text());
+            assert!(r.text().contains("admin.hosts"), "{}", r.text());
+        }
+        for path in ["/healthz", "/readyz"] {
+            let r = get_h(&format!("http://{admin}{path}"), &[("host", &host)]).await;
+            assert_eq!(r.status, 200, "Host {host} {path}");
+        }
+    }
+    gw.shutdown().await.unwrap();
+
+    // admin.token.
+    let token = "t0k3n-0123456789abcdef";
+    let mut yaml = example("hh-vacancies", "fanout.yaml");
+    yaml.push_str(&format!("admin:\n  token: {token}\n"));
+    let gw = gateway(&yaml, &s).await;
+    let admin = gw.admin_addr.unwrap();
+    let basic = |user: &str, pass: &str| {
+        use base64::Engine;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+        )
+    };
+    let bearer = format!("Bearer {token}");
+    for path in paths {
+        let url = format!("http://{admin}{path}");
+        let r = get(&url).await;
+        assert_eq!(r.status, 401, "{path} without the token");
+        let challenges: Vec<&str> = r
+            .headers
+            .get_all("www-authenticate")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert!(
+            challenges.iter().any(|c| c.starts_with("Basic ")),
+            "{challenges:?}"
+        );
+        assert!(
+            challenges.iter().any(|c| c.starts_with("Bearer ")),
+            "{challenges:?}"
+        );
+        for wrong in [
+            "Bearer t0k3n-0123456789abcdeX".to_string(),
+            format!("Bearer {token}x"),
+            basic("admin", "nope"),
+            basic(token, ""),
+            token.to_string(),
+        ] {
+            let r = get_h(&url, &[("authorization", &wrong)]).await;
+            assert_eq!(r.status, 401, "{path} with {wrong}");
+        }
+        let r = get_h(&url, &[("authorization", &bearer)]).await;
+        assert_eq!(r.status, 200, "{path} with the bearer token");
+        let r = get_h(&url, &[("authorization", &basic("anyone", token))]).await;
+        assert_eq!(r.status, 200, "{path} with Basic credentials");
+    }
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(get(&format!("http://{admin}{path}")).await.status, 200);
+    }
+    gw.shutdown().await.unwrap();
+
+    // A short token is refused at its line.
+    let e = fanout::load_gateway(
+        "f.yaml",
+        "admin:\n  token: short\nroutes: []\n",
+        &|_: &str| None,
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        e.starts_with("f.yaml:2:10: admin.token is shorter than 16"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

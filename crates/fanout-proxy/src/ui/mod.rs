@@ -15,11 +15,16 @@ use fanout_flow::RoutePlan;
 /// The page (HTML, inline script and style).
 pub const PAGE: &str = include_str!("page.html");
 
-/// The page's Content-Security-Policy: nothing from elsewhere, its own inline script and style,
-/// its data from the same origin only.
-pub const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                       connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
-                       frame-ancestors 'none'";
+/// The page's Content-Security-Policy: nothing from elsewhere, only its own inline script and
+/// style (the `<script>` and `<style>` carrying `nonce`, made anew for each answer), its data
+/// from the same origin only.
+pub fn csp(nonce: &str) -> String {
+    format!(
+        "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; \
+         connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+         frame-ancestors 'none'"
+    )
+}
 
 /// `GET /ui/api/state`: what the page shows.
 pub fn state_json(gw: &Gateway) -> serde_json::Value {
