@@ -178,6 +178,14 @@ impl Auth {
                 }
                 Err(e) => {
                     errs.push(e);
+                    // The provider's other mistakes are said too (keys of no use to anyone).
+                    let none = KeySet {
+                        keys: Vec::new(),
+                        skipped: 0,
+                    };
+                    if let Err(mut e) = provider(name, p, Arc::new(KeyCache::fixed(none))) {
+                        errs.append(&mut e);
+                    }
                     continue;
                 }
             };
@@ -190,11 +198,18 @@ impl Auth {
             }
         }
         // `defaults.auth` compiled once (its errors said once), shared by the routes without.
+        let before = errs.len();
         let default_policy = cfg
             .defaults
             .auth
             .as_ref()
             .and_then(|ra| policy(ra, cfg, Pos::default(), &mut errs));
+        for e in errs.iter_mut().skip(before) {
+            if e.pos.is_none_or(|p| p.line == 0) {
+                e.pos = None;
+                e.path = Some("defaults.auth".into());
+            }
+        }
         let mut routes = Vec::with_capacity(cfg.routes.len());
         for r in &cfg.routes {
             routes.push(match &r.auth {
@@ -202,6 +217,7 @@ impl Auth {
                 None => default_policy.clone(),
             });
         }
+        fanout_config::locate(&mut errs, &cfg.source);
         for e in &mut errs {
             if e.file.is_empty() {
                 e.file = cfg.file.clone();
@@ -551,9 +567,9 @@ fn provider_keys(name: &str, p: &AuthProvider) -> Result<Option<KeySet>, ConfigE
     ];
     let given: Vec<(&str, Pos)> = sources.into_iter().flatten().collect();
     match given.as_slice() {
-        [] => Err(ConfigError::at(
-            Pos::default(),
-            format!("{} has no keys", field("")),
+        [] => Err(ConfigError::at_path(
+            format!("auth.providers.{name}"),
+            format!("auth.providers.{name} has no keys"),
         )
         .hint("give one of `jwks_url`, `keys` (a JWK set or PEM public keys) or `hmac_secret`")),
         [_] => {
@@ -645,18 +661,32 @@ fn provider(
     let token = match Where::from_config(&p.token) {
         Ok(w) => w,
         Err(e) => {
-            errs.push(ConfigError::at(
-                Pos::default(),
-                format!("auth.providers.{name}.token: {e}"),
-            ));
+            // The key at fault: the query parameter without `allow_query`, else the section.
+            let which = if p.token.query.is_some() && !p.token.allow_query {
+                ".query"
+            } else {
+                ""
+            };
+            errs.push(
+                ConfigError::at_path(
+                    format!("auth.providers.{name}.token{which}"),
+                    format!("auth.providers.{name}.token: {e}"),
+                )
+                .hint("the token is read from one of `header`, `cookie`, `query` (with `allow_query: true`)"),
+            );
             Where::Authorization
         }
     };
-    if p.issuer.is_empty() {
-        errs.push(ConfigError::at(
-            Pos::default(),
-            format!("auth.providers.{name}.issuer is empty"),
-        ));
+    if p.issuer.trim().is_empty() {
+        errs.push(
+            ConfigError::at_path(
+                format!("auth.providers.{name}.issuer"),
+                format!("auth.providers.{name}.issuer is empty"),
+            )
+            .hint(
+                "the `iss` every token of this provider carries, e.g. `https://idp.example.com/`",
+            ),
+        );
     }
     if !errs.is_empty() {
         return Err(errs);

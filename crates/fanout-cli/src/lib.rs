@@ -9,7 +9,7 @@ pub mod load;
 pub mod logline;
 pub mod testing;
 
-use fanout_config::{Config, ConfigErrors, VarLookup, env_lookup};
+use fanout_config::{Config, ConfigError, ConfigErrors, VarLookup, env_lookup};
 use fanout_proxy::Gateway;
 pub use fanout_stub::addr_var;
 use std::net::SocketAddr;
@@ -21,14 +21,33 @@ use tokio::task::JoinHandle;
 
 /// Load and compile a gateway config from text.
 pub fn load_gateway(file: &str, text: &str, vars: VarLookup<'_>) -> Result<Gateway, ConfigErrors> {
-    let cfg = Config::from_yaml(file, text, vars)?;
-    Gateway::build(&cfg)
+    build_checked(Config::from_yaml_checked(file, text, vars)?)
 }
 
 /// Load and compile a gateway config file (what `fanout validate` checks).
 pub fn load_gateway_file(path: &str, vars: VarLookup<'_>) -> Result<Gateway, ConfigErrors> {
-    let cfg = Config::from_file(path, vars)?;
-    Gateway::build(&cfg)
+    build_checked(Config::from_file_checked(path, vars)?)
+}
+
+/// The gateway of a config read with the structural checks' errors `errs`: built even when
+/// there are some, so every section's mistakes are reported at once (an error the build finds
+/// again at a place already reported is said once).
+fn build_checked((cfg, mut errs): (Config, Vec<ConfigError>)) -> Result<Gateway, ConfigErrors> {
+    match Gateway::build(&cfg) {
+        Ok(gw) if errs.is_empty() => Ok(gw),
+        Ok(_) => Err(ConfigErrors(errs)),
+        Err(more) => {
+            for e in more.0 {
+                let known = errs
+                    .iter()
+                    .any(|k| *k == e || (e.pos.is_some_and(|p| p.line > 0) && k.pos == e.pos));
+                if !known {
+                    errs.push(e);
+                }
+            }
+            Err(ConfigErrors(errs))
+        }
+    }
 }
 
 /// Whether the file at `path` is a stubs config (`fanout stub`'s: a top-level `services:` and no

@@ -358,7 +358,13 @@ fn main() -> ExitCode {
                     fanout_stub::load_file(&file, &env_lookup).map(drop),
                 )
             } else {
-                ("", load_gateway_file(&file, &env_lookup).map(drop))
+                // Warnings (a valid config that may not mean what it says) before the verdict.
+                let loaded = load_gateway_file(&file, &env_lookup).map(|gw| {
+                    for w in gw.config_warnings() {
+                        errln!("{w}");
+                    }
+                });
+                ("", loaded)
             };
             match checked {
                 Ok(()) => {
@@ -538,6 +544,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             // Before reading the config: a change made from here on is seen by the watch.
             let loaded = watch.then(|| config_digest(&config)).flatten();
             let gw = load_gateway_file(&config, &env_lookup).map_err(|e| anyhow::anyhow!("{e}"))?;
+            for w in gw.config_warnings() {
+                tracing::warn!(warning = %w, "config warning");
+            }
             let addr = listen.unwrap_or_else(|| gw.listen.clone());
             let admin = match admin_listen {
                 Some(a) => fanout_config::AdminConfig {

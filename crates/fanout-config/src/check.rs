@@ -121,6 +121,7 @@ impl Config {
             if urls.is_empty() {
                 errs.push(
                     ConfigError {
+                        path: None,
                         file: String::new(),
                         pos: None,
                         message: format!("backend `{name}` has no `url` or `urls`"),
@@ -132,6 +133,7 @@ impl Config {
             let mut bad = |what: String, hint: &str| {
                 errs.push(
                     ConfigError {
+                        path: None,
                         file: String::new(),
                         pos: None,
                         message: format!("backend `{name}`: {what}"),
@@ -360,6 +362,7 @@ impl Config {
         let mut bad = |what: String| {
             errs.push(
                 ConfigError {
+                    path: None,
                     file: String::new(),
                     pos: None,
                     message: format!("server.expressions: {what}"),
@@ -391,6 +394,7 @@ impl Config {
         let mut bad = |what: String, hint: &str| {
             errs.push(
                 ConfigError {
+                    path: None,
                     file: String::new(),
                     pos: None,
                     message: format!("server.admission: {what}"),

@@ -2,7 +2,7 @@
 //! client accepts, request bodies with a `Content-Encoding` decoded (under the decoded-size
 //! limit), and — per backend, `accept_encoding` — compressed backend answers. Off unless set.
 
-use crate::{ConfigError, Pos};
+use crate::ConfigError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -133,8 +133,8 @@ impl Compression {
         ] {
             if !(min..=max).contains(&level) {
                 errs.push(
-                    ConfigError::at(
-                        Pos::default(),
+                    ConfigError::at_path(
+                        format!("compression.response.levels.{name}"),
                         format!("`compression.response.levels.{name}` is {level}, outside {min}..={max}"),
                     )
                     .hint("low levels (gzip 1–4, br 3–4, zstd 1–3) keep most of the saving for a fraction of the CPU"),
@@ -147,8 +147,8 @@ impl Compression {
         ] {
             for (i, c) in list.iter().enumerate() {
                 if list.get(..i).is_some_and(|before| before.contains(c)) {
-                    errs.push(ConfigError::at(
-                        Pos::default(),
+                    errs.push(ConfigError::at_path(
+                        format!("{what}[{i}]"),
                         format!("`{what}` lists {c:?} twice"),
                     ));
                 }
@@ -156,18 +156,18 @@ impl Compression {
         }
         if self.response.enabled && self.response.algorithms.is_empty() {
             errs.push(
-                ConfigError::at(
-                    Pos::default(),
+                ConfigError::at_path(
+                    "compression.response.algorithms",
                     "`compression.response.algorithms` is empty: no answer could be compressed",
                 )
                 .hint("list e.g. `[zstd, br, gzip]`, or set `enabled: false`"),
             );
         }
-        for t in &self.response.content_types {
+        for (i, t) in self.response.content_types.iter().enumerate() {
             if !t.contains('/') && !t.starts_with("*+") {
                 errs.push(
-                    ConfigError::at(
-                        Pos::default(),
+                    ConfigError::at_path(
+                        format!("compression.response.content_types[{i}]"),
                         format!(
                             "`compression.response.content_types` entry `{t}` is not a media type"
                         ),

@@ -14,14 +14,30 @@ pub struct ConfigError {
     pub message: String,
     /// What to do about it.
     pub hint: Option<String>,
+    /// Where in the config the mistake is, as a path (`compression.response.levels.gzip`,
+    /// `server.trusted_proxies[1]`), for an error made without a position: [`locate`] turns it
+    /// into the position of that key in the file.
+    pub path: Option<String>,
 }
 
 impl ConfigError {
     /// An error at `pos` (file is filled in by the loader).
     pub fn at(pos: Pos, message: impl Into<String>) -> Self {
         ConfigError {
+            path: None,
             file: String::new(),
             pos: Some(pos),
+            message: message.into(),
+            hint: None,
+        }
+    }
+    /// An error at the config's key `path` (dotted, `[i]` for a list element): its position
+    /// is found in the file's text when the errors are reported ([`locate`]).
+    pub fn at_path(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: Some(path.into()),
+            file: String::new(),
+            pos: None,
             message: message.into(),
             hint: None,
         }
@@ -35,6 +51,27 @@ impl ConfigError {
     pub fn in_file(mut self, file: &str) -> Self {
         self.file = file.to_string();
         self
+    }
+}
+
+/// Give each error of `errs` made at a path ([`ConfigError::at_path`]) or without a position
+/// the position of its path's key in `source` (the config's text): of the deepest part of the
+/// path the file has, so a default that was never written points at its section.
+pub fn locate(errs: &mut [ConfigError], source: &str) {
+    if !errs
+        .iter()
+        .any(|e| e.path.is_some() && e.pos.is_none_or(|p| p.line == 0))
+    {
+        return;
+    }
+    let tree = crate::unknown::Tree::parse(source);
+    for e in errs.iter_mut() {
+        if let Some(path) = &e.path
+            && e.pos.is_none_or(|p| p.line == 0)
+            && let Some(p) = tree.as_ref().and_then(|t| t.position_of(path))
+        {
+            e.pos = Some(p);
+        }
     }
 }
 

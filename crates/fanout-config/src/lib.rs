@@ -51,7 +51,7 @@ pub use backend::{
     RetryConfig, Tls,
 };
 pub use check::{framing_header, shown_url, valid_code};
-pub use error::{ConfigError, ConfigErrors};
+pub use error::{ConfigError, ConfigErrors, locate};
 pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
     read_limited, schema,

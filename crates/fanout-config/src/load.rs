@@ -52,6 +52,7 @@ pub fn from_yaml_all<T: for<'de> Deserialize<'de> + schemars::JsonSchema>(
             .map(|u| {
                 let message = hints::polish_yaml_message(u.message);
                 ConfigError {
+                    path: None,
                     file: file.to_string(),
                     pos: u.pos,
                     hint: Some(hints::yaml_hint(&message)),
@@ -70,6 +71,7 @@ fn yaml_error(file: &str, e: &serde_saphyr::Error) -> ConfigError {
     let message = hints::polish_yaml_message(strip_location_suffix(first));
     let hint = Some(hints::yaml_hint(&message));
     ConfigError {
+        path: None,
         file: file.to_string(),
         pos,
         message,
@@ -147,23 +149,51 @@ impl Config {
     /// Load a gateway config from YAML text (with `${VAR}` substitution) and run the structural
     /// checks. Flow-level checks (expressions, references, cycles) happen in the flow compiler.
     pub fn from_yaml(file: &str, text: &str, vars: VarLookup<'_>) -> Result<Config, ConfigErrors> {
+        let (cfg, errs) = Config::from_yaml_checked(file, text, vars)?;
+        if errs.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigErrors(errs))
+        }
+    }
+
+    /// [`Config::from_yaml`] that keeps going past the structural checks: the config as read
+    /// and the checks' errors (located, in the file), so a caller can add the errors of the
+    /// parts built from it (`fanout validate` prints every error at once). `Err` when the text
+    /// does not read as a config at all.
+    pub fn from_yaml_checked(
+        file: &str,
+        text: &str,
+        vars: VarLookup<'_>,
+    ) -> Result<(Config, Vec<ConfigError>), ConfigErrors> {
         let mut cfg: Config = from_yaml_all(file, text, vars)?;
         cfg.source = substitute(text, vars).map_err(|e| e.in_file(file))?;
         cfg.file = file.to_string();
         let mut errs = Vec::new();
         cfg.normalize_grpc_routes(&mut errs);
         cfg.check(&mut errs);
-        if errs.is_empty() {
-            Ok(cfg)
-        } else {
-            Err(ConfigErrors(
-                errs.into_iter().map(|e| e.in_file(file)).collect(),
-            ))
-        }
+        crate::locate(&mut errs, &cfg.source);
+        let errs = errs.into_iter().map(|e| e.in_file(file)).collect();
+        Ok((cfg, errs))
+    }
+
+    /// Read a config file (at most [`MAX_CONFIG_BYTES`]) as [`Config::from_yaml_checked`] does.
+    pub fn from_file_checked(
+        path: &str,
+        vars: VarLookup<'_>,
+    ) -> Result<(Config, Vec<ConfigError>), ConfigErrors> {
+        Config::from_yaml_checked(path, &read_config_text(path)?, vars)
     }
 
     /// Read and load a config file (at most [`MAX_CONFIG_BYTES`]).
     pub fn from_file(path: &str, vars: VarLookup<'_>) -> Result<Config, ConfigErrors> {
+        Config::from_yaml(path, &read_config_text(path)?, vars)
+    }
+}
+
+/// A config file's text (at most [`MAX_CONFIG_BYTES`] of UTF-8).
+fn read_config_text(path: &str) -> Result<String, ConfigError> {
+    {
         let text = read_limited(path, MAX_CONFIG_BYTES)
             .and_then(|b| {
                 String::from_utf8(b).map_err(|_| {
@@ -171,6 +201,7 @@ impl Config {
                 })
             })
             .map_err(|e| ConfigError {
+                path: None,
                 file: path.to_string(),
                 pos: None,
                 message: format!("cannot read config: {e}"),
@@ -182,7 +213,7 @@ impl Config {
                     _ => format!("check that the file exists and is readable: {path}"),
                 }),
             })?;
-        Config::from_yaml(path, &text, vars)
+        Ok(text)
     }
 }
 

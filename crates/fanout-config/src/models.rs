@@ -139,6 +139,7 @@ impl ModelLimits {
         let mut bad = |message: String, hint: String| {
             errs.push(
                 ConfigError {
+                    path: None,
                     file: String::new(),
                     pos: None,
                     message,

@@ -156,6 +156,7 @@ pub(crate) fn check_backend(
 ) -> bool {
     let at = |pos: Option<Pos>, message: String, hint: &str| {
         ConfigError {
+            path: None,
             file: String::new(),
             pos,
             message: format!("backend `{name}`: {message}"),

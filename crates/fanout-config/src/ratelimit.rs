@@ -161,16 +161,17 @@ impl RateLimitPolicy {
 
 /// The checks of `rate_limits:` and of every name `rate_limit:` lists.
 pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
-    let bad = |msg: String, hint: &str| {
-        ConfigError {
-            file: String::new(),
-            pos: None,
-            message: msg,
-            hint: None,
-        }
-        .hint(hint)
-    };
+    let bad = |path: String, msg: String, hint: &str| ConfigError::at_path(path, msg).hint(hint);
     for (name, p) in &cfg.rate_limits {
+        // A shared policy's counters live under `PREFIX:rl:NAME:KEY` in Redis: a `:` in the
+        // name could make two policies' keys meet.
+        if name.is_empty() || name.contains(':') || name.chars().any(char::is_control) {
+            errs.push(bad(
+                format!("rate_limits.{name}"),
+                format!("rate limit policy name `{}` may not be empty or hold `:` or control characters", name.escape_debug()),
+                "the name is part of the policy's Redis keys: use letters, digits, `-`, `_` or `.`",
+            ));
+        }
         if parse_rate(&p.rate.value).is_none() {
             errs.push(
                 ConfigError::at(
@@ -182,12 +183,14 @@ pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
         }
         if p.burst == Some(0) {
             errs.push(bad(
+                format!("rate_limits.{name}.burst"),
                 format!("rate_limits.{name}.burst must be at least 1"),
                 "e.g. `burst: 20`",
             ));
         }
         if p.max_keys == 0 || p.max_keys > MAX_RATE_LIMIT_KEYS {
             errs.push(bad(
+                format!("rate_limits.{name}.max_keys"),
                 format!("rate_limits.{name}.max_keys must be in 1..={MAX_RATE_LIMIT_KEYS}"),
                 "default 100000",
             ));
@@ -195,18 +198,21 @@ pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
         let share = p.redis.fleet_share;
         if !(share > 0.0 && share <= 1.0) {
             errs.push(bad(
+                format!("rate_limits.{name}.redis.fleet_share"),
                 format!("rate_limits.{name}.redis.fleet_share must be in (0, 1]"),
                 "e.g. 0.5 with two instances",
             ));
         }
         if p.redis.timeout.0.is_zero() || p.redis.retry_after.0.is_zero() {
             errs.push(bad(
+                format!("rate_limits.{name}.redis"),
                 format!("rate_limits.{name}.redis.timeout and retry_after must be positive"),
                 "defaults: timeout 5ms, retry_after 1s",
             ));
         }
         if p.store == RateLimitStore::Redis && cfg.redis.is_none() {
             errs.push(bad(
+                format!("rate_limits.{name}.store"),
                 format!("rate_limits.{name}: `store: redis` needs a top-level `redis:` section"),
                 "add `redis: {url: \"${REDIS_URL}\"}` or use `store: local`",
             ));
@@ -228,6 +234,7 @@ pub(crate) fn check(cfg: &Config, errs: &mut Vec<ConfigError>) {
         }
         if r.burst == Some(0) {
             errs.push(bad(
+                format!("backends.{name}.rate_limit.burst"),
                 format!("backends.{name}.rate_limit.burst must be at least 1"),
                 "e.g. `burst: 10`",
             ));

@@ -102,6 +102,7 @@ impl RedisConfig {
         let mut bad = |what: &str, hint: &str| {
             errs.push(
                 ConfigError {
+                    path: None,
                     file: String::new(),
                     pos: None,
                     message: format!("redis.{what}"),

@@ -98,6 +98,7 @@ pub enum ClientAuthMode {
 /// An error about the `tls` section as a whole (its lists and durations carry no position).
 pub fn whole(message: String) -> ConfigError {
     ConfigError {
+        path: None,
         file: String::new(),
         pos: None,
         message,
@@ -118,15 +119,27 @@ impl ListenerTls {
     pub(crate) fn check(&self, at: &str, errs: &mut Vec<ConfigError>) {
         if self.certificates.is_empty() {
             errs.push(
-                whole(format!("`{at}.certificates` is empty"))
-                    .hint("name at least one `{cert_file, key_file}` pair"),
+                ConfigError::at_path(
+                    format!("{at}.certificates"),
+                    format!("`{at}.certificates` is empty"),
+                )
+                .hint("name at least one `{cert_file, key_file}` pair"),
             );
         }
         if self.handshake_timeout.0.is_zero() {
-            errs.push(whole(format!("`{at}.handshake_timeout` must be above 0")));
+            errs.push(
+                ConfigError::at_path(
+                    format!("{at}.handshake_timeout"),
+                    format!("`{at}.handshake_timeout` must be above 0"),
+                )
+                .hint("e.g. `10s` (the default)"),
+            );
         }
         if self.poll.0.is_zero() {
-            errs.push(whole(format!("`{at}.poll` must be above 0")));
+            errs.push(
+                ConfigError::at_path(format!("{at}.poll"), format!("`{at}.poll` must be above 0"))
+                    .hint("e.g. `5s` (the default)"),
+            );
         }
     }
 

@@ -235,3 +235,135 @@ impl<'a> Walk<'a> {
         }
     }
 }
+
+/// A YAML node with the position of every key and list element, to find where a config path
+/// is written ([`Tree::position_of`], for errors made without a position: `error::locate`).
+enum PNode {
+    Map(Vec<(Spanned<Key>, Spanned<PNode>)>),
+    Seq(Vec<Spanned<PNode>>),
+    Scalar,
+}
+
+impl<'de> Deserialize<'de> for PNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PNode, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PNode;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_unit<E>(self) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_none<E>(self) -> Result<PNode, E> {
+                Ok(PNode::Scalar)
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<PNode, D2::Error> {
+                PNode::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PNode, A::Error> {
+                let mut out = Vec::new();
+                while let Some(x) = seq.next_element::<Spanned<PNode>>()? {
+                    out.push(x);
+                }
+                Ok(PNode::Seq(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PNode, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = map.next_key::<Spanned<Key>>()? {
+                    let v = map.next_value::<Spanned<PNode>>()?;
+                    out.push((k, v));
+                }
+                Ok(PNode::Map(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A config's YAML text as a tree of positions.
+pub(crate) struct Tree(PNode);
+
+impl Tree {
+    /// `None` when the text is no YAML (then nothing is located).
+    pub(crate) fn parse(source: &str) -> Option<Tree> {
+        serde_saphyr::from_str::<PNode>(source).ok().map(Tree)
+    }
+
+    /// Where `path` (`a.b.c`, `a.list[2].b`; a key may itself hold dots) is written: the
+    /// position of its deepest part the file has, `None` when not even its first key is there.
+    pub(crate) fn position_of(&self, path: &str) -> Option<Pos> {
+        let span = |s: serde_saphyr::Location| Pos::from_location(s);
+        let mut node = &self.0;
+        let mut rest = path;
+        let mut found = None;
+        for _ in 0..MAX_WALK_DEPTH {
+            rest = rest.strip_prefix('.').unwrap_or(rest);
+            if rest.is_empty() {
+                break;
+            }
+            if let Some(r) = rest.strip_prefix('[') {
+                let Some((i, after)) = r.split_once(']') else {
+                    break;
+                };
+                let (PNode::Seq(items), Ok(i)) = (node, i.parse::<usize>()) else {
+                    break;
+                };
+                let Some(item) = items.get(i) else { break };
+                found = span(item.defined).or(found);
+                node = &item.value;
+                rest = after;
+                continue;
+            }
+            let PNode::Map(entries) = node else { break };
+            // The longest key that the path starts with (followed by `.`, `[` or the end).
+            let hit = entries
+                .iter()
+                .filter(|(k, _)| {
+                    rest.strip_prefix(k.value.0.as_str()).is_some_and(|after| {
+                        after.is_empty() || after.starts_with('.') || after.starts_with('[')
+                    })
+                })
+                .max_by_key(|(k, _)| k.value.0.len());
+            let Some((k, v)) = hit else { break };
+            found = span(k.defined).or(found);
+            rest = &rest[k.value.0.len()..];
+            node = &v.value;
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod position_tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_found_where_its_key_is_written() {
+        let src = "server:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\nauth:\n  providers:\n    corp.v1:\n      issuer: x\ncompression:\n  response:\n    levels: { gzip: 10 }\n";
+        let t = Tree::parse(src).unwrap();
+        let at = |p: &str| t.position_of(p).map(|p| (p.line, p.col));
+        assert_eq!(at("compression.response.levels.gzip"), Some((9, 15)));
+        assert_eq!(at("auth.providers.corp.v1.issuer"), Some((6, 7)));
+        assert_eq!(at("auth.providers.corp.v1"), Some((5, 5)));
+        assert_eq!(at("server.trusted_proxies[1]"), Some((2, 33)));
+        // The deepest part written: a default never written points at its section.
+        assert_eq!(at("auth.providers.corp.v1.token.query"), Some((5, 5)));
+        assert_eq!(at("tls.certificates"), None);
+    }
+}

@@ -277,6 +277,7 @@ pub fn compile_with(
         Ok(h) => h,
         Err(_) => {
             cx.errs.push(ConfigError {
+                path: None,
                 file: String::new(),
                 pos: None,
                 message: format!(

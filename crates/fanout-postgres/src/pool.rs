@@ -606,6 +606,7 @@ impl Pool {
         let mut errs = Vec::new();
         for s in statements {
             let at = |msg: String| ConfigError {
+                path: None,
                 file: cfg.file.clone(),
                 pos: Some(s.query.pos),
                 message: format!("{}: {msg}", s.owner),
@@ -665,6 +666,7 @@ impl Pool {
                             pos = Some(cfg.pos_in_scalar(s.query.pos, &s.query.value, offset));
                         }
                         errs.push(ConfigError {
+                            path: None,
                             file: cfg.file.clone(),
                             pos,
                             message: format!("{}: {msg}", s.owner),

@@ -69,6 +69,7 @@ pub fn load_protos(cfg: &Config) -> Result<Option<Arc<ProtoSet>>, ConfigErrors> 
                 col: c as u32,
             });
             ConfigErrors(vec![ConfigError {
+ path: None,
                 file,
                 pos,
                 message: format!("in the `protos:` files: {}", e.message),
@@ -107,6 +108,7 @@ pub(crate) fn services(
     names.dedup();
     let build_err = |e: tonic_reflection::server::Error| {
         ConfigErrors(vec![ConfigError {
+            path: None,
             file: cfg.file.clone(),
             pos: None,
             message: format!("server reflection over the `protos:` files failed: {e}"),

@@ -260,6 +260,12 @@ impl Gateway {
         self.limits.runtime
     }
 
+    /// What the loaded config may not mean (`FILE:LINE:COL: warning: …`): printed by `fanout
+    /// validate`, logged when a config is loaded; never a reason to refuse it.
+    pub fn config_warnings(&self) -> Vec<ConfigError> {
+        self.live().rate_limits.warnings.clone()
+    }
+
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
     pub fn readiness(&self) -> Result<(), String> {
         let live = self.live();
@@ -470,6 +476,7 @@ fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
     HeaderName::from_bytes(cfg.server.request_id_header.as_bytes()).map_err(|_| {
         ConfigErrors(vec![
             ConfigError {
+                path: None,
                 file: cfg.file.clone(),
                 pos: None,
                 message: format!(

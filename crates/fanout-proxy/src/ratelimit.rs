@@ -47,6 +47,9 @@ pub(crate) struct RateLimits {
     header: ClientAddressHeader,
     /// The Redis connection of the shared policies (kept by a reload that keeps `redis:`).
     conn: Option<Arc<dyn fanout_ratelimit::redis::Connect>>,
+    /// What the config may not mean ([`warnings`]): said by `fanout validate`, logged at start
+    /// and reload.
+    pub(crate) warnings: Vec<ConfigError>,
 }
 
 /// `name` as a structured-field string (`"…"`, `\` and `"` escaped, other characters outside
@@ -198,17 +201,16 @@ pub(crate) fn build(
 ) -> Result<RateLimits, ConfigErrors> {
     let mut errs = Vec::new();
     let mut trusted = Vec::new();
-    for t in &cfg.server.trusted_proxies {
+    for (i, t) in cfg.server.trusted_proxies.iter().enumerate() {
         match parse_cidr(t) {
             Some(n) => trusted.push(n),
             None => errs.push(
-                ConfigError {
-                    file: cfg.file.clone(),
-                    pos: None,
-                    message: format!("server.trusted_proxies: `{t}` is not an address or CIDR"),
-                    hint: None,
-                }
-                .hint("e.g. `10.0.0.0/8`, `192.0.2.7` or `2001:db8::/32`"),
+                ConfigError::at_path(
+                    format!("server.trusted_proxies[{i}]"),
+                    format!("server.trusted_proxies: `{t}` is not an address or CIDR"),
+                )
+                .hint("e.g. `10.0.0.0/8`, `192.0.2.7` or `2001:db8::/32`")
+                .in_file(&cfg.file),
             ),
         }
     }
@@ -306,15 +308,87 @@ pub(crate) fn build(
         })
         .collect();
     if !errs.is_empty() {
+        fanout_config::locate(&mut errs, &cfg.source);
         return Err(ConfigErrors(errs));
     }
+    let warnings = warnings(cfg, &policies, &trusted);
     Ok(RateLimits {
         policies,
         routes,
         trusted,
         header: cfg.server.client_address_header,
         conn,
+        warnings,
     })
+}
+
+/// What a valid config may not mean: a key that reads `$request.body` (never read yet when the
+/// limit decides: `null`) or `$request.auth` on a route without authentication (`null` there),
+/// so every request of those routes may share one budget; a trusted proxy range that trusts
+/// every address (any client can then choose its own address by the forwarding header).
+fn warnings(cfg: &Config, policies: &[Compiled], trusted: &[(IpAddr, u8)]) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    for c in policies {
+        let reads = c.key.request_use();
+        let at = format!("rate_limits.{}.key", c.name);
+        if reads.body {
+            out.push(
+                ConfigError::at_path(
+                    at.clone(),
+                    format!(
+                        "warning: rate_limits.{}.key reads $request.body, which is null when the limit decides (before the body is read): that part of the key is the same for every request",
+                        c.name
+                    ),
+                )
+                .hint("key on what arrives before the body: a header, the client address, $request.auth"),
+            );
+        }
+        if reads.auth {
+            let anonymous: Vec<String> = (0..cfg.routes.len())
+                .filter(|&i| cfg.route_rate_limits(i).contains(&&*c.name))
+                .filter(|&i| {
+                    cfg.routes
+                        .get(i)
+                        .and_then(|r| r.auth.as_ref())
+                        .or(cfg.defaults.auth.as_ref())
+                        .is_none_or(|a| a.mode == fanout_config::auth::AuthMode::None)
+                })
+                .filter_map(|i| cfg.routes.get(i))
+                .map(|r| format!("{} {}", r.method.value.to_ascii_uppercase(), r.path.value))
+                .collect();
+            if !anonymous.is_empty() {
+                out.push(
+                    ConfigError::at_path(
+                        at,
+                        format!(
+                            "warning: rate_limits.{}.key reads $request.auth, which is null on {} (no `auth`): every request there shares one budget",
+                            c.name,
+                            anonymous.join(", ")
+                        ),
+                    )
+                    .hint("give those routes `auth:`, or key them on something else (`$request.client.address`)"),
+                );
+            }
+        }
+    }
+    for (i, (ip, bits)) in trusted.iter().enumerate() {
+        if *bits == 0 {
+            out.push(
+                ConfigError::at_path(
+                    format!("server.trusted_proxies[{i}]"),
+                    format!(
+                        "warning: server.trusted_proxies has `{ip}/0`, which trusts every address: any client can choose its own address (and rate-limit key) with the forwarding header"
+                    ),
+                )
+                .hint("list only your load balancers' addresses or ranges"),
+            );
+        }
+    }
+    fanout_config::locate(&mut out, &cfg.source);
+    for w in &mut out {
+        w.file = cfg.file.clone();
+    }
+    out
 }
 
 impl Gateway {

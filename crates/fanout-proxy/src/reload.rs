@@ -164,14 +164,40 @@ pub(crate) fn build_live(
     metrics: Option<&Metrics>,
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
+    // Every part is built even when another failed, so a config with mistakes in several
+    // sections is refused with all of them (the flows, which need the backends, the protos
+    // and the runtimes, only when those built).
+    let mut errs: Vec<fanout_config::ConfigError> = Vec::new();
+    let mut keep = |r: Result<(), ConfigErrors>| {
+        if let Err(e) = r {
+            errs.extend(e.0);
+        }
+    };
     // `telemetry:` is applied at start only, but a broken one is refused like any error.
-    crate::telemetry::Telemetry::new(&cfg)?;
-    let (services, stacks, l2) = build_stacks(&cfg, prev, &mut report)?;
-    let protos = crate::grpc::load_protos(&cfg)?;
+    keep(crate::telemetry::Telemetry::new(&cfg).map(drop));
+    let stacks = build_stacks(&cfg, prev, &mut report);
+    let protos = crate::grpc::load_protos(&cfg);
     // A runtime whose inputs did not change is kept (the models: versions, queues, counters,
     // watcher).
     let runtimes = fanout_flow::runtime::open(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
-        .map_err(|e| ConfigErrors(vec![e]))?;
+        .map_err(|e| ConfigErrors(vec![e]));
+    let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)));
+    let auth = build_auth(&cfg, prev);
+    let (stacks, protos, runtimes, rate_limits, auth) =
+        match (stacks, protos, runtimes, rate_limits, auth) {
+            (Ok(s), Ok(p), Ok(r), Ok(l), Ok(a)) if errs.is_empty() => (s, p, r, l, a),
+            (s, p, r, l, a) => {
+                for e in [s.err(), p.err(), r.err(), l.err(), a.err()]
+                    .into_iter()
+                    .flatten()
+                {
+                    errs.extend(e.0);
+                }
+                fanout_config::locate(&mut errs, &cfg.source);
+                return Err(ConfigErrors(errs));
+            }
+        };
+    let (services, stacks, l2) = stacks;
     let mut carry = Carry {
         compute,
         protos,
@@ -194,9 +220,10 @@ pub(crate) fn build_live(
             report.reference_kept = true;
         }
     }
-    let plan = fanout_flow::compile_with(&cfg, &services, carry)?;
-    let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)))?;
-    let auth = build_auth(&cfg, prev)?;
+    let plan = fanout_flow::compile_with(&cfg, &services, carry).map_err(|mut e| {
+        fanout_config::locate(&mut e.0, &cfg.source);
+        e
+    })?;
     let router = route_table(&cfg, &plan.routes)?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan

@@ -240,6 +240,7 @@ pub(crate) fn compile(
     };
     if cfg.services.is_empty() {
         errs.push(ConfigError {
+            path: None,
             file: String::new(),
             pos: None,
             message: "no services defined".into(),
@@ -737,6 +738,7 @@ fn proto_config_error(e: &ProtoError, p: &ProtosConfig) -> ConfigError {
         .or_else(|| e.file.clone());
     if let (Some(file), Some((line, col))) = (file, e.line_col) {
         return ConfigError {
+            path: None,
             file,
             pos: Some(Pos {
                 line: u32::try_from(line).unwrap_or(u32::MAX),
@@ -756,6 +758,7 @@ fn proto_config_error(e: &ProtoError, p: &ProtosConfig) -> ConfigError {
         })
         .or_else(|| p.files.first());
     ConfigError {
+        path: None,
         file: String::new(),
         pos: entry.map(|x| x.pos).filter(|pos| *pos != Pos::default()),
         message: format!("protos: {e}"),

@@ -112,6 +112,7 @@ pub fn load_in(
 /// Read and [`load`] a stub config file.
 pub fn load_file(path: &str, vars: VarLookup<'_>) -> Result<CompiledStubs, ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: None,
         file: path.to_string(),
         pos: None,
         message: format!("cannot read stub config: {e}"),

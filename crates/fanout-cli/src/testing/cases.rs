@@ -35,6 +35,7 @@ impl Cases {
     pub fn load_file(path: &str) -> Result<Cases, ConfigErrors> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigErrors(vec![fanout_config::ConfigError {
+                path: None,
                 file: path.to_string(),
                 pos: None,
                 message: format!("cannot read cases file: {e}"),

@@ -276,3 +276,117 @@ routes:
         "{err}"
     );
 }
+
+/// Issue 69 §16: the errors of the edge sections (auth, rate limits, compression, TLS, trusted
+/// proxies) point at the key at fault — none is `FILE:0:0:` or a bare `FILE:` — and a file with
+/// mistakes in several sections gets all of them at once.
+#[test]
+fn edge_section_errors_have_positions_and_all_are_printed() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "auth:\n  providers:\n    corp:\n      issuer: \"\"\n      algorithms: [ES256]\n    q:\n      issuer: x\n      hmac_secret: 0123456789abcdef0123456789abcdef\n      algorithms: [HS256]\n      token: { query: t }\nroutes: []\n",
+            &[
+                "f.yaml:3:5: auth.providers.corp has no keys",
+                "f.yaml:4:7: auth.providers.corp.issuer is empty",
+                "f.yaml:10:16: auth.providers.q.token: reading the token from the query parameter",
+            ],
+        ),
+        (
+            "rate_limits:\n  p1: { rate: 10/s, burst: 0, key: '1' }\n  p2: { rate: 10/s, key: '1', store: redis }\n  p3: { rate: 10/s, key: '1', redis: { fleet_share: 0 } }\nserver:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\nroutes: []\n",
+            &[
+                "f.yaml:2:21: rate_limits.p1.burst must be at least 1",
+                "f.yaml:3:31: rate_limits.p2: `store: redis` needs",
+                "f.yaml:4:40: rate_limits.p3.redis.fleet_share must be in (0, 1]",
+                "f.yaml:6:33: server.trusted_proxies: `10.0.0.0/33` is not",
+            ],
+        ),
+        (
+            "compression:\n  response:\n    enabled: true\n    levels: { gzip: 10 }\n    content_types: [application/json, json]\n    algorithms: []\nroutes: []\n",
+            &[
+                "f.yaml:4:15: `compression.response.levels.gzip` is 10",
+                "f.yaml:6:5: `compression.response.algorithms` is empty",
+                "f.yaml:5:39: `compression.response.content_types` entry `json`",
+            ],
+        ),
+        (
+            "tls:\n  handshake_timeout: 0s\n  certificates: []\nroutes: []\n",
+            &[
+                "f.yaml:3:3: `tls.certificates` is empty",
+                "f.yaml:2:3: `tls.handshake_timeout` must be above 0",
+            ],
+        ),
+        (
+            "rate_limits:\n  'a:b': { rate: 10/s, key: '1' }\nroutes: []\n",
+            &["f.yaml:2:3: rate limit policy name `a:b` may not"],
+        ),
+        (
+            // CORS (a structural check) and auth (a built part): both.
+            "auth:\n  providers:\n    corp: { issuer: x }\nroutes:\n  - path: /a\n    cors: { origins: ['*'], credentials: true }\n    respond: { body: '1' }\n",
+            &[
+                "f.yaml:6:23: `cors.origins: *` with `credentials: true`",
+                "f.yaml:3:5: auth.providers.corp has no keys",
+            ],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (yaml, want) in cases {
+        let err = errors_of(yaml);
+        for w in *want {
+            if !err.lines().any(|l| l.starts_with(w)) {
+                failures.push(format!("expected a line `{w}…` in:\n{err}"));
+            }
+        }
+        for l in err.lines().filter(|l| !l.starts_with("  hint:")) {
+            let pos = l.strip_prefix("f.yaml:").unwrap_or("");
+            let has_pos = pos
+                .split(':')
+                .take(2)
+                .all(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
+            if !has_pos {
+                failures.push(format!("no position: {l}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+/// Issue 69 §16: a valid config that may not mean what it says is warned about, not refused:
+/// a rate-limit key that reads `$request.body` (null when limits decide) or `$request.auth` on
+/// a route without `auth`, and a trusted proxy range that trusts every address.
+#[test]
+fn validate_warns_about_keys_that_are_constant_and_proxies_that_trust_everyone() {
+    let dir = fanout_testkit::TempDir::new("validate-warnings");
+    let cfg = dir.write(
+        "fanout.yaml",
+        "rate_limits:\n  body: { rate: 10/s, key: '$request.body.user' }\n  who: { rate: 10/s, key: '$request.auth.sub' }\n  ip: { rate: 10/s, key: '$request.client.address' }\nserver:\n  trusted_proxies: [10.0.0.0/8, 0.0.0.0/0]\nroutes:\n  - path: /a\n    rate_limit: [body, who, ip]\n    respond: { body: '1' }\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["validate", cfg.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warnings do not refuse:\n{stderr}"
+    );
+    assert!(stdout.contains(": ok"), "{stdout}");
+    let file = cfg.to_str().unwrap();
+    for want in [
+        format!("{file}:2:23: warning: rate_limits.body.key reads $request.body"),
+        format!(
+            "{file}:3:22: warning: rate_limits.who.key reads $request.auth, which is null on GET /a"
+        ),
+        format!("{file}:6:33: warning: server.trusted_proxies has `0.0.0.0/0`"),
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(&want)),
+            "{want}\nin:\n{stderr}"
+        );
+    }
+    assert!(!stderr.contains("rate_limits.ip"), "{stderr}");
+}
