@@ -213,10 +213,15 @@ pub enum ModelError {
 /// What a model computes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelKind {
-    /// A classifier: a label and one probability (or score) per class, in `labels` order.
+    /// A classifier: a label and one probability (or score) per column of `columns`.
     Classifier {
         /// The class labels.
         labels: Vec<i64>,
+        /// The class of each probability (or score) column: `labels`, except for a binary
+        /// classifier whose graph gives one score column (a binary `LinearSVC` as skl2onnx
+        /// exports it), which answers that column alone, as onnxruntime does: its class (the
+        /// second label: the score of sklearn's `decision_function`).
+        columns: Vec<i64>,
     },
     /// A regressor: `targets` values per row.
     Regressor {
@@ -310,21 +315,10 @@ pub struct Model {
     consts: Vec<Option<Tensor>>,
     input: usize,
     outputs: Vec<usize>,
-    /// How the first class's column is made when a binary classifier's graph gives one column.
-    binary: Option<Binary>,
     /// The limits it was loaded under, which also bound its batches.
     limits: Limits,
     /// How errors name `limits.max_tensor_elements` (made once: [`Model::run`] does not format it).
     tensor_limit: String,
-}
-
-/// The first class's column of a binary classifier whose graph gives only the second's.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Binary {
-    /// Raw scores (a linear classifier without post-transform): `[-s, s]`.
-    Negate,
-    /// Probabilities: `[1 - p, p]`.
-    Complement,
 }
 
 impl Model {
@@ -590,7 +584,6 @@ impl Model {
             consts,
             input: input_slot,
             outputs,
-            binary: None,
             limits: *limits,
             tensor_limit: tensor_limit.clone(),
         };
@@ -604,23 +597,25 @@ impl Model {
                 let labels = m
                     .class_labels()
                     .unwrap_or_else(|| (0..classes as i64).collect());
-                if labels.len() == 2 && classes == 1 {
-                    // One column for two classes (a binary LinearSVC as skl2onnx exports it):
-                    // the second class's; the first class's is derived as in onnxruntime's
-                    // binary classifiers.
-                    m.binary = Some(m.binary_column().ok_or_else(|| {
+                let columns = if labels.len() == 2 && classes == 1 {
+                    // One score column for two classes (a binary LinearSVC as skl2onnx exports
+                    // it): answered alone, as onnxruntime does, for its class.
+                    let k = m.score_column().ok_or_else(|| {
                         invalid(
                             "2 class labels for 1 probability column that is not a classifier's"
                                 .into(),
                         )
-                    })?);
+                    })?;
+                    vec![labels[k]]
                 } else if labels.len() != classes {
                     return Err(invalid(format!(
                         "{} class labels for {classes} probabilities",
                         labels.len()
                     )));
-                }
-                ModelKind::Classifier { labels }
+                } else {
+                    labels.clone()
+                };
+                ModelKind::Classifier { labels, columns }
             }
             [v] if matches!(v.data, Data::F32(_)) => ModelKind::Regressor { targets: v.len() },
             _ => {
@@ -664,10 +659,10 @@ impl Model {
         };
         if n == 0 {
             return Ok(match &self.kind {
-                ModelKind::Classifier { labels } => Output::Classifier {
+                ModelKind::Classifier { columns, .. } => Output::Classifier {
                     labels: vec![],
                     probabilities: vec![],
-                    classes: labels.len(),
+                    classes: columns.len(),
                 },
                 ModelKind::Regressor { targets } => Output::Regressor {
                     values: vec![],
@@ -686,22 +681,13 @@ impl Model {
         }
         let mut out = self.eval(rows, n, None)?.into_iter();
         match &self.kind {
-            ModelKind::Classifier { labels: classes } => {
+            ModelKind::Classifier {
+                columns: classes, ..
+            } => {
                 let (Some(l), Some(p)) = (out.next(), out.next()) else {
                     return Err(invalid("missing"));
                 };
-                let p = match (self.binary, p.data) {
-                    (Some(b), Data::F32(s)) => Data::F32(
-                        s.iter()
-                            .flat_map(|&s| match b {
-                                Binary::Negate => [-s, s],
-                                Binary::Complement => [1.0 - s, s],
-                            })
-                            .collect(),
-                    ),
-                    (_, p) => p,
-                };
-                match (l.data, p) {
+                match (l.data, p.data) {
                     (Data::I64(labels), Data::F32(probabilities))
                         if labels.len() == n && probabilities.len() == n * classes.len() =>
                     {
@@ -825,24 +811,38 @@ impl Model {
             .collect()
     }
 
-    /// How a binary classifier's one probability column becomes two: traced from the
-    /// probabilities output back through `Identity`, `Cast`, `Reshape` and `ArrayFeatureExtractor`
-    /// to the classifier node that computes it.
-    fn binary_column(&self) -> Option<Binary> {
+    /// Which of a binary classifier's two classes its one probability column is: traced from
+    /// the probabilities output back through `Identity`, `Cast`, `Reshape` and
+    /// `ArrayFeatureExtractor` to the classifier node that computes it; the column the
+    /// `ArrayFeatureExtractor` takes (skl2onnx: 1), else the second. `None`: not a classifier's.
+    fn score_column(&self) -> Option<usize> {
         let mut slot = *self.outputs.get(1)?;
+        let mut taken = None;
         for _ in 0..=self.steps.len() {
             let step = self.steps.iter().find(|s| s.outputs.contains(&slot))?;
             match &step.kernel {
-                Kernel::Op(Op::LinearClassifier { linear, .. }) => {
-                    return Some(if linear.post == ops::Post::None {
-                        Binary::Negate
-                    } else {
-                        Binary::Complement
-                    });
+                Kernel::Op(Op::LinearClassifier { .. }) => {
+                    return Some(taken.filter(|&k| k < 2).unwrap_or(1));
                 }
-                Kernel::Op(
-                    Op::Identity | Op::Cast(_) | Op::Reshape { .. } | Op::ArrayFeatureExtractor,
-                ) => slot = (*step.inputs.first()?)?,
+                Kernel::Op(Op::ArrayFeatureExtractor) => {
+                    // The last column taken (nearest the output) is the one answered.
+                    if taken.is_none() {
+                        taken = step
+                            .inputs
+                            .get(1)
+                            .copied()
+                            .flatten()
+                            .and_then(|i| self.consts[i].as_ref())
+                            .and_then(|t| match t.ints() {
+                                Ok([k]) => usize::try_from(*k).ok(),
+                                _ => None,
+                            });
+                    }
+                    slot = (*step.inputs.first()?)?;
+                }
+                Kernel::Op(Op::Identity | Op::Cast(_) | Op::Reshape { .. }) => {
+                    slot = (*step.inputs.first()?)?
+                }
                 _ => return None,
             }
         }

@@ -40,6 +40,20 @@ impl Post {
     }
 }
 
+/// `a · b + acc` rounded once, as a fused multiply-add: what onnxruntime's GEMM kernels (MLAS,
+/// FMA on every x86-64 CPU since 2013 and on ARM64) compute for each product of a dot product,
+/// summed in order. Past the largest float it differs from a product then a sum: `3.4e38 · 2`
+/// is not an infinity before it is added, so `inf + -inf` (NaN) never arises from finite
+/// numbers — an MLP given the largest floats answers onnxruntime's label and probabilities
+/// (`1`, `1.0`), not `null`. Computed in f64, where the f32 product is exact; one rounding to
+/// f32 after the sum (a double rounding, 1 ulp away from the fused result once in ~2²⁹ sums).
+/// `f32::mul_add` would be exact too, but without the `fma` target feature it is a call into
+/// libm, 20 times slower than this.
+#[inline(always)]
+pub(crate) fn fused(a: f32, b: f32, acc: f32) -> f32 {
+    (f64::from(a) * f64::from(b) + f64::from(acc)) as f32
+}
+
 /// onnxruntime's `ComputeLogistic`.
 pub(crate) fn logistic(val: f32) -> f32 {
     let v = 1.0 / (1.0 + (-val.abs()).exp());
@@ -157,7 +171,7 @@ impl Linear {
         let mut out = Vec::with_capacity(rows * self.targets);
         for r in xs.chunks_exact(cols.max(1)).take(rows) {
             for (t, w) in self.coefficients.chunks_exact(cols.max(1)).enumerate() {
-                let dot = r.iter().zip(w).fold(0.0f32, |s, (a, b)| s + a * b);
+                let dot = r.iter().zip(w).fold(0.0f32, |s, (a, b)| fused(*a, *b, s));
                 out.push(dot + self.intercepts[t]);
             }
         }
@@ -439,7 +453,8 @@ impl Op {
             Op::Binary(op) => broadcast(*op, x, input(inputs, 1)?, limit)?,
             // NaN stays NaN, as in onnxruntime (`f32::max` would make it 0).
             Op::Relu => map(x, |v| if v < 0.0 { 0.0 } else { v })?,
-            Op::Sigmoid => map(x, |v| 1.0 / (1.0 + (-v).exp()))?,
+            // exp(-|v|) only: never an infinity in the sum, never 1/inf.
+            Op::Sigmoid => map(x, logistic)?,
             Op::Tanh => map(x, f32::tanh)?,
             Op::Exp => map(x, f32::exp)?,
             Op::Reciprocal => map(x, |v| 1.0 / v)?,
@@ -530,10 +545,21 @@ impl Op {
                 let (_, cols) = x.as_matrix()?;
                 let mut out = to_floats(x);
                 for row in out.chunks_exact_mut(cols.max(1)) {
+                    if let Norm::L2 = norm {
+                        // As onnxruntime: ±sqrt(v² / Σv²), so a square past the largest float
+                        // is inf / inf there (NaN), not v / inf (0).
+                        let sum: f32 = row.iter().map(|v| v * v).sum();
+                        if sum != 0.0 {
+                            for v in row.iter_mut() {
+                                let r = (*v * *v / sum).sqrt();
+                                *v = if *v < 0.0 { -r } else { r };
+                            }
+                        }
+                        continue;
+                    }
                     let n = match norm {
                         Norm::Max => row.iter().fold(-f32::MAX, |m, &v| m.max(v)),
-                        Norm::L1 => row.iter().map(|v| v.abs()).sum(),
-                        Norm::L2 => row.iter().map(|v| v * v).sum::<f32>().sqrt(),
+                        Norm::L1 | Norm::L2 => row.iter().map(|v| v.abs()).sum(),
                     };
                     // A norm of 0 leaves the row as it is, as in onnxruntime (NaN stays NaN).
                     if n != 0.0 {
@@ -589,7 +615,8 @@ fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
     Ok(a as usize)
 }
 
-/// `c[m×n] = a[m×k] · b[k×n]`, either transposed as stored.
+/// `c[m×n] = a[m×k] · b[k×n]`, either transposed as stored; each sum of products in order of
+/// `k`, as fused multiply-adds ([`fused`]).
 fn matmul(
     a: &[f32],
     b: &[f32],
@@ -605,11 +632,11 @@ fn matmul(
             if tb {
                 row.iter_mut()
                     .enumerate()
-                    .for_each(|(j, cv)| *cv += av * b[j * k + p]);
+                    .for_each(|(j, cv)| *cv = fused(av, b[j * k + p], *cv));
             } else {
                 row.iter_mut()
                     .zip(&b[p * n..(p + 1) * n])
-                    .for_each(|(cv, bv)| *cv += av * bv);
+                    .for_each(|(cv, bv)| *cv = fused(av, *bv, *cv));
             }
         }
     }

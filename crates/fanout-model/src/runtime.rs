@@ -1045,7 +1045,7 @@ fn compatible(old: &dyn Evaluator, new: &dyn Evaluator) -> Result<(), String> {
         ));
     }
     let shape = |k: &ModelKind| match k {
-        ModelKind::Classifier { labels } => ("classifier", labels.len()),
+        ModelKind::Classifier { columns, .. } => ("classifier", columns.len()),
         ModelKind::Regressor { targets } => ("regressor", *targets),
     };
     let (a, b) = (shape(old.kind()), shape(new.kind()));
@@ -1093,18 +1093,19 @@ fn label_key(l: i64) -> Val {
         .unwrap_or_else(|| Val::from(l.to_string()))
 }
 
-/// Row `r` of `out` as the step's value: a classifier's `{label, probabilities: {LABEL: p}}`,
+/// Row `r` of `out` as the step's value: a classifier's `{label, probabilities: {LABEL: p}}`
+/// (one entry per column: a binary classifier of one score column has one, its class's),
 /// a regressor's `{value}` (one target) or `{values: [...]}`.
 pub fn output_value(model: &dyn Evaluator, out: &Output, r: usize) -> Val {
     // Each map made at its final size: no growth, no rehash.
     let mut m = Map::with_capacity_and_hasher(2, Default::default());
     let keys = &*KEYS;
     match (model.kind(), out) {
-        (ModelKind::Classifier { labels }, Output::Classifier { .. }) => {
+        (ModelKind::Classifier { columns, .. }, Output::Classifier { .. }) => {
             let label = out.label(r).unwrap_or_default();
             m.insert(keys.label.clone(), Val::from(label as isize));
-            let mut p = Map::with_capacity_and_hasher(labels.len(), Default::default());
-            for (l, v) in labels.iter().zip(out.row(r)) {
+            let mut p = Map::with_capacity_and_hasher(columns.len(), Default::default());
+            for (l, v) in columns.iter().zip(out.row(r)) {
                 p.insert(label_key(*l), num(*v));
             }
             m.insert(keys.probabilities.clone(), Val::obj(p));

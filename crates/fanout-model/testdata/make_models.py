@@ -2,12 +2,14 @@
 """Make the test models of fanout-model (run by hand; the tests never run Python).
 
     python3 crates/fanout-model/testdata/make_models.py
+    python3 crates/fanout-model/testdata/make_models.py --extremes   # extremes.ref.json alone
 
 Creates a venv in ~/.cache/fanout-models-venv (scikit-learn, skl2onnx, onnx, onnxruntime,
 numpy from PyPI) when missing, re-runs itself inside it, trains small models on generated data
 (fixed seed, 20 float features, classifiers with 3 classes, one binary classifier) and writes,
 next to this script, for each model NAME.onnx and NAME.ref.json: reference input rows and
-onnxruntime's outputs for them (label and probabilities for classifiers, values for regressors).
+onnxruntime's outputs for them (label and probabilities for classifiers, values for regressors),
+and extremes.ref.json: onnxruntime's outputs for rows of the largest floats, for every model.
 """
 
 import json
@@ -185,7 +187,67 @@ def main():
     # Hand-made: LinearClassifier of one coefficient row and two labels (the binary case
     # onnxruntime expands to two columns), with the post-transforms NONE, LOGISTIC and SOFTMAX.
     write("linear_bin", hand_made_linear_bin(), grid[rng2.integers(0, len(grid), (40, 4))], None)
+    write_extremes()
     print(json.dumps(versions))
+
+
+# Every committed model, for extremes.ref.json.
+MODELS = [
+    "logreg", "logreg_bin", "mlp", "gbdt_clf", "gbdt_bin", "rf_clf", "gbdt_reg", "rf_reg", "linreg",
+    "trees_avg2", "trees_max", "trees_bin_clf", "dense_ops", "svc_bin", "sgd_bin", "mlp_bin",
+    "sgd_log3", "mlp_reg", "nan_ops", "norm_ops", "linear_bin",
+]
+
+
+def write_extremes():
+    """Writes extremes.ref.json: for every committed model, rows whose features are partly the
+    largest floats (±3.4e38, 1e38, 1e30, 1e20; the rest normal(0, 1)) and onnxruntime's outputs
+    for them, where sums and products overflow (NaN → null, ±infinity → "Infinity"/"-Infinity").
+    Reads the committed NAME.onnx files: needs onnxruntime and numpy only (`--extremes`)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    def encode(a):
+        def one(v):
+            if np.isnan(v):
+                return None
+            if np.isinf(v):
+                return "Infinity" if v > 0 else "-Infinity"
+            return short(v)
+        return [[one(v) for v in r] for r in np.asarray(a).astype(np.float32).reshape(len(a), -1)]
+
+    def short(v):
+        """The shortest decimal that reads back as the same f32."""
+        return float(str(np.float32(v)))
+
+    rng = np.random.default_rng(SEED + 3)
+    huge = np.array([3.4028235e38, 3.4e38, 1e38, 1e30, 1e20], dtype=np.float32)
+    models = {}
+    for name in MODELS:
+        sess = ort.InferenceSession(str(HERE / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        inp = sess.get_inputs()[0]
+        width = inp.shape[1]
+        n = 32
+        rows = rng.normal(0, 1, (n, width))
+        mask = rng.random((n, width)) < rng.random((n, 1)) * 0.5
+        signs = np.where(rng.random((n, width)) < 0.5, -1.0, 1.0)
+        rows = np.where(mask, signs * rng.choice(huge, (n, width)), rows)
+        alternate = np.where(np.arange(width) % 2 == 0, 1.0, -1.0) * 3.4e38
+        rows = np.concatenate([rows, [np.full(width, 3.4e38), np.full(width, -3.4e38), alternate, np.full(width, 1e38)]])
+        rows = rows.astype(np.float32)
+        outs = sess.run(None, {inp.name: rows})
+        entry = {"inputs": [[short(v) for v in r] for r in rows]}
+        if len(outs) == 2 and outs[0].dtype == np.int64:
+            entry["labels"] = [int(v) for v in outs[0].reshape(-1)]
+            entry["probabilities"] = encode(outs[1])
+        else:
+            entry["values"] = encode(outs[0])
+        models[name] = entry
+    versions = {"onnxruntime": ort.__version__, "numpy": np.__version__}
+    (HERE / "extremes.ref.json").write_text(
+        json.dumps({"versions": versions, "models": models}, indent=None, allow_nan=False) + "\n"
+    )
+    print(f"extremes: {len(models)} models, {versions}")
 
 
 def hand_made_dense(rng):
@@ -345,4 +407,7 @@ def hand_made_trees():
 
 if __name__ == "__main__":
     ensure_venv()
-    main()
+    if sys.argv[1:] == ["--extremes"]:
+        write_extremes()
+    else:
+        main()

@@ -453,7 +453,9 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
 /// One column value (`raw`: its binary wire form, `None` for NULL) of type `ty` as a value: the
 /// same value its JSON ([`write_value`]) parses to — built directly for the common scalar types
 /// and numeric (its exact text, also beyond the 1000 characters the JSON parser reads exactly),
-/// through that JSON (in `scratch`) for the others (json/jsonb nested at most `max_depth` deep).
+/// for arrays and domains of any type from their members' values (so a numeric in an array
+/// keeps its text as a numeric column does), through that JSON (in `scratch`) for the others
+/// (json/jsonb nested at most `max_depth` deep, an array's dimensions included).
 pub fn to_val(
     ty: &Type,
     raw: Option<&[u8]>,
@@ -464,6 +466,11 @@ pub fn to_val(
     let Some(raw) = raw else {
         return Ok(Val::Null);
     };
+    match ty.kind() {
+        Kind::Domain(inner) => return to_val(inner, Some(raw), max_depth, scratch),
+        Kind::Array(member) => return array_to_val(member, raw, max_depth, scratch),
+        _ => {}
+    }
     let e = |x: BoxError| x.to_string();
     // Integers of up to 18 digits are what the JSON parser keeps as plain integers too.
     let int = |i: i64| {
@@ -497,6 +504,65 @@ pub fn to_val(
     write_value(ty, Some(raw), scratch)?;
     fanout_expr::json::parse_limited(scratch, max_depth)
         .map_err(|e| format!("the value is not valid JSON or nests too deep: {e}"))
+}
+
+/// An array column's value (`member`: its members' type): nested arrays for several dimensions,
+/// as [`write_value`] writes it, each member by [`to_val`].
+fn array_to_val(
+    member: &Type,
+    raw: &[u8],
+    max_depth: usize,
+    scratch: &mut Vec<u8>,
+) -> Result<Val, String> {
+    use fallible_iterator::FallibleIterator;
+    let e = |x: BoxError| x.to_string();
+    let arr = postgres_protocol::types::array_from_sql(raw).map_err(e)?;
+    let dims: Vec<usize> = arr
+        .dimensions()
+        .map(|d| Ok(usize::try_from(d.len).unwrap_or(0)))
+        .collect()
+        .map_err(e)?;
+    let values: Vec<Option<&[u8]>> = arr.values().collect().map_err(e)?;
+    if dims.is_empty() {
+        return Ok(Val::from_iter(std::iter::empty()));
+    }
+    // Each dimension is one level of nesting, as the JSON parser counts it.
+    let inner = max_depth.checked_sub(dims.len()).ok_or_else(|| {
+        format!(
+            "the value is not valid JSON or nests too deep: an array of {} dimensions",
+            dims.len()
+        )
+    })?;
+    let mut next = 0usize;
+    dims_to_val(member, &dims, &values, &mut next, inner, scratch)
+}
+
+/// One dimension of an array as a value (the members from `values[*next]` on).
+fn dims_to_val(
+    member: &Type,
+    dims: &[usize],
+    values: &[Option<&[u8]>],
+    next: &mut usize,
+    max_depth: usize,
+    scratch: &mut Vec<u8>,
+) -> Result<Val, String> {
+    let Some((&len, rest)) = dims.split_first() else {
+        return Err("an array without dimensions".into());
+    };
+    // No more members than the array has (its lengths are the wire's, not to be trusted).
+    let mut items = Vec::with_capacity(len.min(values.len()));
+    for _ in 0..len {
+        items.push(if rest.is_empty() {
+            let v = values
+                .get(*next)
+                .ok_or("an array with fewer values than its size")?;
+            *next += 1;
+            to_val(member, *v, max_depth, scratch)?
+        } else {
+            dims_to_val(member, rest, values, next, max_depth, scratch)?
+        });
+    }
+    Ok(Val::from_iter(items))
 }
 
 /// Write the JSON of one column value (`raw`: its binary wire form, `None` for NULL) of type
@@ -789,6 +855,50 @@ mod tests {
             numeric_to_sql(n, &mut b).unwrap();
             cases.push((Type::NUMERIC, b.to_vec()));
         }
+        cases.push((
+            Type::NUMERIC_ARRAY,
+            numeric_array(
+                &[2, 3],
+                &[Some("1"), None, Some("-2.50"), Some("1e5"), None, None],
+            ),
+        ));
+        cases.push((Type::NUMERIC_ARRAY, numeric_array(&[], &[])));
+        cases.push((Type::NUMERIC_ARRAY, numeric_array(&[0], &[])));
+        b.clear();
+        t::array_to_sql(
+            [t::ArrayDimension {
+                len: 3,
+                lower_bound: 1,
+            }],
+            Type::TEXT.oid(),
+            [Some("a"), None, Some("\"q\"")].iter(),
+            |m, buf| match m {
+                Some(s) => {
+                    t::text_to_sql(s, buf);
+                    Ok(postgres_protocol::IsNull::No)
+                }
+                None => Ok(postgres_protocol::IsNull::Yes),
+            },
+            &mut b,
+        )
+        .unwrap();
+        cases.push((Type::TEXT_ARRAY, b.to_vec()));
+        b.clear();
+        t::array_to_sql(
+            [t::ArrayDimension {
+                len: 2,
+                lower_bound: 1,
+            }],
+            Type::JSONB.oid(),
+            [&b"\x01{\"a\": [1]}"[..], b"\x01null"].iter(),
+            |m, buf| {
+                buf.extend_from_slice(m);
+                Ok(postgres_protocol::IsNull::No)
+            },
+            &mut b,
+        )
+        .unwrap();
+        cases.push((Type::JSONB_ARRAY, b.to_vec()));
         cases.push((Type::JSONB, b"\x01{\"a\": [1, 2.50, null]}".to_vec()));
         cases.push((Type::JSON, b"[{\"b\": \"c\"}]".to_vec()));
         let mut scratch = Vec::new();
@@ -868,5 +978,60 @@ mod tests {
         let mut b = BytesMut::new();
         assert!(numeric_to_sql("1.2.3", &mut b).is_err());
         assert!(numeric_to_sql("abc", &mut b).is_err());
+    }
+
+    /// A `numeric[]` (or deeper) column's wire form: `dims` lengths, the members' texts in
+    /// order (`None`: NULL).
+    fn numeric_array(dims: &[i32], members: &[Option<&str>]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        postgres_protocol::types::array_to_sql(
+            dims.iter()
+                .map(|&len| postgres_protocol::types::ArrayDimension {
+                    len,
+                    lower_bound: 1,
+                }),
+            Type::NUMERIC.oid(),
+            members.iter(),
+            |m, buf| match m {
+                Some(text) => {
+                    numeric_to_sql(text, buf)?;
+                    Ok(postgres_protocol::IsNull::No)
+                }
+                None => Ok(postgres_protocol::IsNull::Yes),
+            },
+            &mut out,
+        )
+        .unwrap();
+        out.to_vec()
+    }
+
+    /// An array's members are what the same values are as columns: a numeric longer than the
+    /// 1000 characters the JSON parser reads exactly keeps its text in an array too (it was
+    /// `null`: `[null, 1.50]`), in every dimension.
+    #[test]
+    fn numerics_in_arrays_are_what_they_are_as_columns() {
+        let long = "1e1000";
+        let tiny = "-1e-1000";
+        let mut scratch = Vec::new();
+        let scalar = |text: &str, scratch: &mut Vec<u8>| {
+            let mut b = BytesMut::new();
+            numeric_to_sql(text, &mut b).unwrap();
+            fanout_expr::json::to_string(&to_val(&Type::NUMERIC, Some(&b), 64, scratch).unwrap())
+        };
+        let (l, t) = (scalar(long, &mut scratch), scalar(tiny, &mut scratch));
+        assert_eq!(l.len(), 1001);
+        let one = numeric_array(&[3], &[Some(long), Some("1.50"), None]);
+        let v = to_val(&Type::NUMERIC_ARRAY, Some(&one), 64, &mut scratch).unwrap();
+        assert_eq!(fanout_expr::json::to_string(&v), format!("[{l},1.50,null]"),);
+        let two = numeric_array(&[2, 2], &[Some(long), Some(tiny), None, Some("0.00010")]);
+        let v = to_val(&Type::NUMERIC_ARRAY, Some(&two), 64, &mut scratch).unwrap();
+        assert_eq!(
+            fanout_expr::json::to_string(&v),
+            format!("[[{l},{t}],[null,0.00010]]"),
+        );
+        // The answer's JSON text (large answers) writes the same digits.
+        let mut json = Vec::new();
+        write_value(&Type::NUMERIC_ARRAY, Some(&one), &mut json).unwrap();
+        assert_eq!(String::from_utf8(json).unwrap(), format!("[{l},1.50,null]"));
     }
 }

@@ -338,6 +338,108 @@ routes:
     let text = post(&url("/by-row"), r#"{"row": [1, 2, 3, "x"]}"#).await;
     assert_eq!(text.status, 400, "{}", text.text());
     assert!(text.text().contains("input[3]"), "{}", text.text());
+    // A number where the row is expected: what was given and what was expected (it said "a
+    // number out of range").
+    let number = post(&url("/by-row"), r#"{"row": 5}"#).await;
+    assert_eq!(number.status, 400, "{}", number.text());
+    assert_eq!(number.code(), "bad_model_input");
+    assert!(
+        number
+            .text()
+            .contains("input is a number, not an array of 4 numbers"),
+        "{}",
+        number.text()
+    );
+    // A feature out of a 32-bit float's range is that.
+    let big = post(&url("/by-row"), r#"{"row": [1, 2, 3, 1e39]}"#).await;
+    assert_eq!(big.status, 400, "{}", big.text());
+    assert!(
+        big.text().contains("input[3] is a number out of range"),
+        "{}",
+        big.text()
+    );
+}
+
+/// A binary LinearSVC (one score column in its export) answers that one score, keyed by the
+/// second class, as onnxruntime does (it answered two: `[-s, s]`); and an MLP given features
+/// among the largest floats answers onnxruntime's labels and probabilities (it answered `null`
+/// where products overflowed): testdata/extremes.ref.json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_svc_answers_one_score_and_huge_features_answer_like_onnxruntime() {
+    let dir = TempDir::new("models-svc-extremes");
+    copy_model("svc_bin", dir.path(), "svc");
+    copy_model("mlp_bin", dir.path(), "mlp");
+    let yaml = r#"
+models: { dir: "${MODELS_DIR}" }
+routes:
+  - path: /svc
+    method: POST
+    flow:
+      s: { model: { name: svc, input: '$request.body.row' } }
+    respond: { body: '$s' }
+  - path: /mlp
+    method: POST
+    flow:
+      s: { for_each: '$request.body.rows', model: { name: mlp, input: '$item' } }
+    respond: { body: '$s' }
+"#;
+    let s = no_stubs().await;
+    let gw = gateway_with(
+        yaml,
+        &s,
+        &[("MODELS_DIR", dir.path().display().to_string())],
+    )
+    .await;
+    let svc = reference("svc_bin");
+    for r in [0, 2, 3] {
+        let a = post(
+            &format!("http://{}/svc", gw.addr),
+            &json!({ "row": svc["inputs"][r] }).to_string(),
+        )
+        .await;
+        assert_eq!(a.status, 200, "{}", a.text());
+        let v = a.json();
+        assert_eq!(v["label"], svc["labels"][r], "row {r}: {v}");
+        let p = v["probabilities"].as_object().unwrap();
+        assert_eq!(p.len(), 1, "row {r}: one score, as onnxruntime: {v}");
+        let (have, want) = (
+            p["1"].as_f64().unwrap(),
+            svc["probabilities"][r][0].as_f64().unwrap(),
+        );
+        assert!(
+            (have - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "row {r}: {v}"
+        );
+    }
+    let extremes: Value =
+        serde_json::from_slice(&std::fs::read(testdata("extremes.ref.json")).unwrap()).unwrap();
+    let mlp = &extremes["models"]["mlp_bin"];
+    let a = post(
+        &format!("http://{}/mlp", gw.addr),
+        &json!({ "rows": mlp["inputs"] }).to_string(),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    let got = a.json();
+    for (r, g) in got.as_array().unwrap().iter().enumerate() {
+        assert_eq!(g["label"], mlp["labels"][r], "row {r}: {g}");
+        for (c, want) in mlp["probabilities"][r]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            let have = &g["probabilities"][c.to_string()];
+            match want.as_f64() {
+                Some(w) => assert!(
+                    have.as_f64().is_some_and(|h| (h - w).abs() <= 1e-5),
+                    "row {r} class {c}: {g} vs {want}"
+                ),
+                // NaN and the infinities are `null` in a step's value.
+                None => assert!(have.is_null(), "row {r} class {c}: {g} vs {want}"),
+            }
+        }
+    }
 }
 
 /// The antispam example's `/check-batch`: one row per message of the request, through

@@ -226,6 +226,16 @@ routes:
       n:
         sql: { backend: db, mode: one, query: "SELECT '-1e-1000'::numeric AS tiny, 0.1::real AS r" }
     respond: { body: '{negative: ($n.tiny < 0), r: ($n.r + 0)}' }
+  - path: /arrays
+    flow:
+      n:
+        sql:
+          backend: db
+          mode: one
+          query: >-
+            SELECT ARRAY['1e1000', '1.50']::numeric[] AS one,
+                   ARRAY[['-1e-1000', NULL], ['NaN', '2']]::numeric[] AS two
+    respond: { body: '$n' }
 "#;
     let gw = start_with(yaml, &pg.url()).await;
     let r = get(&format!("http://{}/numbers", gw.addr)).await;
@@ -248,4 +258,13 @@ routes:
     let r = get(&format!("http://{}/sum", gw.addr)).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.text(), r#"{"negative":true,"r":0.1}"#);
+    // In arrays too, of any dimension (a long one was `null`: `[null,1.50]`).
+    let r = get(&format!("http://{}/arrays", gw.addr)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let want = format!(
+        r#"{{"one":[1{},1.50],"two":[[-0.{}1,null],["NaN",2]]}}"#,
+        "0".repeat(1000),
+        "0".repeat(999),
+    );
+    assert_eq!(r.text(), want);
 }

@@ -158,7 +158,7 @@ impl ModelStep {
                                 name,
                                 *from_request,
                                 item,
-                                format!("features[{i}] is {}, not a number", what(&v)),
+                                format!("features[{i}] is {}, not a number", not_a_feature(&v)),
                             )));
                         }
                     }
@@ -201,7 +201,7 @@ impl ModelStep {
                                 name,
                                 *from_request,
                                 item,
-                                format!("input[{i}] is {}, not a number", what(x)),
+                                format!("input[{i}] is {}, not a number", not_a_feature(x)),
                             )));
                         }
                     }
@@ -285,14 +285,24 @@ fn number(v: &Val) -> Option<f32> {
     }
 }
 
+/// What a value is, for messages: `input is a number, not an array of 4 numbers`.
 fn what(v: &Val) -> &'static str {
     match v {
         Val::Null => "null",
         Val::Bool(_) => "a boolean",
-        Val::Num(_) => "a number out of range",
+        Val::Num(_) => "a number",
         Val::TStr(_) | Val::BStr(_) => "a string",
         Val::Arr(_) => "an array",
         Val::Obj(_) => "an object",
+    }
+}
+
+/// What a value that is not a feature's number ([`number`]) is: a number is one out of a 32-bit
+/// float's range.
+fn not_a_feature(v: &Val) -> &'static str {
+    match v {
+        Val::Num(_) => "a number out of range",
+        v => what(v),
     }
 }
 
