@@ -752,7 +752,10 @@ fn an_invalid_expect_or_override_status_is_bad_input_with_its_position() {
     assert!((col..col + 7).contains(&at), "{jq}");
     let status = format!("{file}:{}: invalid status 0", line_col(cases, "0 }"));
     assert!(out.contains(&status), "missing {status:?} in:\n{out}");
-    assert!(out.contains("a status is a number from 100 to 999"), "{out}");
+    assert!(
+        out.contains("a status is a number from 100 to 999"),
+        "{out}"
+    );
     assert!(!out.contains("✗"), "no case ran: {out}");
 }
 
@@ -802,7 +805,8 @@ print(repr(root.find("testsuite/testcase").get("name")))
 fn a_directory_of_suites_runs_each_of_them() {
     let d = TempDir::new("ftest-dirs");
     let passing = "cases:\n  - name: ok\n    request: { path: \"/items?q=a\" }\n    status: 200\n";
-    let failing = "cases:\n  - name: wrong\n    request: { path: \"/items?q=a\" }\n    status: 201\n";
+    let failing =
+        "cases:\n  - name: wrong\n    request: { path: \"/items?q=a\" }\n    status: 201\n";
     for (sub, cases) in [("one", passing), ("two", failing)] {
         d.write(format!("{sub}/fanout.yaml"), CONFIG);
         d.write(format!("{sub}/stubs.yaml"), STUBS);
@@ -815,9 +819,18 @@ fn a_directory_of_suites_runs_each_of_them() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     let one = d.join("one/cases.yaml").display().to_string();
     let two = d.join("two/cases.yaml").display().to_string();
-    assert!(out.contains(&format!("{one}: 1 cases, 1 passed, 0 failed")), "{out}");
-    assert!(out.contains(&format!("{two}: 1 cases, 0 passed, 1 failed")), "{out}");
-    assert!(out.contains("2 suites: 2 cases, 1 passed, 1 failed"), "{out}");
+    assert!(
+        out.contains(&format!("{one}: 1 cases, 1 passed, 0 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{two}: 1 cases, 0 passed, 1 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains("2 suites: 2 cases, 1 passed, 1 failed"),
+        "{out}"
+    );
     assert!(!out.contains("notes"), "{out}");
     let xml = std::fs::read_to_string(&junit).expect("junit written");
     assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
@@ -826,14 +839,26 @@ fn a_directory_of_suites_runs_each_of_them() {
     // a suite that cannot run: the others still run, and the exit status is 2
     d.write("three/fanout.yaml", CONFIG);
     d.write("three/stubs.yaml", STUBS);
-    d.write("three/cases.yaml", "cases:\n  - name: typo\n    respnse: {}\n");
+    d.write(
+        "three/cases.yaml",
+        "cases:\n  - name: typo\n    respnse: {}\n",
+    );
     let o = fanout_test(&d, &[]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(2), "{out}");
     let three = d.join("three/cases.yaml").display().to_string();
-    assert!(out.contains(&format!("{three}:3:5: unknown field `respnse`")), "{out}");
-    assert!(out.contains(&format!("{one}: 1 cases, 1 passed, 0 failed")), "{out}");
-    assert!(out.contains(&format!("{two}: 1 cases, 0 passed, 1 failed")), "{out}");
+    assert!(
+        out.contains(&format!("{three}:3:5: unknown field `respnse`")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{one}: 1 cases, 1 passed, 0 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{two}: 1 cases, 0 passed, 1 failed")),
+        "{out}"
+    );
     assert!(
         out.contains("3 suites: 2 cases, 1 passed, 1 failed; 1 suite could not run"),
         "{out}"
