@@ -35,9 +35,21 @@ pub fn human(report: &Report) -> String {
     out
 }
 
-/// `text` escaped for XML attribute values and text; characters XML 1.0 cannot hold are
-/// replaced by U+FFFD.
+/// `text` escaped for XML element text; characters XML 1.0 cannot hold are replaced by U+FFFD.
+/// Tab and newline stay as they are (text keeps them); a carriage return is written `&#13;`
+/// (a reader would turn a raw one, or CR LF, into a newline).
 pub fn xml_escape(text: &str) -> String {
+    escape(text, false)
+}
+
+/// `text` escaped for an XML attribute value: as [`xml_escape`], and tab, newline and carriage
+/// return written `&#9;`, `&#10;`, `&#13;` (a reader normalizes raw ones in an attribute to
+/// spaces).
+pub fn xml_attr(text: &str) -> String {
+    escape(text, true)
+}
+
+fn escape(text: &str, attribute: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -46,7 +58,10 @@ pub fn xml_escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
+            '\r' => out.push_str("&#13;"),
+            '\t' if attribute => out.push_str("&#9;"),
+            '\n' if attribute => out.push_str("&#10;"),
+            '\t' | '\n' => out.push(c),
             c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
             c => out.push(c),
         }
@@ -78,7 +93,7 @@ pub fn junit(reports: &[&Report]) -> String {
         let _ = writeln!(
             out,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{f}\" errors=\"0\" skipped=\"0\" time=\"{}\">",
-            xml_escape(&r.file),
+            xml_attr(&r.file),
             r.results.len(),
             secs(r.elapsed)
         );
@@ -101,8 +116,8 @@ pub fn junit_error(file: &str, message: &str) -> String {
          <testsuite name=\"{f}\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0\">\n    \
          <testcase name=\"load and start\" classname=\"{f}\" file=\"{f}\" time=\"0\">\n      \
          <error message=\"{m}\" type=\"setup\">{all}</error>\n    </testcase>\n  </testsuite>\n</testsuites>\n",
-        f = xml_escape(file),
-        m = xml_escape(first),
+        f = xml_attr(file),
+        m = xml_attr(first),
         all = xml_escape(message)
     )
 }
@@ -111,9 +126,9 @@ fn testcase(out: &mut String, c: &CaseResult) {
     let _ = write!(
         out,
         "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\" line=\"{}\" time=\"{}\"",
-        xml_escape(&c.name),
-        xml_escape(&c.file),
-        xml_escape(&c.file),
+        xml_attr(&c.name),
+        xml_attr(&c.file),
+        xml_attr(&c.file),
         c.line,
         secs(c.elapsed)
     );
@@ -130,7 +145,7 @@ fn testcase(out: &mut String, c: &CaseResult) {
     let _ = writeln!(
         out,
         "      <failure message=\"{}\" type=\"assertion\">{}:{}\n{}</failure>",
-        xml_escape(first),
+        xml_attr(first),
         xml_escape(&c.file),
         c.line,
         xml_escape(&c.failures.join("\n"))
