@@ -331,7 +331,7 @@ fn apply_overrides(
                     .latency_ms
                     .map(|ms| LatencyConfig::Fixed(Dur(Duration::from_millis(ms)))),
                 faults: fault.map(|f| vec![f]),
-                status: o.status,
+                status: o.status.as_ref().map(|s| s.value),
                 ..Default::default()
             };
             stubs
@@ -523,6 +523,7 @@ fn check(
         }
     }
     for pred in &c.expect {
+        let pred = &pred.value;
         if let Err(e) = predicate(pred, actual.as_ref(), status, headers) {
             fails.push(format!("expect `{pred}`: {e}"));
         }
@@ -608,7 +609,7 @@ fn predicate(
     headers: &http::HeaderMap,
 ) -> Result<(), String> {
     let expr =
-        fanout_expr::Expr::compile(src, &["status", "headers"]).map_err(|e| e.to_string())?;
+        fanout_expr::Expr::compile(src, super::cases::PREDICATE_VARS).map_err(|e| e.to_string())?;
     let input = body.map_or(fanout_expr::Val::Null, fanout_expr::json::from_serde);
     let hs: serde_json::Map<String, serde_json::Value> = headers
         .iter()
