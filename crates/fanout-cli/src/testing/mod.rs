@@ -13,7 +13,7 @@ pub mod update;
 pub use cases::{Case, Cases, schema};
 pub use run::{CaseResult, Report, RunOptions, Suite, TestError, run};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The arguments of `fanout test`.
@@ -101,35 +101,8 @@ pub enum Outcome {
 
 /// `fanout test`: run, print the report to stdout, write `--junit`, apply `--update`.
 pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
-    let mut suite = Suite::beside(&args.target);
-    if let Some(s) = args.stubs {
-        suite.stubs = Some(s);
-    }
-    if let Some(c) = args.cases {
-        suite.cases = c;
-    }
-    if let Some(s) = args.schema_sql {
-        suite.schema_sql = Some(s);
-    }
-    if let Some(u) = args.database_url {
-        suite.vars.push(("DATABASE_URL".into(), u));
-    }
-    if let Some(t) = args.timeout {
-        suite.request_timeout = t;
-    }
-    suite.max_recorded_calls = args.max_recorded_calls;
-    let logs = capture_logs();
-    let lines = |needle: &str| logs.lines_with(needle);
-    let report = match run(
-        &suite,
-        RunOptions {
-            filter: &args.filter,
-            logs: Some(&lines),
-            coverage: args.coverage || args.coverage_json.is_some(),
-        },
-    )
-    .await
-    {
+    let suite = suite_of(&args, &args.target);
+    let report = match run_suite(&args, &suite).await {
         Ok(r) => r,
         Err(e) => {
             // CI still gets a report: the suite as one error
@@ -142,17 +115,12 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
             return Err(e.into());
         }
     };
-    say(&report::human(&report));
-    if let Some(c) = &report.coverage {
-        if args.coverage {
-            say(&coverage::human(c));
-        }
-        if let Some(path) = &args.coverage_json {
-            let text = serde_json::to_string_pretty(&coverage::json(c))?;
-            tokio::fs::write(path, text + "\n")
-                .await
-                .map_err(|e| anyhow::anyhow!("--coverage-json {}: {e}", path.display()))?;
-        }
+    show(&args, &report);
+    if let (Some(path), Some(c)) = (&args.coverage_json, &report.coverage) {
+        let text = serde_json::to_string_pretty(&coverage::json(c))?;
+        tokio::fs::write(path, text + "\n")
+            .await
+            .map_err(|e| anyhow::anyhow!("--coverage-json {}: {e}", path.display()))?;
     }
     if let Some(path) = &args.junit {
         tokio::fs::write(path, report::junit(&[&report]))
@@ -160,37 +128,101 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
             .map_err(|e| anyhow::anyhow!("--junit {}: {e}", path.display()))?;
     }
     if args.update {
-        let edits: Vec<(u32, serde_json::Value)> = report
-            .results
-            .iter()
-            .filter(|r| r.response_differs)
-            .filter_map(|r| Some((r.response_line?, r.actual.clone()?)))
-            .collect();
-        if !edits.is_empty() {
-            let text = tokio::fs::read_to_string(&suite.cases)
-                .await
-                .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
-            let new = update::rewrite(&text, &edits)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
-            // the rewritten file must still parse before it replaces the old one
-            Cases::parse(&suite.cases.display().to_string(), &new).map_err(|e| {
-                anyhow::anyhow!("--update would break the file, left as it was:\n{e}")
-            })?;
-            tokio::fs::write(&suite.cases, new)
-                .await
-                .map_err(|e| anyhow::anyhow!("{}: {e}", suite.cases.display()))?;
-            say(&format!(
-                "updated {} expected answer(s) in {}\n",
-                edits.len(),
-                suite.cases.display()
-            ));
-        }
+        update_answers(&suite, &report).await?;
     }
     Ok(if report.passed() {
         Outcome::Passed
     } else {
         Outcome::Failed
     })
+}
+
+/// The suite of one target, with the command line's files and settings.
+fn suite_of(args: &TestArgs, target: &Path) -> Suite {
+    let mut suite = Suite::beside(target);
+    if let Some(s) = &args.stubs {
+        suite.stubs = Some(s.clone());
+    }
+    if let Some(c) = &args.cases {
+        suite.cases = c.clone();
+    }
+    if let Some(s) = &args.schema_sql {
+        suite.schema_sql = Some(s.clone());
+    }
+    if let Some(u) = &args.database_url {
+        suite.vars.push(("DATABASE_URL".into(), u.clone()));
+    }
+    if let Some(t) = args.timeout {
+        suite.request_timeout = t;
+    }
+    suite.max_recorded_calls = args.max_recorded_calls;
+    suite
+}
+
+async fn run_suite(args: &TestArgs, suite: &Suite) -> Result<Report, TestError> {
+    let logs = capture_logs();
+    let lines = |needle: &str| logs.lines_with(needle);
+    run(
+        suite,
+        RunOptions {
+            filter: &args.filter,
+            logs: Some(&lines),
+            coverage: args.coverage || args.coverage_json.is_some(),
+        },
+    )
+    .await
+}
+
+/// Print a suite's report (and its coverage with `--coverage`).
+fn show(args: &TestArgs, report: &Report) {
+    say(&report::human(report));
+    if let (true, Some(c)) = (args.coverage, &report.coverage) {
+        say(&coverage::human(c));
+    }
+}
+
+/// `--update`: rewrite the `response:` of each case whose answer differed, where it can be
+/// placed; say which were updated and which were not, and why.
+async fn update_answers(suite: &Suite, report: &Report) -> anyhow::Result<()> {
+    let file = suite.cases.display().to_string();
+    let mut edits: Vec<(usize, serde_json::Value)> = Vec::new();
+    let mut refused: Vec<(usize, String)> = Vec::new();
+    for r in report.results.iter().filter(|r| r.response_differs) {
+        match &r.actual {
+            Some(a) => edits.push((r.index, a.clone())),
+            None => refused.push((r.index, "the answer is not JSON".into())),
+        }
+    }
+    let mut updated = 0;
+    if !edits.is_empty() {
+        let text = tokio::fs::read_to_string(&suite.cases)
+            .await
+            .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        let done = update::rewrite(&text, &edits).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        refused.extend(done.refused);
+        if !done.updated.is_empty() {
+            // the rewritten file must still parse before it replaces the old one
+            Cases::parse(&file, &done.text).map_err(|e| {
+                anyhow::anyhow!("--update would break the file, left as it was:\n{e}")
+            })?;
+            tokio::fs::write(&suite.cases, &done.text)
+                .await
+                .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+            updated = done.updated.len();
+        }
+    }
+    refused.sort_by_key(|(i, _)| *i);
+    for (i, why) in refused {
+        let case = report.results.iter().find(|r| r.index == i);
+        let (name, line) = case.map_or((String::new(), 0), |c| (c.name.clone(), c.line));
+        say(&format!(
+            "not updated: case {name:?} ({file}:{line}): {why}\n"
+        ));
+    }
+    if updated > 0 {
+        say(&format!("updated {updated} expected answer(s) in {file}\n"));
+    }
+    Ok(())
 }
 
 /// Write to stdout, ignoring a closed pipe (`fanout test … | head`).
