@@ -99,8 +99,12 @@ pub enum Outcome {
     Failed,
 }
 
-/// `fanout test`: run, print the report to stdout, write `--junit`, apply `--update`.
+/// `fanout test`: run, print the report to stdout, write `--junit`, apply `--update`. A target
+/// directory without `fanout.yaml` whose subdirectories have one runs each of them.
 pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
+    if let Some(dirs) = suite_dirs(&args.target)? {
+        return cli_dirs(&args, &dirs).await;
+    }
     let suite = suite_of(&args, &args.target);
     let report = match run_suite(&args, &suite).await {
         Ok(r) => r,
@@ -135,6 +139,30 @@ pub async fn cli(args: TestArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Failed
     })
+}
+
+/// The suites of a directory of suites (`examples/`): when `target` is a directory without
+/// `fanout.yaml`, the subdirectories right under it that have one, in name order (`None`: the
+/// target is one suite). An error when there is none.
+fn suite_dirs(target: &Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
+    if !target.is_dir() || target.join("fanout.yaml").exists() {
+        return Ok(None);
+    }
+    let entries =
+        std::fs::read_dir(target).map_err(|e| anyhow::anyhow!("{}: {e}", target.display()))?;
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && p.join("fanout.yaml").is_file())
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        anyhow::bail!(
+            "{}: no fanout.yaml in it, nor in any directory right under it; pass a directory \
+             holding fanout.yaml (with cases.yaml beside it), or a config file",
+            target.display()
+        );
+    }
+    Ok(Some(dirs))
 }
 
 /// The suite of one target, with the command line's files and settings.
@@ -181,6 +209,103 @@ fn show(args: &TestArgs, report: &Report) {
     }
 }
 
+/// `fanout test DIR` for a directory of suites: each suite in turn, its report and summary, then
+/// a total; a suite that cannot run is reported and the others still run.
+async fn cli_dirs(args: &TestArgs, dirs: &[PathBuf]) -> anyhow::Result<Outcome> {
+    let one_suite_only = [
+        ("--stubs", args.stubs.is_some()),
+        ("--cases", args.cases.is_some()),
+        ("--schema-sql", args.schema_sql.is_some()),
+        ("--database-url", args.database_url.is_some()),
+        ("--coverage-json", args.coverage_json.is_some()),
+    ];
+    if let Some((flag, _)) = one_suite_only.iter().find(|(_, given)| *given) {
+        anyhow::bail!(
+            "{flag} is for one suite, and {} holds {} suites (directories with a fanout.yaml); \
+             pass one of them",
+            args.target.display(),
+            dirs.len()
+        );
+    }
+    let mut ran: Vec<(Suite, Report)> = Vec::new();
+    let mut broken: Vec<(String, String)> = Vec::new();
+    // in directory order, for JUnit: Ok(index in `ran`) or Err(index in `broken`)
+    let mut order: Vec<Result<usize, usize>> = Vec::new();
+    let mut unmatched = 0;
+    for dir in dirs {
+        let suite = suite_of(args, dir);
+        match run_suite(args, &suite).await {
+            Ok(r) => {
+                show(args, &r);
+                if args.update
+                    && let Err(e) = update_answers(&suite, &r).await
+                {
+                    complain(&format!("{e:#}"));
+                    broken.push((suite.cases.display().to_string(), format!("{e:#}")));
+                }
+                order.push(Ok(ran.len()));
+                ran.push((suite, r));
+            }
+            // a case filter need only match in one of the suites
+            Err(TestError::NoMatch(_)) => unmatched += 1,
+            Err(e) => {
+                complain(&e.to_string());
+                order.push(Err(broken.len()));
+                broken.push((suite.cases.display().to_string(), e.to_string()));
+            }
+        }
+    }
+    if unmatched == dirs.len() {
+        return Err(TestError::NoMatch(args.filter.clone()).into());
+    }
+    let cases: usize = ran.iter().map(|(_, r)| r.results.len()).sum();
+    let failed: usize = ran
+        .iter()
+        .map(|(_, r)| r.results.iter().filter(|c| !c.passed()).count())
+        .sum();
+    let mut total = format!(
+        "{} suites: {cases} cases, {} passed, {failed} failed",
+        dirs.len() - unmatched,
+        cases - failed
+    );
+    if !broken.is_empty() {
+        let files: Vec<&str> = broken.iter().map(|(f, _)| f.as_str()).collect();
+        total.push_str(&format!(
+            "; {} {} could not run: {}",
+            broken.len(),
+            if broken.len() == 1 { "suite" } else { "suites" },
+            files.join(", ")
+        ));
+    }
+    say(&format!("{total}\n"));
+    if let Some(path) = &args.junit {
+        let suites: Vec<report::JunitSuite<'_>> = order
+            .iter()
+            .filter_map(|o| match o {
+                Ok(i) => ran.get(*i).map(|(_, r)| report::JunitSuite::Ran(r)),
+                Err(i) => broken
+                    .get(*i)
+                    .map(|(file, message)| report::JunitSuite::Error { file, message }),
+            })
+            .collect();
+        tokio::fs::write(path, report::junit_suites(&suites))
+            .await
+            .map_err(|e| anyhow::anyhow!("--junit {}: {e}", path.display()))?;
+    }
+    if !broken.is_empty() {
+        anyhow::bail!(
+            "{} of {} suites could not run",
+            broken.len(),
+            dirs.len() - unmatched
+        );
+    }
+    Ok(if failed == 0 {
+        Outcome::Passed
+    } else {
+        Outcome::Failed
+    })
+}
+
 /// `--update`: rewrite the `response:` of each case whose answer differed, where it can be
 /// placed; say which were updated and which were not, and why.
 async fn update_answers(suite: &Suite, report: &Report) -> anyhow::Result<()> {
@@ -223,6 +348,12 @@ async fn update_answers(suite: &Suite, report: &Report) -> anyhow::Result<()> {
         say(&format!("updated {updated} expected answer(s) in {file}\n"));
     }
     Ok(())
+}
+
+/// Write a line to stderr, ignoring a closed one.
+fn complain(text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// Write to stdout, ignoring a closed pipe (`fanout test … | head`).
