@@ -9,7 +9,9 @@
 //! When `fanout-lab` is not next to this binary (`cargo build -p fanout` builds only the
 //! gateway) and the workspace this binary was built from is still there, it is built first with
 //! `cargo build [--release] -p fanout-lab`, in the profile of this binary, into its target
-//! directory; otherwise the launcher fails naming the command that builds it.
+//! directory; otherwise the launcher fails naming the command that builds it. Asked for help
+//! (`--help`, `-h`) without `fanout-lab` next to it, it builds nothing: it prints the usage and
+//! the command that builds the lab, whose own help lists the scenarios.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -200,11 +202,20 @@ pub fn launch(args: Vec<OsString>, log_format: Option<&str>) -> ExitCode {
     let env_target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
-    let lab = match plan(
+    let plan = plan(
         &fanout,
         compiled_workspace().as_deref(),
         env_target_dir.as_deref(),
-    ) {
+    );
+    // help must not wait minutes for a build
+    if asks_for_help(&args) && !matches!(plan, LabPlan::Use(_)) {
+        use std::io::Write as _;
+        let _ = std::io::stdout()
+            .lock()
+            .write_all(help_without_lab(&fanout, &plan).as_bytes());
+        return ExitCode::SUCCESS;
+    }
+    let lab = match plan {
         LabPlan::Use(p) => p,
         LabPlan::Build(b) => match build(&b) {
             Ok(p) => p,
@@ -226,6 +237,34 @@ pub fn launch(args: Vec<OsString>, log_format: Option<&str>) -> ExitCode {
         .env(FANOUT_BIN_ENV, &fanout)
         .env(COMMAND_ENV, std::env::args().collect::<Vec<_>>().join(" "));
     run(cmd, &lab)
+}
+
+/// Whether the lab's arguments ask for help (`--help` or `-h` before any `--`).
+pub fn asks_for_help(args: &[OsString]) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--help" || a == "-h")
+}
+
+/// What `fanout lab --help` prints when the lab is not next to `fanout`: the usage, and how to
+/// get the lab (whose help lists the scenarios and options) — without building it.
+pub fn help_without_lab(fanout: &Path, plan: &LabPlan) -> String {
+    let how = match plan {
+        LabPlan::Use(p) => format!("Its help: {} --help\n", p.display()),
+        LabPlan::Build(b) => format!(
+            "`fanout lab SCENARIO …` builds it first (minutes, once) with\n\n  {}\n\nRun that \
+             command, then `fanout lab --help` again for the scenarios and every option.\n",
+            b.command_line()
+        ),
+        LabPlan::Error(e) => format!("{e}.\n"),
+    };
+    format!(
+        "Run a lab scenario against one or more targets and write report.html / report.json.\n\n\
+         Usage: fanout lab [OPTIONS] <SCENARIO>\n\n\
+         The scenarios and options are the lab's: the {LAB_PACKAGE} executable, which is not \
+         next to this fanout ({}).\n{how}",
+        fanout.display()
+    )
 }
 
 #[cfg(unix)]

@@ -2026,7 +2026,7 @@ fn fanout_lab_builds_a_missing_lab_with_cargo() {
     let exe = dir.join("fanout");
     link_or_copy(fanout, &exe);
     let o = Command::new(&exe)
-        .args(["lab", "--help"])
+        .args(["lab", "hop", "--quick"])
         .env("CARGO", "false")
         .output()
         .expect("run fanout lab");
@@ -2045,4 +2045,51 @@ fn fanout_lab_builds_a_missing_lab_with_cargo() {
         stderr.contains("building the lab failed") && stderr.contains("by hand"),
         "{stderr}"
     );
+}
+
+/// `fanout lab --help` (and `-h`, after a scenario too) prints at once even when `fanout-lab` is
+/// not next to `fanout`: it builds nothing (`$CARGO` is `false` here: a build would fail), and
+/// says how the lab's own help (the scenarios) is had.
+#[test]
+fn fanout_lab_help_builds_nothing() {
+    let fanout = Path::new(env!("CARGO_BIN_EXE_fanout"));
+    let Some(target_dir) = fanout
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+    else {
+        panic!("{} is not in a cargo target directory", fanout.display());
+    };
+    let dir = target_dir.join(format!("lab-help-exe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
+    let exe = dir.join("fanout");
+    link_or_copy(fanout, &exe);
+    let runs: Vec<_> = [
+        &["lab", "--help"][..],
+        &["lab", "-h"],
+        &["lab", "hop", "--help"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let o = Command::new(&exe)
+            .args(args)
+            .env("CARGO", "false")
+            .output()
+            .expect("run fanout lab");
+        (args, o)
+    })
+    .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    for (args, o) in runs {
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        assert!(!stderr.contains("building the lab"), "{args:?}: {stderr}");
+        assert!(
+            stdout.contains("Usage: fanout lab [OPTIONS] <SCENARIO>")
+                && stdout.contains("cargo build -p fanout-lab"),
+            "{args:?}: {stdout}"
+        );
+    }
 }

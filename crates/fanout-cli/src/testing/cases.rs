@@ -2,7 +2,7 @@
 //! simulated backend must have received. `fanout schema --cases` prints its JSON Schema; the
 //! user guide is `docs/testing.md`.
 
-use fanout_config::{ConfigErrors, Located};
+use fanout_config::{ConfigError, ConfigErrors, Located};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -21,14 +21,61 @@ impl Cases {
     pub fn parse(file: &str, text: &str) -> Result<Cases, ConfigErrors> {
         // no variables in a cases file: `${…}` reaches the case as written
         let escaped = text.replace("${", "$${");
-        fanout_config::from_yaml_all(file, &escaped, &|_| None).map_err(|mut errs| {
-            for e in &mut errs.0 {
-                if let Some(h) = &mut e.hint {
-                    *h = h.replace("`fanout schema`", "`fanout schema --cases`");
+        let cases: Cases =
+            fanout_config::from_yaml_all(file, &escaped, &|_| None).map_err(|mut errs| {
+                for e in &mut errs.0 {
+                    if let Some(h) = &mut e.hint {
+                        *h = h.replace("`fanout schema`", "`fanout schema --cases`");
+                    }
+                }
+                errs
+            })?;
+        let errs = cases.check(text);
+        if errs.is_empty() {
+            Ok(cases)
+        } else {
+            Err(ConfigErrors(
+                errs.into_iter().map(|e| e.in_file(file)).collect(),
+            ))
+        }
+    }
+
+    /// What the types do not say: every `expect` compiles as jq, every `backends:` status is
+    /// an HTTP status. A mistake here is a mistake in the file (exit 2), not a failing case.
+    fn check(&self, text: &str) -> Vec<ConfigError> {
+        let mut errs = Vec::new();
+        for case in &self.cases {
+            for pred in &case.value.expect {
+                if let Err(e) = fanout_expr::Expr::compile(&pred.value, PREDICATE_VARS) {
+                    let pos = fanout_config::pos_in_scalar(text, pred.pos, &pred.value, e.offset);
+                    let hint = e.hint.unwrap_or_else(|| {
+                        "`expect` entries are jq predicates over the answer (docs/testing.md#the-cases-file): check brackets, quotes and `|`".into()
+                    });
+                    errs.push(
+                        ConfigError::at(
+                            pos,
+                            format!(
+                                "expect `{}`: {}",
+                                super::diff::clip(&pred.value, 80),
+                                e.message
+                            ),
+                        )
+                        .hint(hint),
+                    );
                 }
             }
-            errs
-        })
+            for o in case.value.backends.values() {
+                if let Some(s) = &o.status
+                    && http::StatusCode::from_u16(s.value).is_err()
+                {
+                    errs.push(
+                        ConfigError::at(s.pos, format!("invalid status {}", s.value))
+                            .hint("a status is a number from 100 to 999"),
+                    );
+                }
+            }
+        }
+        errs
     }
 
     /// Read and [`Cases::parse`] a file.
@@ -45,6 +92,9 @@ impl Cases {
         Cases::parse(path, &text)
     }
 }
+
+/// The variables of an `expect` predicate besides the answer (`.`).
+pub(crate) const PREDICATE_VARS: &[&str] = &["status", "headers"];
 
 /// The JSON Schema of the cases file (`fanout schema --cases`).
 pub fn schema() -> serde_json::Value {
@@ -74,7 +124,8 @@ pub struct Case {
     /// jq predicates that must each give `true`, over the answer's JSON body (`.`), with
     /// `$status` (a number) and `$headers` (an object of lower-case names to values).
     #[serde(default)]
-    pub expect: Vec<String>,
+    #[schemars(extend("default" = []))]
+    pub expect: Vec<Located<String>>,
     /// The answer must be complete within this many milliseconds of the request being sent
     /// (wall time, including the simulated backends' latencies).
     pub max_latency_ms: Option<u64>,
@@ -145,13 +196,38 @@ impl Case {
 }
 
 /// What a backend must have received: a count, or a count with counts per route.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+// Read by hand rather than as an untagged enum, so that a mistake inside the detailed form (an
+// unknown field) is reported as itself, at its place, not as "no variant matched".
+#[derive(Debug, Clone, JsonSchema)]
 #[serde(untagged)]
 pub enum BackendCalls {
     /// Requests the service received, all routes together.
     Count(u64),
     /// A count, and per route.
     Detailed(DetailedCalls),
+}
+
+impl<'de> Deserialize<'de> for BackendCalls {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<BackendCalls, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = BackendCalls;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a count of calls, or {count, routes, calls}")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<BackendCalls, E> {
+                Ok(BackendCalls::Count(n))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<BackendCalls, A::Error> {
+                DetailedCalls::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(BackendCalls::Detailed)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// The detailed form of [`BackendCalls`].
@@ -196,8 +272,8 @@ pub struct ExpectedCall {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackendOverride {
-    /// Answer this status instead.
-    pub status: Option<u16>,
+    /// Answer this status instead (100 to 999).
+    pub status: Option<Located<u16>>,
     /// Answer this JSON body instead (sent as it is; the route's body expression is not run).
     pub body: Option<serde_json::Value>,
     /// Answer after this many milliseconds instead of the route's latency.

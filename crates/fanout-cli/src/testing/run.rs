@@ -98,7 +98,9 @@ pub struct CaseResult {
     pub elapsed: Duration,
     /// The actual answer, when it was JSON.
     pub actual: Option<serde_json::Value>,
-    /// The line of the case's `response:` value, when it has one (for `--update`).
+    /// The case's place in the file's `cases:` list, from 0 (for `--update`).
+    pub index: usize,
+    /// The line of the case's `response:` value, when it has one.
     pub response_line: Option<u32>,
     /// Whether the `response:` (exact answer) check failed.
     pub response_differs: bool,
@@ -157,10 +159,11 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
             .await?
             .map_err(TestError::Load)?
     };
-    let selected: Vec<&fanout_config::Located<Case>> = cases
+    let selected: Vec<(usize, &fanout_config::Located<Case>)> = cases
         .cases
         .iter()
-        .filter(|c| {
+        .enumerate()
+        .filter(|(_, c)| {
             opts.filter.is_empty()
                 || opts
                     .filter
@@ -196,7 +199,7 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         }
         None => None,
     };
-    let wants_calls = selected.iter().any(|c| {
+    let wants_calls = selected.iter().any(|(_, c)| {
         c.value
             .backend_calls
             .values()
@@ -256,8 +259,8 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let mut results = Vec::new();
-    for case in selected {
-        let r = run_case(
+    for (index, case) in selected {
+        let mut r = run_case(
             &client,
             gw.addr,
             stubs.as_ref(),
@@ -267,6 +270,7 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
             opts.logs,
         )
         .await;
+        r.index = index;
         results.push(r);
     }
     // Stopping is best effort: the answers are in.
@@ -331,7 +335,7 @@ fn apply_overrides(
                     .latency_ms
                     .map(|ms| LatencyConfig::Fixed(Dur(Duration::from_millis(ms)))),
                 faults: fault.map(|f| vec![f]),
-                status: o.status,
+                status: o.status.as_ref().map(|s| s.value),
                 ..Default::default()
             };
             stubs
@@ -375,6 +379,7 @@ async fn run_case(
         failures: Vec::new(),
         elapsed: Duration::ZERO,
         actual: None,
+        index: 0,
         response_line: c.response.as_ref().map(|r| r.pos.line),
         response_differs: false,
     };
@@ -523,6 +528,7 @@ fn check(
         }
     }
     for pred in &c.expect {
+        let pred = &pred.value;
         if let Err(e) = predicate(pred, actual.as_ref(), status, headers) {
             fails.push(format!("expect `{pred}`: {e}"));
         }
@@ -608,7 +614,7 @@ fn predicate(
     headers: &http::HeaderMap,
 ) -> Result<(), String> {
     let expr =
-        fanout_expr::Expr::compile(src, &["status", "headers"]).map_err(|e| e.to_string())?;
+        fanout_expr::Expr::compile(src, super::cases::PREDICATE_VARS).map_err(|e| e.to_string())?;
     let input = body.map_or(fanout_expr::Val::Null, fanout_expr::json::from_serde);
     let hs: serde_json::Map<String, serde_json::Value> = headers
         .iter()

@@ -484,3 +484,392 @@ fn coverage_lists_nothing_once_cases_go_through_every_branch() {
         serde_json::json!({"total": 15, "exercised": 15, "missing": []})
     );
 }
+
+/// `--update` finds each case's own `response:` through the YAML's positions, whatever the
+/// style of the case: flow (`- {name: …, response: …}`, on one line or several), block, the key
+/// first, a list at the key's indentation, comments around it; a passing case and a case
+/// without `response:` are left as they are.
+#[test]
+fn update_writes_each_answer_into_its_own_case() {
+    let cases = r#"cases:
+  - name: a block case that passes
+    request: { path: "/items?q=a" }
+    status: 200
+    response:
+      q: a
+      n: 2
+      info: { size: L }
+  - {name: a flow case, request: {path: "/items?q=b"}, status: 200, response: {total: 1}}
+  - name: no response, a wrong status
+    request: { path: "/items?q=c" }
+    status: 201
+  - response: { q: wrong }     # the key first
+    name: response first
+    request: { path: "/items?q=d" }
+    status: 200
+  - name: block with comments
+    request: { path: "/items?q=e" }
+    status: 200
+    response:   # the old answer
+      q: old
+      # a comment inside
+      n: 1
+    # a comment after
+  - {name: flow on two lines, request: {path: "/items?q=f"},
+     status: 200, response: [1,
+       2]}   # after
+  - name: a list at the key's indentation
+    request: { path: "/items?q=g" }
+    status: 200
+    response:
+    - 1
+    - 2
+"#;
+    let d = suite(cases);
+    let o = fanout_test(&d, &["--update"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("updated 5 expected answer(s)"), "{out}");
+    let now = std::fs::read_to_string(d.join("cases.yaml")).unwrap();
+    assert_eq!(
+        now,
+        r#"cases:
+  - name: a block case that passes
+    request: { path: "/items?q=a" }
+    status: 200
+    response:
+      q: a
+      n: 2
+      info: { size: L }
+  - {name: a flow case, request: {path: "/items?q=b"}, status: 200, response: { q: b, "n": 2, info: { size: L } }}
+  - name: no response, a wrong status
+    request: { path: "/items?q=c" }
+    status: 201
+  - response: { q: d, "n": 2, info: { size: L } }
+    name: response first
+    request: { path: "/items?q=d" }
+    status: 200
+  - name: block with comments
+    request: { path: "/items?q=e" }
+    status: 200
+    response: { q: e, "n": 2, info: { size: L } }
+    # a comment after
+  - {name: flow on two lines, request: {path: "/items?q=f"},
+     status: 200, response: { q: f, "n": 2, info: { size: L } }}   # after
+  - name: a list at the key's indentation
+    request: { path: "/items?q=g" }
+    status: 200
+    response: { q: g, "n": 2, info: { size: L } }
+"#,
+        "{out}"
+    );
+    // the answers are now the right ones: only the case without `response:` still fails
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("7 cases, 6 passed, 1 failed"), "{out}");
+    assert!(out.contains("✗ no response, a wrong status"), "{out}");
+}
+
+/// The case of issue 69: a passing block case, then a failing flow case. The answer goes into
+/// the flow case, and the block case above it is left as it is.
+#[test]
+fn update_of_a_flow_case_after_a_block_case_writes_into_the_flow_case() {
+    let cases = r#"cases:
+  - name: a
+    request: { path: "/items?q=a" }
+    status: 200
+    response:
+      q: a
+      n: 2
+      info: { size: L }
+  - {name: b, request: {path: "/items?q=b"}, status: 200, response: {total: 1}}
+"#;
+    let d = suite(cases);
+    let o = fanout_test(&d, &["--update"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("updated 1 expected answer(s)"), "{out}");
+    let now = std::fs::read_to_string(d.join("cases.yaml")).unwrap();
+    assert_eq!(
+        now,
+        cases.replace(
+            "response: {total: 1}}",
+            "response: { q: b, \"n\": 2, info: { size: L } }}"
+        ),
+        "{out}"
+    );
+    let o = fanout_test(&d, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// What `--update` cannot place it refuses, naming the case and why, and leaves as it is: a
+/// `response:` that is an alias, one with an anchor (other places may use it), one that comes
+/// through a merge key. The other cases are still updated.
+#[test]
+fn update_refuses_an_answer_it_cannot_place_and_says_why() {
+    let cases = r#"cases:
+  - name: anchored
+    request: { path: "/items?q=a" }
+    status: 200
+    response: &answer { q: wrong }
+  - name: an alias
+    request: { path: "/items?q=b" }
+    status: 200
+    response: *answer
+  - &base
+    name: base
+    request: { path: "/items?q=c" }
+    status: 200
+    response: { q: c, n: 2, info: { size: L } }
+  - <<: *base
+    name: merged
+    request: { path: "/items?q=d" }
+  - name: fine
+    request: { path: "/items?q=e" }
+    status: 200
+    response: { q: wrong }
+"#;
+    let d = suite(cases);
+    let o = fanout_test(&d, &["--update"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let file = d.join("cases.yaml").display().to_string();
+    assert!(out.contains("updated 1 expected answer(s)"), "{out}");
+    for (name, line, why) in [
+        ("anchored", 2, "has an anchor (&answer)"),
+        ("an alias", 6, "is an alias (*answer)"),
+        ("merged", 15, "comes from a merge key or an alias"),
+    ] {
+        let said = format!("not updated: case \"{name}\" ({file}:{line}): its `response:` {why}");
+        assert!(out.contains(&said), "missing {said:?} in:\n{out}");
+    }
+    let now = std::fs::read_to_string(d.join("cases.yaml")).unwrap();
+    assert_eq!(
+        now,
+        cases.replace(
+            "status: 200\n    response: { q: wrong }\n",
+            "status: 200\n    response: { q: e, \"n\": 2, info: { size: L } }\n"
+        ),
+        "{out}"
+    );
+}
+
+/// Characters YAML cannot hold raw (outside its printable set: U+007F, U+0080…U+009F but U+0085,
+/// U+FFFE) and those that some readers take for line breaks (U+0085, U+2028) are written as
+/// escapes in a double-quoted string, and the file reads back as exactly the answer.
+#[test]
+fn update_escapes_what_yaml_cannot_hold_raw() {
+    let d = suite(
+        r#"cases:
+  - name: odd characters
+    request: { path: "/items?q=%7F%C2%80%C2%85%C2%9F%EF%BF%BE%E2%80%A8%01%09x%22%5C" }
+    status: 200
+    response: { q: old }
+"#,
+    );
+    let o = fanout_test(&d, &["--update"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("updated 1 expected answer(s)"), "{out}");
+    let now = std::fs::read_to_string(d.join("cases.yaml")).unwrap();
+    assert!(
+        now.contains(
+            r#"    response: { q: "\u007f\u0080\u0085\u009f\ufffe\u2028\u0001\tx\"\\", "n": 2, info: { size: L } }"#
+        ),
+        "{now}"
+    );
+    let o = fanout_test(&d, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// A typo inside `backend_calls` (its detailed form, a `calls` entry) is the unknown field with
+/// its line, column and the nearest known name, like any other.
+#[test]
+fn a_typo_inside_backend_calls_is_reported_at_its_place_with_the_nearest_name() {
+    let cases = r#"cases:
+  - name: count misspelt
+    request: { path: /items }
+    status: 200
+    backend_calls: {search: {cuont: 1}}
+  - name: query misspelt
+    request: { path: /items }
+    status: 200
+    backend_calls:
+      search:
+        calls:
+          - path: /search
+            qurey: { q: a }
+"#;
+    let d = suite(cases);
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let file = d.join("cases.yaml").display().to_string();
+    for (field, near) in [("cuont", "count"), ("qurey", "query")] {
+        let at = format!("{file}:{}: unknown field `{field}`", line_col(cases, field));
+        assert!(out.contains(&at), "missing {at:?} in:\n{out}");
+        let hint = format!("did you mean `{near}`?");
+        assert!(out.contains(&hint), "missing {hint:?} in:\n{out}");
+    }
+    assert!(!out.contains("untagged"), "{out}");
+}
+
+/// An `expect` that is not jq and a `backends:` status that is no status are mistakes in the
+/// file, not failing cases: exit 2 with FILE:LINE:COL, before anything runs.
+#[test]
+fn an_invalid_expect_or_override_status_is_bad_input_with_its_position() {
+    let cases = r#"cases:
+  - name: bad jq
+    request: { path: "/items?q=a" }
+    status: 200
+    expect: ['.n == 2', '.n ==']
+  - name: bad status
+    request: { path: "/items?q=a" }
+    backends:
+      details: { status: 0 }
+    status: 200
+"#;
+    let d = suite(cases);
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let file = d.join("cases.yaml").display().to_string();
+    // the line of the expression, a column inside it
+    let (line, col) = line_col(cases, "'.n =='")
+        .split_once(':')
+        .map(|(l, c)| (l.to_string(), c.parse::<usize>().unwrap()))
+        .unwrap();
+    let jq = out
+        .lines()
+        .find(|l| l.contains("expect `.n ==`: "))
+        .unwrap_or_else(|| panic!("no error for the expression in:\n{out}"));
+    let at = jq
+        .strip_prefix(&format!("{file}:{line}:"))
+        .and_then(|rest| rest.split_once(':'))
+        .and_then(|(c, _)| c.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("not at {file}:{line}:COL: {jq}"));
+    assert!((col..col + 7).contains(&at), "{jq}");
+    let status = format!("{file}:{}: invalid status 0", line_col(cases, "0 }"));
+    assert!(out.contains(&status), "missing {status:?} in:\n{out}");
+    assert!(
+        out.contains("a status is a number from 100 to 999"),
+        "{out}"
+    );
+    assert!(!out.contains("✗"), "no case ran: {out}");
+}
+
+/// Tab, newline and carriage return in a JUnit attribute are written as character references:
+/// raw, an XML reader turns them into spaces.
+#[test]
+fn junit_attributes_keep_tabs_and_line_breaks() {
+    let d = suite(
+        r#"cases:
+  - name: "tab\there, new\nline, cr\rend"
+    request: { path: "/items?q=a" }
+    status: 201
+"#,
+    );
+    let junit = d.join("junit.xml");
+    let o = fanout_test(&d, &["--junit", &junit.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(
+        xml.contains("<testcase name=\"tab&#9;here, new&#10;line, cr&#13;end\""),
+        "{xml}"
+    );
+    let script = r#"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+print(repr(root.find("testsuite/testcase").get("name")))
+"#;
+    let py = Command::new("python3")
+        .args(["-c", script, &junit.display().to_string()])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&py.stdout).trim(),
+        r"'tab\there, new\nline, cr\rend'"
+    );
+}
+
+/// `fanout test DIR`, DIR holding no `fanout.yaml` but directories that do (`examples/`): each
+/// of them runs, with its own summary, then a total; the exit status is the worst of them; JUnit
+/// gets one `testsuite` each.
+#[test]
+fn a_directory_of_suites_runs_each_of_them() {
+    let d = TempDir::new("ftest-dirs");
+    let passing = "cases:\n  - name: ok\n    request: { path: \"/items?q=a\" }\n    status: 200\n";
+    let failing =
+        "cases:\n  - name: wrong\n    request: { path: \"/items?q=a\" }\n    status: 201\n";
+    for (sub, cases) in [("one", passing), ("two", failing)] {
+        d.write(format!("{sub}/fanout.yaml"), CONFIG);
+        d.write(format!("{sub}/stubs.yaml"), STUBS);
+        d.write(format!("{sub}/cases.yaml"), cases);
+    }
+    d.write("notes/README.md", "not a suite\n");
+    let junit = d.join("junit.xml");
+    let o = fanout_test(&d, &["--junit", &junit.display().to_string()]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let one = d.join("one/cases.yaml").display().to_string();
+    let two = d.join("two/cases.yaml").display().to_string();
+    assert!(
+        out.contains(&format!("{one}: 1 cases, 1 passed, 0 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{two}: 1 cases, 0 passed, 1 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains("2 suites: 2 cases, 1 passed, 1 failed"),
+        "{out}"
+    );
+    assert!(!out.contains("notes"), "{out}");
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
+    assert!(xml.contains("tests=\"2\" failures=\"1\""), "{xml}");
+
+    // a suite that cannot run: the others still run, and the exit status is 2
+    d.write("three/fanout.yaml", CONFIG);
+    d.write("three/stubs.yaml", STUBS);
+    d.write(
+        "three/cases.yaml",
+        "cases:\n  - name: typo\n    respnse: {}\n",
+    );
+    let o = fanout_test(&d, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let three = d.join("three/cases.yaml").display().to_string();
+    assert!(
+        out.contains(&format!("{three}:3:5: unknown field `respnse`")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{one}: 1 cases, 1 passed, 0 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{two}: 1 cases, 0 passed, 1 failed")),
+        "{out}"
+    );
+    assert!(
+        out.contains("3 suites: 2 cases, 1 passed, 1 failed; 1 suite could not run"),
+        "{out}"
+    );
+
+    // a directory with no suite anywhere says so
+    let empty = TempDir::new("ftest-none");
+    empty.write("notes/README.md", "nothing\n");
+    let o = fanout_test(&empty, &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("no fanout.yaml in"), "{out}");
+    assert!(!out.contains("cannot read"), "{out}");
+}
