@@ -123,7 +123,7 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         "/readyz" => ready(gw),
         "/__fanout/status" => json(StatusCode::OK, gw.status_json().to_string()),
         "/ui" | "/ui/" if gw.recent.is_some() => page(nonce.as_deref().unwrap_or_default()),
-        "/ui/api/state" if gw.recent.is_some() => ui_state(gw).await,
+        "/ui/api/state" if gw.recent.is_some() => ui_state(gw, after(req.uri().query())).await,
         _ => json(
             StatusCode::NOT_FOUND,
             r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz, /__fanout/status and /ui"}"#.into(),
@@ -298,10 +298,20 @@ fn page(nonce: &str) -> Response<Body> {
     r
 }
 
+/// `after=N` of the query (0 without one, or when it is no number).
+fn after(query: Option<&str>) -> u64 {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|p| p.strip_prefix("after="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `/ui/api/state`: built off the runtime's workers (its size grows with the routes and steps).
-async fn ui_state(gw: &Arc<Gateway>) -> Response<Body> {
+async fn ui_state(gw: &Arc<Gateway>, after: u64) -> Response<Body> {
     let gw = gw.clone();
-    match tokio::task::spawn_blocking(move || crate::ui::state_json(&gw).to_string()).await {
+    match tokio::task::spawn_blocking(move || crate::ui::state_json(&gw, after).to_string()).await {
         Ok(text) => {
             let mut r = json(StatusCode::OK, text);
             r.headers_mut()

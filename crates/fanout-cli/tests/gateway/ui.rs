@@ -167,6 +167,83 @@ async fn a_failed_request_is_kept_with_its_failing_step_and_without_the_backend_
     gw.shutdown().await.unwrap();
 }
 
+/// Issue 69 §19: a poll sends the recorded requests that changed, not the whole lists: with
+/// `?after=<the last cursor>` only those recorded since, and `oldest_seq` to drop what left the
+/// ring — so a poll's cost does not grow with the lists' sizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_gets_only_the_requests_recorded_since_the_last_one() {
+    let s = stubs(&hh_stubs()).await;
+    let mut config = example("hh-vacancies", "fanout.yaml");
+    config.push_str("admin:\n  ui: { failed_requests: 4, record_per_second: 1000 }\n");
+    let gw = gateway(&config, &s).await;
+    let admin = gw.admin_addr.expect("admin listener");
+    let c = client(false);
+    let fail = |i: usize| {
+        let (c, addr) = (c.clone(), gw.addr);
+        async move {
+            let rid = format!("ui-delta-{i}");
+            let r = send(
+                &c,
+                Method::GET,
+                &format!("http://{addr}/vacancies?text=fail"),
+                &[("x-request-id", rid.as_str())],
+                "",
+            )
+            .await;
+            assert_eq!(r.status, 502);
+        }
+    };
+    for i in 0..6 {
+        fail(i).await;
+    }
+    let at = |after: u64| {
+        let url = format!("http://{admin}/ui/api/state?after={after}");
+        async move {
+            let r = get(&url).await;
+            assert_eq!(r.status, 200);
+            r.json()["recent"].clone()
+        }
+    };
+    let ids = |rec: &Value| -> Vec<String> {
+        rec["failed"]["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["request_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = at(0).await;
+    assert_eq!(
+        ids(&all),
+        ["ui-delta-5", "ui-delta-4", "ui-delta-3", "ui-delta-2"]
+    );
+    let cursor = all["cursor"].as_u64().unwrap();
+    assert_eq!(cursor, 6);
+    assert_eq!(all["failed"]["oldest_seq"], 3);
+    // Nothing new: nothing sent.
+    let none = at(cursor).await;
+    assert!(ids(&none).is_empty(), "{none:#}");
+    assert_eq!(none["cursor"], cursor);
+    // Two more: only those two; the oldest kept moves on.
+    fail(6).await;
+    fail(7).await;
+    let two = at(cursor).await;
+    assert_eq!(ids(&two), ["ui-delta-7", "ui-delta-6"]);
+    assert_eq!(two["cursor"], 8);
+    assert_eq!(two["failed"]["oldest_seq"], 5);
+    assert_eq!(two["failed"]["requests"][0]["seq"], 8);
+    // A cursor that is no number is 0: everything kept.
+    let r = get(&format!("http://{admin}/ui/api/state?after=x")).await;
+    assert_eq!(
+        r.json()["recent"]["failed"]["requests"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    gw.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_error_detail_the_page_shows_what_the_log_line_has() {
     let s = stubs(&hh_stubs()).await;

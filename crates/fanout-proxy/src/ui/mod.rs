@@ -26,8 +26,9 @@ pub fn csp(nonce: &str) -> String {
     )
 }
 
-/// `GET /ui/api/state`: what the page shows.
-pub fn state_json(gw: &Gateway) -> serde_json::Value {
+/// `GET /ui/api/state`: what the page shows; of the recorded requests, those recorded after
+/// `after` (`?after=N`, the `recent.cursor` of the last poll; 0: all kept).
+pub fn state_json(gw: &Gateway, after: u64) -> serde_json::Value {
     let live = gw.live();
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -36,7 +37,7 @@ pub fn state_json(gw: &Gateway) -> serde_json::Value {
         "now_unix_ms": now_ms,
         "bounds_s": record::bounds_json(),
         "routes": routes_json(&live),
-        "recent": gw.recent.as_ref().map(|r| r.json()),
+        "recent": gw.recent.as_ref().map(|r| r.json(after)),
         "config": gw.reloads.history_json(),
         "status": gw.status_json(),
     })

@@ -281,6 +281,9 @@ fn micros(d: Duration) -> u64 {
 /// One recorded request: what the page lists and draws as a waterfall.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Recorded {
+    /// Its place in the order requests were recorded (both lists share one sequence, from 1):
+    /// `GET /ui/api/state?after=N` sends only the entries past `N`.
+    pub seq: u64,
     /// Unix time of its arrival, in milliseconds.
     pub at_unix_ms: u64,
     /// Its request id.
@@ -376,25 +379,38 @@ impl Ring {
         }
     }
 
-    fn push(&self, r: Arc<Recorded>) {
+    /// Keep `r`, numbered from `seq` (under the ring's lock, so a ring's entries are in
+    /// sequence order).
+    fn push(&self, mut r: Recorded, seq: &AtomicU64) {
         let mut g = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        r.seq = seq.fetch_add(1, Relaxed) + 1;
         while g.len() >= self.cap {
             g.pop_front();
         }
-        g.push_back(r);
+        g.push_back(Arc::new(r));
     }
 
-    fn json(&self) -> serde_json::Value {
+    /// The entries recorded after `after` (all with 0), newest first, and `oldest_seq`, the
+    /// sequence number of the oldest entry still kept (a client drops what it holds below it):
+    /// a poll that asks for what changed costs what changed, not the ring's size.
+    fn json(&self, after: u64) -> serde_json::Value {
         let g = self.items.lock().unwrap_or_else(|p| p.into_inner());
-        // Newest first.
-        let items: Vec<serde_json::Value> = g
+        let new: Vec<Arc<Recorded>> = g
             .iter()
             .rev()
+            .take_while(|r| r.seq > after)
+            .cloned()
+            .collect();
+        let oldest = g.front().map(|r| r.seq);
+        drop(g);
+        let items: Vec<serde_json::Value> = new
+            .iter()
             .map(|r| serde_json::to_value(&**r).unwrap_or_default())
             .collect();
         serde_json::json!({
             "capacity": self.cap,
             "seen": self.seen.load(Relaxed),
+            "oldest_seq": oldest,
             "requests": items,
         })
     }
@@ -404,6 +420,8 @@ impl Ring {
 pub struct Recent {
     slow: Ring,
     failed: Ring,
+    /// The last sequence number given (both rings).
+    seq: AtomicU64,
     threshold: Duration,
     per_second: u32,
     error_detail: bool,
@@ -452,6 +470,7 @@ impl Recent {
         Recent {
             slow: Ring::new(cfg.slow_requests),
             failed: Ring::new(cfg.failed_requests),
+            seq: AtomicU64::new(0),
             threshold: cfg.slow_threshold.0,
             per_second: cfg.record_per_second,
             error_detail: cfg.error_detail,
@@ -515,18 +534,22 @@ impl Recent {
                 Some(self.why(e)),
             ),
         };
-        ring.push(Arc::new(Recorded {
-            at_unix_ms: u64::try_from(arrived.as_millis()).unwrap_or(u64::MAX),
-            request_id: String::from_utf8_lossy(f.request_id.as_bytes()).into_owned(),
-            route: f.route_name.to_string(),
-            path: f.path.to_string(),
-            status,
-            total_us: micros(elapsed),
-            failed_step,
-            code,
-            error,
-            steps,
-        }));
+        ring.push(
+            Recorded {
+                seq: 0,
+                at_unix_ms: u64::try_from(arrived.as_millis()).unwrap_or(u64::MAX),
+                request_id: String::from_utf8_lossy(f.request_id.as_bytes()).into_owned(),
+                route: f.route_name.to_string(),
+                path: f.path.to_string(),
+                status,
+                total_us: micros(elapsed),
+                failed_step,
+                code,
+                error,
+                steps,
+            },
+            &self.seq,
+        );
     }
 
     /// A request was refused before its flow ran: listed with the failed ones (within the same
@@ -546,18 +569,23 @@ impl Recent {
             error.push_str(": ");
             error.push_str(d);
         }
-        self.failed.push(Arc::new(Recorded {
-            at_unix_ms: u64::try_from(now.saturating_sub(elapsed).as_millis()).unwrap_or(u64::MAX),
-            request_id: String::from_utf8_lossy(r.request_id.as_bytes()).into_owned(),
-            route: r.route_name.to_string(),
-            path: r.path.to_string(),
-            status: r.status,
-            total_us: micros(elapsed),
-            failed_step: None,
-            code: Some(r.code.to_string()),
-            error: Some(error),
-            steps: Vec::new(),
-        }));
+        self.failed.push(
+            Recorded {
+                seq: 0,
+                at_unix_ms: u64::try_from(now.saturating_sub(elapsed).as_millis())
+                    .unwrap_or(u64::MAX),
+                request_id: String::from_utf8_lossy(r.request_id.as_bytes()).into_owned(),
+                route: r.route_name.to_string(),
+                path: r.path.to_string(),
+                status: r.status,
+                total_us: micros(elapsed),
+                failed_step: None,
+                code: Some(r.code.to_string()),
+                error: Some(error),
+                steps: Vec::new(),
+            },
+            &self.seq,
+        );
     }
 
     /// Why `e` failed, as the page shows it: the safe message and the backend, and the log's
@@ -579,14 +607,17 @@ impl Recent {
         s
     }
 
-    /// `{slow: {capacity, seen, threshold_ms, requests}, failed: {capacity, seen, requests}}`,
-    /// newest first.
-    pub fn json(&self) -> serde_json::Value {
-        let mut slow = self.slow.json();
+    /// `{cursor, slow: {capacity, seen, threshold_ms, oldest_seq, requests}, failed: {…}}`,
+    /// the requests recorded after `after` newest first (`after` 0: all kept); `cursor` is the
+    /// last sequence number given, the `after` of the next poll.
+    pub fn json(&self, after: u64) -> serde_json::Value {
+        let cursor = self.seq.load(Relaxed);
+        let mut slow = self.slow.json(after);
         slow["threshold_ms"] = (self.threshold.as_secs_f64() * 1000.0).into();
         serde_json::json!({
+            "cursor": cursor,
             "slow": slow,
-            "failed": self.failed.json(),
+            "failed": self.failed.json(after),
             "record_per_second": self.per_second,
         })
     }
@@ -599,31 +630,37 @@ mod tests {
     #[test]
     fn a_ring_keeps_the_newest_and_caps_each_second() {
         let r = Ring::new(3);
-        let mk = |i: u64| {
-            Arc::new(Recorded {
-                at_unix_ms: i,
-                request_id: i.to_string(),
-                route: String::new(),
-                path: String::new(),
-                status: 500,
-                total_us: 0,
-                failed_step: None,
-                code: None,
-                error: None,
-                steps: Vec::new(),
-            })
+        let mk = |i: u64| Recorded {
+            seq: 0,
+            at_unix_ms: i,
+            request_id: i.to_string(),
+            route: String::new(),
+            path: String::new(),
+            status: 500,
+            total_us: 0,
+            failed_step: None,
+            code: None,
+            error: None,
+            steps: Vec::new(),
         };
+        let seq = AtomicU64::new(0);
         let mut kept = 0;
         for i in 0..10 {
             if r.admit(7, 4) {
-                r.push(mk(i));
+                r.push(mk(i), &seq);
                 kept += 1;
             }
         }
         assert_eq!(kept, 4, "at most 4 a second");
         assert!(r.admit(8, 4), "a new second admits again");
-        r.push(mk(99));
-        let v = r.json();
+        r.push(mk(99), &seq);
+        // Only what came after a cursor; the oldest kept says what a client may drop.
+        let since = r.json(4);
+        assert_eq!(since["requests"].as_array().unwrap().len(), 1);
+        assert_eq!(since["requests"][0]["seq"], 5);
+        assert_eq!(since["oldest_seq"], 3);
+        assert_eq!(r.json(5)["requests"].as_array().unwrap().len(), 0);
+        let v = r.json(0);
         assert_eq!(v["seen"], 11);
         let ids: Vec<&str> = v["requests"]
             .as_array()
