@@ -171,7 +171,12 @@ impl Linear {
         let mut out = Vec::with_capacity(rows * self.targets);
         for r in xs.chunks_exact(cols.max(1)).take(rows) {
             for (t, w) in self.coefficients.chunks_exact(cols.max(1)).enumerate() {
-                let dot = r.iter().zip(w).fold(0.0f32, |s, (a, b)| fused(*a, *b, s));
+                // Products then sums (vectorised); only a sum that overflowed is computed again
+                // as onnxruntime's fused multiply-adds ([`fused`]): the two differ only there.
+                let mut dot = r.iter().zip(w).fold(0.0f32, |s, (a, b)| s + a * b);
+                if !dot.is_finite() {
+                    dot = r.iter().zip(w).fold(0.0f32, |s, (a, b)| fused(*a, *b, s));
+                }
                 out.push(dot + self.intercepts[t]);
             }
         }
@@ -627,16 +632,37 @@ fn matmul(
     let mut c = vec![0.0f32; elements(&[m, n], limit)?];
     for i in 0..m {
         let row = &mut c[i * n..(i + 1) * n];
-        for p in 0..k {
-            let av = if ta { a[p * m + i] } else { a[i * k + p] };
-            if tb {
-                row.iter_mut()
-                    .enumerate()
-                    .for_each(|(j, cv)| *cv = fused(av, b[j * k + p], *cv));
-            } else {
-                row.iter_mut()
-                    .zip(&b[p * n..(p + 1) * n])
-                    .for_each(|(cv, bv)| *cv = fused(av, *bv, *cv));
+        // Products then sums, vectorised; a row where a sum overflowed (an infinity or a NaN
+        // from `inf + -inf`) is computed again as onnxruntime's fused multiply-adds ([`fused`]),
+        // which differ from this only there. The choice is the row's own: a row's result does
+        // not depend on its batch.
+        for fuse in [false, true] {
+            if fuse {
+                if row.iter().all(|v| v.is_finite()) {
+                    break;
+                }
+                row.fill(0.0);
+            }
+            for p in 0..k {
+                let av = if ta { a[p * m + i] } else { a[i * k + p] };
+                match (tb, fuse) {
+                    (true, false) => row
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(j, cv)| *cv += av * b[j * k + p]),
+                    (false, false) => row
+                        .iter_mut()
+                        .zip(&b[p * n..(p + 1) * n])
+                        .for_each(|(cv, bv)| *cv += av * bv),
+                    (true, true) => row
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(j, cv)| *cv = fused(av, b[j * k + p], *cv)),
+                    (false, true) => row
+                        .iter_mut()
+                        .zip(&b[p * n..(p + 1) * n])
+                        .for_each(|(cv, bv)| *cv = fused(av, *bv, *cv)),
+                }
             }
         }
     }
