@@ -284,13 +284,32 @@ fn decoder<'a>(coding: Coding, data: &'a [u8]) -> Result<Box<dyn Read + 'a>, Err
     let corrupt = |source| Error::Corrupt { coding, source };
     Ok(match coding {
         Coding::Gzip => Box::new(flate2::read::MultiGzDecoder::new(data)),
-        Coding::Br => Box::new(brotli::Decompressor::new(data, 4096)),
+        Coding::Br => Box::new(Brotli(brotli::Decompressor::new(data, 4096))),
         Coding::Zstd => {
             let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(corrupt)?;
             d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(corrupt)?;
             Box::new(d)
         }
     })
+}
+
+/// brotli's reader, refusing bytes after the end of the stream (as gzip's and zstd's readers
+/// refuse bytes after their last member or frame that do not start another).
+struct Brotli<'a>(brotli::Decompressor<&'a [u8]>);
+
+impl Read for Brotli<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(buf)?;
+        // At the end: a second read fails on bytes left in the decoder's buffer; what it has
+        // not read yet must be nothing.
+        if n == 0 && !buf.is_empty() && (self.0.read(buf)? != 0 || !self.0.get_ref().is_empty()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "data after the end of the brotli stream",
+            ));
+        }
+        Ok(n)
+    }
 }
 
 /// The next decoded bytes into `chunk` (0: the end).
@@ -584,6 +603,31 @@ mod tests {
         let small = gzip(b"{}", 1).unwrap();
         let d = decode(Coding::Gzip, &small, 1 << 20).unwrap();
         assert_eq!((d.as_slice(), d.capacity()), (&b"{}"[..], 2));
+    }
+
+    #[test]
+    fn concatenated_members_decode_whole_and_trailing_garbage_is_refused() {
+        let (a, b) = (json(50), json(70));
+        let whole = [a.clone(), b.clone()].concat();
+        for c in [Coding::Gzip, Coding::Zstd] {
+            // gzip members, zstd frames: one after the other, each decoded.
+            let joined = [
+                encode(c, c.default_level(), &a).unwrap(),
+                encode(c, c.default_level(), &b).unwrap(),
+            ]
+            .concat();
+            assert!(decode(c, &joined, 1 << 20).unwrap() == whole, "{c}");
+        }
+        for c in ALL {
+            for junk in [&b"junk"[..], &[0u8; 8], &[0x1f], &[7u8; 10_000]] {
+                let mut enc = encode(c, c.default_level(), &a).unwrap();
+                enc.extend_from_slice(junk);
+                assert!(
+                    matches!(decode(c, &enc, 1 << 20), Err(Error::Corrupt { .. })),
+                    "{c} followed by {junk:?}"
+                );
+            }
+        }
     }
 
     #[test]
