@@ -1273,3 +1273,46 @@ async fn a_resumed_session_of_a_client_certificate_expired_since_is_refused() {
         assert!(!answered(&r), "{versions:?}: resumed session: {r:?}");
     }
 }
+
+/// An SNI that is not a valid DNS name is refused by rustls before a certificate is chosen: a
+/// fatal `illegal_parameter` alert (counted as `other`), whatever `unknown_sni` says. An IP
+/// address sent as SNI counts as no SNI: the first certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sni_that_is_not_a_dns_name_is_refused_and_an_ip_address_is_no_sni() {
+    let ca = Ca::new("test ca");
+    let first = ca.leaf("first-cert", &["a.test"], &[], false);
+    let dir = temp_dir("tls-bad-sni");
+    let tls = format!(
+        "{{ certificates: [{{ cert_file: '{}', key_file: '{}' }}] }}",
+        write(&dir, "a.crt", &first.cert),
+        write(&dir, "a.key", &first.key),
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let connect = format!("127.0.0.1:{}", gw.addr.port());
+    let s_client = |sni: &str| {
+        [
+            "s_client",
+            "-connect",
+            &connect,
+            "-servername",
+            sni,
+            "-tls1_3",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    for bad in ["bad_name!.test", "a..test", "-a.test", "a.test-"] {
+        let (ok, out) = run("openssl", s_client(bad), Some("")).await;
+        assert!(!ok, "{bad}: {out}");
+        assert!(out.contains("illegal parameter"), "{bad}: {out}");
+    }
+    wait_until("counted as other", || {
+        gw.gateway().status_json()["tls"]["main"]["handshake_failures"]["other"] == 4
+    })
+    .await;
+    for ip in ["127.0.0.1", "::1"] {
+        let (ok, out) = run("openssl", s_client(ip), Some("")).await;
+        assert!(ok, "{ip}: {out}");
+        assert!(out.contains("CN = first-cert"), "{ip}: {out}");
+    }
+}
