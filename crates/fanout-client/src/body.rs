@@ -174,11 +174,11 @@ mod tests {
     use super::*;
     use http_body_util::StreamBody;
 
+    type FrameList = std::vec::IntoIter<Result<Frame<Bytes>, &'static str>>;
+
     /// A body of `frames` (a trailers frame at the end), announcing `len` when given.
     struct Frames {
-        inner: StreamBody<
-            futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, &'static str>>>,
-        >,
+        inner: StreamBody<futures_util::stream::Iter<FrameList>>,
         len: Option<u64>,
     }
 
