@@ -538,17 +538,21 @@ async fn exchange(
     })
 }
 
-/// An answer's whole body, at most `limit` bytes (`max_response_bytes`).
+/// An answer's whole body, at most `limit` bytes (`max_response_bytes`), never holding more
+/// ([`crate::body::read_answer`]).
 async fn read_body(body: hyper::body::Incoming, limit: usize) -> Result<Bytes, CallError> {
-    Ok(Limited::new(body, limit)
-        .collect()
+    crate::body::read_answer(body, limit)
         .await
-        .map_err(|e| {
-            read_failure(&*e, || {
-                format!("answer larger than max_response_bytes ({limit})")
-            })
-        })?
-        .to_bytes())
+        .map_err(|e| match e {
+            crate::body::ReadError::TooLarge => CallError::new(
+                CallErrorKind::BodyTooLarge,
+                format!("answer larger than max_response_bytes ({limit})"),
+            ),
+            crate::body::ReadError::Failed(e) => CallError::new(
+                CallErrorKind::Reset,
+                format!("reading the answer failed: {}", describe(&e)),
+            ),
+        })
 }
 
 /// The error of an answer body that could not be read: too large (`too_large` says by which

@@ -1,7 +1,8 @@
 //! Compressed backend answers (docs/config.md#compression): the `Accept-Encoding` a backend's
 //! `accept_encoding` asks for, and the decoding of an answer with a `Content-Encoding` — gzip,
 //! br or zstd, whether asked for or not — with `max_response_bytes` applying to the decoded
-//! size: decoding stops at the limit (a decompression bomb costs at most the limit, and fails
+//! size: decoding stops at the limit, into a buffer that never grows past it
+//! ([`fanout_compress::decode`]: a decompression bomb holds far less than the limit, and fails
 //! the call as `BodyTooLarge`); any other coding, or data that does not decode, is
 //! `BadEncoding`. Both are 502 `bad_backend_answer` for the client.
 

@@ -3,9 +3,11 @@
 //!
 //! - [`encode`] (and [`gzip`]): a whole body at a level;
 //! - [`decode`] (and [`gunzip`]): a whole encoded body under a limit on the **decoded** size —
-//!   decoding stops at `limit + 1` bytes ([`Error::TooLarge`]), so a small body that would
-//!   decode to gigabytes never takes more than the limit (zstd frames asking for a window over
-//!   8 MiB, RFC 9659's bound for HTTP, are refused as corrupt);
+//!   decoding stops at `limit + 1` bytes ([`Error::TooLarge`]) and its buffer never grows past
+//!   the limit (an answer too large for one pass is decoded twice, the second time into a
+//!   buffer of its exact size), so a small body that would decode to gigabytes never takes more
+//!   than the limit (zstd frames asking for a window over 8 MiB, RFC 9659's bound for HTTP, are
+//!   refused as corrupt);
 //! - [`negotiate`]: the coding of an answer from the client's `Accept-Encoding` (q-values,
 //!   `identity;q=0`, `*`), with the server's preference on ties.
 //!
@@ -187,46 +189,158 @@ fn zstd_encode(level: i32, data: &[u8]) -> io::Result<Vec<u8>> {
     })
 }
 
-/// Decode `data`, encoded with `coding`, refusing to produce more than `limit` bytes: at most
-/// `limit + 1` decoded bytes are ever held ([`Error::TooLarge`]). Cut or corrupt data is
-/// [`Error::Corrupt`].
+/// Data that declares no usable size (brotli; gzip or zstd whose declared size is wrong or over
+/// the limit) and decodes to at most this much is decoded once, into a buffer that grows; more
+/// is decoded twice: once to count its size (nothing kept), then into a buffer of exactly that
+/// size.
+pub const ONE_PASS_BYTES: usize = 256 << 10;
+
+/// The decoded bytes read from a decoder at a time.
+const CHUNK: usize = 16 << 10;
+
+/// Decode `data`, encoded with `coding`, refusing to produce more than `limit` bytes
+/// ([`Error::TooLarge`]); cut or corrupt data is [`Error::Corrupt`].
+///
+/// What is held is bounded by the limit from the start, never by doubling past it: the decoded
+/// bytes go into a buffer of the size the data declares (a single zstd frame's content size, a
+/// gzip trailer's) when that is within the limit, else into one growing to at most
+/// [`ONE_PASS_BYTES`]. Data that decodes to more than that buffer is decoded on counting only,
+/// to its end or to `limit + 1` bytes (a bomb stops there, having held nothing more), then, if
+/// within the limit, once more into a buffer of exactly its size. So decoding holds at most
+/// `max(limit, ONE_PASS_BYTES)` decoded bytes (the returned buffer's capacity is its length
+/// within 16 KiB), plus the codec's own state (gzip ~80 KiB; br its window, up to 16 MiB; zstd
+/// its window, up to 8 MiB, in the C library's allocations).
 pub fn decode(coding: Coding, data: &[u8], limit: usize) -> Result<Vec<u8>, Error> {
+    let declared = declared_size(coding, data).filter(|n| *n <= limit);
+    let first = declared.unwrap_or(limit.min(ONE_PASS_BYTES));
+    let mut chunk = [0u8; CHUNK];
+    let mut out = Vec::new();
+    if let Some(n) = declared {
+        out.reserve_exact(n);
+    }
+    let mut r = decoder(coding, data)?;
+    let mut total = loop {
+        let n = read_some(&mut r, &mut chunk, coding)?;
+        if n == 0 {
+            if out.capacity() - out.len() > CHUNK {
+                // Declared larger than it is.
+                out.shrink_to_fit();
+            }
+            return Ok(out);
+        }
+        if out.len() + n > first {
+            break out.len() + n;
+        }
+        if out.capacity() - out.len() < n {
+            // Doubling, but never past `first` (`out.len() + n <= first` holds).
+            let want = (2 * out.capacity())
+                .max(out.len() + n)
+                .max(CHUNK)
+                .min(first);
+            out.reserve_exact(want - out.len());
+        }
+        out.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    };
+    // More than the first buffer holds: counted to the end or past the limit, nothing kept.
+    drop(out);
+    while total <= limit {
+        let n = read_some(&mut r, &mut chunk, coding)?;
+        if n == 0 {
+            drop(r);
+            return decode_exactly(coding, data, total, &mut chunk);
+        }
+        total += n;
+    }
+    Err(Error::TooLarge { limit })
+}
+
+/// Decode `data` again, its decoded size known to be `size`, into a buffer of exactly that.
+fn decode_exactly(
+    coding: Coding,
+    data: &[u8],
+    size: usize,
+    chunk: &mut [u8],
+) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(size);
+    let mut r = decoder(coding, data)?;
+    loop {
+        let n = read_some(&mut r, chunk, coding)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if n > size - out.len() {
+            // The same bytes decoded to more the second time: never a bigger buffer.
+            return Err(Error::Corrupt {
+                coding,
+                source: io::Error::other("the data decoded to more the second time"),
+            });
+        }
+        out.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+}
+
+/// A reader of `data` decoded.
+fn decoder<'a>(coding: Coding, data: &'a [u8]) -> Result<Box<dyn Read + 'a>, Error> {
     let corrupt = |source| Error::Corrupt { coding, source };
-    match coding {
-        Coding::Gzip => read_limited(flate2::read::MultiGzDecoder::new(data), coding, limit),
-        Coding::Br => read_limited(brotli::Decompressor::new(data, 4096), coding, limit),
+    Ok(match coding {
+        Coding::Gzip => Box::new(flate2::read::MultiGzDecoder::new(data)),
+        Coding::Br => Box::new(Brotli(brotli::Decompressor::new(data, 4096))),
         Coding::Zstd => {
             let mut d = zstd::stream::read::Decoder::with_buffer(data).map_err(corrupt)?;
             d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(corrupt)?;
-            read_limited(d, coding, limit)
+            Box::new(d)
+        }
+    })
+}
+
+/// brotli's reader, refusing bytes after the end of the stream (as gzip's and zstd's readers
+/// refuse bytes after their last member or frame that do not start another).
+struct Brotli<'a>(brotli::Decompressor<&'a [u8]>);
+
+impl Read for Brotli<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(buf)?;
+        // At the end: a second read fails on bytes left in the decoder's buffer; what it has
+        // not read yet must be nothing.
+        if n == 0 && !buf.is_empty() && (self.0.read(buf)? != 0 || !self.0.get_ref().is_empty()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "data after the end of the brotli stream",
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// The next decoded bytes into `chunk` (0: the end).
+fn read_some(r: &mut dyn Read, chunk: &mut [u8], coding: Coding) -> Result<usize, Error> {
+    loop {
+        match r.read(chunk) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(Error::Corrupt { coding, source }),
         }
     }
 }
 
-/// Read `r` to its end into a buffer that never grows past `limit + 1` bytes.
-fn read_limited(mut r: impl Read, coding: Coding, limit: usize) -> Result<Vec<u8>, Error> {
-    let cap = limit.saturating_add(1);
-    let mut out: Vec<u8> = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = match r.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(source) => return Err(Error::Corrupt { coding, source }),
-        };
-        let take = n.min(cap - out.len());
-        if out.capacity() - out.len() < take {
-            // Grow by doubling, but never past the cap: the buffer is bounded by the limit.
-            let want = (out.len().max(8 * 1024) * 2).min(cap);
-            out.reserve_exact(want.saturating_sub(out.len()).max(take));
+/// The decoded size `data` declares, if any: the content size of its zstd frame (when it is
+/// one frame), or the gzip trailer's (the size modulo 2^32 of the last member). Only a hint for the first buffer:
+/// decoding never relies on it.
+fn declared_size(coding: Coding, data: &[u8]) -> Option<usize> {
+    match coding {
+        Coding::Zstd => {
+            // One frame only (several: no hint).
+            let one = zstd::zstd_safe::find_frame_compressed_size(data).ok()? == data.len();
+            let n = zstd::zstd_safe::get_frame_content_size(data).ok()??;
+            one.then(|| usize::try_from(n).ok())?
         }
-        out.extend_from_slice(chunk.get(..take).unwrap_or_default());
-        if out.len() > limit {
-            return Err(Error::TooLarge { limit });
+        Coding::Gzip => {
+            let trailer = data.get(data.len().checked_sub(4)?..)?;
+            let size: [u8; 4] = trailer.try_into().ok()?;
+            usize::try_from(u32::from_le_bytes(size)).ok()
         }
+        Coding::Br => None,
     }
-    Ok(out)
 }
 
 /// gzip `data` at `level` (1–9).
@@ -447,6 +561,72 @@ mod tests {
                 matches!(err, Error::TooLarge { limit } if limit == 1 << 20),
                 "{c}"
             );
+        }
+    }
+
+    #[test]
+    fn answers_past_one_pass_and_wrong_declared_sizes_decode_whole() {
+        // Over ONE_PASS_BYTES, declared or not (br; gzip members and zstd frames concatenated
+        // declare only the last or none): decoded twice, the second time into its exact size.
+        let data = json(20_000);
+        assert!(data.len() > 2 * ONE_PASS_BYTES);
+        let half = data.len() / 2;
+        for c in ALL {
+            let mut encoded = vec![encode(c, c.default_level(), &data).unwrap()];
+            if c != Coding::Br {
+                // (brotli streams do not concatenate)
+                let mut joined = encode(c, c.default_level(), &data[..half]).unwrap();
+                joined.extend(encode(c, c.default_level(), &data[half..]).unwrap());
+                encoded.push(joined);
+            }
+            for enc in &encoded {
+                let d = decode(c, enc, data.len()).unwrap();
+                assert!(d == data, "{c}");
+                assert_eq!(d.capacity(), data.len(), "{c}: exactly its size");
+                assert!(matches!(
+                    decode(c, enc, data.len() - 1),
+                    Err(Error::TooLarge { .. })
+                ));
+            }
+        }
+        // A gzip trailer declaring more (or less) than the data holds: a hint only.
+        let mut gz = gzip(&data, 1).unwrap();
+        let n = gz.len();
+        for declared in [u32::MAX, 16 << 20, 10, 0] {
+            gz[n - 4..].copy_from_slice(&declared.to_le_bytes());
+            match decode(Coding::Gzip, &gz, 32 << 20) {
+                // flate2 checks the trailer's size: a wrong one is corrupt data.
+                Err(Error::Corrupt { .. }) => {}
+                other => panic!("declared {declared}: {:?}", other.map(|d| d.len())),
+            }
+        }
+        let small = gzip(b"{}", 1).unwrap();
+        let d = decode(Coding::Gzip, &small, 1 << 20).unwrap();
+        assert_eq!((d.as_slice(), d.capacity()), (&b"{}"[..], 2));
+    }
+
+    #[test]
+    fn concatenated_members_decode_whole_and_trailing_garbage_is_refused() {
+        let (a, b) = (json(50), json(70));
+        let whole = [a.clone(), b.clone()].concat();
+        for c in [Coding::Gzip, Coding::Zstd] {
+            // gzip members, zstd frames: one after the other, each decoded.
+            let joined = [
+                encode(c, c.default_level(), &a).unwrap(),
+                encode(c, c.default_level(), &b).unwrap(),
+            ]
+            .concat();
+            assert!(decode(c, &joined, 1 << 20).unwrap() == whole, "{c}");
+        }
+        for c in ALL {
+            for junk in [&b"junk"[..], &[0u8; 8], &[0x1f], &[7u8; 10_000]] {
+                let mut enc = encode(c, c.default_level(), &a).unwrap();
+                enc.extend_from_slice(junk);
+                assert!(
+                    matches!(decode(c, &enc, 1 << 20), Err(Error::Corrupt { .. })),
+                    "{c} followed by {junk:?}"
+                );
+            }
         }
     }
 

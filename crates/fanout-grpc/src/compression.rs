@@ -10,7 +10,7 @@
 use crate::frame::{FrameError, HEADER_LEN};
 use bytes::{Buf, Bytes};
 use flate2::Compression;
-use flate2::read::GzDecoder;
+use flate2::read::MultiGzDecoder;
 use std::io::{Read, Write};
 
 /// The encodings fanout sends and accepts (`grpc-accept-encoding` of its answers and calls).
@@ -91,9 +91,11 @@ impl From<InflateError> for FrameError {
 const CHUNK: usize = 8 << 10;
 
 /// A gzip message being inflated, bounded by a limit; `Send + 'static`, so the rest of the
-/// work can move to another thread ([`Gunzip::step`]).
+/// work can move to another thread ([`Gunzip::step`]). Every gzip member is inflated, one after
+/// the other, into the one message; bytes after the last member that do not start a member are
+/// corrupt — as HTTP bodies are decoded (`fanout-compress`).
 pub struct Gunzip {
-    dec: GzDecoder<bytes::buf::Reader<Bytes>>,
+    dec: MultiGzDecoder<bytes::buf::Reader<Bytes>>,
     out: Vec<u8>,
     limit: usize,
     done: bool,
@@ -104,7 +106,7 @@ impl Gunzip {
     pub fn new(compressed: Bytes, limit: usize) -> Gunzip {
         let guess = compressed.len().saturating_mul(3).clamp(64, 64 << 10);
         Gunzip {
-            dec: GzDecoder::new(compressed.reader()),
+            dec: MultiGzDecoder::new(compressed.reader()),
             out: Vec::with_capacity(guess.min(limit)),
             limit,
             done: false,
@@ -298,6 +300,40 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(g.into_message(), Bytes::from(msg));
+    }
+
+    #[test]
+    fn every_gzip_member_is_inflated_and_trailing_bytes_are_corrupt() {
+        // As HTTP bodies are decoded (fanout-compress): members one after the other make one
+        // message; bytes after the last member that are not a member are corrupt.
+        let gz = |m: &[u8]| {
+            let f = gzip_frame(m).unwrap();
+            f.slice(HEADER_LEN..)
+        };
+        let joined = [gz(b"hello "), gz(b"world")].concat();
+        let message = |bytes: Vec<u8>| Frame {
+            compressed: true,
+            message: Bytes::from(bytes),
+        };
+        assert_eq!(
+            decode_message(message(joined.clone()), Encoding::Gzip, 100),
+            Ok(Bytes::from_static(b"hello world"))
+        );
+        assert_eq!(
+            decode_message(message(joined), Encoding::Gzip, 10),
+            Err(FrameError::InflatedTooLarge { limit: 10 }),
+            "the limit is on the whole message"
+        );
+        for junk in [&b"junk"[..], &[0u8; 8], &[0x1f]] {
+            let with_junk = [&gz(b"hello")[..], junk].concat();
+            assert!(
+                matches!(
+                    decode_message(message(with_junk), Encoding::Gzip, 100),
+                    Err(FrameError::BadCompression(_))
+                ),
+                "followed by {junk:?}"
+            );
+        }
     }
 
     #[test]

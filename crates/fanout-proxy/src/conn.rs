@@ -463,8 +463,12 @@ struct Limits {
 /// All open client connections: the cap, eviction, shutdown and counters.
 pub struct Connections {
     limits: Limits,
+    /// Places taken ([`Connections::admit`]): never more than `limits.max`.
     open: AtomicUsize,
     evicting: AtomicUsize,
+    /// Accepted connections waiting in [`Connections::admit`] for a place an idle connection
+    /// frees.
+    waiting: AtomicUsize,
     /// After a scan found no idle connection, refuse without scanning until then.
     nothing_idle_until: AtomicU64,
     next_id: AtomicU64,
@@ -495,6 +499,7 @@ impl Connections {
             },
             open: AtomicUsize::new(0),
             evicting: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             nothing_idle_until: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             table: Mutex::new(HashMap::new()),
@@ -520,25 +525,56 @@ impl Connections {
         self.counters.refused.load(Ordering::Relaxed)
     }
 
-    /// May a just-accepted connection be served? At the cap, the oldest idle connections are
-    /// asked to close to make room; with none to close, no.
-    pub fn admit(&self) -> bool {
-        let open = self.open.load(Ordering::Acquire);
-        let evicting = self.evicting.load(Ordering::Acquire);
-        if open.saturating_sub(evicting) < self.limits.max {
+    /// Take a place for a just-accepted connection, which is then [registered](Self::register);
+    /// `false`: refuse it ([`Connections::refuse`]). Below the cap the place is taken at once.
+    /// At the cap the oldest idle connections are asked to close, and the place of the first
+    /// that does is taken: an idle connection asked to close closes on its next poll, so the
+    /// wait is short, and at most [`LINGER`] (one that got a request meanwhile stays open).
+    /// With nothing idle, no. A place is taken atomically, so `open` never exceeds the cap —
+    /// not while an evicted connection is still closing, nor with several accept loops.
+    pub async fn admit(&self) -> bool {
+        if self.take_place() {
             return true;
         }
-        // A scan that found nothing idle is not repeated for every connection of a flood.
-        let now = now_ms();
-        if now < self.nothing_idle_until.load(Ordering::Relaxed) {
-            return false;
+        let _waiting = Waiting::new(&self.waiting);
+        // Each waiting connection has a connection closing for it; more are asked when not.
+        if self.evicting() < self.waiting.load(Ordering::Acquire) {
+            // A scan that found nothing idle is not repeated for every connection of a flood.
+            let now = now_ms();
+            if now < self.nothing_idle_until.load(Ordering::Relaxed) {
+                return false;
+            }
+            if self.evict_idle(self.eviction_batch()) == 0 && self.evicting() == 0 {
+                self.nothing_idle_until
+                    .store(now + dur_ms(RESCAN_AFTER), Ordering::Relaxed);
+                return false;
+            }
         }
-        if self.evict_idle(self.eviction_batch()) > 0 {
-            return true;
+        let until = tokio::time::Instant::now() + LINGER;
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            if self.take_place() {
+                return true;
+            }
+            if self.evicting() == 0 {
+                // The connections asked to close got requests meanwhile and stay.
+                return false;
+            }
+            if tokio::time::timeout_at(until, closed).await.is_err() {
+                return self.take_place();
+            }
         }
-        self.nothing_idle_until
-            .store(now + dur_ms(RESCAN_AFTER), Ordering::Relaxed);
-        false
+    }
+
+    /// One more connection, if below the cap.
+    fn take_place(&self) -> bool {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < self.limits.max).then_some(open + 1)
+            })
+            .is_ok()
     }
 
     /// A connection refused at the cap: closed at once with a reset (no TIME_WAIT kept here).
@@ -552,12 +588,11 @@ impl Connections {
         (self.limits.max / 256).clamp(1, 64)
     }
 
-    /// Register an accepted connection.
+    /// Register an accepted connection, whose place [`Connections::admit`] took.
     pub fn register(self: &Arc<Self>) -> Arc<ConnShared> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let sh = Arc::new(ConnShared::new(id));
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
-        self.open.fetch_add(1, Ordering::AcqRel);
         self.table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -722,6 +757,22 @@ impl Connections {
     }
 }
 
+/// A connection waiting in [`Connections::admit`], counted while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 const EMFILE: i32 = 24;
 const ENFILE: i32 = 23;
 
@@ -876,9 +927,11 @@ where
                     let _ = conn.as_mut().poll(cx);
                     return Poll::Ready(());
                 }
-                // Became busy since it was picked: it stays.
+                // Became busy since it was picked: it stays (a connection waiting for its place
+                // looks again).
                 if sh.evicting.swap(false, Ordering::AcqRel) {
                     conns.evicting.fetch_sub(1, Ordering::AcqRel);
+                    conns.closed.notify_waiters();
                 }
             } else if now_phase != phase {
                 phase = now_phase;
@@ -1032,21 +1085,42 @@ mod tests {
         sh.activity_ms.store(since, Ordering::Relaxed);
     }
 
-    #[test]
-    fn the_oldest_idle_connection_is_evicted_first_and_busy_ones_never() {
+    /// A connection admitted (below the cap) and registered.
+    fn placed(c: &Arc<Connections>) -> Arc<ConnShared> {
+        assert!(c.take_place(), "below the cap");
+        c.register()
+    }
+
+    /// `admit` on its own task: its outcome, once it has one.
+    fn admitting(c: &Arc<Connections>) -> tokio::task::JoinHandle<bool> {
+        let c = c.clone();
+        tokio::spawn(async move { c.admit().await })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_idle_connection_is_evicted_first_and_busy_ones_never() {
         let c = conns(3);
-        let a = c.register();
-        let b = c.register();
-        let busy = c.register();
+        let a = placed(&c);
+        let b = placed(&c);
+        let busy = placed(&c);
         idle_since(&a, 2000);
         idle_since(&b, 1000);
         idle_since(&busy, 10);
         let _req = busy.request();
-        assert!(c.admit(), "at the cap, an idle connection makes room");
-        assert_eq!(c.evicting(), 1, "one idle connection is asked to close");
+        let new = admitting(&c);
+        tokio::task::yield_now().await;
+        assert!(!new.is_finished(), "it waits for the place being freed");
+        // The evicted connection closes (its task would): its place is the new one's.
+        c.deregister(&b);
         assert!(
-            b.evicting.load(Ordering::Acquire),
-            "the oldest idle goes first"
+            new.await.unwrap(),
+            "at the cap, an idle connection makes room"
+        );
+        assert_eq!(c.open(), 3);
+        assert_eq!(c.evicting(), 0);
+        assert!(
+            !c.table.lock().unwrap().contains_key(&b.id),
+            "the oldest idle went first"
         );
         assert!(!a.evicting.load(Ordering::Acquire));
         assert!(
@@ -1062,10 +1136,62 @@ mod tests {
         assert!(!busy.evicting.load(Ordering::Acquire));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn open_never_exceeds_the_cap_while_evicted_connections_close() {
+        let c = conns(2);
+        let a = placed(&c);
+        let b = placed(&c);
+        idle_since(&a, 1000);
+        idle_since(&b, 2000);
+        // Two accept loops at the cap at once: each asks an idle connection to close for it.
+        let first = admitting(&c);
+        let second = admitting(&c);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            c.evicting(),
+            2,
+            "one idle connection closing per waiting one"
+        );
+        assert_eq!(c.open(), 2, "not over the cap while they close");
+        assert_eq!(c.status()["open"], 2);
+        assert!(!first.is_finished() && !second.is_finished());
+        // `a` closes: one of them takes its place.
+        c.deregister(&a);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            usize::from(first.is_finished()) + usize::from(second.is_finished()),
+            1
+        );
+        assert_eq!(c.open(), 2);
+        // `b` got a request meanwhile and stays: the other one is refused, at once.
+        let _req = b.request();
+        b.evicting.store(false, Ordering::Release);
+        c.evicting.fetch_sub(1, Ordering::AcqRel);
+        c.closed.notify_waiters();
+        let (x, y) = (first.await.unwrap(), second.await.unwrap());
+        assert!(x != y, "one admitted, one refused");
+        assert_eq!(c.open(), 2);
+        // Nothing idle at the cap: refused without waiting.
+        assert!(!c.admit().await);
+        assert_eq!(c.open(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_place_not_freed_within_linger_is_refused() {
+        let c = conns(1);
+        let a = placed(&c);
+        idle_since(&a, 1000);
+        // `a` is asked to close but never does (its task is stuck): refused after LINGER.
+        let started = tokio::time::Instant::now();
+        assert!(!c.admit().await);
+        assert!(started.elapsed() >= LINGER);
+        assert_eq!(c.open(), 1);
+    }
+
     #[tokio::test]
     async fn out_of_descriptors_evicts_idle_connections_and_counts_the_error() {
         let c = conns(100);
-        let silent = c.register(); // never sent a byte: evictable
+        let silent = placed(&c); // never sent a byte: evictable
         let emfile = io::Error::from_raw_os_error(EMFILE);
         c.accept_failed(&emfile).await;
         c.accept_failed(&emfile).await;

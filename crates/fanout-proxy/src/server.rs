@@ -389,9 +389,13 @@ async fn accept_loop(
             },
             _ = &mut shutdown => break,
         };
-        // At the connection cap the oldest idle connections make room; with none idle the new
-        // connection is closed at once.
-        if !conns.admit() {
+        // At the connection cap the oldest idle connections make room (this connection takes
+        // the place of the first that closes); with none idle it is closed at once.
+        let admitted = tokio::select! {
+            admitted = conns.admit() => admitted,
+            _ = &mut shutdown => break,
+        };
+        if !admitted {
             conns.refuse(stream);
             continue;
         }

@@ -14,6 +14,11 @@
 //! - **Handshake** ([`TlsListener::accept`]): TLS 1.2/1.3, ALPN `h2` and `http/1.1`, session
 //!   resumption (rotating ticket keys, in-memory session cache), under the connection's limits
 //!   (`conn::setup`: its own timeout, the cap, shutdown).
+//! - **Resumption and client certificates**: a resumed session carries the client certificate
+//!   verified at its full handshake, maybe under a client CA since replaced, maybe since
+//!   expired. rustls does not verify it again, so [`recheck`] does, after the handshake, with
+//!   the client verifier of now and the time now; a chain that fails closes the connection
+//!   before any request is read (counted as `client_certificate`).
 //! - **Identity** ([`TlsInfo`]): version, ALPN, SNI and the verified client certificate,
 //!   computed once per connection and handed to each request as an `Arc` extension;
 //!   `$request.tls` is made from it only when a route reads it.
@@ -22,10 +27,11 @@ use crate::conn::{ConnShared, Connections, Socket};
 use arc_swap::ArcSwap;
 use fanout_config::{ClientAuthMode, ConfigError, ListenerTls, Located, TlsVersion, UnknownSni};
 use fanout_expr::Val;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,13 +173,20 @@ pub const FAILURE_REASONS: [&str; 6] = [
     "other",
 ];
 
+/// The `ServerConfig` new handshakes take and the client verifier it was built with (`None`
+/// without `client_auth`), which also checks resumed sessions again ([`recheck`]).
+struct Server {
+    config: Arc<rustls::ServerConfig>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+}
+
 /// TLS on one listener: its settings, certificates, `ServerConfig` and counters.
 pub struct TlsListener {
     /// `main` or `admin` (the metrics' `listener` label).
     pub name: &'static str,
     cfg: ListenerTls,
     certs: Arc<CertStore>,
-    server: ArcSwap<rustls::ServerConfig>,
+    server: ArcSwap<Server>,
     /// Digest of the client CA file last looked at.
     ca_seen: AtomicU64,
     ticketer: Arc<dyn rustls::server::ProducesTickets>,
@@ -386,10 +399,10 @@ impl TlsListener {
         sh: &Arc<ConnShared>,
         conns: &Connections,
     ) -> Option<(TlsStream<TcpStream>, Arc<TlsInfo>)> {
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.server.load_full());
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.server.load().config.clone());
         let handshake = async {
             match acceptor.accept(stream).await {
-                Ok(s) => Some(s),
+                Ok(s) => self.resumed_client_ok(s.get_ref().1).then_some(s),
                 Err(e) => {
                     self.handshake_failed(&e);
                     None
@@ -414,12 +427,13 @@ impl TlsListener {
     /// The handshake of a connection of the admin listener (no connection table: its own
     /// timeout only); `None` when it failed or timed out (counted).
     pub async fn accept_admin(&self, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.server.load_full());
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.server.load().config.clone());
         match tokio::time::timeout(self.handshake_timeout(), acceptor.accept(stream)).await {
-            Ok(Ok(s)) => {
+            Ok(Ok(s)) if self.resumed_client_ok(s.get_ref().1) => {
                 self.counters.handshakes.fetch_add(1, Ordering::Relaxed);
                 Some(s)
             }
+            Ok(Ok(_)) => None,
             Ok(Err(e)) => {
                 self.handshake_failed(&e);
                 None
@@ -427,6 +441,32 @@ impl TlsListener {
             Err(_) => {
                 self.count_failure("timeout");
                 None
+            }
+        }
+    }
+
+    /// Whether a finished handshake may serve: a full one always (rustls verified the client's
+    /// chain); a resumed one carrying a client certificate only if that chain passes the client
+    /// verifier of now at the time now ([`recheck`]) — else counted as `client_certificate`,
+    /// logged at debug, and the caller drops the connection.
+    fn resumed_client_ok(&self, conn: &rustls::ServerConnection) -> bool {
+        if conn.handshake_kind() != Some(rustls::HandshakeKind::Resumed) {
+            return true;
+        }
+        let (Some(verifier), Some(chain)) = (&self.server.load().clients, conn.peer_certificates())
+        else {
+            return true;
+        };
+        match recheck(verifier.as_ref(), chain, UnixTime::now()) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(
+                    listener = self.name,
+                    error = %e,
+                    "TLS session resumption refused: the client certificate does not verify now"
+                );
+                self.count_failure("client_certificate");
+                false
             }
         }
     }
@@ -652,6 +692,23 @@ impl Drop for TlsListener {
     }
 }
 
+/// A resumed session's client chain (`chain`: the end entity first) verified again by
+/// `verifier` at `now`: a session resumed after its CA left the client CA file, or after its
+/// certificate expired, fails here as a full handshake would. An empty chain (no certificate,
+/// `mode: optional`) passes.
+fn recheck(
+    verifier: &dyn ClientCertVerifier,
+    chain: &[CertificateDer<'_>],
+    now: UnixTime,
+) -> Result<(), rustls::Error> {
+    match chain.split_first() {
+        Some((end_entity, intermediates)) => verifier
+            .verify_client_cert(end_entity, intermediates, now)
+            .map(|_| ()),
+        None => Ok(()),
+    }
+}
+
 fn server_config(
     admin: bool,
     cfg: &ListenerTls,
@@ -659,7 +716,7 @@ fn server_config(
     client_roots: Option<rustls::RootCertStore>,
     ticketer: &Arc<dyn rustls::server::ProducesTickets>,
     sessions: &Arc<dyn rustls::server::StoresServerSessions>,
-) -> Result<rustls::ServerConfig, TlsError> {
+) -> Result<Server, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&'static rustls::SupportedProtocolVersion] = match cfg.min_version {
         TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -668,7 +725,7 @@ fn server_config(
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| TlsError::Setup(e.to_string()))?;
-    let builder = match (client_roots, &cfg.client_auth) {
+    let (builder, clients) = match (client_roots, &cfg.client_auth) {
         (Some(roots), Some(auth)) => {
             let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let v = match auth.mode {
@@ -676,9 +733,9 @@ fn server_config(
                 ClientAuthMode::Optional => v.allow_unauthenticated(),
             };
             let v = v.build().map_err(|e| TlsError::Setup(e.to_string()))?;
-            builder.with_client_cert_verifier(v)
+            (builder.with_client_cert_verifier(v.clone()), Some(v))
         }
-        _ => builder.with_no_client_auth(),
+        _ => (builder.with_no_client_auth(), None),
     };
     let mut c = builder.with_cert_resolver(certs);
     // The admin listener speaks HTTP/1.1 only.
@@ -688,7 +745,10 @@ fn server_config(
     };
     c.ticketer = ticketer.clone();
     c.session_storage = sessions.clone();
-    Ok(c)
+    Ok(Server {
+        config: Arc::new(c),
+        clients,
+    })
 }
 
 /// `$request.tls` of a connection.
@@ -827,4 +887,87 @@ pub(crate) fn status(listeners: &[&Arc<TlsListener>]) -> serde_json::Value {
         .map(|l| (l.name, l.status_json()))
         .collect();
     serde_json::to_value(m).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client CA, and a client certificate it issued, valid 2020-01-01 to 2030-01-01
+    /// (ECDSA P-256, made once with Python's `cryptography`).
+    const CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBTjCB9aADAgECAhRg/0cDUt7VFAxb2czqvO1+mfk/6DAKBggqhkjOPQQDAjAV
+MRMwEQYDVQQDDApyZWNoZWNrIGNhMB4XDTIwMDEwMTAwMDAwMFoXDTQwMDEwMTAw
+MDAwMFowFTETMBEGA1UEAwwKcmVjaGVjayBjYTBZMBMGByqGSM49AgEGCCqGSM49
+AwEHA0IABIJHLNjr6sJMll5zeLOe7ixGrolf2japOLxdwJG0wE7KBrezAoIoLyHn
+0ysbhs01bxLiELkRLSyenRRbbzsB9KijIzAhMA8GA1UdEwEB/wQFMAMBAf8wDgYD
+VR0PAQH/BAQDAgGGMAoGCCqGSM49BAMCA0gAMEUCIBusAE2DphmfWh5wdfZssSmv
+3pkz70Y1n7UGGSbCLK9kAiEA6EmIhS/MnZlpr2zcgLIW0kXzUvYLGXzQZ+wOHUSj
++jY=
+-----END CERTIFICATE-----
+";
+    const LEAF: &str = "-----BEGIN CERTIFICATE-----
+MIIBPDCB4qADAgECAhRTOA/3rpRB0Miek9n1fu3lURUmJjAKBggqhkjOPQQDAjAV
+MRMwEQYDVQQDDApyZWNoZWNrIGNhMB4XDTIwMDEwMTAwMDAwMFoXDTMwMDEwMTAw
+MDAwMFowDjEMMAoGA1UEAwwDc3ZjMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+KSAqLOo932Z1dCwxDbEfACmD8v2ygJ352POz/Gf6t33NjgTQsmhfdjvOPmI1eGk8
+/PyJvq5L1KBZmgA9aWd4iaMXMBUwEwYDVR0lBAwwCgYIKwYBBQUHAwIwCgYIKoZI
+zj0EAwIDSQAwRgIhAN+FB8jjqaFsqj8sN2RKUw8oyVCoCL42V8D5m3jZdeveAiEA
+56eY5XFMZBpcggCBYfbPPlBqaV95zZQ+Ux4Xkq5GHEc=
+-----END CERTIFICATE-----
+";
+    /// Another CA.
+    const OTHER_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBSTCB8aADAgECAhQ2uOIVNHPPpHKGvscodhkcjg8BzjAKBggqhkjOPQQDAjAT
+MREwDwYDVQQDDAhvdGhlciBjYTAeFw0yMDAxMDEwMDAwMDBaFw00MDAxMDEwMDAw
+MDBaMBMxETAPBgNVBAMMCG90aGVyIGNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcD
+QgAEjnKYLd4GUFpozvecAlDm+uRznKOdCRWUmNCgSoaNUm3zNuXdBwK+6xcfWHO9
+clhKUHlj4NJYsWz6xlyvMq121KMjMCEwDwYDVR0TAQH/BAUwAwEB/zAOBgNVHQ8B
+Af8EBAMCAYYwCgYIKoZIzj0EAwIDRwAwRAIgISdH1c9wgR4ZxHpc6swoWizZORuE
+0f7QeddKI3bQGcUCIDjtWRfvRgX97qXryWVHAT9hL7xQi8f5Tb99zJVZLp6u
+-----END CERTIFICATE-----
+";
+    /// The leaf's `not_after`: 2030-01-01T00:00:00Z.
+    const NOT_AFTER: u64 = 1_893_456_000;
+
+    fn verifier(ca: &str) -> Arc<dyn ClientCertVerifier> {
+        let roots = load_roots("ca.pem", ca.as_bytes()).unwrap();
+        WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap()
+    }
+
+    fn at(secs: u64) -> UnixTime {
+        UnixTime::since_unix_epoch(Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn a_resumed_chain_is_checked_with_the_verifier_and_the_time_given() {
+        let chain = [CertificateDer::from_pem_slice(LEAF.as_bytes()).unwrap()];
+        let ours = verifier(CA);
+        assert!(recheck(ours.as_ref(), &chain, at(NOT_AFTER - 3600)).is_ok());
+        assert!(
+            recheck(ours.as_ref(), &chain, at(NOT_AFTER)).is_ok(),
+            "valid to the second"
+        );
+        assert!(matches!(
+            recheck(ours.as_ref(), &chain, at(NOT_AFTER + 1)),
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ExpiredContext { .. } | rustls::CertificateError::Expired
+            ))
+        ));
+        assert!(matches!(
+            recheck(verifier(OTHER_CA).as_ref(), &chain, at(NOT_AFTER - 3600)),
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            ))
+        ));
+        assert!(
+            recheck(ours.as_ref(), &[], at(NOT_AFTER + 1)).is_ok(),
+            "no certificate"
+        );
+    }
 }

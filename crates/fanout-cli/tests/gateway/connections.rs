@@ -458,6 +458,9 @@ async fn at_the_connection_cap_idle_connections_are_closed_first() {
     );
     assert_eq!(counter(&st, &["connections", "refused"]), 0, "{st}");
     assert_eq!(counter(&st, &["connections", "max"]), 3, "{st}");
+    // Read over a connection of its own, which took the place of an idle one: `open` counts
+    // places, never over the cap while the evicted connection closes.
+    assert!(counter(&st, &["connections", "open"]) <= 3, "{st}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -213,6 +213,26 @@ async fn a_client_sends_gzip_and_gets_gzip_answers() {
     assert_eq!(a.code(), 0);
 }
 
+/// A message of several gzip members is inflated whole (as an HTTP body is), and bytes after
+/// the last member are corrupt: INTERNAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_gzip_member_of_a_message_is_inflated_and_trailing_bytes_are_refused() {
+    let stubs = stubs(&example("stubs.yaml")).await;
+    let gw = gateway(&example("fanout.yaml"), &stubs).await;
+    let msg = profile_request("u1");
+    let (head, tail) = msg.split_at(msg.len() - 1);
+    let members = [gzip(head), gzip(tail)].concat();
+    let a = call(gw.addr, &[("grpc-encoding", "gzip")], frame(1, &members)).await;
+    assert_eq!(a.code(), 0, "{:?} {:?}", a.headers, a.trailers);
+    let p = Profile::decode(&a.message()[..]).unwrap();
+    assert_eq!(p.user.unwrap().id, "u1");
+    for junk in [&b"junk"[..], &[0u8; 8]] {
+        let with_junk = [&gzip(&msg)[..], junk].concat();
+        let a = call(gw.addr, &[("grpc-encoding", "gzip")], frame(1, &with_junk)).await;
+        assert_eq!(a.code(), 13, "{junk:?}: {:?} {:?}", a.headers, a.trailers);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answer_compression_has_an_off_switch_and_a_minimum_size() {
     let stubs = stubs(&example("stubs.yaml")).await;

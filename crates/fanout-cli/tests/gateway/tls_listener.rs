@@ -64,6 +64,21 @@ impl Ca {
         } else {
             ExtendedKeyUsagePurpose::ServerAuth
         }];
+        self.sign(p)
+    }
+
+    /// A client certificate with common name `cn` valid until `not_after` (whole seconds).
+    pub fn client_leaf_until(&self, cn: &str, not_after: std::time::SystemTime) -> Leaf {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(1970, 1, 1)
+            + not_after.duration_since(std::time::UNIX_EPOCH).unwrap();
+        self.sign(p)
+    }
+
+    fn sign(&self, p: CertificateParams) -> Leaf {
         let k = KeyPair::generate().unwrap();
         let c = p.signed_by(&k, &self.issuer).unwrap();
         Leaf {
@@ -160,11 +175,53 @@ impl Dial {
         &self,
         addr: SocketAddr,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(self.config()));
+        self.keeping_sessions().connect(addr).await
+    }
+
+    /// A client that keeps its TLS sessions from one connection to the next (rustls's
+    /// in-memory store, on by default): its second connection to a server resumes.
+    pub fn keeping_sessions(&self) -> Session {
+        Session {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(self.config())),
+            sni: self.sni,
+        }
+    }
+}
+
+/// A client keeping its TLS sessions ([`Dial::keeping_sessions`]).
+#[derive(Clone)]
+pub struct Session {
+    connector: tokio_rustls::TlsConnector,
+    sni: &'static str,
+}
+
+impl Session {
+    /// Handshake with the gateway (resuming a kept session when there is one).
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
         let tcp = TcpStream::connect(addr).await?;
-        connector
+        self.connector
             .connect(ServerName::try_from(self.sni).unwrap(), tcp)
             .await
+    }
+
+    /// A new connection and GET `path` on it: how the handshake went (the client's word) and
+    /// the answer, or why there is none (the handshake or the request failed). The answer
+    /// read also reads the TLS 1.3 session ticket, which arrives after the handshake.
+    pub async fn get(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+    ) -> (
+        Option<rustls::HandshakeKind>,
+        Result<(u16, serde_json::Value), String>,
+    ) {
+        match over(self.connect(addr).await).await {
+            Ok((mut c, shown)) => (shown.kind, c.get(path).await),
+            Err(e) => (None, Err(e.to_string())),
+        }
     }
 }
 
@@ -174,14 +231,22 @@ pub enum Conn {
     H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
 }
 
-/// What a TLS connection showed: its server certificate (DER) and ALPN.
+/// What a TLS connection showed: its server certificate (DER), ALPN and handshake kind.
 pub struct Shown {
     pub cert: Vec<u8>,
     pub alpn: Option<Vec<u8>>,
+    pub kind: Option<rustls::HandshakeKind>,
 }
 
 pub async fn open(dial: &Dial, addr: SocketAddr) -> std::io::Result<(Conn, Shown)> {
-    let s = dial.connect(addr).await?;
+    over(dial.connect(addr).await).await
+}
+
+/// HTTP over a TLS connection just made.
+async fn over(
+    s: std::io::Result<tokio_rustls::client::TlsStream<TcpStream>>,
+) -> std::io::Result<(Conn, Shown)> {
+    let s = s?;
     let (_, c) = s.get_ref();
     let shown = Shown {
         cert: c
@@ -190,6 +255,7 @@ pub async fn open(dial: &Dial, addr: SocketAddr) -> std::io::Result<(Conn, Shown
             .map(|c| c.to_vec())
             .unwrap_or_default(),
         alpn: c.alpn_protocol().map(|a| a.to_vec()),
+        kind: c.handshake_kind(),
     };
     let io = TokioIo::new(s);
     let conn = if shown.alpn.as_deref() == Some(b"h2") {
@@ -1078,4 +1144,175 @@ async fn a_changed_client_ca_file_is_reloaded() {
     std::fs::rename(&tmp, &ca_file).unwrap();
     wait_until_async("the new client CA is trusted", || works(dial.clone())).await;
     assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
+}
+
+/// Whether an answer is a 200 (a resumed session that was let through).
+fn answered(r: &Result<(u16, serde_json::Value), String>) -> bool {
+    matches!(r, Ok((200, _)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_is_checked_against_the_client_ca_of_now() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    let dir = temp_dir("tls-resume-ca");
+    let (old_ca, new_ca) = (Ca::new("old clients"), Ca::new("new clients"));
+    let ca_file = write(&dir, "clients.pem", &old_ca.pem());
+    let (ca, _ca_file, tls) = localhost_tls(
+        &dir,
+        &format!(", client_auth: {{ ca_file: '{ca_file}' }}, poll: 1s"),
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let addr = gw.addr;
+    let client = |issuer: &Ca, cn: &str, versions| {
+        let l = issuer.leaf(cn, &[], &[], true);
+        let mut d = Dial::new(&ca.pem(), "localhost");
+        d.client = Some((l.cert, l.key));
+        d.versions = versions;
+        d
+    };
+    // A client of the old CA, on TLS 1.3 and on TLS 1.2, keeps its session: it resumes.
+    let mut kept = Vec::new();
+    for versions in [&ONLY_13[..], &ONLY_12[..]] {
+        let dial = client(&old_ca, "svc-old", versions);
+        let session = dial.keeping_sessions();
+        let (kind, r) = session.get(addr, "/client").await;
+        assert_eq!(kind, Some(Full), "{versions:?}");
+        assert_eq!(r.unwrap().1["subject"], "CN=svc-old");
+        let (kind, r) = session.get(addr, "/client").await;
+        assert_eq!(kind, Some(Resumed), "{versions:?}");
+        assert_eq!(r.unwrap().1["subject"], "CN=svc-old");
+        kept.push((versions, dial, session));
+    }
+
+    // The client CA file now names another CA only: a full handshake is refused...
+    let tmp = dir.join("clients.pem.tmp");
+    std::fs::write(&tmp, new_ca.pem()).unwrap();
+    std::fs::rename(&tmp, &ca_file).unwrap();
+    wait_until_async(
+        "a full handshake with the old CA's certificate is refused",
+        || {
+            let d = kept[0].1.clone();
+            async move { !answered(&d.keeping_sessions().get(addr, "/client").await.1) }
+        },
+    )
+    .await;
+    assert_eq!(gw.gateway().status_json()["tls"]["main"]["reloads"], 1);
+    // ... and so is the kept session: checked again, with the CA set of now.
+    for (versions, dial, session) in &kept {
+        let (_, r) = dial.keeping_sessions().get(addr, "/client").await;
+        assert!(!answered(&r), "{versions:?}: full handshake: {r:?}");
+        let (_, r) = session.get(addr, "/client").await;
+        assert!(!answered(&r), "{versions:?}: resumed session: {r:?}");
+    }
+    wait_until("each refusal is counted as client_certificate", || {
+        gw.gateway().status_json()["tls"]["main"]["handshake_failures"]["client_certificate"]
+            .as_u64()
+            .is_some_and(|n| n >= 5)
+    })
+    .await;
+
+    // A client whose certificate the CA set of now trusts keeps resuming.
+    for versions in [&ONLY_13[..], &ONLY_12[..]] {
+        let session = client(&new_ca, "svc-new", versions).keeping_sessions();
+        let (kind, r) = session.get(addr, "/client").await;
+        assert_eq!(kind, Some(Full), "{versions:?}");
+        assert_eq!(r.unwrap().1["subject"], "CN=svc-new");
+        for _ in 0..2 {
+            let (kind, r) = session.get(addr, "/client").await;
+            assert_eq!(kind, Some(Resumed), "{versions:?}");
+            assert_eq!(r.unwrap().1["subject"], "CN=svc-new", "{versions:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_of_a_client_certificate_expired_since_is_refused() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    use std::time::SystemTime;
+    let dir = temp_dir("tls-resume-expired");
+    let clients = Ca::new("client ca");
+    let client_ca = write(&dir, "clients.pem", &clients.pem());
+    let (ca, _ca_file, tls) = localhost_tls(
+        &dir,
+        &format!(", client_auth: {{ ca_file: '{client_ca}' }}"),
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let addr = gw.addr;
+    for versions in [&ONLY_13[..], &ONLY_12[..]] {
+        // A certificate valid for a few seconds more: long enough for a full handshake and an
+        // answer (a longer life if this machine was too slow for it), then expired.
+        let mut tried = Vec::new();
+        let (dial, session, not_after) = 'valid: {
+            for life in [3, 10, 30, 90] {
+                let not_after = SystemTime::now() + Duration::from_secs(life);
+                let leaf = clients.client_leaf_until("svc-expiring", not_after);
+                let mut dial = Dial::new(&ca.pem(), "localhost");
+                dial.client = Some((leaf.cert, leaf.key));
+                dial.versions = versions;
+                let session = dial.keeping_sessions();
+                let (kind, r) = session.get(addr, "/client").await;
+                if kind == Some(Full) && answered(&r) {
+                    break 'valid (dial, session, not_after);
+                }
+                tried.push(format!("{life}s: {kind:?} {r:?}"));
+            }
+            panic!("{versions:?}: no certificate was served while valid: {tried:?}");
+        };
+        // Expired once the second after `not_after` has begun (the certificate's times are
+        // whole seconds; the check is `now > not_after`).
+        wait_within(
+            "the client certificate has expired",
+            Duration::from_secs(100),
+            || SystemTime::now() > not_after + Duration::from_secs(1),
+        )
+        .await;
+        let (_, r) = dial.keeping_sessions().get(addr, "/client").await;
+        assert!(!answered(&r), "{versions:?}: full handshake: {r:?}");
+        let (kind, r) = session.get(addr, "/client").await;
+        assert_eq!(kind, Some(Resumed), "{versions:?}: the client resumed");
+        assert!(!answered(&r), "{versions:?}: resumed session: {r:?}");
+    }
+}
+
+/// An SNI that is not a valid DNS name is refused by rustls before a certificate is chosen: a
+/// fatal `illegal_parameter` alert (counted as `other`), whatever `unknown_sni` says. An IP
+/// address sent as SNI counts as no SNI: the first certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sni_that_is_not_a_dns_name_is_refused_and_an_ip_address_is_no_sni() {
+    let ca = Ca::new("test ca");
+    let first = ca.leaf("first-cert", &["a.test"], &[], false);
+    let dir = temp_dir("tls-bad-sni");
+    let tls = format!(
+        "{{ certificates: [{{ cert_file: '{}', key_file: '{}' }}] }}",
+        write(&dir, "a.crt", &first.cert),
+        write(&dir, "a.key", &first.key),
+    );
+    let gw = gateway(&config(&tls), &no_stubs().await).await;
+    let connect = format!("127.0.0.1:{}", gw.addr.port());
+    let s_client = |sni: &str| {
+        [
+            "s_client",
+            "-connect",
+            &connect,
+            "-servername",
+            sni,
+            "-tls1_3",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    for bad in ["bad_name!.test", "a..test", "-a.test", "a.test-"] {
+        let (ok, out) = run("openssl", s_client(bad), Some("")).await;
+        assert!(!ok, "{bad}: {out}");
+        assert!(out.contains("illegal parameter"), "{bad}: {out}");
+    }
+    wait_until("counted as other", || {
+        gw.gateway().status_json()["tls"]["main"]["handshake_failures"]["other"] == 4
+    })
+    .await;
+    for ip in ["127.0.0.1", "::1"] {
+        let (ok, out) = run("openssl", s_client(ip), Some("")).await;
+        assert!(ok, "{ip}: {out}");
+        assert!(out.contains("CN = first-cert"), "{ip}: {out}");
+    }
 }
