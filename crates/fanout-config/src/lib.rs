@@ -31,6 +31,7 @@ mod server;
 mod telemetry;
 pub mod tls;
 mod unknown;
+pub mod yaml_tree;
 
 pub use compression::{Compression, ContentCoding, RouteCompression};
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};

@@ -8,109 +8,15 @@
 //! deserializer's one error stands.
 
 use crate::Pos;
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use crate::yaml_tree::Node;
 use serde_json::Value;
 use serde_saphyr::Spanned;
-use std::fmt;
 
 /// Deepest schema nesting followed (`$ref` chains and `anyOf` branches included); YAML nesting is
 /// bounded by the parser's own budget (64 levels).
 const MAX_WALK_DEPTH: usize = 128;
 /// Most unknown fields reported for one file.
 const MAX_REPORTED: usize = 50;
-
-/// A YAML node: mappings keep their keys' positions.
-enum Node {
-    Map(Vec<(Spanned<Key>, Node)>),
-    Seq(Vec<Node>),
-    Scalar,
-}
-
-/// A mapping key as text (`404:` is a key too).
-struct Key(String);
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a mapping key")
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Key, E> {
-                Ok(Key(s.to_string()))
-            }
-            fn visit_i64<E>(self, i: i64) -> Result<Key, E> {
-                Ok(Key(i.to_string()))
-            }
-            fn visit_u64<E>(self, i: u64) -> Result<Key, E> {
-                Ok(Key(i.to_string()))
-            }
-            fn visit_f64<E>(self, f: f64) -> Result<Key, E> {
-                Ok(Key(f.to_string()))
-            }
-            fn visit_bool<E>(self, b: bool) -> Result<Key, E> {
-                Ok(Key(b.to_string()))
-            }
-            fn visit_unit<E>(self) -> Result<Key, E> {
-                Ok(Key("null".into()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Node;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_unit<E>(self) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_none<E>(self) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Node, D2::Error> {
-                Node::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-                let mut out = Vec::new();
-                while let Some(x) = seq.next_element::<Node>()? {
-                    out.push(x);
-                }
-                Ok(Node::Seq(out))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-                let mut out = Vec::new();
-                while let Some(k) = map.next_key::<Spanned<Key>>()? {
-                    let v = map.next_value::<Node>()?;
-                    out.push((k, v));
-                }
-                Ok(Node::Map(out))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
 
 /// One unknown field: where its key is and serde's wording of the error (so the hint code that
 /// suggests the closest field applies unchanged).
@@ -122,11 +28,11 @@ pub(crate) struct Unknown {
 /// Every unknown field of `text` (already `${VAR}`-substituted) against `schema`; empty when
 /// the text does not parse as a plain tree.
 pub(crate) fn unknown_fields(text: &str, schema: &Value) -> Vec<Unknown> {
-    let Ok(root) = serde_saphyr::from_str::<Node>(text) else {
+    let Some(root) = Node::parse(text) else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    Walk { root: schema }.node(&root, schema, 0, &mut out);
+    Walk { root: schema }.node(&root.value, schema, 0, &mut out);
     out
 }
 
@@ -199,9 +105,9 @@ impl<'a> Walk<'a> {
                 for (k, v) in entries {
                     let name = &k.value.0;
                     if let Some(p) = props.and_then(|p| p.get(name)) {
-                        self.node(v, p, depth + 1, out);
+                        self.node(&v.value, p, depth + 1, out);
                     } else if let Some(e) = extra.filter(|e| e.is_object()) {
-                        self.node(v, e, depth + 1, out);
+                        self.node(&v.value, e, depth + 1, out);
                     } else if extra.and_then(Value::as_bool) == Some(false) {
                         let known: Vec<String> = props
                             .map(|p| p.keys().map(|k| format!("`{k}`")).collect())
@@ -227,7 +133,7 @@ impl<'a> Walk<'a> {
             Node::Seq(items) => {
                 if let Some(i) = s.get("items").filter(|i| i.is_object()) {
                     for x in items {
-                        self.node(x, i, depth + 1, out);
+                        self.node(&x.value, i, depth + 1, out);
                     }
                 }
             }
@@ -236,80 +142,20 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// A YAML node with the position of every key and list element, to find where a config path
-/// is written ([`Tree::position_of`], for errors made without a position: `error::locate`).
-enum PNode {
-    Map(Vec<(Spanned<Key>, Spanned<PNode>)>),
-    Seq(Vec<Spanned<PNode>>),
-    Scalar,
-}
-
-impl<'de> Deserialize<'de> for PNode {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PNode, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = PNode;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_unit<E>(self) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_none<E>(self) -> Result<PNode, E> {
-                Ok(PNode::Scalar)
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<PNode, D2::Error> {
-                PNode::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PNode, A::Error> {
-                let mut out = Vec::new();
-                while let Some(x) = seq.next_element::<Spanned<PNode>>()? {
-                    out.push(x);
-                }
-                Ok(PNode::Seq(out))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PNode, A::Error> {
-                let mut out = Vec::new();
-                while let Some(k) = map.next_key::<Spanned<Key>>()? {
-                    let v = map.next_value::<Spanned<PNode>>()?;
-                    out.push((k, v));
-                }
-                Ok(PNode::Map(out))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 /// A config's YAML text as a tree of positions.
-pub(crate) struct Tree(PNode);
+pub(crate) struct Tree(Spanned<Node>);
 
 impl Tree {
     /// `None` when the text is no YAML (then nothing is located).
     pub(crate) fn parse(source: &str) -> Option<Tree> {
-        serde_saphyr::from_str::<PNode>(source).ok().map(Tree)
+        Node::parse(source).map(Tree)
     }
 
     /// Where `path` (`a.b.c`, `a.list[2].b`; a key may itself hold dots) is written: the
     /// position of its deepest part the file has, `None` when not even its first key is there.
     pub(crate) fn position_of(&self, path: &str) -> Option<Pos> {
         let span = |s: serde_saphyr::Location| Pos::from_location(s);
-        let mut node = &self.0;
+        let mut node = &self.0.value;
         let mut rest = path;
         let mut found = None;
         for _ in 0..MAX_WALK_DEPTH {
@@ -321,7 +167,7 @@ impl Tree {
                 let Some((i, after)) = r.split_once(']') else {
                     break;
                 };
-                let (PNode::Seq(items), Ok(i)) = (node, i.parse::<usize>()) else {
+                let (Node::Seq(items), Ok(i)) = (node, i.parse::<usize>()) else {
                     break;
                 };
                 let Some(item) = items.get(i) else { break };
@@ -330,7 +176,7 @@ impl Tree {
                 rest = after;
                 continue;
             }
-            let PNode::Map(entries) = node else { break };
+            let Node::Map(entries) = node else { break };
             // The longest key that the path starts with (followed by `.`, `[` or the end).
             let hit = entries
                 .iter()

@@ -15,10 +15,10 @@
 //! from a merge key (`<<: *base`). Every rewrite is checked by reading the new text back: the
 //! document must be the old one with exactly that case's answer changed, else it is refused too.
 
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use fanout_config::yaml_tree::Node;
 use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 
 const WIDTH: usize = 100;
 
@@ -149,99 +149,6 @@ fn reads_back(old: &Value, new: &str, answers: &[(usize, &Value)]) -> bool {
         }
     }
     want == new
-}
-
-/// A YAML node with the positions of its keys and values.
-enum Node {
-    Map(Vec<(Spanned<Key>, Spanned<Node>)>),
-    Seq(Vec<Spanned<Node>>),
-    Scalar,
-}
-
-/// A mapping key as text (`404:` is a key too).
-struct Key(String);
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a mapping key")
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Key, E> {
-                Ok(Key(s.to_string()))
-            }
-            fn visit_i64<E>(self, i: i64) -> Result<Key, E> {
-                Ok(Key(i.to_string()))
-            }
-            fn visit_u64<E>(self, i: u64) -> Result<Key, E> {
-                Ok(Key(i.to_string()))
-            }
-            fn visit_f64<E>(self, f: f64) -> Result<Key, E> {
-                Ok(Key(f.to_string()))
-            }
-            fn visit_bool<E>(self, b: bool) -> Result<Key, E> {
-                Ok(Key(b.to_string()))
-            }
-            fn visit_unit<E>(self) -> Result<Key, E> {
-                Ok(Key("null".into()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Node;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_unit<E>(self) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_none<E>(self) -> Result<Node, E> {
-                Ok(Node::Scalar)
-            }
-            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Node, D2::Error> {
-                Node::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-                let mut out = Vec::new();
-                while let Some(x) = seq.next_element::<Spanned<Node>>()? {
-                    out.push(x);
-                }
-                Ok(Node::Seq(out))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-                let mut out = Vec::new();
-                while let Some(k) = map.next_key::<Spanned<Key>>()? {
-                    let v = map.next_value::<Spanned<Node>>()?;
-                    out.push((k, v));
-                }
-                Ok(Node::Map(out))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 /// Byte offset and length of a location's text, when known.
