@@ -519,9 +519,14 @@ fn lab_pool_overload_quick_runs_against_a_real_postgres() {
             offered[2] > offered[0] * 4.0 && offered[3] < offered[2] / 4.0,
             "{target}: 0.5x, 3x, then 0.5x again: {offered:?}"
         );
+        // The database answered. fanout keeps answering at 3x (what the scenario shows); the
+        // thread-per-request baseline may answer nothing there on a loaded machine (its
+        // threads all wait past their time), so of it only the first phase is asked.
+        let phase = if target == "fanout" { 2 } else { 0 };
         assert!(
-            phases[2]["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
-            "{target}: goodput at 3x (the database answered)"
+            phases[phase]["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
+            "{target}: goodput at {} (the database answered): {phases:?}",
+            names[phase]
         );
         let checks = acceptance(&rep, target);
         for want in ["goodput at 3×", "rejection p99 at 3×", "recovery"] {
