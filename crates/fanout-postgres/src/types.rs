@@ -506,14 +506,12 @@ pub fn to_val(
         .map_err(|e| format!("the value is not valid JSON or nests too deep: {e}"))
 }
 
-/// An array column's value (`member`: its members' type): nested arrays for several dimensions,
-/// as [`write_value`] writes it, each member by [`to_val`].
-fn array_to_val(
-    member: &Type,
-    raw: &[u8],
-    max_depth: usize,
-    scratch: &mut Vec<u8>,
-) -> Result<Val, String> {
+/// An array's binary wire form read: the length of each dimension and the members' bytes
+/// (`None` for NULL), in row-major order.
+type ArrayParts<'a> = (Vec<usize>, Vec<Option<&'a [u8]>>);
+
+/// [`ArrayParts`] of `raw`.
+fn array_parts(raw: &[u8]) -> Result<ArrayParts<'_>, String> {
     use fallible_iterator::FallibleIterator;
     let e = |x: BoxError| x.to_string();
     let arr = postgres_protocol::types::array_from_sql(raw).map_err(e)?;
@@ -523,6 +521,18 @@ fn array_to_val(
         .collect()
         .map_err(e)?;
     let values: Vec<Option<&[u8]>> = arr.values().collect().map_err(e)?;
+    Ok((dims, values))
+}
+
+/// An array column's value (`member`: its members' type): nested arrays for several dimensions,
+/// as [`write_value`] writes it, each member by [`to_val`].
+fn array_to_val(
+    member: &Type,
+    raw: &[u8],
+    max_depth: usize,
+    scratch: &mut Vec<u8>,
+) -> Result<Val, String> {
+    let (dims, values) = array_parts(raw)?;
     if dims.is_empty() {
         return Ok(Val::from_iter(std::iter::empty()));
     }
@@ -582,14 +592,7 @@ pub fn write_value(ty: &Type, raw: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(
         return Ok(());
     }
     if let Kind::Array(member) = ty.kind() {
-        let arr = t::array_from_sql(raw).map_err(e)?;
-        use fallible_iterator::FallibleIterator;
-        let dims: Vec<usize> = arr
-            .dimensions()
-            .map(|d| Ok(usize::try_from(d.len).unwrap_or(0)))
-            .collect()
-            .map_err(e)?;
-        let values: Vec<Option<&[u8]>> = arr.values().collect().map_err(e)?;
+        let (dims, values) = array_parts(raw)?;
         if dims.is_empty() {
             out.extend_from_slice(b"[]");
             return Ok(());
