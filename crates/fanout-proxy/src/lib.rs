@@ -25,6 +25,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod observe;
 mod ratelimit;
+pub mod registry;
 pub mod reload;
 mod request_body;
 pub mod request_id;
@@ -50,6 +51,7 @@ use fanout_protocol::StepStats;
 pub use fanout_protocol::bodies;
 pub use grpc::load_protos;
 pub use server::{serve, serve_per_core};
+pub(crate) use registry::PROTOCOLS;
 
 /// A ready-to-serve gateway. What a config reload replaces (routes, plans, backend stacks,
 /// reference data) is the [`Live`] part, swapped atomically; the rest lives as long as the
@@ -156,11 +158,6 @@ pub struct Live {
     /// each route's policy (`fanout-auth`).
     auth: Arc<fanout_auth::Auth>,
 }
-
-/// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
-/// a backend protocol").
-pub(crate) const PROTOCOLS: &[fanout_protocol::Registration] =
-    &[fanout_client::PROTOCOL, fanout_postgres::PROTOCOL];
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
