@@ -28,6 +28,7 @@ pub mod ratelimit;
 mod redis;
 mod route;
 mod server;
+mod stages;
 mod telemetry;
 pub mod tls;
 mod unknown;
@@ -36,6 +37,7 @@ pub mod yaml_tree;
 pub use compression::{Compression, ContentCoding, RouteCompression};
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 pub use cors::Cors;
+pub use stages::StageSections;
 
 pub use duration::{
     BareNumber, Dur, DurationError, DurationProblem, parse_duration, parse_millis_f64,

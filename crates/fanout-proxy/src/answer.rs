@@ -251,6 +251,18 @@ pub(crate) enum Refusal<'a> {
     Auth(fanout_auth::Denied),
 }
 
+/// An edge stage's refusal (`fanout-edge`): its status, code, message and headers; the detail for
+/// the log only.
+impl From<fanout_edge::Rejection> for ApiError {
+    fn from(r: fanout_edge::Rejection) -> Self {
+        let mut e = ApiError::new(r.status, "", r.message);
+        e.code = r.code;
+        e.detail = r.detail;
+        e.headers = r.headers;
+        e
+    }
+}
+
 impl From<Refusal<'_>> for ApiError {
     fn from(r: Refusal<'_>) -> Self {
         match r {

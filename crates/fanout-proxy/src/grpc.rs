@@ -276,6 +276,9 @@ impl Gateway {
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, offload, _memory) = match async {
             crate::lifecycle::once_only(&cx.parts.headers)?;
+            let decoded = crate::lifecycle::path_params(&params)?;
+            crate::lifecycle::edge_stages(cx, route, fanout_edge::RouteKind::Grpc, &decoded)
+                .await?;
             let auth = self.authenticate(cx, route).await?;
             let client = crate::lifecycle::client_address(live, parts, peer, route);
             self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)

@@ -50,8 +50,8 @@ use fanout_protocol::StepStats;
 /// The in-flight memory gate (request bodies, database rows), shared with the protocols.
 pub use fanout_protocol::bodies;
 pub use grpc::load_protos;
-pub use server::{serve, serve_per_core};
 pub(crate) use registry::PROTOCOLS;
+pub use server::{serve, serve_per_core};
 
 /// A ready-to-serve gateway. What a config reload replaces (routes, plans, backend stacks,
 /// reference data) is the [`Live`] part, swapped atomically; the rest lives as long as the
@@ -104,6 +104,8 @@ pub struct Gateway {
     coverage: Option<Arc<fanout_flow::coverage::Coverage>>,
     /// The live page's last slow and failed requests (`None` with `admin.ui.enabled: false`).
     recent: Option<ui::record::Recent>,
+    /// The components it was built from (a reload builds the new config's from the same).
+    registry: Arc<registry::Registry>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -157,14 +159,22 @@ pub struct Live {
     /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
     /// each route's policy (`fanout-auth`).
     auth: Arc<fanout_auth::Auth>,
+    /// The edge stages of this config and which routes run them (`fanout-edge`).
+    stages: fanout_edge::StageSet,
 }
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
     /// the router, admission — with new metric families and health flags.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
+        Gateway::build_in(cfg, registry::Registry::standard())
+    }
+
+    /// [`Gateway::build`] from the components of `registry` (the standard ones plus, say, an
+    /// edge stage of the program that embeds the gateway).
+    pub fn build_in(cfg: &Config, registry: registry::Registry) -> Result<Gateway, ConfigErrors> {
         let metrics = Arc::new(metrics::Metrics::new());
-        Gateway::build_with(cfg, metrics, Arc::new(health::Health::new()))
+        Gateway::build_with_registry(cfg, metrics, Arc::new(health::Health::new()), registry)
     }
 
     /// [`Gateway::build`] with the process-lived parts given: the metric families (route
@@ -175,10 +185,21 @@ impl Gateway {
         metrics: Arc<metrics::Metrics>,
         health: Arc<health::Health>,
     ) -> Result<Gateway, ConfigErrors> {
+        Gateway::build_with_registry(cfg, metrics, health, registry::Registry::standard())
+    }
+
+    /// [`Gateway::build_with`] from the components of `registry`.
+    pub fn build_with_registry(
+        cfg: &Config,
+        metrics: Arc<metrics::Metrics>,
+        health: Arc<health::Health>,
+        registry: registry::Registry,
+    ) -> Result<Gateway, ConfigErrors> {
+        let registry = Arc::new(registry);
         let telemetry = telemetry::Telemetry::new(cfg)?;
         let adm = admission::Admission::new(&cfg.server.admission);
         let record = cfg.admin.metrics.then_some(&*metrics);
-        let built = reload::build_live(cfg.clone(), None, None, &adm, record)?;
+        let built = reload::build_live(cfg.clone(), None, None, &adm, record, &registry)?;
         let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         let listener_tls = |name, t: &Option<fanout_config::ListenerTls>| {
             t.as_ref()
@@ -222,6 +243,7 @@ impl Gateway {
                 .ui
                 .enabled
                 .then(|| ui::record::Recent::new(&cfg.admin.ui)),
+            registry,
         })
     }
 
@@ -260,7 +282,10 @@ impl Gateway {
     /// What the loaded config may not mean (`FILE:LINE:COL: warning: …`): printed by `fanout
     /// validate`, logged when a config is loaded; never a reason to refuse it.
     pub fn config_warnings(&self) -> Vec<ConfigError> {
-        self.live().rate_limits.warnings.clone()
+        let live = self.live();
+        let mut out = live.rate_limits.warnings.clone();
+        out.extend(live.stages.warnings());
+        out
     }
 
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
@@ -269,6 +294,7 @@ impl Gateway {
         self.health.readiness(&live.reference)?;
         live.runtimes.readiness()?;
         live.auth.readiness()?;
+        live.stages.readiness()?;
         for (_, s) in &live.stacks {
             s.client.readiness()?;
         }
@@ -298,6 +324,9 @@ impl Gateway {
         // The JWK sets: fetched before ready (a failed fetch is retried in the background).
         for url in self.live().auth.start().await {
             tracing::warn!(target: "fanout::auth", %url, "JWK set not fetched at start: its providers' routes answer 503 and the gateway is not ready until it is");
+        }
+        for why in self.live().stages.start().await {
+            tracing::warn!(target: "fanout::edge", "{why}");
         }
         self.start_reference().await
     }
@@ -385,8 +414,11 @@ impl Gateway {
             "auth": live.auth.status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
-        // Each runtime's sections (`models`, `models_watcher`).
+        // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {
+            for (name, value) in live.stages.status_json() {
+                o.insert(name.into(), value);
+            }
             for r in live.runtimes.iter() {
                 for (key, value) in r.status(now) {
                     o.insert(key.into(), value);

@@ -64,8 +64,9 @@ impl Gateway {
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, _memory) = match async {
             once_only(&cx.parts.headers)?;
-            let auth = self.authenticate(cx, route).await?;
             let params = path_params(&params)?;
+            edge_stages(cx, route, fanout_edge::RouteKind::Http, &params).await?;
+            let auth = self.authenticate(cx, route).await?;
             let client = client_address(cx.live, cx.parts, cx.peer, route);
             self.rate_limit(
                 cx.live,
@@ -342,6 +343,19 @@ pub(crate) fn path_params<'a>(
             Err(why) => Err(Refusal::BadPath { param, why }),
         })
         .collect()
+}
+
+/// The edge stages of `route` (`fanout-edge`, in the registry's order) on the request head: the
+/// first refusal ends the request.
+pub(crate) async fn edge_stages(
+    cx: &Req<'_, '_>,
+    route: &RoutePlan,
+    kind: fanout_edge::RouteKind,
+    params: &PathParams<'_>,
+) -> Result<(), ApiError> {
+    let stages = &cx.live.stages;
+    let mut head = fanout_edge::RequestHead::new(stages, cx.parts, route, kind, params, cx.peer);
+    stages.on_request(&mut head).await.map_err(ApiError::from)
 }
 
 /// The path parameters as `$request.params` keys them.

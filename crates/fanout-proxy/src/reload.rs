@@ -30,6 +30,9 @@ pub enum ReloadError {
     /// A JWK set the new config brings could not be fetched.
     #[error("the new config's JWK set(s) could not be fetched; the old config keeps serving: {0}")]
     Auth(String),
+    /// An edge stage of the new config could not start (what it needs before it decides).
+    #[error("the new config's edge stages could not start; the old config keeps serving: {0}")]
+    Stage(String),
     /// The new config's required reference data could not be loaded.
     #[error("the new config's reference data did not load; the old config keeps serving: {0}")]
     Reference(String),
@@ -162,6 +165,7 @@ pub(crate) fn build_live(
     compute: Option<Arc<ComputePool>>,
     adm: &admission::Admission,
     metrics: Option<&Metrics>,
+    registry: &crate::registry::Registry,
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
     // Every part is built even when another failed, so a config with mistakes in several
@@ -183,11 +187,16 @@ pub(crate) fn build_live(
         .map_err(|e| ConfigErrors(vec![e]));
     let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)));
     let auth = build_auth(&cfg, prev);
-    let (stacks, protos, runtimes, rate_limits, auth) =
-        match (stacks, protos, runtimes, rate_limits, auth) {
-            (Ok(s), Ok(p), Ok(r), Ok(l), Ok(a)) if errs.is_empty() => (s, p, r, l, a),
-            (s, p, r, l, a) => {
-                for e in [s.err(), p.err(), r.err(), l.err(), a.err()]
+    let stages = fanout_edge::StageSet::build(
+        registry.stages(),
+        &cfg,
+        prev.map(|p| (&*p.config, &p.stages)),
+    );
+    let (stacks, protos, runtimes, rate_limits, auth, stages) =
+        match (stacks, protos, runtimes, rate_limits, auth, stages) {
+            (Ok(s), Ok(p), Ok(r), Ok(l), Ok(a), Ok(st)) if errs.is_empty() => (s, p, r, l, a, st),
+            (s, p, r, l, a, st) => {
+                for e in [s.err(), p.err(), r.err(), l.err(), a.err(), st.err()]
                     .into_iter()
                     .flatten()
                 {
@@ -296,6 +305,7 @@ pub(crate) fn build_live(
             .collect(),
         rate_limits,
         auth,
+        stages,
     };
     Ok(Built {
         live,
@@ -439,8 +449,16 @@ impl Gateway {
         let adm = self.admission.clone();
         let old = prev.clone();
         let metrics = self.record_metrics.then(|| self.metrics.clone());
+        let registry = self.registry.clone();
         let built = tokio::task::spawn_blocking(move || {
-            build_live(cfg, Some(&old), Some(compute), &adm, metrics.as_deref())
+            build_live(
+                cfg,
+                Some(&old),
+                Some(compute),
+                &adm,
+                metrics.as_deref(),
+                &registry,
+            )
         })
         .await;
         let built = match built {
@@ -459,6 +477,11 @@ impl Gateway {
         if !unfetched.is_empty() {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Auth(unfetched.join(", "))));
+        }
+        let unstarted = built.live.stages.start().await;
+        if !unstarted.is_empty() {
+            self.retain_route_series(&prev);
+            return Err(self.refused(ReloadError::Stage(unstarted.join(", "))));
         }
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await

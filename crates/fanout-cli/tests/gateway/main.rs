@@ -35,6 +35,7 @@ mod config_reference;
 mod connections;
 mod cors;
 mod docs;
+mod edge_stages;
 mod examples;
 mod explain;
 mod fanout_test;

@@ -81,6 +81,7 @@ impl Collector for State {
         runtimes(live, &mut out)?;
         rate_limits(live, &mut out)?;
         auth(live, &mut out)?;
+        live.stages.metrics(&mut out)?;
         tls(gw, &mut out)?;
         gw.compression_stats().metrics(&mut out)?;
         runtime(gw, &mut out)?;
