@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod ip_filter;
 mod stage;
 
 /// The metrics text writer a stage's families go through (the protocols' own).

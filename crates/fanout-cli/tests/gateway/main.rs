@@ -46,6 +46,7 @@ mod grpc_interop;
 mod grpc_keepalive;
 mod hostile_config;
 mod house;
+mod ip_filter;
 mod isolation;
 mod metrics;
 mod models;
