@@ -69,6 +69,9 @@ pub struct RouteExplain {
     /// Who may call the route (its `auth`, or `defaults.auth`); `None` in a config without
     /// auth providers.
     pub auth: Option<String>,
+    /// The edge stages the route runs, in order, each with what it does there (`ip_filter
+    /// (allow 10.0.0.0/8)`): filled by the gateway, which knows them; empty here.
+    pub edge: Vec<String>,
 }
 
 /// The parts of `$request` that `u` names, as a flow reads them.
@@ -378,6 +381,7 @@ fn explain_route(
         key: key_parts(&route.request_use),
         rate_limits: rate_limits_of(cfg, route.index),
         auth: auth_of(cfg, src),
+        edge: Vec::new(),
     }
 }
 

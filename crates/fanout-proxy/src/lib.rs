@@ -288,6 +288,24 @@ impl Gateway {
         out
     }
 
+    /// The edge stages route `route` (its index in the config) runs, in order, each with what it
+    /// does there: `ip_filter (allow 10.0.0.0/8)` (`fanout explain`).
+    pub fn edge_stages_of(&self, route: usize) -> Vec<String> {
+        let live = self.live();
+        let kind = match live.routes.get(route).is_some_and(|r| r.grpc.is_some()) {
+            true => fanout_edge::RouteKind::Grpc,
+            false => fanout_edge::RouteKind::Http,
+        };
+        live.stages
+            .explain(route, kind)
+            .into_iter()
+            .map(|(name, what)| match what {
+                Some(w) => format!("{name} ({w})"),
+                None => name.to_string(),
+            })
+            .collect()
+    }
+
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
     pub fn readiness(&self) -> Result<(), String> {
         let live = self.live();

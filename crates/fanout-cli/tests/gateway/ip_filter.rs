@@ -131,3 +131,39 @@ fn a_bad_block_is_a_config_error_at_its_line() {
         "line {line}: {err}"
     );
 }
+
+/// `fanout explain` names each route's stages in the order they run, with their lists.
+#[test]
+fn explain_prints_each_routes_stages_in_order() {
+    let dir = tempfile_dir();
+    let path = dir.join("fanout.yaml");
+    std::fs::write(&path, yaml()).unwrap();
+    let lookup = |_: &str| Some("127.0.0.1:1".to_string());
+    let text = fanout::explain::explain_file_at(
+        path.to_str().unwrap(),
+        &lookup,
+        Some("GET /lan"),
+        fanout::explain::Format::Text,
+        None,
+    )
+    .unwrap();
+    assert!(
+        text.contains("edge stages, in order (each may refuse before the body is read): ip_filter (allow 10.0.0.0/8; deny 10.9.0.0/16)"),
+        "{text}"
+    );
+    let off = fanout::explain::explain_file_at(
+        path.to_str().unwrap(),
+        &lookup,
+        Some("GET /off"),
+        fanout::explain::Format::Text,
+        None,
+    )
+    .unwrap();
+    assert!(!off.contains("edge stages"), "{off}");
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fanout-ip-filter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

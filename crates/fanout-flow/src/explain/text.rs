@@ -22,6 +22,13 @@ fn route(r: &RouteExplain) -> String {
          is shorter)",
         fmt_dur(r.deadline)
     );
+    if !r.edge.is_empty() {
+        let _ = writeln!(
+            out,
+            "  edge stages, in order (each may refuse before the body is read): {}",
+            r.edge.join(", ")
+        );
+    }
     if let Some(a) = &r.auth {
         let _ = writeln!(out, "  auth: {a}");
     }
