@@ -69,6 +69,7 @@ impl std::fmt::Display for Cidr {
 pub struct ClientAddresses {
     trusted: Vec<Cidr>,
     header: ClientAddressHeader,
+    warnings: Vec<ConfigError>,
 }
 
 /// An address as a proxy wrote it: `192.0.2.1`, `192.0.2.1:80`, `[2001:db8::1]:80`,
@@ -106,10 +107,34 @@ impl ClientAddresses {
         if !errs.is_empty() {
             return Err(ConfigErrors(errs));
         }
+        let mut warnings = Vec::new();
+        for (i, c) in trusted.iter().enumerate() {
+            if c.bits() == 0 {
+                warnings.push(
+                    ConfigError::at_path(
+                        format!("server.trusted_proxies[{i}]"),
+                        format!(
+                            "warning: server.trusted_proxies has `{c}`, which trusts every address: any client can choose its own address (and rate-limit key) with the forwarding header"
+                        ),
+                    )
+                    .hint("list only your load balancers' addresses or ranges"),
+                );
+            }
+        }
+        fanout_config::locate(&mut warnings, &cfg.source);
+        for w in &mut warnings {
+            w.file = cfg.file.clone();
+        }
         Ok(ClientAddresses {
             trusted,
             header: cfg.server.client_address_header,
+            warnings,
         })
+    }
+
+    /// What `server.trusted_proxies` may not mean (a `/0` block trusts every address).
+    pub fn warnings(&self) -> &[ConfigError] {
+        &self.warnings
     }
 
     /// The trusted proxies.
@@ -168,6 +193,60 @@ impl ClientAddresses {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn addresses(trusted: &[&str], header: ClientAddressHeader) -> ClientAddresses {
+        ClientAddresses {
+            trusted: trusted.iter().map(|t| Cidr::parse(t).unwrap()).collect(),
+            header,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn client(l: &ClientAddresses, peer: &str, headers: &[(&str, &str)]) -> String {
+        let mut b = http::Request::builder().uri("/");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let parts = b.body(()).unwrap().into_parts().0;
+        let peer = SocketAddr::new(peer.parse().unwrap(), 4000);
+        l.resolve(&parts, Some(peer)).unwrap().to_string()
+    }
+
+    #[test]
+    fn forwarding_headers_count_only_from_trusted_proxies() {
+        let x = ClientAddressHeader::XForwardedFor;
+        let none = addresses(&[], x);
+        let xff = [("x-forwarded-for", "203.0.113.9")];
+        assert_eq!(client(&none, "10.0.0.1", &xff), "10.0.0.1");
+        let l = addresses(&["10.0.0.0/8"], x);
+        assert_eq!(client(&l, "10.0.0.1", &xff), "203.0.113.9");
+        assert_eq!(client(&l, "192.0.2.1", &xff), "192.0.2.1", "untrusted peer");
+        // right to left, skipping trusted hops; a spoofed left part is not reached
+        let chain = [("x-forwarded-for", "1.1.1.1, 198.51.100.7, 10.1.1.1")];
+        assert_eq!(client(&l, "10.0.0.1", &chain), "198.51.100.7");
+        let two = [
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "10.2.2.2"),
+        ];
+        assert_eq!(client(&l, "10.0.0.1", &two), "1.1.1.1");
+        // garbage ends the walk at the last trusted hop
+        let bad = [("x-forwarded-for", "1.1.1.1, nonsense")];
+        assert_eq!(client(&l, "10.0.0.1", &bad), "10.0.0.1");
+    }
+
+    #[test]
+    fn forwarded_for_is_read_with_ports_quotes_and_v6() {
+        let l = addresses(&["10.0.0.0/8", "::1"], ClientAddressHeader::Forwarded);
+        let h = [(
+            "forwarded",
+            "for=192.0.2.60;proto=http, for=\"[2001:db8:cafe::17]:4711\"",
+        )];
+        assert_eq!(client(&l, "10.0.0.1", &h), "2001:db8:cafe::17");
+        let h = [("forwarded", "for=192.0.2.60:8080;by=10.0.0.1, for=10.9.9.9")];
+        assert_eq!(client(&l, "::1", &h), "192.0.2.60");
+        let h = [("forwarded", "for=unknown")];
+        assert_eq!(client(&l, "10.0.0.1", &h), "10.0.0.1");
+    }
 
     #[test]
     fn blocks_contain_their_addresses_and_mapped_ones() {

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const STAGE: Registration = Registration {
     name: "ip_filter",
     section: true,
+    codes: &["ip_denied"],
     build,
 };
 
@@ -208,9 +209,6 @@ fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
     if !errs.is_empty() {
         return Err(ConfigErrors(errs));
     }
-    if routes.iter().all(Option::is_none) {
-        return Ok(None);
-    }
     Ok(Some(Arc::new(IpFilter { routes, counts })))
 }
 
@@ -301,8 +299,10 @@ impl EdgeStage for IpFilter {
         )
     }
 
-    fn explain(&self, route: usize) -> Option<String> {
-        let lists = self.routes.get(route)?.as_ref()?;
+    fn explain(&self, route: usize) -> Vec<String> {
+        let Some(Some(lists)) = self.routes.get(route) else {
+            return Vec::new();
+        };
         let mut parts = Vec::new();
         if !lists.allow.is_empty() {
             parts.push(format!("allow {}", lists.allow.shown.join(", ")));
@@ -310,7 +310,10 @@ impl EdgeStage for IpFilter {
         if !lists.deny.is_empty() {
             parts.push(format!("deny {}", lists.deny.shown.join(", ")));
         }
-        Some(parts.join("; "))
+        vec![format!(
+            "ip_filter: {}; otherwise 403 ip_denied",
+            parts.join("; ")
+        )]
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

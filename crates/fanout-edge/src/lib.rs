@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod ip_filter;
+pub mod rate_limit;
 mod stage;
 
 /// The metrics text writer a stage's families go through (the protocols' own).
@@ -22,5 +23,6 @@ pub use fanout_protocol::metrics;
 
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
-    Build, BuildCx, EdgeStage, Registration, Rejection, RequestHead, RouteKind, StageSet, Step,
+    Build, BuildCx, EdgeStage, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
+    StageSet, Step,
 };

@@ -4,6 +4,7 @@
 use crate::client::ClientAddresses;
 use fanout_config::{Config, ConfigError, ConfigErrors};
 use fanout_expr::Val;
+use fanout_expr::request::RequestUse;
 use fanout_flow::RoutePlan;
 use fanout_protocol::metrics::Out;
 use futures_util::future::BoxFuture;
@@ -87,6 +88,54 @@ impl<'a> RequestHead<'a> {
         self.params
             .iter()
             .map(|(k, v)| (self.route.param_key(k), v.as_ref()))
+    }
+
+    /// The client's address as text (`$request.client.address`), when `reads` says so.
+    pub fn client_text(&mut self, reads: &RequestUse) -> Option<String> {
+        if !reads.client {
+            return None;
+        }
+        self.client().map(|ip| ip.to_string())
+    }
+
+    /// `$request` without its body (not read yet) as far as `reads` reads it: what a stage's
+    /// expressions see. A query or header they read that is not UTF-8 is refused (400
+    /// `bad_query` / `bad_header`), as the flow's `$request` is.
+    pub fn request_val(&mut self, reads: &RequestUse) -> Result<Val, Rejection> {
+        let parts = self.parts;
+        fanout_expr::request::check_text(
+            parts.uri.query(),
+            parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            reads,
+        )
+        .map_err(|why| {
+            let code = match why {
+                fanout_expr::request::RequestTextError::Query(_) => "bad_query",
+                fanout_expr::request::RequestTextError::Header(_) => "bad_header",
+            };
+            Rejection::new(StatusCode::BAD_REQUEST, code, why.to_string())
+        })?;
+        let client = self.client_text(reads);
+        Ok(fanout_expr::request::request_val_reading(
+            fanout_expr::request::RequestParts {
+                method: parts.method.as_str(),
+                path: parts.uri.path(),
+                query: parts.uri.query(),
+                params: self.param_vals(),
+                headers: parts
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_bytes())),
+                body: Val::Null,
+                client: client.as_deref(),
+                auth: self.auth.clone(),
+                tls: Val::Null,
+            },
+            reads,
+        ))
     }
 }
 
@@ -186,10 +235,11 @@ pub trait EdgeStage: Send + Sync + 'static {
         Ok(())
     }
 
-    /// One line on what it does on route `route`, for `fanout explain` (`None`: nothing to say).
-    fn explain(&self, route: usize) -> Option<String> {
+    /// What it does on route `route`, a line each, for `fanout explain` (empty: nothing to say
+    /// beyond its name).
+    fn explain(&self, route: usize) -> Vec<String> {
         let _ = route;
-        None
+        Vec::new()
     }
 
     /// What the config may not mean (`FILE:LINE:COL: warning: …`): said by `fanout validate`,
@@ -212,7 +262,14 @@ pub struct BuildCx<'a> {
     pub prev_config: Option<&'a Config>,
     /// The client addresses as trusted proxies resolve them (`server.trusted_proxies`).
     pub clients: &'a ClientAddresses,
+    /// A connection to the config's Redis (`redis:`), lent by the gateway.
+    pub redis: RedisConnect,
 }
+
+/// How the gateway lends a stage a connection to the config's Redis.
+pub type RedisConnect = fn(
+    &fanout_config::RedisConfig,
+) -> Result<Arc<dyn fanout_ratelimit::redis::Connect>, ConfigError>;
 
 impl BuildCx<'_> {
     /// Route `route`'s section of stage `name`: the route's `stages.NAME`, else
@@ -255,6 +312,9 @@ pub struct Registration {
     pub name: &'static str,
     /// Whether it reads a section under `stages:` (an unknown name there is a config error).
     pub section: bool,
+    /// The `error.code`s of its refusals (each has a `fanout_errors_total` series from the
+    /// start).
+    pub codes: &'static [&'static str],
     /// Its build.
     pub build: Build,
 }
@@ -274,6 +334,7 @@ impl StageSet {
         registry: &[Registration],
         config: &Config,
         prev: Option<(&Config, &StageSet)>,
+        redis: RedisConnect,
     ) -> Result<StageSet, ConfigErrors> {
         let mut errs = Vec::new();
         let clients = match ClientAddresses::new(config) {
@@ -291,6 +352,7 @@ impl StageSet {
                 prev: prev.and_then(|(_, p)| p.get(reg.name)),
                 prev_config: prev.map(|(c, _)| c),
                 clients: &clients,
+                redis,
             };
             match (reg.build)(&cx) {
                 Ok(Some(s)) => stages.push((reg.name, s)),
@@ -407,14 +469,16 @@ impl StageSet {
         self.stages.iter().try_for_each(|(_, s)| s.metrics(out))
     }
 
-    /// Every stage's warnings.
+    /// What the config may not mean: the trusted proxies', then every stage's warnings.
     pub fn warnings(&self) -> Vec<ConfigError> {
-        self.stages.iter().flat_map(|(_, s)| s.warnings()).collect()
+        let mut out = self.clients.warnings().to_vec();
+        out.extend(self.stages.iter().flat_map(|(_, s)| s.warnings()));
+        out
     }
 
     /// What `fanout explain` prints of route `route`: each stage it runs, in order, with what
     /// the stage says of it.
-    pub fn explain(&self, route: usize, kind: RouteKind) -> Vec<(&'static str, Option<String>)> {
+    pub fn explain(&self, route: usize, kind: RouteKind) -> Vec<(&'static str, Vec<String>)> {
         self.indices(route, kind)
             .iter()
             .filter_map(|&i| self.stages.get(usize::from(i)))

@@ -63,15 +63,12 @@ pub struct RouteExplain {
     /// `$request` (e.g. `$request.params`, `$request.headers["authorization"]`); empty when it
     /// reads nothing (every concurrent request shares a run).
     pub key: Vec<String>,
-    /// The rate limits the route applies (`rate_limit:`, else `defaults.rate_limit`), each
-    /// described: name, rate, burst, key, store.
-    pub rate_limits: Vec<String>,
     /// Who may call the route (its `auth`, or `defaults.auth`); `None` in a config without
     /// auth providers.
     pub auth: Option<String>,
-    /// The edge stages the route runs, in order, each with what it does there (`ip_filter
-    /// (allow 10.0.0.0/8)`): filled by the gateway, which knows them; empty here.
-    pub edge: Vec<String>,
+    /// The edge stages the route runs, in order, each with what it does there, a line each:
+    /// filled by the gateway, which knows them; empty here.
+    pub edge: Vec<(String, Vec<String>)>,
 }
 
 /// The parts of `$request` that `u` names, as a flow reads them.
@@ -379,37 +376,9 @@ fn explain_route(
         worst,
         coalesce: route.coalesce.clone(),
         key: key_parts(&route.request_use),
-        rate_limits: rate_limits_of(cfg, route.index),
         auth: auth_of(cfg, src),
         edge: Vec::new(),
     }
-}
-
-/// The rate limits of route `i`, described.
-fn rate_limits_of(cfg: &Config, i: usize) -> Vec<String> {
-    use fanout_config::ratelimit::{RateLimitOnFailure, RateLimitStore};
-    cfg.route_rate_limits(i)
-        .into_iter()
-        .filter_map(|name| {
-            let p = cfg.rate_limits.get(name)?;
-            let store = match (p.store, p.redis.on_failure) {
-                (RateLimitStore::Local, _) => "local".to_string(),
-                (RateLimitStore::Redis, RateLimitOnFailure::Local) => format!(
-                    "shared in redis; without it {} of the budget locally",
-                    p.redis.fleet_share
-                ),
-                (RateLimitStore::Redis, RateLimitOnFailure::Deny) => {
-                    "shared in redis; without it every request refused".to_string()
-                }
-            };
-            Some(format!(
-                "{name}: {}, burst {}, per `{}` ({store})",
-                p.rate.value,
-                p.burst_size(),
-                p.key.value
-            ))
-        })
-        .collect()
 }
 
 /// The timeout of each of a step's calls and where it is set; `None` without I/O.

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 28] = [
+pub(crate) const GATEWAY_CODES: [&str; 27] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -39,7 +39,6 @@ pub(crate) const GATEWAY_CODES: [&str; 28] = [
     "invalid_message",
     "message_too_large",
     "cors_refused",
-    "rate_limited",
     // Authentication (`auth.rs`).
     "unauthenticated",
     "invalid_token",
@@ -108,9 +107,14 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::coded(status, Cow::Borrowed(code), message)
+    }
+
+    /// [`ApiError::new`] with a code of another part (an edge stage's refusal).
+    fn coded(status: StatusCode, code: Cow<'static, str>, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            code: Cow::Borrowed(code),
+            code,
             message: message.into(),
             step: None,
             backend: None,
@@ -238,9 +242,6 @@ pub(crate) enum Refusal<'a> {
     /// A query parameter or header the flow reads is not UTF-8: 400 `bad_query` /
     /// `bad_header`, naming it.
     NotText(fanout_expr::request::RequestTextError),
-    /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
-    /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
-    RateLimited(Box<RateLimited>),
     /// A header that may appear once (`Host`, `Authorization`) appears more than once: 400
     /// `bad_header`. Which of them counts would be a guess: authentication would verify one
     /// while `$request.headers` and the backends see them joined.
@@ -255,8 +256,7 @@ pub(crate) enum Refusal<'a> {
 /// the log only.
 impl From<fanout_edge::Rejection> for ApiError {
     fn from(r: fanout_edge::Rejection) -> Self {
-        let mut e = ApiError::new(r.status, "", r.message);
-        e.code = r.code;
+        let mut e = ApiError::coded(r.status, r.code, r.message);
         e.detail = r.detail;
         e.headers = r.headers;
         e
@@ -305,19 +305,6 @@ impl From<Refusal<'_>> for ApiError {
                 "bad_path",
                 format!("path parameter `{param}`: {why}"),
             ),
-            Refusal::RateLimited(r) => {
-                let mut e = ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limited",
-                    format!(
-                        "rate limit `{}` exceeded; retry after {} s",
-                        r.policy,
-                        r.verdict.decision.retry_after.as_secs_f64().ceil().max(1.0)
-                    ),
-                );
-                e.headers = r.headers();
-                e
-            }
             Refusal::NotText(why) => match why {
                 fanout_expr::request::RequestTextError::Query(_) => {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string())
@@ -328,40 +315,6 @@ impl From<Refusal<'_>> for ApiError {
             },
             Refusal::Auth(denied) => auth_refusal(denied),
         }
-    }
-}
-
-/// A request refused by a policy.
-#[derive(Debug)]
-pub(crate) struct RateLimited {
-    pub(crate) policy: Arc<str>,
-    pub(crate) sf_name: String,
-    pub(crate) verdict: fanout_ratelimit::Verdict,
-}
-
-impl RateLimited {
-    /// `Retry-After`, `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09):
-    /// the policy's quota (its burst) and window (the time the burst takes to refill), what is
-    /// left (0) and the seconds until a request is allowed again.
-    pub(crate) fn headers(&self) -> Vec<(http::HeaderName, HeaderValue)> {
-        let secs = |d: std::time::Duration| d.as_secs_f64().ceil().max(1.0) as u64;
-        let d = &self.verdict.decision;
-        let retry = secs(d.retry_after);
-        let mut out = Vec::with_capacity(3);
-        out.push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
-        let policy = format!(
-            "{};q={};w={}",
-            self.sf_name,
-            self.verdict.quota,
-            secs(self.verdict.window)
-        );
-        let state = format!("{};r={};t={retry}", self.sf_name, d.remaining);
-        for (name, v) in [("ratelimit-policy", policy), ("ratelimit", state)] {
-            if let Ok(v) = HeaderValue::from_str(&v) {
-                out.push((http::HeaderName::from_static(name), v));
-            }
-        }
-        out
     }
 }
 

@@ -24,7 +24,6 @@ mod lifecycle;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
-mod ratelimit;
 pub mod registry;
 pub mod reload;
 mod request_body;
@@ -154,8 +153,6 @@ pub struct Live {
     cors: cors::CorsTable,
     /// Answer compression and request decoding (`compression.rs`).
     compression: compression::CompressionTable,
-    /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
-    rate_limits: ratelimit::RateLimits,
     /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
     /// each route's policy (`fanout-auth`).
     auth: Arc<fanout_auth::Auth>,
@@ -283,14 +280,12 @@ impl Gateway {
     /// validate`, logged when a config is loaded; never a reason to refuse it.
     pub fn config_warnings(&self) -> Vec<ConfigError> {
         let live = self.live();
-        let mut out = live.rate_limits.warnings.clone();
-        out.extend(live.stages.warnings());
-        out
+        live.stages.warnings()
     }
 
     /// The edge stages route `route` (its index in the config) runs, in order, each with what it
-    /// does there: `ip_filter (allow 10.0.0.0/8)` (`fanout explain`).
-    pub fn edge_stages_of(&self, route: usize) -> Vec<String> {
+    /// does there, a line each (`fanout explain`).
+    pub fn edge_stages_of(&self, route: usize) -> Vec<(String, Vec<String>)> {
         let live = self.live();
         let kind = match live.routes.get(route).is_some_and(|r| r.grpc.is_some()) {
             true => fanout_edge::RouteKind::Grpc,
@@ -299,10 +294,7 @@ impl Gateway {
         live.stages
             .explain(route, kind)
             .into_iter()
-            .map(|(name, what)| match what {
-                Some(w) => format!("{name} ({w})"),
-                None => name.to_string(),
-            })
+            .map(|(name, what)| (name.to_string(), what))
             .collect()
     }
 
@@ -428,7 +420,6 @@ impl Gateway {
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
             "compression": self.compression_stats().status_json(),
-            "rate_limits": live.rate_limits.status_json(),
             "auth": live.auth.status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });

@@ -9,7 +9,10 @@ pub const PROTOCOLS: &[fanout_protocol::Registration] =
 
 /// Every edge stage, in the order they run on a request (`fanout_edge`; docs/ARCHITECTURE.md,
 /// "How to add an edge stage").
-pub const STAGES: &[fanout_edge::Registration] = &[fanout_edge::ip_filter::STAGE];
+pub const STAGES: &[fanout_edge::Registration] = &[
+    fanout_edge::ip_filter::STAGE,
+    fanout_edge::rate_limit::STAGE,
+];
 
 /// The components a gateway is assembled from: the standard ones ([`Registry::standard`]), plus
 /// the stages a program that embeds the gateway adds ([`Registry::with_stage`]).

@@ -185,27 +185,26 @@ pub(crate) fn build_live(
     // watcher).
     let runtimes = fanout_flow::runtime::open(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
         .map_err(|e| ConfigErrors(vec![e]));
-    let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)));
     let auth = build_auth(&cfg, prev);
     let stages = fanout_edge::StageSet::build(
         registry.stages(),
         &cfg,
         prev.map(|p| (&*p.config, &p.stages)),
+        crate::l2::rate_limit_connection,
     );
-    let (stacks, protos, runtimes, rate_limits, auth, stages) =
-        match (stacks, protos, runtimes, rate_limits, auth, stages) {
-            (Ok(s), Ok(p), Ok(r), Ok(l), Ok(a), Ok(st)) if errs.is_empty() => (s, p, r, l, a, st),
-            (s, p, r, l, a, st) => {
-                for e in [s.err(), p.err(), r.err(), l.err(), a.err(), st.err()]
-                    .into_iter()
-                    .flatten()
-                {
-                    errs.extend(e.0);
-                }
-                fanout_config::locate(&mut errs, &cfg.source);
-                return Err(ConfigErrors(errs));
+    let (stacks, protos, runtimes, auth, stages) = match (stacks, protos, runtimes, auth, stages) {
+        (Ok(s), Ok(p), Ok(r), Ok(a), Ok(st)) if errs.is_empty() => (s, p, r, a, st),
+        (s, p, r, a, st) => {
+            for e in [s.err(), p.err(), r.err(), a.err(), st.err()]
+                .into_iter()
+                .flatten()
+            {
+                errs.extend(e.0);
             }
-        };
+            fanout_config::locate(&mut errs, &cfg.source);
+            return Err(ConfigErrors(errs));
+        }
+    };
     let (services, stacks, l2) = stacks;
     let mut carry = Carry {
         compute,
@@ -303,7 +302,6 @@ pub(crate) fn build_live(
             .iter()
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
-        rate_limits,
         auth,
         stages,
     };

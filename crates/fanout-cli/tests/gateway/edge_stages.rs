@@ -92,6 +92,7 @@ impl EdgeStage for Tag {
 const TAG: Registration = Registration {
     name: "tag",
     section: true,
+    codes: &["tagged"],
     build,
 };
 

@@ -148,7 +148,7 @@ fn explain_prints_each_routes_stages_in_order() {
     )
     .unwrap();
     assert!(
-        text.contains("edge stages, in order (each may refuse before the body is read): ip_filter (allow 10.0.0.0/8; deny 10.9.0.0/16)"),
+        text.contains("edge stages, in order (each may refuse before the body is read): ip_filter\n  ip_filter: allow 10.0.0.0/8; deny 10.9.0.0/16; otherwise 403 ip_denied"),
         "{text}"
     );
     let off = fanout::explain::explain_file_at(

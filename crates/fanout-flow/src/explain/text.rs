@@ -23,19 +23,20 @@ fn route(r: &RouteExplain) -> String {
         fmt_dur(r.deadline)
     );
     if !r.edge.is_empty() {
+        let names: Vec<&str> = r.edge.iter().map(|(n, _)| n.as_str()).collect();
         let _ = writeln!(
             out,
             "  edge stages, in order (each may refuse before the body is read): {}",
-            r.edge.join(", ")
+            names.join(", ")
         );
+        for line in r.edge.iter().flat_map(|(_, lines)| lines) {
+            let _ = writeln!(out, "  {line}");
+        }
     }
     if let Some(a) = &r.auth {
         let _ = writeln!(out, "  auth: {a}");
     }
     coalesce(&mut out, r);
-    for l in &r.rate_limits {
-        let _ = writeln!(out, "  rate limit {l}; over it: 429 rate_limited");
-    }
     let _ = writeln!(
         out,
         "  {} in {}; steps of one level can run in parallel, and each step starts as soon as \
