@@ -40,7 +40,8 @@ pub use cors::Cors;
 pub use stages::StageSections;
 
 pub use duration::{
-    BareNumber, Dur, DurationError, DurationProblem, parse_duration, parse_millis_f64,
+    BareNumber, Dur, DurationError, DurationProblem, format_duration, parse_duration,
+    parse_millis_f64,
 };
 pub use env::substitute;
 /// The did-you-mean rule ([`fanout_names`]), for the crates that already use it from here.

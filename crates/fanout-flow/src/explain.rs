@@ -21,6 +21,8 @@
 use crate::plan::{Plan, RoutePlan};
 pub use crate::plan::{StepIo, StepWork};
 use fanout_config::{Config, ConfigErrors};
+// A duration as the config writes it, for the renderers (`explain/text.rs`, `explain/mermaid.rs`).
+use fanout_config::format_duration as fmt_dur;
 use fanout_expr::json;
 use fanout_layers::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 use futures_util::future::BoxFuture;
@@ -534,41 +536,6 @@ fn critical_path(steps: &[StepExplain], levels: &[Vec<usize>]) -> (Vec<usize>, D
     (path, total[end])
 }
 
-/// A duration as a config would write it: `150ms`, `2s`, `1m30s`, `1.5s`, `250us`.
-pub fn fmt_dur(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".into();
-    }
-    if !nanos.is_multiple_of(1_000_000) {
-        return if nanos.is_multiple_of(1_000) {
-            format!("{}us", nanos / 1_000)
-        } else {
-            format!("{nanos}ns")
-        };
-    }
-    let ms = nanos / 1_000_000;
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    if !ms.is_multiple_of(1000) {
-        return format!("{}s", trim_float(ms as f64 / 1000.0));
-    }
-    let s = ms / 1000;
-    match (s / 3600, s % 3600 / 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
-
-fn trim_float(x: f64) -> String {
-    let s = format!("{x:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
 /// The backends of [`explain_config`]'s plan: the plan is never run, so they are never called.
 struct NotConnected;
 
@@ -580,24 +547,5 @@ impl Backend for NotConnected {
                 "a plan compiled for `fanout explain` makes no calls",
             ))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fmt_dur;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_like_the_config() {
-        let ms = Duration::from_millis;
-        assert_eq!(fmt_dur(ms(0)), "0s");
-        assert_eq!(fmt_dur(ms(150)), "150ms");
-        assert_eq!(fmt_dur(ms(1500)), "1.5s");
-        assert_eq!(fmt_dur(ms(2000)), "2s");
-        assert_eq!(fmt_dur(ms(90_000)), "1m30s");
-        assert_eq!(fmt_dur(ms(300_000)), "5m");
-        assert_eq!(fmt_dur(ms(3_600_000)), "1h");
-        assert_eq!(fmt_dur(Duration::from_micros(250)), "250us");
     }
 }
