@@ -73,7 +73,7 @@ pub fn explain_file_at(
         explain_config_with(&cfg, protos, Some(runtimes)).map_err(ExplainError::Config)?;
     // The edge stages each route runs (the routes are in config order).
     for (i, r) in all.routes.iter_mut().enumerate() {
-        r.edge = gateway.edge_stages_of(i);
+        (r.edge, r.edge_lines) = gateway.edge_stages_of(i);
     }
     let routes = match route {
         None => all.routes.iter().collect(),

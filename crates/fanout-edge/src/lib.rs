@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod client;
 pub mod ip_filter;
 pub mod rate_limit;

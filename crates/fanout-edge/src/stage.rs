@@ -154,6 +154,9 @@ pub struct Rejection {
     pub detail: Option<String>,
     /// More headers of the answer (`Retry-After`, `WWW-Authenticate`, …).
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Whether the refusal is logged (with its detail, under the request id); otherwise it is
+    /// only counted.
+    pub log: bool,
 }
 
 impl Rejection {
@@ -165,7 +168,14 @@ impl Rejection {
             message: message.into(),
             detail: None,
             headers: Vec::new(),
+            log: false,
         }
+    }
+
+    /// Logged (with its detail, under the request id), not only counted.
+    pub fn logged(mut self) -> Self {
+        self.log = true;
+        self
     }
 
     /// With `detail` for the log.
@@ -476,14 +486,15 @@ impl StageSet {
         out
     }
 
-    /// What `fanout explain` prints of route `route`: each stage it runs, in order, with what
-    /// the stage says of it.
-    pub fn explain(&self, route: usize, kind: RouteKind) -> Vec<(&'static str, Vec<String>)> {
-        self.indices(route, kind)
+    /// What `fanout explain` prints of route `route`: the stages it runs, in order, and what
+    /// every stage says of it (a stage that does not run there may say why: `auth: none`).
+    pub fn explain(&self, route: usize, kind: RouteKind) -> (Vec<&'static str>, Vec<String>) {
+        let lines = self
+            .stages
             .iter()
-            .filter_map(|&i| self.stages.get(usize::from(i)))
-            .map(|(n, s)| (*n, s.explain(route)))
-            .collect()
+            .flat_map(|(_, s)| s.explain(route))
+            .collect();
+        (self.route_stages(route, kind), lines)
     }
 }
 

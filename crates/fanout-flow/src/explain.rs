@@ -65,12 +65,11 @@ pub struct RouteExplain {
     /// `$request` (e.g. `$request.params`, `$request.headers["authorization"]`); empty when it
     /// reads nothing (every concurrent request shares a run).
     pub key: Vec<String>,
-    /// Who may call the route (its `auth`, or `defaults.auth`); `None` in a config without
-    /// auth providers.
-    pub auth: Option<String>,
-    /// The edge stages the route runs, in order, each with what it does there, a line each:
-    /// filled by the gateway, which knows them; empty here.
-    pub edge: Vec<(String, Vec<String>)>,
+    /// The edge stages the route runs, in order: filled by the gateway, which knows them;
+    /// empty here.
+    pub edge: Vec<String>,
+    /// What the edge stages say of the route, a line each (`auth: …`, `rate limit …`).
+    pub edge_lines: Vec<String>,
 }
 
 /// The parts of `$request` that `u` names, as a flow reads them.
@@ -104,43 +103,6 @@ pub fn key_parts(u: &fanout_expr::request::RequestUse) -> Vec<String> {
 }
 
 /// A route's authentication in words (`None` without any).
-fn auth_of(cfg: &Config, src: Option<&fanout_config::Route>) -> Option<String> {
-    use fanout_config::auth::AuthMode;
-    // Said of every route of a config with providers; nothing in a config without.
-    let none = || {
-        (!cfg.auth.providers.is_empty())
-            .then(|| "none: every request reaches the flow ($request.auth is null)".to_string())
-    };
-    let Some(a) = src
-        .and_then(|r| r.auth.as_ref())
-        .or(cfg.defaults.auth.as_ref())
-    else {
-        return none();
-    };
-    let mode = match a.mode {
-        AuthMode::None => return none(),
-        AuthMode::Optional => "optional (anonymous requests allowed: $request.auth is null)",
-        AuthMode::Required => "required (no valid token: 401)",
-    };
-    let provider = a.provider.as_ref().map_or("?", |p| p.value.as_str());
-    let mut s = format!("a JWT from provider `{provider}`, {mode}");
-    if let Some(p) = cfg.auth.providers.get(provider) {
-        let keys = match (&p.jwks_url, &p.keys) {
-            (Some(u), _) => format!("keys from {}", fanout_config::shown_url(&u.value)),
-            (None, Some(_)) => "inline keys".to_string(),
-            (None, None) => "an HMAC secret".to_string(),
-        };
-        s.push_str(&format!("; issuer {}, {keys}", p.issuer));
-    }
-    if !a.scopes.is_empty() {
-        s.push_str(&format!("; scopes {} (else 403)", a.scopes.join(" ")));
-    }
-    if let Some(r) = &a.require {
-        s.push_str(&format!("; require `{}` (else 403)", r.value));
-    }
-    Some(s)
-}
-
 /// One step, described.
 #[derive(Debug, Clone)]
 pub struct StepExplain {
@@ -378,8 +340,8 @@ fn explain_route(
         worst,
         coalesce: route.coalesce.clone(),
         key: key_parts(&route.request_use),
-        auth: auth_of(cfg, src),
         edge: Vec::new(),
+        edge_lines: Vec::new(),
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 27] = [
+pub(crate) const GATEWAY_CODES: [&str; 23] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -39,11 +39,6 @@ pub(crate) const GATEWAY_CODES: [&str; 27] = [
     "invalid_message",
     "message_too_large",
     "cors_refused",
-    // Authentication (`auth.rs`).
-    "unauthenticated",
-    "invalid_token",
-    "forbidden",
-    "auth_unavailable",
     // Request bodies with a Content-Encoding (`compression.rs`).
     "unsupported_encoding",
     "bad_encoding",
@@ -246,10 +241,6 @@ pub(crate) enum Refusal<'a> {
     /// `bad_header`. Which of them counts would be a guess: authentication would verify one
     /// while `$request.headers` and the backends see them joined.
     RepeatedHeader { header: &'static http::HeaderName },
-    /// Authentication refused the request (`auth.rs`): 401 `unauthenticated` (no token) or
-    /// `invalid_token`, 403 `forbidden`, 503 `auth_unavailable` (no keys yet) — with
-    /// `WWW-Authenticate` (RFC 6750) and the reason in the log only.
-    Auth(fanout_auth::Denied),
 }
 
 /// An edge stage's refusal (`fanout-edge`): its status, code, message and headers; the detail for
@@ -258,6 +249,7 @@ impl From<fanout_edge::Rejection> for ApiError {
     fn from(r: fanout_edge::Rejection) -> Self {
         let mut e = ApiError::coded(r.status, r.code, r.message);
         e.detail = r.detail;
+        e.log = r.log;
         e.headers = r.headers;
         e
     }
@@ -313,60 +305,8 @@ impl From<Refusal<'_>> for ApiError {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_header", why.to_string())
                 }
             },
-            Refusal::Auth(denied) => auth_refusal(denied),
         }
     }
-}
-
-/// An authentication refusal: the status, code and challenge of RFC 6750; why goes to the log
-/// (`detail`), never to the client.
-fn auth_refusal(denied: fanout_auth::Denied) -> ApiError {
-    use fanout_auth::Denied;
-    let mut e = match &denied {
-        Denied::Missing => {
-            let mut e = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "this route needs a bearer token",
-            );
-            e.www_authenticate = Some(HeaderValue::from_static("Bearer"));
-            e
-        }
-        Denied::Invalid(_) => {
-            let mut e = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "the token is not valid",
-            );
-            e.www_authenticate = Some(HeaderValue::from_static(r#"Bearer error="invalid_token""#));
-            e
-        }
-        Denied::Forbidden { scopes, .. } => {
-            let mut e = ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "the token does not allow this request",
-            );
-            let challenge = if scopes.is_empty() {
-                r#"Bearer error="insufficient_scope""#.to_string()
-            } else {
-                format!(
-                    r#"Bearer error="insufficient_scope", scope="{}""#,
-                    scopes.join(" ")
-                )
-            };
-            e.www_authenticate = HeaderValue::from_str(&challenge).ok();
-            e
-        }
-        Denied::Unavailable { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "auth_unavailable",
-            "authentication is not available yet; retry later",
-        ),
-    };
-    e.detail = Some(denied.to_string());
-    e.log = true;
-    e
 }
 
 /// Why a request body was refused, before, while or after it was read. Each maps to one status,

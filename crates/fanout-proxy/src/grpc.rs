@@ -277,15 +277,9 @@ impl Gateway {
         let (deadline, request, offload, _memory) = match async {
             crate::lifecycle::once_only(&cx.parts.headers)?;
             let decoded = crate::lifecycle::path_params(&params)?;
-            let auth = self.authenticate(cx, route).await?;
-            let (auth, client) = crate::lifecycle::edge_stages(
-                cx,
-                route,
-                fanout_edge::RouteKind::Grpc,
-                &decoded,
-                auth,
-            )
-            .await?;
+            let (auth, client) =
+                crate::lifecycle::edge_stages(cx, route, fanout_edge::RouteKind::Grpc, &decoded)
+                    .await?;
             let deadline = self.deadline(&parts.headers, route, start)?;
             let max = self.limits.grpc.max_message_bytes;
             if let Some(len) = parts

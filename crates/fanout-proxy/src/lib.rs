@@ -8,7 +8,6 @@
 pub mod admin;
 pub mod admission;
 mod answer;
-mod auth;
 pub mod body;
 pub(crate) mod coalesce;
 mod compression;
@@ -153,9 +152,6 @@ pub struct Live {
     cors: cors::CorsTable,
     /// Answer compression and request decoding (`compression.rs`).
     compression: compression::CompressionTable,
-    /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
-    /// each route's policy (`fanout-auth`).
-    auth: Arc<fanout_auth::Auth>,
     /// The edge stages of this config and which routes run them (`fanout-edge`).
     stages: fanout_edge::StageSet,
 }
@@ -285,17 +281,14 @@ impl Gateway {
 
     /// The edge stages route `route` (its index in the config) runs, in order, each with what it
     /// does there, a line each (`fanout explain`).
-    pub fn edge_stages_of(&self, route: usize) -> Vec<(String, Vec<String>)> {
+    pub fn edge_stages_of(&self, route: usize) -> (Vec<String>, Vec<String>) {
         let live = self.live();
         let kind = match live.routes.get(route).is_some_and(|r| r.grpc.is_some()) {
             true => fanout_edge::RouteKind::Grpc,
             false => fanout_edge::RouteKind::Http,
         };
-        live.stages
-            .explain(route, kind)
-            .into_iter()
-            .map(|(name, what)| (name.to_string(), what))
-            .collect()
+        let (names, lines) = live.stages.explain(route, kind);
+        (names.into_iter().map(str::to_string).collect(), lines)
     }
 
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
@@ -303,7 +296,6 @@ impl Gateway {
         let live = self.live();
         self.health.readiness(&live.reference)?;
         live.runtimes.readiness()?;
-        live.auth.readiness()?;
         live.stages.readiness()?;
         for (_, s) in &live.stacks {
             s.client.readiness()?;
@@ -331,10 +323,8 @@ impl Gateway {
         check_backends(&self.live())
             .await
             .map_err(|e| e.to_string())?;
-        // The JWK sets: fetched before ready (a failed fetch is retried in the background).
-        for url in self.live().auth.start().await {
-            tracing::warn!(target: "fanout::auth", %url, "JWK set not fetched at start: its providers' routes answer 503 and the gateway is not ready until it is");
-        }
+        // What the stages need before they decide (the JWK sets): fetched before ready; what
+        // fails is retried in the background, and the gateway is not ready until it succeeds.
         for why in self.live().stages.start().await {
             tracing::warn!(target: "fanout::edge", "{why}");
         }
@@ -420,7 +410,6 @@ impl Gateway {
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
             "compression": self.compression_stats().status_json(),
-            "auth": live.auth.status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.

@@ -65,9 +65,8 @@ impl Gateway {
         let (deadline, request, _memory) = match async {
             once_only(&cx.parts.headers)?;
             let params = path_params(&params)?;
-            let auth = self.authenticate(cx, route).await?;
             let (auth, client) =
-                edge_stages(cx, route, fanout_edge::RouteKind::Http, &params, auth).await?;
+                edge_stages(cx, route, fanout_edge::RouteKind::Http, &params).await?;
             let deadline = self.deadline(&cx.parts.headers, route, start)?;
             let (body_val, memory) = self
                 .read_body(
@@ -337,18 +336,16 @@ pub(crate) fn path_params<'a>(
 }
 
 /// The edge stages of `route` (`fanout-edge`, in the registry's order) on the request head: the
-/// first refusal ends the request. Returns `$request.auth` (`auth` as the stages leave it) and
+/// first refusal ends the request. Returns `$request.auth` (as the stages leave it) and
 /// `$request.client.address` when the flow reads it.
 pub(crate) async fn edge_stages(
     cx: &Req<'_, '_>,
     route: &RoutePlan,
     kind: fanout_edge::RouteKind,
     params: &PathParams<'_>,
-    auth: Val,
 ) -> Result<(Val, Option<String>), ApiError> {
     let stages = &cx.live.stages;
     let mut head = fanout_edge::RequestHead::new(stages, cx.parts, route, kind, params, cx.peer);
-    head.auth = auth;
     stages.on_request(&mut head).await.map_err(ApiError::from)?;
     let client = head.client_text(&route.request_use);
     Ok((head.auth, client))

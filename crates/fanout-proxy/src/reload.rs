@@ -27,9 +27,6 @@ pub enum ReloadError {
     /// The new config does not load or compile (its `FILE:LINE:COL` messages).
     #[error("the new config was refused; the old one keeps serving:\n{0}")]
     Config(#[from] ConfigErrors),
-    /// A JWK set the new config brings could not be fetched.
-    #[error("the new config's JWK set(s) could not be fetched; the old config keeps serving: {0}")]
-    Auth(String),
     /// An edge stage of the new config could not start (what it needs before it decides).
     #[error("the new config's edge stages could not start; the old config keeps serving: {0}")]
     Stage(String),
@@ -185,20 +182,16 @@ pub(crate) fn build_live(
     // watcher).
     let runtimes = fanout_flow::runtime::open(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
         .map_err(|e| ConfigErrors(vec![e]));
-    let auth = build_auth(&cfg, prev);
     let stages = fanout_edge::StageSet::build(
         registry.stages(),
         &cfg,
         prev.map(|p| (&*p.config, &p.stages)),
         crate::l2::rate_limit_connection,
     );
-    let (stacks, protos, runtimes, auth, stages) = match (stacks, protos, runtimes, auth, stages) {
-        (Ok(s), Ok(p), Ok(r), Ok(a), Ok(st)) if errs.is_empty() => (s, p, r, a, st),
-        (s, p, r, a, st) => {
-            for e in [s.err(), p.err(), r.err(), a.err(), st.err()]
-                .into_iter()
-                .flatten()
-            {
+    let (stacks, protos, runtimes, stages) = match (stacks, protos, runtimes, stages) {
+        (Ok(s), Ok(p), Ok(r), Ok(st)) if errs.is_empty() => (s, p, r, st),
+        (s, p, r, st) => {
+            for e in [s.err(), p.err(), r.err(), st.err()].into_iter().flatten() {
                 errs.extend(e.0);
             }
             fanout_config::locate(&mut errs, &cfg.source);
@@ -302,7 +295,6 @@ pub(crate) fn build_live(
             .iter()
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
-        auth,
         stages,
     };
     Ok(Built {
@@ -314,14 +306,6 @@ pub(crate) fn build_live(
 }
 
 /// The config's authentication; a JWKS URL whose schedule did not change keeps its keys.
-fn build_auth(cfg: &Config, prev: Option<&Live>) -> Result<Arc<fanout_auth::Auth>, ConfigErrors> {
-    fanout_auth::Auth::build(cfg, prev.map(|p| &*p.auth), || {
-        Ok(Arc::new(fanout_auth::HttpFetch::new()?) as Arc<dyn fanout_auth::Fetch>)
-    })
-    .map(Arc::new)
-    .map_err(ConfigErrors)
-}
-
 /// Backends by name for the flow compiler (the top of each stack), each stack's state, and
 /// the shared Redis of the answer caches.
 type Stacks = (
@@ -469,13 +453,9 @@ impl Gateway {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));
         }
-        // New JWK sets are fetched before the config serves (kept ones are running); one that
-        // cannot be fetched refuses the reload, as required reference data does.
-        let unfetched = built.live.auth.start().await;
-        if !unfetched.is_empty() {
-            self.retain_route_series(&prev);
-            return Err(self.refused(ReloadError::Auth(unfetched.join(", "))));
-        }
+        // What the new config's stages need before they decide (new JWK sets) is fetched
+        // before it serves (kept ones are running); what cannot be refuses the reload, as
+        // required reference data does.
         let unstarted = built.live.stages.start().await;
         if !unstarted.is_empty() {
             self.retain_route_series(&prev);

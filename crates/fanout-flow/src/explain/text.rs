@@ -23,18 +23,14 @@ fn route(r: &RouteExplain) -> String {
         fmt_dur(r.deadline)
     );
     if !r.edge.is_empty() {
-        let names: Vec<&str> = r.edge.iter().map(|(n, _)| n.as_str()).collect();
         let _ = writeln!(
             out,
             "  edge stages, in order (each may refuse before the body is read): {}",
-            names.join(", ")
+            r.edge.join(", ")
         );
-        for line in r.edge.iter().flat_map(|(_, lines)| lines) {
-            let _ = writeln!(out, "  {line}");
-        }
     }
-    if let Some(a) = &r.auth {
-        let _ = writeln!(out, "  auth: {a}");
+    for line in &r.edge_lines {
+        let _ = writeln!(out, "  {line}");
     }
     coalesce(&mut out, r);
     let _ = writeln!(

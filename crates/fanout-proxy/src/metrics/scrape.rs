@@ -79,7 +79,6 @@ impl Collector for State {
         batches(live, &mut out)?;
         reference(live, &mut out)?;
         runtimes(live, &mut out)?;
-        auth(live, &mut out)?;
         live.stages.metrics(&mut out)?;
         tls(gw, &mut out)?;
         gw.compression_stats().metrics(&mut out)?;
@@ -456,92 +455,6 @@ fn reference(live: &Live, out: &mut Out<'_>) -> fmt::Result {
         status.iter().flat_map(|(n, s)| {
             [("ok", s.loads), ("error", s.failures)].map(|(r, v)| -> (L2<'_>, Value) {
                 ([("dataset", &**n), ("result", r)], Value::Counter(v))
-            })
-        }),
-    )
-}
-
-/// Authentication: each provider's keys (count, age, fetches) and decisions, every reason a
-/// series from the start.
-fn auth(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    let providers = live.auth.counters();
-    let now = std::time::SystemTime::now();
-    out.family(
-        "fanout_auth_keys",
-        "Keys in use by an auth provider (0 until its JWK set loads)",
-        Gauge,
-        providers.iter().map(|p| {
-            (
-                [("provider", p.name.as_str())],
-                Value::Gauge(p.keys.keys as f64),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_auth_keys_age_seconds",
-        "Age of the keys an auth provider uses (no sample before they load)",
-        Gauge,
-        providers.iter().filter_map(|p| {
-            let age = now.duration_since(p.keys.loaded_at?).unwrap_or_default();
-            Some((
-                [("provider", p.name.as_str())],
-                Value::Gauge(age.as_secs_f64()),
-            ))
-        }),
-    )?;
-    out.family(
-        "fanout_auth_jwks_fetches",
-        "JWK set fetches of an auth provider, by result (ok, error)",
-        Counter,
-        providers.iter().flat_map(|p| {
-            [("ok", p.keys.fetches), ("error", p.keys.failures)].map(|(r, v)| -> (L2<'_>, Value) {
-                (
-                    [("provider", p.name.as_str()), ("result", r)],
-                    Value::Counter(v),
-                )
-            })
-        }),
-    )?;
-    out.family(
-        "fanout_auth_unknown_kid_fetches",
-        "JWK set fetches made because a token named an unknown kid",
-        Counter,
-        providers.iter().map(|p| {
-            (
-                [("provider", p.name.as_str())],
-                Value::Counter(p.keys.unknown_kid_fetches),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_auth_requests",
-        "Requests an auth provider decided, by outcome (accepted, missing, invalid, forbidden, unavailable)",
-        Counter,
-        providers.iter().flat_map(|p| {
-            let invalid: u64 = p.invalid.values().sum();
-            [
-                ("accepted", p.accepted),
-                ("missing", p.missing),
-                ("invalid", invalid),
-                ("forbidden", p.forbidden),
-                ("unavailable", p.unavailable),
-            ]
-            .map(|(o, v)| -> (L2<'_>, Value) {
-                ([("provider", p.name.as_str()), ("outcome", o)], Value::Counter(v))
-            })
-        }),
-    )?;
-    out.family(
-        "fanout_auth_invalid_tokens",
-        "Tokens an auth provider refused, by reason",
-        Counter,
-        providers.iter().flat_map(|p| {
-            fanout_auth::TokenError::REASONS.map(|r| -> (L2<'_>, Value) {
-                let n = p.invalid.get(r).copied().unwrap_or(0);
-                (
-                    [("provider", p.name.as_str()), ("reason", r)],
-                    Value::Counter(n),
-                )
             })
         }),
     )
