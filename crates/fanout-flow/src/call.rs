@@ -63,7 +63,7 @@ pub(crate) type Slots = smallvec::SmallVec<[Val; FIRST_STEP_SLOT + 4]>;
 /// budget, and whether they run on an I/O worker (inline: short, then yield) or on the compute
 /// pool.
 #[derive(Clone)]
-pub(crate) struct Env {
+pub struct Env {
     pub(crate) slots: Slots,
     pub(crate) budget: Budget,
     pub(crate) mode: Mode,
@@ -100,10 +100,10 @@ impl Env {
 /// An inline evaluation used its share of the worker: the work must be redone on the compute
 /// pool (expressions are pure, so redoing is safe; the ops already used still count).
 #[derive(Debug)]
-pub(crate) struct Yielded;
+pub struct Yielded;
 
 /// An error that may be an inline evaluation's request to move to the compute pool.
-pub(crate) trait MayYield {
+pub trait MayYield {
     /// Whether this is that request ([`EvalErrorKind::Yield`]).
     fn is_yield(&self) -> bool;
 }
@@ -115,7 +115,7 @@ impl MayYield for EvalError {
 }
 
 /// Separate "go to the compute pool" from an evaluation's result.
-pub(crate) fn yielded<T, E: MayYield>(r: Result<T, E>) -> Result<Result<T, E>, Yielded> {
+pub fn yielded<T, E: MayYield>(r: Result<T, E>) -> Result<Result<T, E>, Yielded> {
     match r {
         Err(e) if e.is_yield() => Err(Yielded),
         r => Ok(r),
@@ -162,11 +162,14 @@ pub(crate) fn invalid_call(detail: impl Into<String>) -> FlowError {
     FlowError::new(ErrorKind::InvalidCall, INVALID_CALL).with_detail(detail)
 }
 
-pub(crate) fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, EvalError> {
+/// Evaluate `e` on `input` in `env`.
+pub fn eval(e: &Expr, env: &Env, input: &Val) -> Result<Val, EvalError> {
     e.eval_in(input, |i| env.get(i), &env.budget, env.mode)
 }
 
-pub(crate) fn eval_item(
+/// Evaluate `e` on `input` in `env`, with `item` and `index` as `$item` and `$index` (a
+/// `for_each` element).
+pub fn eval_item(
     e: &Expr,
     env: &Env,
     input: &Val,
@@ -200,7 +203,7 @@ pub(crate) fn eval_kind(e: &EvalError) -> ErrorKind {
 /// An expression of a step failed. The client sees which expression failed and, for a limit or
 /// the deadline, which one (named by its config field); jq's own message — which quotes the data
 /// it failed on — goes to the detail.
-pub(crate) fn expr_err(step: &Arc<str>, what: &str, e: EvalError) -> FlowError {
+pub fn expr_err(step: &Arc<str>, what: &str, e: EvalError) -> FlowError {
     expr_failure(what, e).in_step(step)
 }
 
@@ -353,7 +356,7 @@ pub(crate) fn path_and_query(path: String) -> Result<PathAndQuery, BuildError> {
 /// What performing a call and reading its answer needs of a step's compiled call, whatever its
 /// protocol: the backend's stack and name, how its error statuses reach clients, where large
 /// answers are parsed.
-pub(crate) trait CallTarget: Sync {
+pub trait CallTarget: Sync {
     /// The backend's stack.
     fn backend(&self) -> &Arc<dyn Backend>;
     /// The backend's name.
@@ -430,7 +433,7 @@ pub(crate) async fn fetch_body(
 }
 
 /// [`fetch_body`], keeping an answer the protocol gave as a value ([`CallResponse::value`]).
-pub(crate) async fn fetch_answer(
+pub async fn fetch_answer(
     step_name: &Arc<str>,
     h: &impl CallTarget,
     mut req: CallRequest,
@@ -557,7 +560,7 @@ fn error_status(step_name: &Arc<str>, h: &impl CallTarget, resp: &CallResponse) 
 
 /// Parse an answer (a large one on the compute pool, not on this worker), first holding what
 /// its value will cost in the request's account of the memory budget ([`crate::memory`]).
-pub(crate) async fn parse_answer(
+pub async fn parse_answer(
     step_name: &Arc<str>,
     h: &impl CallTarget,
     body: Bytes,

@@ -17,8 +17,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) compute: Arc<ComputePool>,
     /// The parts of `$request` read by the expressions compiled since the route's compile began.
     pub(crate) request_use: fanout_expr::request::RequestUse,
-    /// What the steps of the previous plan counted ([`crate::plan::Carry::step_stats`]).
-    pub(crate) step_stats: std::collections::HashMap<String, crate::StepStats>,
     /// `METHOD PATH` of the route being compiled (the start of its steps' keys).
     pub(crate) route_key: String,
     /// The runtimes step kinds use ([`crate::plan::Carry::runtimes`]).
@@ -117,7 +115,7 @@ impl Ctx<'_> {
 }
 
 /// An "unknown backend" error with a hint: the closest declared name, else the declared names.
-pub(crate) fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
+pub fn unknown_backend(cfg: &Config, pos: Pos, prefix: &str, name: &str) -> ConfigError {
     let mut known: Vec<&str> = cfg.backends.keys().map(String::as_str).collect();
     known.sort_unstable();
     let hint = match fanout_config::did_you_mean(name, known.iter()) {

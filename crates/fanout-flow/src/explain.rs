@@ -209,13 +209,15 @@ pub enum HedgeExplain {
 /// Compile `cfg` with placeholder backends (nothing is connected or called) and describe it.
 /// The config should have passed the gateway's own checks first (`fanout validate`).
 pub fn explain_config(cfg: &Config) -> Result<Explanation, ConfigErrors> {
-    explain_config_with(cfg, None, None)
+    explain_config_with(cfg, &[], None, None)
 }
 
-/// [`explain_config`] for a config with `.proto` files (`protos:`) and runtimes (the models of
-/// `models:`), loaded by the caller.
+/// [`explain_config`] with the step kinds of `kinds` beside the engine's own
+/// ([`crate::compile_with`]), for a config with `.proto` files (`protos:`) and runtimes (the
+/// models of `models:`), loaded by the caller.
 pub fn explain_config_with(
     cfg: &Config,
+    kinds: &[crate::step::Registration],
     protos: Option<Arc<fanout_grpc::ProtoSet>>,
     runtimes: Option<crate::runtime::Runtimes>,
 ) -> Result<Explanation, ConfigErrors> {
@@ -229,7 +231,7 @@ pub fn explain_config_with(
         runtimes: runtimes.unwrap_or_default(),
         ..Default::default()
     };
-    let plan = crate::plan::compile_with(cfg, &backends, carry)?;
+    let plan = crate::plan::compile_with(cfg, &backends, kinds, carry)?;
     Ok(explain(cfg, &plan))
 }
 

@@ -6,6 +6,9 @@
 //! - [`exec`]: the executor — starts each step when its inputs are ready, runs independent steps
 //!   concurrently on the request's task, enforces the deadline and the per-step failure policy.
 //! - [`Backend`] (from `fanout-layers`): the backend-call interface every step's I/O goes through.
+//! - [`kind`]: what a step kind is made of; the engine's own kinds need no other crate, the
+//!   others (`sql`, `model`) live with their capability and are given to the compiler
+//!   ([`compile_with`]).
 //! - [`error`]: [`FlowError`], which maps to the client's status code.
 //! - [`explain`]: a route's plan described for people (`fanout explain`: text and Mermaid).
 
@@ -18,17 +21,16 @@ mod ctx;
 pub mod error;
 pub mod exec;
 pub mod explain;
-pub mod memory;
+pub mod kind;
+/// The memory budget for in-flight data ([`fanout_runtime::memory`]), as the executor holds it.
+pub use fanout_runtime::memory;
 pub mod observe;
 pub mod plan;
 pub mod reference;
 mod respond;
 pub mod runtime;
 mod step;
-/// The `sql` step's counters (SQLSTATE classes, rows and errors per step), read by the metrics of
-/// its protocol.
-pub use step::sql_stats as sqlstats;
-pub use step::{StepStats, error_kinds};
+pub use step::error_kinds;
 mod uri;
 
 pub use error::{Answer, ErrorKind, FlowError, answer_code, code_for_status};

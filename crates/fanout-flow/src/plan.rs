@@ -181,12 +181,6 @@ impl StepPlan {
         self.kind.backend()
     }
 
-    /// What the step counts for the metrics, if its kind counts anything (a `sql` step: rows and
-    /// SQL errors by class, [`crate::sqlstats::SqlStats`]).
-    pub fn stats(&self) -> Option<crate::StepStats> {
-        self.kind.stats()
-    }
-
     /// The `error.code`s the config makes this step answer with: its `fail` code and those of
     /// its `on_status` entries (for metrics, which export each from the start). A `pass` entry's
     /// code is that of the backend's status, unknown until it answers: not listed.
@@ -234,29 +228,29 @@ pub struct Carry {
     /// The config's `.proto` files, compiled by the caller (the flow compiler reads no file);
     /// none for a config without `protos:`.
     pub protos: Option<Arc<fanout_grpc::ProtoSet>>,
-    /// What the steps of the previous plan counted ([`StepPlan::stats`]), by
-    /// [`RoutePlan::step_key`]: a step kept by the new config counts on (its metric series
-    /// continue).
-    pub step_stats: HashMap<String, crate::StepStats>,
-    /// The runtimes step kinds use, opened by the caller ([`crate::runtime::open`]);
-    /// none opened: a step that needs one is a config error.
+    /// The runtimes step kinds use, opened by the caller ([`crate::runtime::Runtimes::open`]
+    /// with the gateway's list); none opened: a step that needs one is a config error.
     pub runtimes: crate::runtime::Runtimes,
 }
 
-/// Compile a config against the given backends (name → implementation). Reports every error it
-/// finds, each with its position.
+/// Compile a config against the given backends (name → implementation), with the engine's own
+/// step kinds only (a `sql` or `model` step is an error: [`compile_with`] is given those).
+/// Reports every error it finds, each with its position.
 pub fn compile(
     cfg: &Config,
     backends: &HashMap<String, Arc<dyn Backend>>,
 ) -> Result<Plan, ConfigErrors> {
-    compile_with(cfg, backends, Carry::default())
+    compile_with(cfg, backends, &[], Carry::default())
 }
 
-/// [`compile`], keeping what `carry` holds from a previous plan instead of new state (everything
-/// is still compiled, so a broken part is reported even where the old state is kept).
+/// [`compile`] with the step kinds of `kinds` beside the engine's own (the gateway's list:
+/// `fanout-proxy`'s `STEP_KINDS`), keeping what `carry` holds from a previous plan instead of
+/// new state (everything is still compiled, so a broken part is reported even where the old
+/// state is kept).
 pub fn compile_with(
     cfg: &Config,
     backends: &HashMap<String, Arc<dyn Backend>>,
+    kinds: &[crate::step::Registration],
     carry: Carry,
 ) -> Result<Plan, ConfigErrors> {
     let compute = carry
@@ -268,7 +262,6 @@ pub fn compile_with(
         errs: Vec::new(),
         compute,
         request_use: Default::default(),
-        step_stats: carry.step_stats,
         route_key: String::new(),
         runtimes: carry.runtimes.clone(),
     };
@@ -300,11 +293,14 @@ pub fn compile_with(
         Some(kept) => kept,
         None => Arc::new(ReferenceSet::new(datasets, deadline_header.clone())),
     };
+    let given = Given {
+        backends,
+        batches: &batches,
+        kinds,
+    };
     let mut routes = Vec::new();
     for r in &cfg.routes {
-        if let Some(mut route) =
-            compile_route(&mut cx, r, backends, &batches, &reference, &deadline_header)
-        {
+        if let Some(mut route) = compile_route(&mut cx, r, &given, &reference, &deadline_header) {
             route.index = routes.len();
             routes.push(Arc::new(route));
         }
@@ -437,11 +433,18 @@ fn compile_references(
     datasets
 }
 
+/// What every step of every route is compiled against: the backends, their batch forms, and the
+/// step kinds beside the engine's own.
+struct Given<'g> {
+    backends: &'g HashMap<String, Arc<dyn Backend>>,
+    batches: &'g HashMap<String, Arc<BatchPlan>>,
+    kinds: &'g [crate::step::Registration],
+}
+
 fn compile_route(
     cx: &mut Ctx<'_>,
     r: &fanout_config::Route,
-    backends: &HashMap<String, Arc<dyn Backend>>,
-    batches: &HashMap<String, Arc<BatchPlan>>,
+    given: &Given<'_>,
     reference: &Arc<ReferenceSet>,
     deadline_header: &HeaderName,
 ) -> Option<RoutePlan> {
@@ -458,7 +461,7 @@ fn compile_route(
 
     let mut steps = Vec::with_capacity(r.flow.len());
     for (i, (name, step)) in r.flow.iter().enumerate() {
-        if let Some(s) = compile_step(cx, i, name, step, &scope, backends, batches) {
+        if let Some(s) = compile_step(cx, i, name, step, &scope, given) {
             steps.push(s);
         }
     }
@@ -619,8 +622,7 @@ fn compile_step(
     name: &Located<String>,
     step: &Step,
     scope: &[&str],
-    backends: &HashMap<String, Arc<dyn Backend>>,
-    batches: &HashMap<String, Arc<BatchPlan>>,
+    given: &Given<'_>,
 ) -> Option<StepPlan> {
     let errs_before = cx.errs.len();
     let in_each = step.for_each.is_some();
@@ -628,8 +630,9 @@ fn compile_step(
         cx,
         name,
         scope,
-        backends,
-        batches,
+        backends: given.backends,
+        batches: given.batches,
+        kinds: given.kinds,
         in_each,
         backend_timeout: None,
         exprs: Vec::new(),

@@ -26,6 +26,9 @@
 //! [`runtime`]: the model runtime the gateway hosts for `model` steps — the model set read from
 //! `models.dir` (watched, swapped without a restart), each model's queue and micro-batches run on
 //! the compute pool, its status and metrics.
+//!
+//! [`STEP_KIND`]: the `model` step kind itself (`step.rs`), given to the flow compiler by the
+//! gateway's list of step kinds (`fanout-proxy`'s `STEP_KINDS`).
 
 #![forbid(unsafe_code)]
 
@@ -33,8 +36,11 @@ mod attrs;
 pub mod onnx;
 mod ops;
 pub mod runtime;
+mod step;
 mod tensor;
 mod tree;
+
+pub use step::STEP_KIND;
 
 use std::collections::HashMap;
 

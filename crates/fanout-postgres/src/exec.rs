@@ -1,6 +1,5 @@
 //! Running one statement on a connection: prepare once per connection, bind, read the rows into
-//! the answer (values while small, JSON text past `VALUE_ROWS_MAX_BYTES`) against the caps, and
-//! the statuses SQL errors become.
+//! the answer (values while small, JSON text past `VALUE_ROWS_MAX_BYTES`) against the caps.
 
 use super::*;
 
@@ -99,29 +98,6 @@ pub(super) fn response(status: StatusCode, body: impl Into<Bytes>) -> CallRespon
         value: None,
         parsed: None,
     }
-}
-
-/// The status a SQL error maps to (the `sql` step makes the client's answer of it), or the
-/// transport failure it is.
-pub(super) fn sql_status(state: &str) -> Result<StatusCode, CallErrorKind> {
-    Ok(match state {
-        // unique_violation, foreign_key_violation, exclusion_violation
-        "23505" | "23503" | "23P01" => StatusCode::CONFLICT,
-        // serialization_failure, deadlock_detected, lock_not_available: try again
-        "40001" | "40P01" | "55P03" => StatusCode::SERVICE_UNAVAILABLE,
-        // query_canceled: statement_timeout (ours are sent for deadlines, which end the call
-        // before this answer arrives)
-        "57014" => return Err(CallErrorKind::Timeout),
-        // admin_shutdown, crash_shutdown, cannot_connect_now
-        "57P01" | "57P02" | "57P03" => return Err(CallErrorKind::Reset),
-        s if s.starts_with("08") => return Err(CallErrorKind::Reset),
-        // insufficient resources (too many connections, out of memory, disk full)
-        s if s.starts_with("53") => StatusCode::SERVICE_UNAVAILABLE,
-        // other integrity constraints (check, not null), data exceptions (invalid text for a
-        // type, value out of range, division by zero)
-        s if s.starts_with("23") || s.starts_with("22") => StatusCode::UNPROCESSABLE_ENTITY,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    })
 }
 
 /// Prepare (once per connection), bind, run, and build the answer (`[...]`, or

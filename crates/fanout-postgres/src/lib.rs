@@ -23,7 +23,12 @@
 //!   cancelled at the server;
 //!   caches and dedup hold them like HTTP answers, the shared cache as their JSON text. SQL errors become statuses the
 //!   `sql` step maps (409 unique/foreign key, 422 data and check, 503 serialization failure or
-//!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log.
+//!   deadlock — retried when idempotent —, 500 other), with `{"sqlstate", "message"}` for the log:
+//!   one table ([`sqlstate::classify`]) gives the status and the step's error class.
+//!
+//! The `sql` step kind lives here too ([`STEP_KIND`], `step.rs`), with its per-step counters
+//! ([`STEP_COUNTERS`], `step_stats.rs`): the gateway's lists of step kinds and runtimes
+//! (`fanout-proxy`'s `STEP_KINDS`, `RUNTIMES`) name them.
 
 #![forbid(unsafe_code)]
 
@@ -32,17 +37,21 @@ mod exec;
 mod guard;
 mod metrics;
 mod pool;
+pub mod sqlstate;
+mod step;
+pub mod step_stats;
 pub mod types;
 
 use cancel::*;
 use exec::*;
 pub use pool::Pool;
+pub use step::STEP_KIND;
+pub use step_stats::STEP_COUNTERS;
 
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, PostgresConfig, SslMode};
 use fanout_expr::json::static_str_val;
 use fanout_expr::{Map, Val};
-use fanout_flow::sqlstats::ErrorsByClass;
 use fanout_layers::backend::{Call, SqlCall};
 use fanout_layers::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
 use futures_util::future::BoxFuture;
@@ -52,6 +61,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use step_stats::ErrorsByClass;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_postgres::types::{FromSql, Type};

@@ -1,18 +1,15 @@
 //! The PostgreSQL protocol's metric families: its pools (connections, waiters, waits, refusals,
-//! cancellations, rows, SQL errors by SQLSTATE class) and its `sql` steps' rows and errors.
+//! cancellations, rows, SQL errors by SQLSTATE class). Its `sql` steps' rows and errors are
+//! the families of their counters' runtime ([`crate::step_stats::StepCounters`]).
 
 use MetricType::{Counter, Gauge};
 use fanout_protocol::Scope;
 use fanout_protocol::metrics::{MetricType, Out, Value};
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 /// Database pools (`protocol: postgres` backends): connections, waiters, waits, refusals,
 /// cancellations, rows and SQL errors by SQLSTATE class — every series from the start.
-/// A step's rows and its SQL errors by class.
-type StepSums = (u64, Vec<(&'static str, u64)>);
-
 pub(super) fn write(live: &Scope<'_>, out: &mut Out<'_>) -> fmt::Result {
     use std::sync::atomic::Ordering::Relaxed;
     let pools: Vec<(&str, &Arc<super::Pool>)> = live
@@ -126,47 +123,6 @@ pub(super) fn write(live: &Scope<'_>, out: &mut Out<'_>) -> fmt::Result {
                 .by_class()
                 .into_iter()
                 .map(move |(class, n)| ([("backend", *b), ("class", class)], Value::Counter(n)))
-        }),
-    )?;
-    // Per step, summed over the routes that have a step of that name on that database (the
-    // labels of the other per-step families).
-    let mut steps: BTreeMap<(&str, &str), StepSums> = BTreeMap::new();
-    for (s, stats) in live.steps.iter().filter_map(|s| {
-        let stats = s.stats.downcast_ref::<fanout_flow::sqlstats::SqlStats>()?;
-        Some((s, stats))
-    }) {
-        let e = steps
-            .entry((&*s.backend, &*s.step))
-            .or_insert_with(|| (0, Vec::new()));
-        e.0 += stats.rows();
-        let errors = stats.errors().by_class();
-        if e.1.is_empty() {
-            e.1 = errors;
-        } else {
-            for (sum, (_, n)) in e.1.iter_mut().zip(errors) {
-                sum.1 += n;
-            }
-        }
-    }
-    out.family(
-        "fanout_db_step_rows",
-        "Rows received by each sql step (a cached or shared answer counts for every step it reaches)",
-        Counter,
-        steps.iter().map(|((b, s), (rows, _))| {
-            ([("backend", *b), ("step", *s)], Value::Counter(*rows))
-        }),
-    )?;
-    out.family(
-        "fanout_db_step_errors",
-        "SQL errors received by each sql step, by SQLSTATE class",
-        Counter,
-        steps.iter().flat_map(|((b, s), (_, errors))| {
-            errors.iter().map(move |(class, n)| {
-                (
-                    [("backend", *b), ("step", *s), ("class", *class)],
-                    Value::Counter(*n),
-                )
-            })
         }),
     )
 }

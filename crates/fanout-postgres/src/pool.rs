@@ -803,9 +803,10 @@ impl Pool {
                 };
                 let state = db.code().code();
                 self.counters.errors.count(state);
-                match sql_status(state) {
-                    Ok(status) => {
+                match crate::sqlstate::classify(state) {
+                    Ok(sql) => {
                         in_use.release();
+                        let status = sql.status();
                         let mut body = format!(
                             r#"{{"sqlstate":{},"message":{}"#,
                             json_str(state),

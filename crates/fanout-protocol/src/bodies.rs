@@ -6,10 +6,10 @@
 //! slot. Every body byte read is counted against the memory budget at the estimated size of the
 //! parsed value ([`parsed_size_estimate`]) until the request ends. The same budget holds the rows
 //! of database statements as they arrive and the backend answers parsed for a request
-//! ([`fanout_flow::memory`]).
+//! ([`fanout_runtime::memory`]).
 
 use fanout_config::BodyLimits;
-use fanout_flow::memory::MemoryBudget;
+use fanout_runtime::memory::MemoryBudget;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -26,7 +26,7 @@ pub struct BodyGate {
     timeouts: AtomicU64,
 }
 
-pub use fanout_flow::memory::{parsed_size_estimate, value_overhead};
+pub use fanout_runtime::memory::{parsed_size_estimate, value_overhead};
 
 impl BodyGate {
     /// A gate with the limits of `server.bodies`.
@@ -146,7 +146,7 @@ impl Drop for Reservation {
 }
 
 /// Backend answers parsed for a request are held in the same budget
-/// ([`fanout_flow::memory::RequestMemory`]).
+/// ([`fanout_runtime::memory::RequestMemory`]).
 impl MemoryBudget for BodyGate {
     fn take(&self, n: usize) -> bool {
         match self

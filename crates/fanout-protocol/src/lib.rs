@@ -79,25 +79,11 @@ pub struct Registration {
 }
 
 /// What a protocol's metrics read of the live config: every backend's client (each protocol
-/// picks its own with [`ProtocolClient::as_any`]) and what the steps count.
+/// picks its own with [`ProtocolClient::as_any`]). What a protocol's step kind counts per step
+/// is a runtime's families (`fanout-postgres`'s `StepCounters`).
 pub struct Scope<'a> {
     /// Each backend's name and client, in config order.
     pub backends: &'a [(&'a str, &'a dyn ProtocolClient)],
-    /// What the steps count, with their names, in config order.
-    pub steps: &'a [StepStats],
-}
-
-/// What a step counts for the metrics, with its names: its backend, its name and its identity
-/// across reloads ([`fanout_flow::plan::RoutePlan::step_key`]).
-pub struct StepStats {
-    /// The step's backend.
-    pub backend: Arc<str>,
-    /// The step's name.
-    pub step: Arc<str>,
-    /// Its identity across reloads.
-    pub key: String,
-    /// Its counters ([`fanout_flow::plan::StepPlan::stats`]: a `sql` step's rows and errors).
-    pub stats: fanout_flow::StepStats,
 }
 
 /// One address's state, for `/__fanout/status` and the backend metrics.

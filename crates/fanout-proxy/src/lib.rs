@@ -44,7 +44,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use fanout_client::HttpBackend;
-use fanout_protocol::StepStats;
 /// The in-flight memory gate (request bodies, database rows), shared with the protocols.
 pub use fanout_protocol::bodies;
 pub use grpc::load_protos;
@@ -137,9 +136,6 @@ pub struct Live {
     grpc: Option<Arc<grpc::GrpcServices>>,
     /// The services the gRPC routes serve (health checks answer for them).
     grpc_services: Vec<String>,
-    /// What the steps count for the metrics ([`fanout_flow::plan::StepPlan::stats`]: a `sql`
-    /// step's rows and errors), with their names, in config order.
-    step_stats: Vec<StepStats>,
     /// The runtimes step kinds use (the models of `models.dir`), kept by reloads that do not
     /// change what they read.
     runtimes: fanout_flow::runtime::Runtimes,

@@ -2,6 +2,12 @@
 //! protocol, step kind, runtime or edge stage is a module (or crate) of its own plus its line here
 //! (docs/ARCHITECTURE.md, "How to add …").
 
+use fanout_config::{Config, ConfigError, ConfigErrors};
+use fanout_flow::runtime::Runtimes;
+use fanout_flow::{Backend, Carry, Plan};
+use std::collections::HashMap;
+use std::sync::Arc;
+
 /// Every backend protocol, one line each ([`fanout_protocol`]; docs/ARCHITECTURE.md, "How to add
 /// a backend protocol").
 pub const PROTOCOLS: &[fanout_protocol::Registration] =
@@ -45,5 +51,59 @@ impl Registry {
 impl Default for Registry {
     fn default() -> Self {
         Registry::standard()
+    }
+}
+
+/// Every step kind beside the engine's own (`http`, keyed lookups, `grpc`, `fail`, `value`), one
+/// line each, given to the flow compiler ([`compile`]; docs/ARCHITECTURE.md, "How to add a step
+/// kind").
+pub const STEP_KINDS: &[fanout_flow::kind::Registration] =
+    &[fanout_postgres::STEP_KIND, fanout_model::STEP_KIND];
+
+/// Every runtime step kinds use, one line each, opened for each config ([`open_runtimes`]).
+pub const RUNTIMES: &[fanout_flow::runtime::Registration] = &[
+    fanout_model::runtime::RUNTIME,
+    fanout_postgres::STEP_COUNTERS,
+];
+
+/// Open every runtime of [`RUNTIMES`] for `cfg`, keeping those of `prev` (the running config and
+/// its runtimes) whose inputs did not change.
+pub fn open_runtimes(
+    cfg: &Config,
+    prev: Option<(&Config, &Runtimes)>,
+) -> Result<Runtimes, ConfigError> {
+    Runtimes::open(RUNTIMES, cfg, prev)
+}
+
+/// Compile `cfg`'s flows with every step kind of [`STEP_KINDS`] ([`fanout_flow::compile_with`]).
+pub fn compile(
+    cfg: &Config,
+    backends: &HashMap<String, Arc<dyn Backend>>,
+    carry: Carry,
+) -> Result<Plan, ConfigErrors> {
+    fanout_flow::compile_with(cfg, backends, STEP_KINDS, carry)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The classes of every registered step kind are among the flow's error kinds (metrics
+    /// export each from the start), and no code means two things.
+    #[test]
+    fn every_step_kinds_error_classes_are_registered_once() {
+        let all = fanout_flow::error_kinds(super::STEP_KINDS);
+        for c in [
+            "conflict",
+            "database_unavailable",
+            "bad_parameter",
+            "model_queue_full",
+        ] {
+            assert!(all.iter().any(|k| k.code() == c), "{c} is not registered");
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        for k in &all {
+            if let Some(prev) = seen.insert(k.code(), *k) {
+                assert_eq!(prev.status(), k.status(), "{} means two things", k.code());
+            }
+        }
     }
 }

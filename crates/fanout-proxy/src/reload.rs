@@ -180,7 +180,7 @@ pub(crate) fn build_live(
     let protos = crate::grpc::load_protos(&cfg);
     // A runtime whose inputs did not change is kept (the models: versions, queues, counters,
     // watcher).
-    let runtimes = fanout_flow::runtime::open(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
+    let runtimes = crate::registry::open_runtimes(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
         .map_err(|e| ConfigErrors(vec![e]));
     let stages = fanout_edge::StageSet::build(
         registry.stages(),
@@ -211,17 +211,12 @@ pub(crate) fn build_live(
                 carry.batches.insert(name.clone(), b.clone());
             }
         }
-        carry.step_stats = prev
-            .step_stats
-            .iter()
-            .map(|s| (s.key.clone(), s.stats.clone()))
-            .collect();
         if reference_unchanged(&prev.config, &cfg, &report) {
             carry.reference = Some(prev.reference.clone());
             report.reference_kept = true;
         }
     }
-    let plan = fanout_flow::compile_with(&cfg, &services, carry).map_err(|mut e| {
+    let plan = crate::registry::compile(&cfg, &services, carry).map_err(|mut e| {
         fanout_config::locate(&mut e.0, &cfg.source);
         e
     })?;
@@ -249,20 +244,6 @@ pub(crate) fn build_live(
         .collect();
     error_codes.sort();
     error_codes.dedup();
-    let step_stats = plan
-        .routes
-        .iter()
-        .flat_map(|r| {
-            r.steps.iter().filter_map(|s| {
-                Some(crate::StepStats {
-                    backend: s.backend()?.clone(),
-                    step: s.name.clone(),
-                    key: r.step_key(s),
-                    stats: s.stats()?,
-                })
-            })
-        })
-        .collect();
     let cors = crate::cors::CorsTable::build(&cfg, &plan.routes, &cfg.server.request_id_header);
     let compression = crate::compression::CompressionTable::build(&cfg, &plan.routes);
     let live = Live {
@@ -286,7 +267,6 @@ pub(crate) fn build_live(
         config: Arc::new(cfg),
         grpc,
         grpc_services,
-        step_stats,
         runtimes: plan.runtimes.clone(),
         coalesce: crate::coalesce::tables(&plan.routes),
         cors,

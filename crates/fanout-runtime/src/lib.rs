@@ -5,6 +5,8 @@
 //! - [`cores`]: which core a serving thread is (`server.runtime: per_core`), for state kept per
 //!   core.
 //! - [`hist`]: the lock-free histogram the pool, the models and the gateway record into.
+//! - [`memory`]: the gateway's memory budget for in-flight data and one request's account in it
+//!   (the executor, the protocols and the inbound side all hold bytes there).
 //! - [`runtime`]: what a runtime hosted for a step kind is (the [`runtime::Runtime`] trait) and
 //!   the set of them opened for one config ([`runtime::Runtimes`]).
 
@@ -13,4 +15,5 @@
 pub mod compute;
 pub mod cores;
 pub mod hist;
+pub mod memory;
 pub mod runtime;

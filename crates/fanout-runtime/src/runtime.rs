@@ -1,11 +1,11 @@
-//! Runtimes the engine hosts for step kinds — today the model set of `model` steps. A runtime is
-//! opened from the config by the gateway (and kept by a reload that does not change what it
-//! reads), handed to the flow compiler in
+//! Runtimes the engine hosts for step kinds — the model set of `model` steps, the `sql` steps'
+//! counters. A runtime is opened from the config by the gateway (and kept by a reload that does
+//! not change what it reads), handed to the flow compiler in
 //! `fanout_flow::plan::Carry::runtimes`, found there by its step kind's compiler by type
 //! ([`Runtimes::get`]), and asked by the gateway — without knowing what it is — for readiness,
 //! its sections of the status endpoint and its metric families. A new runtime is a type
-//! implementing [`Runtime`] with a [`Registration`], plus its line in the engine's list
-//! (`fanout_flow::runtime::REGISTERED`).
+//! implementing [`Runtime`] with a [`Registration`], plus its line in the gateway's list
+//! (`fanout-proxy`'s `RUNTIMES`).
 
 use crate::hist::HistogramSnapshot;
 use fanout_config::{Config, ConfigError};

@@ -87,7 +87,8 @@ enum Started<'a> {
 }
 
 impl RoutePlan {
-    /// `METHOD PATH STEP`: a step's identity across reloads ([`crate::plan::Carry::step_stats`]).
+    /// `METHOD PATH STEP`: a step's identity across reloads (what its kind counts is kept by a
+    /// reload under it: [`crate::kind::StepCx::key`]).
     pub fn step_key(&self, step: &StepPlan) -> String {
         format!("{} {} {}", self.method, self.path, step.name)
     }

@@ -3,27 +3,27 @@
 //! failure policy; it asks a step's kind to do the step's synchronous work ([`StepKind::prepare`]:
 //! build calls, compute keys or a value) and, for calls, to perform one ([`StepKind::call`]).
 //!
-//! Adding a kind: a module here with a type implementing [`StepKind`] and a `compile` function
-//! (`fn(&mut StepCx, &Step) -> Option<Option<Box<dyn StepKind>>>`), plus its line in [`KINDS`].
+//! The engine's own kinds are those that need no crate but the engine's (below); a kind that
+//! needs a protocol or a runtime of its own lives in that crate and is given to the compiler in
+//! the list of kinds ([`Registration`]; `fanout-proxy`'s `STEP_KINDS`): `sql` in
+//! `fanout-postgres`, `model` in `fanout-model`. Adding a kind: a type implementing
+//! [`StepKind`] and a `compile` function ([`Compile`]), plus its line in that list
+//! (docs/ARCHITECTURE.md, "How to add a step kind"); what it is made of is public in
+//! [`crate::kind`].
 //!
 //! | kind      | module     | config                  | work                                   |
 //! |-----------|------------|-------------------------|----------------------------------------|
 //! | HTTP call | `http`     | `http: {path, …}`       | builds calls, performs them            |
 //! | lookup    | `keyed`    | `http: {key}`           | keys, merged per round into batch calls |
 //! | gRPC call | `grpc`     | `grpc: {method, …}`     | builds messages, performs unary calls  |
-//! | SQL       | `sql`      | `sql: {query, params}`  | binds parameters, runs one statement   |
-//! | model     | `model`    | `model: {name, features}` | builds rows, queues them on the model |
-//! | value     | `value`    | `value:`                | computes a value, no I/O               |
 //! | fail      | `fail`     | `fail:`                 | ends the request with a client answer  |
+//! | value     | `value`    | `value:`                | computes a value, no I/O               |
 
 mod fail;
 mod grpc;
 mod grpc_fields;
 mod http;
 mod keyed;
-mod model;
-mod sql;
-pub mod sql_stats;
 mod value;
 
 pub(crate) use grpc::{check_message_fields, grpc_method};
@@ -32,66 +32,58 @@ pub(crate) use http::{CallSrc, compile_call};
 use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded};
 use crate::ctx::Ctx;
-use crate::error::{ErrorKind, FlowError};
+use crate::error::{ErrorClass, ErrorKind, FlowError};
 use ::http::HeaderName;
-use fanout_config::{Dur, ExprSrc, Step};
+use fanout_config::{Config, ConfigError, Dur, ExprSrc, Located, Step};
 use fanout_expr::{Expr, Val};
 use fanout_layers::backend::CallRequest;
+use fanout_runtime::compute::ComputePool;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// What a step kind counts for the metrics ([`StepKind::stats`]): its own type behind `Any`.
-pub type StepStats = Arc<dyn std::any::Any + Send + Sync>;
+/// The engine's own kinds, tried in order before the kinds the compiler is given: the first that
+/// recognises a step compiles it (a keyed lookup is an `http` step with `key`, so it comes
+/// first). [`value::compile`] takes the steps no kind recognised, after the given kinds.
+const ENGINE: &[Compile] = &[keyed::compile, http::compile, grpc::compile, fail::compile];
 
-/// Every step kind's compiler, tried in order: the first that recognises a step compiles it
-/// (a keyed lookup is an `http` step with `key`, so it comes first; `value` takes the rest).
-const KINDS: &[Compile] = &[
-    keyed::compile,
-    http::compile,
-    grpc::compile,
-    sql::compile,
-    model::compile,
-    fail::compile,
-    value::compile,
-];
+/// A step kind's line in the list of kinds the flow compiler is given ([`crate::compile_with`];
+/// the gateway's is `fanout-proxy`'s `STEP_KINDS`), beside the engine's own kinds.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    /// The kind's compiler ([`Compile`]).
+    pub compile: Compile,
+    /// The kind's error classes ([`ErrorClass`]): their codes are part of the gateway's
+    /// `error.code`s (metrics export each from the start).
+    pub errors: &'static [&'static ErrorClass],
+}
 
-/// Every step kind's error classes ([`crate::error::ErrorClass`]), one line per kind that has
-/// its own.
-const ERROR_CLASSES: &[&[&crate::error::ErrorClass]] = &[sql::ERRORS, model::ERRORS];
-
-/// Every error kind of the flow: [`ErrorKind::CORE`] and each step kind's classes. Their codes
-/// are the flow's part of the gateway's `error.code`s (metrics export each from the start).
-pub fn error_kinds() -> Vec<ErrorKind> {
+/// Every error kind of the flow with the step kinds of `kinds`: [`ErrorKind::CORE`] and each
+/// kind's classes. Their codes are the flow's part of the gateway's `error.code`s (metrics
+/// export each from the start).
+pub fn error_kinds(kinds: &[Registration]) -> Vec<ErrorKind> {
     ErrorKind::CORE
         .into_iter()
         .chain(
-            ERROR_CLASSES
+            kinds
                 .iter()
-                .flat_map(|c| c.iter().copied())
+                .flat_map(|k| k.errors.iter().copied())
                 .map(ErrorKind::Class),
         )
         .collect()
 }
 
 /// A kind's compiler: `None` when the step is not of this kind; `Some(None)` when it is but has
-/// errors (reported in the context).
-pub(crate) type Compile = fn(&mut StepCx<'_, '_>, &Step) -> Option<Option<Box<dyn StepKind>>>;
+/// errors (reported in the context: [`StepCx::error`]).
+pub type Compile = fn(&mut StepCx<'_, '_>, &Step) -> Option<Option<Box<dyn StepKind>>>;
 
 /// What one kind of step does, compiled. Implementations are immutable and shared by every
 /// request of the route.
-pub(crate) trait StepKind: Send + Sync + 'static {
+pub trait StepKind: Send + Sync + 'static {
     /// The backend the step calls, if any (named in errors).
     fn backend(&self) -> Option<&Arc<str>> {
-        None
-    }
-    /// What the step counts for the metrics, if its kind counts anything (a `sql` step: rows and
-    /// SQL errors by class). The kind's own type: the metrics of its protocol read it
-    /// (`downcast`), a reload carries it to the step of the same identity
-    /// ([`crate::plan::Carry::step_stats`]).
-    fn stats(&self) -> Option<StepStats> {
         None
     }
     /// What the step does, described for people (`fanout explain`).
@@ -141,20 +133,20 @@ pub(crate) trait StepKind: Send + Sync + 'static {
 }
 
 /// What a step's kind sees of the step it belongs to.
-pub(crate) struct StepArgs<'a> {
+pub struct StepArgs<'a> {
     /// The step's name (for errors).
-    pub(crate) name: &'a Arc<str>,
+    pub name: &'a Arc<str>,
     /// The step's `result` expression, if any.
-    pub(crate) result: Option<&'a Expr>,
+    pub result: Option<&'a Expr>,
     /// The step's per-call timeout.
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// The request's account in the memory budget: answers parsed for the step are held there.
-    pub(crate) memory: &'a crate::memory::RequestMemory<'a>,
+    pub memory: &'a crate::memory::RequestMemory<'a>,
 }
 
 /// A step's prepared work: what the scheduler runs. Plain data (`Send + 'static`), so it can be
 /// prepared on the compute pool and run on the worker.
-pub(crate) enum Prepared {
+pub enum Prepared {
     /// Finished: the step's value or failure.
     Done(Result<Val, FlowError>),
     /// One call.
@@ -169,7 +161,7 @@ pub(crate) enum Prepared {
 }
 
 /// See [`Prepared::Task`].
-pub(crate) type Task = Box<
+pub type Task = Box<
     dyn FnOnce(
             Option<fanout_layers::trace::CallTrace>,
         ) -> BoxFuture<'static, Result<Vec<Val>, FlowError>>
@@ -179,7 +171,7 @@ pub(crate) type Task = Box<
 /// The `prepare` of a kind that makes one call per step, or one per `for_each` element
 /// (`items`): `build(None)` or `build(Some((element, index)))` builds each; the first failure
 /// ends the step.
-pub(crate) fn prepare_calls(
+pub fn prepare_calls(
     items: Option<Arc<Vec<Val>>>,
     mut build: impl FnMut(Option<(&Val, usize)>) -> Result<Result<CallRequest, FlowError>, Yielded>,
 ) -> Result<Prepared, Yielded> {
@@ -269,17 +261,19 @@ impl StepIo {
 
 /// What a kind's compiler works with: the route's compile context, the step's name and scope,
 /// and the expressions compiled so far (their `$names` become the step's dependencies).
-pub(crate) struct StepCx<'c, 'a> {
+pub struct StepCx<'c, 'a> {
     /// The route's compile context (config, errors, compute pool).
     pub(crate) cx: &'c mut Ctx<'a>,
     /// The step's name (with its position).
-    pub(crate) name: &'c fanout_config::Located<String>,
+    pub(crate) name: &'c Located<String>,
     /// Names an expression may read.
     pub(crate) scope: &'c [&'c str],
     /// Backends by name.
     pub(crate) backends: &'c HashMap<String, Arc<dyn crate::Backend>>,
     /// Batch forms by backend name.
     pub(crate) batches: &'c HashMap<String, Arc<BatchPlan>>,
+    /// The step kinds the compiler was given, beside the engine's own.
+    pub(crate) kinds: &'c [Registration],
     /// Whether the step has `for_each` (`$item`/`$index` allowed in its call).
     pub(crate) in_each: bool,
     /// The timeout of the backend the step calls, if it calls one.
@@ -288,10 +282,10 @@ pub(crate) struct StepCx<'c, 'a> {
     pub(crate) exprs: Vec<(Expr, ExprSrc, bool)>,
 }
 
-impl StepCx<'_, '_> {
+impl<'a> StepCx<'_, 'a> {
     /// Compile one of the step's expressions (when present) and record it for the dependency
     /// and `$item` checks.
-    pub(crate) fn expr(&mut self, src: Option<&ExprSrc>, item_ok: bool) -> Option<Expr> {
+    pub fn expr(&mut self, src: Option<&ExprSrc>, item_ok: bool) -> Option<Expr> {
         let src = src?;
         let hidden: &[&str] = if item_ok { &[] } else { &["item", "index"] };
         let e = self.cx.expr_hiding(src, self.scope, hidden)?;
@@ -299,11 +293,73 @@ impl StepCx<'_, '_> {
         Some(e)
     }
 
-    /// Compile the step's kind: the first of [`KINDS`] that recognises it.
-    pub(crate) fn kind(&mut self, step: &Step) -> Option<Box<dyn StepKind>> {
-        KINDS
+    /// The expression compiled for the step from `src` (by [`StepCx::expr`]: its `for_each`,
+    /// …), if one was.
+    pub fn compiled(&self, src: &ExprSrc) -> Option<&Expr> {
+        self.exprs
             .iter()
-            .find_map(|compile| compile(self, step))
-            .flatten()
+            .find(|(_, s, _)| s.pos == src.pos && s.value == src.value)
+            .map(|(e, _, _)| e)
+    }
+
+    /// The config being compiled.
+    pub fn config(&self) -> &'a Config {
+        self.cx.cfg
+    }
+
+    /// Report a config error (the step is then not compiled; every error is reported).
+    pub fn error(&mut self, e: ConfigError) {
+        self.cx.errs.push(e);
+    }
+
+    /// The step's name, with its position.
+    pub fn name(&self) -> &Located<String> {
+        self.name
+    }
+
+    /// The step's identity across reloads: `METHOD PATH STEP`
+    /// ([`crate::plan::RoutePlan::step_key`]).
+    pub fn key(&self) -> String {
+        format!("{} {}", self.cx.route_key, self.name.value)
+    }
+
+    /// Whether the step has `for_each` (`$item`/`$index` may be read by its call).
+    pub fn in_each(&self) -> bool {
+        self.in_each
+    }
+
+    /// Backend `name`'s stack, if the config declares it.
+    pub fn backend(&self, name: &str) -> Option<Arc<dyn crate::Backend>> {
+        self.backends.get(name).cloned()
+    }
+
+    /// The step calls a backend whose timeout is this (the step's own default timeout).
+    pub fn set_backend_timeout(&mut self, timeout: Option<Dur>) {
+        self.backend_timeout = timeout;
+    }
+
+    /// The compute pool (large answers are parsed there, `compute: true` work runs there).
+    pub fn compute(&self) -> &Arc<ComputePool> {
+        &self.cx.compute
+    }
+
+    /// The runtimes step kinds use, opened by the caller ([`crate::plan::Carry::runtimes`]).
+    pub fn runtimes(&self) -> &crate::runtime::Runtimes {
+        &self.cx.runtimes
+    }
+
+    /// Compile the step's kind: the first of the engine's kinds, then of the kinds the compiler
+    /// was given, that recognises it; `value` takes the rest.
+    pub(crate) fn kind(&mut self, step: &Step) -> Option<Box<dyn StepKind>> {
+        let given = self.kinds;
+        let found = ENGINE
+            .iter()
+            .copied()
+            .chain(given.iter().map(|k| k.compile))
+            .find_map(|compile| compile(self, step));
+        match found {
+            Some(kind) => kind,
+            None => value::compile(self, step).flatten(),
+        }
     }
 }

@@ -4,7 +4,7 @@
 use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
 use crate::call::{Env, Yielded, eval, eval_item, expr_err, yielded};
 use crate::error::FlowError;
-use fanout_config::Step;
+use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Val};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -37,9 +37,21 @@ impl StepKind for ValueStep {
     }
 }
 
-/// `value:` (the kind of every step that is of no other kind; the config requires it then).
+/// `value:` (the kind of every step that is of no other kind; the config requires it then). A
+/// step of a kind the compiler was not given (a `sql` step compiled with the engine's kinds
+/// alone) has none: a config error.
 pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
-    let e = sc.expr(step.value.as_ref(), sc.in_each);
+    let Some(src) = step.value.as_ref() else {
+        let name = sc.name();
+        let e = ConfigError::at(
+            name.pos,
+            format!("step `{}`: no step kind given to the compiler takes it", name.value),
+        )
+        .hint("`sql` and `model` steps are compiled with the gateway's kinds (fanout-proxy's STEP_KINDS)");
+        sc.error(e);
+        return Some(None);
+    };
+    let e = sc.expr(Some(src), sc.in_each);
     Some(e.map(|e| Box::new(ValueStep(e)) as Box<dyn StepKind>))
 }
 

@@ -98,7 +98,7 @@ fn errors(gw: &Gateway, live: &Live, out: &mut Out<'_>) -> fmt::Result {
     let mut by_code: BTreeMap<&str, u64> = crate::answer::GATEWAY_CODES
         .into_iter()
         .chain(
-            fanout_flow::error_kinds()
+            fanout_flow::error_kinds(crate::registry::STEP_KINDS)
                 .into_iter()
                 // Its code is the config's (`fail`, `on_status`): among `error_codes`.
                 .filter(|k| *k != fanout_flow::ErrorKind::Answered)
@@ -185,7 +185,6 @@ fn protocols(live: &Live, out: &mut Out<'_>) -> fmt::Result {
         .collect();
     let scope = Scope {
         backends: &backends,
-        steps: &live.step_stats,
     };
     for p in crate::PROTOCOLS {
         (p.metrics)(&scope, out)?;

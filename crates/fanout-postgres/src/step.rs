@@ -2,23 +2,29 @@
 //! expression per `$n`), sends the statement — text fixed by the config, so request data never
 //! becomes SQL — through the backend's stack as a [`Call::Sql`], and shapes the rows by `mode`.
 //!
-//! The `postgres` protocol client answers `{"rows": [...], "rows_affected": N}` or an error status
-//! (409, 422, 503, 500 for SQL errors; 400 for a parameter that does not fit its type), which
-//! this step turns into the client's answer (its own error classes below: `conflict`,
-//! `constraint_violation`, `database_busy`, `database_error`, `database_unavailable`,
-//! `bad_parameter`; and `invalid_call`), through the step's `on_status` like HTTP statuses.
+//! The `postgres` protocol client ([`crate::PgBackend`]) answers `{"rows": [...],
+//! "rows_affected": N}` or an error status (409, 422, 503, 500 for SQL errors: the status of the
+//! SQLSTATE's row in [`crate::sqlstate::classify`]; 400 for a parameter that does not fit its
+//! type), which this step turns into the client's answer (its own error classes: `conflict`,
+//! `constraint_violation`, `database_busy`, `database_error` — the class of the same row —,
+//! `database_unavailable`, `bad_parameter`; and `invalid_call`), through the step's `on_status`
+//! like HTTP statuses.
+//!
+//! The kind's line in the gateway's list of step kinds is [`STEP_KIND`] (`fanout-proxy`'s
+//! `STEP_KINDS`); each step's counters are registered with [`crate::step_stats::StepCounters`].
 
-use super::sql_stats::SqlStats;
-use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::call::{
-    CallTarget, Env, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, fetch_answer, parse_answer,
-    yielded,
+use crate::sqlstate::{
+    CONFLICT, CONSTRAINT_VIOLATION, DATABASE_BUSY, DATABASE_ERROR, OTHER, classify, sqlstate_of,
 };
-use crate::ctx::unknown_backend;
-use crate::error::{ErrorClass, ErrorKind, FlowError, INVALID_CALL};
+use crate::step_stats::{SqlStats, StepCounters};
 use fanout_config::{ConfigError, Protocol, SqlMode, Step};
 use fanout_expr::json::obj_get;
 use fanout_expr::{Expr, Val};
+use fanout_flow::kind::{
+    CallTarget, Env, ErrorClass, ErrorKind, FlowError, INVALID_CALL, Prepared, Registration,
+    SLOT_REQUEST, StepArgs, StepCx, StepIo, StepKind, StepWork, Yielded, eval, eval_item, expr_err,
+    fetch_answer, parse_answer, prepare_calls, unknown_backend, yielded,
+};
 use fanout_layers::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall, SqlParams};
 use fanout_layers::outcome::CallClass;
 use fanout_runtime::compute::ComputePool;
@@ -26,28 +32,6 @@ use futures_util::future::BoxFuture;
 use http::HeaderName;
 use std::sync::Arc;
 use tokio::time::Instant;
-
-/// A database answered a statement with an error the client can act on; the step's
-/// `on_status` may map its status: a unique or foreign-key violation (409).
-pub(super) static CONFLICT: ErrorClass = ErrorClass {
-    on_status: Some(409),
-    ..ErrorClass::new("conflict", 409, CallClass::Status4xx)
-};
-/// A check or not-null violation, invalid data (422).
-static CONSTRAINT_VIOLATION: ErrorClass = ErrorClass {
-    on_status: Some(422),
-    ..ErrorClass::new("constraint_violation", 422, CallClass::Status4xx)
-};
-/// A serialization failure or deadlock not retried, insufficient resources (503).
-pub(super) static DATABASE_BUSY: ErrorClass = ErrorClass {
-    on_status: Some(503),
-    ..ErrorClass::new("database_busy", 503, CallClass::Status5xx)
-};
-/// Any other SQL error (502; `on_status` sees 500).
-static DATABASE_ERROR: ErrorClass = ErrorClass {
-    on_status: Some(500),
-    ..ErrorClass::new("database_error", 502, CallClass::Status5xx)
-};
 /// `mode: one` and no row: `on_status` sees 404; left to the default, 404 `not_found`.
 static NO_ROW: ErrorClass = ErrorClass {
     on_status: Some(404),
@@ -55,31 +39,24 @@ static NO_ROW: ErrorClass = ErrorClass {
     ..ErrorClass::new("database_error", 502, CallClass::Status4xx)
 };
 /// The database could not be reached (503).
-pub(super) static DATABASE_UNAVAILABLE: ErrorClass =
+pub(crate) static DATABASE_UNAVAILABLE: ErrorClass =
     ErrorClass::new("database_unavailable", 503, CallClass::Refused);
 /// A statement parameter built from the request does not fit its type (400).
 static BAD_PARAMETER: ErrorClass = ErrorClass::new("bad_parameter", 400, CallClass::Status4xx);
 
-/// The `sql` step's error classes (its line in `step::ERROR_CLASSES`; `NO_ROW` shares
-/// `database_error`'s code).
-pub(super) static ERRORS: &[&ErrorClass] = &[
-    &CONFLICT,
-    &CONSTRAINT_VIOLATION,
-    &DATABASE_BUSY,
-    &DATABASE_ERROR,
-    &DATABASE_UNAVAILABLE,
-    &BAD_PARAMETER,
-];
-
-/// The class of a SQL error the database protocol answered with `status`.
-fn database_class(status: u16) -> &'static ErrorClass {
-    match status {
-        409 => &CONFLICT,
-        422 => &CONSTRAINT_VIOLATION,
-        503 => &DATABASE_BUSY,
-        _ => &DATABASE_ERROR,
-    }
-}
+/// The `sql` step kind: its line in the gateway's list of step kinds, with its error classes
+/// (`NO_ROW` shares `database_error`'s code).
+pub const STEP_KIND: Registration = Registration {
+    compile,
+    errors: &[
+        &CONFLICT,
+        &CONSTRAINT_VIOLATION,
+        &DATABASE_BUSY,
+        &DATABASE_ERROR,
+        &DATABASE_UNAVAILABLE,
+        &BAD_PARAMETER,
+    ],
+};
 
 /// A compiled `sql` step.
 struct SqlStep {
@@ -136,10 +113,6 @@ impl StepKind for SqlStep {
         true
     }
 
-    fn stats(&self) -> Option<super::StepStats> {
-        Some(self.stats.clone())
-    }
-
     fn work(&self) -> StepWork {
         let (backend, mode) = (&self.backend_name, mode_name(self.mode));
         let reads = if self.read_only {
@@ -150,7 +123,7 @@ impl StepKind for SqlStep {
         StepWork {
             text: format!("sql ({mode}, {reads}) on database {backend}"),
             label: format!("SQL {mode} {backend}"),
-            io: super::StepIo::Calls {
+            io: StepIo::Calls {
                 backend: backend.to_string(),
                 idempotent: self.idempotent,
                 writes: (!self.read_only)
@@ -166,7 +139,7 @@ impl StepKind for SqlStep {
         items: Option<Arc<Vec<Val>>>,
         deadline: Instant,
     ) -> Result<Prepared, Yielded> {
-        super::prepare_calls(items, |item| self.build(step, env, item, deadline))
+        prepare_calls(items, |item| self.build(step, env, item, deadline))
     }
 
     fn call<'a>(
@@ -296,16 +269,14 @@ impl SqlStep {
                 };
                 FlowError { kind, message, ..e }.in_step(step)
             }
-            (ErrorKind::BackendStatus { status, .. }, _) => {
-                let message = match status {
-                    409 => "the statement conflicts with existing data",
-                    422 => "the statement's data violates a constraint or is invalid",
-                    503 => "the database could not run the statement now; try again",
-                    _ => "the database failed to run the statement",
-                };
+            (ErrorKind::BackendStatus { .. }, _) => {
+                // The SQLSTATE the answer carries, by the table the pool chose its status by.
+                let sql = sqlstate_of(&e)
+                    .and_then(|state| classify(state).ok())
+                    .unwrap_or(&OTHER);
                 FlowError {
-                    kind: ErrorKind::Class(database_class(status)),
-                    message: message.into(),
+                    kind: ErrorKind::Class(sql.class),
+                    message: sql.message.into(),
                     ..e
                 }
             }
@@ -362,18 +333,19 @@ impl SqlStep {
 }
 
 /// `sql:`.
-pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
+fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
     let q = step.sql.as_ref()?;
-    let step_name = sc.name.value.clone();
-    let backend = sc.backends.get(&q.backend.value).cloned();
-    let backend_cfg = sc.cx.cfg.backends.get(&q.backend.value);
-    sc.backend_timeout = backend_cfg.and_then(|b| b.timeout);
+    let step_name = sc.name().value.clone();
+    let backend = sc.backend(&q.backend.value);
+    let cfg = sc.config();
+    let backend_cfg = cfg.backends.get(&q.backend.value);
+    sc.set_backend_timeout(backend_cfg.and_then(|b| b.timeout));
     match backend_cfg {
         None => {
-            let e = unknown_backend(sc.cx.cfg, q.backend.pos, "", &q.backend.value);
-            sc.cx.errs.push(e);
+            let e = unknown_backend(cfg, q.backend.pos, "", &q.backend.value);
+            sc.error(e);
         }
-        Some(b) if b.protocol != Protocol::Postgres => sc.cx.errs.push(
+        Some(b) if b.protocol != Protocol::Postgres => sc.error(
             ConfigError::at(
                 q.backend.pos,
                 format!(
@@ -388,12 +360,12 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         Some(_) => {}
     }
     if q.query.value.trim().is_empty() {
-        sc.cx.errs.push(ConfigError::at(
+        sc.error(ConfigError::at(
             q.query.pos,
             format!("step `{step_name}`: `query` is empty"),
         ));
     }
-    let item_ok = sc.in_each;
+    let item_ok = sc.in_each();
     let mut params = Vec::with_capacity(q.params.len());
     let mut ok = true;
     for p in &q.params {
@@ -412,23 +384,24 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
     if !ok {
         return Some(None);
     }
-    let cfg = sc.cx.cfg;
+    let backend_name: Arc<str> = q.backend.value.as_str().into();
+    // Registered with the sql steps' counters the metrics read (kept by a reload that keeps the
+    // step); compiled without that runtime, it counts for nobody.
+    let stats = match sc.runtimes().get::<StepCounters>() {
+        Some(counters) => counters.register(sc.key(), &backend_name, &step_name.as_str().into()),
+        None => Arc::default(),
+    };
     Some(Some(Box::new(SqlStep {
         backend,
-        backend_name: q.backend.value.as_str().into(),
+        backend_name,
         statement: q.query.value.as_str().into(),
         params,
         mode: q.mode,
         read_only: q.is_read_only(),
         idempotent: q.is_idempotent(),
-        compute: sc.cx.compute.clone(),
+        compute: sc.compute().clone(),
         max_depth: cfg.server.expressions.max_depth,
         max_response_bytes: backend_cfg.map_or(0, |b| b.max_response_bytes),
-        stats: sc
-            .cx
-            .step_stats
-            .get(&format!("{} {}", sc.cx.route_key, sc.name.value)) // RoutePlan::step_key
-            .and_then(|s| s.clone().downcast::<SqlStats>().ok())
-            .unwrap_or_default(),
+        stats,
     })))
 }

@@ -1,17 +1,20 @@
 //! The model step (`model: {name, features | input}`): evaluates the features (jq) into one row
 //! of numbers — one row per element with `for_each` — and queues the rows on the model's slot
-//! ([`fanout_model::runtime`]), which evaluates them in batches on the compute pool. The value is
-//! [`fanout_model::runtime::output_value`]'s: `{label, probabilities}` or `{value}` / `{values}`.
+//! ([`crate::runtime`]), which evaluates them in batches on the compute pool. The value is
+//! [`crate::runtime::output_value`]'s: `{label, probabilities}` or `{value}` / `{values}`.
+//!
+//! The kind's line in the gateway's list of step kinds is [`STEP_KIND`] (`fanout-proxy`'s
+//! `STEP_KINDS`); the model set it reads is the runtime [`crate::runtime::RUNTIME`].
 
-use super::{Prepared, StepArgs, StepCx, StepKind, StepWork};
-use crate::call::{
-    Env, SLOT_INDEX, SLOT_ITEM, SLOT_REQUEST, Yielded, eval, eval_item, expr_err, yielded,
-};
-use crate::error::{ErrorClass, ErrorKind, FlowError};
+use crate::runtime::{ModelSlot, RunError, kind_name};
 use fanout_config::{ConfigError, Step};
 use fanout_expr::{Expr, Num, Rc, Val, kind_phrase};
+use fanout_flow::kind::{
+    Env, ErrorClass, ErrorKind, FlowError, Prepared, Registration, SLOT_INDEX, SLOT_ITEM,
+    SLOT_REQUEST, StepArgs, StepCx, StepIo, StepKind, StepWork, Yielded, eval, eval_item, expr_err,
+    yielded,
+};
 use fanout_layers::outcome::CallClass;
-use fanout_model::runtime::{ModelSlot, RunError, kind_name};
 use fanout_runtime::compute::ComputePool;
 use futures_util::future::BoxFuture;
 use std::cell::RefCell;
@@ -29,8 +32,11 @@ static MODEL_FAILED: ErrorClass = ErrorClass::new("model_failed", 500, CallClass
 /// feature not a number, an input of the wrong length, also inside `for_each` (400).
 static BAD_MODEL_INPUT: ErrorClass = ErrorClass::new("bad_model_input", 400, CallClass::Status4xx);
 
-/// The `model` step's error classes (its line in `step::ERROR_CLASSES`).
-pub(super) static ERRORS: &[&ErrorClass] = &[&MODEL_QUEUE_FULL, &MODEL_FAILED, &BAD_MODEL_INPUT];
+/// The `model` step kind: its line in the gateway's list of step kinds.
+pub const STEP_KIND: Registration = Registration {
+    compile,
+    errors: &[&MODEL_QUEUE_FULL, &MODEL_FAILED, &BAD_MODEL_INPUT],
+};
 
 /// How a row is built; with each expression, whether what it gives is the client's data (it
 /// reads only `$request`, or `$item`/`$index` of a `for_each` over `$request` alone): a bad
@@ -61,7 +67,7 @@ impl StepKind for ModelStep {
                 "model {model} ({kind}, {width} features, version {version}) on the compute pool, batched with other requests' rows"
             ),
             label: format!("model {model} · {kind} · {width} features"),
-            io: super::StepIo::Compute { per_item: "row" },
+            io: StepIo::Compute { per_item: "row" },
         }
     }
 
@@ -343,20 +349,18 @@ fn run_error(slot: &ModelSlot, step: &Arc<str>, e: RunError) -> FlowError {
 }
 
 /// `model:`.
-pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
+fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box<dyn StepKind>>> {
     let m = step.model.as_ref()?;
-    let step_name = sc.name.value.clone();
-    let item_ok = sc.in_each;
+    let step_name = sc.name().value.clone();
+    let item_ok = sc.in_each();
     let mut ok = true;
     // `$item`/`$index` are the client's data when the step's `for_each` reads `$request` alone.
     let only_request =
         |e: &Expr| !e.vars().is_empty() && e.vars().iter().all(|&v| v == SLOT_REQUEST);
-    let items_from_request = step.for_each.as_ref().is_some_and(|src| {
-        sc.exprs
-            .iter()
-            .find(|(_, s, _)| s.pos == src.pos && s.value == src.value)
-            .is_some_and(|(e, _, _)| only_request(e))
-    });
+    let items_from_request = step
+        .for_each
+        .as_ref()
+        .is_some_and(|src| sc.compiled(src).is_some_and(only_request));
     let from_request = |e: &Expr| {
         !e.vars().is_empty()
             && e.vars().iter().all(|&v| {
@@ -385,7 +389,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
             Some(Features::Each(list))
         }
         _ => {
-            sc.cx.errs.push(
+            sc.error(
                 ConfigError::at(
                     m.name.pos,
                     format!("step `{step_name}`: a `model` step needs exactly one of `features` and `input`"),
@@ -396,22 +400,21 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         }
     };
     let models = sc
-        .cx
-        .runtimes
-        .get::<fanout_model::runtime::ModelSet>()
-        .map(|set| fanout_model::runtime::slots(&set))
+        .runtimes()
+        .get::<crate::runtime::ModelSet>()
+        .map(|set| crate::runtime::slots(&set))
         .unwrap_or_default();
     let slot = match models.get(&m.name.value) {
         None => {
             let known: Vec<&str> = models.keys().map(String::as_str).collect();
             let close = fanout_config::closest(&m.name.value, known.iter().copied());
-            let hint = match (&sc.cx.cfg.models.dir, close) {
+            let hint = match (&sc.config().models.dir, close) {
                 (None, _) => "set `models.dir` to the directory of the NAME.onnx files".to_string(),
                 (Some(_), Some(c)) => format!("did you mean `{c}`?"),
                 (Some(d), None) if known.is_empty() => format!("`{}` holds no .onnx file", d.value),
                 (Some(_), None) => format!("the models are: {}", known.join(", ")),
             };
-            sc.cx.errs.push(
+            sc.error(
                 ConfigError::at(
                     m.name.pos,
                     format!(
@@ -426,7 +429,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         Some(slot) => match slot.current() {
             None => {
                 let err = slot.last_error().unwrap_or_default();
-                sc.cx.errs.push(ConfigError::at(
+                sc.error(ConfigError::at(
                     m.name.pos,
                     format!(
                         "step `{step_name}`: model `{}` did not load: {err}",
@@ -439,7 +442,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
                 if let Some(Features::Each(list)) = &features
                     && list.len() != v.model.input_width()
                 {
-                    sc.cx.errs.push(
+                    sc.error(
                         ConfigError::at(
                             m.name.pos,
                             format!(
@@ -463,6 +466,6 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
     Some(Some(Box::new(ModelStep {
         slot,
         features,
-        compute: sc.cx.compute.clone(),
+        compute: sc.compute().clone(),
     })))
 }
