@@ -9,8 +9,9 @@
 
 use crate::metrics::{MetricType, Out, Value};
 use crate::{BuildCx, EdgeStage, Registration, Rejection, RequestHead, RouteKind, Step};
-use fanout_auth::{Auth, Denied};
+use fanout_auth::{Auth, Denied, Fetch, FetchError, FetchFuture, Fetched};
 use fanout_config::ConfigErrors;
+use fanout_layers::backend::{Backend, Call, CallRequest, HttpCall};
 use futures_util::future::BoxFuture;
 use http::{HeaderValue, StatusCode};
 use std::sync::Arc;
@@ -37,10 +38,44 @@ struct AuthStage {
 
 fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
     let prev = cx.prev.and_then(|p| p.as_any().downcast_ref::<AuthStage>());
-    let auth = Auth::build(cx.config, prev.map(|p| &p.auth), || {
-        Ok(Arc::new(fanout_auth::HttpFetch::new()?) as Arc<dyn fanout_auth::Fetch>)
-    })
-    .map_err(ConfigErrors)?;
+    // One HTTPS client for the key URLs on the web; a `backend://NAME/path` URL goes through
+    // backend NAME's stack (its TLS roots and client certificate, timeouts, breaker, metrics).
+    let mut web: Option<Arc<dyn Fetch>> = None;
+    let fetch_for = |url: &str| -> Result<Arc<dyn Fetch>, FetchError> {
+        if let Some(rest) = url.strip_prefix(fanout_auth::BACKEND_SCHEME) {
+            let (name, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let backend = cx.backends.get(name).ok_or_else(|| {
+                FetchError::BadUrl(format!(
+                    "`{url}` names backend `{name}`, which is not in `backends:`"
+                ))
+            })?;
+            let path = if path.is_empty() { "/" } else { path };
+            let path_and_query = http::uri::PathAndQuery::try_from(path)
+                .map_err(|e| FetchError::BadUrl(format!("`{url}`: {e}")))?;
+            return Ok(Arc::new(BackendFetch {
+                backend: backend.clone(),
+                path_and_query,
+            }));
+        }
+        match &web {
+            Some(f) => Ok(f.clone()),
+            None => {
+                let f: Arc<dyn Fetch> = Arc::new(fanout_auth::HttpFetch::new()?);
+                web = Some(f.clone());
+                Ok(f)
+            }
+        }
+    };
+    // A cache fetched through a backend is kept only with its backend's stack.
+    let may_keep = |url: &str| match url.strip_prefix(fanout_auth::BACKEND_SCHEME) {
+        Some(rest) => {
+            let name = rest.split('/').next().unwrap_or_default();
+            cx.kept_backends.iter().any(|k| k == name)
+        }
+        None => true,
+    };
+    let auth = Auth::build_with(cx.config, prev.map(|p| &p.auth), fetch_for, may_keep)
+        .map_err(ConfigErrors)?;
     let explained = cx
         .config
         .routes
@@ -48,6 +83,57 @@ fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
         .map(|r| explain_route(cx.config, r))
         .collect();
     Ok(Some(Arc::new(AuthStage { auth, explained })))
+}
+
+/// A JWK set fetched through a backend of the config (`jwks_url: backend://NAME/path`): a GET
+/// of `path` through the backend's whole stack, so its TLS (a private CA, a client certificate),
+/// timeouts, retries, breaker and call metrics apply as to any call. The backend's own answer
+/// limit applies, then `refresh.max_bytes`; `Cache-Control` is not read (the refresh schedule
+/// decides).
+struct BackendFetch {
+    backend: Arc<dyn Backend>,
+    path_and_query: http::uri::PathAndQuery,
+}
+
+impl Fetch for BackendFetch {
+    fn fetch(&self, _url: &str, timeout: std::time::Duration, max_bytes: usize) -> FetchFuture {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        );
+        let req = CallRequest {
+            call: Call::Http(HttpCall {
+                method: http::Method::GET,
+                path_and_query: self.path_and_query.clone(),
+                headers,
+                body: bytes::Bytes::new(),
+            }),
+            timeout,
+            deadline: tokio::time::Instant::now() + timeout,
+            idempotent: true,
+            deadline_header: None,
+            trace: None,
+        };
+        let call = self.backend.call(req);
+        Box::pin(async move {
+            let resp = tokio::time::timeout(timeout, call)
+                .await
+                .map_err(|_| FetchError::Timeout(timeout))?
+                .map_err(|e| FetchError::Transport(e.to_string()))?;
+            if resp.status != StatusCode::OK {
+                return Err(FetchError::Status(resp.status.as_u16()));
+            }
+            let body = resp.bytes();
+            if body.len() > max_bytes {
+                return Err(FetchError::TooLarge(max_bytes));
+            }
+            Ok(Fetched {
+                body,
+                max_age: None,
+            })
+        })
+    }
 }
 
 /// Who may call route `r`, described; said of every route of a config with providers.

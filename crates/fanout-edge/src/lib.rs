@@ -24,6 +24,6 @@ pub use fanout_protocol::metrics;
 
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
-    Build, BuildCx, EdgeStage, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
+    Build, BuildCx, EdgeStage, Lent, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
     StageSet, Step,
 };

@@ -13,6 +13,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -274,6 +275,11 @@ pub struct BuildCx<'a> {
     pub clients: &'a ClientAddresses,
     /// A connection to the config's Redis (`redis:`), lent by the gateway.
     pub redis: RedisConnect,
+    /// The config's backends (the top of each stack), lent by the gateway: a stage may call
+    /// one (the JWK sets of `jwks_url: backend://NAME/…`).
+    pub backends: &'a HashMap<String, Arc<dyn fanout_layers::backend::Backend>>,
+    /// The backends whose stack the reload kept (state fetched through one may be kept).
+    pub kept_backends: &'a [String],
 }
 
 /// How the gateway lends a stage a connection to the config's Redis.
@@ -311,6 +317,17 @@ impl BuildCx<'_> {
     }
 }
 
+/// What the gateway lends the stages when it builds them.
+#[derive(Clone, Copy)]
+pub struct Lent<'a> {
+    /// A connection to the config's Redis.
+    pub redis: RedisConnect,
+    /// The config's backends, by name (the top of each stack).
+    pub backends: &'a HashMap<String, Arc<dyn fanout_layers::backend::Backend>>,
+    /// The backends whose stack a reload kept.
+    pub kept_backends: &'a [String],
+}
+
 /// Builds a stage for a loaded config; `Ok(None)` when the config gives it nothing to do.
 pub type Build = fn(&BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors>;
 
@@ -344,7 +361,7 @@ impl StageSet {
         registry: &[Registration],
         config: &Config,
         prev: Option<(&Config, &StageSet)>,
-        redis: RedisConnect,
+        lent: Lent<'_>,
     ) -> Result<StageSet, ConfigErrors> {
         let mut errs = Vec::new();
         let clients = match ClientAddresses::new(config) {
@@ -362,7 +379,9 @@ impl StageSet {
                 prev: prev.and_then(|(_, p)| p.get(reg.name)),
                 prev_config: prev.map(|(c, _)| c),
                 clients: &clients,
-                redis,
+                redis: lent.redis,
+                backends: lent.backends,
+                kept_backends: lent.kept_backends,
             };
             match (reg.build)(&cx) {
                 Ok(Some(s)) => stages.push((reg.name, s)),

@@ -182,11 +182,17 @@ pub(crate) fn build_live(
     // watcher).
     let runtimes = crate::registry::open_runtimes(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
         .map_err(|e| ConfigErrors(vec![e]));
+    // The stages may call the backends (a JWK set through a backend's client).
+    let no_backends = HashMap::new();
     let stages = fanout_edge::StageSet::build(
         registry.stages(),
         &cfg,
         prev.map(|p| (&*p.config, &p.stages)),
-        crate::l2::rate_limit_connection,
+        fanout_edge::Lent {
+            redis: crate::l2::rate_limit_connection,
+            backends: stacks.as_ref().map_or(&no_backends, |(s, _, _)| s),
+            kept_backends: &report.kept,
+        },
     );
     let (stacks, protos, runtimes, stages) = match (stacks, protos, runtimes, stages) {
         (Ok(s), Ok(p), Ok(r), Ok(st)) if errs.is_empty() => (s, p, r, st),
