@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let lookup = |i: usize| Val::from(i);
     for e in [expr, interpreted].into_iter().flatten() {
-        let budget = Budget::unlimited_time(limits.clone());
+        let budget = Budget::unlimited_time(limits);
         let _ = e.eval_all_in(input(), lookup, &budget, Mode::Offload);
     }
 });
