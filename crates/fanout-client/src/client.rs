@@ -540,7 +540,10 @@ async fn exchange(
 
 /// An answer's whole body, at most `limit` bytes (`max_response_bytes`), never holding more
 /// ([`crate::body::read_answer`]).
-async fn read_body(body: hyper::body::Incoming, limit: usize) -> Result<Bytes, CallError> {
+pub(crate) async fn read_body(
+    body: hyper::body::Incoming,
+    limit: usize,
+) -> Result<Bytes, CallError> {
     crate::body::read_answer(body, limit)
         .await
         .map_err(|e| match e {

@@ -213,15 +213,28 @@ impl H1Pool {
         })?
         .map_err(|e| fail(e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        let (send, conn) = handshake(stream).await.map_err(|e| fail(e.to_string()))?;
         tokio::spawn(async move {
             // Ends when the server closes, the answer is broken, or every handle is dropped.
             let _ = conn.await;
         });
         Ok(send)
     }
+}
+
+/// The HTTP/1 client side of a new connection over `io` (the connection's task is the caller's
+/// to run): the one place the pool's HTTP/1 options are set, shared with the fuzz entry
+/// ([`crate::fuzzing::h1_answer`]) so that it parses answers as the pool does.
+pub(crate) async fn handshake<T>(
+    io: T,
+) -> hyper::Result<(
+    SendRequest<CallBody>,
+    hyper::client::conn::http1::Connection<TokioIo<T>, CallBody>,
+)>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    hyper::client::conn::http1::handshake(TokioIo::new(io)).await
 }
 
 /// Close the idle connections of shard `shard` older than `every` (the idle timeout), checking

@@ -8,6 +8,8 @@ pub mod balance;
 mod body;
 pub mod client;
 mod decode;
+#[doc(hidden)]
+pub mod fuzzing;
 mod h1pool;
 
 pub use client::{HttpBackend, PROTOCOL};

@@ -192,11 +192,14 @@ impl MessageCodec {
     /// Protobuf → value (at most `max_depth` levels of objects and arrays).
     ///
     /// A message field that occurs more than once (protobuf merges the occurrences: a valid
-    /// encoding, though no encoder writes one) is decoded through `DynamicMessage`.
+    /// encoding, though no encoder writes one), and a well-known type's value out of range for
+    /// its JSON form (a later field may replace it), are decoded through `DynamicMessage`.
     pub fn decode_val(&self, proto: &[u8], max_depth: usize) -> Result<Val, CodecError> {
         match wire::decode(self.plans(), 0, proto, max_depth) {
             Ok(v) => Ok(v),
-            Err(detail) if detail == wire::MERGE => self.decode_val_dynamic(proto, max_depth),
+            Err(detail) if detail == wire::MERGE || detail == wire::REFERENCE => {
+                self.decode_val_dynamic(proto, max_depth)
+            }
             Err(detail) => Err(CodecError::Proto {
                 message: self.name().to_string(),
                 detail,

@@ -473,9 +473,12 @@ pub(crate) mod wire {
     use prost::bytes::Buf;
     use prost::encoding::{decode_varint, encode_varint};
 
+    /// A well-known type's value through `DynamicMessage`. A value its JSON form cannot hold (a
+    /// timestamp out of range) is [`REFERENCE`], not an error: a later occurrence of the field
+    /// (merged into it, or replacing it in a oneof or a map) can make it one that it can.
     fn dyn_wkt_decode(m: &MessageDescriptor, b: &[u8], depth: usize) -> Result<Val, String> {
         let msg = DynamicMessage::decode(m.clone(), b).map_err(|e| e.to_string())?;
-        msg_to_val(&msg, depth)
+        msg_to_val(&msg, depth).map_err(|_| REFERENCE.to_string())
     }
 
     /// Decode one message of the type `plans[p]`: into a copy of the type's template (every
@@ -566,6 +569,11 @@ pub(crate) mod wire {
 
     /// The error [`decode`] stops with at a message field met twice.
     pub(crate) const MERGE: &str = "a message field occurs twice (merged)";
+
+    /// The error [`decode`] stops with where the whole message decides (a well-known type's
+    /// value out of range for its JSON form, which a later field may change): the caller decodes
+    /// the message through `DynamicMessage` instead, which says whether it is one.
+    pub(crate) const REFERENCE: &str = "decided by the whole message";
 
     /// The template's value of an absent field with presence: a byte string, which decoding
     /// never makes (strings and bytes decode to text strings).

@@ -804,6 +804,37 @@ fn hand_made_non_canonical_encodings() {
     assert!(c.decode_val_dynamic(&group, 64).is_ok());
     let e = c.decode_val(&group, 64).unwrap_err();
     assert!(e.to_string().contains("groups are not supported"), "{e}");
+    // A map field of another wire type than length-delimited: prost-reflect reads an entry's
+    // length whatever the wire type (here the 0 after the key: an empty entry); the fast
+    // decoder refuses it as protobuf's wire format says (fuzz/: the protobuf target).
+    let bytes = [0x95, 0x04, 0x00]; // field 66 (m_sint64), wire type 5, then one byte
+    assert!(c.decode_val_dynamic(&bytes, 64).is_ok());
+    let e = c.decode_val(&bytes, 64).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("wire type 5 where a length-delimited field was expected"),
+        "{e}"
+    );
+}
+
+/// A well-known type's field twice, the first occurrence out of the range its JSON form can
+/// hold, the second in it: the two merge into a value in range, which every path reads (the
+/// fast decoder refused the first occurrence before it met the second; found by the protobuf
+/// fuzz target, fuzz/seeds/protobuf/timestamp_merged_into_range.bin).
+#[test]
+fn a_well_known_value_out_of_range_merged_into_range_is_read() {
+    let (c, _dir) = codec();
+    let bytes = [
+        0xaa, 0x06, 0x08, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0x63, // ts: {seconds: 2^48·99…}
+        0xaa, 0x06, 0x04, 0x08, 0xef, 0xa0, 0x20, // ts: {seconds: 528495}
+    ];
+    assert!(
+        c.decode_val(&bytes[..11], 64).is_err(),
+        "out of range alone"
+    );
+    let v = decode_alike(&c, &bytes).unwrap();
+    assert_eq!(to_json(&v)["ts"], "1970-01-07T02:48:15Z");
 }
 
 /// Two encodings one after the other are one message (protobuf's merge: later scalars win,

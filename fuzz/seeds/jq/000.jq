@@ -1,0 +1,6 @@
+
+        concurrency: 8
+        default: []
+        http:
+          backend: vacancies
+          path: 

@@ -1,0 +1,2 @@
+
+        model: { name: spam_gbdt, input: 

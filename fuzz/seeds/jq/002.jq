@@ -1,0 +1,2 @@
+
+    respond: { body: 

@@ -1,0 +1,5 @@
+ }
+        optional: true
+        default: []
+    respond:
+      body: 

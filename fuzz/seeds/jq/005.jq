@@ -1,0 +1,3 @@
+ }
+      gbdt:
+        model: { name: spam_gbdt, input: 

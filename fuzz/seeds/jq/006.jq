@@ -1,0 +1,3 @@
+ }
+      lr:
+        model: { name: spam_lr, input: 

@@ -1,0 +1,3 @@
+ }
+      topic:
+        model: { name: topic_mlp, input: 

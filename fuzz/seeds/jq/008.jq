@@ -1,0 +1,1 @@
+"/customers/\($order.customer_id)"

@@ -1,0 +1,1 @@
+"/loyalty/\($order.customer_id)"

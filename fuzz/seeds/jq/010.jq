@@ -1,0 +1,1 @@
+"/masks/\($request.body.mask)"

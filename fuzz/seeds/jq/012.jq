@@ -1,0 +1,1 @@
+"/orders/\($request.params.id)"

@@ -1,0 +1,1 @@
+"/products/\($request.params.id)"

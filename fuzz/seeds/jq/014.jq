@@ -1,0 +1,1 @@
+"/recommendations/\($request.body.products | join(","))"

@@ -1,0 +1,1 @@
+"/recs/\($request.body.user_id)"

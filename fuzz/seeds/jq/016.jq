@@ -1,0 +1,1 @@
+"/shipments/\($order.shipment_id)"

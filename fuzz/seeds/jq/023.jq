@@ -1,0 +1,1 @@
+$mask | index("price") != null

@@ -1,0 +1,1 @@
+$mask | index("stock") != null

@@ -1,0 +1,1 @@
+$order.item_ids

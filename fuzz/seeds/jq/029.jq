@@ -1,0 +1,1 @@
+$order.status == "shipped"

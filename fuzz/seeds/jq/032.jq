@@ -1,0 +1,1 @@
+$request.body.products | join(",")

@@ -1,0 +1,1 @@
+$request.body.user_id

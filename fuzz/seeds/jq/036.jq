@@ -1,0 +1,1 @@
+($recs | length > 0) and ($rmask | index("stock") != null)

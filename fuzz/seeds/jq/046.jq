@@ -1,0 +1,1 @@
+.b | map(tostring) | join(",")

@@ -1,0 +1,1 @@
+.c | to_entries | from_entries

@@ -1,0 +1,3 @@
+]
+      recs:
+        http: { backend: recs, path: 

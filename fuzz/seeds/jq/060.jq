@@ -1,0 +1,1 @@
+if .a > 0 then "pos" else "neg" end

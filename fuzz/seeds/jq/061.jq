@@ -1,0 +1,1 @@
+label $out | foreach .b[] as $x (0; .+1; if . > 2 then ., break $out else . end)

@@ -1,0 +1,1 @@
+limit(2; repeat(1))

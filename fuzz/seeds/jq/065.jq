@@ -1,0 +1,1 @@
+s call-saving levers (Leroy Merlin

@@ -1,0 +1,1 @@
+tojson | fromjson

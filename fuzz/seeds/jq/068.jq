@@ -1,0 +1,1 @@
+try error("x") catch .

@@ -1,0 +1,1 @@
+{id: $item, unavailable: true}

@@ -1,0 +1,1 @@
+{id: $request.body.user_id}

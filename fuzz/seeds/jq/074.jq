@@ -1,0 +1,1 @@
+{key: $item, value: .}

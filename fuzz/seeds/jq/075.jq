@@ -1,0 +1,1 @@
+{user: $user, orders: $orders, recommendations: $recs}

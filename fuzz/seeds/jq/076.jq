@@ -1,0 +1,1 @@
+{user_id: $request.body.user_id, limit: 2}
