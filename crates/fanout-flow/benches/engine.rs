@@ -121,7 +121,6 @@ fn bench(c: &mut Criterion) {
                     timeout: Duration::from_secs(1),
                     deadline: tokio::time::Instant::now() + Duration::from_secs(1),
                     idempotent: true,
-                    deadline_header: None,
                     trace: None,
                 };
                 let r = backend.call(mk("/search?text=rust".into())).await.unwrap();

@@ -33,7 +33,6 @@ use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded};
 use crate::ctx::Ctx;
 use crate::error::{ErrorClass, ErrorKind, FlowError};
-use ::http::HeaderName;
 use fanout_config::{Config, ConfigError, Dur, ExprSrc, Located, Step};
 use fanout_expr::{Expr, Val};
 use fanout_layers::backend::CallRequest;
@@ -120,9 +119,8 @@ pub trait StepKind: Send + Sync + 'static {
         step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
-        deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        let _ = (req, deadline, deadline_header);
+        let _ = (req, deadline);
         fanout_layers::boxed::pinned(|| async move {
             Err(
                 FlowError::new(ErrorKind::Expression, "this step kind makes no calls")
