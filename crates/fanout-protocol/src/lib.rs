@@ -90,7 +90,7 @@ pub struct Registration {
 
 /// What a protocol's metrics read of the live config: every backend's client (each protocol
 /// picks its own with [`ProtocolClient::as_any`]). What a protocol's step kind counts per step
-/// is a runtime's families (`fanout-postgres`'s `StepCounters`).
+/// is written by a runtime of the protocol's crate (the `sql` steps' counters).
 pub struct Scope<'a> {
     /// Each backend's name and client, in config order.
     pub backends: &'a [(&'a str, &'a dyn ProtocolClient)],

@@ -5,8 +5,8 @@
 //!
 //! The engine's own kinds are those that need no crate but the engine's (below); a kind that
 //! needs a protocol or a runtime of its own lives in that crate and is given to the compiler in
-//! the list of kinds ([`Registration`]; `fanout-proxy`'s `STEP_KINDS`): `sql` in
-//! `fanout-postgres`, `model` in `fanout-model`. Adding a kind: a type implementing
+//! the list of kinds ([`Registration`]; `fanout-proxy`'s `STEP_KINDS`): `sql` in its
+//! protocol's crate, `model` in `fanout-model`. Adding a kind: a type implementing
 //! [`StepKind`] and a `compile` function ([`Compile`]), plus its line in that list
 //! (docs/ARCHITECTURE.md, "How to add a step kind"); what it is made of is public in
 //! [`crate::kind`].
