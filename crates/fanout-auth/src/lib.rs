@@ -113,6 +113,9 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The scheme of a key URL fetched through a backend of the config: `backend://NAME/path`.
+pub const BACKEND_SCHEME: &str = "backend://";
+
 impl Auth {
     /// Compile `cfg`'s providers and the routes' `auth` (or `defaults.auth`). With `prev`, a
     /// JWKS URL whose schedule did not change keeps its cache (keys, counters, refresh).
@@ -123,9 +126,38 @@ impl Auth {
         prev: Option<&Auth>,
         fetch: impl FnOnce() -> Result<Arc<dyn Fetch>, FetchError>,
     ) -> Result<Auth, Vec<ConfigError>> {
-        let mut errs = Vec::new();
         let mut fetch = Some(fetch);
         let mut fetcher: Option<Arc<dyn Fetch>> = None;
+        let fetch_for = |url: &str| {
+            if url.starts_with(BACKEND_SCHEME) {
+                return Err(FetchError::BadUrl(
+                    "a backend:// key URL needs the gateway's backends".into(),
+                ));
+            }
+            if let Some(f) = &fetcher {
+                return Ok(f.clone());
+            }
+            let f = match fetch.take() {
+                Some(make) => make()?,
+                None => return Err(FetchError::BadUrl("no fetcher".into())),
+            };
+            fetcher = Some(f.clone());
+            Ok(f)
+        };
+        Auth::build_with(cfg, prev, fetch_for, |_| true)
+    }
+
+    /// [`Auth::build`] with a fetcher per key URL: `fetch_for(url)` is asked once for each URL
+    /// whose cache is not kept — a `backend://NAME/path` URL is fetched through backend `NAME`'s
+    /// client (its TLS, timeouts, breaker and call metrics). A kept cache needs `may_keep(url)`
+    /// too (its backend was kept by the reload).
+    pub fn build_with(
+        cfg: &Config,
+        prev: Option<&Auth>,
+        mut fetch_for: impl FnMut(&str) -> Result<Arc<dyn Fetch>, FetchError>,
+        may_keep: impl Fn(&str) -> bool,
+    ) -> Result<Auth, Vec<ConfigError>> {
+        let mut errs = Vec::new();
         let mut caches: Vec<Arc<KeyCache>> = Vec::new();
         let mut providers = Vec::new();
         for (name, p) in &cfg.auth.providers {
@@ -138,40 +170,37 @@ impl Auth {
                         .iter()
                         .chain(prev.map(|a| a.caches.iter()).into_iter().flatten())
                         .find(|c| c.same_source(&url.value, &schedule))
+                        .filter(|_| may_keep(&url.value))
                         .cloned();
                     match kept {
                         Some(c) => c,
                         None => {
-                            if fetcher.is_none()
-                                && let Some(f) = fetch.take()
-                            {
-                                match f() {
-                                    Ok(f) => fetcher = Some(f),
-                                    Err(e) => {
-                                        errs.push(ConfigError::at(
-                                            url.pos,
-                                            format!("auth.providers.{name}.jwks_url: {e}"),
-                                        ));
-                                        continue;
-                                    }
-                                }
-                            }
-                            let Some(f) = fetcher.clone() else { continue };
                             if !(url.value.starts_with("http://")
-                                || url.value.starts_with("https://"))
+                                || url.value.starts_with("https://")
+                                || url.value.starts_with(BACKEND_SCHEME))
                             {
                                 errs.push(
                                     ConfigError::at(
                                         url.pos,
                                         format!(
-                                            "auth.providers.{name}.jwks_url `{}` is not an http:// or https:// URL",
+                                            "auth.providers.{name}.jwks_url `{}` is not an http://, https:// or backend:// URL",
                                             url.value
                                         ),
                                     )
-                                    .hint("e.g. https://idp.example.com/.well-known/jwks.json"),
+                                    .hint("e.g. https://idp.example.com/.well-known/jwks.json, or backend://idp/.well-known/jwks.json through backend `idp`"),
                                 );
                                 continue;
                             }
+                            let f = match fetch_for(&url.value) {
+                                Ok(f) => f,
+                                Err(e) => {
+                                    errs.push(ConfigError::at(
+                                        url.pos,
+                                        format!("auth.providers.{name}.jwks_url: {e}"),
+                                    ));
+                                    continue;
+                                }
+                            };
                             Arc::new(KeyCache::url(url.value.clone(), schedule, f))
                         }
                     }

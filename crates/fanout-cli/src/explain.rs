@@ -64,14 +64,18 @@ pub fn explain_file_at(
 ) -> Result<String, ExplainError> {
     let cfg = Config::from_file(path, vars).map_err(ExplainError::Config)?;
     // Every check the gateway makes at start (backend addresses, routes, …), not only the flows'.
-    fanout_proxy::Gateway::build(&cfg).map_err(ExplainError::Config)?;
+    let gateway = fanout_proxy::Gateway::build(&cfg).map_err(ExplainError::Config)?;
     let protos = fanout_proxy::load_protos(&cfg).map_err(ExplainError::Config)?;
     // The runtimes (the models) as the server opens them (read once; nothing is started).
     let runtimes = fanout_proxy::registry::open_runtimes(&cfg, None)
         .map_err(|e| ExplainError::Config(fanout_config::ConfigErrors(vec![e])))?;
     let kinds = fanout_proxy::registry::STEP_KINDS;
-    let all =
+    let mut all =
         explain_config_with(&cfg, kinds, protos, Some(runtimes)).map_err(ExplainError::Config)?;
+    // The edge stages each route runs (the routes are in config order).
+    for (i, r) in all.routes.iter_mut().enumerate() {
+        (r.edge, r.edge_lines) = gateway.edge_stages_of(i);
+    }
     let routes = match route {
         None => all.routes.iter().collect(),
         Some(spec) => all.select(spec),

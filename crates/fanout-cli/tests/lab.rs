@@ -1935,11 +1935,50 @@ fn lab_capacity_given_skips_the_search_and_sets_the_levels() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// The gateway package never depends on the lab: the binary that serves traffic does not link
-/// it (issue 47 §3; `fanout lab` runs the `fanout-lab` executable). The lab is a dev-dependency
-/// (these tests use its library), which no binary links.
+/// The gateway package never depends on the lab, directly or through another crate: the binary
+/// that serves traffic does not link it (issue 47 §3; `fanout lab` runs the `fanout-lab`
+/// executable). The lab is a dev-dependency (these tests use its library), which no binary links.
 #[test]
 fn the_gateway_package_does_not_depend_on_the_lab() {
+    // Through any crate: the tree of normal and build dependencies, read from the lock file (no
+    // network; this platform's, as `crates/fanout-flow/tests/deps.rs` reads the engine's).
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-p",
+            "fanout",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let names: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for dep in ["fanout", "fanout-proxy", "fanout-flow"] {
+        assert!(names.contains(dep), "`{dep}` missing from:\n{text}");
+    }
+    assert!(
+        !names.contains("fanout-lab"),
+        "the gateway package depends on the lab (`cargo tree -p fanout -e normal,build -i \
+         fanout-lab` says through what); the binary that serves traffic must not link it"
+    );
+    // Directly, on every platform: the manifest's own sections (the tree above is this one's).
     let manifest = include_str!("../Cargo.toml");
     let mut section = String::new();
     let mut normal = Vec::new();

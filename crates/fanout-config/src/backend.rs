@@ -6,7 +6,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-/// HTTP protocol used towards a backend.
+/// How calls reach a backend: HTTP/1.1, HTTP/2, gRPC (`grpc:` steps) or PostgreSQL (`sql:` steps).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {

@@ -352,6 +352,42 @@ impl JsonSchema for Dur {
     }
 }
 
+/// A duration as a config writes it, in the grammar [`parse_duration`] reads back exactly:
+/// `150ms`, `2s`, `1m30s`, `1.5s`, `250us` (`fanout explain`'s text, step descriptions).
+pub fn format_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    if !nanos.is_multiple_of(1_000_000) {
+        return if nanos.is_multiple_of(1_000) {
+            format!("{}us", nanos / 1_000)
+        } else {
+            format!("{nanos}ns")
+        };
+    }
+    let ms = nanos / 1_000_000;
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if !ms.is_multiple_of(1000) {
+        return format!("{}s", trim_float(ms as f64 / 1000.0));
+    }
+    let s = ms / 1000;
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+fn trim_float(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,5 +593,32 @@ mod tests {
             parse_millis_f64("x", m).map_err(|e| e.problem),
             Err(DurationProblem::ExpectedNumber('x'))
         );
+    }
+
+    #[test]
+    fn durations_are_written_as_the_config_writes_them_and_read_back() {
+        let ms = Duration::from_millis;
+        assert_eq!(format_duration(ms(0)), "0s");
+        assert_eq!(format_duration(ms(150)), "150ms");
+        assert_eq!(format_duration(ms(1500)), "1.5s");
+        assert_eq!(format_duration(ms(2000)), "2s");
+        assert_eq!(format_duration(ms(90_000)), "1m30s");
+        assert_eq!(format_duration(ms(300_000)), "5m");
+        assert_eq!(format_duration(ms(3_600_000)), "1h");
+        assert_eq!(format_duration(Duration::from_micros(250)), "250us");
+        for d in [
+            ms(0),
+            ms(1),
+            ms(999),
+            ms(1001),
+            ms(3_723_000),
+            ms(3_723_456),
+            Duration::from_nanos(1_000_000_001),
+            Duration::from_micros(1_500_250),
+            Dur::MAX,
+        ] {
+            let text = format_duration(d);
+            assert_eq!(parse_duration(&text, BareNumber::Refuse), Ok(d), "{text}");
+        }
     }
 }

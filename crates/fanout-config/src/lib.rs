@@ -28,6 +28,7 @@ pub mod ratelimit;
 mod redis;
 mod route;
 mod server;
+mod stages;
 mod telemetry;
 pub mod tls;
 mod unknown;
@@ -36,9 +37,11 @@ pub mod yaml_tree;
 pub use compression::{Compression, ContentCoding, RouteCompression};
 pub use contract::{FailSpec, MissingPolicy, StatusAction, StatusPattern, StatusSrc};
 pub use cors::Cors;
+pub use stages::StageSections;
 
 pub use duration::{
-    BareNumber, Dur, DurationError, DurationProblem, parse_duration, parse_millis_f64,
+    BareNumber, Dur, DurationError, DurationProblem, format_duration, parse_duration,
+    parse_millis_f64,
 };
 pub use env::substitute;
 /// The did-you-mean rule ([`fanout_names`]), for the crates that already use it from here.

@@ -89,6 +89,10 @@ pub struct Route {
     /// `off`: this route's answers are never compressed (answers mixing secrets with reflected
     /// input: BREACH). Defaults to `defaults.compression` (on).
     pub compression: Option<crate::RouteCompression>,
+    /// The edge stages' sections for this route, by stage name (docs/config.md#stages); each
+    /// replaces the stage's section in `defaults.stages`.
+    #[serde(default)]
+    pub stages: crate::StageSections,
 }
 
 fn no_path() -> Located<String> {

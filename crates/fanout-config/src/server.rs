@@ -466,6 +466,9 @@ pub struct Defaults {
     /// Compression of the routes that do not set `compression`; `off` turns answer
     /// compression off for them. Default on (as `compression.response` says).
     pub compression: Option<crate::RouteCompression>,
+    /// The edge stages' sections for the routes that do not write their own
+    /// (docs/config.md#stages): a route's section of a stage replaces this one.
+    pub stages: crate::StageSections,
 }
 
 impl Default for Defaults {
@@ -481,6 +484,7 @@ impl Default for Defaults {
             rate_limit: Vec::new(),
             auth: None,
             compression: None,
+            stages: crate::StageSections::default(),
         }
     }
 }

@@ -641,6 +641,20 @@ pub fn truthy(v: &Val) -> bool {
     !matches!(v, Val::Null | Val::Bool(false))
 }
 
+/// What kind of value `v` is, as a message names it: `null`, `a boolean`, `a number`, `a string`,
+/// `an array`, `an object` (`expected an array, got a string`). Never the value itself, which
+/// may be a secret or large.
+pub fn kind_phrase(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "a boolean",
+        Val::Num(_) => "a number",
+        Val::TStr(_) | Val::BStr(_) => "a string",
+        Val::Arr(_) => "an array",
+        Val::Obj(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1034,5 +1048,24 @@ mod tests {
             "input is `.`"
         );
         assert!(run("empty", &[], &[], &Val::Null).is_err());
+    }
+
+    #[test]
+    fn kind_phrases_name_each_kind_with_its_article() {
+        let kinds: Vec<&str> = ["null", "true", "1.5", "\"s\"", "[1]", "{}"]
+            .iter()
+            .map(|s| kind_phrase(&v(s)))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "null",
+                "a boolean",
+                "a number",
+                "a string",
+                "an array",
+                "an object"
+            ]
+        );
     }
 }

@@ -262,7 +262,7 @@ impl BatchPlan {
                 "the backend's batch answer could not be split into values",
                 format!(
                     "`split` must give an object key → value, got {}",
-                    short_type(&other)
+                    fanout_expr::kind_phrase(&other)
                 ),
             )),
             Err(e) => Err(self.error(
@@ -271,17 +271,6 @@ impl BatchPlan {
                 format!("`split` failed: {}", e.0),
             )),
         }
-    }
-}
-
-fn short_type(v: &Val) -> &'static str {
-    match v {
-        Val::Null => "null",
-        Val::Bool(_) => "a boolean",
-        Val::Num(_) => "a number",
-        Val::TStr(_) | Val::BStr(_) => "a string",
-        Val::Arr(_) => "an array",
-        Val::Obj(_) => "an object",
     }
 }
 

@@ -21,6 +21,8 @@
 use crate::plan::{Plan, RoutePlan};
 pub use crate::plan::{StepIo, StepWork};
 use fanout_config::{Config, ConfigErrors};
+// A duration as the config writes it, for the renderers (`explain/text.rs`, `explain/mermaid.rs`).
+use fanout_config::format_duration as fmt_dur;
 use fanout_expr::json;
 use fanout_layers::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse};
 use futures_util::future::BoxFuture;
@@ -63,12 +65,11 @@ pub struct RouteExplain {
     /// `$request` (e.g. `$request.params`, `$request.headers["authorization"]`); empty when it
     /// reads nothing (every concurrent request shares a run).
     pub key: Vec<String>,
-    /// The rate limits the route applies (`rate_limit:`, else `defaults.rate_limit`), each
-    /// described: name, rate, burst, key, store.
-    pub rate_limits: Vec<String>,
-    /// Who may call the route (its `auth`, or `defaults.auth`); `None` in a config without
-    /// auth providers.
-    pub auth: Option<String>,
+    /// The edge stages the route runs, in order: filled by the gateway, which knows them;
+    /// empty here.
+    pub edge: Vec<String>,
+    /// What the edge stages say of the route, a line each (`auth: …`, `rate limit …`).
+    pub edge_lines: Vec<String>,
 }
 
 /// The parts of `$request` that `u` names, as a flow reads them.
@@ -102,43 +103,6 @@ pub fn key_parts(u: &fanout_expr::request::RequestUse) -> Vec<String> {
 }
 
 /// A route's authentication in words (`None` without any).
-fn auth_of(cfg: &Config, src: Option<&fanout_config::Route>) -> Option<String> {
-    use fanout_config::auth::AuthMode;
-    // Said of every route of a config with providers; nothing in a config without.
-    let none = || {
-        (!cfg.auth.providers.is_empty())
-            .then(|| "none: every request reaches the flow ($request.auth is null)".to_string())
-    };
-    let Some(a) = src
-        .and_then(|r| r.auth.as_ref())
-        .or(cfg.defaults.auth.as_ref())
-    else {
-        return none();
-    };
-    let mode = match a.mode {
-        AuthMode::None => return none(),
-        AuthMode::Optional => "optional (anonymous requests allowed: $request.auth is null)",
-        AuthMode::Required => "required (no valid token: 401)",
-    };
-    let provider = a.provider.as_ref().map_or("?", |p| p.value.as_str());
-    let mut s = format!("a JWT from provider `{provider}`, {mode}");
-    if let Some(p) = cfg.auth.providers.get(provider) {
-        let keys = match (&p.jwks_url, &p.keys) {
-            (Some(u), _) => format!("keys from {}", fanout_config::shown_url(&u.value)),
-            (None, Some(_)) => "inline keys".to_string(),
-            (None, None) => "an HMAC secret".to_string(),
-        };
-        s.push_str(&format!("; issuer {}, {keys}", p.issuer));
-    }
-    if !a.scopes.is_empty() {
-        s.push_str(&format!("; scopes {} (else 403)", a.scopes.join(" ")));
-    }
-    if let Some(r) = &a.require {
-        s.push_str(&format!("; require `{}` (else 403)", r.value));
-    }
-    Some(s)
-}
-
 /// One step, described.
 #[derive(Debug, Clone)]
 pub struct StepExplain {
@@ -378,36 +342,9 @@ fn explain_route(
         worst,
         coalesce: route.coalesce.clone(),
         key: key_parts(&route.request_use),
-        rate_limits: rate_limits_of(cfg, route.index),
-        auth: auth_of(cfg, src),
+        edge: Vec::new(),
+        edge_lines: Vec::new(),
     }
-}
-
-/// The rate limits of route `i`, described.
-fn rate_limits_of(cfg: &Config, i: usize) -> Vec<String> {
-    use fanout_config::ratelimit::{RateLimitOnFailure, RateLimitStore};
-    cfg.route_rate_limits(i)
-        .into_iter()
-        .filter_map(|name| {
-            let p = cfg.rate_limits.get(name)?;
-            let store = match (p.store, p.redis.on_failure) {
-                (RateLimitStore::Local, _) => "local".to_string(),
-                (RateLimitStore::Redis, RateLimitOnFailure::Local) => format!(
-                    "shared in redis; without it {} of the budget locally",
-                    p.redis.fleet_share
-                ),
-                (RateLimitStore::Redis, RateLimitOnFailure::Deny) => {
-                    "shared in redis; without it every request refused".to_string()
-                }
-            };
-            Some(format!(
-                "{name}: {}, burst {}, per `{}` ({store})",
-                p.rate.value,
-                p.burst_size(),
-                p.key.value
-            ))
-        })
-        .collect()
 }
 
 /// The timeout of each of a step's calls and where it is set; `None` without I/O.
@@ -563,41 +500,6 @@ fn critical_path(steps: &[StepExplain], levels: &[Vec<usize>]) -> (Vec<usize>, D
     (path, total[end])
 }
 
-/// A duration as a config would write it: `150ms`, `2s`, `1m30s`, `1.5s`, `250us`.
-pub fn fmt_dur(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".into();
-    }
-    if !nanos.is_multiple_of(1_000_000) {
-        return if nanos.is_multiple_of(1_000) {
-            format!("{}us", nanos / 1_000)
-        } else {
-            format!("{nanos}ns")
-        };
-    }
-    let ms = nanos / 1_000_000;
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    if !ms.is_multiple_of(1000) {
-        return format!("{}s", trim_float(ms as f64 / 1000.0));
-    }
-    let s = ms / 1000;
-    match (s / 3600, s % 3600 / 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
-
-fn trim_float(x: f64) -> String {
-    let s = format!("{x:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
 /// The backends of [`explain_config`]'s plan: the plan is never run, so they are never called.
 struct NotConnected;
 
@@ -609,24 +511,5 @@ impl Backend for NotConnected {
                 "a plan compiled for `fanout explain` makes no calls",
             ))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fmt_dur;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_like_the_config() {
-        let ms = Duration::from_millis;
-        assert_eq!(fmt_dur(ms(0)), "0s");
-        assert_eq!(fmt_dur(ms(150)), "150ms");
-        assert_eq!(fmt_dur(ms(1500)), "1.5s");
-        assert_eq!(fmt_dur(ms(2000)), "2s");
-        assert_eq!(fmt_dur(ms(90_000)), "1m30s");
-        assert_eq!(fmt_dur(ms(300_000)), "5m");
-        assert_eq!(fmt_dur(ms(3_600_000)), "1h");
-        assert_eq!(fmt_dur(Duration::from_micros(250)), "250us");
     }
 }

@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use fanout_expr::json::u64_num;
-use fanout_expr::{Map, Val};
+use fanout_expr::{Map, Val, kind_phrase};
 use jaq_json::{Num, Rc};
 use prost::Message;
 use prost_reflect::{
@@ -146,17 +146,6 @@ fn scalar_to_val(kind: &Kind, v: &Value, depth: usize) -> Result<Val, String> {
     })
 }
 
-fn type_name(v: &Val) -> &'static str {
-    match v {
-        Val::Null => "null",
-        Val::Bool(_) => "a boolean",
-        Val::Num(_) => "a number",
-        Val::TStr(_) | Val::BStr(_) => "a string",
-        Val::Arr(_) => "an array",
-        Val::Obj(_) => "an object",
-    }
-}
-
 fn text(v: &Val) -> Option<&[u8]> {
     match v {
         Val::TStr(b) | Val::BStr(b) => Some(b),
@@ -232,7 +221,7 @@ fn int<T: std::str::FromStr + TryFrom<isize>>(v: &Val, what: &str) -> Result<T, 
     {
         return Ok(n);
     }
-    let t = num_text(v).ok_or_else(|| format!("expected {what}, got {}", type_name(v)))?;
+    let t = num_text(v).ok_or_else(|| format!("expected {what}, got {}", kind_phrase(v)))?;
     if let Ok(n) = t.parse::<T>() {
         return Ok(n);
     }
@@ -249,7 +238,7 @@ fn float(v: &Val) -> Result<f64, String> {
     if let Val::Num(Num::Float(f)) = v {
         return Ok(*f);
     }
-    let t = num_text(v).ok_or_else(|| format!("expected a number, got {}", type_name(v)))?;
+    let t = num_text(v).ok_or_else(|| format!("expected a number, got {}", kind_phrase(v)))?;
     match t.as_str() {
         "NaN" => Ok(f64::NAN),
         "Infinity" => Ok(f64::INFINITY),
@@ -800,7 +789,7 @@ pub(crate) mod wire {
                 return Err(format!(
                     "expected an object for {}, got {}",
                     mp.desc.full_name(),
-                    type_name(other)
+                    kind_phrase(other)
                 ));
             }
         };
@@ -834,7 +823,10 @@ pub(crate) mod wire {
         let kind = &f.kind;
         if let Some(mplan) = &f.map {
             let Val::Obj(o) = v else {
-                return Err(format!("expected an object (a map), got {}", type_name(v)));
+                return Err(format!(
+                    "expected an object (a map), got {}",
+                    kind_phrase(v)
+                ));
             };
             let (kk, vk) = (&mplan.key, &mplan.value);
             let mut body = Vec::new();
@@ -863,7 +855,7 @@ pub(crate) mod wire {
         }
         if f.list {
             let Val::Arr(a) = v else {
-                return Err(format!("expected an array, got {}", type_name(v)));
+                return Err(format!("expected an array, got {}", kind_phrase(v)));
             };
             if packable(kind) {
                 if a.is_empty() {
@@ -898,7 +890,7 @@ pub(crate) mod wire {
         match kind {
             Kind::String => {
                 let Some(b) = text(v) else {
-                    return Err(format!("expected a string, got {}", type_name(v)));
+                    return Err(format!("expected a string, got {}", kind_phrase(v)));
                 };
                 if !is_utf8(b) {
                     return Err("a string that is not UTF-8".into());
@@ -908,7 +900,7 @@ pub(crate) mod wire {
             }
             Kind::Bytes => {
                 let Some(b) = text(v) else {
-                    return Err(format!("expected a base64 string, got {}", type_name(v)));
+                    return Err(format!("expected a base64 string, got {}", kind_phrase(v)));
                 };
                 let raw = base64_decode(b).ok_or("expected base64 for a bytes field")?;
                 put_key(number, 2, out);
@@ -966,7 +958,7 @@ pub(crate) mod wire {
             }
             Kind::Bool => match v {
                 Val::Bool(b) => encode_varint(u64::from(*b), out),
-                other => return Err(format!("expected a boolean, got {}", type_name(other))),
+                other => return Err(format!("expected a boolean, got {}", kind_phrase(other))),
             },
             Kind::Enum(e) => {
                 let n = match v {
@@ -978,7 +970,7 @@ pub(crate) mod wire {
                     }
                     Val::Num(_) => int::<i32>(v, "an enum number")?,
                     other => {
-                        return Err(format!("expected an enum name, got {}", type_name(other)));
+                        return Err(format!("expected an enum name, got {}", kind_phrase(other)));
                     }
                 };
                 encode_varint(i64::from(n) as u64, out)

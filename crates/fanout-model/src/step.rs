@@ -8,7 +8,7 @@
 
 use crate::runtime::{ModelSlot, RunError, kind_name};
 use fanout_config::{ConfigError, Step};
-use fanout_expr::{Expr, Num, Rc, Val};
+use fanout_expr::{Expr, Num, Rc, Val, kind_phrase};
 use fanout_flow::kind::{
     Env, ErrorClass, ErrorKind, FlowError, Prepared, Registration, SLOT_INDEX, SLOT_ITEM,
     SLOT_REQUEST, StepArgs, StepCx, StepIo, StepKind, StepWork, Yielded, eval, eval_item, expr_err,
@@ -180,7 +180,10 @@ impl ModelStep {
                         name,
                         *from_request,
                         item,
-                        format!("input is {}, not an array of {width} numbers", what(&v)),
+                        format!(
+                            "input is {}, not an array of {width} numbers",
+                            kind_phrase(&v)
+                        ),
                     )));
                 };
                 if list.len() != width {
@@ -291,24 +294,12 @@ fn number(v: &Val) -> Option<f32> {
     }
 }
 
-/// What a value is, for messages: `input is a number, not an array of 4 numbers`.
-fn what(v: &Val) -> &'static str {
-    match v {
-        Val::Null => "null",
-        Val::Bool(_) => "a boolean",
-        Val::Num(_) => "a number",
-        Val::TStr(_) | Val::BStr(_) => "a string",
-        Val::Arr(_) => "an array",
-        Val::Obj(_) => "an object",
-    }
-}
-
 /// What a value that is not a feature's number ([`number`]) is: a number is one out of a 32-bit
 /// float's range.
 fn not_a_feature(v: &Val) -> &'static str {
     match v {
         Val::Num(_) => "a number out of range",
-        v => what(v),
+        v => kind_phrase(v),
     }
 }
 

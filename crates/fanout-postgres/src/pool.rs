@@ -881,7 +881,7 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fanout_lab::postgres::{PgCluster, PgDatabase};
+    use fanout_pgtemp::{PgCluster, PgDatabase};
 
     async fn database() -> PgDatabase {
         tokio::task::spawn_blocking(|| PgCluster::database().unwrap_or_else(|e| panic!("{e}")))

@@ -22,7 +22,7 @@
 use base64::Engine as _;
 use bytes::{BufMut, BytesMut};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Timelike};
-use fanout_expr::Val;
+use fanout_expr::{Val, kind_phrase};
 use postgres_types::{IsNull, Kind, ToSql, Type, to_sql_checked};
 use std::error::Error;
 use std::fmt::Write as _;
@@ -176,17 +176,6 @@ fn wants(ty: &Type) -> String {
     format!("{what} ({})", ty.name())
 }
 
-fn kind_of(v: &Val) -> &'static str {
-    match v {
-        Val::Null => "null",
-        Val::Bool(_) => "a boolean",
-        Val::Num(_) => "a number",
-        Val::TStr(_) | Val::BStr(_) => "a string",
-        Val::Arr(_) => "an array",
-        Val::Obj(_) => "an object",
-    }
-}
-
 fn number_text(v: &Val) -> String {
     fanout_expr::json::to_string(v)
 }
@@ -194,7 +183,7 @@ fn number_text(v: &Val) -> String {
 /// Convert flow value `v` to a parameter of type `ty`, or say why it does not fit (the message
 /// names what was expected and what came, never the value).
 pub fn param(v: &Val, ty: &Type) -> Result<Param, String> {
-    let bad = |extra: &str| format!("expected {}, got {}{extra}", wants(ty), kind_of(v));
+    let bad = |extra: &str| format!("expected {}, got {}{extra}", wants(ty), kind_phrase(v));
     if matches!(v, Val::Null) {
         return Ok(Param::Null);
     }

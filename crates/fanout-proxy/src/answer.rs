@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 28] = [
+pub(crate) const GATEWAY_CODES: [&str; 23] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -39,12 +39,6 @@ pub(crate) const GATEWAY_CODES: [&str; 28] = [
     "invalid_message",
     "message_too_large",
     "cors_refused",
-    "rate_limited",
-    // Authentication (`auth.rs`).
-    "unauthenticated",
-    "invalid_token",
-    "forbidden",
-    "auth_unavailable",
     // Request bodies with a Content-Encoding (`compression.rs`).
     "unsupported_encoding",
     "bad_encoding",
@@ -108,9 +102,14 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::coded(status, Cow::Borrowed(code), message)
+    }
+
+    /// [`ApiError::new`] with a code of another part (an edge stage's refusal).
+    fn coded(status: StatusCode, code: Cow<'static, str>, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            code: Cow::Borrowed(code),
+            code,
             message: message.into(),
             step: None,
             backend: None,
@@ -238,17 +237,22 @@ pub(crate) enum Refusal<'a> {
     /// A query parameter or header the flow reads is not UTF-8: 400 `bad_query` /
     /// `bad_header`, naming it.
     NotText(fanout_expr::request::RequestTextError),
-    /// A rate-limit policy of the route refused the request: 429 `rate_limited`, with
-    /// `Retry-After`, `RateLimit-Policy` and `RateLimit`.
-    RateLimited(Box<RateLimited>),
     /// A header that may appear once (`Host`, `Authorization`) appears more than once: 400
     /// `bad_header`. Which of them counts would be a guess: authentication would verify one
     /// while `$request.headers` and the backends see them joined.
     RepeatedHeader { header: &'static http::HeaderName },
-    /// Authentication refused the request (`auth.rs`): 401 `unauthenticated` (no token) or
-    /// `invalid_token`, 403 `forbidden`, 503 `auth_unavailable` (no keys yet) — with
-    /// `WWW-Authenticate` (RFC 6750) and the reason in the log only.
-    Auth(fanout_auth::Denied),
+}
+
+/// An edge stage's refusal (`fanout-edge`): its status, code, message and headers; the detail for
+/// the log only.
+impl From<fanout_edge::Rejection> for ApiError {
+    fn from(r: fanout_edge::Rejection) -> Self {
+        let mut e = ApiError::coded(r.status, r.code, r.message);
+        e.detail = r.detail;
+        e.log = r.log;
+        e.headers = r.headers;
+        e
+    }
 }
 
 impl From<Refusal<'_>> for ApiError {
@@ -293,19 +297,6 @@ impl From<Refusal<'_>> for ApiError {
                 "bad_path",
                 format!("path parameter `{param}`: {why}"),
             ),
-            Refusal::RateLimited(r) => {
-                let mut e = ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limited",
-                    format!(
-                        "rate limit `{}` exceeded; retry after {} s",
-                        r.policy,
-                        r.verdict.decision.retry_after.as_secs_f64().ceil().max(1.0)
-                    ),
-                );
-                e.headers = r.headers();
-                e
-            }
             Refusal::NotText(why) => match why {
                 fanout_expr::request::RequestTextError::Query(_) => {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", why.to_string())
@@ -314,94 +305,8 @@ impl From<Refusal<'_>> for ApiError {
                     ApiError::new(StatusCode::BAD_REQUEST, "bad_header", why.to_string())
                 }
             },
-            Refusal::Auth(denied) => auth_refusal(denied),
         }
     }
-}
-
-/// A request refused by a policy.
-#[derive(Debug)]
-pub(crate) struct RateLimited {
-    pub(crate) policy: Arc<str>,
-    pub(crate) sf_name: String,
-    pub(crate) verdict: fanout_ratelimit::Verdict,
-}
-
-impl RateLimited {
-    /// `Retry-After`, `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09):
-    /// the policy's quota (its burst) and window (the time the burst takes to refill), what is
-    /// left (0) and the seconds until a request is allowed again.
-    pub(crate) fn headers(&self) -> Vec<(http::HeaderName, HeaderValue)> {
-        let secs = |d: std::time::Duration| d.as_secs_f64().ceil().max(1.0) as u64;
-        let d = &self.verdict.decision;
-        let retry = secs(d.retry_after);
-        let mut out = Vec::with_capacity(3);
-        out.push((http::header::RETRY_AFTER, HeaderValue::from(retry)));
-        let policy = format!(
-            "{};q={};w={}",
-            self.sf_name,
-            self.verdict.quota,
-            secs(self.verdict.window)
-        );
-        let state = format!("{};r={};t={retry}", self.sf_name, d.remaining);
-        for (name, v) in [("ratelimit-policy", policy), ("ratelimit", state)] {
-            if let Ok(v) = HeaderValue::from_str(&v) {
-                out.push((http::HeaderName::from_static(name), v));
-            }
-        }
-        out
-    }
-}
-
-/// An authentication refusal: the status, code and challenge of RFC 6750; why goes to the log
-/// (`detail`), never to the client.
-fn auth_refusal(denied: fanout_auth::Denied) -> ApiError {
-    use fanout_auth::Denied;
-    let mut e = match &denied {
-        Denied::Missing => {
-            let mut e = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "this route needs a bearer token",
-            );
-            e.www_authenticate = Some(HeaderValue::from_static("Bearer"));
-            e
-        }
-        Denied::Invalid(_) => {
-            let mut e = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "the token is not valid",
-            );
-            e.www_authenticate = Some(HeaderValue::from_static(r#"Bearer error="invalid_token""#));
-            e
-        }
-        Denied::Forbidden { scopes, .. } => {
-            let mut e = ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "the token does not allow this request",
-            );
-            let challenge = if scopes.is_empty() {
-                r#"Bearer error="insufficient_scope""#.to_string()
-            } else {
-                format!(
-                    r#"Bearer error="insufficient_scope", scope="{}""#,
-                    scopes.join(" ")
-                )
-            };
-            e.www_authenticate = HeaderValue::from_str(&challenge).ok();
-            e
-        }
-        Denied::Unavailable { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "auth_unavailable",
-            "authentication is not available yet; retry later",
-        ),
-    };
-    e.detail = Some(denied.to_string());
-    e.log = true;
-    e
 }
 
 /// Why a request body was refused, before, while or after it was read. Each maps to one status,

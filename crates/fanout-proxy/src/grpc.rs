@@ -243,7 +243,7 @@ impl Gateway {
         cx: &mut Req<'_, '_>,
         body: Incoming,
     ) -> Result<Response<Body>, ApiError> {
-        let (live, parts, peer) = (cx.live, cx.parts, cx.peer);
+        let (live, parts) = (cx.live, cx.parts);
         let start = cx.rec.start();
         let ct = parts
             .headers
@@ -276,10 +276,10 @@ impl Gateway {
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, offload, _memory) = match async {
             crate::lifecycle::once_only(&cx.parts.headers)?;
-            let auth = self.authenticate(cx, route).await?;
-            let client = crate::lifecycle::client_address(live, parts, peer, route);
-            self.rate_limit(live, parts, route, params.iter(), client.as_deref(), &auth)
-                .await?;
+            let decoded = crate::lifecycle::path_params(&params)?;
+            let (auth, client) =
+                crate::lifecycle::edge_stages(cx, route, fanout_edge::RouteKind::Grpc, &decoded)
+                    .await?;
             let deadline = self.deadline(&parts.headers, route, start)?;
             let max = self.limits.grpc.max_message_bytes;
             if let Some(len) = parts

@@ -8,7 +8,6 @@
 pub mod admin;
 pub mod admission;
 mod answer;
-mod auth;
 pub mod body;
 pub(crate) mod coalesce;
 mod compression;
@@ -24,7 +23,6 @@ mod lifecycle;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
-mod ratelimit;
 pub mod registry;
 pub mod reload;
 mod request_body;
@@ -103,6 +101,8 @@ pub struct Gateway {
     coverage: Option<Arc<fanout_flow::coverage::Coverage>>,
     /// The live page's last slow and failed requests (`None` with `admin.ui.enabled: false`).
     recent: Option<ui::record::Recent>,
+    /// The components it was built from (a reload builds the new config's from the same).
+    registry: Arc<registry::Registry>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -148,19 +148,22 @@ pub struct Live {
     cors: cors::CorsTable,
     /// Answer compression and request decoding (`compression.rs`).
     compression: compression::CompressionTable,
-    /// The rate-limit policies and which routes apply them (`ratelimit.rs`).
-    rate_limits: ratelimit::RateLimits,
-    /// Authentication: the providers, their keys (kept by reloads that keep the JWKS URL),
-    /// each route's policy (`fanout-auth`).
-    auth: Arc<fanout_auth::Auth>,
+    /// The edge stages of this config and which routes run them (`fanout-edge`).
+    stages: fanout_edge::StageSet,
 }
 
 impl Gateway {
     /// Build everything from a loaded config: each backend's stack (no network I/O), the plan,
     /// the router, admission — with new metric families and health flags.
     pub fn build(cfg: &Config) -> Result<Gateway, ConfigErrors> {
+        Gateway::build_in(cfg, registry::Registry::standard())
+    }
+
+    /// [`Gateway::build`] from the components of `registry` (the standard ones plus, say, an
+    /// edge stage of the program that embeds the gateway).
+    pub fn build_in(cfg: &Config, registry: registry::Registry) -> Result<Gateway, ConfigErrors> {
         let metrics = Arc::new(metrics::Metrics::new());
-        Gateway::build_with(cfg, metrics, Arc::new(health::Health::new()))
+        Gateway::build_with_registry(cfg, metrics, Arc::new(health::Health::new()), registry)
     }
 
     /// [`Gateway::build`] with the process-lived parts given: the metric families (route
@@ -171,10 +174,21 @@ impl Gateway {
         metrics: Arc<metrics::Metrics>,
         health: Arc<health::Health>,
     ) -> Result<Gateway, ConfigErrors> {
+        Gateway::build_with_registry(cfg, metrics, health, registry::Registry::standard())
+    }
+
+    /// [`Gateway::build_with`] from the components of `registry`.
+    pub fn build_with_registry(
+        cfg: &Config,
+        metrics: Arc<metrics::Metrics>,
+        health: Arc<health::Health>,
+        registry: registry::Registry,
+    ) -> Result<Gateway, ConfigErrors> {
+        let registry = Arc::new(registry);
         let telemetry = telemetry::Telemetry::new(cfg)?;
         let adm = admission::Admission::new(&cfg.server.admission);
         let record = cfg.admin.metrics.then_some(&*metrics);
-        let built = reload::build_live(cfg.clone(), None, None, &adm, record)?;
+        let built = reload::build_live(cfg.clone(), None, None, &adm, record, &registry)?;
         let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         let listener_tls = |name, t: &Option<fanout_config::ListenerTls>| {
             t.as_ref()
@@ -218,6 +232,7 @@ impl Gateway {
                 .ui
                 .enabled
                 .then(|| ui::record::Recent::new(&cfg.admin.ui)),
+            registry,
         })
     }
 
@@ -256,7 +271,20 @@ impl Gateway {
     /// What the loaded config may not mean (`FILE:LINE:COL: warning: …`): printed by `fanout
     /// validate`, logged when a config is loaded; never a reason to refuse it.
     pub fn config_warnings(&self) -> Vec<ConfigError> {
-        self.live().rate_limits.warnings.clone()
+        let live = self.live();
+        live.stages.warnings()
+    }
+
+    /// The edge stages route `route` (its index in the config) runs, in order, each with what it
+    /// does there, a line each (`fanout explain`).
+    pub fn edge_stages_of(&self, route: usize) -> (Vec<String>, Vec<String>) {
+        let live = self.live();
+        let kind = match live.routes.get(route).is_some_and(|r| r.grpc.is_some()) {
+            true => fanout_edge::RouteKind::Grpc,
+            false => fanout_edge::RouteKind::Http,
+        };
+        let (names, lines) = live.stages.explain(route, kind);
+        (names.into_iter().map(str::to_string).collect(), lines)
     }
 
     /// `Ok` when ready to take traffic (`/readyz`), else why not.
@@ -264,7 +292,7 @@ impl Gateway {
         let live = self.live();
         self.health.readiness(&live.reference)?;
         live.runtimes.readiness()?;
-        live.auth.readiness()?;
+        live.stages.readiness()?;
         for (_, s) in &live.stacks {
             s.client.readiness()?;
         }
@@ -291,9 +319,10 @@ impl Gateway {
         check_backends(&self.live())
             .await
             .map_err(|e| e.to_string())?;
-        // The JWK sets: fetched before ready (a failed fetch is retried in the background).
-        for url in self.live().auth.start().await {
-            tracing::warn!(target: "fanout::auth", %url, "JWK set not fetched at start: its providers' routes answer 503 and the gateway is not ready until it is");
+        // What the stages need before they decide (the JWK sets): fetched before ready; what
+        // fails is retried in the background, and the gateway is not ready until it succeeds.
+        for why in self.live().stages.start().await {
+            tracing::warn!(target: "fanout::edge", "{why}");
         }
         self.start_reference().await
     }
@@ -377,12 +406,13 @@ impl Gateway {
             "coalesce": live.coalesce_json(),
             "cors": live.cors.status_json(),
             "compression": self.compression_stats().status_json(),
-            "rate_limits": live.rate_limits.status_json(),
-            "auth": live.auth.status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
-        // Each runtime's sections (`models`, `models_watcher`).
+        // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {
+            for (name, value) in live.stages.status_json() {
+                o.insert(name.into(), value);
+            }
             for r in live.runtimes.iter() {
                 for (key, value) in r.status(now) {
                     o.insert(key.into(), value);

@@ -64,18 +64,9 @@ impl Gateway {
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, _memory) = match async {
             once_only(&cx.parts.headers)?;
-            let auth = self.authenticate(cx, route).await?;
             let params = path_params(&params)?;
-            let client = client_address(cx.live, cx.parts, cx.peer, route);
-            self.rate_limit(
-                cx.live,
-                cx.parts,
-                route,
-                param_vals(route, &params),
-                client.as_deref(),
-                &auth,
-            )
-            .await?;
+            let (auth, client) =
+                edge_stages(cx, route, fanout_edge::RouteKind::Http, &params).await?;
             let deadline = self.deadline(&cx.parts.headers, route, start)?;
             let (body_val, memory) = self
                 .read_body(
@@ -344,27 +335,28 @@ pub(crate) fn path_params<'a>(
         .collect()
 }
 
+/// The edge stages of `route` (`fanout-edge`, in the registry's order) on the request head: the
+/// first refusal ends the request. Returns `$request.auth` (as the stages leave it) and
+/// `$request.client.address` when the flow reads it.
+pub(crate) async fn edge_stages(
+    cx: &Req<'_, '_>,
+    route: &RoutePlan,
+    kind: fanout_edge::RouteKind,
+    params: &PathParams<'_>,
+) -> Result<(Val, Option<String>), ApiError> {
+    let stages = &cx.live.stages;
+    let mut head = fanout_edge::RequestHead::new(stages, cx.parts, route, kind, params, cx.peer);
+    stages.on_request(&mut head).await.map_err(ApiError::from)?;
+    let client = head.client_text(&route.request_use);
+    Ok((head.auth, client))
+}
+
 /// The path parameters as `$request.params` keys them.
 fn param_vals<'p>(
     route: &RoutePlan,
     params: &'p PathParams<'_>,
 ) -> impl Iterator<Item = (Val, &'p str)> {
     params.iter().map(|(k, v)| (route.param_key(k), v.as_ref()))
-}
-
-/// The client's address as text (`$request.client.address`), when the route's flow or its
-/// rate limits read it (`ratelimit.rs`: the socket's peer, or a trusted proxy's word).
-pub(crate) fn client_address(
-    live: &Live,
-    parts: &Parts,
-    peer: Option<std::net::SocketAddr>,
-    route: &RoutePlan,
-) -> Option<String> {
-    let limits = &live.rate_limits;
-    if !limits.needs_client(route) {
-        return None;
-    }
-    limits.client_address(parts, peer).map(|ip| ip.to_string())
 }
 
 /// A route's path parameters, decoded: (name, value).

@@ -27,9 +27,9 @@ pub enum ReloadError {
     /// The new config does not load or compile (its `FILE:LINE:COL` messages).
     #[error("the new config was refused; the old one keeps serving:\n{0}")]
     Config(#[from] ConfigErrors),
-    /// A JWK set the new config brings could not be fetched.
-    #[error("the new config's JWK set(s) could not be fetched; the old config keeps serving: {0}")]
-    Auth(String),
+    /// An edge stage of the new config could not start (what it needs before it decides).
+    #[error("the new config's edge stages could not start; the old config keeps serving: {0}")]
+    Stage(String),
     /// The new config's required reference data could not be loaded.
     #[error("the new config's reference data did not load; the old config keeps serving: {0}")]
     Reference(String),
@@ -162,6 +162,7 @@ pub(crate) fn build_live(
     compute: Option<Arc<ComputePool>>,
     adm: &admission::Admission,
     metrics: Option<&Metrics>,
+    registry: &crate::registry::Registry,
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
     // Every part is built even when another failed, so a config with mistakes in several
@@ -185,22 +186,28 @@ pub(crate) fn build_live(
     // watcher).
     let runtimes = crate::registry::open_runtimes(&cfg, prev.map(|p| (&*p.config, &p.runtimes)))
         .map_err(|e| ConfigErrors(vec![e]));
-    let rate_limits = crate::ratelimit::build(&cfg, prev.map(|p| (&*p.config, &p.rate_limits)));
-    let auth = build_auth(&cfg, prev);
-    let (stacks, protos, runtimes, rate_limits, auth) =
-        match (stacks, protos, runtimes, rate_limits, auth) {
-            (Ok(s), Ok(p), Ok(r), Ok(l), Ok(a)) if errs.is_empty() => (s, p, r, l, a),
-            (s, p, r, l, a) => {
-                for e in [s.err(), p.err(), r.err(), l.err(), a.err()]
-                    .into_iter()
-                    .flatten()
-                {
-                    errs.extend(e.0);
-                }
-                fanout_config::locate(&mut errs, &cfg.source);
-                return Err(ConfigErrors(errs));
+    // The stages may call the backends (a JWK set through a backend's client).
+    let no_backends = HashMap::new();
+    let stages = fanout_edge::StageSet::build(
+        registry.stages(),
+        &cfg,
+        prev.map(|p| (&*p.config, &p.stages)),
+        fanout_edge::Lent {
+            redis: crate::l2::rate_limit_connection,
+            backends: stacks.as_ref().map_or(&no_backends, |(s, _, _)| s),
+            kept_backends: &report.kept,
+        },
+    );
+    let (stacks, protos, runtimes, stages) = match (stacks, protos, runtimes, stages) {
+        (Ok(s), Ok(p), Ok(r), Ok(st)) if errs.is_empty() => (s, p, r, st),
+        (s, p, r, st) => {
+            for e in [s.err(), p.err(), r.err(), st.err()].into_iter().flatten() {
+                errs.extend(e.0);
             }
-        };
+            fanout_config::locate(&mut errs, &cfg.source);
+            return Err(ConfigErrors(errs));
+        }
+    };
     let (services, stacks, l2) = stacks;
     let mut carry = Carry {
         compute,
@@ -278,8 +285,7 @@ pub(crate) fn build_live(
             .iter()
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
-        rate_limits,
-        auth,
+        stages,
     };
     Ok(Built {
         live,
@@ -290,14 +296,6 @@ pub(crate) fn build_live(
 }
 
 /// The config's authentication; a JWKS URL whose schedule did not change keeps its keys.
-fn build_auth(cfg: &Config, prev: Option<&Live>) -> Result<Arc<fanout_auth::Auth>, ConfigErrors> {
-    fanout_auth::Auth::build(cfg, prev.map(|p| &*p.auth), || {
-        Ok(Arc::new(fanout_auth::HttpFetch::new()?) as Arc<dyn fanout_auth::Fetch>)
-    })
-    .map(Arc::new)
-    .map_err(ConfigErrors)
-}
-
 /// Backends by name for the flow compiler (the top of each stack), each stack's state, and
 /// the shared Redis of the answer caches.
 type Stacks = (
@@ -428,8 +426,16 @@ impl Gateway {
         let adm = self.admission.clone();
         let old = prev.clone();
         let metrics = self.record_metrics.then(|| self.metrics.clone());
+        let registry = self.registry.clone();
         let built = tokio::task::spawn_blocking(move || {
-            build_live(cfg, Some(&old), Some(compute), &adm, metrics.as_deref())
+            build_live(
+                cfg,
+                Some(&old),
+                Some(compute),
+                &adm,
+                metrics.as_deref(),
+                &registry,
+            )
         })
         .await;
         let built = match built {
@@ -442,12 +448,13 @@ impl Gateway {
             self.retain_route_series(&prev);
             return Err(self.refused(ReloadError::Config(e)));
         }
-        // New JWK sets are fetched before the config serves (kept ones are running); one that
-        // cannot be fetched refuses the reload, as required reference data does.
-        let unfetched = built.live.auth.start().await;
-        if !unfetched.is_empty() {
+        // What the new config's stages need before they decide (new JWK sets) is fetched
+        // before it serves (kept ones are running); what cannot be refuses the reload, as
+        // required reference data does.
+        let unstarted = built.live.stages.start().await;
+        if !unstarted.is_empty() {
             self.retain_route_series(&prev);
-            return Err(self.refused(ReloadError::Auth(unfetched.join(", "))));
+            return Err(self.refused(ReloadError::Stage(unstarted.join(", "))));
         }
         if !built.report.reference_kept
             && let Err(e) = start_reference(&built.live.reference).await

@@ -152,7 +152,7 @@ impl Gateway {
         match result {
             Ok(mut resp) => {
                 tel.finish(&mut resp, rid, &parts, None, || {
-                    live.rate_limits.client_address(&parts, peer)
+                    live.stages.clients().resolve(&parts, peer)
                 });
                 resp
             }
@@ -168,7 +168,7 @@ impl Gateway {
                     step: step.as_deref(),
                 };
                 tel.finish(&mut resp, rid, &parts, Some(failure), || {
-                    live.rate_limits.client_address(&parts, peer)
+                    live.stages.clients().resolve(&parts, peer)
                 });
                 resp
             }

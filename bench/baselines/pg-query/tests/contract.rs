@@ -3,13 +3,17 @@
 //! client's `x-request-timeout`, and a route deadline that ends a request that cannot finish.
 //! Against a real PostgreSQL (a throw-away cluster with the lab's schema) and the real binary.
 
-use fanout_lab::postgres::PgCluster;
-use fanout_lab::scenario::PG_ONE_SCHEMA;
+use fanout_pgtemp::PgCluster;
 use fanout_testkit::client::{Resp, client, send};
 use fanout_testkit::files::free_addr;
 use http::{Method, StatusCode};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+/// The lab's `pg-one-query` schema (`fanout_lab::scenario::PG_ONE_SCHEMA`), read from its file:
+/// the throw-away cluster alone is a dependency, not the lab.
+const PG_ONE_SCHEMA: &str =
+    include_str!("../../../../crates/fanout-lab/src/scenarios/pg-one-query.sql");
 
 /// The baseline's process, killed when the test ends.
 struct Baseline(Child);

@@ -421,7 +421,7 @@ async fn a_reload_keeps_the_keys_of_an_unchanged_jwks_url_and_fetches_a_new_one_
         .await
         .unwrap_err();
     assert!(
-        matches!(err, fanout_proxy::reload::ReloadError::Auth(_)),
+        matches!(err, fanout_proxy::reload::ReloadError::Stage(ref why) if why.contains("JWK set")),
         "{err}"
     );
     assert_eq!(ask(&url, Some(&token), "auth-reload-5").await.status, 200);
@@ -592,4 +592,56 @@ async fn a_forged_alg_never_starts_a_log_line_of_its_own() {
         line.contains("FORGED"),
         "the value is kept, escaped: {line}"
     );
+}
+
+/// Issue 70 §5: a provider's key URL may name a backend (`backend://NAME/path`): the JWK set is
+/// fetched through that backend's client and stack (its TLS roots, client certificate, timeouts,
+/// breaker), not a client of its own with fixed roots. The URL holds no address: the keys can only
+/// have come through the backend. A name that is no backend is a config error at its line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwk_set_is_fetched_through_a_named_backend() {
+    let key = EsKey::generate("k1");
+    let s = stubs(&stubs_yaml(&[&key])).await;
+    let yaml = gateway_yaml("backend://idp/jwks.json", "1h").replace(
+        "backends:\n",
+        "backends:\n  idp: { url: \"http://${IDP_ADDR}\", timeout: 1s }\n",
+    );
+    let gw = gateway(&yaml, &s).await;
+    let url = format!("http://{}/who", gw.addr);
+    let r = ask(
+        &url,
+        Some(&key.sign(&jwt::claims(ISS, "orders", "ann"))),
+        "auth-backend-1",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["user"], "ann");
+    assert!(calls(&s, "idp") >= 1, "the set came from the idp stub");
+    let status = get(&format!(
+        "http://{}/__fanout/status",
+        gw.admin_addr.unwrap()
+    ))
+    .await
+    .json();
+    assert_eq!(
+        status["auth"]["providers"]["corp"]["jwks_url"], "backend://idp/jwks.json",
+        "{status}"
+    );
+
+    let broken = gateway_yaml("backend://nope/jwks.json", "1h");
+    let lookup = |n: &str| Some(if n == "API_ADDR" { "127.0.0.1:1" } else { "" }.to_string());
+    let err = fanout::load_gateway("fanout.yaml", &broken, &lookup)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("names backend `nope`, which is not in `backends:`"),
+        "{err}"
+    );
+    let line = broken
+        .lines()
+        .position(|l| l.contains("backend://nope"))
+        .unwrap()
+        + 1;
+    assert!(err.contains(&format!("fanout.yaml:{line}:")), "{err}");
 }

@@ -97,7 +97,7 @@ where
         .map(|r| r.into_inner())
 }
 
-async fn get_profile(
+pub(crate) async fn get_profile(
     addr: std::net::SocketAddr,
     user: &str,
     metadata: &[(&'static str, &str)],

@@ -50,14 +50,15 @@ fn is_ident(c: char) -> bool {
 }
 
 /// The module paths `code` names after `prefix::` (`crate::a::b::C` → `[a, b, C]`), including
-/// the first segment of each item of a `crate::{a::b, c}` group.
+/// the first segment of each item of a `crate::{a::b, c}` group. A `prefix` that continues a
+/// path (`x::prefix::`, `xprefix::`) is not one.
 fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let mut rest = code;
     while let Some(i) = rest.find(prefix) {
         let before = rest[..i].chars().next_back();
         rest = &rest[i + prefix.len()..];
-        if before.is_some_and(is_ident) {
+        if before.is_some_and(|c| is_ident(c) || c == ':') {
             continue;
         }
         if let Some(group) = rest.strip_prefix('{') {
@@ -91,9 +92,34 @@ fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
     out
 }
 
+/// The child modules a file declares in its own files (`mod name;`, `pub(crate) mod name;`): its
+/// code names them by relative paths (`name::item`).
+fn child_modules(code: &str) -> Vec<String> {
+    code.lines()
+        .filter_map(|line| {
+            let mut l = line.trim();
+            if let Some(rest) = l.strip_prefix("pub") {
+                l = match rest.strip_prefix('(') {
+                    Some(vis) => &vis[vis.find(')')? + 1..],
+                    None => rest,
+                };
+            }
+            let name = l
+                .trim_start()
+                .strip_prefix("mod ")?
+                .trim()
+                .strip_suffix(';')?;
+            name.chars()
+                .all(is_ident)
+                .then(|| name.trim_start_matches("r#").to_string())
+        })
+        .collect()
+}
+
 /// Cycles of imports across the files of one crate: strongly connected components of more than
-/// one file, an edge from each file to every module its code names (`crate::m`, `super::m`), a
-/// module's own ancestors excepted.
+/// one file, an edge from each file to every module its code names (`crate::m`, `super::m`,
+/// `self::m`, and `m::…` where `m` is a child module it declares), a module's own ancestors
+/// excepted.
 fn file_cycles(src: &Path) -> Vec<Vec<String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
@@ -102,16 +128,30 @@ fn file_cycles(src: &Path) -> Vec<Vec<String>> {
     let mut edges: BTreeMap<&Vec<String>, BTreeSet<&Vec<String>>> = BTreeMap::new();
     for (m, file) in &modules {
         let code = code_of(&std::fs::read_to_string(file).unwrap());
-        // `super` of `a/b.rs` and of `a/b/mod.rs` (module `a::b`) is `a`.
-        let parent = &m[..m.len().saturating_sub(1)];
         let mut targets = Vec::new();
         for p in paths_after(&code, "crate::") {
             targets.push(p);
         }
         for p in paths_after(&code, "super::") {
-            let mut full = parent.to_vec();
+            // `super` of `a/b.rs` and of `a/b/mod.rs` (module `a::b`) is `a`; each further
+            // `super::` one more level up.
+            let up = 1 + p.iter().take_while(|s| *s == "super").count();
+            let mut full = m[..m.len().saturating_sub(up)].to_vec();
+            full.extend(p.into_iter().skip(up - 1));
+            targets.push(full);
+        }
+        for p in paths_after(&code, "self::") {
+            let mut full = m.clone();
             full.extend(p);
             targets.push(full);
+        }
+        for child in child_modules(&code) {
+            for p in paths_after(&code, &format!("{child}::")) {
+                let mut full = m.clone();
+                full.push(child.clone());
+                full.extend(p);
+                targets.push(full);
+            }
         }
         let out = edges.entry(m).or_default();
         for t in targets {
@@ -240,5 +280,189 @@ fn the_cycle_check_finds_a_planted_cycle() {
     assert_eq!(
         found,
         vec![vec!["a".to_string(), "b".into(), "exec".into()]]
+    );
+}
+
+/// The check reads a parent's relative paths to its child modules (`keyed::compile` in a file
+/// that declares `mod keyed;`), and only those: `crate::…::keyed::` and `super::keyed::` are
+/// the paths they say.
+#[test]
+fn the_cycle_check_reads_relative_paths_to_child_modules() {
+    let dir = std::env::temp_dir().join(format!("fanout-house-child-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("step")).unwrap();
+    std::fs::create_dir_all(src.join("other")).unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "mod explain;\nmod other;\nmod plan;\nmod sib;\nmod step;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("explain.rs"),
+        "use crate::plan::Plan;\npub fn fmt() {}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("plan.rs"),
+        "use crate::step::KINDS;\npub struct Plan;\n",
+    )
+    .unwrap();
+    // The parent names its child only relatively: the circle closes through it.
+    std::fs::write(
+        src.join("step/mod.rs"),
+        "pub(crate) mod keyed;\npub const KINDS: &[fn()] = &[keyed::compile];\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("step/keyed.rs"),
+        "pub fn compile() { crate::explain::fmt() }\n",
+    )
+    .unwrap();
+    // `other` declares a `keyed` of its own, and names `step`'s by its full paths: no edge to
+    // `other/keyed` from those (it would close `other` → `other/keyed` → `sib` → `other`).
+    std::fs::write(
+        src.join("other.rs"),
+        "mod keyed;\nfn f() { crate::step::keyed::compile(); super::step::keyed::compile(); }\npub fn g() {}\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("other/keyed.rs"), "use super::super::sib::S;\n").unwrap();
+    std::fs::write(
+        src.join("sib.rs"),
+        "pub struct S;\nfn h() { crate::other::g() }\n",
+    )
+    .unwrap();
+    let found = file_cycles(&src);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        found,
+        vec![vec![
+            "explain".to_string(),
+            "plan".into(),
+            "step".into(),
+            "step/keyed".into()
+        ]]
+    );
+}
+
+/// The most lines a source file may have before its tests: past that, a reader no longer holds
+/// the file in mind, and it has seams to split along.
+const MAX_LINES_BEFORE_TESTS: usize = 1200;
+
+/// Whether `line` opens an inline module at the top level (`mod tests {`, `pub(crate) mod x {`).
+fn opens_inline_module(line: &str) -> bool {
+    let l = line.strip_prefix("pub(crate) ").unwrap_or(line);
+    let l = l.strip_prefix("pub ").unwrap_or(l);
+    l.starts_with("mod ") && l.trim_end().ends_with('{')
+}
+
+/// Lines of a file before its first top-level `#[cfg(test)]` inline module (all its lines when it
+/// has none); attributes between the two count as the module's.
+fn lines_before_tests(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len())
+        .find(|&i| {
+            lines[i] == "#[cfg(test)]"
+                && lines[i + 1..]
+                    .iter()
+                    .find(|l| !l.starts_with("#["))
+                    .is_some_and(|l| opens_inline_module(l))
+        })
+        .unwrap_or(lines.len())
+}
+
+/// The files of a crate that are tests themselves: declared `#[cfg(test)] mod name;` by their
+/// parent (`h1pool/differential.rs`, `report/tests.rs`).
+fn test_only_files(src: &Path) -> BTreeSet<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .map(|f| (module_of(src, f), f.clone()))
+        .collect();
+    let mut out = BTreeSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (i, line) in lines.iter().enumerate() {
+            if *line != "#[cfg(test)]" {
+                continue;
+            }
+            let Some(next) = lines[i + 1..].iter().find(|l| !l.starts_with("#[")) else {
+                continue;
+            };
+            for child in child_modules(next) {
+                let mut m = module_of(src, file);
+                m.push(child);
+                if let Some(f) = modules.get(&m) {
+                    out.insert(f.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// No source file has more than [`MAX_LINES_BEFORE_TESTS`] lines before its tests (issue 70's
+/// acceptance); files that are tests themselves are exempt.
+#[test]
+fn no_source_file_is_over_1200_lines_before_its_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut over = Vec::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        let src = dir.join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let exempt = test_only_files(&src);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in files.into_iter().filter(|f| !exempt.contains(f)) {
+            checked += 1;
+            let n = lines_before_tests(&std::fs::read_to_string(&file).unwrap());
+            if n > MAX_LINES_BEFORE_TESTS {
+                let name = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                over.push(format!("{name}: {n} lines before its tests"));
+            }
+        }
+    }
+    assert!(checked >= 100, "only {checked} source files found");
+    over.sort();
+    assert!(
+        over.is_empty(),
+        "files over {MAX_LINES_BEFORE_TESTS} lines before their tests (split them along their seams):\n{}",
+        over.join("\n")
+    );
+}
+
+/// The line check itself: tests counted from their `#[cfg(test)]` module, test-only files
+/// known by their declaration.
+#[test]
+fn the_line_check_counts_up_to_the_tests_and_knows_test_only_files() {
+    let text = "fn a() {}\n#[cfg(test)]\nmod differential;\n\n#[cfg(test)]\n#[allow(dead_code)]\nmod tests {\n    fn t() {}\n}\n";
+    assert_eq!(lines_before_tests(text), 4);
+    assert_eq!(lines_before_tests("fn a() {}\nfn b() {}\n"), 2);
+    let dir = std::env::temp_dir().join(format!("fanout-house-lines-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("pool")).unwrap();
+    std::fs::write(src.join("lib.rs"), "mod pool;\n#[cfg(test)]\nmod tests;\n").unwrap();
+    std::fs::write(src.join("tests.rs"), "").unwrap();
+    std::fs::write(
+        src.join("pool.rs"),
+        "#[cfg(test)]\npub(crate) mod twin;\nmod wire;\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("pool/twin.rs"), "").unwrap();
+    std::fs::write(src.join("pool/wire.rs"), "").unwrap();
+    let found = test_only_files(&src);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        found,
+        BTreeSet::from([src.join("pool/twin.rs"), src.join("tests.rs")])
     );
 }

@@ -22,13 +22,17 @@ fn route(r: &RouteExplain) -> String {
          is shorter)",
         fmt_dur(r.deadline)
     );
-    if let Some(a) = &r.auth {
-        let _ = writeln!(out, "  auth: {a}");
+    if !r.edge.is_empty() {
+        let _ = writeln!(
+            out,
+            "  edge stages, in order (each may refuse before the body is read): {}",
+            r.edge.join(", ")
+        );
+    }
+    for line in &r.edge_lines {
+        let _ = writeln!(out, "  {line}");
     }
     coalesce(&mut out, r);
-    for l in &r.rate_limits {
-        let _ = writeln!(out, "  rate limit {l}; over it: 429 rate_limited");
-    }
     let _ = writeln!(
         out,
         "  {} in {}; steps of one level can run in parallel, and each step starts as soon as \

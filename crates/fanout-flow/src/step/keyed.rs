@@ -29,7 +29,7 @@ impl StepKind for KeyedStep {
         if let Some(w) = self.batch.window {
             text.push_str(&format!(
                 ", keys of concurrent requests collected for {}",
-                crate::explain::fmt_dur(w)
+                fanout_config::format_duration(w)
             ));
         }
         text.push(')');

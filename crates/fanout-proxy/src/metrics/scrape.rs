@@ -79,8 +79,7 @@ impl Collector for State {
         batches(live, &mut out)?;
         reference(live, &mut out)?;
         runtimes(live, &mut out)?;
-        rate_limits(live, &mut out)?;
-        auth(live, &mut out)?;
+        live.stages.metrics(&mut out)?;
         tls(gw, &mut out)?;
         gw.compression_stats().metrics(&mut out)?;
         runtime(gw, &mut out)?;
@@ -106,6 +105,13 @@ fn errors(gw: &Gateway, live: &Live, out: &mut Out<'_>) -> fmt::Result {
                 .map(|k| k.code()),
         )
         .chain(live.error_codes.iter().map(|c| &**c))
+        // The edge stages' refusals.
+        .chain(
+            gw.registry
+                .stages()
+                .iter()
+                .flat_map(|s| s.codes.iter().copied()),
+        )
         .map(|c| (c, 0))
         .collect();
     by_code.extend(counted.iter().map(|(c, n)| (c.as_str(), *n)));
@@ -448,169 +454,6 @@ fn reference(live: &Live, out: &mut Out<'_>) -> fmt::Result {
         status.iter().flat_map(|(n, s)| {
             [("ok", s.loads), ("error", s.failures)].map(|(r, v)| -> (L2<'_>, Value) {
                 ([("dataset", &**n), ("result", r)], Value::Counter(v))
-            })
-        }),
-    )
-}
-
-/// One counter of a policy.
-type CounterOf = fn(&fanout_ratelimit::Counters) -> &std::sync::atomic::AtomicU64;
-
-/// The rate-limit policies: decisions, fallbacks, Redis errors, the key tables.
-fn rate_limits(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    use std::sync::atomic::Ordering::Relaxed;
-    let p = &live.rate_limits.policies;
-    out.family(
-        "fanout_ratelimit_decisions",
-        "Rate-limit decisions, by policy and decision (allowed, denied)",
-        Counter,
-        p.iter().flat_map(|c| {
-            let n = c.policy.counters();
-            [("allowed", &n.allowed), ("denied", &n.denied)].map(|(d, v)| -> (L2<'_>, Value) {
-                (
-                    [("policy", &*c.name), ("decision", d)],
-                    Value::Counter(v.load(Relaxed)),
-                )
-            })
-        }),
-    )?;
-    let counters: [(&str, &str, CounterOf); 3] = [
-        (
-            "fanout_ratelimit_fallback",
-            "Decisions of a `store: redis` policy made without Redis (local fallback or on_failure: deny) because Redis failed or was skipped after a failure",
-            |n| &n.fallback,
-        ),
-        (
-            "fanout_ratelimit_redis_errors",
-            "Rate-limit decisions in Redis that failed or timed out",
-            |n| &n.redis_errors,
-        ),
-        (
-            "fanout_ratelimit_denied_locally",
-            "Requests of a key Redis had refused, refused again before its retry time without asking Redis",
-            |n| &n.denied_locally,
-        ),
-    ];
-    for (name, help, get) in counters {
-        out.family(
-            name,
-            help,
-            Counter,
-            p.iter().map(|c| {
-                (
-                    [("policy", &*c.name)],
-                    Value::Counter(get(c.policy.counters()).load(Relaxed)),
-                )
-            }),
-        )?;
-    }
-    out.family(
-        "fanout_ratelimit_overflow",
-        "Decisions of new keys made on a policy's shared overflow bucket because its key table was full (max_keys)",
-        Counter,
-        p.iter().map(|c| ([("policy", &*c.name)], Value::Counter(c.policy.overflowed()))),
-    )?;
-    out.family(
-        "fanout_ratelimit_keys",
-        "Keys held in a policy's key tables",
-        Gauge,
-        p.iter()
-            .map(|c| ([("policy", &*c.name)], Value::Gauge(c.policy.keys() as f64))),
-    )?;
-    out.family(
-        "fanout_ratelimit_table_bytes",
-        "Bytes held by a policy's key tables",
-        Gauge,
-        p.iter().map(|c| {
-            (
-                [("policy", &*c.name)],
-                Value::Gauge(c.policy.table_bytes() as f64),
-            )
-        }),
-    )
-}
-
-/// Authentication: each provider's keys (count, age, fetches) and decisions, every reason a
-/// series from the start.
-fn auth(live: &Live, out: &mut Out<'_>) -> fmt::Result {
-    let providers = live.auth.counters();
-    let now = std::time::SystemTime::now();
-    out.family(
-        "fanout_auth_keys",
-        "Keys in use by an auth provider (0 until its JWK set loads)",
-        Gauge,
-        providers.iter().map(|p| {
-            (
-                [("provider", p.name.as_str())],
-                Value::Gauge(p.keys.keys as f64),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_auth_keys_age_seconds",
-        "Age of the keys an auth provider uses (no sample before they load)",
-        Gauge,
-        providers.iter().filter_map(|p| {
-            let age = now.duration_since(p.keys.loaded_at?).unwrap_or_default();
-            Some((
-                [("provider", p.name.as_str())],
-                Value::Gauge(age.as_secs_f64()),
-            ))
-        }),
-    )?;
-    out.family(
-        "fanout_auth_jwks_fetches",
-        "JWK set fetches of an auth provider, by result (ok, error)",
-        Counter,
-        providers.iter().flat_map(|p| {
-            [("ok", p.keys.fetches), ("error", p.keys.failures)].map(|(r, v)| -> (L2<'_>, Value) {
-                (
-                    [("provider", p.name.as_str()), ("result", r)],
-                    Value::Counter(v),
-                )
-            })
-        }),
-    )?;
-    out.family(
-        "fanout_auth_unknown_kid_fetches",
-        "JWK set fetches made because a token named an unknown kid",
-        Counter,
-        providers.iter().map(|p| {
-            (
-                [("provider", p.name.as_str())],
-                Value::Counter(p.keys.unknown_kid_fetches),
-            )
-        }),
-    )?;
-    out.family(
-        "fanout_auth_requests",
-        "Requests an auth provider decided, by outcome (accepted, missing, invalid, forbidden, unavailable)",
-        Counter,
-        providers.iter().flat_map(|p| {
-            let invalid: u64 = p.invalid.values().sum();
-            [
-                ("accepted", p.accepted),
-                ("missing", p.missing),
-                ("invalid", invalid),
-                ("forbidden", p.forbidden),
-                ("unavailable", p.unavailable),
-            ]
-            .map(|(o, v)| -> (L2<'_>, Value) {
-                ([("provider", p.name.as_str()), ("outcome", o)], Value::Counter(v))
-            })
-        }),
-    )?;
-    out.family(
-        "fanout_auth_invalid_tokens",
-        "Tokens an auth provider refused, by reason",
-        Counter,
-        providers.iter().flat_map(|p| {
-            fanout_auth::TokenError::REASONS.map(|r| -> (L2<'_>, Value) {
-                let n = p.invalid.get(r).copied().unwrap_or(0);
-                (
-                    [("provider", p.name.as_str()), ("reason", r)],
-                    Value::Counter(n),
-                )
             })
         }),
     )

@@ -1,0 +1,174 @@
+//! Edge stages are components (issue 70): a stage written outside the gateway — here, in this
+//! test crate — plugs in through the public registry alone (`Registry::with_stage`), reads its
+//! own section under `stages:`, and runs on HTTP and gRPC routes alike, in the same place of the
+//! lifecycle; its refusal is answered in each kind's own way, its status section and metric
+//! family appear beside the built-in ones, and an unknown stage name is a config error.
+
+use crate::support::config;
+use fanout_edge::{BuildCx, EdgeStage, Registration, Rejection, RequestHead, RouteKind, Step};
+use fanout_proxy::registry::Registry;
+use fanout_testkit::*;
+use http::StatusCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Requests the throw-away stage saw, by kind (HTTP, gRPC). Process-wide: only the test below
+/// registers the stage.
+static SEEN: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The throw-away stage: on the routes whose section names a header, a request carrying that
+/// header is refused (403 `tagged`).
+struct Tag {
+    /// By route index: the header that refuses, if the route has the stage.
+    routes: Vec<Option<http::HeaderName>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TagConfig {
+    refuse_header: String,
+}
+
+fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, fanout_config::ConfigErrors> {
+    let mut routes = Vec::new();
+    for i in 0..cx.config.routes.len() {
+        let header = match cx.section("tag", i) {
+            Some((v, path)) => {
+                let c: TagConfig = cx
+                    .read(v, &path)
+                    .map_err(|e| fanout_config::ConfigErrors(vec![e]))?;
+                Some(http::HeaderName::from_bytes(c.refuse_header.as_bytes()).unwrap())
+            }
+            None => None,
+        };
+        routes.push(header);
+    }
+    Ok(Some(Arc::new(Tag { routes })))
+}
+
+impl EdgeStage for Tag {
+    fn applies(&self, route: usize, _: RouteKind) -> bool {
+        self.routes.get(route).is_some_and(Option::is_some)
+    }
+
+    fn on_request<'a>(&'a self, head: &'a mut RequestHead<'_>) -> Step<'a> {
+        let kind = match head.kind {
+            RouteKind::Http => 0,
+            RouteKind::Grpc => 1,
+        };
+        SEEN[kind].fetch_add(1, Ordering::Relaxed);
+        let refuse = self.routes.get(head.route.index).and_then(Option::as_ref);
+        match refuse {
+            Some(h) if head.parts.headers.contains_key(h) => Step::Refuse(Rejection::new(
+                StatusCode::FORBIDDEN,
+                "tagged",
+                "refused by the tag stage",
+            )),
+            _ => Step::Next,
+        }
+    }
+
+    fn status_json(&self) -> Option<serde_json::Value> {
+        Some(
+            serde_json::json!({ "seen": SEEN[0].load(Ordering::Relaxed) + SEEN[1].load(Ordering::Relaxed) }),
+        )
+    }
+
+    fn metrics(&self, out: &mut fanout_edge::metrics::Out<'_>) -> std::fmt::Result {
+        out.single(
+            "test_tag_seen",
+            "Requests the tag stage saw",
+            fanout_edge::metrics::Value::Counter(
+                SEEN[0].load(Ordering::Relaxed) + SEEN[1].load(Ordering::Relaxed),
+            ),
+        )
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+const TAG: Registration = Registration {
+    name: "tag",
+    section: true,
+    codes: &["tagged"],
+    build,
+};
+
+/// The grpc-gateway example plus one HTTP route; the stage's section in `defaults` applies to
+/// both routes.
+fn yaml(stages: &str) -> String {
+    crate::grpc::example("fanout.yaml").replace(
+        "routes:\n",
+        "routes:\n  - path: /hello\n    respond: { body: '{hi: 1}' }\n",
+    ) + &format!("defaults: {{stages: {stages}}}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_from_outside_runs_on_http_and_grpc_routes_through_the_registry() {
+    let s = stubs(&crate::grpc::example("stubs.yaml")).await;
+    let cfg = config(&yaml("{tag: {refuse_header: x-block}}"), &s);
+    let gw = fanout_proxy::Gateway::build_in(&cfg, Registry::standard().with_stage(TAG))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gw = fanout::start_gateway(gw, "127.0.0.1:0", Some("127.0.0.1:0"))
+        .await
+        .unwrap();
+    let url = format!("http://{}/hello", gw.addr);
+
+    // HTTP: passes without the header, refused with it (the contract's error body).
+    let ok = get(&url).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let c = client(false);
+    let refused = send(&c, http::Method::GET, &url, &[("x-block", "1")], "").await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert_eq!(refused.json()["error"]["code"], "tagged");
+    assert_eq!(SEEN[0].load(Ordering::Relaxed), 2);
+
+    // gRPC: the same stage, the refusal as a gRPC status.
+    let ok = crate::grpc::get_profile(gw.addr, "u1", &[]).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let e = crate::grpc::get_profile(gw.addr, "u1", &[("x-block", "1")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert_eq!(e.metadata().get("x-fanout-error-code").unwrap(), "tagged");
+    assert_eq!(SEEN[1].load(Ordering::Relaxed), 2);
+    assert_eq!(calls(&s, "users"), 1, "the refused call reached no backend");
+
+    // Its status section and its metric family beside the built-in ones.
+    let admin = gw.admin_addr.unwrap();
+    let status = get(&format!("http://{admin}/__fanout/status")).await.json();
+    assert_eq!(status["tag"]["seen"], 4);
+    let metrics = get(&format!("http://{admin}/metrics")).await.text();
+    assert!(metrics.contains("test_tag_seen_total 4"), "{metrics}");
+}
+
+#[test]
+fn an_unknown_stage_name_is_a_config_error_with_a_suggestion() {
+    let vars = std::collections::HashMap::<String, String>::new();
+    let lookup = |n: &str| vars.get(n).cloned();
+    let cfg = fanout_config::Config::from_yaml(
+        "fanout.yaml",
+        &yaml("{tagg: {refuse_header: x}}"),
+        &lookup,
+    )
+    .unwrap();
+    let err = fanout_proxy::Gateway::build_in(&cfg, Registry::standard().with_stage(TAG))
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(text.contains("unknown edge stage `tagg`"), "{text}");
+    assert!(text.contains("did you mean `tag`"), "{text}");
+    assert!(text.contains("fanout.yaml:"), "a position: {text}");
+    // A section the stage does not accept is an error at its place, in the stage's own words.
+    let cfg =
+        fanout_config::Config::from_yaml("fanout.yaml", &yaml("{tag: {refuse_headr: x}}"), &lookup)
+            .unwrap();
+    let text = fanout_proxy::Gateway::build_in(&cfg, Registry::standard().with_stage(TAG))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(text.contains("defaults.stages.tag"), "{text}");
+    assert!(text.contains("refuse_headr"), "{text}");
+}
