@@ -204,6 +204,9 @@ pub struct HttpBackend {
     grpc: Option<GrpcOpts>,
     /// HTTP/1 (the `Host` header is ours to set).
     http1: bool,
+    /// `server.deadline_header`: the header each HTTP call carries the time its attempt may take
+    /// in, in milliseconds (gRPC calls carry `grpc-timeout`); `None` writes none.
+    deadline_header: Option<HeaderName>,
 }
 
 impl HttpBackend {
@@ -342,7 +345,15 @@ impl HttpBackend {
                 gzip: cfg.grpc_compression == fanout_config::GrpcCompression::Gzip,
             }),
             http1: !cfg.protocol.is_http2(),
+            deadline_header: None,
         })
+    }
+
+    /// The client that writes the time each HTTP call's attempt may take, in milliseconds, in
+    /// header `name` (`server.deadline_header`), for the backend to stop early.
+    pub fn with_deadline_header(mut self, name: HeaderName) -> HttpBackend {
+        self.deadline_header = Some(name);
+        self
     }
 }
 
@@ -803,9 +814,9 @@ impl Backend for HttpBackend {
                 }
                 // The time this attempt may take, for the backend to stop early (written here,
                 // by the transport, so it is never part of a call's identity).
-                if let Some(name) = req.deadline_header.filter(|_| grpc.is_none()) {
+                if let Some(name) = self.deadline_header.as_ref().filter(|_| grpc.is_none()) {
                     let ms = timeout.as_millis().clamp(1, u64::MAX as u128) as u64;
-                    h.insert(name, http::HeaderValue::from(ms));
+                    h.insert(name.clone(), http::HeaderValue::from(ms));
                 }
                 // HTTP/1: the `Host` header made once per address (hyper's client would format
                 // it for every request that lacks one).
@@ -888,7 +899,12 @@ impl Backend for HttpBackend {
 /// The HTTP protocol (HTTP/1.1, HTTP/2 and gRPC): its line in `fanout-proxy`'s `PROTOCOLS`.
 pub const PROTOCOL: fanout_protocol::Registration = fanout_protocol::Registration {
     serves: Protocol::is_http,
-    build: |name, b, defaults| Ok(Arc::new(HttpBackend::new(name, b, defaults)?)),
+    build: |name, b, shared| {
+        let client = HttpBackend::new(name, b, shared.defaults)?;
+        Ok(Arc::new(
+            client.with_deadline_header(shared.deadline_header.clone()),
+        ))
+    },
     // Its families (in flight, addresses up, ejections) come from `addresses()`, written for
     // every protocol by the backend metrics.
     metrics: |_, _| Ok(()),

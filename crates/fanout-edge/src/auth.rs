@@ -112,7 +112,6 @@ impl Fetch for BackendFetch {
             timeout,
             deadline: tokio::time::Instant::now() + timeout,
             idempotent: true,
-            deadline_header: None,
             trace: None,
         };
         let call = self.backend.call(req);

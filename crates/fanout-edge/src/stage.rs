@@ -120,23 +120,20 @@ impl<'a> RequestHead<'a> {
             Rejection::new(StatusCode::BAD_REQUEST, code, why.to_string())
         })?;
         let client = self.client_text(reads);
-        Ok(fanout_expr::request::request_val_reading(
-            fanout_expr::request::RequestParts {
-                method: parts.method.as_str(),
-                path: parts.uri.path(),
-                query: parts.uri.query(),
-                params: self.param_vals(),
-                headers: parts
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_bytes())),
-                body: Val::Null,
-                client: client.as_deref(),
-                auth: self.auth.clone(),
-                tls: Val::Null,
-            },
-            reads,
-        ))
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()));
+        let request = fanout_expr::request::RequestParts::new(
+            parts.method.as_str(),
+            parts.uri.path(),
+            parts.uri.query(),
+            headers,
+        )
+        .with_params(self.param_vals())
+        .with_client(client.as_deref())
+        .with_auth(self.auth.clone());
+        Ok(fanout_expr::request::request_val_reading(request, reads))
     }
 }
 

@@ -206,6 +206,69 @@ pub struct RequestParts<'a, P, H> {
     pub tls: Val,
 }
 
+/// No path parameters: those of [`RequestParts::new`] until [`RequestParts::with_params`].
+pub type NoParams<'a> = std::iter::Empty<(&'a str, &'a str)>;
+
+impl<'a, H> RequestParts<'a, NoParams<'a>, H> {
+    /// A request's method, path, query (without `?`) and headers (names lower-case); no path
+    /// parameters, body, client address, claims or TLS (`null`) until the `with_*` methods give
+    /// them — each stage of the edge fills what it knows.
+    pub fn new(method: &'a str, path: &'a str, query: Option<&'a str>, headers: H) -> Self {
+        RequestParts {
+            method,
+            path,
+            query,
+            params: std::iter::empty(),
+            headers,
+            body: Val::Null,
+            client: None,
+            auth: Val::Null,
+            tls: Val::Null,
+        }
+    }
+}
+
+impl<'a, P, H> RequestParts<'a, P, H> {
+    /// The path parameters the route's pattern captured (`$request.params`).
+    pub fn with_params<Q>(self, params: Q) -> RequestParts<'a, Q, H> {
+        RequestParts {
+            method: self.method,
+            path: self.path,
+            query: self.query,
+            params,
+            headers: self.headers,
+            body: self.body,
+            client: self.client,
+            auth: self.auth,
+            tls: self.tls,
+        }
+    }
+
+    /// The parsed body (`$request.body`).
+    pub fn with_body(mut self, body: Val) -> Self {
+        self.body = body;
+        self
+    }
+
+    /// The client's address (`$request.client.address`; `None`: `null`).
+    pub fn with_client(mut self, client: Option<&'a str>) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// The verified token's claims (`$request.auth`).
+    pub fn with_auth(mut self, auth: Val) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// The connection's TLS (`$request.tls`).
+    pub fn with_tls(mut self, tls: Val) -> Self {
+        self.tls = tls;
+        self
+    }
+}
+
 fn key(s: &str) -> Val {
     str_val(s)
 }
@@ -517,17 +580,16 @@ mod tests {
 
     #[test]
     fn builds_request() {
-        let v = request_val(RequestParts {
-            method: "GET",
-            path: "/a/1",
-            query: Some("q=a+b%21&x=1&x=2&bad=%zz&tail=%4"),
-            params: [("id", "1")],
-            headers: [("h", &b"1"[..]), ("h", &b"2"[..])],
-            body: Val::Null,
-            client: Some("192.0.2.1"),
-            auth: Val::Null,
-            tls: Val::Null,
-        });
+        let v = request_val(
+            RequestParts::new(
+                "GET",
+                "/a/1",
+                Some("q=a+b%21&x=1&x=2&bad=%zz&tail=%4"),
+                [("h", &b"1"[..]), ("h", &b"2"[..])],
+            )
+            .with_params([("id", "1")])
+            .with_client(Some("192.0.2.1")),
+        );
         assert_eq!(
             to_string(&v),
             r#"{"method":"GET","path":"/a/1","params":{"id":"1"},"query":{"q":"a b!","x":["1","2"],"bad":"%zz","tail":"%4"},"headers":{"h":"1, 2"},"body":null,"client":{"address":"192.0.2.1"},"auth":null,"tls":null}"#
@@ -602,20 +664,15 @@ mod tests {
 
     #[test]
     fn a_request_built_for_its_reads_answers_those_reads_alike() {
-        let parts = || RequestParts {
-            method: "POST",
-            path: "/a/1",
-            query: Some("q=1&q=2"),
-            params: [("id", "1")],
-            headers: [
+        let parts = || {
+            let headers = [
                 ("x-user", &b"ann"[..]),
                 ("x-user", &b"bob"[..]),
                 ("x-request-id", &b"r-1"[..]),
-            ],
-            body: Val::from(true),
-            client: None,
-            auth: Val::Null,
-            tls: Val::Null,
+            ];
+            RequestParts::new("POST", "/a/1", Some("q=1&q=2"), headers)
+                .with_params([("id", "1")])
+                .with_body(Val::from(true))
         };
         let whole = request_val(parts());
         for src in [
@@ -646,16 +703,10 @@ mod tests {
         assert!(reads("$request[\"auth\"]").auth);
         assert!(!reads("$request.body.auth").auth);
         assert!(RequestUse::all().auth);
-        let parts = |auth: Val| RequestParts {
-            method: "GET",
-            path: "/",
-            query: None,
-            params: [("id", "1")],
-            headers: std::iter::empty(),
-            body: Val::Null,
-            client: None,
-            auth,
-            tls: Val::Null,
+        let parts = |auth: Val| {
+            RequestParts::new("GET", "/", None, std::iter::empty())
+                .with_params([("id", "1")])
+                .with_auth(auth)
         };
         let claims = crate::json::parse(br#"{"sub":"ann"}"#).unwrap();
         let e = crate::Expr::compile("$request.auth.sub", &["request"]).unwrap();
@@ -685,28 +736,14 @@ mod tests {
         assert!(names("/broken/{x").is_empty());
         // A made key and a key made from text build the same `$request`.
         let keys = param_keys("/users/{id}");
-        let made = request_val(RequestParts {
-            method: "GET",
-            path: "/users/7",
-            query: None,
-            params: keys.iter().map(|(_, k)| (k.clone(), "7")),
-            headers: std::iter::empty(),
-            body: Val::Null,
-            client: None,
-            auth: Val::Null,
-            tls: Val::Null,
-        });
-        let text = request_val(RequestParts {
-            method: "GET",
-            path: "/users/7",
-            query: None,
-            params: [("id", "7")],
-            headers: std::iter::empty(),
-            body: Val::Null,
-            client: None,
-            auth: Val::Null,
-            tls: Val::Null,
-        });
+        let made = request_val(
+            RequestParts::new("GET", "/users/7", None, std::iter::empty())
+                .with_params(keys.iter().map(|(_, k)| (k.clone(), "7"))),
+        );
+        let text = request_val(
+            RequestParts::new("GET", "/users/7", None, std::iter::empty())
+                .with_params([("id", "7")]),
+        );
         assert_eq!(to_string(&made), to_string(&text));
     }
 

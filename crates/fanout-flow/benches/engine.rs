@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fanout_config::Config;
-use fanout_expr::Val;
 use fanout_expr::request::{RequestParts, request_val};
 use fanout_flow::{Backend, CallError, CallRequest, CallResponse, compile};
 use futures_util::future::BoxFuture;
@@ -91,17 +90,12 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     g.bench_function("hh_vacancies_flow/fanout", |b| {
         b.iter(|| {
-            let req = request_val(RequestParts {
-                method: "GET",
-                path: "/vacancies",
-                query: Some("text=rust"),
-                params: std::iter::empty::<(&str, &str)>(),
-                headers: headers.iter().copied(),
-                body: Val::Null,
-                client: None,
-                auth: Val::Null,
-                tls: Val::Null,
-            });
+            let req = request_val(RequestParts::new(
+                "GET",
+                "/vacancies",
+                Some("text=rust"),
+                headers.iter().copied(),
+            ));
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
             let out = rt.block_on(route.run(req, deadline)).unwrap();
             black_box(out.body)
@@ -121,7 +115,6 @@ fn bench(c: &mut Criterion) {
                     timeout: Duration::from_secs(1),
                     deadline: tokio::time::Instant::now() + Duration::from_secs(1),
                     idempotent: true,
-                    deadline_header: None,
                     trace: None,
                 };
                 let r = backend.call(mk("/search?text=rust".into())).await.unwrap();

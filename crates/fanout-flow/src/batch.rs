@@ -14,7 +14,6 @@ use fanout_layers::cache::{CachePolicy, CacheStats, KeyCache};
 use fanout_layers::trace::CallTrace;
 use fanout_runtime::hist::{AtomicHistogram, HistogramSnapshot};
 use futures_util::future::try_join_all;
-use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -38,8 +37,6 @@ pub struct BatchPlan {
     pub window: Option<Duration>,
     /// Per-call timeout.
     pub timeout: Duration,
-    /// Header carrying the remaining budget.
-    pub deadline_header: HeaderName,
     collector: OnceLock<mpsc::UnboundedSender<Waiter>>,
     key_cache: Option<KeyCache>,
     stats: BatchStats,
@@ -95,7 +92,6 @@ impl BatchPlan {
         max: usize,
         window: Option<Duration>,
         timeout: Duration,
-        deadline_header: HeaderName,
     ) -> BatchPlan {
         BatchPlan {
             name: call.backend_name.clone(),
@@ -104,7 +100,6 @@ impl BatchPlan {
             max: max.max(1),
             window,
             timeout,
-            deadline_header,
             collector: OnceLock::new(),
             key_cache: None,
             stats: BatchStats::new(),
@@ -251,7 +246,6 @@ impl BatchPlan {
             req,
             self.timeout,
             deadline,
-            &self.deadline_header,
             // Shared by the requests of the batch: in no one request's account.
             crate::memory::RequestMemory::unlimited(),
         )

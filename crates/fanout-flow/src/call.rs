@@ -290,8 +290,7 @@ pub(crate) fn build_call(
         timeout: std::time::Duration::ZERO, // set when the call starts
         deadline,
         idempotent: h.idempotent,
-        deadline_header: None, // set when the call starts
-        trace: None,           // set when the call starts
+        trace: None, // set when the call starts
     })
 }
 
@@ -395,10 +394,9 @@ pub(crate) async fn fetch_json(
     req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
-    deadline_header: &HeaderName,
     memory: &RequestMemory<'_>,
 ) -> Result<Val, FlowError> {
-    let resp = fetch_answer(step_name, h, req, step_timeout, deadline, deadline_header).await?;
+    let resp = fetch_answer(step_name, h, req, step_timeout, deadline).await?;
     // An answer shared by dedup is parsed once for all who share it (the value is immutable).
     let depth = h.max_depth();
     if let Some((d, v)) = resp.parsed.as_deref().and_then(|c| c.get())
@@ -425,9 +423,8 @@ pub(crate) async fn fetch_body(
     req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
-    deadline_header: &HeaderName,
 ) -> Result<Bytes, FlowError> {
-    fetch_answer(step_name, h, req, step_timeout, deadline, deadline_header)
+    fetch_answer(step_name, h, req, step_timeout, deadline)
         .await
         .map(|r| r.bytes())
 }
@@ -439,7 +436,6 @@ pub async fn fetch_answer(
     mut req: CallRequest,
     step_timeout: std::time::Duration,
     deadline: Instant,
-    deadline_header: &HeaderName,
 ) -> Result<CallResponse, FlowError> {
     let now = Instant::now();
     let remaining = deadline.saturating_duration_since(now);
@@ -451,7 +447,6 @@ pub async fn fetch_answer(
         return Err(timed_out(step_name, h, timeout, step_timeout, timeout));
     }
     req.timeout = timeout;
-    req.deadline_header = Some(deadline_header.clone());
     let fut = h.backend().call(req);
     // At `now + timeout`: the clock read above, not a second one.
     let resp: CallResponse = match tokio::time::timeout_at(now + timeout, fut).await {
@@ -714,7 +709,6 @@ mod tests {
     async fn a_timeout_from_inside_the_call_quotes_the_time_waited_not_ours() {
         let pool = Arc::new(ComputePool::new(1, 4, 1 << 20));
         let step: Arc<str> = Arc::from("user");
-        let header = HeaderName::from_static("x-request-timeout");
         for (source, want) in [
             (None, "the backend call timed out after 300.0 ms"),
             (
@@ -735,16 +729,9 @@ mod tests {
             // 3 s left of the request, a 5 s step timeout: our timer would fire at 3 s.
             let deadline = Instant::now() + Duration::from_secs(3);
             let req = CallRequest::http(Method::GET, http::uri::PathAndQuery::from_static("/u"));
-            let e = fetch_answer(
-                &step,
-                &target,
-                req,
-                Duration::from_secs(5),
-                deadline,
-                &header,
-            )
-            .await
-            .unwrap_err();
+            let e = fetch_answer(&step, &target, req, Duration::from_secs(5), deadline)
+                .await
+                .unwrap_err();
             assert_eq!(e.kind, ErrorKind::BackendTimeout, "{e}");
             assert_eq!(e.message, want);
             assert_eq!(e.step.as_deref(), Some("user"));

@@ -1,5 +1,5 @@
-//! What a crate needs to bring a step kind of its own (`fanout-postgres`'s `sql`,
-//! `fanout-model`'s `model`): the [`StepKind`] trait, its compile context ([`StepCx`]), the
+//! What a crate needs to bring a step kind of its own (`sql` in its protocol's crate, `model`
+//! in `fanout-model`): the [`StepKind`] trait, its compile context ([`StepCx`]), the
 //! evaluation of expressions, performing one backend call and reading its answer, and the kind's
 //! line ([`Registration`]) in the list of kinds the compiler is given ([`crate::compile_with`];
 //! the gateway's is `fanout-proxy`'s `STEP_KINDS`). The engine's own kinds (`http`, keyed

@@ -16,7 +16,7 @@ use fanout_config::{
 use fanout_expr::{Expr, Val, json};
 use fanout_layers::backend::Backend;
 use fanout_runtime::compute::ComputePool;
-use http::{HeaderName, Method};
+use http::Method;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +29,6 @@ pub use crate::step::{StepIo, StepWork};
 pub struct Plan {
     /// Routes in config order.
     pub routes: Vec<Arc<RoutePlan>>,
-    /// The header carrying the remaining deadline (inbound and to backends).
-    pub deadline_header: HeaderName,
     /// Batch forms by backend name, shared by every route (cross-request merging needs one).
     pub batches: HashMap<String, Arc<BatchPlan>>,
     /// Reference datasets (loaded and refreshed by the server, read as `$ref`).
@@ -71,8 +69,6 @@ pub struct RoutePlan {
     pub respond: Arc<RespondPlan>,
     /// Budgets of expression evaluation per request (`server.expressions`).
     pub limits: fanout_expr::EvalLimits,
-    /// Header carrying the remaining budget to backends.
-    pub deadline_header: HeaderName,
     /// Reference data, read once per request as `$ref`.
     pub reference: Arc<ReferenceSet>,
     /// The compute pool (`compute: true` steps).
@@ -266,23 +262,7 @@ pub fn compile_with(
         runtimes: carry.runtimes.clone(),
     };
     let runtimes = carry.runtimes;
-    let deadline_header = match HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()) {
-        Ok(h) => h,
-        Err(_) => {
-            cx.errs.push(ConfigError {
-                path: None,
-                file: String::new(),
-                pos: None,
-                message: format!(
-                    "server.deadline_header `{}` is not a valid header name",
-                    cfg.server.deadline_header
-                ),
-                hint: None,
-            });
-            HeaderName::from_static("x-request-timeout")
-        }
-    };
-    let mut batches = compile_batches(&mut cx, backends, &deadline_header);
+    let mut batches = compile_batches(&mut cx, backends);
     for (name, kept) in carry.batches {
         if let Some(b) = batches.get_mut(&name) {
             *b = kept;
@@ -291,7 +271,7 @@ pub fn compile_with(
     let datasets = compile_references(&mut cx, backends);
     let reference = match carry.reference {
         Some(kept) => kept,
-        None => Arc::new(ReferenceSet::new(datasets, deadline_header.clone())),
+        None => Arc::new(ReferenceSet::new(datasets)),
     };
     let given = Given {
         backends,
@@ -300,7 +280,7 @@ pub fn compile_with(
     };
     let mut routes = Vec::new();
     for r in &cfg.routes {
-        if let Some(mut route) = compile_route(&mut cx, r, &given, &reference, &deadline_header) {
+        if let Some(mut route) = compile_route(&mut cx, r, &given, &reference) {
             route.index = routes.len();
             routes.push(Arc::new(route));
         }
@@ -308,7 +288,6 @@ pub fn compile_with(
     if cx.errs.is_empty() {
         Ok(Plan {
             routes,
-            deadline_header,
             batches,
             reference,
             compute: cx.compute.clone(),
@@ -326,7 +305,6 @@ pub fn compile_with(
 fn compile_batches(
     cx: &mut Ctx<'_>,
     backends: &HashMap<String, Arc<dyn Backend>>,
-    deadline_header: &HeaderName,
 ) -> HashMap<String, Arc<BatchPlan>> {
     let cfg = cx.cfg;
     let mut batches = HashMap::new();
@@ -356,14 +334,7 @@ fn compile_batches(
         };
         let timeout = b.timeout.unwrap_or(cfg.defaults.timeout).0;
         let window = bc.window.map(|w| w.0);
-        let plan = BatchPlan::new(
-            call,
-            split,
-            bc.max,
-            window,
-            timeout,
-            deadline_header.clone(),
-        );
+        let plan = BatchPlan::new(call, split, bc.max, window, timeout);
         let plan = match &b.cache {
             Some(c) => plan.with_cache(fanout_layers::cache::CachePolicy::from(c)),
             None => plan,
@@ -446,7 +417,6 @@ fn compile_route(
     r: &fanout_config::Route,
     given: &Given<'_>,
     reference: &Arc<ReferenceSet>,
-    deadline_header: &HeaderName,
 ) -> Option<RoutePlan> {
     let errs_before = cx.errs.len();
     cx.request_use = Default::default();
@@ -530,7 +500,6 @@ fn compile_route(
             ..respond?
         }),
         limits: eval_limits(&cx.cfg.server.expressions),
-        deadline_header: deadline_header.clone(),
         reference: reference.clone(),
         compute: cx.compute.clone(),
         grpc,

@@ -54,14 +54,13 @@ struct Snapshot {
 pub struct ReferenceSet {
     datasets: Vec<Dataset>,
     current: ArcSwap<Snapshot>,
-    deadline_header: http::HeaderName,
     /// When the set was made (from its config).
     created_at: SystemTime,
 }
 
 impl ReferenceSet {
     /// A set with nothing loaded yet.
-    pub fn new(datasets: Vec<Dataset>, deadline_header: http::HeaderName) -> ReferenceSet {
+    pub fn new(datasets: Vec<Dataset>) -> ReferenceSet {
         let n = datasets.len();
         let names: Map = datasets
             .iter()
@@ -73,7 +72,6 @@ impl ReferenceSet {
                 value: Val::obj(names),
                 status: vec![DatasetStatus::default(); n],
             }),
-            deadline_header,
             created_at: SystemTime::now(),
         }
     }
@@ -133,7 +131,6 @@ impl ReferenceSet {
             req,
             d.timeout,
             deadline,
-            &self.deadline_header,
             // Refreshed in the background, held by the snapshot: in no request's account.
             crate::memory::RequestMemory::unlimited(),
         )

@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 pub use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderName, Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -29,10 +29,6 @@ pub struct CallRequest {
     /// Whether sending the call twice is harmless (GET/HEAD, batch lookups, read-only statements,
     /// or steps marked `idempotent: true`): only such calls are retried or hedged.
     pub idempotent: bool,
-    /// Header in which the transport sends the time this attempt may take, in milliseconds
-    /// (`server.deadline_header`); `None` sends none. Written by the innermost layer, so the
-    /// varying budget never becomes part of a call's identity ([`CallRequest::key`]).
-    pub deadline_header: Option<HeaderName>,
     /// The call's trace context, when the request is traced or its attempts counted (set by the
     /// executor, annotated by the layers, recorded by the protocol client). Not part of the
     /// call's identity: a shared call carries its first caller's context. Inline, not boxed: a
@@ -136,7 +132,6 @@ impl CallRequest {
             timeout: Duration::ZERO,
             deadline: Instant::now(),
             idempotent: false,
-            deadline_header: None,
             trace: None,
         }
     }
@@ -164,7 +159,7 @@ impl CallRequest {
 
     /// This call's identity (see [`CallKey`]).
     pub fn key(&self) -> CallKey {
-        self.call.key(self.deadline_header.as_ref())
+        self.call.key()
     }
 }
 
@@ -181,10 +176,10 @@ impl Call {
         }
     }
 
-    /// The call's identity (see [`CallKey`]); `deadline_header` is left out of it.
-    pub fn key(&self, deadline_header: Option<&HeaderName>) -> CallKey {
+    /// The call's identity (see [`CallKey`]).
+    pub fn key(&self) -> CallKey {
         match self {
-            Call::Http(h) => h.key(deadline_header),
+            Call::Http(h) => h.key(),
             Call::Sql(s) => s.key(),
         }
     }
@@ -205,11 +200,10 @@ fn field(out: &mut Vec<u8>, b: &[u8]) {
 }
 
 impl HttpCall {
-    fn key(&self, deadline_header: Option<&HeaderName>) -> CallKey {
+    fn key(&self) -> CallKey {
         let mut headers: Vec<(&str, &[u8])> = self
             .headers
             .iter()
-            .filter(|(k, _)| Some(*k) != deadline_header)
             .map(|(k, v)| (k.as_str(), v.as_bytes()))
             .collect();
         headers.sort_unstable();
@@ -329,7 +323,7 @@ mod tests {
             single_row,
             max_depth: 64,
         })
-        .key(None)
+        .key()
     }
 
     #[test]

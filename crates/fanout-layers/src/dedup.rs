@@ -134,7 +134,6 @@ mod tests {
             timeout: Duration::from_secs(1),
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             idempotent: true,
-            deadline_header: None,
             trace: None,
         }
     }
@@ -161,26 +160,20 @@ mod tests {
             "/x once, /y once, POST not shared"
         );
         // Calls that differ in any header the step set are not shared (one user's answer never
-        // reaches another); the budget header is not part of the identity.
-        let with = |auth: &'static str, budget: &'static str| {
+        // reaches another); the time budget (what the transport writes in the deadline header)
+        // is not part of the identity.
+        let with = |auth: &'static str, budget_ms: u64| {
             let mut r = req(Method::GET, "/me");
             r.as_http_mut()
                 .unwrap()
                 .headers
                 .insert("authorization", auth.parse().unwrap());
-            r.as_http_mut()
-                .unwrap()
-                .headers
-                .insert("x-request-timeout", budget.parse().unwrap());
-            r.deadline_header = Some(http::HeaderName::from_static("x-request-timeout"));
+            r.timeout = Duration::from_millis(budget_ms);
+            r.deadline = tokio::time::Instant::now() + r.timeout;
             d.call(r)
         };
         let before = calls.load(Ordering::SeqCst);
-        let (a, b, a2) = tokio::join!(
-            with("alice", "100"),
-            with("bob", "100"),
-            with("alice", "90")
-        );
+        let (a, b, a2) = tokio::join!(with("alice", 100), with("bob", 100), with("alice", 90));
         assert!(a.is_ok() && b.is_ok() && a2.is_ok());
         assert_eq!(
             calls.load(Ordering::SeqCst) - before,

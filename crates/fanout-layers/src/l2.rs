@@ -547,7 +547,6 @@ mod tests {
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent: true,
-            deadline_header: None,
             trace: None,
         }
         .key()

@@ -128,7 +128,6 @@ mod tests {
             timeout,
             deadline: Instant::now() + Duration::from_secs(10),
             idempotent: true,
-            deadline_header: None,
             trace: None,
         }
     }

@@ -398,7 +398,6 @@ mod tests {
             timeout: Duration::from_secs(1),
             deadline: Instant::now() + Duration::from_secs(1),
             idempotent,
-            deadline_header: None,
             trace: None,
         }
     }

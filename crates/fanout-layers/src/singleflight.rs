@@ -337,7 +337,6 @@ mod tests {
             timeout: Duration::ZERO,
             deadline: Instant::now(),
             idempotent: true,
-            deadline_header: None,
             trace: None,
         };
         req.key()

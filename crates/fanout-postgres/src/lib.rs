@@ -472,7 +472,7 @@ pub fn statements(cfg: &fanout_config::Config) -> HashMap<String, Vec<StatementC
 /// The PostgreSQL protocol: its line in `fanout-proxy`'s `PROTOCOLS`.
 pub const PROTOCOL: fanout_protocol::Registration = fanout_protocol::Registration {
     serves: |p| p == fanout_config::Protocol::Postgres,
-    build: |name, b, defaults| Ok(Arc::new(PgBackend::new(name, b, defaults)?)),
+    build: |name, b, shared| Ok(Arc::new(PgBackend::new(name, b, shared.defaults)?)),
     metrics: metrics::write,
 };
 

@@ -29,7 +29,6 @@ use fanout_layers::backend::{Backend, Call, CallErrorKind, CallRequest, SqlCall,
 use fanout_layers::outcome::CallClass;
 use fanout_runtime::compute::ComputePool;
 use futures_util::future::BoxFuture;
-use http::HeaderName;
 use std::sync::Arc;
 use tokio::time::Instant;
 /// `mode: one` and no row: `on_status` sees 404; left to the default, 404 `not_found`.
@@ -147,22 +146,14 @@ impl StepKind for SqlStep {
         step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
-        deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
         fanout_layers::boxed::pinned(|| async move {
-            let resp = fetch_answer(
-                step.name,
-                self,
-                req,
-                step.timeout,
-                deadline,
-                deadline_header,
-            )
-            .await
-            .map_err(|e| {
-                self.stats.add_error(&e);
-                self.sql_error(step.name, e)
-            })?;
+            let resp = fetch_answer(step.name, self, req, step.timeout, deadline)
+                .await
+                .map_err(|e| {
+                    self.stats.add_error(&e);
+                    self.sql_error(step.name, e)
+                })?;
             let answer = match resp.value {
                 Some(v) => v,
                 None => parse_answer(step.name, self, resp.body, deadline, step.memory).await?,

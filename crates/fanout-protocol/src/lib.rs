@@ -24,6 +24,7 @@ pub mod tls;
 use fanout_config::{Backend as BackendConfig, Config, ConfigError, Defaults, Protocol};
 use fanout_layers::Backend;
 use futures_util::future::BoxFuture;
+use http::HeaderName;
 use std::any::Any;
 use std::sync::Arc;
 
@@ -66,7 +67,16 @@ pub trait ProtocolClient: Send + Sync + 'static {
 
 /// Builds a protocol's client for backend `name`'s config (no I/O).
 pub type Build =
-    fn(&str, &BackendConfig, &Defaults) -> Result<Arc<dyn ProtocolClient>, ConfigError>;
+    fn(&str, &BackendConfig, &Shared<'_>) -> Result<Arc<dyn ProtocolClient>, ConfigError>;
+
+/// What every backend's client of one config is built with beside its own section.
+pub struct Shared<'a> {
+    /// `defaults:`.
+    pub defaults: &'a Defaults,
+    /// `server.deadline_header`: the header an HTTP call carries the time its attempt may take
+    /// in (the client writes it on every call; a protocol without headers ignores it).
+    pub deadline_header: &'a HeaderName,
+}
 
 /// A protocol's line in `fanout-proxy`'s `PROTOCOLS`.
 pub struct Registration {
@@ -80,7 +90,7 @@ pub struct Registration {
 
 /// What a protocol's metrics read of the live config: every backend's client (each protocol
 /// picks its own with [`ProtocolClient::as_any`]). What a protocol's step kind counts per step
-/// is a runtime's families (`fanout-postgres`'s `StepCounters`).
+/// is written by a runtime of the protocol's crate (the `sql` steps' counters).
 pub struct Scope<'a> {
     /// Each backend's name and client, in config order.
     pub backends: &'a [(&'a str, &'a dyn ProtocolClient)],
@@ -127,7 +137,7 @@ pub fn client(
     protocols: &[Registration],
     name: &str,
     b: &BackendConfig,
-    defaults: &Defaults,
+    shared: &Shared<'_>,
 ) -> Result<Arc<dyn ProtocolClient>, ConfigError> {
     let reg = protocols
         .iter()
@@ -138,5 +148,5 @@ pub fn client(
                 format!("backend `{name}`: no client serves its protocol"),
             )
         })?;
-    (reg.build)(name, b, defaults)
+    (reg.build)(name, b, shared)
 }

@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn ready_only_while_listening_and_not_draining() {
-        let refs = ReferenceSet::new(Vec::new(), http::HeaderName::from_static("x-t"));
+        let refs = ReferenceSet::new(Vec::new());
         let h = Health::new();
         assert!(h.readiness(&refs).unwrap_err().contains("listener"));
         h.set_listening(true);

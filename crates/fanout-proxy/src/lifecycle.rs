@@ -382,28 +382,28 @@ pub(crate) fn build_request<'a, K: ParamKey>(
         reads,
     )
     .map_err(Refusal::NotText)?;
-    Ok(request_val_reading(
-        RequestParts {
-            method: parts.method.as_str(),
-            path: parts.uri.path(),
-            query: parts.uri.query(),
-            params,
-            headers: parts
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_bytes())),
-            body,
-            client,
-            auth,
-            // The connection's, made once per connection (`tls.rs`); `null` on plain ones.
-            tls: match reads.tls {
-                true => parts
-                    .extensions
-                    .get::<std::sync::Arc<crate::tls::TlsInfo>>()
-                    .map_or(Val::Null, |t| t.val()),
-                false => Val::Null,
-            },
-        },
-        reads,
-    ))
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()));
+    // The connection's, made once per connection (`tls.rs`); `null` on plain ones.
+    let tls = match reads.tls {
+        true => parts
+            .extensions
+            .get::<std::sync::Arc<crate::tls::TlsInfo>>()
+            .map_or(Val::Null, |t| t.val()),
+        false => Val::Null,
+    };
+    let request = RequestParts::new(
+        parts.method.as_str(),
+        parts.uri.path(),
+        parts.uri.query(),
+        headers,
+    )
+    .with_params(params)
+    .with_body(body)
+    .with_client(client)
+    .with_auth(auth)
+    .with_tls(tls);
+    Ok(request_val_reading(request, reads))
 }

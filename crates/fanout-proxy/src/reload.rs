@@ -176,7 +176,11 @@ pub(crate) fn build_live(
     };
     // `telemetry:` is applied at start only, but a broken one is refused like any error.
     keep(crate::telemetry::Telemetry::new(&cfg).map(drop));
-    let stacks = build_stacks(&cfg, prev, &mut report);
+    let deadline_header = stack::deadline_header(&cfg).unwrap_or_else(|e| {
+        errs.push(e);
+        HeaderName::from_static("x-request-timeout")
+    });
+    let stacks = build_stacks(&cfg, prev, &deadline_header, &mut report);
     let protos = crate::grpc::load_protos(&cfg);
     // A runtime whose inputs did not change is kept (the models: versions, queues, counters,
     // watcher).
@@ -286,7 +290,7 @@ pub(crate) fn build_live(
     Ok(Built {
         live,
         compute: plan.compute,
-        deadline_header: plan.deadline_header,
+        deadline_header,
         report,
     })
 }
@@ -305,6 +309,7 @@ type Stacks = (
 fn build_stacks(
     cfg: &Config,
     prev: Option<&Live>,
+    deadline_header: &HeaderName,
     report: &mut ReloadReport,
 ) -> Result<Stacks, ConfigErrors> {
     let mut services = HashMap::new();
@@ -334,7 +339,11 @@ fn build_stacks(
             report.kept.push(name.clone());
             continue;
         }
-        match stack::build(name, b, &cfg.defaults, l2.as_ref()) {
+        let shared = fanout_protocol::Shared {
+            defaults: &cfg.defaults,
+            deadline_header,
+        };
+        match stack::build(name, b, &shared, l2.as_ref()) {
             Ok(s) => {
                 services.insert(name.clone(), s.service);
                 stats.push((name.clone(), s.stats));

@@ -24,7 +24,7 @@
 //! line in [`crate::PROTOCOLS`] per protocol; docs/ARCHITECTURE.md, "How to add a backend
 //! protocol").
 
-use fanout_config::{Backend as BackendConfig, ConfigError, Defaults};
+use fanout_config::{Backend as BackendConfig, ConfigError};
 use fanout_flow::Backend;
 use fanout_layers::cache::{CachePolicy, CacheStats, Cached};
 use fanout_layers::dedup::Dedup;
@@ -35,6 +35,8 @@ use fanout_layers::ratelimit::RateLimit;
 use fanout_layers::retry::{Retry, RetryStats};
 use fanout_layers::singleflight::Flights;
 use fanout_protocol::ProtocolClient;
+use fanout_protocol::Shared;
+use http::HeaderName;
 use std::sync::Arc;
 
 /// A backend's stack, ready for the flow compiler, with handles to its layers' state.
@@ -63,15 +65,17 @@ pub struct StackStats {
     pub breaker: Option<BreakerView>,
 }
 
-/// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above);
+/// Build backend `name`'s stack from its config, bottom up (the order is the one drawn above),
+/// its client with what every backend's shares (`shared`: `defaults`, the deadline header);
 /// `l2` is the gateway's shared Redis, if the config has one (used when `cache.l2` is set).
 pub fn build(
     name: &str,
     b: &BackendConfig,
-    defaults: &Defaults,
+    shared: &Shared<'_>,
     l2: Option<&Arc<L2>>,
 ) -> Result<Stack, ConfigError> {
-    let client = fanout_protocol::client(crate::PROTOCOLS, name, b, defaults)?;
+    let client = fanout_protocol::client(crate::PROTOCOLS, name, b, shared)?;
+    let defaults = shared.defaults;
     let mut stats = StackStats {
         client: client.clone(),
         retry: None,
@@ -124,9 +128,9 @@ pub fn build(
 }
 
 /// Whether backend `name`'s stack built from `new` would be the one built from `old`: the same
-/// backend config, the same `defaults` and, when its cache uses Redis, the same `redis:` (everything
-/// [`build`] reads). A config reload keeps
-/// such a stack with all its state.
+/// backend config, the same `defaults`, the same `server.deadline_header` (its client writes it)
+/// and, when its cache uses Redis, the same `redis:` (everything [`build`] reads). A config
+/// reload keeps such a stack with all its state.
 pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name: &str) -> bool {
     let (Some(a), Some(b)) = (old.backends.get(name), new.backends.get(name)) else {
         return false;
@@ -135,7 +139,25 @@ pub fn unchanged(old: &fanout_config::Config, new: &fanout_config::Config, name:
     // `defaults.rate_limit` names the routes' limits, nothing of a backend's stack.
     let mut defaults = old.defaults.clone();
     defaults.rate_limit.clone_from(&new.defaults.rate_limit);
-    a == b && defaults == new.defaults && (!uses_redis || old.redis == new.redis)
+    a == b
+        && defaults == new.defaults
+        && old.server.deadline_header == new.server.deadline_header
+        && (!uses_redis || old.redis == new.redis)
+}
+
+/// `server.deadline_header` as a header name: read from clients (the lifecycle's deadline) and
+/// written on every HTTP call by its client ([`Shared::deadline_header`]).
+pub fn deadline_header(cfg: &fanout_config::Config) -> Result<HeaderName, ConfigError> {
+    HeaderName::from_bytes(cfg.server.deadline_header.as_bytes()).map_err(|_| ConfigError {
+        path: None,
+        file: cfg.file.clone(),
+        pos: None,
+        message: format!(
+            "server.deadline_header `{}` is not a valid header name",
+            cfg.server.deadline_header
+        ),
+        hint: None,
+    })
 }
 
 impl StackStats {

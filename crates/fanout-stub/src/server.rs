@@ -411,21 +411,21 @@ impl RequestView<'_> {
             fanout_expr::json::parse(self.body)
                 .unwrap_or_else(|_| fanout_expr::json::str_val(&String::from_utf8_lossy(self.body)))
         };
-        let request = request_val(RequestParts {
-            method: self.parts.method.as_str(),
-            path: self.path,
-            query: self.parts.uri.query(),
-            params: self.params.iter().copied(),
-            headers: self
-                .parts
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_bytes())),
-            body: body_val,
-            client: None,
-            auth: Val::Null,
-            tls: Val::Null,
-        });
+        let headers = self
+            .parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()));
+        let request = request_val(
+            RequestParts::new(
+                self.parts.method.as_str(),
+                self.path,
+                self.parts.uri.query(),
+                headers,
+            )
+            .with_params(self.params.iter().copied())
+            .with_body(body_val),
+        );
         let mut out = Vec::with_capacity(128);
         let v = expr
             .eval(&Val::Null, |_| request.clone())

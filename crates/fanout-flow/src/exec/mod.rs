@@ -208,7 +208,7 @@ impl RoutePlan {
             Ok(Prepared::Call(mut req)) => {
                 req.trace = obs.call_trace(step);
                 let a = args(step, obs);
-                let call = step.kind.call(&a, req, deadline, &self.deadline_header);
+                let call = step.kind.call(&a, req, deadline);
                 // A call that ends by the deadline by itself (its kind's call is timed by the
                 // time left) needs no timer of its own; one is armed for a `result` after it.
                 if step.kind.call_ends_by_deadline() && step.result.is_none() {
@@ -446,13 +446,7 @@ impl RoutePlan {
                 let env = step.result.as_ref().map(|_| Box::new(snapshot(env, step)));
                 Started::Pending(fanout_layers::boxed::pinned(|| async move {
                     let a = args(step, obs);
-                    let out = match observed(
-                        step,
-                        obs,
-                        step.kind.call(&a, req, deadline, &self.deadline_header),
-                    )
-                    .await
-                    {
+                    let out = match observed(step, obs, step.kind.call(&a, req, deadline)).await {
                         Ok(body) => {
                             crate::activity::enter(i);
                             map_result_on(self, step, env.as_deref(), body, None).await
@@ -525,7 +519,7 @@ impl RoutePlan {
         let memo = &memo;
         let one = |(req, item, k): (CallRequest, Val, usize)| async move {
             let item = Some((&item, k));
-            let call = step.kind.call(a, req, deadline, &self.deadline_header);
+            let call = step.kind.call(a, req, deadline);
             match observed(step, obs, call).await {
                 Ok(body) => {
                     crate::activity::enter(i);

@@ -21,7 +21,7 @@ use fanout_expr::{Expr, Val};
 use fanout_grpc::{CodecError, MessageCodec, MethodInfo};
 use fanout_layers::backend::{CallRequest, query_method};
 use futures_util::future::BoxFuture;
-use http::{HeaderName, Method};
+use http::Method;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -77,18 +77,9 @@ impl StepKind for GrpcStep {
         step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
-        deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
         fanout_layers::boxed::pinned(|| async move {
-            let body = fetch_body(
-                step.name,
-                &self.call,
-                req,
-                step.timeout,
-                deadline,
-                deadline_header,
-            )
-            .await?;
+            let body = fetch_body(step.name, &self.call, req, step.timeout, deadline).await?;
             self.decode(step.name, body).await
         })
     }

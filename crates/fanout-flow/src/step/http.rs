@@ -10,7 +10,7 @@ use fanout_config::{ExprSrc, Located, Step};
 use fanout_expr::{Expr, Val};
 use fanout_layers::backend::{Backend, CallRequest};
 use futures_util::future::BoxFuture;
-use http::{HeaderName, Method};
+use http::Method;
 use indexmap::IndexMap;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -60,18 +60,9 @@ impl StepKind for HttpStep {
         step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
-        deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
         fanout_layers::boxed::pinned(|| {
-            fetch_json(
-                step.name,
-                &self.0,
-                req,
-                step.timeout,
-                deadline,
-                deadline_header,
-                step.memory,
-            )
+            fetch_json(step.name, &self.0, req, step.timeout, deadline, step.memory)
         })
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! The engine's own kinds are those that need no crate but the engine's (below); a kind that
 //! needs a protocol or a runtime of its own lives in that crate and is given to the compiler in
-//! the list of kinds ([`Registration`]; `fanout-proxy`'s `STEP_KINDS`): `sql` in
-//! `fanout-postgres`, `model` in `fanout-model`. Adding a kind: a type implementing
+//! the list of kinds ([`Registration`]; `fanout-proxy`'s `STEP_KINDS`): `sql` in its
+//! protocol's crate, `model` in `fanout-model`. Adding a kind: a type implementing
 //! [`StepKind`] and a `compile` function ([`Compile`]), plus its line in that list
 //! (docs/ARCHITECTURE.md, "How to add a step kind"); what it is made of is public in
 //! [`crate::kind`].
@@ -33,7 +33,6 @@ use crate::batch::BatchPlan;
 use crate::call::{Env, Yielded};
 use crate::ctx::Ctx;
 use crate::error::{ErrorClass, ErrorKind, FlowError};
-use ::http::HeaderName;
 use fanout_config::{Config, ConfigError, Dur, ExprSrc, Located, Step};
 use fanout_expr::{Expr, Val};
 use fanout_layers::backend::CallRequest;
@@ -120,9 +119,8 @@ pub trait StepKind: Send + Sync + 'static {
         step: &'a StepArgs<'a>,
         req: CallRequest,
         deadline: Instant,
-        deadline_header: &'a HeaderName,
     ) -> BoxFuture<'a, Result<Val, FlowError>> {
-        let _ = (req, deadline, deadline_header);
+        let _ = (req, deadline);
         fanout_layers::boxed::pinned(|| async move {
             Err(
                 FlowError::new(ErrorKind::Expression, "this step kind makes no calls")

@@ -364,17 +364,12 @@ impl Req {
     }
     /// The `$request` value.
     pub fn val(&self) -> fanout_expr::Val {
-        request_val(RequestParts {
-            method: &self.method,
-            path: &self.route,
-            query: self.query.as_deref(),
-            params: self.params.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            headers: std::iter::empty::<(&str, &[u8])>(),
-            body: from_serde(&self.body),
-            client: None,
-            auth: fanout_expr::Val::Null,
-            tls: fanout_expr::Val::Null,
-        })
+        let headers = std::iter::empty::<(&str, &[u8])>();
+        request_val(
+            RequestParts::new(&self.method, &self.route, self.query.as_deref(), headers)
+                .with_params(self.params.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .with_body(from_serde(&self.body)),
+        )
     }
 }
 
