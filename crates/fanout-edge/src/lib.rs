@@ -25,5 +25,5 @@ pub use fanout_protocol::metrics;
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
     Build, BuildCx, EdgeStage, Lent, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
-    StageSet, Step,
+    StageSet, Step, TlsOf,
 };

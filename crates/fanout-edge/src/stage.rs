@@ -46,7 +46,12 @@ pub struct RequestHead<'a> {
     pub auth: Val,
     clients: &'a ClientAddresses,
     client: Option<Option<IpAddr>>,
+    tls_of: TlsOf,
 }
+
+/// How the gateway tells a stage the connection's TLS as `$request.tls` (`null` on a plain
+/// connection).
+pub type TlsOf = fn(&Parts) -> Val;
 
 impl<'a> RequestHead<'a> {
     /// A request's head as the stages of `set` see it.
@@ -67,6 +72,7 @@ impl<'a> RequestHead<'a> {
             auth: Val::Null,
             clients: &set.clients,
             client: None,
+            tls_of: set.tls_of,
         }
     }
 
@@ -133,6 +139,11 @@ impl<'a> RequestHead<'a> {
         .with_params(self.param_vals())
         .with_client(client.as_deref())
         .with_auth(self.auth.clone());
+        // The connection's TLS (`$request.tls`), only when read: the gateway knows its form.
+        let request = match reads.tls {
+            true => request.with_tls((self.tls_of)(parts)),
+            false => request,
+        };
         Ok(fanout_expr::request::request_val_reading(request, reads))
     }
 }
@@ -323,6 +334,8 @@ pub struct Lent<'a> {
     pub backends: &'a HashMap<String, Arc<dyn fanout_layers::backend::Backend>>,
     /// The backends whose stack a reload kept.
     pub kept_backends: &'a [String],
+    /// The connection's TLS as `$request.tls`.
+    pub tls_of: TlsOf,
 }
 
 /// Builds a stage for a loaded config; `Ok(None)` when the config gives it nothing to do.
@@ -349,6 +362,7 @@ pub struct StageSet {
     /// By route index, then kind (HTTP, gRPC): the indices of the stages it runs.
     routes: Vec<[SmallVec<[u8; 4]>; 2]>,
     clients: ClientAddresses,
+    tls_of: TlsOf,
 }
 
 impl StageSet {
@@ -417,6 +431,7 @@ impl StageSet {
             stages,
             routes,
             clients,
+            tls_of: lent.tls_of,
         })
     }
 

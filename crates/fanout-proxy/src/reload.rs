@@ -196,6 +196,7 @@ pub(crate) fn build_live(
             redis: crate::l2::rate_limit_connection,
             backends: stacks.as_ref().map_or(&no_backends, |(s, _, _)| s),
             kept_backends: &report.kept,
+            tls_of: crate::tls::request_tls,
         },
     );
     let (stacks, protos, runtimes, stages) = match (stacks, protos, runtimes, stages) {

@@ -199,6 +199,14 @@ pub struct TlsListener {
 #[derive(Debug)]
 pub struct TlsInfo(serde_json::Value);
 
+/// `$request.tls` of a request: its connection's [`TlsInfo`], `null` on a plain connection.
+pub fn request_tls(parts: &http::request::Parts) -> Val {
+    parts
+        .extensions
+        .get::<std::sync::Arc<TlsInfo>>()
+        .map_or(Val::Null, |t| t.val())
+}
+
 impl TlsInfo {
     /// `$request.tls` (made per request that reads it).
     pub fn val(&self) -> Val {
