@@ -784,8 +784,8 @@ fn lab_antispam_models_one_round_serves_ten_models_through_swaps() {
     );
     assert_eq!(swapped["load_failures"], 0, "{swapped}");
     assert_eq!(st["spam_lr"]["loads"], 1, "{st}");
-    // Threads constant once started.
-    assert_eq!(t["threads_steady_min"], t["threads_steady_max"], "{t}");
+    // (Threads constant once started is the long run's check: a start-up thread of tokio's
+    // blocking pool leaves after 10 s, longer than this run's steady window.)
     assert!(t["threads_steady_max"].as_u64().is_some_and(|n| n > 0));
     for tr in rep["trials"].as_array().unwrap() {
         if tr["phase"] == "at-fanout-half" {
