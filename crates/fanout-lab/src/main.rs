@@ -27,8 +27,8 @@ struct Cli {
     /// PostgreSQL), parallel-calls (closed-loop clients), antispam-models (10 ONNX models
     /// per gRPC call, a model file swapped every 10 s, 1000 client connections), threads
     /// (HeadHunter's thread benchmark in Java, 1 … 4096 threads, beside the article's
-    /// table; takes only --quick and --out), hop (the latency one gateway hop adds: a 1 ms
-    /// stub at 2 000 req/s, directly and through fanout, and with --targets
+    /// table; takes only --quick, --tasks and --out), hop (the latency one gateway hop
+    /// adds: a 1 ms stub at 2 000 req/s, directly and through fanout, and with --targets
     /// fanout,hyper-baseline through the same hop written by hand; takes --quick, --trials,
     /// --duration, --targets and --out), seeds (every seed article's scenarios in turn,
     /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
@@ -72,6 +72,10 @@ struct Cli {
     /// the search short; the report says the capacity was given.
     #[arg(long)]
     capacity: Option<f64>,
+    /// threads: tasks per run instead of the article's 16 384 (`--quick`: 1 024); the same
+    /// program and pool sizes, shorter.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    tasks: Option<u32>,
     /// Log format: `text` or `json`.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -194,8 +198,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         duration,
         scenarios,
         capacity,
+        tasks,
         log_format: _,
     } = cli;
+    if tasks.is_some() && scenario != fanout_lab::threads::NAME {
+        anyhow::bail!("--tasks is for `fanout lab threads` only");
+    }
     if scenario == fanout_lab::seeds::NAME {
         if !targets.is_empty()
             || trials.is_some()
@@ -275,10 +283,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             || capacity.is_some()
         {
             anyhow::bail!(
-                "lab threads takes only --quick and --out (it runs one Java program, no targets)"
+                "lab threads takes only --quick, --tasks and --out (it runs one Java program, no targets)"
             );
         }
-        let rep = fanout_lab::threads::run(quick, std::path::Path::new(&out), &command_line())?;
+        let rep = fanout_lab::threads::run_tasks(
+            quick,
+            tasks,
+            std::path::Path::new(&out),
+            &command_line(),
+        )?;
         out!("{}", fanout_lab::threads::text_summary(&rep));
     } else {
         if let Some(c) = capacity

@@ -252,16 +252,30 @@ fn machine() -> String {
 /// `report.json`, `report.html` and `hh-threads.txt` into `out`. Without `javac` or `java` the
 /// report says `not run: no java` and the article's table only.
 pub fn run(quick: bool, out: &Path, command: &str) -> Result<ThreadsReport, ThreadsError> {
+    run_tasks(quick, None, out, command)
+}
+
+/// [`run`] with `tasks` per run instead of the article's (or `--quick`'s) when given
+/// (`--tasks`): the same program and pool sizes, shorter (the test suite's smoke run).
+pub fn run_tasks(
+    quick: bool,
+    tasks: Option<u32>,
+    out: &Path,
+    command: &str,
+) -> Result<ThreadsReport, ThreadsError> {
     let io = |p: &Path| {
         let p = p.display().to_string();
         move |e| ThreadsError::Io(p, e)
     };
     std::fs::create_dir_all(out).map_err(io(out))?;
-    let params = if quick {
+    let mut params = if quick {
         Params::quick()
     } else {
         Params::article()
     };
+    if let Some(n) = tasks {
+        params.tasks = n;
+    }
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -469,10 +483,15 @@ pub(crate) fn html(rep: &ThreadsReport, json: &str) -> String {
         cpus = rep.cpus,
         machine = esc(&rep.machine),
         java = esc(rep.java.as_deref().unwrap_or("—")),
-        quick = if rep.quick {
-            "quick run (1/16 of the article's tasks; figures are indicative)"
+        quick = if rep.params == Params::article() {
+            "the article's parameters".to_string()
         } else {
-            "the article's parameters"
+            format!(
+                "{} run ({} of the article's {} tasks; figures are indicative)",
+                if rep.quick { "quick" } else { "reduced" },
+                rep.params.tasks,
+                rep.article.params.tasks
+            )
         }
     );
     if let Some(why) = &rep.not_run {

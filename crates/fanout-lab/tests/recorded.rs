@@ -495,26 +495,20 @@ fn render(html: &Path, shot: &Path) -> (String, String) {
         "--v=0",
     ];
     let url = format!("file://{}", html.display());
+    // One browser start for both: headless Chromium writes the screenshot and prints the DOM
+    // after load in the same run.
     let dom = Command::new(chrome)
-        .args(common)
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--dump-dom", &url])
-        .output()
-        .expect("chromium runs");
-    let shot_run = Command::new(chrome)
         .args(common)
         .arg(format!("--user-data-dir={}", profile.display()))
         .args([
             "--window-size=1200,2400",
             &format!("--screenshot={}", shot.display()),
+            "--dump-dom",
             &url,
         ])
         .output()
-        .expect("chromium screenshot");
-    assert!(
-        shot_run.status.success() || shot.exists(),
-        "screenshot failed"
-    );
+        .expect("chromium runs");
+    assert!(dom.status.success() || shot.exists(), "screenshot failed");
     (
         String::from_utf8_lossy(&dom.stdout).into_owned(),
         String::from_utf8_lossy(&dom.stderr).into_owned(),

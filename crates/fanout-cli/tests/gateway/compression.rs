@@ -6,15 +6,14 @@
 //! backend answers decoded with `max_response_bytes` on the decoded size and `Accept-Encoding`
 //! sent only when configured.
 
-use crate::support::gateway;
+use crate::support::{ServeProcess, gateway};
 use fanout_compress::Coding;
 use fanout_testkit::*;
 use http::Method;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 /// A realistic JSON answer (a product list) of about 60 KB, made by the flow itself.
@@ -428,7 +427,8 @@ async fn a_request_body_bomb_is_refused_with_bounded_memory() {
     let gz = bomb(Coding::Gzip, 1024);
     assert!(gz.len() < 1_200_000 && gz.len() > 900_000, "{}", gz.len());
     let zst = bomb(Coding::Zstd, 1024);
-    let child = Serve::start(
+    let child = ServeProcess::launch(
+        "compression-body-bomb",
         r#"
 compression:
   request: { decode: [gzip, zstd] }
@@ -440,13 +440,15 @@ routes:
     flow: {}
     respond: { body: '{got: ($request.body | length)}' }
 "#,
-    );
+    )
+    .start()
+    .await;
     let url = format!("http://{}/echo", child.addr());
     let c = client(false);
     // Warm up (the first request's allocations).
     let ok = send(&c, Method::POST, &url, &[], r#"{"a": 1}"#).await;
     assert_eq!(ok.status, 200);
-    let before = child.hwm_kib();
+    let before = child.peak_rss_kib();
     for (coding, body) in [("gzip", gz), ("zstd", zst)] {
         let r = send(
             &c,
@@ -460,7 +462,7 @@ routes:
         assert_eq!(r.code(), "body_too_large");
         assert!(r.text().contains("2097152"), "{}", r.text());
     }
-    let after = child.hwm_kib();
+    let after = child.peak_rss_kib();
     eprintln!("peak RSS of fanout serve: {before} KiB before the bombs, {after} KiB after");
     assert!(
         after.saturating_sub(before) < 50 * 1024,
@@ -609,112 +611,25 @@ async fn backend_answers_are_decoded_and_bombs_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_bomb_is_refused_with_bounded_memory() {
     let b = EncodingBackend::start().await;
-    let child = Serve::start(&backend_gateway_yaml(b.addr));
+    let child = ServeProcess::launch("compression-bomb", &backend_gateway_yaml(b.addr))
+        .start()
+        .await;
     let c = client(false);
     let base = format!("http://{}", child.addr());
     let ok = get_with(&c, &format!("{base}/enc/gzip"), None).await;
     assert_eq!(ok.status, 200, "{}", ok.text());
-    let before = child.hwm_kib();
+    let before = child.peak_rss_kib();
     for kind in ["bomb-gzip", "bomb-zstd"] {
         let r = get_with(&c, &format!("{base}/enc/{kind}"), None).await;
         assert_eq!(r.status, 502, "{kind}: {}", r.text());
         assert_eq!(r.code(), "bad_backend_answer");
     }
-    let after = child.hwm_kib();
+    let after = child.peak_rss_kib();
     eprintln!("peak RSS of fanout serve: {before} KiB before the bombs, {after} KiB after");
     assert!(
         after.saturating_sub(before) < 50 * 1024,
         "peak RSS grew from {before} KiB to {after} KiB"
     );
-}
-
-/// `fanout serve` as a child process (its memory is its own).
-struct Serve {
-    child: Child,
-    config: std::path::PathBuf,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
-
-impl Serve {
-    fn start(config_text: &str) -> Serve {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let config = std::env::temp_dir().join(format!(
-            "fanout-compression-{}-{}.yaml",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        std::fs::write(&config, config_text).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .args([
-                "--log-format",
-                "json",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Serve {
-            child,
-            config,
-            lines,
-        }
-    }
-
-    /// The address it serves on, once it does.
-    fn addr(&self) -> String {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let found = self.lines.lock().unwrap().iter().find_map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                (v["fields"]["message"] == "fanout serving")
-                    .then(|| v["fields"]["addr"].as_str().map(str::to_string))?
-            });
-            if let Some(a) = found {
-                return a;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "fanout serve did not start: {}",
-                self.lines.lock().unwrap().join("\n")
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-
-    /// Peak resident memory of the process in KiB (`VmHWM` of /proc/PID/status).
-    fn hwm_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no VmHWM in {status}"))
-    }
 }
 
 /// gRPC answers never get an HTTP `Content-Encoding`, even with compression on for every

@@ -4,11 +4,10 @@
 //! seed's clients hung ~20 s), its calls retried on the other replica and the address ejected;
 //! after SIGCONT it is probed back and gets calls again.
 
+use crate::support::ServeProcess;
 use fanout_testkit::*;
 use http::Method;
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,64 +21,15 @@ message GetUserRequest { string id = 1; }
 message User { string id = 1; string replica = 2; }
 "#;
 
-/// A `fanout stub` process serving `ka.v1.Users/GetUser` on an ephemeral port.
-struct Replica {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Replica {
-    fn start(dir: &std::path::Path, name: &str) -> Replica {
-        let stubs = format!(
-            "protos: {{ files: [ka.proto] }}\nservices:\n  {name}:\n    listen: 127.0.0.1:0\n    routes:\n      - grpc: ka.v1.Users/GetUser\n        latency: 1ms\n        body: '{{id: $request.body.id, replica: \"{name}\"}}'\n"
-        );
-        let file = dir.join(format!("{name}.yaml"));
-        std::fs::write(&file, stubs).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .args(["--log-format", "json", "stub", "--config"])
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fanout stub");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent
-                    && let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && let Some(a) = v["fields"]["addr"].as_str()
-                {
-                    let _ = tx.send(a.to_string());
-                    sent = true;
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the stub logs its address");
-        Replica { child, addr }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
+/// A `fanout stub` process serving `ka.v1.Users/GetUser` on an ephemeral port as replica `name`.
+fn replica(name: &str) -> ServeProcess {
+    let stubs = format!(
+        "protos: {{ files: [ka.proto] }}\nservices:\n  {name}:\n    listen: 127.0.0.1:0\n    routes:\n      - grpc: ka.v1.Users/GetUser\n        latency: 1ms\n        body: '{{id: $request.body.id, replica: \"{name}\"}}'\n"
+    );
+    ServeProcess::launch(&format!("keepalive-{name}"), &stubs)
+        .stub()
+        .file("ka.proto", PROTO)
+        .start_blocking()
 }
 
 async fn status(addr: std::net::SocketAddr) -> Value {
@@ -101,8 +51,8 @@ async fn a_frozen_replica_is_left_within_the_keepalive_timeout_and_comes_back() 
     let dir = std::env::temp_dir().join(format!("fanout-keepalive-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("ka.proto"), PROTO).unwrap();
-    let a = Replica::start(&dir, "a");
-    let b = Replica::start(&dir, "b");
+    let a = replica("a");
+    let b = replica("b");
 
     let config = format!(
         r#"
@@ -127,8 +77,8 @@ routes:
       body: '$user'
 "#,
         dir = dir.display(),
-        a = a.addr,
-        b = b.addr
+        a = a.addr(),
+        b = b.addr()
     );
     let loaded = fanout::load_gateway("fanout.yaml", &config, &|_| None)
         .unwrap_or_else(|e| panic!("gateway config:\n{e}"));
@@ -184,7 +134,7 @@ routes:
     let frozen_at = Instant::now();
     max_ms.store(0, Ordering::Relaxed);
     let gw_addr = gw.addr;
-    let a_addr = a.addr.clone();
+    let a_addr = a.addr().to_string();
     wait_for_async("a ejected", Duration::from_secs(30), || {
         let a_addr = a_addr.clone();
         async move {

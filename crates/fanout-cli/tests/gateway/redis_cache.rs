@@ -8,14 +8,11 @@
 //!
 //! Every wait is for a state (a key in Redis, a counter), never a time.
 
-use crate::support::{gateway_with, stub_vars};
+use crate::support::{ServeProcess, gateway_with, stub_vars};
 use fanout_testkit::*;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 const STUBS: &str = r#"
 services:
@@ -67,72 +64,6 @@ fn n(v: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {field} in {v}"))
 }
 
-/// A `fanout serve` process, killed (and its config removed) on drop.
-struct Process {
-    child: Child,
-    config: PathBuf,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
-
-impl Process {
-    /// Start `fanout serve` with `yaml` on an ephemeral port; returns it with its address (read
-    /// from its `fanout serving` log line).
-    async fn start(yaml: &str) -> (Process, String) {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let config = std::env::temp_dir().join(format!(
-            "fanout-redis-cache-{}-{}.yaml",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::write(&config, yaml).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
-            .args(["--admin-listen", "127.0.0.1:0", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let p = Process {
-            child,
-            config,
-            lines,
-        };
-        let addr = Arc::new(Mutex::new(None));
-        // a process start on a loaded machine: a generous bound
-        wait_within("the gateway process to listen", PATIENCE * 3, || {
-            let found = p.lines.lock().unwrap().iter().find_map(|l| {
-                let v: Value = serde_json::from_str(l).ok()?;
-                (v["fields"]["message"] == "fanout serving")
-                    .then(|| v["fields"]["addr"].as_str().map(str::to_string))?
-            });
-            *addr.lock().unwrap() = found;
-            addr.lock().unwrap().is_some()
-        })
-        .await;
-        let addr = addr.lock().unwrap().clone().unwrap();
-        (p, addr)
-    }
-}
-
 /// The issue's scenario: two gateway processes behind one Service, one Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier 2 (./scripts/test): needs redis-server"]
@@ -142,7 +73,11 @@ async fn an_answer_fetched_through_one_process_is_served_by_another_from_redis()
     let yaml = config("", "{ ttl: 60s, l2: true }")
         .replace("${REDIS_URL}", &redis.url())
         .replace("${CATALOG_ADDR}", &stub_vars(&s)["CATALOG_ADDR"]);
-    let ((_a, a), (_b, b)) = tokio::join!(Process::start(&yaml), Process::start(&yaml));
+    let (pa, pb) = tokio::join!(
+        ServeProcess::launch("redis-a", &yaml).start(),
+        ServeProcess::launch("redis-b", &yaml).start()
+    );
+    let (a, b) = (pa.addr().to_string(), pb.addr().to_string());
 
     let first = get(&format!("http://{a}/items/7")).await;
     assert_eq!(first.status, 200);

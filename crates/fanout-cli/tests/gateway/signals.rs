@@ -5,152 +5,26 @@
 //!
 //! Every wait polls for a condition (a log line, an answer, the exit), up to a generous limit.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::support::ServeProcess;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 const CONFIG: &str = "routes:\n  - path: /ping\n    respond: { body: '{pong: true}' }\n";
 
-/// Kills the gateway and removes its config, also when the test panics.
-struct Gateway {
-    child: Child,
-    config: PathBuf,
-    /// stderr lines (JSON logs) as they come.
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
-
-impl Gateway {
-    fn start() -> Gateway {
-        Gateway::start_with(CONFIG, &[])
-    }
-
-    /// `fanout serve` on config text `config`, with extra arguments `args`.
-    fn start_with(config_text: &str, args: &[&str]) -> Gateway {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let config = std::env::temp_dir().join(format!(
-            "fanout-signals-{}-{}.yaml",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::write(&config, config_text).unwrap_or_else(|e| panic!("write config: {e}"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fanout"))
-            .args([
-                "--log-format",
-                "json",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&config)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn fanout serve: {e}"));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().expect("piped stderr");
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().expect("log lines").push(line);
-            }
-        });
-        Gateway {
-            child,
-            config,
-            lines,
-        }
-    }
-
-    /// Replace the config file's content.
-    fn write_config(&self, text: &str) {
-        std::fs::write(&self.config, text).unwrap_or_else(|e| panic!("write config: {e}"));
-    }
-
-    /// The address it serves on, once it does.
-    fn addr(&self) -> String {
-        wait_for("the gateway to listen", &self.lines, || {
-            self.log("fanout serving")
-                .and_then(|f| f["addr"].as_str().map(str::to_string))
-        })
-    }
-
-    /// The admin listener's address, once it serves.
-    fn admin_addr(&self) -> String {
-        wait_for("the gateway to listen", &self.lines, || {
-            self.log("fanout serving")
-                .and_then(|f| f["admin"].as_str().map(str::to_string))
-        })
-    }
-
-    /// Resident memory of the process in KiB (`VmRSS` of /proc/PID/status).
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .unwrap_or_else(|e| panic!("read /proc status: {e}"));
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-
-    /// The `fields` of the first log line whose message is `message` (JSON logs).
-    fn log(&self, message: &str) -> Option<serde_json::Value> {
-        self.logs(message).into_iter().next()
-    }
-
-    fn logs(&self, message: &str) -> Vec<serde_json::Value> {
-        self.lines
-            .lock()
-            .expect("log lines")
-            .iter()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .map(|v| v["fields"].clone())
-            .filter(|f| f["message"] == message)
-            .collect()
-    }
-
-    fn stderr(&self) -> String {
-        self.lines.lock().expect("log lines").join("\n")
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.pid()])
-            .status()
-            .unwrap_or_else(|e| panic!("kill {sig}: {e}"));
-        assert!(status.success(), "kill {sig} failed");
-    }
+/// `fanout serve` on config text `config`, with extra arguments `args` (JSON logs); killed, its
+/// config removed, when the test ends, however it ends.
+fn start(config: &str, args: &[&str]) -> ServeProcess {
+    ServeProcess::launch("signals", config)
+        .args(args)
+        .start_blocking()
 }
 
 /// Wait until `f` gives a value, up to 30 s (the machine may be loaded: this waits for a state,
-/// it does not time anything).
-fn wait_for<T>(what: &str, lines: &Mutex<Vec<String>>, f: impl FnMut() -> Option<T>) -> T {
+/// it does not time anything); panics showing the gateway's log (`log`: its file).
+fn wait_for<T>(what: &str, log: &std::path::Path, f: impl FnMut() -> Option<T>) -> T {
     fanout_testkit::poll_blocking(Duration::from_secs(30), f).unwrap_or_else(|| {
-        panic!(
-            "timed out waiting for: {what}; stderr:\n{}",
-            lines.lock().expect("log lines").join("\n")
-        )
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        panic!("timed out waiting for: {what}; stderr:\n{log}")
     })
 }
 
@@ -203,39 +77,26 @@ fn assert_pong(addr: &str, value: &str, when: &str) {
     );
 }
 
-/// The number of log lines whose message starts with `prefix`.
-fn count_logs(gw: &Gateway, prefix: &str) -> usize {
-    gw.lines
-        .lock()
-        .expect("log lines")
-        .iter()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| {
-            v["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with(prefix))
-        })
-        .count()
-}
-
 #[test]
 fn sighup_reloads_the_config_refuses_a_broken_one_and_sigterm_exits_cleanly() {
-    let mut gw = Gateway::start();
-    let lines = gw.lines.clone();
-    let addr = gw.addr();
+    let mut gw = start(CONFIG, &[]);
+    let log = gw.log_file();
+    let addr = gw.addr().to_string();
     assert_answers(&addr, "before SIGHUP");
 
     gw.write_config(&pong_config("2"));
     gw.signal("-HUP");
-    wait_for("the reload log line", &lines, || {
-        (count_logs(&gw, RELOADED) == 1).then_some(())
+    wait_for("the reload log line", &log, || {
+        (gw.logged_starting(RELOADED) == 1).then_some(())
     });
     assert_pong(&addr, "2", "after the reload");
 
     // A broken config: refused with its position, the old one keeps serving.
     gw.write_config("routes:\n  - path: /ping\n    respond: { body: '{pong: ' }\n");
     gw.signal("-HUP");
-    let refused = wait_for("the refusal log line", &lines, || gw.log(REFUSED));
+    let refused = wait_for("the refusal log line", &log, || {
+        gw.logged(REFUSED).into_iter().next()
+    });
     let message = refused["error"].as_str().unwrap_or_default().to_string();
     assert!(
         message.contains(":3:"),
@@ -244,22 +105,24 @@ fn sighup_reloads_the_config_refuses_a_broken_one_and_sigterm_exits_cleanly() {
     assert!(
         gw.child.try_wait().ok().flatten().is_none(),
         "a refused reload stopped the gateway; stderr:\n{}",
-        gw.stderr()
+        gw.log()
     );
     assert_pong(&addr, "2", "after the refused reload");
 
     gw.signal("-TERM");
-    let status = wait_for("the gateway to exit after SIGTERM", &lines, || {
+    let status = wait_for("the gateway to exit after SIGTERM", &log, || {
         gw.child.try_wait().ok().flatten()
     });
     assert!(
         status.success(),
         "exit after SIGTERM: {status:?}; stderr:\n{}",
-        gw.stderr()
+        gw.log()
     );
     // the reader thread may still be reading what was written before the exit
-    wait_for("the shutdown log line", &lines, || {
-        gw.log("shutting down: draining in-flight requests")
+    wait_for("the shutdown log line", &log, || {
+        gw.logged("shutting down: draining in-flight requests")
+            .into_iter()
+            .next()
     });
 }
 
@@ -268,16 +131,16 @@ fn sigterm_reports_not_ready_keeps_serving_for_the_drain_delay_then_drains() {
     // A drain delay far longer than the test: the second SIGTERM cuts it short, so nothing here
     // depends on how long anything takes.
     let config = format!("server:\n  drain_delay: 10m\n{CONFIG}");
-    let mut gw = Gateway::start_with(&config, &[]);
-    let lines = gw.lines.clone();
-    let (addr, admin) = (gw.addr(), gw.admin_addr());
+    let mut gw = start(&config, &[]);
+    let log = gw.log_file();
+    let (addr, admin) = (gw.addr().to_string(), gw.admin_addr().to_string());
     let readyz = || get(&admin, "/readyz").unwrap_or_default();
-    wait_for("ready", &lines, || {
+    wait_for("ready", &log, || {
         readyz().starts_with("HTTP/1.1 200").then_some(())
     });
 
     gw.signal("-TERM");
-    wait_for("not ready after SIGTERM", &lines, || {
+    wait_for("not ready after SIGTERM", &log, || {
         readyz().starts_with("HTTP/1.1 503").then_some(())
     });
     assert_answers(&addr, "during the drain delay");
@@ -289,16 +152,18 @@ fn sigterm_reports_not_ready_keeps_serving_for_the_drain_delay_then_drains() {
     assert!(
         gw.child.try_wait().ok().flatten().is_none(),
         "exited during the drain delay; stderr:\n{}",
-        gw.stderr()
+        gw.log()
     );
 
     gw.signal("-TERM");
-    let status = wait_for("the exit after the second SIGTERM", &lines, || {
+    let status = wait_for("the exit after the second SIGTERM", &log, || {
         gw.child.try_wait().ok().flatten()
     });
-    assert!(status.success(), "{status:?}; stderr:\n{}", gw.stderr());
-    wait_for("the drain log line", &lines, || {
-        gw.log("shutting down: draining in-flight requests")
+    assert!(status.success(), "{status:?}; stderr:\n{}", gw.log());
+    wait_for("the drain log line", &log, || {
+        gw.logged("shutting down: draining in-flight requests")
+            .into_iter()
+            .next()
     });
 }
 
@@ -322,15 +187,15 @@ fn two_hundred_reloads_do_not_grow_memory() {
         }
         c
     };
-    let gw = Gateway::start_with(&config(0), &[]);
-    let lines = gw.lines.clone();
-    let addr = gw.addr();
+    let gw = start(&config(0), &[]);
+    let log = gw.log_file();
+    let addr = gw.addr().to_string();
     let mut warm = 0;
     for n in 1..=200 {
         gw.write_config(&config(n));
         gw.signal("-HUP");
-        wait_for("the reload", &lines, || {
-            (count_logs(&gw, RELOADED) == n).then_some(())
+        wait_for("the reload", &log, || {
+            (gw.logged_starting(RELOADED) == n).then_some(())
         });
         if n % 20 == 0 {
             assert_answers(&addr, &format!("after {n} reloads"));
@@ -340,7 +205,7 @@ fn two_hundred_reloads_do_not_grow_memory() {
         }
     }
     let after = gw.rss_kib();
-    assert_eq!(count_logs(&gw, REFUSED), 0, "{}", gw.stderr());
+    assert_eq!(gw.logged_starting(REFUSED), 0, "{}", gw.log());
     eprintln!("RSS after 20 reloads: {warm} KiB, after 200: {after} KiB");
     // Measured here: RSS wanders between 46 and 52 MiB over 800 reloads without a trend (the
     // allocator keeps and returns pages in bursts). Leaking the replaced stacks (twenty backends
@@ -353,33 +218,31 @@ fn two_hundred_reloads_do_not_grow_memory() {
 
 #[test]
 fn watch_reloads_when_the_file_changes() {
-    let gw = Gateway::start_with(CONFIG, &["--watch", "--watch-interval", "50ms"]);
-    let addr = gw.addr();
+    let gw = start(CONFIG, &["--watch", "--watch-interval", "50ms"]);
+    let log = gw.log_file();
+    let addr = gw.addr().to_string();
     assert_answers(&addr, "before the change");
     gw.write_config(&pong_config("7"));
-    wait_for("the watched reload", &gw.lines, || {
+    wait_for("the watched reload", &log, || {
         ping(&addr)
             .ok()
             .filter(|a| a.contains(r#"{"pong":7}"#))
             .map(|_| ())
     });
     // The new config answers as soon as it is swapped in; the reload's log line follows it.
-    wait_for("the reload's log line", &gw.lines, || {
-        (count_logs(&gw, RELOADED) >= 1).then_some(())
+    wait_for("the reload's log line", &log, || {
+        (gw.logged_starting(RELOADED) >= 1).then_some(())
     });
-    assert_eq!(count_logs(&gw, RELOADED), 1, "one reload per change");
+    assert_eq!(gw.logged_starting(RELOADED), 1, "one reload per change");
 }
 
 /// A stopped process (what a starved host, a CPU limit or a paused VM does to it) is CPU
 /// starvation for the watchdog, not a worker that did not yield.
 #[test]
 fn a_stopped_process_counts_as_cpu_starvation_not_as_a_stall() {
-    let gw = Gateway::start();
-    let lines = gw.lines.clone();
-    let addr = wait_for("the gateway to listen", &lines, || {
-        gw.log("fanout serving")
-            .and_then(|f| f["addr"].as_str().map(str::to_string))
-    });
+    let gw = start(CONFIG, &[]);
+    let log = gw.log_file();
+    let addr = gw.addr().to_string();
     assert_answers(&addr, "before SIGSTOP");
     // Counts, not zero: on a loaded machine the process may already have waited for a CPU.
     let before = runtime_status(&addr)["cpu_starvations"]
@@ -394,19 +257,17 @@ fn a_stopped_process_counts_as_cpu_starvation_not_as_a_stall() {
     // The 400 ms pause is counted as starvation. (Whether a stall was *also* seen is not
     // asserted: on a loaded machine a worker may genuinely wait 100 ms for a CPU while the
     // canary runs; the classification itself is unit-tested in watchdog.rs.)
-    wait_for("a counted CPU starvation", &lines, || {
+    wait_for("a counted CPU starvation", &log, || {
         let r = runtime_status(&addr);
         (r["cpu_starvations"].as_u64() > Some(before)).then_some(r)
     });
-    let logged = wait_for("the starvation log line", &lines, || {
-        gw.lines
-            .lock()
-            .expect("log lines")
-            .iter()
+    let logged = wait_for("the starvation log line", &log, || {
+        gw.log()
+            .lines()
             .find(|l| {
                 l.contains("the host (or the container's CPU limit) is starving the gateway of CPU")
             })
-            .cloned()
+            .map(str::to_string)
     });
     assert!(!logged.contains("did not yield"), "{logged}");
 }
