@@ -2,6 +2,7 @@
 //!
 //! The bound keeps a broken test from hanging; it measures nothing, so it is generous.
 
+use std::future::Future;
 use std::time::Duration;
 
 /// How long [`wait_until`] polls before it fails the test.
@@ -58,10 +59,14 @@ where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let mut seen = String::new();
+    let deadline = std::time::Instant::now() + PATIENCE;
     for _ in 0..polls(PATIENCE, SLOW_POLL) {
-        match look().await {
+        match bounded(what, deadline, look()).await {
             Ok(()) => return,
             Err(s) => seen = s,
+        }
+        if std::time::Instant::now() >= deadline {
+            break;
         }
         tokio::time::sleep(SLOW_POLL).await;
     }
@@ -69,19 +74,38 @@ where
 }
 
 /// [`wait_for`] for a look that needs `.await` (a request, a connection): polls `f` every 20 ms
-/// until it gives a value; panics (naming `what`) after `limit` worth of polls.
+/// until it gives a value; panics (naming `what`) after `limit` worth of polls, or `limit` of
+/// wall-clock time, whichever comes first (each look is bounded by the time left).
 pub async fn wait_for_async<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    let deadline = std::time::Instant::now() + limit;
     for _ in 0..polls(limit, SLOW_POLL) {
-        if let Some(v) = f().await {
+        if let Some(v) = bounded(what, deadline, f()).await {
             return v;
+        }
+        if std::time::Instant::now() >= deadline {
+            break;
         }
         tokio::time::sleep(SLOW_POLL).await;
     }
     panic!("timed out waiting for: {what}");
+}
+
+/// One look, bounded by the wall-clock `deadline` of the whole wait: a look that never
+/// finishes (a connection the server under test accepted and then forgot), or looks slow
+/// enough that the polls' count would add up to hours, fail the test naming `what` instead of
+/// hanging the test binary until CI's own limit ends it. Real time: not for a paused clock.
+async fn bounded<T>(what: &str, deadline: std::time::Instant, look: impl Future<Output = T>) -> T {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    match tokio::time::timeout(left.max(SLOW_POLL), look).await {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "timed out waiting for: {what} (a look was still unfinished at the end of the wait)"
+        ),
+    }
 }
 
 /// [`wait_for`] for a test without a runtime (a child process's output read by threads):

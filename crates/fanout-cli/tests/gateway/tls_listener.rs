@@ -201,10 +201,20 @@ impl Session {
         &self,
         addr: SocketAddr,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let tcp = TcpStream::connect(addr).await?;
-        self.connector
-            .connect(ServerName::try_from(self.sni).unwrap(), tcp)
+        let handshake = async {
+            let tcp = TcpStream::connect(addr).await?;
+            self.connector
+                .connect(ServerName::try_from(self.sni).unwrap(), tcp)
+                .await
+        };
+        tokio::time::timeout(CLIENT_PATIENCE, handshake)
             .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no handshake within {CLIENT_PATIENCE:?}"),
+                ))
+            })
     }
 
     /// A new connection and GET `path` on it: how the handshake went (the client's word) and
@@ -258,25 +268,39 @@ async fn over(
         kind: c.handshake_kind(),
     };
     let io = TokioIo::new(s);
-    let conn = if shown.alpn.as_deref() == Some(b"h2") {
-        let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-            .await
-            .map_err(std::io::Error::other)?;
-        tokio::spawn(conn);
-        Conn::H2(send)
-    } else {
-        let (send, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(std::io::Error::other)?;
-        tokio::spawn(conn);
-        Conn::H1(send)
-    };
+    let conn = tokio::time::timeout(CLIENT_PATIENCE, async {
+        Ok::<_, std::io::Error>(if shown.alpn.as_deref() == Some(b"h2") {
+            let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .map_err(std::io::Error::other)?;
+            tokio::spawn(conn);
+            Conn::H2(send)
+        } else {
+            let (send, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(std::io::Error::other)?;
+            tokio::spawn(conn);
+            Conn::H1(send)
+        })
+    })
+    .await
+    .map_err(|_| std::io::Error::other("no HTTP handshake within the client's patience"))??;
     Ok((conn, shown))
 }
 
+/// How long the test client waits for a handshake or an answer: a gateway that never
+/// answers fails the look instead of hanging the test.
+const CLIENT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Conn {
-    /// GET `path`: (status, JSON body).
+    /// GET `path`: (status, JSON body); an error when there is none within [`CLIENT_PATIENCE`].
     pub async fn get(&mut self, path: &str) -> Result<(u16, serde_json::Value), String> {
+        tokio::time::timeout(CLIENT_PATIENCE, self.get_unbounded(path))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {CLIENT_PATIENCE:?}")))
+    }
+
+    async fn get_unbounded(&mut self, path: &str) -> Result<(u16, serde_json::Value), String> {
         let uri = if matches!(self, Conn::H2(_)) {
             format!("https://localhost{path}")
         } else {
