@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod cors;
 pub mod ip_filter;
 pub mod rate_limit;
 mod stage;
@@ -24,6 +25,6 @@ pub use fanout_protocol::metrics;
 
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
-    Build, BuildCx, EdgeStage, Lent, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
-    StageSet, Step, TlsOf,
+    AnswerHeaders, Arrival, Build, BuildCx, Early, EdgeStage, Lent, RedisConnect, Registration,
+    Rejection, RequestHead, RouteKind, StageSet, Step, TlsOf,
 };

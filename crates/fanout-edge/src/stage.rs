@@ -9,7 +9,7 @@ use fanout_flow::RoutePlan;
 use fanout_protocol::metrics::Out;
 use futures_util::future::BoxFuture;
 use http::request::Parts;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::borrow::Cow;
@@ -212,14 +212,93 @@ pub enum Step<'a> {
     Wait(BoxFuture<'a, Result<(), Rejection>>),
 }
 
+/// A request on arrival, before routing: what a stage of the arrival phase sees
+/// ([`EdgeStage::on_arrival`]). A stage may answer it there (a CORS preflight) and may note
+/// headers its answer will carry whatever makes that answer — the flow, a refusal, a 404
+/// ([`Arrival::answer_header`]): the answer phase of the stages that ran.
+pub struct Arrival<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI.
+    pub uri: &'a Uri,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The routes at its path, every method (empty when no route has the path).
+    pub routes: &'a [Arc<RoutePlan>],
+    answer: AnswerHeaders,
+}
+
+/// Headers noted on arrival for the request's answer: (name, value, whether appended rather
+/// than replacing). Empty — no allocation — unless a stage notes one.
+#[derive(Default)]
+pub struct AnswerHeaders(Vec<(HeaderName, HeaderValue, bool)>);
+
+impl AnswerHeaders {
+    /// Put the noted headers on an answer, in the order they were noted.
+    pub fn apply(self, headers: &mut HeaderMap) {
+        for (name, value, append) in self.0 {
+            if append {
+                headers.append(name, value);
+            } else {
+                headers.insert(name, value);
+            }
+        }
+    }
+}
+
+impl<'a> Arrival<'a> {
+    /// A request on arrival: its head and the routes at its path.
+    pub fn new(
+        method: &'a Method,
+        uri: &'a Uri,
+        headers: &'a HeaderMap,
+        routes: &'a [Arc<RoutePlan>],
+    ) -> Self {
+        Arrival {
+            method,
+            uri,
+            headers,
+            routes,
+            answer: AnswerHeaders::default(),
+        }
+    }
+
+    /// Note a header for the answer: set (replacing one of that name) or, with `append`, added.
+    pub fn answer_header(&mut self, name: HeaderName, value: HeaderValue, append: bool) {
+        self.answer.0.push((name, value, append));
+    }
+
+    /// The headers noted for the answer.
+    pub fn into_answer_headers(self) -> AnswerHeaders {
+        self.answer
+    }
+}
+
+/// What a stage decides about a request on arrival.
+pub enum Early {
+    /// The next stage (then routing).
+    Next,
+    /// Answer now with `status`, `headers` and no body; no later stage runs, nor routing.
+    Answer {
+        /// The status.
+        status: StatusCode,
+        /// The headers.
+        headers: HeaderMap,
+    },
+    /// Refuse now; no later stage runs, nor routing.
+    Refuse(Rejection),
+}
+
 /// An edge stage: what the gateway does to every request between the connection and the flow,
 /// whatever the route kind (docs/ARCHITECTURE.md, "How to add an edge stage"). One value per
 /// loaded config, built by its [`Registration`] from the config (and the stage it replaces, whose
 /// state it may keep across a reload); the gateway runs the stages of each route in the
 /// registry's order.
 ///
-/// The phases, in pingora's sense: [`EdgeStage::on_request`] on the request head (after routing,
-/// before the deadline is fixed and before the body is read). The component surface:
+/// The phases, in pingora's sense: [`EdgeStage::on_arrival`] before routing (a stage that says
+/// it [`EdgeStage::arrives`]; it may answer, refuse, or note headers for the answer, whatever
+/// makes it), then [`EdgeStage::on_request`] on the request head (after routing, before the
+/// deadline is fixed and before the body is read). The component surface:
 /// [`EdgeStage::readiness`], [`EdgeStage::start`], [`EdgeStage::status_json`] (its section of the
 /// status endpoint), [`EdgeStage::metrics`] (its families, every series from the start),
 /// [`EdgeStage::explain`] (what `fanout explain` prints of a route) and
@@ -231,6 +310,19 @@ pub trait EdgeStage: Send + Sync + 'static {
 
     /// On the request head: go on, refuse, or wait.
     fn on_request<'a>(&'a self, head: &'a mut RequestHead<'_>) -> Step<'a>;
+
+    /// Whether the stage has an arrival phase ([`EdgeStage::on_arrival`]); only those run
+    /// there, on every request of every route kind.
+    fn arrives(&self) -> bool {
+        false
+    }
+
+    /// On arrival, before routing: go on, answer, or refuse; headers noted on `arrival` go on
+    /// the answer.
+    fn on_arrival(&self, arrival: &mut Arrival<'_>) -> Early {
+        let _ = arrival;
+        Early::Next
+    }
 
     /// `Err(why)` while the stage cannot decide and the gateway must not report ready.
     fn readiness(&self) -> Result<(), String> {
@@ -361,6 +453,8 @@ pub struct StageSet {
     stages: Vec<(&'static str, Arc<dyn EdgeStage>)>,
     /// By route index, then kind (HTTP, gRPC): the indices of the stages it runs.
     routes: Vec<[SmallVec<[u8; 4]>; 2]>,
+    /// The indices of the stages with an arrival phase.
+    arrival: SmallVec<[u8; 4]>,
     clients: ClientAddresses,
     tls_of: TlsOf,
 }
@@ -427,9 +521,16 @@ impl StageSet {
                 })
             })
             .collect();
+        let arrival = stages
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| s.arrives())
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .collect();
         Ok(StageSet {
             stages,
             routes,
+            arrival,
             clients,
             tls_of: lent.tls_of,
         })
@@ -482,6 +583,26 @@ impl StageSet {
             }
         }
         Ok(())
+    }
+
+    /// Whether any stage has an arrival phase (else the gateway skips it: no route lookup).
+    pub fn has_arrival(&self) -> bool {
+        !self.arrival.is_empty()
+    }
+
+    /// Run a request on arrival through the stages with an arrival phase, in order: the first
+    /// that answers or refuses ends it.
+    pub fn on_arrival(&self, arrival: &mut Arrival<'_>) -> Early {
+        for &i in &self.arrival {
+            let Some((_, stage)) = self.stages.get(usize::from(i)) else {
+                continue;
+            };
+            match stage.on_arrival(arrival) {
+                Early::Next => {}
+                done => return done,
+            }
+        }
+        Early::Next
     }
 
     /// `Ok` when every stage is ready, else the first reason.

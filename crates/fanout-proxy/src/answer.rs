@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 23] = [
+pub(crate) const GATEWAY_CODES: [&str; 22] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -38,7 +38,6 @@ pub(crate) const GATEWAY_CODES: [&str; 23] = [
     "bad_answer_message",
     "invalid_message",
     "message_too_large",
-    "cors_refused",
     // Request bodies with a Content-Encoding (`compression.rs`).
     "unsupported_encoding",
     "bad_encoding",

@@ -13,7 +13,6 @@ pub(crate) mod coalesce;
 mod compression;
 pub mod conn;
 pub mod cores;
-mod cors;
 pub mod errlog;
 mod grpc;
 mod grpc_compression;
@@ -144,8 +143,6 @@ pub struct Live {
     coalesce: Vec<Option<coalesce::Runs>>,
     /// `METHOD path` of each route, by route index (the status endpoint's names).
     route_names: Vec<String>,
-    /// The routes' and the defaults' CORS policies (`cors.rs`).
-    cors: cors::CorsTable,
     /// Answer compression and request decoding (`compression.rs`).
     compression: compression::CompressionTable,
     /// The edge stages of this config and which routes run them (`fanout-edge`).
@@ -404,7 +401,6 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
-            "cors": live.cors.status_json(),
             "compression": self.compression_stats().status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });

@@ -255,7 +255,6 @@ pub(crate) fn build_live(
         .collect();
     error_codes.sort();
     error_codes.dedup();
-    let cors = crate::cors::CorsTable::build(&cfg, &plan.routes, &cfg.server.request_id_header);
     let compression = crate::compression::CompressionTable::build(&cfg, &plan.routes);
     let live = Live {
         compression,
@@ -280,7 +279,6 @@ pub(crate) fn build_live(
         grpc_services,
         runtimes: plan.runtimes.clone(),
         coalesce: crate::coalesce::tables(&plan.routes),
-        cors,
         route_names: plan
             .routes
             .iter()

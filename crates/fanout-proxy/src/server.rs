@@ -47,42 +47,38 @@ impl Gateway {
         let live = self.live();
         let mut rec =
             RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
-        // CORS (`cors.rs`): a preflight is answered here, before authentication and without a
-        // flow; an allowed origin's answer gets its headers below, whatever made the answer.
-        let cors = live
-            .cors
-            .any()
-            .then(|| live.cors.allowed(&live.router, &req));
         // Compression (`compression.rs`): decided before the request is consumed, applied to
         // the final answer.
         let compress = live.compression.choose(&live.router, &req);
-        let preflight = cors.as_ref().and_then(|_| {
-            let expose = self.limits.expose_error_details;
-            live.cors.preflight(&live.router, &req, &rid, expose)
-        });
-        let mut resp = match preflight {
-            // It carries its own CORS headers.
-            Some(resp) => {
-                rec.ignore();
-                resp
-            }
-            None => {
-                let mut resp = catch_panics(
+        // The edge stages' arrival phase (CORS: a preflight is answered here, before
+        // authentication and without a flow); the headers they note go on the answer below,
+        // whatever made it.
+        let (early, noted) = arrival(&live, &req);
+        let mut resp = match early {
+            fanout_edge::Early::Next => {
+                catch_panics(
                     self.handle_unguarded(req, peer, &rid, &live, &mut rec),
                     &self.panics,
                     &rid,
                     self.limits.expose_error_details,
                 )
-                .await;
-                if let Some(allowed) = cors {
-                    crate::cors::vary(resp.headers_mut());
-                    if let Some(a) = allowed {
-                        a.apply(resp.headers_mut());
-                    }
-                }
+                .await
+            }
+            fanout_edge::Early::Answer { status, headers } => {
+                rec.ignore();
+                let mut resp = Response::new(Body::empty());
+                *resp.status_mut() = status;
+                *resp.headers_mut() = headers;
                 resp
             }
+            fanout_edge::Early::Refuse(r) => {
+                rec.ignore();
+                ApiError::from(r).into_response(&rid, self.limits.expose_error_details)
+            }
         };
+        if let Some(noted) = noted {
+            noted.apply(resp.headers_mut());
+        }
         if let Some(chosen) = compress {
             resp = self.compress(&live, chosen, resp).await;
         }
@@ -174,6 +170,25 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The arrival phase of the edge stages (`fanout-edge`: [`fanout_edge::EdgeStage::on_arrival`]),
+/// before routing, on every request of every route kind: what it decided, and the headers noted
+/// for the answer. Without a stage that arrives it costs nothing (no route lookup).
+fn arrival<B>(
+    live: &Live,
+    req: &Request<B>,
+) -> (fanout_edge::Early, Option<fanout_edge::AnswerHeaders>) {
+    if !live.stages.has_arrival() {
+        return (fanout_edge::Early::Next, None);
+    }
+    let routes = live
+        .router
+        .at(req.uri().path())
+        .map_or(&[][..], |m| m.value.as_slice());
+    let mut a = fanout_edge::Arrival::new(req.method(), req.uri(), req.headers(), routes);
+    let early = live.stages.on_arrival(&mut a);
+    (early, Some(a.into_answer_headers()))
 }
 
 /// Run a request handler; a panic inside it becomes a 500 `internal_error` for this request

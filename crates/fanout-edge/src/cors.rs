@@ -1,21 +1,27 @@
-//! CORS (`cors:` in the defaults or a route; docs/config.md#cors): the gateway answers a
-//! browser's preflight `OPTIONS` itself, before authentication and without running a flow
-//! ([`CorsTable::preflight`]), and puts the CORS headers on every answer of a CORS route,
-//! error answers included ([`Allowed::apply`], called by `Gateway::handle` after the answer is
-//! made, whatever made it). Policies are compiled once per config ([`CorsTable::build`]).
+//! CORS (`cors:` in the defaults or a route; docs/config.md#cors), an edge stage of the arrival
+//! phase: a browser's preflight `OPTIONS` is answered here, before routing, authentication or
+//! any flow; every other request of a config that uses CORS gets `Vary: Origin` on its answer,
+//! and a request from an allowed origin the CORS headers — whatever makes the answer (the flow,
+//! a refusal, a 404). Policies are compiled once per config.
 
-use crate::answer::ApiError;
-use crate::body::Body;
-use fanout_config::{Config, Cors};
-use fanout_flow::RoutePlan;
+use crate::{Arrival, BuildCx, Early, EdgeStage, Registration, RequestHead, RouteKind, Step};
+use fanout_config::{ConfigErrors, Cors};
 use http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN, VARY,
 };
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The stage's registration line.
+pub const STAGE: Registration = Registration {
+    name: "cors",
+    section: false,
+    codes: &["cors_refused"],
+    build,
+};
 
 /// The answer headers a page may read when `expose_headers` is not set (besides the request id
 /// header, added per gateway).
@@ -32,7 +38,7 @@ const EXPOSED_BY_DEFAULT: &[&str] = &[
 const MAX_REQUESTED_HEADERS: usize = 64;
 
 /// One route's compiled `cors:`.
-pub(crate) struct CorsPolicy {
+struct CorsPolicy {
     any_origin: bool,
     null_origin: bool,
     /// Exact origins, lower case.
@@ -51,187 +57,218 @@ pub(crate) struct CorsPolicy {
 
 /// The CORS policies of a loaded config, by route index, and the defaults' (for answers that
 /// match no route: 404, 405).
-#[derive(Default)]
-pub(crate) struct CorsTable {
+pub struct CorsStage {
     by_route: Vec<Option<Arc<CorsPolicy>>>,
     default: Option<Arc<CorsPolicy>>,
-    /// Whether any route or the defaults use CORS (read per request).
+    /// Whether any route or the defaults use CORS (else the stage has no arrival phase).
     any: bool,
-    /// Preflights answered, allowed and refused (the status endpoint).
-    pub(crate) preflights: Arc<[AtomicU64; 2]>,
+    /// Preflights answered, allowed and refused (the status endpoint), since the config was
+    /// loaded.
+    preflights: [AtomicU64; 2],
 }
 
-/// A request's origin allowed by its route's policy: what its answer carries.
-pub(crate) struct Allowed {
-    origin: HeaderValue,
-    policy: Arc<CorsPolicy>,
+/// `(method, path)` of each route of the config, as the gateway routes it (a gRPC method is
+/// `POST /package.Service/Method`).
+fn route_keys(cfg: &fanout_config::Config) -> Vec<(Method, String)> {
+    cfg.routes
+        .iter()
+        .map(|r| match &r.grpc {
+            Some(g) => (Method::POST, format!("/{}", g.value)),
+            None => (
+                Method::from_bytes(r.method.value.trim().as_bytes()).unwrap_or(Method::GET),
+                r.path.value.clone(),
+            ),
+        })
+        .collect()
 }
 
-impl CorsTable {
-    /// Compile every route's `cors` (or the defaults') for `routes` (config order). The
-    /// config was checked at load (`Cors::check`); a value that still does not fit a header is
-    /// left out.
-    pub(crate) fn build(cfg: &Config, routes: &[Arc<RoutePlan>], rid_header: &str) -> CorsTable {
-        let compile = |c: &Cors, path: &str| -> Option<Arc<CorsPolicy>> {
-            if !c.enabled {
-                return None;
-            }
-            let path_methods: Vec<Method> = routes
-                .iter()
-                .filter(|r| r.path == path)
-                .map(|r| r.method.clone())
-                .collect();
-            Some(Arc::new(CorsPolicy::compile(c, &path_methods, rid_header)))
-        };
-        let by_route: Vec<Option<Arc<CorsPolicy>>> = cfg
-            .routes
+/// Compile every route's `cors` (or the defaults'). The config was checked at load (`Cors::check`); a value that still does not fit a
+/// header is left out.
+fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
+    let cfg = cx.config;
+    let rid_header = &cfg.server.request_id_header;
+    let keys = route_keys(cfg);
+    let compile = |c: &Cors, path: &str| -> Option<Arc<CorsPolicy>> {
+        if !c.enabled {
+            return None;
+        }
+        let path_methods: Vec<Method> = keys
             .iter()
-            .zip(routes)
-            .map(|(rc, plan)| {
-                let c = rc.cors.as_ref().or(cfg.defaults.cors.as_ref())?;
-                compile(c, &plan.path)
-            })
+            .filter(|(_, p)| p == path)
+            .map(|(m, _)| m.clone())
             .collect();
-        let default = cfg.defaults.cors.as_ref().and_then(|c| {
-            let mut all: Vec<Method> = routes.iter().map(|r| r.method.clone()).collect();
-            all.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-            all.dedup();
-            c.enabled
-                .then(|| Arc::new(CorsPolicy::compile(c, &all, rid_header)))
-        });
-        let any = default.is_some() || by_route.iter().any(Option::is_some);
-        CorsTable {
-            by_route,
-            default,
-            any,
-            preflights: Arc::default(),
-        }
-    }
-
-    /// The status endpoint's `cors` section (`null` without CORS): preflights answered since
-    /// the config was loaded, allowed and refused.
-    pub(crate) fn status_json(&self) -> serde_json::Value {
-        if !self.any() {
-            return serde_json::Value::Null;
-        }
-        serde_json::json!({
-            "preflights_allowed": self.preflights[0].load(Ordering::Relaxed),
-            "preflights_refused": self.preflights[1].load(Ordering::Relaxed),
+        Some(Arc::new(CorsPolicy::compile(c, &path_methods, rid_header)))
+    };
+    let by_route: Vec<Option<Arc<CorsPolicy>>> = cfg
+        .routes
+        .iter()
+        .zip(&keys)
+        .map(|(rc, (_, path))| {
+            let c = rc.cors.as_ref().or(cfg.defaults.cors.as_ref())?;
+            compile(c, path)
         })
-    }
+        .collect();
+    let default = cfg.defaults.cors.as_ref().and_then(|c| {
+        let mut all: Vec<Method> = keys.iter().map(|(m, _)| m.clone()).collect();
+        all.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        all.dedup();
+        c.enabled
+            .then(|| Arc::new(CorsPolicy::compile(c, &all, rid_header)))
+    });
+    // Built without CORS too (its status section is `null` then), but with no arrival phase:
+    // nothing runs per request.
+    let any = default.is_some() || by_route.iter().any(Option::is_some);
+    Ok(Some(Arc::new(CorsStage {
+        by_route,
+        default,
+        any,
+        preflights: Default::default(),
+    })))
+}
 
-    /// Whether any route or the defaults use CORS (else nothing here runs per request).
-    pub(crate) fn any(&self) -> bool {
-        self.any
-    }
-
-    /// The policy of the route `method path` matches; for a path with no such method, the
-    /// policy of a route on the path; for no route, the defaults'.
-    fn policy<'a>(
-        &'a self,
-        router: &matchit::Router<Vec<Arc<RoutePlan>>>,
-        method: &Method,
-        path: &str,
-    ) -> Option<&'a Arc<CorsPolicy>> {
-        let Ok(m) = router.at(path) else {
+impl CorsStage {
+    /// The policy of the route `method` matches among the routes at the request's path; for
+    /// a path with no such method, the policy of a route on the path; for no route, the
+    /// defaults'.
+    fn policy(&self, arrival: &Arrival<'_>, method: &Method) -> Option<&Arc<CorsPolicy>> {
+        if arrival.routes.is_empty() {
             return self.default.as_ref();
-        };
-        let of = |r: &Arc<RoutePlan>| self.by_route.get(r.index).and_then(Option::as_ref);
-        match m.value.iter().find(|r| r.method == *method) {
-            Some(r) => of(r),
-            None => m.value.iter().find_map(of),
         }
-    }
-
-    /// The request's origin when its route allows it (what [`Allowed::apply`] puts on the
-    /// answer); `None` for a request without `Origin` or from an origin not allowed.
-    pub(crate) fn allowed<B>(
-        &self,
-        router: &matchit::Router<Vec<Arc<RoutePlan>>>,
-        req: &Request<B>,
-    ) -> Option<Allowed> {
-        let origin = req.headers().get(ORIGIN)?;
-        let policy = self.policy(router, req.method(), req.uri().path())?;
-        policy.allows_origin(origin).then(|| Allowed {
-            origin: origin.clone(),
-            policy: policy.clone(),
-        })
+        let of = |i: usize| self.by_route.get(i).and_then(Option::as_ref);
+        match arrival.routes.iter().find(|r| r.method == *method) {
+            Some(r) => of(r.index),
+            None => arrival.routes.iter().find_map(|r| of(r.index)),
+        }
     }
 
     /// A preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) to a CORS
-    /// route, answered here: 204 with the allow headers, or 403 `cors_refused` naming what is
-    /// not allowed (an origin, a method, a header). `None` for any other request (an `OPTIONS`
-    /// to a route without CORS goes on to routing: 405, or the route's own `OPTIONS`).
-    pub(crate) fn preflight<B>(
-        &self,
-        router: &matchit::Router<Vec<Arc<RoutePlan>>>,
-        req: &Request<B>,
-        rid: &HeaderValue,
-        expose: bool,
-    ) -> Option<Response<Body>> {
-        if req.method() != Method::OPTIONS {
+    /// route: 204 with the allow headers, or 403 `cors_refused` naming what is not allowed (an
+    /// origin, a method, a header). `None` for any other request (an `OPTIONS` to a route
+    /// without CORS goes on to routing: 405, or the route's own `OPTIONS`).
+    fn preflight(&self, arrival: &Arrival<'_>) -> Option<Early> {
+        if *arrival.method != Method::OPTIONS {
             return None;
         }
-        let h = req.headers();
+        let h = arrival.headers;
         let origin = h.get(ORIGIN)?;
         let asked = h.get(ACCESS_CONTROL_REQUEST_METHOD)?;
-        let path = req.uri().path();
         let asked_method = Method::from_bytes(asked.as_bytes()).ok();
         let policy = match &asked_method {
-            Some(m) => self.policy(router, m, path),
-            None => self.policy(router, &Method::OPTIONS, path),
+            Some(m) => self.policy(arrival, m),
+            None => self.policy(arrival, &Method::OPTIONS),
         }?;
-        let answer = policy.preflight(origin, asked_method.as_ref(), h);
-        let (i, mut resp) = match answer {
-            Ok(headers) => {
-                let mut resp = Response::new(Body::empty());
-                *resp.status_mut() = StatusCode::NO_CONTENT;
-                resp.headers_mut().extend(headers);
-                (0, resp)
-            }
-            Err(why) => (
-                1,
-                ApiError::new(StatusCode::FORBIDDEN, "cors_refused", why)
-                    .into_response(rid, expose),
-            ),
-        };
-        self.preflights[i].fetch_add(1, Ordering::Relaxed);
-        let v = resp.headers_mut();
-        v.append(VARY, HeaderValue::from_static("Origin"));
-        v.append(
-            VARY,
+        let vary = [
+            HeaderValue::from_static("Origin"),
             HeaderValue::from_static(
                 "Access-Control-Request-Method, Access-Control-Request-Headers",
             ),
-        );
-        Some(resp)
+        ];
+        Some(match policy.preflight(origin, asked_method.as_ref(), h) {
+            Ok(mut headers) => {
+                self.preflights[0].fetch_add(1, Ordering::Relaxed);
+                for v in vary {
+                    headers.append(VARY, v);
+                }
+                Early::Answer {
+                    status: StatusCode::NO_CONTENT,
+                    headers,
+                }
+            }
+            Err(why) => {
+                self.preflights[1].fetch_add(1, Ordering::Relaxed);
+                let mut r = crate::Rejection::new(StatusCode::FORBIDDEN, "cors_refused", why);
+                for v in vary {
+                    r = r.header(VARY, v);
+                }
+                Early::Refuse(r)
+            }
+        })
     }
 }
 
-impl Allowed {
-    /// The CORS headers of an answer (a flow's or an error's) to an allowed origin.
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        let p = &self.policy;
-        headers.insert(
-            ACCESS_CONTROL_ALLOW_ORIGIN,
-            p.allow_origin_value(&self.origin),
+impl EdgeStage for CorsStage {
+    fn applies(&self, _route: usize, _kind: RouteKind) -> bool {
+        // Arrival phase only: nothing to do on the request head.
+        false
+    }
+
+    fn on_request<'a>(&'a self, _head: &'a mut RequestHead<'_>) -> Step<'a> {
+        Step::Next
+    }
+
+    fn arrives(&self) -> bool {
+        self.any
+    }
+
+    fn on_arrival(&self, arrival: &mut Arrival<'_>) -> Early {
+        if let Some(done) = self.preflight(arrival) {
+            return done;
+        }
+        // A shared cache must not serve one origin's answer to another: `Vary: Origin` on
+        // every answer of a config that uses CORS, whether or not this request came from a
+        // page.
+        arrival.answer_header(VARY, HeaderValue::from_static("Origin"), true);
+        let Some(origin) = arrival.headers.get(ORIGIN) else {
+            return Early::Next;
+        };
+        let Some(p) = self.policy(arrival, arrival.method) else {
+            return Early::Next;
+        };
+        if !p.allows_origin(origin) {
+            return Early::Next;
+        }
+        let (allow, credentials, expose) = (
+            p.allow_origin_value(origin),
+            p.credentials,
+            p.expose.clone(),
         );
-        if p.credentials {
-            headers.insert(
+        arrival.answer_header(ACCESS_CONTROL_ALLOW_ORIGIN, allow, false);
+        if credentials {
+            arrival.answer_header(
                 ACCESS_CONTROL_ALLOW_CREDENTIALS,
                 HeaderValue::from_static("true"),
+                false,
             );
         }
-        if let Some(e) = &p.expose {
-            headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, e.clone());
+        if let Some(e) = expose {
+            arrival.answer_header(ACCESS_CONTROL_EXPOSE_HEADERS, e, false);
+        }
+        Early::Next
+    }
+
+    fn status_json(&self) -> Option<serde_json::Value> {
+        if !self.any {
+            return Some(serde_json::Value::Null);
+        }
+        Some(serde_json::json!({
+            "preflights_allowed": self.preflights[0].load(Ordering::Relaxed),
+            "preflights_refused": self.preflights[1].load(Ordering::Relaxed),
+        }))
+    }
+
+    fn explain(&self, route: usize) -> Vec<String> {
+        match self.by_route.get(route).and_then(Option::as_ref) {
+            Some(p) => vec![format!(
+                "cors: {} origin(s){}, methods {}{}",
+                p.exact.len()
+                    + p.patterns.len()
+                    + usize::from(p.any_origin)
+                    + usize::from(p.null_origin),
+                if p.any_origin { " (any)" } else { "" },
+                p.methods_value.to_str().unwrap_or(""),
+                if p.credentials {
+                    ", with credentials"
+                } else {
+                    ""
+                }
+            )],
+            None => Vec::new(),
         }
     }
-}
 
-/// `Vary: Origin` on an answer of a config that uses CORS (whether or not this request came
-/// from a page): a shared cache must not serve one origin's answer to another.
-pub(crate) fn vary(headers: &mut HeaderMap) {
-    headers.append(VARY, HeaderValue::from_static("Origin"));
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl CorsPolicy {
