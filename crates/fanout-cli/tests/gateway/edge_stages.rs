@@ -5,7 +5,9 @@
 //! family appear beside the built-in ones, and an unknown stage name is a config error.
 
 use crate::support::config;
-use fanout_edge::{BuildCx, EdgeStage, Registration, Rejection, RequestHead, RouteKind, Step};
+use fanout_edge::{
+    Arrival, BuildCx, Early, EdgeStage, Registration, Rejection, RequestHead, RouteKind, Step,
+};
 use fanout_proxy::registry::Registry;
 use fanout_testkit::*;
 use http::StatusCode;
@@ -171,4 +173,98 @@ fn an_unknown_stage_name_is_a_config_error_with_a_suggestion() {
         .to_string();
     assert!(text.contains("defaults.stages.tag"), "{text}");
     assert!(text.contains("refuse_headr"), "{text}");
+}
+
+/// Requests the arrival stage saw (before routing, every route kind). Process-wide: only the
+/// test below registers the stage.
+static ARRIVED: AtomicU64 = AtomicU64::new(0);
+
+/// A throw-away stage of the arrival phase: every answer carries `x-stamp`, whatever made it;
+/// a request with `x-early` is answered 204 before routing.
+struct Stamp;
+
+impl EdgeStage for Stamp {
+    fn applies(&self, _: usize, _: RouteKind) -> bool {
+        false
+    }
+
+    fn on_request<'a>(&'a self, _: &'a mut RequestHead<'_>) -> Step<'a> {
+        Step::Next
+    }
+
+    fn arrives(&self) -> bool {
+        true
+    }
+
+    fn on_arrival(&self, a: &mut Arrival<'_>) -> Early {
+        ARRIVED.fetch_add(1, Ordering::Relaxed);
+        a.answer_header(
+            http::HeaderName::from_static("x-stamp"),
+            http::HeaderValue::from(a.routes.len()),
+            false,
+        );
+        if a.headers.contains_key("x-early") {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("x-answered", http::HeaderValue::from_static("early"));
+            return Early::Answer {
+                status: StatusCode::NO_CONTENT,
+                headers,
+            };
+        }
+        Early::Next
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+const STAMP: Registration = Registration {
+    name: "stamp",
+    section: false,
+    codes: &[],
+    build: |_| Ok(Some(Arc::new(Stamp))),
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_of_the_arrival_phase_answers_before_routing_and_stamps_every_answer() {
+    let s = stubs(&crate::grpc::example("stubs.yaml")).await;
+    let cfg = config(&yaml("{}"), &s);
+    let gw = fanout_proxy::Gateway::build_in(&cfg, Registry::standard().with_stage(STAMP))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gw = fanout::start_gateway(gw, "127.0.0.1:0", None)
+        .await
+        .unwrap();
+    let c = client(false);
+    // The flow's answer and a 404 both carry the noted header (the routes at the path: 1, 0).
+    let ok = get(&format!("http://{}/hello", gw.addr)).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.header("x-stamp"), Some("1"));
+    let missing = get(&format!("http://{}/nowhere", gw.addr)).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["error"]["code"], "not_found");
+    assert_eq!(missing.header("x-stamp"), Some("0"));
+    // Answered on arrival: before routing (a path no route has) and without a flow.
+    let early = send(
+        &c,
+        http::Method::GET,
+        &format!("http://{}/nowhere", gw.addr),
+        &[("x-early", "1")],
+        "",
+    )
+    .await;
+    assert_eq!(early.status, 204, "{}", early.text());
+    assert_eq!(early.header("x-answered"), Some("early"));
+    assert_eq!(early.header("x-stamp"), Some("0"));
+    // gRPC goes through the same phase.
+    let p = crate::grpc::get_profile(gw.addr, "u1", &[]).await;
+    assert!(p.is_ok(), "{p:?}");
+    let early = crate::grpc::get_profile(gw.addr, "u1", &[("x-early", "1")]).await;
+    assert!(early.is_err(), "answered before the method ran: {early:?}");
+    assert_eq!(ARRIVED.load(Ordering::Relaxed), 5);
+    assert_eq!(
+        calls(&s, "users"),
+        1,
+        "only the first gRPC call reached a backend"
+    );
 }
