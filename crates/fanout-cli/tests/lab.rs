@@ -632,21 +632,8 @@ fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_builds_a_missing_hyper_baseline_with_cargo() {
-    // The same executable in a directory of its own inside the cargo target directory (a hard
-    // link, else a copy): nothing next to it, the workspace and target directory as usual.
-    let fanout = Path::new(bin());
-    let Some(target_dir) = fanout
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-    else {
-        panic!("{} is not in a cargo target directory", fanout.display());
-    };
-    let dir = target_dir.join(format!("lab-test-exe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
-    let exe = dir.join("fanout");
-    link_or_copy(fanout, &exe);
+    // The same executable in a directory of its own inside the cargo target directory.
+    let (dir, exe) = fanout_alone(Path::new(bin()), "lab-test-exe");
     // The lab beside it (`fanout lab` runs it), so only the baseline is missing.
     link_or_copy(&lab_bin(), &dir.join("fanout-lab"));
     let out = out_dir("build-baseline");
@@ -1162,19 +1149,7 @@ fn fanout_lab_runs_the_lab_executable() {
 /// naming the command to run by hand.
 #[test]
 fn fanout_lab_builds_a_missing_lab_with_cargo() {
-    let fanout = Path::new(bin());
-    let Some(target_dir) = fanout
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-    else {
-        panic!("{} is not in a cargo target directory", fanout.display());
-    };
-    let dir = target_dir.join(format!("lab-launch-exe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
-    let exe = dir.join("fanout");
-    link_or_copy(fanout, &exe);
+    let (dir, exe) = fanout_alone(Path::new(bin()), "lab-launch-exe");
     let o = Command::new(&exe)
         .args(["lab", "hop", "--quick"])
         .env("CARGO", "false")
@@ -1202,19 +1177,7 @@ fn fanout_lab_builds_a_missing_lab_with_cargo() {
 /// says how the lab's own help (the scenarios) is had.
 #[test]
 fn fanout_lab_help_builds_nothing() {
-    let fanout = Path::new(env!("CARGO_BIN_EXE_fanout"));
-    let Some(target_dir) = fanout
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-    else {
-        panic!("{} is not in a cargo target directory", fanout.display());
-    };
-    let dir = target_dir.join(format!("lab-help-exe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
-    let exe = dir.join("fanout");
-    link_or_copy(fanout, &exe);
+    let (dir, exe) = fanout_alone(Path::new(env!("CARGO_BIN_EXE_fanout")), "lab-help-exe");
     let runs: Vec<_> = [
         &["lab", "--help"][..],
         &["lab", "-h"],

@@ -55,6 +55,25 @@ pub fn link_or_copy(from: &Path, to: &Path) {
     }
 }
 
+/// `fanout` (a hard link of the executable, else a copy) in a directory of its own, `name`-PID
+/// inside the cargo target directory: nothing next to it, the workspace and target directory
+/// as usual. (The directory, to remove when done; the executable in it.)
+pub fn fanout_alone(fanout: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let Some(target_dir) = fanout
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+    else {
+        panic!("{} is not in a cargo target directory", fanout.display());
+    };
+    let dir = target_dir.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
+    let exe = dir.join("fanout");
+    link_or_copy(fanout, &exe);
+    (dir, exe)
+}
+
 /// The `fanout-lab` executable beside `fanout` (built by [`bin`]).
 pub fn lab_bin() -> PathBuf {
     let p = Path::new(bin()).with_file_name("fanout-lab");
