@@ -48,91 +48,7 @@ fn lab_product_page_one_round_compares_fanout_and_the_hyper_baseline() {
         &out,
         &["--capacity", GIVEN_CAPACITY, "--trials", "1"],
     );
-    for target in ["fanout", "hyper-baseline"] {
-        let t = &rep["targets"][target];
-        for field in ["cpu_us_per_request", "p50_ms", "p99_ms", "rss_max_mb"] {
-            let v = t[field].as_f64().unwrap_or(-1.0);
-            assert!(v > 0.0, "{target}.{field} = {v}");
-        }
-        assert_eq!(t["max_rate"].as_f64(), Some(10.0), "{target}.max_rate");
-        assert!(
-            t["error_rate"].as_f64().is_some_and(|e| e < 0.05),
-            "{target} errors: {}",
-            t["error_rate"]
-        );
-        assert!(t["threads_max"].as_u64().is_some_and(|n| n > 0));
-        // 8 calls per request; fanout's in-flight dedup may merge overlapping identical ones.
-        let calls = t["backend_calls_per_request"].as_f64().unwrap_or(0.0);
-        let expected = if target == "fanout" {
-            1.0..=8.5
-        } else {
-            7.5..=8.5
-        };
-        assert!(
-            expected.contains(&calls),
-            "{target} backend calls per request: {calls}"
-        );
-        let levels = t["levels"].as_array().expect("levels");
-        assert_eq!(levels.len(), 2, "50 % and 80 % levels");
-        for l in levels {
-            assert_eq!(l["cpu_us_per_request"]["n"].as_u64(), Some(1), "one round");
-        }
-    }
-    assert!(
-        rep["warnings"].as_array().is_some_and(|w| w
-            .iter()
-            .any(|w| w.as_str().is_some_and(|w| w.contains("capacity given")))),
-        "{}",
-        rep["warnings"]
-    );
-    let order: Vec<&str> = rep["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["phase"] == "level-50")
-        .map(|t| t["target"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(order.len(), 2);
-    assert_ne!(order[0], order[1], "targets take turns: {order:?}");
-    let relative = rep["relative"].as_array().expect("relative");
-    let levels: Vec<&str> = relative
-        .iter()
-        .filter(|r| r["target"] == "fanout" && r["baseline"] == "hyper-baseline")
-        .filter_map(|r| r["level"].as_str())
-        .collect();
-    assert_eq!(levels, ["level-50", "level-80"], "{relative:?}");
-    for r in relative {
-        assert_eq!(r["per_round"]["n"].as_u64(), Some(1), "{r}");
-        assert!(
-            r["ratio_of_medians"].as_f64().is_some_and(|x| x > 0.0),
-            "{r}"
-        );
-    }
-    let direct = rep["direct"]["path"].as_array().expect("direct path");
-    assert!(
-        direct
-            .iter()
-            .all(|p| p.as_str().is_some_and(|p| p.contains(" /"))),
-        "{direct:?}"
-    );
-    for target in ["fanout", "hyper-baseline"] {
-        let t = &rep["targets"][target];
-        let calls = t["backend_calls_per_request"].as_f64().unwrap_or(0.0);
-        if calls + 0.05 < direct.len() as f64 {
-            assert!(t["added_p50_ms"].is_null(), "{target}: {t}");
-        }
-    }
-    let log = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
-    assert!(
-        log("fanout.log").contains("fanout serving"),
-        "{}",
-        log("fanout.log")
-    );
-    assert!(
-        log("stubs.log").contains("stub service listening"),
-        "{}",
-        log("stubs.log")
-    );
+    assert_product_page(&rep, &out, 1);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -150,46 +66,7 @@ fn lab_n_plus_one_one_round_measures_a_fixed_rate_and_two_levels() {
         &out,
         &["--capacity", GIVEN_CAPACITY, "--trials", "1"],
     );
-    let t = &rep["targets"]["fanout"];
-    for field in ["cpu_us_per_request", "p50_ms", "rss_max_mb"] {
-        let v = t[field].as_f64().unwrap_or(-1.0);
-        assert!(v > 0.0, "{field} = {v}");
-    }
-    let names: Vec<&str> = t["levels"]
-        .as_array()
-        .expect("levels")
-        .iter()
-        .map(|l| l["name"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(names, ["fixed-rate", "level-50", "level-80"]);
-    let fixed = &t["levels"][0];
-    assert!(
-        fixed["offered_rate"]
-            .as_f64()
-            .is_some_and(|r| r > 0.0 && r <= 300.0),
-        "{fixed}"
-    );
-    assert_eq!(
-        fixed["cpu_us_per_request"]["n"].as_u64(),
-        Some(1),
-        "{fixed}"
-    );
-    // Never fewer than 11 calls (nothing shared between requests); without dedup: 101 (the
-    // bound's reasons: tests/lab_long.rs).
-    let level50 = &t["levels"][1];
-    assert!(
-        level50["error_rate"]["median"]
-            .as_f64()
-            .is_some_and(|e| e < 0.05),
-        "{level50}"
-    );
-    let calls = level50["backend_calls_per_request"]["median"]
-        .as_f64()
-        .unwrap_or(0.0);
-    assert!(
-        (10.5..=40.0).contains(&calls),
-        "backend calls per request: {calls}"
-    );
+    assert_n_plus_one_target(&rep, "fanout", 1);
     assert!(out.join("fanout.status.json").exists());
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -207,36 +84,7 @@ fn lab_n_plus_one_identical_one_round_counts_flow_runs_with_and_without_coalesci
         &out,
         &["--capacity", GIVEN_CAPACITY, "--trials", "1"],
     );
-    for target in ["fanout", "coalesce"] {
-        let t = &rep["targets"][target];
-        assert!(
-            t["cpu_us_per_request"].as_f64().is_some_and(|v| v > 0.0),
-            "{target}: {t}"
-        );
-        assert!(
-            t["error_rate"].as_f64().is_some_and(|e| e < 0.05),
-            "{target} errors: {}",
-            t["error_rate"]
-        );
-    }
-    let status = |target: &str| -> serde_json::Value {
-        let f = out.join(format!("{target}.status.json"));
-        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        serde_json::from_str(&text).expect("status is JSON")
-    };
-    let off = status("fanout");
-    assert_eq!(off["coalesce"]["coalesced"], 0, "{}", off["coalesce"]);
-    assert!(
-        off["coalesce"]["routes"]
-            .as_object()
-            .is_some_and(|r| r.is_empty()),
-        "{}",
-        off["coalesce"]
-    );
-    let on = status("coalesce");
-    let route = &on["coalesce"]["routes"]["GET /posts"];
-    assert!(route["runs"].as_u64().is_some_and(|n| n > 0), "{route}");
-    assert!(route["coalesced"].as_u64().is_some(), "{route}");
+    assert_n_plus_one_identical(&rep, &out);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -248,62 +96,8 @@ fn lab_overload_fanout_reports_goodput_rejections_and_recovery() {
     let _one_at_a_time = serial();
     let out = out_dir("ov");
     let rep = run_lab("overload", "fanout", &out);
-    let t = &rep["targets"]["fanout"];
-    let phases = t["phases"].as_array().expect("phases");
-    let names: Vec<&str> = phases
-        .iter()
-        .map(|p| p["name"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(names, ["0.5x", "ramp to 3x", "3x", "0.7x"]);
-    let offered: Vec<f64> = phases
-        .iter()
-        .map(|p| p["offered_rate"].as_f64().unwrap_or(0.0))
-        .collect();
-    assert!(offered[2] > offered[0] * 4.0, "{offered:?}");
-    let three = &phases[2];
-    assert!(
-        three["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
-        "goodput at 3x"
-    );
-    assert!(three["threads_max"].as_u64().is_some_and(|n| n > 0));
-    assert!(three["rss_max_mb"].as_f64().is_some_and(|m| m > 0.0));
-    assert!(
-        t["recovery"]["success_by_second"]
-            .as_array()
-            .is_some_and(|v| !v.is_empty()),
-        "success per second after the drop"
-    );
-    let checks = acceptance(&rep, "fanout");
-    for want in [
-        "goodput at 3×",
-        "accepted p99 at 3×",
-        "rejection p99 at 3×",
-        "recovery",
-    ] {
-        assert!(
-            checks.iter().any(|(c, _)| c.contains(want)),
-            "acceptance line `{want}` in {checks:?}"
-        );
-    }
-    let overload = rep["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["phase"] == "overload")
-        .expect("overload trial");
-    let seconds = overload["load"]["seconds"].as_array().expect("per second");
-    assert!(seconds.len() >= 8);
-    assert!(seconds.iter().all(|s| {
-        s["offered"].is_u64()
-            && s["ok"].is_u64()
-            && s["rejected"].is_u64()
-            && s["timeouts"].is_u64()
-    }));
-    let by_send = overload["load"]["by_send_second"]
-        .as_array()
-        .expect("by send second");
-    assert!(by_send.len() >= 8 && by_send.iter().all(|s| s["failed"].is_u64()));
-    assert_eq!(overload["phase_bounds"].as_array().map(Vec::len), Some(4));
+    assert_overload_target(&rep, "fanout");
+    assert_overload_series(&rep);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -318,46 +112,8 @@ fn lab_pool_overload_fanout_runs_against_a_real_postgres() {
     let _one_at_a_time = serial();
     let out = out_dir("pool");
     let rep = run_lab_with("pool-overload", "fanout", &out, &["--capacity", "20"]);
-    let phases = rep["targets"]["fanout"]["phases"]
-        .as_array()
-        .expect("phases")
-        .clone();
-    let names: Vec<&str> = phases
-        .iter()
-        .map(|p| p["name"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(names, ["0.5x", "ramp to 3x", "3x", "back to 0.5x"]);
-    let offered: Vec<f64> = phases
-        .iter()
-        .map(|p| p["offered_rate"].as_f64().unwrap_or(0.0))
-        .collect();
-    assert!(
-        offered[2] > offered[0] * 4.0 && offered[3] < offered[2] / 4.0,
-        "0.5x, 3x, then 0.5x again: {offered:?}"
-    );
-    assert!(
-        phases[2]["ok_rate"].as_f64().is_some_and(|g| g > 0.0),
-        "goodput at 3x (the database answered): {phases:?}"
-    );
-    let checks = acceptance(&rep, "fanout");
-    for want in ["goodput at 3×", "rejection p99 at 3×", "recovery"] {
-        assert!(
-            checks.iter().any(|(c, _)| c.contains(want)),
-            "acceptance line `{want}` in {checks:?}"
-        );
-    }
-    // (Why "or no overload": tests/lab_long.rs, the same check.)
-    let three = &phases[2];
-    let rejected = three["rejected"].as_u64().unwrap_or(0);
-    let f = |k: &str| three[k].as_f64().unwrap_or(0.0);
-    let no_excess = three["timeouts"].as_u64() == Some(0)
-        && three["errors"].as_u64() == Some(0)
-        && f("offered_rate") > 0.0
-        && f("ok_rate") >= 0.5 * f("offered_rate");
-    assert!(
-        rejected > 0 || no_excess,
-        "fanout rejects at 3x (or 3x was no overload and all was answered): {three}"
-    );
+    assert_pool_overload_target(&rep, "fanout");
+    assert_pool_overload_rejects(&rep);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -369,37 +125,7 @@ fn lab_hedging_one_round_compares_no_hedge_and_hedge() {
     let _one_at_a_time = serial();
     let out = out_dir("hedge");
     let rep = run_lab_with("hedging", "no-hedge,hedge", &out, &["--trials", "1"]);
-    for target in ["no-hedge", "hedge"] {
-        let h = &rep["targets"][target]["hedging"];
-        for field in ["p50_ms", "p99_ms", "p999_ms"] {
-            assert!(
-                h[field].as_f64().is_some_and(|v| v > 0.0),
-                "{target}.hedging.{field}: {h}"
-            );
-        }
-        assert_eq!(h["trials"].as_u64(), Some(1), "{h}");
-        assert!(
-            h["backend_calls_per_request"]["median"]
-                .as_f64()
-                .is_some_and(|c| c >= 0.9),
-            "stub counters per trial: {h}"
-        );
-    }
-    let checks = acceptance(&rep, "hedge");
-    assert!(
-        checks.iter().any(|(c, _)| c.contains("p99 cut")),
-        "{checks:?}"
-    );
-    assert!(acceptance(&rep, "no-hedge").is_empty());
-    let order: Vec<&str> = rep["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["phase"] == "hedging")
-        .map(|t| t["target"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(order.len(), 2);
-    assert_ne!(order[0], order[1]);
+    assert_hedging(&rep, 1);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -414,16 +140,7 @@ fn parallel_calls_run() -> &'static SharedRun {
     RUN.get_or_init(|| {
         let out = out_dir("parallel-nojdk");
         let run = std::panic::catch_unwind(|| {
-            let (rep, stdout, _) = lab_report(
-                Command::new(bin())
-                    .args(["lab", "parallel-calls", "--targets", "fanout,java-virtual"])
-                    .args(["--quick", "--out"])
-                    .arg(&out)
-                    .env_remove("JAVA21_HOME")
-                    .env_remove("JAVA_HOME")
-                    .env("FANOUT_LAB_JVM_DIR", out.join("no-jdks-here")),
-                &out,
-            );
+            let (rep, stdout) = parallel_calls_without_java_21(&out);
             assert_report_files(&out);
             (rep, stdout)
         });
@@ -447,64 +164,7 @@ fn lab_parallel_calls_measures_every_cell_of_fanout_closed_loop() {
         Ok(r) => r,
         Err(e) => panic!("{e}"),
     };
-    let cl = &rep["closed_loop"];
-    assert_eq!(cl["calls_per_op"], 100);
-    assert_eq!(cl["rounds"], 1, "quick: one round");
-    let cells = rep["targets"]["fanout"]["cells"].as_array().expect("cells");
-    let shape: Vec<(&str, u64)> = cells
-        .iter()
-        .map(|c| {
-            (
-                c["route"].as_str().unwrap_or(""),
-                c["clients"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect();
-    assert_eq!(
-        shape,
-        [
-            ("sequential", 1),
-            ("sequential", 6),
-            ("parallel", 1),
-            ("parallel", 6)
-        ]
-    );
-    for c in cells {
-        let what = format!("{} × {}", c["route"], c["clients"]);
-        assert!(c["ops"].as_u64().is_some_and(|n| n > 0), "{what}: {c}");
-        assert_eq!(c["errors"], 0, "{what}: {c}");
-        assert_eq!(c["stub_calls_per_op"].as_f64(), Some(100.0), "{what}: {c}");
-        for field in ["mean_ms", "p50_ms", "p99_ms", "ops_per_s", "rss_max_mb"] {
-            assert!(
-                c[field].as_f64().is_some_and(|v| v > 0.0),
-                "{what}.{field}: {c}"
-            );
-        }
-        assert!(
-            c["cpu_ms_per_op"]["median"]
-                .as_f64()
-                .is_some_and(|v| v >= 0.0)
-        );
-        assert!(c["threads_max"].as_u64().is_some_and(|n| n > 0), "{what}");
-    }
-    let runs = cl["runs"].as_array().expect("runs");
-    assert_eq!(runs.len(), 4);
-    for r in runs {
-        let ops = r["ops"].as_u64().unwrap_or(0);
-        assert_eq!(r["stub_calls"].as_u64(), Some(100 * ops), "{r}");
-        assert_eq!(r["errors"], 0, "{r}");
-    }
-    let floor = &cl["floor"];
-    let one = floor["one_call_mean_ms"].as_f64().unwrap_or(0.0);
-    assert!(one > 0.0, "{floor}");
-    assert_eq!(floor["parallel_ms"].as_f64(), Some(one));
-    assert!(
-        floor["sequential_ms"]
-            .as_f64()
-            .is_some_and(|s| (s - 100.0 * one).abs() < 1e-6),
-        "{floor}"
-    );
-    assert_eq!(cl["article"].as_array().map(Vec::len), Some(6));
+    assert_parallel_calls(rep, &["fanout"]);
 }
 
 /// Without a Java runtime ≥ 21, `java-virtual` does not run and the report and the summary say
@@ -517,11 +177,7 @@ fn lab_parallel_calls_without_java_21_reports_java_virtual_not_run() {
         Ok(r) => r,
         Err(e) => panic!("{e}"),
     };
-    let why = rep["closed_loop"]["not_run"]["java-virtual"]
-        .as_str()
-        .unwrap_or("");
-    assert!(why.contains("no Java 21 or later found"), "{why}");
-    assert!(rep["targets"]["java-virtual"].is_null());
+    assert_java_virtual_not_run(rep);
     assert!(
         stdout.contains("WARNING: java-virtual: not run — no Java 21"),
         "{stdout}"
@@ -536,36 +192,14 @@ fn lab_hop_one_round_measures_direct_and_through_fanout() {
     let _one_at_a_time = serial();
     let out = out_dir("hop");
     let (rep, _, _) = lab_report(
-        Command::new(bin())
-            .args(["lab", "hop", "--quick", "--trials", "1", "--duration", "1s"])
-            .arg("--out")
-            .arg(&out),
+        &mut lab_command(
+            &["hop", "--quick", "--trials", "1", "--duration", "1s"],
+            &out,
+        ),
         &out,
     );
-    let trials = rep["trials"].as_array().expect("trials");
-    let paths: Vec<&str> = trials.iter().filter_map(|t| t["path"].as_str()).collect();
-    assert_eq!(paths, ["direct", "fanout"]);
-    for t in trials {
-        assert_eq!(t["offered"].as_u64(), Some(2000), "1 s at 2 000 req/s: {t}");
-        // (A generator starved of CPU leaves requests unsent: tests/lab_long.rs says why.)
-        if t["generator_on_schedule"] == true {
-            assert_eq!(t["ok"], t["offered"], "every request answered: {t}");
-        } else {
-            assert!(t["ok"].as_u64().is_some_and(|n| n > 0), "answers: {t}");
-        }
-        assert!(
-            t["p50_ms"].as_f64().is_some_and(|v| v >= 1.0),
-            "the stub's 1 ms: {t}"
-        );
-        assert_eq!(
-            t["fanout_cpu_us_per_req"].is_null(),
-            t["path"] == "direct",
-            "CPU is fanout's: {t}"
-        );
-    }
-    assert_eq!(rep["added"].as_array().map(Vec::len), Some(1));
-    let lines = rep["acceptance"].as_array().expect("acceptance");
-    assert_eq!(lines.len(), 2);
+    // 1 s at 2 000 req/s a trial.
+    assert_hop(&rep, &["direct", "fanout"], 2000);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -576,46 +210,16 @@ fn lab_hop_one_round_measures_direct_and_through_fanout() {
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_threads_with_few_tasks_prints_both_tables() {
-    if fanout_lab::java::javac_version().is_none() {
-        eprintln!(
-            "note: lab threads skipped: no javac (Debian: apt-get install default-jdk-headless)"
-        );
+    if skip_without_javac("threads") {
         return;
     }
     let _one_at_a_time = serial();
     let out = out_dir("threads");
     let (rep, _, _) = lab_report(
-        Command::new(bin())
-            .args(["lab", "threads", "--quick", "--tasks", "64", "--out"])
-            .arg(&out),
+        &mut lab_command(&["threads", "--quick", "--tasks", "64"], &out),
         &out,
     );
-    assert!(rep["not_run"].is_null(), "{}", rep["not_run"]);
-    assert_eq!(rep["quick"], true);
-    let sizes = [1u64, 2, 4, 64, 1024];
-    let rows = rep["rows"].as_array().expect("rows");
-    let threads: Vec<u64> = rows.iter().filter_map(|r| r["threads"].as_u64()).collect();
-    assert_eq!(threads, sizes, "one row per pool size");
-    for r in rows {
-        assert_eq!(r["runs_ms"].as_array().map(Vec::len), Some(2), "{r}");
-        assert!(r["mean_ms"].as_f64().is_some_and(|v| v > 0.0), "{r}");
-        assert!(r["cpu_ms"].as_f64().is_some_and(|v| v > 0.0), "{r}");
-    }
-    assert!(rows.iter().any(|r| r["vs_best_pct"].as_f64() == Some(0.0)));
-    assert!(rows.iter().all(|r| r["vs_best_pct"].as_f64() >= Some(0.0)));
-    let params = &rep["params"];
-    assert_eq!(
-        (params["tasks"].as_u64(), params["tests"].as_u64()),
-        (Some(64), Some(2))
-    );
-    let article = rep["article"]["rows"].as_array().expect("article rows");
-    assert_eq!(article.len(), 13, "the article's table");
-    assert_eq!(article[2]["mean_ms"].as_f64(), Some(28153.0));
-    assert_eq!(rep["article"]["params"]["tasks"], 16384);
-    assert_eq!(
-        rep["side_by_side"].as_array().map(Vec::len),
-        Some(sizes.len())
-    );
+    assert_threads(&rep, 64);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -627,54 +231,19 @@ fn lab_threads_with_few_tasks_prints_both_tables() {
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_hh_pools_java_pool_has_a_row_per_phase() {
-    if fanout_lab::java::javac_version().is_none() {
-        eprintln!(
-            "note: lab hh-pools skipped: no javac (Debian: apt-get install default-jdk-headless)"
-        );
+    if skip_without_javac("hh-pools") {
         return;
     }
     let _one_at_a_time = serial();
     let out = out_dir("hh-pools");
     let (rep, _, _) = lab_report(
-        Command::new(bin())
-            .args(["lab", "hh-pools", "--quick", "--targets", "java-threads-8"])
-            .arg("--out")
-            .arg(&out),
+        &mut lab_command(
+            &["hh-pools", "--quick", "--targets", "java-threads-8"],
+            &out,
+        ),
         &out,
     );
-    let pools = &rep["pools"];
-    assert_eq!(pools["not_run"].as_object().map(|m| m.len()), Some(0));
-    assert_eq!(pools["rate"].as_f64(), Some(200.0));
-    let rows = pools["rows"].as_array().expect("rows");
-    let keys: Vec<(&str, &str)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["phase"].as_str().unwrap_or(""),
-                r["target"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
-    assert_eq!(
-        keys,
-        [("healthy", "java-threads-8"), ("slow", "java-threads-8")],
-        "a row per phase, in order"
-    );
-    for r in rows {
-        let n = |f: &str| r[f].as_u64().unwrap_or(u64::MAX);
-        assert_eq!(n("trials"), 1, "{r}");
-        assert!(n("offered") > 0, "{r}");
-        assert_eq!(n("failed"), n("offered") - n("ok").min(n("offered")), "{r}");
-        assert!(n("within_slo") <= n("ok"), "{r}");
-        assert!(n("threads_max") > 0 && n("threads_max") < u64::MAX, "{r}");
-        assert!(r["rss_max_mb"].as_f64().is_some_and(|v| v > 0.0), "{r}");
-        for f in ["cpu_us_per_request", "p50_ms", "p99_ms", "goodput_rps"] {
-            assert_eq!(r[f]["n"].as_u64(), Some(1), "{f}: {r}");
-        }
-        assert_eq!(r["pool"].as_u64(), Some(8), "{r}");
-    }
-    assert_eq!(pools["drains"].as_array().map(Vec::len), Some(2));
-    assert_eq!(pools["jvm"].as_object().map(|m| m.len()), Some(1));
+    assert_hh_pools(&rep, &["java-threads-8"]);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -692,48 +261,7 @@ fn lab_grpc_aggregate_one_round_compares_fanout_and_the_grpc_baseline() {
         &out,
         &["--capacity", GIVEN_CAPACITY, "--trials", "1"],
     );
-    assert!(out.join("grpc-aggregate.proto").is_file());
-    for target in ["fanout", "grpc-baseline"] {
-        let t = &rep["targets"][target];
-        for field in ["cpu_us_per_request", "p50_ms", "p99_ms", "rss_max_mb"] {
-            let v = t[field].as_f64().unwrap_or(-1.0);
-            assert!(v > 0.0, "{target}.{field} = {v}");
-        }
-        assert!(t["threads_max"].as_u64().is_some_and(|n| n > 0));
-        let calls = t["backend_calls_per_request"].as_f64().unwrap_or(0.0);
-        assert!(
-            (2.9..=3.1).contains(&calls),
-            "{target} backend calls per request: {calls}"
-        );
-    }
-    let levels: Vec<&serde_json::Value> = rep["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["phase"] == "level-50" || t["phase"] == "level-80")
-        .collect();
-    assert_eq!(levels.len(), 4, "2 targets × 2 levels × 1 round");
-    for t in levels {
-        let load = &t["load"];
-        let what = format!("{} {}", t["target"], t["phase"]);
-        assert_eq!(load["error_rate"].as_f64(), Some(0.0), "{what}: {load}");
-        assert!(load["ok"].as_u64().is_some_and(|n| n > 0), "{what}");
-        assert_eq!(load["ok"], load["completed"], "{what}");
-        assert_eq!(load["ok"], load["offered"], "{what}");
-        let codes = load["grpc_status"].as_object().expect("grpc_status");
-        assert_eq!(
-            codes.keys().collect::<Vec<_>>(),
-            ["OK"],
-            "{what}: {codes:?}"
-        );
-        assert_eq!(load["grpc_missing_status"].as_u64(), Some(0), "{what}");
-    }
-    let direct = &rep["direct"];
-    assert!(
-        direct["p50_ms"].as_f64().is_some_and(|v| v > 0.0),
-        "direct over gRPC: {direct}"
-    );
-    assert_eq!(direct["path"][0], "orders /lab.v1.Orders/ListOrders");
+    assert_grpc_aggregate(&rep, &out, 1);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -752,73 +280,9 @@ fn lab_antispam_models_one_round_serves_ten_models_through_swaps() {
         &out,
         &["--capacity", "20", "--trials", "1"],
     );
-    assert!(out.join("antispam.proto").is_file());
-    assert_eq!(
-        std::fs::read_dir(out.join("models")).unwrap().count(),
-        10,
-        "10 models, no temp file left behind"
-    );
-    let m = &rep["models"];
-    assert_eq!(m["connections"], 1000);
-    assert!(
-        m["swaps_at_s"].as_array().is_some_and(|s| !s.is_empty()),
-        "at least one swap: {m}"
-    );
-    let t = &m["targets"]["fanout"];
-    assert!(t["requests"].as_u64().is_some_and(|n| n > 0), "{t}");
-    assert_eq!(t["failed"], 0, "{t}");
-    assert_eq!(t["failed_in_swap_windows_within_slo"], 0, "{t}");
-    assert!(
-        t["requests_in_swap_windows"]
-            .as_u64()
-            .is_some_and(|n| n > 0),
-        "{t}"
-    );
-    assert_eq!(t["connections_used"], 1000, "{t}");
-    let st = &t["model_status"];
-    assert_eq!(st.as_object().map(|o| o.len()), Some(10), "{st}");
-    let swapped = &st["spam_swap"];
-    assert!(
-        swapped["loads"].as_u64().is_some_and(|n| n > 1),
-        "{swapped}"
-    );
-    assert_eq!(swapped["load_failures"], 0, "{swapped}");
-    assert_eq!(st["spam_lr"]["loads"], 1, "{st}");
     // (Threads constant once started is the long run's check: a start-up thread of tokio's
     // blocking pool leaves after 10 s, longer than this run's steady window.)
-    assert!(t["threads_steady_max"].as_u64().is_some_and(|n| n > 0));
-    for tr in rep["trials"].as_array().unwrap() {
-        if tr["phase"] == "at-fanout-half" {
-            let codes = tr["load"]["grpc_status"].as_object().expect("grpc_status");
-            assert_eq!(codes.keys().collect::<Vec<_>>(), ["OK"], "{codes:?}");
-        }
-    }
-    let levels: Vec<&str> = t["levels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|l| l["name"].as_str())
-        .collect();
-    assert_eq!(levels, ["at-fanout-half", "at-fanout-max"]);
-    for l in t["levels"].as_array().unwrap() {
-        assert!(
-            l["requests_per_cpu_s"]["median"]
-                .as_f64()
-                .is_some_and(|v| v > 0.0),
-            "{l}"
-        );
-        assert!(
-            l["p99_ms"]["median"].as_f64().is_some_and(|v| v > 0.0),
-            "{l}"
-        );
-    }
-    let checks = acceptance(&rep, "fanout");
-    assert!(
-        checks
-            .iter()
-            .any(|(c, pass)| c == "failed requests during swaps" && *pass),
-        "{checks:?}"
-    );
+    assert_antispam_models(&rep, &out);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -970,21 +434,8 @@ fn lab_slow_backend_quick_reports_routes_per_phase() {
 fn lab_hh_pools_without_java_says_not_run() {
     let _one_at_a_time = serial();
     let out = out_dir("hh-pools-nojava");
-    let empty = out.join("empty-path");
-    std::fs::create_dir_all(&empty).unwrap();
-    let (rep, stdout, _) = lab_report(
-        Command::new(bin())
-            .args([
-                "lab",
-                "hh-pools",
-                "--quick",
-                "--targets",
-                "fanout,java-threads-8",
-                "--out",
-            ])
-            .arg(&out)
-            .env_remove("JAVA_HOME")
-            .env("PATH", &empty),
+    let (rep, stdout) = lab_report_without_java(
+        &["hh-pools", "--quick", "--targets", "fanout,java-threads-8"],
         &out,
     );
     assert!(
@@ -1014,16 +465,7 @@ fn lab_hh_pools_without_java_says_not_run() {
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_threads_without_java_says_not_run() {
     let out = out_dir("threads-nojava");
-    let empty = out.join("empty-path");
-    std::fs::create_dir_all(&empty).unwrap();
-    let (rep, stdout, _) = lab_report(
-        Command::new(bin())
-            .args(["lab", "threads", "--quick", "--out"])
-            .arg(&out)
-            .env_remove("JAVA_HOME")
-            .env("PATH", &empty),
-        &out,
-    );
+    let (rep, stdout) = lab_report_without_java(&["threads", "--quick"], &out);
     assert!(stdout.contains("not run: no java"), "{stdout}");
     assert!(rep["not_run"].as_str().unwrap_or("").starts_with("no java"));
     assert_eq!(rep["rows"].as_array().map(Vec::len), Some(0));
@@ -1043,21 +485,8 @@ fn lab_threads_without_java_says_not_run() {
 fn lab_seeds_without_java_lists_what_did_not_run() {
     let _one_at_a_time = serial();
     let out = out_dir("seeds-nojava");
-    let empty = out.join("empty-path");
-    std::fs::create_dir_all(&empty).unwrap();
-    let (rep, stdout, _) = lab_report(
-        Command::new(bin())
-            .args([
-                "lab",
-                "seeds",
-                "--quick",
-                "--scenarios",
-                "threads,parallel-calls",
-                "--out",
-            ])
-            .arg(&out)
-            .env_remove("JAVA_HOME")
-            .env("PATH", &empty),
+    let (rep, stdout) = lab_report_without_java(
+        &["seeds", "--quick", "--scenarios", "threads,parallel-calls"],
         &out,
     );
     let articles = rep["articles"].as_array().expect("articles");
@@ -1203,21 +632,8 @@ fn lab_with_a_missing_baseline_bin_fails_before_starting_anything() {
 #[test]
 #[ignore = "tier 2 (./scripts/test): runs the lab (load on both cores; some targets need a JDK, Chromium or PostgreSQL)"]
 fn lab_builds_a_missing_hyper_baseline_with_cargo() {
-    // The same executable in a directory of its own inside the cargo target directory (a hard
-    // link, else a copy): nothing next to it, the workspace and target directory as usual.
-    let fanout = Path::new(bin());
-    let Some(target_dir) = fanout
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-    else {
-        panic!("{} is not in a cargo target directory", fanout.display());
-    };
-    let dir = target_dir.join(format!("lab-test-exe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
-    let exe = dir.join("fanout");
-    link_or_copy(fanout, &exe);
+    // The same executable in a directory of its own inside the cargo target directory.
+    let (dir, exe) = fanout_alone(Path::new(bin()), "lab-test-exe");
     // The lab beside it (`fanout lab` runs it), so only the baseline is missing.
     link_or_copy(&lab_bin(), &dir.join("fanout-lab"));
     let out = out_dir("build-baseline");
@@ -1563,20 +979,19 @@ fn load_exit_codes_for_thresholds_and_lag() {
 fn lab_capacity_given_skips_the_search_and_sets_the_levels() {
     let _one_at_a_time = serial();
     let out = out_dir("capacity");
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "lab",
-        "hh-vacancies",
-        "--targets",
-        "fanout",
-        "--quick",
-        "--trials",
-        "1",
-        "--capacity",
-        "60",
-        "--out",
-    ])
-    .arg(&out);
+    let mut cmd = lab_command(
+        &[
+            "hh-vacancies",
+            "--targets",
+            "fanout",
+            "--quick",
+            "--trials",
+            "1",
+            "--capacity",
+            "60",
+        ],
+        &out,
+    );
     let (rep, _, _) = lab_report(&mut cmd, &out);
     let trials = rep["trials"].as_array().expect("trials");
     assert!(
@@ -1734,19 +1149,7 @@ fn fanout_lab_runs_the_lab_executable() {
 /// naming the command to run by hand.
 #[test]
 fn fanout_lab_builds_a_missing_lab_with_cargo() {
-    let fanout = Path::new(bin());
-    let Some(target_dir) = fanout
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-    else {
-        panic!("{} is not in a cargo target directory", fanout.display());
-    };
-    let dir = target_dir.join(format!("lab-launch-exe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
-    let exe = dir.join("fanout");
-    link_or_copy(fanout, &exe);
+    let (dir, exe) = fanout_alone(Path::new(bin()), "lab-launch-exe");
     let o = Command::new(&exe)
         .args(["lab", "hop", "--quick"])
         .env("CARGO", "false")
@@ -1774,19 +1177,7 @@ fn fanout_lab_builds_a_missing_lab_with_cargo() {
 /// says how the lab's own help (the scenarios) is had.
 #[test]
 fn fanout_lab_help_builds_nothing() {
-    let fanout = Path::new(env!("CARGO_BIN_EXE_fanout"));
-    let Some(target_dir) = fanout
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-    else {
-        panic!("{} is not in a cargo target directory", fanout.display());
-    };
-    let dir = target_dir.join(format!("lab-help-exe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory in the target dir");
-    let exe = dir.join("fanout");
-    link_or_copy(fanout, &exe);
+    let (dir, exe) = fanout_alone(Path::new(env!("CARGO_BIN_EXE_fanout")), "lab-help-exe");
     let runs: Vec<_> = [
         &["lab", "--help"][..],
         &["lab", "-h"],
