@@ -5,9 +5,9 @@
 //! made, whatever made it). Policies are compiled once per config ([`CorsTable::build`]).
 
 use crate::answer::ApiError;
-use crate::body::Body;
 use fanout_config::{Config, Cors};
 use fanout_flow::RoutePlan;
+use fanout_transport::body::Body;
 use http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,

@@ -6,13 +6,9 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod admission;
 mod answer;
-pub mod body;
 pub(crate) mod coalesce;
 mod compression;
-pub mod conn;
-pub mod cores;
 mod cors;
 pub mod errlog;
 mod grpc;
@@ -20,7 +16,6 @@ mod grpc_compression;
 pub mod health;
 pub mod l2;
 mod lifecycle;
-pub mod limiter;
 pub mod metrics;
 pub mod observe;
 pub mod registry;
@@ -30,15 +25,14 @@ pub mod request_id;
 pub mod server;
 pub mod stack;
 pub mod telemetry;
-pub mod tls;
 pub mod ui;
-pub mod watchdog;
 
 use arc_swap::ArcSwap;
 use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
 use fanout_layers::cache::CacheStats;
+use fanout_transport::{admission, conn, cores, tls, watchdog};
 use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;

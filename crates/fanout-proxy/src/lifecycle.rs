@@ -6,7 +6,6 @@
 //! answered (`answer.rs`). A new edge stage (authentication, rate limits) is one method here
 //! and one line in each lifecycle.
 
-use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, Refusal};
 use crate::coalesce::{self, Role, Waited};
 use crate::metrics::RequestRecord;
@@ -19,6 +18,7 @@ use fanout_expr::request::{
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
 use fanout_protocol::headers::find_headers;
+use fanout_transport::admission::{Permit, Rejection};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use hyper::body::Incoming;
@@ -390,7 +390,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
     let tls = match reads.tls {
         true => parts
             .extensions
-            .get::<std::sync::Arc<crate::tls::TlsInfo>>()
+            .get::<std::sync::Arc<fanout_transport::tls::TlsInfo>>()
             .map_or(Val::Null, |t| t.val()),
         false => Val::Null,
     };

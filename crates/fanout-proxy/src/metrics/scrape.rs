@@ -257,7 +257,7 @@ fn resilience(live: &Live, out: &mut Out<'_>) -> fmt::Result {
 /// Admission control by priority class, and client connections.
 fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
     let classes = gw.admission.classes();
-    let gauge = |f: fn(&crate::admission::ClassStatus) -> u64| {
+    let gauge = |f: fn(&fanout_transport::admission::ClassStatus) -> u64| {
         classes
             .iter()
             .map(move |c| ([("class", c.name)], Value::Gauge(f(c) as f64)))
@@ -285,7 +285,7 @@ fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
         "Requests rejected by admission control (503), by class and reason",
         Counter,
         classes.iter().flat_map(|c| {
-            crate::admission::REASON_NAMES
+            fanout_transport::admission::REASON_NAMES
                 .iter()
                 .zip(c.rejected)
                 .map(|(r, n)| ([("class", c.name), ("reason", *r)], Value::Counter(n)))

@@ -259,7 +259,7 @@ impl<'a> RequestTelemetry<'a> {
             client: client().map(|ip| ip.to_string()),
             tls_client: parts
                 .extensions
-                .get::<Arc<crate::tls::TlsInfo>>()
+                .get::<Arc<fanout_transport::tls::TlsInfo>>()
                 .and_then(|t| t.client_subject()),
             status: status.as_u16(),
             duration_ms: (total.as_secs_f64() * 1e6).round() / 1e3,
