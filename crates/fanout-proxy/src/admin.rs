@@ -6,7 +6,7 @@
 //! and scrapes.
 
 use crate::Gateway;
-use crate::metrics::scrape;
+use crate::scrape;
 use bytes::Bytes;
 use fanout_transport::body::Body;
 use http::header::{

@@ -9,11 +9,11 @@
 //! admission, compute pool threads, headers) and `telemetry.*` (exporter, access log); a reload that changes them applies everything else
 //! and logs that those changes take effect at the next restart.
 
-use crate::metrics::Metrics;
 use crate::{Gateway, Live, route_table, stack, start_reference};
 use fanout_config::{Config, ConfigErrors};
 use fanout_flow::{Backend, Carry};
 use fanout_layers::l2::L2;
+use fanout_ops::metrics::Metrics;
 use fanout_runtime::compute::ComputePool;
 use fanout_transport::admission;
 use http::HeaderName;
@@ -273,7 +273,7 @@ pub(crate) fn build_live(
             .admin
             .ui
             .enabled
-            .then(|| crate::ui::record::RouteStats::new(&plan.routes)),
+            .then(|| fanout_ops::record::RouteStats::new(&plan.routes)),
         routes: plan.routes.clone(),
         error_codes,
         config: Arc::new(cfg),

@@ -5,10 +5,10 @@
 
 use crate::answer::{ApiError, outcome_response};
 use crate::lifecycle::Req;
-use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::Failure;
 use crate::{Gateway, Live};
 use bytes::Bytes;
+use fanout_ops::metrics::{RequestRecord, RouteTable};
 use fanout_protocol::headers::find_headers;
 use fanout_transport::conn::{Connections, Socket, TrackedBody, TrackedIo};
 use fanout_transport::cores::{Cores, Exec};

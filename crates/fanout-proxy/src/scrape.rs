@@ -1,4 +1,4 @@
-//! `GET /metrics`: the per-event families of [`super::Metrics`], then everything read at scrape
+//! `GET /metrics`: the per-event families of [`fanout_ops::metrics::Metrics`], then everything read at scrape
 //! time from the gateway's existing counters and state (a prometheus-client `Collector`, so it
 //! costs nothing between scrapes), then the process. The format is OpenMetrics text 1.0 (what
 //! prometheus-client writes: counters' samples end in `_total`, the answer ends with `# EOF`).
@@ -8,8 +8,8 @@
 //! fresh gateway's `/metrics` has every series a dashboard queries; they are read from the live
 //! config, so a reload's removed backends leave with it.
 
-use super::process;
 use crate::{Gateway, Live};
+use fanout_ops::metrics::process;
 use fanout_protocol::metrics::{MetricType, Out, Value};
 use fanout_protocol::{AddressStatus, ProtocolClient, Scope};
 use prometheus_client::collector::Collector;
