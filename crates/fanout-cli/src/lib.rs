@@ -214,7 +214,7 @@ pub async fn start_gateway_on(
         fanout_config::RuntimeKind::PerCore => {
             let n = cores
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let listeners = fanout_proxy::cores::bind_reuseport(addr, n.max(1))?;
+            let listeners = fanout_transport::cores::bind_reuseport(addr, n.max(1))?;
             let bound = match listeners.first() {
                 Some(l) => l.local_addr()?,
                 None => return Err(std::io::Error::other("no listener")),

@@ -1,7 +1,7 @@
 //! TLS on a listener (`tls:` for the client port, which also serves the gRPC routes, and
 //! `admin.tls`): certificates chosen by SNI, TLS 1.2/1.3, ALPN `h2` and `http/1.1`, the
 //! handshake timeout, client certificates (mTLS). The files are read (and re-read when they
-//! change) by the server (`fanout-proxy/src/tls.rs`); here only their names and settings.
+//! change) by the server (`fanout-transport/src/tls.rs`); here only their names and settings.
 
 use crate::{ConfigError, Dur, Located};
 use schemars::JsonSchema;

@@ -1,10 +1,11 @@
 //! The engine stays an engine (docs/ARCHITECTURE.md, "Crates"): `fanout-flow` compiles plans and
 //! runs them over `dyn Backend`s; the HTTP server and clients, the database driver, the Redis
-//! client, TLS and telemetry exporters are the gateway's (`fanout-proxy` and the protocol
-//! crates), and the step kinds that need a capability of their own live with it (`sql` in
-//! `fanout-postgres`, `model` in `fanout-model`). These tests fail the day one of them becomes a
-//! (normal or build) dependency of the engine, directly or through another crate — or the day
-//! the HTTP client reaches the engine or the models again.
+//! client, TLS and telemetry exporters are the gateway's (`fanout-proxy`, `fanout-transport`,
+//! `fanout-ops` and the protocol crates), and the step kinds that need a capability of their own
+//! live with it (`sql` in `fanout-postgres`, `model` in `fanout-model`). These tests fail the
+//! day one of them becomes a (normal or build) dependency of the engine, directly or through
+//! another crate — or the day the HTTP client reaches the engine or the models again, or the
+//! gateway's transport or operations crate links the gateway.
 
 #![allow(clippy::unwrap_used)]
 
@@ -100,5 +101,26 @@ fn the_http_client_links_neither_the_engine_nor_the_models() {
             "fanout-client depends on `{above}` (`cargo tree -p fanout-client -e normal,build -i \
              {above}` says through what): protocol crates sit below the engine"
         );
+    }
+}
+
+/// The gateway's connections and overload (`fanout-transport`) and its operations (`fanout-ops`)
+/// sit below the gateway (`fanout-proxy`) and beside each other: neither links the proxy, the
+/// binary or the other, so an edit to the gateway rebuilds neither.
+#[test]
+fn transport_and_ops_link_neither_the_proxy_nor_each_other() {
+    for (package, own, other) in [
+        ("fanout-transport", "tokio-rustls", "fanout-ops"),
+        ("fanout-ops", "prometheus-client", "fanout-transport"),
+    ] {
+        let names = tree(package);
+        assert!(names.contains(own), "`{own}` missing from {names:?}");
+        for above in ["fanout-proxy", "fanout", other] {
+            assert!(
+                !names.contains(above),
+                "{package} depends on `{above}` (`cargo tree -p {package} -e normal,build -i \
+                 {above}` says through what): it sits below the gateway"
+            );
+        }
     }
 }

@@ -6,9 +6,9 @@
 //! and scrapes.
 
 use crate::Gateway;
-use crate::body::Body;
-use crate::metrics::scrape;
+use crate::scrape;
 use bytes::Bytes;
+use fanout_transport::body::Body;
 use http::header::{
     ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS,
 };

@@ -2,11 +2,11 @@
 //! refusal or failure as a status with a JSON error body ([`ApiError`]), counted by `code`
 //! ([`ErrorCounts`]). The request lifecycle that decides which answer is in `server.rs`.
 
-use crate::admission::Rejection;
-use crate::body::Body;
 use bytes::Bytes;
 use fanout_config::Dur;
 use fanout_flow::{FlowError, Outcome};
+use fanout_transport::admission::Rejection;
+use fanout_transport::body::Body;
 use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, Response, StatusCode};
 use std::borrow::Cow;

@@ -13,13 +13,13 @@
 //! status page.
 
 use crate::answer::ApiError;
-use crate::body::Body;
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_compress::{Choice, Coding};
 use fanout_config::{Config, ContentCoding, RouteCompression};
 use fanout_flow::RoutePlan;
 use fanout_protocol::metrics::{MetricType, Out, Value};
+use fanout_transport::body::Body;
 use http::header::{
     ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY,
 };

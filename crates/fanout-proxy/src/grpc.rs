@@ -15,7 +15,6 @@
 //! status and code ([`fanout_grpc::Code::for_answer`]) and its safe message as `grpc-message`.
 
 use crate::answer::{ApiError, BodyRefusal};
-use crate::body::Body;
 use crate::grpc_compression::{self as gz, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, Inflate};
 use crate::lifecycle::{Req, build_request, route};
 use crate::{Gateway, Live};
@@ -23,6 +22,7 @@ use bytes::Bytes;
 use fanout_config::{Config, ConfigError, ConfigErrors};
 use fanout_flow::RoutePlan;
 use fanout_grpc::{Code, ProtoLimits, ProtoSet, frame, status};
+use fanout_transport::body::Body;
 use futures_util::future::BoxFuture;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
@@ -179,7 +179,7 @@ impl Gateway {
         let resp = serve(req).await;
         let (parts, body) = resp.into_parts();
         let body = body
-            .map_err(|e| Box::new(e) as crate::body::BoxError)
+            .map_err(|e| Box::new(e) as fanout_transport::body::BoxError)
             .boxed_unsync();
         Ok(Response::from_parts(parts, Body::stream(body, until)))
     }

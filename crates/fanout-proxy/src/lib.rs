@@ -1,43 +1,38 @@
-//! fanout's inbound side and operations: the server ([`server`]), admission, the metrics,
-//! telemetry, reloads, each backend's stack ([`stack`]) over the client its protocol builds
+//! fanout's inbound side: the server ([`server`]), the request lifecycle, reloads, `/metrics`
+//! ([`scrape`]), each backend's stack ([`stack`]) over the client its protocol builds
 //! ([`PROTOCOLS`]: `fanout-client` for HTTP and gRPC, `fanout-postgres`), and [`Gateway`], which
-//! ties a compiled plan to a router.
+//! ties a compiled plan to a router. Connections and overload (admission, TLS, cores, the
+//! watchdog) are `fanout-transport`'s; metric families, telemetry, health and the live page's
+//! recorder are `fanout-ops`'s.
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod admission;
 mod answer;
-pub mod body;
 pub(crate) mod coalesce;
 mod compression;
-pub mod conn;
-pub mod cores;
-pub mod errlog;
 mod grpc;
 mod grpc_compression;
-pub mod health;
 pub mod l2;
 mod lifecycle;
-pub mod limiter;
-pub mod metrics;
 pub mod observe;
 pub mod registry;
 pub mod reload;
 mod request_body;
 pub mod request_id;
+pub mod scrape;
 pub mod server;
 pub mod stack;
 pub mod telemetry;
-pub mod tls;
 pub mod ui;
-pub mod watchdog;
 
 use arc_swap::ArcSwap;
 use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
 use fanout_flow::reference::ReferenceSet;
 use fanout_flow::{Backend, RoutePlan};
 use fanout_layers::cache::CacheStats;
+use fanout_ops::{errlog, health, metrics, record};
+use fanout_transport::{admission, conn, cores, tls, watchdog};
 use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -99,7 +94,7 @@ pub struct Gateway {
     /// Where the flows' branches are recorded (`fanout test --coverage`); `None` when serving.
     coverage: Option<Arc<fanout_flow::coverage::Coverage>>,
     /// The live page's last slow and failed requests (`None` with `admin.ui.enabled: false`).
-    recent: Option<ui::record::Recent>,
+    recent: Option<record::Recent>,
     /// The components it was built from (a reload builds the new config's from the same).
     registry: Arc<registry::Registry>,
 }
@@ -123,7 +118,7 @@ pub struct Live {
     /// The routes' metric handles (`None` with `admin.metrics: false`).
     route_metrics: Option<metrics::RouteTable>,
     /// The live page's per-route and per-step numbers (`None` with `admin.ui.enabled: false`).
-    ui_stats: Option<ui::record::RouteStats>,
+    ui_stats: Option<record::RouteStats>,
     /// The compiled routes, by route index (the live page draws their graphs).
     routes: Vec<Arc<RoutePlan>>,
     /// The `error.code`s the config's steps answer with (`fail`, `on_status`), sorted: each has a
@@ -228,7 +223,7 @@ impl Gateway {
                 .admin
                 .ui
                 .enabled
-                .then(|| ui::record::Recent::new(&cfg.admin.ui)),
+                .then(|| record::Recent::new(&cfg.admin.ui)),
             registry,
         })
     }

@@ -6,10 +6,8 @@
 //! answered (`answer.rs`). A new edge stage (authentication, rate limits) is one method here
 //! and one line in each lifecycle.
 
-use crate::admission::{Permit, Rejection};
 use crate::answer::{ApiError, Refusal};
 use crate::coalesce::{self, Role, Waited};
-use crate::metrics::RequestRecord;
 use crate::telemetry::RequestTelemetry;
 use crate::{Gateway, Live};
 use fanout_expr::Val;
@@ -18,7 +16,9 @@ use fanout_expr::request::{
 };
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::{ErrorKind, FlowError, Outcome, RoutePlan};
+use fanout_ops::metrics::RequestRecord;
 use fanout_protocol::headers::find_headers;
+use fanout_transport::admission::{Permit, Rejection};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use hyper::body::Incoming;
@@ -105,7 +105,7 @@ impl Gateway {
         let Some(recent) = &self.recent else {
             return;
         };
-        recent.refused(crate::ui::record::Refused {
+        recent.refused(fanout_ops::record::Refused {
             start: cx.rec.start(),
             route_name: cx.live.route_name(route.index),
             path: cx.parts.uri.path(),
@@ -215,13 +215,13 @@ impl Gateway {
         let ui_steps = self
             .recent
             .as_ref()
-            .map(|_| crate::ui::record::RequestSteps::new(cx.rec.start()));
+            .map(|_| fanout_ops::record::RequestSteps::new(cx.rec.start()));
         let ui_stats = cx.live.ui_stats.as_ref().and_then(|s| s.route(route.index));
         obs.ui = ui_steps.as_ref().map(|s| (s, ui_stats));
         let out = route.run_observed(request, deadline, &obs).await;
         if let (Some(recent), Some(steps)) = (&self.recent, ui_steps) {
             recent.finish(
-                crate::ui::record::Finished {
+                fanout_ops::record::Finished {
                     steps,
                     route,
                     route_name: cx.live.route_name(route.index),
@@ -390,7 +390,7 @@ pub(crate) fn build_request<'a, K: ParamKey>(
     let tls = match reads.tls {
         true => parts
             .extensions
-            .get::<std::sync::Arc<crate::tls::TlsInfo>>()
+            .get::<std::sync::Arc<fanout_transport::tls::TlsInfo>>()
             .map_or(Val::Null, |t| t.val()),
         false => Val::Null,
     };

@@ -5,17 +5,17 @@
 //! `Server-Timing` and the access log) in `telemetry/server_timing.rs`, the live page's record in
 //! `ui/record.rs`.
 
-use crate::errlog::LogThrottle;
-use crate::metrics::RouteMetrics;
-use crate::telemetry::server_timing::Timeline;
-use crate::telemetry::trace::RequestTrace;
-use crate::ui::record::{RequestSteps, RouteStat};
 use fanout_flow::FlowError;
 use fanout_flow::coverage::{Branch, RouteCoverage};
 use fanout_flow::memory::RequestMemory;
 use fanout_flow::observe::{Observer, StepEnd};
 use fanout_flow::plan::StepPlan;
 use fanout_layers::trace::CallTrace;
+use fanout_ops::errlog::LogThrottle;
+use fanout_ops::metrics::RouteMetrics;
+use fanout_ops::record::{RequestSteps, RouteStat};
+use fanout_ops::telemetry::server_timing::Timeline;
+use fanout_ops::telemetry::trace::RequestTrace;
 use std::time::Duration;
 use tokio::time::Instant;
 

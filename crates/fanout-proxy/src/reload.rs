@@ -9,12 +9,13 @@
 //! admission, compute pool threads, headers) and `telemetry.*` (exporter, access log); a reload that changes them applies everything else
 //! and logs that those changes take effect at the next restart.
 
-use crate::metrics::Metrics;
-use crate::{Gateway, Live, admission, route_table, stack, start_reference};
+use crate::{Gateway, Live, route_table, stack, start_reference};
 use fanout_config::{Config, ConfigErrors};
 use fanout_flow::{Backend, Carry};
 use fanout_layers::l2::L2;
+use fanout_ops::metrics::Metrics;
 use fanout_runtime::compute::ComputePool;
+use fanout_transport::admission;
 use http::HeaderName;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -196,7 +197,7 @@ pub(crate) fn build_live(
             redis: crate::l2::rate_limit_connection,
             backends: stacks.as_ref().map_or(&no_backends, |(s, _, _)| s),
             kept_backends: &report.kept,
-            tls_of: crate::tls::request_tls,
+            tls_of: fanout_transport::tls::request_tls,
         },
     );
     let (stacks, protos, runtimes, stages) = match (stacks, protos, runtimes, stages) {
@@ -271,7 +272,7 @@ pub(crate) fn build_live(
             .admin
             .ui
             .enabled
-            .then(|| crate::ui::record::RouteStats::new(&plan.routes)),
+            .then(|| fanout_ops::record::RouteStats::new(&plan.routes)),
         routes: plan.routes.clone(),
         error_codes,
         config: Arc::new(cfg),

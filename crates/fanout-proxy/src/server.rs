@@ -4,15 +4,15 @@
 //! `request_body.rs`; what the client is answered (status, JSON error body) in `answer.rs`.
 
 use crate::answer::{ApiError, outcome_response};
-use crate::conn::{Connections, Socket, TrackedBody, TrackedIo};
-use crate::cores::{Cores, Exec};
 use crate::lifecycle::Req;
-use crate::metrics::{RequestRecord, RouteTable};
 use crate::telemetry::Failure;
-use crate::tls::TlsInfo;
 use crate::{Gateway, Live};
 use bytes::Bytes;
+use fanout_ops::metrics::{RequestRecord, RouteTable};
 use fanout_protocol::headers::find_headers;
+use fanout_transport::conn::{Connections, Socket, TrackedBody, TrackedIo};
+use fanout_transport::cores::{Cores, Exec};
+use fanout_transport::tls::TlsInfo;
 use futures_util::FutureExt;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -30,7 +30,7 @@ use tokio::time::Instant;
 pub(crate) use crate::answer::ErrorCounts;
 
 /// Response body type of the server.
-pub use crate::body::Body;
+pub use fanout_transport::body::Body;
 
 impl Gateway {
     /// Handle one request (never fails: every error becomes a JSON response, and a panic while
@@ -246,7 +246,7 @@ pub async fn serve(
 }
 
 /// Serve `gateway` with one single-threaded runtime per listener in `listeners` (bound with
-/// [`crate::cores::bind_reuseport`]), each on a thread of its own (`fanout-core-N`): the cores
+/// [`fanout_transport::cores::bind_reuseport`]), each on a thread of its own (`fanout-core-N`): the cores
 /// serve from when this returns. The future returned waits for `shutdown`, then drains as
 /// [`serve`] does; the runtime it runs on (the control thread) serves no client connection.
 /// An error when a core's runtime or thread could not be started (the cores that started stop).
@@ -444,7 +444,7 @@ async fn accept_loop(
         let (gw, b) = (gateway.clone(), builder.clone());
         // When the hand-off fails the socket is closed, and the entry (dropped with the
         // closure) leaves the connection table.
-        crate::cores::hand_off(cores, to, stream, peer, move |s, p| {
+        fanout_transport::cores::hand_off(cores, to, stream, peer, move |s, p| {
             serve_one(gw, b, s, p, entry, Some(load))
         });
     }
@@ -454,7 +454,7 @@ async fn accept_loop(
 /// An admitted connection's entry in the connection table: removed when the connection ends
 /// (`conn::drive`), or when it is dropped before it was served (a hand-off to a core that is
 /// shutting down, a failed TLS handshake).
-struct Entry(Arc<Connections>, Arc<crate::conn::ConnShared>);
+struct Entry(Arc<Connections>, Arc<fanout_transport::conn::ConnShared>);
 
 impl Drop for Entry {
     fn drop(&mut self) {
@@ -471,19 +471,19 @@ async fn serve_one(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     entry: Entry,
-    load: Option<crate::cores::CoreLoad>,
+    load: Option<fanout_transport::cores::CoreLoad>,
 ) {
     let sh = entry.1.clone();
     let conns = gw.conns.clone();
     match gw.tls.clone() {
         None => {
             let conn = serve_connection(&builder, &gw, stream, &sh, peer, None);
-            crate::conn::drive(conn, sh, conns).await;
+            fanout_transport::conn::drive(conn, sh, conns).await;
         }
         Some(t) => {
             if let Some((stream, info)) = t.accept(stream, &sh, &conns).await {
                 let conn = serve_connection(&builder, &gw, stream, &sh, peer, Some(info));
-                crate::conn::drive(conn, sh, conns).await;
+                fanout_transport::conn::drive(conn, sh, conns).await;
             }
         }
     }
@@ -498,7 +498,7 @@ fn serve_connection<S: Socket + Send + 'static>(
     builder: &Arc<auto::Builder<Exec>>,
     gateway: &Arc<Gateway>,
     stream: S,
-    sh: &Arc<crate::conn::ConnShared>,
+    sh: &Arc<fanout_transport::conn::ConnShared>,
     peer: std::net::SocketAddr,
     tls: Option<Arc<TlsInfo>>,
 ) -> impl hyper_util::server::graceful::GracefulConnection<

@@ -1,20 +1,17 @@
 //! What the gateway tells operators about each request: OpenTelemetry traces ([`trace`],
-//! exported by [`export`]), the JSON access log ([`access_log`]) and `Server-Timing`
-//! ([`server_timing`]). All are off by default, and off they cost a few branches per request:
-//! no span, no timeline, no line is built.
+//! exported by [`fanout_ops::telemetry::export`]), the JSON access log ([`access_log`]) and
+//! `Server-Timing` ([`server_timing`]), all in [`fanout_ops::telemetry`]. All are off by
+//! default, and off they cost a few branches per request: no span, no timeline, no line is
+//! built.
 //!
 //! [`Telemetry`] is built with the gateway and started inside the runtime; each request gets a
 //! [`RequestTelemetry`] (what is on for it), whose parts the executor feeds through
 //! [`crate::observe::RequestObserver`], and which finishes the answer (header, span, line).
 
-pub mod access_log;
-pub mod export;
-pub mod server_timing;
-pub mod trace;
-
 use access_log::{AccessLog, Degraded, Line};
 use fanout_config::{Config, ConfigError, ConfigErrors};
 use fanout_flow::{Outcome, RoutePlan};
+use fanout_ops::telemetry::{access_log, server_timing, trace};
 use http::request::Parts;
 use http::{HeaderValue, Response};
 use server_timing::{Timeline, TimingGate};
@@ -259,7 +256,7 @@ impl<'a> RequestTelemetry<'a> {
             client: client().map(|ip| ip.to_string()),
             tls_client: parts
                 .extensions
-                .get::<Arc<crate::tls::TlsInfo>>()
+                .get::<Arc<fanout_transport::tls::TlsInfo>>()
                 .and_then(|t| t.client_subject()),
             status: status.as_u16(),
             duration_ms: (total.as_secs_f64() * 1e6).round() / 1e3,

@@ -4,10 +4,8 @@
 //! dependencies, conditions, levels) and each step's cumulative numbers (the page turns two
 //! reads into rates, p50/p99, error shares and shares of the route's time), the status sections
 //! (backends, caches, databases, models, admission, config and its reload history), and the
-//! last slow and failed requests with their step waterfalls ([`record`]). Read-only; never on
-//! the client port.
-
-pub mod record;
+//! last slow and failed requests with their step waterfalls ([`fanout_ops::record`]).
+//! Read-only; never on the client port.
 
 use crate::{Gateway, Live};
 use fanout_flow::RoutePlan;
@@ -35,7 +33,7 @@ pub fn state_json(gw: &Gateway, after: u64) -> serde_json::Value {
         .map_or(0, |d| d.as_millis() as u64);
     serde_json::json!({
         "now_unix_ms": now_ms,
-        "bounds_s": record::bounds_json(),
+        "bounds_s": fanout_ops::record::bounds_json(),
         "routes": routes_json(&live),
         "recent": gw.recent.as_ref().map(|r| r.json(after)),
         "config": gw.reloads.history_json(),

@@ -12,7 +12,7 @@
 //!   series exist with zero values from the start; when a reload swaps in a new table,
 //!   [`Metrics::retain`] drops the series of routes and steps the new config no longer has.
 //!   With `admin.metrics: false` there is no table and nothing is recorded.
-//! - **Read at scrape time** ([`scrape`]): everything that already exists as counters or state
+//! - **Read at scrape time** (`fanout-proxy`'s `scrape.rs`): everything that already exists as counters or state
 //!   (errors by code, balancer and addresses, breakers, retries, hedges, dedup, caches, batches,
 //!   admission, connections, reference data, compute pool, stalls) and the process (`/proc`).
 //!   They cost nothing between scrapes.
@@ -21,8 +21,7 @@
 //! match no route are `unmatched`), `method` is the route's method (for unmatched requests one of
 //! the standard methods or `other`), step and backend names come from the config.
 
-mod process;
-pub mod scrape;
+pub mod process;
 
 use fanout_flow::observe::Observer;
 use fanout_flow::plan::StepPlan;
@@ -218,7 +217,7 @@ impl Metrics {
         );
     }
 
-    /// The registry of the per-event families (encoded by [`scrape::encode`]).
+    /// The registry of the per-event families (encoded by `fanout-proxy`'s `scrape::encode`).
     pub fn registry(&self) -> &Registry {
         &self.registry
     }

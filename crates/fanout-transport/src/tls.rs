@@ -889,7 +889,7 @@ async fn watch(
 }
 
 /// The TLS listeners a gateway serves, by name, for the metrics and the status.
-pub(crate) fn status(listeners: &[&Arc<TlsListener>]) -> serde_json::Value {
+pub fn status(listeners: &[&Arc<TlsListener>]) -> serde_json::Value {
     let m: HashMap<&str, serde_json::Value> = listeners
         .iter()
         .map(|l| (l.name, l.status_json()))

@@ -54,7 +54,7 @@ pub struct Cores {
 
 impl Cores {
     /// The cores whose runtimes are `handles` (core `i` is `handles[i]`).
-    pub(crate) fn new(handles: Vec<Handle>) -> Cores {
+    pub fn new(handles: Vec<Handle>) -> Cores {
         Cores {
             cores: handles
                 .into_iter()
@@ -91,7 +91,7 @@ impl Cores {
 
     /// The core a connection accepted on core `me` is served on: `me`, unless `me` has more
     /// open connections than the least loaded core by more than max(1, an eighth of its).
-    pub(crate) fn core_for_connection(&self, me: usize) -> usize {
+    pub fn core_for_connection(&self, me: usize) -> usize {
         let Some(mine) = self.cores.get(me).map(|c| c.conns.load(Ordering::Relaxed)) else {
             return me;
         };
@@ -117,7 +117,7 @@ impl Cores {
     }
 
     /// Count a connection served on core `i` until the guard drops.
-    pub(crate) fn connection(self: &Arc<Self>, i: usize) -> CoreLoad {
+    pub fn connection(self: &Arc<Self>, i: usize) -> CoreLoad {
         if let Some(c) = self.cores.get(i)
             && c.conns.fetch_add(1, Ordering::Relaxed) == 0
         {
@@ -131,7 +131,7 @@ impl Cores {
     }
 
     /// Record that core `from` handed a connection to another core.
-    pub(crate) fn handed_connection(&self, from: usize) {
+    pub fn handed_connection(&self, from: usize) {
         if let Some(c) = self.cores.get(from) {
             c.handed_conns.fetch_add(1, Ordering::Relaxed);
         }
@@ -155,7 +155,7 @@ impl Cores {
     }
 
     /// Core `i`'s runtime.
-    pub(crate) fn handle(&self, i: usize) -> Option<&Handle> {
+    pub fn handle(&self, i: usize) -> Option<&Handle> {
         self.cores.get(i).map(|c| &c.handle)
     }
 
@@ -181,7 +181,7 @@ impl Cores {
 }
 
 /// A connection or stream counted on a core while it lives.
-pub(crate) struct CoreLoad {
+pub struct CoreLoad {
     cores: Arc<Cores>,
     core: usize,
     stream: bool,
@@ -206,7 +206,7 @@ pub struct Exec {
 
 impl Exec {
     /// The executor of a per-core gateway's connections.
-    pub(crate) fn per_core(cores: Arc<Cores>) -> Exec {
+    pub fn per_core(cores: Arc<Cores>) -> Exec {
         Exec { cores: Some(cores) }
     }
 }
@@ -253,7 +253,7 @@ where
 /// Move an accepted connection to core `to`'s runtime and serve it there with `serve`: its
 /// socket leaves this core's reactor and joins the other's. When it cannot (no such core, the
 /// socket could not be moved), the socket is closed and `serve` dropped unrun.
-pub(crate) fn hand_off<F, Fut>(
+pub fn hand_off<F, Fut>(
     cores: &Arc<Cores>,
     to: usize,
     stream: TcpStream,

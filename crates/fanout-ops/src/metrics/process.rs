@@ -3,7 +3,7 @@
 
 /// What `/proc` says about this process now.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct ProcessStats {
+pub struct ProcessStats {
     /// User + system CPU time, seconds.
     pub cpu_seconds: f64,
     /// Resident memory, bytes.
@@ -23,7 +23,7 @@ pub(crate) struct ProcessStats {
 const USER_HZ: f64 = 100.0;
 
 /// Read the process's stats (blocking file reads of `/proc`: off the runtime's workers).
-pub(crate) fn read() -> Option<ProcessStats> {
+pub fn read() -> Option<ProcessStats> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let boot = std::fs::read_to_string("/proc/stat").ok()?;

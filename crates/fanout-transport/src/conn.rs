@@ -602,7 +602,7 @@ impl Connections {
 
     /// Remove a connection from the table; once only (a second call does nothing), so a
     /// connection dropped before it was served can be removed by its owner's guard as well.
-    pub(crate) fn deregister(&self, sh: &ConnShared) {
+    pub fn deregister(&self, sh: &ConnShared) {
         let removed = self
             .table
             .lock()
@@ -710,7 +710,8 @@ impl Connections {
         }
     }
 
-    pub(crate) async fn all_closed(&self) {
+    /// Returns once no connection is open.
+    pub async fn all_closed(&self) {
         loop {
             let closed = self.closed.notified();
             if self.open.load(Ordering::Acquire) == 0 {

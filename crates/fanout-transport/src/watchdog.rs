@@ -101,7 +101,7 @@ impl Watchdog {
     /// a heartbeat of its own there, sharing the counters and the canary. It beats while the
     /// core serves a connection or runs a stream, and sleeps without a timer while the core has
     /// neither (nothing runs there to stall), so an idle core's thread is not woken.
-    pub(crate) fn watch_core(
+    pub fn watch_core(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
         cores: Arc<crate::cores::Cores>,

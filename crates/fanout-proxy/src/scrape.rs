@@ -1,4 +1,4 @@
-//! `GET /metrics`: the per-event families of [`super::Metrics`], then everything read at scrape
+//! `GET /metrics`: the per-event families of [`fanout_ops::metrics::Metrics`], then everything read at scrape
 //! time from the gateway's existing counters and state (a prometheus-client `Collector`, so it
 //! costs nothing between scrapes), then the process. The format is OpenMetrics text 1.0 (what
 //! prometheus-client writes: counters' samples end in `_total`, the answer ends with `# EOF`).
@@ -8,8 +8,8 @@
 //! fresh gateway's `/metrics` has every series a dashboard queries; they are read from the live
 //! config, so a reload's removed backends leave with it.
 
-use super::process;
 use crate::{Gateway, Live};
+use fanout_ops::metrics::process;
 use fanout_protocol::metrics::{MetricType, Out, Value};
 use fanout_protocol::{AddressStatus, ProtocolClient, Scope};
 use prometheus_client::collector::Collector;
@@ -257,7 +257,7 @@ fn resilience(live: &Live, out: &mut Out<'_>) -> fmt::Result {
 /// Admission control by priority class, and client connections.
 fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
     let classes = gw.admission.classes();
-    let gauge = |f: fn(&crate::admission::ClassStatus) -> u64| {
+    let gauge = |f: fn(&fanout_transport::admission::ClassStatus) -> u64| {
         classes
             .iter()
             .map(move |c| ([("class", c.name)], Value::Gauge(f(c) as f64)))
@@ -285,7 +285,7 @@ fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
         "Requests rejected by admission control (503), by class and reason",
         Counter,
         classes.iter().flat_map(|c| {
-            crate::admission::REASON_NAMES
+            fanout_transport::admission::REASON_NAMES
                 .iter()
                 .zip(c.rejected)
                 .map(|(r, n)| ([("class", c.name), ("reason", *r)], Value::Counter(n)))

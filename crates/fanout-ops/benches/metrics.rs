@@ -1,12 +1,12 @@
 //! Record cost of metrics: the operations fanout performs per request, with `prometheus-client`
 //! (what fanout uses, plus its own lock-free histogram) and with the `metrics` facade +
 //! `metrics-exporter-prometheus` (the alternative the issue names), and the cost of one scrape.
-//! Run: `cargo bench -p fanout-proxy --bench metrics -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p fanout-ops --bench metrics -- --warm-up-time 1 --measurement-time 3`
 //! (figures in docs/benchmarks.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // bench code
 use criterion::{Criterion, criterion_group, criterion_main};
 use fanout_flow::{Backend, CallError, CallRequest, CallResponse};
-use fanout_proxy::metrics::{Metrics, RouteTable};
+use fanout_ops::metrics::{Metrics, RouteTable};
 use fanout_runtime::hist::{AtomicHistogram, LATENCY_NS, NS_PER_S};
 use futures_util::future::BoxFuture;
 use http::{Method, StatusCode};
