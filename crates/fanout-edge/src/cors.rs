@@ -130,14 +130,15 @@ impl CorsStage {
     /// The policy of the route `method` matches among the routes at the request's path; for
     /// a path with no such method, the policy of a route on the path; for no route, the
     /// defaults'.
-    fn policy(&self, arrival: &Arrival<'_>, method: &Method) -> Option<&Arc<CorsPolicy>> {
-        if arrival.routes.is_empty() {
+    fn policy(&self, arrival: &mut Arrival<'_>, method: &Method) -> Option<&Arc<CorsPolicy>> {
+        let routes = arrival.routes();
+        if routes.is_empty() {
             return self.default.as_ref();
         }
         let of = |i: usize| self.by_route.get(i).and_then(Option::as_ref);
-        match arrival.routes.iter().find(|r| r.method == *method) {
+        match routes.iter().find(|r| r.method == *method) {
             Some(r) => of(r.index),
-            None => arrival.routes.iter().find_map(|r| of(r.index)),
+            None => routes.iter().find_map(|r| of(r.index)),
         }
     }
 
@@ -145,7 +146,7 @@ impl CorsStage {
     /// route: 204 with the allow headers, or 403 `cors_refused` naming what is not allowed (an
     /// origin, a method, a header). `None` for any other request (an `OPTIONS` to a route
     /// without CORS goes on to routing: 405, or the route's own `OPTIONS`).
-    fn preflight(&self, arrival: &Arrival<'_>) -> Option<Early> {
+    fn preflight(&self, arrival: &mut Arrival<'_>) -> Option<Early> {
         if *arrival.method != Method::OPTIONS {
             return None;
         }

@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod compression;
 pub mod cors;
 pub mod ip_filter;
 pub mod rate_limit;
@@ -25,6 +26,7 @@ pub use fanout_protocol::metrics;
 
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
-    AnswerHeaders, Arrival, Build, BuildCx, Early, EdgeStage, Lent, RedisConnect, Registration,
-    Rejection, RequestHead, RouteKind, StageSet, Step, TlsOf,
+    Answer, AnswerNotes, Arrival, BodyStep, Build, BuildCx, Early, EdgeStage, Later, Lent,
+    RedisConnect, Registration, Rejection, RequestHead, RouteKind, Router, StageSet, Step, TlsOf,
+    Tools,
 };

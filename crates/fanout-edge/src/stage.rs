@@ -2,6 +2,7 @@
 //! stages one loaded config runs ([`StageSet`]).
 
 use crate::client::ClientAddresses;
+use bytes::Bytes;
 use fanout_config::{Config, ConfigError, ConfigErrors};
 use fanout_expr::Val;
 use fanout_expr::request::RequestUse;
@@ -213,9 +214,10 @@ pub enum Step<'a> {
 }
 
 /// A request on arrival, before routing: what a stage of the arrival phase sees
-/// ([`EdgeStage::on_arrival`]). A stage may answer it there (a CORS preflight) and may note
+/// ([`EdgeStage::on_arrival`]). A stage may answer it there (a CORS preflight), may note
 /// headers its answer will carry whatever makes that answer — the flow, a refusal, a 404
-/// ([`Arrival::answer_header`]): the answer phase of the stages that ran.
+/// ([`Arrival::answer_header`]) — and may ask to see that answer ([`Arrival::keep`]: its
+/// [`EdgeStage::on_answer`] runs with the note it kept).
 pub struct Arrival<'a> {
     /// The method.
     pub method: &'a Method,
@@ -223,53 +225,72 @@ pub struct Arrival<'a> {
     pub uri: &'a Uri,
     /// The headers.
     pub headers: &'a HeaderMap,
-    /// The routes at its path, every method (empty when no route has the path).
-    pub routes: &'a [Arc<RoutePlan>],
-    answer: AnswerHeaders,
+    router: &'a Router,
+    /// The routes at its path, once looked up ([`Arrival::routes`]).
+    routes: Option<&'a [Arc<RoutePlan>]>,
+    /// The stage being run (its index in the set), for [`Arrival::keep`].
+    current: u8,
+    answer: AnswerNotes,
 }
 
-/// Headers noted on arrival for the request's answer: (name, value, whether appended rather
-/// than replacing). Empty — no allocation — unless a stage notes one.
+/// What the arrival phase noted for the request's answer: headers (name, value, whether
+/// appended rather than replacing) and the stages that see the answer, each with its note.
+/// Empty — no allocation — unless a stage notes something.
 #[derive(Default)]
-pub struct AnswerHeaders(Vec<(HeaderName, HeaderValue, bool)>);
-
-impl AnswerHeaders {
-    /// Put the noted headers on an answer, in the order they were noted.
-    pub fn apply(self, headers: &mut HeaderMap) {
-        for (name, value, append) in self.0 {
-            if append {
-                headers.append(name, value);
-            } else {
-                headers.insert(name, value);
-            }
-        }
-    }
+pub struct AnswerNotes {
+    headers: Vec<(HeaderName, HeaderValue, bool)>,
+    kept: SmallVec<[(u8, u64); 2]>,
 }
+
+/// The gateway's routing table of a loaded config: by path, the routes there (every method).
+pub type Router = matchit::Router<Vec<Arc<RoutePlan>>>;
 
 impl<'a> Arrival<'a> {
-    /// A request on arrival: its head and the routes at its path.
+    /// A request on arrival: its head and the config's routing table.
     pub fn new(
         method: &'a Method,
         uri: &'a Uri,
         headers: &'a HeaderMap,
-        routes: &'a [Arc<RoutePlan>],
+        router: &'a Router,
     ) -> Self {
         Arrival {
             method,
             uri,
             headers,
-            routes,
-            answer: AnswerHeaders::default(),
+            router,
+            routes: None,
+            current: 0,
+            answer: AnswerNotes::default(),
         }
+    }
+
+    /// The routes at the request's path, every method (empty when no route has the path):
+    /// looked up on the first call only — a stage that does not ask costs no lookup.
+    pub fn routes(&mut self) -> &'a [Arc<RoutePlan>] {
+        if let Some(r) = self.routes {
+            return r;
+        }
+        let r = self
+            .router
+            .at(self.uri.path())
+            .map_or(&[][..], |m| m.value.as_slice());
+        self.routes = Some(r);
+        r
     }
 
     /// Note a header for the answer: set (replacing one of that name) or, with `append`, added.
     pub fn answer_header(&mut self, name: HeaderName, value: HeaderValue, append: bool) {
-        self.answer.0.push((name, value, append));
+        self.answer.headers.push((name, value, append));
     }
 
-    /// The headers noted for the answer.
-    pub fn into_answer_headers(self) -> AnswerHeaders {
+    /// Ask to see the answer: the stage's [`EdgeStage::on_answer`] runs with `note` (what it
+    /// decided now, e.g. the coding a client accepts) once the answer is made.
+    pub fn keep(&mut self, note: u64) {
+        self.answer.kept.push((self.current, note));
+    }
+
+    /// What was noted for the answer.
+    pub fn into_answer_notes(self) -> AnswerNotes {
         self.answer
     }
 }
@@ -289,6 +310,33 @@ pub enum Early {
     Refuse(Rejection),
 }
 
+/// What the gateway lends a stage while it works on a request or an answer.
+#[derive(Clone, Copy)]
+pub struct Tools<'a> {
+    /// The bounded pool for CPU-heavy work (never on a serving thread).
+    pub compute: &'a fanout_runtime::compute::ComputePool,
+}
+
+/// What a stage does to an answer: done at once, or after a future (work on the compute pool).
+pub enum Later<'a> {
+    /// Done.
+    Done,
+    /// Done when this future is.
+    Wait(BoxFuture<'a, ()>),
+}
+
+/// What a stage does to a request body: the body (as it was, or replaced) or a refusal, at once
+/// or after a future.
+pub enum BodyStep<'a> {
+    /// Decided.
+    Done(Result<Bytes, Rejection>),
+    /// Decided after this future.
+    Wait(BoxFuture<'a, Result<Bytes, Rejection>>),
+}
+
+/// An answer as the answer phase sees it.
+pub type Answer = http::Response<fanout_transport::body::Body>;
+
 /// An edge stage: what the gateway does to every request between the connection and the flow,
 /// whatever the route kind (docs/ARCHITECTURE.md, "How to add an edge stage"). One value per
 /// loaded config, built by its [`Registration`] from the config (and the stage it replaces, whose
@@ -298,7 +346,9 @@ pub enum Early {
 /// The phases, in pingora's sense: [`EdgeStage::on_arrival`] before routing (a stage that says
 /// it [`EdgeStage::arrives`]; it may answer, refuse, or note headers for the answer, whatever
 /// makes it), then [`EdgeStage::on_request`] on the request head (after routing, before the
-/// deadline is fixed and before the body is read). The component surface:
+/// deadline is fixed and before the body is read), [`EdgeStage::on_body`] on the request body
+/// once read whole (a stage that [`EdgeStage::reads_body`]), and [`EdgeStage::on_answer`] on
+/// the answer once made, whatever made it (a stage that kept a note on arrival). The component surface:
 /// [`EdgeStage::readiness`], [`EdgeStage::start`], [`EdgeStage::status_json`] (its section of the
 /// status endpoint), [`EdgeStage::metrics`] (its families, every series from the start),
 /// [`EdgeStage::explain`] (what `fanout explain` prints of a route) and
@@ -322,6 +372,31 @@ pub trait EdgeStage: Send + Sync + 'static {
     fn on_arrival(&self, arrival: &mut Arrival<'_>) -> Early {
         let _ = arrival;
         Early::Next
+    }
+
+    /// Whether the stage has a body phase ([`EdgeStage::on_body`]); only those run there.
+    fn reads_body(&self) -> bool {
+        false
+    }
+
+    /// On the request body, read whole (at most `limit` bytes): go on with it (as it was, or
+    /// replaced — a decoded body, at most `limit` bytes too), or refuse.
+    fn on_body<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: Bytes,
+        limit: usize,
+        tools: Tools<'a>,
+    ) -> BodyStep<'a> {
+        let _ = (headers, limit, tools);
+        BodyStep::Done(Ok(body))
+    }
+
+    /// On the answer, once made (whatever made it), for a stage that kept `note` on arrival
+    /// ([`Arrival::keep`]): it may change the head and replace the body.
+    fn on_answer<'a>(&'a self, note: u64, answer: &'a mut Answer, tools: Tools<'a>) -> Later<'a> {
+        let _ = (note, answer, tools);
+        Later::Done
     }
 
     /// `Err(why)` while the stage cannot decide and the gateway must not report ready.
@@ -455,6 +530,8 @@ pub struct StageSet {
     routes: Vec<[SmallVec<[u8; 4]>; 2]>,
     /// The indices of the stages with an arrival phase.
     arrival: SmallVec<[u8; 4]>,
+    /// The indices of the stages with a body phase.
+    body: SmallVec<[u8; 4]>,
     clients: ClientAddresses,
     tls_of: TlsOf,
 }
@@ -527,10 +604,17 @@ impl StageSet {
             .filter(|(_, (_, s))| s.arrives())
             .filter_map(|(i, _)| u8::try_from(i).ok())
             .collect();
+        let body = stages
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| s.reads_body())
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .collect();
         Ok(StageSet {
             stages,
             routes,
             arrival,
+            body,
             clients,
             tls_of: lent.tls_of,
         })
@@ -597,12 +681,61 @@ impl StageSet {
             let Some((_, stage)) = self.stages.get(usize::from(i)) else {
                 continue;
             };
+            arrival.current = i;
             match stage.on_arrival(arrival) {
                 Early::Next => {}
                 done => return done,
             }
         }
         Early::Next
+    }
+
+    /// Whether any stage has a body phase (else the body is taken as read).
+    pub fn has_body_phase(&self) -> bool {
+        !self.body.is_empty()
+    }
+
+    /// Run a request body through the stages with a body phase, in order (each gets what the
+    /// one before left); the first refusal ends it.
+    pub async fn on_body(
+        &self,
+        headers: &HeaderMap,
+        mut body: Bytes,
+        limit: usize,
+        tools: Tools<'_>,
+    ) -> Result<Bytes, Rejection> {
+        for &i in &self.body {
+            let Some((_, stage)) = self.stages.get(usize::from(i)) else {
+                continue;
+            };
+            body = match stage.on_body(headers, body, limit, tools) {
+                BodyStep::Done(r) => r?,
+                BodyStep::Wait(f) => f.await?,
+            };
+        }
+        Ok(body)
+    }
+
+    /// The answer phase: the headers noted on arrival go on `answer`, then each stage that
+    /// kept a note sees it, in the order they kept them.
+    pub async fn on_answer(&self, notes: AnswerNotes, answer: &mut Answer, tools: Tools<'_>) {
+        let AnswerNotes { headers, kept } = notes;
+        let h = answer.headers_mut();
+        for (name, value, append) in headers {
+            if append {
+                h.append(name, value);
+            } else {
+                h.insert(name, value);
+            }
+        }
+        for (i, note) in kept {
+            let Some((_, stage)) = self.stages.get(usize::from(i)) else {
+                continue;
+            };
+            if let Later::Wait(f) = stage.on_answer(note, answer, tools) {
+                f.await;
+            }
+        }
     }
 
     /// `Ok` when every stage is ready, else the first reason.

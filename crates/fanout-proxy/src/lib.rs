@@ -10,7 +10,6 @@
 pub mod admin;
 mod answer;
 pub(crate) mod coalesce;
-mod compression;
 mod grpc;
 mod grpc_compression;
 pub mod l2;
@@ -89,8 +88,6 @@ pub struct Gateway {
     pub tls: Option<Arc<tls::TlsListener>>,
     /// TLS on the admin listener.
     pub admin_tls: Option<Arc<tls::TlsListener>>,
-    /// Answers compressed, request bodies decoded (`compression.rs`).
-    compression_stats: compression::CompressionStats,
     /// Where the flows' branches are recorded (`fanout test --coverage`); `None` when serving.
     coverage: Option<Arc<fanout_flow::coverage::Coverage>>,
     /// The live page's last slow and failed requests (`None` with `admin.ui.enabled: false`).
@@ -138,8 +135,6 @@ pub struct Live {
     coalesce: Vec<Option<coalesce::Runs>>,
     /// `METHOD path` of each route, by route index (the status endpoint's names).
     route_names: Vec<String>,
-    /// Answer compression and request decoding (`compression.rs`).
-    compression: compression::CompressionTable,
     /// The edge stages of this config and which routes run them (`fanout-edge`).
     stages: fanout_edge::StageSet,
 }
@@ -217,7 +212,6 @@ impl Gateway {
             health,
             tls,
             admin_tls,
-            compression_stats: compression::CompressionStats::default(),
             coverage: None,
             recent: cfg
                 .admin
@@ -396,7 +390,6 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
-            "compression": self.compression_stats().status_json(),
             "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.

@@ -17,6 +17,7 @@ pub const PROTOCOLS: &[fanout_protocol::Registration] =
 /// "How to add an edge stage").
 pub const STAGES: &[fanout_edge::Registration] = &[
     fanout_edge::cors::STAGE,
+    fanout_edge::compression::STAGE,
     fanout_edge::ip_filter::STAGE,
     fanout_edge::auth::STAGE,
     fanout_edge::rate_limit::STAGE,

@@ -256,9 +256,7 @@ pub(crate) fn build_live(
         .collect();
     error_codes.sort();
     error_codes.dedup();
-    let compression = crate::compression::CompressionTable::build(&cfg, &plan.routes);
     let live = Live {
-        compression,
         router,
         reference: plan.reference.clone(),
         caches,

@@ -9,7 +9,7 @@ use crate::telemetry::RequestTelemetry;
 use bytes::Bytes;
 use fanout_expr::{Val, json};
 use http::HeaderMap;
-use http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use http::header::CONTENT_LENGTH;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::time::Duration;
@@ -38,15 +38,26 @@ impl Gateway {
         let Some(held) = memory.as_mut() else {
             return Ok((Val::Null, None));
         };
-        // A `Content-Encoding` body: the limit applies to its decoded size (`compression.rs`),
-        // and the decoded bytes count against the memory budget.
-        let bytes = if headers.contains_key(CONTENT_ENCODING) {
-            let decoded = self.decode_body(live, headers, bytes, limit).await?;
-            if held.grow(parsed_size_estimate(&decoded)).is_err() {
+        // The edge stages' body phase (the `compression` stage decodes a `Content-Encoding`
+        // body, the limit applying to its decoded size); a body a stage replaced counts against
+        // the memory budget too.
+        let bytes = if live.stages.has_body_phase() {
+            let tools = fanout_edge::Tools {
+                compute: &self.compute,
+            };
+            let read = (bytes.as_ptr() as usize, bytes.len());
+            let body = live
+                .stages
+                .on_body(headers, bytes, limit, tools)
+                .await
+                .map_err(ApiError::from)?;
+            if (body.as_ptr() as usize, body.len()) != read
+                && held.grow(parsed_size_estimate(&body)).is_err()
+            {
                 let budget = self.bodies.budget();
                 return Err(BodyRefusal::MemoryBudget { budget }.into());
             }
-            decoded
+            body
         } else {
             bytes
         };

@@ -81,7 +81,6 @@ impl Collector for State {
         runtimes(live, &mut out)?;
         live.stages.metrics(&mut out)?;
         tls(gw, &mut out)?;
-        gw.compression_stats().metrics(&mut out)?;
         runtime(gw, &mut out)?;
         process_stats(&mut out)
     }

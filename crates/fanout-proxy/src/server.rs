@@ -47,12 +47,9 @@ impl Gateway {
         let live = self.live();
         let mut rec =
             RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
-        // Compression (`compression.rs`): decided before the request is consumed, applied to
-        // the final answer.
-        let compress = live.compression.choose(&live.router, &req);
         // The edge stages' arrival phase (CORS: a preflight is answered here, before
-        // authentication and without a flow); the headers they note go on the answer below,
-        // whatever made it.
+        // authentication and without a flow; compression: the coding the client accepts);
+        // their answer phase below, whatever made the answer (CORS headers, compression).
         let (early, noted) = arrival(&live, &req);
         let mut resp = match early {
             fanout_edge::Early::Next => {
@@ -77,10 +74,10 @@ impl Gateway {
             }
         };
         if let Some(noted) = noted {
-            noted.apply(resp.headers_mut());
-        }
-        if let Some(chosen) = compress {
-            resp = self.compress(&live, chosen, resp).await;
+            let tools = fanout_edge::Tools {
+                compute: &self.compute,
+            };
+            live.stages.on_answer(noted, &mut resp, tools).await;
         }
         let status = resp
             .extensions()
@@ -173,22 +170,18 @@ impl Gateway {
 }
 
 /// The arrival phase of the edge stages (`fanout-edge`: [`fanout_edge::EdgeStage::on_arrival`]),
-/// before routing, on every request of every route kind: what it decided, and the headers noted
-/// for the answer. Without a stage that arrives it costs nothing (no route lookup).
+/// before routing, on every request of every route kind: what it decided, and what it noted for
+/// the answer phase. Without a stage that arrives it costs nothing.
 fn arrival<B>(
     live: &Live,
     req: &Request<B>,
-) -> (fanout_edge::Early, Option<fanout_edge::AnswerHeaders>) {
+) -> (fanout_edge::Early, Option<fanout_edge::AnswerNotes>) {
     if !live.stages.has_arrival() {
         return (fanout_edge::Early::Next, None);
     }
-    let routes = live
-        .router
-        .at(req.uri().path())
-        .map_or(&[][..], |m| m.value.as_slice());
-    let mut a = fanout_edge::Arrival::new(req.method(), req.uri(), req.headers(), routes);
+    let mut a = fanout_edge::Arrival::new(req.method(), req.uri(), req.headers(), &live.router);
     let early = live.stages.on_arrival(&mut a);
-    (early, Some(a.into_answer_headers()))
+    (early, Some(a.into_answer_notes()))
 }
 
 /// Run a request handler; a panic inside it becomes a 500 `internal_error` for this request

@@ -198,9 +198,10 @@ impl EdgeStage for Stamp {
 
     fn on_arrival(&self, a: &mut Arrival<'_>) -> Early {
         ARRIVED.fetch_add(1, Ordering::Relaxed);
+        let routes = a.routes().len();
         a.answer_header(
             http::HeaderName::from_static("x-stamp"),
-            http::HeaderValue::from(a.routes.len()),
+            http::HeaderValue::from(routes),
             false,
         );
         if a.headers.contains_key("x-early") {

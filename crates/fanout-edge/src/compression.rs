@@ -1,34 +1,63 @@
-//! HTTP compression (`compression:`; docs/config.md#compression), over `fanout-compress`:
+//! HTTP compression (`compression:`; docs/config.md#compression), over `fanout-compress`, an edge
+//! stage of three phases:
 //!
-//! - answers: `Gateway::handle` asks [`CompressionTable::choose`] before the request is
-//!   consumed (the client's `Accept-Encoding`, the route's `compression: off`, HEAD), and once
-//!   the answer is final (CORS headers included) [`Gateway::compress`] encodes a whole body of a
-//!   compressible type, at least `min_bytes` long, that has no `Content-Encoding` and no
-//!   `Cache-Control: no-transform`, is not gRPC and not 1xx/204/304 — on the compute pool above
-//!   `compute_above_bytes` — with `Vary: Accept-Encoding` and a strong `ETag` made weak;
-//! - request bodies: [`Gateway::decode_body`] decodes a body with a `Content-Encoding` the
-//!   config accepts, the body limit applying to the decoded size (415 for other codings).
+//! - on arrival ([`EdgeStage::on_arrival`]), before the request is consumed: may its answer be
+//!   compressed, and with which coding (the client's `Accept-Encoding`, the route's
+//!   `compression: off`, HEAD, gRPC) — kept as the stage's note;
+//! - on the answer ([`EdgeStage::on_answer`]), once final (CORS headers included): a whole body
+//!   of a compressible type, at least `min_bytes` long, that has no `Content-Encoding` and no
+//!   `Cache-Control: no-transform`, is not gRPC and not 1xx/204/304, is encoded — on the compute
+//!   pool above `compute_above_bytes` — with `Vary: Accept-Encoding` and a strong `ETag` made
+//!   weak; a streamed body is never buffered to be compressed;
+//! - on the request body ([`EdgeStage::on_body`]): a body with a `Content-Encoding` the config
+//!   accepts is decoded, the body limit applying to the decoded size (415 for other codings).
 //!
-//! Counters of both (by coding) are process-lived ([`CompressionStats`]): `/metrics` and the
-//! status page.
+//! Counters of both (by coding) live as long as the process ([`CompressionStats`], handed from
+//! each config's stage to the next): `/metrics` and the status page.
 
-use crate::answer::ApiError;
-use crate::{Gateway, Live};
+use crate::{
+    Answer, Arrival, BodyStep, BuildCx, Early, EdgeStage, Later, Registration, Rejection,
+    RequestHead, RouteKind, Step, Tools,
+};
 use bytes::Bytes;
 use fanout_compress::{Choice, Coding};
-use fanout_config::{Config, ContentCoding, RouteCompression};
-use fanout_flow::RoutePlan;
+use fanout_config::{Config, ConfigErrors, ContentCoding, RouteCompression};
 use fanout_protocol::metrics::{MetricType, Out, Value};
 use fanout_transport::body::Body;
 use http::header::{
     ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY,
 };
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// The stage's registration line.
+pub const STAGE: Registration = Registration {
+    name: "compression",
+    section: false,
+    codes: &["unsupported_encoding", "bad_encoding"],
+    build,
+};
+
+/// The config's compression and the process's counters (kept from the stage it replaces).
+pub struct CompressionStage {
+    table: CompressionTable,
+    stats: Arc<CompressionStats>,
+}
+
+fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
+    let stats = cx
+        .prev
+        .and_then(|p| p.as_any().downcast_ref::<CompressionStage>())
+        .map_or_else(Arc::default, |p| p.stats.clone());
+    Ok(Some(Arc::new(CompressionStage {
+        table: CompressionTable::build(cx.config),
+        stats,
+    })))
+}
+
 /// The `fanout-compress` coding of a config coding.
-pub(crate) fn coding(c: ContentCoding) -> Coding {
+pub fn coding(c: ContentCoding) -> Coding {
     match c {
         ContentCoding::Gzip => Coding::Gzip,
         ContentCoding::Br => Coding::Br,
@@ -66,7 +95,7 @@ struct ResponsePolicy {
 /// A loaded config's compression: the answer policy (`None` when off), which routes turn it
 /// off (by route index) and the request codings decoded.
 #[derive(Default)]
-pub(crate) struct CompressionTable {
+struct CompressionTable {
     response: Option<ResponsePolicy>,
     off_by_route: Vec<bool>,
     /// Whether any route turns compression off (else no route lookup per request).
@@ -76,14 +105,9 @@ pub(crate) struct CompressionTable {
     decode: Vec<Coding>,
 }
 
-/// What [`CompressionTable::choose`] decided for a request: its answer may be compressed, with
-/// this outcome of the negotiation.
-#[derive(Clone, Copy)]
-pub(crate) struct Chosen(Choice);
-
 impl CompressionTable {
-    /// Compile `cfg.compression` and the routes' `compression` (`routes` in config order).
-    pub(crate) fn build(cfg: &Config, routes: &[Arc<RoutePlan>]) -> CompressionTable {
+    /// Compile `cfg.compression` and the routes' `compression`.
+    fn build(cfg: &Config) -> CompressionTable {
         let r = &cfg.compression.response;
         let response = r.enabled.then(|| ResponsePolicy {
             offered: r.algorithms.iter().map(|c| coding(*c)).collect(),
@@ -109,10 +133,7 @@ impl CompressionTable {
         let off_by_route: Vec<bool> = cfg
             .routes
             .iter()
-            .zip(routes)
-            .map(|(rc, _)| {
-                rc.compression.or(cfg.defaults.compression) == Some(RouteCompression::Off)
-            })
+            .map(|rc| rc.compression.or(cfg.defaults.compression) == Some(RouteCompression::Off))
             .collect();
         CompressionTable {
             response,
@@ -131,22 +152,18 @@ impl CompressionTable {
 
     /// Whether this request's answer may be compressed, and how (`None`: it is sent as it is,
     /// without `Vary`): answer compression on, not HEAD, not gRPC, the route not `off`.
-    pub(crate) fn choose<B>(
-        &self,
-        router: &matchit::Router<Vec<Arc<RoutePlan>>>,
-        req: &Request<B>,
-    ) -> Option<Chosen> {
+    fn choose(&self, a: &mut Arrival<'_>) -> Option<Choice> {
         let policy = self.response.as_ref()?;
-        if req.method() == Method::HEAD {
+        if *a.method == Method::HEAD {
             return None;
         }
-        let h = req.headers();
+        let h = a.headers;
         if h.get(CONTENT_TYPE)
             .is_some_and(|v| fanout_grpc::looks_like_grpc(v.as_bytes()))
         {
             return None;
         }
-        if self.any_off && self.route_off(router, req.method(), req.uri().path()) {
+        if self.any_off && self.route_off(a) {
             return None;
         }
         // Repeated `Accept-Encoding` lines are one list (RFC 9110 §5.3), read in their order.
@@ -162,21 +179,16 @@ impl CompressionTable {
             all
         });
         let accept = joined.as_deref().or(first);
-        Some(Chosen(fanout_compress::negotiate(accept, &policy.offered)))
+        Some(fanout_compress::negotiate(accept, &policy.offered))
     }
 
-    fn route_off(
-        &self,
-        router: &matchit::Router<Vec<Arc<RoutePlan>>>,
-        method: &Method,
-        path: &str,
-    ) -> bool {
-        let Ok(m) = router.at(path) else {
-            return self.default_off;
-        };
-        let off = |r: &Arc<RoutePlan>| self.off_by_route.get(r.index).copied().unwrap_or(false);
-        match m.value.iter().find(|r| r.method == *method) {
-            Some(r) => off(r),
+    /// Whether the route the request goes to turns compression off (the defaults' for a path
+    /// no route has, or a method none has there).
+    fn route_off(&self, a: &mut Arrival<'_>) -> bool {
+        let off = |i: usize| self.off_by_route.get(i).copied().unwrap_or(false);
+        let method = a.method;
+        match a.routes().iter().find(|r| r.method == *method) {
+            Some(r) => off(r.index),
             None => self.default_off,
         }
     }
@@ -206,7 +218,7 @@ impl CompressionTable {
 /// Process-lived counters: answers compressed and their bytes before and after, by coding;
 /// request bodies decoded, by coding, and refused.
 #[derive(Default)]
-pub(crate) struct CompressionStats {
+pub struct CompressionStats {
     answers: [AtomicU64; 3],
     bytes_in: [AtomicU64; 3],
     bytes_out: [AtomicU64; 3],
@@ -222,7 +234,7 @@ const CODINGS: [Coding; 3] = [Coding::Zstd, Coding::Br, Coding::Gzip];
 
 impl CompressionStats {
     /// The status page's `compression` section.
-    pub(crate) fn status_json(&self) -> serde_json::Value {
+    pub fn status_json(&self) -> serde_json::Value {
         let by = |a: &[AtomicU64; 3]| {
             let m: serde_json::Map<String, serde_json::Value> = CODINGS
                 .iter()
@@ -244,7 +256,7 @@ impl CompressionStats {
     }
 
     /// The `/metrics` families.
-    pub(crate) fn metrics(&self, out: &mut Out<'_>) -> std::fmt::Result {
+    pub fn metrics(&self, out: &mut Out<'_>) -> std::fmt::Result {
         let families: [(&str, &str, &[AtomicU64; 3]); 4] = [
             (
                 "fanout_compressed_answers",
@@ -297,73 +309,79 @@ fn add(a: &[AtomicU64; 3], c: Coding, n: u64) {
     }
 }
 
-impl Gateway {
-    /// Compress the final answer `resp` when it qualifies (see the module doc); otherwise it is
-    /// returned as it is. Never fails: an answer that cannot be encoded (compute queue full) is
-    /// sent plain.
-    pub(crate) async fn compress(
-        &self,
-        live: &Live,
-        chosen: Chosen,
-        mut resp: Response<Body>,
-    ) -> Response<Body> {
-        let Some(policy) = live.compression.response.as_ref() else {
-            return resp;
-        };
-        let status = resp.status();
+/// A [`Choice`] as the stage's note, and back.
+fn note_of(c: Choice) -> u64 {
+    match c {
+        Choice::Identity => 0,
+        Choice::NotAcceptable => 1,
+        Choice::Encode(c) => 2 + index(c) as u64,
+    }
+}
+
+fn choice_of(note: u64) -> Choice {
+    match note {
+        2 => Choice::Encode(Coding::Zstd),
+        3 => Choice::Encode(Coding::Br),
+        4 => Choice::Encode(Coding::Gzip),
+        1 => Choice::NotAcceptable,
+        _ => Choice::Identity,
+    }
+}
+
+impl CompressionStage {
+    /// What to encode of `answer` under `choice` (the coding, its level and the whole body),
+    /// after adding `Vary: Accept-Encoding` to an answer that qualifies; `None` when it is
+    /// sent as it is.
+    fn to_encode(&self, choice: Choice, answer: &mut Answer) -> Option<(Coding, i32, Bytes)> {
+        let policy = self.table.response.as_ref()?;
+        let status = answer.status();
         if status.is_informational()
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED
         {
-            return resp;
+            return None;
         }
-        let h = resp.headers();
+        let h = answer.headers();
         if h.contains_key(CONTENT_ENCODING)
             || h.get_all(CACHE_CONTROL).iter().any(|v| {
                 v.to_str()
                     .is_ok_and(|s| s.to_ascii_lowercase().contains("no-transform"))
             })
-            || !live.compression.compressible(policy, h)
+            || !self.table.compressible(policy, h)
         {
-            return resp;
+            return None;
         }
-        let data = match resp.body() {
+        let data = match answer.body() {
             Body::Full {
                 data: Some(d),
                 trailers: None,
             } if d.len() >= policy.min_bytes => d.clone(),
-            _ => return resp,
+            _ => return None,
         };
         // The answer depends on `Accept-Encoding` from here on, compressed or not.
-        vary(resp.headers_mut());
-        let Chosen(Choice::Encode(c)) = chosen else {
-            return resp;
+        vary(answer.headers_mut());
+        let Choice::Encode(c) = choice else {
+            return None;
         };
         let level = policy.levels.get(index(c)).copied().unwrap_or(1);
-        let len = data.len();
-        let encoded = if len > policy.compute_above {
-            let data = data.clone();
-            self.compute
-                .run(move || fanout_compress::encode(c, level, &data))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-        } else {
-            fanout_compress::encode(c, level, &data).map_err(|e| e.to_string())
-        };
+        Some((c, level, data))
+    }
+
+    /// Put the encoded body on `answer` (or leave it plain when encoding failed: counted).
+    fn finish(&self, answer: &mut Answer, c: Coding, len: usize, encoded: Result<Vec<u8>, String>) {
         let encoded = match encoded {
             Ok(e) => e,
             Err(e) => {
-                self.compression_stats.skipped.fetch_add(1, Relaxed);
+                self.stats.skipped.fetch_add(1, Relaxed);
                 tracing::debug!(error = %e, "answer sent uncompressed");
-                return resp;
+                return;
             }
         };
-        let s = &self.compression_stats;
+        let s = &self.stats;
         add(&s.answers, c, 1);
         add(&s.bytes_in, c, len as u64);
         add(&s.bytes_out, c, encoded.len() as u64);
-        let h = resp.headers_mut();
+        let h = answer.headers_mut();
         h.insert(CONTENT_ENCODING, HeaderValue::from_static(c.name()));
         h.remove(CONTENT_LENGTH);
         if let Some(tag) = h.get(ETAG)
@@ -375,8 +393,7 @@ impl Gateway {
                 h.insert(ETAG, v);
             }
         }
-        *resp.body_mut() = Body::full(Bytes::from(encoded));
-        resp
+        *answer.body_mut() = Body::full(Bytes::from(encoded));
     }
 
     /// The request body `bytes` decoded by its `Content-Encoding` (`identity` or none: as it
@@ -384,65 +401,157 @@ impl Gateway {
     /// does not accept, 413 `body_too_large` for a body decoding past the limit (decoding stops
     /// there), 400 `bad_encoding` for data that does not decode. Large bodies are decoded on
     /// the compute pool.
-    pub(crate) async fn decode_body(
+    async fn decode(
         &self,
-        live: &Live,
-        headers: &HeaderMap,
+        c: Coding,
         bytes: Bytes,
         limit: usize,
-    ) -> Result<Bytes, ApiError> {
-        let refused = |e: ApiError| {
-            self.compression_stats.refused.fetch_add(1, Relaxed);
-            e
-        };
-        let c = match request_coding(&live.compression, headers) {
-            Ok(None) => return Ok(bytes),
-            Ok(Some(c)) => c,
-            Err(Unsupported) => return Err(refused(unsupported(&live.compression))),
-        };
+        tools: Tools<'_>,
+    ) -> Result<Bytes, Rejection> {
         let decoded = if bytes.len() > 64 * 1024 {
-            self.compute
+            tools
+                .compute
                 .run(move || fanout_compress::decode(c, &bytes, limit))
                 .await
                 .map_err(|e| {
-                    let mut err = ApiError::new(
+                    Rejection::new(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "overloaded",
                         "the gateway is overloaded; retry later",
-                    );
-                    err.detail = Some(e.to_string());
-                    err
+                    )
+                    .detail(e.to_string())
                 })?
         } else {
             fanout_compress::decode(c, &bytes, limit)
         };
+        self.decoded(c, decoded)
+    }
+
+    fn decoded(
+        &self,
+        c: Coding,
+        decoded: Result<Vec<u8>, fanout_compress::Error>,
+    ) -> Result<Bytes, Rejection> {
         match decoded {
             Ok(d) => {
-                add(&self.compression_stats.decoded, c, 1);
+                add(&self.stats.decoded, c, 1);
                 Ok(Bytes::from(d))
             }
-            Err(fanout_compress::Error::TooLarge { limit }) => Err(refused(ApiError::new(
+            Err(fanout_compress::Error::TooLarge { limit }) => Err(self.refused(Rejection::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 format!(
                     "request body decodes to more than {limit} bytes (server.max_body_bytes applies to the decoded size)"
                 ),
             ))),
-            Err(e) => {
-                let mut err = ApiError::new(
+            Err(e) => Err(self.refused(
+                Rejection::new(
                     StatusCode::BAD_REQUEST,
                     "bad_encoding",
                     format!("the request body is not valid {}", c.name()),
-                );
-                err.detail = Some(e.to_string());
-                Err(refused(err))
-            }
+                )
+                .detail(e.to_string()),
+            )),
         }
     }
 
-    /// The compression counters (process-lived).
-    pub(crate) fn compression_stats(&self) -> &CompressionStats {
-        &self.compression_stats
+    fn refused(&self, r: Rejection) -> Rejection {
+        self.stats.refused.fetch_add(1, Relaxed);
+        r
+    }
+}
+
+impl EdgeStage for CompressionStage {
+    fn applies(&self, _route: usize, _kind: RouteKind) -> bool {
+        // Arrival, body and answer phases only: nothing to do on the request head.
+        false
+    }
+
+    fn on_request<'a>(&'a self, _head: &'a mut RequestHead<'_>) -> Step<'a> {
+        Step::Next
+    }
+
+    fn arrives(&self) -> bool {
+        self.table.response.is_some()
+    }
+
+    fn on_arrival(&self, arrival: &mut Arrival<'_>) -> Early {
+        if let Some(choice) = self.table.choose(arrival) {
+            arrival.keep(note_of(choice));
+        }
+        Early::Next
+    }
+
+    fn reads_body(&self) -> bool {
+        true
+    }
+
+    fn on_body<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: Bytes,
+        limit: usize,
+        tools: Tools<'a>,
+    ) -> BodyStep<'a> {
+        if !headers.contains_key(CONTENT_ENCODING) {
+            return BodyStep::Done(Ok(body));
+        }
+        let c = match request_coding(&self.table, headers) {
+            Ok(None) => return BodyStep::Done(Ok(body)),
+            Ok(Some(c)) => c,
+            Err(Unsupported) => {
+                return BodyStep::Done(Err(self.refused(unsupported(&self.table))));
+            }
+        };
+        if body.len() > 64 * 1024 {
+            return BodyStep::Wait(Box::pin(self.decode(c, body, limit, tools)));
+        }
+        BodyStep::Done(self.decoded(c, fanout_compress::decode(c, &body, limit)))
+    }
+
+    fn on_answer<'a>(&'a self, note: u64, answer: &'a mut Answer, tools: Tools<'a>) -> Later<'a> {
+        let Some((c, level, data)) = self.to_encode(choice_of(note), answer) else {
+            return Later::Done;
+        };
+        let len = data.len();
+        let above = self
+            .table
+            .response
+            .as_ref()
+            .is_some_and(|p| len > p.compute_above);
+        if !above {
+            let encoded = fanout_compress::encode(c, level, &data).map_err(|e| e.to_string());
+            self.finish(answer, c, len, encoded);
+            return Later::Done;
+        }
+        Later::Wait(Box::pin(async move {
+            let encoded = tools
+                .compute
+                .run(move || fanout_compress::encode(c, level, &data))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            self.finish(answer, c, len, encoded);
+        }))
+    }
+
+    fn status_json(&self) -> Option<serde_json::Value> {
+        Some(self.stats.status_json())
+    }
+
+    fn metrics(&self, out: &mut Out<'_>) -> std::fmt::Result {
+        self.stats.metrics(out)
+    }
+
+    fn explain(&self, route: usize) -> Vec<String> {
+        match self.table.off_by_route.get(route) {
+            Some(true) => vec!["compression: off (answers are sent as they are)".to_string()],
+            _ => Vec::new(),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -471,7 +580,7 @@ fn request_coding(
 struct Unsupported;
 
 /// 415 `unsupported_encoding`, with `Accept-Encoding` naming the codings accepted.
-fn unsupported(table: &CompressionTable) -> ApiError {
+fn unsupported(table: &CompressionTable) -> Rejection {
     let accepted: Vec<&str> = table.decode.iter().map(|c| c.name()).collect();
     let message = if accepted.is_empty() {
         "request bodies with a Content-Encoding are not accepted".to_string()
@@ -481,20 +590,20 @@ fn unsupported(table: &CompressionTable) -> ApiError {
             accepted.join(", ")
         )
     };
-    let mut e = ApiError::new(
+    let r = Rejection::new(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported_encoding",
         message,
     );
-    if let Some(v) = accept_encoding_value(&table.decode) {
-        e.headers.push((ACCEPT_ENCODING, v));
+    match accept_encoding_value(&table.decode) {
+        Some(v) => r.header(ACCEPT_ENCODING, v),
+        None => r,
     }
-    e
 }
 
 /// `Accept-Encoding` naming `codings` (RFC 9110 §12.5.3: a 415 for a request's coding says
 /// which it would accept); `None` for none.
-pub(crate) fn accept_encoding_value(codings: &[Coding]) -> Option<HeaderValue> {
+pub fn accept_encoding_value(codings: &[Coding]) -> Option<HeaderValue> {
     if codings.is_empty() {
         return None;
     }
