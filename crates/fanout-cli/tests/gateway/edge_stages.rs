@@ -2,7 +2,9 @@
 //! test crate — plugs in through the public registry alone (`Registry::with_stage`), reads its
 //! own section under `stages:`, and runs on HTTP and gRPC routes alike, in the same place of the
 //! lifecycle; its refusal is answered in each kind's own way, its status section and metric
-//! family appear beside the built-in ones, and an unknown stage name is a config error.
+//! family appear beside the built-in ones, and an unknown stage name is a config error. A second
+//! throw-away stage shows the other phases: on arrival (before routing: an early answer, headers
+//! noted for every answer), on the request body, and on the answer.
 
 use crate::support::config;
 use fanout_edge::{
@@ -179,8 +181,10 @@ fn an_unknown_stage_name_is_a_config_error_with_a_suggestion() {
 /// test below registers the stage.
 static ARRIVED: AtomicU64 = AtomicU64::new(0);
 
-/// A throw-away stage of the arrival phase: every answer carries `x-stamp`, whatever made it;
-/// a request with `x-early` is answered 204 before routing.
+/// A throw-away stage of the arrival, body and answer phases: every answer carries `x-stamp`,
+/// whatever made it; a request with `x-early` is answered 204 before routing; a body reading
+/// `shout` reaches the flow as `"SHOUT"`; the answer of a request that sent `x-note: N` gets
+/// `x-noted: N` from the answer phase (the note kept on arrival).
 struct Stamp;
 
 impl EdgeStage for Stamp {
@@ -204,6 +208,13 @@ impl EdgeStage for Stamp {
             http::HeaderValue::from(routes),
             false,
         );
+        if let Some(n) = a
+            .headers
+            .get("x-note")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        {
+            a.keep(n);
+        }
         if a.headers.contains_key("x-early") {
             let mut headers = http::HeaderMap::new();
             headers.insert("x-answered", http::HeaderValue::from_static("early"));
@@ -213,6 +224,35 @@ impl EdgeStage for Stamp {
             };
         }
         Early::Next
+    }
+
+    fn reads_body(&self) -> bool {
+        true
+    }
+
+    fn on_body<'a>(
+        &'a self,
+        _: &'a http::HeaderMap,
+        body: bytes::Bytes,
+        _: usize,
+        _: fanout_edge::Tools<'a>,
+    ) -> fanout_edge::BodyStep<'a> {
+        fanout_edge::BodyStep::Done(Ok(match &body[..] {
+            b"\"shout\"" => bytes::Bytes::from_static(b"\"SHOUT\""),
+            _ => body,
+        }))
+    }
+
+    fn on_answer<'a>(
+        &'a self,
+        note: u64,
+        answer: &'a mut fanout_edge::Answer,
+        _: fanout_edge::Tools<'a>,
+    ) -> fanout_edge::Later<'a> {
+        answer
+            .headers_mut()
+            .insert("x-noted", http::HeaderValue::from(note));
+        fanout_edge::Later::Done
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -228,9 +268,13 @@ const STAMP: Registration = Registration {
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stage_of_the_arrival_phase_answers_before_routing_and_stamps_every_answer() {
+async fn the_arrival_body_and_answer_phases_answer_early_rewrite_bodies_and_see_every_answer() {
     let s = stubs(&crate::grpc::example("stubs.yaml")).await;
-    let cfg = config(&yaml("{}"), &s);
+    let yaml = yaml("{}").replace(
+        "routes:\n",
+        "routes:\n  - path: /echo\n    method: POST\n    respond: { body: '{got: $request.body}' }\n",
+    );
+    let cfg = config(&yaml, &s);
     let gw = fanout_proxy::Gateway::build_in(&cfg, Registry::standard().with_stage(STAMP))
         .unwrap_or_else(|e| panic!("{e}"));
     let gw = fanout::start_gateway(gw, "127.0.0.1:0", None)
@@ -257,12 +301,26 @@ async fn a_stage_of_the_arrival_phase_answers_before_routing_and_stamps_every_an
     assert_eq!(early.status, 204, "{}", early.text());
     assert_eq!(early.header("x-answered"), Some("early"));
     assert_eq!(early.header("x-stamp"), Some("0"));
+    // The body phase: what the flow reads is what the stage left.
+    let echoed = send(
+        &c,
+        http::Method::POST,
+        &format!("http://{}/echo", gw.addr),
+        &[("content-type", "application/json"), ("x-note", "7")],
+        "\"shout\"",
+    )
+    .await;
+    assert_eq!(echoed.status, 200, "{}", echoed.text());
+    assert_eq!(echoed.json(), serde_json::json!({"got": "SHOUT"}));
+    // The answer phase, with the note kept on arrival.
+    assert_eq!(echoed.header("x-noted"), Some("7"));
+    assert_eq!(ok.header("x-noted"), None, "no note kept, no answer phase");
     // gRPC goes through the same phase.
     let p = crate::grpc::get_profile(gw.addr, "u1", &[]).await;
     assert!(p.is_ok(), "{p:?}");
     let early = crate::grpc::get_profile(gw.addr, "u1", &[("x-early", "1")]).await;
     assert!(early.is_err(), "answered before the method ran: {early:?}");
-    assert_eq!(ARRIVED.load(Ordering::Relaxed), 5);
+    assert_eq!(ARRIVED.load(Ordering::Relaxed), 6);
     assert_eq!(
         calls(&s, "users"),
         1,
