@@ -50,34 +50,53 @@ impl Gateway {
         // The edge stages' arrival phase (CORS: a preflight is answered here, before
         // authentication and without a flow; compression: the coding the client accepts);
         // their answer phase below, whatever made the answer (CORS headers, compression).
-        let (early, noted) = arrival(&live, &req);
-        let mut resp = match early {
-            fanout_edge::Early::Next => {
+        // A stage that panics (in any phase) answers 500 for this request only, like the
+        // lifecycle (`catch_panics`).
+        let expose = self.limits.expose_error_details;
+        let arrived =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| arrival(&live, &req)));
+        let (early, noted, failed) = match arrived {
+            Ok((early, noted)) => (early, noted, None),
+            Err(payload) => (
+                fanout_edge::Early::Next,
+                None,
+                Some(panicked(&*payload, &self.panics, &rid, expose)),
+            ),
+        };
+        let mut resp = match (failed, early) {
+            (Some(resp), _) => resp,
+            (None, fanout_edge::Early::Next) => {
                 catch_panics(
                     self.handle_unguarded(req, peer, &rid, &live, &mut rec),
                     &self.panics,
                     &rid,
-                    self.limits.expose_error_details,
+                    expose,
                 )
                 .await
             }
-            fanout_edge::Early::Answer { status, headers } => {
+            (None, fanout_edge::Early::Answer { status, headers }) => {
                 rec.ignore();
                 let mut resp = Response::new(Body::empty());
                 *resp.status_mut() = status;
                 *resp.headers_mut() = headers;
                 resp
             }
-            fanout_edge::Early::Refuse(r) => {
+            (None, fanout_edge::Early::Refuse(r)) => {
                 rec.ignore();
-                ApiError::from(r).into_response(&rid, self.limits.expose_error_details)
+                ApiError::from(r).into_response(&rid, expose)
             }
         };
         if let Some(noted) = noted {
             let tools = fanout_edge::Tools {
                 compute: &self.compute,
             };
-            live.stages.on_answer(noted, &mut resp, tools).await;
+            let answered =
+                std::panic::AssertUnwindSafe(live.stages.on_answer(noted, &mut resp, tools))
+                    .catch_unwind()
+                    .await;
+            if let Err(payload) = answered {
+                resp = panicked(&*payload, &self.panics, &rid, expose);
+            }
         }
         let status = resp
             .extensions()
@@ -202,23 +221,32 @@ where
         .catch_unwind()
         .map(move |result| match result {
             Ok(resp) => resp,
-            Err(payload) => {
-                panics.fetch_add(1, Ordering::Relaxed);
-                let msg = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "(no message)".to_string());
-                let request_id = String::from_utf8_lossy(rid.as_bytes());
-                tracing::error!(%request_id, panic = %msg, "a request handler panicked; answered 500");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal_error",
-                    "the gateway failed while handling this request",
-                )
-                .into_response(rid, expose)
-            }
+            Err(payload) => panicked(&*payload, panics, rid, expose),
         })
+}
+
+/// The answer of a request whose handling panicked (`payload`): 500 `internal_error`, the
+/// panic's message logged under the request id, counted in `panics`.
+fn panicked(
+    payload: &(dyn std::any::Any + Send),
+    panics: &AtomicU64,
+    rid: &HeaderValue,
+    expose: bool,
+) -> Response<Body> {
+    panics.fetch_add(1, Ordering::Relaxed);
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string());
+    let request_id = String::from_utf8_lossy(rid.as_bytes());
+    tracing::error!(%request_id, panic = %msg, "a request handler panicked; answered 500");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "the gateway failed while handling this request",
+    )
+    .into_response(rid, expose)
 }
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then stop accepting, close idle

@@ -208,6 +208,10 @@ impl EdgeStage for Stamp {
             http::HeaderValue::from(routes),
             false,
         );
+        assert!(
+            !a.headers.contains_key("x-panic-on-arrival"),
+            "a stage that panics on arrival"
+        );
         if let Some(n) = a
             .headers
             .get("x-note")
@@ -249,6 +253,7 @@ impl EdgeStage for Stamp {
         answer: &'a mut fanout_edge::Answer,
         _: fanout_edge::Tools<'a>,
     ) -> fanout_edge::Later<'a> {
+        assert_ne!(note, 13, "a stage that panics on the answer");
         answer
             .headers_mut()
             .insert("x-noted", http::HeaderValue::from(note));
@@ -315,12 +320,27 @@ async fn the_arrival_body_and_answer_phases_answer_early_rewrite_bodies_and_see_
     // The answer phase, with the note kept on arrival.
     assert_eq!(echoed.header("x-noted"), Some("7"));
     assert_eq!(ok.header("x-noted"), None, "no note kept, no answer phase");
+    // A stage that panics on arrival or on the answer: 500 for that request only.
+    for h in [("x-panic-on-arrival", "1"), ("x-note", "13")] {
+        let r = send(
+            &c,
+            http::Method::GET,
+            &format!("http://{}/hello", gw.addr),
+            &[h],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 500, "{h:?}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "internal_error", "{h:?}");
+        assert!(r.header("x-request-id").is_some(), "{h:?}");
+    }
+    assert_eq!(get(&format!("http://{}/hello", gw.addr)).await.status, 200);
     // gRPC goes through the same phase.
     let p = crate::grpc::get_profile(gw.addr, "u1", &[]).await;
     assert!(p.is_ok(), "{p:?}");
     let early = crate::grpc::get_profile(gw.addr, "u1", &[("x-early", "1")]).await;
     assert!(early.is_err(), "answered before the method ran: {early:?}");
-    assert_eq!(ARRIVED.load(Ordering::Relaxed), 6);
+    assert_eq!(ARRIVED.load(Ordering::Relaxed), 9);
     assert_eq!(
         calls(&s, "users"),
         1,
