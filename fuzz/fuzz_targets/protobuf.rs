@@ -1,6 +1,6 @@
 //! The protobuf decoder (`MessageCodec::decode_val`, `fanout-grpc/src/value.rs`: gRPC request
-//! messages and backend answers) on a type with every field kind (`fuzz/protos/fuzz.proto`, the
-//! codec differential test's): any bytes are a value or a `CodecError`, never a panic, a hang
+//! messages and backend answers) on a type with every field kind
+//! (`crates/fanout-grpc/tests/protos/every_kind.proto`, the codec differential test's): any bytes are a value or a `CodecError`, never a panic, a hang
 //! or unbounded memory. It accepts and refuses what prost-reflect's `DynamicMessage` does, with
 //! the same value — but for the two documented differences (docs/grpc.md): it refuses groups
 //! (wire types 3 and 4) wherever they are, and a map field whose wire type is not
@@ -17,22 +17,22 @@ use std::sync::OnceLock;
 
 const MAX_DEPTH: usize = 64;
 
-/// `fuzz.v1.All`'s codec, compiled once from the committed `.proto` as the gateway compiles
+/// `diff.v1.All`'s codec, compiled once from the committed `.proto` as the gateway compiles
 /// `protos:` (protox).
 fn codec() -> &'static MessageCodec {
     static CODEC: OnceLock<MessageCodec> = OnceLock::new();
     CODEC.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("protos");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/fanout-grpc/tests/protos");
         let set = ProtoSet::compile(
-            &[PathBuf::from("fuzz.proto")],
+            &[PathBuf::from("every_kind.proto")],
             &[dir],
             ProtoLimits::default(),
         )
-        .expect("fuzz/protos/fuzz.proto compiles");
+        .expect("crates/fanout-grpc/tests/protos/every_kind.proto compiles");
         let desc = set
             .pool()
-            .get_message_by_name("fuzz.v1.All")
-            .expect("fuzz.v1.All is in fuzz.proto");
+            .get_message_by_name("diff.v1.All")
+            .expect("diff.v1.All is in every_kind.proto");
         MessageCodec::new(desc)
     })
 }
