@@ -31,6 +31,9 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Request bodies longer than this are decoded on the compute pool.
+const DECODE_ON_POOL_ABOVE: usize = 64 * 1024;
+
 /// The stage's registration line.
 pub const STAGE: Registration = Registration {
     name: "compression",
@@ -399,31 +402,27 @@ impl CompressionStage {
     /// The request body `bytes` decoded by its `Content-Encoding` (`identity` or none: as it
     /// is), with `limit` on the decoded size: 415 `unsupported_encoding` for a coding the config
     /// does not accept, 413 `body_too_large` for a body decoding past the limit (decoding stops
-    /// there), 400 `bad_encoding` for data that does not decode. Large bodies are decoded on
-    /// the compute pool.
-    async fn decode(
+    /// there), 400 `bad_encoding` for data that does not decode. Called for bodies over
+    /// [`DECODE_ON_POOL_ABOVE`]: decoded on the compute pool.
+    async fn decode_on_pool(
         &self,
         c: Coding,
         bytes: Bytes,
         limit: usize,
         tools: Tools<'_>,
     ) -> Result<Bytes, Rejection> {
-        let decoded = if bytes.len() > 64 * 1024 {
-            tools
-                .compute
-                .run(move || fanout_compress::decode(c, &bytes, limit))
-                .await
-                .map_err(|e| {
-                    Rejection::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "overloaded",
-                        "the gateway is overloaded; retry later",
-                    )
-                    .detail(e.to_string())
-                })?
-        } else {
-            fanout_compress::decode(c, &bytes, limit)
-        };
+        let decoded = tools
+            .compute
+            .run(move || fanout_compress::decode(c, &bytes, limit))
+            .await
+            .map_err(|e| {
+                Rejection::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded",
+                    "the gateway is overloaded; retry later",
+                )
+                .detail(e.to_string())
+            })?;
         self.decoded(c, decoded)
     }
 
@@ -503,8 +502,8 @@ impl EdgeStage for CompressionStage {
                 return BodyStep::Done(Err(self.refused(unsupported(&self.table))));
             }
         };
-        if body.len() > 64 * 1024 {
-            return BodyStep::Wait(Box::pin(self.decode(c, body, limit, tools)));
+        if body.len() > DECODE_ON_POOL_ABOVE {
+            return BodyStep::Wait(Box::pin(self.decode_on_pool(c, body, limit, tools)));
         }
         BodyStep::Done(self.decoded(c, fanout_compress::decode(c, &body, limit)))
     }
