@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access_log;
 pub mod auth;
 pub mod client;
 pub mod compression;
@@ -26,7 +27,7 @@ pub use fanout_protocol::metrics;
 
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
-    Answer, AnswerNotes, Arrival, BodyStep, Build, BuildCx, Early, EdgeStage, Later, Lent,
-    RedisConnect, Registration, Rejection, RequestHead, RouteKind, Router, StageSet, Step, TlsOf,
-    Tools,
+    Answer, AnswerNotes, Arrival, BodyStep, Build, BuildCx, Degraded, Done, Early, EdgeStage,
+    Later, Lent, LogWant, LogWants, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
+    Router, StageSet, Step, TlsOf, Tools,
 };

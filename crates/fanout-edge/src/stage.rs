@@ -337,6 +337,86 @@ pub enum BodyStep<'a> {
 /// An answer as the answer phase sees it.
 pub type Answer = http::Response<fanout_transport::body::Body>;
 
+/// What a logging stage wants of one request, decided when it arrives ([`EdgeStage::log_want`]:
+/// its sampling).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogWant {
+    /// Its line, whatever the answer.
+    pub line: bool,
+    /// Its line if the answer is degraded (partial) or failed (5xx) — the gateway then keeps
+    /// the request's step timeline, for the cause of each degraded step.
+    pub if_degraded: bool,
+}
+
+impl LogWant {
+    /// Whether it wants anything of the request.
+    pub fn any(self) -> bool {
+        self.line || self.if_degraded
+    }
+
+    /// Whether it wants the line of a request that ended as `done` says.
+    pub fn takes(self, done: &Done<'_>) -> bool {
+        self.line || self.if_degraded && done.degraded()
+    }
+}
+
+/// What each logging stage wants of one request (empty — no allocation — without a logging
+/// stage, or when none wants it).
+#[derive(Default)]
+pub struct LogWants(SmallVec<[(u8, LogWant); 1]>);
+
+impl LogWants {
+    /// Whether a stage wants the request logged in some case (else the gateway gathers
+    /// nothing for it; otherwise it keeps the request's step timeline, for the cause of each
+    /// degraded step).
+    pub fn any(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+/// One step of a degraded answer, and why it fell back.
+pub use fanout_ops::telemetry::access_log::Degraded;
+
+/// A request once its answer is made (after the answer phase), as the logging phase sees it
+/// ([`EdgeStage::on_logged`]).
+pub struct Done<'a> {
+    /// When it arrived.
+    pub arrived: std::time::SystemTime,
+    /// From arrival to the answer (its head and, for a body of known size, all of it).
+    pub duration: std::time::Duration,
+    /// The request id.
+    pub request_id: &'a str,
+    /// The method.
+    pub method: &'a Method,
+    /// The request path.
+    pub path: &'a str,
+    /// The route's path pattern (`None`: no route matched, or an answer before routing).
+    pub route: Option<&'a str>,
+    /// The client's address (the peer, or what trusted proxies say), when known.
+    pub client: Option<IpAddr>,
+    /// The subject of the client's verified TLS certificate.
+    pub tls_client: Option<&'a str>,
+    /// The answer's status (for gRPC, the HTTP status its `grpc-status` implies).
+    pub status: StatusCode,
+    /// Request body bytes read.
+    pub bytes_in: u64,
+    /// Answer body bytes, when the answer's size is known.
+    pub bytes_out: Option<u64>,
+    /// The `error.code` of an error answer.
+    pub error: Option<&'a str>,
+    /// The step an error answer names.
+    pub error_step: Option<&'a str>,
+    /// The steps of a degraded answer, with why each fell back.
+    pub partial: &'a [Degraded<'a>],
+}
+
+impl Done<'_> {
+    /// Degraded (partial) or failed (5xx).
+    pub fn degraded(&self) -> bool {
+        !self.partial.is_empty() || self.status.is_server_error()
+    }
+}
+
 /// An edge stage: what the gateway does to every request between the connection and the flow,
 /// whatever the route kind (docs/ARCHITECTURE.md, "How to add an edge stage"). One value per
 /// loaded config, built by its [`Registration`] from the config (and the stage it replaces, whose
@@ -397,6 +477,24 @@ pub trait EdgeStage: Send + Sync + 'static {
     fn on_answer<'a>(&'a self, note: u64, answer: &'a mut Answer, tools: Tools<'a>) -> Later<'a> {
         let _ = (note, answer, tools);
         Later::Done
+    }
+
+    /// Whether the stage has a logging phase ([`EdgeStage::on_logged`]); only those run there.
+    fn logs(&self) -> bool {
+        false
+    }
+
+    /// What the stage wants of a request that has just arrived (its sampling decision); a
+    /// request no stage wants costs nothing more.
+    fn log_want(&self) -> LogWant {
+        LogWant::default()
+    }
+
+    /// The logging phase: the request is done (its answer made, every other phase run) and the
+    /// stage wanted it (`want`, as it decided on arrival). Runs on the serving thread: hand the
+    /// line to a writer of its own, never wait.
+    fn on_logged(&self, want: LogWant, done: &Done<'_>) {
+        let _ = (want, done);
     }
 
     /// `Err(why)` while the stage cannot decide and the gateway must not report ready.
@@ -532,6 +630,8 @@ pub struct StageSet {
     arrival: SmallVec<[u8; 4]>,
     /// The indices of the stages with a body phase.
     body: SmallVec<[u8; 4]>,
+    /// The indices of the stages with a logging phase.
+    logging: SmallVec<[u8; 2]>,
     clients: ClientAddresses,
     tls_of: TlsOf,
 }
@@ -610,11 +710,18 @@ impl StageSet {
             .filter(|(_, (_, s))| s.reads_body())
             .filter_map(|(i, _)| u8::try_from(i).ok())
             .collect();
+        let logging = stages
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| s.logs())
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .collect();
         Ok(StageSet {
             stages,
             routes,
             arrival,
             body,
+            logging,
             clients,
             tls_of: lent.tls_of,
         })
@@ -734,6 +841,29 @@ impl StageSet {
             };
             if let Later::Wait(f) = stage.on_answer(note, answer, tools) {
                 f.await;
+            }
+        }
+    }
+
+    /// What the logging stages want of a request that has just arrived (their sampling).
+    pub fn log_wants(&self) -> LogWants {
+        let mut out = LogWants::default();
+        for &i in &self.logging {
+            if let Some((_, stage)) = self.stages.get(usize::from(i)) {
+                let want = stage.log_want();
+                if want.any() {
+                    out.0.push((i, want));
+                }
+            }
+        }
+        out
+    }
+
+    /// The logging phase: each stage that wanted the request sees it done.
+    pub fn on_logged(&self, wants: &LogWants, done: &Done<'_>) {
+        for &(i, want) in &wants.0 {
+            if let Some((_, stage)) = self.stages.get(usize::from(i)) {
+                stage.on_logged(want, done);
             }
         }
     }

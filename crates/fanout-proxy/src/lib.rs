@@ -172,10 +172,11 @@ impl Gateway {
         registry: registry::Registry,
     ) -> Result<Gateway, ConfigErrors> {
         let registry = Arc::new(registry);
-        let telemetry = telemetry::Telemetry::new(cfg)?;
         let adm = admission::Admission::new(&cfg.server.admission);
         let record = cfg.admin.metrics.then_some(&*metrics);
+        // The build checks `telemetry` too, with every other section's errors.
         let built = reload::build_live(cfg.clone(), None, None, &adm, record, &registry)?;
+        let telemetry = telemetry::Telemetry::new(cfg)?;
         let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         let listener_tls = |name, t: &Option<fanout_config::ListenerTls>| {
             t.as_ref()

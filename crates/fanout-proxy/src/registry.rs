@@ -21,6 +21,7 @@ pub const STAGES: &[fanout_edge::Registration] = &[
     fanout_edge::ip_filter::STAGE,
     fanout_edge::auth::STAGE,
     fanout_edge::rate_limit::STAGE,
+    fanout_edge::access_log::STAGE,
 ];
 
 /// The components a gateway is assembled from: the standard ones ([`Registry::standard`]), plus
