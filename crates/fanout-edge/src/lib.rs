@@ -20,6 +20,7 @@ pub mod compression;
 pub mod cors;
 pub mod ip_filter;
 pub mod rate_limit;
+pub mod request_id;
 mod stage;
 
 /// The metrics text writer a stage's families go through (the protocols' own).
@@ -28,6 +29,6 @@ pub use fanout_protocol::metrics;
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
     Answer, AnswerNotes, Arrival, BodyStep, Build, BuildCx, Degraded, Done, Early, EdgeStage,
-    Later, Lent, LogWant, LogWants, RedisConnect, Registration, Rejection, RequestHead, RouteKind,
-    Router, StageSet, Step, TlsOf, Tools,
+    Later, Lent, LogWant, LogWants, Namer, RedisConnect, Registration, Rejection, RequestHead,
+    RouteKind, Router, StageSet, Step, TlsOf, Tools,
 };

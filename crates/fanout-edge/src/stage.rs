@@ -479,6 +479,12 @@ pub trait EdgeStage: Send + Sync + 'static {
         Later::Done
     }
 
+    /// Whether the stage names requests, and how: the first stage in the order that does
+    /// names every request, on arrival, before every other phase (`request_id`).
+    fn namer(&self) -> Option<&dyn Namer> {
+        None
+    }
+
     /// Whether the stage has a logging phase ([`EdgeStage::on_logged`]); only those run there.
     fn logs(&self) -> bool {
         false
@@ -534,6 +540,16 @@ pub trait EdgeStage: Send + Sync + 'static {
 
     /// The stage as `Any`: its next build reads the state it keeps across a reload.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// What names requests ([`EdgeStage::namer`]): the header a request's id comes in and goes
+/// back in, and the id of a request that has just arrived.
+pub trait Namer: Send + Sync {
+    /// The header carrying the id (from the client, and on every answer).
+    fn header(&self) -> &HeaderName;
+
+    /// The id of a request with `headers` (the client's, when it may be used, or a new one).
+    fn name(&self, headers: &HeaderMap) -> HeaderValue;
 }
 
 /// What a stage's build is given.
@@ -632,6 +648,8 @@ pub struct StageSet {
     body: SmallVec<[u8; 4]>,
     /// The indices of the stages with a logging phase.
     logging: SmallVec<[u8; 2]>,
+    /// The index of the stage that names requests.
+    namer: Option<u8>,
     clients: ClientAddresses,
     tls_of: TlsOf,
 }
@@ -716,12 +734,17 @@ impl StageSet {
             .filter(|(_, (_, s))| s.logs())
             .filter_map(|(i, _)| u8::try_from(i).ok())
             .collect();
+        let namer = stages
+            .iter()
+            .position(|(_, s)| s.namer().is_some())
+            .and_then(|i| u8::try_from(i).ok());
         Ok(StageSet {
             stages,
             routes,
             arrival,
             body,
             logging,
+            namer,
             clients,
             tls_of: lent.tls_of,
         })
@@ -841,6 +864,29 @@ impl StageSet {
             };
             if let Later::Wait(f) = stage.on_answer(note, answer, tools) {
                 f.await;
+            }
+        }
+    }
+
+    /// The id of a request that has just arrived, and the header that carries it on the
+    /// answer: named by the stage that names requests, or — without one (a registry that left
+    /// `request_id` out) — a new id, in `x-request-id`.
+    pub fn request_id(&self, headers: &HeaderMap) -> (HeaderValue, &HeaderName) {
+        let namer = self
+            .namer
+            .and_then(|i| self.stages.get(usize::from(i)))
+            .and_then(|(_, s)| s.namer());
+        match namer {
+            Some(n) => (n.name(headers), n.header()),
+            None => {
+                static IDS: std::sync::OnceLock<crate::request_id::RequestIds> =
+                    std::sync::OnceLock::new();
+                static HEADER: HeaderName = HeaderName::from_static("x-request-id");
+                (
+                    IDS.get_or_init(crate::request_id::RequestIds::new)
+                        .generate(),
+                    &HEADER,
+                )
             }
         }
     }

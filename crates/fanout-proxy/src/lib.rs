@@ -18,7 +18,6 @@ pub mod observe;
 pub mod registry;
 pub mod reload;
 mod request_body;
-pub mod request_id;
 pub mod scrape;
 pub mod server;
 pub mod stack;
@@ -67,9 +66,6 @@ pub struct Gateway {
     /// Error answers by code.
     errors: server::ErrorCounts,
     /// Request ids: the client's when valid, else generated.
-    request_ids: request_id::RequestIds,
-    /// The header carrying the request id (`server.request_id_header`).
-    request_id_header: HeaderName,
     /// Caps the failed-request log lines per second.
     error_log: errlog::LogThrottle,
     /// Traces, the access log, `Server-Timing`.
@@ -202,8 +198,6 @@ impl Gateway {
             bodies,
             panics: std::sync::atomic::AtomicU64::new(0),
             errors: server::ErrorCounts::default(),
-            request_ids: request_id::RequestIds::new(),
-            request_id_header: request_id_header(cfg)?,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
             telemetry,
             listen: cfg.listen.clone(),
@@ -477,25 +471,6 @@ fn route_table(
     } else {
         Err(ConfigErrors(errs))
     }
-}
-
-/// `server.request_id_header` as a header name.
-fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
-    HeaderName::from_bytes(cfg.server.request_id_header.as_bytes()).map_err(|_| {
-        ConfigErrors(vec![
-            ConfigError {
-                path: None,
-                file: cfg.file.clone(),
-                pos: None,
-                message: format!(
-                    "server.request_id_header `{}` is not a valid header name",
-                    cfg.server.request_id_header
-                ),
-                hint: None,
-            }
-            .hint("e.g. `x-request-id` or `x-correlation-id`"),
-        ])
-    })
 }
 
 /// The backends' answers take from the gateway's budget for in-flight data, like request

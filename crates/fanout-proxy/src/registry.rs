@@ -16,6 +16,7 @@ pub const PROTOCOLS: &[fanout_protocol::Registration] =
 /// Every edge stage, in the order they run on a request (`fanout_edge`; docs/ARCHITECTURE.md,
 /// "How to add an edge stage").
 pub const STAGES: &[fanout_edge::Registration] = &[
+    fanout_edge::request_id::STAGE,
     fanout_edge::cors::STAGE,
     fanout_edge::compression::STAGE,
     fanout_edge::ip_filter::STAGE,

@@ -9,7 +9,6 @@ use crate::telemetry::{Facts, Failure};
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_ops::metrics::{RequestRecord, RouteTable};
-use fanout_protocol::headers::find_headers;
 use fanout_transport::conn::{Connections, Socket, TrackedBody, TrackedIo};
 use fanout_transport::cores::{Cores, Exec};
 use fanout_transport::tls::TlsInfo;
@@ -41,10 +40,10 @@ impl Gateway {
         req: Request<Incoming>,
         peer: Option<std::net::SocketAddr>,
     ) -> Response<Body> {
-        let [client_rid] = find_headers(req.headers(), [&self.request_id_header]);
-        let rid = self.request_ids.for_request(client_rid);
         // The config's live part for this request: a reload meanwhile does not change it.
         let live = self.live();
+        // Named on arrival, before every phase (the `request_id` stage).
+        let (rid, rid_header) = live.stages.request_id(req.headers());
         let mut rec =
             RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
         let start = rec.start();
@@ -133,8 +132,7 @@ impl Gateway {
         // encoder compare against a growing list of stale ids.
         let mut rid = rid;
         rid.set_sensitive(true);
-        resp.headers_mut()
-            .insert(self.request_id_header.clone(), rid);
+        resp.headers_mut().insert(rid_header.clone(), rid);
         resp
     }
 
