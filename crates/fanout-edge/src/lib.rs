@@ -22,6 +22,7 @@ pub mod ip_filter;
 pub mod rate_limit;
 pub mod request_id;
 mod stage;
+pub mod tls;
 
 /// The metrics text writer a stage's families go through (the protocols' own).
 pub use fanout_protocol::metrics;

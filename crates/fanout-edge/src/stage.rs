@@ -569,6 +569,9 @@ pub struct BuildCx<'a> {
     pub backends: &'a HashMap<String, Arc<dyn fanout_layers::backend::Backend>>,
     /// The backends whose stack the reload kept (state fetched through one may be kept).
     pub kept_backends: &'a [String],
+    /// The gateway's TLS listeners (main, admin), lent: they live as long as the process
+    /// (`tls` is applied at start; the files are reloaded when they change).
+    pub listeners: &'a [Arc<fanout_transport::tls::TlsListener>],
 }
 
 /// How the gateway lends a stage a connection to the config's Redis.
@@ -617,6 +620,8 @@ pub struct Lent<'a> {
     pub kept_backends: &'a [String],
     /// The connection's TLS as `$request.tls`.
     pub tls_of: TlsOf,
+    /// The gateway's TLS listeners (main, admin).
+    pub listeners: &'a [Arc<fanout_transport::tls::TlsListener>],
 }
 
 /// Builds a stage for a loaded config; `Ok(None)` when the config gives it nothing to do.
@@ -682,6 +687,7 @@ impl StageSet {
                 redis: lent.redis,
                 backends: lent.backends,
                 kept_backends: lent.kept_backends,
+                listeners: lent.listeners,
             };
             match (reg.build)(&cx) {
                 Ok(Some(s)) => stages.push((reg.name, s)),

@@ -170,10 +170,6 @@ impl Gateway {
         let registry = Arc::new(registry);
         let adm = admission::Admission::new(&cfg.server.admission);
         let record = cfg.admin.metrics.then_some(&*metrics);
-        // The build checks `telemetry` too, with every other section's errors.
-        let built = reload::build_live(cfg.clone(), None, None, &adm, record, &registry)?;
-        let telemetry = telemetry::Telemetry::new(cfg)?;
-        let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         let listener_tls = |name, t: &Option<fanout_config::ListenerTls>| {
             t.as_ref()
                 .map(|t| tls::TlsListener::new(name, t).map(Arc::new))
@@ -184,6 +180,12 @@ impl Gateway {
             listener_tls("main", &cfg.tls)?,
             listener_tls("admin", &cfg.admin.tls)?,
         );
+        let listeners: Vec<_> = [&tls, &admin_tls].into_iter().flatten().cloned().collect();
+        // The build checks `telemetry` too, with every other section's errors.
+        let built =
+            reload::build_live(cfg.clone(), None, None, &adm, record, &registry, &listeners)?;
+        let telemetry = telemetry::Telemetry::new(cfg)?;
+        let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         share_memory_budget(&built.live, &bodies);
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
@@ -314,6 +316,15 @@ impl Gateway {
         start_reference(&self.live().reference).await
     }
 
+    /// The TLS listeners (main, admin) the gateway serves.
+    pub(crate) fn tls_listeners(&self) -> Vec<Arc<tls::TlsListener>> {
+        [&self.tls, &self.admin_tls]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     /// `GET /__fanout/status`: reference data with the age of each dataset.
     pub fn status_json(&self) -> serde_json::Value {
         let now = std::time::SystemTime::now();
@@ -385,7 +396,6 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
-            "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {

@@ -17,6 +17,7 @@ pub const PROTOCOLS: &[fanout_protocol::Registration] =
 /// "How to add an edge stage").
 pub const STAGES: &[fanout_edge::Registration] = &[
     fanout_edge::request_id::STAGE,
+    fanout_edge::tls::STAGE,
     fanout_edge::cors::STAGE,
     fanout_edge::compression::STAGE,
     fanout_edge::ip_filter::STAGE,
