@@ -143,7 +143,7 @@ impl ClientAddresses {
     }
 
     /// Whether `ip` is a trusted proxy.
-    fn trusts(&self, ip: IpAddr) -> bool {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         self.trusted.iter().any(|n| n.contains(ip))
     }
 

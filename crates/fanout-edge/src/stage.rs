@@ -441,6 +441,21 @@ pub trait EdgeStage: Send + Sync + 'static {
     /// On the request head: go on, refuse, or wait.
     fn on_request<'a>(&'a self, head: &'a mut RequestHead<'_>) -> Step<'a>;
 
+    /// Whether the stage has a connection phase ([`EdgeStage::on_connection`]); only those
+    /// run there.
+    fn connects(&self) -> bool {
+        false
+    }
+
+    /// On a connection of the main listener once accepted, before its TLS handshake and any
+    /// request: `false` closes it at once (the stage counts what it refuses). Only the peer's
+    /// address is known here — a stage must let a trusted proxy's connection in and judge its
+    /// requests.
+    fn on_connection(&self, peer: SocketAddr) -> bool {
+        let _ = peer;
+        true
+    }
+
     /// Whether the stage has an arrival phase ([`EdgeStage::on_arrival`]); only those run
     /// there, on every request of every route kind.
     fn arrives(&self) -> bool {
@@ -653,6 +668,8 @@ pub struct StageSet {
     body: SmallVec<[u8; 4]>,
     /// The indices of the stages with a logging phase.
     logging: SmallVec<[u8; 2]>,
+    /// The indices of the stages with a connection phase.
+    connection: SmallVec<[u8; 2]>,
     /// The index of the stage that names requests.
     namer: Option<u8>,
     clients: ClientAddresses,
@@ -740,6 +757,12 @@ impl StageSet {
             .filter(|(_, (_, s))| s.logs())
             .filter_map(|(i, _)| u8::try_from(i).ok())
             .collect();
+        let connection = stages
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| s.connects())
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .collect();
         let namer = stages
             .iter()
             .position(|(_, s)| s.namer().is_some())
@@ -750,6 +773,7 @@ impl StageSet {
             arrival,
             body,
             logging,
+            connection,
             namer,
             clients,
             tls_of: lent.tls_of,
@@ -803,6 +827,21 @@ impl StageSet {
             }
         }
         Ok(())
+    }
+
+    /// Whether any stage has a connection phase (else accepting skips it).
+    pub fn has_connection_phase(&self) -> bool {
+        !self.connection.is_empty()
+    }
+
+    /// The connection phase: whether a connection from `peer` may stay open (every stage with
+    /// the phase, in order, until one refuses).
+    pub fn on_connection(&self, peer: SocketAddr) -> bool {
+        self.connection.iter().all(|&i| {
+            self.stages
+                .get(usize::from(i))
+                .is_none_or(|(_, s)| s.on_connection(peer))
+        })
     }
 
     /// Whether any stage has an arrival phase (else the gateway skips it: no route lookup).

@@ -452,6 +452,14 @@ async fn accept_loop(
             },
             _ = &mut shutdown => break,
         };
+        // The edge stages' connection phase (`ip_filter` with `on_connection`): a refused
+        // peer is closed before admission, its TLS handshake and any request.
+        let live = gateway.live();
+        if live.stages.has_connection_phase() && !live.stages.on_connection(peer) {
+            drop(stream);
+            continue;
+        }
+        drop(live);
         // At the connection cap the oldest idle connections make room (this connection takes
         // the place of the first that closes); with none idle it is closed at once.
         let admitted = tokio::select! {
