@@ -21,6 +21,7 @@ pub const STAGE: Registration = Registration {
     section: false,
     codes: &[],
     build,
+    schema: None,
 };
 
 /// The access log of a serving gateway (off: no logging phase, its status `null`).

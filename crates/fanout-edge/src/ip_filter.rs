@@ -25,10 +25,11 @@ pub const STAGE: Registration = Registration {
     section: true,
     codes: &["ip_denied"],
     build,
+    schema: Some(|| serde_json::to_value(schemars::schema_for!(Section)).unwrap_or_default()),
 };
 
-/// `stages.ip_filter`, as written.
-#[derive(Deserialize)]
+/// `stages.ip_filter`: IP allow and deny lists (docs/config.md#ip_filter--ip-allow-and-deny-lists).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Section {
     /// Blocks a client's address must be in (empty: any address not denied).

@@ -74,6 +74,7 @@ pub const STAGE: Registration = Registration {
     section: false,
     codes: &[],
     build,
+    schema: None,
 };
 
 /// Names every request: the header, and the generator (kept across reloads).

@@ -655,6 +655,8 @@ pub struct Registration {
     pub codes: &'static [&'static str],
     /// Its build.
     pub build: Build,
+    /// The JSON Schema of its section under `stages:` (in `fanout schema`), when it reads one.
+    pub schema: Option<fn() -> serde_json::Value>,
 }
 
 /// The stages of one loaded config, in the registry's order, and which of them each route runs.

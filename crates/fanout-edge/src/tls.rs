@@ -19,6 +19,7 @@ pub const STAGE: Registration = Registration {
     section: false,
     codes: &[],
     build,
+    schema: None,
 };
 
 /// The gateway's TLS listeners (none: an empty status section, families without series).

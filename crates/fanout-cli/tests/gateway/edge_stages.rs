@@ -98,6 +98,7 @@ const TAG: Registration = Registration {
     section: true,
     codes: &["tagged"],
     build,
+    schema: None,
 };
 
 /// The grpc-gateway example plus one HTTP route; the stage's section in `defaults` applies to
@@ -298,6 +299,7 @@ const STAMP: Registration = Registration {
     section: false,
     codes: &[],
     build: |_| Ok(Some(Arc::new(Stamp))),
+    schema: None,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
