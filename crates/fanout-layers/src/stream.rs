@@ -179,7 +179,7 @@ impl BodySlot {
 
     /// The body's size hint (exact when the request announced its length).
     pub fn size_hint(&self) -> SizeHint {
-        self.0.hint.clone()
+        self.0.hint
     }
 
     /// The body as a transport sends it: taken from the slot on its first poll (a second
@@ -254,7 +254,7 @@ impl Body for SlotBody {
     fn size_hint(&self) -> SizeHint {
         match &self.body {
             Some(b) => b.size_hint(),
-            None => self.slot.hint.clone(),
+            None => self.slot.hint,
         }
     }
 }
