@@ -560,6 +560,7 @@ mod tests {
                 }
                 Ok(crate::stream::StreamResponse {
                     status: StatusCode::OK,
+                    version: http::Version::HTTP_11,
                     headers: Default::default(),
                     body: http_body_util::combinators::UnsyncBoxBody::new(
                         http_body_util::Empty::<Bytes>::new().map_err(|e| match e {}),

@@ -64,6 +64,8 @@ pub struct StreamRequest {
 pub struct StreamResponse {
     /// Status code.
     pub status: StatusCode,
+    /// The HTTP version the backend answered in (a proxy names it in `Via`).
+    pub version: http::Version,
     /// The answer's headers, as the backend sent them.
     pub headers: HeaderMap,
     /// The body, read as the caller asks for it.
@@ -317,6 +319,7 @@ mod tests {
         let dropped = Arc::new(AtomicBool::new(false));
         let resp = StreamResponse {
             status: StatusCode::OK,
+            version: http::Version::HTTP_11,
             headers: HeaderMap::new(),
             body: body("abc"),
         }

@@ -14,6 +14,7 @@ mod grpc;
 mod grpc_compression;
 pub mod l2;
 mod lifecycle;
+mod pass;
 pub mod observe;
 pub mod registry;
 pub mod reload;
@@ -137,6 +138,8 @@ pub struct Live {
     route_names: Vec<String>,
     /// The edge stages of this config and which routes run them (`fanout-edge`).
     stages: fanout_edge::StageSet,
+    /// The pass-through routes, by route index (`fanout-pass`).
+    pass: fanout_pass::PassRoutes,
 }
 
 impl Gateway {
