@@ -12,6 +12,7 @@
 //! - `/hop`: answers with hop-by-hop fields (`Connection: x-backend-hop`, `x-backend-hop`,
 //!   `Keep-Alive`) beside an end-to-end one;
 //! - `/stall`: the head and 5 bytes, then nothing, ever;
+//! - `/drip`: a byte every 50 ms, forever;
 //! - `/never`: no answer, ever;
 //! - `/abort`: a head announcing 100 bytes, 10 of them, then the connection breaks;
 //! - `/status/CODE`: that status, body `status CODE`;
@@ -348,12 +349,29 @@ async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response
             use futures_util::StreamExt;
             Response::new(stream(frames.chain(futures_util::stream::pending())))
         }
+        "drip" => {
+            let frames = futures_util::stream::unfold((), |()| async {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Some((Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"."))), ()))
+            });
+            Response::new(stream(frames))
+        }
         "never" => std::future::pending().await,
         "abort" => {
-            let frames = futures_util::stream::iter([
-                Ok::<_, BoxError>(Frame::data(Bytes::from(vec![b'x'; 10]))),
-                Err(BoxError::from("the backend broke off")),
-            ]);
+            // The ten bytes, then (after a pause that lets the connection send them) a failure.
+            let frames = futures_util::stream::unfold(0u8, |step| async move {
+                match step {
+                    0 => Some((
+                        Ok::<_, BoxError>(Frame::data(Bytes::from(vec![b'x'; 10]))),
+                        1,
+                    )),
+                    1 => {
+                        tokio::task::yield_now().await;
+                        Some((Err(BoxError::from("the backend broke off")), 2))
+                    }
+                    _ => None,
+                }
+            });
             let mut r = Response::new(stream(frames));
             r.headers_mut()
                 .insert(http::header::CONTENT_LENGTH, HeaderValue::from(100u64));
