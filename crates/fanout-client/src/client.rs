@@ -28,13 +28,13 @@ use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
 use fanout_layers::stream::{BoxError, StreamRequest, StreamResponse};
 use fanout_layers::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
-use http_body_util::combinators::UnsyncBoxBody;
 use fanout_protocol::AddressStatus;
 use fanout_protocol::headers::find_header;
 use fanout_protocol::tls::trusted_roots;
 use futures_util::future::BoxFuture;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -911,7 +911,10 @@ impl HttpBackend {
     /// no gRPC framing (a `protocol: grpc` backend is HTTP/2 here). The balancer hears how the
     /// call ended at the head (a 5xx or no answer is a failure of the address). An HTTP/1
     /// connection of fanout's pool goes back to it once both bodies went to their end.
-    fn open_stream(&self, req: StreamRequest) -> BoxFuture<'static, Result<StreamResponse, CallError>> {
+    fn open_stream(
+        &self,
+        req: StreamRequest,
+    ) -> BoxFuture<'static, Result<StreamResponse, CallError>> {
         let started = Instant::now();
         let (pick, default_rtt) = {
             let mut b = self.balancer.lock().unwrap_or_else(|e| e.into_inner());

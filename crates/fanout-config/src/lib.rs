@@ -64,8 +64,8 @@ pub use load::{
 pub use models::{
     MAX_TREE_NODES_CEILING, ModelBatch, ModelBatchOverride, ModelCall, ModelLimits, ModelsConfig,
 };
-pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use pass::{PassForwarded, PassRoute};
+pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};
 pub use route::{GrpcCall, HttpCall, Reference, Respond, Route, RouteAdmission, Step};

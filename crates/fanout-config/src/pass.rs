@@ -83,40 +83,54 @@ pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigErr
     let Some(p) = &r.pass else {
         if r.respond.is_none() {
             errs.push(
-                ConfigError::at(r.path.pos, "a route needs `respond` (or `pass`)")
-                    .hint("add `respond: {body: …}`, or `pass: {backend: NAME}` to forward requests"),
+                ConfigError::at(r.path.pos, "a route needs `respond` (or `pass`)").hint(
+                    "add `respond: {body: …}`, or `pass: {backend: NAME}` to forward requests",
+                ),
             );
         }
         return;
     };
     let at = p.backend.pos;
     let mut not = |what: &str, hint: &str| {
-        errs.push(
-            ConfigError::at(at, format!("a `pass` route has no `{what}`")).hint(hint),
-        );
+        errs.push(ConfigError::at(at, format!("a `pass` route has no `{what}`")).hint(hint));
     };
     if !r.flow.is_empty() {
-        not("flow", "the request goes to `pass.backend` as it is; remove `flow`");
+        not(
+            "flow",
+            "the request goes to `pass.backend` as it is; remove `flow`",
+        );
     }
     if r.respond.is_some() {
-        not("respond", "the backend's answer is the route's; remove `respond`");
+        not(
+            "respond",
+            "the backend's answer is the route's; remove `respond`",
+        );
     }
     if r.grpc.is_some() {
-        not("grpc", "give the path (`path: /package.Service/{method}`) instead");
+        not(
+            "grpc",
+            "give the path (`path: /package.Service/{method}`) instead",
+        );
     }
     if r.deadline.is_some() {
         not("deadline", "use `pass.timeout` and `pass.idle_timeout`");
     }
     if r.coalesce.is_some() {
-        not("coalesce", "requests are never shared on a pass-through route");
+        not(
+            "coalesce",
+            "requests are never shared on a pass-through route",
+        );
     }
     if r.server_timing {
         not("server_timing", "a pass-through route has no steps to time");
     }
     if p.idle_timeout.0.is_zero() || p.timeout.0.is_zero() {
         errs.push(
-            ConfigError::at(at, "`pass.timeout` and `pass.idle_timeout` must be positive")
-                .hint("e.g. `timeout: 10m`, `idle_timeout: 30s`"),
+            ConfigError::at(
+                at,
+                "`pass.timeout` and `pass.idle_timeout` must be positive",
+            )
+            .hint("e.g. `timeout: 10m`, `idle_timeout: 30s`"),
         );
     }
     if p.idle_timeout.0 > send_timeout.0 {
@@ -137,8 +151,11 @@ pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigErr
         && !path.value.starts_with('/')
     {
         errs.push(
-            ConfigError::at(path.pos, format!("`pass.path` `{}` must start with `/`", path.value))
-                .hint("e.g. `/v1/{rest}`"),
+            ConfigError::at(
+                path.pos,
+                format!("`pass.path` `{}` must start with `/`", path.value),
+            )
+            .hint("e.g. `/v1/{rest}`"),
         );
     }
 }

@@ -326,7 +326,10 @@ mod tests {
         .hold(Flag(dropped.clone()));
         let mut b = resp.body;
         assert!(b.frame().await.is_some());
-        assert!(!dropped.load(Ordering::SeqCst), "held while the body goes on");
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "held while the body goes on"
+        );
         assert!(b.frame().await.is_none());
         assert!(dropped.load(Ordering::SeqCst), "released at its end");
     }

@@ -287,9 +287,7 @@ impl Body for Download {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
-                    this.counters
-                        .bytes_out
-                        .fetch_add(d.len() as u64, Relaxed);
+                    this.counters.bytes_out.fetch_add(d.len() as u64, Relaxed);
                     this.watch.clock.moved();
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -343,10 +341,19 @@ mod tests {
             Watch::new(clock.clone()),
             counters.clone(),
         );
-        assert_eq!(up.frame().await.unwrap().unwrap().into_data().unwrap(), "ab");
-        assert_eq!(up.frame().await.unwrap().unwrap().into_data().unwrap(), "cd");
+        assert_eq!(
+            up.frame().await.unwrap().unwrap().into_data().unwrap(),
+            "ab"
+        );
+        assert_eq!(
+            up.frame().await.unwrap().unwrap().into_data().unwrap(),
+            "cd"
+        );
         let e = up.frame().await.unwrap().unwrap_err();
-        assert_eq!(e.downcast_ref::<Cut>(), Some(&Cut::Idle(Duration::from_secs(5))));
+        assert_eq!(
+            e.downcast_ref::<Cut>(),
+            Some(&Cut::Idle(Duration::from_secs(5)))
+        );
         assert_eq!(counters.bytes_in.load(Relaxed), 4);
         assert_eq!(counters.cut[1].load(Relaxed), 1);
 

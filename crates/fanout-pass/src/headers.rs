@@ -288,7 +288,10 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "10.0.0.7");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "shop.example");
-        assert_eq!(h["forwarded"], "for=10.0.0.7;proto=http;host=\"shop.example\"");
+        assert_eq!(
+            h["forwarded"],
+            "for=10.0.0.7;proto=http;host=\"shop.example\""
+        );
         assert_eq!(h["host"], "shop.example", "preserve_host");
 
         let none = Forwarding {

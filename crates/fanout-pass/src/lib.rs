@@ -318,7 +318,10 @@ pub fn compile(
             continue;
         };
         let name = (r.method.value.to_ascii_uppercase(), r.path.value.clone());
-        let backend = match (backends.get(&p.backend.value), cfg.backends.get(&p.backend.value)) {
+        let backend = match (
+            backends.get(&p.backend.value),
+            cfg.backends.get(&p.backend.value),
+        ) {
             (Some(b), Some(c)) if c.protocol.is_http() => Some(b.clone()),
             (_, Some(c)) => {
                 errs.push(
@@ -390,9 +393,7 @@ pub fn compile(
             rewrite,
             timeout: p.timeout.0,
             idle: p.idle_timeout.0,
-            max_body: p
-                .max_body_bytes
-                .unwrap_or(cfg.server.max_body_bytes as u64),
+            max_body: p.max_body_bytes.unwrap_or(cfg.server.max_body_bytes as u64),
             forwarding: Forwarding {
                 x_forwarded: p.forwarded.x_forwarded,
                 forwarded: p.forwarded.forwarded,
@@ -407,6 +408,6 @@ pub fn compile(
     if errs.is_empty() {
         Ok(out)
     } else {
-        Err(errs)
+        Err(errs.into_iter().map(|e| e.in_file(&cfg.file)).collect())
     }
 }

@@ -154,7 +154,12 @@ mod tests {
         );
         assert_eq!(apply("/{rest}", r, &[("rest", "a")], None), "/a");
         assert_eq!(
-            apply("/u/{id}/items/{*rest}", "/users/{id}/{*rest}", &[("id", "7"), ("rest", "x/y")], None),
+            apply(
+                "/u/{id}/items/{*rest}",
+                "/users/{id}/{*rest}",
+                &[("id", "7"), ("rest", "x/y")],
+                None
+            ),
             "/u/7/items/x/y"
         );
     }
@@ -168,7 +173,10 @@ mod tests {
                 "{v}"
             );
         }
-        assert_eq!(apply("/v1/{rest}", r, &[("rest", "a..b/.c")], None), "/v1/a..b/.c");
+        assert_eq!(
+            apply("/v1/{rest}", r, &[("rest", "a..b/.c")], None),
+            "/v1/a..b/.c"
+        );
     }
 
     #[test]

@@ -32,8 +32,7 @@ impl Gateway {
         let auth = match async {
             once_only(&cx.parts.headers)?;
             let decoded = path_params(&params)?;
-            let (auth, _) =
-                edge_stages(cx, route, fanout_edge::RouteKind::Http, &decoded).await?;
+            let (auth, _) = edge_stages(cx, route, fanout_edge::RouteKind::Http, &decoded).await?;
             Ok::<_, ApiError>(auth)
         }
         .await
@@ -118,8 +117,8 @@ fn refusal(e: PassError, backend: &Arc<str>) -> ApiError {
             .with_backend(backend);
             ApiError::from(e)
         }
-        PassError::Call(c) => ApiError::from(
-            FlowError::from_call(c, &Arc::from("pass"), backend).without_step(),
-        ),
+        PassError::Call(c) => {
+            ApiError::from(FlowError::from_call(c, &Arc::from("pass"), backend).without_step())
+        }
     }
 }

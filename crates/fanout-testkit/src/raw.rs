@@ -245,9 +245,11 @@ async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response
                 trailers: None,
             });
         });
-        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|f| (f, rx))
-        });
+        let frames =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
+            );
         let mut r = Response::new(stream(frames));
         if let Some(ct) = ct {
             r.headers_mut().insert(http::header::CONTENT_TYPE, ct);
@@ -326,8 +328,10 @@ async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>) -> Response
                 Ok(Frame::trailers(t)),
             ]);
             let mut r = Response::new(stream(frames));
-            r.headers_mut()
-                .insert(http::header::TRAILER, HeaderValue::from_static("x-checksum"));
+            r.headers_mut().insert(
+                http::header::TRAILER,
+                HeaderValue::from_static("x-checksum"),
+            );
             r
         }
         "hop" => {

@@ -60,9 +60,8 @@ impl Got {
     }
 
     fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body))
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 }
 
@@ -304,7 +303,10 @@ async fn paths_are_rewritten_or_kept_and_the_query_goes_as_it_came() {
     let c = http_client(false);
     let at = |p: &str| format!("http://{}{p}", gw.addr);
     for (path, sent) in [
-        ("/files/42/a/b%20c?x=1&y=%2F&z", "/v1/files/42/a/b%20c?x=1&y=%2F&z"),
+        (
+            "/files/42/a/b%20c?x=1&y=%2F&z",
+            "/v1/files/42/a/b%20c?x=1&y=%2F&z",
+        ),
         ("/as-is/deep/path?q=%C3%A9", "/as-is/deep/path?q=%C3%A9"),
         ("/up/x", "/x"),
     ] {
@@ -316,7 +318,12 @@ async fn paths_are_rewritten_or_kept_and_the_query_goes_as_it_came() {
     let before = raw.seen().len();
     let r = exchange(
         &c,
-        request(Method::GET, &at("/files/42/a/%2e%2e/secret"), &[], full(Bytes::new())),
+        request(
+            Method::GET,
+            &at("/files/42/a/%2e%2e/secret"),
+            &[],
+            full(Bytes::new()),
+        ),
     )
     .await;
     assert_eq!(r.status, 400);
@@ -375,10 +382,19 @@ async fn hop_by_hop_fields_are_removed_both_ways_and_forwarding_fields_added() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let got = head_lines(&answer);
     let names: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
-    assert!(!names.contains(&"x-backend-hop"), "named in Connection: {answer}");
+    assert!(
+        !names.contains(&"x-backend-hop"),
+        "named in Connection: {answer}"
+    );
     assert!(!names.contains(&"keep-alive"), "{answer}");
-    assert!(got.contains(&("x-end-to-end".into(), "1".into())), "{answer}");
-    assert!(got.contains(&("via".into(), "1.1 fanout".into())), "{answer}");
+    assert!(
+        got.contains(&("x-end-to-end".into(), "1".into())),
+        "{answer}"
+    );
+    assert!(
+        got.contains(&("via".into(), "1.1 fanout".into())),
+        "{answer}"
+    );
     assert!(answer.ends_with("hop"), "{answer}");
 
     let seen = raw.seen();
@@ -471,7 +487,12 @@ async fn head_ranges_and_trailers_are_carried() {
 
     let r = exchange(
         &c,
-        request(Method::HEAD, &at("/up/download/5000"), &[], full(Bytes::new())),
+        request(
+            Method::HEAD,
+            &at("/up/download/5000"),
+            &[],
+            full(Bytes::new()),
+        ),
     )
     .await;
     assert_eq!(r.status, 200);
@@ -513,13 +534,26 @@ async fn head_ranges_and_trailers_are_carried() {
     }
     // A request's trailers reach the backend (declared in `Trailer`, as HTTP/1.1 chunked needs),
     // over HTTP/1.1 and h2 both ways.
-    for (h2, path) in [(true, "/up/upload"), (false, "/up/upload"), (true, "/h2/upload")] {
+    for (h2, path) in [
+        (true, "/up/upload"),
+        (false, "/up/upload"),
+        (true, "/h2/upload"),
+    ] {
         let mut t = HeaderMap::new();
         t.insert("x-sum", "7".parse().unwrap());
-        let method = if path.starts_with("/h2") { Method::GET } else { Method::POST };
+        let method = if path.starts_with("/h2") {
+            Method::GET
+        } else {
+            Method::POST
+        };
         let r = exchange(
             &http_client(h2),
-            request(method, &at(path), &[("trailer", "x-sum")], generated(1000, Some(t))),
+            request(
+                method,
+                &at(path),
+                &[("trailer", "x-sum")],
+                generated(1000, Some(t)),
+            ),
         )
         .await;
         assert_eq!(r.status, 200, "{path} h2: {h2}");
@@ -596,7 +630,11 @@ rate_limits:
     let answer = by_hand(gw.addr, &head("/limited/upload")).await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(!answer.contains("100 Continue"), "{answer}");
-    assert_eq!(raw.seen().len(), 1, "only the request let through reached the backend");
+    assert_eq!(
+        raw.seen().len(),
+        1,
+        "only the request let through reached the backend"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -630,11 +668,7 @@ routes:
     let mut statuses = Vec::new();
     for m in [Method::GET, Method::PUT, Method::POST] {
         for _ in 0..4 {
-            let r = exchange(
-                &c,
-                request(m.clone(), &at("/r/upload"), &[], full("body")),
-            )
-            .await;
+            let r = exchange(&c, request(m.clone(), &at("/r/upload"), &[], full("body"))).await;
             if r.status != 200 {
                 assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
                 assert_eq!(r.json()["error"]["code"], "backend_unavailable");
@@ -642,7 +676,12 @@ routes:
             statuses.push((m.clone(), r.status.as_u16()));
         }
     }
-    let failed = |m: Method| statuses.iter().filter(|(x, s)| *x == m && *s != 200).count();
+    let failed = |m: Method| {
+        statuses
+            .iter()
+            .filter(|(x, s)| *x == m && *s != 200)
+            .count()
+    };
     // An unreachable address never got the body: GET and PUT (idempotent) go to the other one.
     assert_eq!(failed(Method::GET), 0, "{statuses:?}");
     assert_eq!(failed(Method::PUT), 0, "{statuses:?}");
@@ -728,7 +767,11 @@ async fn a_body_over_the_routes_limit_is_refused_by_its_length_or_cut_when_it_cr
     wait_until("the backend saw the upload end", || raw.seen().len() == 1).await;
     let seen = raw.seen();
     assert!(!seen[0].complete, "the backend saw an aborted upload");
-    assert!(seen[0].bytes <= 1000, "no byte past the limit: {}", seen[0].bytes);
+    assert!(
+        seen[0].bytes <= 1000,
+        "no byte past the limit: {}",
+        seen[0].bytes
+    );
     // Within the limit, the same route passes it.
     let r = exchange(&c, request(Method::PUT, &url, &[], generated(1000, None))).await;
     assert_eq!(r.status, 200);
@@ -738,15 +781,16 @@ async fn a_body_over_the_routes_limit_is_refused_by_its_length_or_cut_when_it_cr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_backend_is_a_502_and_a_broken_answer_an_aborted_body() {
     let raw = RawBackend::start().await;
-    let extra = format!(
-        r#"
-  - path: /dead/{{*rest}}
-    pass: {{ backend: dead }}
-"#
-    );
-    let cfg = yaml(&raw, &extra).replacen(
+    let extra = r#"
+  - path: /dead/{*rest}
+    pass: { backend: dead }
+"#;
+    let cfg = yaml(&raw, extra).replacen(
         "backends:\n",
-        &format!("backends:\n  dead: {{ url: \"http://127.0.0.1:{}\" }}\n", dead_port()),
+        &format!(
+            "backends:\n  dead: {{ url: \"http://127.0.0.1:{}\" }}\n",
+            dead_port()
+        ),
         1,
     );
     let s = stubs(STUBS).await;
@@ -766,7 +810,10 @@ async fn an_unreachable_backend_is_a_502_and_a_broken_answer_an_aborted_body() {
     let e = &r.json()["error"];
     assert_eq!(e["code"], "backend_unavailable");
     assert_eq!(e["request_id"], "pass-dead-1");
-    assert!(!r.json().to_string().contains("127.0.0.1"), "no address shown");
+    assert!(
+        !r.json().to_string().contains("127.0.0.1"),
+        "no address shown"
+    );
     // After the head: the client sees the body break off, not a complete answer.
     for h2 in [false, true] {
         let r = exchange(
@@ -801,7 +848,10 @@ async fn compression_never_touches_a_streamed_answer_and_the_route_counts_its_by
         request(
             Method::POST,
             &format!("http://{}/up/echo", gw.addr),
-            &[("content-type", "text/html"), ("accept-encoding", "gzip, br")],
+            &[
+                ("content-type", "text/html"),
+                ("accept-encoding", "gzip, br"),
+            ],
             full(html.clone()),
         ),
     )
@@ -848,11 +898,25 @@ routes:
     // Warm up both ways (connections, pools, the allocator's first pages).
     let r = exchange(
         &c,
-        request(Method::POST, &at("/big/upload"), &[], generated(4 << 20, None)),
+        request(
+            Method::POST,
+            &at("/big/upload"),
+            &[],
+            generated(4 << 20, None),
+        ),
     )
     .await;
     assert_eq!(r.status, 200);
-    let r = exchange(&c, request(Method::GET, &at("/big/download/4194304"), &[], full(Bytes::new()))).await;
+    let r = exchange(
+        &c,
+        request(
+            Method::GET,
+            &at("/big/download/4194304"),
+            &[],
+            full(Bytes::new()),
+        ),
+    )
+    .await;
     assert_eq!(r.sha256, pattern_sha256(4 << 20));
     let before = p.peak_rss_kib();
 
@@ -867,10 +931,19 @@ routes:
     )
     .await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    assert_eq!(r.json()["sha256"], pattern_sha256(N), "the backend got every byte");
+    assert_eq!(
+        r.json()["sha256"],
+        pattern_sha256(N),
+        "the backend got every byte"
+    );
     let r = exchange(
         &c,
-        request(Method::GET, &at(&format!("/big/download/{N}")), &[], full(Bytes::new())),
+        request(
+            Method::GET,
+            &at(&format!("/big/download/{N}")),
+            &[],
+            full(Bytes::new()),
+        ),
     )
     .await;
     assert_eq!(r.status, 200);
@@ -883,7 +956,9 @@ routes:
     let grown = after.saturating_sub(before);
     eprintln!("peak RSS {before} → {after} KiB (+{grown} KiB) for 64 MiB each way");
     assert!(grown < 16 << 10, "peak RSS grew by {grown} KiB");
-    let metrics = get(&format!("http://{}/metrics", p.admin_addr())).await.text();
+    let metrics = get(&format!("http://{}/metrics", p.admin_addr()))
+        .await
+        .text();
     for (d, n) in [("in", N + (4 << 20)), ("out", N + (4 << 20))] {
         let m = if d == "in" { "POST" } else { "GET" };
         let line = format!(
@@ -891,4 +966,119 @@ routes:
         );
         assert!(metrics.contains(&line), "{line} in\n{metrics}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_decides_on_the_head_and_verified_claims_become_headers() {
+    use fanout_testkit::jwt::{self, EsKey};
+    const ISS: &str = "https://idp.example";
+    let raw = RawBackend::start().await;
+    let key = EsKey::generate("k1");
+    let extra = r#"
+  - path: /me/{*rest}
+    method: POST
+    auth: { provider: corp }
+    pass: { backend: raw, path: "/{rest}", claims: { x-user: sub, x-issuer: iss } }
+"#;
+    let cfg = yaml(&raw, extra).replacen(
+        "routes:",
+        &format!(
+            "auth:\n  providers:\n    corp: {{issuer: \"{ISS}\", keys: '{}', algorithms: [ES256]}}\nroutes:",
+            jwt::jwks(&[&key])
+        ),
+        1,
+    );
+    let s = stubs(STUBS).await;
+    let gw = gateway_with(&cfg, &s, &[]).await;
+    let c = http_client(false);
+    let url = format!("http://{}/me/upload", gw.addr);
+    // No token: refused on the head; the body never reaches the backend.
+    let r = exchange(
+        &c,
+        request(
+            Method::POST,
+            &url,
+            &[("x-user", "mallory")],
+            generated(100_000, None),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    assert!(r.header("www-authenticate").is_some());
+    assert!(raw.seen().is_empty(), "never sent");
+    // A valid token: the claims go as the configured headers, the client's own replaced.
+    let token = key.sign(&jwt::claims(ISS, "orders", "alice"));
+    let bearer = format!("Bearer {token}");
+    let r = exchange(
+        &c,
+        request(
+            Method::POST,
+            &url,
+            &[("authorization", &bearer), ("x-user", "mallory")],
+            generated(100_000, None),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["sha256"], pattern_sha256(100_000));
+    let seen = raw.seen();
+    let h = &seen.last().unwrap().headers;
+    let users: Vec<_> = h.get_all("x-user").iter().collect();
+    assert_eq!(users, ["alice"]);
+    assert_eq!(h["x-issuer"], ISS);
+}
+
+/// The config errors of `yaml` (loading must fail), as text.
+fn load_errors(yaml: &str) -> String {
+    match fanout::load_gateway("f.yaml", yaml, &|_: &str| None) {
+        Ok(_) => panic!("the config loaded:\n{yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_pass_route_is_checked_at_load() {
+    let base = |route: &str| {
+        format!(
+            r#"
+backends:
+  files: {{ url: "http://127.0.0.1:1" }}
+  db: {{ url: "postgres://u@127.0.0.1:1/db", protocol: postgres }}
+routes:
+{route}
+"#
+        )
+    };
+    for (route, says) in [
+        (
+            "  - path: /a\n    pass: { backend: files }\n    respond: { body: '1' }",
+            "a `pass` route has no `respond`",
+        ),
+        (
+            "  - path: /a\n    pass: { backend: files }\n    flow: { x: { value: '1' } }",
+            "a `pass` route has no `flow`",
+        ),
+        (
+            "  - path: /a\n    pass: { backend: file }",
+            "unknown backend `file` in `pass.backend`",
+        ),
+        (
+            "  - path: /a\n    pass: { backend: db }",
+            "needs an HTTP one",
+        ),
+        (
+            "  - path: /a/{*rest}\n    pass: { backend: files, path: '/v1/{tail}' }",
+            "does not capture",
+        ),
+        (
+            "  - path: /a\n    pass: { backend: files, idle_timeout: 5m }",
+            "exceeds server.connections.send_timeout",
+        ),
+        ("  - path: /a", "a route needs `respond` (or `pass`)"),
+    ] {
+        let e = load_errors(&base(route));
+        assert!(e.contains(says), "{route}\n→ {e}");
+        assert!(e.contains("f.yaml:"), "at a place: {e}");
+    }
+    assert!(load_errors(&base("  - path: /a\n    pass: { backend: file }")).contains("files"));
 }
