@@ -84,7 +84,9 @@ pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigErr
         if r.respond.is_none() {
             errs.push(
                 ConfigError::at(r.path.pos, "a route needs `respond` (or `pass`)").hint(
-                    "add `respond: {body: …}`, or `pass: {backend: NAME}` to forward requests",
+                    "add `respond: {body: …}`, or `pass: {backend: NAME}` to forward requests (if \
+                     it is there, check its indentation: it must start in the same column as \
+                     `path`)",
                 ),
             );
         }

@@ -406,6 +406,11 @@ pub fn compile(
         out.names.push(Some(name));
     }
     if errs.is_empty() {
+        // Without a pass-through route, an empty table: every route's lookup is one failed
+        // bounds check.
+        if out.is_empty() {
+            return Ok(PassRoutes::default());
+        }
         Ok(out)
     } else {
         Err(errs.into_iter().map(|e| e.in_file(&cfg.file)).collect())

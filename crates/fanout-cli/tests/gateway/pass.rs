@@ -1082,3 +1082,58 @@ routes:
     }
     assert!(load_errors(&base("  - path: /a\n    pass: { backend: file }")).contains("files"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bulkhead_holds_its_slot_until_the_answers_last_byte_and_the_breaker_judges_heads() {
+    let raw = RawBackend::start().await;
+    let s = stubs(STUBS).await;
+    let cfg = format!(
+        r#"
+backends:
+  one: {{ url: "{url}", max_concurrency: 1 }}
+  fragile:
+    url: "{url}"
+    breaker: {{ consecutive_failures: 2, open_for: 1h }}
+routes:
+  - path: /one/{{*rest}}
+    pass: {{ backend: one, path: "/{{rest}}" }}
+  - path: /fragile/{{*rest}}
+    pass: {{ backend: fragile, path: "/{{rest}}" }}
+"#,
+        url = raw.url()
+    );
+    let gw = gateway_with(&cfg, &s, &[]).await;
+    let c = http_client(false);
+    let at = |p: &str| format!("http://{}{p}", gw.addr);
+    let get = |p: &str| request(Method::GET, &at(p), &[], full(Bytes::new()));
+    // An answer whose body is still coming holds the backend's one slot.
+    let held = tokio::time::timeout(LIMIT, c.request(get("/one/stall")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    let r = exchange(&c, get("/one/x")).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"]["code"], "backend_rejected");
+    // The client leaves: the slot is free again.
+    drop(held);
+    let c2 = c.clone();
+    wait_until_async("the slot to be given back", move || {
+        let c = c2.clone();
+        let url = format!("http://{}/one/x", gw.addr);
+        async move {
+            let r = exchange(&c, request(Method::GET, &url, &[], full(Bytes::new()))).await;
+            r.status == 200
+        }
+    })
+    .await;
+    // Two 5xx heads open the breaker: the third request never reaches the backend.
+    for _ in 0..2 {
+        assert_eq!(exchange(&c, get("/fragile/status/500")).await.status, 500);
+    }
+    let before = raw.seen().len();
+    let r = exchange(&c, get("/fragile/status/500")).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"]["code"], "backend_rejected");
+    assert_eq!(raw.seen().len(), before);
+}
