@@ -1137,3 +1137,41 @@ routes:
     assert_eq!(r.json()["error"]["code"], "backend_rejected");
     assert_eq!(raw.seen().len(), before);
 }
+
+#[test]
+fn explain_says_where_a_pass_route_forwards_and_its_limits() {
+    let dir = TempDir::new("pass-explain");
+    let file = dir.write(
+        "fanout.yaml",
+        r#"
+backends:
+  files: { url: "http://127.0.0.1:1" }
+routes:
+  - path: /files/{*rest}
+    method: PUT
+    pass: { backend: files, path: "/v1/{rest}", max_body_bytes: 5000000000, timeout: 30m }
+"#,
+    );
+    for format in ["text", "mermaid"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+            .args(["explain", "--format", format, "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        for part in [
+            "pass-through to backend `files`",
+            "`/v1/{rest}`",
+            "timeout 30m",
+            "idle_timeout 30s",
+            "5000000000 bytes",
+        ] {
+            assert!(text.contains(part), "{format}: {part} in\n{text}");
+        }
+        assert!(
+            !text.contains("deadline"),
+            "{format}: no flow deadline:\n{text}"
+        );
+    }
+}
