@@ -838,7 +838,8 @@ async fn compression_never_touches_a_streamed_answer_and_the_route_counts_its_by
     let s = stubs(STUBS).await;
     let cfg = yaml(&raw, "").replacen(
         "routes:",
-        "compression: { response: { enabled: true, min_bytes: 10 } }\nroutes:",
+        "compression: { response: { enabled: true, min_bytes: 10 } }\n\
+         defaults: { cors: { origins: [https://app.example.com] } }\nroutes:",
         1,
     );
     let gw = gateway_with(&cfg, &s, &[]).await;
@@ -851,6 +852,8 @@ async fn compression_never_touches_a_streamed_answer_and_the_route_counts_its_by
             &[
                 ("content-type", "text/html"),
                 ("accept-encoding", "gzip, br"),
+                ("origin", "https://app.example.com"),
+                ("x-request-id", "pass-cors-1"),
             ],
             full(html.clone()),
         ),
@@ -859,6 +862,12 @@ async fn compression_never_touches_a_streamed_answer_and_the_route_counts_its_by
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.body, html.as_bytes(), "as the backend sent it");
+    // The arrival phase and the request id apply as on any route.
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(r.header("x-request-id"), Some("pass-cors-1"));
     let n = html.len();
     let metrics = get_metrics(&gw).await;
     for line in [
