@@ -7,8 +7,9 @@
 //! byte of the body is read, so a refused `Expect: 100-continue` request never gets its
 //! `100 Continue`); then [`PassPlan::forward`]:
 //!
-//! 1. a `Content-Length` over `pass.max_body_bytes` is refused (413) unread;
-//! 2. the path is made from `pass.path` ([`path`]), the headers made ready ([`headers`]:
+//! 1. ([`PassPlan::target`]) a `Content-Length` over `pass.max_body_bytes` is refused (413)
+//!    unread, and the path is made from `pass.path` ([`path`]);
+//! 2. ([`PassPlan::forward`]) the headers are made ready ([`headers`]:
 //!    hop-by-hop fields out, `X-Forwarded-*` / `Forwarded` / `Via` in, verified claims as
 //!    configured headers);
 //! 3. the call goes through the backend's stack ([`fanout_layers::stream`]: balancer, breaker,
@@ -91,8 +92,6 @@ pub struct Exchange<'a, B> {
     pub parts: &'a http::request::Parts,
     /// Its body, unread.
     pub body: B,
-    /// The route's path parameters as they came (still percent-encoded): (name, value).
-    pub params: &'a [(&'a str, &'a str)],
     /// The hop it came over (peer, trusted or not, TLS, host, version).
     pub hop: Hop<'a>,
     /// `$request.auth` as the edge stages left it.
@@ -114,32 +113,52 @@ impl PassPlan {
         &self.backend_name
     }
 
+    /// The whole exchange's limit (`pass.timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The limit on the request's body.
     pub fn max_body(&self) -> u64 {
         self.max_body
     }
 
-    /// Forward the request and return the backend's answer, its body streaming; an error answer
-    /// before the answer's head ([`PassError`]).
-    pub async fn forward<B>(&self, x: Exchange<'_, B>) -> Result<Response<StreamBody>, PassError>
-    where
-        B: Body<Data = Bytes> + Unpin + Send + 'static,
-    {
-        let parts = x.parts;
-        if x.body.size_hint().lower() > self.max_body {
+    /// What is decided before the body is touched: a `Content-Length` over the limit (413),
+    /// the path to send (400 for one that cannot be sent). The gateway answers such a refusal
+    /// with the body still unread; [`PassPlan::forward`] takes the path.
+    pub fn target(
+        &self,
+        parts: &http::request::Parts,
+        params: &[(&str, &str)],
+        body: http_body::SizeHint,
+    ) -> Result<http::uri::PathAndQuery, PassError> {
+        if body.lower() > self.max_body {
             self.counters.cut(Cut::TooLarge(self.max_body));
             return Err(PassError::TooLarge {
                 limit: self.max_body,
             });
         }
-        let path_and_query = match &self.rewrite {
-            Some(r) => r.apply(x.params.iter().copied(), parts.uri.query())?,
+        Ok(match &self.rewrite {
+            Some(r) => r.apply(params.iter().copied(), parts.uri.query())?,
             None => parts
                 .uri
                 .path_and_query()
                 .cloned()
                 .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-        };
+        })
+    }
+
+    /// Forward the request to `path_and_query` ([`PassPlan::target`]) and return the backend's
+    /// answer, its body streaming; an error answer before the answer's head ([`PassError`]).
+    pub async fn forward<B>(
+        &self,
+        x: Exchange<'_, B>,
+        path_and_query: http::uri::PathAndQuery,
+    ) -> Result<Response<StreamBody>, PassError>
+    where
+        B: Body<Data = Bytes> + Unpin + Send + 'static,
+    {
+        let parts = x.parts;
         let mut h: HeaderMap = parts.headers.clone();
         headers::request_headers(&mut h, self.forwarding, x.hop, self.preserve_host);
         self.claim_headers(&mut h, x.auth);

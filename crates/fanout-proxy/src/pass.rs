@@ -29,21 +29,32 @@ impl Gateway {
         plan: &PassPlan,
         body: Incoming,
     ) -> Result<Response<Body>, ApiError> {
-        let auth = match async {
+        let mut body = body;
+        let raw: smallvec::SmallVec<[(&str, &str); 4]> = params.iter().collect();
+        let target = async {
             once_only(&cx.parts.headers)?;
             let decoded = path_params(&params)?;
             let (auth, _) = edge_stages(cx, route, fanout_edge::RouteKind::Http, &decoded).await?;
-            Ok::<_, ApiError>(auth)
+            let target = plan
+                .target(cx.parts, &raw, hyper::body::Body::size_hint(&body))
+                .map_err(|e| refusal(e, plan.backend_name()))?;
+            Ok::<_, ApiError>((auth, target))
         }
-        .await
-        {
-            Ok(a) => a,
+        .await;
+        let (auth, target) = match target {
+            Ok(t) => t,
             Err(e) => {
                 self.record_refusal(cx, route, &e);
+                // Refused with the body unread: a client still writing it would get a broken
+                // pipe instead of the answer, so a bounded part is read first (as a flow's
+                // refused body is) — unless it waits for `100 Continue`, which it never gets.
+                if !expects_continue(&cx.parts.headers) {
+                    let until = cx.rec.start() + plan.timeout();
+                    crate::request_body::drain_rejected_body(&mut body, until).await;
+                }
                 return Err(e);
             }
         };
-        let raw: smallvec::SmallVec<[(&str, &str); 4]> = params.iter().collect();
         let parts = cx.parts;
         let authority;
         let host = match parts.headers.get(http::header::HOST) {
@@ -69,17 +80,22 @@ impl Gateway {
         let exchange = Exchange {
             parts,
             body,
-            params: &raw,
             hop,
             auth: &auth,
             start: cx.rec.start(),
             trace: None,
         };
-        match plan.forward(exchange).await {
+        match plan.forward(exchange, target).await {
             Ok(resp) => Ok(resp.map(Body::Passed)),
             Err(e) => Err(refusal(e, plan.backend_name())),
         }
     }
+}
+
+/// The request waits for `100 Continue` before it sends its body.
+fn expects_continue(h: &http::HeaderMap) -> bool {
+    h.get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// The error answer of a pass-through request that failed before its answer's head.
