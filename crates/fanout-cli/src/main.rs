@@ -342,7 +342,7 @@ fn main() -> ExitCode {
             } else if cases {
                 fanout::testing::schema()
             } else {
-                fanout_config::schema()
+                fanout_proxy::registry::schema()
             };
             outln!(
                 "{}",

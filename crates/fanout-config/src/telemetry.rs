@@ -79,7 +79,7 @@ pub struct AccessLogConfig {
     /// Where lines go: `stdout`, `stderr`, or a file path (appended to). Default `stdout`.
     pub output: String,
     /// Lines waiting for the writer thread; when full, lines are dropped and counted
-    /// (`telemetry.access_log.dropped` on the status endpoint), never waited for. Default 8192.
+    /// (`access_log.dropped` on the status endpoint), never waited for. Default 8192.
     pub queue_size: usize,
 }
 

@@ -27,6 +27,7 @@ pub const STAGE: Registration = Registration {
         "auth_unavailable",
     ],
     build,
+    schema: None,
 };
 
 /// The providers, their keys and each route's policy, for one loaded config.

@@ -143,7 +143,7 @@ impl ClientAddresses {
     }
 
     /// Whether `ip` is a trusted proxy.
-    fn trusts(&self, ip: IpAddr) -> bool {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         self.trusted.iter().any(|n| n.contains(ip))
     }
 
@@ -157,12 +157,16 @@ impl ClientAddresses {
     /// proxy, the first hop from the right of the forwarding header that is not trusted (a hop
     /// that does not parse ends the walk at the last trusted one).
     pub fn resolve(&self, parts: &Parts, peer: Option<SocketAddr>) -> Option<IpAddr> {
+        self.resolve_headers(&parts.headers, peer)
+    }
+
+    /// [`ClientAddresses::resolve`] from the request's headers alone.
+    pub fn resolve_headers(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
         let peer = peer?.ip().to_canonical();
         if self.trusted.is_empty() || !self.trusts(peer) {
             return Some(peer);
         }
         let mut hops: Vec<&str> = Vec::new();
-        let headers: &HeaderMap = &parts.headers;
         match self.header {
             ClientAddressHeader::XForwardedFor => {
                 for v in headers.get_all("x-forwarded-for") {

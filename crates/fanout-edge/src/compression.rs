@@ -40,6 +40,7 @@ pub const STAGE: Registration = Registration {
     section: false,
     codes: &["unsupported_encoding", "bad_encoding"],
     build,
+    schema: None,
 };
 
 /// The config's compression and the process's counters (kept from the stage it replaces).

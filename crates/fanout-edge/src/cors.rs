@@ -21,6 +21,7 @@ pub const STAGE: Registration = Registration {
     section: false,
     codes: &["cors_refused"],
     build,
+    schema: None,
 };
 
 /// The answer headers a page may read when `expose_headers` is not set (besides the request id

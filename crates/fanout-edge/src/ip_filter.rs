@@ -25,10 +25,11 @@ pub const STAGE: Registration = Registration {
     section: true,
     codes: &["ip_denied"],
     build,
+    schema: Some(|| serde_json::to_value(schemars::schema_for!(Section)).unwrap_or_default()),
 };
 
-/// `stages.ip_filter`, as written.
-#[derive(Deserialize)]
+/// `stages.ip_filter`: IP allow and deny lists (docs/config.md#ip_filter--ip-allow-and-deny-lists).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Section {
     /// Blocks a client's address must be in (empty: any address not denied).
@@ -37,6 +38,10 @@ struct Section {
     /// Blocks a client's address may not be in; a denied address is refused even when allowed.
     #[serde(default)]
     deny: Vec<String>,
+    /// (`defaults` only) Also close a connection whose peer the lists refuse at once, before
+    /// its TLS handshake and any request (a trusted proxy's connection is let in).
+    #[serde(default)]
+    on_connection: bool,
 }
 
 /// CIDR blocks, by prefix length: an address is in the set when its prefix of one of those
@@ -136,9 +141,25 @@ struct IpFilter {
     routes: Vec<Option<Arc<Lists>>>,
     /// By route index: its name (`METHOD path`) and counters (kept across reloads by name).
     counts: Vec<(String, Arc<Counts>)>,
+    /// The defaults' lists, when they also judge connections (`on_connection`), and the
+    /// trusted proxies (whose connections are let in).
+    connections: Option<(Arc<Lists>, crate::ClientAddresses)>,
+    /// Connections closed by the defaults' lists (kept across reloads).
+    connections_refused: Arc<AtomicU64>,
+    /// Routes with lists of their own while the defaults judge connections.
+    warnings: Vec<ConfigError>,
 }
 
 fn read(cx: &BuildCx<'_>, value: &serde_json::Value, at: &str) -> Result<Lists, Vec<ConfigError>> {
+    read_section(cx, value, at).map(|(l, _)| l)
+}
+
+/// A section's lists, and whether it asks to judge connections.
+fn read_section(
+    cx: &BuildCx<'_>,
+    value: &serde_json::Value,
+    at: &str,
+) -> Result<(Lists, bool), Vec<ConfigError>> {
     let section: Section = cx.read(value, at).map_err(|e| vec![e])?;
     let mut errs = Vec::new();
     let mut lists = Lists {
@@ -163,8 +184,18 @@ fn read(cx: &BuildCx<'_>, value: &serde_json::Value, at: &str) -> Result<Lists, 
             }
         }
     }
+    if section.on_connection && at != "defaults.stages.ip_filter" {
+        errs.push(
+            ConfigError::at_path(
+                format!("{at}.on_connection"),
+                format!("{at}.on_connection: connections are judged before any route is known"),
+            )
+            .hint("set `on_connection` in `defaults.stages.ip_filter`")
+            .in_file(&cx.config.file),
+        );
+    }
     if errs.is_empty() {
-        Ok(lists)
+        Ok((lists, section.on_connection))
     } else {
         Err(errs)
     }
@@ -172,27 +203,43 @@ fn read(cx: &BuildCx<'_>, value: &serde_json::Value, at: &str) -> Result<Lists, 
 
 fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
     let mut errs = Vec::new();
-    let defaults = match cx.config.defaults.stages.get(STAGE.name) {
-        Some(v) => match read(cx, v, "defaults.stages.ip_filter") {
-            Ok(l) => Some(Arc::new(l)),
+    let (defaults, on_connection) = match cx.config.defaults.stages.get(STAGE.name) {
+        Some(v) => match read_section(cx, v, "defaults.stages.ip_filter") {
+            Ok((l, c)) => (Some(Arc::new(l)), c),
             Err(mut e) => {
                 errs.append(&mut e);
-                None
+                (None, false)
             }
         },
-        None => None,
+        None => (None, false),
     };
-    let prev = cx
-        .prev
-        .and_then(|p| p.as_any().downcast_ref::<IpFilter>())
+    let prev_stage = cx.prev.and_then(|p| p.as_any().downcast_ref::<IpFilter>());
+    let prev = prev_stage
         .map(|p| p.counts.iter().cloned().collect::<HashMap<_, _>>())
         .unwrap_or_default();
+    let mut warnings = Vec::new();
     let mut routes = Vec::with_capacity(cx.config.routes.len());
     let mut counts = Vec::with_capacity(cx.config.routes.len());
     for (i, r) in cx.config.routes.iter().enumerate() {
         let lists = match r.stages.get(STAGE.name) {
             Some(v) => match read(cx, v, &format!("routes[{i}].stages.ip_filter")) {
-                Ok(l) => Some(Arc::new(l)),
+                Ok(l) => {
+                    if on_connection {
+                        let at = format!("routes[{i}].stages.ip_filter");
+                        warnings.push(
+                            ConfigError::at_path(
+                                at.clone(),
+                                format!(
+                                    "warning: {at}: the defaults' lists close refused \
+                                     connections (`on_connection`) before this route is known: \
+                                     its own lists cannot let those addresses in"
+                                ),
+                            )
+                            .hint("narrow the defaults' lists, or drop `on_connection`"),
+                        );
+                    }
+                    Some(Arc::new(l))
+                }
                 Err(mut e) => {
                     errs.append(&mut e);
                     None
@@ -209,7 +256,26 @@ fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
     if !errs.is_empty() {
         return Err(ConfigErrors(errs));
     }
-    Ok(Some(Arc::new(IpFilter { routes, counts })))
+    fanout_config::locate(&mut warnings, &cx.config.source);
+    let warnings = warnings
+        .into_iter()
+        .map(|w| w.in_file(&cx.config.file))
+        .collect();
+    let connections = match (on_connection, &defaults) {
+        (true, Some(l)) if !(l.allow.is_empty() && l.deny.is_empty()) => {
+            Some((l.clone(), cx.clients.clone()))
+        }
+        _ => None,
+    };
+    let connections_refused =
+        prev_stage.map_or_else(Default::default, |p| p.connections_refused.clone());
+    Ok(Some(Arc::new(IpFilter {
+        routes,
+        counts,
+        connections,
+        connections_refused,
+        warnings,
+    })))
 }
 
 /// `METHOD path` of a configured route.
@@ -228,6 +294,26 @@ fn route_name(r: &fanout_config::Route) -> String {
 impl EdgeStage for IpFilter {
     fn applies(&self, route: usize, _: RouteKind) -> bool {
         self.routes.get(route).is_some_and(Option::is_some)
+    }
+
+    fn connects(&self) -> bool {
+        self.connections.is_some()
+    }
+
+    fn on_connection(&self, peer: std::net::SocketAddr) -> bool {
+        let Some((lists, clients)) = &self.connections else {
+            return true;
+        };
+        let ip = peer.ip().to_canonical();
+        if clients.trusts(ip) || lists.decide(Some(ip)).is_ok() {
+            return true;
+        }
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    fn warnings(&self) -> Vec<ConfigError> {
+        self.warnings.clone()
     }
 
     fn on_request<'a>(&'a self, head: &'a mut RequestHead<'_>) -> Step<'a> {
@@ -276,7 +362,10 @@ impl EdgeStage for IpFilter {
                 )
             })
             .collect();
-        Some(serde_json::json!({ "routes": routes }))
+        Some(serde_json::json!({
+            "routes": routes,
+            "connections_refused": self.connections_refused.load(Ordering::Relaxed),
+        }))
     }
 
     fn metrics(&self, out: &mut Out<'_>) -> std::fmt::Result {
@@ -296,6 +385,11 @@ impl EdgeStage for IpFilter {
                         )
                     })
                 }),
+        )?;
+        out.single(
+            "fanout_ip_filter_connections_refused",
+            "Connections closed at accept because the defaults' IP lists refuse the peer (on_connection)",
+            Value::Counter(self.connections_refused.load(Ordering::Relaxed)),
         )
     }
 
@@ -310,10 +404,18 @@ impl EdgeStage for IpFilter {
         if !lists.deny.is_empty() {
             parts.push(format!("deny {}", lists.deny.shown.join(", ")));
         }
-        vec![format!(
+        let mut lines = vec![format!(
             "ip_filter: {}; otherwise 403 ip_denied",
             parts.join("; ")
-        )]
+        )];
+        if self.connections.is_some() {
+            lines.push(
+                "ip_filter: connections from addresses the defaults' lists refuse are closed at \
+                 accept (on_connection)"
+                    .to_string(),
+            );
+        }
+        lines
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

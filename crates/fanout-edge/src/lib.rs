@@ -13,20 +13,23 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access_log;
 pub mod auth;
 pub mod client;
 pub mod compression;
 pub mod cors;
 pub mod ip_filter;
 pub mod rate_limit;
+pub mod request_id;
 mod stage;
+pub mod tls;
 
 /// The metrics text writer a stage's families go through (the protocols' own).
 pub use fanout_protocol::metrics;
 
 pub use client::{Cidr, ClientAddresses};
 pub use stage::{
-    Answer, AnswerNotes, Arrival, BodyStep, Build, BuildCx, Early, EdgeStage, Later, Lent,
-    RedisConnect, Registration, Rejection, RequestHead, RouteKind, Router, StageSet, Step, TlsOf,
-    Tools,
+    Answer, AnswerNotes, Arrival, BodyStep, Build, BuildCx, Degraded, Done, Early, EdgeStage,
+    Later, Lent, LogWant, LogWants, Namer, RedisConnect, Registration, Rejection, RequestHead,
+    RouteKind, Router, StageSet, Step, TlsOf, Tools,
 };

@@ -23,6 +23,7 @@ pub const STAGE: Registration = Registration {
     section: false,
     codes: &["rate_limited", "bad_query", "bad_header"],
     build,
+    schema: None,
 };
 
 /// One policy as the stage runs it.

@@ -337,6 +337,86 @@ pub enum BodyStep<'a> {
 /// An answer as the answer phase sees it.
 pub type Answer = http::Response<fanout_transport::body::Body>;
 
+/// What a logging stage wants of one request, decided when it arrives ([`EdgeStage::log_want`]:
+/// its sampling).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogWant {
+    /// Its line, whatever the answer.
+    pub line: bool,
+    /// Its line if the answer is degraded (partial) or failed (5xx) — the gateway then keeps
+    /// the request's step timeline, for the cause of each degraded step.
+    pub if_degraded: bool,
+}
+
+impl LogWant {
+    /// Whether it wants anything of the request.
+    pub fn any(self) -> bool {
+        self.line || self.if_degraded
+    }
+
+    /// Whether it wants the line of a request that ended as `done` says.
+    pub fn takes(self, done: &Done<'_>) -> bool {
+        self.line || self.if_degraded && done.degraded()
+    }
+}
+
+/// What each logging stage wants of one request (empty — no allocation — without a logging
+/// stage, or when none wants it).
+#[derive(Default)]
+pub struct LogWants(SmallVec<[(u8, LogWant); 1]>);
+
+impl LogWants {
+    /// Whether a stage wants the request logged in some case (else the gateway gathers
+    /// nothing for it; otherwise it keeps the request's step timeline, for the cause of each
+    /// degraded step).
+    pub fn any(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+/// One step of a degraded answer, and why it fell back.
+pub use fanout_ops::telemetry::access_log::Degraded;
+
+/// A request once its answer is made (after the answer phase), as the logging phase sees it
+/// ([`EdgeStage::on_logged`]).
+pub struct Done<'a> {
+    /// When it arrived.
+    pub arrived: std::time::SystemTime,
+    /// From arrival to the answer (its head and, for a body of known size, all of it).
+    pub duration: std::time::Duration,
+    /// The request id.
+    pub request_id: &'a str,
+    /// The method.
+    pub method: &'a Method,
+    /// The request path.
+    pub path: &'a str,
+    /// The route's path pattern (`None`: no route matched, or an answer before routing).
+    pub route: Option<&'a str>,
+    /// The client's address (the peer, or what trusted proxies say), when known.
+    pub client: Option<IpAddr>,
+    /// The subject of the client's verified TLS certificate.
+    pub tls_client: Option<&'a str>,
+    /// The answer's status (for gRPC, the HTTP status its `grpc-status` implies).
+    pub status: StatusCode,
+    /// Request body bytes read.
+    pub bytes_in: u64,
+    /// Answer body bytes, when the answer's size is known.
+    pub bytes_out: Option<u64>,
+    /// The `error.code` of an error answer.
+    pub error: Option<&'a str>,
+    /// The step an error answer names.
+    pub error_step: Option<&'a str>,
+    /// The steps of a degraded answer, with why each fell back.
+    pub partial: &'a [Degraded<'a>],
+}
+
+impl Done<'_> {
+    /// Degraded (partial) or failed (5xx).
+    pub fn degraded(&self) -> bool {
+        !self.partial.is_empty() || self.status.is_server_error()
+    }
+}
+
 /// An edge stage: what the gateway does to every request between the connection and the flow,
 /// whatever the route kind (docs/ARCHITECTURE.md, "How to add an edge stage"). One value per
 /// loaded config, built by its [`Registration`] from the config (and the stage it replaces, whose
@@ -360,6 +440,21 @@ pub trait EdgeStage: Send + Sync + 'static {
 
     /// On the request head: go on, refuse, or wait.
     fn on_request<'a>(&'a self, head: &'a mut RequestHead<'_>) -> Step<'a>;
+
+    /// Whether the stage has a connection phase ([`EdgeStage::on_connection`]); only those
+    /// run there.
+    fn connects(&self) -> bool {
+        false
+    }
+
+    /// On a connection of the main listener once accepted, before its TLS handshake and any
+    /// request: `false` closes it at once (the stage counts what it refuses). Only the peer's
+    /// address is known here — a stage must let a trusted proxy's connection in and judge its
+    /// requests.
+    fn on_connection(&self, peer: SocketAddr) -> bool {
+        let _ = peer;
+        true
+    }
 
     /// Whether the stage has an arrival phase ([`EdgeStage::on_arrival`]); only those run
     /// there, on every request of every route kind.
@@ -397,6 +492,30 @@ pub trait EdgeStage: Send + Sync + 'static {
     fn on_answer<'a>(&'a self, note: u64, answer: &'a mut Answer, tools: Tools<'a>) -> Later<'a> {
         let _ = (note, answer, tools);
         Later::Done
+    }
+
+    /// Whether the stage names requests, and how: the first stage in the order that does
+    /// names every request, on arrival, before every other phase (`request_id`).
+    fn namer(&self) -> Option<&dyn Namer> {
+        None
+    }
+
+    /// Whether the stage has a logging phase ([`EdgeStage::on_logged`]); only those run there.
+    fn logs(&self) -> bool {
+        false
+    }
+
+    /// What the stage wants of a request that has just arrived (its sampling decision); a
+    /// request no stage wants costs nothing more.
+    fn log_want(&self) -> LogWant {
+        LogWant::default()
+    }
+
+    /// The logging phase: the request is done (its answer made, every other phase run) and the
+    /// stage wanted it (`want`, as it decided on arrival). Runs on the serving thread: hand the
+    /// line to a writer of its own, never wait.
+    fn on_logged(&self, want: LogWant, done: &Done<'_>) {
+        let _ = (want, done);
     }
 
     /// `Err(why)` while the stage cannot decide and the gateway must not report ready.
@@ -438,6 +557,16 @@ pub trait EdgeStage: Send + Sync + 'static {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// What names requests ([`EdgeStage::namer`]): the header a request's id comes in and goes
+/// back in, and the id of a request that has just arrived.
+pub trait Namer: Send + Sync {
+    /// The header carrying the id (from the client, and on every answer).
+    fn header(&self) -> &HeaderName;
+
+    /// The id of a request with `headers` (the client's, when it may be used, or a new one).
+    fn name(&self, headers: &HeaderMap) -> HeaderValue;
+}
+
 /// What a stage's build is given.
 pub struct BuildCx<'a> {
     /// The config being loaded.
@@ -455,6 +584,9 @@ pub struct BuildCx<'a> {
     pub backends: &'a HashMap<String, Arc<dyn fanout_layers::backend::Backend>>,
     /// The backends whose stack the reload kept (state fetched through one may be kept).
     pub kept_backends: &'a [String],
+    /// The gateway's TLS listeners (main, admin), lent: they live as long as the process
+    /// (`tls` is applied at start; the files are reloaded when they change).
+    pub listeners: &'a [Arc<fanout_transport::tls::TlsListener>],
 }
 
 /// How the gateway lends a stage a connection to the config's Redis.
@@ -503,6 +635,8 @@ pub struct Lent<'a> {
     pub kept_backends: &'a [String],
     /// The connection's TLS as `$request.tls`.
     pub tls_of: TlsOf,
+    /// The gateway's TLS listeners (main, admin).
+    pub listeners: &'a [Arc<fanout_transport::tls::TlsListener>],
 }
 
 /// Builds a stage for a loaded config; `Ok(None)` when the config gives it nothing to do.
@@ -521,6 +655,8 @@ pub struct Registration {
     pub codes: &'static [&'static str],
     /// Its build.
     pub build: Build,
+    /// The JSON Schema of its section under `stages:` (in `fanout schema`), when it reads one.
+    pub schema: Option<fn() -> serde_json::Value>,
 }
 
 /// The stages of one loaded config, in the registry's order, and which of them each route runs.
@@ -532,6 +668,12 @@ pub struct StageSet {
     arrival: SmallVec<[u8; 4]>,
     /// The indices of the stages with a body phase.
     body: SmallVec<[u8; 4]>,
+    /// The indices of the stages with a logging phase.
+    logging: SmallVec<[u8; 2]>,
+    /// The indices of the stages with a connection phase.
+    connection: SmallVec<[u8; 2]>,
+    /// The index of the stage that names requests.
+    namer: Option<u8>,
     clients: ClientAddresses,
     tls_of: TlsOf,
 }
@@ -564,6 +706,7 @@ impl StageSet {
                 redis: lent.redis,
                 backends: lent.backends,
                 kept_backends: lent.kept_backends,
+                listeners: lent.listeners,
             };
             match (reg.build)(&cx) {
                 Ok(Some(s)) => stages.push((reg.name, s)),
@@ -610,11 +753,30 @@ impl StageSet {
             .filter(|(_, (_, s))| s.reads_body())
             .filter_map(|(i, _)| u8::try_from(i).ok())
             .collect();
+        let logging = stages
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| s.logs())
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .collect();
+        let connection = stages
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, s))| s.connects())
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .collect();
+        let namer = stages
+            .iter()
+            .position(|(_, s)| s.namer().is_some())
+            .and_then(|i| u8::try_from(i).ok());
         Ok(StageSet {
             stages,
             routes,
             arrival,
             body,
+            logging,
+            connection,
+            namer,
             clients,
             tls_of: lent.tls_of,
         })
@@ -667,6 +829,21 @@ impl StageSet {
             }
         }
         Ok(())
+    }
+
+    /// Whether any stage has a connection phase (else accepting skips it).
+    pub fn has_connection_phase(&self) -> bool {
+        !self.connection.is_empty()
+    }
+
+    /// The connection phase: whether a connection from `peer` may stay open (every stage with
+    /// the phase, in order, until one refuses).
+    pub fn on_connection(&self, peer: SocketAddr) -> bool {
+        self.connection.iter().all(|&i| {
+            self.stages
+                .get(usize::from(i))
+                .is_none_or(|(_, s)| s.on_connection(peer))
+        })
     }
 
     /// Whether any stage has an arrival phase (else the gateway skips it: no route lookup).
@@ -734,6 +911,52 @@ impl StageSet {
             };
             if let Later::Wait(f) = stage.on_answer(note, answer, tools) {
                 f.await;
+            }
+        }
+    }
+
+    /// The id of a request that has just arrived, and the header that carries it on the
+    /// answer: named by the stage that names requests, or — without one (a registry that left
+    /// `request_id` out) — a new id, in `x-request-id`.
+    pub fn request_id(&self, headers: &HeaderMap) -> (HeaderValue, &HeaderName) {
+        let namer = self
+            .namer
+            .and_then(|i| self.stages.get(usize::from(i)))
+            .and_then(|(_, s)| s.namer());
+        match namer {
+            Some(n) => (n.name(headers), n.header()),
+            None => {
+                static IDS: std::sync::OnceLock<crate::request_id::RequestIds> =
+                    std::sync::OnceLock::new();
+                static HEADER: HeaderName = HeaderName::from_static("x-request-id");
+                (
+                    IDS.get_or_init(crate::request_id::RequestIds::new)
+                        .generate(),
+                    &HEADER,
+                )
+            }
+        }
+    }
+
+    /// What the logging stages want of a request that has just arrived (their sampling).
+    pub fn log_wants(&self) -> LogWants {
+        let mut out = LogWants::default();
+        for &i in &self.logging {
+            if let Some((_, stage)) = self.stages.get(usize::from(i)) {
+                let want = stage.log_want();
+                if want.any() {
+                    out.0.push((i, want));
+                }
+            }
+        }
+        out
+    }
+
+    /// The logging phase: each stage that wanted the request sees it done.
+    pub fn on_logged(&self, wants: &LogWants, done: &Done<'_>) {
+        for &(i, want) in &wants.0 {
+            if let Some((_, stage)) = self.stages.get(usize::from(i)) {
+                stage.on_logged(want, done);
             }
         }
     }

@@ -19,7 +19,6 @@ mod pass;
 pub mod registry;
 pub mod reload;
 mod request_body;
-pub mod request_id;
 pub mod scrape;
 pub mod server;
 pub mod stack;
@@ -68,9 +67,6 @@ pub struct Gateway {
     /// Error answers by code.
     errors: server::ErrorCounts,
     /// Request ids: the client's when valid, else generated.
-    request_ids: request_id::RequestIds,
-    /// The header carrying the request id (`server.request_id_header`).
-    request_id_header: HeaderName,
     /// Caps the failed-request log lines per second.
     error_log: errlog::LogThrottle,
     /// Traces, the access log, `Server-Timing`.
@@ -175,11 +171,8 @@ impl Gateway {
         registry: registry::Registry,
     ) -> Result<Gateway, ConfigErrors> {
         let registry = Arc::new(registry);
-        let telemetry = telemetry::Telemetry::new(cfg)?;
         let adm = admission::Admission::new(&cfg.server.admission);
         let record = cfg.admin.metrics.then_some(&*metrics);
-        let built = reload::build_live(cfg.clone(), None, None, &adm, record, &registry)?;
-        let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         let listener_tls = |name, t: &Option<fanout_config::ListenerTls>| {
             t.as_ref()
                 .map(|t| tls::TlsListener::new(name, t).map(Arc::new))
@@ -190,6 +183,12 @@ impl Gateway {
             listener_tls("main", &cfg.tls)?,
             listener_tls("admin", &cfg.admin.tls)?,
         );
+        let listeners: Vec<_> = [&tls, &admin_tls].into_iter().flatten().cloned().collect();
+        // The build checks `telemetry` too, with every other section's errors.
+        let built =
+            reload::build_live(cfg.clone(), None, None, &adm, record, &registry, &listeners)?;
+        let telemetry = telemetry::Telemetry::new(cfg)?;
+        let bodies = Arc::new(bodies::BodyGate::new(&cfg.server.bodies));
         share_memory_budget(&built.live, &bodies);
         Ok(Gateway {
             live: ArcSwap::from_pointee(built.live),
@@ -204,8 +203,6 @@ impl Gateway {
             bodies,
             panics: std::sync::atomic::AtomicU64::new(0),
             errors: server::ErrorCounts::default(),
-            request_ids: request_id::RequestIds::new(),
-            request_id_header: request_id_header(cfg)?,
             error_log: errlog::LogThrottle::new(cfg.server.error_log_per_second),
             telemetry,
             listen: cfg.listen.clone(),
@@ -322,6 +319,15 @@ impl Gateway {
         start_reference(&self.live().reference).await
     }
 
+    /// The TLS listeners (main, admin) the gateway serves.
+    pub(crate) fn tls_listeners(&self) -> Vec<Arc<tls::TlsListener>> {
+        [&self.tls, &self.admin_tls]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     /// `GET /__fanout/status`: reference data with the age of each dataset.
     pub fn status_json(&self) -> serde_json::Value {
         let now = std::time::SystemTime::now();
@@ -393,7 +399,6 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
-            "tls": tls::status(&[&self.tls, &self.admin_tls].into_iter().flatten().collect::<Vec<_>>()),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {
@@ -479,25 +484,6 @@ fn route_table(
     } else {
         Err(ConfigErrors(errs))
     }
-}
-
-/// `server.request_id_header` as a header name.
-fn request_id_header(cfg: &Config) -> Result<HeaderName, ConfigErrors> {
-    HeaderName::from_bytes(cfg.server.request_id_header.as_bytes()).map_err(|_| {
-        ConfigErrors(vec![
-            ConfigError {
-                path: None,
-                file: cfg.file.clone(),
-                pos: None,
-                message: format!(
-                    "server.request_id_header `{}` is not a valid header name",
-                    cfg.server.request_id_header
-                ),
-                hint: None,
-            }
-            .hint("e.g. `x-request-id` or `x-correlation-id`"),
-        ])
-    })
 }
 
 /// The backends' answers take from the gateway's budget for in-flight data, like request

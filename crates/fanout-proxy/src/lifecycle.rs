@@ -43,7 +43,7 @@ pub(crate) struct Req<'a, 'r> {
     /// The request's metrics; knows its arrival time.
     pub(crate) rec: &'a mut RequestRecord<'r>,
     /// Its trace, timeline and access log line.
-    pub(crate) tel: RequestTelemetry<'a>,
+    pub(crate) tel: RequestTelemetry<'r>,
     /// The socket address of the connection it came on (kept here rather than as a request
     /// extension: `http::Extensions` allocates a map and a box for it on every request).
     pub(crate) peer: Option<std::net::SocketAddr>,

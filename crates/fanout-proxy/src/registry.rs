@@ -16,11 +16,14 @@ pub const PROTOCOLS: &[fanout_protocol::Registration] =
 /// Every edge stage, in the order they run on a request (`fanout_edge`; docs/ARCHITECTURE.md,
 /// "How to add an edge stage").
 pub const STAGES: &[fanout_edge::Registration] = &[
+    fanout_edge::request_id::STAGE,
+    fanout_edge::tls::STAGE,
     fanout_edge::cors::STAGE,
     fanout_edge::compression::STAGE,
     fanout_edge::ip_filter::STAGE,
     fanout_edge::auth::STAGE,
     fanout_edge::rate_limit::STAGE,
+    fanout_edge::access_log::STAGE,
 ];
 
 /// The components a gateway is assembled from: the standard ones ([`Registry::standard`]), plus
@@ -48,6 +51,46 @@ impl Registry {
     pub fn stages(&self) -> &[fanout_edge::Registration] {
         &self.stages
     }
+
+    /// The config's JSON Schema with each stage's section (`stages:` on routes and in
+    /// `defaults`): the registered names only, each with its own schema.
+    pub fn schema(&self) -> serde_json::Value {
+        let mut schema = fanout_config::schema();
+        let sections: serde_json::Map<String, serde_json::Value> = self
+            .stages
+            .iter()
+            .filter(|r| r.section)
+            .map(|r| {
+                let s = r.schema.map_or_else(
+                    || serde_json::json!({ "type": "object" }),
+                    |f| {
+                        let mut s = f();
+                        if let Some(o) = s.as_object_mut() {
+                            o.remove("$schema");
+                        }
+                        s
+                    },
+                );
+                (r.name.to_string(), s)
+            })
+            .collect();
+        if let Some(defs) = schema
+            .pointer_mut("/$defs/StageSections")
+            .and_then(|v| v.as_object_mut())
+        {
+            defs.insert("properties".into(), serde_json::Value::Object(sections));
+            defs.insert(
+                "additionalProperties".into(),
+                serde_json::Value::Bool(false),
+            );
+        }
+        schema
+    }
+}
+
+/// The JSON Schema of a config of the standard gateway (what `fanout schema` prints).
+pub fn schema() -> serde_json::Value {
+    Registry::standard().schema()
 }
 
 impl Default for Registry {

@@ -164,6 +164,7 @@ pub(crate) fn build_live(
     adm: &admission::Admission,
     metrics: Option<&Metrics>,
     registry: &crate::registry::Registry,
+    listeners: &[Arc<fanout_transport::tls::TlsListener>],
 ) -> Result<Built, ConfigErrors> {
     let mut report = ReloadReport::default();
     // Every part is built even when another failed, so a config with mistakes in several
@@ -198,6 +199,7 @@ pub(crate) fn build_live(
             backends: stacks.as_ref().map_or(&no_backends, |(s, _, _)| s),
             kept_backends: &report.kept,
             tls_of: fanout_transport::tls::request_tls,
+            listeners,
         },
     );
     let (stacks, protos, runtimes, stages) = match (stacks, protos, runtimes, stages) {
@@ -430,6 +432,7 @@ impl Gateway {
         let old = prev.clone();
         let metrics = self.record_metrics.then(|| self.metrics.clone());
         let registry = self.registry.clone();
+        let listeners = self.tls_listeners();
         let built = tokio::task::spawn_blocking(move || {
             build_live(
                 cfg,
@@ -438,6 +441,7 @@ impl Gateway {
                 &adm,
                 metrics.as_deref(),
                 &registry,
+                &listeners,
             )
         })
         .await;

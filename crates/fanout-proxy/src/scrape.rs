@@ -81,7 +81,6 @@ impl Collector for State {
         runtimes(live, &mut out)?;
         live.stages.metrics(&mut out)?;
         live.pass.metrics(&mut out)?;
-        tls(gw, &mut out)?;
         runtime(gw, &mut out)?;
         process_stats(&mut out)
     }
@@ -300,52 +299,6 @@ fn admission(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
         "fanout_connections_refused",
         "Client connections closed at once at the connection cap",
         Value::Counter(gw.conns.refused()),
-    )
-}
-
-/// TLS listeners (`tls.rs`): each certificate's expiry, reloads, failed handshakes.
-fn tls(gw: &Gateway, out: &mut Out<'_>) -> fmt::Result {
-    // The families are there without TLS too (empty), like every family of `/metrics`.
-    let listeners: Vec<_> = [&gw.tls, &gw.admin_tls].into_iter().flatten().collect();
-    let expiries: Vec<(&str, Vec<(String, i64)>)> =
-        listeners.iter().map(|l| (l.name, l.expiries())).collect();
-    out.family(
-        "fanout_tls_certificate_expiry_timestamp_seconds",
-        "When the certificate a TLS listener presents expires (Unix time), by listener and certificate file",
-        Gauge,
-        expiries.iter().flat_map(|(l, certs)| {
-            certs.iter().map(move |(name, t)| {
-                (
-                    [("listener", *l), ("name", name.as_str())],
-                    Value::Gauge(*t as f64),
-                )
-            })
-        }),
-    )?;
-    out.family(
-        "fanout_tls_reloads",
-        "Certificate and client CA reloads of a TLS listener, by result (a refused one keeps the loaded files serving)",
-        Counter,
-        listeners.iter().flat_map(|l| {
-            let (ok, refused) = l.reloads();
-            [
-                ([("listener", l.name), ("result", "ok")], Value::Counter(ok)),
-                (
-                    [("listener", l.name), ("result", "refused")],
-                    Value::Counter(refused),
-                ),
-            ]
-        }),
-    )?;
-    out.family(
-        "fanout_tls_handshake_failures",
-        "Failed TLS handshakes, by listener and reason",
-        Counter,
-        listeners.iter().flat_map(|l| {
-            l.failures()
-                .into_iter()
-                .map(|(r, n)| ([("listener", l.name), ("reason", r)], Value::Counter(n)))
-        }),
     )
 }
 

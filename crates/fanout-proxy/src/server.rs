@@ -5,11 +5,10 @@
 
 use crate::answer::ApiError;
 use crate::lifecycle::Req;
-use crate::telemetry::Failure;
+use crate::telemetry::{Facts, Failure};
 use crate::{Gateway, Live};
 use bytes::Bytes;
 use fanout_ops::metrics::{RequestRecord, RouteTable};
-use fanout_protocol::headers::find_headers;
 use fanout_transport::conn::{Connections, Socket, TrackedBody, TrackedIo};
 use fanout_transport::cores::{Cores, Exec};
 use fanout_transport::tls::TlsInfo;
@@ -41,12 +40,26 @@ impl Gateway {
         req: Request<Incoming>,
         peer: Option<std::net::SocketAddr>,
     ) -> Response<Body> {
-        let [client_rid] = find_headers(req.headers(), [&self.request_id_header]);
-        let rid = self.request_ids.for_request(client_rid);
         // The config's live part for this request: a reload meanwhile does not change it.
         let live = self.live();
+        // Named on arrival, before every phase (the `request_id` stage).
+        let (rid, rid_header) = live.stages.request_id(req.headers());
         let mut rec =
             RouteTable::request(live.route_metrics.as_ref(), Instant::now(), req.method());
+        let start = rec.start();
+        // The logging stages' sampling (the access log): what the request's line needs is
+        // gathered only when one wants it.
+        let wants = live.stages.log_wants();
+        let mut facts = wants.any().then(|| {
+            Facts::arrived(
+                req.method(),
+                req.uri(),
+                req.headers(),
+                req.extensions(),
+                peer,
+                &live.stages,
+            )
+        });
         // The edge stages' arrival phase (CORS: a preflight is answered here, before
         // authentication and without a flow; compression: the coding the client accepts);
         // their answer phase below, whatever made the answer (CORS headers, compression).
@@ -67,7 +80,7 @@ impl Gateway {
             (Some(resp), _) => resp,
             (None, fanout_edge::Early::Next) => {
                 catch_panics(
-                    self.handle_unguarded(req, peer, &rid, &live, &mut rec),
+                    self.handle_unguarded(req, peer, &rid, &live, &mut rec, facts.as_mut()),
                     &self.panics,
                     &rid,
                     expose,
@@ -83,6 +96,9 @@ impl Gateway {
             }
             (None, fanout_edge::Early::Refuse(r)) => {
                 rec.ignore();
+                if let Some(f) = &mut facts {
+                    f.refused(r.code.clone());
+                }
                 ApiError::from(r).into_response(&rid, expose)
             }
         };
@@ -103,18 +119,26 @@ impl Gateway {
             .get::<crate::grpc::EffectiveStatus>()
             .map_or(resp.status(), |s| s.0);
         rec.finish(status);
+        // The logging phase: after the answer phase, so the line has the bytes the client is
+        // sent and the time the answer took to make.
+        if let Some(mut f) = facts {
+            if resp.extensions().get::<Panicked>().is_some() {
+                f.refused(std::borrow::Cow::Borrowed("internal_error"));
+            }
+            f.log(&live.stages, &wants, &rid, status, &resp, start);
+        }
         // Never indexed by HPACK (HTTP/2): every answer's id is new, and indexing each one
         // would only evict what is worth keeping from the connection's table and make every
         // encoder compare against a growing list of stale ids.
         let mut rid = rid;
         rid.set_sensitive(true);
-        resp.headers_mut()
-            .insert(self.request_id_header.clone(), rid);
+        resp.headers_mut().insert(rid_header.clone(), rid);
         resp
     }
 
     /// [`Gateway::handle`] without the panic guard: the status endpoint (deprecated here: it is
-    /// on the admin listener), or the lifecycle and its answer.
+    /// on the admin listener), or the lifecycle and its answer; what the lifecycle learnt goes
+    /// in `facts` for the logging phase (when a logging stage wants the request).
     async fn handle_unguarded<'a>(
         &'a self,
         req: Request<Incoming>,
@@ -122,6 +146,7 @@ impl Gateway {
         rid: &HeaderValue,
         live: &'a Live,
         rec: &mut RequestRecord<'a>,
+        facts: Option<&mut Facts<'a>>,
     ) -> Response<Body> {
         if req.uri().path() == "/__fanout/status" {
             rec.ignore();
@@ -146,7 +171,7 @@ impl Gateway {
             req
         };
         let (parts, body) = req.into_parts();
-        let tel = self.telemetry.request(&parts, rec.start());
+        let tel = self.telemetry.request(&parts, rec.start(), facts.is_some());
         let mut cx = Req {
             live,
             parts: &parts,
@@ -163,9 +188,7 @@ impl Gateway {
         let tel = cx.tel;
         match result {
             Ok(mut resp) => {
-                tel.finish(&mut resp, rid, &parts, None, || {
-                    live.stages.clients().resolve(&parts, peer)
-                });
+                tel.finish(&mut resp, rid, None, facts);
                 resp
             }
             Err(e) => {
@@ -177,11 +200,9 @@ impl Gateway {
                 };
                 let failure = Failure {
                     code: &code,
-                    step: step.as_deref(),
+                    step: step.as_ref(),
                 };
-                tel.finish(&mut resp, rid, &parts, Some(failure), || {
-                    live.stages.clients().resolve(&parts, peer)
-                });
+                tel.finish(&mut resp, rid, Some(failure), facts);
                 resp
             }
         }
@@ -241,13 +262,19 @@ fn panicked(
         .unwrap_or_else(|| "(no message)".to_string());
     let request_id = String::from_utf8_lossy(rid.as_bytes());
     tracing::error!(%request_id, panic = %msg, "a request handler panicked; answered 500");
-    ApiError::new(
+    let mut resp = ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal_error",
         "the gateway failed while handling this request",
     )
-    .into_response(rid, expose)
+    .into_response(rid, expose);
+    resp.extensions_mut().insert(Panicked);
+    resp
 }
+
+/// Marks the answer of a request whose handling panicked (its log line says `internal_error`).
+#[derive(Clone, Copy)]
+struct Panicked;
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then stop accepting, close idle
 /// connections and give in-flight requests `grace` to finish. This runs on the work-stealing
@@ -425,6 +452,14 @@ async fn accept_loop(
             },
             _ = &mut shutdown => break,
         };
+        // The edge stages' connection phase (`ip_filter` with `on_connection`): a refused
+        // peer is closed before admission, its TLS handshake and any request.
+        let live = gateway.live();
+        if live.stages.has_connection_phase() && !live.stages.on_connection(peer) {
+            drop(stream);
+            continue;
+        }
+        drop(live);
         // At the connection cap the oldest idle connections make room (this connection takes
         // the place of the first that closes); with none idle it is closed at once.
         let admitted = tokio::select! {

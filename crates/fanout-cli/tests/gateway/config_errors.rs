@@ -148,6 +148,12 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "6:11",
         "undefined filter `frobnicate`",
     ),
+    (
+        "request id header",
+        "server:\n  request_id_header: \"x request id\"\nroutes: []\n",
+        "2:3",
+        "server.request_id_header `x request id` is not a valid header name",
+    ),
 ];
 
 /// The errors `yaml` (as `f.yaml`, no environment) is refused with, as printed.

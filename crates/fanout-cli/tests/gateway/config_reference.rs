@@ -1,6 +1,6 @@
 //! docs/config.md documents every config field, and names no field that does not exist.
 //!
-//! The fields are taken from the generated JSON Schema (`fanout_config::schema()`, what
+//! The fields are taken from the generated JSON Schema (`fanout_proxy::registry::schema()`, what
 //! `fanout schema` prints): every property at every level, following `$ref`, `anyOf`/`oneOf`/
 //! `allOf`, `additionalProperties` (map entries, written `*`) and `items` (list items, written
 //! `[]`). Paths are dotted: `server.admission.codel.target`, `backends.*.retry.budget.ratio`,
@@ -212,7 +212,7 @@ fn doc_entries(text: &str) -> (Vec<Entry>, Vec<String>) {
 fn config_reference_is_complete_and_exact() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = std::fs::read_to_string(root.join("docs/config.md")).unwrap();
-    let schema = schema_paths(&fanout_config::schema());
+    let schema = schema_paths(&fanout_proxy::registry::schema());
 
     // The walk itself must see nested objects, maps and lists, or this test would prove nothing.
     for known in [

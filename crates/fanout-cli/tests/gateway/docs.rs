@@ -79,7 +79,7 @@ fn readme_status_is_honest() {
 
     // What exists: every property name of the config schema, the step kinds, the CLI's commands and
     // flags.
-    let schema = fanout_config::schema();
+    let schema = fanout_proxy::registry::schema();
     let mut props = std::collections::BTreeSet::new();
     collect_properties(&schema, &mut props);
     let step_kinds: Vec<String> = ["http", "grpc", "value", "fail", "sql", "model"]

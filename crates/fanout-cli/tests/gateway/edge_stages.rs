@@ -98,6 +98,7 @@ const TAG: Registration = Registration {
     section: true,
     codes: &["tagged"],
     build,
+    schema: None,
 };
 
 /// The grpc-gateway example plus one HTTP route; the stage's section in `defaults` applies to
@@ -181,10 +182,14 @@ fn an_unknown_stage_name_is_a_config_error_with_a_suggestion() {
 /// test below registers the stage.
 static ARRIVED: AtomicU64 = AtomicU64::new(0);
 
+/// What the logging phase saw of each request: `METHOD path status route error`.
+static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 /// A throw-away stage of the arrival, body and answer phases: every answer carries `x-stamp`,
 /// whatever made it; a request with `x-early` is answered 204 before routing; a body reading
 /// `shout` reaches the flow as `"SHOUT"`; the answer of a request that sent `x-note: N` gets
-/// `x-noted: N` from the answer phase (the note kept on arrival).
+/// `x-noted: N` from the answer phase (the note kept on arrival); the logging phase notes every
+/// request once done.
 struct Stamp;
 
 impl EdgeStage for Stamp {
@@ -260,6 +265,30 @@ impl EdgeStage for Stamp {
         fanout_edge::Later::Done
     }
 
+    fn logs(&self) -> bool {
+        true
+    }
+
+    fn log_want(&self) -> fanout_edge::LogWant {
+        fanout_edge::LogWant {
+            line: true,
+            if_degraded: true,
+        }
+    }
+
+    fn on_logged(&self, want: fanout_edge::LogWant, done: &fanout_edge::Done<'_>) {
+        assert!(want.takes(done));
+        let line = format!(
+            "{} {} {} {} {}",
+            done.method,
+            done.path,
+            done.status.as_u16(),
+            done.route.unwrap_or("-"),
+            done.error.unwrap_or("-")
+        );
+        LOGGED.lock().unwrap().push(line);
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -270,6 +299,7 @@ const STAMP: Registration = Registration {
     section: false,
     codes: &[],
     build: |_| Ok(Some(Arc::new(Stamp))),
+    schema: None,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,6 +371,23 @@ async fn the_arrival_body_and_answer_phases_answer_early_rewrite_bodies_and_see_
     let early = crate::grpc::get_profile(gw.addr, "u1", &[("x-early", "1")]).await;
     assert!(early.is_err(), "answered before the method ran: {early:?}");
     assert_eq!(ARRIVED.load(Ordering::Relaxed), 9);
+    // The logging phase saw every request once, whatever answered it (the gRPC answers with
+    // the HTTP status their `grpc-status` implies).
+    let logged = LOGGED.lock().unwrap().clone();
+    assert_eq!(
+        logged,
+        [
+            "GET /hello 200 /hello -",
+            "GET /nowhere 404 - not_found",
+            "GET /nowhere 204 - -",
+            "POST /echo 200 /echo -",
+            "GET /hello 500 - internal_error",
+            "GET /hello 500 /hello internal_error",
+            "GET /hello 200 /hello -",
+            "POST /demo.v1.ProfileGateway/GetProfile 200 /demo.v1.ProfileGateway/GetProfile -",
+            "POST /demo.v1.ProfileGateway/GetProfile 204 - -",
+        ]
+    );
     assert_eq!(
         calls(&s, "users"),
         1,

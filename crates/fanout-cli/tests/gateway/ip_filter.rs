@@ -167,3 +167,106 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// With `on_connection` the defaults' lists also judge connections at accept — the connection
+/// phase: a refused peer's connection is closed before any byte of HTTP (or a TLS handshake),
+/// counted; a trusted proxy's connection is let in and its requests judged one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_connection_closes_a_refused_peer_at_accept_and_lets_a_trusted_proxy_in() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = stubs(STUBS).await;
+    let routes = "routes:\n  - path: /open\n    respond: { body: '{ok: true}' }\n";
+    let deny = "defaults: { stages: { ip_filter: { deny: [127.0.0.0/8, '::1'], on_connection: true } } }\n";
+    let gw = gateway(&format!("{deny}{routes}"), &s).await;
+    let mut conn = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    // The write may fail (closed already) or succeed; the answer is the connection's end.
+    let _ = conn
+        .write_all(b"GET /open HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await;
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.read_to_end(&mut buf),
+    )
+    .await
+    .expect("the connection ends");
+    assert!(
+        buf.is_empty(),
+        "no HTTP answer: {read:?} {}",
+        String::from_utf8_lossy(&buf)
+    );
+    let admin = gw.admin_addr.unwrap();
+    let status = get(&format!("http://{admin}/__fanout/status")).await.json();
+    assert_eq!(status["ip_filter"]["connections_refused"], 1, "{status}");
+    let metrics = get(&format!("http://{admin}/metrics")).await.text();
+    assert!(
+        metrics.contains("fanout_ip_filter_connections_refused_total 1"),
+        "{metrics}"
+    );
+
+    // Behind a trusted proxy (the peer): in, and each request judged on its forwarded client.
+    let trusted = format!("server: {{ trusted_proxies: [127.0.0.1] }}\n{deny}{routes}");
+    let gw = gateway(&trusted, &s).await;
+    let c = client(false);
+    let url = format!("http://{}/open", gw.addr);
+    let ok = send(
+        &c,
+        http::Method::GET,
+        &url,
+        &[("x-forwarded-for", "192.0.2.1")],
+        "",
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let no = send(
+        &c,
+        http::Method::GET,
+        &url,
+        &[("x-forwarded-for", "127.0.0.9")],
+        "",
+    )
+    .await;
+    assert_eq!(no.json()["error"]["code"], "ip_denied");
+    let status = get(&format!(
+        "http://{}/__fanout/status",
+        gw.admin_addr.unwrap()
+    ))
+    .await
+    .json();
+    assert_eq!(status["ip_filter"]["connections_refused"], 0);
+}
+
+#[test]
+fn on_connection_is_for_the_defaults_and_a_route_list_beside_it_is_warned_about() {
+    let lookup = |_: &str| Some("127.0.0.1:1".to_string());
+    let on_route = "routes:\n  - path: /a\n    stages: { ip_filter: { deny: [10.0.0.0/8], on_connection: true } }\n    respond: { body: '1' }\n";
+    let err = fanout::load_gateway("fanout.yaml", on_route, &lookup)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("fanout.yaml:3:")
+            && err.contains("routes[0].stages.ip_filter.on_connection: connections are judged before any route is known"),
+        "{err}"
+    );
+    let beside = "defaults: { stages: { ip_filter: { deny: [10.0.0.0/8], on_connection: true } } }\nroutes:\n  - path: /a\n    stages: { ip_filter: { allow: [10.1.0.0/16] } }\n    respond: { body: '1' }\n";
+    let dir = std::env::temp_dir().join(format!("fanout-ip-conn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fanout.yaml");
+    std::fs::write(&path, beside).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["validate", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let want = format!(
+        "{}:4:15: warning: routes[0].stages.ip_filter: the defaults' lists close refused connections",
+        path.display()
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with(&want)),
+        "{want}\nin:\n{text}"
+    );
+}

@@ -12,7 +12,7 @@ fn check_snapshot(file: &str, schema: &serde_json::Value) {
 
 #[test]
 fn schemas_are_valid_and_match_snapshots() {
-    let gw = fanout_config::schema();
+    let gw = fanout_proxy::registry::schema();
     let stubs = fanout_stub::schema();
     jsonschema::meta::validate(&gw).expect("gateway schema is a valid JSON Schema");
     jsonschema::meta::validate(&stubs).expect("stub schema is a valid JSON Schema");
@@ -33,7 +33,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_example_config_validates() {
-    let gw = jsonschema::validator_for(&fanout_config::schema()).unwrap();
+    let gw = jsonschema::validator_for(&fanout_proxy::registry::schema()).unwrap();
     let st = jsonschema::validator_for(&fanout_stub::schema()).unwrap();
     let mut files = Vec::new();
     yaml_files(&root().join("examples"), &mut files);
@@ -82,7 +82,7 @@ fn cli_schema_and_validate_behave() {
     assert!(out.status.success());
     let printed: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("fanout schema prints JSON");
-    assert_eq!(printed, fanout_config::schema());
+    assert_eq!(printed, fanout_proxy::registry::schema());
 
     let ok = root().join("examples/product-page/fanout.yaml");
     let out = std::process::Command::new(bin)

@@ -186,7 +186,7 @@ async fn spans_link_request_steps_and_backend_calls_and_backends_get_the_context
     }
     let st = status(&url).await;
     assert_eq!(st["telemetry"]["tracing"]["dropped"], 0);
-    assert!(st["telemetry"]["access_log"].is_null());
+    assert!(st["access_log"].is_null(), "off: null");
 }
 
 #[tokio::test]
@@ -494,7 +494,7 @@ async fn the_access_log_has_one_json_line_per_request_naming_degraded_steps() {
     assert_eq!(l["error"], "not_found");
 
     let st = status(&url).await;
-    assert_eq!(st["telemetry"]["access_log"]["dropped"], 0);
+    assert_eq!(st["access_log"]["dropped"], 0);
     assert!(st["telemetry"]["tracing"].is_null());
     let _ = std::fs::remove_file(&path);
 }
@@ -515,7 +515,7 @@ async fn access_log_sampling_zero_writes_nothing() {
     }
     // Lines are queued before the answer is sent: none was.
     let st = status(&url).await;
-    assert_eq!(st["telemetry"]["access_log"]["queued"], 0, "{st}");
+    assert_eq!(st["access_log"]["queued"], 0, "{st}");
     assert!(lines(&path).is_empty());
 
     // With always_log_degraded (the default), a degraded answer is logged anyway.
@@ -534,7 +534,7 @@ async fn access_log_sampling_zero_writes_nothing() {
     .await;
     assert_eq!(d.status, 200);
     let st = status(&url2).await;
-    assert_eq!(st["telemetry"]["access_log"]["queued"], 1, "{st}");
+    assert_eq!(st["access_log"]["queued"], 1, "{st}");
     wait_until("the degraded answer's line", || lines(&path2).len() == 1).await;
     assert_eq!(lines(&path2)[0]["request_id"], "log-d-only");
     let _ = std::fs::remove_file(&path);
@@ -609,6 +609,9 @@ routes: []
     assert!(err.contains("otlp_endpoint"), "{err}");
     assert!(err.contains("telemetry.tracing.sampling_ratio"), "{err}");
     assert!(err.contains("telemetry.access_log.sample_ratio"), "{err}");
+    // Every error has its place in the file.
+    assert!(!err.contains(":0:0:"), "{err}");
+    assert!(err.contains("fanout.yaml:4:"), "{err}");
 }
 
 #[tokio::test]
@@ -765,4 +768,102 @@ routes:
         "{step:#}"
     );
     gw.shutdown().await.unwrap();
+}
+
+/// The access log is the logging phase of the edge stages: it sees every answer — those the
+/// arrival phase makes before routing (a CORS preflight, its refusal) as well as the flow's —
+/// after the answer phase, so `bytes_out` is what the client is sent (compressed).
+#[tokio::test]
+async fn the_access_log_sees_answers_made_before_routing_and_the_compressed_bytes() {
+    let stubs = stubs(STUBS).await;
+    let path = log_file("edge");
+    let yaml = format!(
+        r#"
+telemetry: {{ access_log: {{ enabled: true, output: "{}" }} }}
+compression: {{ response: {{ enabled: true, algorithms: [gzip], min_bytes: 16 }} }}
+defaults: {{ cors: {{ origins: ["https://app.example.com"] }} }}
+routes:
+  - path: /big
+    respond: {{ body: '[range(0; 500)]' }}
+"#,
+        path.display()
+    );
+    let gw = gateway(&yaml, &stubs).await;
+    let url = format!("http://{}", gw.addr);
+
+    let gz = request(
+        &format!("{url}/big"),
+        &[("x-request-id", "log-gzip"), ("accept-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!(gz.status, 200);
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    let c = client(false);
+    let preflight = [
+        ("origin", "https://app.example.com"),
+        ("access-control-request-method", "GET"),
+    ];
+    let ok = send(
+        &c,
+        Method::OPTIONS,
+        &format!("{url}/big"),
+        &[
+            preflight[0],
+            preflight[1],
+            ("x-request-id", "log-preflight"),
+        ],
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert_eq!(ok.status, 204);
+    let refused = send(
+        &c,
+        Method::OPTIONS,
+        &format!("{url}/big"),
+        &[
+            ("origin", "https://evil.example"),
+            preflight[1],
+            ("x-request-id", "log-cors-refused"),
+        ],
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert_eq!(refused.status, 403);
+
+    wait_until("three access log lines", || lines(&path).len() >= 3).await;
+    let all = lines(&path);
+    let by_id = |id: &str| {
+        all.iter()
+            .find(|l| l["request_id"] == id)
+            .unwrap_or_else(|| panic!("no line for {id}: {all:#?}"))
+            .clone()
+    };
+    let l = by_id("log-gzip");
+    assert_eq!(l["route"], "/big");
+    assert_eq!(
+        l["bytes_out"].as_u64().unwrap(),
+        gz.body.len() as u64,
+        "the bytes sent, compressed"
+    );
+    let plain = serde_json::to_vec(&(0..500).collect::<Vec<_>>()).unwrap();
+    assert!(gz.body.len() < plain.len() / 2, "{} bytes", gz.body.len());
+
+    let l = by_id("log-preflight");
+    assert_eq!(
+        (l["method"].clone(), l["status"].clone()),
+        ("OPTIONS".into(), 204.into())
+    );
+    assert_eq!(l["path"], "/big");
+    assert_eq!(
+        l["route"],
+        serde_json::Value::Null,
+        "answered before routing"
+    );
+    assert_eq!(l["bytes_out"], 0);
+    assert_eq!(l["client"], "127.0.0.1");
+
+    let l = by_id("log-cors-refused");
+    assert_eq!(l["status"], 403);
+    assert_eq!(l["error"], "cors_refused");
+    let _ = std::fs::remove_file(&path);
 }

@@ -1340,3 +1340,38 @@ async fn an_sni_that_is_not_a_dns_name_is_refused_and_an_ip_address_is_no_sni() 
         assert!(out.contains("CN = first-cert"), "{ip}: {out}");
     }
 }
+
+/// The `tls` edge stage says what `fanout explain` prints of a route reached over TLS, and its
+/// status section and metric families are the listeners' (through the stage registry).
+#[tokio::test]
+async fn explain_says_a_route_is_reached_over_tls_and_the_stage_reports_the_listener() {
+    let dir = temp_dir("explain");
+    let ca_file = dir.join("ca.pem").display().to_string();
+    let extra = format!(", min_version: '1.3', client_auth: {{ ca_file: '{ca_file}' }}");
+    let (_ca, written, tls) = localhost_tls(&dir, &extra);
+    assert_eq!(written, ca_file);
+    let path = dir.join("fanout.yaml");
+    std::fs::write(&path, config(&tls)).unwrap();
+    let text = fanout::explain::explain_file_at(
+        path.to_str().unwrap(),
+        &|_: &str| None,
+        Some("/client"),
+        fanout::explain::Format::Text,
+        None,
+    )
+    .unwrap();
+    assert!(
+        text.contains(&format!(
+            "  tls: over TLS 1.3+ on the main listener; client certificates required (CA {ca_file})"
+        )),
+        "{text}"
+    );
+    let gw = fanout::load_gateway("f.yaml", &config(&tls), &|_: &str| None).unwrap();
+    let st = gw.status_json();
+    assert_eq!(
+        st["tls"]["main"]["certificates"][0]["names"][0], "localhost",
+        "{st}"
+    );
+    let plain = fanout::load_gateway("f.yaml", &config("null"), &|_: &str| None).unwrap();
+    assert_eq!(plain.status_json()["tls"], serde_json::json!({}));
+}

@@ -1,7 +1,7 @@
 //! The access log: one JSON object per line per request (`telemetry.access_log`), written by a
 //! thread of its own so that no worker ever waits on stdout or a disk: lines go through a
 //! bounded queue, and when it is full the line is dropped and counted (status endpoint,
-//! `telemetry.access_log.dropped`).
+//! `access_log.dropped`). The edge stage that writes it is `fanout_edge::access_log`.
 //!
 //! A line: `{"time", "request_id", "method", "route", "path", "status", "duration_ms",
 //! "bytes_in", "bytes_out", "error"?, "error_step"?, "partial": [{"step", "code", "cause"}]}` —
@@ -81,7 +81,7 @@ pub struct Line<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_step: Option<&'a str>,
     /// The steps of a degraded answer and why each fell back.
-    pub partial: Vec<Degraded<'a>>,
+    pub partial: &'a [Degraded<'a>],
 }
 
 impl AccessLog {

@@ -1,30 +1,32 @@
 //! What the gateway tells operators about each request: OpenTelemetry traces ([`trace`],
-//! exported by [`fanout_ops::telemetry::export`]), the JSON access log ([`access_log`]) and
-//! `Server-Timing` ([`server_timing`]), all in [`fanout_ops::telemetry`]. All are off by
-//! default, and off they cost a few branches per request: no span, no timeline, no line is
-//! built.
+//! exported by [`fanout_ops::telemetry::export`]) and `Server-Timing` ([`server_timing`]), both
+//! in [`fanout_ops::telemetry`], and what the logging phase of the edge stages is told of a
+//! request ([`Facts`]; the access log is the `access_log` stage, `fanout_edge::access_log`).
+//! All are off by default, and off they cost a few branches per request: no span, no
+//! timeline, no line is built.
 //!
 //! [`Telemetry`] is built with the gateway and started inside the runtime; each request gets a
 //! [`RequestTelemetry`] (what is on for it), whose parts the executor feeds through
-//! [`crate::observe::RequestObserver`], and which finishes the answer (header, span, line).
+//! [`crate::observe::RequestObserver`], and which finishes the answer (header, span, the facts
+//! of the log line).
 
-use access_log::{AccessLog, Degraded, Line};
 use fanout_config::{Config, ConfigError, ConfigErrors};
+use fanout_edge::{Degraded, Done, LogWants, StageSet};
 use fanout_flow::{Outcome, RoutePlan};
-use fanout_ops::telemetry::{access_log, server_timing, trace};
+use fanout_ops::telemetry::{server_timing, trace};
 use http::request::Parts;
-use http::{HeaderValue, Response};
-use server_timing::{Timeline, TimingGate};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use server_timing::{StepTiming, Timeline, TimingGate};
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 use tokio::time::Instant;
 use trace::{RequestTrace, Tracing};
 
-/// The gateway's telemetry: config, and once started the tracer and access log writer.
+/// The gateway's telemetry: config, and once started the tracer.
 pub struct Telemetry {
     cfg: fanout_config::Telemetry,
     tracing: OnceLock<Tracing>,
-    access_log: OnceLock<AccessLog>,
     gate: Option<TimingGate>,
 }
 
@@ -49,9 +51,6 @@ impl Telemetry {
                 errs.push(ratio_error("telemetry.tracing.sampling_ratio"));
             }
         }
-        if !(0.0..=1.0).contains(&t.access_log.sample_ratio) {
-            errs.push(ratio_error("telemetry.access_log.sample_ratio"));
-        }
         let gate = match TimingGate::new(cfg.server.server_timing.as_ref()) {
             Ok(g) => g,
             Err(e) => {
@@ -67,20 +66,16 @@ impl Telemetry {
         Ok(Telemetry {
             cfg: t.clone(),
             tracing: OnceLock::new(),
-            access_log: OnceLock::new(),
             gate,
         })
     }
 
-    /// Start the exporter and the access log writer (inside the runtime; once).
+    /// Start the exporter (inside the runtime; once).
     pub fn start(&self) -> Result<(), String> {
         if let Some(cfg) = &self.cfg.tracing
             && self.tracing.get().is_none()
         {
             let _ = self.tracing.set(Tracing::start(cfg)?);
-        }
-        if self.cfg.access_log.enabled && self.access_log.get().is_none() {
-            let _ = self.access_log.set(AccessLog::start(&self.cfg.access_log)?);
         }
         Ok(())
     }
@@ -92,26 +87,26 @@ impl Telemetry {
         }
     }
 
-    /// `{tracing, access_log}` counters for the status endpoint (`null` when off).
+    /// `{tracing}` counters for the status endpoint (`null` when off; the access log's are
+    /// its stage's section, `access_log`).
     pub fn status_json(&self) -> serde_json::Value {
         serde_json::json!({
             "tracing": self.tracing.get().map(Tracing::status_json),
-            "access_log": self.access_log.get().map(AccessLog::status_json),
         })
     }
 
-    /// What is on for a request that arrived at `start`.
-    pub fn request(&self, parts: &Parts, start: Instant) -> RequestTelemetry<'_> {
+    /// What is on for a request that arrived at `start`; `logged`: a logging stage wants it
+    /// (its facts are gathered for [`Facts`]).
+    pub fn request(&self, parts: &Parts, start: Instant, logged: bool) -> RequestTelemetry<'_> {
         let trace = self
             .tracing
             .get()
             .map(|t| t.request(&parts.method, &parts.headers, SystemTime::now()));
-        let log = self.access_log.get().map(|l| (l, l.sampled()));
         let timing = self.gate.as_ref().is_some_and(|g| g.allows(&parts.headers));
         RequestTelemetry {
             start,
             trace,
-            log,
+            logged,
             timing,
             timeline: None,
             route: None,
@@ -122,19 +117,16 @@ impl Telemetry {
 }
 
 fn ratio_error(field: &str) -> ConfigError {
-    ConfigError::at(
-        Default::default(),
-        format!("{field} must be between 0.0 and 1.0"),
-    )
-    .hint("1.0 keeps everything, 0.1 one in ten, 0.0 nothing")
+    ConfigError::at_path(field, format!("{field} must be between 0.0 and 1.0"))
+        .hint("1.0 keeps everything, 0.1 one in ten, 0.0 nothing")
 }
 
 /// What is on for one request, and what it gathered.
 pub struct RequestTelemetry<'a> {
     start: Instant,
     trace: Option<RequestTrace>,
-    /// The access log, and whether this request is in its sample.
-    log: Option<(&'a AccessLog, bool)>,
+    /// A logging stage wants the request ([`Facts`] are gathered).
+    logged: bool,
     /// `Server-Timing` is sent (the route or the trusted header asks for it).
     timing: bool,
     timeline: Option<Timeline>,
@@ -147,9 +139,9 @@ pub struct RequestTelemetry<'a> {
 /// How an error answer ended a request, for its span and log line.
 pub struct Failure<'e> {
     /// `error.code`.
-    pub code: &'e str,
+    pub code: &'e Cow<'static, str>,
     /// The step it names.
-    pub step: Option<&'e str>,
+    pub step: Option<&'e Arc<str>>,
 }
 
 impl<'a> RequestTelemetry<'a> {
@@ -162,10 +154,7 @@ impl<'a> RequestTelemetry<'a> {
         if let Some(t) = &self.trace {
             t.routed(&route.method, &route.path);
         }
-        let logs = self
-            .log
-            .is_some_and(|(l, sampled)| sampled || l.always_log_degraded);
-        if self.timing || logs {
+        if self.timing || self.logged {
             self.timeline = Some(Timeline::default());
         }
     }
@@ -200,22 +189,22 @@ impl<'a> RequestTelemetry<'a> {
     pub fn ran<E>(&mut self, out: &Result<Outcome, E>) {
         if let Ok(o) = out
             && !o.partial.is_empty()
-            && (self.trace.is_some() || self.log.is_some())
+            && (self.trace.is_some() || self.logged)
         {
             self.partial = o.partial.clone();
         }
     }
 
-    /// The answer is ready: add `Server-Timing`, end the request span, write the log line.
-    pub fn finish<B: hyper::body::Body>(
+    /// The answer is ready: add `Server-Timing`, end the request span, and put what the log
+    /// line needs in `facts` (when a logging stage wants the request).
+    pub fn finish<B>(
         self,
         resp: &mut Response<B>,
         request_id: &HeaderValue,
-        parts: &Parts,
         failure: Option<Failure<'_>>,
-        client: impl FnOnce() -> Option<std::net::IpAddr>,
+        facts: Option<&mut Facts<'a>>,
     ) {
-        if self.trace.is_none() && self.log.is_none() && !self.timing {
+        if self.trace.is_none() && !self.logged && !self.timing {
             return;
         }
         let total = self.start.elapsed();
@@ -229,43 +218,107 @@ impl<'a> RequestTelemetry<'a> {
         {
             resp.headers_mut().insert("server-timing", v);
         }
-        let rid = String::from_utf8_lossy(request_id.as_bytes());
-        let status = resp.status();
         if let Some(t) = &self.trace {
+            let rid = String::from_utf8_lossy(request_id.as_bytes());
             t.end(
-                status,
+                resp.status(),
                 &rid,
-                failure.as_ref().map(|f| f.code),
+                failure.as_ref().map(|f| f.code.as_ref()),
                 !self.partial.is_empty(),
             );
         }
-        let Some((log, sampled)) = self.log else {
-            return;
-        };
-        let degraded = !self.partial.is_empty() || status.is_server_error();
-        if !(sampled || degraded && log.always_log_degraded) {
-            return;
+        if let Some(f) = facts {
+            f.route = self.route;
+            f.bytes_in = self.bytes_in;
+            f.error = failure.map(|e| (e.code.clone(), e.step.cloned()));
+            f.partial = self.partial;
+            f.steps = steps;
         }
-        let partial = degraded_steps(&self.partial, &steps);
-        log.write(&Line {
-            time: access_log::rfc3339(SystemTime::now() - total),
-            request_id: &rid,
-            method: parts.method.as_str(),
-            route: self.route,
-            path: parts.uri.path(),
-            client: client().map(|ip| ip.to_string()),
-            tls_client: parts
-                .extensions
+    }
+}
+
+/// What the logging phase of the edge stages is told of a request ([`fanout_edge::Done`]),
+/// gathered only when a logging stage wants it: its head on arrival, what the lifecycle learnt
+/// (route, body size, error, degraded steps), the answer after the answer phase.
+pub struct Facts<'a> {
+    method: Method,
+    uri: Uri,
+    client: Option<std::net::IpAddr>,
+    tls_client: Option<String>,
+    route: Option<&'a str>,
+    bytes_in: u64,
+    error: Option<(Cow<'static, str>, Option<Arc<str>>)>,
+    partial: Vec<Arc<str>>,
+    steps: Vec<StepTiming>,
+}
+
+impl<'a> Facts<'a> {
+    /// A request on arrival: its head, its client (as trusted proxies resolve it) and the
+    /// subject of its client certificate.
+    pub fn arrived(
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        extensions: &http::Extensions,
+        peer: Option<std::net::SocketAddr>,
+        stages: &StageSet,
+    ) -> Self {
+        let _ = headers;
+        Facts {
+            method: method.clone(),
+            uri: uri.clone(),
+            client: stages.clients().resolve_headers(headers, peer),
+            tls_client: extensions
                 .get::<Arc<fanout_transport::tls::TlsInfo>>()
-                .and_then(|t| t.client_subject()),
-            status: status.as_u16(),
-            duration_ms: (total.as_secs_f64() * 1e6).round() / 1e3,
+                .and_then(|t| t.client_subject())
+                .map(str::to_string),
+            route: None,
+            bytes_in: 0,
+            error: None,
+            partial: Vec::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// The answer is the error `code` (made without the lifecycle: a refusal on arrival, a
+    /// panic).
+    pub fn refused(&mut self, code: Cow<'static, str>) {
+        self.error = Some((code, None));
+    }
+
+    /// The request is done: the answer is `resp` (its `status` as the client reads it), made
+    /// `since` its arrival; every stage that wanted it sees it.
+    pub fn log<B: hyper::body::Body>(
+        self,
+        stages: &StageSet,
+        wants: &LogWants,
+        request_id: &HeaderValue,
+        status: StatusCode,
+        resp: &Response<B>,
+        since: Instant,
+    ) {
+        let duration = since.elapsed();
+        let partial = degraded_steps(&self.partial, &self.steps);
+        let rid = String::from_utf8_lossy(request_id.as_bytes());
+        let done = Done {
+            arrived: SystemTime::now()
+                .checked_sub(duration)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            duration,
+            request_id: &rid,
+            method: &self.method,
+            path: self.uri.path(),
+            route: self.route,
+            client: self.client,
+            tls_client: self.tls_client.as_deref(),
+            status,
             bytes_in: self.bytes_in,
-            bytes_out: resp.body().size_hint().exact().unwrap_or(0),
-            error: failure.as_ref().map(|f| f.code),
-            error_step: failure.as_ref().and_then(|f| f.step),
-            partial,
-        });
+            bytes_out: resp.body().size_hint().exact(),
+            error: self.error.as_ref().map(|(c, _)| c.as_ref()),
+            error_step: self.error.as_ref().and_then(|(_, s)| s.as_deref()),
+            partial: &partial,
+        };
+        stages.on_logged(wants, &done);
     }
 }
 

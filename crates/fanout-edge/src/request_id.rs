@@ -1,12 +1,18 @@
-//! Request ids: every request has one — the client's own (`x-request-id`, when present and
-//! valid) or a generated one. It is returned in a response header and in error bodies, and it is
-//! the key of the request's log lines, so support can go from a client's answer to the detail.
+//! Request ids, as an edge stage (`request_id`): every request has one — the client's own (in
+//! `server.request_id_header`, `x-request-id` by default, when present and valid) or a
+//! generated one. It is named on arrival, before every other phase, returned in that header on
+//! every answer and in error bodies, and it is the key of the request's log lines, so support
+//! can go from a client's answer to the detail.
 //!
 //! Generated ids are 16 lower-case hex digits: a per-process random 64-bit offset plus a counter,
 //! through the SplitMix64 finalizer (a bijection on `u64`), so ids never repeat within a process
-//! and do not reveal how many requests it served.
+//! (the generator is handed from each config's stage to the next) and do not reveal how many
+//! requests it served.
 
-use http::HeaderValue;
+use crate::{BuildCx, EdgeStage, Namer, Registration, RequestHead, RouteKind, Step};
+use fanout_config::{ConfigError, ConfigErrors};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Longest accepted client request id.
@@ -59,6 +65,65 @@ impl RequestIds {
         }
         // 16 hex digits are always a valid header value.
         HeaderValue::from_bytes(&buf).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    }
+}
+
+/// The stage's line in the registry.
+pub const STAGE: Registration = Registration {
+    name: "request_id",
+    section: false,
+    codes: &[],
+    build,
+    schema: None,
+};
+
+/// Names every request: the header, and the generator (kept across reloads).
+struct RequestIdStage {
+    header: HeaderName,
+    ids: Arc<RequestIds>,
+}
+
+fn build(cx: &BuildCx<'_>) -> Result<Option<Arc<dyn EdgeStage>>, ConfigErrors> {
+    let name = &cx.config.server.request_id_header;
+    let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+        let path = "server.request_id_header";
+        ConfigErrors(vec![
+            ConfigError::at_path(path, format!("{path} `{name}` is not a valid header name"))
+                .hint("a header name such as `x-request-id`"),
+        ])
+    })?;
+    let ids = cx
+        .prev
+        .and_then(|p| p.as_any().downcast_ref::<RequestIdStage>())
+        .map_or_else(|| Arc::new(RequestIds::new()), |p| p.ids.clone());
+    Ok(Some(Arc::new(RequestIdStage { header, ids })))
+}
+
+impl EdgeStage for RequestIdStage {
+    fn applies(&self, _route: usize, _kind: RouteKind) -> bool {
+        false
+    }
+
+    fn on_request<'a>(&'a self, _head: &'a mut RequestHead<'_>) -> Step<'a> {
+        Step::Next
+    }
+
+    fn namer(&self) -> Option<&dyn Namer> {
+        Some(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Namer for RequestIdStage {
+    fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    fn name(&self, headers: &HeaderMap) -> HeaderValue {
+        self.ids.for_request(headers.get(&self.header))
     }
 }
 
