@@ -2,23 +2,33 @@
 //! ([`read_answer`]: at most `max_response_bytes`, held once).
 
 use bytes::Bytes;
+use fanout_layers::stream::{BoxError, SlotBody};
 use hyper::body::{Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// The body of a backend call: its bytes at once, their length announced (`content-length`)
 /// except on gRPC calls — their messages carry their own length, gRPC clients send none, and a
-/// length that differs per call is a header HTTP/2 cannot index, encoded anew for every call.
+/// length that differs per call is a header HTTP/2 cannot index, encoded anew for every call;
+/// or, for a streamed call ([`fanout_layers::stream`]), the request's body as the client sends
+/// it, each frame taken when the connection can take it.
 #[derive(Debug)]
-pub(crate) struct CallBody {
-    data: Option<Bytes>,
-    sized: bool,
+pub(crate) enum CallBody {
+    /// Bytes at once.
+    Whole {
+        /// `None` once sent (or when there are none).
+        data: Option<Bytes>,
+        /// The length is announced.
+        sized: bool,
+    },
+    /// A streamed call's body, taken from its slot on the first poll.
+    Stream(SlotBody),
 }
 
 impl CallBody {
     /// `data`, with its length announced.
     pub(crate) fn new(data: Bytes) -> CallBody {
-        CallBody {
+        CallBody::Whole {
             data: (!data.is_empty()).then_some(data),
             sized: true,
         }
@@ -26,36 +36,47 @@ impl CallBody {
 
     /// `data`, without a length (gRPC).
     pub(crate) fn without_length(data: Bytes) -> CallBody {
-        CallBody {
+        CallBody::Whole {
+            data: (!data.is_empty()).then_some(data),
             sized: false,
-            ..CallBody::new(data)
         }
     }
 }
 
 impl hyper::body::Body for CallBody {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Poll::Ready(self.get_mut().data.take().map(|d| Ok(Frame::data(d))))
+        match self.get_mut() {
+            CallBody::Whole { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            CallBody::Stream(s) => Pin::new(s).poll_frame(cx),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_none()
+        match self {
+            CallBody::Whole { data, .. } => data.is_none(),
+            CallBody::Stream(s) => s.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        let n = self.data.as_ref().map_or(0, |d| d.len() as u64);
-        if self.sized {
-            SizeHint::with_exact(n)
-        } else {
-            let mut hint = SizeHint::new();
-            hint.set_lower(n);
-            hint
+        match self {
+            CallBody::Whole { data, sized } => {
+                let n = data.as_ref().map_or(0, |d| d.len() as u64);
+                if *sized {
+                    SizeHint::with_exact(n)
+                } else {
+                    let mut hint = SizeHint::new();
+                    hint.set_lower(n);
+                    hint
+                }
+            }
+            CallBody::Stream(s) => s.size_hint(),
         }
     }
 }

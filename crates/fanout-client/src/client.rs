@@ -26,6 +26,7 @@ use crate::body::CallBody;
 use crate::h1pool::H1Pool;
 use bytes::Bytes;
 use fanout_config::{Backend as BackendConfig, ConfigError, Defaults, Protocol};
+use fanout_layers::stream::{BoxError, StreamRequest, StreamResponse};
 use fanout_layers::{Backend, CallError, CallErrorKind, CallOutcome, CallRequest, CallResponse};
 use fanout_protocol::AddressStatus;
 use fanout_protocol::headers::find_header;
@@ -33,6 +34,7 @@ use fanout_protocol::tls::trusted_roots;
 use futures_util::future::BoxFuture;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -893,6 +895,216 @@ impl Backend for HttpBackend {
                 })
             }
         }
+    }
+
+    fn open(&self, req: StreamRequest) -> BoxFuture<'static, Result<StreamResponse, CallError>> {
+        self.open_stream(req)
+    }
+}
+
+impl HttpBackend {
+    /// A streamed call ([`Backend::open`]; pass-through routes): the address chosen by the
+    /// balancer as for any call, the request sent with the headers it carries plus the
+    /// backend's own (`headers:`, the URL's userinfo, `Host` on HTTP/1), its body taken frame by
+    /// frame as the connection can take it, and the answer returned once its head has arrived,
+    /// the body unread. Nothing is added or decoded: no `Accept-Encoding`, no deadline header,
+    /// no gRPC framing (a `protocol: grpc` backend is HTTP/2 here). The balancer hears how the
+    /// call ended at the head (a 5xx or no answer is a failure of the address). An HTTP/1
+    /// connection of fanout's pool goes back to it once both bodies went to their end.
+    fn open_stream(
+        &self,
+        req: StreamRequest,
+    ) -> BoxFuture<'static, Result<StreamResponse, CallError>> {
+        let started = Instant::now();
+        let (pick, default_rtt) = {
+            let mut b = self.balancer.lock().unwrap_or_else(|e| e.into_inner());
+            (b.pick(started, &mut rand::rng()), b.policy().default_rtt)
+        };
+        let mut claim = pick.map(|pick| Claim {
+            balancer: self.balancer.clone(),
+            pick,
+            started,
+            timeout: req.timeout,
+            default_rtt,
+            done: false,
+        });
+        let base = pick.and_then(|p| self.bases.get(p.index));
+        let uri = match base {
+            Some(b) => b.uri(req.path_and_query.clone()),
+            None => Err((String::new(), "no address".into())),
+        };
+        let span = req.trace.as_ref().and_then(|t| {
+            t.sent(|| base.map_or(String::new(), |b| format!("{}{}", b.origin, b.path)))
+        });
+        let h1 = base.and_then(|b| b.h1.clone());
+        let uri = match uri {
+            Ok(u) => u,
+            Err((uri, e)) => {
+                if let Some(c) = &mut claim {
+                    c.finish(Outcome::Cancelled);
+                }
+                let e = CallError::new(
+                    CallErrorKind::Invalid,
+                    format!("invalid request to `{}`: {e}", cut(&uri, 200)),
+                );
+                if let Some(span) = span {
+                    span.end(Err(&e));
+                }
+                return Box::pin(async move { Err(e) });
+            }
+        };
+        let sent = req.body.clone();
+        let mut r = Request::new(CallBody::Stream(req.body.sender()));
+        *r.method_mut() = req.method;
+        *r.uri_mut() = match h1 {
+            Some(_) => origin_form(&uri),
+            None => uri.clone(),
+        };
+        *r.headers_mut() = req.headers;
+        let h = r.headers_mut();
+        for (k, v) in &self.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        if let Some(basic) = base.and_then(|b| b.basic.as_ref())
+            && !h.contains_key(http::header::AUTHORIZATION)
+        {
+            h.insert(http::header::AUTHORIZATION, basic.clone());
+        }
+        if let Some(span) = &span {
+            span.inject(h);
+        }
+        if self.http1
+            && let Some(host) = base.and_then(|b| b.host.as_ref())
+            && !h.contains_key(http::header::HOST)
+        {
+            h.insert(http::header::HOST, host.clone());
+        }
+        let timeout = req.timeout;
+        let done = move |result: Result<StreamResponse, CallError>| {
+            if let Some(span) = span {
+                span.end(result.as_ref().map(|r| r.status));
+            }
+            if let Some(mut claim) = claim {
+                let outcome = match CallOutcome::of_stream(&result) {
+                    CallOutcome::Failed(CallErrorKind::Timeout)
+                        if !blamable(timeout, default_rtt) =>
+                    {
+                        Outcome::Cancelled
+                    }
+                    o if o.blames_address() => Outcome::Failure,
+                    o if o.never_sent() => Outcome::Cancelled,
+                    _ => Outcome::Success,
+                };
+                claim.finish(outcome);
+            }
+            result
+        };
+        match h1 {
+            Some(pool) => Box::pin(async move {
+                let result = match pool.send(r).await {
+                    Ok((resp, conn)) => {
+                        let (parts, body) = resp.into_parts();
+                        Ok(StreamResponse {
+                            status: parts.status,
+                            version: parts.version,
+                            headers: parts.headers,
+                            body: UnsyncBoxBody::new(Pooled {
+                                inner: body,
+                                back: Some((pool, conn)),
+                                sent,
+                            }),
+                        })
+                    }
+                    Err(e) => {
+                        let kind = if e.is_connect() {
+                            CallErrorKind::Connect
+                        } else {
+                            CallErrorKind::Reset
+                        };
+                        Err(CallError::new(kind, format!("{uri}: {}", describe(&e))).with_source(e))
+                    }
+                };
+                done(result)
+            }),
+            None => {
+                let cores = self.clients.len().saturating_sub(1);
+                let client = match fanout_runtime::cores::shard(cores) {
+                    Some(i) => self.clients.get(i),
+                    None => self.clients.last(),
+                }
+                .cloned();
+                Box::pin(async move {
+                    let Some(client) = client else {
+                        return done(Err(CallError::new(
+                            CallErrorKind::Connect,
+                            "no client for this backend",
+                        )));
+                    };
+                    let result = match client.request(r).await {
+                        Ok(resp) => {
+                            let (parts, body) = resp.into_parts();
+                            Ok(StreamResponse {
+                                status: parts.status,
+                                version: parts.version,
+                                headers: parts.headers,
+                                body: UnsyncBoxBody::new(body.map_err(BoxError::from)),
+                            })
+                        }
+                        Err(e) => Err(CallError::new(
+                            classify(&e),
+                            format!("{uri}: {}", describe(&e)),
+                        )
+                        .with_source(e)),
+                    };
+                    done(result)
+                })
+            }
+        }
+    }
+}
+
+/// The answer body of a streamed call on fanout's HTTP/1 pool: its connection goes back to the
+/// pool when the answer ends and the request's body went to its end (a connection still
+/// sending a body is not reusable; it is closed with this body when either stops early).
+struct Pooled {
+    inner: hyper::body::Incoming,
+    back: Option<(Arc<H1Pool>, crate::h1pool::H1Conn)>,
+    sent: fanout_layers::stream::BodySlot,
+}
+
+impl hyper::body::Body for Pooled {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        match r {
+            std::task::Poll::Ready(None) => {
+                if let Some((pool, conn)) = this.back.take()
+                    && this.sent.finished()
+                {
+                    pool.put(conn);
+                }
+                std::task::Poll::Ready(None)
+            }
+            std::task::Poll::Ready(Some(Err(e))) => {
+                this.back = None;
+                std::task::Poll::Ready(Some(Err(e.into())))
+            }
+            other => other.map(|f| f.map(|f| f.map_err(BoxError::from))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -102,6 +102,7 @@ impl Config {
             for (name, step) in &r.flow {
                 step_check(name, step, errs);
             }
+            crate::pass::check_route(r, self.server.connections.send_timeout, errs);
         }
         self.compression.check(errs);
         self.admission_check(errs);

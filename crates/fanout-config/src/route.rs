@@ -40,7 +40,7 @@ fn default_refresh() -> Dur {
     Dur::secs(300)
 }
 
-/// A route: a method + path and the flow that answers it.
+/// A route: a method + path and the flow that answers it (or the backend it passes to).
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
@@ -65,8 +65,11 @@ pub struct Route {
     /// The steps, by name. Order does not matter: dependencies come from the expressions.
     #[serde(default)]
     pub flow: IndexMap<Located<String>, Step>,
-    /// How to build the response.
-    pub respond: Respond,
+    /// How to build the response. Required unless the route is a pass-through route (`pass`).
+    pub respond: Option<Respond>,
+    /// Forward the request to one backend and stream its answer back as it is, instead of a
+    /// flow: any content type, any size (docs/config.md#pass-through-routes).
+    pub pass: Option<crate::PassRoute>,
     /// Answer with a `Server-Timing` header: each finished step's duration and the total, so a
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]

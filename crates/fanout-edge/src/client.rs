@@ -147,6 +147,12 @@ impl ClientAddresses {
         self.trusted.iter().any(|n| n.contains(ip))
     }
 
+    /// Whether the socket's peer `peer` is one of `server.trusted_proxies` (the forwarding
+    /// headers it sends are believed; a pass-through route appends to them).
+    pub fn trusts_peer(&self, peer: Option<SocketAddr>) -> bool {
+        peer.is_some_and(|p| self.trusts(p.ip().to_canonical()))
+    }
+
     /// The client's address: the peer's (`None` when unknown), or when the peer is a trusted
     /// proxy, the first hop from the right of the forwarding header that is not trusted (a hop
     /// that does not parse ends the walk at the last trusted one).

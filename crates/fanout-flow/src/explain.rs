@@ -70,6 +70,8 @@ pub struct RouteExplain {
     pub edge: Vec<String>,
     /// What the edge stages say of the route, a line each (`auth: …`, `rate limit …`).
     pub edge_lines: Vec<String>,
+    /// A pass-through route (`pass:`): where it forwards and its limits, instead of steps.
+    pub pass: Option<String>,
 }
 
 /// The parts of `$request` that `u` names, as a flow reads them.
@@ -344,6 +346,19 @@ fn explain_route(
         key: key_parts(&route.request_use),
         edge: Vec::new(),
         edge_lines: Vec::new(),
+        pass: src.and_then(|r| r.pass.as_ref()).map(|p| {
+            let limit = p.max_body_bytes.unwrap_or(cfg.server.max_body_bytes as u64);
+            format!(
+                "pass-through to backend `{}`, path {}; the answer streamed back as it is; \
+                 timeout {}, idle_timeout {}, request bodies up to {limit} bytes",
+                p.backend.value,
+                p.path
+                    .as_ref()
+                    .map_or("as it came".to_string(), |t| format!("`{}`", t.value)),
+                fmt_dur(p.timeout.0),
+                fmt_dur(p.idle_timeout.0),
+            )
+        }),
     }
 }
 

@@ -435,10 +435,18 @@ fn compile_route(
             steps.push(s);
         }
     }
-    let respond = compile_respond(cx, &r.respond, &scope);
+    // A pass-through route (`pass:`, no flow) answers with its backend's answer, not a
+    // `respond`: its plan answers `null` (routing, stages and metrics need the plan).
+    let none = fanout_config::Respond {
+        body: fanout_config::Located::unknown("null".to_string()),
+        status: Default::default(),
+        headers: Default::default(),
+    };
+    let respond_src = r.respond.as_ref().unwrap_or(&none);
+    let respond = compile_respond(cx, respond_src, &scope);
     let grpc = r.grpc.as_ref().and_then(|g| {
         let method = crate::step::grpc_method(cx, g, "route")?;
-        crate::step::check_message_fields(cx, &r.respond.body, &method.output, "respond.body");
+        crate::step::check_message_fields(cx, &respond_src.body, &method.output, "respond.body");
         Some(GrpcRoute { method })
     });
     if cx.errs.len() > errs_before {
@@ -469,6 +477,8 @@ fn compile_route(
     let roots = (0..n).filter(|&i| steps[i].deps.is_empty()).collect();
     let steps: Vec<Arc<StepPlan>> = steps.into_iter().map(Arc::new).collect();
     let coalesce = match (first_writer(&steps), &r.coalesce) {
+        // A pass-through route has no run to share.
+        _ if r.pass.is_some() => Coalesce::Off,
         (None, Some(c)) if !c.value => Coalesce::Off,
         (None, None) if !cx.cfg.defaults.coalesce => Coalesce::Off,
         (None, _) => Coalesce::On,

@@ -297,6 +297,19 @@ impl CallResponse {
 pub trait Backend: Send + Sync + 'static {
     /// Perform one call. Dropping the future cancels the call (the connection or stream is closed).
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>>;
+
+    /// Open one streamed call (pass-through routes, [`crate::stream`]): the request's body is
+    /// sent as the transport takes it, the answer comes back once its head has arrived, its body
+    /// still to be read. A protocol that cannot carry one answers
+    /// [`CallErrorKind::Invalid`](crate::CallErrorKind::Invalid) (the default); every layer
+    /// passes it down, applying what it can to a stream.
+    fn open(
+        &self,
+        req: crate::stream::StreamRequest,
+    ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+        let _ = req;
+        Box::pin(async { Err(crate::stream::not_streaming()) })
+    }
 }
 
 impl crate::trace::AnswerStatus for CallResponse {

@@ -280,6 +280,14 @@ impl Shared {
 }
 
 impl Backend for Cached {
+    /// A stream is never stored: passed down.
+    fn open(
+        &self,
+        req: crate::stream::StreamRequest,
+    ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+        self.shared.inner.open(req)
+    }
+
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         if !req.is_safe() {
             return self.shared.inner.call(req);

@@ -46,6 +46,14 @@ impl Dedup {
 }
 
 impl Backend for Dedup {
+    /// A stream is never shared: passed down.
+    fn open(
+        &self,
+        req: crate::stream::StreamRequest,
+    ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+        self.inner.open(req)
+    }
+
     fn call(&self, req: CallRequest) -> Call {
         if !req.is_safe() {
             return self.inner.call(req);

@@ -275,6 +275,14 @@ fn better(
 }
 
 impl Backend for Hedge {
+    /// A stream is never sent twice: passed down.
+    fn open(
+        &self,
+        req: crate::stream::StreamRequest,
+    ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+        self.inner.open(req)
+    }
+
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let s = self.shared.clone();
         s.stats.calls.fetch_add(1, Relaxed);

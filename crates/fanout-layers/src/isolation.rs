@@ -4,6 +4,7 @@
 //! turns into the step's default (optional) or a 503 (required) — without waiting.
 
 use crate::backend::{Backend, CallError, CallErrorKind, CallRequest, CallResponse, RejectReason};
+use crate::stream::{StreamRequest, StreamResponse};
 use futures_util::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -33,12 +34,8 @@ impl Bulkhead {
 impl Backend for Bulkhead {
     fn call(&self, req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {
-            let msg = format!(
-                "bulkhead full: {} calls already in flight (max_concurrency)",
-                self.max
-            );
-            let kind = CallErrorKind::Rejected(RejectReason::Bulkhead);
-            return Box::pin(async move { Err(CallError::new(kind, msg)) });
+            let e = self.full();
+            return Box::pin(async move { Err(e) });
         };
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -46,6 +43,26 @@ impl Backend for Bulkhead {
             drop(permit);
             r
         })
+    }
+
+    /// The same slots, each held until the answer's body ends.
+    fn open(&self, req: StreamRequest) -> BoxFuture<'static, Result<StreamResponse, CallError>> {
+        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            let e = self.full();
+            return Box::pin(async move { Err(e) });
+        };
+        let fut = self.inner.open(req);
+        Box::pin(async move { fut.await.map(|r| r.hold(permit)) })
+    }
+}
+
+impl Bulkhead {
+    fn full(&self) -> CallError {
+        let msg = format!(
+            "bulkhead full: {} calls already in flight (max_concurrency)",
+            self.max
+        );
+        CallError::new(CallErrorKind::Rejected(RejectReason::Bulkhead), msg)
     }
 }
 
@@ -226,9 +243,8 @@ impl Backend for Breaker {
             Err(_) => Permit::Call,
         };
         if permit == Permit::Reject {
-            let msg = format!("circuit breaker of `{}` is open: failing fast", self.name);
-            let kind = CallErrorKind::Rejected(RejectReason::Breaker);
-            return Box::pin(async move { Err(CallError::new(kind, msg)) });
+            let e = self.open_error();
+            return Box::pin(async move { Err(e) });
         }
         let timeout = req.timeout;
         let fut = self.inner.call(req);
@@ -247,6 +263,43 @@ impl Backend for Breaker {
             }
             r
         })
+    }
+
+    /// The same state: refused while open, judged by the answer's head (what happens to its
+    /// body afterwards is not counted).
+    fn open(&self, req: StreamRequest) -> BoxFuture<'static, Result<StreamResponse, CallError>> {
+        let permit = match self.state.lock() {
+            Ok(mut s) => s.allow(Instant::now()),
+            Err(_) => Permit::Call,
+        };
+        if permit == Permit::Reject {
+            let e = self.open_error();
+            return Box::pin(async move { Err(e) });
+        }
+        let timeout = req.timeout;
+        let fut = self.inner.open(req);
+        let state = self.state.clone();
+        Box::pin(async move {
+            let r = match tokio::time::timeout(timeout, fut).await {
+                Ok(r) => r,
+                Err(_) => Err(CallError::new(
+                    CallErrorKind::Timeout,
+                    format!("no answer within {timeout:?}"),
+                )),
+            };
+            let ok = !crate::outcome::CallOutcome::of_stream(&r).is_backend_failure();
+            if let Ok(mut s) = state.lock() {
+                s.record(Instant::now(), ok, permit == Permit::Probe);
+            }
+            r
+        })
+    }
+}
+
+impl Breaker {
+    fn open_error(&self) -> CallError {
+        let msg = format!("circuit breaker of `{}` is open: failing fast", self.name);
+        CallError::new(CallErrorKind::Rejected(RejectReason::Breaker), msg)
     }
 }
 

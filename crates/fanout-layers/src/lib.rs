@@ -9,6 +9,7 @@
 //! - [`outcome`]: the one classification of a call's outcome every layer asks.
 //! - Layers: [`cache`] (+ [`l2`], the shared second level's contract), [`dedup`] and the
 //!   [`singleflight`] under both, [`hedge`], [`retry`], [`isolation`] (bulkhead, breaker).
+//! - [`stream`]: streamed calls (pass-through routes), [`Backend::open`] beside [`Backend::call`].
 //! - [`trace`]: a call's trace context through the layers.
 
 #![forbid(unsafe_code)]
@@ -25,6 +26,7 @@ pub mod outcome;
 pub mod ratelimit;
 pub mod retry;
 pub mod singleflight;
+pub mod stream;
 pub mod trace;
 
 pub use backend::{Backend, Call, CallKey, CallRequest, CallResponse};

@@ -52,6 +52,15 @@ impl CallOutcome {
         }
     }
 
+    /// Classify a streamed call's result by its answer's head.
+    pub fn of_stream(r: &Result<crate::stream::StreamResponse, CallError>) -> CallOutcome {
+        match r {
+            Ok(resp) if resp.status.is_server_error() => CallOutcome::ServerError,
+            Ok(_) => CallOutcome::Answered,
+            Err(e) => CallOutcome::Failed(e.kind),
+        }
+    }
+
     /// No usable answer: anything but an answer below 500. A cache serves a stale value then; a
     /// hedged race goes on.
     pub fn is_failure(self) -> bool {

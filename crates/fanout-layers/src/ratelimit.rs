@@ -50,15 +50,15 @@ impl RateLimit {
     }
 }
 
-impl Backend for RateLimit {
-    fn call(&self, mut req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+impl RateLimit {
+    /// A slot for a call that may wait `timeout` (and no later than `deadline`): `Ok(wait)`, the
+    /// wait before its slot, or the refusal.
+    fn reserve(&self, timeout: Duration, deadline: Instant) -> Result<Duration, CallError> {
         let now_i = Instant::now();
         let now = u64::try_from(now_i.duration_since(self.epoch).as_nanos())
             .unwrap_or(u64::MAX / 4)
             .saturating_add(1);
-        let allowed = req
-            .timeout
-            .min(req.deadline.saturating_duration_since(now_i));
+        let allowed = timeout.min(deadline.saturating_duration_since(now_i));
         let max_wait = u64::try_from(allowed.as_nanos()).unwrap_or(u64::MAX / 4);
         let reserved = {
             let mut tat = self.tat.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,16 +68,11 @@ impl Backend for RateLimit {
             })
         };
         match reserved {
-            Ok(0) => self.inner.call(req),
             Ok(wait) => {
-                self.stats.delayed.fetch_add(1, Ordering::Relaxed);
-                let wait = Duration::from_nanos(wait);
-                req.timeout = req.timeout.saturating_sub(wait);
-                let inner = self.inner.clone();
-                Box::pin(async move {
-                    tokio::time::sleep(wait).await;
-                    inner.call(req).await
-                })
+                if wait > 0 {
+                    self.stats.delayed.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Duration::from_nanos(wait))
             }
             Err(needed) => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -88,8 +83,44 @@ impl Backend for RateLimit {
                     allowed.as_secs_f64() * 1000.0
                 );
                 let kind = CallErrorKind::Rejected(RejectReason::RateLimit);
-                Box::pin(async move { Err(CallError::new(kind, msg)) })
+                Err(CallError::new(kind, msg))
             }
+        }
+    }
+}
+
+impl Backend for RateLimit {
+    fn call(&self, mut req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+        match self.reserve(req.timeout, req.deadline) {
+            Ok(Duration::ZERO) => self.inner.call(req),
+            Ok(wait) => {
+                req.timeout = req.timeout.saturating_sub(wait);
+                let inner = self.inner.clone();
+                Box::pin(async move {
+                    tokio::time::sleep(wait).await;
+                    inner.call(req).await
+                })
+            }
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    /// The same tokens as whole calls.
+    fn open(
+        &self,
+        mut req: crate::stream::StreamRequest,
+    ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+        match self.reserve(req.timeout, req.deadline) {
+            Ok(Duration::ZERO) => self.inner.open(req),
+            Ok(wait) => {
+                req.timeout = req.timeout.saturating_sub(wait);
+                let inner = self.inner.clone();
+                Box::pin(async move {
+                    tokio::time::sleep(wait).await;
+                    inner.open(req).await
+                })
+            }
+            Err(e) => Box::pin(async move { Err(e) }),
         }
     }
 }

@@ -286,6 +286,67 @@ impl Backend for Retry {
             }
         })
     }
+    /// Only an idempotent call whose body no attempt touched yet is tried again (a connect
+    /// failure, a refused stream, a listed status before the body was asked for); the rules of
+    /// whole calls otherwise (budget, backoff within the time to the answer's head).
+    fn open(
+        &self,
+        req: crate::stream::StreamRequest,
+    ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+        let s = &self.shared;
+        s.stats.calls.fetch_add(1, Relaxed);
+        let start = Instant::now();
+        s.budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .deposit(start);
+        if !req.idempotent || s.policy.attempts <= 1 {
+            return self.inner.open(req);
+        }
+        let inner = self.inner.clone();
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let s = &*shared;
+            let end = req.deadline.min(start + req.timeout);
+            let mut attempt = 1;
+            loop {
+                let now = Instant::now();
+                let mut r = req.clone();
+                r.timeout = req.timeout.min(end.saturating_duration_since(now));
+                if let Some(t) = &mut r.trace {
+                    t.attempt = u16::try_from(attempt).unwrap_or(u16::MAX);
+                }
+                let result = inner.open(r).await;
+                let again = match &result {
+                    Ok(resp) => s.policy.on_status.contains(&resp.status.as_u16()),
+                    Err(_) => crate::outcome::CallOutcome::of_stream(&result).is_transient(),
+                };
+                if attempt >= s.policy.attempts || !again || !req.body.untouched() {
+                    return result;
+                }
+                let jitter = rand::rng().random_range(0.8..1.2);
+                let pause = s.policy.backoff_with(attempt, jitter);
+                let now = Instant::now();
+                if now + pause + MIN_ATTEMPT_TIME > end {
+                    return result;
+                }
+                let granted = s
+                    .budget
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .try_withdraw(now);
+                if !granted {
+                    s.stats.budget_exhausted.fetch_add(1, Relaxed);
+                    return result;
+                }
+                // The answer given up (its connection closed with it).
+                drop(result);
+                s.stats.retries.fetch_add(1, Relaxed);
+                tokio::time::sleep(pause).await;
+                attempt += 1;
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -467,5 +528,87 @@ mod tests {
         let c = r.stats().counters();
         assert_eq!((c.calls, c.retries, c.budget_exhausted), (5, 2, 3));
         assert_eq!(calls.load(Relaxed), 7);
+    }
+
+    /// A streamed backend that fails its first `failures` opens with a reset, reading
+    /// (touching) the body first when `reads` says so.
+    struct FlakyStream {
+        calls: Arc<AtomicUsize>,
+        failures: usize,
+        reads: bool,
+    }
+
+    impl Backend for FlakyStream {
+        fn call(&self, _req: CallRequest) -> BoxFuture<'static, Result<CallResponse, CallError>> {
+            unreachable!("only streamed calls")
+        }
+
+        fn open(
+            &self,
+            req: crate::stream::StreamRequest,
+        ) -> BoxFuture<'static, Result<crate::stream::StreamResponse, CallError>> {
+            use http_body_util::BodyExt;
+            let n = self.calls.fetch_add(1, Relaxed);
+            let (fail, reads) = (n < self.failures, self.reads);
+            Box::pin(async move {
+                let mut body = req.body.sender();
+                if reads {
+                    let _ = body.frame().await;
+                }
+                if fail {
+                    return Err(CallError::new(crate::CallErrorKind::Reset, "reset"));
+                }
+                Ok(crate::stream::StreamResponse {
+                    status: StatusCode::OK,
+                    version: http::Version::HTTP_11,
+                    headers: Default::default(),
+                    body: http_body_util::combinators::UnsyncBoxBody::new(
+                        http_body_util::Empty::<Bytes>::new().map_err(|e| match e {}),
+                    ),
+                })
+            })
+        }
+    }
+
+    fn stream_req(method: Method, idempotent: bool) -> crate::stream::StreamRequest {
+        use http_body_util::BodyExt;
+        let body = http_body_util::Full::new(Bytes::from_static(b"upload")).map_err(|e| match e {});
+        crate::stream::StreamRequest {
+            method,
+            path_and_query: http::uri::PathAndQuery::from_static("/x"),
+            headers: Default::default(),
+            body: crate::stream::BodySlot::new(http_body_util::combinators::UnsyncBoxBody::new(
+                body,
+            )),
+            timeout: Duration::from_secs(1),
+            deadline: Instant::now() + Duration::from_secs(1),
+            idempotent,
+            trace: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_is_retried_only_while_its_body_is_untouched_and_the_method_idempotent() {
+        let run = |failures, reads| {
+            let calls = Arc::new(AtomicUsize::new(0));
+            let inner = Arc::new(FlakyStream {
+                calls: calls.clone(),
+                failures,
+                reads,
+            });
+            (Retry::new(inner, policy()), calls)
+        };
+        // Failed before its body was asked for: tried again.
+        let (r, calls) = run(1, false);
+        assert!(r.open(stream_req(Method::PUT, true)).await.is_ok());
+        assert_eq!(calls.load(Relaxed), 2);
+        // A byte of the body went: never again.
+        let (r, calls) = run(1, true);
+        assert!(r.open(stream_req(Method::PUT, true)).await.is_err());
+        assert_eq!(calls.load(Relaxed), 1);
+        // Not idempotent: never again.
+        let (r, calls) = run(1, false);
+        assert!(r.open(stream_req(Method::POST, false)).await.is_err());
+        assert_eq!(calls.load(Relaxed), 1);
     }
 }

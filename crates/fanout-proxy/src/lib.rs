@@ -15,6 +15,7 @@ mod grpc_compression;
 pub mod l2;
 mod lifecycle;
 pub mod observe;
+mod pass;
 pub mod registry;
 pub mod reload;
 mod request_body;
@@ -133,6 +134,8 @@ pub struct Live {
     route_names: Vec<String>,
     /// The edge stages of this config and which routes run them (`fanout-edge`).
     stages: fanout_edge::StageSet,
+    /// The pass-through routes, by route index (`fanout-pass`).
+    pass: fanout_pass::PassRoutes,
 }
 
 impl Gateway {

@@ -56,11 +56,20 @@ impl Gateway {
         &self,
         cx: &mut Req<'_, '_>,
         body: Incoming,
-    ) -> Result<Outcome, ApiError> {
+    ) -> Result<http::Response<fanout_transport::body::Body>, ApiError> {
         let start = cx.rec.start();
         let (route, params) = route(cx.live, cx.parts)?;
         cx.rec.routed(route);
         cx.tel.routed(route);
+        // A pass-through route (`pass.rs`): its own future, boxed, so a flow's request future
+        // is not made larger by it.
+        let live = cx.live;
+        if let Some(plan) = live.pass.get(route.index) {
+            return fanout_layers::boxed::pinned(|| {
+                self.pass_lifecycle(cx, route, params, plan, body)
+            })
+            .await;
+        }
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, _memory) = match async {
             once_only(&cx.parts.headers)?;
@@ -96,7 +105,9 @@ impl Gateway {
                 return Err(e);
             }
         };
-        self.run_flow(cx, route, deadline, request).await
+        self.run_flow(cx, route, deadline, request)
+            .await
+            .map(crate::answer::outcome_response)
     }
 
     /// The live page's list of failed requests (`admin.ui`) takes a request of `route` refused

@@ -235,6 +235,10 @@ pub(crate) fn build_live(
         e
     })?;
     let router = route_table(&cfg, &plan.routes)?;
+    let pass = fanout_pass::compile(&cfg, &services, prev.map(|p| &p.pass)).map_err(|mut e| {
+        fanout_config::locate(&mut e, &cfg.source);
+        ConfigErrors(e)
+    })?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan
         .routes
@@ -286,6 +290,7 @@ pub(crate) fn build_live(
             .map(|r| format!("{} {}", r.method, r.path))
             .collect(),
         stages,
+        pass,
     };
     Ok(Built {
         live,

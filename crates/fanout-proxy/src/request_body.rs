@@ -221,7 +221,7 @@ async fn refuse(refusal: BodyRefusal, body: &mut Incoming, deadline: Instant) ->
 const DRAIN_BYTES: usize = 1 << 20;
 const DRAIN_TIME: Duration = Duration::from_millis(250);
 
-async fn drain_rejected_body(body: &mut Incoming, deadline: Instant) {
+pub(crate) async fn drain_rejected_body(body: &mut Incoming, deadline: Instant) {
     let until = deadline.min(Instant::now() + DRAIN_TIME);
     let mut seen = 0usize;
     let _ = tokio::time::timeout_at(until, async {

@@ -80,6 +80,7 @@ impl Collector for State {
         reference(live, &mut out)?;
         runtimes(live, &mut out)?;
         live.stages.metrics(&mut out)?;
+        live.pass.metrics(&mut out)?;
         runtime(gw, &mut out)?;
         process_stats(&mut out)
     }

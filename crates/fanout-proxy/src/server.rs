@@ -3,7 +3,7 @@
 //! between (route, deadline, body, admit, run) are in `lifecycle.rs`, the request body in
 //! `request_body.rs`; what the client is answered (status, JSON error body) in `answer.rs`.
 
-use crate::answer::{ApiError, outcome_response};
+use crate::answer::ApiError;
 use crate::lifecycle::Req;
 use crate::telemetry::{Facts, Failure};
 use crate::{Gateway, Live};
@@ -183,7 +183,7 @@ impl Gateway {
         let result = if grpc {
             self.grpc_lifecycle(&mut cx, body).await
         } else {
-            self.lifecycle(&mut cx, body).await.map(outcome_response)
+            self.lifecycle(&mut cx, body).await
         };
         let tel = cx.tel;
         match result {

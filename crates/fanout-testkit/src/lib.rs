@@ -12,8 +12,9 @@
 //! the stub helpers, the waits ([`wait_until`], [`wait_for`], …), [`capture_logs`], the OTLP
 //! trace receiver ([`OtlpReceiver`]), the file helpers ([`repo_root`], [`check_snapshot`],
 //! [`TempDir`], [`free_addr`]) and the case types; [`h1`] holds requests on
-//! fresh HTTP/1.1 connections, for tests that count connections, and [`grpc`] a hand-written
-//! h2c gRPC server, for tests of gRPC clients.
+//! fresh HTTP/1.1 connections, for tests that count connections, [`grpc`] a hand-written
+//! h2c gRPC server, for tests of gRPC clients, and [`raw`] a backend of raw bodies (hashed as
+//! they arrive, generated as they go), for pass-through routes.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // the tests' harness: a failed unwrap is a failed test
@@ -24,6 +25,7 @@ pub mod h1;
 pub mod jwt;
 pub mod logs;
 pub mod otlp;
+pub mod raw;
 pub mod redis_server;
 pub mod stubs;
 pub mod wait;

@@ -1,6 +1,7 @@
 //! The body of every answer the gateway sends ([`Body`]): a whole body (JSON, metrics text, a
 //! gRPC message), optionally followed by trailers (`grpc-status`), or — for the gRPC services
-//! tonic serves (server reflection) — a stream that ends at a deadline. (The body of a backend
+//! tonic serves (server reflection) — a stream that ends at a deadline, or a pass-through
+//! route's answer as its backend sends it. (The body of a backend
 //! call is `fanout-client`'s.)
 
 use bytes::Bytes;
@@ -26,6 +27,10 @@ pub enum Body {
         /// trailers.)
         trailers: Option<Box<HeaderMap>>,
     },
+    /// A body passed through from a backend as it arrives (pass-through routes): its frames,
+    /// trailers included, as they come; its error aborts the answer (the client sees a cut
+    /// body, never a clean end). Never buffered by the answer phase (compression skips it).
+    Passed(UnsyncBoxBody<Bytes, BoxError>),
     /// A streamed body that ends (without trailers) when its deadline passes.
     Stream {
         /// The body.
@@ -85,6 +90,7 @@ impl hyper::body::Body for Body {
                 }
                 Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(*t))))
             }
+            Body::Passed(inner) => Pin::new(inner).poll_frame(cx),
             Body::Stream { inner, until } => {
                 if until.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(None);
@@ -98,7 +104,7 @@ impl hyper::body::Body for Body {
     fn is_end_stream(&self) -> bool {
         match self {
             Body::Full { data, trailers } => data.is_none() && trailers.is_none(),
-            Body::Stream { inner, .. } => inner.is_end_stream(),
+            Body::Stream { inner, .. } | Body::Passed(inner) => inner.is_end_stream(),
         }
     }
 
@@ -118,7 +124,7 @@ impl hyper::body::Body for Body {
             Body::Full { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Body::Stream { inner, .. } => inner.size_hint(),
+            Body::Stream { inner, .. } | Body::Passed(inner) => inner.size_hint(),
         }
     }
 }

@@ -30,9 +30,15 @@ const CASES: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "missing field",
+        "routes:\n  - path: /a\n    pass: {}\n",
+        "3:11",
+        "missing field `backend`",
+    ),
+    (
+        "a route without respond or pass",
         "routes:\n  - path: /a\n    flow: {}\n",
-        "3:5",
-        "missing field `respond`",
+        "2:11",
+        "a route needs `respond` (or `pass`)",
     ),
     (
         "invalid expression",

@@ -107,9 +107,16 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
     ),
     (
         "missing field",
+        "routes:\n  - path: /a\n    pass: {}\n",
+        "3:11",
+        "missing field `backend`",
+        "check its indentation",
+    ),
+    (
+        "a route without respond (or pass)",
         "routes:\n  - path: /a\n",
-        "2:5",
-        "missing field `respond`",
+        "2:11",
+        "a route needs `respond` (or `pass`)",
         "check its indentation",
     ),
     (

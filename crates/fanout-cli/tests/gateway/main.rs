@@ -52,6 +52,7 @@ mod metrics;
 mod models;
 mod numbers;
 mod outlier;
+mod pass;
 mod per_core;
 mod pg_errors;
 mod postgres;

@@ -34,6 +34,17 @@ fn route(out: &mut String, id: &str, r: &RouteExplain) {
     let start = format!("{id}_request");
     let end = format!("{id}_respond");
     let node = |i: usize| format!("{id}_s{i}");
+    if let Some(pass) = &r.pass {
+        // A pass-through route: the request, and the backend it is streamed to and from.
+        let _ = writeln!(
+            out,
+            "  {start}([\"{}\"])",
+            escape(&format!("{} {}", r.method, r.path))
+        );
+        let _ = writeln!(out, "  {id}_pass[\"{}\"]", escape(pass));
+        let _ = writeln!(out, "  {start} <--> {id}_pass");
+        return;
+    }
     let _ = writeln!(
         out,
         "  {start}([\"{}<br/>deadline {}\"])",

@@ -16,6 +16,20 @@ pub(super) fn render(routes: &[&RouteExplain]) -> String {
 fn route(r: &RouteExplain) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{} {}", r.method, r.path);
+    if let Some(pass) = &r.pass {
+        let _ = writeln!(out, "  {pass}");
+        if !r.edge.is_empty() {
+            let _ = writeln!(
+                out,
+                "  edge stages, in order (each may refuse before the body is read): {}",
+                r.edge.join(", ")
+            );
+        }
+        for line in &r.edge_lines {
+            let _ = writeln!(out, "  {line}");
+        }
+        return out;
+    }
     let _ = writeln!(
         out,
         "  deadline {} (a call gets its timeout or the time left before the deadline, whichever \
