@@ -30,6 +30,12 @@ pub struct PassRoute {
     /// `body_too_large` before any byte is read, a body without one is cut when it crosses it
     /// (the backend sees an aborted upload). Default `server.max_body_bytes`.
     pub max_body_bytes: Option<u64>,
+    /// For gRPC calls (a `grpc:` route, or any `application/grpc` request on a `path:` route):
+    /// the largest message, in bytes, either way (its length prefix is read as the stream
+    /// passes; the bytes are untouched): a bigger one ends the call with `RESOURCE_EXHAUSTED`.
+    /// Default `server.grpc.max_message_bytes`. (`max_body_bytes` bounds a call's whole request
+    /// stream; on a `grpc:` route it has no default bound.)
+    pub max_message_bytes: Option<usize>,
     /// The forwarding headers added to the request (and `Via` to both).
     #[serde(default)]
     pub forwarded: PassForwarded,
@@ -77,7 +83,7 @@ impl Default for PassForwarded {
     }
 }
 
-/// A route with `pass:` has nothing of a flow: no `flow`, `respond`, `grpc`, `deadline`,
+/// A route with `pass:` has nothing of a flow: no `flow`, `respond`, `deadline`,
 /// `coalesce` or `server_timing`; a route without it needs `respond`.
 pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigError>) {
     let Some(p) = &r.pass else {
@@ -106,12 +112,6 @@ pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigErr
         not(
             "respond",
             "the backend's answer is the route's; remove `respond`",
-        );
-    }
-    if r.grpc.is_some() {
-        not(
-            "grpc",
-            "give the path (`path: /package.Service/{method}`) instead",
         );
     }
     if r.deadline.is_some() {

@@ -347,10 +347,33 @@ fn explain_route(
         edge: Vec::new(),
         edge_lines: Vec::new(),
         pass: src.and_then(|r| r.pass.as_ref()).map(|p| {
-            let limit = p.max_body_bytes.unwrap_or(cfg.server.max_body_bytes as u64);
+            let messages = p
+                .max_message_bytes
+                .unwrap_or(cfg.server.grpc.max_message_bytes);
+            let body = match (p.max_body_bytes, &route.grpc) {
+                (Some(b), _) => format!("request bodies up to {b} bytes"),
+                (None, Some(_)) => "request streams unbounded as a whole".to_string(),
+                (None, None) => format!(
+                    "request bodies up to {} bytes",
+                    cfg.server.max_body_bytes
+                ),
+            };
+            let grpc = match &route.grpc {
+                Some(g) => {
+                    let d = &g.method.desc;
+                    let kind = match (d.is_client_streaming(), d.is_server_streaming()) {
+                        (true, true) => "bidi-streaming",
+                        (true, false) => "client-streaming",
+                        (false, true) => "server-streaming",
+                        (false, false) => "unary",
+                    };
+                    format!("; gRPC {kind} method, messages passed as they come, each up to {messages} bytes")
+                }
+                None => String::new(),
+            };
             format!(
                 "pass-through to backend `{}`, path {}; the answer streamed back as it is; \
-                 timeout {}, idle_timeout {}, request bodies up to {limit} bytes",
+                 timeout {}, idle_timeout {}, {body}{grpc}",
                 p.backend.value,
                 p.path
                     .as_ref()

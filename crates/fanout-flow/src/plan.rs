@@ -445,8 +445,16 @@ fn compile_route(
     let respond_src = r.respond.as_ref().unwrap_or(&none);
     let respond = compile_respond(cx, respond_src, &scope);
     let grpc = r.grpc.as_ref().and_then(|g| {
-        let method = crate::step::grpc_method(cx, g, "route")?;
-        crate::step::check_message_fields(cx, &respond_src.body, &method.output, "respond.body");
+        // A pass-through route forwards the messages as they are: any method, streaming too.
+        let method = crate::step::grpc_method(cx, g, "route", r.pass.is_some())?;
+        if r.pass.is_none() {
+            crate::step::check_message_fields(
+                cx,
+                &respond_src.body,
+                &method.output,
+                "respond.body",
+            );
+        }
         Some(GrpcRoute { method })
     });
     if cx.errs.len() > errs_before {

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod body;
+pub mod grpc;
 pub mod headers;
 pub mod path;
 
@@ -62,6 +63,8 @@ pub struct PassPlan {
     preserve_host: bool,
     claims: Vec<(HeaderName, Box<str>)>,
     counters: Arc<Counters>,
+    /// The largest message either way of a gRPC call (`grpc.rs`).
+    max_message: usize,
 }
 
 /// Why a pass-through request got an error answer instead of the backend's (nothing of the
@@ -100,6 +103,9 @@ pub struct Exchange<'a, B> {
     pub start: Instant,
     /// The call's trace context, when the request is traced.
     pub trace: Option<fanout_layers::trace::CallTrace>,
+    /// When the client wants the exchange over (gRPC's `grpc-timeout`), if sooner than
+    /// `pass.timeout`.
+    pub deadline: Option<Instant>,
 }
 
 impl PassPlan {
@@ -157,19 +163,39 @@ impl PassPlan {
     ) -> Result<Response<StreamBody>, PassError>
     where
         B: Body<Data = Bytes> + Unpin + Send + 'static,
+        B::Error: Into<fanout_layers::stream::BoxError>,
     {
         let parts = x.parts;
         let mut h: HeaderMap = parts.headers.clone();
         headers::request_headers(&mut h, self.forwarding, x.hop, self.preserve_host);
         self.claim_headers(&mut h, x.auth);
-        let clock = Arc::new(Clock::new(x.start, self.timeout, self.idle));
-        let upload = Upload::new(
-            x.body,
-            self.max_body,
-            Watch::new(clock.clone()),
-            self.counters.clone(),
-        );
-        let slot = BodySlot::new(UnsyncBoxBody::new(upload));
+        let timeout = x.deadline.map_or(self.timeout, |d| {
+            self.timeout.min(d.saturating_duration_since(x.start))
+        });
+        let clock = Arc::new(Clock::new(x.start, timeout, self.idle));
+        let watch = Watch::new(clock.clone());
+        let verdict = Arc::new(grpc::Verdict::default());
+        // A gRPC call's messages are watched both ways (`grpc.rs`).
+        let grpc = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let limit = self.max_message;
+        let upload = match grpc {
+            true => UnsyncBoxBody::new(Upload::new(
+                grpc::Requests::new(x.body, limit, verdict.clone()),
+                self.max_body,
+                watch,
+                self.counters.clone(),
+            )),
+            false => UnsyncBoxBody::new(Upload::new(
+                x.body,
+                self.max_body,
+                watch,
+                self.counters.clone(),
+            )),
+        };
+        let slot = BodySlot::new(upload);
         let deadline = clock.deadline();
         let req = StreamRequest {
             method: parts.method.clone(),
@@ -203,11 +229,12 @@ impl PassPlan {
                 return Err(e);
             }
         };
-        let mut out = Response::new(UnsyncBoxBody::new(Download::new(
-            resp.body,
-            Watch::new(clock),
-            self.counters.clone(),
-        )));
+        let download = Download::new(resp.body, Watch::new(clock), self.counters.clone());
+        let body = match grpc {
+            true => UnsyncBoxBody::new(grpc::Answers::new(download, limit, verdict)),
+            false => UnsyncBoxBody::new(download),
+        };
+        let mut out = Response::new(body);
         *out.status_mut() = resp.status;
         *out.headers_mut() = resp.headers;
         headers::answer_headers(out.headers_mut(), self.forwarding, resp.version);
@@ -412,7 +439,14 @@ pub fn compile(
             rewrite,
             timeout: p.timeout.0,
             idle: p.idle_timeout.0,
-            max_body: p.max_body_bytes.unwrap_or(cfg.server.max_body_bytes as u64),
+            // A gRPC stream is bounded per message, not as a whole, unless the route says so.
+            max_body: p.max_body_bytes.unwrap_or(match r.grpc {
+                Some(_) => u64::MAX,
+                None => cfg.server.max_body_bytes as u64,
+            }),
+            max_message: p
+                .max_message_bytes
+                .unwrap_or(cfg.server.grpc.max_message_bytes),
             forwarding: Forwarding {
                 x_forwarded: p.forwarded.x_forwarded,
                 forwarded: p.forwarded.forwarded,

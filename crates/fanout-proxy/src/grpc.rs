@@ -258,9 +258,10 @@ impl Gateway {
                 ),
             ));
         }
-        let encoding = gz::request_encoding(&parts.headers).map_err(gz::unsupported)?;
+        // A `grpc:` route, or a pass-through route of any path (`path: /pkg.Service/{method}`
+        // forwards a whole service, no `.proto` needed).
         let (route, params) = match route(live, parts) {
-            Ok((r, p)) if r.grpc.is_some() => (r, p),
+            Ok((r, p)) if r.grpc.is_some() || live.pass.get(r.index).is_some() => (r, p),
             _ => {
                 return Err(unimplemented(
                     "unknown_method",
@@ -268,6 +269,17 @@ impl Gateway {
                 ));
             }
         };
+        // A pass-through method (unary or streaming): its messages go to the backend as they
+        // are, whatever their encoding (`pass.rs`, `fanout_pass::grpc`).
+        if let Some(plan) = live.pass.get(route.index) {
+            cx.rec.routed(route);
+            cx.tel.routed(route);
+            return fanout_layers::boxed::pinned(|| {
+                self.pass_lifecycle(cx, route, params, plan, body, fanout_edge::RouteKind::Grpc)
+            })
+            .await;
+        }
+        let encoding = gz::request_encoding(&parts.headers).map_err(gz::unsupported)?;
         let Some(g) = route.grpc.as_ref() else {
             return Err(unimplemented("unknown_method", "unknown method".into()));
         };

@@ -66,7 +66,7 @@ impl Gateway {
         let live = cx.live;
         if let Some(plan) = live.pass.get(route.index) {
             return fanout_layers::boxed::pinned(|| {
-                self.pass_lifecycle(cx, route, params, plan, body)
+                self.pass_lifecycle(cx, route, params, plan, body, fanout_edge::RouteKind::Http)
             })
             .await;
         }

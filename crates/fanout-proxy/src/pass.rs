@@ -1,4 +1,5 @@
-//! The lifecycle of a request on a pass-through route (`pass:`; `fanout-pass`): the same route
+//! The lifecycle of a request on a pass-through route (`pass:`; `fanout-pass`), HTTP or gRPC
+//! (any method, streaming too; `fanout_pass::grpc`): the same route
 //! and header checks and the same edge stages as a flow's request, on the head alone — before a
 //! byte of the body is asked for, so a request they refuse never gets `100 Continue` nor has its
 //! body read — then the exchange with the backend ([`fanout_pass::PassPlan::forward`]), whose
@@ -28,13 +29,14 @@ impl Gateway {
         params: matchit::Params<'_, '_>,
         plan: &PassPlan,
         body: Incoming,
+        kind: fanout_edge::RouteKind,
     ) -> Result<Response<Body>, ApiError> {
         let mut body = body;
         let raw: smallvec::SmallVec<[(&str, &str); 4]> = params.iter().collect();
         let target = async {
             once_only(&cx.parts.headers)?;
             let decoded = path_params(&params)?;
-            let (auth, _) = edge_stages(cx, route, fanout_edge::RouteKind::Http, &decoded).await?;
+            let (auth, _) = edge_stages(cx, route, kind, &decoded).await?;
             let target = plan
                 .target(cx.parts, &raw, hyper::body::Body::size_hint(&body))
                 .map_err(|e| refusal(e, plan.backend_name()))?;
@@ -84,6 +86,16 @@ impl Gateway {
             auth: &auth,
             start: cx.rec.start(),
             trace: None,
+            // gRPC: the client's `grpc-timeout`, when sooner than `pass.timeout`.
+            deadline: match kind {
+                fanout_edge::RouteKind::Grpc => parts
+                    .headers
+                    .get("grpc-timeout")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(fanout_grpc::timeout::parse)
+                    .map(|t| cx.rec.start() + t),
+                fanout_edge::RouteKind::Http => None,
+            },
         };
         match plan.forward(exchange, target).await {
             Ok(resp) => Ok(resp.map(Body::Passed)),

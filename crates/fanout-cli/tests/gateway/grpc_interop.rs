@@ -431,3 +431,177 @@ async fn gzip_interoperates_with_grpcio_and_grpcurl() {
         Err(why) => eprintln!("note: the grpcurl interop skipped: {why}"),
     }
 }
+
+/// A grpcio server of streams.v1.Numbers (tests/gateway/protos/streams.proto); prints its port,
+/// then `cancelled` when an endless `Count` ends because its client went away.
+const STREAMS_SERVER: &str = r#"
+import sys, time
+from concurrent import futures
+import grpc
+import streams_pb2, streams_pb2_grpc
+class Numbers(streams_pb2_grpc.NumbersServicer):
+    def Count(self, request, context):
+        i = 0
+        try:
+            while request.n == 0 or i < request.n:
+                yield streams_pb2.Num(value=i)
+                i += 1
+                if request.n == 0:
+                    time.sleep(0.01)
+        finally:
+            if request.n == 0:
+                print("cancelled", flush=True)
+    def Sum(self, it, context):
+        return streams_pb2.Num(value=sum(m.value for m in it))
+    def Echo(self, it, context):
+        for m in it:
+            yield streams_pb2.Num(value=m.value)
+    def Get(self, request, context):
+        return streams_pb2.Num(value=request.value + 1)
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+streams_pb2_grpc.add_NumbersServicer_to_server(Numbers(), server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+server.wait_for_termination()
+"#;
+
+/// A grpcio client: server, client and bidi streams (gzip messages), the bidi one in lock step,
+/// then an endless stream cancelled after two numbers; prints what it got as JSON.
+const STREAMS_CLIENT: &str = r#"
+import json, sys, queue
+import grpc
+import streams_pb2, streams_pb2_grpc
+out = {}
+with grpc.insecure_channel(sys.argv[1], compression=grpc.Compression.Gzip) as ch:
+    stub = streams_pb2_grpc.NumbersStub(ch)
+    out["count"] = [m.value for m in stub.Count(streams_pb2.CountRequest(n=5), timeout=20)]
+    out["sum"] = stub.Sum(iter([streams_pb2.Num(value=v) for v in (1, 2, 39)]), timeout=20).value
+    q = queue.Queue()
+    def numbers():
+        while True:
+            v = q.get()
+            if v is None:
+                return
+            yield streams_pb2.Num(value=v)
+    q.put(0)
+    echoes = []
+    for m in stub.Echo(numbers(), timeout=20):
+        echoes.append(m.value)
+        q.put(m.value + 1 if m.value < 9 else None)
+    out["echo"] = echoes
+    call = stub.Count(streams_pb2.CountRequest(n=0), timeout=20)
+    out["before_cancel"] = [next(call).value, next(call).value]
+    call.cancel()
+    out["unary"] = stub.Get(streams_pb2.Num(value=41), timeout=20).value
+print(json.dumps(out), flush=True)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs python3 (grpcio from PyPI)"]
+async fn grpcio_streams_pass_through_and_a_cancel_reaches_the_grpcio_server() {
+    let py = tokio::task::spawn_blocking(python)
+        .await
+        .unwrap()
+        .unwrap_or_else(|why| panic!("this test needs python3 with grpcio: {why}"));
+    let dir = TempDir::new("grpc-streams");
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gateway/protos");
+    let (p, d, pr) = (py.clone(), dir.path().to_path_buf(), protos.clone());
+    tokio::task::spawn_blocking(move || {
+        run(
+            Command::new(&p)
+                .args(["-m", "grpc_tools.protoc"])
+                .arg(format!("-I{}", pr.display()))
+                .arg(format!("--python_out={}", d.display()))
+                .arg(format!("--grpc_python_out={}", d.display()))
+                .arg("streams.proto"),
+            "grpc_tools.protoc",
+        )
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    std::fs::write(dir.join("server.py"), STREAMS_SERVER).unwrap();
+    std::fs::write(dir.join("client.py"), STREAMS_CLIENT).unwrap();
+    let mut child = Command::new(&py)
+        .arg(dir.join("server.py"))
+        .env("PYTHONPATH", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    async fn next_line(
+        lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+        what: &str,
+    ) -> String {
+        tokio::time::timeout(std::time::Duration::from_secs(60), lines.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the grpcio server did not print {what} within 60 s"))
+            .unwrap_or_else(|| panic!("the grpcio server ended before {what}"))
+    }
+    let port: u16 = next_line(&mut lines, "its port")
+        .await
+        .trim()
+        .parse()
+        .unwrap();
+    let stubs =
+        stubs("services:\n  unused:\n    listen: \"${UNUSED_ADDR}\"\n    routes: []\n").await;
+    let cfg = format!(
+        r#"
+protos: {{ files: [streams.proto], include: ["{}"] }}
+backends:
+  numbers: {{ url: "http://127.0.0.1:{port}", protocol: grpc }}
+routes:
+  - grpc: streams.v1.Numbers/Count
+    pass: {{ backend: numbers }}
+  - grpc: streams.v1.Numbers/Sum
+    pass: {{ backend: numbers }}
+  - grpc: streams.v1.Numbers/Echo
+    pass: {{ backend: numbers }}
+  - grpc: streams.v1.Numbers/Get
+    pass: {{ backend: numbers }}
+"#,
+        protos.display()
+    );
+    let gw = gateway_with(&cfg, &stubs, &[]).await;
+    let (p, d, addr) = (py.clone(), dir.path().to_path_buf(), gw.addr.to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            Command::new(&p)
+                .arg(d.join("client.py"))
+                .arg(&addr)
+                .env("PYTHONPATH", &d),
+            "the grpcio client",
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["count"], serde_json::json!([0, 1, 2, 3, 4]), "{v}");
+    assert_eq!(v["sum"], 42, "{v}");
+    assert_eq!(
+        v["echo"],
+        serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        "{v}"
+    );
+    assert_eq!(v["before_cancel"], serde_json::json!([0, 1]), "{v}");
+    assert_eq!(v["unary"], 42, "{v}");
+    // The client's cancel went through the gateway: the server's stream ended.
+    assert_eq!(
+        next_line(&mut lines, "`cancelled`").await.trim(),
+        "cancelled"
+    );
+    drop(server);
+}

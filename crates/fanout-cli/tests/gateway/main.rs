@@ -44,6 +44,7 @@ mod grpc;
 mod grpc_compression;
 mod grpc_interop;
 mod grpc_keepalive;
+mod grpc_streams;
 mod hostile_config;
 mod house;
 mod ip_filter;

@@ -179,11 +179,12 @@ fn message_error(step: &Arc<str>, method: &str, codec: &MessageCodec, e: &CodecE
 }
 
 /// The method a config names (`what`: "route" or "step `x`"), from the loaded `.proto` files;
-/// unary only. Errors are reported in `cx` at the name's position.
+/// unary only unless `streaming_ok` (a pass-through route). Errors are reported in `cx` at the name's position.
 pub(crate) fn grpc_method(
     cx: &mut Ctx<'_>,
     name: &Located<String>,
     what: &str,
+    streaming_ok: bool,
 ) -> Option<MethodInfo> {
     if cx.protos.is_empty() {
         cx.errs.push(
@@ -196,13 +197,16 @@ pub(crate) fn grpc_method(
         return None;
     }
     match cx.protos.method(&name.value) {
-        Ok(m) if m.streaming => {
+        Ok(m) if m.streaming && !streaming_ok => {
             cx.errs.push(
                 ConfigError::at(
                     name.pos,
                     format!("{what}: `{}` is a streaming method", name.value),
                 )
-                .hint("fanout serves and calls unary gRPC methods only"),
+                .hint(
+                    "a flow serves and calls unary methods only; a streaming method is served by \
+                     a pass-through route (`pass: {backend: …}`, docs/grpc.md)",
+                ),
             );
             None
         }
@@ -272,7 +276,7 @@ pub(super) fn compile(sc: &mut StepCx<'_, '_>, step: &Step) -> Option<Option<Box
         ),
         Some(_) => {}
     }
-    let method = grpc_method(sc.cx, &g.method, &what);
+    let method = grpc_method(sc.cx, &g.method, &what, false);
     let item_ok = sc.in_each;
     let message = match &g.message {
         Some(src) => sc.expr(Some(src), item_ok),
