@@ -27,6 +27,7 @@
 pub mod body;
 pub mod headers;
 pub mod path;
+pub mod sse;
 
 use body::{Clock, Counters, Cut, Download, Upload, Watch};
 use bytes::Bytes;
@@ -62,6 +63,7 @@ pub struct PassPlan {
     preserve_host: bool,
     claims: Vec<(HeaderName, Box<str>)>,
     counters: Arc<Counters>,
+    sse: sse::SseLimits,
 }
 
 /// Why a pass-through request got an error answer instead of the backend's (nothing of the
@@ -100,6 +102,8 @@ pub struct Exchange<'a, B> {
     pub start: Instant,
     /// The call's trace context, when the request is traced.
     pub trace: Option<fanout_layers::trace::CallTrace>,
+    /// The gateway's shutdown, which ends an event stream at its next event boundary.
+    pub drain: &'a Arc<sse::Drain>,
 }
 
 impl PassPlan {
@@ -203,11 +207,21 @@ impl PassPlan {
                 return Err(e);
             }
         };
-        let mut out = Response::new(UnsyncBoxBody::new(Download::new(
-            resp.body,
-            Watch::new(clock),
-            self.counters.clone(),
-        )));
+        let watch = Watch::new(clock);
+        let body = if parts.method != http::Method::HEAD
+            && sse::is_event_stream(resp.status, &resp.headers)
+        {
+            UnsyncBoxBody::new(sse::SseBody::new(
+                resp.body,
+                watch,
+                self.counters.clone(),
+                self.sse,
+                x.drain.clone(),
+            ))
+        } else {
+            UnsyncBoxBody::new(Download::new(resp.body, watch, self.counters.clone()))
+        };
+        let mut out = Response::new(body);
         *out.status_mut() = resp.status;
         *out.headers_mut() = resp.headers;
         headers::answer_headers(out.headers_mut(), self.forwarding, resp.version);
@@ -317,7 +331,89 @@ impl PassRoutes {
                     })
                     .collect::<Vec<_>>()
             }),
+        )?;
+        let labels = |m: &String, path: &String| [("route", path.clone()), ("method", m.clone())];
+        out.family(
+            "fanout_sse_streams_open",
+            "Server-Sent Events streams open on pass-through routes, by route",
+            MetricType::Gauge,
+            routes().map(|(p, (m, path))| {
+                (
+                    labels(m, path),
+                    Value::Gauge(p.counters.sse.open.load(Relaxed) as f64),
+                )
+            }),
+        )?;
+        out.family(
+            "fanout_sse_events",
+            "Server-Sent Events passed to clients (events with data), by route",
+            MetricType::Counter,
+            routes().map(|(p, (m, path))| {
+                (
+                    labels(m, path),
+                    Value::Counter(p.counters.sse.events.load(Relaxed)),
+                )
+            }),
+        )?;
+        out.family(
+            "fanout_sse_heartbeats",
+            "Heartbeat comments the gateway sent on Server-Sent Events streams, by route",
+            MetricType::Counter,
+            routes().map(|(p, (m, path))| {
+                (
+                    labels(m, path),
+                    Value::Counter(p.counters.sse.heartbeats.load(Relaxed)),
+                )
+            }),
+        )?;
+        out.family(
+            "fanout_sse_streams_ended",
+            "Server-Sent Events streams ended, by route and cause (client_left, backend_ended, idle, timeout, drain, error)",
+            MetricType::Counter,
+            routes().flat_map(|(p, (m, path))| {
+                sse::End::CAUSES
+                    .iter()
+                    .zip(&p.counters.sse.ended)
+                    .map(|(c, n)| {
+                        (
+                            [
+                                ("route", path.clone()),
+                                ("method", m.clone()),
+                                ("cause", c.to_string()),
+                            ],
+                            Value::Counter(n.load(Relaxed)),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            }),
         )
+    }
+
+    /// `sse` on the status endpoint: the event streams of every pass-through route, summed,
+    /// and by route (`"METHOD path"`).
+    pub fn sse_json(&self) -> serde_json::Value {
+        let total = sse::SseCounters::default();
+        let mut routes = serde_json::Map::new();
+        for (p, n) in self.by_route.iter().zip(&self.names) {
+            let (Some(p), Some((m, path))) = (p, n) else {
+                continue;
+            };
+            let c = &p.counters.sse;
+            total.open.fetch_add(c.open.load(Relaxed), Relaxed);
+            total.events.fetch_add(c.events.load(Relaxed), Relaxed);
+            total
+                .heartbeats
+                .fetch_add(c.heartbeats.load(Relaxed), Relaxed);
+            for (t, n) in total.ended.iter().zip(&c.ended) {
+                t.fetch_add(n.load(Relaxed), Relaxed);
+            }
+            routes.insert(format!("{m} {path}"), c.json());
+        }
+        let mut out = total.json();
+        if let Some(o) = out.as_object_mut() {
+            o.insert("routes".into(), routes.into());
+        }
+        out
     }
 }
 
@@ -421,6 +517,10 @@ pub fn compile(
             preserve_host: p.preserve_host,
             claims,
             counters,
+            sse: sse::SseLimits {
+                heartbeat: Some(p.sse.heartbeat.0).filter(|h| !h.is_zero()),
+                idle: p.sse.idle_timeout.0,
+            },
         })));
         out.names.push(Some(name));
     }

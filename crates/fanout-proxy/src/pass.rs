@@ -84,6 +84,7 @@ impl Gateway {
             auth: &auth,
             start: cx.rec.start(),
             trace: None,
+            drain: &self.drain,
         };
         match plan.forward(exchange, target).await {
             Ok(resp) => Ok(resp.map(Body::Passed)),
