@@ -66,6 +66,7 @@ mod schema;
 mod secrets;
 mod shared_calls;
 mod signals;
+mod sse;
 mod telemetry;
 mod tls;
 mod tls_listener;
