@@ -56,8 +56,9 @@ pub struct PassRoute {
 pub struct PassSse {
     /// While the backend sends nothing, a comment (`: keep-alive`) is sent to the client this
     /// often, only between events; `0s` sends none. It counts as a byte moved for
-    /// `pass.idle_timeout`, so it must be shorter than that. Default 15s.
-    pub heartbeat: Dur,
+    /// `pass.idle_timeout`, so it must be shorter than that. Default 15s, or half of
+    /// `pass.idle_timeout` when that is shorter than 30s.
+    pub heartbeat: Option<Dur>,
     /// A stream whose backend sent no byte for this long is ended cleanly (at an event
     /// boundary; cut if the backend stopped inside an event). Default 5m.
     pub idle_timeout: Dur,
@@ -66,9 +67,21 @@ pub struct PassSse {
 impl Default for PassSse {
     fn default() -> Self {
         PassSse {
-            heartbeat: Dur::secs(15),
+            heartbeat: None,
             idle_timeout: Dur::secs(300),
         }
+    }
+}
+
+impl PassSse {
+    /// The heartbeat period on a route whose `pass.idle_timeout` is `idle` (`None`: no
+    /// heartbeats): as written, else 15s or half of `idle` when shorter.
+    pub fn heartbeat(&self, idle: Dur) -> Option<std::time::Duration> {
+        let h = match self.heartbeat {
+            Some(h) => h.0,
+            None => std::time::Duration::from_secs(15).min(idle.0 / 2),
+        };
+        (!h.is_zero()).then_some(h)
     }
 }
 
@@ -200,18 +213,21 @@ fn check_sse(sse: &PassSse, idle: Dur, at: crate::Pos, errs: &mut Vec<ConfigErro
                 .hint("e.g. `idle_timeout: 5m`"),
         );
     }
-    if !sse.heartbeat.0.is_zero() && sse.heartbeat.0 >= idle.0 {
+    if let Some(h) = sse.heartbeat
+        && !h.0.is_zero()
+        && h.0 >= idle.0
+    {
         errs.push(
             ConfigError::at(
                 at,
                 format!(
                     "`pass.sse.heartbeat` ({}) must be shorter than `pass.idle_timeout` ({}), \
                      which cuts a stream that sends nothing that long",
-                    crate::format_duration(sse.heartbeat.0),
+                    crate::format_duration(h.0),
                     crate::format_duration(idle.0)
                 ),
             )
-            .hint("e.g. `heartbeat: 15s` with the default `idle_timeout: 30s`"),
+            .hint("e.g. `heartbeat: 15s` with the default `idle_timeout: 30s` (without `heartbeat`: half of `idle_timeout`, at most 15s)"),
         );
     }
 }

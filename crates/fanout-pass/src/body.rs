@@ -83,8 +83,6 @@ pub struct Counters {
     pub bytes_out: AtomicU64,
     /// Exchanges cut, by [`Cut::REASONS`].
     pub cut: [AtomicU64; 5],
-    /// The route's event streams (`crate::sse`).
-    pub sse: crate::sse::SseCounters,
 }
 
 impl Counters {

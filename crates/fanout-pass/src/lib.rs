@@ -64,6 +64,7 @@ pub struct PassPlan {
     claims: Vec<(HeaderName, Box<str>)>,
     counters: Arc<Counters>,
     sse: sse::SseLimits,
+    streams: Arc<sse::SseCounters>,
 }
 
 /// Why a pass-through request got an error answer instead of the backend's (nothing of the
@@ -215,6 +216,7 @@ impl PassPlan {
                 resp.body,
                 watch,
                 self.counters.clone(),
+                self.streams.clone(),
                 self.sse,
                 x.drain.clone(),
             ))
@@ -340,7 +342,7 @@ impl PassRoutes {
             routes().map(|(p, (m, path))| {
                 (
                     labels(m, path),
-                    Value::Gauge(p.counters.sse.open.load(Relaxed) as f64),
+                    Value::Gauge(p.streams.open.load(Relaxed) as f64),
                 )
             }),
         )?;
@@ -351,7 +353,7 @@ impl PassRoutes {
             routes().map(|(p, (m, path))| {
                 (
                     labels(m, path),
-                    Value::Counter(p.counters.sse.events.load(Relaxed)),
+                    Value::Counter(p.streams.events.load(Relaxed)),
                 )
             }),
         )?;
@@ -362,7 +364,7 @@ impl PassRoutes {
             routes().map(|(p, (m, path))| {
                 (
                     labels(m, path),
-                    Value::Counter(p.counters.sse.heartbeats.load(Relaxed)),
+                    Value::Counter(p.streams.heartbeats.load(Relaxed)),
                 )
             }),
         )?;
@@ -373,7 +375,7 @@ impl PassRoutes {
             routes().flat_map(|(p, (m, path))| {
                 sse::End::CAUSES
                     .iter()
-                    .zip(&p.counters.sse.ended)
+                    .zip(&p.streams.ended)
                     .map(|(c, n)| {
                         (
                             [
@@ -398,7 +400,7 @@ impl PassRoutes {
             let (Some(p), Some((m, path))) = (p, n) else {
                 continue;
             };
-            let c = &p.counters.sse;
+            let c = &p.streams;
             total.open.fetch_add(c.open.load(Relaxed), Relaxed);
             total.events.fetch_add(c.events.load(Relaxed), Relaxed);
             total
@@ -492,16 +494,15 @@ pub fn compile(
             }
         }
         let Some(backend) = backend else { continue };
-        let counters = prev
-            .and_then(|prev| {
-                prev.names
-                    .iter()
-                    .zip(&prev.by_route)
-                    .find(|(n, _)| n.as_ref() == Some(&name))
-                    .and_then(|(_, p)| p.as_ref())
-                    .map(|p| p.counters.clone())
-            })
-            .unwrap_or_default();
+        let kept = prev.and_then(|prev| {
+            prev.names
+                .iter()
+                .zip(&prev.by_route)
+                .find(|(n, _)| n.as_ref() == Some(&name))
+                .and_then(|(_, p)| p.as_ref())
+        });
+        let counters = kept.map(|p| p.counters.clone()).unwrap_or_default();
+        let streams = kept.map(|p| p.streams.clone()).unwrap_or_default();
         out.by_route.push(Some(Arc::new(PassPlan {
             backend,
             backend_name: p.backend.value.as_str().into(),
@@ -518,9 +519,10 @@ pub fn compile(
             claims,
             counters,
             sse: sse::SseLimits {
-                heartbeat: Some(p.sse.heartbeat.0).filter(|h| !h.is_zero()),
+                heartbeat: p.sse.heartbeat(p.idle_timeout),
                 idle: p.sse.idle_timeout.0,
             },
+            streams,
         })));
         out.names.push(Some(name));
     }

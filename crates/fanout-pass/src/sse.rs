@@ -255,6 +255,7 @@ pub struct SseBody {
     inner: StreamBody,
     watch: Watch,
     counters: Arc<Counters>,
+    streams: Arc<SseCounters>,
     limits: SseLimits,
     scan: Scanner,
     drain: Arc<Drain>,
@@ -268,17 +269,18 @@ pub struct SseBody {
 }
 
 impl SseBody {
-    /// The backend's event stream `inner`, cut when `watch` fires, counted in `counters`;
-    /// ended at an event boundary once `drain` starts.
+    /// The backend's event stream `inner`, cut when `watch` fires, its bytes and cuts counted in
+    /// `counters`, the stream in `streams`; ended at an event boundary once `drain` starts.
     pub fn new(
         inner: StreamBody,
         watch: Watch,
         counters: Arc<Counters>,
+        streams: Arc<SseCounters>,
         limits: SseLimits,
         drain: Arc<Drain>,
     ) -> SseBody {
         let now = Instant::now();
-        counters.sse.open.fetch_add(1, Relaxed);
+        streams.open.fetch_add(1, Relaxed);
         let far = now + Duration::from_secs(86_400 * 365);
         SseBody {
             inner,
@@ -294,6 +296,7 @@ impl SseBody {
             idle: Box::pin(tokio::time::sleep_until(now + limits.idle)),
             ended: None,
             counters,
+            streams,
         }
     }
 
@@ -301,7 +304,7 @@ impl SseBody {
     fn end(&mut self, why: End) {
         if self.ended.is_none() {
             self.ended = Some(why);
-            let c = &self.counters.sse;
+            let c = &self.streams;
             c.open.fetch_sub(1, Relaxed);
             if let Some(n) = c.ended.get(why.index()) {
                 n.fetch_add(1, Relaxed);
@@ -359,12 +362,11 @@ impl Body for SseBody {
                 if let Some(d) = frame.data_ref()
                     && !d.is_empty()
                 {
-                    let c = &this.counters;
-                    c.bytes_out.fetch_add(d.len() as u64, Relaxed);
+                    this.counters.bytes_out.fetch_add(d.len() as u64, Relaxed);
                     this.watch.clock().moved();
                     let events = this.scan.feed(d);
                     if events > 0 {
-                        c.sse.events.fetch_add(events, Relaxed);
+                        this.streams.events.fetch_add(events, Relaxed);
                     }
                     let now = Instant::now();
                     this.idle.as_mut().reset(now + this.limits.idle);
@@ -400,7 +402,7 @@ impl Body for SseBody {
         {
             this.beat.as_mut().reset(Instant::now() + h);
             if this.scan.at_boundary() {
-                this.counters.sse.heartbeats.fetch_add(1, Relaxed);
+                this.streams.heartbeats.fetch_add(1, Relaxed);
                 this.watch.clock().moved();
                 return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(HEARTBEAT)))));
             }
@@ -448,12 +450,14 @@ mod tests {
         tx: mpsc::UnboundedSender<Result<&'static str, ()>>,
         body: SseBody,
         counters: Arc<Counters>,
+        streams: Arc<SseCounters>,
         drain: Arc<Drain>,
     }
 
     fn setup(heartbeat: Option<u64>, idle: u64, pass_idle: u64, timeout: u64) -> Setup {
         let (tx, inner) = channel();
         let counters = Arc::new(Counters::default());
+        let streams = Arc::new(SseCounters::default());
         let clock = Arc::new(Clock::new(
             Instant::now(),
             Duration::from_secs(timeout),
@@ -464,6 +468,7 @@ mod tests {
             inner,
             Watch::new(clock),
             counters.clone(),
+            streams.clone(),
             SseLimits {
                 heartbeat: heartbeat.map(Duration::from_secs),
                 idle: Duration::from_secs(idle),
@@ -474,6 +479,7 @@ mod tests {
             tx,
             body,
             counters,
+            streams,
             drain,
         }
     }
@@ -485,10 +491,10 @@ mod tests {
         }
     }
 
-    fn ended(c: &Counters) -> Vec<(&'static str, u64)> {
+    fn ended(c: &SseCounters) -> Vec<(&'static str, u64)> {
         End::CAUSES
             .iter()
-            .zip(&c.sse.ended)
+            .zip(&c.ended)
             .map(|(n, v)| (*n, v.load(Relaxed)))
             .filter(|(_, v)| *v > 0)
             .collect()
@@ -577,9 +583,9 @@ mod tests {
             tx.send(Ok("\n")).unwrap();
         });
         assert_eq!(next(&mut s.body).await.unwrap().unwrap(), "\n");
-        assert_eq!(s.counters.sse.heartbeats.load(Relaxed), 6);
-        assert_eq!(s.counters.sse.events.load(Relaxed), 2);
-        assert_eq!(s.counters.sse.open.load(Relaxed), 1);
+        assert_eq!(s.streams.heartbeats.load(Relaxed), 6);
+        assert_eq!(s.streams.events.load(Relaxed), 2);
+        assert_eq!(s.streams.open.load(Relaxed), 1);
         assert_eq!(
             s.counters.cut.iter().map(|c| c.load(Relaxed)).sum::<u64>(),
             0
@@ -599,10 +605,10 @@ mod tests {
         }
         assert_eq!(start.elapsed(), Duration::from_secs(60));
         assert_eq!(beats, 3, "at 15, 30 and 45 s");
-        assert_eq!(ended(&s.counters), [("idle", 1)]);
-        assert_eq!(s.counters.sse.open.load(Relaxed), 0);
+        assert_eq!(ended(&s.streams), [("idle", 1)]);
+        assert_eq!(s.streams.open.load(Relaxed), 0);
         drop(s.body);
-        assert_eq!(ended(&s.counters), [("idle", 1)], "counted once");
+        assert_eq!(ended(&s.streams), [("idle", 1)], "counted once");
 
         // Stuck inside an event: cut, not ended as if complete.
         let mut s = setup(None, 60, 120, 3600);
@@ -610,7 +616,7 @@ mod tests {
         next(&mut s.body).await.unwrap().unwrap();
         let e = next(&mut s.body).await.unwrap().unwrap_err();
         assert!(e.contains("pass.idle_timeout"), "{e}");
-        assert_eq!(ended(&s.counters), [("idle", 1)]);
+        assert_eq!(ended(&s.streams), [("idle", 1)]);
         assert_eq!(s.counters.cut[1].load(Relaxed), 1);
     }
 
@@ -629,7 +635,7 @@ mod tests {
         s.tx.send(Ok("data: never\n\n")).unwrap();
         assert_eq!(next(&mut s.body).await.unwrap().unwrap(), "ta: c\n\n");
         assert!(next(&mut s.body).await.is_none(), "ended at the boundary");
-        assert_eq!(ended(&s.counters), [("drain", 1)]);
+        assert_eq!(ended(&s.streams), [("drain", 1)]);
 
         // At a boundary when the drain starts: ended at once, even while waiting.
         let mut s = setup(Some(15), 300, 30, 3600);
@@ -643,7 +649,7 @@ mod tests {
         let start = Instant::now();
         assert!(next(&mut s.body).await.is_none());
         assert_eq!(start.elapsed(), Duration::from_secs(5));
-        assert_eq!(ended(&s.counters), [("drain", 1)]);
+        assert_eq!(ended(&s.streams), [("drain", 1)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -654,18 +660,18 @@ mod tests {
         next(&mut s.body).await.unwrap().unwrap();
         drop(s.tx);
         assert!(next(&mut s.body).await.is_none());
-        assert_eq!(ended(&s.counters), [("backend_ended", 1)]);
+        assert_eq!(ended(&s.streams), [("backend_ended", 1)]);
         // The client leaves.
         let s = setup(Some(15), 300, 30, 3600);
-        assert_eq!(s.counters.sse.open.load(Relaxed), 1);
+        assert_eq!(s.streams.open.load(Relaxed), 1);
         drop(s.body);
-        assert_eq!(ended(&s.counters), [("client_left", 1)]);
-        assert_eq!(s.counters.sse.open.load(Relaxed), 0);
+        assert_eq!(ended(&s.streams), [("client_left", 1)]);
+        assert_eq!(s.streams.open.load(Relaxed), 0);
         // The backend breaks: the answer is cut.
         let mut s = setup(Some(15), 300, 30, 3600);
         s.tx.send(Err(())).unwrap();
         assert!(next(&mut s.body).await.unwrap().is_err());
-        assert_eq!(ended(&s.counters), [("error", 1)]);
+        assert_eq!(ended(&s.streams), [("error", 1)]);
         assert_eq!(s.counters.cut[4].load(Relaxed), 1, "backend_broke");
         // The whole exchange's limit, between events.
         let mut s = setup(Some(15), 300, 30, 40);
@@ -677,6 +683,6 @@ mod tests {
             beats += 1;
         }
         assert_eq!(beats, 2);
-        assert_eq!(ended(&s.counters), [("timeout", 1)]);
+        assert_eq!(ended(&s.streams), [("timeout", 1)]);
     }
 }

@@ -481,3 +481,34 @@ async fn a_streamed_answers_access_log_line_is_written_when_it_ends_with_the_byt
     assert_eq!(l["bytes_out"], "data: only\n\n".len(), "{l}");
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn the_event_stream_settings_are_checked_at_load() {
+    let load = |sse: &str| {
+        let yaml = format!(
+            "backends:\n  b: {{ url: \"http://127.0.0.1:1\" }}\nroutes:\n  - path: /e\n    pass: {{ backend: b, idle_timeout: 10s, sse: {sse} }}\n"
+        );
+        match fanout::load_gateway("fanout.yaml", &yaml, &|_| None) {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    let e = load("{ heartbeat: 10s, idle_timeout: 0s }").expect("refused");
+    assert!(
+        e.contains("`pass.sse.heartbeat` (10s) must be shorter than `pass.idle_timeout` (10s)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`pass.sse.idle_timeout` must be positive"),
+        "{e}"
+    );
+    assert!(e.contains("fanout.yaml:5:"), "at the route: {e}");
+    let e = load("{ hearbeat: 1s }").expect("refused");
+    assert!(
+        e.contains("heartbeat"),
+        "an unknown field, with the one meant: {e}"
+    );
+    // Without `heartbeat`: half of a short idle_timeout; `0s`: none.
+    assert_eq!(load("{ heartbeat: 0s }"), None);
+    assert_eq!(load("{ idle_timeout: 1m }"), None);
+}
