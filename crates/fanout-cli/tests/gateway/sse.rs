@@ -512,3 +512,29 @@ fn the_event_stream_settings_are_checked_at_load() {
     assert_eq!(load("{ heartbeat: 0s }"), None);
     assert_eq!(load("{ idle_timeout: 1m }"), None);
 }
+
+#[test]
+fn explain_says_how_a_pass_route_carries_event_streams() {
+    let dir = TempDir::new("sse-explain");
+    let file = dir.write(
+        "fanout.yaml",
+        r#"
+backends:
+  events: { url: "http://127.0.0.1:1" }
+routes:
+  - path: /events
+    pass: { backend: events, idle_timeout: 10s, sse: { idle_timeout: 2m } }
+"#,
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["explain", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("event streams: heartbeat 5s, ended after 2m without a byte"),
+        "{text}"
+    );
+}
