@@ -16,6 +16,7 @@ use fanout_testkit::*;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use std::time::Duration;
 
 /// The stub the harness wants, with an event stream route of its own.
 const STUBS: &str = r#"
@@ -31,6 +32,15 @@ services:
             - {event: tick, data: "a"}
             - {data: "b\nsecond line"}
             - {data: "c", delay: 10ms}
+      - path: /page
+        headers: { content-type: text/html }
+        raw_body: |
+          <!doctype html><meta charset="utf-8"><title>events</title><body><script>
+          window.got = []; window.errors = 0;
+          const es = new EventSource("/events/live");
+          es.onmessage = (e) => window.got.push({data: e.data, id: e.lastEventId});
+          es.onerror = () => { window.errors += 1; };
+          </script></body>
 "#;
 
 fn yaml(backend: &EventBackend, extra: &str) -> String {
@@ -53,6 +63,8 @@ routes:
   - path: /idle
     pass: {{ backend: events, idle_timeout: 1s, sse: {{ heartbeat: 100ms, idle_timeout: 1s }} }}
   - path: /ticks
+    pass: {{ backend: ticks }}
+  - path: /page
     pass: {{ backend: ticks }}
   - path: /flow-sse
     flow: {{}}
@@ -537,4 +549,73 @@ routes:
         text.contains("event streams: heartbeat 5s, ended after 2m without a byte"),
         "{text}"
     );
+}
+
+/// A browser's `EventSource` through the gateway: each event arrives (lock-step: the next is sent
+/// once the page has the last), and after the backend restarts the browser reconnects by itself
+/// with the last id it saw in `Last-Event-ID`, and the stream goes on. The time from each send to
+/// the page having the event is printed (polled every 50 ms: an upper bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs Chromium and chromedriver"]
+async fn in_chromium_an_event_source_gets_each_event_and_resumes_after_a_backend_restart() {
+    let backend = EventBackend::start().await;
+    let (gw, _s) = start(&backend, "").await;
+    let browser = crate::ui::Browser::start().await;
+    browser.open(&format!("http://{}/page", gw.addr)).await;
+    let limit = Duration::from_secs(20);
+    let stream = backend.next_stream().await;
+    assert_eq!(stream.header("accept"), Some("text/event-stream"));
+    assert_eq!(stream.header("last-event-id"), None, "a first connection");
+    stream.send("retry: 1000\n\n");
+    for i in 1..=3 {
+        stream.send(&format!("id: {i}\ndata: event {i}\n\n"));
+        let (_, took) = browser
+            .wait_js(
+                &format!("event {i} in the page"),
+                limit,
+                &format!("return window.got.length >= {i} ? window.got : null"),
+            )
+            .await;
+        println!("event {i}: in the page within {took:?} of its send");
+    }
+    let got = browser.js("return window.got").await;
+    assert_eq!(got[2]["data"], "event 3");
+    assert_eq!(got[2]["id"], "3");
+
+    // The backend restarts on the same port: its connections break, the gateway cuts the
+    // stream, and the browser reconnects after `retry`.
+    let addr = backend.addr();
+    drop(backend);
+    let listener = wait_for_async("the backend's port again", PATIENCE, || async move {
+        tokio::net::TcpListener::bind(addr).await.ok()
+    })
+    .await;
+    let backend = EventBackend::serve(listener);
+    let again = backend.next_stream().await;
+    assert_eq!(
+        again.header("last-event-id"),
+        Some("3"),
+        "resumed after the last id"
+    );
+    assert!(
+        stream.is_closed(),
+        "the first stream went with the old backend"
+    );
+    again.send("id: 4\ndata: event 4\n\n");
+    browser
+        .wait_js(
+            "event 4 after the restart",
+            limit,
+            "return window.got.length >= 4 ? window.got : null",
+        )
+        .await;
+    let got = browser.js("return window.got").await;
+    assert_eq!(got[3]["data"], "event 4");
+    assert!(browser.js("return window.errors").await.as_u64().unwrap() >= 1);
+    let st = route_status(&gw, "/events/{*rest}");
+    assert_eq!(
+        st["ended"]["error"], 1,
+        "the restart cut the first stream: {st}"
+    );
+    browser.close().await;
 }
