@@ -569,7 +569,7 @@ mod tests {
         for _ in 0..6 {
             assert_eq!(
                 next(&mut s.body).await.unwrap().unwrap(),
-                &HEARTBEAT[..],
+                HEARTBEAT,
                 "a heartbeat"
             );
         }
@@ -600,7 +600,7 @@ mod tests {
         let start = Instant::now();
         let mut beats = 0;
         while let Some(f) = next(&mut s.body).await {
-            assert_eq!(f.unwrap(), &HEARTBEAT[..]);
+            assert_eq!(f.unwrap(), HEARTBEAT);
             beats += 1;
         }
         assert_eq!(start.elapsed(), Duration::from_secs(60));

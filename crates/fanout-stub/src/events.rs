@@ -43,13 +43,11 @@ impl EventPlan {
         for (i, e) in cfg.events.iter().enumerate() {
             let mut text = String::new();
             for (field, v) in [("id", &e.id), ("event", &e.event)] {
-                if let Some(v) = v {
-                    if v.contains(['\n', '\r']) {
-                        errs.push(
-                            ConfigError::at(pos, format!("`sse.events[{i}].{field}` is one line"))
-                                .hint("only `data` and `comment` may have several lines"),
-                        );
-                    }
+                if v.as_ref().is_some_and(|v| v.contains(['\n', '\r'])) {
+                    errs.push(
+                        ConfigError::at(pos, format!("`sse.events[{i}].{field}` is one line"))
+                            .hint("only `data` and `comment` may have several lines"),
+                    );
                 }
             }
             if let Some(c) = &e.comment {
