@@ -64,7 +64,7 @@ pub use load::{
 pub use models::{
     MAX_TREE_NODES_CEILING, ModelBatch, ModelBatchOverride, ModelCall, ModelLimits, ModelsConfig,
 };
-pub use pass::{PassForwarded, PassRoute};
+pub use pass::{PassForwarded, PassRoute, PassSse};
 pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use protos::{ProtosConfig, config_dir};
 pub use redis::{MAX_KEY_PREFIX_BYTES, RedisBreakerConfig, RedisConfig};

@@ -48,6 +48,47 @@ pub struct PassRoute {
     /// removed; a claim that is absent or not a string, number or boolean sends nothing.
     #[serde(default)]
     pub claims: IndexMap<String, String>,
+    /// Server-Sent Events: an answer `200` with `Content-Type: text/event-stream` (and no
+    /// `Content-Length`) is passed event by event, with heartbeats while the backend is silent,
+    /// its own idle limit and a clean end at an event boundary on shutdown
+    /// (docs/config.md#server-sent-events).
+    #[serde(default)]
+    pub sse: PassSse,
+}
+
+/// How a pass-through route carries Server-Sent Events.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PassSse {
+    /// While the backend sends nothing, a comment (`: keep-alive`) is sent to the client this
+    /// often, only between events; `0s` sends none. It counts as a byte moved for
+    /// `pass.idle_timeout`, so it must be shorter than that. Default 15s, or half of
+    /// `pass.idle_timeout` when that is shorter than 30s.
+    pub heartbeat: Option<Dur>,
+    /// A stream whose backend sent no byte for this long is ended cleanly (at an event
+    /// boundary; cut if the backend stopped inside an event). Default 5m.
+    pub idle_timeout: Dur,
+}
+
+impl Default for PassSse {
+    fn default() -> Self {
+        PassSse {
+            heartbeat: None,
+            idle_timeout: Dur::secs(300),
+        }
+    }
+}
+
+impl PassSse {
+    /// The heartbeat period on a route whose `pass.idle_timeout` is `idle` (`None`: no
+    /// heartbeats): as written, else 15s or half of `idle` when shorter.
+    pub fn heartbeat(&self, idle: Dur) -> Option<std::time::Duration> {
+        let h = match self.heartbeat {
+            Some(h) => h.0,
+            None => std::time::Duration::from_secs(15).min(idle.0 / 2),
+        };
+        (!h.is_zero()).then_some(h)
+    }
 }
 
 fn default_timeout() -> Dur {
@@ -149,6 +190,7 @@ pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigErr
             .hint("lower `idle_timeout`, or raise `server.connections.send_timeout`"),
         );
     }
+    check_sse(&p.sse, p.idle_timeout, at, errs);
     if let Some(path) = &p.path
         && !path.value.starts_with('/')
     {
@@ -158,6 +200,34 @@ pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigErr
                 format!("`pass.path` `{}` must start with `/`", path.value),
             )
             .hint("e.g. `/v1/{rest}`"),
+        );
+    }
+}
+
+/// `pass.sse`: a heartbeat shorter than `pass.idle_timeout` (which it keeps from cutting a
+/// quiet stream) and a positive idle limit.
+fn check_sse(sse: &PassSse, idle: Dur, at: crate::Pos, errs: &mut Vec<ConfigError>) {
+    if sse.idle_timeout.0.is_zero() {
+        errs.push(
+            ConfigError::at(at, "`pass.sse.idle_timeout` must be positive")
+                .hint("e.g. `idle_timeout: 5m`"),
+        );
+    }
+    if let Some(h) = sse.heartbeat
+        && !h.0.is_zero()
+        && h.0 >= idle.0
+    {
+        errs.push(
+            ConfigError::at(
+                at,
+                format!(
+                    "`pass.sse.heartbeat` ({}) must be shorter than `pass.idle_timeout` ({}), \
+                     which cuts a stream that sends nothing that long",
+                    crate::format_duration(h.0),
+                    crate::format_duration(idle.0)
+                ),
+            )
+            .hint("e.g. `heartbeat: 15s` with the default `idle_timeout: 30s` (without `heartbeat`: half of `idle_timeout`, at most 15s)"),
         );
     }
 }

@@ -208,7 +208,9 @@ impl CompressionTable {
             .unwrap_or("")
             .trim()
             .to_ascii_lowercase();
-        if fanout_grpc::looks_like_grpc(essence.as_bytes()) {
+        // gRPC frames its own compression; an event stream is read event by event as it
+        // arrives (an encoder would hold events back), whatever `content_types` says.
+        if fanout_grpc::looks_like_grpc(essence.as_bytes()) || essence == "text/event-stream" {
             return false;
         }
         policy.types.iter().any(|p| match p {

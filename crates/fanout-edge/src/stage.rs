@@ -382,7 +382,8 @@ pub use fanout_ops::telemetry::access_log::Degraded;
 pub struct Done<'a> {
     /// When it arrived.
     pub arrived: std::time::SystemTime,
-    /// From arrival to the answer (its head and, for a body of known size, all of it).
+    /// From arrival to the answer (its head and, for a body of known size, all of it; for a
+    /// streamed answer — a pass-through route's — to its body's end).
     pub duration: std::time::Duration,
     /// The request id.
     pub request_id: &'a str,
@@ -400,7 +401,8 @@ pub struct Done<'a> {
     pub status: StatusCode,
     /// Request body bytes read.
     pub bytes_in: u64,
-    /// Answer body bytes, when the answer's size is known.
+    /// Answer body bytes, when the answer's size is known (a streamed answer's: the bytes
+    /// sent before it ended, the client left or it was cut).
     pub bytes_out: Option<u64>,
     /// The `error.code` of an error answer.
     pub error: Option<&'a str>,

@@ -373,13 +373,18 @@ fn explain_route(
             };
             format!(
                 "pass-through to backend `{}`, path {}; the answer streamed back as it is; \
-                 timeout {}, idle_timeout {}, {body}{grpc}",
+                 timeout {}, idle_timeout {}, {body}; event streams: heartbeat {}, ended \
+                 after {} without a byte from the backend{grpc}",
                 p.backend.value,
                 p.path
                     .as_ref()
                     .map_or("as it came".to_string(), |t| format!("`{}`", t.value)),
                 fmt_dur(p.timeout.0),
                 fmt_dur(p.idle_timeout.0),
+                p.sse
+                    .heartbeat(p.idle_timeout)
+                    .map_or("none".to_string(), fmt_dur),
+                fmt_dur(p.sse.idle_timeout.0),
             )
         }),
     }

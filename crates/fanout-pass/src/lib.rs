@@ -28,6 +28,7 @@ pub mod body;
 pub mod grpc;
 pub mod headers;
 pub mod path;
+pub mod sse;
 
 use body::{Clock, Counters, Cut, Download, Upload, Watch};
 use bytes::Bytes;
@@ -65,6 +66,8 @@ pub struct PassPlan {
     counters: Arc<Counters>,
     /// The largest message either way of a gRPC call (`grpc.rs`).
     max_message: usize,
+    sse: sse::SseLimits,
+    streams: Arc<sse::SseCounters>,
 }
 
 /// Why a pass-through request got an error answer instead of the backend's (nothing of the
@@ -106,6 +109,8 @@ pub struct Exchange<'a, B> {
     /// When the client wants the exchange over (gRPC's `grpc-timeout`), if sooner than
     /// `pass.timeout`.
     pub deadline: Option<Instant>,
+    /// The gateway's shutdown, which ends an event stream at its next event boundary.
+    pub drain: &'a Arc<sse::Drain>,
 }
 
 impl PassPlan {
@@ -229,10 +234,24 @@ impl PassPlan {
                 return Err(e);
             }
         };
-        let download = Download::new(resp.body, Watch::new(clock), self.counters.clone());
+        let watch = Watch::new(clock);
+        let passed = if parts.method != http::Method::HEAD
+            && sse::is_event_stream(resp.status, &resp.headers)
+        {
+            UnsyncBoxBody::new(sse::SseBody::new(
+                resp.body,
+                watch,
+                self.counters.clone(),
+                self.streams.clone(),
+                self.sse,
+                x.drain.clone(),
+            ))
+        } else {
+            UnsyncBoxBody::new(Download::new(resp.body, watch, self.counters.clone()))
+        };
         let body = match grpc {
-            true => UnsyncBoxBody::new(grpc::Answers::new(download, limit, verdict)),
-            false => UnsyncBoxBody::new(download),
+            true => UnsyncBoxBody::new(grpc::Answers::new(passed, limit, verdict)),
+            false => passed,
         };
         let mut out = Response::new(body);
         *out.status_mut() = resp.status;
@@ -344,7 +363,89 @@ impl PassRoutes {
                     })
                     .collect::<Vec<_>>()
             }),
+        )?;
+        let labels = |m: &String, path: &String| [("route", path.clone()), ("method", m.clone())];
+        out.family(
+            "fanout_sse_streams_open",
+            "Server-Sent Events streams open on pass-through routes, by route",
+            MetricType::Gauge,
+            routes().map(|(p, (m, path))| {
+                (
+                    labels(m, path),
+                    Value::Gauge(p.streams.open.load(Relaxed) as f64),
+                )
+            }),
+        )?;
+        out.family(
+            "fanout_sse_events",
+            "Server-Sent Events passed to clients (events with data), by route",
+            MetricType::Counter,
+            routes().map(|(p, (m, path))| {
+                (
+                    labels(m, path),
+                    Value::Counter(p.streams.events.load(Relaxed)),
+                )
+            }),
+        )?;
+        out.family(
+            "fanout_sse_heartbeats",
+            "Heartbeat comments the gateway sent on Server-Sent Events streams, by route",
+            MetricType::Counter,
+            routes().map(|(p, (m, path))| {
+                (
+                    labels(m, path),
+                    Value::Counter(p.streams.heartbeats.load(Relaxed)),
+                )
+            }),
+        )?;
+        out.family(
+            "fanout_sse_streams_ended",
+            "Server-Sent Events streams ended, by route and cause (client_left, backend_ended, idle, timeout, drain, error)",
+            MetricType::Counter,
+            routes().flat_map(|(p, (m, path))| {
+                sse::End::CAUSES
+                    .iter()
+                    .zip(&p.streams.ended)
+                    .map(|(c, n)| {
+                        (
+                            [
+                                ("route", path.clone()),
+                                ("method", m.clone()),
+                                ("cause", c.to_string()),
+                            ],
+                            Value::Counter(n.load(Relaxed)),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            }),
         )
+    }
+
+    /// `sse` on the status endpoint: the event streams of every pass-through route, summed,
+    /// and by route (`"METHOD path"`).
+    pub fn sse_json(&self) -> serde_json::Value {
+        let total = sse::SseCounters::default();
+        let mut routes = serde_json::Map::new();
+        for (p, n) in self.by_route.iter().zip(&self.names) {
+            let (Some(p), Some((m, path))) = (p, n) else {
+                continue;
+            };
+            let c = &p.streams;
+            total.open.fetch_add(c.open.load(Relaxed), Relaxed);
+            total.events.fetch_add(c.events.load(Relaxed), Relaxed);
+            total
+                .heartbeats
+                .fetch_add(c.heartbeats.load(Relaxed), Relaxed);
+            for (t, n) in total.ended.iter().zip(&c.ended) {
+                t.fetch_add(n.load(Relaxed), Relaxed);
+            }
+            routes.insert(format!("{m} {path}"), c.json());
+        }
+        let mut out = total.json();
+        if let Some(o) = out.as_object_mut() {
+            o.insert("routes".into(), routes.into());
+        }
+        out
     }
 }
 
@@ -423,16 +524,15 @@ pub fn compile(
             }
         }
         let Some(backend) = backend else { continue };
-        let counters = prev
-            .and_then(|prev| {
-                prev.names
-                    .iter()
-                    .zip(&prev.by_route)
-                    .find(|(n, _)| n.as_ref() == Some(&name))
-                    .and_then(|(_, p)| p.as_ref())
-                    .map(|p| p.counters.clone())
-            })
-            .unwrap_or_default();
+        let kept = prev.and_then(|prev| {
+            prev.names
+                .iter()
+                .zip(&prev.by_route)
+                .find(|(n, _)| n.as_ref() == Some(&name))
+                .and_then(|(_, p)| p.as_ref())
+        });
+        let counters = kept.map(|p| p.counters.clone()).unwrap_or_default();
+        let streams = kept.map(|p| p.streams.clone()).unwrap_or_default();
         out.by_route.push(Some(Arc::new(PassPlan {
             backend,
             backend_name: p.backend.value.as_str().into(),
@@ -455,6 +555,11 @@ pub fn compile(
             preserve_host: p.preserve_host,
             claims,
             counters,
+            sse: sse::SseLimits {
+                heartbeat: p.sse.heartbeat(p.idle_timeout),
+                idle: p.sse.idle_timeout.0,
+            },
+            streams,
         })));
         out.names.push(Some(name));
     }

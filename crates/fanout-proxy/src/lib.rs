@@ -91,6 +91,9 @@ pub struct Gateway {
     recent: Option<record::Recent>,
     /// The components it was built from (a reload builds the new config's from the same).
     registry: Arc<registry::Registry>,
+    /// The shutdown as event streams see it (`fanout_pass::sse`): started when connections
+    /// drain, it ends each stream at its next event boundary.
+    drain: Arc<fanout_pass::sse::Drain>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -219,6 +222,7 @@ impl Gateway {
                 .enabled
                 .then(|| record::Recent::new(&cfg.admin.ui)),
             registry,
+            drain: fanout_pass::sse::Drain::new(),
         })
     }
 
@@ -399,6 +403,7 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
+            "sse": live.pass.sse_json(),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {

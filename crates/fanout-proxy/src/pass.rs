@@ -96,6 +96,7 @@ impl Gateway {
                     .map(|t| cx.rec.start() + t),
                 fanout_edge::RouteKind::Http => None,
             },
+            drain: &self.drain,
         };
         match plan.forward(exchange, target).await {
             Ok(resp) => Ok(resp.map(Body::Passed)),

@@ -120,12 +120,17 @@ impl Gateway {
             .map_or(resp.status(), |s| s.0);
         rec.finish(status);
         // The logging phase: after the answer phase, so the line has the bytes the client is
-        // sent and the time the answer took to make.
+        // sent and the time the answer took to make (a streamed answer's: to its end).
         if let Some(mut f) = facts {
             if resp.extensions().get::<Panicked>().is_some() {
                 f.refused(std::borrow::Cow::Borrowed("internal_error"));
             }
-            f.log(&live.stages, &wants, &rid, status, &resp, start);
+            // A streamed answer's line when its body ends, with the bytes sent.
+            if matches!(resp.body(), Body::Passed(_)) {
+                crate::telemetry::log_at_end(&mut resp, f, &live, wants, &rid, status, start);
+            } else {
+                f.log(&live.stages, &wants, &rid, status, &resp, start);
+            }
         }
         // Never indexed by HPACK (HTTP/2): every answer's id is new, and indexing each one
         // would only evict what is worth keeping from the connection's table and make every
@@ -377,6 +382,7 @@ pub fn serve_per_core(
     Ok(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
+        gateway.drain.start();
         gateway
             .conns
             .shutdown(gateway.limits.shutdown_grace.0)
@@ -416,6 +422,8 @@ async fn finish(gateway: &Arc<Gateway>) {
     if let Some(t) = &gateway.tls {
         t.stop_watching();
     }
+    // Event streams end at their next event boundary, within the grace.
+    gateway.drain.start();
     gateway
         .conns
         .shutdown(gateway.limits.shutdown_grace.0)

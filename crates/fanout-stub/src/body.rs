@@ -28,6 +28,8 @@ pub(crate) enum StubBody {
     },
     /// Pieces sent on a schedule.
     Dribble(Dribble),
+    /// An event stream (`sse:` routes), its events as they are due.
+    Events(crate::events::EventsBody),
     /// Announces `len` bytes, then fails once the headers are flushed.
     CloseAfterHeaders {
         /// The announced `content-length`.
@@ -65,7 +67,7 @@ impl StubBody {
         match &mut self {
             StubBody::Full { trailers, .. } => *trailers = Some(t),
             StubBody::Dribble(d) => d.trailers = Some(t),
-            StubBody::CloseAfterHeaders { .. } => {}
+            StubBody::Events(_) | StubBody::CloseAfterHeaders { .. } => {}
         }
         self
     }
@@ -148,6 +150,7 @@ impl Body for StubBody {
                     .map(Ok),
             ),
             StubBody::Dribble(d) => d.poll_next(cx).map(|o| o.map(Ok)),
+            StubBody::Events(e) => e.poll_next(cx).map(|o| o.map(Ok)),
             StubBody::CloseAfterHeaders { yielded, .. } => {
                 if *yielded {
                     Poll::Ready(Some(Err(InjectedClose)))
@@ -167,7 +170,7 @@ impl Body for StubBody {
                 data.as_ref().is_none_or(Bytes::is_empty) && trailers.is_none()
             }
             StubBody::Dribble(d) => d.next >= d.chunks && d.trailers.is_none(),
-            StubBody::CloseAfterHeaders { .. } => false,
+            StubBody::Events(_) | StubBody::CloseAfterHeaders { .. } => false,
         }
     }
 
@@ -182,6 +185,7 @@ impl Body for StubBody {
                 SizeHint::with_exact(len.saturating_sub(sent))
             }
             StubBody::CloseAfterHeaders { len, .. } => SizeHint::with_exact(*len),
+            StubBody::Events(_) => SizeHint::new(),
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct Behaviour {
     pub raw_body: Option<Bytes>,
     /// Faults, tried in order; at most one fires per request.
     pub faults: Vec<Fault>,
+    /// An event stream answered instead of a body (`sse:`).
+    pub sse: Option<Arc<crate::events::EventPlan>>,
     /// gRPC routes: the status answered. `OK` answers the body's message; any other code is a
     /// trailers-only answer with `grpc_message`. Ignored by HTTP routes.
     pub grpc_status: Code,
@@ -521,6 +523,34 @@ fn compile_route(
             }
         },
     };
+    let sse = r.sse.as_ref().and_then(|sse| {
+        if is_grpc || r.body.is_some() || r.raw_body.is_some() {
+            errs.push(
+                ConfigError::at(
+                    sse.pos,
+                    "an `sse` route has no `body`, `raw_body` or `grpc`",
+                )
+                .hint("its answer is the event stream"),
+            );
+        }
+        if let Some(f) = r.faults.iter().find(|f| {
+            matches!(
+                f.value.action,
+                crate::config::FaultAction::SlowBody(_)
+                    | crate::config::FaultAction::Malformed
+                    | crate::config::FaultAction::CloseAfterHeaders
+            )
+        }) {
+            errs.push(
+                ConfigError::at(
+                    f.pos,
+                    "this fault shapes a body; an `sse` route has a stream",
+                )
+                .hint("an `sse` route takes the faults status, reset, hang and grpc_status"),
+            );
+        }
+        crate::events::EventPlan::compile(&sse.value, sse.pos, errs).map(Arc::new)
+    });
     if let (Some(_), Some(raw)) = (&r.body, &r.raw_body) {
         errs.push(
             ConfigError::at(raw.pos, "a route has either `body` or `raw_body`, not both")
@@ -545,6 +575,7 @@ fn compile_route(
             body,
             raw_body: r.raw_body.as_ref().map(|b| Bytes::from(b.value.clone())),
             faults,
+            sse,
             grpc_status: r.grpc_status.as_ref().map_or(Code::Ok, |c| c.value.0),
             grpc_message: r
                 .grpc_message

@@ -100,6 +100,62 @@ pub struct RouteConfig {
     /// Faults, tried in order; each fires with its probability `p`, at most one per request.
     #[serde(default)]
     pub faults: Vec<Located<FaultConfig>>,
+    /// A Server-Sent Events stream instead of `body`: a `text/event-stream` answer whose
+    /// events are sent one by one, each after its delay (docs/stubs.md#event-streams).
+    pub sse: Option<Located<SseConfig>>,
+}
+
+/// A route's event stream (`sse:`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SseConfig {
+    /// The events, in order.
+    #[serde(default)]
+    pub events: Vec<SseEvent>,
+    /// How many times the list is sent; `0` for ever. Default 1.
+    #[serde(default = "once")]
+    pub repeat: u64,
+    /// Number the events `id: 1`, `id: 2`, … across repeats (an event with its own `id` keeps
+    /// it); a request with a numeric `Last-Event-ID: N` resumes with event N+1. Default false.
+    #[serde(default)]
+    pub ids: bool,
+    /// `retry: MS` sent first: the client's reconnection delay, in milliseconds.
+    pub retry: Option<u64>,
+    /// After the last event: `close` ends the answer (default), `hold` keeps it open, sending
+    /// nothing more, until the client leaves.
+    #[serde(default)]
+    pub then: SseThen,
+}
+
+fn once() -> u64 {
+    1
+}
+
+/// What an event stream does after its last event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SseThen {
+    /// End the answer.
+    #[default]
+    Close,
+    /// Keep it open, sending nothing.
+    Hold,
+}
+
+/// One event of a stream: its fields, sent after `delay`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SseEvent {
+    /// The event's data; each line of it becomes a `data:` line.
+    pub data: Option<String>,
+    /// Its type (`event:`).
+    pub event: Option<String>,
+    /// Its id (`id:`).
+    pub id: Option<String>,
+    /// A comment sent before its fields (`: …`); alone, a comment-only block (a heartbeat).
+    pub comment: Option<String>,
+    /// The wait before it is sent (from the previous event, or from the answer's head).
+    pub delay: Option<Dur>,
 }
 
 fn default_method() -> Located<String> {

@@ -36,6 +36,11 @@
 //! in process ([`StubServer::stats`]) or over HTTP (`GET /__stub/stats`, `POST /__stub/reset` on
 //! every service port).
 //!
+//! A route with `sse:` answers a **Server-Sent Events** stream (`text/event-stream`): its
+//! events sent one by one after their delays, repeated, numbered and resumed after the client's
+//! `Last-Event-ID`, then ended or held open; its stats count the streams open and those the
+//! client left (`events.rs`).
+//!
 //! Per route, the stats also count the faults fired by kind and report the *overshoot* of the
 //! stub's sleeps (actual minus requested delay, p50/p99/max in µs): the proof that the stub was
 //! not the bottleneck.
@@ -63,6 +68,7 @@ mod body;
 mod compile;
 mod config;
 mod conn;
+mod events;
 mod fault;
 mod latency;
 mod precise;
@@ -74,9 +80,10 @@ pub use admin::{RouteUpdate, RouteUpdateError, RouteView};
 pub use compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledStubs};
 pub use config::{
     FaultAction, FaultConfig, GrpcCode, LatencyConfig, LatencyModel, LognormalLatency, MixtureArm,
-    NoArgs, NormalLatency, RouteConfig, ServiceConfig, SlowBodyConfig, StallLatency, StubConfig,
-    TimerKind, UniformLatency,
+    NoArgs, NormalLatency, RouteConfig, ServiceConfig, SlowBodyConfig, SseConfig, SseEvent,
+    SseThen, StallLatency, StubConfig, TimerKind, UniformLatency,
 };
+pub use events::EventPlan;
 pub use fault::{Fault, FaultKind, MAX_SLOW_BODY_CHUNKS};
 pub use latency::{
     Latency, MAX_DELAY, PROBABILITY_TOLERANCE, WeightedLatency, stall_hold, with_rng,

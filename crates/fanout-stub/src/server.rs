@@ -574,7 +574,7 @@ async fn handle(
         body: &bytes,
     };
     let resp = match &compiled.grpc {
-        None => http_answer(fault, &behaviour, &view),
+        None => http_answer(fault, &behaviour, &view, &route.counters.streams),
         Some(m) => {
             let at = Where {
                 service: &state.compiled.name,
@@ -593,7 +593,16 @@ fn http_answer(
     fault: Option<&FaultKind>,
     behaviour: &Behaviour,
     view: &RequestView<'_>,
+    streams: &Arc<crate::events::StreamCounters>,
 ) -> Response<StubBody> {
+    if let Some(plan) = &behaviour.sse
+        && !matches!(
+            fault,
+            Some(FaultKind::Status { .. } | FaultKind::GrpcStatus { .. })
+        )
+    {
+        return event_stream(behaviour, plan, view, streams);
+    }
     match fault {
         None | Some(FaultKind::Hang | FaultKind::Reset) => respond(behaviour, view, StubBody::full),
         Some(FaultKind::Status { status, body }) => status_fault(*status, body.as_ref(), view),
@@ -895,6 +904,38 @@ fn respond(
     }
     if !headers.contains_key(CONTENT_TYPE) {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    resp
+}
+
+/// The answer of an `sse:` route: its status and headers (`text/event-stream` and
+/// `Cache-Control: no-cache` unless given), its events as they are due.
+fn event_stream(
+    b: &Behaviour,
+    plan: &Arc<crate::events::EventPlan>,
+    req: &RequestView<'_>,
+    streams: &Arc<crate::events::StreamCounters>,
+) -> Response<StubBody> {
+    let last_id = req
+        .parts
+        .headers
+        .get("last-event-id")
+        .map(HeaderValue::as_bytes);
+    let body = crate::events::EventsBody::new(plan.clone(), last_id, streams.clone());
+    let mut resp = Response::new(StubBody::Events(body));
+    *resp.status_mut() = b.status;
+    let headers = resp.headers_mut();
+    for (k, v) in &b.headers {
+        headers.append(k, v.clone());
+    }
+    if !headers.contains_key(CONTENT_TYPE) {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    }
+    if !headers.contains_key(http::header::CACHE_CONTROL) {
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
     }
     resp
 }

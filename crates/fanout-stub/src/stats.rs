@@ -125,6 +125,8 @@ pub(crate) struct RouteCounters {
     /// Faults fired, by kind (index into [`FAULT_KINDS`]).
     faults: [AtomicU64; FAULT_KINDS.len()],
     overshoot: Overshoot,
+    /// Event streams (`sse:` routes), open and left by the client.
+    pub(crate) streams: std::sync::Arc<crate::events::StreamCounters>,
 }
 
 impl RouteCounters {
@@ -164,6 +166,8 @@ impl RouteCounters {
             overshoot_p99_us: o.p99_us,
             overshoot_max_us: o.max_us,
             faults: FaultCounts::from_array(self.faults.each_ref().map(|c| c.load(Relaxed))),
+            streams_open: self.streams.open.load(Relaxed),
+            streams_left: self.streams.left.load(Relaxed),
         }
     }
 
@@ -172,6 +176,7 @@ impl RouteCounters {
         self.requests.store(0, Relaxed);
         self.completed.store(0, Relaxed);
         self.aborted.store(0, Relaxed);
+        self.streams.left.store(0, Relaxed);
         for c in &self.faults {
             c.store(0, Relaxed);
         }
@@ -270,6 +275,12 @@ pub struct RouteStats {
     /// Faults fired, by kind.
     #[serde(default)]
     pub faults: FaultCounts,
+    /// Event streams (`sse:` routes) being sent now.
+    #[serde(default)]
+    pub streams_open: u64,
+    /// Event streams the client left before their end (a held stream always ends so).
+    #[serde(default)]
+    pub streams_left: u64,
 }
 
 /// Faults fired on a route, by kind (serialized as `{"status": n, "reset": n, ...}`).

@@ -434,3 +434,35 @@ fn faults_load_and_bad_faults_have_positions() {
     // The quote is at column 19; `$nope` starts at column 24.
     assert!(e.starts_with("stubs.yaml:8:24: "), "{e}");
 }
+
+#[test]
+fn event_streams_are_checked() {
+    let e = err(r#"
+services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /e
+        body: '1'
+        faults: [{slow_body: {chunks: 2, duration: 1s}}]
+        sse:
+          events: [{event: "two\nlines"}, {delay: 1s}]
+"#);
+    for want in [
+        "an `sse` route has no `body`",
+        "this fault shapes a body",
+        "`sse.events[0].event` is one line",
+        "`sse.events[1]` sends nothing",
+    ] {
+        assert!(e.contains(want), "{want} in:\n{e}");
+    }
+    ok(r#"
+services:
+  a:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /e
+        faults: [{status: 503, p: 0.5}]
+        sse: {ids: true, retry: 100, repeat: 0, events: [{data: "a\nb", delay: 1s}]}
+"#);
+}

@@ -593,3 +593,67 @@ async fn works_on_a_multi_thread_runtime() {
         assert_eq!(t.await.expect("task"), json!(i.to_string()));
     }
 }
+
+const EVENTS: &str = r#"
+services:
+  ev:
+    listen: 127.0.0.1:0
+    routes:
+      - path: /twice
+        sse:
+          repeat: 2
+          events:
+            - {data: "x", event: e}
+            - {comment: "just a comment", delay: 5ms}
+            - {data: "", id: own}
+      - path: /held
+        headers: { cache-control: "no-store" }
+        sse:
+          then: hold
+          events: [{data: '{"n": 1}'}]
+"#;
+
+#[tokio::test]
+async fn event_streams_send_their_events_repeat_them_and_can_be_held_open() {
+    let s = start_stubs(EVENTS).await;
+    let addr = s.addr("ev").expect("ev");
+    let r = get(addr, "/twice").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    let once = "event: e\ndata: x\n\n: just a comment\n\nid: own\ndata: \n\n";
+    assert_eq!(r.text(), format!("{once}{once}"));
+    let stats = |key: &str| s.stats("ev").unwrap().routes[key];
+    assert_eq!(stats("GET /twice").streams_open, 0);
+    assert_eq!(stats("GET /twice").streams_left, 0);
+
+    // Held open after its event, until the client leaves.
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let resp = send
+        .send_request(fanout_testkit::h1::request(
+            Method::GET,
+            "/held",
+            Bytes::new(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("the first event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "data: {\"n\": 1}\n\n");
+    assert_eq!(stats("GET /held").streams_open, 1);
+    drop(body);
+    conn.abort();
+    wait_until("the held stream left", || {
+        stats("GET /held").streams_left == 1 && stats("GET /held").streams_open == 0
+    })
+    .await;
+}

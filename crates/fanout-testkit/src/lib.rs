@@ -27,6 +27,7 @@ pub mod logs;
 pub mod otlp;
 pub mod raw;
 pub mod redis_server;
+pub mod sse;
 pub mod stubs;
 pub mod wait;
 

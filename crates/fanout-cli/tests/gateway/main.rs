@@ -67,6 +67,7 @@ mod schema;
 mod secrets;
 mod shared_calls;
 mod signals;
+mod sse;
 mod telemetry;
 mod tls;
 mod tls_listener;

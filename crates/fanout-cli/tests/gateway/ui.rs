@@ -878,8 +878,9 @@ async fn reloads_are_listed_with_the_config_generation_and_the_refusals_error() 
 
 // ---- in headless Chromium, over WebDriver ----
 
-/// A headless Chromium session driven by chromedriver (W3C WebDriver: HTTP and JSON).
-struct Browser {
+/// A headless Chromium session driven by chromedriver (W3C WebDriver: HTTP and JSON); the
+/// event-stream tests (`sse.rs`) use it too.
+pub(crate) struct Browser {
     driver: tokio::process::Child,
     base: String,
     session: String,
@@ -888,7 +889,7 @@ struct Browser {
 }
 
 impl Browser {
-    async fn start() -> Browser {
+    pub(crate) async fn start() -> Browser {
         let chrome = crate::support::find_tool(
             &["chromium", "chromium-browser", "google-chrome"],
             "chromium",
@@ -970,12 +971,12 @@ impl Browser {
         r.json()["value"].clone()
     }
 
-    async fn open(&self, url: &str) {
+    pub(crate) async fn open(&self, url: &str) {
         self.cmd(Method::POST, "/url", json!({ "url": url })).await;
     }
 
     /// Run `body` (a function body ending in `return …`) in the page.
-    async fn js(&self, body: &str) -> Value {
+    pub(crate) async fn js(&self, body: &str) -> Value {
         self.cmd(
             Method::POST,
             "/execute/sync",
@@ -985,7 +986,12 @@ impl Browser {
     }
 
     /// Poll `body` in the page until it returns a non-null value (or panic after `limit`).
-    async fn wait_js(&self, what: &str, limit: Duration, body: &str) -> (Value, Duration) {
+    pub(crate) async fn wait_js(
+        &self,
+        what: &str,
+        limit: Duration,
+        body: &str,
+    ) -> (Value, Duration) {
         let start = Instant::now();
         loop {
             let v = self.js(body).await;
@@ -1007,7 +1013,7 @@ impl Browser {
         base64_decode(v.as_str().expect("base64 PNG"))
     }
 
-    async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         let url = format!("{}/session/{}", self.base, self.session);
         let _ = send(&self.c, Method::DELETE, &url, &[], "").await;
         let _ = self.driver.kill().await;

@@ -14,8 +14,10 @@ use fanout_config::{Config, ConfigError, ConfigErrors};
 use fanout_edge::{Degraded, Done, LogWants, StageSet};
 use fanout_flow::{Outcome, RoutePlan};
 use fanout_ops::telemetry::{server_timing, trace};
+use fanout_transport::body::{Body, BoxError};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use http_body_util::combinators::UnsyncBoxBody;
 use server_timing::{StepTiming, Timeline, TimingGate};
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -228,7 +230,7 @@ impl<'a> RequestTelemetry<'a> {
             );
         }
         if let Some(f) = facts {
-            f.route = self.route;
+            f.route = self.route.map(Cow::Borrowed);
             f.bytes_in = self.bytes_in;
             f.error = failure.map(|e| (e.code.clone(), e.step.cloned()));
             f.partial = self.partial;
@@ -245,7 +247,7 @@ pub struct Facts<'a> {
     uri: Uri,
     client: Option<std::net::IpAddr>,
     tls_client: Option<String>,
-    route: Option<&'a str>,
+    route: Option<Cow<'a, str>>,
     bytes_in: u64,
     error: Option<(Cow<'static, str>, Option<Arc<str>>)>,
     partial: Vec<Arc<str>>,
@@ -297,6 +299,21 @@ impl<'a> Facts<'a> {
         resp: &Response<B>,
         since: Instant,
     ) {
+        let bytes_out = resp.body().size_hint().exact();
+        self.log_sent(stages, wants, request_id, status, bytes_out, since);
+    }
+
+    /// [`Facts::log`] once the answer's body is sent: `bytes_out` of it went out, and the
+    /// request took until now.
+    fn log_sent(
+        self,
+        stages: &StageSet,
+        wants: &LogWants,
+        request_id: &HeaderValue,
+        status: StatusCode,
+        bytes_out: Option<u64>,
+        since: Instant,
+    ) {
         let duration = since.elapsed();
         let partial = degraded_steps(&self.partial, &self.steps);
         let rid = String::from_utf8_lossy(request_id.as_bytes());
@@ -308,18 +325,143 @@ impl<'a> Facts<'a> {
             request_id: &rid,
             method: &self.method,
             path: self.uri.path(),
-            route: self.route,
+            route: self.route.as_deref(),
             client: self.client,
             tls_client: self.tls_client.as_deref(),
             status,
             bytes_in: self.bytes_in,
-            bytes_out: resp.body().size_hint().exact(),
+            bytes_out,
             error: self.error.as_ref().map(|(c, _)| c.as_ref()),
             error_step: self.error.as_ref().and_then(|(_, s)| s.as_deref()),
             partial: &partial,
         };
         stages.on_logged(wants, &done);
     }
+
+    /// The facts of a request whose answer is streamed (`Body::Passed`), to be logged when the
+    /// stream ends ([`log_at_end`]): the route's name copied, so they outlive the request.
+    fn into_owned(self) -> Facts<'static> {
+        Facts {
+            method: self.method,
+            uri: self.uri,
+            client: self.client,
+            tls_client: self.tls_client,
+            route: self.route.map(|r| Cow::Owned(r.into_owned())),
+            bytes_in: self.bytes_in,
+            error: self.error,
+            partial: self.partial,
+            steps: self.steps,
+        }
+    }
+}
+
+/// What a streamed answer's line waits for: everything but the bytes sent and the time taken.
+struct AtEnd {
+    facts: Facts<'static>,
+    live: Arc<crate::Live>,
+    wants: LogWants,
+    request_id: HeaderValue,
+    status: StatusCode,
+    since: Instant,
+}
+
+/// A streamed answer's body (`Body::Passed`: pass-through routes, event streams) whose log line
+/// is written when it ends — its last frame, its failure, or the client leaving (the body
+/// dropped) — with the bytes actually sent and the whole duration.
+struct LoggedAtEnd {
+    inner: UnsyncBoxBody<bytes::Bytes, BoxError>,
+    sent: u64,
+    end: Option<Box<AtEnd>>,
+}
+
+impl LoggedAtEnd {
+    fn log(&mut self) {
+        if let Some(e) = self.end.take() {
+            let AtEnd {
+                facts,
+                live,
+                wants,
+                request_id,
+                status,
+                since,
+            } = *e;
+            facts.log_sent(
+                &live.stages,
+                &wants,
+                &request_id,
+                status,
+                Some(self.sent),
+                since,
+            );
+        }
+    }
+}
+
+impl Drop for LoggedAtEnd {
+    fn drop(&mut self) {
+        self.log();
+    }
+}
+
+impl hyper::body::Body for LoggedAtEnd {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    this.sent += d.len() as u64;
+                }
+            }
+            std::task::Poll::Ready(_) => this.log(),
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The logging phase of a request whose answer `resp` is streamed (`Body::Passed`): its line is
+/// written when the body ends (see [`LoggedAtEnd`]) rather than when the head goes out. (Any
+/// other answer is logged at once, with [`Facts::log`].)
+pub(crate) fn log_at_end(
+    resp: &mut Response<Body>,
+    facts: Facts<'_>,
+    live: &Arc<crate::Live>,
+    wants: LogWants,
+    request_id: &HeaderValue,
+    status: StatusCode,
+    since: Instant,
+) {
+    let Body::Passed(inner) = std::mem::replace(resp.body_mut(), Body::empty()) else {
+        return;
+    };
+    let end = AtEnd {
+        facts: facts.into_owned(),
+        live: live.clone(),
+        wants,
+        request_id: request_id.clone(),
+        status,
+        since,
+    };
+    *resp.body_mut() = Body::Passed(UnsyncBoxBody::new(LoggedAtEnd {
+        inner,
+        sent: 0,
+        end: Some(Box::new(end)),
+    }));
 }
 
 /// Each degraded step with the cause of its fallback from the timeline (`missing_elements` for a
