@@ -33,6 +33,7 @@ mod stages;
 mod telemetry;
 pub mod tls;
 mod unknown;
+mod websocket;
 pub mod yaml_tree;
 
 pub use compression::{Compression, ContentCoding, RouteCompression};
@@ -74,6 +75,7 @@ pub use server::{
     ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
     RuntimeKind, ServerConfig,
 };
+pub use websocket::{WebSocketRoute, WebSocketServer};
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
 

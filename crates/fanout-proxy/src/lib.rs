@@ -24,6 +24,7 @@ pub mod server;
 pub mod stack;
 pub mod telemetry;
 pub mod ui;
+mod websocket;
 
 use arc_swap::ArcSwap;
 use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
@@ -91,6 +92,8 @@ pub struct Gateway {
     recent: Option<record::Recent>,
     /// The components it was built from (a reload builds the new config's from the same).
     registry: Arc<registry::Registry>,
+    /// Open WebSockets (`fanout-ws`): the process's cap, the drain, the gauge.
+    websockets: Arc<fanout_ws::counters::Hub>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -136,6 +139,8 @@ pub struct Live {
     stages: fanout_edge::StageSet,
     /// The pass-through routes, by route index (`fanout-pass`).
     pass: fanout_pass::PassRoutes,
+    /// The WebSocket routes, by route index (`fanout-ws`).
+    websockets: fanout_ws::WsRoutes,
 }
 
 impl Gateway {
@@ -219,6 +224,9 @@ impl Gateway {
                 .enabled
                 .then(|| record::Recent::new(&cfg.admin.ui)),
             registry,
+            websockets: Arc::new(fanout_ws::counters::Hub::new(
+                cfg.server.websockets.max_connections,
+            )),
         })
     }
 
@@ -399,6 +407,7 @@ impl Gateway {
             "config": self.reloads.json(),
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
+            "websockets": self.websockets.status_json(&live.websockets),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {
