@@ -262,17 +262,24 @@ async fn handshake(
     *req.uri_mut() = http::Uri::from(path);
     *req.headers_mut() = headers;
     let mut sent = std::pin::pin!(send.send_request(req));
-    // The answer's head, while the connection is driven.
+    // The answer's head, while the connection is driven: on a 101 the connection's future
+    // ends (its socket handed to the upgrade) as it delivers the answer.
+    let mut conn_done = false;
     let answered = std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(r) = sent.as_mut().poll(cx) {
-            return std::task::Poll::Ready(r.map_err(broke));
-        }
-        match conn.as_mut().poll(cx) {
-            std::task::Poll::Ready(r) => std::task::Poll::Ready(Err(DialError::Broke(match r {
-                Ok(()) => "closed".into(),
-                Err(e) => e.to_string(),
-            }))),
-            std::task::Poll::Pending => std::task::Poll::Pending,
+        loop {
+            if let std::task::Poll::Ready(r) = sent.as_mut().poll(cx) {
+                return std::task::Poll::Ready(r.map_err(broke));
+            }
+            if conn_done {
+                return std::task::Poll::Pending;
+            }
+            match conn.as_mut().poll(cx) {
+                std::task::Poll::Ready(Ok(())) => conn_done = true,
+                std::task::Poll::Ready(Err(e)) => {
+                    return std::task::Poll::Ready(Err(DialError::Broke(e.to_string())));
+                }
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
         }
     })
     .await;
@@ -282,7 +289,9 @@ async fn handshake(
     }
     check_answer(resp.headers(), key, offered)?;
     let on = hyper::upgrade::on(&mut resp);
-    conn.as_mut().await.map_err(broke)?;
+    if !conn_done {
+        conn.as_mut().await.map_err(broke)?;
+    }
     let upgraded = on.await.map_err(broke)?;
     let (parts, _) = resp.into_parts();
     Ok((upgraded, parts))
