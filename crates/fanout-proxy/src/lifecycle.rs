@@ -330,7 +330,7 @@ pub(crate) fn route<'a, 'r: 'a>(
     match entry.iter().find(|r| r.method == parts.method) {
         Some(route) => Ok((route, matched.params)),
         // An HTTP/2 WebSocket (RFC 8441's extended CONNECT) opens a route's GET.
-        None if crate::websocket::extended_connect(parts) => {
+        None if fanout_ws::handshake::extended_connect(parts) => {
             match entry.iter().find(|r| r.method == http::Method::GET) {
                 Some(route) => Ok((route, matched.params)),
                 None => Err(Refusal::MethodNotAllowed {

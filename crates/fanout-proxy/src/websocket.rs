@@ -18,15 +18,6 @@ use http::{HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
 use std::sync::Arc;
 
-/// Whether `parts` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441).
-pub(crate) fn extended_connect(parts: &http::request::Parts) -> bool {
-    parts.method == http::Method::CONNECT
-        && parts
-            .extensions
-            .get::<hyper::ext::Protocol>()
-            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
-}
-
 impl Gateway {
     /// Route `route` relays WebSockets (`plan`): check the head, run the edge stages, accept.
     pub(crate) async fn websocket_lifecycle(

@@ -385,3 +385,57 @@ impl Drop for Ticket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_are_capped_per_route_and_overall_and_refused_while_draining() {
+        let hub = Arc::new(Hub::new(2));
+        let (a, b) = (
+            Arc::new(RouteCounters::default()),
+            Arc::new(RouteCounters::default()),
+        );
+        let a1 = hub.ticket(&a, 1).unwrap();
+        assert_eq!(hub.ticket(&a, 1).err(), Some(Refused::RouteLimit));
+        let b1 = hub.ticket(&b, 5).unwrap();
+        assert_eq!(hub.ticket(&b, 5).err(), Some(Refused::GlobalLimit));
+        assert_eq!((hub.open(), a.open(), b.open()), (2, 1, 1));
+        drop(a1);
+        assert_eq!((hub.open(), a.open()), (1, 0));
+        hub.drain();
+        assert_eq!(hub.ticket(&a, 1).err(), Some(Refused::Draining));
+        drop(b1);
+        assert_eq!(hub.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn all_closed_returns_when_the_last_ticket_goes() {
+        let hub = Arc::new(Hub::new(10));
+        let r = Arc::new(RouteCounters::default());
+        let t = hub.ticket(&r, 10).unwrap();
+        let h = hub.clone();
+        let waiter = tokio::spawn(async move { h.all_closed().await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(t);
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[test]
+    fn closes_are_counted_by_who_and_code() {
+        let r = RouteCounters::default();
+        r.closed(By::Client, 1000);
+        r.closed(By::Gateway, 1009);
+        r.closed(By::Backend, 4000);
+        let s = r.status_json(7);
+        assert_eq!(s["closes"]["client"]["1000"], 1);
+        assert_eq!(s["closes"]["gateway"]["1009"], 1);
+        assert_eq!(s["closes"]["backend"]["other"], 1);
+        assert_eq!(s["max_connections"], 7);
+    }
+}

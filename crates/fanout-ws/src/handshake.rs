@@ -58,6 +58,16 @@ fn has_token(h: &HeaderMap, name: &http::HeaderName, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
+/// Whether `parts` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441): routed to the
+/// path's GET route.
+pub fn extended_connect(parts: &http::request::Parts) -> bool {
+    parts.method == Method::CONNECT
+        && parts
+            .extensions
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
 /// Whether `parts` is a WebSocket handshake, and how it asked.
 pub fn asked(parts: &http::request::Parts) -> Result<Asked, HandshakeError> {
     let h = &parts.headers;
