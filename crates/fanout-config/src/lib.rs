@@ -75,9 +75,9 @@ pub use server::{
     ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
     RuntimeKind, ServerConfig,
 };
-pub use websocket::{WebSocketRoute, WebSocketServer};
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
+pub use websocket::{WebSocketRoute, WebSocketServer};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;

@@ -120,13 +120,22 @@ pub(crate) fn check_route(r: &Route, errs: &mut Vec<ConfigError>) {
         errs.push(ConfigError::at(at, format!("a `websocket` route has no `{what}`")).hint(hint));
     };
     if r.pass.is_some() {
-        not("pass", "a route either passes requests or relays a WebSocket");
+        not(
+            "pass",
+            "a route either passes requests or relays a WebSocket",
+        );
     }
     if !r.flow.is_empty() {
-        not("flow", "messages go to `websocket.backend` as they are; remove `flow`");
+        not(
+            "flow",
+            "messages go to `websocket.backend` as they are; remove `flow`",
+        );
     }
     if r.respond.is_some() {
-        not("respond", "the backend answers the handshake; remove `respond`");
+        not(
+            "respond",
+            "the backend answers the handshake; remove `respond`",
+        );
     }
     if r.grpc.is_some() {
         not("grpc", "a WebSocket route is an HTTP path");

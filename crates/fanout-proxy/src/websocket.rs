@@ -67,10 +67,7 @@ impl Gateway {
             host,
             version: parts.version,
         };
-        let upgrade = parts
-            .extensions
-            .get::<hyper::upgrade::OnUpgrade>()
-            .cloned();
+        let upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
         let handshake = fanout_ws::Handshake {
             parts,
             params: &raw,

@@ -71,14 +71,20 @@ pub struct Target {
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target").field("bases", &self.bases).finish_non_exhaustive()
+        f.debug_struct("Target")
+            .field("bases", &self.bases)
+            .finish_non_exhaustive()
     }
 }
 
 impl Target {
     /// The backend `name` of config `cfg` (an `http1` backend): its URLs parsed, its CA and
     /// client certificate read when one URL is `https://`. No network I/O.
-    pub fn new(name: &str, cfg: &BackendConfig, defaults: &Defaults) -> Result<Target, ConfigError> {
+    pub fn new(
+        name: &str,
+        cfg: &BackendConfig,
+        defaults: &Defaults,
+    ) -> Result<Target, ConfigError> {
         let at = cfg
             .url
             .iter()
@@ -87,7 +93,13 @@ impl Target {
             .map(|u| u.pos)
             .unwrap_or_default();
         let bad = |u: &str, why: &str| {
-            ConfigError::at(at, format!("backend `{name}`: URL `{}` {why}", fanout_config::shown_url(u)))
+            ConfigError::at(
+                at,
+                format!(
+                    "backend `{name}`: URL `{}` {why}",
+                    fanout_config::shown_url(u)
+                ),
+            )
         };
         let mut bases = Vec::new();
         for u in cfg.url.iter().chain(cfg.urls.iter()) {
@@ -108,7 +120,11 @@ impl Target {
             let parsed: http::uri::Authority = authority
                 .parse()
                 .map_err(|_| bad(&u.value, "has no valid host"))?;
-            let host = parsed.host().trim_start_matches('[').trim_end_matches(']').to_string();
+            let host = parsed
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
             let port = parsed.port_u16().unwrap_or(if tls { 443 } else { 80 });
             let basic = userinfo.and_then(|ui| {
                 use base64::Engine as _;
@@ -133,11 +149,16 @@ impl Target {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let builder = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
-                .map_err(|e| ConfigError::at(at, format!("backend `{name}`: TLS setup failed: {e}")))?
+                .map_err(|e| {
+                    ConfigError::at(at, format!("backend `{name}`: TLS setup failed: {e}"))
+                })?
                 .with_root_certificates(roots);
             let mut c = match fanout_protocol::tls::client_identity(name, cfg)? {
                 Some((chain, key)) => builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    ConfigError::at(at, format!("backend `{name}`: unusable client certificate: {e}"))
+                    ConfigError::at(
+                        at,
+                        format!("backend `{name}`: unusable client certificate: {e}"),
+                    )
                 })?,
                 None => builder.with_no_client_auth(),
             };
@@ -149,7 +170,10 @@ impl Target {
         };
         let mut headers = HeaderMap::new();
         for (k, v) in &cfg.headers {
-            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
                 headers.insert(k, v);
             }
         }
@@ -300,7 +324,9 @@ async fn handshake(
 /// A 101 is a WebSocket answer to our key: `Upgrade: websocket`, the accept value of `key`, a
 /// subprotocol among `offered` (or none), no extension (none was offered).
 fn check_answer(h: &HeaderMap, key: &str, offered: &[String]) -> Result<(), DialError> {
-    use http::header::{SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+    use http::header::{
+        SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
+    };
     let upgrade = h
         .get(UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
@@ -309,7 +335,9 @@ fn check_answer(h: &HeaderMap, key: &str, offered: &[String]) -> Result<(), Dial
     }
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     if h.get(SEC_WEBSOCKET_ACCEPT).map(HeaderValue::as_bytes) != Some(accept.as_bytes()) {
-        return Err(DialError::Invalid("`Sec-WebSocket-Accept` does not match the key sent"));
+        return Err(DialError::Invalid(
+            "`Sec-WebSocket-Accept` does not match the key sent",
+        ));
     }
     if h.contains_key(SEC_WEBSOCKET_EXTENSIONS) {
         return Err(DialError::Invalid("an extension that was not offered"));
@@ -341,8 +369,10 @@ mod tests {
         assert!(check_answer(&h, key, &[]).is_err());
         assert!(check_answer(&h, key, &["chat".into()]).is_ok());
         assert!(check_answer(&h, "other", &["chat".into()]).is_err());
-        h.insert("sec-websocket-extensions", HeaderValue::from_static("permessage-deflate"));
+        h.insert(
+            "sec-websocket-extensions",
+            HeaderValue::from_static("permessage-deflate"),
+        );
         assert!(check_answer(&h, key, &["chat".into()]).is_err());
     }
 }
-

@@ -145,9 +145,7 @@ impl RouteCounters {
 
     /// `{open, messages: {in, out}, bytes: {in, out}, closes: {by: {code: n}}, refused: {reason: n}}`.
     pub fn status_json(&self, max: usize) -> serde_json::Value {
-        let pair = |a: &[AtomicU64; 2]| {
-            serde_json::json!({"in": a[0].load(Relaxed), "out": a[1].load(Relaxed)})
-        };
+        let pair = |a: &[AtomicU64; 2]| serde_json::json!({"in": a[0].load(Relaxed), "out": a[1].load(Relaxed)});
         let closes: serde_json::Map<String, serde_json::Value> = By::ALL
             .iter()
             .zip(&self.closes)
@@ -243,7 +241,10 @@ impl Hub {
     /// then is dropped with its task when the runtime stops).
     pub async fn shutdown(&self, grace: std::time::Duration) {
         self.drain();
-        if tokio::time::timeout(grace, self.all_closed()).await.is_err() {
+        if tokio::time::timeout(grace, self.all_closed())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 open = self.open(),
                 "WebSockets still open at the end of the shutdown grace period"
@@ -281,7 +282,12 @@ impl Hub {
     pub fn status_json(&self, routes: &crate::WsRoutes) -> serde_json::Value {
         let by_route: serde_json::Map<String, serde_json::Value> = routes
             .iter()
-            .map(|(name, plan)| (name.to_string(), plan.counters().status_json(plan.max_connections())))
+            .map(|(name, plan)| {
+                (
+                    name.to_string(),
+                    plan.counters().status_json(plan.max_connections()),
+                )
+            })
             .collect();
         serde_json::json!({
             "open": self.open(),
@@ -303,9 +309,12 @@ impl Hub {
             "fanout_websocket_open",
             "WebSockets open now, by route",
             MetricType::Gauge,
-            routes
-                .iter()
-                .map(|(r, p)| ([("route", r.to_string())], Value::Gauge(p.counters().open() as f64))),
+            routes.iter().map(|(r, p)| {
+                (
+                    [("route", r.to_string())],
+                    Value::Gauge(p.counters().open() as f64),
+                )
+            }),
         )?;
         let dirs = |r: &str, a: &[AtomicU64; 2]| {
             [("in", &a[0]), ("out", &a[1])].map(|(d, n)| {
@@ -325,7 +334,9 @@ impl Hub {
             "fanout_websocket_bytes",
             "WebSocket data message payload bytes relayed, by route and direction",
             MetricType::Counter,
-            routes.iter().flat_map(|(r, p)| dirs(r, &p.counters().bytes)),
+            routes
+                .iter()
+                .flat_map(|(r, p)| dirs(r, &p.counters().bytes)),
         )?;
         out.family(
             "fanout_websocket_closes",
@@ -360,7 +371,10 @@ impl Hub {
                     .zip(&p.counters().refused)
                     .map(|(why, n)| {
                         (
-                            [("route", r.to_string()), ("reason", why.as_str().to_string())],
+                            [
+                                ("route", r.to_string()),
+                                ("reason", why.as_str().to_string()),
+                            ],
                             Value::Counter(n.load(Relaxed)),
                         )
                     })

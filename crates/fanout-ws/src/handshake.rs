@@ -150,7 +150,7 @@ impl Origins {
         let text = origin.to_str().unwrap_or_default().to_ascii_lowercase();
         let ok = match self {
             Origins::Any => true,
-            Origins::Listed(l) if !l.is_empty() => l.iter().any(|o| *o == text),
+            Origins::Listed(l) if !l.is_empty() => l.contains(&text),
             Origins::Listed(_) => {
                 let own = text.split_once("://").map(|(_, a)| a);
                 let host = host.and_then(|h| h.to_str().ok());
@@ -161,7 +161,10 @@ impl Origins {
             Ok(())
         } else {
             Err(HandshakeError::Origin(
-                String::from_utf8_lossy(origin.as_bytes()).chars().take(200).collect(),
+                String::from_utf8_lossy(origin.as_bytes())
+                    .chars()
+                    .take(200)
+                    .collect(),
             ))
         }
     }
@@ -221,11 +224,7 @@ pub fn backend_headers(
 /// The answer's head for the client from the backend's 101: its fields but the hop-by-hop
 /// ones and the backend's accept value; `Via` as configured; for an HTTP/1.1 client 101 with
 /// `Upgrade`, `Connection` and the accept value of its key, for HTTP/2 200.
-pub fn client_answer(
-    backend: &HeaderMap,
-    asked: &Asked,
-    via: bool,
-) -> http::Response<()> {
+pub fn client_answer(backend: &HeaderMap, asked: &Asked, via: bool) -> http::Response<()> {
     let mut h = backend.clone();
     remove_hop_by_hop(&mut h);
     for n in [
@@ -279,9 +278,15 @@ mod tests {
 
     #[test]
     fn a_handshake_needs_every_part() {
-        assert!(matches!(asked(&parts("GET", &OK)), Ok(Asked::Upgrade { .. })));
+        assert!(matches!(
+            asked(&parts("GET", &OK)),
+            Ok(Asked::Upgrade { .. })
+        ));
         assert_eq!(asked(&parts("GET", &[])), Err(HandshakeError::NotWebSocket));
-        assert_eq!(asked(&parts("POST", &OK)), Err(HandshakeError::NotWebSocket));
+        assert_eq!(
+            asked(&parts("POST", &OK)),
+            Err(HandshakeError::NotWebSocket)
+        );
         for skip in 1..4 {
             let h: Vec<_> = OK
                 .iter()
@@ -289,11 +294,17 @@ mod tests {
                 .filter(|(i, _)| *i != skip)
                 .map(|(_, h)| *h)
                 .collect();
-            assert!(matches!(asked(&parts("GET", &h)), Err(HandshakeError::Bad(_))));
+            assert!(matches!(
+                asked(&parts("GET", &h)),
+                Err(HandshakeError::Bad(_))
+            ));
         }
         let mut bad_key = OK;
         bad_key[3] = ("sec-websocket-key", "short");
-        assert!(matches!(asked(&parts("GET", &bad_key)), Err(HandshakeError::Bad(_))));
+        assert!(matches!(
+            asked(&parts("GET", &bad_key)),
+            Err(HandshakeError::Bad(_))
+        ));
     }
 
     #[test]
@@ -306,11 +317,18 @@ mod tests {
         };
         let own = Origins::new(&[]);
         assert!(own.check(&HeaderMap::new(), Some(&host)).is_ok());
-        assert!(own.check(&h("https://gw.example:8080"), Some(&host)).is_ok());
+        assert!(
+            own.check(&h("https://gw.example:8080"), Some(&host))
+                .is_ok()
+        );
         assert!(own.check(&h("https://evil.example"), Some(&host)).is_err());
         let listed = Origins::new(&["https://App.example/".into()]);
         assert!(listed.check(&h("https://app.example"), Some(&host)).is_ok());
-        assert!(listed.check(&h("https://gw.example:8080"), Some(&host)).is_err());
+        assert!(
+            listed
+                .check(&h("https://gw.example:8080"), Some(&host))
+                .is_err()
+        );
         assert!(Origins::new(&["*".into()]).check(&h("null"), None).is_ok());
     }
 
@@ -320,7 +338,10 @@ mod tests {
         for (k, v) in OK {
             client.insert(k, HeaderValue::from_static(v));
         }
-        client.insert("sec-websocket-protocol", HeaderValue::from_static("chat, superchat"));
+        client.insert(
+            "sec-websocket-protocol",
+            HeaderValue::from_static("chat, superchat"),
+        );
         client.insert(
             "sec-websocket-extensions",
             HeaderValue::from_static("permessage-deflate"),

@@ -343,7 +343,10 @@ pub fn compile(cfg: &Config, prev: Option<&WsRoutes>) -> Result<WsRoutes, Vec<Co
                 let names: Vec<&str> = cfg.backends.keys().map(String::as_str).collect();
                 let mut e = ConfigError::at(
                     w.backend.pos,
-                    format!("unknown backend `{}` in `websocket.backend`", w.backend.value),
+                    format!(
+                        "unknown backend `{}` in `websocket.backend`",
+                        w.backend.value
+                    ),
                 );
                 if let Some(s) = fanout_config::did_you_mean(&w.backend.value, names) {
                     e = e.hint(s);
@@ -381,7 +384,11 @@ pub fn compile(cfg: &Config, prev: Option<&WsRoutes>) -> Result<WsRoutes, Vec<Co
         }
         let Some(target) = target else { continue };
         let counters = prev
-            .and_then(|p| p.iter().find(|(n, _)| *n == name).map(|(_, p)| p.counters.clone()))
+            .and_then(|p| {
+                p.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, p)| p.counters.clone())
+            })
             .unwrap_or_default();
         let codec = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)

@@ -26,10 +26,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::tungstenite::error::Error as WsErr;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 /// The payload of the gateway's own pings.
 const PING: &[u8] = b"fanout";

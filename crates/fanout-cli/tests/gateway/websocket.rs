@@ -21,7 +21,9 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::handshake::server::{Request as WsRequest, Response as WsResponse};
+use tokio_tungstenite::tungstenite::handshake::server::{
+    Request as WsRequest, Response as WsResponse,
+};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
@@ -70,9 +72,13 @@ impl Backend {
                 let (seen, open) = (s.clone(), o.clone());
                 tokio::spawn(async move {
                     let s2 = seen.clone();
+                    #[allow(clippy::result_large_err)] // tungstenite's callback type
                     let pick = move |req: &WsRequest, mut resp: WsResponse| {
                         let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap();
-                        s2.lock().unwrap().handshakes.push((path, req.headers().clone()));
+                        s2.lock()
+                            .unwrap()
+                            .handshakes
+                            .push((path, req.headers().clone()));
                         let offered = req
                             .headers()
                             .get("sec-websocket-protocol")
@@ -165,13 +171,16 @@ async fn open(
 }
 
 /// A handshake the gateway refuses: its status and JSON body.
-async fn refused(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (StatusCode, serde_json::Value) {
+async fn refused(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, serde_json::Value) {
     match open(addr, path, headers).await {
         Err(WsError::Http(resp)) => {
             let body = resp.body().clone().unwrap_or_default();
-            let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
-                panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body))
-            });
+            let json = serde_json::from_slice(&body)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body)));
             (resp.status(), json)
         }
         Err(e) => panic!("expected an HTTP refusal, got {e}"),
@@ -244,9 +253,10 @@ fn ws_status(gw: &fanout::RunningGateway) -> serde_json::Value {
 }
 
 async fn wait_closed(gw: &fanout::RunningGateway, backend: &Backend) {
-    wait_until("every WebSocket closed at the gateway and the backend", || {
-        ws_status(gw)["open"] == 0 && backend.open.load(Ordering::SeqCst) == 0
-    })
+    wait_until(
+        "every WebSocket closed at the gateway and the backend",
+        || ws_status(gw)["open"] == 0 && backend.open.load(Ordering::SeqCst) == 0,
+    )
     .await;
 }
 
@@ -304,7 +314,10 @@ async fn messages_pass_both_ways_with_the_handshake_by_the_pass_through_rules() 
     ws.send(Message::Ping(Bytes::from_static(b"from-client")))
         .await
         .unwrap();
-    assert_eq!(next(&mut ws).await, Message::Pong(Bytes::from_static(b"from-client")));
+    assert_eq!(
+        next(&mut ws).await,
+        Message::Pong(Bytes::from_static(b"from-client"))
+    );
     ws.send(text("ping-me")).await.unwrap();
     loop {
         if next(&mut ws).await == Message::Ping(Bytes::from_static(b"from-backend")) {
@@ -337,7 +350,10 @@ async fn messages_pass_both_ways_with_the_handshake_by_the_pass_through_rules() 
     let (path, h) = backend.handshake(0);
     assert_eq!(path, "/echo/r%201?x=1");
     assert_eq!(h["x-app"], "kept");
-    assert!(!h.contains_key("x-hop"), "a field named in Connection is hop-by-hop");
+    assert!(
+        !h.contains_key("x-hop"),
+        "a field named in Connection is hop-by-hop"
+    );
     assert!(!h.contains_key("sec-websocket-extensions"));
     assert_eq!(h["sec-websocket-protocol"], "superchat, chat");
     assert_eq!(h["x-forwarded-for"], "127.0.0.1");
@@ -365,7 +381,10 @@ async fn the_backends_close_code_reaches_the_client() {
     assert_eq!(close_of(&mut ws).await, (4000, "bye".to_string()));
     wait_closed(&gw, &backend).await;
     let st = ws_status(&gw);
-    assert_eq!(st["routes"]["/chat/{room}"]["closes"]["backend"]["other"], 1, "{st}");
+    assert_eq!(
+        st["routes"]["/chat/{room}"]["closes"]["backend"]["other"], 1,
+        "{st}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,8 +434,15 @@ async fn http2_extended_connect_opens_the_same_route() {
     assert_eq!(next_data(&mut ws).await, text("over h2"));
     let (path, h) = backend.handshake(0);
     assert_eq!(path, "/echo/h2");
-    assert_eq!(h["upgrade"], "websocket", "the backend gets an HTTP/1.1 upgrade");
-    assert!(h["via"].to_str().unwrap().starts_with("2 "), "{:?}", h["via"]);
+    assert_eq!(
+        h["upgrade"], "websocket",
+        "the backend gets an HTTP/1.1 upgrade"
+    );
+    assert!(
+        h["via"].to_str().unwrap().starts_with("2 "),
+        "{:?}",
+        h["via"]
+    );
     ws.send(Message::Close(None)).await.unwrap();
     wait_closed(&gw, &backend).await;
 }
@@ -519,7 +545,9 @@ async fn a_message_or_frame_over_the_limit_closes_both_sides_with_1009() {
     .await;
     // A frame over max_frame_bytes from the client.
     let (mut ws, _) = open(gw.addr, "/chat/big", &[]).await.unwrap();
-    ws.send(Message::Binary(vec![1u8; 1500].into())).await.unwrap();
+    ws.send(Message::Binary(vec![1u8; 1500].into()))
+        .await
+        .unwrap();
     assert_eq!(close_of(&mut ws).await.0, 1009);
     // A message over max_message_bytes in frames under the limit.
     let (mut ws, _) = open(gw.addr, "/chat/big", &[]).await.unwrap();
@@ -546,7 +574,10 @@ async fn a_message_or_frame_over_the_limit_closes_both_sides_with_1009() {
         backend.closes()
     );
     let st = ws_status(&gw);
-    assert_eq!(st["routes"]["/chat/{room}"]["closes"]["gateway"]["1009"], 3, "{st}");
+    assert_eq!(
+        st["routes"]["/chat/{room}"]["closes"]["gateway"]["1009"], 3,
+        "{st}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -558,7 +589,11 @@ async fn an_idle_websocket_is_closed_with_1001_unless_it_answers_pings() {
     websocket: { backend: ws, idle_timeout: 1s, ping_interval: 100ms }
 "#;
     let gw = gateway(
-        &config(backend.addr, "idle_timeout: 300ms\n      ping_interval: 0s", more),
+        &config(
+            backend.addr,
+            "idle_timeout: 300ms\n      ping_interval: 0s",
+            more,
+        ),
         &stubs,
     )
     .await;
@@ -588,7 +623,10 @@ async fn an_idle_websocket_is_closed_with_1001_unless_it_answers_pings() {
     reading.send(text("still here")).await.unwrap();
     assert_eq!(next_data(&mut reading).await, text("still here"));
     let st = ws_status(&gw);
-    assert_eq!(st["routes"]["/pinged"]["closes"]["gateway"]["1001"], 1, "{st}");
+    assert_eq!(
+        st["routes"]["/pinged"]["closes"]["gateway"]["1001"], 1,
+        "{st}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,7 +645,10 @@ server:
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["error"]["code"], "websocket_limit");
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("websocket.max_connections"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("websocket.max_connections"),
         "{body}"
     );
     let (_b, _) = open(gw.addr, "/other", &[]).await.unwrap();
@@ -623,7 +664,10 @@ server:
     let st = ws_status(&gw);
     assert_eq!(st["open"], 2);
     assert_eq!(st["max_connections"], 2);
-    assert_eq!(st["routes"]["/chat/{room}"]["refused"]["route_limit"], 1, "{st}");
+    assert_eq!(
+        st["routes"]["/chat/{room}"]["refused"]["route_limit"], 1,
+        "{st}"
+    );
     assert_eq!(st["routes"]["/other"]["refused"]["global_limit"], 1, "{st}");
     // The refusals are counted by code with the other error answers.
     assert_eq!(gw.gateway.status_json()["errors"]["websocket_limit"], 2);
@@ -640,11 +684,17 @@ async fn cancellation_either_way_closes_the_other_side() {
     assert_eq!(next_data(&mut ws).await, text("hi"));
     drop(ws);
     wait_closed(&gw, &backend).await;
-    assert_eq!(backend.closes(), vec![(1001, "client went away".to_string())]);
+    assert_eq!(
+        backend.closes(),
+        vec![(1001, "client went away".to_string())]
+    );
     // The backend goes away: the client is closed with 1011.
     let (mut ws, _) = open(gw.addr, "/chat/vanish", &[]).await.unwrap();
     ws.send(text("vanish")).await.unwrap();
-    assert_eq!(close_of(&mut ws).await, (1011, "backend went away".to_string()));
+    assert_eq!(
+        close_of(&mut ws).await,
+        (1011, "backend went away".to_string())
+    );
     wait_closed(&gw, &backend).await;
     let st = ws_status(&gw);
     let closes = &st["routes"]["/chat/{room}"]["closes"];
@@ -660,15 +710,13 @@ async fn a_backend_that_cannot_take_the_websocket_is_502_before_any_upgrade() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let more = format!(
-        r#"
+    let more = r#"
   - path: /unreachable
-    websocket: {{ backend: gone }}
+    websocket: { backend: gone }
   - path: /refusing
-    websocket: {{ backend: plain }}
-"#
-    );
-    let yaml = config(backend.addr, "", &more).replace(
+    websocket: { backend: plain }
+"#;
+    let yaml = config(backend.addr, "", more).replace(
         "backends:\n",
         &format!("backends:\n  gone: {{ url: \"http://{gone}\" }}\n"),
     );
@@ -681,8 +729,14 @@ async fn a_backend_that_cannot_take_the_websocket_is_502_before_any_upgrade() {
     assert_eq!(body["error"]["code"], "bad_backend_answer");
     let st = ws_status(&gw);
     assert_eq!(st["open"], 0);
-    assert_eq!(st["routes"]["/unreachable"]["refused"]["backend_unavailable"], 1, "{st}");
-    assert_eq!(st["routes"]["/refusing"]["refused"]["backend_refused"], 1, "{st}");
+    assert_eq!(
+        st["routes"]["/unreachable"]["refused"]["backend_unavailable"], 1,
+        "{st}"
+    );
+    assert_eq!(
+        st["routes"]["/refusing"]["refused"]["backend_refused"], 1,
+        "{st}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -702,7 +756,11 @@ async fn shutdown_closes_open_websockets_with_1001_both_ways() {
         .unwrap()
         .unwrap();
     assert_eq!(gateway.status_json()["websockets"]["open"], 0);
-    assert!(gateway.status_json()["websockets"]["draining"].as_bool().unwrap());
+    assert!(
+        gateway.status_json()["websockets"]["draining"]
+            .as_bool()
+            .unwrap()
+    );
     wait_until("the backend got 1001", || {
         backend.closes() == vec![(1001, "going away".to_string())]
     })
