@@ -393,7 +393,16 @@ async fn http2_extended_connect_opens_the_same_route() {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let stubs = stubs(STUBS).await;
     let backend = Backend::start().await;
-    let gw = gateway(&config(backend.addr, "", ""), &stubs).await;
+    // The connection's idle timeout is short: an open WebSocket stream keeps it busy.
+    let gw = gateway(
+        &config(
+            backend.addr,
+            "ping_interval: 50ms",
+            "server: { connections: { idle_timeout: 200ms } }",
+        ),
+        &stubs,
+    )
+    .await;
     let tcp = TcpStream::connect(gw.addr).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
@@ -432,6 +441,15 @@ async fn http2_extended_connect_opens_the_same_route() {
     let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(up), Role::Client, None).await;
     ws.send(text("over h2")).await.unwrap();
     assert_eq!(next_data(&mut ws).await, text("over h2"));
+    // Many connection idle times later (counted in the gateway's pings), still open.
+    let mut pings = 0;
+    while pings < 20 {
+        if let Message::Ping(_) = next(&mut ws).await {
+            pings += 1;
+        }
+    }
+    ws.send(text("still there")).await.unwrap();
+    assert_eq!(next_data(&mut ws).await, text("still there"));
     let (path, h) = backend.handshake(0);
     assert_eq!(path, "/echo/h2");
     assert_eq!(
