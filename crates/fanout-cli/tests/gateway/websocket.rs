@@ -860,7 +860,7 @@ routes:
             .unwrap()
     };
     let mut open_ws = Vec::with_capacity(N + 50);
-    let mut one = async || {
+    let one = async || {
         let (mut ws, _) = open(proc.addr(), "/idle", &[]).await.unwrap();
         ws.send(text("hi")).await.unwrap();
         assert_eq!(next_data(&mut ws).await, text("hi"));
@@ -887,4 +887,38 @@ routes:
     );
     drop(open_ws);
     wait_until_async("every WebSocket closed", || async { status().await == 0 }).await;
+}
+
+#[test]
+fn explain_says_where_a_websocket_route_relays_and_its_limits() {
+    let dir = TempDir::new("ws-explain");
+    let file = dir.join("fanout.yaml");
+    std::fs::write(
+        &file,
+        r#"
+backends:
+  chat: { url: "http://127.0.0.1:9" }
+routes:
+  - path: /chat/{room}
+    websocket: { backend: chat, path: "/ws/{room}", origins: ["https://app.example"], ping_interval: 0s }
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["explain", "-c", file.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text,
+        "GET /chat/{room}\n  WebSocket relayed to backend `chat`, path `/ws/{room}`; origins: \
+         https://app.example; messages up to 1048576 bytes (frames 262144); idle_timeout 1m, no \
+         pings; at most 10000 open\n"
+    );
 }
