@@ -922,3 +922,52 @@ routes:
          pings; at most 10000 open\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_authenticates_with_a_token_in_the_query_and_its_claims_reach_the_backend() {
+    const SECRET: &str = "a-secret-of-at-least-thirty-two-bytes!";
+    let stubs = stubs(STUBS).await;
+    let backend = Backend::start().await;
+    let more = format!(
+        r#"
+  - path: /secure
+    auth: {{ provider: app }}
+    websocket: {{ backend: ws, claims: {{ x-user-id: sub }} }}
+auth:
+  providers:
+    app:
+      issuer: https://issuer.example
+      audiences: [chat]
+      hmac_secret: "{SECRET}"
+      token: {{ query: access_token, allow_query: true }}
+"#
+    );
+    let gw = gateway(&config(backend.addr, "", &more), &stubs).await;
+    // Browsers cannot set headers on a WebSocket: the token comes in the query.
+    let (status, body) = refused(gw.addr, "/secure", &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["error"]["code"], "unauthenticated");
+    let (status, _) = refused(gw.addr, "/secure?access_token=not.a.token", &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let token = fanout_testkit::jwt::hmac_signed(
+        SECRET.as_bytes(),
+        "k1",
+        &fanout_testkit::jwt::claims("https://issuer.example", "chat", "user-7"),
+    );
+    let (mut ws, _) = open(
+        gw.addr,
+        &format!("/secure?access_token={token}"),
+        &[("x-user-id", "forged")],
+    )
+    .await
+    .unwrap();
+    ws.send(text("authenticated")).await.unwrap();
+    assert_eq!(next_data(&mut ws).await, text("authenticated"));
+    let (_, h) = backend.handshake(0);
+    assert_eq!(
+        h["x-user-id"], "user-7",
+        "the verified claim, not the client's header"
+    );
+    ws.close(None).await.unwrap();
+    wait_closed(&gw, &backend).await;
+}
