@@ -4,7 +4,9 @@
 //! buffers and one message), under the route's limits:
 //!
 //! - a message or frame over `max_message_bytes` / `max_frame_bytes` closes both sides with
-//!   1009 (the codec refuses it before reading its payload);
+//!   1009 (the codec refuses it before reading its payload), a frame that breaks the protocol
+//!   with 1002, a text message that is not UTF-8 with 1007 — and the side at fault is read no
+//!   more (its codec would go on with the frame it refused);
 //! - `idle_timeout` without a frame from either side closes both with 1001 `idle timeout`;
 //! - every `ping_interval` the gateway pings the client (payload `fanout`; its pong is not
 //!   forwarded), so a client that answers stays open through silence;
@@ -26,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::error::Error as WsErr;
+use tokio_tungstenite::tungstenite::error::{Error as WsErr, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
@@ -56,6 +58,9 @@ struct Side<S> {
     gone: bool,
     /// A close frame went (or is going) to it: no more data is sent.
     closing: bool,
+    /// It broke the protocol or a limit: nothing more is read from it (its codec would go on
+    /// with the frame it refused), only our close frame written.
+    deaf: bool,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Side<S> {
@@ -66,7 +71,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Side<S> {
             flush: false,
             gone: false,
             closing: false,
+            deaf: false,
         }
+    }
+
+    /// Nothing more will come from it or go to it.
+    fn done(&self) -> bool {
+        self.gone || (self.deaf && self.out.is_none() && !self.flush)
     }
 
     /// Whether a data message (or ping) may be taken for this side now.
@@ -147,8 +158,9 @@ enum Read {
     Pass(Message),
     /// A close frame: passed on, the connection closing.
     Close(Option<CloseFrame>),
-    /// A message or frame over the limit.
-    TooBig,
+    /// A message or frame over the limit (1009), or a frame that breaks the protocol (1002)
+    /// or a text message that is not UTF-8 (1007): the side is read no more.
+    Fault(CloseCode, &'static str),
     /// The side went away (without a close frame unless it sent one before).
     Gone,
     /// A frame that moves nothing (a pong to the gateway's ping).
@@ -162,7 +174,21 @@ fn read<S: AsyncRead + AsyncWrite + Unpin>(side: &mut Side<S>, cx: &mut Context<
             side.gone = true;
             Read::Gone
         }
-        Poll::Ready(Some(Err(WsErr::Capacity(_)))) => Read::TooBig,
+        // A side that went away without a close frame is gone, not at fault.
+        Poll::Ready(Some(Err(WsErr::Protocol(ProtocolError::ResetWithoutClosingHandshake)))) => {
+            side.gone = true;
+            Read::Gone
+        }
+        Poll::Ready(Some(Err(e @ (WsErr::Capacity(_) | WsErr::Protocol(_) | WsErr::Utf8(_))))) => {
+            side.deaf = true;
+            match e {
+                WsErr::Capacity(_) => Read::Fault(CloseCode::Size, "message too big"),
+                WsErr::Utf8(_) => {
+                    Read::Fault(CloseCode::Invalid, "invalid UTF-8 in a text message")
+                }
+                _ => Read::Fault(CloseCode::Protocol, "protocol error"),
+            }
+        }
         Poll::Ready(Some(Err(_))) => {
             side.gone = true;
             Read::Gone
@@ -244,7 +270,7 @@ pub async fn run<C, B>(
                 start_closing = true;
             }
             // Client to backend.
-            if !c.gone && b.out.is_none() {
+            if !c.gone && !c.deaf && b.out.is_none() {
                 match read(&mut c, cx) {
                     Read::Nothing => {}
                     r => {
@@ -264,10 +290,10 @@ pub async fn run<C, B>(
                                 b.pass_close(f);
                                 start_closing = true;
                             }
-                            Read::TooBig => {
-                                first.get_or_insert((By::Gateway, 1009));
-                                c.close(CloseCode::Size, "message too big");
-                                b.close(CloseCode::Size, "message too big");
+                            Read::Fault(code, why) => {
+                                first.get_or_insert((By::Gateway, u16::from(code)));
+                                c.close(code, why);
+                                b.close(code, why);
                                 start_closing = true;
                             }
                             Read::Gone => {
@@ -281,7 +307,7 @@ pub async fn run<C, B>(
                 }
             }
             // Backend to client.
-            if !b.gone && c.out.is_none() {
+            if !b.gone && !b.deaf && c.out.is_none() {
                 match read(&mut b, cx) {
                     Read::Nothing => {}
                     r => {
@@ -301,10 +327,10 @@ pub async fn run<C, B>(
                                 c.pass_close(f);
                                 start_closing = true;
                             }
-                            Read::TooBig => {
-                                first.get_or_insert((By::Gateway, 1009));
-                                c.close(CloseCode::Size, "message too big");
-                                b.close(CloseCode::Size, "message too big");
+                            Read::Fault(code, why) => {
+                                first.get_or_insert((By::Gateway, u16::from(code)));
+                                c.close(code, why);
+                                b.close(code, why);
                                 start_closing = true;
                             }
                             Read::Gone => {
@@ -342,7 +368,7 @@ pub async fn run<C, B>(
                 closing_timer.as_mut().reset(Instant::now() + limits.close);
                 progress = true;
             }
-            if c.gone && b.gone {
+            if c.done() && b.done() {
                 return Poll::Ready(());
             }
             if closing {

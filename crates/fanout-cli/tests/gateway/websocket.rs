@@ -2,7 +2,7 @@
 //! backend — messages both ways (text, binary, fragmented, ping/pong, close codes and reasons),
 //! subprotocols and the handshake's headers by the pass-through rules, over HTTP/1.1 `Upgrade`
 //! and HTTP/2 extended CONNECT; the handshake through the edge stages and the `Origin` list;
-//! message size, idle and ping limits; connection caps; the drain's 1001 (in process and on
+//! message size, idle and ping limits, protocol faults; connection caps; the drain's 1001 (in process and on
 //! SIGTERM); cancellation both ways; 502 before any upgrade when the backend cannot take it;
 //! the counters on `/__fanout/status` and `/metrics`.
 //!
@@ -584,7 +584,22 @@ async fn a_message_or_frame_over_the_limit_closes_both_sides_with_1009() {
     let (mut ws, _) = open(gw.addr, "/chat/big", &[]).await.unwrap();
     ws.send(text("big-please")).await.unwrap();
     assert_eq!(close_of(&mut ws).await.0, 1009);
+    // A text message that is not UTF-8 breaks the protocol: 1007 both ways.
+    let (mut ws, _) = open(gw.addr, "/chat/utf8", &[]).await.unwrap();
+    ws.send(Message::Frame(Frame::message(
+        Bytes::from_static(&[0x66, 0xff, 0x6f]),
+        OpCode::Data(Data::Text),
+        true,
+    )))
+    .await
+    .unwrap();
+    assert_eq!(close_of(&mut ws).await.0, 1007);
     wait_closed(&gw, &backend).await;
+    assert!(
+        backend.closes().iter().any(|(c, _)| *c == 1007),
+        "{:?}",
+        backend.closes()
+    );
     assert_eq!(
         backend.closes().iter().filter(|(c, _)| *c == 1009).count(),
         3,
