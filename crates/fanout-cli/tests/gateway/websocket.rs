@@ -986,3 +986,49 @@ auth:
     ws.close(None).await.unwrap();
     wait_closed(&gw, &backend).await;
 }
+
+#[test]
+fn a_websocket_route_that_cannot_work_is_refused_at_load_at_its_place() {
+    let load = |routes: &str| {
+        let yaml = format!(
+            "backends:\n  ws: {{ url: \"http://127.0.0.1:9\" }}\n  h2: {{ url: \"http://127.0.0.1:9\", protocol: http2 }}\nroutes:\n{routes}"
+        );
+        match fanout::load_gateway("fanout.yaml", &yaml, &|_: &str| None) {
+            Ok(_) => panic!("loaded:\n{yaml}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    for (routes, wanted) in [
+        (
+            "  - path: /a\n    method: POST\n    websocket: { backend: ws }\n",
+            "fanout.yaml:6:13: a `websocket` route's method is GET, not `POST`",
+        ),
+        (
+            "  - path: /a\n    websocket: { backend: wz }\n",
+            "unknown backend `wz` in `websocket.backend`",
+        ),
+        (
+            "  - path: /a\n    websocket: { backend: h2 }\n",
+            "a WebSocket route needs an `http1` one",
+        ),
+        (
+            "  - path: /a\n    websocket: { backend: ws, ping_interval: 60s }\n",
+            "must be shorter than `idle_timeout`",
+        ),
+        (
+            "  - path: /a\n    websocket: { backend: ws, max_frame_bytes: 2000000 }\n",
+            "exceeds `max_message_bytes`",
+        ),
+        (
+            "  - path: /a\n    websocket: { backend: ws, origins: [app.example] }\n",
+            "is not an origin",
+        ),
+        (
+            "  - path: /a\n    websocket: { backend: ws }\n    respond: { body: '1' }\n",
+            "a `websocket` route has no `respond`",
+        ),
+    ] {
+        let err = load(routes);
+        assert!(err.contains(wanted), "wanted `{wanted}` in:\n{err}");
+    }
+}
