@@ -213,15 +213,22 @@ where
     }
 }
 
-/// The close frame the client gets next (data skipped), as (code, reason).
+/// The close frame the client gets next (data skipped), as (code, reason); then the client
+/// reads on (its codec sends the close's answer) until the gateway ends the connection.
 async fn close_of(ws: &mut Client) -> (u16, String) {
-    loop {
+    let got = loop {
         match next(ws).await {
-            Message::Close(Some(f)) => return (u16::from(f.code), f.reason.to_string()),
-            Message::Close(None) => return (1005, String::new()),
+            Message::Close(Some(f)) => break (u16::from(f.code), f.reason.to_string()),
+            Message::Close(None) => break (1005, String::new()),
             _ => continue,
         }
-    }
+    };
+    let ended = tokio::time::timeout(LIMIT, async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the gateway ends the connection after the close handshake");
+    got
 }
 
 fn text(s: &str) -> Message {
