@@ -223,11 +223,12 @@ async fn close_of(ws: &mut Client) -> (u16, String) {
             _ => continue,
         }
     };
-    let ended = tokio::time::timeout(LIMIT, async {
-        while let Some(Ok(_)) = ws.next().await {}
-    })
-    .await;
-    assert!(ended.is_ok(), "the gateway ends the connection after the close handshake");
+    let ended =
+        tokio::time::timeout(LIMIT, async { while let Some(Ok(_)) = ws.next().await {} }).await;
+    assert!(
+        ended.is_ok(),
+        "the gateway ends the connection after the close handshake"
+    );
     got
 }
 
