@@ -103,6 +103,7 @@ impl Config {
                 step_check(name, step, errs);
             }
             crate::pass::check_route(r, self.server.connections.send_timeout, errs);
+            crate::websocket::check_route(r, errs);
         }
         self.compression.check(errs);
         self.admission_check(errs);

@@ -33,6 +33,7 @@ mod stages;
 mod telemetry;
 pub mod tls;
 mod unknown;
+mod websocket;
 pub mod yaml_tree;
 
 pub use compression::{Compression, ContentCoding, RouteCompression};
@@ -76,6 +77,7 @@ pub use server::{
 };
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
+pub use websocket::{WebSocketRoute, WebSocketServer};
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;

@@ -70,6 +70,10 @@ pub struct Route {
     /// Forward the request to one backend and stream its answer back as it is, instead of a
     /// flow: any content type, any size (docs/config.md#pass-through-routes).
     pub pass: Option<crate::PassRoute>,
+    /// Relay WebSockets to one backend instead of a flow: the handshake (HTTP/1.1 `Upgrade` or
+    /// HTTP/2 extended CONNECT) checked and forwarded, then messages both ways
+    /// (docs/config.md#websocket-routes).
+    pub websocket: Option<crate::WebSocketRoute>,
     /// Answer with a `Server-Timing` header: each finished step's duration and the total, so a
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]

@@ -75,6 +75,8 @@ pub struct ServerConfig {
     /// request stays on the core that accepted it). Like every `server` setting, a change takes
     /// effect at the next restart. Default `per_core`.
     pub runtime: RuntimeKind,
+    /// Limits every WebSocket route shares (docs/config.md#websocket-routes).
+    pub websockets: crate::WebSocketServer,
 }
 
 /// How requests are spread over the cores (`server.runtime`).
@@ -395,6 +397,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             client_address_header: ClientAddressHeader::XForwardedFor,
             runtime: RuntimeKind::default(),
+            websockets: crate::WebSocketServer::default(),
         }
     }
 }

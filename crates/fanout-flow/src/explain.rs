@@ -70,7 +70,8 @@ pub struct RouteExplain {
     pub edge: Vec<String>,
     /// What the edge stages say of the route, a line each (`auth: …`, `rate limit …`).
     pub edge_lines: Vec<String>,
-    /// A pass-through route (`pass:`): where it forwards and its limits, instead of steps.
+    /// A pass-through route (`pass:`) or a WebSocket route (`websocket:`): where it forwards and
+    /// its limits, instead of steps.
     pub pass: Option<String>,
 }
 
@@ -386,7 +387,31 @@ fn explain_route(
                     .map_or("none".to_string(), fmt_dur),
                 fmt_dur(p.sse.idle_timeout.0),
             )
-        }),
+        })
+            .or_else(|| {
+                src.and_then(|r| r.websocket.as_ref()).map(|w| {
+                let origins = match w.origins.as_slice() {
+                    [] => "the gateway's own origin".to_string(),
+                    o => o.join(", "),
+                };
+                let ping = match w.ping_interval.0.is_zero() {
+                    true => "no pings".to_string(),
+                    false => format!("a ping every {}", fmt_dur(w.ping_interval.0)),
+                };
+                format!(
+                    "WebSocket relayed to backend `{}`, path {}; origins: {origins}; messages up \
+                     to {} bytes (frames {}); idle_timeout {}, {ping}; at most {} open",
+                    w.backend.value,
+                    w.path
+                        .as_ref()
+                        .map_or("as it came".to_string(), |t| format!("`{}`", t.value)),
+                    w.max_message_bytes,
+                    w.max_frame_bytes,
+                    fmt_dur(w.idle_timeout.0),
+                    w.max_connections,
+                )
+            })
+            }),
     }
 }
 

@@ -486,7 +486,7 @@ fn compile_route(
     let steps: Vec<Arc<StepPlan>> = steps.into_iter().map(Arc::new).collect();
     let coalesce = match (first_writer(&steps), &r.coalesce) {
         // A pass-through route has no run to share.
-        _ if r.pass.is_some() => Coalesce::Off,
+        _ if r.pass.is_some() || r.websocket.is_some() => Coalesce::Off,
         (None, Some(c)) if !c.value => Coalesce::Off,
         (None, None) if !cx.cfg.defaults.coalesce => Coalesce::Off,
         (None, _) => Coalesce::On,

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 20] = [
+pub(crate) const GATEWAY_CODES: [&str; 25] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -38,6 +38,11 @@ pub(crate) const GATEWAY_CODES: [&str; 20] = [
     "bad_answer_message",
     "invalid_message",
     "message_too_large",
+    "upgrade_required",
+    "bad_handshake",
+    "origin_refused",
+    "websocket_limit",
+    "shutting_down",
 ];
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.

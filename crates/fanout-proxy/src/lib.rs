@@ -24,6 +24,7 @@ pub mod server;
 pub mod stack;
 pub mod telemetry;
 pub mod ui;
+mod websocket;
 
 use arc_swap::ArcSwap;
 use fanout_config::{AdminConfig, Config, ConfigError, ConfigErrors, ServerConfig};
@@ -94,6 +95,8 @@ pub struct Gateway {
     /// The shutdown as event streams see it (`fanout_pass::sse`): started when connections
     /// drain, it ends each stream at its next event boundary.
     drain: Arc<fanout_pass::sse::Drain>,
+    /// Open WebSockets (`fanout-ws`): the process's cap, the drain, the gauge.
+    websockets: Arc<fanout_ws::counters::Hub>,
 }
 
 /// What one config gives the gateway, replaced as a whole on reload: in-flight requests keep
@@ -139,6 +142,8 @@ pub struct Live {
     stages: fanout_edge::StageSet,
     /// The pass-through routes, by route index (`fanout-pass`).
     pass: fanout_pass::PassRoutes,
+    /// The WebSocket routes, by route index (`fanout-ws`).
+    websockets: fanout_ws::WsRoutes,
 }
 
 impl Gateway {
@@ -223,6 +228,9 @@ impl Gateway {
                 .then(|| record::Recent::new(&cfg.admin.ui)),
             registry,
             drain: fanout_pass::sse::Drain::new(),
+            websockets: Arc::new(fanout_ws::counters::Hub::new(
+                cfg.server.websockets.max_connections,
+            )),
         })
     }
 
@@ -404,6 +412,7 @@ impl Gateway {
             "telemetry": self.telemetry.status_json(),
             "coalesce": live.coalesce_json(),
             "sse": live.pass.sse_json(),
+            "websockets": self.websockets.status_json(&live.websockets),
         });
         // Each runtime's sections (`models`, `models_watcher`), each edge stage's.
         if let Some(o) = status.as_object_mut() {

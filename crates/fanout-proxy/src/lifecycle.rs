@@ -70,6 +70,13 @@ impl Gateway {
             })
             .await;
         }
+        // A WebSocket route (`websocket.rs`), boxed apart the same way.
+        if let Some(plan) = live.websockets.get(route.index) {
+            return fanout_layers::boxed::pinned(|| {
+                self.websocket_lifecycle(cx, route, params, plan, body)
+            })
+            .await;
+        }
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, _memory) = match async {
             once_only(&cx.parts.headers)?;
@@ -322,6 +329,17 @@ pub(crate) fn route<'a, 'r: 'a>(
     let entry = matched.value;
     match entry.iter().find(|r| r.method == parts.method) {
         Some(route) => Ok((route, matched.params)),
+        // An HTTP/2 WebSocket (RFC 8441's extended CONNECT) opens a route's GET.
+        None if fanout_ws::handshake::extended_connect(parts) => {
+            match entry.iter().find(|r| r.method == http::Method::GET) {
+                Some(route) => Ok((route, matched.params)),
+                None => Err(Refusal::MethodNotAllowed {
+                    method: &parts.method,
+                    path,
+                    allow: entry.iter().map(|r| r.method.as_str()).collect(),
+                }),
+            }
+        }
         None => Err(Refusal::MethodNotAllowed {
             method: &parts.method,
             path,

@@ -239,6 +239,10 @@ pub(crate) fn build_live(
         fanout_config::locate(&mut e, &cfg.source);
         ConfigErrors(e)
     })?;
+    let websockets = fanout_ws::compile(&cfg, prev.map(|p| &p.websockets)).map_err(|mut e| {
+        fanout_config::locate(&mut e, &cfg.source);
+        ConfigErrors(e)
+    })?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan
         .routes
@@ -291,6 +295,7 @@ pub(crate) fn build_live(
             .collect(),
         stages,
         pass,
+        websockets,
     };
     Ok(Built {
         live,

@@ -81,6 +81,7 @@ impl Collector for State {
         runtimes(live, &mut out)?;
         live.stages.metrics(&mut out)?;
         live.pass.metrics(&mut out)?;
+        gw.websockets.metrics(&live.websockets, &mut out)?;
         runtime(gw, &mut out)?;
         process_stats(&mut out)
     }

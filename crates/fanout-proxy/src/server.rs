@@ -362,7 +362,12 @@ pub fn serve_per_core(
                     // This core's connections are served until they end; the control thread
                     // runs the drain (grace, then abort) for all of them.
                     let bound = gw.limits.shutdown_grace.0 + std::time::Duration::from_secs(2);
-                    let _ = tokio::time::timeout(bound, gw.conns.all_closed()).await;
+                    let _ = tokio::time::timeout(bound, async {
+                        gw.conns.all_closed().await;
+                        // Their relays run on this core: it stops once they closed (1001).
+                        gw.websockets.all_closed().await;
+                    })
+                    .await;
                 });
                 drop(rt);
                 let _ = tx.send(());
@@ -383,10 +388,11 @@ pub fn serve_per_core(
         shutdown.await;
         let _ = stop_tx.send(true);
         gateway.drain.start();
-        gateway
-            .conns
-            .shutdown(gateway.limits.shutdown_grace.0)
-            .await;
+        let grace = gateway.limits.shutdown_grace.0;
+        tokio::join!(
+            gateway.conns.shutdown(grace),
+            gateway.websockets.shutdown(grace)
+        );
         for d in done {
             let _ = d.await;
         }
@@ -412,7 +418,9 @@ fn conn_builder(gateway: &Gateway, exec: Exec) -> Arc<auto::Builder<Exec>> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(gateway.limits.max_concurrent_streams)
-        .max_header_list_size(gateway.limits.max_header_bytes as u32);
+        .max_header_list_size(gateway.limits.max_header_bytes as u32)
+        // WebSockets over HTTP/2 (RFC 8441): `SETTINGS_ENABLE_CONNECT_PROTOCOL`.
+        .enable_connect_protocol();
     Arc::new(builder)
 }
 
@@ -422,12 +430,14 @@ async fn finish(gateway: &Arc<Gateway>) {
     if let Some(t) = &gateway.tls {
         t.stop_watching();
     }
-    // Event streams end at their next event boundary, within the grace.
+    // Event streams end at their next event boundary, within the grace; open WebSockets are
+    // closed with 1001 (going away) meanwhile, new ones refused.
     gateway.drain.start();
-    gateway
-        .conns
-        .shutdown(gateway.limits.shutdown_grace.0)
-        .await;
+    let grace = gateway.limits.shutdown_grace.0;
+    tokio::join!(
+        gateway.conns.shutdown(grace),
+        gateway.websockets.shutdown(grace)
+    );
     // The spans of the last requests.
     gateway.telemetry.shutdown().await;
 }
@@ -579,6 +589,11 @@ fn serve_connection<S: Socket + Send + 'static>(
         let sh = on_conn.clone();
         async move {
             let active = sh.request();
+            // An HTTP/2 WebSocket (extended CONNECT) keeps its connection busy while it is open,
+            // so the connection is not closed as idle under it.
+            if req.method() == http::Method::CONNECT {
+                req.extensions_mut().insert(Arc::new(sh.request()));
+            }
             // Boxed: the request's whole future (flow, calls, respond) is made once on the
             // heap — in place, not built on the stack and copied (`pinned`) — and the
             // per-stream future HTTP/2 spawns (and moves) stays small.
@@ -589,8 +604,9 @@ fn serve_connection<S: Socket + Send + 'static>(
             Ok::<_, Infallible>(resp)
         }
     });
+    // With upgrades: a WebSocket route's 101 hands the socket to its relay (`websocket.rs`).
     builder
-        .serve_connection(TokioIo::new(TrackedIo::new(stream, sh.clone())), svc)
+        .serve_connection_with_upgrades(TokioIo::new(TrackedIo::new(stream, sh.clone())), svc)
         .into_owned()
 }
 

@@ -72,3 +72,4 @@ mod telemetry;
 mod tls;
 mod tls_listener;
 mod ui;
+mod websocket;
