@@ -99,6 +99,13 @@ pub struct Verdict {
     request_too_large: AtomicBool,
 }
 
+impl Verdict {
+    /// Whether the client's upload was refused for a message over the limit.
+    pub fn request_too_large(&self) -> bool {
+        self.request_too_large.load(Ordering::Relaxed)
+    }
+}
+
 /// The error a request stream fails with when a message is over the limit.
 #[derive(Debug, thiserror::Error)]
 #[error("a request message of {len} bytes exceeds {limit} (pass.max_message_bytes)")]

@@ -90,6 +90,13 @@ pub enum PassError {
     /// The backend's stack failed the call (unreachable, reset, refused by its protection).
     #[error("{0}")]
     Call(CallError),
+    /// A gRPC call's request message was over `pass.max_message_bytes` before the answer's
+    /// head (`grpc.rs`): `message_too_large`, RESOURCE_EXHAUSTED.
+    #[error("a request message exceeds {limit} bytes (pass.max_message_bytes)")]
+    MessageTooLarge {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// What the gateway knows of one request on a pass-through route.
@@ -223,6 +230,10 @@ impl PassPlan {
         .await;
         let resp = match head {
             Ok(r) => r,
+            Err(PassError::Call(_)) if verdict.request_too_large() => {
+                // The upload failed the call at a message over the limit.
+                return Err(PassError::MessageTooLarge { limit });
+            }
             Err(PassError::Call(e)) => {
                 // The upload may have failed the call: say why.
                 return Err(upload_cut(&e).map_or(PassError::Call(e), PassError::Cut));

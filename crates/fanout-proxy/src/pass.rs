@@ -123,6 +123,11 @@ fn refusal(e: PassError, backend: &Arc<str>) -> ApiError {
     match e {
         PassError::TooLarge { limit } | PassError::Cut(Cut::TooLarge(limit)) => too_large(limit),
         PassError::Path(p) => ApiError::new(StatusCode::BAD_REQUEST, "bad_path", p.to_string()),
+        PassError::MessageTooLarge { limit } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "message_too_large",
+            format!("a request message is larger than pass.max_message_bytes ({limit})"),
+        ),
         PassError::Cut(Cut::ClientBroke) => ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_body",

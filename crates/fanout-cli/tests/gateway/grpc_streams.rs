@@ -255,6 +255,27 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what}: no progress within 20 s"))
 }
 
+/// `Count { n, size }` (server streaming) on a ready client: the call's answer stream.
+async fn count(
+    c: &mut tonic::client::Grpc<H2>,
+    n: i32,
+    size: i32,
+    timeout: Option<Duration>,
+) -> Result<tonic::Streaming<Num>, tonic::Status> {
+    within("ready", c.ready()).await.unwrap();
+    let mut req = tonic::Request::new(Count { n, size });
+    if let Some(t) = timeout {
+        req.set_timeout(t);
+    }
+    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
+    within(
+        "Count",
+        c.server_streaming(req, path("/streams.v1.Numbers/Count"), codec),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_client_and_bidi_streams_pass_message_by_message() {
     let (backend_addr, seen) = backend().await;
@@ -264,19 +285,8 @@ async fn server_client_and_bidi_streams_pass_message_by_message() {
     let mut c = grpc_client(gw.addr);
 
     // Server streaming: five numbers, then OK.
-    within("ready", c.ready()).await.unwrap();
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let resp = within(
-        "Count",
-        c.server_streaming(
-            tonic::Request::new(Count { n: 5, size: 0 }),
-            path("/streams.v1.Numbers/Count"),
-            codec,
-        ),
-    )
-    .await
-    .unwrap();
-    let got: Vec<i32> = within("Count's numbers", resp.into_inner().collect::<Vec<_>>())
+    let resp = count(&mut c, 5, 0, None).await.unwrap();
+    let got: Vec<i32> = within("Count's numbers", resp.collect::<Vec<_>>())
         .await
         .into_iter()
         .map(|m| m.unwrap().value)
@@ -358,19 +368,8 @@ async fn a_cancelled_call_is_cancelled_at_the_backend_and_limits_end_calls_with_
     let mut c = grpc_client(gw.addr);
 
     // An endless stream: the client takes two numbers and goes away; the backend sees it.
-    within("ready", c.ready()).await.unwrap();
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let resp = within(
-        "Count",
-        c.server_streaming(
-            tonic::Request::new(Count { n: 0, size: 0 }),
-            path("/streams.v1.Numbers/Count"),
-            codec,
-        ),
-    )
-    .await
-    .unwrap();
-    let mut stream = resp.into_inner();
+    let resp = count(&mut c, 0, 0, None).await.unwrap();
+    let mut stream = resp;
     for i in 0..2 {
         let m = within("a number", stream.message()).await.unwrap().unwrap();
         assert_eq!(m.value, i);
@@ -383,19 +382,8 @@ async fn a_cancelled_call_is_cancelled_at_the_backend_and_limits_end_calls_with_
 
     // An answer message over the route's max_message_bytes (1 000): the numbers before it are
     // not there (each is too large), the call ends RESOURCE_EXHAUSTED.
-    within("ready", c.ready()).await.unwrap();
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let resp = within(
-        "Count",
-        c.server_streaming(
-            tonic::Request::new(Count { n: 3, size: 2000 }),
-            path("/streams.v1.Numbers/Count"),
-            codec,
-        ),
-    )
-    .await
-    .unwrap();
-    let mut stream = resp.into_inner();
+    let resp = count(&mut c, 3, 2000, None).await.unwrap();
+    let mut stream = resp;
     let err = within("the status", stream.message()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("max_message_bytes"), "{err:?}");
@@ -430,17 +418,9 @@ async fn a_cancelled_call_is_cancelled_at_the_backend_and_limits_end_calls_with_
     assert_eq!(seen.received.load(Ordering::Relaxed), received);
 
     // The client's grpc-timeout ends an endless stream DEADLINE_EXCEEDED, with a status.
-    within("ready", c.ready()).await.unwrap();
-    let mut req = tonic::Request::new(Count { n: 0, size: 0 });
-    req.set_timeout(Duration::from_millis(300));
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let resp = within(
-        "Count",
-        c.server_streaming(req, path("/streams.v1.Numbers/Count"), codec),
-    )
-    .await
-    .unwrap();
-    let mut stream = resp.into_inner();
+    let mut stream = count(&mut c, 0, 0, Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
     let code = loop {
         match within("a number or the status", stream.message()).await {
             Ok(Some(_)) => continue,
@@ -462,18 +442,7 @@ async fn the_edge_stages_decide_on_a_streaming_calls_head() {
     );
     let gw = gateway(&yaml, &stubs).await;
     let mut c = grpc_client(gw.addr);
-    within("ready", c.ready()).await.unwrap();
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let err = within(
-        "Count",
-        c.server_streaming(
-            tonic::Request::new(Count { n: 5, size: 0 }),
-            path("/streams.v1.Numbers/Count"),
-            codec,
-        ),
-    )
-    .await
-    .unwrap_err();
+    let err = count(&mut c, 5, 0, None).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
     assert_eq!(
         err.metadata().get("x-fanout-error-code").unwrap(),
@@ -513,39 +482,15 @@ async fn a_path_route_passes_a_whole_service_without_protos() {
     );
     let gw = gateway(&yaml, &stubs).await;
     let mut c = grpc_client(gw.addr);
-    within("ready", c.ready()).await.unwrap();
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let resp = within(
-        "Count",
-        c.server_streaming(
-            tonic::Request::new(Count { n: 3, size: 0 }),
-            path("/streams.v1.Numbers/Count"),
-            codec,
-        ),
-    )
-    .await
-    .unwrap();
-    let got: Vec<i32> = within("numbers", resp.into_inner().collect::<Vec<_>>())
+    let resp = count(&mut c, 3, 0, None).await.unwrap();
+    let got: Vec<i32> = within("numbers", resp.collect::<Vec<_>>())
         .await
         .into_iter()
         .map(|m| m.unwrap().value)
         .collect();
     assert_eq!(got, [0, 1, 2]);
-    within("ready", c.ready()).await.unwrap();
-    let codec = tonic_prost::ProstCodec::<Count, Num>::default();
-    let resp = within(
-        "Count",
-        c.server_streaming(
-            tonic::Request::new(Count { n: 1, size: 5000 }),
-            path("/streams.v1.Numbers/Count"),
-            codec,
-        ),
-    )
-    .await
-    .unwrap();
-    let err = within("the status", resp.into_inner().message())
-        .await
-        .unwrap_err();
+    let mut resp = count(&mut c, 1, 5000, None).await.unwrap();
+    let err = within("the status", resp.message()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
     assert_eq!(seen.calls.load(Ordering::Relaxed), 2);
 }
