@@ -58,27 +58,8 @@ impl Gateway {
             }
         };
         let parts = cx.parts;
-        let authority;
-        let host = match parts.headers.get(http::header::HOST) {
-            Some(h) => Some(h),
-            None => {
-                authority = parts
-                    .uri
-                    .authority()
-                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
-                authority.as_ref()
-            }
-        };
-        let hop = Hop {
-            peer: cx.peer.map(|p| p.ip().to_canonical()),
-            trusted: cx.live.stages.clients().trusts_peer(cx.peer),
-            tls: parts
-                .extensions
-                .get::<Arc<fanout_transport::tls::TlsInfo>>()
-                .is_some(),
-            host,
-            version: parts.version,
-        };
+        let mut authority = None;
+        let hop = hop(cx, &mut authority);
         let exchange = Exchange {
             parts,
             body,
@@ -102,6 +83,32 @@ impl Gateway {
             Ok(resp) => Ok(resp.map(Body::Passed)),
             Err(e) => Err(refusal(e, plan.backend_name())),
         }
+    }
+}
+
+/// The hop a request came over, as the forwarding headers tell it (peer, trusted or not, TLS,
+/// host, version); `authority` holds the URI's authority when there is no `Host` (HTTP/2).
+pub(crate) fn hop<'a>(cx: &Req<'a, '_>, authority: &'a mut Option<HeaderValue>) -> Hop<'a> {
+    let parts = cx.parts;
+    let host = match parts.headers.get(http::header::HOST) {
+        Some(h) => Some(h),
+        None => {
+            *authority = parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+            authority.as_ref()
+        }
+    };
+    Hop {
+        peer: cx.peer.map(|p| p.ip().to_canonical()),
+        trusted: cx.live.stages.clients().trusts_peer(cx.peer),
+        tls: parts
+            .extensions
+            .get::<Arc<fanout_transport::tls::TlsInfo>>()
+            .is_some(),
+        host,
+        version: parts.version,
     }
 }
 

@@ -8,8 +8,8 @@
 use crate::Gateway;
 use crate::answer::ApiError;
 use crate::lifecycle::{Req, edge_stages, once_only, path_params};
+use crate::pass::hop;
 use fanout_flow::{ErrorKind, FlowError, RoutePlan};
-use fanout_pass::headers::Hop;
 use fanout_transport::body::Body;
 use fanout_ws::counters::Refused;
 use fanout_ws::handshake::HandshakeError;
@@ -46,27 +46,8 @@ impl Gateway {
             }
         };
         let parts = cx.parts;
-        let authority;
-        let host = match parts.headers.get(http::header::HOST) {
-            Some(h) => Some(h),
-            None => {
-                authority = parts
-                    .uri
-                    .authority()
-                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
-                authority.as_ref()
-            }
-        };
-        let hop = Hop {
-            peer: cx.peer.map(|p| p.ip().to_canonical()),
-            trusted: cx.live.stages.clients().trusts_peer(cx.peer),
-            tls: parts
-                .extensions
-                .get::<Arc<fanout_transport::tls::TlsInfo>>()
-                .is_some(),
-            host,
-            version: parts.version,
-        };
+        let mut authority = None;
+        let hop = hop(cx, &mut authority);
         let upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
         let handshake = fanout_ws::Handshake {
             parts,
