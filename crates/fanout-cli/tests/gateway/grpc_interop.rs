@@ -20,7 +20,7 @@ const GRPCIO_VERSION: &str = "1.85.3";
 const GRPCIO_TOOLS_VERSION: &str = "1.85.1";
 const GRPCURL_VERSION: &str = "v1.9.3";
 
-fn tools_dir() -> PathBuf {
+pub(super) fn tools_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("FANOUT_TOOLS_DIR") {
         return PathBuf::from(d);
     }
@@ -31,7 +31,7 @@ fn tools_dir() -> PathBuf {
     cache.join("fanout-tools")
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
+pub(super) fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
     let out = cmd
         .output()
         .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;

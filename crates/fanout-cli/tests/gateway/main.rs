@@ -73,3 +73,4 @@ mod tls;
 mod tls_listener;
 mod ui;
 mod websocket;
+mod ws_python;
