@@ -218,11 +218,55 @@ impl Socket for TcpStream {
 /// The client socket, recording what the connection's timers need: the first bytes (which
 /// decide the protocol), HTTP/1 request heads starting, and whether writes are refused. Over
 /// TLS it wraps the TLS stream, so it sees the decrypted bytes.
+///
+/// A connection whose first line is neither the HTTP/2 preface's nor an HTTP/1 request line
+/// (its last word `HTTP/1.x`) is not HTTP this server speaks: its read fails, so hyper closes
+/// it without an HTTP/1.1 answer (RFC 9113 §3.4: an invalid preface ends the connection; on a
+/// port shared by HTTP/1.1 and h2c this is where the two part).
 pub struct TrackedIo<S: Socket = TcpStream> {
     inner: S,
     sh: Arc<ConnShared>,
+    first: FirstBytes,
+}
+
+/// What the first bytes of a connection showed so far ([`on_read`]).
+struct FirstBytes {
     /// Bytes of the HTTP/2 preface matched so far, while the protocol is unknown.
-    preface: usize,
+    preface: u8,
+    /// The first line was judged (or the preface completed): nothing more to look at.
+    done: bool,
+    /// The first line is not an HTTP/1 request line (the preface may still match).
+    bad: bool,
+    /// Bytes of the first line so far, `\r` left out (0 through leading empty lines).
+    line_len: u8,
+    /// Spaces in the first line so far: the version is the third word.
+    spaces: u8,
+    /// Bytes of the line's current word.
+    word_len: u8,
+}
+
+impl FirstBytes {
+    fn new() -> FirstBytes {
+        FirstBytes {
+            preface: 0,
+            done: false,
+            bad: false,
+            line_len: 0,
+            spaces: 0,
+            word_len: 0,
+        }
+    }
+}
+
+/// The third word of an HTTP/1 request line: `HTTP/1.` and a digit.
+const H1_VERSION: &[u8; 7] = b"HTTP/1.";
+
+/// The error of a read on a connection that is not HTTP ([`TrackedIo`]).
+fn not_http() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "neither an HTTP/1 request line nor the HTTP/2 preface",
+    )
 }
 
 impl<S: Socket> TrackedIo<S> {
@@ -231,12 +275,26 @@ impl<S: Socket> TrackedIo<S> {
         TrackedIo {
             inner,
             sh,
-            preface: 0,
+            first: FirstBytes::new(),
         }
     }
 
-    fn on_read(&mut self, data: &[u8]) {
-        on_read(&self.sh, &mut self.preface, data);
+    fn on_read(&mut self, data: &[u8]) -> bool {
+        on_read(&self.sh, &mut self.first, data)
+    }
+
+    /// Read and drop what the client already sent (at most 64 KiB), so that the socket closes
+    /// with a FIN: closing with unread bytes would reset it, and a reset may reach the client
+    /// before it reads the end.
+    fn drain(&mut self, cx: &mut Context<'_>) {
+        let mut scratch = [0u8; 1024];
+        for _ in 0..64 {
+            let mut rb = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.inner).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) if !rb.filled().is_empty() => {}
+                _ => break,
+            }
+        }
     }
 
     fn on_write(&self, res: &Poll<io::Result<usize>>) {
@@ -269,8 +327,13 @@ impl<S: Socket> AsyncRead for TrackedIo<S> {
         ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         // Only the first bytes and HTTP/1 heads matter: HTTP/2 reads (PINGs included) are not
         // activity.
-        if buf.filled().len() > before && this.sh.proto.load(Ordering::Relaxed) != PROTO_H2 {
-            this.on_read(&buf.filled()[before..]);
+        if buf.filled().len() > before
+            && this.sh.proto.load(Ordering::Relaxed) != PROTO_H2
+            && !this.on_read(&buf.filled()[before..])
+        {
+            buf.set_filled(before);
+            this.drain(cx);
+            return Poll::Ready(Err(not_http()));
         }
         Poll::Ready(Ok(()))
     }
@@ -313,20 +376,67 @@ impl<S: Socket> AsyncWrite for TrackedIo<S> {
 }
 
 /// What a read tells: the first bytes decide the protocol (HTTP/2 once the whole preface
-/// arrived); on HTTP/1, bytes while no request is in flight start a request head.
-fn on_read(sh: &ConnShared, preface: &mut usize, data: &[u8]) {
-    if sh.proto.load(Ordering::Relaxed) == PROTO_UNKNOWN {
+/// arrived); on HTTP/1, bytes while no request is in flight start a request head. `false` when
+/// the connection is not HTTP: the bytes are not the HTTP/2 preface, and the first line is not
+/// an HTTP/1 request line (`METHOD TARGET HTTP/1.x`) — decided at the first byte that shows it,
+/// no later than hyper's parser would refuse it with a 400. Only the first line is looked at.
+fn on_read(sh: &ConnShared, first: &mut FirstBytes, data: &[u8]) -> bool {
+    if !first.done {
         for &b in data {
-            if b != PREFACE[*preface] {
-                sh.ready_ms.store(now_ms(), Ordering::Relaxed);
-                sh.proto.store(PROTO_H1, Ordering::Release);
-                break;
+            if sh.proto.load(Ordering::Relaxed) == PROTO_UNKNOWN {
+                if b == PREFACE[usize::from(first.preface)] {
+                    first.preface += 1;
+                    if usize::from(first.preface) == PREFACE.len() {
+                        sh.ready_ms.store(now_ms(), Ordering::Relaxed);
+                        sh.proto.store(PROTO_H2, Ordering::Release);
+                        first.done = true;
+                        return true;
+                    }
+                } else {
+                    sh.ready_ms.store(now_ms(), Ordering::Relaxed);
+                    sh.proto.store(PROTO_H1, Ordering::Release);
+                    if first.bad {
+                        // "PRI * HTTP/2", then not the rest of the preface
+                        return false;
+                    }
+                }
             }
-            *preface += 1;
-            if *preface == PREFACE.len() {
-                sh.ready_ms.store(now_ms(), Ordering::Relaxed);
-                sh.proto.store(PROTO_H2, Ordering::Release);
-                return;
+            if first.bad {
+                continue; // the preface still matches: it decides
+            }
+            let bad = match b {
+                b'\n' if first.line_len == 0 => false, // leading empty lines are allowed
+                b'\n' => {
+                    if first.spaces == 2 && usize::from(first.word_len) == H1_VERSION.len() + 1 {
+                        first.done = true;
+                        break;
+                    }
+                    true
+                }
+                b'\r' => false,
+                b' ' => {
+                    first.line_len = first.line_len.saturating_add(1);
+                    first.spaces = first.spaces.saturating_add(1);
+                    first.word_len = 0;
+                    first.spaces > 2
+                }
+                _ => {
+                    first.line_len = first.line_len.saturating_add(1);
+                    let i = usize::from(first.word_len);
+                    first.word_len = first.word_len.saturating_add(1);
+                    first.spaces == 2
+                        && match H1_VERSION.get(i) {
+                            Some(&want) => b != want,
+                            None => i > H1_VERSION.len(), // past the digit
+                        }
+                }
+            };
+            if bad {
+                if sh.proto.load(Ordering::Relaxed) != PROTO_UNKNOWN {
+                    first.done = true;
+                    return false;
+                }
+                first.bad = true;
             }
         }
     }
@@ -336,6 +446,7 @@ fn on_read(sh: &ConnShared, preface: &mut usize, data: &[u8]) {
     {
         sh.head_started_ms.store(now_ms(), Ordering::Relaxed);
     }
+    true
 }
 
 /// An answer body, handed to the transport in pieces of at most [`H2_ANSWER_CHUNK`] on HTTP/2,
@@ -1215,41 +1326,83 @@ mod tests {
 
     #[test]
     fn the_preface_decides_the_protocol() {
-        let sh = Arc::new(ConnShared::new(1));
-        let mut io_state = PrefaceOnly {
-            sh: sh.clone(),
-            preface: 0,
-        };
-        io_state.feed(&PREFACE[..10]);
+        let mut io_state = PrefaceOnly::new();
+        assert!(io_state.feed(&PREFACE[..10]));
         assert_eq!(
-            sh.proto(),
+            io_state.sh.proto(),
             PROTO_UNKNOWN,
             "a partial preface decides nothing"
         );
-        io_state.feed(&PREFACE[10..]);
-        assert_eq!(sh.proto(), PROTO_H2);
-        let sh = Arc::new(ConnShared::new(2));
-        let mut io_state = PrefaceOnly {
-            sh: sh.clone(),
-            preface: 0,
-        };
-        io_state.feed(b"PO");
-        assert_eq!(sh.proto(), PROTO_H1);
+        assert!(io_state.feed(&PREFACE[10..]));
+        assert_eq!(io_state.sh.proto(), PROTO_H2);
+        let mut io_state = PrefaceOnly::new();
+        assert!(io_state.feed(b"PO"));
+        assert_eq!(io_state.sh.proto(), PROTO_H1);
         assert!(
-            sh.head_started_ms.load(Ordering::Relaxed) != 0,
+            io_state.sh.head_started_ms.load(Ordering::Relaxed) != 0,
             "a head started"
         );
+    }
+
+    /// Each of `parts` fed in turn; whether the last was taken (`false`: not HTTP).
+    fn feed_all(parts: &[&[u8]]) -> bool {
+        let mut io_state = PrefaceOnly::new();
+        parts.iter().all(|p| io_state.feed(p))
+    }
+
+    #[test]
+    fn a_first_line_that_is_neither_http1_nor_the_preface_is_not_http() {
+        // HTTP/1 request lines, however the reads cut them, and what follows them
+        for parts in [
+            &[&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..]][..],
+            &[b"G", b"ET /a?b=c HTTP/1", b".0\r", b"\n"],
+            &[b"\r\n\r\nPOST /x HTTP/1.1\r\n"],
+            &[b"PRI * HTTP/1.1\r\n"],
+            &[b"GET / HTTP/1.1\r\n", b"garbage after the first line\n"],
+            &[b"GET /no-end-yet"],
+            &[b"GET / HT", b"TP/1.1\r", b"\n", b"\r\n"],
+            &[
+                &PREFACE[..],
+                b"\x00\x00\x00garbage frames: HTTP/2 reads them",
+            ],
+        ] {
+            assert!(feed_all(parts), "{parts:?}");
+        }
+        // not HTTP: h2spec's invalid preface (hyper's first read takes 24 bytes), garbage, other
+        // versions, a broken HTTP/2 preface
+        for parts in [
+            &[&b"INVALID CONNECTION PREFA"[..], b"CE\r\n\r\n"][..],
+            &[b"\x00\x01\x02\x03garbage\r\n\r\n"],
+            &[b"GET / HTTP/9.9\r\n"],
+            &[b"GET /\r\n"],
+            &[b"GET / HTTP/1.\r\n"],
+            &[b"GET / HTTP/1.11\r\n"],
+            &[b"GET / HTTP/1.1 x\r\n"],
+            &[b"GET / HTTP/1.1x"],
+            &[b"GET /a b HTTP/1.1\r\n"],
+            &[b"PRI * HTTP/2.0\r\n\r\nSM\r\n", b"x"],
+            &[b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"],
+        ] {
+            assert!(!feed_all(parts), "{parts:?}");
+        }
     }
 
     /// The read hook of [`TrackedIo`] without a socket.
     struct PrefaceOnly {
         sh: Arc<ConnShared>,
-        preface: usize,
+        first: FirstBytes,
     }
 
     impl PrefaceOnly {
-        fn feed(&mut self, data: &[u8]) {
-            on_read(&self.sh, &mut self.preface, data);
+        fn new() -> PrefaceOnly {
+            PrefaceOnly {
+                sh: Arc::new(ConnShared::new(1)),
+                first: FirstBytes::new(),
+            }
+        }
+
+        fn feed(&mut self, data: &[u8]) -> bool {
+            on_read(&self.sh, &mut self.first, data)
         }
     }
 }

@@ -182,6 +182,60 @@ async fn raw_garbage_and_huge_headers_do_not_hurt_the_server() {
     assert_eq!(ok.status, 200);
 }
 
+/// HTTP/1.1 and h2c share the port, so a connection is HTTP/1 unless it starts with the HTTP/2
+/// preface. One whose first line is neither (h2spec 3.5/2's invalid preface, a preface broken
+/// after its first line, another version, garbage) is closed without an HTTP/1.1 answer: its
+/// client does not speak HTTP/1 (RFC 9113 §3.4). An HTTP/1 request line after leading empty
+/// lines, or sent byte by byte, is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_is_neither_http1_nor_http2_is_closed_without_an_answer() {
+    let s = stubs(STUBS).await;
+    let gw = gateway(GATEWAY, &s).await;
+    let exchange = async |parts: &[&[u8]]| -> Vec<u8> {
+        let mut sock = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        for p in parts {
+            sock.write_all(p).await.unwrap();
+        }
+        let mut buf = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            sock.read_to_end(&mut buf),
+        )
+        .await
+        .expect("the server closes in time");
+        // closed with a FIN (what the client sent was read first), not a reset
+        read.unwrap();
+        buf
+    };
+    for not_http in [
+        &b"INVALID CONNECTION PREFACE\r\n\r\n"[..],
+        b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+        b"GET /items/1 HTTP/2.0\r\nHost: x\r\n\r\n",
+        b"\x16\x03\x01\x00\xa5garbage\r\n\r\n",
+    ] {
+        let got = exchange(&[not_http]).await;
+        assert!(
+            got.is_empty(),
+            "{:?} got an answer: {:?}",
+            String::from_utf8_lossy(not_http),
+            String::from_utf8_lossy(&got)
+        );
+    }
+    let bytes: Vec<[u8; 1]> = b"GET /items/7 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        .iter()
+        .map(|b| [*b])
+        .collect();
+    let parts: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
+    for parts in [
+        &[&b"\r\nGET /items/7 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"[..]][..],
+        &parts,
+    ] {
+        let got = String::from_utf8(exchange(parts).await).unwrap();
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.ends_with(r#"{"id":"7"}"#), "{got}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fuzz_ten_thousand_random_requests_without_a_panic() {
     let s = stubs(STUBS).await;

@@ -45,6 +45,7 @@ mod grpc_compression;
 mod grpc_interop;
 mod grpc_keepalive;
 mod grpc_streams;
+mod h2spec;
 mod hostile_config;
 mod house;
 mod ip_filter;
