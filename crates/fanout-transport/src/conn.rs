@@ -232,16 +232,14 @@ pub struct TrackedIo<S: Socket = TcpStream> {
 /// What the first bytes of a connection showed so far ([`on_read`]).
 struct FirstBytes {
     /// Bytes of the HTTP/2 preface matched so far, while the protocol is unknown.
-    preface: u8,
+    preface: usize,
     /// The first line was judged (or the preface completed): nothing more to look at.
     done: bool,
-    /// The first line is not an HTTP/1 request line (the preface may still match).
-    bad: bool,
-    /// Bytes of the first line so far, `\r` left out (0 through leading empty lines).
+    /// 1 once the first line started (0 through leading empty lines).
     line_len: u8,
     /// Spaces in the first line so far: the version is the third word.
     spaces: u8,
-    /// Bytes of the line's current word.
+    /// Bytes of the version so far.
     word_len: u8,
 }
 
@@ -250,7 +248,6 @@ impl FirstBytes {
         FirstBytes {
             preface: 0,
             done: false,
-            bad: false,
             line_len: 0,
             spaces: 0,
             word_len: 0,
@@ -382,61 +379,42 @@ impl<S: Socket> AsyncWrite for TrackedIo<S> {
 /// no later than hyper's parser would refuse it with a 400. Only the first line is looked at.
 fn on_read(sh: &ConnShared, first: &mut FirstBytes, data: &[u8]) -> bool {
     if !first.done {
-        for &b in data {
-            if sh.proto.load(Ordering::Relaxed) == PROTO_UNKNOWN {
-                if b == PREFACE[usize::from(first.preface)] {
-                    first.preface += 1;
-                    if usize::from(first.preface) == PREFACE.len() {
-                        sh.ready_ms.store(now_ms(), Ordering::Relaxed);
-                        sh.proto.store(PROTO_H2, Ordering::Release);
-                        first.done = true;
-                        return true;
-                    }
-                } else {
-                    sh.ready_ms.store(now_ms(), Ordering::Relaxed);
-                    sh.proto.store(PROTO_H1, Ordering::Release);
-                    if first.bad {
-                        // "PRI * HTTP/2", then not the rest of the preface
+        let mut line = data;
+        if sh.proto.load(Ordering::Relaxed) == PROTO_UNKNOWN {
+            let matched = data
+                .iter()
+                .zip(&PREFACE[first.preface..])
+                .take_while(|(a, b)| a == b)
+                .count();
+            first.preface += matched;
+            if first.preface == PREFACE.len() {
+                sh.ready_ms.store(now_ms(), Ordering::Relaxed);
+                sh.proto.store(PROTO_H2, Ordering::Release);
+                first.done = true;
+                return true;
+            }
+            if matched == data.len() {
+                return true; // the preface so far
+            }
+            sh.ready_ms.store(now_ms(), Ordering::Relaxed);
+            sh.proto.store(PROTO_H1, Ordering::Release);
+            // The bytes that matched the preface start the line ("PRI * HTTP/2", then not the
+            // rest of the preface, is not HTTP/1 either).
+            line = match first_line(first, &PREFACE[..first.preface]) {
+                Some(ok) => {
+                    first.done = true;
+                    if !ok {
                         return false;
                     }
+                    &[]
                 }
-            }
-            if first.bad {
-                continue; // the preface still matches: it decides
-            }
-            let bad = match b {
-                b'\n' if first.line_len == 0 => false, // leading empty lines are allowed
-                b'\n' => {
-                    if first.spaces == 2 && usize::from(first.word_len) == H1_VERSION.len() + 1 {
-                        first.done = true;
-                        break;
-                    }
-                    true
-                }
-                b'\r' => false,
-                b' ' => {
-                    first.line_len = first.line_len.saturating_add(1);
-                    first.spaces = first.spaces.saturating_add(1);
-                    first.word_len = 0;
-                    first.spaces > 2
-                }
-                _ => {
-                    first.line_len = first.line_len.saturating_add(1);
-                    let i = usize::from(first.word_len);
-                    first.word_len = first.word_len.saturating_add(1);
-                    first.spaces == 2
-                        && match H1_VERSION.get(i) {
-                            Some(&want) => b != want,
-                            None => i > H1_VERSION.len(), // past the digit
-                        }
-                }
+                None => &data[matched..],
             };
-            if bad {
-                if sh.proto.load(Ordering::Relaxed) != PROTO_UNKNOWN {
-                    first.done = true;
-                    return false;
-                }
-                first.bad = true;
+        }
+        if let Some(ok) = first_line(first, line) {
+            first.done = true;
+            if !ok {
+                return false;
             }
         }
     }
@@ -447,6 +425,51 @@ fn on_read(sh: &ConnShared, first: &mut FirstBytes, data: &[u8]) -> bool {
         sh.head_started_ms.store(now_ms(), Ordering::Relaxed);
     }
     true
+}
+
+/// The next bytes of an HTTP/1 connection's first line: `Some(true)` once it ended as a request
+/// line, `Some(false)` at the first byte that shows it is not one, `None` while undecided.
+fn first_line(first: &mut FirstBytes, mut d: &[u8]) -> Option<bool> {
+    loop {
+        if first.spaces == 2 {
+            // the version: `HTTP/1.` and a digit, then the line's end
+            for &b in d {
+                match b {
+                    b'\n' => return Some(usize::from(first.word_len) == H1_VERSION.len() + 1),
+                    b'\r' => {}
+                    _ => {
+                        let i = usize::from(first.word_len);
+                        first.word_len = first.word_len.saturating_add(1);
+                        let ok = match H1_VERSION.get(i) {
+                            Some(&want) => b == want,
+                            None => i == H1_VERSION.len() && b != b' ', // the digit
+                        };
+                        if !ok {
+                            return Some(false);
+                        }
+                    }
+                }
+            }
+            return None;
+        }
+        // the method and the target: only their spaces and the line's end matter
+        let Some(at) = d.iter().position(|&b| b == b' ' || b == b'\n') else {
+            first.line_len |= u8::from(!d.is_empty() && d != b"\r");
+            return None;
+        };
+        let before = &d[..at];
+        first.line_len |= u8::from(!before.is_empty() && before != b"\r");
+        if d[at] == b'\n' {
+            if first.line_len != 0 {
+                return Some(false); // the line ended before its version
+            }
+            // a leading empty line
+        } else {
+            first.line_len = 1;
+            first.spaces += 1;
+        }
+        d = &d[at + 1..];
+    }
 }
 
 /// An answer body, handed to the transport in pieces of at most [`H2_ANSWER_CHUNK`] on HTTP/2,
