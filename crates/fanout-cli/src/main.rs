@@ -179,6 +179,16 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         coverage_json: Option<String>,
     },
+    /// Print the OpenAPI 3.1 document of a config's routes: operations, parameters, schemas,
+    /// every error answer, security schemes (docs/openapi.md). Exits 1 with FILE:LINE:COL for
+    /// a config that does not load.
+    Openapi {
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Output: `json` or `yaml`.
+        #[arg(long, value_enum, default_value_t = DocFormat::Json)]
+        format: DocFormat,
+    },
     /// Run simulated backends from a stubs config.
     Stub {
         #[command(flatten)]
@@ -269,6 +279,15 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
     },
+}
+
+/// `fanout openapi --format`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DocFormat {
+    /// JSON, indented.
+    Json,
+    /// YAML.
+    Yaml,
 }
 
 /// `fanout explain --format`.
@@ -369,6 +388,19 @@ fn main() -> ExitCode {
             match checked {
                 Ok(()) => {
                     outln!("{file}: ok{kind}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    errln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Openapi { config, format } => {
+            let file = config.path();
+            match fanout::openapi::export(&file, &env_lookup, format == DocFormat::Yaml) {
+                Ok(text) => {
+                    out!("{text}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -664,6 +696,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Schema { .. }
+        | Cmd::Openapi { .. }
         | Cmd::Validate { .. }
         | Cmd::Explain { .. }
         | Cmd::Lab { .. }

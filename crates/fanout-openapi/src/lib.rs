@@ -1,0 +1,113 @@
+//! The API contract of a config's routes (docs/openapi.md): the OpenAPI 3.1 document
+//! (`fanout openapi`, the admin listener's `/openapi.json`) and request validation at the edge
+//! against the routes' declared schemas, compiled when the config loads.
+//!
+//! [`Contract::compile`] loads and compiles every route's `parameters`, `request_schema` and
+//! `answer_schema` (a schema that does not compile, is too large or too deep is a config error
+//! at its field), builds the document once, and keeps a [`RouteCheck`] for each route that
+//! declares something to check; the gateway asks [`Contract::route`] per request (a vector
+//! lookup: nothing more for a route without one).
+
+#![forbid(unsafe_code)]
+
+mod export;
+mod infer;
+mod schema;
+mod validate;
+
+pub use export::{DIALECT, error_schema};
+pub use infer::{Reads, route_reads};
+pub use schema::{Param, RouteSchemas, path_params};
+pub use validate::{CODE, Invalid, RouteCheck, check_value};
+
+use bytes::Bytes;
+use fanout_config::{Config, ConfigError};
+
+/// A loaded config's contract: each route's checks and the document.
+pub struct Contract {
+    checks: Vec<Option<RouteCheck>>,
+    document: Bytes,
+}
+
+impl Contract {
+    /// Load and compile every route's declared schemas and build the document. Errors are at
+    /// their fields (`routes[2].request_schema`), located by the caller.
+    pub fn compile(cfg: &Config) -> Result<Contract, Vec<ConfigError>> {
+        let schemas = load(cfg)?;
+        let checks = schemas
+            .iter()
+            .map(|s| RouteCheck::compile(cfg, s))
+            .collect();
+        let doc = export::document(cfg, &schemas, &route_reads(&cfg.source));
+        Ok(Contract {
+            checks,
+            document: Bytes::from(doc.to_string()),
+        })
+    }
+
+    /// Route `index`'s checks (`None`: it declares nothing to check).
+    pub fn route(&self, index: usize) -> Option<&RouteCheck> {
+        self.checks.get(index).and_then(Option::as_ref)
+    }
+
+    /// The document as JSON text.
+    pub fn document_json(&self) -> &Bytes {
+        &self.document
+    }
+}
+
+/// Every route's declared schemas, loaded and checked (errors of every route at once).
+pub fn load(cfg: &Config) -> Result<Vec<RouteSchemas>, Vec<ConfigError>> {
+    let mut errs = Vec::new();
+    let mut out = Vec::with_capacity(cfg.routes.len());
+    for (i, route) in cfg.routes.iter().enumerate() {
+        let kind_err = |field: &str, why: &str| {
+            ConfigError::at_path(
+                format!("routes[{i}].{field}"),
+                format!("routes[{i}].{field}: {why}"),
+            )
+        };
+        if route.request_schema.is_some() && (route.pass.is_some() || route.websocket.is_some()) {
+            errs.push(kind_err(
+                "request_schema",
+                "a pass-through or WebSocket route streams its request body, which is never read whole: only a flow route validates one",
+            ));
+        }
+        if route.grpc.is_some() && (route.request_schema.is_some() || !route.parameters.is_empty())
+        {
+            errs.push(kind_err(
+                if route.request_schema.is_some() { "request_schema" } else { "parameters" },
+                "a gRPC route's message is typed by its .proto (`protos:`), and it has no path or query parameters",
+            ));
+        }
+        if !route.parameters.is_empty() && (route.pass.is_some() || route.websocket.is_some()) {
+            errs.push(kind_err(
+                "parameters",
+                "typed parameters are checked on flow routes only (a pass-through or WebSocket route forwards what it is sent)",
+            ));
+        }
+        match schema::load_route(cfg, i, route) {
+            Ok(s) => out.push(s),
+            Err(mut e) => {
+                errs.append(&mut e);
+                out.push(RouteSchemas::default());
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(out)
+    } else {
+        for e in &mut errs {
+            if e.file.is_empty() {
+                e.file = cfg.file.clone();
+            }
+        }
+        Err(errs)
+    }
+}
+
+/// The OpenAPI 3.1 document of `cfg`'s routes (errors: a declared schema that does not load).
+pub fn document(cfg: &Config) -> Result<serde_json::Value, Vec<ConfigError>> {
+    let schemas = load(cfg)?;
+    Ok(export::document(cfg, &schemas, &route_reads(&cfg.source)))
+}
