@@ -111,3 +111,123 @@ pub fn document(cfg: &Config) -> Result<serde_json::Value, Vec<ConfigError>> {
     let schemas = load(cfg)?;
     Ok(export::document(cfg, &schemas, &route_reads(&cfg.source)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fanout_config::Config;
+
+    fn config(yaml: &str) -> Config {
+        Config::from_yaml("fanout.yaml", yaml, &|_| None).unwrap()
+    }
+
+    const ROUTE: &str = r#"
+routes:
+  - path: /items/{id}
+    method: POST
+    parameters:
+      id: { schema: { type: integer, minimum: 1 } }
+      tag: { schema: { type: array, items: { type: integer }, maxItems: 2 } }
+      q: { required: true }
+    request_schema:
+      type: object
+      required: [name]
+      properties: { name: { type: string }, at: { type: string, format: date-time } }
+    respond: { body: '1' }
+"#;
+
+    fn body(s: &str) -> fanout_expr::Val {
+        fanout_expr::json::parse(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn parameters_and_bodies_are_checked_with_pointer_and_keyword() {
+        let c = Contract::compile(&config(ROUTE)).unwrap();
+        let check = c.route(0).unwrap();
+        let p = |id: &str, q: Option<&str>| check.params([("id", id)].into_iter(), q);
+        assert!(p("7", Some("q=x&tag=1&tag=2")).is_ok());
+        let e = p("x", Some("q=x")).unwrap_err();
+        assert_eq!(e.details["in"], "path");
+        assert_eq!(e.details["pointer"], "/id");
+        assert_eq!(e.details["keyword"], "type");
+        let e = p("7", None).unwrap_err();
+        assert_eq!(e.details["keyword"], "required");
+        assert_eq!(e.details["pointer"], "/q");
+        let e = p("7", Some("q=x&tag=1&tag=b")).unwrap_err();
+        assert_eq!(e.details["pointer"], "/tag/1");
+        let e = p("7", Some("q=x&tag=1&tag=2&tag=3")).unwrap_err();
+        assert_eq!(e.details["keyword"], "maxItems");
+        let e = p("7", Some("q=x&q=y")).unwrap_err();
+        assert!(e.message.contains("given 2 times"), "{}", e.message);
+
+        assert!(check.body(&body(r#"{"name": "a"}"#)).is_ok());
+        let e = check.body(&body(r#"{"name": 1}"#)).unwrap_err();
+        assert_eq!(e.details["pointer"], "/name");
+        assert_eq!(e.details["schema_path"], "/properties/name/type");
+        assert!(
+            e.message.contains("at /name") && e.message.contains("`type`"),
+            "{}",
+            e.message
+        );
+        let e = check
+            .body(&body(r#"{"name": "a", "at": "yesterday"}"#))
+            .unwrap_err();
+        assert_eq!(e.details["keyword"], "format", "format is asserted");
+        let e = check.body(&fanout_expr::Val::Null).unwrap_err();
+        assert_eq!(e.details["keyword"], "type");
+    }
+
+    #[test]
+    fn a_route_without_schemas_has_no_check() {
+        let c = Contract::compile(&config(
+            "routes:\n  - path: /a\n    respond: { body: '1' }\n",
+        ))
+        .unwrap();
+        assert!(c.route(0).is_none());
+    }
+
+    #[test]
+    fn bad_and_oversized_schemas_are_config_errors_at_their_field() {
+        let errs = |yaml: &str| {
+            Contract::compile(&config(yaml))
+                .err()
+                .unwrap()
+                .into_iter()
+                .map(|e| e.message)
+                .collect::<Vec<_>>()
+        };
+        let e = errs(
+            "routes:\n  - path: /a\n    request_schema: { type: 12 }\n    respond: { body: '1' }\n",
+        );
+        assert!(
+            e[0].starts_with("routes[0].request_schema: not a valid JSON Schema"),
+            "{e:?}"
+        );
+        let e = errs(
+            "openapi: { max_schema_depth: 3 }\nroutes:\n  - path: /a\n    answer_schema: { properties: { a: { properties: { b: { type: string } } } } }\n    respond: { body: '1' }\n",
+        );
+        assert!(
+            e[0].contains("deeper than openapi.max_schema_depth (3)"),
+            "{e:?}"
+        );
+        let e = errs(
+            "openapi: { max_schema_bytes: 10 }\nroutes:\n  - path: /a\n    answer_schema: { type: object, required: [abc] }\n    respond: { body: '1' }\n",
+        );
+        assert!(e[0].contains("over openapi.max_schema_bytes (10)"), "{e:?}");
+        let e = errs(
+            "routes:\n  - path: /a\n    request_schema: { $ref: 'https://example.com/s.json' }\n    respond: { body: '1' }\n",
+        );
+        assert!(
+            e[0].contains("not a valid JSON Schema"),
+            "a remote $ref is never fetched: {e:?}"
+        );
+        let e = errs(
+            "routes:\n  - path: /a\n    parameters: { id: { in: path } }\n    respond: { body: '1' }\n",
+        );
+        assert!(e[0].contains("has no `{id}`"), "{e:?}");
+        let e = errs(
+            "routes:\n  - path: /a\n    request_schema: missing.json\n    respond: { body: '1' }\n",
+        );
+        assert!(e[0].contains("cannot read the schema file"), "{e:?}");
+    }
+}
