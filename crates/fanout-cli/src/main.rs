@@ -178,6 +178,11 @@ enum Cmd {
         /// Write the coverage as JSON to this file (total, exercised, missing lines).
         #[arg(long, value_name = "FILE")]
         coverage_json: Option<String>,
+        /// Also check each case's request and answer against its route's declared schemas
+        /// (`request_schema`, `answer_schema`; an error answer against the error object): a
+        /// mismatch fails the case (docs/openapi.md).
+        #[arg(long)]
+        schemas: bool,
     },
     /// Print the OpenAPI 3.1 document of a config's routes: operations, parameters, schemas,
     /// every error answer, security schemes (docs/openapi.md). Exits 1 with FILE:LINE:COL for
@@ -456,6 +461,7 @@ fn main() -> ExitCode {
             max_recorded_calls,
             coverage,
             coverage_json,
+            schemas,
         } => {
             let timeout = match fanout_config::parse_duration(&timeout, BareNumber::Millis) {
                 Ok(t) => t,
@@ -483,6 +489,7 @@ fn main() -> ExitCode {
                 max_recorded_calls,
                 coverage,
                 coverage_json: coverage_json.map(Into::into),
+                schemas,
             };
             // the gateway's log goes to memory (for `log:` checks), not to the terminal
             let done = runtime(None).and_then(|rt| rt.block_on(fanout::testing::cli(args)));
