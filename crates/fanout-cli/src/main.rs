@@ -186,8 +186,11 @@ enum Cmd {
     },
     /// Print the OpenAPI 3.1 document of a config's routes: operations, parameters, schemas,
     /// every error answer, security schemes (docs/openapi.md). Exits 1 with FILE:LINE:COL for
-    /// a config that does not load.
+    /// a config that does not load. `fanout openapi import SPEC` prints a starting config.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Openapi {
+        #[command(subcommand)]
+        action: Option<OpenapiAction>,
         #[command(flatten)]
         config: ConfigFile,
         /// Output: `json` or `yaml`.
@@ -283,6 +286,18 @@ enum Cmd {
         /// Gateway listen address.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+    },
+}
+
+/// `fanout openapi import`.
+#[derive(Subcommand)]
+enum OpenapiAction {
+    /// Print a starting config from an OpenAPI 3.0/3.1 document (JSON or YAML): one
+    /// pass-through route per operation, to a backend made from its first server.
+    Import {
+        /// The OpenAPI document.
+        #[arg(value_name = "SPEC")]
+        spec: String,
     },
 }
 
@@ -401,7 +416,29 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Openapi { config, format } => {
+        Cmd::Openapi {
+            action: Some(OpenapiAction::Import { spec }),
+            ..
+        } => {
+            let text = match fanout_config::read_limited(&spec, fanout_config::MAX_CONFIG_BYTES) {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) => {
+                    errln!("{spec}: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match fanout_openapi::import(&text, &spec) {
+                Ok(cfg) => {
+                    out!("{cfg}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    errln!("{spec}: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Openapi { config, format, .. } => {
             let file = config.path();
             match fanout::openapi::export(&file, &env_lookup, format == DocFormat::Yaml) {
                 Ok(text) => {

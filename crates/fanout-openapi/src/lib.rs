@@ -11,11 +11,13 @@
 #![forbid(unsafe_code)]
 
 mod export;
+mod import;
 mod infer;
 mod schema;
 mod validate;
 
 pub use export::{DIALECT, error_schema};
+pub use import::{ImportError, import};
 pub use infer::{Reads, route_reads};
 pub use schema::{Param, RouteSchemas, path_params};
 pub use validate::{CODE, Invalid, RouteCheck, check_value};

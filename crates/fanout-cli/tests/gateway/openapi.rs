@@ -364,3 +364,79 @@ fn every_examples_document_passes_openapi_spec_validator() {
         eprintln!("{name}: valid OpenAPI 3.1");
     }
 }
+
+#[test]
+fn an_imported_spec_is_a_config_that_validates_and_exports_its_operations() {
+    let dir = TempDir::new("openapi-import");
+    let spec = dir.path().join("pets.yaml");
+    std::fs::write(
+        &spec,
+        r#"
+openapi: 3.0.3
+info: { title: Pets, version: "1.0" }
+servers: [{ url: "http://127.0.0.1:9999/v1" }]
+paths:
+  /pets:
+    get: { summary: List pets, tags: [pets] }
+    post: { operationId: createPet }
+  /pets/{id}:
+    get: { description: One pet }
+    delete: { deprecated: true }
+"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["openapi", "import"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = dir.path().join("fanout.yaml");
+    std::fs::write(&config, &out.stdout).unwrap();
+    let valid = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("validate")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        valid.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&valid.stderr)
+    );
+    let doc: Value = serde_json::from_str(&export(&config, "json")).unwrap();
+    assert_eq!(doc["info"]["title"], "Pets");
+    let mut ops: Vec<String> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            ops.push(format!("{method} {path}"));
+            assert_eq!(op["x-fanout-kind"], "pass");
+        }
+    }
+    ops.sort();
+    assert_eq!(
+        ops,
+        [
+            "delete /pets/{id}",
+            "get /pets",
+            "get /pets/{id}",
+            "post /pets"
+        ]
+    );
+    assert_eq!(doc["paths"]["/pets"]["get"]["summary"], "List pets");
+    assert_eq!(doc["paths"]["/pets/{id}"]["delete"]["deprecated"], true);
+
+    // Swagger 2.0 is refused, saying what to do.
+    std::fs::write(&spec, "swagger: '2.0'\npaths: {}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["openapi", "import"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Swagger 2.0 is not read"));
+}
