@@ -94,5 +94,5 @@ pub struct RouteExample {
     pub answer: Option<serde_json::Value>,
 }
 
-/// The route fields of the document, by name (used by the checks and the exporter).
+/// A route's typed parameters, by name (`parameters:`).
 pub type RouteParams = IndexMap<String, RouteParam>;
