@@ -231,5 +231,15 @@ routes:
             "routes:\n  - path: /a\n    request_schema: missing.json\n    respond: { body: '1' }\n",
         );
         assert!(e[0].contains("cannot read the schema file"), "{e:?}");
+        // A FIFO is refused, never opened (a reload would block on it).
+        let fifo = std::env::temp_dir().join(format!("fanout-openapi-fifo-{}", std::process::id()));
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let e = errs(&format!(
+            "routes:\n  - path: /a\n    request_schema: {}\n    respond: {{ body: '1' }}\n",
+            fifo.display()
+        ));
+        let _ = std::fs::remove_file(&fifo);
+        assert!(e[0].contains("not a regular file"), "{e:?}");
     }
 }

@@ -5,7 +5,6 @@
 
 use fanout_config::{Config, ConfigError, ParamIn, Route};
 use serde_json::Value;
-use std::io::Read;
 
 /// A route's declared schemas, as loaded.
 #[derive(Debug, Clone, Default)]
@@ -181,28 +180,15 @@ fn read_file(cfg: &Config, name: &str, path: &str) -> Result<Value, ConfigError>
     };
     let shown = file.display().to_string();
     let limit = cfg.openapi.max_schema_bytes;
-    let mut text = String::new();
-    let read = std::fs::File::open(&file).and_then(|f| {
-        f.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
-            .read_to_string(&mut text)
-    });
-    match read {
-        Err(e) => {
-            return Err(ConfigError::at_path(
+    // Only a regular file, at most the limit (a FIFO would block a reload, /dev/zero never ends).
+    let bytes = fanout_config::read_limited(&shown, u64::try_from(limit).unwrap_or(u64::MAX))
+        .map_err(|e| {
+            ConfigError::at_path(
                 path,
-                format!("{path}: cannot read the schema file `{shown}`: {e}"),
-            ));
-        }
-        Ok(n) if n > limit => {
-            return Err(ConfigError::at_path(
-                path,
-                format!(
-                    "{path}: the schema file `{shown}` is over openapi.max_schema_bytes ({limit})"
-                ),
-            ));
-        }
-        Ok(_) => {}
-    }
+                format!("{path}: cannot read the schema file `{shown}` (openapi.max_schema_bytes: {limit}): {e}"),
+            )
+        })?;
+    let text = String::from_utf8_lossy(&bytes);
     let parsed: Result<Value, String> = if name.ends_with(".json") {
         serde_json::from_str(&text).map_err(|e| e.to_string())
     } else {
