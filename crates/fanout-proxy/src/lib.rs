@@ -144,6 +144,8 @@ pub struct Live {
     pass: fanout_pass::PassRoutes,
     /// The WebSocket routes, by route index (`fanout-ws`).
     websockets: fanout_ws::WsRoutes,
+    /// The routes' declared schemas, compiled, and the OpenAPI document (`fanout-openapi`).
+    contract: fanout_openapi::Contract,
 }
 
 impl Gateway {
