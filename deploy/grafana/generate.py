@@ -354,6 +354,58 @@ def build():
                      [(f"sum(rate(fanout_runtime_stalls_total{{{SEL}}}{RI}))", "stalls/s")], "ops"),
           8, 8)
 
+    L.row("Streams and WebSockets")
+    L.add(stat("Event streams open", "Server-Sent Events streams open now on pass-through routes.",
+               f"sum(fanout_sse_streams_open{{{ROUTE}}})"), 6, 4)
+    L.add(stat("WebSockets open", "WebSockets open now over all routes (capped by "
+               "server.websockets.max_connections).",
+               f"sum(fanout_websockets_open{{{SEL}}})"), 6, 4)
+    L.add(stat("Pass-through out", "Answer bytes per second passed to clients by pass-through routes.",
+               f'sum(rate(fanout_pass_bytes_total{{{ROUTE}, direction="out"}}{RI}))', "Bps"), 6, 4)
+    L.add(stat("Pass-through cuts/s", "Pass-through exchanges cut after their head (timeouts, "
+               "broken bodies, body limits).",
+               f"sum(rate(fanout_pass_cut_total{{{ROUTE}}}{RI}))", "ops", 2,
+               red_yellow(0.01, 1)), 6, 4)
+    L.add(timeseries("Open streams by route",
+                     "Event streams and WebSockets open now, per route. A drop to zero on an "
+                     "instance is its drain (SIGTERM): its clients reconnect elsewhere.",
+                     [(f"sum by (route) (fanout_sse_streams_open{{{ROUTE}}})", "sse {{route}}"),
+                      (f"sum by (route) (fanout_websocket_open{{{ROUTE}}})", "ws {{route}}")]),
+          12, 8)
+    L.add(timeseries("Pass-through bytes by route",
+                     "Body bytes per second: in (requests to the backend), out (answers to clients).",
+                     [(f"sum by (route, direction) (rate(fanout_pass_bytes_total{{{ROUTE}}}{RI}))",
+                       "{{direction}} {{route}}")], "Bps"), 12, 8)
+    L.add(timeseries("Event streams: events, heartbeats, ends",
+                     "Events and heartbeats per second; streams ended per second by cause "
+                     "(client_left, backend_ended, idle, timeout, drain, error).",
+                     [(f"sum by (route) (rate(fanout_sse_events_total{{{ROUTE}}}{RI}))",
+                       "events {{route}}"),
+                      (f"sum by (route) (rate(fanout_sse_heartbeats_total{{{ROUTE}}}{RI}))",
+                       "heartbeats {{route}}"),
+                      (f"sum by (cause) (rate(fanout_sse_streams_ended_total{{{ROUTE}}}{RI}))",
+                       "ended {{cause}}")], "ops"), 8, 8)
+    L.add(timeseries("WebSocket messages",
+                     "Data messages relayed per second: in (client to backend), out.",
+                     [(f"sum by (route, direction) (rate(fanout_websocket_messages_total{{{ROUTE}}}{RI}))",
+                       "{{direction}} {{route}}")], "ops"), 8, 8)
+    L.add(timeseries("WebSocket closes and refusals",
+                     "Closes per second by who closed first and the code (1009: too big, 1001: "
+                     "idle or drain, 1006: went away); handshakes refused by reason.",
+                     [(f"sum by (by, code) (rate(fanout_websocket_closes_total{{{ROUTE}}}{RI}))",
+                       "closed by {{by}} {{code}}"),
+                      (f"sum by (reason) (rate(fanout_websocket_refused_total{{{ROUTE}}}{RI}))",
+                       "refused {{reason}}")], "ops"), 8, 8)
+    L.add(timeseries("Pass-through cuts by reason",
+                     "Exchanges cut per second: timeout, idle_timeout, body_too_large, "
+                     "client_broke, backend_broke.",
+                     [(f"sum by (route, reason) (rate(fanout_pass_cut_total{{{ROUTE}}}{RI}))",
+                       "{{reason}} {{route}}")], "ops"), 12, 8)
+    L.add(timeseries("WebSocket bytes",
+                     "Payload bytes per second relayed, by direction.",
+                     [(f"sum by (direction) (rate(fanout_websocket_bytes_total{{{ROUTE}}}{RI}))",
+                       "{{direction}}")], "Bps"), 12, 8)
+
     L.row("Edge: TLS and compression")
     # Red under 7 days, yellow under 21 (steps read upwards: below 7 d red, then yellow, then green).
     expiry_steps = [{"color": "red", "value": None}, {"color": "yellow", "value": 7 * 86400},

@@ -114,6 +114,10 @@ def check_shutdown(pod, c, cfg, problems):
         pre_s = 0
     if drain > 0 and pre_s != drain:
         problems.append(f"preStop sleeps {pre_s}s, the drain delay is {drain}s")
+    spread = seconds(str(server.get("drain_spread", "0s")))
+    if spread and spread >= grace:
+        problems.append(f"server.drain_spread {spread}s is not shorter than the shutdown grace "
+                        f"{grace}s")
     tgp = pod.get("terminationGracePeriodSeconds", 30)
     if not tgp > pre_s + drain + grace:
         problems.append(f"terminationGracePeriodSeconds {tgp} <= preStop {pre_s} + drain "

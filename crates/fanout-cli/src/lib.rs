@@ -7,6 +7,7 @@ pub mod explain;
 pub mod lab;
 pub mod load;
 pub mod logline;
+pub mod openapi;
 pub mod testing;
 
 use fanout_config::{Config, ConfigError, ConfigErrors, VarLookup, env_lookup};

@@ -178,6 +178,24 @@ enum Cmd {
         /// Write the coverage as JSON to this file (total, exercised, missing lines).
         #[arg(long, value_name = "FILE")]
         coverage_json: Option<String>,
+        /// Also check each case's request and answer against its route's declared schemas
+        /// (`request_schema`, `answer_schema`; an error answer against the error object): a
+        /// mismatch fails the case (docs/openapi.md).
+        #[arg(long)]
+        schemas: bool,
+    },
+    /// Print the OpenAPI 3.1 document of a config's routes: operations, parameters, schemas,
+    /// every error answer, security schemes (docs/openapi.md). Exits 1 with FILE:LINE:COL for
+    /// a config that does not load. `fanout openapi import SPEC` prints a starting config.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Openapi {
+        #[command(subcommand)]
+        action: Option<OpenapiAction>,
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Output: `json` or `yaml`.
+        #[arg(long, value_enum, default_value_t = DocFormat::Json)]
+        format: DocFormat,
     },
     /// Run simulated backends from a stubs config.
     Stub {
@@ -269,6 +287,27 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
     },
+}
+
+/// `fanout openapi import`.
+#[derive(Subcommand)]
+enum OpenapiAction {
+    /// Print a starting config from an OpenAPI 3.0/3.1 document (JSON or YAML): one
+    /// pass-through route per operation, to a backend made from its first server.
+    Import {
+        /// The OpenAPI document.
+        #[arg(value_name = "SPEC")]
+        spec: String,
+    },
+}
+
+/// `fanout openapi --format`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DocFormat {
+    /// JSON, indented.
+    Json,
+    /// YAML.
+    Yaml,
 }
 
 /// `fanout explain --format`.
@@ -377,6 +416,41 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Openapi {
+            action: Some(OpenapiAction::Import { spec }),
+            ..
+        } => {
+            let text = match fanout_config::read_limited(&spec, fanout_config::MAX_CONFIG_BYTES) {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) => {
+                    errln!("{spec}: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match fanout_openapi::import(&text, &spec) {
+                Ok(cfg) => {
+                    out!("{cfg}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    errln!("{spec}: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Openapi { config, format, .. } => {
+            let file = config.path();
+            match fanout::openapi::export(&file, &env_lookup, format == DocFormat::Yaml) {
+                Ok(text) => {
+                    out!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    errln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::Explain {
             config,
             route,
@@ -424,6 +498,7 @@ fn main() -> ExitCode {
             max_recorded_calls,
             coverage,
             coverage_json,
+            schemas,
         } => {
             let timeout = match fanout_config::parse_duration(&timeout, BareNumber::Millis) {
                 Ok(t) => t,
@@ -451,6 +526,7 @@ fn main() -> ExitCode {
                 max_recorded_calls,
                 coverage,
                 coverage_json: coverage_json.map(Into::into),
+                schemas,
             };
             // the gateway's log goes to memory (for `log:` checks), not to the terminal
             let done = runtime(None).and_then(|rt| rt.block_on(fanout::testing::cli(args)));
@@ -664,6 +740,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Schema { .. }
+        | Cmd::Openapi { .. }
         | Cmd::Validate { .. }
         | Cmd::Explain { .. }
         | Cmd::Lab { .. }

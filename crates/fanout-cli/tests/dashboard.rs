@@ -90,6 +90,18 @@ const CATALOG: &[&str] = &[
     "fanout_runtime_stalls_total",
     "fanout_config_reloads_total",
     "fanout_config_last_reload_success_timestamp_seconds",
+    "fanout_pass_bytes_total",
+    "fanout_pass_cut_total",
+    "fanout_sse_streams_open",
+    "fanout_sse_events_total",
+    "fanout_sse_heartbeats_total",
+    "fanout_sse_streams_ended_total",
+    "fanout_websockets_open",
+    "fanout_websocket_open",
+    "fanout_websocket_messages_total",
+    "fanout_websocket_bytes_total",
+    "fanout_websocket_closes_total",
+    "fanout_websocket_refused_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_threads",
@@ -391,6 +403,10 @@ routes:
     flow:
       row: { sql: { backend: db, mode: one, query: "SELECT 1 AS n" } }
     respond: { body: '$row' }
+  - path: /files/{*rest}
+    pass: { backend: plain }
+  - path: /chat
+    websocket: { backend: plain }
   - path: /model
     flow:
       m: { model: { name: spam_lr, input: '[range(20)]' } }
@@ -516,6 +532,9 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
     ];
     let none = || vec![vec![]];
     const CODINGS: &[&str] = &["zstd", "br", "gzip"];
+    const DIRECTIONS: &[&str] = &["in", "out"];
+    const PASS_ROUTE: [(&str, &[&str]); 2] = [("route", &["/files/{*rest}"]), ("method", &["GET"])];
+    const WS_ROUTE: (&str, &[&str]) = ("route", &["/chat"]);
     BTreeMap::from([
         // The config's listeners speak plain HTTP (the test's client does): the TLS families are
         // there without series (a TLS listener's series: the `tls_listener::` tests).
@@ -707,6 +726,78 @@ fn config_series() -> BTreeMap<&'static str, LabelSets> {
         (
             "fanout_config_last_reload_success_timestamp_seconds",
             none(),
+        ),
+        // A pass-through route and a WebSocket route: their families have every series of
+        // every route from the start.
+        (
+            "fanout_pass_bytes_total",
+            product(&[PASS_ROUTE[0], PASS_ROUTE[1], ("direction", DIRECTIONS)]),
+        ),
+        (
+            "fanout_pass_cut_total",
+            product(&[
+                PASS_ROUTE[0],
+                PASS_ROUTE[1],
+                (
+                    "reason",
+                    &[
+                        "timeout",
+                        "idle_timeout",
+                        "body_too_large",
+                        "client_broke",
+                        "backend_broke",
+                    ],
+                ),
+            ]),
+        ),
+        ("fanout_sse_streams_open", product(&PASS_ROUTE)),
+        ("fanout_sse_events_total", product(&PASS_ROUTE)),
+        ("fanout_sse_heartbeats_total", product(&PASS_ROUTE)),
+        (
+            "fanout_sse_streams_ended_total",
+            product(&[
+                PASS_ROUTE[0],
+                PASS_ROUTE[1],
+                (
+                    "cause",
+                    &[
+                        "client_left",
+                        "backend_ended",
+                        "idle",
+                        "timeout",
+                        "drain",
+                        "error",
+                    ],
+                ),
+            ]),
+        ),
+        ("fanout_websockets_open", none()),
+        ("fanout_websocket_open", product(&[WS_ROUTE])),
+        (
+            "fanout_websocket_messages_total",
+            product(&[WS_ROUTE, ("direction", DIRECTIONS)]),
+        ),
+        (
+            "fanout_websocket_bytes_total",
+            product(&[WS_ROUTE, ("direction", DIRECTIONS)]),
+        ),
+        (
+            "fanout_websocket_closes_total",
+            product(&[
+                WS_ROUTE,
+                ("by", &["client", "backend", "gateway"]),
+                ("code", &["1000", "1001", "1006", "1009"]),
+            ]),
+        ),
+        (
+            "fanout_websocket_refused_total",
+            product(&[
+                WS_ROUTE,
+                (
+                    "reason",
+                    &["origin", "route_limit", "draining", "backend_timeout"],
+                ),
+            ]),
         ),
         ("process_cpu_seconds_total", none()),
         ("process_resident_memory_bytes", none()),

@@ -107,6 +107,7 @@ impl Config {
         }
         self.compression.check(errs);
         self.admission_check(errs);
+        self.drain_check(errs);
         for (at, tls) in [("tls", &self.tls), ("admin.tls", &self.admin.tls)] {
             if let Some(t) = tls {
                 t.check(at, errs);
@@ -388,6 +389,24 @@ impl Config {
             if v == 0 {
                 bad(format!("{name} must be at least 1"));
             }
+        }
+    }
+
+    fn drain_check(&self, errs: &mut Vec<ConfigError>) {
+        let (spread, grace) = (self.server.drain_spread.0, self.server.shutdown_grace.0);
+        if !spread.is_zero() && spread >= grace {
+            errs.push(
+                ConfigError::at_path(
+                    "server.drain_spread",
+                    format!(
+                        "server.drain_spread ({}) must be shorter than server.shutdown_grace ({}): \
+                         the last stream to end needs time to finish its event or close handshake",
+                        crate::format_duration(spread),
+                        crate::format_duration(grace)
+                    ),
+                )
+                .hint("e.g. `drain_spread: 20s` with `shutdown_grace: 30s`"),
+            );
         }
     }
 

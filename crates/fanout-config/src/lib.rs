@@ -22,6 +22,7 @@ mod hints;
 mod load;
 mod located;
 mod models;
+mod openapi;
 mod pass;
 mod postgres;
 mod protos;
@@ -65,6 +66,7 @@ pub use load::{
 pub use models::{
     MAX_TREE_NODES_CEILING, ModelBatch, ModelBatchOverride, ModelCall, ModelLimits, ModelsConfig,
 };
+pub use openapi::{OpenApiConfig, ParamIn, RouteExample, RouteParam, RouteParams};
 pub use pass::{PassForwarded, PassRoute, PassSse};
 pub use postgres::{PostgresConfig, SqlCall, SqlMode, SslMode};
 pub use protos::{ProtosConfig, config_dir};
@@ -130,6 +132,10 @@ pub struct Config {
     /// The ONNX models `model` steps run (docs/models.md). Default: none.
     #[serde(default)]
     pub models: ModelsConfig,
+    /// The OpenAPI document of the routes and the bounds of their declared schemas
+    /// (docs/openapi.md).
+    #[serde(default)]
+    pub openapi: OpenApiConfig,
     /// Routes: each matches a method and path and runs a flow.
     pub routes: Vec<Route>,
     /// Traces (OpenTelemetry over OTLP) and the JSON access log; both off by default.

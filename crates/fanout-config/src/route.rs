@@ -100,6 +100,32 @@ pub struct Route {
     /// replaces the stage's section in `defaults.stages`.
     #[serde(default)]
     pub stages: crate::StageSections,
+    /// One line about the route, for its OpenAPI operation (docs/openapi.md).
+    pub summary: Option<String>,
+    /// What the route does, for its OpenAPI operation (Markdown).
+    pub description: Option<String>,
+    /// The OpenAPI tags that group the route.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Marked deprecated in the OpenAPI document. Default false.
+    #[serde(default)]
+    pub deprecated: bool,
+    /// The route's path and query parameters, typed: documented, and a request whose value
+    /// does not match is refused with 400 `invalid_request` before its body is read.
+    #[serde(default)]
+    pub parameters: crate::RouteParams,
+    /// JSON Schema (2020-12) of the request body, inline or a file name (JSON or YAML, beside
+    /// the config): documented, and a body that does not match is refused with 400
+    /// `invalid_request` before admission and any backend call (flow routes).
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub request_schema: Option<serde_json::Value>,
+    /// JSON Schema (2020-12) of the answer body, inline or a file name: documented (and checked
+    /// by `fanout test --schemas`).
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub answer_schema: Option<serde_json::Value>,
+    /// Examples of requests and answers, by name, for the OpenAPI document.
+    #[serde(default)]
+    pub examples: IndexMap<String, crate::RouteExample>,
 }
 
 fn no_path() -> Located<String> {

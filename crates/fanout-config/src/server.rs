@@ -27,6 +27,10 @@ pub struct ServerConfig {
     /// while still serving (so a load balancer or Kubernetes Service stops sending first);
     /// default 0s (set it to the probe period, e.g. 5s, behind one).
     pub drain_delay: Dur,
+    /// On shutdown, long-lived streams (Server-Sent Events, WebSockets) end at times spread
+    /// evenly over this window instead of all at once, so their clients reconnect to other
+    /// instances gradually; default 0s (all at once). Shorter than `shutdown_grace`.
+    pub drain_spread: Dur,
     /// Admission control: how many requests run at once, how many may wait, and for how long.
     pub admission: Admission,
     /// The bounded pool for CPU-heavy work (large answers, `compute: true` steps), so workers
@@ -384,6 +388,7 @@ impl Default for ServerConfig {
             deadline_header: "x-request-timeout".into(),
             shutdown_grace: Dur::secs(10),
             drain_delay: Dur::secs(0),
+            drain_spread: Dur::secs(0),
             admission: Admission::default(),
             compute: ComputeConfig::default(),
             stall_threshold: Dur::millis(100),

@@ -29,9 +29,10 @@ pub struct WebSocketRoute {
     /// closes the connection with 1009 (message too big) to both sides. Default 1 MiB.
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
-    /// Largest frame either way, in bytes: a bigger one closes with 1009. Default 256 KiB.
-    #[serde(default = "default_max_frame")]
-    pub max_frame_bytes: usize,
+    /// Largest frame either way, in bytes: a bigger one closes with 1009. Default 256 KiB, or
+    /// `max_message_bytes` when that is smaller; at most `max_message_bytes`.
+    #[serde(default)]
+    pub max_frame_bytes: Option<usize>,
     /// Longest time without a frame from either side (a message, a ping or a pong): past it
     /// both sides get a close 1001 (going away) with the reason `idle timeout`. Default 60s.
     #[serde(default = "default_idle")]
@@ -68,8 +69,12 @@ fn default_max_message() -> usize {
     1 << 20
 }
 
-fn default_max_frame() -> usize {
-    256 << 10
+impl WebSocketRoute {
+    /// `max_frame_bytes`, or its default: 256 KiB, or `max_message_bytes` when smaller.
+    pub fn frame_limit(&self) -> usize {
+        self.max_frame_bytes
+            .unwrap_or((256 << 10).min(self.max_message_bytes))
+    }
 }
 
 fn default_idle() -> Dur {
@@ -171,18 +176,19 @@ pub(crate) fn check_route(r: &Route, errs: &mut Vec<ConfigError>) {
         }
     };
     positive("max_message_bytes", w.max_message_bytes == 0);
-    positive("max_frame_bytes", w.max_frame_bytes == 0);
+    positive("max_frame_bytes", w.max_frame_bytes == Some(0));
     positive("idle_timeout", w.idle_timeout.0.is_zero());
     positive("max_connections", w.max_connections == 0);
     positive("handshake_timeout", w.handshake_timeout.0.is_zero());
     positive("close_timeout", w.close_timeout.0.is_zero());
-    if w.max_frame_bytes > w.max_message_bytes {
+    if w.frame_limit() > w.max_message_bytes {
         errs.push(
             ConfigError::at(
                 at,
                 format!(
                     "`websocket.max_frame_bytes` ({}) exceeds `max_message_bytes` ({})",
-                    w.max_frame_bytes, w.max_message_bytes
+                    w.frame_limit(),
+                    w.max_message_bytes
                 ),
             )
             .hint("a frame is part of a message: lower `max_frame_bytes`"),

@@ -406,7 +406,7 @@ fn explain_route(
                         .as_ref()
                         .map_or("as it came".to_string(), |t| format!("`{}`", t.value)),
                     w.max_message_bytes,
-                    w.max_frame_bytes,
+                    w.frame_limit(),
                     fmt_dur(w.idle_timeout.0),
                     w.max_connections,
                 )

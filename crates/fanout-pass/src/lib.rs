@@ -28,6 +28,7 @@ pub mod body;
 pub mod grpc;
 pub mod headers;
 pub mod path;
+pub mod spread;
 pub mod sse;
 
 use body::{Clock, Counters, Cut, Download, Upload, Watch};

@@ -18,6 +18,7 @@
 //!   ([`SseCounters`], [`End`]).
 
 use crate::body::{Counters, Cut, Watch};
+use crate::spread::Spread;
 use bytes::Bytes;
 use fanout_layers::stream::{BoxError, StreamBody};
 use http::HeaderMap;
@@ -29,7 +30,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 
 /// The comment sent while the backend is silent.
@@ -61,21 +61,35 @@ pub fn media_is_event_stream(v: &[u8]) -> bool {
         .eq_ignore_ascii_case(b"text/event-stream")
 }
 
-/// The gateway's shutdown as the streams see it: started once, every open stream told.
+/// The gateway's shutdown as the streams see it: started once, every open stream told (each
+/// after its offset in `server.drain_spread`).
 #[derive(Debug, Default)]
 pub struct Drain {
     started: AtomicBool,
+    /// When it started: each stream's offset counts from here, however late its body is
+    /// polled.
+    at: std::sync::OnceLock<Instant>,
     notify: Arc<Notify>,
+    spread: Spread,
 }
 
 impl Drain {
-    /// A drain not started.
+    /// A drain not started, every stream ending as soon as it starts.
     pub fn new() -> Arc<Drain> {
         Arc::new(Drain::default())
     }
 
+    /// A drain not started whose streams end spread over `window` once it starts.
+    pub fn spread_over(window: Duration) -> Arc<Drain> {
+        Arc::new(Drain {
+            spread: Spread::new(window),
+            ..Drain::default()
+        })
+    }
+
     /// The gateway stops: every open stream ends at its next event boundary.
     pub fn start(&self) {
+        let _ = self.at.set(Instant::now());
         self.started.store(true, Relaxed);
         self.notify.notify_waiters();
     }
@@ -85,11 +99,20 @@ impl Drain {
         self.started.load(Relaxed)
     }
 
-    /// A wait for the start, registered at once (a start after this call wakes it).
-    fn wait(&self) -> Pin<Box<OwnedNotified>> {
-        let mut w = Box::pin(self.notify.clone().notified_owned());
-        w.as_mut().enable();
-        w
+    /// A wait for this stream's turn: the start (registered at once, so a start after this
+    /// call wakes it; one before it is seen at once), then the stream's offset in the spread.
+    fn wait(self: &Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let mut start = Box::pin(self.notify.clone().notified_owned());
+        start.as_mut().enable();
+        let (this, after) = (self.clone(), self.spread.offset());
+        Box::pin(async move {
+            if !this.started() {
+                start.await;
+            }
+            if let (false, Some(at)) = (after.is_zero(), this.at.get()) {
+                tokio::time::sleep_until(*at + after).await;
+            }
+        })
     }
 }
 
@@ -259,7 +282,7 @@ pub struct SseBody {
     limits: SseLimits,
     scan: Scanner,
     drain: Arc<Drain>,
-    drain_wait: Pin<Box<OwnedNotified>>,
+    drain_wait: Pin<Box<dyn Future<Output = ()> + Send>>,
     draining: bool,
     /// The next heartbeat, when the backend stays silent until then.
     beat: Pin<Box<Sleep>>,
@@ -350,8 +373,7 @@ impl Body for SseBody {
         if this.ended.is_some() {
             return Poll::Ready(None);
         }
-        if !this.draining && (this.drain_wait.as_mut().poll(cx).is_ready() || this.drain.started())
-        {
+        if !this.draining && this.drain_wait.as_mut().poll(cx).is_ready() {
             this.draining = true;
         }
         if this.draining && this.scan.at_boundary() {
@@ -455,6 +477,16 @@ mod tests {
     }
 
     fn setup(heartbeat: Option<u64>, idle: u64, pass_idle: u64, timeout: u64) -> Setup {
+        setup_on(Drain::new(), heartbeat, idle, pass_idle, timeout)
+    }
+
+    fn setup_on(
+        drain: Arc<Drain>,
+        heartbeat: Option<u64>,
+        idle: u64,
+        pass_idle: u64,
+        timeout: u64,
+    ) -> Setup {
         let (tx, inner) = channel();
         let counters = Arc::new(Counters::default());
         let streams = Arc::new(SseCounters::default());
@@ -463,7 +495,6 @@ mod tests {
             Duration::from_secs(timeout),
             Duration::from_secs(pass_idle),
         ));
-        let drain = Drain::new();
         let body = SseBody::new(
             inner,
             Watch::new(clock),
@@ -650,6 +681,46 @@ mod tests {
         assert!(next(&mut s.body).await.is_none());
         assert_eq!(start.elapsed(), Duration::from_secs(5));
         assert_eq!(ended(&s.streams), [("drain", 1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_drain_spread_streams_end_at_their_offsets_not_at_once() {
+        // `server.drain_spread: 10s`: the first stream's offset is 0, the second's 6.18 s,
+        // the third's 2.36 s (the golden-ratio sequence).
+        let drain = Drain::spread_over(Duration::from_secs(10));
+        let mut streams: Vec<Setup> = (0..3)
+            .map(|_| setup_on(drain.clone(), None, 300, 30, 3600))
+            .collect();
+        for s in &mut streams {
+            s.tx.send(Ok("data: a\n\n")).unwrap();
+            next(&mut s.body).await.unwrap().unwrap();
+        }
+        let start = Instant::now();
+        drain.start();
+        let mut ends = Vec::new();
+        for s in &mut streams {
+            // Each stream still passes what its backend sends until its turn.
+            assert!(next(&mut s.body).await.is_none());
+            ends.push(start.elapsed().as_millis());
+            assert_eq!(ended(&s.streams), [("drain", 1)]);
+        }
+        // Polled in turn: each ends at its offset from the drain's start, however late it is
+        // polled — the third's (2.36 s) has passed by the second's end (tokio's timer rounds up
+        // to the next millisecond).
+        assert_eq!(ends[0], 0);
+        assert!((6180..=6181).contains(&ends[1]), "{ends:?}");
+        assert_eq!(ends[2], ends[1]);
+
+        // Before its turn a stream goes on: events pass.
+        let drain = Drain::spread_over(Duration::from_secs(10));
+        let _first = setup_on(drain.clone(), None, 300, 30, 3600);
+        let mut s = setup_on(drain.clone(), None, 300, 30, 3600);
+        drain.start();
+        s.tx.send(Ok("data: b\n\n")).unwrap();
+        assert_eq!(next(&mut s.body).await.unwrap().unwrap(), "data: b\n\n");
+        let start = Instant::now();
+        assert!(next(&mut s.body).await.is_none());
+        assert!((6180..=6181).contains(&start.elapsed().as_millis()));
     }
 
     #[tokio::test(start_paused = true)]

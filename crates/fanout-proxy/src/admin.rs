@@ -1,5 +1,5 @@
 //! The admin listener (`admin.listen`): `/metrics`, `/healthz`, `/readyz`,
-//! `/__fanout/status` and the live page `/ui` (`ui/`) on an address of their own. A tiny HTTP/1.1 server, separate from the
+//! `/__fanout/status`, the routes' OpenAPI document `/openapi.json` (`fanout-openapi`) and the live page `/ui` (`ui/`) on an address of their own. A tiny HTTP/1.1 server, separate from the
 //! client port: its own connection cap (`admin.max_connections`, further connections are closed
 //! at once) and timeout (`admin.timeout`: to send a request head, and idle between requests),
 //! never the client port's admission — so an overloaded gateway still answers its health checks
@@ -122,11 +122,18 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         "/healthz" => json(StatusCode::OK, r#"{"status":"ok"}"#.into()),
         "/readyz" => ready(gw),
         "/__fanout/status" => json(StatusCode::OK, gw.status_json().to_string()),
+        "/openapi.json" if gw.live().config.openapi.serve => {
+            let doc = gw.live().contract.document_json().clone();
+            let mut r = Response::new(Body::full(doc));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }
         "/ui" | "/ui/" if gw.recent.is_some() => page(nonce.as_deref().unwrap_or_default()),
         "/ui/api/state" if gw.recent.is_some() => ui_state(gw, after(req.uri().query())).await,
         _ => json(
             StatusCode::NOT_FOUND,
-            r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz, /__fanout/status and /ui"}"#.into(),
+            r#"{"error":"not found: the admin listener serves /metrics, /healthz, /readyz, /__fanout/status, /openapi.json and /ui"}"#.into(),
         ),
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// with the flow's ([`fanout_flow::ErrorKind::all`]) and the config's, each has a
 /// `fanout_errors_total` series from the start. A test checks that every code given to
 /// [`ApiError::new`] in this crate is listed.
-pub(crate) const GATEWAY_CODES: [&str; 25] = [
+pub(crate) const GATEWAY_CODES: [&str; 26] = [
     "overloaded",
     "not_found",
     "method_not_allowed",
@@ -43,6 +43,7 @@ pub(crate) const GATEWAY_CODES: [&str; 25] = [
     "origin_refused",
     "websocket_limit",
     "shutting_down",
+    "invalid_request",
 ];
 
 /// Error answers by `error.code` (for the status endpoint): every refusal is counted.
@@ -187,6 +188,16 @@ impl From<FlowError> for ApiError {
             headers: Vec::new(),
             www_authenticate: None,
         }
+    }
+}
+
+impl From<fanout_openapi::Invalid> for ApiError {
+    /// 400 `invalid_request`: the request does not match its route's declared schemas; the
+    /// pointer and keyword in `error.details`.
+    fn from(e: fanout_openapi::Invalid) -> Self {
+        let mut a = ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.message);
+        a.details = Some(Bytes::from(e.details.to_string()));
+        a
     }
 }
 

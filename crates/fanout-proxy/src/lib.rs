@@ -144,6 +144,8 @@ pub struct Live {
     pass: fanout_pass::PassRoutes,
     /// The WebSocket routes, by route index (`fanout-ws`).
     websockets: fanout_ws::WsRoutes,
+    /// The routes' declared schemas, compiled, and the OpenAPI document (`fanout-openapi`).
+    contract: fanout_openapi::Contract,
 }
 
 impl Gateway {
@@ -227,10 +229,11 @@ impl Gateway {
                 .enabled
                 .then(|| record::Recent::new(&cfg.admin.ui)),
             registry,
-            drain: fanout_pass::sse::Drain::new(),
-            websockets: Arc::new(fanout_ws::counters::Hub::new(
-                cfg.server.websockets.max_connections,
-            )),
+            drain: fanout_pass::sse::Drain::spread_over(cfg.server.drain_spread.0),
+            websockets: Arc::new(
+                fanout_ws::counters::Hub::new(cfg.server.websockets.max_connections)
+                    .with_drain_spread(cfg.server.drain_spread.0),
+            ),
         })
     }
 

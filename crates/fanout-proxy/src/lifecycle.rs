@@ -84,6 +84,15 @@ impl Gateway {
             let (auth, client) =
                 edge_stages(cx, route, fanout_edge::RouteKind::Http, &params).await?;
             let deadline = self.deadline(&cx.parts.headers, route, start)?;
+            // The route's declared parameters and body schema (`fanout-openapi`), before
+            // admission: a vector lookup for a route without one.
+            let check = cx.live.contract.route(route.index);
+            if let Some(c) = check {
+                c.params(
+                    params.iter().map(|(k, v)| (*k, v.as_ref())),
+                    cx.parts.uri.query(),
+                )?;
+            }
             let (body_val, memory) = self
                 .read_body(
                     cx.live,
@@ -94,6 +103,9 @@ impl Gateway {
                     &mut cx.tel,
                 )
                 .await?;
+            if let Some(c) = check {
+                c.body(&body_val)?;
+            }
             let request = build_request(
                 cx.parts,
                 param_vals(route, &params),

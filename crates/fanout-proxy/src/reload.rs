@@ -243,6 +243,10 @@ pub(crate) fn build_live(
         fanout_config::locate(&mut e, &cfg.source);
         ConfigErrors(e)
     })?;
+    let contract = fanout_openapi::Contract::compile(&cfg).map_err(|mut e| {
+        fanout_config::locate(&mut e, &cfg.source);
+        ConfigErrors(e)
+    })?;
     let grpc = crate::grpc::services(&cfg, &plan.protos, &plan.routes)?;
     let mut grpc_services: Vec<String> = plan
         .routes
@@ -296,6 +300,7 @@ pub(crate) fn build_live(
         stages,
         pass,
         websockets,
+        contract,
     };
     Ok(Built {
         live,

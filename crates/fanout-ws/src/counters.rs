@@ -189,6 +189,32 @@ pub struct Hub {
     drain: watch::Sender<bool>,
     closed: Notify,
     refused_global: AtomicU64,
+    spread: fanout_pass::spread::Spread,
+}
+
+/// One relay's view of the drain: the signal, and how long after it this WebSocket closes
+/// (its offset in `server.drain_spread`).
+pub struct DrainSignal {
+    rx: watch::Receiver<bool>,
+    after: std::time::Duration,
+}
+
+impl DrainSignal {
+    /// Returns once this WebSocket's turn to close has come.
+    pub async fn wait(mut self) {
+        loop {
+            if *self.rx.borrow_and_update() {
+                break;
+            }
+            if self.rx.changed().await.is_err() {
+                // The hub is gone without a drain: never.
+                std::future::pending::<()>().await;
+            }
+        }
+        if !self.after.is_zero() {
+            tokio::time::sleep(self.after).await;
+        }
+    }
 }
 
 impl Hub {
@@ -200,7 +226,15 @@ impl Hub {
             drain: watch::Sender::new(false),
             closed: Notify::new(),
             refused_global: AtomicU64::new(0),
+            spread: fanout_pass::spread::Spread::default(),
         }
+    }
+
+    /// The same, closing its WebSockets spread over `window` once the drain starts
+    /// (`server.drain_spread`).
+    pub fn with_drain_spread(mut self, window: std::time::Duration) -> Hub {
+        self.spread = fanout_pass::spread::Spread::new(window);
+        self
     }
 
     /// Open WebSockets.
@@ -220,8 +254,11 @@ impl Hub {
     }
 
     /// The drain signal, for one relay.
-    pub(crate) fn drain_signal(&self) -> watch::Receiver<bool> {
-        self.drain.subscribe()
+    pub(crate) fn drain_signal(&self) -> DrainSignal {
+        DrainSignal {
+            rx: self.drain.subscribe(),
+            after: self.spread.offset(),
+        }
     }
 
     /// Returns once no WebSocket is open.

@@ -116,7 +116,7 @@ pub struct Prepared {
     key: String,
     offered: Vec<String>,
     ticket: counters::Ticket,
-    drain: tokio::sync::watch::Receiver<bool>,
+    drain: counters::DrainSignal,
 }
 
 /// What the gateway knows of one handshake.
@@ -395,7 +395,7 @@ pub fn compile(cfg: &Config, prev: Option<&WsRoutes>) -> Result<WsRoutes, Vec<Co
             .write_buffer_size(0)
             .max_write_buffer_size(w.max_message_bytes.saturating_add(64 << 10))
             .max_message_size(Some(w.max_message_bytes))
-            .max_frame_size(Some(w.max_frame_bytes));
+            .max_frame_size(Some(w.frame_limit()));
         out.by_route.push(Some(Arc::new(WsPlan {
             target,
             backend_name: w.backend.value.as_str().into(),

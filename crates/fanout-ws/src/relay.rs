@@ -25,7 +25,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::{Error as WsErr, ProtocolError};
@@ -221,14 +220,14 @@ fn data_len(m: &Message) -> Option<usize> {
 }
 
 /// Relay between `client` and `backend` until both ended or the close time ran out; counts
-/// messages, bytes and how it ended in `counters`. `drain` turns true when the gateway shuts
-/// down.
+/// messages, bytes and how it ended in `counters`. `drain` comes when the gateway shuts down
+/// (and this WebSocket's turn in `server.drain_spread` has come).
 pub async fn run<C, B>(
     client: WebSocketStream<C>,
     backend: WebSocketStream<B>,
     limits: Limits,
     counters: &RouteCounters,
-    mut drain: watch::Receiver<bool>,
+    drain: crate::counters::DrainSignal,
 ) where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -246,16 +245,7 @@ pub async fn run<C, B>(
         i
     });
     let mut ping_due = false;
-    let drained = async move {
-        loop {
-            if *drain.borrow_and_update() {
-                return;
-            }
-            if drain.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    };
+    let drained = drain.wait();
     tokio::pin!(drained);
     let mut first: Option<(By, u16)> = None;
     let code_of = |f: &Option<CloseFrame>| f.as_ref().map_or(1005, |f| u16::from(f.code));

@@ -8,6 +8,7 @@ mod database;
 pub mod diff;
 pub mod report;
 pub mod run;
+pub mod schemas;
 pub mod update;
 
 pub use cases::{Case, Cases, schema};
@@ -43,6 +44,8 @@ pub struct TestArgs {
     pub coverage: bool,
     /// Write the coverage as JSON here (implies `coverage`).
     pub coverage_json: Option<PathBuf>,
+    /// Check each case's request and answer against its route's declared schemas.
+    pub schemas: bool,
 }
 
 /// The log of this process, kept in memory for `log:` assertions (level info and above).
@@ -196,6 +199,7 @@ async fn run_suite(args: &TestArgs, suite: &Suite) -> Result<Report, TestError> 
             filter: &args.filter,
             logs: Some(&lines),
             coverage: args.coverage || args.coverage_json.is_some(),
+            schemas: args.schemas,
         },
     )
     .await

@@ -104,6 +104,8 @@ pub struct CaseResult {
     pub response_line: Option<u32>,
     /// Whether the `response:` (exact answer) check failed.
     pub response_differs: bool,
+    /// The answer's status, once one came.
+    pub status: Option<u16>,
 }
 
 impl CaseResult {
@@ -146,6 +148,9 @@ pub struct RunOptions<'a> {
     /// Record which routes and branches of the flows the cases go through
     /// ([`Report::coverage`]).
     pub coverage: bool,
+    /// Check each case's request and answer against its route's declared schemas
+    /// (`--schemas`, `schemas.rs`).
+    pub schemas: bool,
 }
 
 /// Run a suite: load everything (errors with FILE:LINE:COL), start the stubs, the database and
@@ -236,7 +241,8 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         None
     };
     let want_coverage = opts.coverage;
-    let (mut gateway, inventory) = blocking(move || {
+    let want_schemas = opts.schemas;
+    let (mut gateway, inventory, schemas) = blocking(move || {
         let lookup = |n: &str| {
             vars.get(n)
                 .cloned()
@@ -244,7 +250,12 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         };
         let cfg = fanout_config::Config::from_file(&config_file, &lookup)?;
         let inventory = want_coverage.then(|| super::coverage::inventory(&cfg));
-        Ok((fanout_proxy::Gateway::build(&cfg)?, inventory))
+        let gateway = fanout_proxy::Gateway::build(&cfg)?;
+        let schemas = match want_schemas {
+            true => Some(super::schemas::Schemas::load(cfg)?),
+            false => None,
+        };
+        Ok((gateway, inventory, schemas))
     })
     .await?
     .map_err(TestError::Load)?;
@@ -271,6 +282,17 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         )
         .await;
         r.index = index;
+        if let (Some(s), Some(status)) = (&schemas, r.status) {
+            let q = &case.value.request;
+            let found = s.check(
+                &q.method,
+                &q.path,
+                q.body.as_ref(),
+                status,
+                r.actual.as_ref(),
+            );
+            r.failures.extend(found);
+        }
         results.push(r);
     }
     // Stopping is best effort: the answers are in.
@@ -382,6 +404,7 @@ async fn run_case(
         index: 0,
         response_line: c.response.as_ref().map(|r| r.pos.line),
         response_differs: false,
+        status: None,
     };
     if let Some(s) = stubs {
         s.reset_stats();
@@ -404,6 +427,7 @@ async fn run_case(
             return result;
         }
     };
+    result.status = Some(status);
     check(c, &mut result, status, &headers, &body, stubs, logs);
     result
 }

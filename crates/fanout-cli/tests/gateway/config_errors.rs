@@ -154,6 +154,12 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "2:3",
         "server.request_id_header `x request id` is not a valid header name",
     ),
+    (
+        "drain spread not within the shutdown grace",
+        "server:\n  shutdown_grace: 10s\n  drain_spread: 10s\nroutes: []\n",
+        "3:3",
+        "server.drain_spread (10s) must be shorter than server.shutdown_grace (10s)",
+    ),
 ];
 
 /// The errors `yaml` (as `f.yaml`, no environment) is refused with, as printed.

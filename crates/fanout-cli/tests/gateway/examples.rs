@@ -70,6 +70,8 @@ async fn check_examples(dirs: Vec<std::path::PathBuf>) {
                 filter: &[],
                 logs: Some(&lines),
                 coverage: false,
+                // every example's cases also match the schemas its routes declare
+                schemas: true,
             },
         )
         .await

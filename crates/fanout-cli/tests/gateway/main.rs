@@ -53,6 +53,7 @@ mod isolation;
 mod metrics;
 mod models;
 mod numbers;
+mod openapi;
 mod outlier;
 mod pass;
 mod per_core;

@@ -244,6 +244,7 @@ async fn the_examples_answer_the_same_per_core() {
                 filter: &[],
                 logs: Some(&lines),
                 coverage: false,
+                schemas: false,
             },
         )
         .await

@@ -16,7 +16,7 @@ use fanout_testkit::*;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The stub the harness wants, with an event stream route of its own.
 const STUBS: &str = r#"
@@ -37,7 +37,7 @@ services:
         raw_body: |
           <!doctype html><meta charset="utf-8"><title>events</title><body><script>
           window.got = []; window.errors = 0;
-          const es = new EventSource("/events/live");
+          const es = window.es = new EventSource("/events/live");
           es.onmessage = (e) => window.got.push({data: e.data, id: e.lastEventId});
           es.onerror = () => { window.errors += 1; };
           </script></body>
@@ -612,6 +612,17 @@ async fn in_chromium_an_event_source_gets_each_event_and_resumes_after_a_backend
     let got = browser.js("return window.got").await;
     assert_eq!(got[3]["data"], "event 4");
     assert!(browser.js("return window.errors").await.as_u64().unwrap() >= 1);
+    // The page closes its EventSource: the backend sees its stream closed (the time is
+    // printed for docs/benchmarks.md, not asserted).
+    let closing = Instant::now();
+    browser.js("window.es.close(); return true").await;
+    again
+        .closed("the backend sees the page's stream closed")
+        .await;
+    println!(
+        "the page closed its EventSource: the backend saw its stream closed {:?} later",
+        closing.elapsed()
+    );
     let st = route_status(&gw, "/events/{*rest}");
     assert_eq!(
         st["ended"]["error"], 1,

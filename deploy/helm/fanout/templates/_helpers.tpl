@@ -50,6 +50,13 @@ the listeners (so probes, Service and ServiceMonitor hit the right ports) and th
     "drain_delay" (printf "%ds" (int .Values.drainDelaySeconds))
     "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)))
 }}
+{{- $spread := int (default 0 .Values.streamDrainSpreadSeconds) }}
+{{- if gt $spread 0 }}
+{{- if ge $spread (int .Values.shutdownGraceSeconds) }}
+{{- fail (printf "streamDrainSpreadSeconds (%d) must be shorter than shutdownGraceSeconds (%d): the last stream to end needs time to finish" $spread (int .Values.shutdownGraceSeconds)) }}
+{{- end }}
+{{- $_ := set $owned.server "drain_spread" (printf "%ds" $spread) }}
+{{- end }}
 {{- if .Values.tls.secretName }}
 {{- $pair := dict "cert_file" "/etc/fanout-tls/tls.crt" "key_file" "/etc/fanout-tls/tls.key" }}
 {{- $userTls := deepCopy (default (dict) (get (default (dict) .Values.config) "tls")) }}

@@ -1,0 +1,442 @@
+//! The API contract (docs/openapi.md): a route's declared schemas refuse a request that does not
+//! match with 400 `invalid_request` naming the pointer and keyword, before any backend call; the
+//! admin listener serves the routes' OpenAPI document; `fanout openapi` prints it (snapshot of
+//! an example's); a schema that does not compile is a config error at its line; and (tier 2)
+//! every example's document passes Python's `openapi-spec-validator`.
+
+use crate::support::{ServeProcess, stub_vars};
+use fanout_testkit::*;
+use http::Method;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+
+const STUBS: &str = r#"
+services:
+  orders:
+    listen: "${ORDERS_ADDR}"
+    routes:
+      - path: /orders/{id}
+        method: POST
+        body: '{id: $request.params.id, sku: $request.body.sku}'
+"#;
+
+const GATEWAY: &str = r#"
+openapi: { title: orders, version: 1.2.3 }
+backends:
+  orders: { url: "http://${ORDERS_ADDR}" }
+routes:
+  - path: /orders/{id}
+    method: POST
+    summary: Place an order
+    tags: [orders]
+    parameters:
+      id: { schema: { type: integer, minimum: 1 }, description: the order's number }
+      dry_run: { schema: { type: boolean } }
+    request_schema:
+      type: object
+      required: [sku, qty]
+      properties:
+        sku: { type: string, pattern: "^[a-z]+-[0-9]+$" }
+        qty: { type: integer, minimum: 1, maximum: 100 }
+        email: { type: string, format: email }
+    answer_schema: order.schema.yaml
+    flow:
+      placed:
+        http: { backend: orders, method: POST, path: '"/orders/\($request.params.id)"', body: '$request.body' }
+    respond: { status: 201, body: '$placed' }
+"#;
+
+const ANSWER_SCHEMA: &str = r#"
+type: object
+required: [id, sku]
+properties:
+  id: { type: string }
+  sku: { type: string }
+"#;
+
+fn details(r: &Resp) -> Value {
+    r.json()["error"]["details"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_breaks_its_schema_is_refused_before_any_backend_call() {
+    let s = stubs(STUBS).await;
+    let vars = stub_vars(&s);
+    let gw = vars
+        .iter()
+        .fold(
+            ServeProcess::launch("openapi-validation", GATEWAY),
+            |l, (k, v)| l.env(k, v),
+        )
+        .file("order.schema.yaml", ANSWER_SCHEMA)
+        .start()
+        .await;
+    let c = client(false);
+    let url = |path: &str| format!("http://{}{path}", gw.addr());
+
+    let ok = send(
+        &c,
+        Method::POST,
+        &url("/orders/7?dry_run=false"),
+        &[],
+        r#"{"sku": "ab-1", "qty": 2}"#,
+    )
+    .await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    assert_eq!(ok.json(), json!({"id": "7", "sku": "ab-1"}));
+    assert_eq!(calls(&s, "orders"), 1);
+
+    // (path, body, where, pointer, keyword)
+    let cases = [
+        (
+            "/orders/7",
+            r#"{"sku": "ab-1", "qty": "two"}"#,
+            "body",
+            "/qty",
+            "type",
+        ),
+        ("/orders/7", r#"{"sku": "ab-1"}"#, "body", "", "required"),
+        (
+            "/orders/7",
+            r#"{"sku": "AB", "qty": 1}"#,
+            "body",
+            "/sku",
+            "pattern",
+        ),
+        (
+            "/orders/7",
+            r#"{"sku": "ab-1", "qty": 1000}"#,
+            "body",
+            "/qty",
+            "maximum",
+        ),
+        (
+            "/orders/7",
+            r#"{"sku": "ab-1", "qty": 1, "email": "nobody"}"#,
+            "body",
+            "/email",
+            "format",
+        ),
+        ("/orders/7", "", "body", "", "type"),
+        (
+            "/orders/abc",
+            r#"{"sku": "ab-1", "qty": 1}"#,
+            "path",
+            "/id",
+            "type",
+        ),
+        (
+            "/orders/0",
+            r#"{"sku": "ab-1", "qty": 1}"#,
+            "path",
+            "/id",
+            "minimum",
+        ),
+        (
+            "/orders/7?dry_run=maybe",
+            r#"{"sku": "ab-1", "qty": 1}"#,
+            "query",
+            "/dry_run",
+            "type",
+        ),
+    ];
+    for (path, body, place, pointer, keyword) in cases {
+        let r = send(&c, Method::POST, &url(path), &[], body).await;
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        assert_eq!(r.code(), "invalid_request", "{}", r.text());
+        let d = details(&r);
+        assert_eq!(d["in"], place, "{}", r.text());
+        assert_eq!(d["pointer"], pointer, "{}", r.text());
+        assert_eq!(d["keyword"], keyword, "{}", r.text());
+        let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(message.contains(&format!("`{keyword}`")), "{message}");
+    }
+    // None of them reached the backend.
+    assert_eq!(calls(&s, "orders"), 1);
+
+    // The document, from the admin listener.
+    let doc = get(&format!("http://{}/openapi.json", gw.admin_addr())).await;
+    assert_eq!(doc.status, 200);
+    let doc = doc.json();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["title"], "orders");
+    let op = &doc["paths"]["/orders/{id}"]["post"];
+    assert_eq!(op["summary"], "Place an order");
+    assert_eq!(op["requestBody"]["required"], true);
+    assert_eq!(
+        op["requestBody"]["content"]["application/json"]["schema"]["required"],
+        json!(["sku", "qty"])
+    );
+    assert_eq!(
+        op["responses"]["201"]["content"]["application/json"]["schema"]["required"],
+        json!(["id", "sku"]),
+        "the answer schema from its file"
+    );
+    let bad = op["responses"]["400"]["content"]["application/json"]["schema"]["properties"]
+        ["error"]["properties"]["code"]["enum"]
+        .as_array()
+        .unwrap();
+    assert!(bad.contains(&json!("invalid_request")), "{bad:?}");
+    let id = op["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "id")
+        .unwrap();
+    assert_eq!(id["in"], "path");
+    assert_eq!(id["schema"], json!({"type": "integer", "minimum": 1}));
+}
+
+#[test]
+fn a_schema_that_does_not_compile_is_a_config_error_at_its_line() {
+    let dir = TempDir::new("openapi-bad-schema");
+    let file = dir.path().join("fanout.yaml");
+    std::fs::write(
+        &file,
+        "routes:\n  - path: /a\n    method: POST\n    request_schema: { type: 12 }\n    flow: {}\n    respond: { body: '1' }\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("fanout.yaml:4:"), "{err}");
+    assert!(
+        err.contains("routes[0].request_schema: not a valid JSON Schema"),
+        "{err}"
+    );
+}
+
+/// Every example config (a `fanout.yaml` under examples/).
+fn example_configs() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut out: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("fanout.yaml"))
+        .filter(|p| p.exists())
+        .collect();
+    out.sort();
+    out
+}
+
+fn export(config: &Path, format: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["openapi", "--format", format])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        config.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_exported_document_of_an_example_matches_its_snapshot() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = export(&root.join("examples/order-page/fanout.yaml"), "json");
+    check_snapshot(
+        "docs/openapi/order-page.json",
+        &text,
+        "cargo test -p fanout --test gateway openapi::",
+    );
+    // YAML says the same.
+    let yaml = export(&root.join("examples/order-page/fanout.yaml"), "yaml");
+    let from_yaml: Value = serde_saphyr::from_str(&yaml).unwrap();
+    assert_eq!(from_yaml, serde_json::from_str::<Value>(&text).unwrap());
+    // Every example exports, each operation with an id of its own.
+    for config in example_configs() {
+        let doc: Value = serde_json::from_str(&export(&config, "json")).unwrap();
+        assert_eq!(doc["openapi"], "3.1.0", "{}", config.display());
+        let mut ids = Vec::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                ids.push(op["operationId"].as_str().unwrap().to_string());
+            }
+        }
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "{}: operation ids repeat", config.display());
+    }
+}
+
+/// The version of Python's `openapi-spec-validator` the tier-2 test installs.
+const SPEC_VALIDATOR_VERSION: &str = "0.9.0";
+
+/// Where the tests keep the tools they install once (`FANOUT_TOOLS_DIR`, else the user's cache).
+fn tools_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("FANOUT_TOOLS_DIR") {
+        return d.into();
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("fanout-tools")
+}
+
+/// A venv's python with `openapi-spec-validator` (made once, pinned); panics when python3 or
+/// the install is missing — a tier-2 test never passes without its tool.
+fn spec_validator() -> std::path::PathBuf {
+    let venv = tools_dir().join(format!(
+        "py-openapi-spec-validator-{SPEC_VALIDATOR_VERSION}"
+    ));
+    let py = venv.join("bin/python");
+    let ok = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import openapi_spec_validator"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if ok(&py) {
+        return py;
+    }
+    let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    eprintln!(
+        "installing openapi-spec-validator {SPEC_VALIDATOR_VERSION} into {} (once)",
+        venv.display()
+    );
+    let _ = std::fs::remove_dir_all(&venv);
+    let made = Command::new(&python3)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "python3 -m venv {} failed",
+        venv.display()
+    );
+    let installed = Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .arg(format!("openapi-spec-validator=={SPEC_VALIDATOR_VERSION}"))
+        .status();
+    assert!(
+        installed.is_ok_and(|s| s.success()),
+        "pip install openapi-spec-validator failed"
+    );
+    assert!(
+        ok(&py),
+        "openapi-spec-validator does not import after pip install"
+    );
+    py
+}
+
+#[test]
+#[ignore = "tier 2 (./scripts/test): needs Python 3 with venv (openapi-spec-validator from PyPI)"]
+fn every_examples_document_passes_openapi_spec_validator() {
+    let python = spec_validator();
+    let dir = TempDir::new("openapi-spec-validator");
+    for config in example_configs() {
+        let name = config
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let doc = dir.path().join(format!("{name}.json"));
+        std::fs::write(&doc, export(&config, "json")).unwrap();
+        let out = Command::new(&python)
+            .args(["-c", "import sys\nfrom openapi_spec_validator import validate\nfrom openapi_spec_validator.readers import read_from_filename\nd, _ = read_from_filename(sys.argv[1])\nvalidate(d)\nprint('valid')"])
+            .arg(&doc)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("valid"),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("{name}: valid OpenAPI 3.1");
+    }
+}
+
+#[test]
+fn an_imported_spec_is_a_config_that_validates_and_exports_its_operations() {
+    let dir = TempDir::new("openapi-import");
+    let spec = dir.path().join("pets.yaml");
+    std::fs::write(
+        &spec,
+        r#"
+openapi: 3.0.3
+info: { title: Pets, version: "1.0" }
+servers: [{ url: "http://127.0.0.1:9999/v1" }]
+paths:
+  /pets:
+    get: { summary: List pets, tags: [pets] }
+    post: { operationId: createPet }
+  /pets/{id}:
+    get: { description: One pet }
+    delete: { deprecated: true }
+"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["openapi", "import"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = dir.path().join("fanout.yaml");
+    std::fs::write(&config, &out.stdout).unwrap();
+    let valid = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("validate")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        valid.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&valid.stderr)
+    );
+    let doc: Value = serde_json::from_str(&export(&config, "json")).unwrap();
+    assert_eq!(doc["info"]["title"], "Pets");
+    let mut ops: Vec<String> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            ops.push(format!("{method} {path}"));
+            assert_eq!(op["x-fanout-kind"], "pass");
+        }
+    }
+    ops.sort();
+    assert_eq!(
+        ops,
+        [
+            "delete /pets/{id}",
+            "get /pets",
+            "get /pets/{id}",
+            "post /pets"
+        ]
+    );
+    assert_eq!(doc["paths"]["/pets"]["get"]["summary"], "List pets");
+    assert_eq!(doc["paths"]["/pets/{id}"]["delete"]["deprecated"], true);
+
+    // Swagger 2.0 is refused, saying what to do.
+    std::fs::write(&spec, "swagger: '2.0'\npaths: {}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["openapi", "import"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Swagger 2.0 is not read"));
+}
