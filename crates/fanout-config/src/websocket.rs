@@ -29,8 +29,8 @@ pub struct WebSocketRoute {
     /// closes the connection with 1009 (message too big) to both sides. Default 1 MiB.
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
-    /// Largest frame either way, in bytes: a bigger one closes with 1009. Default 256 KiB, or
-    /// `max_message_bytes` when that is smaller; at most `max_message_bytes`.
+    /// Largest frame either way, in bytes: a bigger one closes with 1009. Default
+    /// `max_message_bytes`; at most that.
     #[serde(default)]
     pub max_frame_bytes: Option<usize>,
     /// Longest time without a frame from either side (a message, a ping or a pong): past it
@@ -70,10 +70,10 @@ fn default_max_message() -> usize {
 }
 
 impl WebSocketRoute {
-    /// `max_frame_bytes`, or its default: 256 KiB, or `max_message_bytes` when smaller.
+    /// `max_frame_bytes`, or its default: `max_message_bytes` (browsers and most libraries
+    /// send a message as one frame, so a lower frame limit would be the real message limit).
     pub fn frame_limit(&self) -> usize {
-        self.max_frame_bytes
-            .unwrap_or((256 << 10).min(self.max_message_bytes))
+        self.max_frame_bytes.unwrap_or(self.max_message_bytes)
     }
 }
 

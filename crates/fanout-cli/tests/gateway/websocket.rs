@@ -941,7 +941,7 @@ routes:
     assert_eq!(
         text,
         "GET /chat/{room}\n  WebSocket relayed to backend `chat`, path `/ws/{room}`; origins: \
-         https://app.example; messages up to 1048576 bytes (frames 262144); idle_timeout 1m, no \
+         https://app.example; messages up to 1048576 bytes (frames 1048576); idle_timeout 1m, no \
          pings; at most 10000 open\n"
     );
 }
