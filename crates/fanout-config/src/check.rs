@@ -104,6 +104,7 @@ impl Config {
             }
             crate::pass::check_route(r, self.server.connections.send_timeout, errs);
             crate::websocket::check_route(r, errs);
+            crate::graphql::check_route(r, errs);
         }
         self.compression.check(errs);
         self.admission_check(errs);
@@ -220,7 +221,7 @@ impl Config {
     }
 }
 
-fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
+pub(crate) fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
     let kinds = step.http.is_some() as u8
         + step.grpc.is_some() as u8
         + step.sql.is_some() as u8

@@ -310,6 +310,11 @@ impl<'a> StepCx<'_, 'a> {
         self.cx.errs.push(e);
     }
 
+    /// How many errors the compilation has reported so far.
+    pub fn error_count(&self) -> usize {
+        self.cx.errs.len()
+    }
+
     /// The step's name, with its position.
     pub fn name(&self) -> &Located<String> {
         self.name
@@ -344,6 +349,21 @@ impl<'a> StepCx<'_, 'a> {
     /// The runtimes step kinds use, opened by the caller ([`crate::plan::Carry::runtimes`]).
     pub fn runtimes(&self) -> &crate::runtime::Runtimes {
         &self.cx.runtimes
+    }
+
+    /// Compile `route` as a flow of its own, with the backends, batch forms and step kinds of
+    /// this compilation (errors reported here, at their positions): a kind that runs flows of
+    /// its own (a GraphQL field's resolver). Its expressions read `base` as the names of slots
+    /// 0–3 (`["request", "parent", "index", "ref"]` makes a `for_each` element `$parent`);
+    /// with `share_calls`, a `for_each` step's equal calls that only read are made once per
+    /// run. Reference data (`$ref`) is `null` there.
+    pub fn compile_flow(
+        &mut self,
+        route: &fanout_config::Route,
+        base: &[&str; 4],
+        share_calls: bool,
+    ) -> Option<crate::plan::RoutePlan> {
+        crate::plan::compile_sub_route(self, route, base, share_calls)
     }
 
     /// Compile the step's kind: the first of the engine's kinds, then of the kinds the compiler
