@@ -105,6 +105,15 @@ impl Config {
             crate::pass::check_route(r, self.server.connections.send_timeout, errs);
             crate::websocket::check_route(r, errs);
             crate::graphql::check_route(r, errs);
+            // a resolver's shape, as a step's (its name is `Type.field`, checked against the
+            // schema by the flow compiler)
+            for (name, step) in r.graphql.iter().flat_map(|g| &g.resolvers) {
+                let as_step = Located {
+                    value: "resolver".to_string(),
+                    ..name.clone()
+                };
+                step_check(&as_step, step, errs);
+            }
         }
         self.compression.check(errs);
         self.admission_check(errs);
@@ -221,7 +230,7 @@ impl Config {
     }
 }
 
-pub(crate) fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
+fn step_check(name: &Located<String>, step: &Step, errs: &mut Vec<ConfigError>) {
     let kinds = step.http.is_some() as u8
         + step.grpc.is_some() as u8
         + step.sql.is_some() as u8

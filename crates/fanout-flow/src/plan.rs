@@ -165,7 +165,7 @@ pub struct StepPlan {
     /// What the step does: its kind (`step/`).
     pub(crate) kind: Box<dyn StepKind>,
     /// A `for_each` step's equal calls that only read are made once (a GraphQL field resolved
-    /// for a list of parents: [`crate::kind::StepCx::compile_flow`]).
+    /// for a list of parents: [`compile_flow`]).
     pub(crate) share_calls: bool,
 }
 
@@ -460,10 +460,13 @@ fn graphql_flow(r: &fanout_config::Route) -> Option<fanout_config::Route> {
 }
 
 /// Compile `r` as a flow of its own inside a step kind's compilation (a GraphQL field's
-/// resolver): its expressions read `base` as the names of slots 0–3 (`["request", "parent",
-/// "index", "ref"]` makes a `for_each` element `$parent`); with `share_calls`, a `for_each`
-/// step's equal calls that only read are made once.
-pub(crate) fn compile_sub_route(
+/// resolver), with the backends, batch forms and step kinds of this compilation (errors
+/// reported in `sc`, at their positions). Its expressions read `base` as the names of slots
+/// 0–3 (`["request", "parent", "index", "ref"]` makes a `for_each` element `$parent`); with
+/// `share_calls`, a `for_each` step's equal calls that only read are made once per run, and
+/// the flow's answer is kept as a value ([`crate::Outcome`]'s `value`). Reference data
+/// (`$ref`) is `null` there.
+pub fn compile_flow(
     sc: &mut StepCx<'_, '_>,
     r: &fanout_config::Route,
     base: &[&str; 4],

@@ -309,5 +309,5 @@ fn resolver_flow(
         status: Default::default(),
         headers: Default::default(),
     });
-    sc.compile_flow(&r, &RESOLVER_SCOPE, true)
+    fanout_flow::kind::compile_flow(sc, &r, &RESOLVER_SCOPE, true)
 }

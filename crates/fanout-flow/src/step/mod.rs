@@ -351,21 +351,6 @@ impl<'a> StepCx<'_, 'a> {
         &self.cx.runtimes
     }
 
-    /// Compile `route` as a flow of its own, with the backends, batch forms and step kinds of
-    /// this compilation (errors reported here, at their positions): a kind that runs flows of
-    /// its own (a GraphQL field's resolver). Its expressions read `base` as the names of slots
-    /// 0–3 (`["request", "parent", "index", "ref"]` makes a `for_each` element `$parent`);
-    /// with `share_calls`, a `for_each` step's equal calls that only read are made once per
-    /// run. Reference data (`$ref`) is `null` there.
-    pub fn compile_flow(
-        &mut self,
-        route: &fanout_config::Route,
-        base: &[&str; 4],
-        share_calls: bool,
-    ) -> Option<crate::plan::RoutePlan> {
-        crate::plan::compile_sub_route(self, route, base, share_calls)
-    }
-
     /// Compile the step's kind: the first of the engine's kinds, then of the kinds the compiler
     /// was given, that recognises it; `value` takes the rest.
     pub(crate) fn kind(&mut self, step: &Step) -> Option<Box<dyn StepKind>> {
