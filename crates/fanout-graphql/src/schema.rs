@@ -195,11 +195,9 @@ fn inline_pos(source: &str, at: Pos, l: usize, c: usize) -> Pos {
     if !block {
         return Pos {
             line: at.line + l as u32 - 1,
-            col: if l == 1 {
-                at.col + c as u32 - 1
-            } else {
-                c as u32
-            },
+            // a block scalar's position is its text's first line and column: every line of
+            // the text is indented as far
+            col: at.col + c as u32 - 1,
         };
     }
     let line_no = first + l; // 1-based

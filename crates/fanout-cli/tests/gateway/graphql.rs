@@ -297,3 +297,138 @@ async fn introspection_answers_the_schema() {
     );
     assert_eq!(calls(&s, "api"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutations_run_their_root_fields_in_order_and_resolvers_read_the_request() {
+    let stubs_yaml = r#"
+services:
+  api:
+    listen: "${API_ADDR}"
+    routes:
+      - path: /posts
+        method: POST
+        latency: 30ms
+        body: '{id: 7, title: $request.body.title, by: $request.body.by}'
+"#;
+    let gateway_yaml = r#"
+defaults: { timeout: 30s, deadline: 30s, connect_timeout: 10s }
+backends:
+  api: { url: "http://${API_ADDR}" }
+routes:
+  - path: /graphql
+    graphql:
+      schema: |
+        type Query { me: String }
+        type Mutation { addPost(title: String!): Post }
+        type Post { id: Int! title: String! by: String }
+      resolvers:
+        Query.me: { value: '$request.headers["x-user"]' }
+        Mutation.addPost:
+          http:
+            backend: api
+            method: POST
+            path: '"/posts"'
+            body: '{title: $args.title, by: $request.headers["x-user"]}'
+"#;
+    let s = stubs(stubs_yaml).await;
+    let gw = gateway(gateway_yaml, &s).await;
+    let r = send(
+        &client(false),
+        Method::POST,
+        &format!("http://{}/graphql", gw.addr),
+        &[("content-type", "application/json"), ("x-user", "ada")],
+        json!({"query": "mutation { a: addPost(title: \"one\") { id title by } b: addPost(title: \"two\") { title } }"}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        r.json(),
+        json!({"data": {"a": {"id": 7, "title": "one", "by": "ada"}, "b": {"title": "two"}}})
+    );
+    let st = s.stats("api").unwrap();
+    assert_eq!(st.routes["POST /posts"].requests, 2);
+    assert_eq!(
+        st.routes["POST /posts"].max_in_flight, 1,
+        "one after the other"
+    );
+
+    // A mutation by GET is refused (405), and nothing is called.
+    let url = format!(
+        "http://{}/graphql?query=mutation%7BaddPost(title%3A%22x%22)%7Bid%7D%7D",
+        gw.addr
+    );
+    let r = send(&client(false), Method::GET, &url, &[], "").await;
+    assert_eq!(r.status, 405, "{:?}", r.body);
+    assert_eq!(s.stats("api").unwrap().routes["POST /posts"].requests, 2);
+
+    let r = send(
+        &client(false),
+        Method::POST,
+        &format!("http://{}/graphql", gw.addr),
+        &[("content-type", "application/json"), ("x-user", "bob")],
+        json!({"query": "{ me }"}).to_string(),
+    )
+    .await;
+    assert_eq!(r.json(), json!({"data": {"me": "bob"}}));
+}
+
+/// The config errors of `yaml` (loading must fail), as text.
+fn load_errors(yaml: &str) -> String {
+    match fanout::load_gateway("f.yaml", yaml, &|_: &str| None) {
+        Ok(_) => panic!("the config loaded:\n{yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_graphql_route_is_checked_against_its_schema_at_load() {
+    let with = |resolvers: &str, schema: &str| {
+        format!(
+            "backends:\n  api: {{ url: \"http://127.0.0.1:1\" }}\nroutes:\n  - path: /graphql\n    graphql:\n      schema: |\n{schema}      resolvers:\n{resolvers}"
+        )
+    };
+    let schema = "        type Query { posts: [Post!]! }\n        type Post { id: Int! user: User }\n        type User { id: Int! }\n";
+    let ok = "        Query.posts: { http: { backend: api, path: '\"/posts\"' } }\n";
+    // An unknown field, with a did-you-mean, at the resolver's line and column.
+    let e = load_errors(&with(
+        &format!("{ok}        Post.usr: {{ value: '1' }}\n"),
+        schema,
+    ));
+    assert!(
+        e.contains("f.yaml:12:9: resolver `Post.usr`: type `Post` has no field `usr`"),
+        "{e}"
+    );
+    assert!(e.contains("user"), "{e}");
+    // An unknown type.
+    let e = load_errors(&with(
+        &format!("{ok}        Pots.user: {{ value: '1' }}\n"),
+        schema,
+    ));
+    assert!(
+        e.contains("f.yaml:12:9: resolver `Pots.user`: the schema has no type `Pots`"),
+        "{e}"
+    );
+    // A root field without a resolver.
+    let e = load_errors(&with("        Post.user: { value: '1' }\n", schema));
+    assert!(e.contains("field `Query.posts` has no resolver"), "{e}");
+    // An expression error inside a resolver, at its position; `$item` is not a resolver's name.
+    let e = load_errors(&with(
+        &format!("{ok}        Post.user: {{ http: {{ backend: api, path: '$item.id' }} }}\n"),
+        schema,
+    ));
+    assert!(e.contains("f.yaml:12:"), "{e}");
+    assert!(e.contains("$item"), "{e}");
+    // An unknown backend.
+    let e = load_errors(&with(
+        "        Query.posts: { http: { backend: nope, path: '\"/\"' } }\n",
+        schema,
+    ));
+    assert!(e.contains("nope"), "{e}");
+    // An SDL error, at its line and column in the config.
+    let e = load_errors(&with(
+        ok,
+        "        type Query { posts: [Post!]! }\n        type Post { id: Intt }\n",
+    ));
+    assert!(e.contains("f.yaml:8:25:"), "{e}");
+    assert!(e.contains("Intt"), "{e}");
+}
