@@ -32,6 +32,11 @@ pub(crate) async fn serve(api: &Api, request: &Val, deadline: Instant) -> Val {
     }
 }
 
+/// The parser's nesting bound (Apollo Router's default).
+const PARSER_RECURSION: usize = 500;
+/// The parser's token bound (Apollo Router's default).
+const PARSER_TOKENS: usize = 15_000;
+
 /// A request error: no `data`, one error.
 struct ReqErr {
     status: u16,
@@ -107,25 +112,28 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
     let doc = match api.cache.get(query) {
         Some(d) => d,
         None => {
-            let doc = ExecutableDocument::parse_and_validate(&api.schema, query, "query.graphql")
-                .map_err(|e| {
-                let first = e.errors.iter().next().map(|d| d.to_json());
-                let (message, locations) = match first {
-                    Some(j) => (j.message.clone(), locations_val(&j.locations)),
-                    None => ("the document is not valid".to_string(), None),
+            let invalid =
+                |code: &'static str, errors: &apollo_compiler::validation::DiagnosticList| {
+                    let first = errors.iter().next().map(|d| d.to_json());
+                    let (message, locations) = match first {
+                        Some(j) => (j.message.clone(), locations_val(&j.locations)),
+                        None => ("the document is not valid".to_string(), None),
+                    };
+                    ReqErr {
+                        status: 400,
+                        code,
+                        message,
+                        locations,
+                    }
                 };
-                let code = if e.partial.operations.is_empty() && e.errors.len() > 0 {
-                    "GRAPHQL_VALIDATION_FAILED"
-                } else {
-                    "GRAPHQL_VALIDATION_FAILED"
-                };
-                ReqErr {
-                    status: 400,
-                    code,
-                    message,
-                    locations,
-                }
-            })?;
+            // The parser's own bounds (Apollo Router's defaults): nesting and tokens.
+            let doc = apollo_compiler::parser::Parser::new()
+                .recursion_limit(PARSER_RECURSION)
+                .token_limit(PARSER_TOKENS)
+                .parse_ast(query, "query.graphql")
+                .map_err(|e| invalid("GRAPHQL_PARSE_FAILED", &e.errors))?
+                .to_executable_validate(&api.schema)
+                .map_err(|e| invalid("GRAPHQL_VALIDATION_FAILED", &e.errors))?;
             let doc = Arc::new(doc);
             api.cache.put(query, doc.clone());
             doc
@@ -740,7 +748,7 @@ impl<'a> Exec<'a> {
     ) -> Vec<C> {
         let f = nodes[0];
         let mut out: Vec<C> = vec![C::Null; values.len()];
-        let mut groups: IndexMap<Name, (Vec<usize>, Vec<Val>, Vec<Path>)> = IndexMap::new();
+        let mut groups: IndexMap<Name, Group> = IndexMap::new();
         for (j, (v, p)) in values.into_iter().zip(paths).enumerate() {
             if matches!(v, Val::Null) {
                 continue;
@@ -777,6 +785,9 @@ impl<'a> Exec<'a> {
         out
     }
 }
+
+/// The values of one runtime type among a field's: their positions, values and paths.
+type Group = (Vec<usize>, Vec<Val>, Vec<Path>);
 
 /// A JSON value (apollo-compiler's) as a flow value.
 fn from_json(v: &JsonValue) -> Val {

@@ -253,6 +253,7 @@ async fn limits_refuse_an_operation_before_any_backend_call() {
         ),
         ("{ __schema { types { name } } }", "INTROSPECTION_DISABLED"),
         ("{ posts { nope } }", "GRAPHQL_VALIDATION_FAILED"),
+        ("{ posts { id }", "GRAPHQL_PARSE_FAILED"),
     ] {
         let r = post(&gw, "/strict", json!({"query": query})).await;
         assert_eq!(r.status, 400, "{query}: {:?}", r.body);
