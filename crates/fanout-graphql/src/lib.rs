@@ -48,8 +48,10 @@ fn compile(
     }
     let key = sc.key();
     let cfg = sc.config();
+    // the step's key is `METHOD PATH graphql`, the method as the compiler spells it
     let route = cfg.routes.iter().find(|r| {
-        r.graphql.is_some() && format!("{} {} graphql", r.method.value, r.path.value) == key
+        r.graphql.is_some()
+            && format!("{} {} graphql", r.method.value, r.path.value).eq_ignore_ascii_case(&key)
     })?;
     let g = route.graphql.as_ref()?;
     // `$request` is read whole: every part may be read by a resolver.

@@ -433,3 +433,54 @@ fn a_graphql_route_is_checked_against_its_schema_at_load() {
     assert!(e.contains("f.yaml:8:25:"), "{e}");
     assert!(e.contains("Intt"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graphql_route_goes_through_authentication_and_resolvers_read_the_claims() {
+    let key = fanout_testkit::jwt::EsKey::generate("k1");
+    let jwks = json!({"keys": [key.jwk()]}).to_string();
+    let gateway_yaml = format!(
+        r#"
+auth:
+  providers:
+    corp: {{ issuer: https://idp.test, keys: '{jwks}', algorithms: [ES256] }}
+routes:
+  - path: /graphql
+    auth: {{ provider: corp }}
+    graphql:
+      schema: |
+        type Query {{ me: String }}
+      resolvers:
+        Query.me: {{ value: '$request.auth.sub' }}
+"#
+    );
+    let s = stubs(STUBS).await;
+    let gw = gateway(&gateway_yaml, &s).await;
+    let url = format!("http://{}/graphql", gw.addr);
+    let body = json!({"query": "{ me }"}).to_string();
+    let r = send(
+        &client(false),
+        Method::POST,
+        &url,
+        &[("content-type", "application/json")],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 401, "{:?}", r.body);
+    let token = key.sign(
+        &json!({"iss": "https://idp.test", "sub": "ada", "exp": fanout_testkit::jwt::now() + 600}),
+    );
+    let bearer = format!("Bearer {token}");
+    let r = send(
+        &client(false),
+        Method::POST,
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &bearer),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.json(), json!({"data": {"me": "ada"}}));
+}
