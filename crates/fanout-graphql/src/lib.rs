@@ -51,7 +51,9 @@ fn compile(
     // the step's key is `METHOD PATH graphql`, the method as the compiler spells it
     let route = cfg.routes.iter().find(|r| {
         r.graphql.is_some()
-            && format!("{} {} graphql", r.method.value, r.path.value).eq_ignore_ascii_case(&key)
+            && key
+                .strip_suffix(&format!(" {} graphql", r.path.value))
+                .is_some_and(|m| m.eq_ignore_ascii_case(&r.method.value))
     })?;
     let g = route.graphql.as_ref()?;
     // `$request` is read whole: every part may be read by a resolver.
