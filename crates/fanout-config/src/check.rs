@@ -104,6 +104,16 @@ impl Config {
             }
             crate::pass::check_route(r, self.server.connections.send_timeout, errs);
             crate::websocket::check_route(r, errs);
+            crate::graphql::check_route(r, errs);
+            // a resolver's shape, as a step's (its name is `Type.field`, checked against the
+            // schema by the flow compiler)
+            for (name, step) in r.graphql.iter().flat_map(|g| &g.resolvers) {
+                let as_step = Located {
+                    value: "resolver".to_string(),
+                    ..name.clone()
+                };
+                step_check(&as_step, step, errs);
+            }
         }
         self.compression.check(errs);
         self.admission_check(errs);

@@ -18,6 +18,7 @@ mod cors;
 mod duration;
 mod env;
 mod error;
+mod graphql;
 mod hints;
 mod load;
 mod located;
@@ -59,6 +60,7 @@ pub use backend::{
 };
 pub use check::{framing_header, shown_url, valid_code};
 pub use error::{ConfigError, ConfigErrors, locate};
+pub use graphql::{GraphqlLimits, GraphqlRoute, MAX_SCHEMA_BYTES, SchemaSource};
 pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
     read_limited, schema,

@@ -171,6 +171,7 @@ impl Config {
         cfg.file = file.to_string();
         let mut errs = Vec::new();
         cfg.normalize_grpc_routes(&mut errs);
+        crate::graphql::normalize_routes(&mut cfg, &mut errs);
         cfg.check(&mut errs);
         crate::locate(&mut errs, &cfg.source);
         let errs = errs.into_iter().map(|e| e.in_file(file)).collect();

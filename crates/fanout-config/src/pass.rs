@@ -128,7 +128,7 @@ impl Default for PassForwarded {
 /// `coalesce` or `server_timing`; a route without it needs `respond`.
 pub(crate) fn check_route(r: &Route, send_timeout: Dur, errs: &mut Vec<ConfigError>) {
     let Some(p) = &r.pass else {
-        if r.respond.is_none() && r.websocket.is_none() {
+        if r.respond.is_none() && r.websocket.is_none() && r.graphql.is_none() {
             errs.push(
                 ConfigError::at(r.path.pos, "a route needs `respond` (or `pass`)").hint(
                     "add `respond: {body: …}`, or `pass: {backend: NAME}` to forward requests (if \

@@ -74,6 +74,9 @@ pub struct Route {
     /// HTTP/2 extended CONNECT) checked and forwarded, then messages both ways
     /// (docs/config.md#websocket-routes).
     pub websocket: Option<crate::WebSocketRoute>,
+    /// Serve a GraphQL schema instead of a flow: fields resolved by steps, operations by POST
+    /// (and GET without a `method`) at the route's path (docs/graphql.md).
+    pub graphql: Option<crate::GraphqlRoute>,
     /// Answer with a `Server-Timing` header: each finished step's duration and the total, so a
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]

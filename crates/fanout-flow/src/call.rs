@@ -86,6 +86,11 @@ impl Env {
         }
     }
 
+    /// The value of scope slot `i` (`SLOT_REQUEST`: `$request`), `null` past the end.
+    pub fn slot(&self, i: usize) -> Val {
+        self.get(i)
+    }
+
     pub(crate) fn get(&self, i: usize) -> Val {
         self.slots.get(i).cloned().unwrap_or(Val::Null)
     }

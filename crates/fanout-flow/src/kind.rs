@@ -11,6 +11,7 @@ pub use crate::call::{
 };
 pub use crate::ctx::unknown_backend;
 pub use crate::error::{ErrorClass, ErrorKind, FlowError, INVALID_CALL};
+pub use crate::plan::compile_flow;
 pub use crate::step::{
     Compile, Prepared, Registration, StepArgs, StepCx, StepIo, StepKind, StepWork, Task,
     error_kinds, prepare_calls,

@@ -164,6 +164,9 @@ pub struct StepPlan {
     pub missing: Missing,
     /// What the step does: its kind (`step/`).
     pub(crate) kind: Box<dyn StepKind>,
+    /// A `for_each` step's equal calls that only read are made once (a GraphQL field resolved
+    /// for a list of parents: [`compile_flow`]).
+    pub(crate) share_calls: bool,
 }
 
 impl StepPlan {
@@ -418,6 +421,82 @@ fn compile_route(
     given: &Given<'_>,
     reference: &Arc<ReferenceSet>,
 ) -> Option<RoutePlan> {
+    match &r.graphql {
+        // A GraphQL route is a flow of one step, `graphql`, of the kind a crate brings
+        // (`fanout-graphql`): the step runs the operation and gives the answer's status, type
+        // and body.
+        Some(_) => {
+            let r = graphql_flow(r)?;
+            compile_route_in(cx, &r, given, reference, &ROUTE_SCOPE, false)
+        }
+        None => compile_route_in(cx, r, given, reference, &ROUTE_SCOPE, false),
+    }
+}
+
+/// The names a route's expressions read before its steps' (slots 0–3).
+const ROUTE_SCOPE: [&str; 4] = ["request", "item", "index", "ref"];
+
+/// A GraphQL route as the flow the compiler compiles: one step `graphql` (its kind finds the
+/// route's `graphql:` by the step's key) answering with the value it gives.
+fn graphql_flow(r: &fanout_config::Route) -> Option<fanout_config::Route> {
+    let step: Step = serde_json::from_value(serde_json::json!({})).ok()?;
+    let mut r = r.clone();
+    r.flow
+        .insert(fanout_config::Located::unknown("graphql".to_string()), step);
+    let at = r.path.pos;
+    let located = |s: &str| fanout_config::Located {
+        pos: at,
+        used: at,
+        ..fanout_config::Located::unknown(s.to_string())
+    };
+    r.respond = Some(fanout_config::Respond {
+        body: located("$graphql.body"),
+        status: StatusSrc::Expr(located("$graphql.status")),
+        headers: [("content-type".to_string(), located("$graphql.type"))]
+            .into_iter()
+            .collect(),
+    });
+    Some(r)
+}
+
+/// Compile `r` as a flow of its own inside a step kind's compilation (a GraphQL field's
+/// resolver), with the backends, batch forms and step kinds of this compilation (errors
+/// reported in `sc`, at their positions). Its expressions read `base` as the names of slots
+/// 0–3 (`["request", "parent", "index", "ref"]` makes a `for_each` element `$parent`); with
+/// `share_calls`, a `for_each` step's equal calls that only read are made once per run, and
+/// the flow's answer is kept as a value ([`crate::Outcome`]'s `value`). Reference data
+/// (`$ref`) is `null` there.
+pub fn compile_flow(
+    sc: &mut StepCx<'_, '_>,
+    r: &fanout_config::Route,
+    base: &[&str; 4],
+    share_calls: bool,
+) -> Option<RoutePlan> {
+    let given = Given {
+        backends: sc.backends,
+        batches: sc.batches,
+        kinds: sc.kinds,
+    };
+    let reference = Arc::new(ReferenceSet::new(Vec::new()));
+    let cx = &mut *sc.cx;
+    let (use_before, key_before) = (
+        std::mem::take(&mut cx.request_use),
+        std::mem::take(&mut cx.route_key),
+    );
+    let out = compile_route_in(cx, r, &given, &reference, base, share_calls);
+    cx.request_use = use_before;
+    cx.route_key = key_before;
+    out
+}
+
+fn compile_route_in(
+    cx: &mut Ctx<'_>,
+    r: &fanout_config::Route,
+    given: &Given<'_>,
+    reference: &Arc<ReferenceSet>,
+    base: &[&str; 4],
+    share_calls: bool,
+) -> Option<RoutePlan> {
     let errs_before = cx.errs.len();
     cx.request_use = Default::default();
     let method = cx.method(&r.method);
@@ -425,13 +504,14 @@ fn compile_route(
         cx.route_key = format!("{m} {}", r.path.value);
     }
     let names: Vec<&str> = r.flow.keys().map(|k| k.value.as_str()).collect();
-    let mut scope: Vec<&str> = vec!["request", "item", "index", "ref"];
+    let mut scope: Vec<&str> = base.to_vec();
     scope.extend(names.iter().copied());
     let defaults = &cx.cfg.defaults;
 
     let mut steps = Vec::with_capacity(r.flow.len());
     for (i, (name, step)) in r.flow.iter().enumerate() {
-        if let Some(s) = compile_step(cx, i, name, step, &scope, given) {
+        if let Some(mut s) = compile_step(cx, i, name, step, &scope, given) {
+            s.share_calls = share_calls;
             steps.push(s);
         }
     }
@@ -514,7 +594,9 @@ fn compile_route(
         steps,
         roots,
         respond: Arc::new(RespondPlan {
-            partial_in_body: r.grpc.is_none(),
+            // A gRPC route's answer is encoded from the value; so is a resolver's (read as a
+            // value by the step that runs it).
+            partial_in_body: r.grpc.is_none() && !share_calls,
             ..respond?
         }),
         limits: eval_limits(&cx.cfg.server.expressions),
@@ -664,6 +746,7 @@ fn compile_step(
         on_status: status_map(step),
         missing: missing?,
         kind: kind?,
+        share_calls: false,
     })
 }
 

@@ -102,8 +102,11 @@ impl Default for Registry {
 /// Every step kind beside the engine's own (`http`, keyed lookups, `grpc`, `fail`, `value`), one
 /// line each, given to the flow compiler ([`compile`]; docs/ARCHITECTURE.md, "How to add a step
 /// kind").
-pub const STEP_KINDS: &[fanout_flow::kind::Registration] =
-    &[fanout_postgres::STEP_KIND, fanout_model::STEP_KIND];
+pub const STEP_KINDS: &[fanout_flow::kind::Registration] = &[
+    fanout_postgres::STEP_KIND,
+    fanout_model::STEP_KIND,
+    fanout_graphql::STEP_KIND,
+];
 
 /// Every runtime step kinds use, one line each, opened for each config ([`open_runtimes`]).
 pub const RUNTIMES: &[fanout_flow::runtime::Registration] = &[

@@ -10,7 +10,7 @@ use serde_json::Value;
 /// The config's routes and their declared schemas, for matching cases to routes.
 pub struct Schemas {
     cfg: Config,
-    routes: Vec<(String, Vec<String>, RouteSchemas)>,
+    routes: Vec<(String, Vec<String>, RouteSchemas, bool)>,
 }
 
 impl Schemas {
@@ -34,20 +34,23 @@ impl Schemas {
                 } else {
                     r.method.value.to_ascii_uppercase()
                 };
-                (method, segments(&path), s)
+                (method, segments(&path), s, r.graphql.is_some())
             })
             .collect();
         Ok(Schemas { cfg, routes })
     }
 
     /// The schemas of the route `method path` matches (`path` may carry a query).
-    fn route(&self, method: &str, path: &str) -> Option<&RouteSchemas> {
+    /// (A GraphQL route's pattern matches any method: it answers GET and POST.)
+    fn route(&self, method: &str, path: &str) -> Option<(&RouteSchemas, bool)> {
         let path = path.split('?').next().unwrap_or(path);
         let got = segments(path);
         self.routes
             .iter()
-            .find(|(m, pattern, _)| m.eq_ignore_ascii_case(method) && matches(pattern, &got))
-            .map(|(_, _, s)| s)
+            .find(|(m, pattern, _, graphql)| {
+                (*graphql || m.eq_ignore_ascii_case(method)) && matches(pattern, &got)
+            })
+            .map(|(_, _, s, graphql)| (s, *graphql))
     }
 
     /// The failures of one case: its request (`method`, `path`, `body`) and the answer it got.
@@ -60,7 +63,7 @@ impl Schemas {
         answer: Option<&Value>,
     ) -> Vec<String> {
         let mut out = Vec::new();
-        let Some(s) = self.route(method, path) else {
+        let Some((s, graphql)) = self.route(method, path) else {
             return out;
         };
         let mut against = |what: &str, schema: &Value, value: &Value| {
@@ -86,6 +89,21 @@ impl Schemas {
             }
         } else if status >= 400 {
             match answer {
+                // A GraphQL route's refusals of the operation (a parse or validation error, a
+                // limit) are GraphQL responses: `errors`, each with a `message`. Its other
+                // refusals (authentication, a deadline) are the error object.
+                Some(a) if graphql && a.get("errors").is_some() => {
+                    let ok = a["errors"].as_array().is_some_and(|e| {
+                        !e.is_empty() && e.iter().all(|e| e["message"].is_string())
+                    });
+                    if !ok {
+                        out.push(
+                            "schemas: the GraphQL error answer's `errors` is not a list of errors \
+                             with a `message`"
+                                .to_string(),
+                        );
+                    }
+                }
                 Some(a) => against(
                     "error answer (the error object)",
                     &fanout_openapi::error_schema(),

@@ -40,6 +40,7 @@ mod examples;
 mod explain;
 mod fanout_test;
 mod flow;
+mod graphql;
 mod grpc;
 mod grpc_compression;
 mod grpc_interop;

@@ -514,6 +514,11 @@ impl RoutePlan {
         deadline: Instant,
         obs: &dyn Observer,
     ) -> (usize, Result<Val, FlowError>, bool) {
+        if step.share_calls && reqs.len() > 1 {
+            return self
+                .run_shared_calls(step, i, reqs, env, deadline, obs)
+                .await;
+        }
         let a = &args(step, obs);
         let memo = ResultMemo::for_step(step);
         let memo = &memo;
@@ -548,6 +553,73 @@ impl RoutePlan {
             }
             Err(e) => (i, Err(e), false),
         }
+    }
+
+    /// [`RoutePlan::run_calls`] for a step that shares equal calls (`share_calls`: a GraphQL
+    /// field resolved for a list of parents): each distinct call that only reads is made once,
+    /// at most `concurrency` at a time, and its answer read by every element that built it.
+    async fn run_shared_calls(
+        &self,
+        step: &StepPlan,
+        i: usize,
+        reqs: Vec<(CallRequest, Val, usize)>,
+        env: Option<&Env>,
+        deadline: Instant,
+        obs: &dyn Observer,
+    ) -> (usize, Result<Val, FlowError>, bool) {
+        let a = &args(step, obs);
+        let mut seen = std::collections::HashMap::with_capacity(reqs.len());
+        let mut which = Vec::with_capacity(reqs.len());
+        let mut items = Vec::with_capacity(reqs.len());
+        let mut distinct = Vec::new();
+        for (req, item, k) in reqs {
+            if req.is_safe() {
+                let key = req.key();
+                if let Some(&u) = seen.get(&key) {
+                    which.push(u);
+                    items.push((item, k));
+                    continue;
+                }
+                seen.insert(key, distinct.len());
+            }
+            which.push(distinct.len());
+            items.push((item, k));
+            distinct.push(req);
+        }
+        let one = |req: CallRequest| async move {
+            match observed(step, obs, step.kind.call(a, req, deadline)).await {
+                Ok(body) => Ok(Some(body)),
+                Err(e) if is_not_found(&e) && !matches!(step.missing, Missing::Fail) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let answers = match in_order(distinct, step.concurrency, |(n, r)| {
+            fanout_layers::boxed::pinned(|| async move { (n, one(r).await) })
+        })
+        .await
+        {
+            Ok(a) => a,
+            Err(e) => return (i, Err(e), false),
+        };
+        crate::activity::enter(i);
+        let mut values = Vec::with_capacity(items.len());
+        let mut incomplete = false;
+        for (u, (item, k)) in which.into_iter().zip(items.iter()) {
+            let item = Some((item, *k));
+            let v = match answers.get(u).cloned().flatten() {
+                Some(body) => map_result_on(self, step, env, body, item).await.map(Some),
+                None => {
+                    incomplete = true;
+                    missing_on(self, step, env, item).await
+                }
+            };
+            match v {
+                Ok(Some(v)) => values.push(v),
+                Ok(None) => {}
+                Err(e) => return (i, Err(e), false),
+            }
+        }
+        (i, Ok(Val::Arr(values.into())), incomplete)
     }
 
     async fn respond(&self, env: Env, partial: Vec<Arc<str>>) -> Result<Outcome, FlowError> {

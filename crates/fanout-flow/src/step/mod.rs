@@ -310,6 +310,11 @@ impl<'a> StepCx<'_, 'a> {
         self.cx.errs.push(e);
     }
 
+    /// How many errors the compilation has reported so far.
+    pub fn error_count(&self) -> usize {
+        self.cx.errs.len()
+    }
+
     /// The step's name, with its position.
     pub fn name(&self) -> &Located<String> {
         self.name
