@@ -30,6 +30,7 @@ mod redis;
 mod route;
 mod server;
 mod stages;
+mod stream;
 mod telemetry;
 pub mod tls;
 mod unknown;
@@ -75,6 +76,7 @@ pub use server::{
     ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
     RuntimeKind, ServerConfig,
 };
+pub use stream::{StreamAnswer, StreamFormat};
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
 pub use websocket::{WebSocketRoute, WebSocketServer};

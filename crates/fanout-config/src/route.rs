@@ -74,6 +74,10 @@ pub struct Route {
     /// HTTP/2 extended CONNECT) checked and forwarded, then messages both ways
     /// (docs/config.md#websocket-routes).
     pub websocket: Option<crate::WebSocketRoute>,
+    /// Stream the answer as the steps complete instead of once at the end: each `for_each`
+    /// element or step value an event (SSE or NDJSON), the route's answer the last
+    /// (docs/config.md#streamed-answers).
+    pub stream: Option<crate::StreamAnswer>,
     /// Answer with a `Server-Timing` header: each finished step's duration and the total, so a
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]

@@ -86,7 +86,7 @@ impl Drain {
     }
 
     /// A wait for the start, registered at once (a start after this call wakes it).
-    fn wait(&self) -> Pin<Box<OwnedNotified>> {
+    pub fn wait(&self) -> Pin<Box<OwnedNotified>> {
         let mut w = Box::pin(self.notify.clone().notified_owned());
         w.as_mut().enable();
         w

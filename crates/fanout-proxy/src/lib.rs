@@ -22,6 +22,7 @@ mod request_body;
 pub mod scrape;
 pub mod server;
 pub mod stack;
+mod streamed;
 pub mod telemetry;
 pub mod ui;
 mod websocket;
