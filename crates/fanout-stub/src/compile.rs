@@ -551,6 +551,27 @@ fn compile_route(
         }
         crate::events::EventPlan::compile(&sse.value, sse.pos, errs).map(Arc::new)
     });
+    let sse = match (&r.chunks, sse) {
+        (None, sse) => sse,
+        (Some(c), sse) => {
+            if is_grpc || r.body.is_some() || r.raw_body.is_some() || r.sse.is_some() {
+                errs.push(
+                    ConfigError::at(
+                        c.pos,
+                        "a `chunks` route has no `body`, `raw_body`, `sse` or `grpc`",
+                    )
+                    .hint("its answer is the chunks"),
+                );
+            }
+            if !headers.contains_key(http::header::CONTENT_TYPE) {
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/octet-stream"),
+                );
+            }
+            sse.or_else(|| Some(Arc::new(crate::events::EventPlan::chunks(&c.value))))
+        }
+    };
     if let (Some(_), Some(raw)) = (&r.body, &r.raw_body) {
         errs.push(
             ConfigError::at(raw.pos, "a route has either `body` or `raw_body`, not both")

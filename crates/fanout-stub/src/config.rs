@@ -103,6 +103,21 @@ pub struct RouteConfig {
     /// A Server-Sent Events stream instead of `body`: a `text/event-stream` answer whose
     /// events are sent one by one, each after its delay (docs/stubs.md#event-streams).
     pub sse: Option<Located<SseConfig>>,
+    /// A body sent in chunks instead of `body`: each chunk's text, as written, after its delay
+    /// (a chunked answer over HTTP/1.1, one data frame each over h2) — an NDJSON or other
+    /// streamed backend (docs/stubs.md#chunked-answers). `Content-Type` defaults to
+    /// `application/octet-stream`.
+    pub chunks: Option<Located<Vec<ChunkConfig>>>,
+}
+
+/// One chunk of a `chunks:` answer.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkConfig {
+    /// The chunk's text, sent as written.
+    pub data: String,
+    /// The wait before it is sent (from the previous chunk, or from the answer's head).
+    pub delay: Option<Dur>,
 }
 
 /// A route's event stream (`sse:`).

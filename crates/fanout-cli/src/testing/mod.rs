@@ -8,6 +8,7 @@ mod database;
 pub mod diff;
 pub mod report;
 pub mod run;
+mod stream;
 pub mod update;
 
 pub use cases::{Case, Cases, schema};
