@@ -104,7 +104,7 @@ impl Config {
             }
             crate::pass::check_route(r, self.server.connections.send_timeout, errs);
             crate::websocket::check_route(r, errs);
-            crate::stream::check_route(r, errs);
+            crate::stream::check_route(r, &self.backends, errs);
         }
         self.compression.check(errs);
         self.admission_check(errs);

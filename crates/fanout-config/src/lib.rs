@@ -76,7 +76,7 @@ pub use server::{
     ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
     RuntimeKind, ServerConfig,
 };
-pub use stream::{StreamAnswer, StreamFormat};
+pub use stream::{MergeEnd, MergeSource, MergeStreams, StreamAnswer, StreamFormat};
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
 pub use websocket::{WebSocketRoute, WebSocketServer};

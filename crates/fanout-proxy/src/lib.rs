@@ -14,6 +14,7 @@ mod grpc;
 mod grpc_compression;
 pub mod l2;
 mod lifecycle;
+mod merge;
 pub mod observe;
 mod pass;
 pub mod registry;

@@ -128,6 +128,12 @@ impl Gateway {
             beat_armed: false,
             drain: self.drain.wait(),
             draining: self.drain.clone(),
+            merge: stream.merge.as_ref().map(|m| {
+                (
+                    crate::merge::Sources::open(m, &cx.live.services, deadline),
+                    Box::pin(tokio::time::sleep_until(deadline)),
+                )
+            }),
         };
         let mut resp = Response::new(Body::Passed(
             http_body_util::combinators::UnsyncBoxBody::new(body),
@@ -273,6 +279,9 @@ struct Streamed {
     beat_armed: bool,
     drain: Pin<Box<OwnedNotified>>,
     draining: Arc<fanout_pass::sse::Drain>,
+    /// `stream.merge`: the backend streams merged into the answer, and the request's deadline,
+    /// which ends them (a flow's run has its own).
+    merge: Option<(crate::merge::Sources, Pin<Box<Sleep>>)>,
 }
 
 impl Streamed {
@@ -333,6 +342,7 @@ impl Streamed {
     fn cut(&mut self, out: &mut Vec<u8>, code: &str, message: &str) {
         self.run = None;
         self.ending = None;
+        self.merge = None;
         let data = self.error_data(503, code, message, None, None);
         self.event(out, "error", None, &data);
         self.done = true;
@@ -365,6 +375,53 @@ impl Streamed {
             }
         }
         self.done = true;
+    }
+
+    /// Encode what the merged sources gave; `false` once `max_events` is passed.
+    fn encode_merged(&mut self, got: Vec<crate::merge::Got>, out: &mut Vec<u8>) -> bool {
+        for g in got {
+            if self.events >= self.max_events {
+                return false;
+            }
+            self.events += 1;
+            match g {
+                crate::merge::Got::Event { source, id, data } => match self.format {
+                    // Each line of the source's data its own `data:` line, as it came.
+                    StreamFormat::Sse => {
+                        out.extend_from_slice(b"event: ");
+                        out.extend_from_slice(source.as_bytes());
+                        out.push(b'\n');
+                        if let Some(id) = id.filter(|i| !i.contains(['\n', '\r'])) {
+                            out.extend_from_slice(format!("id: {id}\n").as_bytes());
+                        }
+                        for line in data.split('\n') {
+                            out.extend_from_slice(b"data: ");
+                            out.extend_from_slice(line.as_bytes());
+                            out.push(b'\n');
+                        }
+                        out.push(b'\n');
+                    }
+                    StreamFormat::Ndjson => {
+                        let data = crate::merge::data_json(&data);
+                        self.event(out, &source, None, &data);
+                    }
+                },
+                crate::merge::Got::Failed {
+                    source,
+                    code,
+                    message,
+                } => {
+                    let mut data = self.error_data(502, code, &message, None, None);
+                    // `{"error": {…}}` with the source named.
+                    if let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&data) {
+                        v["error"]["source"] = serde_json::Value::from(&*source);
+                        data = v.to_string().into_bytes();
+                    }
+                    self.event(out, "error", None, &data);
+                }
+            }
+        }
+        true
     }
 
     /// Encode what the run reported; `false` once `max_events` is passed.
@@ -415,13 +472,29 @@ impl hyper::body::Body for Streamed {
         }
         let mut out = Vec::new();
         let (items, overflow) = this.sink.take();
-        if !this.encode(items, &mut out) || overflow {
+        let mut merged = Vec::new();
+        let mut merge_over = true;
+        let mut deadline_passed = false;
+        if let Some((sources, deadline)) = this.merge.as_mut() {
+            sources.poll(cx, &mut merged);
+            merge_over = sources.done();
+            deadline_passed = !merge_over && deadline.as_mut().poll(cx).is_ready();
+        }
+        if !this.encode(items, &mut out) || overflow || !this.encode_merged(merged, &mut out) {
             let message = format!(
                 "the stream sent its limit of {} events (stream.max_events)",
                 this.max_events
             );
             this.cut(&mut out, "too_many_events", &message);
-        } else if let Some(outcome) = this.ending.take() {
+        } else if deadline_passed {
+            this.merge = None;
+            let e = FlowError::new(
+                fanout_flow::ErrorKind::DeadlineExceeded,
+                "route deadline exceeded while merging the streams",
+            );
+            this.end(&mut out, Err(e));
+        } else if merge_over && let Some(outcome) = this.ending.take() {
+            this.merge = None;
             this.end(&mut out, outcome);
         } else if this.draining.started() || this.drain.as_mut().poll(cx).is_ready() {
             this.cut(

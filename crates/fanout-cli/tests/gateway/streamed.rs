@@ -3,7 +3,8 @@
 //! slower elements' backends are still held by the test —, in completion order; an element that
 //! fails is an `error` event and the stream goes on; the route's answer is the last event; a
 //! client that leaves closes the calls in flight; the deadline ends the stream with an `error`
-//! event; NDJSON carries the same events a line each.
+//! event; NDJSON carries the same events a line each. A merged answer (`stream.merge`) passes
+//! each source's events as they arrive, tagged with the source, and ends when the sources have.
 //!
 //! The backend is `fanout_testkit::sse::EventBackend`: each call's answer is written and ended
 //! by the test, so the order of completions is the test's, never a timer's.
@@ -53,6 +54,22 @@ routes:
         for_each: '["p", "q"]'
         http: {{ backend: items, path: '"/few/\($item)"' }}
     respond: {{ body: '$items' }}
+  - path: /merged
+    stream:
+      merge:
+        sources:
+          left: {{ backend: items, path: /left }}
+          right: {{ backend: items, path: /right }}
+    respond: {{ body: '"done"' }}
+  - path: /first
+    stream:
+      format: ndjson
+      merge:
+        end: first
+        sources:
+          left: {{ backend: items, path: /left }}
+          right: {{ backend: items, path: /right }}
+    respond: {{ body: '"done"' }}
 "#,
         url = backend.url()
     )
@@ -263,4 +280,76 @@ async fn max_events_ends_the_stream_with_too_many_events() {
     assert!(e.starts_with("event: error\ndata: "), "{e}");
     assert!(e.contains("\"too_many_events\""), "{e}");
     assert_eq!(reader.next().await, Block::End(String::new()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_sources_are_interleaved_as_they_send_and_end_when_all_have() {
+    let backend = EventBackend::start().await;
+    let (gw, _s) = start(&backend).await;
+    let c = client(true);
+    let (status, ct, mut reader) = open(&c, &format!("http://{}/merged", gw.addr)).await;
+    assert_eq!((status.as_u16(), ct.as_str()), (200, "text/event-stream"));
+    let mut held = calls(&backend, 2).await;
+    assert_eq!(
+        (held[0].path.as_str(), held[1].path.as_str()),
+        ("/left", "/right")
+    );
+    held[1].send("data: r1\n\n");
+    assert_eq!(
+        event(reader.next_event(&mut 0).await),
+        "event: right\ndata: r1"
+    );
+    held[0].send("id: 5\ndata: {\"x\": 1}\n");
+    held[0].send("\n");
+    assert_eq!(
+        event(reader.next_event(&mut 0).await),
+        "event: left\nid: 5\ndata: {\"x\": 1}"
+    );
+    held[1].send(": a comment\n\ndata: two\ndata: lines\n\n");
+    assert_eq!(
+        event(reader.next_event(&mut 0).await),
+        "event: right\ndata: two\ndata: lines"
+    );
+    held[1].end();
+    held[0].send("data: l2\n\n");
+    assert_eq!(
+        event(reader.next_event(&mut 0).await),
+        "event: left\ndata: l2"
+    );
+    held[0].end();
+    assert_eq!(
+        event(reader.next_event(&mut 0).await),
+        "event: end\ndata: \"done\""
+    );
+    assert_eq!(reader.next().await, Block::End(String::new()));
+
+    // A client that leaves closes every source.
+    let (_, _, reader) = open(&c, &format!("http://{}/merged", gw.addr)).await;
+    let held = calls(&backend, 2).await;
+    drop(reader);
+    held[0].closed("left closed when the client left").await;
+    held[1].closed("right closed when the client left").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_that_ends_with_the_first_source_closes_the_others() {
+    let backend = EventBackend::start().await;
+    let (gw, _s) = start(&backend).await;
+    let c = client(false);
+    let (_, ct, mut reader) = open(&c, &format!("http://{}/first", gw.addr)).await;
+    assert_eq!(ct, "application/x-ndjson");
+    let mut held = calls(&backend, 2).await;
+    held[0].send("data: {\"n\": 1}\n\n");
+    assert!(reader.read_until("\n").await);
+    assert_eq!(reader.raw, "{\"event\":\"left\",\"data\":{\"n\": 1}}\n");
+    held[0].end();
+    assert!(reader.read_until("\"end\"").await);
+    assert!(
+        reader
+            .raw
+            .ends_with("{\"event\":\"end\",\"data\":\"done\"}\n"),
+        "{}",
+        reader.raw
+    );
+    held[1].closed("right closed once left ended").await;
 }
