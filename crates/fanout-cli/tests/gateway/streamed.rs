@@ -353,3 +353,80 @@ async fn a_merge_that_ends_with_the_first_source_closes_the_others() {
     );
     held[1].closed("right closed once left ended").await;
 }
+
+/// `fanout stub`'s WebSocket routes, through a gateway's WebSocket route: scripted messages then
+/// a close with the route's code, and an echo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stub_websocket_routes_send_their_script_then_close_or_echo() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let s = stubs(
+        r#"
+services:
+  sockets:
+    listen: "127.0.0.1:0"
+    routes:
+      - path: /script
+        websocket:
+          messages: [{text: hello}, {text: world, delay: 20ms}]
+          close: {code: 4001, reason: bye}
+      - path: /echo
+        websocket: {messages: [{text: ready}]}
+"#,
+    )
+    .await;
+    let yaml = r#"
+backends:
+  sockets: { url: "http://${SOCKETS_ADDR}" }
+routes:
+  - path: /script
+    websocket: { backend: sockets }
+  - path: /echo
+    websocket: { backend: sockets }
+"#;
+    let gw = gateway_with(yaml, &s, &[]).await;
+    let open = |path: &str| {
+        let url = format!("ws://{}{path}", gw.addr);
+        let addr = gw.addr;
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (ws, _) = tokio::time::timeout(PATIENCE, tokio_tungstenite::client_async(url, tcp))
+                .await
+                .expect("the handshake within the test's patience")
+                .expect("a WebSocket");
+            ws
+        }
+    };
+    let mut ws = open("/script").await;
+    let mut got = Vec::new();
+    loop {
+        let m = tokio::time::timeout(PATIENCE, ws.next())
+            .await
+            .expect("a message within the test's patience");
+        match m {
+            Some(Ok(Message::Text(t))) => got.push(t.to_string()),
+            Some(Ok(Message::Close(Some(c)))) => {
+                assert_eq!((u16::from(c.code), c.reason.as_str()), (4001, "bye"));
+                break;
+            }
+            other => panic!("expected the script, got {other:?}"),
+        }
+    }
+    assert_eq!(got, ["hello", "world"]);
+
+    let mut ws = open("/echo").await;
+    macro_rules! next {
+        ($ws:expr) => {
+            match tokio::time::timeout(PATIENCE, $ws.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => t.to_string(),
+                other => panic!("expected a text message, got {other:?}"),
+            }
+        };
+    }
+    assert_eq!(next!(ws), "ready");
+    ws.send(Message::text("ping 1")).await.unwrap();
+    assert_eq!(next!(ws), "ping 1");
+    ws.send(Message::text("ping 2")).await.unwrap();
+    assert_eq!(next!(ws), "ping 2");
+    ws.close(None).await.unwrap();
+}
