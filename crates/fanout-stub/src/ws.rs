@@ -87,14 +87,9 @@ where
         return;
     }
     while let Some(Ok(m)) = ws.next().await {
-        match m {
-            Message::Text(_) | Message::Binary(_) if plan.echo => {
-                if ws.send(m).await.is_err() {
-                    return;
-                }
-            }
-            Message::Close(_) => break,
-            _ => {}
+        let echo = plan.echo && matches!(m, Message::Text(_) | Message::Binary(_));
+        if matches!(m, Message::Close(_)) || (echo && ws.send(m).await.is_err()) {
+            break;
         }
     }
 }
