@@ -114,6 +114,7 @@ impl Config {
                 };
                 step_check(&as_step, step, errs);
             }
+            crate::stream::check_route(r, &self.backends, errs);
         }
         self.compression.check(errs);
         self.admission_check(errs);

@@ -32,6 +32,7 @@ mod redis;
 mod route;
 mod server;
 mod stages;
+mod stream;
 mod telemetry;
 pub mod tls;
 mod unknown;
@@ -79,6 +80,7 @@ pub use server::{
     ConnectionLimits, Defaults, ExpressionLimits, GrpcServer, Priority, PriorityShares,
     RuntimeKind, ServerConfig,
 };
+pub use stream::{MergeEnd, MergeSource, MergeStreams, StreamAnswer, StreamFormat};
 pub use telemetry::{AccessLogConfig, OtlpProtocol, ServerTimingHeader, Telemetry, TracingConfig};
 pub use tls::{CertificatePair, ClientAuth, ClientAuthMode, ListenerTls, TlsVersion, UnknownSni};
 pub use websocket::{WebSocketRoute, WebSocketServer};

@@ -77,6 +77,10 @@ pub struct Route {
     /// Serve a GraphQL schema instead of a flow: fields resolved by steps, operations by POST
     /// (and GET without a `method`) at the route's path (docs/graphql.md).
     pub graphql: Option<crate::GraphqlRoute>,
+    /// Stream the answer as the steps complete instead of once at the end: each `for_each`
+    /// element or step value an event (SSE or NDJSON), the route's answer the last
+    /// (docs/config.md#streamed-answers).
+    pub stream: Option<crate::StreamAnswer>,
     /// Answer with a `Server-Timing` header: each finished step's duration and the total, so a
     /// browser's devtools show where the time went. Default false.
     #[serde(default)]

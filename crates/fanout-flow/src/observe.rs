@@ -10,6 +10,7 @@ use crate::coverage::Branch;
 use crate::error::FlowError;
 use crate::memory::RequestMemory;
 use crate::plan::StepPlan;
+use fanout_expr::Val;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -57,6 +58,20 @@ pub trait Observer: Send + Sync {
     /// for steps that have such a branch.
     fn branch(&self, step: &StepPlan, branch: Branch) {
         let _ = (step, branch);
+    }
+
+    /// A streamed route (`stream:`): element `index` of `step`, a `for_each` step making one
+    /// call per element, is done — its value after `result`, or its failure (the element is then
+    /// left out of the step's value and the step is partial). Called as each completes, in
+    /// completion order, only for steps marked [`StepPlan::streamed`].
+    fn element(&self, step: &StepPlan, index: usize, value: Result<&Val, &FlowError>) {
+        let _ = (step, index, value);
+    }
+
+    /// A streamed route (`stream:`): `step` ended with `value` (after its failure policy: an
+    /// optional step's default). Called only for steps marked [`StepPlan::streamed`].
+    fn step_value(&self, step: &StepPlan, value: &Val) {
+        let _ = (step, value);
     }
 
     /// The request's account in the gateway's memory budget: the backend answers parsed for the

@@ -82,6 +82,10 @@ pub struct RoutePlan {
     /// Whether concurrent requests that would compute the same answer share one run of the flow
     /// (the gateway keys them by the parts of `$request` in [`RoutePlan::request_use`]).
     pub coalesce: Coalesce,
+    /// `stream:`: the answer is streamed as steps complete (the steps marked
+    /// [`StepPlan::streamed`] tell the run's observer their values); `None` for every other
+    /// route.
+    pub stream: Option<Arc<fanout_config::StreamAnswer>>,
 }
 
 impl RoutePlan {
@@ -167,6 +171,11 @@ pub struct StepPlan {
     /// A `for_each` step's equal calls that only read are made once (a GraphQL field resolved
     /// for a list of parents: [`compile_flow`]).
     pub(crate) share_calls: bool,
+    /// On a streamed route (`stream:`), the step's values are told to the observer as they are
+    /// ready ([`crate::observe::Observer::element`], [`crate::observe::Observer::step_value`]),
+    /// and a `for_each` element that fails is left out (the step partial) instead of failing
+    /// the step. False on every other route: the executor only tests this flag.
+    pub streamed: bool,
 }
 
 impl StepPlan {
@@ -563,10 +572,20 @@ fn compile_route_in(
         return None;
     }
     let roots = (0..n).filter(|&i| steps[i].deps.is_empty()).collect();
+    if let Some(st) = &r.stream {
+        for s in &mut steps {
+            s.streamed = match &st.steps {
+                None => true,
+                Some(names) => names.iter().any(|n| *n.value == *s.name),
+            };
+        }
+    }
     let steps: Vec<Arc<StepPlan>> = steps.into_iter().map(Arc::new).collect();
     let coalesce = match (first_writer(&steps), &r.coalesce) {
         // A pass-through route has no run to share.
         _ if r.pass.is_some() || r.websocket.is_some() => Coalesce::Off,
+        // A streamed answer is each request's own stream.
+        _ if r.stream.is_some() => Coalesce::Off,
         (None, Some(c)) if !c.value => Coalesce::Off,
         (None, None) if !cx.cfg.defaults.coalesce => Coalesce::Off,
         (None, _) => Coalesce::On,
@@ -606,6 +625,7 @@ fn compile_route_in(
         request_use: std::mem::take(&mut cx.request_use),
         param_keys: fanout_expr::request::param_keys(&r.path.value),
         coalesce,
+        stream: r.stream.clone().map(Arc::new),
     })
 }
 
@@ -747,6 +767,7 @@ fn compile_step(
         missing: missing?,
         kind: kind?,
         share_calls: false,
+        streamed: false, // set by `compile_route` on a `stream:` route
     })
 }
 

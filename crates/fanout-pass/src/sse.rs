@@ -101,7 +101,7 @@ impl Drain {
 
     /// A wait for this stream's turn: the start (registered at once, so a start after this
     /// call wakes it; one before it is seen at once), then the stream's offset in the spread.
-    fn wait(self: &Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    pub fn wait(self: &Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let mut start = Box::pin(self.notify.clone().notified_owned());
         start.as_mut().enable();
         let (this, after) = (self.clone(), self.spread.offset());

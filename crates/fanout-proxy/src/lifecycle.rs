@@ -77,6 +77,11 @@ impl Gateway {
             })
             .await;
         }
+        // A streamed flow route (`streamed.rs`), boxed apart the same way.
+        if route.stream.is_some() {
+            return fanout_layers::boxed::pinned(|| self.stream_lifecycle(cx, route, params, body))
+                .await;
+        }
         // The edge stages: a refusal here is listed on the live page (the route is known).
         let (deadline, request, _memory) = match async {
             once_only(&cx.parts.headers)?;

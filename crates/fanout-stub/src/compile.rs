@@ -35,6 +35,8 @@ pub struct Behaviour {
     pub faults: Vec<Fault>,
     /// An event stream answered instead of a body (`sse:`).
     pub sse: Option<Arc<crate::events::EventPlan>>,
+    /// A WebSocket instead of an answer (`websocket:`).
+    pub websocket: Option<Arc<crate::config::WsConfig>>,
     /// gRPC routes: the status answered. `OK` answers the body's message; any other code is a
     /// trailers-only answer with `grpc_message`. Ignored by HTTP routes.
     pub grpc_status: Code,
@@ -551,6 +553,42 @@ fn compile_route(
         }
         crate::events::EventPlan::compile(&sse.value, sse.pos, errs).map(Arc::new)
     });
+    if let Some(w) = &r.websocket
+        && (is_grpc
+            || r.body.is_some()
+            || r.raw_body.is_some()
+            || r.sse.is_some()
+            || r.chunks.is_some())
+    {
+        errs.push(
+            ConfigError::at(
+                w.pos,
+                "a `websocket` route has no `body`, `raw_body`, `sse`, `chunks` or `grpc`",
+            )
+            .hint("its answer is the WebSocket"),
+        );
+    }
+    let sse = match (&r.chunks, sse) {
+        (None, sse) => sse,
+        (Some(c), sse) => {
+            if is_grpc || r.body.is_some() || r.raw_body.is_some() || r.sse.is_some() {
+                errs.push(
+                    ConfigError::at(
+                        c.pos,
+                        "a `chunks` route has no `body`, `raw_body`, `sse` or `grpc`",
+                    )
+                    .hint("its answer is the chunks"),
+                );
+            }
+            if !headers.contains_key(http::header::CONTENT_TYPE) {
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/octet-stream"),
+                );
+            }
+            sse.or_else(|| Some(Arc::new(crate::events::EventPlan::chunks(&c.value))))
+        }
+    };
     if let (Some(_), Some(raw)) = (&r.body, &r.raw_body) {
         errs.push(
             ConfigError::at(raw.pos, "a route has either `body` or `raw_body`, not both")
@@ -576,6 +614,7 @@ fn compile_route(
             raw_body: r.raw_body.as_ref().map(|b| Bytes::from(b.value.clone())),
             faults,
             sse,
+            websocket: r.websocket.as_ref().map(|w| Arc::new(w.value.clone())),
             grpc_status: r.grpc_status.as_ref().map_or(Code::Ok, |c| c.value.0),
             grpc_message: r
                 .grpc_message

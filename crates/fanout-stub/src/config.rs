@@ -103,6 +103,67 @@ pub struct RouteConfig {
     /// A Server-Sent Events stream instead of `body`: a `text/event-stream` answer whose
     /// events are sent one by one, each after its delay (docs/stubs.md#event-streams).
     pub sse: Option<Located<SseConfig>>,
+    /// A body sent in chunks instead of `body`: each chunk's text, as written, after its delay
+    /// (a chunked answer over HTTP/1.1, one data frame each over h2) — an NDJSON or other
+    /// streamed backend (docs/stubs.md#chunked-answers). `Content-Type` defaults to
+    /// `application/octet-stream`.
+    pub chunks: Option<Located<Vec<ChunkConfig>>>,
+    /// A WebSocket instead of an answer: the handshake accepted (HTTP/1.1 `Upgrade`), then the
+    /// scripted messages, then an echo of what the client sends or a close
+    /// (docs/stubs.md#websockets).
+    pub websocket: Option<Located<WsConfig>>,
+}
+
+/// A WebSocket route of a stub (`websocket:`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WsConfig {
+    /// Text messages sent after the handshake, in order, each after its delay.
+    #[serde(default)]
+    pub messages: Vec<WsMessage>,
+    /// After the messages, send each message the client sends back (until it closes). Default
+    /// true; ignored when `close` is given.
+    #[serde(default = "yes")]
+    pub echo: bool,
+    /// After the messages, close with this code and reason (and wait for the client's close).
+    pub close: Option<WsClose>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A scripted WebSocket message.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WsMessage {
+    /// The text sent.
+    pub text: String,
+    /// The wait before it (from the previous message, or from the handshake).
+    pub delay: Option<Dur>,
+}
+
+/// How a scripted WebSocket closes.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WsClose {
+    /// The close code, e.g. 1000 (normal) or 1011 (server error).
+    pub code: u16,
+    /// The close reason.
+    #[serde(default)]
+    pub reason: String,
+    /// The wait before the close (from the last message).
+    pub delay: Option<Dur>,
+}
+
+/// One chunk of a `chunks:` answer.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkConfig {
+    /// The chunk's text, sent as written.
+    pub data: String,
+    /// The wait before it is sent (from the previous chunk, or from the answer's head).
+    pub delay: Option<Dur>,
 }
 
 /// A route's event stream (`sse:`).

@@ -97,6 +97,28 @@ impl EventPlan {
     }
 }
 
+impl EventPlan {
+    /// A `chunks:` answer: each chunk's text as written, after its delay, once.
+    pub(crate) fn chunks(chunks: &[crate::config::ChunkConfig]) -> EventPlan {
+        EventPlan {
+            events: chunks
+                .iter()
+                .map(|c| {
+                    (
+                        c.delay.map_or(Duration::ZERO, |d| d.0),
+                        Bytes::from(c.data.clone()),
+                        false,
+                    )
+                })
+                .collect(),
+            repeat: 1,
+            ids: false,
+            retry: None,
+            hold: false,
+        }
+    }
+}
+
 /// A route's event streams.
 #[derive(Debug, Default)]
 pub(crate) struct StreamCounters {

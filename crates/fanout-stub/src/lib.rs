@@ -75,6 +75,7 @@ mod precise;
 mod record;
 mod server;
 mod stats;
+mod ws;
 
 pub use admin::{RouteUpdate, RouteUpdateError, RouteView};
 pub use compile::{ADMIN_PREFIX, Behaviour, BehaviourCell, CompiledStubs};

@@ -367,7 +367,7 @@ async fn serve_connection(stream: TcpStream, state: Arc<ServiceState>) {
         let ctx = svc_ctx.clone();
         async move { Ok::<_, Infallible>(handle(&state, &ctx, req).await) }
     });
-    let conn = state.http.serve_connection(io, service);
+    let conn = state.http.serve_connection_with_upgrades(io, service);
     tokio::select! {
         r = conn => {
             if let Err(e) = r {
@@ -440,7 +440,12 @@ async fn handle(
     conn: &ConnCtx,
     req: Request<Incoming>,
 ) -> Response<StubBody> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // A WebSocket handshake's upgrade (taken only from a request that asks for one).
+    let upgrade = match parts.headers.contains_key(http::header::UPGRADE) {
+        true => parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+        false => None,
+    };
     let path = parts.uri.path();
     if let Some(admin) = path.strip_prefix(ADMIN_PREFIX) {
         return admin_request(state, &parts, admin, body).await;
@@ -499,6 +504,10 @@ async fn handle(
 
     let guard = route.counters.start();
     let behaviour = route.behaviour.load();
+    if let Some(ws) = &behaviour.websocket {
+        guard.complete();
+        return crate::ws::answer(ws, &parts.headers, upgrade);
+    }
 
     // The request body: as sent, or a gRPC request message decoded to JSON.
     let input = match &compiled.grpc {

@@ -64,6 +64,19 @@ impl Cases {
                     );
                 }
             }
+            if let Some(st) = &case.value.stream {
+                let given = [
+                    st.value.events.is_some(),
+                    st.value.lines.is_some(),
+                    st.value.chunks.is_some(),
+                ];
+                if given.iter().filter(|g| **g).count() != 1 {
+                    errs.push(
+                        ConfigError::at(st.pos, "`stream` needs exactly one of `events`, `lines`, `chunks`")
+                            .hint("`events` for Server-Sent Events, `lines` for NDJSON, `chunks` for any other body"),
+                    );
+                }
+            }
             for o in case.value.backends.values() {
                 if let Some(s) = &o.status
                     && http::StatusCode::from_u16(s.value).is_err()
@@ -141,6 +154,42 @@ pub struct Case {
     /// request must set) must contain: the detail the client does not see.
     #[serde(default)]
     pub log: Vec<String>,
+    /// A streamed answer: the Server-Sent Events, NDJSON lines or chunks expected, in order
+    /// (the body is read as it arrives, up to `stream.max_events`, the stream's end or the
+    /// runner's timeout).
+    pub stream: Option<Located<ExpectedStream>>,
+}
+
+/// A streamed answer a case expects ([`Case::stream`]): exactly one of `events`, `lines` and
+/// `chunks`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedStream {
+    /// Server-Sent Events, in order (comments not counted): as many as the answer sends (or
+    /// `max_events`), each with the fields given here (`event`, `id`, `data`).
+    pub events: Option<Vec<ExpectedEvent>>,
+    /// NDJSON: the lines as JSON values, in order, as many as the answer sends (or
+    /// `max_events`), each equal to its line (numbers by value).
+    pub lines: Option<Vec<serde_json::Value>>,
+    /// Texts the body must contain in this order, each after the previous one, however its
+    /// bytes were split into chunks on the way.
+    pub chunks: Option<Vec<String>>,
+    /// Stop reading after this many events (or lines) and close the answer: for streams that
+    /// never end. Default: read to the stream's end (bounded by the runner's timeout).
+    pub max_events: Option<usize>,
+}
+
+/// An expected Server-Sent Event; only the fields given are compared.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedEvent {
+    /// The `event:` field (absent: the default type, `message`).
+    pub event: Option<String>,
+    /// The `id:` field.
+    pub id: Option<String>,
+    /// The `data:` (lines joined by `\n`): JSON data is compared with this value as JSON
+    /// (numbers by value), other data with this text.
+    pub data: Option<serde_json::Value>,
 }
 
 /// The request of a [`Case`].

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod report;
 pub mod run;
 pub mod schemas;
+mod stream;
 pub mod update;
 
 pub use cases::{Case, Cases, schema};

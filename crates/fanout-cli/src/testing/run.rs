@@ -465,11 +465,15 @@ async fn send(
             .await
             .map_err(|e| format!("request failed: {e}"))?;
         let (parts, body) = resp.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map_err(|e| format!("reading the answer: {e}"))?
-            .to_bytes();
+        // A streamed answer is read as it arrives, up to what the case reads of it.
+        let body = match &c.stream {
+            Some(want) => super::stream::read(&want.value, body).await?,
+            None => body
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer: {e}"))?
+                .to_bytes(),
+        };
         Ok((parts.status.as_u16(), parts.headers, body))
     };
     tokio::time::timeout(timeout, exchange)
@@ -528,6 +532,9 @@ fn check(
                 ));
             }
         }
+    }
+    if let Some(want) = &c.stream {
+        super::stream::check(&want.value, body, fails);
     }
     if let Some(part) = &c.response_includes {
         match &actual {

@@ -71,6 +71,7 @@ mod secrets;
 mod shared_calls;
 mod signals;
 mod sse;
+mod streamed;
 mod telemetry;
 mod tls;
 mod tls_listener;

@@ -239,8 +239,11 @@ impl RoutePlan {
         };
         let mut partial = Vec::new();
         let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
-        env.slots[FIRST_STEP_SLOT] =
-            self.settle(step, result, incomplete, &mut partial, obs, end)?;
+        let v = self.settle(step, result, incomplete, &mut partial, obs, end)?;
+        if step.streamed {
+            obs.step_value(step, &v);
+        }
+        env.slots[FIRST_STEP_SLOT] = v;
         self.respond(env, partial).await
     }
 
@@ -301,6 +304,9 @@ impl RoutePlan {
         let started = s.steps[i].started.unwrap_or_else(Instant::now);
         let end = |e: StepEnd<'_>| obs.step_finished(step, started, e);
         let v = self.settle(step, result, incomplete, &mut s.partial, obs, end)?;
+        if step.streamed {
+            obs.step_value(step, &v);
+        }
         s.env.slots[FIRST_STEP_SLOT + i] = v;
         s.done += 1;
         release(step, &mut s.steps, &mut s.ready);
@@ -522,7 +528,7 @@ impl RoutePlan {
         let a = &args(step, obs);
         let memo = ResultMemo::for_step(step);
         let memo = &memo;
-        let one = |(req, item, k): (CallRequest, Val, usize)| async move {
+        let each = |(req, item, k): (CallRequest, Val, usize)| async move {
             let item = Some((&item, k));
             let call = step.kind.call(a, req, deadline);
             match observed(step, obs, call).await {
@@ -539,6 +545,27 @@ impl RoutePlan {
                     Ok((missing_on(self, step, env, item).await?, true))
                 }
                 Err(e) => Err(e),
+            }
+        };
+        let each = &each;
+        // On a streamed route each element is told as it completes, and one that fails is left
+        // out (the step partial) rather than failing the step.
+        let one = |r: (CallRequest, Val, usize)| async move {
+            let k = r.2;
+            let out = each(r).await;
+            if !step.streamed {
+                return out;
+            }
+            match out {
+                Ok((Some(v), m)) => {
+                    obs.element(step, k, Ok(&v));
+                    Ok((Some(v), m))
+                }
+                Ok((None, m)) => Ok((None, m)),
+                Err(e) => {
+                    obs.element(step, k, Err(&e));
+                    Ok((None, true))
+                }
             }
         };
         let out = in_order(reqs, step.concurrency, |(n, r)| {
