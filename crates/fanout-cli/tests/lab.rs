@@ -730,6 +730,15 @@ async fn lab_scenario_configs_load() {
             );
         }
     }
+    // The pass-through scenarios beside nginx (an entry point of their own): both configs load.
+    fanout_stub::load(
+        "streams/stubs.yaml",
+        &fanout_lab::streams::stubs_yaml(),
+        &addr,
+    )
+    .unwrap_or_else(|e| panic!("streams/stubs.yaml:\n{e}"));
+    fanout::load_gateway("streams/fanout.yaml", fanout_lab::streams::GATEWAY, &addr)
+        .unwrap_or_else(|e| panic!("streams/fanout.yaml:\n{e}"));
     assert!(checked >= 18, "only {checked} configs");
 }
 
