@@ -233,6 +233,25 @@ fn lab_pass_through_scenarios_compare_fanout_with_nginx() {
                 .is_ok_and(|c| c.contains("keepalive") && c.contains("proxy_http_version 1.1;")),
             "{scenario}: nginx.conf written"
         );
+        // nginx stopped with its workers: no process still holds a file of the run (its error
+        // log) open.
+        let dir = std::fs::canonicalize(&out).unwrap();
+        let holders: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|p| {
+                std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|f| f.starts_with(&dir)))
+                })
+            })
+            .map(|p| p.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            holders.is_empty(),
+            "{scenario}: processes left holding {}: {holders:?}",
+            dir.display()
+        );
         let _ = std::fs::remove_dir_all(&out);
     }
 }

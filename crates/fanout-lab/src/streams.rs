@@ -422,7 +422,50 @@ struct Running {
     name: String,
     addr: std::net::SocketAddr,
     pids: Vec<u32>,
-    proc: Proc,
+    /// nginx's workers: stopped by their master ([`Running::stop`]), killed by pid if the run
+    /// ends another way (dropped), so none outlives the lab.
+    workers: Vec<u32>,
+    proc: Option<Proc>,
+}
+
+impl Running {
+    /// Stop the target: nginx's master is asked to stop its workers (a SIGKILL would orphan
+    /// them), and waited for.
+    async fn stop(mut self) {
+        if let Some(p) = self.proc.take() {
+            if self.workers.is_empty() {
+                p.stop().await;
+            } else {
+                p.terminate(Duration::from_secs(10)).await;
+            }
+        }
+        kill_left(&std::mem::take(&mut self.workers));
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        kill_left(&self.workers);
+    }
+}
+
+/// SIGKILL the processes of `pids` that are still nginx workers of this run's (checked by their
+/// `/proc/PID/stat` parent: ours, or init once orphaned, and their name).
+fn kill_left(pids: &[u32]) {
+    for &pid in pids {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if !stat.contains("(nginx)") {
+            continue;
+        }
+        if let Ok(p) = i32::try_from(pid) {
+            // SAFETY: kill(2) on a pid just seen to be an nginx process.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// Run the scenario and write `report.json` and `report.html` into `opts.out`.
@@ -478,7 +521,8 @@ pub async fn run(opts: StreamsOptions) -> Result<StreamsReport, StreamsError> {
                     name: t.clone(),
                     addr,
                     pids,
-                    proc: p,
+                    workers: Vec::new(),
+                    proc: Some(p),
                 });
             }
             _ => {
@@ -519,18 +563,21 @@ pub async fn run(opts: StreamsOptions) -> Result<StreamsReport, StreamsError> {
                     &HashMap::new(),
                     &opts.out.join("nginx.log"),
                 )?;
-                p.wait_ready(addr, "/small", Duration::from_secs(15))
-                    .await?;
+                if let Err(e) = p.wait_ready(addr, "/small", Duration::from_secs(15)).await {
+                    // Stopped by its master's hand: a SIGKILL would orphan the workers.
+                    p.terminate(Duration::from_secs(10)).await;
+                    return Err(e.into());
+                }
                 // The master and its workers (started before it answered).
                 let mut pids: Vec<u32> = p.pid().into_iter().collect();
-                if let Some(master) = p.pid() {
-                    pids.extend(procstat::children_of(master));
-                }
+                let workers = p.pid().map(procstat::children_of).unwrap_or_default();
+                pids.extend(&workers);
                 running.push(Running {
                     name: t.clone(),
                     addr,
                     pids,
-                    proc: p,
+                    workers,
+                    proc: Some(p),
                 });
             }
         }
@@ -560,7 +607,7 @@ pub async fn run(opts: StreamsOptions) -> Result<StreamsReport, StreamsError> {
         }
     }
     for r in running {
-        r.proc.stop().await;
+        r.stop().await;
     }
     stub.stop().await;
 
