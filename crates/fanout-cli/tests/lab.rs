@@ -204,6 +204,58 @@ fn lab_hop_one_round_measures_direct_and_through_fanout() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `fanout lab pass-small | pass-bulk | sse-events`, one round of 1 s each: fanout and nginx
+/// (the Debian package, which `scripts/test` installs: without it the test fails, naming it)
+/// in turn, every answer complete — every byte of the 1 KiB answers and 64 MiB downloads, every
+/// one of the 1 000 events of each stream, counted by the generator — the CPU of each target
+/// measured and the fanout ≤ nginx line reported (whichever way it goes: no speed asserted).
+#[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab beside nginx (needs the nginx Debian package)"]
+fn lab_pass_through_scenarios_compare_fanout_with_nginx() {
+    let _one_at_a_time = serial();
+    for scenario in ["pass-small", "pass-bulk", "sse-events"] {
+        let out = out_dir(scenario);
+        let (rep, stdout, _) = lab_report(
+            &mut lab_command(
+                &[scenario, "--quick", "--trials", "1", "--duration", "1s"],
+                &out,
+            ),
+            &out,
+        );
+        assert_streams(&rep, scenario);
+        assert!(
+            stdout.contains("fanout ≤ nginx"),
+            "{scenario}: the comparison line: {stdout}"
+        );
+        assert_report_files(&out);
+        assert!(
+            std::fs::read_to_string(out.join("nginx/nginx.conf"))
+                .is_ok_and(|c| c.contains("keepalive") && c.contains("proxy_http_version 1.1;")),
+            "{scenario}: nginx.conf written"
+        );
+        // nginx stopped with its workers: no process still holds a file of the run (its error
+        // log) open.
+        let dir = std::fs::canonicalize(&out).unwrap();
+        let holders: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|p| {
+                std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|f| f.starts_with(&dir)))
+                })
+            })
+            .map(|p| p.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            holders.is_empty(),
+            "{scenario}: processes left holding {}: {holders:?}",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
 /// `fanout lab threads --quick --tasks 64`: HeadHunter's benchmark ran once per pool size (1, 2,
 /// 4, 64, 1024 threads; 64 tasks, 2 timed runs each), its table beside the article's 13 rows.
 /// Skipped (with a note) only without `javac`.
@@ -697,6 +749,15 @@ async fn lab_scenario_configs_load() {
             );
         }
     }
+    // The pass-through scenarios beside nginx (an entry point of their own): both configs load.
+    fanout_stub::load(
+        "streams/stubs.yaml",
+        &fanout_lab::streams::stubs_yaml(),
+        &addr,
+    )
+    .unwrap_or_else(|e| panic!("streams/stubs.yaml:\n{e}"));
+    fanout::load_gateway("streams/fanout.yaml", fanout_lab::streams::GATEWAY, &addr)
+        .unwrap_or_else(|e| panic!("streams/fanout.yaml:\n{e}"));
     assert!(checked >= 18, "only {checked} configs");
 }
 

@@ -1065,7 +1065,11 @@ impl HttpBackend {
 
 /// The answer body of a streamed call on fanout's HTTP/1 pool: its connection goes back to the
 /// pool when the answer ends and the request's body went to its end (a connection still
-/// sending a body is not reusable; it is closed with this body when either stops early).
+/// sending a body is not reusable; it is closed with this body when either stops early). The
+/// end is seen either as the body's last poll or, when the body is dropped, as its
+/// `is_end_stream` — hyper's server stops polling an answer whose `Content-Length` it has
+/// written, so without the second a pass-through call answered with a length never gave its
+/// connection back and every such call opened a new one.
 struct Pooled {
     inner: hyper::body::Incoming,
     back: Option<(Arc<H1Pool>, crate::h1pool::H1Conn)>,
@@ -1105,6 +1109,18 @@ impl hyper::body::Body for Pooled {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        // Read to its end but not polled past it (a `Content-Length` answer): reusable.
+        if let Some((pool, conn)) = self.back.take()
+            && hyper::body::Body::is_end_stream(&self.inner)
+            && self.sent.finished()
+        {
+            pool.put(conn);
+        }
     }
 }
 

@@ -9,7 +9,8 @@
 //! errors); `scenario` the built-in scenarios and what each accepts; `runner` a run from start
 //! to report and the [`runner`]'s `Measure` trait, implemented once per mode in `measure`;
 //! `report` the report (JSON, HTML, text), which imports no scenario module; `seeds`, `threads`
-//! and `hop` the scenarios with an entry point of their own.
+//! `hop` and `streams` (`pass-small`, `pass-bulk`, `sse-events`: beside nginx) the scenarios with an
+//! entry point of their own.
 
 pub mod antispam;
 pub mod baseline;
@@ -28,6 +29,7 @@ pub mod report;
 mod runner;
 pub mod scenario;
 pub mod seeds;
+pub mod streams;
 pub mod svg;
 pub mod targets;
 pub mod threads;
@@ -57,9 +59,11 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
         return Err(LabError::UnknownScenario(
             opts.scenario.clone(),
             format!(
-                "{}, {}",
+                "{}, {}, {}, {}",
                 scenario::NAMES.join(", "),
-                scenario::OWN_ENTRY.join(", ")
+                scenario::OWN_ENTRY.join(", "),
+                hop::NAME,
+                streams::NAMES.join(", ")
             ),
         ));
     };

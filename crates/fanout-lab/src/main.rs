@@ -31,7 +31,10 @@ struct Cli {
     /// adds: a 1 ms stub at 2 000 req/s, directly and through fanout, and with --targets
     /// fanout,hyper-baseline through the same hop written by hand; takes --quick, --trials,
     /// --duration, --targets and --out), seeds (every seed article's scenarios in turn,
-    /// one report beside the articles' figures; takes only --quick, --out and --scenarios).
+    /// one report beside the articles' figures; takes only --quick, --out and --scenarios),
+    /// pass-small, pass-bulk, sse-events (1 KiB answers, 64 MiB downloads, event streams
+    /// through a pass-through route: fanout beside nginx, CPU per request / per GB / per
+    /// 1 000 events; take --quick, --trials, --duration, --targets and --out).
     scenario: String,
     /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
     /// java-virtual, java-threads-N (both Java pools of N threads), grpc-baseline,
@@ -274,6 +277,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         let rep = runtime()?.block_on(fanout_lab::hop::run(opts))?;
         out!("{}", fanout_lab::hop::text_summary(&rep));
+    } else if let Some(kind) = fanout_lab::streams::Kind::of(&scenario) {
+        // fanout beside nginx on a pass-through route.
+        if !scenarios.is_empty() || capacity.is_some() || baseline_bin.is_some() || tasks.is_some()
+        {
+            anyhow::bail!(
+                "lab {scenario} takes only --quick, --trials, --duration, --targets (fanout, nginx) and --out"
+            );
+        }
+        let mut opts = fanout_lab::streams::StreamsOptions::new(
+            kind,
+            quick,
+            out.clone().into(),
+            fanout_bin()?,
+            command_line(),
+        );
+        if !targets.is_empty() {
+            opts.targets = targets;
+        }
+        if let Some(t) = trials {
+            opts.rounds = t.max(1);
+        }
+        if let Some(d) = duration {
+            opts.trial = parse_duration(&d)?;
+        }
+        let rep = runtime()?.block_on(fanout_lab::streams::run(opts))?;
+        out!("{}", fanout_lab::streams::text_summary(&rep));
     } else if scenario == fanout_lab::threads::NAME {
         if !targets.is_empty()
             || trials.is_some()

@@ -132,6 +132,24 @@ impl Proc {
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+
+    /// Ask the process to stop (SIGTERM) and wait for it up to `within`, then SIGKILL it: for a
+    /// master that stops its own workers (nginx), which a SIGKILL would leave running.
+    pub async fn terminate(mut self, within: Duration) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) with a pid of our own child, not yet reaped (so not reused).
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+            if tokio::time::timeout(within, self.child.wait())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        let _ = self.child.kill().await;
+    }
 }
 
 /// A free 127.0.0.1 port for a child to listen on (bound then released). Taken below the

@@ -149,6 +149,38 @@ pub fn cpu_total_us(pid: u32) -> Option<u64> {
     Some(ticks * 1_000_000 / clock_ticks())
 }
 
+/// The processes whose parent is `pid` (from `/proc/*/stat`): an nginx master's workers.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // After the name (in parentheses, may hold spaces): state, then the parent's pid.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// [`cpu_total_us`] summed over `pids` (a master and its workers); `None` when one is gone.
+pub fn group_cpu_total_us(pids: &[u32]) -> Option<u64> {
+    pids.iter().map(|&p| cpu_total_us(p)).sum()
+}
+
 /// Samples a process periodically in a background task until dropped or stopped.
 pub struct Sampler {
     samples: std::sync::Arc<std::sync::Mutex<Vec<ProcSample>>>,

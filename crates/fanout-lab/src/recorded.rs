@@ -7,12 +7,13 @@
 //! how to see an old run in the current report's layout.
 //!
 //! Every kind of report the lab writes is read: a scenario's ([`LabReport`]), `threads`
-//! ([`ThreadsReport`]), `hop` ([`HopReport`]) and `seeds` ([`SeedsReport`]), told apart by
-//! their `scenario` field.
+//! ([`ThreadsReport`]), `hop` ([`HopReport`]), `seeds` ([`SeedsReport`]) and the pass-through
+//! scenarios beside nginx ([`StreamsReport`]), told apart by their `scenario` field.
 
 use crate::hop::HopReport;
 use crate::report::LabReport;
 use crate::seeds::SeedsReport;
+use crate::streams::StreamsReport;
 use crate::threads::ThreadsReport;
 use std::path::Path;
 
@@ -27,6 +28,8 @@ pub enum Recorded {
     Hop(Box<HopReport>),
     /// `fanout lab seeds`.
     Seeds(Box<SeedsReport>),
+    /// `fanout lab pass-small`, `pass-bulk`, `sse-events`.
+    Streams(Box<StreamsReport>),
 }
 
 /// Why a recorded report could not be read or rendered.
@@ -67,6 +70,9 @@ impl Recorded {
             crate::threads::NAME => {
                 Recorded::Threads(Box::new(serde_json::from_value(v).map_err(bad)?))
             }
+            s if crate::streams::NAMES.contains(&s) => {
+                Recorded::Streams(Box::new(serde_json::from_value(v).map_err(bad)?))
+            }
             _ => Recorded::Lab(Box::new(serde_json::from_value(v).map_err(bad)?)),
         })
     }
@@ -92,7 +98,9 @@ impl Recorded {
                 .filter(|a| a.target == target)
                 .map(|a| (a.check.clone(), a.pass))
                 .collect(),
-            Recorded::Threads(_) | Recorded::Hop(_) | Recorded::Seeds(_) => vec![],
+            Recorded::Threads(_) | Recorded::Hop(_) | Recorded::Seeds(_) | Recorded::Streams(_) => {
+                vec![]
+            }
         }
     }
 
@@ -103,6 +111,7 @@ impl Recorded {
             Recorded::Threads(r) => serde_json::to_string_pretty(r),
             Recorded::Hop(r) => serde_json::to_string_pretty(r),
             Recorded::Seeds(r) => serde_json::to_string_pretty(r),
+            Recorded::Streams(r) => serde_json::to_string_pretty(r),
         };
         json.unwrap_or_default()
     }
@@ -115,6 +124,7 @@ impl Recorded {
             Recorded::Threads(r) => crate::threads::text_summary(r),
             Recorded::Hop(r) => crate::hop::text_summary(r),
             Recorded::Seeds(r) => crate::seeds::text_summary(r),
+            Recorded::Streams(r) => crate::streams::text_summary(r),
         }
     }
 
@@ -126,6 +136,7 @@ impl Recorded {
             Recorded::Threads(r) => crate::threads::html(r, &json),
             Recorded::Hop(r) => crate::hop::html(r, &json),
             Recorded::Seeds(r) => crate::seeds::html(r, &json),
+            Recorded::Streams(r) => crate::streams::html(r, &json),
         }
     }
 

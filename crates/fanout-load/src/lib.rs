@@ -98,6 +98,11 @@ pub struct LoadSpec {
     pub drain: Duration,
     /// `https://` targets: the roots to trust, or none; session resumption.
     pub tls: TlsOptions,
+    /// Count the Server-Sent Events in the answers' bodies (default off): each blank line that
+    /// ends an event (`\n\n`, also across frames; the `\n` line ends fanout's stub writes) is
+    /// one, reported in [`LoadReport::events`]. Bodies are read a frame at a time as always,
+    /// nothing is held: the scan keeps one byte of state per answer.
+    pub count_events: bool,
 }
 
 impl LoadSpec {
@@ -123,6 +128,7 @@ impl LoadSpec {
             lag_threshold: Self::DEFAULT_LAG_THRESHOLD,
             drain: Self::DEFAULT_TIMEOUT,
             tls: TlsOptions::default(),
+            count_events: false,
         }
     }
 }

@@ -316,6 +316,11 @@ pub struct LoadReport {
     pub max_connections_used: u64,
     /// Response body bytes received (bodies are read fully).
     pub bytes_received: u64,
+    /// Server-Sent Events received (blank lines ending an event, counted across every answer),
+    /// when [`crate::LoadSpec::count_events`] asked for them; `None` (absent from the JSON)
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<u64>,
     /// Per-second statistics, in order.
     pub seconds: Vec<SecondStats>,
     /// Outcomes by intended send second, one entry per second of the schedule.

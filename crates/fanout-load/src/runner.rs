@@ -65,6 +65,53 @@ const PARTIAL_HEADER: &str = "x-fanout-partial";
 /// Per-second statistics are closed this long after the second ends.
 const TICK_SLACK: Duration = Duration::from_millis(5);
 
+/// Counts Server-Sent Events in a body read a frame at a time: each `\n\n` (the blank line
+/// that ends an event), also when the two newlines arrive in different frames.
+#[derive(Default)]
+struct EventCounter {
+    /// The last byte seen was a `\n`.
+    newline: bool,
+    events: u64,
+}
+
+impl EventCounter {
+    fn feed(&mut self, data: &[u8]) {
+        for &b in data {
+            if b == b'\n' {
+                if self.newline {
+                    self.events += 1;
+                    self.newline = false;
+                } else {
+                    self.newline = true;
+                }
+            } else {
+                self.newline = false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod event_counter_tests {
+    use super::EventCounter;
+
+    #[test]
+    fn events_are_counted_at_their_blank_line_across_frames() {
+        let mut c = EventCounter::default();
+        c.feed(b"retry: 5\n\ndata: a\ndata: b\n");
+        assert_eq!(c.events, 1);
+        c.feed(b"\n");
+        assert_eq!(
+            c.events, 2,
+            "the blank line in the next frame ends the event"
+        );
+        c.feed(b": ping\n\nevent: x\ndata: {}\n\n");
+        assert_eq!(c.events, 4);
+        c.feed(b"data: half");
+        assert_eq!(c.events, 4);
+    }
+}
+
 type Progress<'a> = Option<&'a (dyn Fn(&SecondStats) + Send + Sync)>;
 
 struct Shared {
@@ -92,6 +139,9 @@ struct Shared {
     all_done: Notify,
     conns: Arc<ConnCounters>,
     h2: H2Pool,
+    /// [`LoadSpec::count_events`]: count the events in the answers into `events`.
+    count_events: bool,
+    events: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -307,10 +357,14 @@ impl Shared {
             }
             let mut body = resp.into_body();
             let mut bytes = 0u64;
+            let mut events = EventCounter::default();
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| classify(&e))?;
                 if let Some(d) = frame.data_ref() {
                     bytes += d.len() as u64;
+                    if self.count_events {
+                        events.feed(d);
+                    }
                 } else if grpc
                     && let Some(v) = frame.trailers_ref().and_then(|t| t.get(&GRPC_STATUS))
                 {
@@ -318,6 +372,9 @@ impl Shared {
                 }
             }
             let grpc = grpc.then(|| judge(status, grpc_code));
+            if events.events > 0 {
+                self.events.fetch_add(events.events, Ordering::Relaxed);
+            }
             Ok((status, bytes, partial, grpc))
         };
         let result = tokio::time::timeout_at(t_deadline, exchange).await;
@@ -636,6 +693,8 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         all_done: Notify::new(),
         conns,
         h2: H2Pool::default(),
+        count_events: spec.count_events,
+        events: AtomicU64::new(0),
     });
     let guard = StopGuard(shared.clone());
     shared.h2.set_fixed(opened);
@@ -788,6 +847,9 @@ pub async fn run(spec: &LoadSpec, progress: Progress<'_>) -> Result<LoadReport, 
         connections_opened: shared.conns.opened.load(Ordering::Relaxed),
         max_connections_used: shared.conns.max_open.load(Ordering::Relaxed) as u64,
         bytes_received: rec.bytes,
+        events: shared
+            .count_events
+            .then(|| shared.events.load(Ordering::Relaxed)),
         seconds,
         by_send_second,
         second_histograms,

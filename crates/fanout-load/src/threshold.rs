@@ -346,6 +346,7 @@ mod tests {
             connections_opened: 1,
             max_connections_used: 1,
             bytes_received: 0,
+            events: None,
             seconds: vec![],
             by_send_second: vec![],
             second_histograms: vec![],

@@ -59,6 +59,7 @@ pub struct RawBackend {
     /// Its address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    connections: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -104,11 +105,14 @@ impl RawBackend {
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let s = seen.clone();
+        let connections: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let s = s.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
@@ -121,7 +125,17 @@ impl RawBackend {
                 });
             }
         });
-        RawBackend { addr, seen, task }
+        RawBackend {
+            addr,
+            seen,
+            connections,
+            task,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Its base URL (`http://127.0.0.1:PORT`).

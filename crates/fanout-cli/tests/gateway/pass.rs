@@ -296,6 +296,34 @@ async fn bodies_pass_byte_for_byte_both_ways_whatever_their_type() {
     }
 }
 
+/// The backend's HTTP/1 connection goes back to the pool after each answer — one with a
+/// `Content-Length` (which the gateway's server stops polling once it has written that many
+/// bytes) as well as a chunked one — so requests one after the other reuse it instead of
+/// opening a connection each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_with_or_without_a_length_give_the_backends_connection_back() {
+    let raw = RawBackend::start().await;
+    let (gw, _s) = start(&raw, "").await;
+    let c = http_client(false);
+    for (i, query) in ["", "?chunked"].iter().enumerate() {
+        let before = raw.connections();
+        for _ in 0..10 {
+            let url = format!("http://{}/up/download/1024{query}", gw.addr);
+            let r = exchange(&c, request(Method::GET, &url, &[], full(""))).await;
+            assert_eq!(r.status, 200);
+            assert_eq!(r.bytes, 1024);
+            assert!(r.complete);
+        }
+        let opened = raw.connections() - before;
+        // One per core's pool at most (the first round opens them), not one per request.
+        let most = if i == 0 { 2 } else { 0 };
+        assert!(
+            opened <= most,
+            "{query:?}: {opened} backend connections for 10 requests one after the other"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paths_are_rewritten_or_kept_and_the_query_goes_as_it_came() {
     let raw = RawBackend::start().await;

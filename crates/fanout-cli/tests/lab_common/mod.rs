@@ -983,3 +983,55 @@ pub fn assert_antispam_models(rep: &serde_json::Value, out: &Path) {
         "{checks:?}"
     );
 }
+
+/// A `pass-small` / `pass-bulk` / `sse-events` report of one round: fanout then nginx (nginx
+/// must have run), every answer complete (bytes, and events for `sse-events`), a cost measured
+/// for each, the comparison line there.
+pub fn assert_streams(rep: &serde_json::Value, scenario: &str) {
+    assert_eq!(rep["scenario"], scenario);
+    assert_eq!(
+        rep["not_run"],
+        serde_json::json!({}),
+        "{scenario}: every target ran (install nginx: apt-get install nginx)"
+    );
+    let trials = rep["trials"].as_array().expect("trials");
+    let got: Vec<&str> = trials.iter().filter_map(|t| t["target"].as_str()).collect();
+    assert_eq!(got, ["fanout", "nginx"], "{scenario}: one round");
+    let answer = rep["answer_bytes"].as_u64().expect("answer_bytes");
+    for t in trials {
+        let ok = t["ok"].as_u64().expect("ok");
+        assert!(ok > 0, "{scenario}: answers: {t}");
+        assert_eq!(
+            t["ok"], t["offered"],
+            "{scenario}: every request answered: {t}"
+        );
+        assert_eq!(t["failed"], 0, "{scenario}: {t}");
+        assert_eq!(
+            t["bytes"].as_u64(),
+            Some(ok * answer),
+            "{scenario}: every byte: {t}"
+        );
+        if scenario == "sse-events" {
+            assert_eq!(
+                t["events"].as_u64(),
+                Some(ok * 1000),
+                "{scenario}: every event: {t}"
+            );
+        } else {
+            assert!(t["events"].is_null(), "{scenario}: {t}");
+        }
+        assert_eq!(t["complete"], true, "{scenario}: {t}");
+        assert!(
+            t["cost"].as_f64().is_some_and(|c| c >= 0.0),
+            "{scenario}: the cost measured: {t}"
+        );
+    }
+    let costs = rep["costs"].as_array().expect("costs");
+    assert_eq!(costs.len(), 2, "{scenario}: {costs:?}");
+    assert!(rep["ratio_of_medians"].is_number() || costs.iter().any(|c| c["median"] == 0.0));
+    assert_eq!(
+        rep["acceptance"].as_array().map(Vec::len),
+        Some(1),
+        "{scenario}: the comparison line"
+    );
+}

@@ -46,6 +46,7 @@ fn trial(target: &str, phase: &str, rate: f64, p99_ms: f64, lag_p99_ms: f64) -> 
         connections_opened: 1,
         max_connections_used: 1,
         bytes_received: 0,
+        events: None,
         seconds: vec![],
         by_send_second: vec![],
         second_histograms: vec![],

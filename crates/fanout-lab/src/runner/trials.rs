@@ -158,6 +158,7 @@ impl Lab {
                     insecure: target.tls,
                     ..fanout_load::TlsOptions::default()
                 },
+                count_events: false,
             };
             meta.push((load.route, load.schedule));
             runs.push(tokio::spawn(
