@@ -51,7 +51,7 @@ impl Gateway {
             _ => {
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
+                    "internal_error",
                     "the route's plan is missing",
                 ));
             }
