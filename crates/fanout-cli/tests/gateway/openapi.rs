@@ -507,6 +507,31 @@ async fn every_request_and_answer_of_every_examples_cases_matches_its_document()
 }
 
 #[test]
+#[ignore = "tier 2 (./scripts/test): needs Python 3 with venv (schemathesis from PyPI) and curl"]
+fn schemathesis_finds_nothing_on_the_demo_and_two_examples() {
+    // scripts/schemathesis at 100 generated requests per operation (1 000 is the script's
+    // default, run by hand: docs/openapi.md): no 5xx, every status and answer as documented,
+    // every request that breaks the document refused with a 4xx.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(root.join("scripts/schemathesis"))
+        .arg(env!("CARGO_BIN_EXE_fanout"))
+        .arg("100")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.matches("failures: none (st exit 0)").count(),
+        3,
+        "{stdout}"
+    );
+}
+
+#[test]
 fn an_imported_spec_is_a_config_that_validates_and_exports_its_operations() {
     let dir = TempDir::new("openapi-import");
     let spec = dir.path().join("pets.yaml");
