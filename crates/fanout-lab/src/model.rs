@@ -361,6 +361,7 @@ pub const EQUAL_WORK_VARIANTS: &[&str] = &[
     "fanout-nometrics",
     "fanout-auth",
     "fanout-tls",
+    "fanout-schema",
     "fanout-gzip",
     "fanout-br",
     PER_CORE,

@@ -395,6 +395,17 @@ fn answers(
                         a.add(404, "key_not_found");
                     }
                 }
+                if step.sql.is_some() {
+                    // the `sql` step kind's own error classes (fanout-postgres: step.rs,
+                    // sqlstate.rs); `bad_parameter` when a statement parameter read from the
+                    // request does not fit its column's type
+                    a.add(400, "bad_parameter");
+                    a.add(409, "conflict");
+                    a.add(422, "constraint_violation");
+                    a.add(502, "database_error");
+                    a.add(503, "database_busy");
+                    a.add(503, "database_unavailable");
+                }
                 if step.model.is_some() {
                     a.add(503, "model_queue_full");
                     a.add(500, "model_failed");
@@ -473,10 +484,12 @@ fn responses(
         }
         let mut r = json!({
             "description": reason(status),
-            "content": { "application/json": { "schema": {
-                "$ref": "#/components/schemas/Error",
-                "properties": { "error": { "properties": { "code": { "enum": codes } } } },
-            } } },
+            // `allOf` rather than siblings of `$ref` (valid in 3.1, yet ignored by validators
+            // that follow OpenAPI 3.0's rule, openapi-core among them: the `enum` went unchecked).
+            "content": { "application/json": { "schema": { "allOf": [
+                { "$ref": "#/components/schemas/Error" },
+                { "properties": { "error": { "properties": { "code": { "enum": codes } } } } },
+            ] } } },
         });
         let mut headers = Map::new();
         if status == 503 || status == 429 {

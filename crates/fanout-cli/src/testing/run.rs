@@ -106,6 +106,11 @@ pub struct CaseResult {
     pub response_differs: bool,
     /// The answer's status, once one came.
     pub status: Option<u16>,
+    /// The answer's headers, once one came (what `tests/gateway/openapi.rs` checks against
+    /// the exported document).
+    pub headers: http::HeaderMap,
+    /// The answer's body as it came (empty before one came).
+    pub body: Bytes,
 }
 
 impl CaseResult {
@@ -405,6 +410,8 @@ async fn run_case(
         response_line: c.response.as_ref().map(|r| r.pos.line),
         response_differs: false,
         status: None,
+        headers: http::HeaderMap::new(),
+        body: Bytes::new(),
     };
     if let Some(s) = stubs {
         s.reset_stats();
@@ -429,6 +436,8 @@ async fn run_case(
     };
     result.status = Some(status);
     check(c, &mut result, status, &headers, &body, stubs, logs);
+    result.headers = headers;
+    result.body = body;
     result
 }
 

@@ -2,7 +2,8 @@
 //! match with 400 `invalid_request` naming the pointer and keyword, before any backend call; the
 //! admin listener serves the routes' OpenAPI document; `fanout openapi` prints it (snapshot of
 //! an example's); a schema that does not compile is a config error at its line; and (tier 2)
-//! every example's document passes Python's `openapi-spec-validator`.
+//! every example's document passes Python's `openapi-spec-validator`, and every request and
+//! answer of every example's cases validates against it with Python's `openapi-core`.
 
 use crate::support::{ServeProcess, stub_vars};
 use fanout_testkit::*;
@@ -173,8 +174,8 @@ async fn a_request_that_breaks_its_schema_is_refused_before_any_backend_call() {
         json!(["id", "sku"]),
         "the answer schema from its file"
     );
-    let bad = op["responses"]["400"]["content"]["application/json"]["schema"]["properties"]
-        ["error"]["properties"]["code"]["enum"]
+    let bad = op["responses"]["400"]["content"]["application/json"]["schema"]["allOf"][1]
+        ["properties"]["error"]["properties"]["code"]["enum"]
         .as_array()
         .unwrap();
     assert!(bad.contains(&json!("invalid_request")), "{bad:?}");
@@ -286,13 +287,22 @@ fn tools_dir() -> std::path::PathBuf {
 /// A venv's python with `openapi-spec-validator` (made once, pinned); panics when python3 or
 /// the install is missing — a tier-2 test never passes without its tool.
 fn spec_validator() -> std::path::PathBuf {
-    let venv = tools_dir().join(format!(
-        "py-openapi-spec-validator-{SPEC_VALIDATOR_VERSION}"
-    ));
+    python_tool(
+        &format!("py-openapi-spec-validator-{SPEC_VALIDATOR_VERSION}"),
+        &format!("openapi-spec-validator=={SPEC_VALIDATOR_VERSION}"),
+        "openapi_spec_validator",
+    )
+}
+
+/// The python of a venv `name` under the tools dir with `package` (a pinned pip requirement)
+/// installed, made once; `module` is what must import. Panics when python3 or the install is
+/// missing — a tier-2 test never passes without its tool.
+fn python_tool(name: &str, package: &str, module: &str) -> std::path::PathBuf {
+    let venv = tools_dir().join(name);
     let py = venv.join("bin/python");
     let ok = |py: &Path| {
         Command::new(py)
-            .args(["-c", "import openapi_spec_validator"])
+            .args(["-c", &format!("import {module}")])
             .output()
             .is_ok_and(|o| o.status.success())
     };
@@ -300,10 +310,7 @@ fn spec_validator() -> std::path::PathBuf {
         return py;
     }
     let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    eprintln!(
-        "installing openapi-spec-validator {SPEC_VALIDATOR_VERSION} into {} (once)",
-        venv.display()
-    );
+    eprintln!("installing {package} into {} (once)", venv.display());
     let _ = std::fs::remove_dir_all(&venv);
     let made = Command::new(&python3)
         .args(["-m", "venv"])
@@ -321,16 +328,16 @@ fn spec_validator() -> std::path::PathBuf {
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            package,
         ])
-        .arg(format!("openapi-spec-validator=={SPEC_VALIDATOR_VERSION}"))
         .status();
     assert!(
         installed.is_ok_and(|s| s.success()),
-        "pip install openapi-spec-validator failed"
+        "pip install {package} failed"
     );
     assert!(
         ok(&py),
-        "openapi-spec-validator does not import after pip install"
+        "{module} does not import after pip install {package}"
     );
     py
 }
@@ -363,6 +370,165 @@ fn every_examples_document_passes_openapi_spec_validator() {
         );
         eprintln!("{name}: valid OpenAPI 3.1");
     }
+}
+
+/// The version of Python's `openapi-core` the tier-2 test installs.
+const OPENAPI_CORE_VERSION: &str = "0.23.1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier 2 (./scripts/test): needs Python 3 with venv (openapi-core from PyPI), PostgreSQL and redis-server"]
+async fn every_request_and_answer_of_every_examples_cases_matches_its_document() {
+    use fanout::testing::{Cases, RunOptions, Suite, run};
+    let python = python_tool(
+        &format!("py-openapi-core-{OPENAPI_CORE_VERSION}"),
+        &format!("openapi-core=={OPENAPI_CORE_VERSION}"),
+        "openapi_core",
+    );
+    let dir = TempDir::new("openapi-core");
+    let script = dir.path().join("check.py");
+    std::fs::write(&script, include_str!("openapi_core_check.py")).unwrap();
+    let logs = capture_logs();
+    let lines = |needle: &str| logs.lines_with(needle);
+    let mut checked = 0;
+    let mut refused = Vec::new();
+    for config in example_configs() {
+        let example = config.parent().unwrap();
+        let name = example.file_name().unwrap().to_string_lossy().to_string();
+        let doc = dir.path().join(format!("{name}.json"));
+        std::fs::write(&doc, export(&config, "json")).unwrap();
+        // The cases run as the examples test runs them (`fanout test`'s runner: real stubs and
+        // gateway, a database or Redis of their own), each exchange recorded as it went.
+        let text = std::fs::read_to_string(&config).unwrap();
+        let redis = text.contains("${REDIS_URL").then(RedisServer::start);
+        let redis = match redis {
+            Some(r) => Some(r.await),
+            None => None,
+        };
+        let mut suite = Suite::beside(example);
+        suite
+            .vars
+            .extend(redis.iter().map(|r| ("REDIS_URL".to_string(), r.url())));
+        let report = run(
+            &suite,
+            RunOptions {
+                filter: &[],
+                logs: Some(&lines),
+                coverage: false,
+                schemas: false,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let cases = Cases::load_file(&suite.cases.display().to_string()).unwrap();
+        let mut exchanges = Vec::new();
+        for r in &report.results {
+            let q = &cases.cases[r.index].value.request;
+            let status = r
+                .status
+                .unwrap_or_else(|| panic!("{name}/{}: no answer: {:?}", r.name, r.failures));
+            let mut headers: serde_json::Map<String, Value> = q
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), json!(v)))
+                .collect();
+            if q.body.is_some() && !headers.contains_key("content-type") {
+                headers.insert("content-type".into(), json!("application/json"));
+            }
+            let answer_headers: serde_json::Map<String, Value> = r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), json!(v.to_str().unwrap_or(""))))
+                .collect();
+            exchanges.push(json!({
+                "case": r.name,
+                "method": q.method,
+                "path": q.path,
+                "headers": headers,
+                "body": q.body.as_ref().map(|_| String::from_utf8_lossy(&q.body_text()).into_owned()),
+                "status": status,
+                "answer_headers": answer_headers,
+                "answer_body": String::from_utf8_lossy(&r.body),
+            }));
+        }
+        assert!(!exchanges.is_empty(), "{name}: no cases");
+        checked += exchanges.len();
+        let recorded = dir.path().join(format!("{name}.exchanges.json"));
+        std::fs::write(&recorded, serde_json::to_vec_pretty(&exchanges).unwrap()).unwrap();
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg(&doc)
+            .arg(&recorded)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{name}:\n{stdout}");
+        if !(out.status.success() && stdout.contains(", 0 failed")) {
+            refused.push(format!(
+                "{name}:\n{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    // The check bites: an answer with a code its status cannot have, a status the document
+    // does not list, a body that is not the error object.
+    let doc = dir.path().join("order-page.json");
+    let wrong = dir.path().join("wrong.exchanges.json");
+    let error = |code: &str| json!({"error": {"code": code, "message": "m", "step": null, "request_id": "r"}});
+    let exchange = |case: &str, status: u16, body: Value| {
+        json!({"case": case, "method": "GET", "path": "/orders/o-1", "headers": {}, "body": null,
+            "status": status, "answer_headers": {"content-type": "application/json"},
+            "answer_body": body.to_string()})
+    };
+    let wrongs = json!([
+        exchange("a code 404 cannot have", 404, error("rate_limited")),
+        exchange("a status not listed", 418, error("not_found")),
+        exchange("not the error object", 502, json!({"error": "boom"})),
+        exchange("right", 404, error("not_found")),
+    ]);
+    std::fs::write(&wrong, wrongs.to_string()).unwrap();
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&doc)
+        .arg(&wrong)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && stdout.contains("4 checked, 3 failed"),
+        "the checker must refuse the three wrong answers and accept the right one:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        refused.is_empty(),
+        "openapi-core refuses exchanges of the examples' cases against their documents:\n{}",
+        refused.join("\n")
+    );
+    assert!(checked >= 20, "only {checked} exchanges checked");
+}
+
+#[test]
+#[ignore = "tier 2 (./scripts/test): needs Python 3 with venv (schemathesis from PyPI) and curl"]
+fn schemathesis_finds_nothing_on_the_demo_and_two_examples() {
+    // scripts/schemathesis at 100 generated requests per operation (1 000 is the script's
+    // default, run by hand: docs/openapi.md): no 5xx, every status and answer as documented,
+    // every request that breaks the document refused with a 4xx.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(root.join("scripts/schemathesis"))
+        .arg(env!("CARGO_BIN_EXE_fanout"))
+        .arg("100")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.matches("failures: none (st exit 0)").count(),
+        3,
+        "{stdout}"
+    );
 }
 
 #[test]

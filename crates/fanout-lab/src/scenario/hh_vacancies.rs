@@ -65,6 +65,22 @@ fn with_tls() -> (&'static str, String) {
     )
 }
 
+/// The `fanout-schema` variant: the example with its route's query parameters declared
+/// (docs/openapi.md): `text` required, 1–200 characters; `page` and `per_page` optional
+/// integers in range. Each request's parameters are then validated at the edge (the route has
+/// no body, so there is no body schema to check); `--targets fanout,fanout-schema` measures
+/// what that costs per request (issue 73).
+fn with_schema() -> (&'static str, String) {
+    (
+        "fanout-schema",
+        HH_GATEWAY.replacen(
+            "    deadline: 500ms\n",
+            "    deadline: 500ms\n    parameters:\n      text: { schema: { type: string, minLength: 1, maxLength: 200 }, required: true }\n      page: { schema: { type: integer, minimum: 0, maximum: 1000 } }\n      per_page: { schema: { type: integer, minimum: 1, maximum: 100 } }\n",
+            1,
+        ),
+    )
+}
+
 /// The scenario.
 pub(super) fn scenario() -> Scenario {
     Scenario {
@@ -84,9 +100,11 @@ pub(super) fn scenario() -> Scenario {
         // `--targets fanout,fanout-auth` what authenticating every request costs (its token
         // verified once, then found in the verified-token cache).
         // `--targets fanout,fanout-tls` what TLS costs per request on kept connections.
+        // `--targets fanout,fanout-schema` what validating the declared parameters costs.
         variants: std::iter::once(("fanout-nometrics", format!("{HH_GATEWAY}{NO_METRICS}")))
             .chain(with_auth())
             .chain(std::iter::once(with_tls()))
+            .chain(std::iter::once(with_schema()))
             .collect(),
         baselines: &["hyper-baseline", "java-threads"],
         grpc: None,
