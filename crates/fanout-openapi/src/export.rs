@@ -275,6 +275,23 @@ fn request_body(
     kind: &str,
     method: &str,
 ) -> Option<Value> {
+    if route.graphql.is_some() {
+        return (method == "post").then(|| {
+            json!({
+                "required": true,
+                "content": { "application/json": { "schema": {
+                    "type": "object",
+                    "required": ["query"],
+                    "properties": {
+                        "query": { "type": "string" },
+                        "operationName": { "type": ["string", "null"] },
+                        "variables": { "type": ["object", "null"] },
+                        "extensions": { "type": ["object", "null"] },
+                    },
+                } } },
+            })
+        });
+    }
     let mut media = match (&s.request, kind) {
         (Some(schema), _) => json!({ "schema": schema }),
         (None, "flow" | "grpc") if reads.body || kind == "grpc" => json!({ "schema": {} }),
@@ -298,6 +315,25 @@ fn request_body(
         "required": required,
         "content": { "application/json": media },
     }))
+}
+
+/// A GraphQL response (GraphQL over HTTP): `data` and/or `errors`.
+fn graphql_response() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "data": { "type": ["object", "null"] },
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["message"],
+                    "properties": { "message": { "type": "string" } },
+                },
+            },
+            "extensions": { "type": "object" },
+        },
+    })
 }
 
 fn accepts_null(schema: &Value) -> bool {
@@ -467,13 +503,30 @@ fn responses(
             if let Some(e) = examples(route, |e| e.answer.as_ref()) {
                 media["examples"] = e;
             }
-            out.insert(
-                status,
+            let answer = if route.graphql.is_some() {
+                json!({
+                    "description": "the GraphQL response: `data`, and `errors` where fields failed",
+                    "content": {
+                        "application/graphql-response+json": { "schema": graphql_response() },
+                        "application/json": { "schema": graphql_response() },
+                    },
+                })
+            } else if let Some(stream) = &route.stream {
+                let mime = match stream.format {
+                    fanout_config::StreamFormat::Sse => "text/event-stream",
+                    fanout_config::StreamFormat::Ndjson => "application/x-ndjson",
+                };
+                json!({
+                    "description": "the flow's values as they complete, one event each, the route's answer last (docs/config.md#streamed-answers)",
+                    "content": { mime: { "schema": {} } },
+                })
+            } else {
                 json!({
                     "description": "the flow's answer (`respond`)",
                     "content": { "application/json": media },
-                }),
-            );
+                })
+            };
+            out.insert(status, answer);
         }
     }
     let a = answers(cfg, route, kind, has_body, typed, s.request.is_some());
@@ -491,6 +544,12 @@ fn responses(
                 { "properties": { "error": { "properties": { "code": { "enum": codes } } } } },
             ] } } },
         });
+        // A GraphQL route refuses an operation it cannot run (a parse or validation error, a
+        // limit) with a GraphQL response.
+        if route.graphql.is_some() && status == 400 {
+            r["content"]["application/graphql-response+json"] =
+                json!({ "schema": graphql_response() });
+        }
         let mut headers = Map::new();
         if status == 503 || status == 429 {
             headers.insert(
