@@ -183,6 +183,11 @@ enum Cmd {
         /// mismatch fails the case (docs/openapi.md).
         #[arg(long)]
         schemas: bool,
+        /// After the results, print a draft answer schema (JSON Schema 2020-12, as YAML) for
+        /// each flow route, from its cases' success answers, to review before declaring it as
+        /// the route's `answer_schema`; nothing is written (docs/openapi.md).
+        #[arg(long)]
+        propose_schemas: bool,
     },
     /// Print the OpenAPI 3.1 document of a config's routes: operations, parameters, schemas,
     /// every error answer, security schemes (docs/openapi.md). Exits 1 with FILE:LINE:COL for
@@ -499,6 +504,7 @@ fn main() -> ExitCode {
             coverage,
             coverage_json,
             schemas,
+            propose_schemas,
         } => {
             let timeout = match fanout_config::parse_duration(&timeout, BareNumber::Millis) {
                 Ok(t) => t,
@@ -527,6 +533,7 @@ fn main() -> ExitCode {
                 coverage,
                 coverage_json: coverage_json.map(Into::into),
                 schemas,
+                propose_schemas,
             };
             // the gateway's log goes to memory (for `log:` checks), not to the terminal
             let done = runtime(None).and_then(|rt| rt.block_on(fanout::testing::cli(args)));

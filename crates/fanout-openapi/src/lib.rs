@@ -13,12 +13,14 @@
 mod export;
 mod import;
 mod infer;
+mod propose;
 mod schema;
 mod validate;
 
 pub use export::{DIALECT, error_schema};
 pub use import::{ImportError, import};
 pub use infer::{Reads, route_reads};
+pub use propose::{Proposal, propose};
 pub use schema::{Param, RouteSchemas, path_params};
 pub use validate::{CODE, Invalid, RouteCheck, check_value};
 

@@ -47,6 +47,8 @@ pub struct TestArgs {
     pub coverage_json: Option<PathBuf>,
     /// Check each case's request and answer against its route's declared schemas.
     pub schemas: bool,
+    /// Print a draft answer schema for each route, from its cases' success answers.
+    pub propose_schemas: bool,
 }
 
 /// The log of this process, kept in memory for `log:` assertions (level info and above).
@@ -201,6 +203,7 @@ async fn run_suite(args: &TestArgs, suite: &Suite) -> Result<Report, TestError> 
             logs: Some(&lines),
             coverage: args.coverage || args.coverage_json.is_some(),
             schemas: args.schemas,
+            propose_schemas: args.propose_schemas,
         },
     )
     .await
@@ -211,6 +214,9 @@ fn show(args: &TestArgs, report: &Report) {
     say(&report::human(report));
     if let (true, Some(c)) = (args.coverage, &report.coverage) {
         say(&coverage::human(c));
+    }
+    if args.propose_schemas {
+        say(&schemas::proposals_text(&report.config, &report.proposals));
     }
 }
 

@@ -131,6 +131,10 @@ pub struct Report {
     pub elapsed: Duration,
     /// The routes and branches no case went through (with [`RunOptions::coverage`]).
     pub coverage: Option<super::coverage::Summary>,
+    /// Each route's draft answer schema (with [`RunOptions::propose_schemas`]).
+    pub proposals: Vec<super::schemas::RouteProposal>,
+    /// The gateway config file.
+    pub config: String,
 }
 
 impl Report {
@@ -156,6 +160,9 @@ pub struct RunOptions<'a> {
     /// Check each case's request and answer against its route's declared schemas
     /// (`--schemas`, `schemas.rs`).
     pub schemas: bool,
+    /// Draft an answer schema for each route from its cases' success answers
+    /// (`--propose-schemas`, [`Report::proposals`]).
+    pub propose_schemas: bool,
 }
 
 /// Run a suite: load everything (errors with FILE:LINE:COL), start the stubs, the database and
@@ -247,6 +254,7 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     };
     let want_coverage = opts.coverage;
     let want_schemas = opts.schemas;
+    let load_schemas = opts.schemas || opts.propose_schemas;
     let (mut gateway, inventory, schemas) = blocking(move || {
         let lookup = |n: &str| {
             vars.get(n)
@@ -256,7 +264,7 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         let cfg = fanout_config::Config::from_file(&config_file, &lookup)?;
         let inventory = want_coverage.then(|| super::coverage::inventory(&cfg));
         let gateway = fanout_proxy::Gateway::build(&cfg)?;
-        let schemas = match want_schemas {
+        let schemas = match load_schemas {
             true => Some(super::schemas::Schemas::load(cfg)?),
             false => None,
         };
@@ -275,6 +283,8 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let mut results = Vec::new();
+    // each route's success answers (JSON), for --propose-schemas
+    let mut answers: Vec<Vec<serde_json::Value>> = Vec::new();
     for (index, case) in selected {
         let mut r = run_case(
             &client,
@@ -287,7 +297,18 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         )
         .await;
         r.index = index;
-        if let (Some(s), Some(status)) = (&schemas, r.status) {
+        if let (true, Some(s), Some(200..=299), Some(a)) =
+            (opts.propose_schemas, &schemas, r.status, &r.actual)
+        {
+            let q = &case.value.request;
+            if let Some(i) = s.index(&q.method, &q.path) {
+                if answers.len() <= i {
+                    answers.resize_with(i + 1, Vec::new);
+                }
+                answers[i].push(a.clone());
+            }
+        }
+        if let (true, Some(s), Some(status)) = (want_schemas, &schemas, r.status) {
             let q = &case.value.request;
             let found = s.check(
                 &q.method,
@@ -306,7 +327,13 @@ pub async fn run(suite: &Suite, opts: RunOptions<'_>) -> Result<Report, TestErro
         s.shutdown().await;
     }
     let config_name = suite.config.display().to_string();
+    let proposals = match (&schemas, opts.propose_schemas) {
+        (Some(s), true) => s.proposals(&answers),
+        _ => Vec::new(),
+    };
     Ok(Report {
+        proposals,
+        config: config_name.clone(),
         file: cases_file,
         results,
         elapsed: started.elapsed(),

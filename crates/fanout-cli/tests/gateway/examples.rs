@@ -72,6 +72,7 @@ async fn check_examples(dirs: Vec<std::path::PathBuf>) {
                 coverage: false,
                 // every example's cases also match the schemas its routes declare
                 schemas: true,
+                propose_schemas: false,
             },
         )
         .await

@@ -415,6 +415,7 @@ async fn every_request_and_answer_of_every_examples_cases_matches_its_document()
                 logs: Some(&lines),
                 coverage: false,
                 schemas: false,
+                propose_schemas: false,
             },
         )
         .await

@@ -245,6 +245,7 @@ async fn the_examples_answer_the_same_per_core() {
                 logs: Some(&lines),
                 coverage: false,
                 schemas: false,
+                propose_schemas: false,
             },
         )
         .await
