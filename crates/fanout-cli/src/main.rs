@@ -297,12 +297,17 @@ enum Cmd {
 /// `fanout openapi import`.
 #[derive(Subcommand)]
 enum OpenapiAction {
-    /// Print a starting config from an OpenAPI 3.0/3.1 document (JSON or YAML): one
-    /// pass-through route per operation, to a backend made from its first server.
+    /// Print a starting config from an OpenAPI 3.0/3.1 document (JSON or YAML): one route per
+    /// operation, to a backend made from its first server; an operation's schemas (request
+    /// body, path and query parameters, success answer) are carried into a proxy flow route,
+    /// the others are pass-through routes.
     Import {
         /// The OpenAPI document.
         #[arg(value_name = "SPEC")]
         spec: String,
+        /// Carry no schema: every operation a pass-through route.
+        #[arg(long)]
+        no_schemas: bool,
     },
 }
 
@@ -422,7 +427,7 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Openapi {
-            action: Some(OpenapiAction::Import { spec }),
+            action: Some(OpenapiAction::Import { spec, no_schemas }),
             ..
         } => {
             let text = match fanout_config::read_limited(&spec, fanout_config::MAX_CONFIG_BYTES) {
@@ -432,7 +437,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match fanout_openapi::import(&text, &spec) {
+            match fanout_openapi::import(&text, &spec, !no_schemas) {
                 Ok(cfg) => {
                     out!("{cfg}");
                     ExitCode::SUCCESS

@@ -86,6 +86,9 @@ pub fn document(cfg: &Config, schemas: &[RouteSchemas], reads: &[Reads]) -> Valu
         tags.dedup();
         doc["tags"] = tags.iter().map(|t| json!({ "name": t })).collect();
     }
+    // A declared schema's `#/$defs/…` references read against the whole document: its `$defs`
+    // become components.
+    crate::refs::lift_defs(&mut doc);
     doc
 }
 
@@ -337,16 +340,13 @@ fn graphql_response() -> Value {
 }
 
 fn accepts_null(schema: &Value) -> bool {
-    match schema {
-        Value::Bool(b) => *b,
-        Value::Object(o) => match o.get("type") {
-            None => !o.contains_key("enum") && !o.contains_key("const"),
-            Some(Value::String(t)) => t == "null",
-            Some(Value::Array(a)) => a.iter().any(|t| t == "null"),
-            Some(_) => false,
-        },
-        _ => false,
-    }
+    // The schema loaded, so it compiles; whether `null` passes is the validator's to say
+    // (`$ref`, `anyOf`, … included).
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .with_pattern_options(jsonschema::PatternOptions::regex())
+        .build(schema)
+        .map_or(true, |v| v.is_valid(&Value::Null))
 }
 
 /// The statuses and codes of the contract a route of `kind` can answer.

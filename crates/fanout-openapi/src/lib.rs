@@ -14,6 +14,7 @@ mod export;
 mod import;
 mod infer;
 mod propose;
+mod refs;
 mod schema;
 mod validate;
 

@@ -607,3 +607,351 @@ paths:
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Swagger 2.0 is not read"));
 }
+
+const PETSTORE: &str = r##"
+openapi: 3.1.0
+info: { title: Petstore, version: "1.0.0" }
+servers: [{ url: "http://${PETS_ADDR}/v1" }]
+paths:
+  /pets:
+    get:
+      operationId: listPets
+      parameters:
+        - { name: limit, in: query, schema: { type: integer, minimum: 1, maximum: 100 } }
+        - { name: tag, in: query, schema: { type: array, items: { $ref: "#/components/schemas/Tag" } } }
+      responses:
+        "200":
+          description: the pets
+          content: { application/json: { schema: { type: array, items: { $ref: "#/components/schemas/Pet" } } } }
+    post:
+      operationId: createPet
+      requestBody:
+        required: true
+        content: { application/json: { schema: { $ref: "#/components/schemas/NewPet" } } }
+      responses:
+        "201":
+          description: created
+          content: { application/json: { schema: { $ref: "#/components/schemas/Pet" } } }
+        default: { $ref: "#/components/responses/Problem" }
+  /pets/{petId}:
+    parameters:
+      - { name: petId, in: path, required: true, schema: { type: integer, minimum: 1 } }
+    get:
+      operationId: showPet
+      responses:
+        "200":
+          description: one pet
+          content: { application/json: { schema: { $ref: "#/components/schemas/Pet" } } }
+    patch:
+      operationId: updatePet
+      requestBody:
+        content: { application/json: { schema: { $ref: "#/components/schemas/NewPet" } } }
+      responses: { "204": { description: updated } }
+  /pets/{petId}/photo:
+    put:
+      operationId: uploadPhoto
+      requestBody: { content: { image/png: {} } }
+      responses: { "204": { description: stored } }
+components:
+  schemas:
+    Tag: { type: string, enum: [dog, cat, bird] }
+    NewPet:
+      type: object
+      required: [name]
+      properties:
+        name: { type: string, minLength: 1 }
+        tag: { $ref: "#/components/schemas/Tag" }
+        owner:
+          type: object
+          required: [email]
+          properties:
+            email: { type: string, format: email }
+            address: { type: object, properties: { city: { type: string } } }
+    Pet:
+      allOf:
+        - $ref: "#/components/schemas/NewPet"
+        - type: object
+          required: [id]
+          properties:
+            id: { type: integer }
+            parent: { $ref: "#/components/schemas/Pet" }
+  responses:
+    Problem:
+      description: an error
+      content: { application/json: { schema: { type: object } } }
+"##;
+
+const PETS_STUB: &str = r#"
+services:
+  pets:
+    listen: "${PETS_ADDR}"
+    routes:
+      - path: /v1/pets
+        body: '[{id: 1, name: "rex", tag: ($request.query.tag // "dog")}]'
+      - path: /v1/pets
+        method: POST
+        status: 201
+        body: '{id: 2, name: $request.body.name}'
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_spec_carries_its_schemas_and_exports_them_back() {
+    let dir = TempDir::new("openapi-import-schemas");
+    let spec = dir.path().join("petstore.yaml");
+    std::fs::write(&spec, PETSTORE).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .args(["openapi", "import"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    let config_text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What is not carried is said, and that operation stays pass-through.
+    assert!(
+        config_text
+            .contains("# not carried: PUT /pets/{petId}/photo: its request body may be image/png"),
+        "{config_text}"
+    );
+    let config = dir.path().join("fanout.yaml");
+    std::fs::write(&config, &config_text).unwrap();
+    let valid = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("validate")
+        .arg(&config)
+        .env("PETS_ADDR", "127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(
+        valid.status.success(),
+        "{config_text}\n{}",
+        String::from_utf8_lossy(&valid.stderr)
+    );
+
+    // The document of the written config: the spec's schemas, its components by their names.
+    let doc = Command::new(env!("CARGO_BIN_EXE_fanout"))
+        .arg("openapi")
+        .arg(&config)
+        .env("PETS_ADDR", "127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(
+        doc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&doc.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&doc.stdout).unwrap();
+    let spec: Value = serde_saphyr::from_str(PETSTORE).unwrap();
+    for name in ["Tag", "NewPet", "Pet"] {
+        assert_eq!(
+            doc["components"]["schemas"][name], spec["components"]["schemas"][name],
+            "component {name}"
+        );
+    }
+    let op = |path: &str, method: &str| doc["paths"][path][method].clone();
+    let json_schema = |v: &Value| v["content"]["application/json"]["schema"].clone();
+    let pet = json!({ "$ref": "#/components/schemas/Pet" });
+    let new_pet = json!({ "$ref": "#/components/schemas/NewPet" });
+    let create = op("/pets", "post");
+    assert_eq!(create["x-fanout-kind"], "flow");
+    assert_eq!(create["requestBody"]["required"], true);
+    assert_eq!(json_schema(&create["requestBody"]), new_pet);
+    assert_eq!(json_schema(&create["responses"]["201"]), pet);
+    let list = op("/pets", "get");
+    assert_eq!(
+        json_schema(&list["responses"]["200"]),
+        json!({ "type": "array", "items": pet })
+    );
+    let param = |o: &Value, name: &str| {
+        o["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("parameter {name}: {o:#}"))
+    };
+    for name in ["limit", "tag"] {
+        let want = spec["paths"]["/pets"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["schema"]
+            .clone();
+        assert_eq!(param(&list, name)["schema"], want, "{name}");
+    }
+    assert_eq!(
+        param(&op("/pets/{petId}", "get"), "petId")["schema"],
+        json!({ "type": "integer", "minimum": 1 })
+    );
+    // An optional body: no body (`null`) passes too.
+    let update = op("/pets/{petId}", "patch");
+    assert_eq!(update["requestBody"]["required"], false);
+    assert_eq!(
+        json_schema(&update["requestBody"]),
+        json!({ "anyOf": [{ "type": "null" }, new_pet] })
+    );
+    assert_eq!(op("/pets/{petId}/photo", "put")["x-fanout-kind"], "pass");
+
+    // Served: the carried schemas refuse before the backend; what passes is proxied.
+    let s = stubs(PETS_STUB).await;
+    let gw = stub_vars(&s)
+        .iter()
+        .fold(
+            ServeProcess::launch("openapi-imported", &config_text),
+            |l, (k, v)| l.env(k, v),
+        )
+        .start()
+        .await;
+    let c = client(false);
+    let url = |path: &str| format!("http://{}{path}", gw.addr());
+    let created = send(
+        &c,
+        Method::POST,
+        &url("/pets"),
+        &[],
+        r#"{"name": "rex", "tag": "dog"}"#,
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(created.json(), json!({"id": 2, "name": "rex"}));
+    let listed = send(&c, Method::GET, &url("/pets?limit=5&tag=cat"), &[], "").await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(
+        listed.json()[0]["tag"],
+        "cat",
+        "the declared query is passed on"
+    );
+    assert_eq!(calls(&s, "pets"), 2);
+    for (method, path, body, pointer, keyword) in [
+        (
+            Method::POST,
+            "/pets",
+            r#"{"name": "rex", "tag": "fish"}"#,
+            "/tag",
+            "enum",
+        ),
+        (
+            Method::POST,
+            "/pets",
+            r#"{"name": "rex", "owner": {"email": "nope"}}"#,
+            "/owner/email",
+            "format",
+        ),
+        (Method::POST, "/pets", "", "", "type"),
+        (Method::GET, "/pets?limit=0", "", "/limit", "minimum"),
+        (Method::GET, "/pets?tag=fish", "", "/tag/0", "enum"),
+        (Method::GET, "/pets/0", "", "/petId", "minimum"),
+    ] {
+        let r = send(&c, method.clone(), &url(path), &[], body).await;
+        assert_eq!(r.status, 400, "{method} {path} {body}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "invalid_request");
+        assert_eq!(details(&r)["pointer"], pointer, "{method} {path} {body}");
+        assert_eq!(details(&r)["keyword"], keyword, "{method} {path} {body}");
+    }
+    assert_eq!(
+        calls(&s, "pets"),
+        2,
+        "no refused request reached the backend"
+    );
+}
+
+const PROPOSE_CONFIG: &str = r#"
+backends:
+  shop: { url: "http://${SHOP_ADDR}" }
+routes:
+  - path: /orders/{id}
+    flow:
+      order:
+        http: { backend: shop, path: '"/orders/\($request.params.id)"' }
+    respond: { body: '$order' }
+"#;
+
+const PROPOSE_STUBS: &str = r#"
+services:
+  shop:
+    listen: "${SHOP_ADDR:-127.0.0.1:0}"
+    routes:
+      - path: /orders/1
+        body: '{id: 1, total: 9.5, note: null, items: [{sku: "a", qty: 1}, {sku: "b"}]}'
+      - path: /orders/2
+        body: '{id: 2, total: 3, note: "gift", items: []}'
+"#;
+
+const PROPOSE_CASES: &str = r#"
+cases:
+  - name: one
+    request: { path: /orders/1 }
+    status: 200
+  - name: two
+    request: { path: /orders/2 }
+    status: 200
+"#;
+
+#[test]
+fn fanout_test_proposes_an_answer_schema_the_cases_then_match() {
+    let d = TempDir::new("propose-schemas");
+    d.write("fanout.yaml", PROPOSE_CONFIG);
+    d.write("stubs.yaml", PROPOSE_STUBS);
+    d.write("cases.yaml", PROPOSE_CASES);
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fanout"))
+            .arg("test")
+            .arg(d.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--propose-schemas"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = stdout
+        .find("# fanout test --propose-schemas")
+        .unwrap_or_else(|| panic!("no proposals: {stdout}"));
+    let proposals: Value = serde_saphyr::from_str(&stdout[at..]).unwrap();
+    assert_eq!(proposals[0]["route"], "GET /orders/{id}");
+    assert_eq!(proposals[0]["answers"], 2);
+    let schema = &proposals[0]["answer_schema"];
+    assert_eq!(
+        *schema,
+        json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "id": { "type": "integer" },
+                "total": { "type": "number" },
+                "note": { "type": ["string", "null"] },
+                "items": { "type": "array", "items": {
+                    "type": "object",
+                    "properties": { "sku": { "type": "string" }, "qty": { "type": "integer" } },
+                    "required": ["sku"],
+                } },
+            },
+            "required": ["id", "total", "note", "items"],
+        })
+    );
+    // Nothing was written; declared, the draft holds for the cases' answers.
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("fanout.yaml")).unwrap(),
+        PROPOSE_CONFIG
+    );
+    d.write("answer.json", &schema.to_string());
+    d.write(
+        "fanout.yaml",
+        &PROPOSE_CONFIG.replace("    flow:", "    answer_schema: answer.json\n    flow:"),
+    );
+    let out = run(&["--schemas"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
