@@ -204,7 +204,7 @@ pub fn proposals_text(config: &str, proposals: &[RouteProposal]) -> String {
         }
         if p.proposal.truncated {
             notes.push(
-                "values nested deeper than openapi.max_schema_depth allows were not walked: their place accepts anything ({})".to_string(),
+                "values nested deeper than openapi.max_schema_depth allows were not walked: their place accepts anything (`{}`)".to_string(),
             );
         }
         if let Some(b) = p.too_large {
