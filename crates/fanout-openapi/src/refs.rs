@@ -249,6 +249,8 @@ impl Carrier<'_> {
         let mut queue: Vec<String> = Vec::new();
         self.prepare(&mut top, &mut queue)?;
         let mut defs = Map::new();
+        // Stop copying components once they are over the size a schema may have.
+        let mut bytes = 0usize;
         while let Some(name) = queue.pop() {
             if defs.contains_key(&name) {
                 continue;
@@ -259,6 +261,13 @@ impl Carrier<'_> {
                     "`$ref: {COMPONENTS}{name}` names no schema of the document"
                 ));
             };
+            bytes = bytes.saturating_add(serde_json::to_vec(c).map_or(usize::MAX, |b| b.len()));
+            if bytes > self.max_bytes {
+                return Err(format!(
+                    "the components it uses are over openapi.max_schema_bytes ({})",
+                    self.max_bytes
+                ));
+            }
             let mut c = c.clone();
             self.prepare(&mut c, &mut queue)?;
             defs.insert(name, c);
@@ -424,6 +433,11 @@ mod tests {
         assert_eq!(s["$defs"]["Tag"]["enum"], json!(["a", "b", null]));
         let e = c.carry(&json!({ "$ref": "other.yaml#/Pet" })).unwrap_err();
         assert!(e.contains("never fetched"), "{e}");
+        let small = Carrier { max_bytes: 40, ..c };
+        let e = small
+            .carry(&json!({ "$ref": "#/components/schemas/Node" }))
+            .unwrap_err();
+        assert!(e.contains("over openapi.max_schema_bytes (40)"), "{e}");
 
         // Back in a document: the same components, the same references.
         let mut doc = json!({

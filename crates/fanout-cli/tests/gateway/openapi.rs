@@ -696,6 +696,13 @@ services:
         method: POST
         status: 201
         body: '{id: 2, name: $request.body.name}'
+      - path: /v1/pets/{id}
+        method: PATCH
+        status: 204
+        raw_body: ""
+      - path: /v1/pets/{id}
+        status: 404
+        body: '{message: "no such pet"}'
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -830,6 +837,15 @@ async fn an_imported_spec_carries_its_schemas_and_exports_them_back() {
         "the declared query is passed on"
     );
     assert_eq!(calls(&s, "pets"), 2);
+    // An optional body, given or not; an answer without a body.
+    for body in [r#"{"name": "max"}"#, ""] {
+        let r = send(&c, Method::PATCH, &url("/pets/1"), &[], body).await;
+        assert_eq!(r.status, 204, "PATCH {body:?}: {}", r.text());
+    }
+    // The backend's error status is passed on.
+    let missing = send(&c, Method::GET, &url("/pets/9"), &[], "").await;
+    assert_eq!(missing.status, 404, "{}", missing.text());
+    assert_eq!(calls(&s, "pets"), 5);
     for (method, path, body, pointer, keyword) in [
         (
             Method::POST,
@@ -858,7 +874,7 @@ async fn an_imported_spec_carries_its_schemas_and_exports_them_back() {
     }
     assert_eq!(
         calls(&s, "pets"),
-        2,
+        5,
         "no refused request reached the backend"
     );
 }
