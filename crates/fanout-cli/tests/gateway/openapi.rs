@@ -619,6 +619,7 @@ paths:
       parameters:
         - { name: limit, in: query, schema: { type: integer, minimum: 1, maximum: 100 } }
         - { name: tag, in: query, schema: { type: array, items: { $ref: "#/components/schemas/Tag" } } }
+        - { name: X-Shelter, in: header, schema: { type: string } }
       responses:
         "200":
           description: the pets
@@ -691,7 +692,7 @@ services:
     listen: "${PETS_ADDR}"
     routes:
       - path: /v1/pets
-        body: '[{id: 1, name: "rex", tag: ($request.query.tag // "dog")}]'
+        body: '[{id: 1, name: "rex", tag: ($request.query.tag // "dog"), shelter: $request.headers["x-shelter"], auth: $request.headers.authorization}]'
       - path: /v1/pets
         method: POST
         status: 201
@@ -829,13 +830,26 @@ async fn an_imported_spec_carries_its_schemas_and_exports_them_back() {
     .await;
     assert_eq!(created.status, 201, "{}", created.text());
     assert_eq!(created.json(), json!({"id": 2, "name": "rex"}));
-    let listed = send(&c, Method::GET, &url("/pets?limit=5&tag=cat"), &[], "").await;
+    let listed = send(
+        &c,
+        Method::GET,
+        &url("/pets?limit=5&tag=cat"),
+        &[("x-shelter", "north"), ("authorization", "Bearer t")],
+        "",
+    )
+    .await;
     assert_eq!(listed.status, 200, "{}", listed.text());
     assert_eq!(
         listed.json()[0]["tag"],
         "cat",
         "the declared query is passed on"
     );
+    assert_eq!(
+        listed.json()[0]["shelter"],
+        "north",
+        "a declared header is passed on"
+    );
+    assert_eq!(listed.json()[0]["auth"], "Bearer t");
     assert_eq!(calls(&s, "pets"), 2);
     // An optional body, given or not; an answer without a body.
     for body in [r#"{"name": "max"}"#, ""] {
