@@ -24,7 +24,7 @@ use tokio::time::Instant;
 pub(crate) async fn serve(api: &Api, request: &Val, deadline: Instant) -> Val {
     let p = match request::params(request) {
         Ok(p) => p,
-        Err((e, legacy)) => return request_error(legacy, 400, "BAD_REQUEST", &e.0, None),
+        Err((e, legacy)) => return request_error(legacy, e.status, e.code, &e.message, None),
     };
     match run(api, request, &p, deadline).await {
         Ok(body) => answer(&p, 200, body),
@@ -80,10 +80,16 @@ fn request_error(
     }
     e.push(("extensions", obj([("code", str_val(code))])));
     let body = obj([("errors", Val::Arr(vec![obj(e)].into()))]);
-    // `application/json`: 200 for a request that is well-formed but fails (spec §
-    // "application/json"); the new type: the error's own status.
+    // `application/json`: 200 for a well-formed request that fails (parse, validation,
+    // variables, a limit: spec § "application/json"), its 4xx for one that is not (a parameter
+    // of the wrong type, no `query`, the method, the media type); the new type: the error's own
+    // status.
+    let well_formed = !matches!(
+        code,
+        "BAD_REQUEST" | "METHOD_NOT_ALLOWED" | "UNSUPPORTED_MEDIA_TYPE"
+    );
     let (status, ty) = if legacy {
-        (if status == 405 { 405 } else { 200 }, JSON)
+        (if well_formed { 200 } else { status }, JSON)
     } else {
         (status, GRAPHQL_RESPONSE)
     };
@@ -697,21 +703,18 @@ impl<'a> Exec<'a> {
         }
         let name = ty.inner_named_type();
         match self.api.schema.types.get(name) {
-            Some(ExtendedType::Scalar(_)) | Some(ExtendedType::Enum(_)) => values
+            Some(leaf @ (ExtendedType::Scalar(_) | ExtendedType::Enum(_))) => values
                 .into_iter()
                 .zip(&paths)
                 .map(|(v, p)| match v {
                     Val::Null => C::Null,
-                    Val::Arr(_) | Val::Obj(_) => {
-                        self.error(
-                            &format!("field `{}` is a {name}, but its value is not", f.name),
-                            "BAD_VALUE",
-                            p,
-                            f,
-                        );
-                        C::Fail
-                    }
-                    v => C::V(v),
+                    v => match coerce_leaf(leaf, v) {
+                        Ok(v) => C::V(v),
+                        Err(why) => {
+                            self.error(&format!("field `{}`: {why}", f.name), "BAD_VALUE", p, f);
+                            C::Fail
+                        }
+                    },
                 })
                 .collect(),
             Some(ExtendedType::Object(_)) => {
@@ -789,6 +792,105 @@ impl<'a> Exec<'a> {
 /// The values of one runtime type among a field's: their positions, values and paths.
 type Group = (Vec<usize>, Vec<Val>, Vec<Path>);
 
+/// A leaf value (not null) as its type `leaf` (a scalar or an enum) serializes it: result
+/// coercion as the spec (§ "Scalars") and graphql-js do it — `ID` a string (an integer becomes
+/// its digits), `Int` an integer within 32 bits, `Float` a finite number, `String` text (a
+/// number or boolean becomes its text), `Boolean` a boolean, an enum one of its values' names;
+/// a custom scalar any JSON value. `Err`: why the value cannot be.
+fn coerce_leaf(leaf: &ExtendedType, v: Val) -> Result<Val, String> {
+    let name = leaf.name().as_str();
+    let phrase = |v: &Val| match v {
+        Val::Arr(_) | Val::Obj(_) => fanout_expr::kind_phrase(v).to_string(),
+        _ => {
+            let t = fanout_expr::json::to_string(v);
+            if t.chars().count() > 40 {
+                format!("{}…", t.chars().take(40).collect::<String>())
+            } else {
+                t
+            }
+        }
+    };
+    if let ExtendedType::Enum(e) = leaf {
+        let ok = match &v {
+            Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|t| Name::new(t).ok())
+                .is_some_and(|n| e.values.contains_key(&n)),
+            _ => false,
+        };
+        return if ok {
+            Ok(v)
+        } else {
+            Err(format!("{name} cannot represent {}", phrase(&v)))
+        };
+    }
+    let number = |v: &Val| -> Option<f64> {
+        match v {
+            Val::Num(Num::Int(i)) => Some(*i as f64),
+            Val::Num(Num::Float(x)) => Some(*x),
+            Val::Num(n) => n.to_string().parse().ok(),
+            Val::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+            Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok()?.trim().parse().ok(),
+            _ => None,
+        }
+        .filter(|x: &f64| x.is_finite())
+    };
+    let cannot = |v: &Val| Err(format!("{name} cannot represent {}", phrase(v)));
+    match name {
+        "Int" => match &v {
+            Val::Num(Num::Int(i)) if i32::try_from(*i).is_ok() => Ok(v),
+            _ => match number(&v) {
+                Some(x)
+                    if x.fract() == 0.0 && x >= f64::from(i32::MIN) && x <= f64::from(i32::MAX) =>
+                {
+                    Ok(Val::Num(Num::from_integral(x as isize)))
+                }
+                _ => cannot(&v),
+            },
+        },
+        "Float" => match &v {
+            Val::Num(Num::Int(_)) => Ok(v),
+            _ => match number(&v) {
+                Some(x) => Ok(Val::Num(Num::Float(x))),
+                None => cannot(&v),
+            },
+        },
+        "String" => match &v {
+            Val::TStr(_) | Val::BStr(_) => Ok(v),
+            Val::Bool(b) => Ok(str_val(if *b { "true" } else { "false" })),
+            Val::Num(_) => match number(&v) {
+                Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
+                    Ok(str_val(&format!("{}", x as i64)))
+                }
+                Some(x) => Ok(str_val(&x.to_string())),
+                None => cannot(&v),
+            },
+            _ => cannot(&v),
+        },
+        "Boolean" => match &v {
+            Val::Bool(_) => Ok(v),
+            Val::Num(_) => match number(&v) {
+                Some(x) => Ok(Val::Bool(x != 0.0)),
+                None => cannot(&v),
+            },
+            _ => cannot(&v),
+        },
+        "ID" => match &v {
+            Val::TStr(_) | Val::BStr(_) => Ok(v),
+            Val::Num(Num::Int(i)) => Ok(str_val(&i.to_string())),
+            Val::Num(_) => match number(&v) {
+                Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
+                    Ok(str_val(&format!("{}", x as i64)))
+                }
+                _ => cannot(&v),
+            },
+            _ => cannot(&v),
+        },
+        // a custom scalar: its value as the resolver gave it (JSON scalars are objects)
+        _ => Ok(v),
+    }
+}
+
 /// A JSON value (apollo-compiler's) as a flow value.
 fn from_json(v: &JsonValue) -> Val {
     match v {
@@ -808,5 +910,66 @@ fn from_json(v: &JsonValue) -> Val {
                 .map(|(k, x)| (str_val(k.as_str()), from_json(x)))
                 .collect(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apollo_compiler::Schema;
+
+    fn coerce(ty: &str, json: &str) -> Result<String, String> {
+        let schema = Schema::parse_and_validate(
+            "type Query { a: Int b: ID c: Float d: String e: Boolean f: Color g: Json }\n             enum Color { RED GREEN } scalar Json",
+            "s.graphql",
+        )
+        .unwrap();
+        let leaf = schema.types.get(ty).unwrap();
+        let v = fanout_expr::json::parse_limited(json.as_bytes(), 8).unwrap();
+        coerce_leaf(leaf, v).map(|v| fanout_expr::json::to_string(&v))
+    }
+
+    #[test]
+    fn leaf_values_are_coerced_as_graphql_js_serializes_them() {
+        let ok = |ty: &str, json: &str, want: &str| {
+            assert_eq!(coerce(ty, json).as_deref(), Ok(want), "{ty} {json}");
+        };
+        ok("ID", "7", "\"7\"");
+        ok("ID", "\"u-7\"", "\"u-7\"");
+        ok("ID", "7.0", "\"7\"");
+        ok("Int", "7", "7");
+        ok("Int", "7.0", "7");
+        ok("Int", "\"7\"", "7");
+        ok("Int", "true", "1");
+        ok("Float", "2", "2");
+        ok("Float", "1.5", "1.5");
+        ok("String", "\"x\"", "\"x\"");
+        ok("String", "12", "\"12\"");
+        ok("String", "1.5", "\"1.5\"");
+        ok("String", "false", "\"false\"");
+        ok("Boolean", "true", "true");
+        ok("Boolean", "0", "false");
+        ok("Color", "\"RED\"", "\"RED\"");
+        ok("Json", "{\"a\":[1]}", "{\"a\":[1]}");
+        for (ty, json) in [
+            ("ID", "1.5"),
+            ("ID", "true"),
+            ("ID", "[1]"),
+            ("Int", "1.5"),
+            ("Int", "4294967296"),
+            ("Int", "\"x\""),
+            ("Float", "\"x\""),
+            ("Float", "{}"),
+            ("String", "[]"),
+            ("Boolean", "\"true\""),
+            ("Color", "\"BLUE\""),
+            ("Color", "1"),
+        ] {
+            let e = coerce(ty, json).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{ty} cannot represent")),
+                "{ty} {json}: {e}"
+            );
+        }
     }
 }

@@ -245,9 +245,10 @@ fn make_venv(venv: &Path, py: &Path, requirements: &[&str]) -> Result<(), VenvEr
     Ok(())
 }
 
-/// The directory name of a requirement set: `py-` and each requirement with `==` as `-`
-/// (`websockets==17.4` → `py-websockets-17.4`, as `scripts/ws-idle-memory` finds it), joined by
-/// `_`; a long set is cut and a hash of the whole added.
+/// The directory name of a requirement set: `py-` and each requirement with `==` and other
+/// punctuation as `-` (`websockets==17.4` → `py-websockets-17.4`, as `scripts/ws-idle-memory`
+/// finds it; `gql[requests]==4.4.0` → `gql-requests-4.4.0`), joined by `_`; a long set is cut
+/// and a hash of the whole added.
 pub fn venv_name(requirements: &[&str]) -> String {
     let parts: Vec<String> = requirements
         .iter()
@@ -262,8 +263,10 @@ pub fn venv_name(requirements: &[&str]) -> String {
                     }
                 })
                 .collect::<String>()
-                .trim_matches('-')
-                .to_string()
+                .split('-')
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join("-")
         })
         .collect();
     let name = format!("py-{}", parts.join("_"));
