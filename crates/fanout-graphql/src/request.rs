@@ -15,9 +15,19 @@ pub(crate) struct Params {
     pub(crate) operation_name: Option<String>,
     /// The variables as JSON text (an object), if any.
     pub(crate) variables: Option<Val>,
+    /// `extensions.persistedQuery.sha256Hash` (APQ), if the request has one.
+    pub(crate) persisted: Option<Persisted>,
     pub(crate) is_get: bool,
     /// Whether the answer is `application/json` (else `application/graphql-response+json`).
     pub(crate) legacy: bool,
+}
+
+/// A request's `extensions.persistedQuery`.
+pub(crate) struct Persisted {
+    /// `version` (only 1 is known).
+    pub(crate) version: Option<isize>,
+    /// `sha256Hash`, as sent.
+    pub(crate) hash: String,
 }
 
 /// A request that is not a GraphQL request at all: its message.
@@ -47,7 +57,7 @@ pub(crate) fn params(request: &Val) -> Result<Params, (BadRequest, bool)> {
         .unwrap_or_default();
     let legacy = prefers_legacy(&accept);
     let is_get = method.eq_ignore_ascii_case("GET");
-    let (query, name, vars) = if is_get {
+    let (query, name, vars, ext) = if is_get {
         let q = get(request, "query");
         let vars = match text(q.and_then(|q| get(q, "variables"))) {
             Some(t) if !t.is_empty() => match fanout_expr::json::parse_limited(t.as_bytes(), 64) {
@@ -61,10 +71,23 @@ pub(crate) fn params(request: &Val) -> Result<Params, (BadRequest, bool)> {
             },
             _ => None,
         };
+        let ext = match text(q.and_then(|q| get(q, "extensions"))) {
+            Some(t) if !t.is_empty() => match fanout_expr::json::parse_limited(t.as_bytes(), 16) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    return Err((
+                        BadRequest("the `extensions` query parameter is not JSON".into()),
+                        legacy,
+                    ));
+                }
+            },
+            _ => None,
+        };
         (
             text(q.and_then(|q| get(q, "query"))),
             text(q.and_then(|q| get(q, "operationName"))),
             vars,
+            ext,
         )
     } else {
         let body = get(request, "body").cloned().unwrap_or(Val::Null);
@@ -92,12 +115,40 @@ pub(crate) fn params(request: &Val) -> Result<Params, (BadRequest, bool)> {
         if !matches!(v, None | Some(Val::Obj(_)) | Some(Val::Null)) {
             return Err((BadRequest("`variables` is not an object".into()), legacy));
         }
-        (text(q), text(n), v.filter(|v| !matches!(v, Val::Null)))
+        (
+            text(q),
+            text(n),
+            v.filter(|v| !matches!(v, Val::Null)),
+            get(&body, "extensions").cloned(),
+        )
+    };
+    let persisted = match ext.as_ref().and_then(|e| get(e, "persistedQuery")) {
+        None | Some(Val::Null) => None,
+        Some(pq @ Val::Obj(_)) => {
+            let version = match get(pq, "version") {
+                Some(Val::Num(n)) => n.as_isize(),
+                _ => None,
+            };
+            let Some(hash) = text(get(pq, "sha256Hash")) else {
+                return Err((
+                    BadRequest("`extensions.persistedQuery` has no `sha256Hash` string".into()),
+                    legacy,
+                ));
+            };
+            Some(Persisted { version, hash })
+        }
+        Some(_) => {
+            return Err((
+                BadRequest("`extensions.persistedQuery` is not an object".into()),
+                legacy,
+            ));
+        }
     };
     Ok(Params {
         query,
         operation_name: name,
         variables: vars,
+        persisted,
         is_get,
         legacy,
     })
