@@ -248,6 +248,20 @@ async fn run(
     };
     // The client's cost budget, charged the estimate before any backend call.
     if let Some(c) = &api.cost
+        && cost > c.burst()
+    {
+        return Err(req_err(
+            400,
+            "COST_BUDGET_EXCEEDED",
+            format!(
+                "the operation's estimated cost ({cost}) is more than the whole cost budget \
+                 (graphql.cost_limit `{}`, {} units at once): it can never run",
+                c.name,
+                c.burst()
+            ),
+        ));
+    }
+    if let Some(c) = &api.cost
         && let Err(wait) = c.charge(request, cost)
     {
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
@@ -638,7 +652,7 @@ impl<'a> Exec<'a> {
                     if let StepIo::Calls { backend, .. } = &r.io {
                         attrs.push(("fanout.backend", backend.clone()));
                     }
-                    ct.tracer = None;
+                    // Unsampled: no span; the calls still send the request's context.
                     if let Some((child, s)) =
                         tracer.child(&format!("resolve {ty}.{}", f.name), attrs)
                     {

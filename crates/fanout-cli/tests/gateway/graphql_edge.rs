@@ -427,6 +427,18 @@ routes:
     let r = post(&gw, "/graphql", q, &[("x-client", "b")]).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(calls_to(&s, "GET /posts"), 2);
+    // An operation costing more than the whole budget can never run: 400, no Retry-After.
+    let r = post(
+        &gw,
+        "/graphql",
+        json!({"query": "{ a: posts { id title } b: posts { id } }"}),
+        &[("x-client", "c")],
+    )
+    .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(code(&r), "COST_BUDGET_EXCEEDED");
+    assert!(r.header("retry-after").is_none());
+    assert_eq!(calls_to(&s, "GET /posts"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
