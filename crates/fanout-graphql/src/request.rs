@@ -17,9 +17,19 @@ pub(crate) struct Params {
     pub(crate) operation_name: Option<String>,
     /// The variables as JSON text (an object), if any.
     pub(crate) variables: Option<Val>,
+    /// `extensions.persistedQuery.sha256Hash` (APQ), if the request has one.
+    pub(crate) persisted: Option<Persisted>,
     pub(crate) is_get: bool,
     /// Whether the answer is `application/json` (else `application/graphql-response+json`).
     pub(crate) legacy: bool,
+}
+
+/// A request's `extensions.persistedQuery`.
+pub(crate) struct Persisted {
+    /// `version` (only 1 is known).
+    pub(crate) version: Option<isize>,
+    /// `sha256Hash`, as sent.
+    pub(crate) hash: String,
 }
 
 /// A request that is not a well-formed GraphQL-over-HTTP request: its status, code and message.
@@ -61,7 +71,7 @@ pub(crate) fn params(request: &Val) -> Result<Params, (BadRequest, bool)> {
         .unwrap_or_default();
     let legacy = prefers_legacy(&accept);
     let is_get = method.eq_ignore_ascii_case("GET");
-    let (query, name, vars) = if is_get {
+    let (query, name, vars, ext) = if is_get {
         let q = get(request, "query");
         let json_param = |name: &str| -> Result<Option<Val>, (BadRequest, bool)> {
             match text(q.and_then(|q| get(q, name))) {
@@ -79,11 +89,12 @@ pub(crate) fn params(request: &Val) -> Result<Params, (BadRequest, bool)> {
             }
         };
         let vars = json_param("variables")?;
-        json_param("extensions")?;
+        let ext = json_param("extensions")?;
         (
             text(q.and_then(|q| get(q, "query"))),
             text(q.and_then(|q| get(q, "operationName"))),
             vars,
+            ext,
         )
     } else {
         // The body is JSON only when the client says so: a `text/plain` or form POST (which a
@@ -137,12 +148,37 @@ pub(crate) fn params(request: &Val) -> Result<Params, (BadRequest, bool)> {
         ) {
             return Err((bad("`extensions` is not an object"), legacy));
         }
-        (text(q), text(n), v.filter(|v| !matches!(v, Val::Null)))
+        (
+            text(q),
+            text(n),
+            v.filter(|v| !matches!(v, Val::Null)),
+            get(&body, "extensions").cloned(),
+        )
+    };
+    let persisted = match ext.as_ref().and_then(|e| get(e, "persistedQuery")) {
+        None | Some(Val::Null) => None,
+        Some(pq @ Val::Obj(_)) => {
+            let version = match get(pq, "version") {
+                Some(Val::Num(n)) => n.as_isize(),
+                _ => None,
+            };
+            let Some(hash) = text(get(pq, "sha256Hash")) else {
+                return Err((
+                    bad("`extensions.persistedQuery` has no `sha256Hash` string"),
+                    legacy,
+                ));
+            };
+            Some(Persisted { version, hash })
+        }
+        Some(_) => {
+            return Err((bad("`extensions.persistedQuery` is not an object"), legacy));
+        }
     };
     Ok(Params {
         query,
         operation_name: name,
         variables: vars,
+        persisted,
         is_get,
         legacy,
     })
