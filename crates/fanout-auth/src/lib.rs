@@ -19,6 +19,7 @@ mod token;
 
 pub use error::{Denied, FetchError, KeysError, TokenError};
 pub use jwks::{Fetch, FetchFuture, Fetched, HttpFetch, KeyStatus};
+pub use token::scopes;
 
 use fanout_config::auth::{AuthMode, AuthProvider, RouteAuth};
 use fanout_config::{Config, ConfigError, Located, Pos};

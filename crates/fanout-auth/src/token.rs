@@ -170,7 +170,7 @@ fn critical(crit: &serde_json::Value) -> String {
 }
 
 /// The scopes of verified claims: `scope` (space-separated) or `scp` (an array or a string).
-pub(crate) fn scopes(claims: &Val) -> Vec<String> {
+pub fn scopes(claims: &Val) -> Vec<String> {
     let mut out = Vec::new();
     let Val::Obj(m) = claims else {
         return out;

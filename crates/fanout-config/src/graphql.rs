@@ -33,11 +33,109 @@ pub struct GraphqlRoute {
     /// Limits checked before any backend call (each refusal a GraphQL error naming the limit).
     #[serde(default)]
     pub limits: GraphqlLimits,
+    /// Persisted queries: automatic persisted queries (Apollo's APQ protocol: a hash instead
+    /// of the query text) or a safelist (only the listed operations run).
+    #[serde(default)]
+    pub persisted_queries: PersistedQueries,
+    /// Field-level authorization: `Type.field` → what the request's verified claims must have
+    /// (`scopes`, a `require` predicate over `$auth`, as a route's `auth`). A field whose
+    /// requirement fails is `null` with a `FORBIDDEN` field error, its resolver never run.
+    /// Needs the route's `auth`.
+    #[serde(default)]
+    pub require: IndexMap<Located<String>, FieldRequire>,
+    /// A per-client budget of estimated cost: the name of a `rate_limits` policy whose key
+    /// tells clients apart and whose `rate`/`burst` are read as cost units (an operation is
+    /// charged its estimated cost, not 1). Over it: 429 `COST_BUDGET_EXCEEDED` with
+    /// `Retry-After`, before any backend call. A `store: local` policy. Default none.
+    pub cost_limit: Option<Located<String>>,
     /// The schema's text and where it came from, filled in by the loader.
     #[serde(skip)]
     #[schemars(skip)]
     pub source: Option<SchemaSource>,
+    /// State the route's POST and GET halves share (APQ's store, the cost budget), made by
+    /// the GraphQL front on first use; a new config starts a new one.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub shared: SharedSlot,
 }
+
+/// A slot for state shared by the routes a `graphql:` section becomes (POST and GET): clones
+/// share it; it compares equal to every other (it is state, not config).
+#[derive(Clone, Default)]
+pub struct SharedSlot(
+    pub std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>>,
+);
+
+impl PartialEq for SharedSlot {
+    fn eq(&self, _: &SharedSlot) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for SharedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedSlot")
+    }
+}
+
+/// A GraphQL route's persisted queries: APQ (`enabled`) or a safelist (`safelist`,
+/// `safelist_file`), not both.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PersistedQueries {
+    /// Automatic persisted queries: a request may send `extensions.persistedQuery.sha256Hash`
+    /// instead of the query; an unknown hash is `PERSISTED_QUERY_NOT_FOUND` (the client sends
+    /// the query with its hash, which is verified and stored). Default false.
+    pub enabled: bool,
+    /// Most queries the APQ store keeps (the least recently used dropped first). Default 1000.
+    pub max_entries: usize,
+    /// A safelist given inline: the operations (document texts) that may run, each known by
+    /// its SHA-256. With a safelist, nothing else runs.
+    pub safelist: Vec<String>,
+    /// A safelist in a file (relative to the config file's directory, at most 4 MiB): an
+    /// Apollo persisted query manifest, `{"format": "apollo-persisted-query-manifest",
+    /// "version": 1, "operations": [{"id": …, "body": …}]}`.
+    pub safelist_file: Option<Located<String>>,
+    /// The safelist's operations as loaded (`id`, `body`): `safelist`'s (no id: known by
+    /// their SHA-256), then `safelist_file`'s. Filled in by the loader.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub loaded: Vec<(Option<String>, String)>,
+}
+
+impl Default for PersistedQueries {
+    fn default() -> Self {
+        PersistedQueries {
+            enabled: false,
+            max_entries: 1000,
+            safelist: Vec::new(),
+            safelist_file: None,
+            loaded: Vec::new(),
+        }
+    }
+}
+
+impl PersistedQueries {
+    /// Whether only listed operations run.
+    pub fn is_safelist(&self) -> bool {
+        !self.safelist.is_empty() || self.safelist_file.is_some()
+    }
+}
+
+/// What a field asks of the request's verified claims (the grammar of a route's `auth`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FieldRequire {
+    /// Scopes the token must all have (in its `scope` string or its `scp` array).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// A jq predicate over the verified claims (`$auth`), e.g. `$auth.role == "admin"`; false
+    /// or an error fails the field.
+    pub require: Option<Located<String>>,
+}
+
+/// Most bytes of a `safelist_file`.
+pub const MAX_SAFELIST_BYTES: u64 = 4 << 20;
 
 /// The SDL of a GraphQL route as loaded: its text and where it is.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +209,7 @@ pub(crate) fn normalize_routes(cfg: &mut crate::Config, errs: &mut Vec<ConfigErr
             continue;
         };
         g.source = load_source(g, dir.as_deref(), errs);
+        load_safelist(&mut g.persisted_queries, dir.as_deref(), errs);
         if r.method.pos.line == 0 {
             r.method.value = "POST".into();
             let mut get = r.clone();
@@ -122,6 +221,68 @@ pub(crate) fn normalize_routes(cfg: &mut crate::Config, errs: &mut Vec<ConfigErr
         }
     }
     cfg.routes = out;
+}
+
+/// The safelist's operations: the inline ones by their SHA-256, then the manifest's.
+fn load_safelist(
+    pq: &mut PersistedQueries,
+    dir: Option<&std::path::Path>,
+    errs: &mut Vec<ConfigError>,
+) {
+    pq.loaded = pq.safelist.iter().map(|b| (None, b.clone())).collect();
+    let Some(f) = &pq.safelist_file else {
+        return;
+    };
+    let path = match dir {
+        Some(d) => d.join(&f.value),
+        None => std::path::PathBuf::from(&f.value),
+    };
+    let shown = path.display().to_string();
+    let bad = |why: String| {
+        ConfigError::at(
+            f.pos,
+            format!("graphql.persisted_queries.safelist_file `{shown}`: {why}"),
+        )
+        .hint(
+            "an Apollo persisted query manifest: {\"format\": \"apollo-persisted-query-manifest\", \
+             \"version\": 1, \"operations\": [{\"id\": \"…\", \"body\": \"query …\"}]}",
+        )
+    };
+    let bytes = match crate::read_limited(&shown, MAX_SAFELIST_BYTES) {
+        Ok(b) => b,
+        Err(e) => {
+            errs.push(bad(format!("cannot be read: {e}")));
+            return;
+        }
+    };
+    #[derive(Deserialize)]
+    struct Manifest {
+        format: Option<String>,
+        operations: Vec<Operation>,
+    }
+    #[derive(Deserialize)]
+    struct Operation {
+        id: String,
+        body: String,
+    }
+    let m: Manifest = match serde_json::from_slice(&bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            errs.push(bad(format!("is not a manifest: {e}")));
+            return;
+        }
+    };
+    if m.format
+        .as_deref()
+        .is_some_and(|f| f != "apollo-persisted-query-manifest")
+    {
+        errs.push(bad(
+            "its `format` is not `apollo-persisted-query-manifest`".into()
+        ));
+        return;
+    }
+    pq.loaded
+        .extend(m.operations.into_iter().map(|o| (Some(o.id), o.body)));
 }
 
 fn load_source(
@@ -200,6 +361,25 @@ pub(crate) fn check_route(r: &Route, errs: &mut Vec<ConfigError>) {
         not(
             "pass/websocket/grpc",
             "a route is one of a flow, a pass-through, a WebSocket or a GraphQL route",
+        );
+    }
+    let pq = &g.persisted_queries;
+    if pq.enabled && pq.is_safelist() {
+        errs.push(
+            ConfigError::at(
+                pq.safelist_file.as_ref().map_or(at, |f| f.pos),
+                "graphql.persisted_queries has both `enabled` (APQ) and a safelist",
+            )
+            .hint("a safelist runs only its operations; APQ would register any other: choose one"),
+        );
+    }
+    if pq.enabled && pq.max_entries == 0 {
+        errs.push(
+            ConfigError::at(
+                at,
+                "graphql.persisted_queries.max_entries is 0 with APQ enabled",
+            )
+            .hint("keep at least one query (default 1000)"),
         );
     }
     for (name, step) in &g.resolvers {

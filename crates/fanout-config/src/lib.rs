@@ -61,7 +61,10 @@ pub use backend::{
 };
 pub use check::{framing_header, shown_url, valid_code};
 pub use error::{ConfigError, ConfigErrors, locate};
-pub use graphql::{GraphqlLimits, GraphqlRoute, MAX_SCHEMA_BYTES, SchemaSource};
+pub use graphql::{
+    FieldRequire, GraphqlLimits, GraphqlRoute, MAX_SAFELIST_BYTES, MAX_SCHEMA_BYTES,
+    PersistedQueries, SchemaSource, SharedSlot,
+};
 pub use load::{
     MAX_CA_FILE_BYTES, MAX_CONFIG_BYTES, VarLookup, env_lookup, from_yaml, from_yaml_all,
     read_limited, schema,

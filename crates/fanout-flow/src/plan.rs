@@ -461,9 +461,13 @@ fn graphql_flow(r: &fanout_config::Route) -> Option<fanout_config::Route> {
     r.respond = Some(fanout_config::Respond {
         body: located("$graphql.body"),
         status: StatusSrc::Expr(located("$graphql.status")),
-        headers: [("content-type".to_string(), located("$graphql.type"))]
-            .into_iter()
-            .collect(),
+        headers: [
+            ("content-type".to_string(), located("$graphql.type")),
+            // a cost budget's refusal (null, and so no header, otherwise)
+            ("retry-after".to_string(), located("$graphql.retry_after")),
+        ]
+        .into_iter()
+        .collect(),
     });
     Some(r)
 }

@@ -15,20 +15,37 @@ use apollo_compiler::schema::ExtendedType;
 use apollo_compiler::validation::Valid;
 use fanout_expr::json::{obj_get, str_val};
 use fanout_expr::{Num, Val};
+use fanout_flow::kind::StepIo;
+use fanout_layers::trace::CallTrace;
 use futures_util::future::{BoxFuture, join_all};
 use indexmap::IndexMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 /// The answer of one request, as the `graphql` step's value: `{status, type, body}`.
-pub(crate) async fn serve(api: &Api, request: &Val, deadline: Instant) -> Val {
+pub(crate) async fn serve(
+    api: &Api,
+    request: &Val,
+    deadline: Instant,
+    trace: Option<CallTrace>,
+) -> Val {
     let p = match request::params(request) {
         Ok(p) => p,
-        Err((e, legacy)) => return request_error(legacy, 400, "BAD_REQUEST", &e.0, None),
+        Err((e, legacy)) => return request_error(legacy, e.status, e.code, &e.message, None),
     };
-    match run(api, request, &p, deadline).await {
+    match run(api, request, &p, deadline, trace).await {
         Ok(body) => answer(&p, 200, body),
-        Err(e) => request_error(p.legacy, e.status, e.code, &e.message, e.locations),
+        Err(e) => {
+            let mut v = request_error(p.legacy, e.status, e.code, &e.message, e.locations);
+            if let (Some(secs), Val::Obj(o)) = (e.retry_after, &mut v) {
+                fanout_expr::Rc::make_mut(o).insert(
+                    str_val("retry_after"),
+                    Val::Num(Num::from_integral(secs as isize)),
+                );
+            }
+            v
+        }
     }
 }
 
@@ -43,6 +60,8 @@ struct ReqErr {
     code: &'static str,
     message: String,
     locations: Option<Val>,
+    /// Seconds until a refused client may try again (`Retry-After`).
+    retry_after: Option<u64>,
 }
 
 fn req_err(status: u16, code: &'static str, message: impl Into<String>) -> ReqErr {
@@ -51,6 +70,7 @@ fn req_err(status: u16, code: &'static str, message: impl Into<String>) -> ReqEr
         code,
         message: message.into(),
         locations: None,
+        retry_after: None,
     }
 }
 
@@ -80,10 +100,16 @@ fn request_error(
     }
     e.push(("extensions", obj([("code", str_val(code))])));
     let body = obj([("errors", Val::Arr(vec![obj(e)].into()))]);
-    // `application/json`: 200 for a request that is well-formed but fails (spec §
-    // "application/json"); the new type: the error's own status.
+    // `application/json`: 200 for a well-formed request that fails (parse, validation,
+    // variables, a limit: spec § "application/json"), its 4xx for one that is not (a parameter
+    // of the wrong type, no `query`, the method, the media type); the new type: the error's own
+    // status. A spent budget keeps its 429.
+    let keeps_status = matches!(
+        code,
+        "BAD_REQUEST" | "METHOD_NOT_ALLOWED" | "UNSUPPORTED_MEDIA_TYPE"
+    ) || matches!(status, 405 | 429);
     let (status, ty) = if legacy {
-        (if status == 405 { 405 } else { 200 }, JSON)
+        (if keeps_status { status } else { 200 }, JSON)
     } else {
         (status, GRAPHQL_RESPONSE)
     };
@@ -94,8 +120,28 @@ fn request_error(
     ])
 }
 
-async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<Val, ReqErr> {
-    let Some(query) = p.query.as_deref().filter(|q| !q.is_empty()) else {
+async fn run(
+    api: &Api,
+    request: &Val,
+    p: &Params,
+    deadline: Instant,
+    trace: Option<CallTrace>,
+) -> Result<Val, ReqErr> {
+    let found = api
+        .shared
+        .persisted
+        .find(p.query.as_deref(), p.persisted.as_ref())
+        .map_err(|(status, code, message)| req_err(status, code, message))?;
+    let (stored, register) = match found {
+        Some(crate::persisted::Found::Query(t)) => (Some(t), None),
+        Some(crate::persisted::Found::Register(h)) => (None, Some(h)),
+        None => (None, None),
+    };
+    let Some(query) = stored
+        .as_deref()
+        .or(p.query.as_deref())
+        .filter(|q| !q.is_empty())
+    else {
         return Err(req_err(400, "BAD_REQUEST", "the request has no `query`"));
     };
     if query.len() > api.limits.max_document_bytes {
@@ -124,6 +170,7 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
                         code,
                         message,
                         locations,
+                        retry_after: None,
                     }
                 };
             // The parser's own bounds (Apollo Router's defaults): nesting and tokens.
@@ -139,6 +186,10 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
             doc
         }
     };
+    // APQ: a query sent with its (verified) hash is kept once it is a valid document.
+    if let Some(h) = register {
+        api.shared.persisted.register(h, query);
+    }
     let op = doc
         .operations
         .get(p.operation_name.as_deref())
@@ -150,9 +201,8 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
             "only queries may be sent with GET; send mutations with POST",
         ));
     }
-    if let Err(e) = crate::limits::check(&doc, &op.selection_set, &api.limits) {
-        return Err(req_err(400, e.code, e.message));
-    }
+    let cost = crate::limits::check(&doc, &op.selection_set, &api.limits)
+        .map_err(|e| req_err(400, e.code, e.message))?;
     let raw: JsonMap = match &p.variables {
         Some(v) => serde_json::from_str(&fanout_expr::json::to_string(v))
             .map_err(|_| req_err(400, "BAD_REQUEST", "`variables` is not an object"))?,
@@ -165,6 +215,7 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
                 code: "BAD_USER_INPUT",
                 message: e.message().to_string(),
                 locations: None,
+                retry_after: None,
             }
         })?;
     // Introspection: answered by apollo-compiler, merged with the concrete fields' values.
@@ -193,6 +244,39 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
     } else {
         None
     };
+    // The client's cost budget, charged the estimate before any backend call.
+    if let Some(c) = &api.cost
+        && cost > c.burst()
+    {
+        return Err(req_err(
+            400,
+            "COST_BUDGET_EXCEEDED",
+            format!(
+                "the operation's estimated cost ({cost}) is more than the whole cost budget \
+                 (graphql.cost_limit `{}`, {} units at once): it can never run",
+                c.name,
+                c.burst()
+            ),
+        ));
+    }
+    if let Some(c) = &api.cost
+        && let Err(wait) = c.charge(request, cost)
+    {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        return Err(ReqErr {
+            status: 429,
+            code: "COST_BUDGET_EXCEEDED",
+            message: format!(
+                "the client's cost budget (graphql.cost_limit `{}`, {} units at once) is spent: \
+                 this operation's estimated cost is {cost}; retry in {}s",
+                c.name,
+                c.burst(),
+                secs.max(1)
+            ),
+            locations: None,
+            retry_after: Some(secs.max(1)),
+        });
+    }
     let Some(root) = api.schema.root_operation(op.operation_type).cloned() else {
         return Err(req_err(
             400,
@@ -206,6 +290,7 @@ async fn run(api: &Api, request: &Val, p: &Params, deadline: Instant) -> Result<
         vars: &vars,
         request,
         deadline,
+        trace,
         errors: Mutex::new(Vec::new()),
         serial: op.operation_type == OperationType::Mutation,
     };
@@ -291,6 +376,8 @@ struct Exec<'a> {
     vars: &'a Valid<JsonMap>,
     request: &'a Val,
     deadline: Instant,
+    /// The `graphql` step's trace context: each resolver run is a span under it.
+    trace: Option<CallTrace>,
     errors: Mutex<Vec<Val>>,
     /// A mutation: the root fields run one after the other.
     serial: bool,
@@ -473,8 +560,23 @@ impl<'a> Exec<'a> {
             .iter()
             .map(|p| child(p, Key::Field(key.clone())))
             .collect();
+        let ty_ref = &f.definition.ty;
+        if let Some(req) = self.api.requires.get(&(ty.clone(), f.name.clone()))
+            && let Err(why) = req.check(self.claims())
+        {
+            let message = format!("not allowed to read `{ty}.{}`: {why}", f.name);
+            for p in &paths {
+                self.error(&message, "FORBIDDEN", p, f);
+            }
+            let c = if ty_ref.is_non_null() {
+                C::Fail
+            } else {
+                C::Null
+            };
+            return vec![c; parents.len()];
+        }
         let values = match self.api.resolvers.get(&(ty.clone(), f.name.clone())) {
-            Some(r) => self.resolve(r, f, parents).await,
+            Some(r) => self.resolve(ty, r, f, parents).await,
             None => Ok(parents
                 .iter()
                 .map(|p| match p {
@@ -483,7 +585,6 @@ impl<'a> Exec<'a> {
                 })
                 .collect()),
         };
-        let ty_ref = &f.definition.ty;
         match values {
             Ok(values) => self.complete(ty_ref, nodes, values, paths).await,
             Err((message, code)) => {
@@ -500,9 +601,18 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// The request's verified claims (`$request.auth`; null when anonymous).
+    fn claims(&self) -> &Val {
+        match self.request {
+            Val::Obj(o) => obj_get(o, "auth").unwrap_or(&Val::Null),
+            _ => &Val::Null,
+        }
+    }
+
     /// A resolver's flow run once for all `parents`: their values, in order.
     async fn resolve(
         &self,
+        ty: &Name,
         r: &Resolver,
         f: &Field,
         parents: &[Val],
@@ -525,7 +635,54 @@ impl<'a> Exec<'a> {
         };
         req.insert(str_val("parents"), Val::Arr(parents.to_vec().into()));
         req.insert(str_val("args"), args);
-        match r.plan.run(Val::obj(req), self.deadline).await {
+        let ran = match &self.trace {
+            None => r.plan.run(Val::obj(req), self.deadline).await,
+            Some(t) => {
+                // A span per resolver run (sampled requests), its calls under it; the calls
+                // counted for the request's record either way.
+                let mut span = None;
+                let mut ct = t.clone();
+                if let Some(tracer) = &t.tracer {
+                    let mut attrs = vec![
+                        ("graphql.field", format!("{ty}.{}", f.name)),
+                        ("graphql.parents", parents.len().to_string()),
+                    ];
+                    if let StepIo::Calls { backend, .. } = &r.io {
+                        attrs.push(("fanout.backend", backend.clone()));
+                    }
+                    // Unsampled: no span; the calls still send the request's context.
+                    if let Some((child, s)) =
+                        tracer.child(&format!("resolve {ty}.{}", f.name), attrs)
+                    {
+                        ct.tracer = Some(child);
+                        span = Some(s);
+                    }
+                }
+                let obs = FieldObserver {
+                    trace: ct,
+                    calls: AtomicUsize::new(0),
+                };
+                let ran = r
+                    .plan
+                    .run_observed(Val::obj(req), self.deadline, &obs)
+                    .await;
+                if let Some(mut s) = span {
+                    let calls = obs.calls.load(Ordering::Relaxed).to_string();
+                    let mut attrs = vec![("fanout.calls", calls.as_str())];
+                    match &ran {
+                        Ok(_) => attrs.push(("fanout.outcome", "ok")),
+                        Err(e) => {
+                            attrs.push(("fanout.outcome", "failed"));
+                            attrs.push(("error.type", e.code()));
+                        }
+                    }
+                    s.set_attributes(&attrs);
+                    s.end(Ok(http::StatusCode::OK));
+                }
+                ran
+            }
+        };
+        match ran {
             Ok(out) => {
                 let v = out.value.unwrap_or(Val::Null);
                 Ok(match v {
@@ -697,21 +854,18 @@ impl<'a> Exec<'a> {
         }
         let name = ty.inner_named_type();
         match self.api.schema.types.get(name) {
-            Some(ExtendedType::Scalar(_)) | Some(ExtendedType::Enum(_)) => values
+            Some(leaf @ (ExtendedType::Scalar(_) | ExtendedType::Enum(_))) => values
                 .into_iter()
                 .zip(&paths)
                 .map(|(v, p)| match v {
                     Val::Null => C::Null,
-                    Val::Arr(_) | Val::Obj(_) => {
-                        self.error(
-                            &format!("field `{}` is a {name}, but its value is not", f.name),
-                            "BAD_VALUE",
-                            p,
-                            f,
-                        );
-                        C::Fail
-                    }
-                    v => C::V(v),
+                    v => match coerce_leaf(leaf, v) {
+                        Ok(v) => C::V(v),
+                        Err(why) => {
+                            self.error(&format!("field `{}`: {why}", f.name), "BAD_VALUE", p, f);
+                            C::Fail
+                        }
+                    },
                 })
                 .collect(),
             Some(ExtendedType::Object(_)) => {
@@ -786,8 +940,129 @@ impl<'a> Exec<'a> {
     }
 }
 
+/// What a resolver's run tells: its calls' trace context (the resolver span's tracer) and how
+/// many calls it made.
+struct FieldObserver {
+    trace: CallTrace,
+    calls: AtomicUsize,
+}
+
+impl fanout_flow::observe::Observer for FieldObserver {
+    fn call_trace(&self, _step: &fanout_flow::plan::StepPlan) -> Option<CallTrace> {
+        Some(self.trace.clone())
+    }
+
+    fn call_finished(
+        &self,
+        _step: &fanout_flow::plan::StepPlan,
+        _elapsed: std::time::Duration,
+        _result: Result<(), &fanout_flow::FlowError>,
+    ) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The values of one runtime type among a field's: their positions, values and paths.
 type Group = (Vec<usize>, Vec<Val>, Vec<Path>);
+
+/// A leaf value (not null) as its type `leaf` (a scalar or an enum) serializes it: result
+/// coercion as the spec (§ "Scalars") and graphql-js do it — `ID` a string (an integer becomes
+/// its digits), `Int` an integer within 32 bits, `Float` a finite number, `String` text (a
+/// number or boolean becomes its text), `Boolean` a boolean, an enum one of its values' names;
+/// a custom scalar any JSON value. `Err`: why the value cannot be.
+fn coerce_leaf(leaf: &ExtendedType, v: Val) -> Result<Val, String> {
+    let name = leaf.name().as_str();
+    let phrase = |v: &Val| match v {
+        Val::Arr(_) | Val::Obj(_) => fanout_expr::kind_phrase(v).to_string(),
+        _ => {
+            let t = fanout_expr::json::to_string(v);
+            if t.chars().count() > 40 {
+                format!("{}…", t.chars().take(40).collect::<String>())
+            } else {
+                t
+            }
+        }
+    };
+    if let ExtendedType::Enum(e) = leaf {
+        let ok = match &v {
+            Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|t| Name::new(t).ok())
+                .is_some_and(|n| e.values.contains_key(&n)),
+            _ => false,
+        };
+        return if ok {
+            Ok(v)
+        } else {
+            Err(format!("{name} cannot represent {}", phrase(&v)))
+        };
+    }
+    let number = |v: &Val| -> Option<f64> {
+        match v {
+            Val::Num(Num::Int(i)) => Some(*i as f64),
+            Val::Num(Num::Float(x)) => Some(*x),
+            Val::Num(n) => n.to_string().parse().ok(),
+            Val::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+            Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok()?.trim().parse().ok(),
+            _ => None,
+        }
+        .filter(|x: &f64| x.is_finite())
+    };
+    let cannot = |v: &Val| Err(format!("{name} cannot represent {}", phrase(v)));
+    match name {
+        "Int" => match &v {
+            Val::Num(Num::Int(i)) if i32::try_from(*i).is_ok() => Ok(v),
+            _ => match number(&v) {
+                Some(x)
+                    if x.fract() == 0.0 && x >= f64::from(i32::MIN) && x <= f64::from(i32::MAX) =>
+                {
+                    Ok(Val::Num(Num::from_integral(x as isize)))
+                }
+                _ => cannot(&v),
+            },
+        },
+        "Float" => match &v {
+            Val::Num(Num::Int(_)) => Ok(v),
+            _ => match number(&v) {
+                Some(x) => Ok(Val::Num(Num::Float(x))),
+                None => cannot(&v),
+            },
+        },
+        "String" => match &v {
+            Val::TStr(_) | Val::BStr(_) => Ok(v),
+            Val::Bool(b) => Ok(str_val(if *b { "true" } else { "false" })),
+            Val::Num(_) => match number(&v) {
+                Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
+                    Ok(str_val(&format!("{}", x as i64)))
+                }
+                Some(x) => Ok(str_val(&x.to_string())),
+                None => cannot(&v),
+            },
+            _ => cannot(&v),
+        },
+        "Boolean" => match &v {
+            Val::Bool(_) => Ok(v),
+            Val::Num(_) => match number(&v) {
+                Some(x) => Ok(Val::Bool(x != 0.0)),
+                None => cannot(&v),
+            },
+            _ => cannot(&v),
+        },
+        "ID" => match &v {
+            Val::TStr(_) | Val::BStr(_) => Ok(v),
+            Val::Num(Num::Int(i)) => Ok(str_val(&i.to_string())),
+            Val::Num(_) => match number(&v) {
+                Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
+                    Ok(str_val(&format!("{}", x as i64)))
+                }
+                _ => cannot(&v),
+            },
+            _ => cannot(&v),
+        },
+        // a custom scalar: its value as the resolver gave it (JSON scalars are objects)
+        _ => Ok(v),
+    }
+}
 
 /// A JSON value (apollo-compiler's) as a flow value.
 fn from_json(v: &JsonValue) -> Val {
@@ -808,5 +1083,66 @@ fn from_json(v: &JsonValue) -> Val {
                 .map(|(k, x)| (str_val(k.as_str()), from_json(x)))
                 .collect(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apollo_compiler::Schema;
+
+    fn coerce(ty: &str, json: &str) -> Result<String, String> {
+        let schema = Schema::parse_and_validate(
+            "type Query { a: Int b: ID c: Float d: String e: Boolean f: Color g: Json }\n             enum Color { RED GREEN } scalar Json",
+            "s.graphql",
+        )
+        .unwrap();
+        let leaf = schema.types.get(ty).unwrap();
+        let v = fanout_expr::json::parse_limited(json.as_bytes(), 8).unwrap();
+        coerce_leaf(leaf, v).map(|v| fanout_expr::json::to_string(&v))
+    }
+
+    #[test]
+    fn leaf_values_are_coerced_as_graphql_js_serializes_them() {
+        let ok = |ty: &str, json: &str, want: &str| {
+            assert_eq!(coerce(ty, json).as_deref(), Ok(want), "{ty} {json}");
+        };
+        ok("ID", "7", "\"7\"");
+        ok("ID", "\"u-7\"", "\"u-7\"");
+        ok("ID", "7.0", "\"7\"");
+        ok("Int", "7", "7");
+        ok("Int", "7.0", "7");
+        ok("Int", "\"7\"", "7");
+        ok("Int", "true", "1");
+        ok("Float", "2", "2");
+        ok("Float", "1.5", "1.5");
+        ok("String", "\"x\"", "\"x\"");
+        ok("String", "12", "\"12\"");
+        ok("String", "1.5", "\"1.5\"");
+        ok("String", "false", "\"false\"");
+        ok("Boolean", "true", "true");
+        ok("Boolean", "0", "false");
+        ok("Color", "\"RED\"", "\"RED\"");
+        ok("Json", "{\"a\":[1]}", "{\"a\":[1]}");
+        for (ty, json) in [
+            ("ID", "1.5"),
+            ("ID", "true"),
+            ("ID", "[1]"),
+            ("Int", "1.5"),
+            ("Int", "4294967296"),
+            ("Int", "\"x\""),
+            ("Float", "\"x\""),
+            ("Float", "{}"),
+            ("String", "[]"),
+            ("Boolean", "\"true\""),
+            ("Color", "\"BLUE\""),
+            ("Color", "1"),
+        ] {
+            let e = coerce(ty, json).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{ty} cannot represent")),
+                "{ty} {json}: {e}"
+            );
+        }
     }
 }

@@ -12,9 +12,12 @@
 
 #![forbid(unsafe_code)]
 
+mod authz;
 mod cache;
+mod cost;
 mod exec;
 mod limits;
+mod persisted;
 mod request;
 mod schema;
 
@@ -91,9 +94,9 @@ impl StepKind for GraphqlStep {
     ) -> Result<Prepared, Yielded> {
         let request = env.slot(SLOT_REQUEST);
         let api = self.api.clone();
-        let task: fanout_flow::kind::Task = Box::new(move |_trace| {
+        let task: fanout_flow::kind::Task = Box::new(move |trace| {
             Box::pin(async move {
-                let answer = exec::serve(&api, &request, deadline).await;
+                let answer = exec::serve(&api, &request, deadline, trace).await;
                 Ok::<_, FlowError>(vec![answer])
             })
         });

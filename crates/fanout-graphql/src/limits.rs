@@ -24,12 +24,12 @@ struct Walk<'a> {
     spreads: usize,
 }
 
-/// Check `set` (an operation's selection set) against `limits`.
+/// Check `set` (an operation's selection set) against `limits`: its estimated cost.
 pub(crate) fn check(
     doc: &ExecutableDocument,
     set: &SelectionSet,
     limits: &GraphqlLimits,
-) -> Result<(), Exceeded> {
+) -> Result<u64, Exceeded> {
     let mut w = Walk {
         doc,
         limits,
@@ -38,7 +38,8 @@ pub(crate) fn check(
         cost: 0,
         spreads: 0,
     };
-    w.set(set, 1, 1)
+    w.set(set, 1, 1)?;
+    Ok(w.cost)
 }
 
 impl Walk<'_> {

@@ -25,6 +25,19 @@ pub struct Api {
     pub(crate) limits: GraphqlLimits,
     pub(crate) introspection: bool,
     pub(crate) cache: DocCache,
+    /// `Type.field` → what the request's claims must have (`graphql.require`).
+    pub(crate) requires: HashMap<(Name, Name), crate::authz::Requirement>,
+    /// State the route's POST and GET halves share: APQ's store or the safelist, the cost
+    /// budget's state.
+    pub(crate) shared: Arc<Shared>,
+    /// The per-client cost budget (`graphql.cost_limit`).
+    pub(crate) cost: Option<crate::cost::CostLimit>,
+}
+
+/// What a `graphql:` section's routes (POST and GET) share.
+pub(crate) struct Shared {
+    pub(crate) persisted: crate::persisted::Persisted,
+    pub(crate) cost: Option<Arc<fanout_ratelimit::Policy>>,
 }
 
 /// One field's resolver: its flow (a `for_each` step over `$request.parents`).
@@ -75,7 +88,7 @@ impl Api {
         let errors_before = count_errors(sc);
         let mut resolvers = HashMap::new();
         for (key, step) in &g.resolvers {
-            let Some((ty, field)) = resolver_target(sc, &schema, key) else {
+            let Some((ty, field)) = resolver_target(sc, &schema, key, "resolver") else {
                 continue;
             };
             let Some(plan) = resolver_flow(sc, route, key, step) else {
@@ -122,6 +135,28 @@ impl Api {
                 }
             }
         }
+        let mut requires = HashMap::new();
+        for (key, req) in &g.require {
+            let Some(target) = resolver_target(sc, &schema, key, "graphql.require") else {
+                continue;
+            };
+            let mut errs = Vec::new();
+            match crate::authz::compile(sc.config(), route, key, req, &mut errs) {
+                Some(r) => {
+                    requires.insert(target, r);
+                }
+                None => {
+                    for e in errs {
+                        sc.error(e);
+                    }
+                }
+            }
+        }
+        let mut errs = Vec::new();
+        let cost_spec = crate::cost::spec(sc.config(), g, &mut errs);
+        for e in errs {
+            sc.error(e);
+        }
         if op_is_subscription(&schema) {
             sc.error(
                 ConfigError::at(source.pos, "graphql: subscriptions are not served yet")
@@ -132,13 +167,39 @@ impl Api {
             return None;
         }
         let implementers = schema.implementers_map();
+        let make = || -> Arc<dyn std::any::Any + Send + Sync> {
+            Arc::new(Shared {
+                persisted: crate::persisted::Persisted::new(&g.persisted_queries),
+                cost: cost_spec.as_ref().map(|c| c.policy()),
+            })
+        };
+        let shared = g
+            .shared
+            .0
+            .get_or_init(make)
+            .clone()
+            .downcast::<Shared>()
+            .ok()
+            .unwrap_or_else(|| {
+                Arc::new(Shared {
+                    persisted: crate::persisted::Persisted::new(&g.persisted_queries),
+                    cost: cost_spec.as_ref().map(|c| c.policy()),
+                })
+            });
+        let cost = match (cost_spec, &shared.cost) {
+            (Some(c), Some(p)) => Some(c.limit(p.clone())),
+            _ => None,
+        };
         Some(Api {
             schema,
             implementers,
             resolvers,
+            requires,
             cache: DocCache::new(g.limits.cached_documents),
             limits: g.limits.clone(),
             introspection: g.introspection,
+            shared,
+            cost,
         })
     }
 
@@ -150,7 +211,31 @@ impl Api {
             .map(|((t, f), r)| format!("{t}.{f} → {}", r.text))
             .collect();
         lines.sort();
-        format!("{} resolvers ({})", lines.len(), lines.join("; "))
+        let mut text = format!("{} resolvers ({})", lines.len(), lines.join("; "));
+        if !self.requires.is_empty() {
+            let mut req: Vec<String> = self
+                .requires
+                .iter()
+                .map(|((t, f), r)| format!("{t}.{f}: {}", r.describe()))
+                .collect();
+            req.sort();
+            text.push_str(&format!("; require ({})", req.join("; ")));
+        }
+        if let Some(c) = &self.cost {
+            text.push_str(&format!(
+                "; cost budget `{}` ({} units at once)",
+                c.name,
+                c.burst()
+            ));
+        }
+        match &self.shared.persisted {
+            crate::persisted::Persisted::Off => {}
+            crate::persisted::Persisted::Apq(_) => text.push_str("; persisted queries (APQ)"),
+            crate::persisted::Persisted::Safelist { by_id, .. } => {
+                text.push_str(&format!("; safelist of {} operations", by_id.len()))
+            }
+        }
+        text
     }
 
     /// The first resolver that may write (a mutation's call), with its backend and what it does:
@@ -216,12 +301,13 @@ fn resolver_target(
     sc: &mut StepCx<'_, '_>,
     schema: &Schema,
     key: &Located<String>,
+    what: &str,
 ) -> Option<(Name, Name)> {
     let Some((t, f)) = key.value.split_once('.') else {
         sc.error(
             ConfigError::at(
                 key.pos,
-                format!("resolver `{}` is not `Type.field`", key.value),
+                format!("{what} `{}` is not `Type.field`", key.value),
             )
             .hint("name the field with its type, e.g. `Query.posts` or `Post.user`"),
         );
@@ -232,7 +318,7 @@ fn resolver_target(
         Some(_) => {
             sc.error(ConfigError::at(
                 key.pos,
-                format!("resolver `{}`: `{t}` is not an object type", key.value),
+                format!("{what} `{}`: `{t}` is not an object type", key.value),
             ));
             return None;
         }
@@ -245,7 +331,7 @@ fn resolver_target(
                 .collect();
             let mut e = ConfigError::at(
                 key.pos,
-                format!("resolver `{}`: the schema has no type `{t}`", key.value),
+                format!("{what} `{}`: the schema has no type `{t}`", key.value),
             );
             if let Some(h) = fanout_names::did_you_mean(t, names.iter().copied()) {
                 e = e.hint(h);
@@ -258,7 +344,7 @@ fn resolver_target(
         let names: Vec<&str> = object.fields.keys().map(|n| n.as_str()).collect();
         let mut e = ConfigError::at(
             key.pos,
-            format!("resolver `{}`: type `{t}` has no field `{f}`", key.value),
+            format!("{what} `{}`: type `{t}` has no field `{f}`", key.value),
         );
         if let Some(h) = fanout_names::did_you_mean(f, names.iter().copied()) {
             e = e.hint(h);

@@ -163,6 +163,18 @@ pub trait CallTracer: Send + Sync {
         None
     }
 
+    /// Work of the step's own, a child of its span named `name` (a GraphQL field's resolver
+    /// run, `attributes` saying which): the tracer the work's calls record under, and the span,
+    /// to end when the work is done (its status is not read). `None`: nothing is recorded.
+    fn child(
+        &self,
+        name: &str,
+        attributes: Vec<(&'static str, String)>,
+    ) -> Option<(Arc<dyn CallTracer>, Box<dyn AttemptSpan>)> {
+        let _ = (name, attributes);
+        None
+    }
+
     /// The tracer itself (an implementation reads the other tracers of [`CallTracer::shared`]
     /// through it).
     fn as_any(&self) -> Option<&dyn std::any::Any> {

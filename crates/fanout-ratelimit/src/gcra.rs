@@ -90,6 +90,36 @@ impl Gcra {
         Ok((new_tat, wait))
     }
 
+    /// Decide a request that costs `n` units (at least 1; `decide` is `n` = 1) at `now`: the
+    /// TAT moves `n` intervals on when it is allowed. A cost above the burst is never allowed.
+    pub fn decide_n(&self, tat: u64, now: u64, n: u64) -> (Option<u64>, Decision) {
+        let tat = tat.max(now);
+        let new_tat = tat.saturating_add(self.interval.saturating_mul(n.max(1)));
+        let ahead = new_tat - now;
+        let tolerance = self.tolerance_ns();
+        if ahead > tolerance {
+            let spare = tolerance.saturating_sub(tat - now);
+            return (
+                None,
+                Decision {
+                    allowed: false,
+                    remaining: spare / self.interval,
+                    reset: Duration::from_nanos(tat - now),
+                    retry_after: Duration::from_nanos(ahead - tolerance),
+                },
+            );
+        }
+        (
+            Some(new_tat),
+            Decision {
+                allowed: true,
+                remaining: (tolerance - ahead) / self.interval,
+                reset: Duration::from_nanos(ahead),
+                retry_after: Duration::ZERO,
+            },
+        )
+    }
+
     /// Decide a request at `now` for a key whose TAT is `tat` (0 or past: a full budget).
     /// Returns the new TAT when the request is allowed (the caller stores it).
     pub fn decide(&self, tat: u64, now: u64) -> (Option<u64>, Decision) {
@@ -195,5 +225,23 @@ mod tests {
         assert_eq!(g.burst(), 10);
         assert_eq!(g.interval_ns(), 20_000_000);
         assert_eq!(Gcra::new(1.0, 1).scaled(0.1).burst(), 1);
+    }
+
+    #[test]
+    fn a_cost_of_n_spends_n_units_of_the_burst() {
+        // 1 unit per second, 25 at once: 21 fit, then 4 remain; a cost of 5 waits 1s.
+        let g = Gcra::new(1.0, 25);
+        let (t, d) = g.decide_n(0, S, 21);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 4);
+        let tat = t.unwrap();
+        let (t2, d) = g.decide_n(tat, S, 5);
+        assert!(!d.allowed && t2.is_none());
+        assert_eq!(d.retry_after, Duration::from_secs(1));
+        let (_, d) = g.decide_n(tat, S, 4);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 0);
+        // More than the burst never fits.
+        assert!(!g.decide_n(0, S, 26).1.allowed);
     }
 }

@@ -194,6 +194,11 @@ impl Policy {
         &self.name
     }
 
+    /// Its burst (`q` of `RateLimit-Policy`).
+    pub fn burst(&self) -> u64 {
+        self.gcra.burst()
+    }
+
     /// Its counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -229,6 +234,32 @@ impl Policy {
     /// Whether the policy is shared through Redis.
     pub fn is_shared(&self) -> bool {
         self.shared.is_some()
+    }
+
+    /// Decide a request with `key` that costs `cost` units (a GraphQL operation's estimated
+    /// cost) on a local policy; `None` for a shared one (not charged by cost).
+    pub fn decide_cost(&self, key: &[u8], cost: u64) -> Option<Verdict> {
+        let l = self.local.as_ref()?;
+        let now = self.clock.now();
+        let h = l.table.hash(key);
+        let decision = l.table.with(h, now, Full::Overflow, |tat| {
+            let (t, d) = l.gcra.decide_n(*tat, now, cost);
+            if let Some(t) = t {
+                *tat = t;
+            }
+            d
+        });
+        let c = if decision.allowed {
+            &self.counters.allowed
+        } else {
+            &self.counters.denied
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        Some(Verdict {
+            decision,
+            quota: self.gcra.burst(),
+            window: self.gcra.window(),
+        })
     }
 
     /// Decide one request with `key`. A local policy never waits; a shared one waits at most

@@ -7,6 +7,7 @@
 //! about two minutes). Without `python3` or Go the test says so and skips that part.
 
 use super::grpc::example;
+use crate::support::python::{self, run, tools_dir};
 use crate::support::{gateway, gateway_with};
 use fanout_testkit::*;
 use std::io::{BufRead, BufReader};
@@ -20,77 +21,20 @@ const GRPCIO_VERSION: &str = "1.85.3";
 const GRPCIO_TOOLS_VERSION: &str = "1.85.1";
 const GRPCURL_VERSION: &str = "v1.9.3";
 
-pub(super) fn tools_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("FANOUT_TOOLS_DIR") {
-        return PathBuf::from(d);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    cache.join("fanout-tools")
-}
-
-pub(super) fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{what} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// The venv's python with grpcio and grpcio-tools (made once); `Err` when python3 is missing
-/// (a failing install fails the test).
+/// The venv's python with grpcio and grpcio-tools (made once, `support::python`); `Err` when
+/// python3 is missing (a failing install fails the test).
 fn python() -> Result<PathBuf, String> {
-    let venv = tools_dir().join(format!("py-grpcio-{GRPCIO_VERSION}"));
-    let py = venv.join("bin/python");
-    let ok = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import grpc, grpc_tools"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if ok(&py) {
-        return Ok(py);
+    match python::venv(
+        &[
+            &format!("grpcio=={GRPCIO_VERSION}"),
+            &format!("grpcio-tools=={GRPCIO_TOOLS_VERSION}"),
+        ],
+        &["grpc", "grpc_tools"],
+    ) {
+        Ok(py) => Ok(py),
+        Err(python::VenvError::NoPython(why)) => Err(why),
+        Err(e) => panic!("{e}"),
     }
-    let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    if Command::new(&python3).arg("--version").output().is_err() {
-        return Err(format!("no {python3:?}"));
-    }
-    eprintln!(
-        "installing grpcio {GRPCIO_VERSION} into {} (once)",
-        venv.display()
-    );
-    let _ = std::fs::remove_dir_all(&venv);
-    run(
-        Command::new(&python3).args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv",
-    )
-    .unwrap();
-    run(
-        Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("grpcio=={GRPCIO_VERSION}"))
-            .arg(format!("grpcio-tools=={GRPCIO_TOOLS_VERSION}")),
-        "pip install grpcio grpcio-tools",
-    )
-    .unwrap();
-    assert!(ok(&py), "grpcio does not import after pip install");
-    Ok(py)
 }
 
 /// grpcurl, built once with `go install`; `Err` when Go is missing (a failing build fails the

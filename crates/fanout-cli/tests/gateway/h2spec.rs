@@ -3,8 +3,8 @@
 //! on TLS (h2 by ALPN). h2spec is built once through the Go module proxy (`go install`) under
 //! `$FANOUT_TOOLS_DIR` (default `~/.cache/fanout-tools`), as grpcurl for the gRPC interop test.
 
-use super::grpc_interop::{run, tools_dir};
 use crate::support::ServeProcess;
+use crate::support::python::{run, tools_dir};
 use fanout_testkit::TempDir;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -41,6 +41,8 @@ mod explain;
 mod fanout_test;
 mod flow;
 mod graphql;
+mod graphql_edge;
+mod graphql_interop;
 mod grpc;
 mod grpc_compression;
 mod grpc_interop;

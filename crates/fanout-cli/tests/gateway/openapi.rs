@@ -5,7 +5,7 @@
 //! every example's document passes Python's `openapi-spec-validator`, and every request and
 //! answer of every example's cases validates against it with Python's `openapi-core`.
 
-use crate::support::{ServeProcess, stub_vars};
+use crate::support::{ServeProcess, python, stub_vars};
 use fanout_testkit::*;
 use http::Method;
 use serde_json::{Value, json};
@@ -272,74 +272,13 @@ fn the_exported_document_of_an_example_matches_its_snapshot() {
 /// The version of Python's `openapi-spec-validator` the tier-2 test installs.
 const SPEC_VALIDATOR_VERSION: &str = "0.9.0";
 
-/// Where the tests keep the tools they install once (`FANOUT_TOOLS_DIR`, else the user's cache).
-fn tools_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("FANOUT_TOOLS_DIR") {
-        return d.into();
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    cache.join("fanout-tools")
-}
-
-/// A venv's python with `openapi-spec-validator` (made once, pinned); panics when python3 or
-/// the install is missing — a tier-2 test never passes without its tool.
+/// A venv's python with `openapi-spec-validator` (made once, pinned, `support::python`); panics
+/// when python3 or the install is missing — a tier-2 test never passes without its tool.
 fn spec_validator() -> std::path::PathBuf {
-    python_tool(
-        &format!("py-openapi-spec-validator-{SPEC_VALIDATOR_VERSION}"),
-        &format!("openapi-spec-validator=={SPEC_VALIDATOR_VERSION}"),
-        "openapi_spec_validator",
+    python::venv_or_panic(
+        &[&format!("openapi-spec-validator=={SPEC_VALIDATOR_VERSION}")],
+        &["openapi_spec_validator"],
     )
-}
-
-/// The python of a venv `name` under the tools dir with `package` (a pinned pip requirement)
-/// installed, made once; `module` is what must import. Panics when python3 or the install is
-/// missing — a tier-2 test never passes without its tool.
-fn python_tool(name: &str, package: &str, module: &str) -> std::path::PathBuf {
-    let venv = tools_dir().join(name);
-    let py = venv.join("bin/python");
-    let ok = |py: &Path| {
-        Command::new(py)
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if ok(&py) {
-        return py;
-    }
-    let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    eprintln!("installing {package} into {} (once)", venv.display());
-    let _ = std::fs::remove_dir_all(&venv);
-    let made = Command::new(&python3)
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status();
-    assert!(
-        made.is_ok_and(|s| s.success()),
-        "python3 -m venv {} failed",
-        venv.display()
-    );
-    let installed = Command::new(&py)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            package,
-        ])
-        .status();
-    assert!(
-        installed.is_ok_and(|s| s.success()),
-        "pip install {package} failed"
-    );
-    assert!(
-        ok(&py),
-        "{module} does not import after pip install {package}"
-    );
-    py
 }
 
 #[test]
@@ -379,10 +318,9 @@ const OPENAPI_CORE_VERSION: &str = "0.23.1";
 #[ignore = "tier 2 (./scripts/test): needs Python 3 with venv (openapi-core from PyPI), PostgreSQL and redis-server"]
 async fn every_request_and_answer_of_every_examples_cases_matches_its_document() {
     use fanout::testing::{Cases, RunOptions, Suite, run};
-    let python = python_tool(
-        &format!("py-openapi-core-{OPENAPI_CORE_VERSION}"),
-        &format!("openapi-core=={OPENAPI_CORE_VERSION}"),
-        "openapi_core",
+    let python = python::venv_or_panic(
+        &[&format!("openapi-core=={OPENAPI_CORE_VERSION}")],
+        &["openapi_core"],
     );
     let dir = TempDir::new("openapi-core");
     let script = dir.path().join("check.py");

@@ -4,11 +4,10 @@
 //! and in order (text and binary, empty to exactly the route's limit, one frame or fragmented);
 //! a frame and a fragmented message over the limit closed with 1009 on both sides; SIGTERM
 //! closing an open WebSocket with 1001 on both sides. `websockets` is installed once from PyPI
-//! into a venv under `$FANOUT_TOOLS_DIR` (default `~/.cache/fanout-tools`), as the grpcio
-//! interop test installs grpcio; `scripts/ws-idle-memory` uses the same venv.
+//! into a venv under `$FANOUT_TOOLS_DIR` (default `~/.cache/fanout-tools`) by the tests' venv
+//! helper (`support/python.rs`); `scripts/ws-idle-memory` uses the same venv.
 
-use super::grpc_interop::{run, tools_dir};
-use crate::support::ServeProcess;
+use crate::support::{ServeProcess, python};
 use fanout_testkit::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -29,50 +28,13 @@ fn py_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gateway/py")
 }
 
-/// The venv's python with `websockets` (made once); panics when python3 is missing
-/// (`./scripts/test` installs it) or the install fails.
+/// The venv's python with `websockets` (made once, `support::python`); panics when python3 is
+/// missing (`./scripts/test` installs it) or the install fails.
 fn python() -> PathBuf {
-    let venv = tools_dir().join(format!("py-websockets-{WEBSOCKETS_VERSION}"));
-    let py = venv.join("bin/python");
-    let ok = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import websockets.asyncio.client"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if ok(&py) {
-        return py;
-    }
-    let python3 = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    assert!(
-        Command::new(&python3).arg("--version").output().is_ok(),
-        "{python3:?} is needed: `apt-get install python3 python3-venv` (./scripts/test installs it)"
-    );
-    eprintln!(
-        "installing websockets {WEBSOCKETS_VERSION} into {} (once)",
-        venv.display()
-    );
-    let _ = std::fs::remove_dir_all(&venv);
-    run(
-        Command::new(&python3).args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv",
+    python::venv_or_panic(
+        &[&format!("websockets=={WEBSOCKETS_VERSION}")],
+        &["websockets.asyncio.client"],
     )
-    .unwrap();
-    run(
-        Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("websockets=={WEBSOCKETS_VERSION}")),
-        "pip install websockets",
-    )
-    .unwrap();
-    assert!(ok(&py), "websockets does not import after pip install");
-    py
 }
 
 /// The Python echo server: its port, and the JSON lines it printed after it (one per

@@ -3,6 +3,8 @@
 //! not depend on the gateway; this file is a module of every test binary that starts gateways.
 #![allow(dead_code)]
 
+pub mod python;
+
 use fanout::{RunningGateway, addr_var, load_gateway, start_gateway};
 use fanout_stub::StubServer;
 use std::collections::HashMap;

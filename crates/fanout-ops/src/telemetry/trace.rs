@@ -444,8 +444,77 @@ impl CallTracer for StepTracer {
         }))
     }
 
+    /// A child of the step span (a GraphQL resolver run); its calls' spans are its children.
+    fn child(
+        &self,
+        name: &str,
+        attributes: Vec<(&'static str, String)>,
+    ) -> Option<(Arc<dyn CallTracer>, Box<dyn AttemptSpan>)> {
+        if !self.recording {
+            return None;
+        }
+        let backend = attributes
+            .iter()
+            .find(|(k, _)| *k == "fanout.backend")
+            .map(|(_, v)| Arc::<str>::from(v.as_str()));
+        let attrs: Vec<KeyValue> = attributes
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
+        let span = self
+            .tracer
+            .span_builder(name.to_string())
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attrs)
+            .start_with_context(&self.tracer, &self.cx);
+        let cx = self.cx.with_span(span);
+        let tracer = Arc::new(StepTracer {
+            name: self.name.clone(),
+            backend,
+            cx: cx.clone(),
+            recording: true,
+            tracer: self.tracer.clone(),
+        });
+        Some((tracer, Box::new(WorkSpan { cx })))
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+}
+
+/// A span of a step's own work ([`CallTracer::child`]): its attributes as set, an error status
+/// when ended with an error, ended when dropped.
+struct WorkSpan {
+    cx: Context,
+}
+
+impl AttemptSpan for WorkSpan {
+    fn inject(&self, headers: &mut HeaderMap) {
+        inject(self.cx.span().span_context(), headers);
+    }
+
+    fn set_attributes(&mut self, attributes: &[(&'static str, &str)]) {
+        let span = self.cx.span();
+        for (k, v) in attributes {
+            if *k == "error.type" {
+                span.set_status(Status::error(v.to_string()));
+            }
+            span.set_attribute(KeyValue::new(*k, v.to_string()));
+        }
+    }
+
+    fn end(self: Box<Self>, result: Result<StatusCode, &CallError>) {
+        if let Err(e) = result {
+            self.cx.span().set_status(Status::error(kind_name(e.kind)));
+        }
+        // ended by the drop below
+    }
+}
+
+impl Drop for WorkSpan {
+    fn drop(&mut self) {
+        self.cx.span().end();
     }
 }
 
