@@ -270,14 +270,23 @@ fn lab_graphql_posts_compares_fanout_with_tailcall() {
     let out = out_dir("graphql-posts");
     let (rep, stdout, _) = lab_report(
         &mut lab_command(
-            &["graphql-posts", "--quick", "--trials", "1", "--duration", "1s"],
+            &[
+                "graphql-posts",
+                "--quick",
+                "--trials",
+                "1",
+                "--duration",
+                "1s",
+            ],
             &out,
         ),
         &out,
     );
     assert_eq!(rep["failed"], serde_json::json!({}), "{stdout}");
     assert!(
-        rep["tailcall"].as_str().is_some_and(|v| v.contains("v1.0.0")),
+        rep["tailcall"]
+            .as_str()
+            .is_some_and(|v| v.contains("v1.0.0")),
         "{stdout}"
     );
     let checks = rep["checks"].as_array().unwrap();
@@ -307,7 +316,10 @@ fn lab_graphql_posts_compares_fanout_with_tailcall() {
     for f in figures {
         assert!(f["requests_per_cpu_s"].as_f64().unwrap() > 0.0, "{f}");
     }
-    assert!(stdout.contains("fanout ≥ 2× "), "the comparison line: {stdout}");
+    assert!(
+        stdout.contains("fanout ≥ 2× "),
+        "the comparison line: {stdout}"
+    );
     assert!(stdout.contains("answers byte-identical"), "{stdout}");
     assert!(out.join("tailcall.graphql").is_file() && out.join("fanout.yaml").is_file());
     assert_report_files(&out);

@@ -165,7 +165,12 @@ pub fn fanout_yaml(target: &str) -> String {
 /// addresses. Tailcall 1.0.0 takes the upstream as `@http(url: …)` (its `@upstream` has no
 /// `baseURL` and `@http` no `path` any more). `dedupe` on both fields when asked; the HTTP cache
 /// stays off (`httpCache` unset: 0).
-pub fn tailcall_sdl(listen: SocketAddr, posts: SocketAddr, users: SocketAddr, dedupe: bool) -> String {
+pub fn tailcall_sdl(
+    listen: SocketAddr,
+    posts: SocketAddr,
+    users: SocketAddr,
+    dedupe: bool,
+) -> String {
     let d = if dedupe { ", dedupe: true" } else { "" };
     format!(
         r#"# `fanout lab {DISTINCT}`: tailcallhq/graphql-benchmarks' config for Tailcall {TAILCALL_VERSION}.
@@ -217,7 +222,8 @@ pub fn tailcall_dir(fanout_bin: &Path) -> PathBuf {
     match profile.and_then(Path::parent) {
         Some(target) if is_profile => target.join("lab-cache").join(leaf),
         _ => {
-            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+            let home =
+                std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
             home.join(".cache/fanout-lab").join(leaf)
         }
     }
@@ -265,7 +271,10 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// The Tailcall executable and its version: `explicit` (`--baseline-bin`) or
 /// `$FANOUT_LAB_TAILCALL` as given; else the one installed in `dir`, installing it with npm
 /// first when missing (announced on stderr with the command). The reason when it cannot.
-pub async fn ensure_tailcall(explicit: Option<PathBuf>, dir: &Path) -> Result<(PathBuf, String), String> {
+pub async fn ensure_tailcall(
+    explicit: Option<PathBuf>,
+    dir: &Path,
+) -> Result<(PathBuf, String), String> {
     let given = explicit.or_else(|| {
         std::env::var_os(TAILCALL_BIN_ENV)
             .filter(|v| !v.is_empty())
@@ -371,7 +380,11 @@ impl GraphqlOptions {
             rounds: if quick { 1 } else { 3 },
             trial: Duration::from_secs(if quick { 3 } else { 10 }),
             connections: 128,
-            targets: mode.default_targets().iter().map(|t| t.to_string()).collect(),
+            targets: mode
+                .default_targets()
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
             tailcall_bin: None,
             out,
             fanout_bin,
@@ -436,7 +449,9 @@ pub fn difference(target: &str, a: &[u8], b: &[u8]) -> Option<Difference> {
         .position(|(x, y)| x != y)
         .unwrap_or(a.len().min(b.len()));
     let from = offset.saturating_sub(20);
-    let around = |s: &[u8]| String::from_utf8_lossy(&s[from.min(s.len())..(from + 80).min(s.len())]).into_owned();
+    let around = |s: &[u8]| {
+        String::from_utf8_lossy(&s[from.min(s.len())..(from + 80).min(s.len())]).into_owned()
+    };
     Some(Difference {
         target: target.to_string(),
         offset,
@@ -571,7 +586,9 @@ pub enum GraphqlError {
     #[error("stubs: {0}")]
     Stubs(String),
     /// A target the scenario does not take.
-    #[error("unknown target `{0}` for this scenario: it takes fanout, fanout-coalesce, tailcall and tailcall-dedupe")]
+    #[error(
+        "unknown target `{0}` for this scenario: it takes fanout, fanout-coalesce, tailcall and tailcall-dedupe"
+    )]
     Target(String),
 }
 
@@ -714,9 +731,10 @@ pub async fn run(opts: GraphqlOptions) -> Result<GraphqlReport, GraphqlError> {
         let mut raw: Vec<bytes::Bytes> = Vec::new();
         for r in &running {
             reset_stubs(posts, users).await?;
-            let (status, b) = crate::http::call(http::Method::POST, r.addr, "/graphql", Some(body.clone()))
-                .await
-                .map_err(|e| GraphqlError::Stubs(format!("{}: {e}", r.name)))?;
+            let (status, b) =
+                crate::http::call(http::Method::POST, r.addr, "/graphql", Some(body.clone()))
+                    .await
+                    .map_err(|e| GraphqlError::Stubs(format!("{}: {e}", r.name)))?;
             let (posts_calls, users_calls) = stub_calls(posts, users).await?;
             answers.push(Answer {
                 target: r.name.clone(),
@@ -736,7 +754,9 @@ pub async fn run(opts: GraphqlOptions) -> Result<GraphqlReport, GraphqlError> {
             request: body.clone(),
             identical: diff.is_none() && answers.iter().all(|a| a.status == 200),
             difference: diff,
-            body: (i == 0).then(|| raw.first().map(|b| String::from_utf8_lossy(b).into_owned())).flatten(),
+            body: (i == 0)
+                .then(|| raw.first().map(|b| String::from_utf8_lossy(b).into_owned()))
+                .flatten(),
             answers,
         });
     }
@@ -780,7 +800,11 @@ pub async fn run(opts: GraphqlOptions) -> Result<GraphqlReport, GraphqlError> {
     Ok(rep)
 }
 
-async fn load(opts: &GraphqlOptions, addr: SocketAddr, len: Duration) -> Result<LoadReport, GraphqlError> {
+async fn load(
+    opts: &GraphqlOptions,
+    addr: SocketAddr,
+    len: Duration,
+) -> Result<LoadReport, GraphqlError> {
     let schedule = Schedule::parse(&format!("const({},{}ms)", opts.rate, len.as_millis()))
         .map_err(|e| GraphqlError::Load(e.to_string()))?;
     let mut spec = LoadSpec::new(format!("http://{addr}"), schedule);
@@ -794,7 +818,13 @@ async fn load(opts: &GraphqlOptions, addr: SocketAddr, len: Duration) -> Result<
 }
 
 /// The trial's figures from the load report, the target's CPU and the stubs' calls.
-pub fn trial(round: usize, target: &str, r: &LoadReport, cpu_us: u64, calls: (u64, u64)) -> GqlTrial {
+pub fn trial(
+    round: usize,
+    target: &str,
+    r: &LoadReport,
+    cpu_us: u64,
+    calls: (u64, u64),
+) -> GqlTrial {
     let per = |n: u64| (r.ok > 0).then(|| n as f64 / r.ok as f64);
     GqlTrial {
         round,
@@ -860,10 +890,18 @@ pub fn summarise(
                 requests_per_cpu_s: rps.median,
                 min: rps.min,
                 max: rps.max,
-                cpu_us_per_request: stat(mine.iter().filter_map(|t| t.cpu_us_per_request).collect()).median,
+                cpu_us_per_request: stat(
+                    mine.iter().filter_map(|t| t.cpu_us_per_request).collect(),
+                )
+                .median,
                 p50_ms: stat(mine.iter().map(|t| t.p50_ms).collect()).median,
                 p99_ms: stat(mine.iter().map(|t| t.p99_ms).collect()).median,
-                users_calls_per_request: stat(mine.iter().filter_map(|t| t.users_calls_per_request).collect()).median,
+                users_calls_per_request: stat(
+                    mine.iter()
+                        .filter_map(|t| t.users_calls_per_request)
+                        .collect(),
+                )
+                .median,
                 n: rps.n,
                 failed: mine.iter().map(|t| t.failed).sum(),
                 generator_behind: mine.iter().filter(|t| !t.generator_on_schedule).count(),
@@ -915,7 +953,13 @@ pub fn summarise(
     }
     let fanout_targets: Vec<String> = checks
         .first()
-        .map(|c| c.answers.iter().filter(|a| is_fanout(&a.target)).map(|a| a.target.clone()).collect())
+        .map(|c| {
+            c.answers
+                .iter()
+                .filter(|a| is_fanout(&a.target))
+                .map(|a| a.target.clone())
+                .collect()
+        })
         .unwrap_or_default();
     for t in &fanout_targets {
         let calls: Vec<(u64, u64)> = checks
@@ -941,7 +985,9 @@ pub fn summarise(
             .max_by(|a, b| a.requests_per_cpu_s.total_cmp(&b.requests_per_cpu_s)),
     };
     if let (Some(f), Some(t)) = (mine, best_tailcall)
-        && let Some(r) = ratios.iter().find(|r| r.fanout == f.target && r.tailcall == t.target)
+        && let Some(r) = ratios
+            .iter()
+            .find(|r| r.fanout == f.target && r.tailcall == t.target)
     {
         let want = opts.mode.wanted_ratio();
         acceptance.push((
@@ -994,7 +1040,12 @@ pub fn text_summary(rep: &GraphqlReport) -> String {
         let who: Vec<String> = c
             .answers
             .iter()
-            .map(|a| format!("{} {} {}B {}+{}", a.target, a.status, a.bytes, a.posts_calls, a.users_calls))
+            .map(|a| {
+                format!(
+                    "{} {} {}B {}+{}",
+                    a.target, a.status, a.bytes, a.posts_calls, a.users_calls
+                )
+            })
             .collect();
         let _ = writeln!(
             s,
@@ -1014,7 +1065,16 @@ pub fn text_summary(rep: &GraphqlReport) -> String {
     let _ = writeln!(
         s,
         "{:>5} {:>16} {:>7} {:>6} {:>6} {:>9} {:>10} {:>8} {:>8} {:>10}",
-        "round", "target", "offered", "ok", "failed", "CPU µs/r", "req/CPU-s", "p50 ms", "p99 ms", "users/req"
+        "round",
+        "target",
+        "offered",
+        "ok",
+        "failed",
+        "CPU µs/r",
+        "req/CPU-s",
+        "p50 ms",
+        "p99 ms",
+        "users/req"
     );
     for t in &rep.trials {
         let _ = writeln!(
@@ -1033,7 +1093,10 @@ pub fn text_summary(rep: &GraphqlReport) -> String {
             if t.generator_on_schedule {
                 String::new()
             } else {
-                format!("  (generator behind schedule: lag p99 {:.1} ms)", t.lag_p99_ms)
+                format!(
+                    "  (generator behind schedule: lag p99 {:.1} ms)",
+                    t.lag_p99_ms
+                )
             }
         );
     }
@@ -1041,7 +1104,17 @@ pub fn text_summary(rep: &GraphqlReport) -> String {
         let _ = writeln!(
             s,
             "{}: {:.0} requests per CPU-second (median of {}; {:.0}–{:.0}), {:.0} CPU-µs per request, p50 {:.2} ms, p99 {:.2} ms, {:.1} user calls per request, failed {}, generator behind in {} trial(s)",
-            f.target, f.requests_per_cpu_s, f.n, f.min, f.max, f.cpu_us_per_request, f.p50_ms, f.p99_ms, f.users_calls_per_request, f.failed, f.generator_behind
+            f.target,
+            f.requests_per_cpu_s,
+            f.n,
+            f.min,
+            f.max,
+            f.cpu_us_per_request,
+            f.p50_ms,
+            f.p99_ms,
+            f.users_calls_per_request,
+            f.failed,
+            f.generator_behind
         );
     }
     for r in &rep.ratios {
@@ -1078,14 +1151,24 @@ pub(crate) fn html(rep: &GraphqlReport, json: &str) -> String {
     }
     h.push_str("<h2>Acceptance</h2><ul>");
     for (line, ok) in &rep.acceptance {
-        let _ = write!(h, "<li>{} {}</li>", if *ok { "PASS" } else { "FAIL" }, esc(line));
+        let _ = write!(
+            h,
+            "<li>{} {}</li>",
+            if *ok { "PASS" } else { "FAIL" },
+            esc(line)
+        );
     }
     h.push_str("</ul><h2>Answer checks</h2><table><tr><th>request</th><th>identical</th><th>target: status, bytes, /posts + /users calls</th></tr>");
     for c in &rep.checks {
         let who: Vec<String> = c
             .answers
             .iter()
-            .map(|a| format!("{}: {}, {} B, {} + {}", a.target, a.status, a.bytes, a.posts_calls, a.users_calls))
+            .map(|a| {
+                format!(
+                    "{}: {}, {} B, {} + {}",
+                    a.target, a.status, a.bytes, a.posts_calls, a.users_calls
+                )
+            })
             .collect();
         let _ = write!(
             h,
@@ -1100,7 +1183,17 @@ pub(crate) fn html(rep: &GraphqlReport, json: &str) -> String {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.2}</td><td>{:.2}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&f.target), f.requests_per_cpu_s, f.min, f.max, f.cpu_us_per_request, f.p50_ms, f.p99_ms, f.users_calls_per_request, f.n, f.failed, f.generator_behind
+            esc(&f.target),
+            f.requests_per_cpu_s,
+            f.min,
+            f.max,
+            f.cpu_us_per_request,
+            f.p50_ms,
+            f.p99_ms,
+            f.users_calls_per_request,
+            f.n,
+            f.failed,
+            f.generator_behind
         );
     }
     h.push_str("</table><h2>Ratios</h2><table><tr><th>fanout target</th><th>Tailcall target</th><th>median of per-round ratios</th><th>ratio of medians</th><th>rounds</th></tr>");
@@ -1108,7 +1201,11 @@ pub(crate) fn html(rep: &GraphqlReport, json: &str) -> String {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
-            esc(&r.fanout), esc(&r.tailcall), r.median_of_ratios, r.ratio_of_medians, r.rounds
+            esc(&r.fanout),
+            esc(&r.tailcall),
+            r.median_of_ratios,
+            r.ratio_of_medians,
+            r.rounds
         );
     }
     h.push_str("</table><h2>Trials</h2><table><tr><th>round</th><th>target</th><th>offered</th><th>ok</th><th>failed</th><th>CPU ms</th><th>req / CPU-s</th><th>p50 ms</th><th>p99 ms</th><th>/posts per request</th><th>/users per request</th><th>generator on schedule</th></tr>");
@@ -1196,7 +1293,11 @@ mod tests {
         assert_eq!(first["variables"]["page"], 1);
         assert_eq!(first["query"], PAGE_QUERY);
         let i = Mode::Identical.requests();
-        assert_eq!(i.len(), 1, "one template: every request the same bytes and headers");
+        assert_eq!(
+            i.len(),
+            1,
+            "one template: every request the same bytes and headers"
+        );
         let q: serde_json::Value = serde_json::from_slice(&i[0].body).unwrap();
         assert_eq!(q["query"], "{ posts { id title user { id name } } }");
         for r in d.iter().chain(&i) {
@@ -1207,7 +1308,9 @@ mod tests {
     #[test]
     fn fanout_states_what_it_shares_and_tailcall_gets_the_benchmark_config() {
         assert!(fanout_yaml(FANOUT).ends_with("defaults:\n  coalesce: false\n  dedup: false\n"));
-        assert!(fanout_yaml(FANOUT_COALESCE).ends_with("defaults:\n  coalesce: true\n  dedup: true\n"));
+        assert!(
+            fanout_yaml(FANOUT_COALESCE).ends_with("defaults:\n  coalesce: true\n  dedup: true\n")
+        );
         let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let off = tailcall_sdl(a(1), a(2), a(3), false);
         for line in [
@@ -1263,21 +1366,47 @@ mod tests {
             t(2, TAILCALL, 550.0),
             t(2, TAILCALL_DEDUPE, 1000.0),
         ];
-        let checks = vec![check(&[(FANOUT, 1, 10), (TAILCALL, 1, 100), (TAILCALL_DEDUPE, 1, 10)], true)];
+        let checks = vec![check(
+            &[
+                (FANOUT, 1, 10),
+                (TAILCALL, 1, 100),
+                (TAILCALL_DEDUPE, 1, 10),
+            ],
+            true,
+        )];
         let mut o = opts(Mode::Distinct);
         o.rounds = 3;
         let rep = summarise(&o, checks, trials, BTreeMap::new(), None);
         assert_eq!(rep.figures.len(), 3);
         assert_eq!(rep.ratios.len(), 2, "fanout beside each Tailcall target");
-        let r = rep.ratios.iter().find(|r| r.tailcall == TAILCALL_DEDUPE).unwrap();
+        let r = rep
+            .ratios
+            .iter()
+            .find(|r| r.tailcall == TAILCALL_DEDUPE)
+            .unwrap();
         // Per round: 3.0, 1.6, 2.5 → median 2.5.
         assert!((r.median_of_ratios - 2.5).abs() < 1e-9, "{r:?}");
         assert_eq!(r.rounds, 3);
         let lines: Vec<&str> = rep.acceptance.iter().map(|(l, _)| l.as_str()).collect();
         assert!(rep.acceptance.iter().all(|(_, ok)| *ok), "{lines:?}");
-        assert!(lines.iter().any(|l| l.starts_with("fanout ≥ 2× tailcall-dedupe's")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.starts_with("answers byte-identical")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.starts_with("fanout: one /posts call")), "{lines:?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("fanout ≥ 2× tailcall-dedupe's")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("answers byte-identical")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("fanout: one /posts call")),
+            "{lines:?}"
+        );
         let text = text_summary(&rep);
         assert!(text.contains("PASS fanout ≥ 2×"), "{text}");
         assert!(html(&rep, "{}").contains("<h2>Answer checks</h2>"));
@@ -1291,8 +1420,15 @@ mod tests {
             None,
         );
         let (line, ok) = rep.acceptance.last().unwrap();
-        assert!(line.starts_with("fanout-coalesce ≥ 4× tailcall-dedupe's") && !ok, "{line}");
-        assert!(!rep.acceptance[0].1, "11 user calls is not 10: {:?}", rep.acceptance);
+        assert!(
+            line.starts_with("fanout-coalesce ≥ 4× tailcall-dedupe's") && !ok,
+            "{line}"
+        );
+        assert!(
+            !rep.acceptance[0].1,
+            "11 user calls is not 10: {:?}",
+            rep.acceptance
+        );
     }
 
     #[test]

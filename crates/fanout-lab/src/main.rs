@@ -214,7 +214,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         log_format: _,
     } = cli;
     if rate.is_some() && fanout_lab::graphql_posts::Mode::of(&scenario).is_none() {
-        anyhow::bail!("--rate is for `fanout lab graphql-posts` and `graphql-posts-identical` only");
+        anyhow::bail!(
+            "--rate is for `fanout lab graphql-posts` and `graphql-posts-identical` only"
+        );
     }
     if tasks.is_some() && scenario != fanout_lab::threads::NAME {
         anyhow::bail!("--tasks is for `fanout lab threads` only");
