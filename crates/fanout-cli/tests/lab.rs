@@ -5,10 +5,10 @@
 //! identical-request form, overload, pool-overload (PostgreSQL), slow-backend, hedging,
 //! parallel-calls (without a Java ≥ 21), hop, threads (64 tasks), hh-pools (a Java pool; fanout
 //! alone without Java), grpc-aggregate with the tonic baseline, antispam-models, hh-vacancies
-//! with the capacity given, seeds without Java. Their long forms (every target, three ABBA
+//! with the capacity given, seeds without Java, graphql-posts beside Tailcall (npm). Their long forms (every target, three ABBA
 //! rounds, the JVM targets, the searches) are in `tests/lab_long.rs`, run by
 //! `scripts/lab-long`. Tier 1: every scenario's configs load; the hyper baseline answers the
-//! N+1 route like fanout; the lab's refusals and the launcher; `fanout load`'s exit codes. Tier
+//! N+1 route like fanout; the graphql-posts route answers with 1 + 10 calls; the lab's refusals and the launcher; `fanout load`'s exit codes. Tier
 //! 2 also: the Java thread-per-request baseline answers the examples' cases exactly like fanout
 //! and the hyper baseline. No test here asserts performance figures: only that they are
 //! measured and reported. The shape of the report — the printed text, report.html's sections,
@@ -256,6 +256,76 @@ fn lab_pass_through_scenarios_compare_fanout_with_nginx() {
     }
 }
 
+/// `fanout lab graphql-posts --quick`, one round of 1 s: Tailcall 1.0.0 installed with npm (or
+/// taken from the cache under the target directory) and run beside fanout; the answers to the
+/// benchmark query and three pages byte-identical across the three targets; fanout makes 1 +
+/// 10 calls per request, Tailcall without dedupe 1 + 100, with dedupe 1 + 10 (distinct pages:
+/// nothing shared between requests); every target's requests per CPU-second measured and the
+/// `≥ 2×` line reported (whichever way it goes: no speed asserted). Without npm the lab fails,
+/// naming it.
+#[test]
+#[ignore = "tier 2 (./scripts/test): runs the lab beside Tailcall 1.0.0 (needs npm and the npm registry)"]
+fn lab_graphql_posts_compares_fanout_with_tailcall() {
+    let _one_at_a_time = serial();
+    let out = out_dir("graphql-posts");
+    let (rep, stdout, _) = lab_report(
+        &mut lab_command(
+            &[
+                "graphql-posts",
+                "--quick",
+                "--trials",
+                "1",
+                "--duration",
+                "1s",
+            ],
+            &out,
+        ),
+        &out,
+    );
+    assert_eq!(rep["failed"], serde_json::json!({}), "{stdout}");
+    assert!(
+        rep["tailcall"]
+            .as_str()
+            .is_some_and(|v| v.contains("v1.0.0")),
+        "{stdout}"
+    );
+    let checks = rep["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 4, "the fixed query and three pages");
+    for c in checks {
+        assert_eq!(c["identical"], true, "{c}");
+        let calls: BTreeMap<&str, (u64, u64)> = c["answers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["target"].as_str().unwrap(),
+                    (
+                        a["posts_calls"].as_u64().unwrap(),
+                        a["users_calls"].as_u64().unwrap(),
+                    ),
+                )
+            })
+            .collect();
+        assert_eq!(calls["fanout"], (1, 10), "{c}");
+        assert_eq!(calls["tailcall"], (1, 100), "{c}");
+        assert_eq!(calls["tailcall-dedupe"], (1, 10), "{c}");
+    }
+    let figures = rep["figures"].as_array().unwrap();
+    assert_eq!(figures.len(), 3, "{stdout}");
+    for f in figures {
+        assert!(f["requests_per_cpu_s"].as_f64().unwrap() > 0.0, "{f}");
+    }
+    assert!(
+        stdout.contains("fanout ≥ 2× "),
+        "the comparison line: {stdout}"
+    );
+    assert!(stdout.contains("answers byte-identical"), "{stdout}");
+    assert!(out.join("tailcall.graphql").is_file() && out.join("fanout.yaml").is_file());
+    assert_report_files(&out);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// `fanout lab threads --quick --tasks 64`: HeadHunter's benchmark ran once per pool size (1, 2,
 /// 4, 64, 1024 threads; 64 tasks, 2 timed runs each), its table beside the article's 13 rows.
 /// Skipped (with a note) only without `javac`.
@@ -337,6 +407,56 @@ fn lab_antispam_models_one_round_serves_ten_models_through_swaps() {
     assert_antispam_models(&rep, &out);
     assert_report_files(&out);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// fanout's `graphql-posts` route (the lab's Tailcall comparison) on its stubs: the benchmark
+/// query and every page asked answer 100 posts with their users, the posts of the page asked
+/// and its own users, with one `/posts` call and one call per distinct user (10) per request,
+/// with and without sharing (one request at a time: nothing to share).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graphql_posts_answers_with_one_posts_call_and_ten_user_calls() {
+    use fanout_lab::graphql_posts as gp;
+    let s = stubs(gp::STUBS).await;
+    let c = client(false);
+    for target in [gp::FANOUT, gp::FANOUT_COALESCE] {
+        let gw = gateway(&gp::fanout_yaml(target), &s).await;
+        let bodies = [(0, gp::query_body())]
+            .into_iter()
+            .chain([1, 7, 1024].map(|p| (p, gp::page_body(p))));
+        for (page, body) in bodies {
+            s.reset_stats();
+            let r = send(
+                &c,
+                Method::POST,
+                &format!("http://{}/graphql", gw.addr),
+                &[("content-type", "application/json")],
+                body.clone(),
+            )
+            .await;
+            assert_eq!(r.status.as_u16(), 200, "{target} {body}: {}", r.text());
+            let posts = r.json()["data"]["posts"].as_array().cloned().unwrap();
+            assert_eq!(posts.len(), 100, "{target} {body}");
+            let first = u64::from(page) * 100 + 1;
+            let user = u64::from(page) * 10 + 1;
+            assert_eq!(
+                posts[0],
+                serde_json::json!({
+                    "id": first,
+                    "title": "sunt aut facere repellat provident occaecati excepturi optio reprehenderit",
+                    "user": {"id": user, "name": format!("Leanne Graham {user}")}
+                }),
+                "{target} {body}"
+            );
+            assert_eq!(posts[99]["user"]["id"], user + 9, "{target} {body}");
+            assert_eq!(
+                (calls(&s, "posts"), calls(&s, "users")),
+                (1, 10),
+                "{target} {body}: calls"
+            );
+        }
+        let _ = gw.shutdown().await;
+    }
+    s.shutdown().await;
 }
 
 /// fanout's `n-plus-one` route and the hand-written one answer the same bytes for the same stubs:
@@ -758,6 +878,25 @@ async fn lab_scenario_configs_load() {
     .unwrap_or_else(|e| panic!("streams/stubs.yaml:\n{e}"));
     fanout::load_gateway("streams/fanout.yaml", fanout_lab::streams::GATEWAY, &addr)
         .unwrap_or_else(|e| panic!("streams/fanout.yaml:\n{e}"));
+    // graphql-posts (beside Tailcall, an entry point of its own): the stubs and both fanout
+    // targets' configs load.
+    fanout_stub::load(
+        "graphql-posts/stubs.yaml",
+        fanout_lab::graphql_posts::STUBS,
+        &addr,
+    )
+    .unwrap_or_else(|e| panic!("graphql-posts/stubs.yaml:\n{e}"));
+    for t in [
+        fanout_lab::graphql_posts::FANOUT,
+        fanout_lab::graphql_posts::FANOUT_COALESCE,
+    ] {
+        fanout::load_gateway(
+            &format!("graphql-posts/{t}.yaml"),
+            &fanout_lab::graphql_posts::fanout_yaml(t),
+            &addr,
+        )
+        .unwrap_or_else(|e| panic!("graphql-posts/{t}.yaml:\n{e}"));
+    }
     assert!(checked >= 18, "only {checked} configs");
 }
 

@@ -10,11 +10,13 @@
 //! to report and the [`runner`]'s `Measure` trait, implemented once per mode in `measure`;
 //! `report` the report (JSON, HTML, text), which imports no scenario module; `seeds`, `threads`
 //! `hop` and `streams` (`pass-small`, `pass-bulk`, `sse-events`: beside nginx) the scenarios with an
-//! entry point of their own.
+//! entry point of their own; `graphql_posts` (`graphql-posts`, `graphql-posts-identical`: beside
+//! Tailcall 1.0.0) too.
 
 pub mod antispam;
 pub mod baseline;
 pub mod certs;
+pub mod graphql_posts;
 pub mod hop;
 pub mod http;
 pub mod java;
@@ -59,11 +61,12 @@ pub async fn run(opts: LabOptions) -> Result<report::LabReport, LabError> {
         return Err(LabError::UnknownScenario(
             opts.scenario.clone(),
             format!(
-                "{}, {}, {}, {}",
+                "{}, {}, {}, {}, {}",
                 scenario::NAMES.join(", "),
                 scenario::OWN_ENTRY.join(", "),
                 hop::NAME,
-                streams::NAMES.join(", ")
+                streams::NAMES.join(", "),
+                graphql_posts::NAMES.join(", ")
             ),
         ));
     };

@@ -34,7 +34,11 @@ struct Cli {
     /// one report beside the articles' figures; takes only --quick, --out and --scenarios),
     /// pass-small, pass-bulk, sse-events (1 KiB answers, 64 MiB downloads, event streams
     /// through a pass-through route: fanout beside nginx, CPU per request / per GB / per
-    /// 1 000 events; take --quick, --trials, --duration, --targets and --out).
+    /// 1 000 events; take --quick, --trials, --duration, --targets and --out),
+    /// graphql-posts, graphql-posts-identical (Tailcall's benchmark query through fanout's
+    /// graphql: route beside Tailcall 1.0.0, installed with npm on first use: answers compared
+    /// byte for byte, then requests per CPU-second; take --quick, --trials, --duration, --rate,
+    /// --targets, --baseline-bin (a tailcall executable) and --out).
     scenario: String,
     /// Targets, comma-separated: fanout, hyper-baseline, java-threads, java-blocking,
     /// java-virtual, java-threads-N (both Java pools of N threads), grpc-baseline,
@@ -75,6 +79,10 @@ struct Cli {
     /// the search short; the report says the capacity was given.
     #[arg(long)]
     capacity: Option<f64>,
+    /// graphql-posts, graphql-posts-identical: requests per second offered to each target
+    /// (default 200).
+    #[arg(long)]
+    rate: Option<f64>,
     /// threads: tasks per run instead of the article's 16 384 (`--quick`: 1 024); the same
     /// program and pool sizes, shorter.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -202,8 +210,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         scenarios,
         capacity,
         tasks,
+        rate,
         log_format: _,
     } = cli;
+    if rate.is_some() && fanout_lab::graphql_posts::Mode::of(&scenario).is_none() {
+        anyhow::bail!(
+            "--rate is for `fanout lab graphql-posts` and `graphql-posts-identical` only"
+        );
+    }
     if tasks.is_some() && scenario != fanout_lab::threads::NAME {
         anyhow::bail!("--tasks is for `fanout lab threads` only");
     }
@@ -303,6 +317,47 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         let rep = runtime()?.block_on(fanout_lab::streams::run(opts))?;
         out!("{}", fanout_lab::streams::text_summary(&rep));
+    } else if let Some(mode) = fanout_lab::graphql_posts::Mode::of(&scenario) {
+        // fanout's GraphQL route beside Tailcall.
+        if !scenarios.is_empty() || capacity.is_some() || tasks.is_some() {
+            anyhow::bail!(
+                "lab {scenario} takes only --quick, --trials, --duration, --rate, --targets (fanout, fanout-coalesce, tailcall, tailcall-dedupe), --baseline-bin (a tailcall executable) and --out"
+            );
+        }
+        let mut opts = fanout_lab::graphql_posts::GraphqlOptions::new(
+            mode,
+            quick,
+            out.clone().into(),
+            fanout_bin()?,
+            command_line(),
+        );
+        if !targets.is_empty() {
+            opts.targets = targets;
+        }
+        if let Some(t) = trials {
+            opts.rounds = t.max(1);
+        }
+        if let Some(d) = duration {
+            opts.trial = parse_duration(&d)?;
+        }
+        if let Some(r) = rate {
+            if !(r.is_finite() && r > 0.0) {
+                anyhow::bail!("--rate must be a positive number of requests per second");
+            }
+            opts.rate = r;
+        }
+        opts.tailcall_bin = baseline_bin.map(Into::into);
+        let rep = runtime()?.block_on(fanout_lab::graphql_posts::run(opts))?;
+        out!("{}", fanout_lab::graphql_posts::text_summary(&rep));
+        outln!("report: {out}/report.html  {out}/report.json");
+        if !rep.failed.is_empty() {
+            let names: Vec<&str> = rep.failed.keys().map(String::as_str).collect();
+            anyhow::bail!(
+                "target(s) {} could not run (see FAILED above); the report has the others' figures",
+                names.join(", ")
+            );
+        }
+        return Ok(());
     } else if scenario == fanout_lab::threads::NAME {
         if !targets.is_empty()
             || trials.is_some()

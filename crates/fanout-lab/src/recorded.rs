@@ -8,8 +8,10 @@
 //!
 //! Every kind of report the lab writes is read: a scenario's ([`LabReport`]), `threads`
 //! ([`ThreadsReport`]), `hop` ([`HopReport`]), `seeds` ([`SeedsReport`]) and the pass-through
-//! scenarios beside nginx ([`StreamsReport`]), told apart by their `scenario` field.
+//! scenarios beside nginx ([`StreamsReport`]) and the GraphQL ones beside Tailcall
+//! ([`GraphqlReport`]), told apart by their `scenario` field.
 
+use crate::graphql_posts::GraphqlReport;
 use crate::hop::HopReport;
 use crate::report::LabReport;
 use crate::seeds::SeedsReport;
@@ -30,6 +32,8 @@ pub enum Recorded {
     Seeds(Box<SeedsReport>),
     /// `fanout lab pass-small`, `pass-bulk`, `sse-events`.
     Streams(Box<StreamsReport>),
+    /// `fanout lab graphql-posts`, `graphql-posts-identical`.
+    Graphql(Box<GraphqlReport>),
 }
 
 /// Why a recorded report could not be read or rendered.
@@ -73,6 +77,9 @@ impl Recorded {
             s if crate::streams::NAMES.contains(&s) => {
                 Recorded::Streams(Box::new(serde_json::from_value(v).map_err(bad)?))
             }
+            s if crate::graphql_posts::NAMES.contains(&s) => {
+                Recorded::Graphql(Box::new(serde_json::from_value(v).map_err(bad)?))
+            }
             _ => Recorded::Lab(Box::new(serde_json::from_value(v).map_err(bad)?)),
         })
     }
@@ -98,9 +105,11 @@ impl Recorded {
                 .filter(|a| a.target == target)
                 .map(|a| (a.check.clone(), a.pass))
                 .collect(),
-            Recorded::Threads(_) | Recorded::Hop(_) | Recorded::Seeds(_) | Recorded::Streams(_) => {
-                vec![]
-            }
+            Recorded::Threads(_)
+            | Recorded::Hop(_)
+            | Recorded::Seeds(_)
+            | Recorded::Streams(_)
+            | Recorded::Graphql(_) => vec![],
         }
     }
 
@@ -112,6 +121,7 @@ impl Recorded {
             Recorded::Hop(r) => serde_json::to_string_pretty(r),
             Recorded::Seeds(r) => serde_json::to_string_pretty(r),
             Recorded::Streams(r) => serde_json::to_string_pretty(r),
+            Recorded::Graphql(r) => serde_json::to_string_pretty(r),
         };
         json.unwrap_or_default()
     }
@@ -125,6 +135,7 @@ impl Recorded {
             Recorded::Hop(r) => crate::hop::text_summary(r),
             Recorded::Seeds(r) => crate::seeds::text_summary(r),
             Recorded::Streams(r) => crate::streams::text_summary(r),
+            Recorded::Graphql(r) => crate::graphql_posts::text_summary(r),
         }
     }
 
@@ -137,6 +148,7 @@ impl Recorded {
             Recorded::Hop(r) => crate::hop::html(r, &json),
             Recorded::Seeds(r) => crate::seeds::html(r, &json),
             Recorded::Streams(r) => crate::streams::html(r, &json),
+            Recorded::Graphql(r) => crate::graphql_posts::html(r, &json),
         }
     }
 
