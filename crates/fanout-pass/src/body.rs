@@ -163,19 +163,30 @@ impl Watch {
         &self.clock
     }
 
+    /// The limit that ran out at `now`, if one did (for a body that keeps its own timer).
+    pub fn expired(&self, now: Instant) -> Option<Cut> {
+        self.clock.expired(now)
+    }
+
+    /// When a limit runs out if nothing moves (for a body that keeps its own timer).
+    pub fn due(&self) -> Instant {
+        self.clock.due()
+    }
+
     /// Ready with the limit that ran out.
+    ///
+    /// The timer is re-armed lazily: bytes moving only push the clock's `due` later, so a timer
+    /// set at an earlier `due` fires early, finds no limit run out and is set again — once per
+    /// idle period instead of a reset (and a clock read) on every poll of a busy stream.
     pub fn poll_cut(&mut self, cx: &mut Context<'_>) -> Poll<Cut> {
         loop {
-            if let Some(c) = self.clock.expired(Instant::now()) {
-                return Poll::Ready(c);
-            }
-            let due = self.clock.due();
-            if self.sleep.deadline() != due {
-                self.sleep.as_mut().reset(due);
-            }
             if self.sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
+            if let Some(c) = self.clock.expired(Instant::now()) {
+                return Poll::Ready(c);
+            }
+            self.sleep.as_mut().reset(self.clock.due());
         }
     }
 }

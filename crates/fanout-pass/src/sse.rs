@@ -27,7 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
@@ -283,11 +283,19 @@ pub struct SseBody {
     scan: Scanner,
     drain: Arc<Drain>,
     drain_wait: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The waker `drain_wait` was last polled with: until the drain starts it needs polling
+    /// again only when the task's waker changes (a poll of a `Notified` takes a lock).
+    drain_waker: Option<Waker>,
     draining: bool,
-    /// The next heartbeat, when the backend stays silent until then.
-    beat: Pin<Box<Sleep>>,
-    /// The end for idleness, when the backend stays silent until then.
-    idle: Pin<Box<Sleep>>,
+    /// One timer for the three limits of a silent backend: the exchange's (`watch`), the
+    /// stream's idleness and the next heartbeat. Set lazily: bytes only push those later, so
+    /// the timer may fire early — it then finds nothing due and is set again, once per period
+    /// instead of a reset on every event.
+    timer: Pin<Box<Sleep>>,
+    /// When the backend last sent a byte.
+    last: Instant,
+    /// When the stream last sent a byte: the backend's or a heartbeat.
+    last_sent: Instant,
     ended: Option<End>,
 }
 
@@ -304,19 +312,18 @@ impl SseBody {
     ) -> SseBody {
         let now = Instant::now();
         streams.open.fetch_add(1, Relaxed);
-        let far = now + Duration::from_secs(86_400 * 365);
         SseBody {
             inner,
             watch,
             limits,
             scan: Scanner::default(),
             drain_wait: drain.wait(),
+            drain_waker: None,
             draining: false,
             drain,
-            beat: Box::pin(tokio::time::sleep_until(
-                limits.heartbeat.map_or(far, |h| now + h),
-            )),
-            idle: Box::pin(tokio::time::sleep_until(now + limits.idle)),
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            last: now,
+            last_sent: now,
             ended: None,
             counters,
             streams,
@@ -373,8 +380,15 @@ impl Body for SseBody {
         if this.ended.is_some() {
             return Poll::Ready(None);
         }
-        if !this.draining && this.drain_wait.as_mut().poll(cx).is_ready() {
-            this.draining = true;
+        if !this.draining
+            && (this.drain.started()
+                || !this
+                    .drain_waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker())))
+        {
+            this.draining = this.drain_wait.as_mut().poll(cx).is_ready();
+            this.drain_waker = Some(cx.waker().clone());
         }
         if this.draining && this.scan.at_boundary() {
             return this.close(End::Drain);
@@ -391,10 +405,8 @@ impl Body for SseBody {
                         this.streams.events.fetch_add(events, Relaxed);
                     }
                     let now = Instant::now();
-                    this.idle.as_mut().reset(now + this.limits.idle);
-                    if let Some(h) = this.limits.heartbeat {
-                        this.beat.as_mut().reset(now + h);
-                    }
+                    this.last = now;
+                    this.last_sent = now;
                 }
                 return Poll::Ready(Some(Ok(frame)));
             }
@@ -403,35 +415,44 @@ impl Body for SseBody {
             Poll::Pending => {}
         }
         // The backend is silent: the exchange's limits, the stream's idle limit, a heartbeat.
-        if let Poll::Ready(c) = this.watch.poll_cut(cx) {
-            let why = match c {
-                Cut::Timeout(_) => End::Timeout,
-                _ => End::Idle,
-            };
-            if this.scan.at_boundary() {
-                return this.close(why);
+        loop {
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
-            return this.cut(why, c);
-        }
-        if this.idle.as_mut().poll(cx).is_ready() {
-            if this.scan.at_boundary() {
-                return this.close(End::Idle);
+            let now = Instant::now();
+            if let Some(c) = this.watch.expired(now) {
+                let why = match c {
+                    Cut::Timeout(_) => End::Timeout,
+                    _ => End::Idle,
+                };
+                if this.scan.at_boundary() {
+                    return this.close(why);
+                }
+                return this.cut(why, c);
             }
-            return this.cut(End::Idle, Cut::Idle(this.limits.idle));
-        }
-        if let Some(h) = this.limits.heartbeat
-            && this.beat.as_mut().poll(cx).is_ready()
-        {
-            this.beat.as_mut().reset(Instant::now() + h);
-            if this.scan.at_boundary() {
-                this.streams.heartbeats.fetch_add(1, Relaxed);
-                this.watch.clock().moved();
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(HEARTBEAT)))));
+            let idle_end = this.last + this.limits.idle;
+            if now >= idle_end {
+                if this.scan.at_boundary() {
+                    return this.close(End::Idle);
+                }
+                return this.cut(End::Idle, Cut::Idle(this.limits.idle));
             }
-            // Inside an event: no comment there; look again a period later.
-            let _ = this.beat.as_mut().poll(cx);
+            let mut due = this.watch.due().min(idle_end);
+            if let Some(h) = this.limits.heartbeat {
+                if now >= this.last_sent + h {
+                    // Inside an event no comment is sent: look again a period later.
+                    this.last_sent = now;
+                    if this.scan.at_boundary() {
+                        this.timer.as_mut().reset(due.min(now + h));
+                        this.streams.heartbeats.fetch_add(1, Relaxed);
+                        this.watch.clock().moved();
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(HEARTBEAT)))));
+                    }
+                }
+                due = due.min(this.last_sent + h);
+            }
+            this.timer.as_mut().reset(due);
         }
-        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
