@@ -123,31 +123,7 @@ impl Gcra {
     /// Decide a request at `now` for a key whose TAT is `tat` (0 or past: a full budget).
     /// Returns the new TAT when the request is allowed (the caller stores it).
     pub fn decide(&self, tat: u64, now: u64) -> (Option<u64>, Decision) {
-        let tat = tat.max(now);
-        let new_tat = tat.saturating_add(self.interval);
-        let ahead = new_tat - now;
-        let tolerance = self.tolerance_ns();
-        if ahead > tolerance {
-            let spare = tolerance.saturating_sub(tat - now);
-            return (
-                None,
-                Decision {
-                    allowed: false,
-                    remaining: spare / self.interval,
-                    reset: Duration::from_nanos(tat - now),
-                    retry_after: Duration::from_nanos(ahead - tolerance),
-                },
-            );
-        }
-        (
-            Some(new_tat),
-            Decision {
-                allowed: true,
-                remaining: (tolerance - ahead) / self.interval,
-                reset: Duration::from_nanos(ahead),
-                retry_after: Duration::ZERO,
-            },
-        )
+        self.decide_n(tat, now, 1)
     }
 }
 
